@@ -1,0 +1,26 @@
+//! Errors shared across the actors crate.
+
+use std::fmt::Display;
+
+/// A configuration value that makes no sense, refused at construction.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid `{field}`: expected {expected}, got {got}")]
+pub struct ConfigError {
+    /// The offending field, as named in the configuration.
+    pub field: String,
+    /// What was expected.
+    pub expected: String,
+    /// What was given.
+    pub got: String,
+}
+
+impl ConfigError {
+    /// An error naming `field`, what it should have been and what it was.
+    pub fn new(field: impl Into<String>, expected: impl Into<String>, got: impl Display) -> Self {
+        Self {
+            field: field.into(),
+            expected: expected.into(),
+            got: got.to_string(),
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The public event schema and the bus that carries it.
+//!
+//! Every event has a `seq` (strictly increasing per bus), an `at` (Unix
+//! milliseconds, from the [`Clock`] port), the `run_id`, the `path` of the
+//! operation in the run's tree (`run/worker:research/tool_call:3`) and a
+//! `kind`. Names are snake_case and stable: they are a contract with users.
+//!
+//! # Overflow policy
+//!
+//! The bus is bounded (default [`EventBus::DEFAULT_CAPACITY`] events) and
+//! emitting never blocks: a run must never wait for a slow reader. A
+//! subscriber that falls more than the capacity behind loses the oldest
+//! events it has not read and is told so, with the exact count, by
+//! [`EventStream::recv`] returning [`Lagged`]; nothing is ever dropped without
+//! the reader being told. (ractor's output ports are broadcasts of 10 that
+//! drop silently, which is why the bus is our own.)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::lease::{LeaseId, LeaseKind};
+use crate::ports::{Clock, EventSink, SystemClock};
+use crate::watchdog::VerdictRecord;
+
+/// One event on a run's stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position on the bus, strictly increasing from 1.
+    pub seq: u64,
+    /// When it happened, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The run it belongs to.
+    pub run_id: String,
+    /// Where in the run's tree it happened.
+    pub path: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened, with its own fields. Serialized with a `kind` tag.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A lease expired; the watchdog is being asked for a verdict.
+    Wait {
+        /// The lease.
+        lease_id: LeaseId,
+        /// What it watches.
+        lease_kind: LeaseKind,
+        /// What the operation is doing.
+        subject: String,
+        /// Renewals so far.
+        renewals: u32,
+        /// Length of one lease period, in milliseconds.
+        lease_ms: u64,
+    },
+    /// The watchdog (or the renewal cap) decided; the audit-trail record.
+    Verdict(VerdictRecord),
+    /// An operation reported progress to its lease.
+    Progress {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Evidence items received so far on this lease.
+        count: u64,
+        /// What the operation said about its progress, if anything.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
+    /// A `NUDGE` queued a message for the next step of the loop.
+    NudgeQueued {
+        /// The lease whose verdict it was.
+        lease_id: LeaseId,
+        /// The message the next step will see.
+        nudge: String,
+    },
+    /// An `INTERVENE` cancelled the operation.
+    Intervened {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Why.
+        reason: String,
+    },
+    /// An `ESCALATE` cancelled the operation; a person must answer.
+    Escalated {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Why.
+        reason: String,
+    },
+    /// The lease was renewed `max_renewals` times and expired again: the
+    /// operation was stopped.
+    RenewalCapReached {
+        /// The lease.
+        lease_id: LeaseId,
+        /// The cap that was reached.
+        max_renewals: u32,
+    },
+    /// The operation was cancelled by its parent; no watchdog was asked.
+    LeaseCancelled {
+        /// The lease.
+        lease_id: LeaseId,
+    },
+}
+
+impl EventKind {
+    /// The stable snake_case name of this kind, as serialized in `kind`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Wait { .. } => "wait",
+            Self::Verdict(_) => "verdict",
+            Self::Progress { .. } => "progress",
+            Self::NudgeQueued { .. } => "nudge_queued",
+            Self::Intervened { .. } => "intervened",
+            Self::Escalated { .. } => "escalated",
+            Self::RenewalCapReached { .. } => "renewal_cap_reached",
+            Self::LeaseCancelled { .. } => "lease_cancelled",
+        }
+    }
+}
+
+/// A subscriber fell behind and lost this many of the oldest events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("event stream lagged: {missed} events were lost to this reader")]
+pub struct Lagged {
+    /// How many events this reader will never see.
+    pub missed: u64,
+}
+
+/// A bounded, non-blocking broadcast of [`Event`]s, with `seq` and `at`
+/// assigned in publication order. Cheap to clone.
+#[derive(Clone)]
+pub struct EventBus {
+    inner: Arc<BusInner>,
+}
+
+struct BusInner {
+    sender: broadcast::Sender<Arc<Event>>,
+    // Held while a seq is taken and the event sent, so that seq order is the
+    // order readers see.
+    publish: Mutex<()>,
+    seq: AtomicU64,
+    clock: Arc<dyn Clock>,
+}
+
+impl EventBus {
+    /// How many unread events a subscriber may have before it lags.
+    pub const DEFAULT_CAPACITY: usize = 4096;
+
+    /// A bus of [`Self::DEFAULT_CAPACITY`] on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Self::DEFAULT_CAPACITY, Arc::new(SystemClock))
+    }
+
+    /// A bus of `capacity` (at least 1) stamping events with `clock`.
+    pub fn with_clock(capacity: usize, clock: Arc<dyn Clock>) -> Self {
+        let (sender, _) = broadcast::channel(capacity.max(1));
+        Self {
+            inner: Arc::new(BusInner {
+                sender,
+                publish: Mutex::new(()),
+                seq: AtomicU64::new(0),
+                clock,
+            }),
+        }
+    }
+
+    /// A stream of every event published from now on.
+    pub fn subscribe(&self) -> EventStream {
+        EventStream {
+            receiver: self.inner.sender.subscribe(),
+        }
+    }
+
+    /// The `seq` of the last event published (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.inner.seq.load(Ordering::Acquire)
+    }
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for EventBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBus")
+            .field("last_seq", &self.last_seq())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventSink for EventBus {
+    fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
+        let at = self.inner.clock.now_unix_ms();
+        let _order = self
+            .inner
+            .publish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = self.inner.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let event = Arc::new(Event {
+            seq,
+            at,
+            run_id: run_id.to_owned(),
+            path: path.to_owned(),
+            kind,
+        });
+        // No subscriber is not an error: the event simply has no reader.
+        let _ = self.inner.sender.send(event);
+    }
+}
+
+/// One subscriber's view of an [`EventBus`].
+#[derive(Debug)]
+pub struct EventStream {
+    receiver: broadcast::Receiver<Arc<Event>>,
+}
+
+impl EventStream {
+    /// The next event, [`Lagged`] if this reader lost some, or `None` once the
+    /// bus is gone and every event was read.
+    pub async fn recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        match self.receiver.recv().await {
+            Ok(event) => Some(Ok(event)),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some(Err(Lagged { missed })),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// Like [`Self::recv`] but without waiting: `None` when nothing is ready.
+    pub fn try_recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        match self.receiver.try_recv() {
+            Ok(event) => Some(Ok(event)),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => Some(Err(Lagged { missed })),
+            Err(_) => None,
+        }
+    }
+}
+
+/// Serde helper: a [`std::time::Duration`] as whole milliseconds.
+pub(crate) mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}

@@ -1,0 +1,386 @@
+//! Leases: a timer beside each supervised operation, never around it.
+//!
+//! An operation started with [`Leases::supervise`] runs once, in a task of its
+//! own whose cancellation derives from its parent's. Beside it, the lease
+//! actor keeps a timer. When the timer expires nothing is cancelled: the
+//! lease publishes a `wait` event, asks the watchdog, and acts on the verdict:
+//!
+//! - `RENEW` re-arms the timer on the **same** in-flight operation; work is
+//!   never restarted by a renewal.
+//! - `NUDGE` queues the verdict's message for the next step of the loop
+//!   (`nudge_queued`), then renews.
+//! - `INTERVENE` cancels the operation; its owner gets
+//!   [`LeaseError::Intervened`], for the restart strategy.
+//! - `ESCALATE` cancels the operation; its owner gets
+//!   [`LeaseError::Escalated`], for the pause.
+//!
+//! Cancellation by the parent is honoured at once and never consults the
+//! watchdog. After `max_renewals` renewals the next expiry stops the
+//! operation with [`LeaseError::RenewalCapReached`]. Those are the only paths
+//! from a timer to a failure: an expiry alone is never an error.
+//!
+//! One lease actor holds many leases — one per run, or per shard of a swarm —
+//! each an entry in a map and in one timer queue, so a live operation and its
+//! lease cost about a kilobyte, not an actor each. A timer fire carries the
+//! generation it was armed with; a fire made stale by a renewal is ignored.
+
+mod handle;
+mod spec;
+mod timer;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::event::EventKind;
+use crate::evidence::Evidence;
+use crate::nudge::NudgeQueue;
+use crate::ports::EventSink;
+use crate::watchdog::{
+    DecidedBy, Decision, LeaseExpiry, StartError, Verdict, VerdictRecord, VerdictReply, WatchdogMsg,
+};
+use timer::TimerCmd;
+
+pub use handle::{LeaseError, LeaseHandle, Leases};
+pub use spec::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, LeaseSpec};
+
+/// Why the lease, not the operation, ended it.
+#[derive(Debug)]
+pub(crate) enum LeaseEnd {
+    Intervened(String),
+    Escalated(String),
+    RenewalCapReached(u32),
+}
+
+impl From<LeaseEnd> for LeaseError {
+    fn from(end: LeaseEnd) -> Self {
+        match end {
+            LeaseEnd::Intervened(reason) => Self::Intervened { reason },
+            LeaseEnd::Escalated(reason) => Self::Escalated { reason },
+            LeaseEnd::RenewalCapReached(max_renewals) => Self::RenewalCapReached { max_renewals },
+        }
+    }
+}
+
+/// A new lease, as sent by [`Leases::supervise`].
+pub struct Registration {
+    meta: Arc<LeaseMeta>,
+    evidence: Evidence,
+    token: CancellationToken,
+    end: oneshot::Sender<LeaseEnd>,
+    nudges: Option<NudgeQueue>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration").field("meta", &self.meta).finish_non_exhaustive()
+    }
+}
+
+/// The lease actor's messages.
+#[derive(Debug)]
+pub enum LeaseMsg {
+    /// Start watching an operation.
+    Register(Box<Registration>),
+    /// The operation is over: it returned, panicked, or (`cancelled`) its
+    /// parent cancelled it.
+    Done {
+        /// The lease.
+        id: LeaseId,
+        /// Whether it was cancelled rather than finished.
+        cancelled: bool,
+    },
+    /// A timer fired. Ignored unless `generation` is the lease's current one.
+    Expired {
+        /// The lease.
+        id: LeaseId,
+        /// The generation the timer was armed with.
+        generation: u64,
+    },
+    /// The watchdog's verdict on an expiry of `generation`.
+    Decided {
+        /// The lease.
+        id: LeaseId,
+        /// The generation of the expiry it answers.
+        generation: u64,
+        /// The verdict.
+        decision: Decision,
+    },
+}
+
+/// The lease actor.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LeaseActor;
+
+/// What a lease actor is started with.
+pub struct LeaseActorArgs {
+    /// Who judges expiries.
+    pub watchdog: ActorRef<WatchdogMsg>,
+    /// Where `wait`, `nudge_queued`, `intervened`, … go.
+    pub events: Arc<dyn EventSink>,
+}
+
+impl LeaseActor {
+    /// Spawns a lease actor and returns its client.
+    pub async fn start(args: LeaseActorArgs) -> Result<Leases, StartError> {
+        let events = args.events.clone();
+        let (actor, _) = Actor::spawn(None, LeaseActor, args)
+            .await
+            .map_err(|e| StartError::Spawn(e.to_string()))?;
+        Ok(Leases::new(actor, events))
+    }
+}
+
+/// The lease actor's state: its leases and its timer queue.
+pub struct LeaseState {
+    leases: HashMap<LeaseId, Entry>,
+    timers: mpsc::UnboundedSender<TimerCmd>,
+    watchdog: ActorRef<WatchdogMsg>,
+    events: Arc<dyn EventSink>,
+}
+
+struct Entry {
+    meta: Arc<LeaseMeta>,
+    evidence: Evidence,
+    token: CancellationToken,
+    end: oneshot::Sender<LeaseEnd>,
+    nudges: Option<NudgeQueue>,
+    renewals: u32,
+    generation: u64,
+}
+
+impl Actor for LeaseActor {
+    type Msg = LeaseMsg;
+    type State = LeaseState;
+    type Arguments = LeaseActorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let (timers, commands) = mpsc::unbounded_channel();
+        tokio::spawn(timer::drive(commands, myself));
+        Ok(LeaseState {
+            leases: HashMap::new(),
+            timers,
+            watchdog: args.watchdog,
+            events: args.events,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // No operation outlives its supervision.
+        for entry in state.leases.values() {
+            entry.token.cancel();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            LeaseMsg::Register(registration) => state.register(*registration),
+            LeaseMsg::Done { id, cancelled } => state.done(id, cancelled),
+            LeaseMsg::Expired { id, generation } => state.expired(&myself, id, generation),
+            LeaseMsg::Decided {
+                id,
+                generation,
+                decision,
+            } => state.decided(id, generation, decision),
+        }
+        Ok(())
+    }
+}
+
+impl LeaseState {
+    fn register(&mut self, registration: Registration) {
+        let Registration {
+            meta,
+            evidence,
+            token,
+            end,
+            nudges,
+        } = registration;
+        self.arm(meta.id, 0, &meta);
+        self.leases.insert(
+            meta.id,
+            Entry {
+                meta,
+                evidence,
+                token,
+                end,
+                nudges,
+                renewals: 0,
+                generation: 0,
+            },
+        );
+    }
+
+    fn arm(&self, id: LeaseId, generation: u64, meta: &LeaseMeta) {
+        let _ = self.timers.send(TimerCmd::Arm {
+            id,
+            generation,
+            after: meta.duration,
+        });
+    }
+
+    fn remove(&mut self, id: LeaseId) -> Option<Entry> {
+        let entry = self.leases.remove(&id)?;
+        let _ = self.timers.send(TimerCmd::Disarm(id));
+        Some(entry)
+    }
+
+    fn done(&mut self, id: LeaseId, cancelled: bool) {
+        if let Some(entry) = self.remove(id)
+            && cancelled
+        {
+            self.emit(&entry.meta, EventKind::LeaseCancelled { lease_id: id });
+        }
+    }
+
+    fn expired(&mut self, myself: &ActorRef<LeaseMsg>, id: LeaseId, generation: u64) {
+        let Some(entry) = self.leases.get(&id) else {
+            return;
+        };
+        if entry.generation != generation {
+            tracing::debug!(%id, generation, current = entry.generation, "stale lease timer ignored");
+            return;
+        }
+        if entry.token.is_cancelled() {
+            // The parent's cancellation wins; `Done` is on its way.
+            return;
+        }
+        let (meta, renewals) = (entry.meta.clone(), entry.renewals);
+        self.emit(
+            &meta,
+            EventKind::Wait {
+                lease_id: id,
+                lease_kind: meta.kind,
+                subject: meta.subject.clone(),
+                renewals,
+                lease_ms: u64::try_from(meta.duration.as_millis()).unwrap_or(u64::MAX),
+            },
+        );
+
+        if renewals >= meta.max_renewals {
+            let accrual = crate::watchdog::AccrualPolicy::default();
+            let evidence = entry
+                .evidence
+                .summary(tokio::time::Instant::now(), accrual.for_kind(meta.kind));
+            self.emit(
+                &meta,
+                EventKind::Verdict(VerdictRecord {
+                    lease_id: id,
+                    lease_kind: meta.kind,
+                    subject: meta.subject.clone(),
+                    renewals,
+                    evidence,
+                    verdict: Verdict::Intervene,
+                    reason: format!("renewal cap reached: max_renewals = {}", meta.max_renewals),
+                    nudge: None,
+                    decided_by: DecidedBy::Cap,
+                    evaluator: None,
+                }),
+            );
+            self.emit(
+                &meta,
+                EventKind::RenewalCapReached {
+                    lease_id: id,
+                    max_renewals: meta.max_renewals,
+                },
+            );
+            self.end(id, LeaseEnd::RenewalCapReached(meta.max_renewals));
+            return;
+        }
+
+        let expiry = LeaseExpiry {
+            meta,
+            renewals,
+            evidence: entry.evidence.clone(),
+        };
+        let me = myself.clone();
+        let reply = VerdictReply::new(move |decision| {
+            let _ = me.send_message(LeaseMsg::Decided {
+                id,
+                generation,
+                decision,
+            });
+        });
+        // If the watchdog is gone the message, and with it the reply, is
+        // dropped, and the reply answers RENEW by the breaker.
+        let _ = self
+            .watchdog
+            .send_message(WatchdogMsg::Assess(Box::new((expiry, reply))));
+    }
+
+    fn decided(&mut self, id: LeaseId, generation: u64, decision: Decision) {
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return;
+        };
+        if entry.generation != generation || entry.token.is_cancelled() {
+            return;
+        }
+        match decision.verdict {
+            Verdict::Renew | Verdict::Nudge => {
+                entry.renewals += 1;
+                entry.generation += 1;
+                let (meta, nudges, generation) = (entry.meta.clone(), entry.nudges.clone(), entry.generation);
+                if decision.verdict == Verdict::Nudge
+                    && let Some(nudge) = decision.nudge
+                {
+                    if let Some(queue) = nudges {
+                        queue.push(nudge.clone());
+                    }
+                    self.emit(&meta, EventKind::NudgeQueued { lease_id: id, nudge });
+                }
+                self.arm(id, generation, &meta);
+            }
+            Verdict::Intervene => {
+                let meta = entry.meta.clone();
+                self.emit(
+                    &meta,
+                    EventKind::Intervened {
+                        lease_id: id,
+                        reason: decision.reason.clone(),
+                    },
+                );
+                self.end(id, LeaseEnd::Intervened(decision.reason));
+            }
+            Verdict::Escalate => {
+                let meta = entry.meta.clone();
+                self.emit(
+                    &meta,
+                    EventKind::Escalated {
+                        lease_id: id,
+                        reason: decision.reason.clone(),
+                    },
+                );
+                self.end(id, LeaseEnd::Escalated(decision.reason));
+            }
+        }
+    }
+
+    /// Ends the operation for `end`: tells the owner why, then cancels it.
+    fn end(&mut self, id: LeaseId, end: LeaseEnd) {
+        if let Some(entry) = self.remove(id) {
+            let _ = entry.end.send(end);
+            entry.token.cancel();
+        }
+    }
+
+    fn emit(&self, meta: &LeaseMeta, kind: EventKind) {
+        self.events.emit(&meta.run_id, &meta.path, kind);
+    }
+}

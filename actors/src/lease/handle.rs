@@ -1,0 +1,235 @@
+//! Starting a supervised operation and waiting for its outcome.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use ractor::ActorRef;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{LeaseId, LeaseMeta, LeaseMsg, LeaseSpec, Registration};
+use crate::evidence::Evidence;
+use crate::ports::EventSink;
+
+/// How a supervised operation ended, when it did not return its own result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    /// The watchdog said `INTERVENE`: the operation was cancelled and goes to
+    /// the restart strategy.
+    #[error("intervened: {reason}")]
+    Intervened {
+        /// The verdict's reason.
+        reason: String,
+    },
+    /// The watchdog said `ESCALATE`: the operation was cancelled and the run
+    /// must wait for a person.
+    #[error("escalated: {reason}")]
+    Escalated {
+        /// The verdict's reason.
+        reason: String,
+    },
+    /// The lease was renewed `max_renewals` times and expired again.
+    #[error("lease renewal cap reached: expired again after {max_renewals} renewals (max_renewals = {max_renewals})")]
+    RenewalCapReached {
+        /// The cap.
+        max_renewals: u32,
+    },
+    /// The operation's parent (or its owner) cancelled it.
+    #[error("cancelled by its parent")]
+    Cancelled,
+    /// The operation panicked.
+    #[error("the operation panicked: {message}")]
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
+    /// The lease actor is not running, so the operation was not started.
+    #[error("the lease actor is not running")]
+    LeaseActorGone,
+}
+
+/// A client of one lease actor: starts operations under its leases.
+#[derive(Clone)]
+pub struct Leases {
+    actor: ActorRef<LeaseMsg>,
+    events: Arc<dyn EventSink>,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases").field("actor", &self.actor).finish_non_exhaustive()
+    }
+}
+
+impl Leases {
+    pub(crate) fn new(actor: ActorRef<LeaseMsg>, events: Arc<dyn EventSink>) -> Self {
+        Self { actor, events }
+    }
+
+    /// The lease actor.
+    pub fn actor(&self) -> &ActorRef<LeaseMsg> {
+        &self.actor
+    }
+
+    /// Runs `operation` once, in a task of its own, under a lease built from
+    /// `spec`. The operation is given its [`Evidence`] cell to report
+    /// progress into.
+    pub fn supervise<T, F, Fut>(&self, spec: LeaseSpec, operation: F) -> Result<LeaseHandle<T>, LeaseError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Evidence) -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+    {
+        let id = LeaseId::next();
+        let meta = Arc::new(LeaseMeta::new(id, &spec));
+        let evidence = Evidence::for_lease(meta.clone(), self.events.clone());
+        let token = spec
+            .parent
+            .as_ref()
+            .map_or_else(CancellationToken::new, CancellationToken::child_token);
+        let (end_tx, end_rx) = oneshot::channel();
+        // Registered before the operation starts, so the actor always sees
+        // the registration before the operation's `Done`.
+        self.actor
+            .send_message(LeaseMsg::Register(Box::new(Registration {
+                meta,
+                evidence: evidence.clone(),
+                token: token.clone(),
+                end: end_tx,
+                nudges: spec.nudges,
+            })))
+            .map_err(|_| LeaseError::LeaseActorGone)?;
+
+        let work = operation(evidence.clone());
+        let actor = self.actor.clone();
+        let cancelled = token.clone();
+        let join = tokio::spawn(async move {
+            // Tells the actor the operation is over however it ends, a panic
+            // included, so no lease outlives its operation.
+            let mut done = DoneGuard {
+                actor,
+                id,
+                cancelled: false,
+            };
+            let output = tokio::select! {
+                biased;
+                () = cancelled.cancelled() => None,
+                output = work => Some(output),
+            };
+            done.cancelled = output.is_none();
+            output
+        });
+        Ok(LeaseHandle {
+            id,
+            evidence,
+            token,
+            end: end_rx,
+            join,
+            finished: false,
+        })
+    }
+}
+
+/// The owner's handle on one supervised operation. Dropping it cancels the
+/// operation.
+#[derive(Debug)]
+pub struct LeaseHandle<T> {
+    id: LeaseId,
+    evidence: Evidence,
+    token: CancellationToken,
+    end: oneshot::Receiver<super::LeaseEnd>,
+    join: JoinHandle<Option<T>>,
+    finished: bool,
+}
+
+impl<T> LeaseHandle<T> {
+    /// The lease.
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+
+    /// The operation's evidence cell.
+    pub fn evidence(&self) -> &Evidence {
+        &self.evidence
+    }
+
+    /// Cancels the operation now, without asking the watchdog.
+    pub fn cancel(&self) {
+        self.token.cancel();
+    }
+
+    /// A token that cancels the operation when cancelled.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Waits for the operation: its own result, or why the lease ended it.
+    pub async fn outcome(mut self) -> Result<T, LeaseError> {
+        let result = tokio::select! {
+            biased;
+            end = &mut self.end => match end {
+                Ok(end) => Err(end.into()),
+                // The lease was dropped without an end: the operation ended
+                // by itself (or the actor stopped); its task says how.
+                Err(_) => self.joined().await,
+            },
+            joined = &mut self.join => self.settle(joined),
+        };
+        self.finished = true;
+        result
+    }
+
+    async fn joined(&mut self) -> Result<T, LeaseError> {
+        let joined = (&mut self.join).await;
+        self.settle(joined)
+    }
+
+    fn settle(&mut self, joined: Result<Option<T>, tokio::task::JoinError>) -> Result<T, LeaseError> {
+        match joined {
+            Ok(Some(value)) => Ok(value),
+            // Cancelled: by the lease (its end says why) or by the parent.
+            Ok(None) => Err(self.end.try_recv().map_or(LeaseError::Cancelled, Into::into)),
+            Err(join) => {
+                self.token.cancel();
+                Err(LeaseError::Panicked {
+                    message: panic_message(join),
+                })
+            }
+        }
+    }
+}
+
+impl<T> Drop for LeaseHandle<T> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.token.cancel();
+        }
+    }
+}
+
+struct DoneGuard {
+    actor: ActorRef<LeaseMsg>,
+    id: LeaseId,
+    cancelled: bool,
+}
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        let _ = self.actor.send_message(LeaseMsg::Done {
+            id: self.id,
+            cancelled: self.cancelled,
+        });
+    }
+}
+
+fn panic_message(join: tokio::task::JoinError) -> String {
+    match join.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic payload".to_owned()),
+        Err(join) => join.to_string(),
+    }
+}

@@ -1,0 +1,239 @@
+//! What a lease watches and for how long.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ConfigError;
+use crate::nudge::NudgeQueue;
+use crate::ports::TranscriptMessage;
+
+/// The kind of operation a lease watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseKind {
+    /// A streaming model call; each chunk is evidence.
+    ModelStream,
+    /// A blocking model call.
+    ModelBlocking,
+    /// A tool call; each MCP progress notification is evidence.
+    ToolCall,
+    /// One step of a worker; each completed step is evidence.
+    WorkerStep,
+}
+
+impl LeaseKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [Self; 4] = [
+        Self::ModelStream,
+        Self::ModelBlocking,
+        Self::ToolCall,
+        Self::WorkerStep,
+    ];
+
+    /// The kind's snake_case name, as in events and configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ModelStream => "model_stream",
+            Self::ModelBlocking => "model_blocking",
+            Self::ToolCall => "tool_call",
+            Self::WorkerStep => "worker_step",
+        }
+    }
+}
+
+impl fmt::Display for LeaseKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A lease's identity, unique within the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseId(pub u64);
+
+impl LeaseId {
+    pub(crate) fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lease:{}", self.0)
+    }
+}
+
+/// The default lease length per kind and the renewal cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Lease of a streaming model call (default 2 min).
+    pub model_stream: Duration,
+    /// Lease of a blocking model call (default 5 min).
+    pub model_blocking: Duration,
+    /// Lease of a tool call (default 5 min).
+    pub tool_call: Duration,
+    /// Lease of a worker step (default 10 min).
+    pub worker_step: Duration,
+    /// Renewals a lease may have before its next expiry stops the operation
+    /// (default 10).
+    pub max_renewals: u32,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            model_stream: Duration::from_secs(120),
+            model_blocking: Duration::from_secs(300),
+            tool_call: Duration::from_secs(300),
+            worker_step: Duration::from_secs(600),
+            max_renewals: 10,
+        }
+    }
+}
+
+impl LeaseConfig {
+    /// The lease length for `kind`.
+    pub fn duration(&self, kind: LeaseKind) -> Duration {
+        match kind {
+            LeaseKind::ModelStream => self.model_stream,
+            LeaseKind::ModelBlocking => self.model_blocking,
+            LeaseKind::ToolCall => self.tool_call,
+            LeaseKind::WorkerStep => self.worker_step,
+        }
+    }
+
+    /// Refuses a zero lease length, naming the kind's field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for kind in LeaseKind::ALL {
+            if self.duration(kind).is_zero() {
+                return Err(ConfigError::new(
+                    format!("lease.{kind}"),
+                    "a duration above 0",
+                    "0",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A spec for a `kind` operation doing `subject`, with this
+    /// configuration's length and cap.
+    pub fn spec(&self, kind: LeaseKind, subject: impl Into<String>) -> Result<LeaseSpec, ConfigError> {
+        LeaseSpec::new(kind, subject, self.duration(kind)).map(|s| s.with_max_renewals(self.max_renewals))
+    }
+}
+
+/// Everything a lease needs to know about the operation it watches. Built
+/// with [`LeaseSpec::new`] and the `with_*` methods.
+#[derive(Clone, Debug)]
+pub struct LeaseSpec {
+    pub(crate) kind: LeaseKind,
+    pub(crate) subject: String,
+    pub(crate) duration: Duration,
+    pub(crate) max_renewals: u32,
+    pub(crate) run_id: String,
+    pub(crate) path: String,
+    pub(crate) transcript_tail: Arc<[TranscriptMessage]>,
+    pub(crate) nudges: Option<NudgeQueue>,
+    pub(crate) parent: Option<CancellationToken>,
+}
+
+impl LeaseSpec {
+    /// A lease of `duration` on a `kind` operation doing `subject`, with the
+    /// default cap of 10 renewals. A zero duration is refused.
+    pub fn new(kind: LeaseKind, subject: impl Into<String>, duration: Duration) -> Result<Self, ConfigError> {
+        if duration.is_zero() {
+            return Err(ConfigError::new("duration", "a duration above 0", "0"));
+        }
+        Ok(Self {
+            kind,
+            subject: subject.into(),
+            duration,
+            max_renewals: LeaseConfig::default().max_renewals,
+            run_id: String::new(),
+            path: String::new(),
+            transcript_tail: Arc::from(Vec::new()),
+            nudges: None,
+            parent: None,
+        })
+    }
+
+    /// Caps renewals: the expiry after the `max_renewals`-th renewal stops
+    /// the operation.
+    pub fn with_max_renewals(mut self, max_renewals: u32) -> Self {
+        self.max_renewals = max_renewals;
+        self
+    }
+
+    /// Places the operation in a run's tree, for events.
+    pub fn in_run(mut self, run_id: impl Into<String>, path: impl Into<String>) -> Self {
+        self.run_id = run_id.into();
+        self.path = path.into();
+        self
+    }
+
+    /// The last messages of the loop's transcript, shown to the evaluator.
+    pub fn with_transcript_tail(mut self, tail: impl Into<Arc<[TranscriptMessage]>>) -> Self {
+        self.transcript_tail = tail.into();
+        self
+    }
+
+    /// The loop's nudge queue, where a `NUDGE` verdict's message goes.
+    pub fn with_nudges(mut self, nudges: NudgeQueue) -> Self {
+        self.nudges = Some(nudges);
+        self
+    }
+
+    /// Derives the operation's cancellation from `parent`: cancelling the
+    /// parent cancels the operation at once, without asking the watchdog.
+    pub fn with_parent(mut self, parent: &CancellationToken) -> Self {
+        self.parent = Some(parent.clone());
+        self
+    }
+}
+
+/// A lease's identity and settings, shared by the lease actor, the evidence
+/// cell and the watchdog.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LeaseMeta {
+    /// The lease.
+    pub id: LeaseId,
+    /// The run it belongs to.
+    pub run_id: String,
+    /// Where in the run's tree.
+    pub path: String,
+    /// What kind of operation it watches.
+    pub kind: LeaseKind,
+    /// What the operation is doing.
+    pub subject: String,
+    /// One lease period.
+    #[serde(with = "crate::event::millis")]
+    pub duration: Duration,
+    /// The renewal cap.
+    pub max_renewals: u32,
+    /// The last messages of the loop's transcript.
+    pub transcript_tail: Arc<[TranscriptMessage]>,
+}
+
+impl LeaseMeta {
+    /// The identity of a lease built from `spec`.
+    pub fn new(id: LeaseId, spec: &LeaseSpec) -> Self {
+        Self {
+            id,
+            run_id: spec.run_id.clone(),
+            path: spec.path.clone(),
+            kind: spec.kind,
+            subject: spec.subject.clone(),
+            duration: spec.duration,
+            max_renewals: spec.max_renewals,
+            transcript_tail: spec.transcript_tail.clone(),
+        }
+    }
+}

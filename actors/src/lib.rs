@@ -1,0 +1,60 @@
+//! The supervision tree of leasehold: leases, the watchdog and their policies.
+//!
+//! leasehold supervises every slow thing in an agent run with a *lease*: a
+//! timer beside the work that, when it expires, asks a *watchdog* for a
+//! verdict — `RENEW`, `NUDGE`, `INTERVENE`, `ESCALATE` — instead of cancelling.
+//! This crate holds the actors and the small traits ([`ports`]) they talk
+//! through; it does no I/O. Users depend on the `leasehold` crate, which
+//! re-exports it.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use leasehold_actors::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let events = EventBus::new();
+//! let supervision = Supervision::start(SupervisionConfig::default(), None, Arc::new(events.clone())).await?;
+//! let spec = LeaseSpec::new(LeaseKind::ToolCall, "search", Duration::from_secs(10))?;
+//! // Fifty seconds of work under a ten-second lease: renewed, never cancelled.
+//! let handle = supervision.leases.supervise(spec, |evidence| async move {
+//!     for _ in 0..50 {
+//!         tokio::time::sleep(Duration::from_secs(1)).await;
+//!         evidence.observe();
+//!     }
+//!     "done"
+//! })?;
+//! assert_eq!(handle.outcome().await?, "done");
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod event;
+pub mod evidence;
+pub mod lease;
+pub mod nudge;
+pub mod ports;
+pub mod watchdog;
+
+mod error;
+mod supervision;
+#[cfg(feature = "test-util")]
+pub mod testing;
+
+pub use error::ConfigError;
+pub use supervision::{Supervision, SupervisionConfig};
+
+/// The names most users need.
+pub mod prelude {
+    pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
+    pub use crate::evidence::{Evidence, EvidenceSummary};
+    pub use crate::lease::{LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases};
+    pub use crate::nudge::NudgeQueue;
+    pub use crate::ports::{
+        Clock, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, TokenCost,
+        TranscriptMessage,
+    };
+    pub use crate::watchdog::{DecidedBy, Decision, Verdict, VerdictRecord, WatchdogConfig};
+    pub use crate::{ConfigError, Supervision, SupervisionConfig};
+}

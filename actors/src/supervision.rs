@@ -1,0 +1,102 @@
+//! Starting the lease–watchdog pair together, from one validated
+//! configuration.
+
+use std::sync::Arc;
+
+use ractor::ActorRef;
+
+use crate::error::ConfigError;
+use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, LeaseKind, LeaseSpec, Leases};
+use crate::ports::{Evaluator, EventSink};
+use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg};
+
+/// The lease lengths, the renewal cap and the watchdog's policy, checked
+/// together.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SupervisionConfig {
+    /// Lease lengths per kind and the renewal cap.
+    pub lease: LeaseConfig,
+    /// The watchdog's ladder, evaluator timeout and accrual parameters.
+    pub watchdog: WatchdogConfig,
+}
+
+impl SupervisionConfig {
+    /// Refuses zero durations and a `free_renewals` above `max_renewals`,
+    /// naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.lease.validate()?;
+        self.watchdog.validate()?;
+        if self.watchdog.free_renewals > self.lease.max_renewals {
+            return Err(ConfigError::new(
+                "watchdog.free_renewals",
+                format!(
+                    "at most lease.max_renewals ({})",
+                    self.lease.max_renewals
+                ),
+                self.watchdog.free_renewals,
+            ));
+        }
+        Ok(())
+    }
+
+    /// A spec for a `kind` operation doing `subject`, with this
+    /// configuration's lease length and cap.
+    pub fn spec(&self, kind: LeaseKind, subject: impl Into<String>) -> Result<LeaseSpec, ConfigError> {
+        self.lease.spec(kind, subject)
+    }
+}
+
+/// A running watchdog and a lease actor that asks it.
+#[derive(Clone, Debug)]
+pub struct Supervision {
+    /// The configuration it was started with.
+    pub config: SupervisionConfig,
+    /// The watchdog.
+    pub watchdog: ActorRef<WatchdogMsg>,
+    /// Starts operations under leases.
+    pub leases: Leases,
+}
+
+impl Supervision {
+    /// Validates `config`, then starts a watchdog (with `evaluator`, if any)
+    /// and a lease actor, both publishing to `events`.
+    pub async fn start(
+        config: SupervisionConfig,
+        evaluator: Option<Arc<dyn Evaluator>>,
+        events: Arc<dyn EventSink>,
+    ) -> Result<Self, StartError> {
+        config.validate()?;
+        let watchdog = WatchdogActor::start(WatchdogArgs {
+            config: config.watchdog,
+            evaluator,
+            events: events.clone(),
+        })
+        .await?;
+        let leases = LeaseActor::start(LeaseActorArgs {
+            watchdog: watchdog.clone(),
+            events,
+        })
+        .await?;
+        Ok(Self {
+            config,
+            watchdog,
+            leases,
+        })
+    }
+
+    /// Starts another lease actor on the same watchdog: a shard, for
+    /// spreading many leases over more than one mailbox.
+    pub async fn shard(&self, events: Arc<dyn EventSink>) -> Result<Leases, StartError> {
+        LeaseActor::start(LeaseActorArgs {
+            watchdog: self.watchdog.clone(),
+            events,
+        })
+        .await
+    }
+
+    /// Stops the lease actor (cancelling what it supervises) and the watchdog.
+    pub fn stop(&self) {
+        self.leases.actor().stop(None);
+        self.watchdog.stop(None);
+    }
+}

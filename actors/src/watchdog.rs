@@ -1,0 +1,411 @@
+//! The watchdog: answers expired leases with a verdict.
+//!
+//! Its policy, in order, for a lease that has been renewed `renewals` times:
+//!
+//! 1. **Cost ladder.** While `renewals < free_renewals` (default 2): `RENEW`,
+//!    no evaluator call (`decided_by = ladder`).
+//! 2. **Evidence.** If the lease's evidence is fresh — its phi accrual
+//!    detector is below threshold — `RENEW`, no evaluator call
+//!    (`decided_by = evidence`). Only silent or suspicious leases cost a
+//!    model call.
+//! 3. **Evaluator.** Otherwise the evaluator is asked, shown the evidence
+//!    (phi included) and the transcript tail, under a flat timeout (default
+//!    15 s) that is a deadline on purpose and never a lease. Its answer must
+//!    be the strict JSON of [`parse_verdict`].
+//! 4. **Breaker.** Any failure of step 3 — transport error, timeout, panic,
+//!    an answer that is not exactly the JSON — and a watchdog with no
+//!    evaluator yield `RENEW` (`decided_by = breaker`): the watchdog never
+//!    kills by accident.
+//!
+//! The actor never awaits an evaluation in its handler: each runs in a task
+//! of its own that replies when done, so one slow evaluation never delays
+//! another lease's verdict. Every verdict is published as a `verdict` event
+//! carrying its [`VerdictRecord`], the audit trail, with evaluator calls
+//! attributed to the consumer `engine.watchdog`.
+
+pub mod accrual;
+mod verdict;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::error::ConfigError;
+use crate::event::EventKind;
+use crate::evidence::{Evidence, EvidenceSummary};
+use crate::lease::{LeaseId, LeaseKind, LeaseMeta};
+use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
+
+pub use accrual::{AccrualConfig, AccrualPolicy};
+pub use verdict::{DecidedBy, Decision, ParsedVerdict, Verdict, VerdictParseError, parse_verdict};
+
+/// The consumer that evaluator calls of the watchdog are attributed to.
+pub const WATCHDOG_CONSUMER: &str = "engine.watchdog";
+
+/// The watchdog's policy parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WatchdogConfig {
+    /// Expiries renewed without any evaluator call (default 2).
+    pub free_renewals: u32,
+    /// The flat timeout of one evaluation (default 15 s).
+    pub evaluator_timeout: Duration,
+    /// The accrual detector's parameters per lease kind.
+    pub accrual: AccrualPolicy,
+}
+
+impl Default for WatchdogConfig {
+    fn default() -> Self {
+        Self {
+            free_renewals: 2,
+            evaluator_timeout: Duration::from_secs(15),
+            accrual: AccrualPolicy::default(),
+        }
+    }
+}
+
+impl WatchdogConfig {
+    /// Refuses a zero evaluator timeout or bad accrual parameters.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.evaluator_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "watchdog.evaluator_timeout",
+                "a duration above 0",
+                "0",
+            ));
+        }
+        self.accrual.validate()
+    }
+}
+
+/// The evaluator's share of a verdict: how long it took and what it cost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvaluatorUsage {
+    /// Wall time of the evaluation, in milliseconds.
+    pub latency_ms: u64,
+    /// Tokens spent.
+    pub cost: TokenCost,
+    /// Who the cost is attributed to (`engine.watchdog`).
+    pub consumer: String,
+}
+
+/// The audit-trail record of one verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerdictRecord {
+    /// The lease.
+    pub lease_id: LeaseId,
+    /// What it watches.
+    pub lease_kind: LeaseKind,
+    /// What the operation is doing.
+    pub subject: String,
+    /// Renewals before this verdict.
+    pub renewals: u32,
+    /// The evidence the verdict was made on.
+    pub evidence: EvidenceSummary,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why.
+    pub reason: String,
+    /// For `NUDGE`, the queued message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nudge: Option<String>,
+    /// Who decided.
+    pub decided_by: DecidedBy,
+    /// Present when an evaluator was called (even if it then failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator: Option<EvaluatorUsage>,
+}
+
+/// A lease that expired and wants a verdict.
+#[derive(Clone, Debug)]
+pub struct LeaseExpiry {
+    /// The lease's identity and settings.
+    pub meta: Arc<LeaseMeta>,
+    /// Renewals so far.
+    pub renewals: u32,
+    /// Its evidence cell.
+    pub evidence: Evidence,
+}
+
+/// Where a verdict goes. Called exactly once: if it is dropped unanswered
+/// (the watchdog went away), it answers `RENEW` by the breaker, so a lease
+/// can never wait forever for a verdict.
+pub struct VerdictReply(Option<Box<dyn FnOnce(Decision) + Send>>);
+
+impl VerdictReply {
+    /// A reply that calls `f` with the decision.
+    pub fn new(f: impl FnOnce(Decision) + Send + 'static) -> Self {
+        Self(Some(Box::new(f)))
+    }
+
+    /// A reply into a oneshot channel, for callers that await the verdict.
+    pub fn oneshot() -> (Self, oneshot::Receiver<Decision>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Self::new(move |d| {
+                let _ = tx.send(d);
+            }),
+            rx,
+        )
+    }
+
+    /// Delivers `decision`.
+    pub fn send(mut self, decision: Decision) {
+        if let Some(f) = self.0.take() {
+            f(decision);
+        }
+    }
+}
+
+impl Drop for VerdictReply {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            tracing::warn!("a lease's verdict request was dropped unanswered; renewing");
+            f(Decision::renew(
+                DecidedBy::Breaker,
+                "the watchdog dropped the request unanswered",
+            ));
+        }
+    }
+}
+
+impl std::fmt::Debug for VerdictReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VerdictReply")
+    }
+}
+
+/// The watchdog's messages.
+#[derive(Debug)]
+pub enum WatchdogMsg {
+    /// Judge an expired lease and reply with a verdict.
+    Assess(Box<(LeaseExpiry, VerdictReply)>),
+}
+
+/// What the watchdog is started with.
+pub struct WatchdogArgs {
+    /// Its policy.
+    pub config: WatchdogConfig,
+    /// The evaluator; with none, every lease past the ladder and without
+    /// fresh evidence renews by the breaker.
+    pub evaluator: Option<Arc<dyn Evaluator>>,
+    /// Where verdict records go.
+    pub events: Arc<dyn EventSink>,
+}
+
+/// The watchdog actor. One per runtime is enough: it never blocks, and its
+/// per-lease state (the accrual history) lives in each lease's evidence cell.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WatchdogActor;
+
+/// The watchdog's state.
+pub struct WatchdogState {
+    config: WatchdogConfig,
+    evaluator: Option<Arc<dyn Evaluator>>,
+    events: Arc<dyn EventSink>,
+}
+
+impl WatchdogActor {
+    /// Validates `args.config` and spawns a watchdog.
+    pub async fn start(args: WatchdogArgs) -> Result<ActorRef<WatchdogMsg>, StartError> {
+        args.config.validate()?;
+        let (actor, _) = Actor::spawn(None, WatchdogActor, args)
+            .await
+            .map_err(|e| StartError::Spawn(e.to_string()))?;
+        Ok(actor)
+    }
+
+    /// Asks `watchdog` for a verdict and waits for it.
+    pub async fn assess(watchdog: &ActorRef<WatchdogMsg>, expiry: LeaseExpiry) -> Decision {
+        let (reply, rx) = VerdictReply::oneshot();
+        // If the send fails the reply is dropped, which answers the breaker's RENEW.
+        let _ = watchdog.send_message(WatchdogMsg::Assess(Box::new((expiry, reply))));
+        rx.await.unwrap_or_else(|_| {
+            Decision::renew(DecidedBy::Breaker, "the watchdog dropped the request")
+        })
+    }
+}
+
+/// An actor that could not be started.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// Its configuration was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// ractor could not spawn it.
+    #[error("could not spawn the actor: {0}")]
+    Spawn(String),
+}
+
+impl Actor for WatchdogActor {
+    type Msg = WatchdogMsg;
+    type State = WatchdogState;
+    type Arguments = WatchdogArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        args.config.validate()?;
+        Ok(WatchdogState {
+            config: args.config,
+            evaluator: args.evaluator,
+            events: args.events,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            WatchdogMsg::Assess(assessment) => {
+                let (expiry, reply) = *assessment;
+                state.assess(expiry, reply);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl WatchdogState {
+    fn assess(&self, expiry: LeaseExpiry, reply: VerdictReply) {
+        let meta = &expiry.meta;
+        let accrual = self.config.accrual.for_kind(meta.kind);
+        let evidence = expiry.evidence.summary(Instant::now(), accrual);
+        let renewals = expiry.renewals;
+
+        if renewals < self.config.free_renewals {
+            let decision = Decision::renew(
+                DecidedBy::Ladder,
+                format!(
+                    "free renewal {} of {}",
+                    renewals + 1,
+                    self.config.free_renewals
+                ),
+            );
+            return publish(&*self.events, meta, renewals, evidence, decision, None, reply);
+        }
+        if let Some(phi) = evidence.phi.filter(|phi| *phi < accrual.threshold) {
+            let decision = Decision::renew(
+                DecidedBy::Evidence,
+                format!(
+                    "evidence is fresh: phi {phi:.2} below {:.1}, {} items, last {} ms ago",
+                    accrual.threshold,
+                    evidence.count,
+                    evidence.last_progress_age_ms.unwrap_or_default()
+                ),
+            );
+            return publish(&*self.events, meta, renewals, evidence, decision, None, reply);
+        }
+        let Some(evaluator) = self.evaluator.clone() else {
+            let decision = Decision::renew(DecidedBy::Breaker, "no evaluator is configured");
+            return publish(&*self.events, meta, renewals, evidence, decision, None, reply);
+        };
+
+        let request = EvaluationRequest {
+            lease_id: meta.id,
+            run_id: meta.run_id.clone(),
+            path: meta.path.clone(),
+            kind: meta.kind,
+            subject: meta.subject.clone(),
+            renewals,
+            max_renewals: meta.max_renewals,
+            lease: meta.duration,
+            evidence: evidence.clone(),
+            transcript_tail: meta.transcript_tail.clone(),
+        };
+        let timeout = self.config.evaluator_timeout;
+        let events = self.events.clone();
+        let meta = meta.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let (decision, cost) = evaluate(evaluator, request, timeout).await;
+            let usage = EvaluatorUsage {
+                latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                cost,
+                consumer: WATCHDOG_CONSUMER.to_owned(),
+            };
+            publish(&*events, &meta, renewals, evidence, decision, Some(usage), reply);
+        });
+    }
+}
+
+/// Runs one evaluation under the flat timeout and turns every failure into a
+/// breaker `RENEW`.
+async fn evaluate(
+    evaluator: Arc<dyn Evaluator>,
+    request: EvaluationRequest,
+    timeout: Duration,
+) -> (Decision, TokenCost) {
+    // A task of its own, so that a panicking evaluator is a failure like any
+    // other rather than a lost reply.
+    let task = tokio::spawn(evaluator.evaluate(request));
+    let abort = task.abort_handle();
+    let breaker = |reason: String| (Decision::renew(DecidedBy::Breaker, reason), TokenCost::default());
+    match tokio::time::timeout(timeout, task).await {
+        Err(_) => {
+            abort.abort();
+            breaker(format!(
+                "breaker: the evaluator did not answer within {} ms",
+                timeout.as_millis()
+            ))
+        }
+        Ok(Err(join)) => breaker(format!("breaker: the evaluator panicked: {join}")),
+        Ok(Ok(Err(error))) => breaker(format!("breaker: {error}")),
+        Ok(Ok(Ok(answer))) => match parse_verdict(&answer.text) {
+            Ok(parsed) => (
+                Decision {
+                    verdict: parsed.verdict,
+                    reason: parsed.reason,
+                    nudge: parsed.nudge,
+                    decided_by: DecidedBy::Evaluator,
+                },
+                answer.cost,
+            ),
+            Err(error) => (
+                Decision::renew(
+                    DecidedBy::Breaker,
+                    format!("breaker: the evaluator's answer was refused: {error}"),
+                ),
+                answer.cost,
+            ),
+        },
+    }
+}
+
+/// Publishes the verdict record, then delivers the decision, so the record
+/// always precedes the verdict's consequences on the event stream.
+fn publish(
+    events: &dyn EventSink,
+    meta: &LeaseMeta,
+    renewals: u32,
+    evidence: EvidenceSummary,
+    decision: Decision,
+    evaluator: Option<EvaluatorUsage>,
+    reply: VerdictReply,
+) {
+    events.emit(
+        &meta.run_id,
+        &meta.path,
+        EventKind::Verdict(VerdictRecord {
+            lease_id: meta.id,
+            lease_kind: meta.kind,
+            subject: meta.subject.clone(),
+            renewals,
+            evidence,
+            verdict: decision.verdict,
+            reason: decision.reason.clone(),
+            nudge: decision.nudge.clone(),
+            decided_by: decision.decided_by,
+            evaluator,
+        }),
+    );
+    reply.send(decision);
+}

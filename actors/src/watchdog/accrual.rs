@@ -1,0 +1,276 @@
+//! The phi accrual failure detector (Hayashibara et al., 2004), over the
+//! inter-arrival times of a lease's evidence.
+//!
+//! Instead of a yes/no "is it alive", phi is a suspicion *level*:
+//! `phi = -log10(P(the next item arrives later than now))`, with the
+//! inter-arrival times taken as normally distributed. phi 1 means a 10 %
+//! chance that the silence so far is normal, phi 8 one in 10⁸. The formula,
+//! the logistic approximation of the normal tail and the seeding of the
+//! history with two synthetic samples are Pekko's (`PhiAccrualFailureDetector`).
+//!
+//! Pekko's defaults are tuned for cluster heartbeats, one a second: threshold
+//! 8.0, minimum standard deviation 100 ms, acceptable pause 3 s, a window of
+//! 1000 samples, first estimate 1 s. leasehold's evidence arrives at very
+//! different rates per kind of operation, so [`AccrualPolicy::default`] keeps
+//! the threshold and the window and scales the rest per lease kind (see
+//! `docs/runtime-semantics.md`).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::error::ConfigError;
+use crate::lease::LeaseKind;
+
+/// How many inter-arrival samples a lease keeps (Pekko's `max-sample-size`).
+pub const WINDOW_SAMPLES: usize = 1000;
+
+/// phi is reported no higher than this, so that it stays a finite number in
+/// JSON; anything near it means "silent for far longer than ever before".
+pub const PHI_CEILING: f64 = 1000.0;
+
+/// The parameters of the detector for one kind of operation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AccrualConfig {
+    /// phi at or above which evidence counts as suspicious.
+    pub threshold: f64,
+    /// Floor of the standard deviation, so that very regular evidence does
+    /// not make a small jitter look like death.
+    pub min_std_deviation: Duration,
+    /// A pause that is always acceptable on top of the mean interval.
+    pub acceptable_pause: Duration,
+    /// The interval assumed before any has been measured.
+    pub first_interval_estimate: Duration,
+}
+
+impl AccrualConfig {
+    /// Pekko's defaults for cluster heartbeats.
+    pub const PEKKO: Self = Self {
+        threshold: 8.0,
+        min_std_deviation: Duration::from_millis(100),
+        acceptable_pause: Duration::from_secs(3),
+        first_interval_estimate: Duration::from_secs(1),
+    };
+
+    /// Refuses a non-positive threshold or a zero standard deviation or
+    /// estimate, naming the field under `prefix`.
+    pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
+        if !(self.threshold.is_finite() && self.threshold > 0.0) {
+            return Err(ConfigError::new(
+                format!("{prefix}.threshold"),
+                "a finite number above 0",
+                self.threshold,
+            ));
+        }
+        if self.min_std_deviation.is_zero() {
+            return Err(ConfigError::new(
+                format!("{prefix}.min_std_deviation"),
+                "a duration above 0",
+                "0",
+            ));
+        }
+        if self.first_interval_estimate.is_zero() {
+            return Err(ConfigError::new(
+                format!("{prefix}.first_interval_estimate"),
+                "a duration above 0",
+                "0",
+            ));
+        }
+        Ok(())
+    }
+
+    /// phi for a silence of `elapsed` after a history with the given mean and
+    /// standard deviation (both before the floor and pause are applied).
+    pub fn phi(&self, elapsed: Duration, mean: Duration, std_deviation: Duration) -> f64 {
+        let mean_ms = millis(mean + self.acceptable_pause);
+        let std_ms = millis(std_deviation.max(self.min_std_deviation));
+        phi(millis(elapsed), mean_ms, std_ms)
+    }
+}
+
+/// The accrual parameters per lease kind.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AccrualPolicy {
+    /// Tokens of a streaming model call: tens a second, with pauses while
+    /// the model thinks. Pekko's values as they are.
+    pub model_stream: AccrualConfig,
+    /// A blocking model call sends no evidence until it answers; a hint from
+    /// the transport (headers, keep-alives) is judged like a stream.
+    pub model_blocking: AccrualConfig,
+    /// MCP progress notifications: typically one every second or few.
+    pub tool_call: AccrualConfig,
+    /// Worker steps: each is a model call and its tools, tens of seconds.
+    pub worker_step: AccrualConfig,
+}
+
+impl AccrualPolicy {
+    /// The parameters for `kind`.
+    pub fn for_kind(&self, kind: LeaseKind) -> &AccrualConfig {
+        match kind {
+            LeaseKind::ModelStream => &self.model_stream,
+            LeaseKind::ModelBlocking => &self.model_blocking,
+            LeaseKind::ToolCall => &self.tool_call,
+            LeaseKind::WorkerStep => &self.worker_step,
+        }
+    }
+
+    /// Validates every kind's parameters.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.model_stream.validate("accrual.model_stream")?;
+        self.model_blocking.validate("accrual.model_blocking")?;
+        self.tool_call.validate("accrual.tool_call")?;
+        self.worker_step.validate("accrual.worker_step")
+    }
+}
+
+impl Default for AccrualPolicy {
+    fn default() -> Self {
+        Self {
+            model_stream: AccrualConfig::PEKKO,
+            model_blocking: AccrualConfig::PEKKO,
+            tool_call: AccrualConfig {
+                threshold: 8.0,
+                min_std_deviation: Duration::from_millis(500),
+                acceptable_pause: Duration::from_secs(10),
+                first_interval_estimate: Duration::from_secs(2),
+            },
+            worker_step: AccrualConfig {
+                threshold: 8.0,
+                min_std_deviation: Duration::from_secs(5),
+                acceptable_pause: Duration::from_secs(60),
+                first_interval_estimate: Duration::from_secs(30),
+            },
+        }
+    }
+}
+
+/// The last [`WINDOW_SAMPLES`] inter-arrival times of one lease's evidence,
+/// with running sums so that the mean and deviation cost O(1).
+#[derive(Debug, Default)]
+pub(crate) struct ArrivalWindow {
+    // Microseconds, saturating at u32::MAX (71 minutes): 4 bytes a sample.
+    intervals: VecDeque<u32>,
+    sum: f64,
+    sum_squares: f64,
+}
+
+impl ArrivalWindow {
+    pub(crate) fn push(&mut self, interval: Duration) {
+        let micros = u32::try_from(interval.as_micros()).unwrap_or(u32::MAX);
+        if self.intervals.len() == WINDOW_SAMPLES
+            && let Some(oldest) = self.intervals.pop_front()
+        {
+            let oldest = f64::from(oldest);
+            self.sum -= oldest;
+            self.sum_squares -= oldest * oldest;
+        }
+        let value = f64::from(micros);
+        self.intervals.push_back(micros);
+        self.sum += value;
+        self.sum_squares += value * value;
+    }
+
+    /// How many real samples are held.
+    pub(crate) fn len(&self) -> usize {
+        self.intervals.len()
+    }
+
+    /// phi for a silence of `elapsed`, seeding the history as Pekko does with
+    /// two synthetic samples around the first estimate while the window has
+    /// room for them.
+    pub(crate) fn phi(&self, elapsed: Duration, config: &AccrualConfig) -> f64 {
+        let (mut n, mut sum, mut sum_squares) = (self.len(), self.sum, self.sum_squares);
+        if n + 2 <= WINDOW_SAMPLES {
+            let estimate = micros(config.first_interval_estimate);
+            let spread = estimate / 4.0;
+            for sample in [estimate - spread, estimate + spread] {
+                n += 1;
+                sum += sample;
+                sum_squares += sample * sample;
+            }
+        }
+        let count = f64::from(u32::try_from(n).unwrap_or(u32::MAX));
+        let mean = sum / count;
+        let variance = (sum_squares / count - mean * mean).max(0.0);
+        config.phi(
+            elapsed,
+            Duration::from_secs_f64(mean / 1e6),
+            Duration::from_secs_f64(variance.sqrt() / 1e6),
+        )
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Pekko's logistic approximation of the normal tail, in milliseconds.
+fn phi(elapsed: f64, mean: f64, std_deviation: f64) -> f64 {
+    let y = (elapsed - mean) / std_deviation;
+    let e = (-y * (1.5976 + 0.070566 * y * y)).exp();
+    let value = if elapsed > mean {
+        -(e / (1.0 + e)).log10()
+    } else {
+        -(1.0 - 1.0 / (1.0 + e)).log10()
+    };
+    if value.is_nan() {
+        PHI_CEILING
+    } else {
+        value.clamp(0.0, PHI_CEILING)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phi_rises_with_silence_and_stays_finite() {
+        let config = AccrualConfig::PEKKO;
+        let mut window = ArrivalWindow::default();
+        for _ in 0..100 {
+            window.push(Duration::from_secs(1));
+        }
+        let mut last = 0.0;
+        for secs in [0, 1, 2, 3, 4, 5, 6, 8, 60, 3600] {
+            let value = window.phi(Duration::from_secs(secs), &config);
+            assert!(value >= last, "phi fell from {last} to {value} at {secs}s");
+            assert!(value.is_finite());
+            last = value;
+        }
+        assert!(window.phi(Duration::from_secs(1), &config) < 1.0);
+        assert!(window.phi(Duration::from_secs(60), &config) > config.threshold);
+    }
+
+    #[test]
+    fn phi_matches_pekko_reference_values() {
+        // Pekko's PhiAccrualFailureDetectorSpec checks cdf(phi) = 1 - 10^-phi:
+        // 0.5 at the mean, 0.8413 one deviation past it, 0.9772 two past.
+        let cdf = |p: f64| 1.0 - 10f64.powf(-p);
+        assert!((cdf(phi(0.0, 0.0, 10.0)) - 0.5).abs() < 0.001);
+        assert!((cdf(phi(10.0, 0.0, 10.0)) - 0.8413).abs() < 0.001);
+        assert!((cdf(phi(20.0, 0.0, 10.0)) - 0.9772).abs() < 0.001);
+        assert!(phi(100.0, 0.0, 10.0) > 8.0);
+    }
+
+    #[test]
+    fn window_forgets_the_oldest_samples() {
+        let mut window = ArrivalWindow::default();
+        for _ in 0..WINDOW_SAMPLES {
+            window.push(Duration::from_secs(100));
+        }
+        for _ in 0..WINDOW_SAMPLES {
+            window.push(Duration::from_millis(10));
+        }
+        assert_eq!(window.len(), WINDOW_SAMPLES);
+        let config = AccrualConfig {
+            acceptable_pause: Duration::ZERO,
+            ..AccrualConfig::PEKKO
+        };
+        // Only the 10 ms samples remain: a 2 s silence is deeply suspicious.
+        assert!(window.phi(Duration::from_secs(2), &config) > 8.0);
+    }
+}

@@ -1,0 +1,112 @@
+//! The event schema and the bus's overflow policy.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use leasehold_actors::lease::LeaseId;
+use leasehold_actors::ports::TokioClock;
+use leasehold_actors::prelude::*;
+use leasehold_actors::testing::ScriptedEvaluator;
+
+#[tokio::test(start_paused = true)]
+async fn events_carry_seq_at_run_id_path_and_kind() {
+    let bus = EventBus::with_clock(64, Arc::new(TokioClock::starting_at(1_000)));
+    let mut stream = bus.subscribe();
+    let mut config = config(2, 10);
+    config.watchdog.free_renewals = 0;
+    let supervision = Supervision::start(config, Some(Arc::new(ScriptedEvaluator::always("INTERVENE"))), Arc::new(bus.clone()))
+        .await
+        .expect("started");
+    let handle = supervision
+        .leases
+        .supervise(stream_spec(), |evidence| async move {
+            evidence.progress("1/3");
+            std::future::pending::<()>().await
+        })
+        .expect("started");
+    let _ = handle.outcome().await;
+    let mut events = Vec::new();
+    while let Some(Ok(event)) = stream.try_recv() {
+        events.push(event);
+    }
+    let kinds: Vec<_> = events.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(kinds, ["progress", "wait", "verdict", "intervened"]);
+    let seqs: Vec<_> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(events[1].at, 11_000, "`at` comes from the clock port");
+    assert!(events.iter().all(|e| e.run_id == RUN && e.path == PATH));
+
+    let json = serde_json::to_value(&*events[1]).expect("serializes");
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "seq": 2, "at": 11000, "run_id": RUN, "path": PATH,
+            "kind": "wait", "lease_id": handle_id(&events), "lease_kind": "model_stream",
+            "subject": "chat", "renewals": 0, "lease_ms": 10000
+        })
+    );
+    // And back: the schema round-trips.
+    let back: Event = serde_json::from_value(json).expect("deserializes");
+    assert_eq!(back, *events[1]);
+}
+
+/// One chunk, then silence far past the stream's acceptable pause.
+fn stream_spec() -> LeaseSpec {
+    LeaseSpec::new(LeaseKind::ModelStream, "chat", secs(10))
+        .expect("valid")
+        .in_run(RUN, PATH)
+}
+
+fn handle_id(events: &[Arc<Event>]) -> u64 {
+    match &events[1].kind {
+        EventKind::Wait { lease_id, .. } => lease_id.0,
+        other => panic!("expected wait, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_event_kind_has_a_stable_snake_case_name() {
+    let id = LeaseId(1);
+    let kinds = [
+        EventKind::Progress { lease_id: id, count: 1, note: None },
+        EventKind::NudgeQueued { lease_id: id, nudge: "n".into() },
+        EventKind::Intervened { lease_id: id, reason: "r".into() },
+        EventKind::Escalated { lease_id: id, reason: "r".into() },
+        EventKind::RenewalCapReached { lease_id: id, max_renewals: 3 },
+        EventKind::LeaseCancelled { lease_id: id },
+    ];
+    for kind in kinds {
+        let json = serde_json::to_value(&kind).expect("serializes");
+        assert_eq!(json["kind"], kind.name());
+        assert!(kind.name().chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+    }
+}
+
+#[tokio::test]
+async fn bus_overflow_is_reported_to_the_reader_never_silent() {
+    let bus = EventBus::with_clock(4, Arc::new(TokioClock::starting_at(0)));
+    let mut stream = bus.subscribe();
+    for n in 0..10u64 {
+        bus.emit(RUN, PATH, EventKind::LeaseCancelled { lease_id: LeaseId(n) });
+    }
+    // The reader lost the six oldest and is told exactly that…
+    assert_eq!(stream.recv().await, Some(Err(Lagged { missed: 6 })));
+    // …then reads the rest in order, with no gap in `seq` it was not told of.
+    let mut seqs = Vec::new();
+    while let Some(Ok(event)) = stream.try_recv() {
+        seqs.push(event.seq);
+    }
+    assert_eq!(seqs, [7, 8, 9, 10]);
+    assert_eq!(bus.last_seq(), 10);
+}
+
+#[tokio::test]
+async fn emitting_never_blocks_without_readers() {
+    let bus = EventBus::with_clock(1, Arc::new(TokioClock::starting_at(0)));
+    for n in 0..10_000u64 {
+        bus.emit(RUN, PATH, EventKind::LeaseCancelled { lease_id: LeaseId(n) });
+    }
+    assert_eq!(bus.last_seq(), 10_000);
+}
