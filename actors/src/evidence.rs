@@ -74,7 +74,10 @@ impl Evidence {
     }
 
     fn state(&self) -> MutexGuard<'_, EvidenceState> {
-        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records one item of evidence without an event: for high-rate signals

@@ -76,7 +76,9 @@ pub struct Registration {
 
 impl std::fmt::Debug for Registration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registration").field("meta", &self.meta).finish_non_exhaustive()
+        f.debug_struct("Registration")
+            .field("meta", &self.meta)
+            .finish_non_exhaustive()
     }
 }
 
@@ -336,14 +338,21 @@ impl LeaseState {
             Verdict::Renew | Verdict::Nudge => {
                 entry.renewals += 1;
                 entry.generation += 1;
-                let (meta, nudges, generation) = (entry.meta.clone(), entry.nudges.clone(), entry.generation);
+                let (meta, nudges, generation) =
+                    (entry.meta.clone(), entry.nudges.clone(), entry.generation);
                 if decision.verdict == Verdict::Nudge
                     && let Some(nudge) = decision.nudge
                 {
                     if let Some(queue) = nudges {
                         queue.push(nudge.clone());
                     }
-                    self.emit(&meta, EventKind::NudgeQueued { lease_id: id, nudge });
+                    self.emit(
+                        &meta,
+                        EventKind::NudgeQueued {
+                            lease_id: id,
+                            nudge,
+                        },
+                    );
                 }
                 self.arm(id, generation, &meta);
             }

@@ -49,7 +49,9 @@ pub use supervision::{Supervision, SupervisionConfig};
 pub mod prelude {
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
     pub use crate::evidence::{Evidence, EvidenceSummary};
-    pub use crate::lease::{LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases};
+    pub use crate::lease::{
+        LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,
+    };
     pub use crate::nudge::NudgeQueue;
     pub use crate::ports::{
         Clock, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, TokenCost,

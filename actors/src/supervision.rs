@@ -29,10 +29,7 @@ impl SupervisionConfig {
         if self.watchdog.free_renewals > self.lease.max_renewals {
             return Err(ConfigError::new(
                 "watchdog.free_renewals",
-                format!(
-                    "at most lease.max_renewals ({})",
-                    self.lease.max_renewals
-                ),
+                format!("at most lease.max_renewals ({})", self.lease.max_renewals),
                 self.watchdog.free_renewals,
             ));
         }
@@ -41,7 +38,11 @@ impl SupervisionConfig {
 
     /// A spec for a `kind` operation doing `subject`, with this
     /// configuration's lease length and cap.
-    pub fn spec(&self, kind: LeaseKind, subject: impl Into<String>) -> Result<LeaseSpec, ConfigError> {
+    pub fn spec(
+        &self,
+        kind: LeaseKind,
+        subject: impl Into<String>,
+    ) -> Result<LeaseSpec, ConfigError> {
         self.lease.spec(kind, subject)
     }
 }

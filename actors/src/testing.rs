@@ -144,7 +144,10 @@ impl RecordingSink {
 
     /// Every event so far.
     pub fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The kinds of every event so far, by name.
@@ -154,7 +157,10 @@ impl RecordingSink {
 
     /// How many events of kind `name` there were.
     pub fn count(&self, name: &str) -> usize {
-        self.events().iter().filter(|e| e.kind.name() == name).count()
+        self.events()
+            .iter()
+            .filter(|e| e.kind.name() == name)
+            .count()
     }
 
     /// The verdict records so far.

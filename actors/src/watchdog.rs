@@ -290,7 +290,15 @@ impl WatchdogState {
                     self.config.free_renewals
                 ),
             );
-            return publish(&*self.events, meta, renewals, evidence, decision, None, reply);
+            return publish(
+                &*self.events,
+                meta,
+                renewals,
+                evidence,
+                decision,
+                None,
+                reply,
+            );
         }
         if let Some(phi) = evidence.phi.filter(|phi| *phi < accrual.threshold) {
             let decision = Decision::renew(
@@ -302,11 +310,27 @@ impl WatchdogState {
                     evidence.last_progress_age_ms.unwrap_or_default()
                 ),
             );
-            return publish(&*self.events, meta, renewals, evidence, decision, None, reply);
+            return publish(
+                &*self.events,
+                meta,
+                renewals,
+                evidence,
+                decision,
+                None,
+                reply,
+            );
         }
         let Some(evaluator) = self.evaluator.clone() else {
             let decision = Decision::renew(DecidedBy::Breaker, "no evaluator is configured");
-            return publish(&*self.events, meta, renewals, evidence, decision, None, reply);
+            return publish(
+                &*self.events,
+                meta,
+                renewals,
+                evidence,
+                decision,
+                None,
+                reply,
+            );
         };
 
         let request = EvaluationRequest {
@@ -332,7 +356,15 @@ impl WatchdogState {
                 cost,
                 consumer: WATCHDOG_CONSUMER.to_owned(),
             };
-            publish(&*events, &meta, renewals, evidence, decision, Some(usage), reply);
+            publish(
+                &*events,
+                &meta,
+                renewals,
+                evidence,
+                decision,
+                Some(usage),
+                reply,
+            );
         });
     }
 }
@@ -348,7 +380,12 @@ async fn evaluate(
     // other rather than a lost reply.
     let task = tokio::spawn(evaluator.evaluate(request));
     let abort = task.abort_handle();
-    let breaker = |reason: String| (Decision::renew(DecidedBy::Breaker, reason), TokenCost::default());
+    let breaker = |reason: String| {
+        (
+            Decision::renew(DecidedBy::Breaker, reason),
+            TokenCost::default(),
+        )
+    };
     match tokio::time::timeout(timeout, task).await {
         Err(_) => {
             abort.abort();

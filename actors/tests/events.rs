@@ -16,9 +16,13 @@ async fn events_carry_seq_at_run_id_path_and_kind() {
     let mut stream = bus.subscribe();
     let mut config = config(2, 10);
     config.watchdog.free_renewals = 0;
-    let supervision = Supervision::start(config, Some(Arc::new(ScriptedEvaluator::always("INTERVENE"))), Arc::new(bus.clone()))
-        .await
-        .expect("started");
+    let supervision = Supervision::start(
+        config,
+        Some(Arc::new(ScriptedEvaluator::always("INTERVENE"))),
+        Arc::new(bus.clone()),
+    )
+    .await
+    .expect("started");
     let handle = supervision
         .leases
         .supervise(stream_spec(), |evidence| async move {
@@ -70,17 +74,37 @@ fn handle_id(events: &[Arc<Event>]) -> u64 {
 async fn every_event_kind_has_a_stable_snake_case_name() {
     let id = LeaseId(1);
     let kinds = [
-        EventKind::Progress { lease_id: id, count: 1, note: None },
-        EventKind::NudgeQueued { lease_id: id, nudge: "n".into() },
-        EventKind::Intervened { lease_id: id, reason: "r".into() },
-        EventKind::Escalated { lease_id: id, reason: "r".into() },
-        EventKind::RenewalCapReached { lease_id: id, max_renewals: 3 },
+        EventKind::Progress {
+            lease_id: id,
+            count: 1,
+            note: None,
+        },
+        EventKind::NudgeQueued {
+            lease_id: id,
+            nudge: "n".into(),
+        },
+        EventKind::Intervened {
+            lease_id: id,
+            reason: "r".into(),
+        },
+        EventKind::Escalated {
+            lease_id: id,
+            reason: "r".into(),
+        },
+        EventKind::RenewalCapReached {
+            lease_id: id,
+            max_renewals: 3,
+        },
         EventKind::LeaseCancelled { lease_id: id },
     ];
     for kind in kinds {
         let json = serde_json::to_value(&kind).expect("serializes");
         assert_eq!(json["kind"], kind.name());
-        assert!(kind.name().chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        assert!(
+            kind.name()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_')
+        );
     }
 }
 
@@ -89,7 +113,13 @@ async fn bus_overflow_is_reported_to_the_reader_never_silent() {
     let bus = EventBus::with_clock(4, Arc::new(TokioClock::starting_at(0)));
     let mut stream = bus.subscribe();
     for n in 0..10u64 {
-        bus.emit(RUN, PATH, EventKind::LeaseCancelled { lease_id: LeaseId(n) });
+        bus.emit(
+            RUN,
+            PATH,
+            EventKind::LeaseCancelled {
+                lease_id: LeaseId(n),
+            },
+        );
     }
     // The reader lost the six oldest and is told exactly that…
     assert_eq!(stream.recv().await, Some(Err(Lagged { missed: 6 })));
@@ -106,7 +136,13 @@ async fn bus_overflow_is_reported_to_the_reader_never_silent() {
 async fn emitting_never_blocks_without_readers() {
     let bus = EventBus::with_clock(1, Arc::new(TokioClock::starting_at(0)));
     for n in 0..10_000u64 {
-        bus.emit(RUN, PATH, EventKind::LeaseCancelled { lease_id: LeaseId(n) });
+        bus.emit(
+            RUN,
+            PATH,
+            EventKind::LeaseCancelled {
+                lease_id: LeaseId(n),
+            },
+        );
     }
     assert_eq!(bus.last_seq(), 10_000);
 }

@@ -26,8 +26,16 @@ async fn expiry_alone_never_errors() {
     assert_eq!(handle.outcome().await, Ok(42));
     assert_eq!(rig.events.count("wait"), 100);
     assert_eq!(rig.events.count("verdict"), 100);
-    assert!(rig.events.verdicts().iter().all(|v| v.verdict == Verdict::Renew));
-    assert_eq!(rig.events.count("intervened") + rig.events.count("escalated"), 0);
+    assert!(
+        rig.events
+            .verdicts()
+            .iter()
+            .all(|v| v.verdict == Verdict::Renew)
+    );
+    assert_eq!(
+        rig.events.count("intervened") + rig.events.count("escalated"),
+        0
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -43,12 +51,16 @@ async fn each_expiry_emits_a_wait_event() {
         .events()
         .into_iter()
         .filter_map(|e| match e.kind {
-            EventKind::Wait { renewals, lease_ms, .. } => Some((e.at, renewals, lease_ms)),
+            EventKind::Wait {
+                renewals, lease_ms, ..
+            } => Some((e.at, renewals, lease_ms)),
             _ => None,
         })
         .collect();
     let start = rig.events.events().first().map_or(0, |e| e.at) - 10_000;
-    let expected: Vec<_> = (0..3u32).map(|n| (start + 10_000 * u64::from(n + 1), n, 10_000)).collect();
+    let expected: Vec<_> = (0..3u32)
+        .map(|n| (start + 10_000 * u64::from(n + 1), n, 10_000))
+        .collect();
     assert_eq!(waits, expected);
 }
 
@@ -81,7 +93,11 @@ async fn operation_runs_in_its_own_task_beside_the_timer() {
         .supervise(spec(secs(1), 10), |_| async { sleep(millis(2500)).await })
         .expect("started");
     sleep(millis(1500)).await;
-    assert_eq!(rig.events.count("wait"), 1, "no wait while the operation awaits");
+    assert_eq!(
+        rig.events.count("wait"),
+        1,
+        "no wait while the operation awaits"
+    );
     handle.outcome().await.expect("completes");
     assert_eq!(begun.elapsed(), millis(2500));
 }
@@ -98,16 +114,22 @@ async fn nudge_queues_for_next_step_and_renews() {
     let counter = starts.clone();
     let handle = rig
         .leases()
-        .supervise(spec(secs(1), 10).with_nudges(nudges.clone()), move |_| async move {
-            counter.start();
-            sleep(millis(2500)).await;
-            "answer"
-        })
+        .supervise(
+            spec(secs(1), 10).with_nudges(nudges.clone()),
+            move |_| async move {
+                counter.start();
+                sleep(millis(2500)).await;
+                "answer"
+            },
+        )
         .expect("started");
     assert_eq!(handle.outcome().await, Ok("answer"));
     assert_eq!(starts.count(), 1, "NUDGE must renew, not restart");
     assert_eq!(rig.events.count("nudge_queued"), 1);
-    assert_eq!(nudges.drain(), vec!["stop retrying the same query".to_owned()]);
+    assert_eq!(
+        nudges.drain(),
+        vec!["stop retrying the same query".to_owned()]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -126,25 +148,46 @@ async fn nudge_reaches_only_the_next_step() {
         let queue = nudges.clone();
         let handle = rig
             .leases()
-            .supervise(spec(secs(1), 10).with_nudges(nudges.clone()), move |_| async move {
-                sleep(millis(if step == 1 { 1500 } else { 500 })).await;
-                // What the in-flight call could observe of the queue: nothing
-                // was handed to it, and its own context was fixed at the start.
-                queue.len()
-            })
+            .supervise(
+                spec(secs(1), 10).with_nudges(nudges.clone()),
+                move |_| async move {
+                    sleep(millis(if step == 1 { 1500 } else { 500 })).await;
+                    // What the in-flight call could observe of the queue: nothing
+                    // was handed to it, and its own context was fixed at the start.
+                    queue.len()
+                },
+            )
             .expect("started");
         let pending_at_end = handle.outcome().await.expect("step completes");
         seen_by_step.push((context, pending_at_end));
     }
-    assert_eq!(seen_by_step[0].0, Vec::<String>::new(), "step 1 started before the nudge");
-    assert_eq!(seen_by_step[0].1, 1, "the nudge waits in the queue, not in the call");
-    assert_eq!(seen_by_step[1].0, vec!["focus on the failing test".to_owned()]);
-    assert_eq!(seen_by_step[2].0, Vec::<String>::new(), "a nudge is seen by one step only");
+    assert_eq!(
+        seen_by_step[0].0,
+        Vec::<String>::new(),
+        "step 1 started before the nudge"
+    );
+    assert_eq!(
+        seen_by_step[0].1, 1,
+        "the nudge waits in the queue, not in the call"
+    );
+    assert_eq!(
+        seen_by_step[1].0,
+        vec!["focus on the failing test".to_owned()]
+    );
+    assert_eq!(
+        seen_by_step[2].0,
+        Vec::<String>::new(),
+        "a nudge is seen by one step only"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn intervene_aborts_operation_and_surfaces_reason() {
-    let evaluator = ScriptedEvaluator::new([Scripted::verdict("INTERVENE", "no progress for 3 leases", "")]);
+    let evaluator = ScriptedEvaluator::new([Scripted::verdict(
+        "INTERVENE",
+        "no progress for 3 leases",
+        "",
+    )]);
     let rig = rig(config(2, 10), Some(evaluator)).await;
     let flag = DropFlag::default();
     let guard = flag.arm();
@@ -163,7 +206,11 @@ async fn intervene_aborts_operation_and_surfaces_reason() {
             reason: "no progress for 3 leases".into()
         })
     );
-    assert_eq!(begun.elapsed(), secs(3), "two free renewals, then the evaluator");
+    assert_eq!(
+        begun.elapsed(),
+        secs(3),
+        "two free renewals, then the evaluator"
+    );
     settle().await;
     assert!(flag.dropped(), "the in-flight operation was not aborted");
     assert_eq!(rig.events.count("intervened"), 1);
@@ -171,7 +218,8 @@ async fn intervene_aborts_operation_and_surfaces_reason() {
 
 #[tokio::test(start_paused = true)]
 async fn escalate_aborts_operation_and_surfaces_reason() {
-    let evaluator = ScriptedEvaluator::new([Scripted::verdict("ESCALATE", "about to wire money", "")]);
+    let evaluator =
+        ScriptedEvaluator::new([Scripted::verdict("ESCALATE", "about to wire money", "")]);
     let rig = rig(config(0, 10), Some(evaluator)).await;
     let flag = DropFlag::default();
     let guard = flag.arm();
@@ -196,16 +244,23 @@ async fn escalate_aborts_operation_and_surfaces_reason() {
 #[tokio::test(start_paused = true)]
 async fn parent_cancellation_aborts_at_once_without_watchdog() {
     // Evaluator would intervene, and hang while doing so: neither matters.
-    let rig = rig(config(2, 10), Some(ScriptedEvaluator::new([Scripted::Hang]))).await;
+    let rig = rig(
+        config(2, 10),
+        Some(ScriptedEvaluator::new([Scripted::Hang])),
+    )
+    .await;
     let parent = CancellationToken::new();
     let flag = DropFlag::default();
     let guard = flag.arm();
     let handle = rig
         .leases()
-        .supervise(spec(secs(1), 10).with_parent(&parent), move |_| async move {
-            let _guard = guard;
-            pending::<()>().await
-        })
+        .supervise(
+            spec(secs(1), 10).with_parent(&parent),
+            move |_| async move {
+                let _guard = guard;
+                pending::<()>().await
+            },
+        )
         .expect("started");
     sleep(millis(2500)).await; // two free renewals
     let verdicts_before = rig.events.count("verdict");
@@ -215,8 +270,16 @@ async fn parent_cancellation_aborts_at_once_without_watchdog() {
     assert_eq!(cancelled_at.elapsed(), millis(0), "cancellation waited");
     assert!(flag.dropped());
     sleep(secs(60)).await;
-    assert_eq!(rig.evaluator.calls(), 0, "cancellation consulted the evaluator");
-    assert_eq!(rig.events.count("verdict"), verdicts_before, "cancellation consulted the watchdog");
+    assert_eq!(
+        rig.evaluator.calls(),
+        0,
+        "cancellation consulted the evaluator"
+    );
+    assert_eq!(
+        rig.events.count("verdict"),
+        verdicts_before,
+        "cancellation consulted the watchdog"
+    );
     assert_eq!(rig.events.count("lease_cancelled"), 1);
 }
 
@@ -236,7 +299,11 @@ async fn dropping_the_handle_cancels_the_operation() {
     settle().await;
     assert!(flag.dropped());
     sleep(secs(10)).await;
-    assert_eq!(rig.events.count("wait"), 0, "a dropped operation kept its lease");
+    assert_eq!(
+        rig.events.count("wait"),
+        0,
+        "a dropped operation kept its lease"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -251,7 +318,11 @@ async fn renewal_cap_ends_with_its_error() {
     let error = handle.outcome().await.expect_err("capped");
     assert_eq!(error, LeaseError::RenewalCapReached { max_renewals: 3 });
     assert!(error.to_string().contains("max_renewals = 3"), "{error}");
-    assert_eq!(begun.elapsed(), secs(4), "three renewals, then the fourth expiry cuts");
+    assert_eq!(
+        begun.elapsed(),
+        secs(4),
+        "three renewals, then the fourth expiry cuts"
+    );
     let last = rig.events.verdicts().pop().expect("a cap verdict");
     assert_eq!(last.decided_by, DecidedBy::Cap);
     assert_eq!(rig.events.count("renewal_cap_reached"), 1);
@@ -273,9 +344,17 @@ async fn stale_timer_fire_is_ignored() {
         .send_message(LeaseMsg::Expired { id, generation: 0 })
         .expect("lease actor alive");
     settle().await;
-    assert_eq!(rig.events.count("wait"), 1, "a stale timer fire was acted on");
+    assert_eq!(
+        rig.events.count("wait"),
+        1,
+        "a stale timer fire was acted on"
+    );
     handle.outcome().await.expect("completes");
-    assert_eq!(rig.events.count("wait"), 3, "the live timer kept its schedule");
+    assert_eq!(
+        rig.events.count("wait"),
+        3,
+        "the live timer kept its schedule"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -300,7 +379,12 @@ async fn expiry_fails_only_through_explicit_verdict_or_cap() {
         })
         .expect("started");
     assert_eq!(handle.outcome().await, Ok("survived"));
-    assert!(rig.events.verdicts().iter().all(|v| v.verdict == Verdict::Renew));
+    assert!(
+        rig.events
+            .verdicts()
+            .iter()
+            .all(|v| v.verdict == Verdict::Renew)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -333,7 +417,11 @@ async fn panicking_operation_surfaces_panic_and_releases_its_lease() {
         })
     );
     sleep(secs(10)).await;
-    assert_eq!(rig.events.count("wait"), 1, "the lease outlived its operation");
+    assert_eq!(
+        rig.events.count("wait"),
+        1,
+        "the lease outlived its operation"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -374,15 +462,27 @@ fn zero_lease_duration_is_refused_naming_the_field() {
 fn free_renewals_above_max_renewals_is_refused() {
     let error = config(11, 10).validate().expect_err("refused");
     assert_eq!(error.field, "watchdog.free_renewals");
-    assert!(error.to_string().contains("at most lease.max_renewals (10)"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("at most lease.max_renewals (10)"),
+        "{error}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn supervision_refuses_bad_configuration_at_start() {
     let mut bad = SupervisionConfig::default();
     bad.watchdog.evaluator_timeout = millis(0);
-    let error = Supervision::start(bad, None, std::sync::Arc::new(leasehold_actors::testing::RecordingSink::new()))
-        .await
-        .expect_err("refused");
-    assert!(error.to_string().contains("watchdog.evaluator_timeout"), "{error}");
+    let error = Supervision::start(
+        bad,
+        None,
+        std::sync::Arc::new(leasehold_actors::testing::RecordingSink::new()),
+    )
+    .await
+    .expect_err("refused");
+    assert!(
+        error.to_string().contains("watchdog.evaluator_timeout"),
+        "{error}"
+    );
 }

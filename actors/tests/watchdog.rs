@@ -10,16 +10,15 @@ use leasehold_actors::evidence::Evidence;
 use leasehold_actors::lease::{LeaseId, LeaseMeta};
 use leasehold_actors::prelude::*;
 use leasehold_actors::testing::{RecordingSink, Scripted, ScriptedEvaluator};
-use leasehold_actors::watchdog::{
-    LeaseExpiry, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs,
-};
+use leasehold_actors::watchdog::{LeaseExpiry, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs};
 use tokio::time::{Instant, sleep};
 
 /// Runs one operation that never reports evidence under a 1 s lease with
 /// no free renewals, an evaluator playing `first` then INTERVENE, and
 /// returns the first verdict record.
 async fn first_verdict_with(first: Scripted) -> (VerdictRecord, Result<(), LeaseError>) {
-    let evaluator = ScriptedEvaluator::new([first, Scripted::verdict("INTERVENE", "second opinion", "")]);
+    let evaluator =
+        ScriptedEvaluator::new([first, Scripted::verdict("INTERVENE", "second opinion", "")]);
     let mut config = config(0, 10);
     config.watchdog.evaluator_timeout = secs(15);
     let rig = rig(config, Some(evaluator)).await;
@@ -36,8 +35,15 @@ async fn assert_breaker_renews(first: Scripted, reason_contains: &str) {
     let (record, outcome) = first_verdict_with(first).await;
     assert_eq!(record.verdict, Verdict::Renew);
     assert_eq!(record.decided_by, DecidedBy::Breaker);
-    assert!(record.reason.contains(reason_contains), "reason: {}", record.reason);
-    assert!(record.evaluator.is_some(), "the failed call is still accounted");
+    assert!(
+        record.reason.contains(reason_contains),
+        "reason: {}",
+        record.reason
+    );
+    assert!(
+        record.evaluator.is_some(),
+        "the failed call is still accounted"
+    );
     // The operation was not killed by the failure: only the next, valid
     // verdict ended it.
     assert_eq!(
@@ -50,7 +56,11 @@ async fn assert_breaker_renews(first: Scripted, reason_contains: &str) {
 
 #[tokio::test(start_paused = true)]
 async fn breaker_on_evaluator_error_renews() {
-    assert_breaker_renews(Scripted::Fail("connection refused".into()), "connection refused").await;
+    assert_breaker_renews(
+        Scripted::Fail("connection refused".into()),
+        "connection refused",
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -116,11 +126,21 @@ async fn hung_evaluator_yields_verdict_exactly_at_flat_timeout() {
     sleep(secs(20)).await;
     let events = rig.events.events();
     let at = |name: &str| events.iter().find(|e| e.kind.name() == name).map(|e| e.at);
-    let (expired, decided) = (at("wait").expect("a wait"), at("verdict").expect("a verdict"));
-    assert_eq!(decided - expired, 15_000, "the verdict did not come at the flat timeout");
+    let (expired, decided) = (
+        at("wait").expect("a wait"),
+        at("verdict").expect("a verdict"),
+    );
+    assert_eq!(
+        decided - expired,
+        15_000,
+        "the verdict did not come at the flat timeout"
+    );
     let record = &rig.events.verdicts()[0];
     assert_eq!(record.decided_by, DecidedBy::Breaker);
-    assert_eq!(record.evaluator.as_ref().map(|u| u.latency_ms), Some(15_000));
+    assert_eq!(
+        record.evaluator.as_ref().map(|u| u.latency_ms),
+        Some(15_000)
+    );
     drop(handle);
 }
 
@@ -133,14 +153,21 @@ async fn free_renewals_never_call_the_evaluator() {
         .expect("started");
     sleep(millis(2500)).await;
     assert_eq!(rig.events.count("wait"), 2);
-    assert_eq!(rig.evaluator.calls(), 0, "a free renewal called the evaluator");
+    assert_eq!(
+        rig.evaluator.calls(),
+        0,
+        "a free renewal called the evaluator"
+    );
     assert!(
         rig.events
             .verdicts()
             .iter()
             .all(|v| v.decided_by == DecidedBy::Ladder && v.evaluator.is_none())
     );
-    assert!(matches!(handle.outcome().await, Err(LeaseError::Intervened { .. })));
+    assert!(matches!(
+        handle.outcome().await,
+        Err(LeaseError::Intervened { .. })
+    ));
     assert_eq!(rig.evaluator.calls(), 1);
 }
 
@@ -161,11 +188,23 @@ async fn steady_evidence_never_reaches_the_evaluator() {
         })
         .expect("started");
     assert_eq!(handle.outcome().await, Ok("whole result"));
-    assert_eq!(rig.evaluator.calls(), 0, "steady evidence reached the evaluator");
+    assert_eq!(
+        rig.evaluator.calls(),
+        0,
+        "steady evidence reached the evaluator"
+    );
     let verdicts = rig.events.verdicts();
     assert_eq!(verdicts.len(), 20);
-    assert!(verdicts[2..].iter().all(|v| v.decided_by == DecidedBy::Evidence));
-    assert!(verdicts[2..].iter().all(|v| v.evidence.phi.is_some_and(|phi| phi < 8.0)));
+    assert!(
+        verdicts[2..]
+            .iter()
+            .all(|v| v.decided_by == DecidedBy::Evidence)
+    );
+    assert!(
+        verdicts[2..]
+            .iter()
+            .all(|v| v.evidence.phi.is_some_and(|phi| phi < 8.0))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -175,11 +214,17 @@ async fn silence_reaches_the_evaluator() {
         .leases()
         .supervise(spec(secs(1), 30), |_| pending::<()>())
         .expect("started");
-    assert!(matches!(handle.outcome().await, Err(LeaseError::Intervened { .. })));
+    assert!(matches!(
+        handle.outcome().await,
+        Err(LeaseError::Intervened { .. })
+    ));
     let requests = rig.evaluator.requests();
     assert_eq!(requests.len(), 1);
     assert_eq!(requests[0].evidence.count, 0);
-    assert_eq!(requests[0].evidence.phi, None, "silence from the start has no phi");
+    assert_eq!(
+        requests[0].evidence.phi, None,
+        "silence from the start has no phi"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,15 +243,25 @@ async fn evidence_that_stops_becomes_suspicious_and_reaches_the_evaluator() {
             pending::<()>().await
         })
         .expect("started");
-    assert!(matches!(handle.outcome().await, Err(LeaseError::Intervened { .. })));
-    let request = rig.evaluator.requests().pop().expect("the evaluator was asked");
+    assert!(matches!(
+        handle.outcome().await,
+        Err(LeaseError::Intervened { .. })
+    ));
+    let request = rig
+        .evaluator
+        .requests()
+        .pop()
+        .expect("the evaluator was asked");
     let phi = request.evidence.phi.expect("phi shown to the evaluator");
     assert!(phi >= 8.0, "asked with phi {phi}");
     assert_eq!(request.evidence.count, 20);
     assert_eq!(request.evidence.last_note.as_deref(), Some("step 19"));
     // tool_call accrual: 10 s acceptable pause on top of a 500 ms mean.
     let silent_for = begun.elapsed() - secs(10);
-    assert!(silent_for > secs(10) && silent_for < secs(20), "silent for {silent_for:?}");
+    assert!(
+        silent_for > secs(10) && silent_for < secs(20),
+        "silent for {silent_for:?}"
+    );
     assert_eq!(rig.events.count("progress"), 20);
 }
 
@@ -219,7 +274,9 @@ async fn evaluator_is_shown_kind_subject_renewals_evidence_and_transcript_tail()
     ];
     let handle = rig
         .leases()
-        .supervise(spec(secs(1), 10).with_transcript_tail(tail.clone()), |_| pending::<()>())
+        .supervise(spec(secs(1), 10).with_transcript_tail(tail.clone()), |_| {
+            pending::<()>()
+        })
         .expect("started");
     let _ = handle.outcome().await;
     let request = rig.evaluator.requests().pop().expect("asked");
@@ -266,11 +323,19 @@ async fn verdict_record_has_the_full_audit_trail() {
     assert_eq!(record.decided_by, DecidedBy::Evaluator);
     let usage = record.evaluator.expect("evaluator usage");
     assert_eq!(usage.latency_ms, 1200);
-    assert_eq!((usage.cost.input_tokens, usage.cost.output_tokens), (100, 20));
+    assert_eq!(
+        (usage.cost.input_tokens, usage.cost.output_tokens),
+        (100, 20)
+    );
     assert_eq!(usage.consumer, WATCHDOG_CONSUMER);
     assert_eq!(usage.consumer, "engine.watchdog");
     // Serialized as the event stream carries it.
-    let event = rig.events.events().into_iter().find(|e| e.kind.name() == "verdict").expect("event");
+    let event = rig
+        .events
+        .events()
+        .into_iter()
+        .find(|e| e.kind.name() == "verdict")
+        .expect("event");
     let json = serde_json::to_value(&event).expect("serializes");
     assert_eq!(json["kind"], "verdict");
     assert_eq!(json["decided_by"], "evaluator");
@@ -283,7 +348,10 @@ async fn slow_evaluation_does_not_delay_another_lease() {
     // Lease A's evaluation takes 10 s; lease B expires 1 s after A and must
     // get its verdict at once.
     let evaluator = ScriptedEvaluator::new([
-        Scripted::AnswerAfter(secs(10), r#"{"verdict":"INTERVENE","reason":"slow A","nudge":null}"#.into()),
+        Scripted::AnswerAfter(
+            secs(10),
+            r#"{"verdict":"INTERVENE","reason":"slow A","nudge":null}"#.into(),
+        ),
         Scripted::verdict("INTERVENE", "fast B", ""),
     ]);
     let mut config = config(0, 10);
@@ -298,9 +366,19 @@ async fn slow_evaluation_does_not_delay_another_lease() {
         .leases()
         .supervise(spec(secs(2), 10), |_| pending::<()>())
         .expect("started");
-    assert_eq!(b.outcome().await, Err(LeaseError::Intervened { reason: "fast B".into() }));
+    assert_eq!(
+        b.outcome().await,
+        Err(LeaseError::Intervened {
+            reason: "fast B".into()
+        })
+    );
     assert_eq!(begun.elapsed(), secs(2), "B waited for A's evaluation");
-    assert_eq!(a.outcome().await, Err(LeaseError::Intervened { reason: "slow A".into() }));
+    assert_eq!(
+        a.outcome().await,
+        Err(LeaseError::Intervened {
+            reason: "slow A".into()
+        })
+    );
     assert_eq!(begun.elapsed(), secs(11));
 }
 
@@ -323,12 +401,21 @@ async fn watchdog_answers_direct_assessments() {
         evidence: Evidence::detached(),
     };
     let ladder = WatchdogActor::assess(&watchdog, expiry(0)).await;
-    assert_eq!((ladder.verdict, ladder.decided_by), (Verdict::Renew, DecidedBy::Ladder));
+    assert_eq!(
+        (ladder.verdict, ladder.decided_by),
+        (Verdict::Renew, DecidedBy::Ladder)
+    );
     let breaker = WatchdogActor::assess(&watchdog, expiry(2)).await;
-    assert_eq!((breaker.verdict, breaker.decided_by), (Verdict::Renew, DecidedBy::Breaker));
+    assert_eq!(
+        (breaker.verdict, breaker.decided_by),
+        (Verdict::Renew, DecidedBy::Breaker)
+    );
     watchdog.stop(None);
     sleep(millis(10)).await;
     // A stopped watchdog still never leaves a lease without an answer.
     let gone = WatchdogActor::assess(&watchdog, expiry(5)).await;
-    assert_eq!((gone.verdict, gone.decided_by), (Verdict::Renew, DecidedBy::Breaker));
+    assert_eq!(
+        (gone.verdict, gone.decided_by),
+        (Verdict::Renew, DecidedBy::Breaker)
+    );
 }

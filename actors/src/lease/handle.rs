@@ -30,7 +30,9 @@ pub enum LeaseError {
         reason: String,
     },
     /// The lease was renewed `max_renewals` times and expired again.
-    #[error("lease renewal cap reached: expired again after {max_renewals} renewals (max_renewals = {max_renewals})")]
+    #[error(
+        "lease renewal cap reached: expired again after {max_renewals} renewals (max_renewals = {max_renewals})"
+    )]
     RenewalCapReached {
         /// The cap.
         max_renewals: u32,
@@ -58,7 +60,9 @@ pub struct Leases {
 
 impl std::fmt::Debug for Leases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leases").field("actor", &self.actor).finish_non_exhaustive()
+        f.debug_struct("Leases")
+            .field("actor", &self.actor)
+            .finish_non_exhaustive()
     }
 }
 
@@ -75,7 +79,11 @@ impl Leases {
     /// Runs `operation` once, in a task of its own, under a lease built from
     /// `spec`. The operation is given its [`Evidence`] cell to report
     /// progress into.
-    pub fn supervise<T, F, Fut>(&self, spec: LeaseSpec, operation: F) -> Result<LeaseHandle<T>, LeaseError>
+    pub fn supervise<T, F, Fut>(
+        &self,
+        spec: LeaseSpec,
+        operation: F,
+    ) -> Result<LeaseHandle<T>, LeaseError>
     where
         T: Send + 'static,
         F: FnOnce(Evidence) -> Fut,
@@ -185,11 +193,17 @@ impl<T> LeaseHandle<T> {
         self.settle(joined)
     }
 
-    fn settle(&mut self, joined: Result<Option<T>, tokio::task::JoinError>) -> Result<T, LeaseError> {
+    fn settle(
+        &mut self,
+        joined: Result<Option<T>, tokio::task::JoinError>,
+    ) -> Result<T, LeaseError> {
         match joined {
             Ok(Some(value)) => Ok(value),
             // Cancelled: by the lease (its end says why) or by the parent.
-            Ok(None) => Err(self.end.try_recv().map_or(LeaseError::Cancelled, Into::into)),
+            Ok(None) => Err(self
+                .end
+                .try_recv()
+                .map_or(LeaseError::Cancelled, Into::into)),
             Err(join) => {
                 self.token.cancel();
                 Err(LeaseError::Panicked {

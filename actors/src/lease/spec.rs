@@ -125,8 +125,13 @@ impl LeaseConfig {
 
     /// A spec for a `kind` operation doing `subject`, with this
     /// configuration's length and cap.
-    pub fn spec(&self, kind: LeaseKind, subject: impl Into<String>) -> Result<LeaseSpec, ConfigError> {
-        LeaseSpec::new(kind, subject, self.duration(kind)).map(|s| s.with_max_renewals(self.max_renewals))
+    pub fn spec(
+        &self,
+        kind: LeaseKind,
+        subject: impl Into<String>,
+    ) -> Result<LeaseSpec, ConfigError> {
+        LeaseSpec::new(kind, subject, self.duration(kind))
+            .map(|s| s.with_max_renewals(self.max_renewals))
     }
 }
 
@@ -148,7 +153,11 @@ pub struct LeaseSpec {
 impl LeaseSpec {
     /// A lease of `duration` on a `kind` operation doing `subject`, with the
     /// default cap of 10 renewals. A zero duration is refused.
-    pub fn new(kind: LeaseKind, subject: impl Into<String>, duration: Duration) -> Result<Self, ConfigError> {
+    pub fn new(
+        kind: LeaseKind,
+        subject: impl Into<String>,
+        duration: Duration,
+    ) -> Result<Self, ConfigError> {
         if duration.is_zero() {
             return Err(ConfigError::new("duration", "a duration above 0", "0"));
         }

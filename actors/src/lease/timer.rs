@@ -24,7 +24,10 @@ pub(crate) enum TimerCmd {
 }
 
 /// Runs the timer queue until the actor drops its sender.
-pub(crate) async fn drive(mut commands: mpsc::UnboundedReceiver<TimerCmd>, actor: ActorRef<LeaseMsg>) {
+pub(crate) async fn drive(
+    mut commands: mpsc::UnboundedReceiver<TimerCmd>,
+    actor: ActorRef<LeaseMsg>,
+) {
     let mut queue: DelayQueue<(LeaseId, u64)> = DelayQueue::new();
     let mut keys: HashMap<LeaseId, Key> = HashMap::new();
     loop {

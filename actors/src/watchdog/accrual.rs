@@ -219,7 +219,8 @@ fn phi(elapsed: f64, mean: f64, std_deviation: f64) -> f64 {
     if value.is_nan() {
         PHI_CEILING
     } else {
-        value.clamp(0.0, PHI_CEILING)
+        // `+ 0.0` turns a negative zero into zero.
+        value.clamp(0.0, PHI_CEILING) + 0.0
     }
 }
 

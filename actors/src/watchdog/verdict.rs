@@ -60,6 +60,25 @@ pub enum DecidedBy {
     Cap,
 }
 
+impl DecidedBy {
+    /// The snake_case name, as in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ladder => "ladder",
+            Self::Evidence => "evidence",
+            Self::Evaluator => "evaluator",
+            Self::Breaker => "breaker",
+            Self::Cap => "cap",
+        }
+    }
+}
+
+impl std::fmt::Display for DecidedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A verdict with its reason, nudge and author.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
@@ -155,7 +174,10 @@ pub fn parse_verdict(text: &str) -> Result<ParsedVerdict, VerdictParseError> {
     })
 }
 
-fn string_field<'a>(object: &'a Map<String, Value>, key: &str) -> Result<&'a str, VerdictParseError> {
+fn string_field<'a>(
+    object: &'a Map<String, Value>,
+    key: &str,
+) -> Result<&'a str, VerdictParseError> {
     match object.get(key) {
         None => Err(VerdictParseError(format!("missing field `{key}`"))),
         Some(Value::String(s)) => Ok(s),

@@ -37,7 +37,8 @@ pub fn config(free_renewals: u32, max_renewals: u32) -> SupervisionConfig {
 pub async fn rig(config: SupervisionConfig, evaluator: Option<ScriptedEvaluator>) -> Rig {
     let events = RecordingSink::new();
     let script = evaluator.clone().unwrap_or_default();
-    let evaluator: Option<Arc<dyn Evaluator>> = evaluator.map(|e| Arc::new(e) as Arc<dyn Evaluator>);
+    let evaluator: Option<Arc<dyn Evaluator>> =
+        evaluator.map(|e| Arc::new(e) as Arc<dyn Evaluator>);
     let supervision = Supervision::start(config, evaluator, Arc::new(events.clone()))
         .await
         .expect("supervision starts");
