@@ -21,8 +21,9 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use crate::evidence::EvidenceSummary;
 use crate::lease::{LeaseId, LeaseKind};
-use crate::ports::{Clock, EventSink, SystemClock};
+use crate::ports::{Clock, EventSink, SystemClock, TokenCost};
 use crate::watchdog::VerdictRecord;
 
 /// One event on a run's stream.
@@ -104,6 +105,183 @@ pub enum EventKind {
         /// The lease.
         lease_id: LeaseId,
     },
+    /// A run began.
+    RunStarted {
+        /// The flow's name.
+        flow: String,
+        /// The task.
+        task: String,
+        /// The declared step budget (0 = unlimited).
+        max_steps: u32,
+    },
+    /// A loop (the root or a worker) began a step.
+    StepStarted {
+        /// The step's number, from 1.
+        step: u32,
+        /// The loop's current step limit (0 = unlimited).
+        limit: u32,
+        /// Nudges added to this step's messages.
+        nudges: u32,
+    },
+    /// A model call began.
+    ModelCallStarted {
+        /// The loop's step.
+        step: u32,
+        /// Streaming or blocking.
+        stream: bool,
+        /// Which attempt (1 for the first).
+        attempt: u32,
+    },
+    /// A model call ended.
+    ModelCallFinished {
+        /// The loop's step.
+        step: u32,
+        /// How it ended.
+        outcome: CallOutcome,
+        /// Tool calls it asked for.
+        tool_calls: u32,
+        /// What it cost.
+        usage: TokenCost,
+    },
+    /// A tool call began.
+    ToolCallStarted {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key, the same on every attempt.
+        idempotency_key: String,
+        /// Which attempt (1 for the first).
+        attempt: u32,
+    },
+    /// A tool call ended.
+    ToolCallFinished {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key.
+        idempotency_key: String,
+        /// Which attempt.
+        attempt: u32,
+        /// How it ended.
+        outcome: CallOutcome,
+    },
+    /// A worker was spawned.
+    WorkerSpawned {
+        /// Its kind, as declared in the flow.
+        worker: String,
+        /// Its task.
+        task: String,
+    },
+    /// A worker ended.
+    WorkerFinished {
+        /// Its kind.
+        worker: String,
+        /// How it ended.
+        outcome: CallOutcome,
+        /// Its answer, or why it has none.
+        result: String,
+    },
+    /// A budget checkpoint granted more steps.
+    BudgetExtended(BudgetRecord),
+    /// A budget checkpoint decided to wrap up.
+    BudgetExhausted(BudgetRecord),
+    /// A supervisor restarts a child after a delay.
+    Restarted {
+        /// The attempt about to start (2 for the first restart).
+        attempt: u32,
+        /// The backoff before it, in milliseconds.
+        delay_ms: u64,
+        /// Why the previous attempt ended.
+        reason: String,
+    },
+    /// The run is paused, waiting for a person; its clocks are stopped.
+    Paused {
+        /// Why.
+        reason: String,
+        /// What was being done when it escalated.
+        subject: String,
+        /// The evidence at that moment, if a lease escalated.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evidence: Option<EvidenceSummary>,
+    },
+    /// A person resumed the run.
+    Resumed {
+        /// What they said, which the next model call sees.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        guidance: Option<String>,
+    },
+    /// The run ended with an answer.
+    RunCompleted {
+        /// The answer.
+        answer: String,
+        /// Steps the root loop took.
+        steps: u32,
+    },
+    /// The run failed.
+    RunFailed {
+        /// Why.
+        reason: String,
+    },
+    /// A person cancelled the run.
+    RunCancelled {
+        /// Why, if they said.
+        reason: String,
+    },
+}
+
+/// How a model call, tool call or worker ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// It returned.
+    Ok,
+    /// It returned an error (a tool's own error, a model's HTTP error).
+    Error,
+    /// The watchdog intervened.
+    Intervened,
+    /// The watchdog escalated.
+    Escalated,
+    /// Its parent cancelled it.
+    Cancelled,
+    /// It panicked.
+    Panicked,
+    /// Its lease reached the renewal cap.
+    Capped,
+}
+
+/// The figures a budget checkpoint used, and what it decided.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetRecord {
+    /// Steps the loop has taken.
+    pub steps_used: u32,
+    /// Steps the flow declared for it.
+    pub steps_declared: u32,
+    /// The limit before this checkpoint.
+    pub limit: u32,
+    /// The limit after it (the same when wrapping up).
+    pub new_limit: u32,
+    /// Tool calls made so far.
+    pub tool_calls: u32,
+    /// Workers spawned so far.
+    pub spawns: u32,
+    /// Milestones closed.
+    pub milestones_closed: Vec<String>,
+    /// Milestones still open.
+    pub milestones_open: Vec<String>,
+    /// Extensions granted before this one.
+    pub extensions_used: u32,
+    /// Extensions left before this one.
+    pub extensions_left: u32,
+    /// Why.
+    pub reason: String,
+    /// Who decided: `evaluator`, `breaker` (evaluator failed or none
+    /// configured: wrap up), or `cap` (no extensions left).
+    pub decided_by: crate::watchdog::DecidedBy,
+    /// The evaluator's confidence, when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// The evaluator's latency and cost, when it was called (consumer
+    /// `engine.budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator: Option<crate::watchdog::EvaluatorUsage>,
 }
 
 impl EventKind {
@@ -118,6 +296,22 @@ impl EventKind {
             Self::Escalated { .. } => "escalated",
             Self::RenewalCapReached { .. } => "renewal_cap_reached",
             Self::LeaseCancelled { .. } => "lease_cancelled",
+            Self::RunStarted { .. } => "run_started",
+            Self::StepStarted { .. } => "step_started",
+            Self::ModelCallStarted { .. } => "model_call_started",
+            Self::ModelCallFinished { .. } => "model_call_finished",
+            Self::ToolCallStarted { .. } => "tool_call_started",
+            Self::ToolCallFinished { .. } => "tool_call_finished",
+            Self::WorkerSpawned { .. } => "worker_spawned",
+            Self::WorkerFinished { .. } => "worker_finished",
+            Self::BudgetExtended(_) => "budget_extended",
+            Self::BudgetExhausted(_) => "budget_exhausted",
+            Self::Restarted { .. } => "restarted",
+            Self::Paused { .. } => "paused",
+            Self::Resumed { .. } => "resumed",
+            Self::RunCompleted { .. } => "run_completed",
+            Self::RunFailed { .. } => "run_failed",
+            Self::RunCancelled { .. } => "run_cancelled",
         }
     }
 }

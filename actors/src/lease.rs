@@ -40,7 +40,8 @@ use crate::evidence::Evidence;
 use crate::nudge::NudgeQueue;
 use crate::ports::EventSink;
 use crate::watchdog::{
-    DecidedBy, Decision, LeaseExpiry, StartError, Verdict, VerdictRecord, VerdictReply, WatchdogMsg,
+    AccrualPolicy, DecidedBy, Decision, LeaseExpiry, StartError, Verdict, VerdictRecord,
+    VerdictReply, WatchdogMsg,
 };
 use timer::TimerCmd;
 
@@ -123,6 +124,9 @@ pub struct LeaseActorArgs {
     pub watchdog: ActorRef<WatchdogMsg>,
     /// Where `wait`, `nudge_queued`, `intervened`, … go.
     pub events: Arc<dyn EventSink>,
+    /// The watchdog's accrual parameters, for the evidence in the records
+    /// the lease writes itself (the renewal cap's).
+    pub accrual: AccrualPolicy,
 }
 
 impl LeaseActor {
@@ -142,6 +146,7 @@ pub struct LeaseState {
     timers: mpsc::UnboundedSender<TimerCmd>,
     watchdog: ActorRef<WatchdogMsg>,
     events: Arc<dyn EventSink>,
+    accrual: AccrualPolicy,
 }
 
 struct Entry {
@@ -171,6 +176,7 @@ impl Actor for LeaseActor {
             timers,
             watchdog: args.watchdog,
             events: args.events,
+            accrual: args.accrual,
         })
     }
 
@@ -277,10 +283,10 @@ impl LeaseState {
         );
 
         if renewals >= meta.max_renewals {
-            let accrual = crate::watchdog::AccrualPolicy::default();
-            let evidence = entry
-                .evidence
-                .summary(tokio::time::Instant::now(), accrual.for_kind(meta.kind));
+            let evidence = entry.evidence.summary(
+                tokio::time::Instant::now(),
+                self.accrual.for_kind(meta.kind),
+            );
             self.emit(
                 &meta,
                 EventKind::Verdict(VerdictRecord {

@@ -115,6 +115,52 @@ pub trait Evaluator: Send + Sync + 'static {
         &self,
         request: EvaluationRequest,
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>>;
+
+    /// Judges one exhausted step budget: must answer strict JSON
+    /// `{"decision": "EXTEND|WRAP_UP", "reason": …, "confidence": 0..1}`.
+    /// An evaluator that does not judge budgets fails, and the checkpoint
+    /// wraps up.
+    fn evaluate_budget(
+        &self,
+        request: BudgetEvaluationRequest,
+    ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
+        let _ = request;
+        Box::pin(async {
+            Err(EvaluatorError::new(
+                "this evaluator does not judge step budgets",
+            ))
+        })
+    }
+}
+
+/// What a budget checkpoint shows an evaluator when a loop has used up its
+/// steps.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BudgetEvaluationRequest {
+    /// The run.
+    pub run_id: String,
+    /// The loop (`run`, `run/worker:research#1`).
+    pub path: String,
+    /// Steps taken.
+    pub steps_used: u32,
+    /// Steps the flow declared.
+    pub steps_declared: u32,
+    /// The current limit.
+    pub limit: u32,
+    /// Tool calls made so far.
+    pub tool_calls: u32,
+    /// Workers spawned so far.
+    pub spawns: u32,
+    /// Milestones closed.
+    pub milestones_closed: Vec<String>,
+    /// Milestones still open.
+    pub milestones_open: Vec<String>,
+    /// Extensions granted so far.
+    pub extensions_used: u32,
+    /// Extensions left.
+    pub extensions_left: u32,
+    /// The last messages of the loop's transcript.
+    pub transcript_tail: Arc<[TranscriptMessage]>,
 }
 
 /// The wall clock that stamps events and persisted records.
@@ -168,4 +214,324 @@ impl Clock for TokioClock {
 pub trait EventSink: Send + Sync + 'static {
     /// Publishes one event of `run_id`, at `path` in its tree.
     fn emit(&self, run_id: &str, path: &str, kind: EventKind);
+}
+
+// ---------------------------------------------------------------------------
+// The agent loop's ports: models, tools, the store.
+// ---------------------------------------------------------------------------
+
+/// Who wrote a chat message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Instructions.
+    System,
+    /// The task, guidance, nudges.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+/// One message of a chat completion request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its text.
+    pub content: String,
+    /// For an assistant message: the tool calls it asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// For a tool message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    fn plain(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::plain(Role::System, content)
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::plain(Role::User, content)
+    }
+
+    /// An assistant message, with the tool calls it asked for.
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCallRequest>) -> Self {
+        Self {
+            tool_calls,
+            ..Self::plain(Role::Assistant, content)
+        }
+    }
+
+    /// A tool's result for the call `call_id`.
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(call_id.into()),
+            ..Self::plain(Role::Tool, content)
+        }
+    }
+
+    /// The message as the evaluator sees it in a transcript tail.
+    pub fn to_transcript(&self) -> TranscriptMessage {
+        let role = match self.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        let mut content = self.content.clone();
+        for call in &self.tool_calls {
+            content.push_str(&format!("\n[calls {}({})]", call.name, call.arguments));
+        }
+        TranscriptMessage::new(role, content)
+    }
+}
+
+/// A tool call the model asked for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRequest {
+    /// The model's id for the call.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments, a JSON object.
+    pub arguments: serde_json::Value,
+}
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// Its name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// The JSON schema of its arguments.
+    pub input_schema: serde_json::Value,
+    /// Whether calling it twice with the same arguments is harmless, where
+    /// known (MCP's `idempotentHint`, or the flow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+}
+
+/// One chat completion request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// The conversation so far.
+    pub messages: Vec<ChatMessage>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolDefinition>,
+    /// Stream the answer (each chunk is evidence) or wait for it whole.
+    pub stream: bool,
+    /// Who the cost is attributed to: `run`, `worker:NAME`, …
+    pub consumer: String,
+}
+
+/// A model's complete answer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelReply {
+    /// Its text.
+    pub content: String,
+    /// The tool calls it asks for.
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// What it cost.
+    pub usage: TokenCost,
+}
+
+/// What kind of failure a model call had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    /// Nothing listens at the endpoint.
+    ConnectionRefused,
+    /// No chunk for longer than the idle timeout.
+    IdleTimeout,
+    /// The connection dropped in the middle of the answer.
+    Disconnected,
+    /// 429: too many requests.
+    RateLimited,
+    /// 5xx.
+    Server,
+    /// 4xx other than 429.
+    Client,
+    /// A chunk that could not be parsed.
+    MalformedChunk,
+    /// Anything else.
+    Other,
+}
+
+/// A failed model call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("model call failed ({kind:?}): {message}")]
+pub struct ModelError {
+    /// What kind of failure.
+    pub kind: ModelErrorKind,
+    /// What happened.
+    pub message: String,
+    /// Whether trying again may help.
+    pub retryable: bool,
+    /// How long the server asked us to wait, if it did.
+    pub retry_after: Option<Duration>,
+}
+
+impl ModelError {
+    /// A failure of `kind` with `message`.
+    pub fn new(kind: ModelErrorKind, message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            retryable,
+            retry_after: None,
+        }
+    }
+}
+
+/// A chat-completion client. Implementations report each received chunk
+/// into `evidence` and have no request-wide deadline: the lease decides how
+/// long a live call may take.
+pub trait ModelClient: Send + Sync + 'static {
+    /// Runs one chat completion.
+    fn complete(
+        &self,
+        request: ModelRequest,
+        evidence: crate::evidence::Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>>;
+}
+
+/// One call of a tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolInvocation {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: serde_json::Value,
+    /// The same across retries and resumes of this call, so a tool can
+    /// recognise a repeat.
+    pub idempotency_key: String,
+}
+
+/// A tool's result.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// What the tool returned, as text for the model.
+    pub content: String,
+    /// Whether the tool itself reported an error (the model sees it).
+    pub is_error: bool,
+}
+
+/// A tool call that could not be made or did not return.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tool call failed: {message}")]
+pub struct ToolError {
+    /// What happened.
+    pub message: String,
+    /// Whether trying again may help.
+    pub retryable: bool,
+}
+
+impl ToolError {
+    /// A failure with `message`.
+    pub fn new(message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            message: message.into(),
+            retryable,
+        }
+    }
+}
+
+/// A tool client (an MCP server, or in-process tools). Implementations report
+/// each progress notification into `evidence`.
+pub trait ToolClient: Send + Sync + 'static {
+    /// The tools it offers.
+    fn list_tools(&self) -> BoxFuture<'static, Result<Vec<ToolDefinition>, ToolError>>;
+    /// Calls one tool.
+    fn call(
+        &self,
+        invocation: ToolInvocation,
+        evidence: crate::evidence::Evidence,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
+}
+
+/// Where a run is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Stepping.
+    Running,
+    /// Paused by an `ESCALATE` until a person resumes or cancels it.
+    WaitingHuman,
+    /// Paused on a tool call of unknown outcome until a person decides.
+    ReconciliationRequired,
+    /// Ended with an answer.
+    Completed,
+    /// Ended with a failure.
+    Failed,
+    /// Ended by a person.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the run has ended for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// Whether the run waits for a person.
+    pub fn is_paused(self) -> bool {
+        matches!(self, Self::WaitingHuman | Self::ReconciliationRequired)
+    }
+}
+
+/// A loop's state at a step boundary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The run.
+    pub run_id: String,
+    /// The loop (`run`, `run/worker:research#1`).
+    pub path: String,
+    /// Steps completed.
+    pub step: u32,
+    /// The run's status when it was taken.
+    pub status: RunStatus,
+    /// The loop's state: transcript, budget, pending nudges, … (versioned
+    /// by the store).
+    pub state: serde_json::Value,
+}
+
+/// A store write that failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("store failed: {message}")]
+pub struct StoreError {
+    /// What happened.
+    pub message: String,
+}
+
+/// Where snapshots and the trace are kept.
+pub trait Store: Send + Sync + 'static {
+    /// Keeps `snapshot` as the latest of its loop.
+    fn save_snapshot(&self, snapshot: Snapshot) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// Appends an event to the run's trace.
+    fn append_event(
+        &self,
+        event: crate::event::Event,
+    ) -> BoxFuture<'static, Result<(), StoreError>>;
+    /// The latest snapshot of a loop, if any.
+    fn load_snapshot(
+        &self,
+        run_id: &str,
+        path: &str,
+    ) -> BoxFuture<'static, Result<Option<Snapshot>, StoreError>>;
 }

@@ -76,6 +76,7 @@ impl Supervision {
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: watchdog.clone(),
             events,
+            accrual: config.watchdog.accrual,
         })
         .await?;
         Ok(Self {
@@ -91,6 +92,7 @@ impl Supervision {
         LeaseActor::start(LeaseActorArgs {
             watchdog: self.watchdog.clone(),
             events,
+            accrual: self.config.watchdog.accrual,
         })
         .await
     }

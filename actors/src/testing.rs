@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::event::{Event, EventKind};
 use crate::ports::{
-    BoxFuture, Clock, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink,
-    TokenCost, TokioClock,
+    BoxFuture, BudgetEvaluationRequest, Clock, EvaluationRequest, Evaluator, EvaluatorAnswer,
+    EvaluatorError, EventSink, TokenCost, TokioClock,
 };
 
 /// One scripted answer of a [`ScriptedEvaluator`].
@@ -29,6 +29,15 @@ pub enum Scripted {
 }
 
 impl Scripted {
+    /// A budget answer of strict JSON with `decision`, `reason` and
+    /// `confidence`.
+    pub fn decision(decision: &str, reason: &str, confidence: f64) -> Self {
+        Self::Answer(
+            serde_json::json!({"decision": decision, "reason": reason, "confidence": confidence})
+                .to_string(),
+        )
+    }
+
     /// An answer of strict JSON with `verdict`, `reason` and `nudge`.
     pub fn verdict(verdict: &str, reason: &str, nudge: &str) -> Self {
         Self::Answer(
@@ -49,6 +58,37 @@ struct ScriptState {
     script: VecDeque<Scripted>,
     last: Option<Scripted>,
     requests: Vec<EvaluationRequest>,
+    budget_script: VecDeque<Scripted>,
+    budget_last: Option<Scripted>,
+    budget_requests: Vec<BudgetEvaluationRequest>,
+}
+
+fn next_step(script: &mut VecDeque<Scripted>, last: &mut Option<Scripted>) -> Scripted {
+    let step = script
+        .pop_front()
+        .or_else(|| last.clone())
+        .unwrap_or(Scripted::Fail("the script is empty".into()));
+    *last = Some(step.clone());
+    step
+}
+
+fn play(step: Scripted) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
+    let cost = TokenCost {
+        input_tokens: 100,
+        output_tokens: 20,
+    };
+    Box::pin(async move {
+        match step {
+            Scripted::Answer(text) => Ok(EvaluatorAnswer { text, cost }),
+            Scripted::AnswerAfter(delay, text) => {
+                tokio::time::sleep(delay).await;
+                Ok(EvaluatorAnswer { text, cost })
+            }
+            Scripted::Fail(message) => Err(EvaluatorError::new(message)),
+            Scripted::Hang => std::future::pending().await,
+            Scripted::Panic => panic!("scripted evaluator panic"),
+        }
+    })
 }
 
 impl ScriptedEvaluator {
@@ -67,7 +107,24 @@ impl ScriptedEvaluator {
         Self::new([Scripted::verdict(verdict, "scripted", "scripted nudge")])
     }
 
-    /// How many times it was called.
+    /// Adds a script for budget checkpoints (by default they fail, and the
+    /// checkpoint wraps up).
+    pub fn with_budget_script(self, script: impl IntoIterator<Item = Scripted>) -> Self {
+        self.lock().budget_script = script.into_iter().collect();
+        self
+    }
+
+    /// How many budget checkpoints asked it.
+    pub fn budget_calls(&self) -> usize {
+        self.lock().budget_requests.len()
+    }
+
+    /// The budget requests it was given, in order.
+    pub fn budget_requests(&self) -> Vec<BudgetEvaluationRequest> {
+        self.lock().budget_requests.clone()
+    }
+
+    /// How many times it was called about a lease.
     pub fn calls(&self) -> usize {
         self.lock().requests.len()
     }
@@ -87,33 +144,27 @@ impl Evaluator for ScriptedEvaluator {
         &self,
         request: EvaluationRequest,
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
-        let step = {
-            let mut state = self.lock();
-            state.requests.push(request);
-            let step = state
-                .script
-                .pop_front()
-                .or_else(|| state.last.clone())
-                .unwrap_or(Scripted::Fail("the script is empty".into()));
-            state.last = Some(step.clone());
-            step
-        };
-        let cost = TokenCost {
-            input_tokens: 100,
-            output_tokens: 20,
-        };
-        Box::pin(async move {
-            match step {
-                Scripted::Answer(text) => Ok(EvaluatorAnswer { text, cost }),
-                Scripted::AnswerAfter(delay, text) => {
-                    tokio::time::sleep(delay).await;
-                    Ok(EvaluatorAnswer { text, cost })
-                }
-                Scripted::Fail(message) => Err(EvaluatorError::new(message)),
-                Scripted::Hang => std::future::pending().await,
-                Scripted::Panic => panic!("scripted evaluator panic"),
-            }
-        })
+        let mut state = self.lock();
+        state.requests.push(request);
+        let ScriptState { script, last, .. } = &mut *state;
+        play(next_step(script, last))
+    }
+
+    fn evaluate_budget(
+        &self,
+        request: BudgetEvaluationRequest,
+    ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
+        let mut state = self.lock();
+        state.budget_requests.push(request);
+        let ScriptState {
+            budget_script,
+            budget_last,
+            ..
+        } = &mut *state;
+        if budget_script.is_empty() && budget_last.is_none() {
+            return play(Scripted::Fail("no budget script".into()));
+        }
+        play(next_step(budget_script, budget_last))
     }
 }
 

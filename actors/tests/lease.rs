@@ -486,3 +486,25 @@ async fn supervision_refuses_bad_configuration_at_start() {
         "{error}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn stopping_the_lease_actor_cancels_what_it_supervises() {
+    // No operation outlives its supervision.
+    let rig = rig(config(2, 10), None).await;
+    let flag = DropFlag::default();
+    let guard = flag.arm();
+    let handle = rig
+        .leases()
+        .supervise(spec(secs(1), 10), move |_| async move {
+            let _guard = guard;
+            pending::<()>().await
+        })
+        .expect("started");
+    settle().await;
+    rig.supervision.stop();
+    assert_eq!(handle.outcome().await, Err(LeaseError::Cancelled));
+    assert!(flag.dropped());
+    sleep(millis(10)).await;
+    let refused = rig.leases().supervise(spec(secs(1), 10), |_| async {});
+    assert_eq!(refused.err(), Some(LeaseError::LeaseActorGone));
+}
