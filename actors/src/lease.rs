@@ -103,6 +103,11 @@ pub enum LeaseMsg {
         /// The generation the timer was armed with.
         generation: u64,
     },
+    /// Stop every clock: disarm all timers until [`LeaseMsg::Resume`]. No
+    /// lease expires while paused, and new leases start disarmed.
+    Pause,
+    /// Restart every clock: each lease gets a full, fresh period.
+    Resume,
     /// The watchdog's verdict on an expiry of `generation`.
     Decided {
         /// The lease.
@@ -147,6 +152,7 @@ pub struct LeaseState {
     watchdog: ActorRef<WatchdogMsg>,
     events: Arc<dyn EventSink>,
     accrual: AccrualPolicy,
+    paused: bool,
 }
 
 struct Entry {
@@ -177,6 +183,7 @@ impl Actor for LeaseActor {
             watchdog: args.watchdog,
             events: args.events,
             accrual: args.accrual,
+            paused: false,
         })
     }
 
@@ -202,6 +209,8 @@ impl Actor for LeaseActor {
             LeaseMsg::Register(registration) => state.register(*registration),
             LeaseMsg::Done { id, cancelled } => state.done(id, cancelled),
             LeaseMsg::Expired { id, generation } => state.expired(&myself, id, generation),
+            LeaseMsg::Pause => state.pause(),
+            LeaseMsg::Resume => state.resume(),
             LeaseMsg::Decided {
                 id,
                 generation,
@@ -236,7 +245,40 @@ impl LeaseState {
         );
     }
 
+    fn pause(&mut self) {
+        if self.paused {
+            return;
+        }
+        self.paused = true;
+        for id in self.leases.keys() {
+            let _ = self.timers.send(TimerCmd::Disarm(*id));
+        }
+    }
+
+    fn resume(&mut self) {
+        if !self.paused {
+            return;
+        }
+        self.paused = false;
+        let rearm: Vec<_> = self
+            .leases
+            .iter_mut()
+            .map(|(id, entry)| {
+                // A fresh generation: any fire or verdict from before the
+                // pause is stale.
+                entry.generation += 1;
+                (*id, entry.generation, entry.meta.clone())
+            })
+            .collect();
+        for (id, generation, meta) in rearm {
+            self.arm(id, generation, &meta);
+        }
+    }
+
     fn arm(&self, id: LeaseId, generation: u64, meta: &LeaseMeta) {
+        if self.paused {
+            return;
+        }
         let _ = self.timers.send(TimerCmd::Arm {
             id,
             generation,
@@ -266,8 +308,9 @@ impl LeaseState {
             tracing::debug!(%id, generation, current = entry.generation, "stale lease timer ignored");
             return;
         }
-        if entry.token.is_cancelled() {
-            // The parent's cancellation wins; `Done` is on its way.
+        if entry.token.is_cancelled() || self.paused {
+            // The parent's cancellation wins (`Done` is on its way); a paused
+            // lease is re-armed on resume.
             return;
         }
         let (meta, renewals) = (entry.meta.clone(), entry.renewals);

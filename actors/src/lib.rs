@@ -30,12 +30,21 @@
 //! # }
 //! ```
 
+pub mod agent;
+pub mod budget;
+pub mod engine;
 pub mod event;
 pub mod evidence;
+pub mod flow;
 pub mod lease;
+pub mod model_call;
 pub mod nudge;
 pub mod ports;
+pub mod run;
+pub mod supervisor;
+pub mod tool_call;
 pub mod watchdog;
+pub mod worker;
 
 mod error;
 mod supervision;

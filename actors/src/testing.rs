@@ -238,3 +238,461 @@ impl EventSink for RecordingSink {
         });
     }
 }
+
+// ---------------------------------------------------------------------------
+// Scripted model, scripted tools, in-memory store.
+// ---------------------------------------------------------------------------
+
+use std::collections::HashMap;
+
+use crate::evidence::Evidence;
+use crate::ports::{
+    ChatMessage, ModelClient, ModelError, ModelReply, ModelRequest, Snapshot, Store, StoreError,
+    ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+};
+
+/// One scripted model answer.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    /// The answer's text.
+    pub content: String,
+    /// The tool calls it asks for.
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// How many chunks the answer streams in (each is evidence).
+    pub chunks: u32,
+    /// The time between chunks.
+    pub chunk_interval: Duration,
+    /// After this many chunks, fall silent for this long.
+    pub stall: Option<(u32, Duration)>,
+    /// Never finish (after the chunks before the stall, if any).
+    pub hang: bool,
+    /// Fail with this error instead of answering.
+    pub error: Option<ModelError>,
+    /// Tokens the answer costs.
+    pub usage: TokenCost,
+}
+
+impl Turn {
+    /// A final answer (no tool calls): the loop ends.
+    pub fn answer(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            tool_calls: Vec::new(),
+            chunks: 4,
+            chunk_interval: Duration::from_millis(50),
+            stall: None,
+            hang: false,
+            error: None,
+            usage: TokenCost {
+                input_tokens: 200,
+                output_tokens: 50,
+            },
+        }
+    }
+
+    /// An answer that calls tools: `(name, arguments)` pairs.
+    pub fn tools(calls: impl IntoIterator<Item = (&'static str, serde_json::Value)>) -> Self {
+        let tool_calls = calls
+            .into_iter()
+            .enumerate()
+            .map(|(n, (name, arguments))| ToolCallRequest {
+                id: format!("call_{n}"),
+                name: name.to_owned(),
+                arguments,
+            })
+            .collect();
+        Self {
+            tool_calls,
+            ..Self::answer("")
+        }
+    }
+
+    /// An answer that spawns workers: `(kind, task)` pairs.
+    pub fn spawn(workers: impl IntoIterator<Item = (&'static str, &'static str)>) -> Self {
+        Self::tools(workers.into_iter().map(|(kind, task)| {
+            (
+                crate::agent::SPAWN_WORKER_TOOL,
+                serde_json::json!({"kind": kind, "task": task}),
+            )
+        }))
+    }
+
+    /// A model call that never finishes.
+    pub fn hang() -> Self {
+        Self {
+            hang: true,
+            ..Self::answer("")
+        }
+    }
+
+    /// A model call that fails with `error`.
+    pub fn fail(error: ModelError) -> Self {
+        Self {
+            error: Some(error),
+            ..Self::answer("")
+        }
+    }
+
+    /// Streams in `chunks` chunks, `interval` apart.
+    pub fn with_chunks(mut self, chunks: u32, interval: Duration) -> Self {
+        self.chunks = chunks;
+        self.chunk_interval = interval;
+        self
+    }
+
+    /// Falls silent for `silence` after `after_chunks` chunks.
+    pub fn stall_after(mut self, after_chunks: u32, silence: Duration) -> Self {
+        self.stall = Some((after_chunks, silence));
+        self
+    }
+}
+
+/// A model that plays one script per consumer (`run`, `worker:KIND`) and
+/// records every request.
+#[derive(Clone, Default)]
+pub struct ScriptedModel {
+    inner: Arc<Mutex<ModelScript>>,
+}
+
+#[derive(Default)]
+struct ModelScript {
+    turns: HashMap<String, VecDeque<Turn>>,
+    requests: Vec<ModelRequest>,
+}
+
+impl ScriptedModel {
+    /// A model with no scripts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `turns` to the script of `consumer`.
+    pub fn script(self, consumer: &str, turns: impl IntoIterator<Item = Turn>) -> Self {
+        self.lock()
+            .turns
+            .entry(consumer.to_owned())
+            .or_default()
+            .extend(turns);
+        self
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// The requests of one consumer, in order.
+    pub fn requests_of(&self, consumer: &str) -> Vec<ModelRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.consumer == consumer)
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ModelScript> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ModelClient for ScriptedModel {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        evidence: Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+        let turn = {
+            let mut script = self.lock();
+            let turn = script
+                .turns
+                .get_mut(&request.consumer)
+                .and_then(VecDeque::pop_front);
+            script.requests.push(request.clone());
+            turn
+        };
+        Box::pin(async move {
+            let Some(turn) = turn else {
+                return Err(ModelError::new(
+                    crate::ports::ModelErrorKind::Client,
+                    format!("the script of `{}` is exhausted", request.consumer),
+                    false,
+                ));
+            };
+            if let Some(error) = turn.error {
+                return Err(error);
+            }
+            for chunk in 0..turn.chunks {
+                if turn.stall.is_some_and(|(after, _)| after == chunk) {
+                    if turn.hang {
+                        std::future::pending::<()>().await;
+                    }
+                    if let Some((_, silence)) = turn.stall {
+                        tokio::time::sleep(silence).await;
+                    }
+                }
+                tokio::time::sleep(turn.chunk_interval).await;
+                evidence.observe();
+            }
+            if turn.hang {
+                std::future::pending::<()>().await;
+            }
+            Ok(ModelReply {
+                content: turn.content,
+                tool_calls: turn.tool_calls,
+                usage: turn.usage,
+            })
+        })
+    }
+}
+
+/// What one call of a scripted tool does.
+#[derive(Clone, Debug)]
+pub enum ToolAct {
+    /// Returns `result` after `latency`, reporting progress every
+    /// `progress_every` if given.
+    Return {
+        /// Time to answer.
+        latency: Duration,
+        /// Progress cadence.
+        progress_every: Option<Duration>,
+        /// The result.
+        result: String,
+    },
+    /// Never answers, and says nothing.
+    Hang,
+    /// Fails as a transport error would.
+    Fail(ToolError),
+    /// Panics inside the call's future.
+    Panic,
+    /// Panics before returning a future (in the calling actor itself).
+    PanicAtOnce,
+}
+
+impl ToolAct {
+    /// Returns `result` after `latency`, silently.
+    pub fn returns(result: impl Into<String>, latency: Duration) -> Self {
+        Self::Return {
+            latency,
+            progress_every: None,
+            result: result.into(),
+        }
+    }
+}
+
+/// In-process tools with scripted behaviour per call, and side-effect
+/// counters.
+#[derive(Clone, Default)]
+pub struct ScriptedTools {
+    inner: Arc<Mutex<ToolScript>>,
+}
+
+#[derive(Default)]
+struct ToolScript {
+    tools: Vec<(ToolDefinition, VecDeque<ToolAct>, Option<ToolAct>)>,
+    invocations: Vec<ToolInvocation>,
+    completed: HashMap<String, u32>,
+}
+
+impl ScriptedTools {
+    /// No tools yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds tool `name` whose calls act out `acts` in order (the last one
+    /// repeats).
+    pub fn tool(
+        self,
+        name: &str,
+        idempotent: Option<bool>,
+        acts: impl IntoIterator<Item = ToolAct>,
+    ) -> Self {
+        let definition = ToolDefinition {
+            name: name.to_owned(),
+            description: format!("the scripted tool `{name}`"),
+            input_schema: serde_json::json!({"type": "object"}),
+            idempotent,
+        };
+        self.lock()
+            .tools
+            .push((definition, acts.into_iter().collect(), None));
+        self
+    }
+
+    /// Every invocation so far (what was *sent*), in order.
+    pub fn invocations(&self) -> Vec<ToolInvocation> {
+        self.lock().invocations.clone()
+    }
+
+    /// How many calls of `name` were sent.
+    pub fn calls(&self, name: &str) -> usize {
+        self.lock()
+            .invocations
+            .iter()
+            .filter(|i| i.name == name)
+            .count()
+    }
+
+    /// How many calls of `name` ran to completion (its side effects).
+    pub fn completed(&self, name: &str) -> u32 {
+        self.lock().completed.get(name).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ToolScript> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ToolClient for ScriptedTools {
+    fn list_tools(&self) -> BoxFuture<'static, Result<Vec<ToolDefinition>, ToolError>> {
+        let tools = self
+            .lock()
+            .tools
+            .iter()
+            .map(|(d, _, _)| d.clone())
+            .collect();
+        Box::pin(async move { Ok(tools) })
+    }
+
+    fn call(
+        &self,
+        invocation: ToolInvocation,
+        evidence: Evidence,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        let act = {
+            let mut script = self.lock();
+            script.invocations.push(invocation.clone());
+            script
+                .tools
+                .iter_mut()
+                .find(|(d, _, _)| d.name == invocation.name)
+                .map(|(_, acts, last)| {
+                    let act = acts.pop_front().or_else(|| last.clone());
+                    last.clone_from(&act);
+                    act
+                })
+        };
+        let act = match act {
+            None => {
+                let name = invocation.name;
+                return Box::pin(async move {
+                    Err(ToolError::new(format!("no tool named `{name}`"), false))
+                });
+            }
+            Some(None) => Some(ToolAct::returns("", Duration::ZERO)),
+            Some(act) => act,
+        };
+        if matches!(act, Some(ToolAct::PanicAtOnce)) {
+            panic!("scripted tool `{}` panicked at once", invocation.name);
+        }
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            match act {
+                Some(ToolAct::Return {
+                    latency,
+                    progress_every,
+                    result,
+                }) => {
+                    match progress_every {
+                        Some(every) if !every.is_zero() => {
+                            let mut left = latency;
+                            let mut n = 0u32;
+                            while left > every {
+                                tokio::time::sleep(every).await;
+                                left -= every;
+                                n += 1;
+                                evidence.progress(format!("progress {n}"));
+                            }
+                            tokio::time::sleep(left).await;
+                        }
+                        _ => tokio::time::sleep(latency).await,
+                    }
+                    *inner
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .completed
+                        .entry(invocation.name.clone())
+                        .or_default() += 1;
+                    Ok(ToolOutput {
+                        content: result,
+                        is_error: false,
+                    })
+                }
+                Some(ToolAct::Fail(error)) => Err(error),
+                Some(ToolAct::Panic) => panic!("scripted tool `{}` panicked", invocation.name),
+                Some(ToolAct::Hang | ToolAct::PanicAtOnce) | None => std::future::pending().await,
+            }
+        })
+    }
+}
+
+/// A store in memory.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<MemoryState>>,
+}
+
+#[derive(Default)]
+struct MemoryState {
+    snapshots: HashMap<(String, String), Snapshot>,
+    writes: u64,
+    events: Vec<Event>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The latest snapshot of a loop.
+    pub fn snapshot(&self, run_id: &str, path: &str) -> Option<Snapshot> {
+        self.lock()
+            .snapshots
+            .get(&(run_id.to_owned(), path.to_owned()))
+            .cloned()
+    }
+
+    /// How many snapshot writes there were.
+    pub fn writes(&self) -> u64 {
+        self.lock().writes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Store for MemoryStore {
+    fn save_snapshot(&self, snapshot: Snapshot) -> BoxFuture<'static, Result<(), StoreError>> {
+        let mut state = self.lock();
+        state.writes += 1;
+        state
+            .snapshots
+            .insert((snapshot.run_id.clone(), snapshot.path.clone()), snapshot);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn append_event(&self, event: Event) -> BoxFuture<'static, Result<(), StoreError>> {
+        self.lock().events.push(event);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn load_snapshot(
+        &self,
+        run_id: &str,
+        path: &str,
+    ) -> BoxFuture<'static, Result<Option<Snapshot>, StoreError>> {
+        let found = self.snapshot(run_id, path);
+        Box::pin(async move { Ok(found) })
+    }
+}
+
+/// The text of the last user messages of a request (nudges, guidance).
+pub fn user_messages(request: &ModelRequest) -> Vec<String> {
+    request
+        .messages
+        .iter()
+        .filter(|m| m.role == crate::ports::Role::User)
+        .map(|m: &ChatMessage| m.content.clone())
+        .collect()
+}

@@ -280,15 +280,12 @@ impl WatchdogState {
         let accrual = self.config.accrual.for_kind(meta.kind);
         let evidence = expiry.evidence.summary(Instant::now(), accrual);
         let renewals = expiry.renewals;
+        let free_renewals = meta.free_renewals.unwrap_or(self.config.free_renewals);
 
-        if renewals < self.config.free_renewals {
+        if renewals < free_renewals {
             let decision = Decision::renew(
                 DecidedBy::Ladder,
-                format!(
-                    "free renewal {} of {}",
-                    renewals + 1,
-                    self.config.free_renewals
-                ),
+                format!("free renewal {} of {free_renewals}", renewals + 1),
             );
             return publish(
                 &*self.events,

@@ -29,3 +29,5 @@
 //! ```
 
 pub use leasehold_actors::*;
+
+pub mod flow_file;

@@ -96,6 +96,9 @@ impl Leases {
             .parent
             .as_ref()
             .map_or_else(CancellationToken::new, CancellationToken::child_token);
+        // Built before the lease is registered: if building it panics, no
+        // lease is left behind.
+        let work = operation(evidence.clone());
         let (end_tx, end_rx) = oneshot::channel();
         // Registered before the operation starts, so the actor always sees
         // the registration before the operation's `Done`.
@@ -109,7 +112,6 @@ impl Leases {
             })))
             .map_err(|_| LeaseError::LeaseActorGone)?;
 
-        let work = operation(evidence.clone());
         let actor = self.actor.clone();
         let cancelled = token.clone();
         let join = tokio::spawn(async move {

@@ -143,6 +143,7 @@ pub struct LeaseSpec {
     pub(crate) subject: String,
     pub(crate) duration: Duration,
     pub(crate) max_renewals: u32,
+    pub(crate) free_renewals: Option<u32>,
     pub(crate) run_id: String,
     pub(crate) path: String,
     pub(crate) transcript_tail: Arc<[TranscriptMessage]>,
@@ -166,6 +167,7 @@ impl LeaseSpec {
             subject: subject.into(),
             duration,
             max_renewals: LeaseConfig::default().max_renewals,
+            free_renewals: None,
             run_id: String::new(),
             path: String::new(),
             transcript_tail: Arc::from(Vec::new()),
@@ -178,6 +180,13 @@ impl LeaseSpec {
     /// the operation.
     pub fn with_max_renewals(mut self, max_renewals: u32) -> Self {
         self.max_renewals = max_renewals;
+        self
+    }
+
+    /// Overrides the watchdog's `free_renewals` for this lease (a flow's
+    /// override).
+    pub fn with_free_renewals(mut self, free_renewals: Option<u32>) -> Self {
+        self.free_renewals = free_renewals;
         self
     }
 
@@ -227,6 +236,9 @@ pub struct LeaseMeta {
     pub duration: Duration,
     /// The renewal cap.
     pub max_renewals: u32,
+    /// This lease's own free renewals, if it overrides the watchdog's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_renewals: Option<u32>,
     /// The last messages of the loop's transcript.
     pub transcript_tail: Arc<[TranscriptMessage]>,
 }
@@ -242,6 +254,7 @@ impl LeaseMeta {
             subject: spec.subject.clone(),
             duration: spec.duration,
             max_renewals: spec.max_renewals,
+            free_renewals: spec.free_renewals,
             transcript_tail: spec.transcript_tail.clone(),
         }
     }

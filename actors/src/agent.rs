@@ -1,0 +1,1235 @@
+//! The agent loop shared by the root ([`RunActor`](crate::run::RunActor))
+//! and every worker ([`WorkerActor`](crate::worker::WorkerActor)).
+//!
+//! A step is one model call under a lease (`model_stream` or
+//! `model_blocking`), then the tool calls it asked for, each under a lease
+//! (`tool_call`), run concurrently; a call of the built-in `spawn_worker`
+//! tool becomes a worker under a lease of kind `worker_step`, whose evidence
+//! is the worker's completed steps. Tool results, worker results and queued
+//! nudges feed the next step. The loop ends with an answer — a model reply
+//! that calls no tool — or, when its budget checkpoint decides to wrap up,
+//! with one last model call asking for a summary of what was done.
+//!
+//! The loop is a state machine driven by messages: its actor never awaits a
+//! model, a tool or a worker, so it stays responsive to results, pauses and
+//! cancellation. Every child's abnormal end goes through the loop's
+//! [`SupervisionStrategy`], which restarts it (the same call, with the same
+//! idempotency key), pauses the run, fails the loop, or lets the loop carry
+//! on with the error as the call's result.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use ractor::{ActorCell, ActorRef, RpcReplyPort};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::budget::{BudgetConfig, BudgetDecision, BudgetMsg, checkpoint_due};
+use crate::event::{CallOutcome, EventKind};
+use crate::evidence::{Evidence, EvidenceSummary};
+use crate::flow::Flow;
+use crate::lease::{LeaseConfig, LeaseError, LeaseKind, LeaseSpec, Leases};
+use crate::nudge::NudgeQueue;
+use crate::ports::{
+    BudgetEvaluationRequest, ChatMessage, Evaluator, EventSink, ModelClient, ModelReply,
+    ModelRequest, RunStatus, Snapshot, Store, ToolCallRequest, ToolClient, ToolDefinition,
+};
+use crate::supervisor::{ChildEnd, ChildInfo, ChildKind, SupervisionAction, SupervisionStrategy};
+
+/// The built-in tool through which a model spawns a worker:
+/// `{"kind": "<worker kind>", "task": "<what to do>"}`.
+pub const SPAWN_WORKER_TOOL: &str = "spawn_worker";
+
+/// The built-in tool through which a model closes a milestone:
+/// `{"milestone": "<name>"}`.
+pub const COMPLETE_MILESTONE_TOOL: &str = "complete_milestone";
+
+/// How many transcript messages a lease shows its evaluator.
+const TRANSCRIPT_TAIL: usize = 4;
+
+/// Whether the run may make progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    Open,
+    Paused,
+    Closed,
+}
+
+/// A tool's server.
+#[derive(Clone)]
+pub(crate) struct ToolRoute {
+    pub(crate) client: Arc<dyn ToolClient>,
+    pub(crate) server: String,
+}
+
+/// What every loop of one run shares.
+pub(crate) struct RunContext {
+    pub(crate) run_id: String,
+    pub(crate) flow: Arc<Flow>,
+    pub(crate) model: Arc<dyn ModelClient>,
+    pub(crate) tools: HashMap<String, ToolRoute>,
+    pub(crate) tool_definitions: Vec<ToolDefinition>,
+    pub(crate) leases: Leases,
+    pub(crate) lease_config: LeaseConfig,
+    pub(crate) free_renewals: Option<u32>,
+    pub(crate) events: Arc<dyn EventSink>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) budget_config: BudgetConfig,
+    pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
+    pub(crate) strategy: crate::engine::StrategyFactory,
+    pub(crate) gate: watch::Sender<Gate>,
+    pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
+    pub(crate) cancel: CancellationToken,
+    workers_spawned: AtomicU32,
+}
+
+impl RunContext {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        run_id: String,
+        flow: Arc<Flow>,
+        model: Arc<dyn ModelClient>,
+        tools: HashMap<String, ToolRoute>,
+        tool_definitions: Vec<ToolDefinition>,
+        leases: Leases,
+        lease_config: LeaseConfig,
+        free_renewals: Option<u32>,
+        events: Arc<dyn EventSink>,
+        store: Arc<dyn Store>,
+        budget_config: BudgetConfig,
+        evaluator: Option<Arc<dyn Evaluator>>,
+        strategy: crate::engine::StrategyFactory,
+    ) -> Self {
+        Self {
+            run_id,
+            flow,
+            model,
+            tools,
+            tool_definitions,
+            leases,
+            lease_config,
+            free_renewals,
+            events,
+            store,
+            budget_config,
+            evaluator,
+            strategy,
+            gate: watch::Sender::new(Gate::Open),
+            root: std::sync::OnceLock::new(),
+            cancel: CancellationToken::new(),
+            workers_spawned: AtomicU32::new(0),
+        }
+    }
+
+    pub(crate) fn emit(&self, path: &str, kind: EventKind) {
+        self.events.emit(&self.run_id, path, kind);
+    }
+
+    fn spec(&self, kind: LeaseKind, subject: &str, path: &str) -> LeaseSpec {
+        // Durations were validated with the configuration; a zero here
+        // cannot happen, but a spec error must not panic the loop.
+        let duration = self
+            .lease_config
+            .duration(kind)
+            .max(Duration::from_millis(1));
+        LeaseSpec::new(kind, subject, duration)
+            .unwrap_or_else(|_| unreachable_spec(kind, subject))
+            .with_max_renewals(self.lease_config.max_renewals)
+            .with_free_renewals(self.free_renewals)
+            .in_run(self.run_id.clone(), path)
+    }
+
+    fn next_worker_number(&self) -> u32 {
+        self.workers_spawned.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+fn unreachable_spec(kind: LeaseKind, subject: &str) -> LeaseSpec {
+    // `LeaseSpec::new` only refuses a zero duration, which `spec` rules out.
+    match LeaseSpec::new(kind, subject, Duration::from_secs(1)) {
+        Ok(spec) => spec,
+        Err(_) => unreachable!("a one-second lease is valid"),
+    }
+}
+
+/// Whether a loop is the run's root or a worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Root,
+    Worker { kind: String },
+}
+
+/// A loop's messages. The root loop also takes the run's controls.
+#[derive(Debug)]
+pub enum LoopMsg {
+    /// Go on: pass a budget checkpoint if one is due, else start a step.
+    Next,
+    /// A model call ended.
+    ModelDone {
+        /// Its step.
+        step: u32,
+        /// Its attempt.
+        attempt: u32,
+        /// Its reply, or how it ended.
+        outcome: Result<ModelReply, ChildEnd>,
+    },
+    /// A tool call or a worker ended.
+    CallDone {
+        /// Its step.
+        step: u32,
+        /// Its index among the step's calls.
+        index: usize,
+        /// Its attempt.
+        attempt: u32,
+        /// Its result, or how it ended.
+        outcome: Result<String, ChildEnd>,
+    },
+    /// The budget checkpoint decided.
+    Budget(BudgetDecision),
+    /// Start attempt `attempt` of a call (`index`: `None` for the model call).
+    Retry {
+        /// The step.
+        step: u32,
+        /// The call, or `None` for the step's model call.
+        index: Option<usize>,
+        /// The attempt to start.
+        attempt: u32,
+    },
+    /// A loop of the run escalated: pause the run (root only).
+    Escalate(Box<Escalation>),
+    /// A person resumes the paused run (root only).
+    Resume {
+        /// What they said; the escalated loops' next model calls see it.
+        guidance: Option<String>,
+        /// Whether it was accepted.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// A person cancels the run (root only).
+    Cancel {
+        /// Why.
+        reason: String,
+        /// Whether it was accepted.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+}
+
+/// An escalation on its way to the root.
+#[derive(Debug)]
+pub struct Escalation {
+    pub(crate) path: String,
+    pub(crate) reason: String,
+    pub(crate) subject: String,
+    pub(crate) evidence: Option<EvidenceSummary>,
+    pub(crate) nudges: NudgeQueue,
+}
+
+/// A control that does not apply to the run as it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// Resume of a run that is not paused.
+    #[error("run {run_id} is not paused (it is {status:?}): there is nothing to resume")]
+    NotPaused {
+        /// The run.
+        run_id: String,
+        /// What it is.
+        status: RunStatus,
+    },
+    /// Resume or cancel of a run that has ended.
+    #[error("run {run_id} has already finished ({status:?})")]
+    AlreadyFinished {
+        /// The run.
+        run_id: String,
+        /// How it ended.
+        status: RunStatus,
+    },
+    /// The run's actor is gone.
+    #[error("run {run_id} is not running in this process")]
+    Gone {
+        /// The run.
+        run_id: String,
+    },
+}
+
+/// One tool or worker call of a step.
+#[derive(Clone, Debug)]
+struct PendingCall {
+    request: ToolCallRequest,
+    attempt: u32,
+    /// Whether the current attempt is in flight (its outcome not yet handled).
+    running: bool,
+    result: Option<String>,
+}
+
+/// Where a loop is between messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Budget,
+    Model,
+    Calls,
+    Done,
+}
+
+/// A loop's state, saved in its snapshot at each step boundary.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoopState {
+    /// The conversation so far (without the system prompt).
+    pub transcript: Vec<ChatMessage>,
+    /// Steps started.
+    pub steps: u32,
+    /// Steps declared (0 = unlimited).
+    pub declared: u32,
+    /// The current limit (0 = unlimited).
+    pub limit: u32,
+    /// Extensions granted.
+    pub extensions_used: u32,
+    /// Tool calls made.
+    pub tool_calls: u32,
+    /// Workers spawned.
+    pub spawns: u32,
+    /// Milestones closed, in order.
+    pub milestones_closed: Vec<String>,
+    /// Milestones still open.
+    pub milestones_open: Vec<String>,
+    /// Whether the loop is in its wrap-up step.
+    pub wrapping_up: bool,
+}
+
+/// How a loop ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LoopEnd {
+    Answer(String),
+    Failed(String),
+}
+
+/// The loop itself: the state machine both actors drive.
+pub(crate) struct AgentLoop {
+    pub(crate) ctx: Arc<RunContext>,
+    pub(crate) role: Role,
+    pub(crate) path: String,
+    system_prompt: String,
+    pub(crate) state: LoopState,
+    tools: Vec<ToolDefinition>,
+    pub(crate) nudges: NudgeQueue,
+    pub(crate) cancel: CancellationToken,
+    // In a mutex only to make the loop `Sync`: it is used by one actor.
+    strategy: std::sync::Mutex<Box<dyn SupervisionStrategy>>,
+    phase: Phase,
+    model_attempt: u32,
+    model_running: bool,
+    calls: Vec<PendingCall>,
+    /// Child actors by name, so that a panic ractor reports can be traced
+    /// to its call.
+    children: HashMap<String, (u32, Option<usize>, u32)>,
+    /// Evidence to report each completed step into (a worker's lease).
+    step_evidence: Option<Evidence>,
+    budget: ActorRef<BudgetMsg>,
+}
+
+impl AgentLoop {
+    pub(crate) fn new(
+        ctx: Arc<RunContext>,
+        role: Role,
+        path: String,
+        cancel: CancellationToken,
+        step_evidence: Option<Evidence>,
+        budget: ActorRef<BudgetMsg>,
+    ) -> Self {
+        let flow = ctx.flow.clone();
+        let (system_prompt, declared, milestones, allowed) = match &role {
+            Role::Root => (
+                flow.system_prompt.clone(),
+                flow.max_steps,
+                flow.milestones.clone(),
+                None,
+            ),
+            Role::Worker { kind } => {
+                let worker = flow.workers.get(kind);
+                (
+                    worker.map(|w| w.prompt.clone()).unwrap_or_default(),
+                    worker.map_or(0, |w| w.max_steps),
+                    worker.map(|w| w.milestones.clone()).unwrap_or_default(),
+                    worker.and_then(|w| w.tools.clone()),
+                )
+            }
+        };
+        let mut tools: Vec<ToolDefinition> = ctx
+            .tool_definitions
+            .iter()
+            .filter(|d| {
+                allowed.as_ref().is_none_or(|servers| {
+                    ctx.tools
+                        .get(&d.name)
+                        .is_some_and(|route| servers.contains(&route.server))
+                })
+            })
+            .cloned()
+            .collect();
+        if !flow.workers.is_empty() {
+            tools.push(spawn_worker_definition(&flow.workers));
+        }
+        if !milestones.is_empty() {
+            tools.push(complete_milestone_definition(&milestones));
+        }
+        let strategy = std::sync::Mutex::new((ctx.strategy)());
+        Self {
+            ctx,
+            role,
+            path,
+            system_prompt,
+            state: LoopState {
+                declared,
+                limit: declared,
+                milestones_open: milestones,
+                ..LoopState::default()
+            },
+            tools,
+            nudges: NudgeQueue::new(),
+            cancel,
+            strategy,
+            phase: Phase::Idle,
+            model_attempt: 0,
+            model_running: false,
+            calls: Vec::new(),
+            children: HashMap::new(),
+            step_evidence,
+            budget,
+        }
+    }
+
+    /// The consumer model costs are attributed to.
+    fn consumer(&self) -> String {
+        match &self.role {
+            Role::Root => "run".to_owned(),
+            Role::Worker { kind } => format!("worker:{kind}"),
+        }
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.ctx.emit(&self.path, kind);
+    }
+
+    /// Starts the loop with `task` as its first user message.
+    pub(crate) fn begin(&mut self, task: &str, myself: &ActorRef<LoopMsg>) {
+        self.state.transcript.push(ChatMessage::user(task));
+        let _ = myself.send_message(LoopMsg::Next);
+    }
+
+    /// Handles one loop message; returns how the loop ended, once it has.
+    pub(crate) async fn handle(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        message: LoopMsg,
+    ) -> Option<LoopEnd> {
+        if self.phase == Phase::Done || self.cancel.is_cancelled() {
+            return None;
+        }
+        match message {
+            LoopMsg::Next => self.next(myself),
+            LoopMsg::Budget(decision) => self.budget_decided(myself, decision),
+            LoopMsg::ModelDone {
+                step,
+                attempt,
+                outcome,
+            } => self.model_done(myself, step, attempt, outcome).await,
+            LoopMsg::CallDone {
+                step,
+                index,
+                attempt,
+                outcome,
+            } => self.call_done(myself, step, index, attempt, outcome).await,
+            LoopMsg::Retry {
+                step,
+                index,
+                attempt,
+            } => self.retry(myself, step, index, attempt),
+            LoopMsg::Escalate(_) | LoopMsg::Resume { .. } | LoopMsg::Cancel { .. } => None,
+        }
+    }
+
+    /// Runs `message` once the run's gate is open: at once if it is, after a
+    /// resume if the run is paused, never if the run has ended.
+    fn when_open(&self, myself: &ActorRef<LoopMsg>, message: LoopMsg) {
+        let mut gate = self.ctx.gate.subscribe();
+        if *gate.borrow() == Gate::Open {
+            let _ = myself.send_message(message);
+            return;
+        }
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let open = gate.wait_for(|g| *g != Gate::Paused).await;
+            if open.is_ok_and(|g| *g == Gate::Open) {
+                let _ = me.send_message(message);
+            }
+        });
+    }
+
+    fn next(&mut self, myself: &ActorRef<LoopMsg>) -> Option<LoopEnd> {
+        if *self.ctx.gate.borrow() != Gate::Open {
+            self.when_open(myself, LoopMsg::Next);
+            return None;
+        }
+        if !self.state.wrapping_up && checkpoint_due(self.state.steps, self.state.limit) {
+            self.phase = Phase::Budget;
+            let request = BudgetEvaluationRequest {
+                run_id: self.ctx.run_id.clone(),
+                path: self.path.clone(),
+                steps_used: self.state.steps,
+                steps_declared: self.state.declared,
+                limit: self.state.limit,
+                tool_calls: self.state.tool_calls,
+                spawns: self.state.spawns,
+                milestones_closed: self.state.milestones_closed.clone(),
+                milestones_open: self.state.milestones_open.clone(),
+                extensions_used: self.state.extensions_used,
+                extensions_left: self
+                    .ctx
+                    .budget_config
+                    .max_extensions
+                    .saturating_sub(self.state.extensions_used),
+                transcript_tail: self.transcript_tail(),
+            };
+            let budget = self.budget.clone();
+            let me = myself.clone();
+            tokio::spawn(async move {
+                let decision = crate::budget::BudgetCheckpointActor::check(&budget, request).await;
+                let _ = me.send_message(LoopMsg::Budget(decision));
+            });
+            return None;
+        }
+        self.start_step(myself);
+        None
+    }
+
+    fn budget_decided(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        decision: BudgetDecision,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Budget {
+            return None;
+        }
+        match decision {
+            BudgetDecision::Extend { new_limit, .. } => {
+                self.state.extensions_used += 1;
+                self.state.limit = new_limit;
+            }
+            BudgetDecision::WrapUp { .. } => {
+                self.state.wrapping_up = true;
+                self.state.transcript.push(ChatMessage::user(
+                    "Your step budget is used up. Do not call any tool: reply with a summary \
+                     of what was done and your final answer.",
+                ));
+            }
+            // An unlimited budget has no checkpoint; go on.
+            BudgetDecision::Unlimited => {}
+        }
+        self.start_step(myself);
+        None
+    }
+
+    fn start_step(&mut self, myself: &ActorRef<LoopMsg>) {
+        self.state.steps += 1;
+        self.calls.clear();
+        let nudges = self.take_nudges();
+        self.emit(EventKind::StepStarted {
+            step: self.state.steps,
+            limit: self.state.limit,
+            nudges,
+        });
+        self.model_attempt = 1;
+        self.start_model_call(myself, 1);
+    }
+
+    /// Moves queued nudges and guidance into the transcript: the next model
+    /// call sees them, and only that one.
+    fn take_nudges(&mut self) -> u32 {
+        let nudges = self.nudges.drain();
+        let count = u32::try_from(nudges.len()).unwrap_or(u32::MAX);
+        for nudge in nudges {
+            self.state.transcript.push(ChatMessage::user(nudge));
+        }
+        count
+    }
+
+    fn transcript_tail(&self) -> Arc<[crate::ports::TranscriptMessage]> {
+        let start = self.state.transcript.len().saturating_sub(TRANSCRIPT_TAIL);
+        self.state.transcript[start..]
+            .iter()
+            .map(ChatMessage::to_transcript)
+            .collect::<Vec<_>>()
+            .into()
+    }
+
+    fn start_model_call(&mut self, myself: &ActorRef<LoopMsg>, attempt: u32) {
+        self.phase = Phase::Model;
+        self.model_attempt = attempt;
+        self.model_running = true;
+        let step = self.state.steps;
+        let stream = self.ctx.flow.stream;
+        let kind = if stream {
+            LeaseKind::ModelStream
+        } else {
+            LeaseKind::ModelBlocking
+        };
+        let mut messages = Vec::with_capacity(self.state.transcript.len() + 1);
+        if !self.system_prompt.is_empty() {
+            messages.push(ChatMessage::system(self.system_prompt.clone()));
+        }
+        messages.extend(self.state.transcript.iter().cloned());
+        let request = ModelRequest {
+            messages,
+            tools: if self.state.wrapping_up {
+                Vec::new()
+            } else {
+                self.tools.clone()
+            },
+            stream,
+            consumer: self.consumer(),
+        };
+        let path = format!("{}/model_call:{step}", self.path);
+        let spec = self
+            .ctx
+            .spec(kind, &request.consumer, &path)
+            .with_transcript_tail(self.transcript_tail())
+            .with_nudges(self.nudges.clone())
+            .with_parent(&self.cancel);
+        self.emit(EventKind::ModelCallStarted {
+            step,
+            stream,
+            attempt,
+        });
+        let args = crate::model_call::ModelCallArgs {
+            leases: self.ctx.leases.clone(),
+            model: self.ctx.model.clone(),
+            request,
+            spec,
+            reply_to: myself.clone(),
+            step,
+            attempt,
+        };
+        let name = self.adopt(&path, step, None, attempt);
+        let me = myself.clone();
+        let cell = myself.get_cell();
+        tokio::spawn(async move {
+            if let Err(error) =
+                crate::model_call::ModelCallActor::spawn_linked(name, args, cell).await
+            {
+                let _ = me.send_message(LoopMsg::ModelDone {
+                    step,
+                    attempt,
+                    outcome: Err(ChildEnd::Failed {
+                        reason: format!("could not start the model call: {error}"),
+                        retryable: true,
+                    }),
+                });
+            }
+        });
+    }
+
+    async fn model_done(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        attempt: u32,
+        outcome: Result<ModelReply, ChildEnd>,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Model
+            || step != self.state.steps
+            || attempt != self.model_attempt
+            || !self.model_running
+        {
+            return None;
+        }
+        self.model_running = false;
+        self.children.retain(|_, c| *c != (step, None, attempt));
+        let reply = match outcome {
+            Ok(reply) => reply,
+            Err(end) => {
+                self.emit(EventKind::ModelCallFinished {
+                    step,
+                    outcome: call_outcome(&end),
+                    tool_calls: 0,
+                    usage: Default::default(),
+                });
+                return self.child_failed(myself, step, None, attempt, end, "model call");
+            }
+        };
+        self.emit(EventKind::ModelCallFinished {
+            step,
+            outcome: CallOutcome::Ok,
+            tool_calls: u32::try_from(reply.tool_calls.len()).unwrap_or(u32::MAX),
+            usage: reply.usage,
+        });
+        if reply.tool_calls.is_empty() || self.state.wrapping_up {
+            self.state
+                .transcript
+                .push(ChatMessage::assistant(reply.content.clone(), Vec::new()));
+            self.phase = Phase::Done;
+            self.save(RunStatus::Running).await;
+            return Some(LoopEnd::Answer(reply.content));
+        }
+        self.state.transcript.push(ChatMessage::assistant(
+            reply.content,
+            reply.tool_calls.clone(),
+        ));
+        self.phase = Phase::Calls;
+        self.calls = reply
+            .tool_calls
+            .into_iter()
+            .map(|request| PendingCall {
+                request,
+                attempt: 1,
+                running: false,
+                result: None,
+            })
+            .collect();
+        for index in 0..self.calls.len() {
+            self.start_call(myself, index, 1);
+        }
+        self.finish_step_if_done(myself).await
+    }
+
+    /// The idempotency key of call `index` of `step`: the same across
+    /// retries and resumes.
+    fn idempotency_key(&self, step: u32, index: usize) -> String {
+        format!("{}/{}/{step}/{index}", self.ctx.run_id, self.path)
+    }
+
+    fn start_call(&mut self, myself: &ActorRef<LoopMsg>, index: usize, attempt: u32) {
+        let step = self.state.steps;
+        let Some(call) = self.calls.get_mut(index) else {
+            return;
+        };
+        call.attempt = attempt;
+        call.result = None;
+        call.running = true;
+        let request = call.request.clone();
+        match request.name.as_str() {
+            COMPLETE_MILESTONE_TOOL => {
+                let result = self.close_milestone(&request.arguments);
+                if let Some(call) = self.calls.get_mut(index) {
+                    call.result = Some(result);
+                    call.running = false;
+                }
+            }
+            SPAWN_WORKER_TOOL => self.start_worker(myself, step, index, attempt, &request),
+            name => {
+                self.state.tool_calls += 1;
+                let key = self.idempotency_key(step, index);
+                let Some(route) = self.ctx.tools.get(name).cloned() else {
+                    let _ = myself.send_message(LoopMsg::CallDone {
+                        step,
+                        index,
+                        attempt,
+                        outcome: Ok(format!("error: there is no tool named `{name}`")),
+                    });
+                    return;
+                };
+                let path = format!("{}/tool_call:{step}.{index}", self.path);
+                self.ctx.emit(
+                    &path,
+                    EventKind::ToolCallStarted {
+                        tool: name.to_owned(),
+                        idempotency_key: key.clone(),
+                        attempt,
+                    },
+                );
+                let spec = self
+                    .ctx
+                    .spec(LeaseKind::ToolCall, name, &path)
+                    .with_transcript_tail(self.transcript_tail())
+                    .with_nudges(self.nudges.clone())
+                    .with_parent(&self.cancel);
+                let args = crate::tool_call::ToolCallArgs {
+                    leases: self.ctx.leases.clone(),
+                    client: route.client,
+                    invocation: crate::ports::ToolInvocation {
+                        name: name.to_owned(),
+                        arguments: request.arguments,
+                        idempotency_key: key,
+                    },
+                    spec,
+                    reply_to: myself.clone(),
+                    step,
+                    index,
+                    attempt,
+                };
+                let name = self.adopt(&path, step, Some(index), attempt);
+                let me = myself.clone();
+                let cell = myself.get_cell();
+                tokio::spawn(async move {
+                    if let Err(error) =
+                        crate::tool_call::ToolCallActor::spawn_linked(name, args, cell).await
+                    {
+                        let _ = me.send_message(LoopMsg::CallDone {
+                            step,
+                            index,
+                            attempt,
+                            outcome: Err(ChildEnd::Failed {
+                                reason: format!("could not start the tool call: {error}"),
+                                retryable: true,
+                            }),
+                        });
+                    }
+                });
+            }
+        }
+    }
+
+    fn close_milestone(&mut self, arguments: &serde_json::Value) -> String {
+        let Some(name) = arguments
+            .get("milestone")
+            .and_then(serde_json::Value::as_str)
+        else {
+            return "error: `complete_milestone` needs {\"milestone\": \"<name>\"}".to_owned();
+        };
+        match self.state.milestones_open.iter().position(|m| m == name) {
+            Some(at) => {
+                let closed = self.state.milestones_open.remove(at);
+                self.state.milestones_closed.push(closed);
+                format!("milestone `{name}` closed")
+            }
+            None if self.state.milestones_closed.iter().any(|m| m == name) => {
+                format!("milestone `{name}` was already closed")
+            }
+            None => format!("error: there is no open milestone named `{name}`"),
+        }
+    }
+
+    fn start_worker(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: usize,
+        attempt: u32,
+        request: &ToolCallRequest,
+    ) {
+        let kind = request
+            .arguments
+            .get("kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let task = request
+            .arguments
+            .get("task")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if !self.ctx.flow.workers.contains_key(&kind) || task.is_empty() {
+            let _ = myself.send_message(LoopMsg::CallDone {
+                step,
+                index,
+                attempt,
+                outcome: Ok(format!(
+                    "error: `spawn_worker` needs {{\"kind\": one of {:?}, \"task\": \"…\"}}",
+                    self.ctx.flow.workers.keys().collect::<Vec<_>>()
+                )),
+            });
+            return;
+        }
+        self.state.spawns += 1;
+        let number = self.ctx.next_worker_number();
+        let path = format!("{}/worker:{kind}:{number}", self.path);
+        self.ctx.emit(
+            &path,
+            EventKind::WorkerSpawned {
+                worker: kind.clone(),
+                task: task.clone(),
+            },
+        );
+        let spec = self
+            .ctx
+            .spec(LeaseKind::WorkerStep, &format!("worker:{kind}"), &path)
+            .with_transcript_tail(self.transcript_tail())
+            .with_nudges(self.nudges.clone())
+            .with_parent(&self.cancel);
+        crate::worker::start_worker_call(crate::worker::WorkerCall {
+            ctx: self.ctx.clone(),
+            kind,
+            task,
+            path,
+            spec,
+            parent: myself.clone(),
+            parent_cancel: self.cancel.clone(),
+            step,
+            index,
+            attempt,
+        });
+    }
+
+    async fn call_done(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: usize,
+        attempt: u32,
+        outcome: Result<String, ChildEnd>,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Calls || step != self.state.steps {
+            return None;
+        }
+        let call = self.calls.get_mut(index)?;
+        if call.attempt != attempt || !call.running {
+            return None;
+        }
+        call.running = false;
+        let subject = call.request.name.clone();
+        self.children
+            .retain(|_, c| *c != (step, Some(index), attempt));
+        match outcome {
+            Ok(result) => {
+                if let Some(call) = self.calls.get_mut(index) {
+                    call.result = Some(result);
+                }
+                if subject != SPAWN_WORKER_TOOL && subject != COMPLETE_MILESTONE_TOOL {
+                    self.ctx.emit(
+                        &format!("{}/tool_call:{step}.{index}", self.path),
+                        EventKind::ToolCallFinished {
+                            tool: subject,
+                            idempotency_key: self.idempotency_key(step, index),
+                            attempt,
+                            outcome: CallOutcome::Ok,
+                        },
+                    );
+                }
+            }
+            Err(end) => {
+                if subject != SPAWN_WORKER_TOOL {
+                    self.ctx.emit(
+                        &format!("{}/tool_call:{step}.{index}", self.path),
+                        EventKind::ToolCallFinished {
+                            tool: subject.clone(),
+                            idempotency_key: self.idempotency_key(step, index),
+                            attempt,
+                            outcome: call_outcome(&end),
+                        },
+                    );
+                }
+                if let Some(ended) =
+                    self.child_failed(myself, step, Some(index), attempt, end, &subject)
+                {
+                    return Some(ended);
+                }
+            }
+        }
+        self.finish_step_if_done(myself).await
+    }
+
+    /// When every call of the step has a result: feed them to the
+    /// transcript, save the snapshot, and go on.
+    async fn finish_step_if_done(&mut self, myself: &ActorRef<LoopMsg>) -> Option<LoopEnd> {
+        if self.phase != Phase::Calls || self.calls.iter().any(|c| c.result.is_none()) {
+            return None;
+        }
+        for call in std::mem::take(&mut self.calls) {
+            self.state.transcript.push(ChatMessage::tool(
+                call.request.id,
+                call.result.unwrap_or_default(),
+            ));
+        }
+        if let Some(evidence) = &self.step_evidence {
+            evidence.progress(format!("step {} done", self.state.steps));
+        }
+        self.phase = Phase::Idle;
+        self.save(RunStatus::Running).await;
+        let _ = myself.send_message(LoopMsg::Next);
+        None
+    }
+
+    /// Applies the strategy to a child's abnormal end.
+    fn child_failed(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: Option<usize>,
+        attempt: u32,
+        end: ChildEnd,
+        subject: &str,
+    ) -> Option<LoopEnd> {
+        let kind = match index.and_then(|i| self.calls.get(i)) {
+            None => ChildKind::ModelCall,
+            Some(call) if call.request.name == SPAWN_WORKER_TOOL => ChildKind::Worker,
+            Some(_) => ChildKind::ToolCall,
+        };
+        let child_path = match index {
+            None => format!("{}/model_call:{step}", self.path),
+            Some(i) => format!("{}/tool_call:{step}.{i}", self.path),
+        };
+        let info = ChildInfo {
+            path: child_path.clone(),
+            kind,
+            subject: subject.to_owned(),
+            attempt,
+        };
+        let action = self
+            .strategy
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .decide(&info, &end, tokio::time::Instant::now());
+        match action {
+            SupervisionAction::Restart { after } => {
+                self.ctx.emit(
+                    &child_path,
+                    EventKind::Restarted {
+                        attempt: attempt + 1,
+                        delay_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                        reason: describe_end(&end),
+                    },
+                );
+                let me = myself.clone();
+                let gate = self.ctx.gate.subscribe();
+                let cancel = self.cancel.clone();
+                let retry = LoopMsg::Retry {
+                    step,
+                    index,
+                    attempt: attempt + 1,
+                };
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = cancel.cancelled() => {}
+                        () = tokio::time::sleep(after) => {
+                            let mut gate = gate;
+                            if gate.wait_for(|g| *g != Gate::Paused).await.is_ok_and(|g| *g == Gate::Open) {
+                                let _ = me.send_message(retry);
+                            }
+                        }
+                    }
+                });
+                None
+            }
+            SupervisionAction::Pause { reason } => {
+                self.escalate(reason.clone(), subject, None);
+                match index {
+                    // The model call is made again after the resume, with the
+                    // person's guidance in its messages.
+                    None => {
+                        self.when_open(
+                            myself,
+                            LoopMsg::Retry {
+                                step,
+                                index: None,
+                                attempt: attempt + 1,
+                            },
+                        );
+                    }
+                    Some(i) => {
+                        if let Some(call) = self.calls.get_mut(i) {
+                            call.result = Some(format!(
+                                "escalated to a person, who will answer in the next message: {reason}"
+                            ));
+                        }
+                    }
+                }
+                None
+            }
+            SupervisionAction::Fail { reason } => {
+                self.phase = Phase::Done;
+                Some(LoopEnd::Failed(reason))
+            }
+            SupervisionAction::Ignore => {
+                if let Some(i) = index
+                    && let Some(call) = self.calls.get_mut(i)
+                {
+                    call.result = Some(format!("error: {}", describe_end(&end)));
+                }
+                None
+            }
+        }
+    }
+
+    fn retry(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: Option<usize>,
+        attempt: u32,
+    ) -> Option<LoopEnd> {
+        if step != self.state.steps {
+            return None;
+        }
+        if *self.ctx.gate.borrow() != Gate::Open {
+            self.when_open(
+                myself,
+                LoopMsg::Retry {
+                    step,
+                    index,
+                    attempt,
+                },
+            );
+            return None;
+        }
+        match index {
+            None if self.phase == Phase::Model
+                && !self.model_running
+                && attempt == self.model_attempt + 1 =>
+            {
+                self.take_nudges();
+                self.start_model_call(myself, attempt);
+            }
+            Some(i)
+                if self.phase == Phase::Calls
+                    && self.calls.get(i).is_some_and(|c| {
+                        c.result.is_none() && !c.running && c.attempt + 1 == attempt
+                    }) =>
+            {
+                self.start_call(myself, i, attempt);
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Pauses the run: closes the gate and stops the clocks at once, so this
+    /// loop starts nothing more, then asks the root to record the pause.
+    fn escalate(&self, reason: String, subject: &str, evidence: Option<EvidenceSummary>) {
+        self.ctx.gate.send_if_modified(|gate| {
+            let open = *gate == Gate::Open;
+            if open {
+                *gate = Gate::Paused;
+            }
+            open
+        });
+        let _ = self
+            .ctx
+            .leases
+            .actor()
+            .send_message(crate::lease::LeaseMsg::Pause);
+        if let Some(root) = self.ctx.root.get() {
+            let _ = root.send_message(LoopMsg::Escalate(Box::new(Escalation {
+                path: self.path.clone(),
+                reason,
+                subject: subject.to_owned(),
+                evidence,
+                nudges: self.nudges.clone(),
+            })));
+        }
+    }
+
+    /// Saves the loop's snapshot.
+    pub(crate) async fn save(&self, status: RunStatus) {
+        let snapshot = Snapshot {
+            run_id: self.ctx.run_id.clone(),
+            path: self.path.clone(),
+            step: self.state.steps,
+            status,
+            state: serde_json::to_value(&self.state).unwrap_or_default(),
+        };
+        if let Err(error) = self.ctx.store.save_snapshot(snapshot).await {
+            tracing::error!(run_id = %self.ctx.run_id, path = %self.path, %error, "snapshot not saved");
+        }
+    }
+
+    /// Maps ractor's report of a child actor's panic to the child's end.
+    pub(crate) fn child_panicked(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        cell: &ActorCell,
+        message: String,
+    ) {
+        let Some((step, index, attempt)) =
+            cell.get_name().and_then(|name| self.children.remove(&name))
+        else {
+            return;
+        };
+        let end = ChildEnd::Panicked { message };
+        let _ = match index {
+            None => myself.send_message(LoopMsg::ModelDone {
+                step,
+                attempt,
+                outcome: Err(end),
+            }),
+            Some(index) => myself.send_message(LoopMsg::CallDone {
+                step,
+                index,
+                attempt,
+                outcome: Err(end),
+            }),
+        };
+    }
+
+    /// Names a child actor and remembers which call it is, so its panic can
+    /// be traced to its call.
+    fn adopt(&mut self, path: &str, step: u32, index: Option<usize>, attempt: u32) -> String {
+        let name = format!("{}/{path}#{attempt}", self.ctx.run_id);
+        self.children.insert(name.clone(), (step, index, attempt));
+        name
+    }
+}
+
+/// How a child's end reads in a restart event or an error result.
+pub(crate) fn describe_end(end: &ChildEnd) -> String {
+    match end {
+        ChildEnd::Completed => "completed".to_owned(),
+        ChildEnd::Intervened { reason } => format!("intervened: {reason}"),
+        ChildEnd::Escalated { reason } => format!("escalated: {reason}"),
+        ChildEnd::Failed { reason, .. } => format!("failed: {reason}"),
+        ChildEnd::Panicked { message } => format!("panicked: {message}"),
+        ChildEnd::Capped { max_renewals } => {
+            format!("stopped by the renewal cap (max_renewals = {max_renewals})")
+        }
+    }
+}
+
+/// The event outcome of a child's end.
+pub(crate) fn call_outcome(end: &ChildEnd) -> CallOutcome {
+    match end {
+        ChildEnd::Completed => CallOutcome::Ok,
+        ChildEnd::Intervened { .. } => CallOutcome::Intervened,
+        ChildEnd::Escalated { .. } => CallOutcome::Escalated,
+        ChildEnd::Failed { .. } => CallOutcome::Error,
+        ChildEnd::Panicked { .. } => CallOutcome::Panicked,
+        ChildEnd::Capped { .. } => CallOutcome::Capped,
+    }
+}
+
+/// A lease's end as a child's end; `None` when the parent cancelled it.
+pub(crate) fn lease_end(error: LeaseError) -> Option<ChildEnd> {
+    match error {
+        LeaseError::Intervened { reason } => Some(ChildEnd::Intervened { reason }),
+        LeaseError::Escalated { reason } => Some(ChildEnd::Escalated { reason }),
+        LeaseError::RenewalCapReached { max_renewals } => Some(ChildEnd::Capped { max_renewals }),
+        LeaseError::Panicked { message } => Some(ChildEnd::Panicked { message }),
+        LeaseError::Cancelled => None,
+        LeaseError::LeaseActorGone => Some(ChildEnd::Failed {
+            reason: "the run's lease actor is gone".to_owned(),
+            retryable: false,
+        }),
+    }
+}
+
+fn spawn_worker_definition(workers: &BTreeMap<String, crate::flow::WorkerKind>) -> ToolDefinition {
+    let kinds: Vec<&String> = workers.keys().collect();
+    ToolDefinition {
+        name: SPAWN_WORKER_TOOL.to_owned(),
+        description: "Spawn a worker agent with its own loop and step budget; its final answer \
+                      is this call's result."
+            .to_owned(),
+        input_schema: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "enum": kinds},
+                "task": {"type": "string"}
+            },
+            "required": ["kind", "task"]
+        }),
+        idempotent: Some(false),
+    }
+}
+
+fn complete_milestone_definition(milestones: &[String]) -> ToolDefinition {
+    ToolDefinition {
+        name: COMPLETE_MILESTONE_TOOL.to_owned(),
+        description: "Mark one of the run's milestones as done.".to_owned(),
+        input_schema: serde_json::json!({
+            "type": "object",
+            "properties": {"milestone": {"type": "string", "enum": milestones}},
+            "required": ["milestone"]
+        }),
+        idempotent: Some(true),
+    }
+}

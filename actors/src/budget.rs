@@ -1,0 +1,482 @@
+//! Budget checkpoints: whether a loop that has used up its steps gets more.
+//!
+//! A step budget (`max_steps`) is an *allocation*, not a failure detector,
+//! so running out of it must not end a loop by itself. When a loop — the
+//! root **or any worker** — has taken as many steps as its current limit
+//! ([`checkpoint_due`]), it asks its checkpoint, showing the real state in a
+//! [`BudgetEvaluationRequest`]: steps used and declared, tool calls, spawns,
+//! milestones closed and open, extensions used and left. The checkpoint
+//! applies these rules, in order:
+//!
+//! 1. **Unlimited stays unlimited.** A limit of 0 is unlimited: the answer is
+//!    [`BudgetDecision::Unlimited`], with no event and no evaluator call, so
+//!    an extension can never turn an unlimited budget into a finite cap.
+//! 2. **Cap.** At most [`BudgetConfig::max_extensions`] (default 3)
+//!    extensions per loop, whatever the evaluator says: with no extensions
+//!    left — as the request counts them, or because `extensions_used` has
+//!    reached the configured cap — the loop wraps up (`decided_by = cap`)
+//!    and no evaluator is asked.
+//! 3. **Breaker.** With no evaluator configured the loop wraps up
+//!    (`decided_by = breaker`). Ambiguity on a budget wraps up — the
+//!    opposite of a lease, which renews — because the costs of being wrong
+//!    are opposite: waiting longer on work already in flight is free, while
+//!    every extended step costs real model calls.
+//! 4. **Evaluator.** Otherwise the evaluator is asked, under a flat timeout
+//!    (default 15 s) that is a deadline on purpose and never a lease: its
+//!    work has a known duration. Its answer must be the strict JSON of
+//!    [`parse_budget_decision`]. A transport error, a timeout, a panic or a
+//!    refused answer wraps up by the breaker; a valid `WRAP_UP` wraps up; a
+//!    valid `EXTEND` grants the **proportional** extension:
+//!
+//! ```text
+//! granted   = max(1, ceil(limit × clamp(confidence, min_confidence, 1)))
+//! new_limit = limit + granted            (saturating)
+//! ```
+//!
+//! The extension is proportional to the current limit, not a flat number of
+//! steps, because a flat increment quietly re-imposes the very ceiling the
+//! checkpoint exists to remove: "+5 steps" is generous for a loop declared
+//! with 3 and meaningless for one declared with 200. Being proportional to
+//! the *current* limit, extensions compound — a loop declared with 3 steps,
+//! extended three times at full confidence, goes 3 → 6 → 12 → 24 — and it is
+//! the cap on extensions that bounds the growth (at most 2³ × the declared
+//! steps). `min_confidence` (default 0.25) floors a hesitant `EXTEND`, so an
+//! extension the evaluator chose to grant is always worth taking; the
+//! confidence counts to the millionth (see [`proportional_extension`]).
+//!
+//! Every decision but `Unlimited` is published as a `budget_extended` or
+//! `budget_exhausted` event carrying its [`BudgetRecord`], the audit trail,
+//! *before* the loop gets its reply. Evaluator calls are attributed to the
+//! consumer [`BUDGET_CONSUMER`], and accounted even when they fail. The actor
+//! never awaits an evaluation in its handler: each runs in a task of its own
+//! that replies when done, so one slow evaluation never delays another
+//! loop's checkpoint.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use leasehold_actors::budget::{
+//!     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
+//! };
+//! use leasehold_actors::event::EventBus;
+//! use leasehold_actors::ports::BudgetEvaluationRequest;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let checkpoint = BudgetCheckpointActor::start(BudgetCheckpointArgs {
+//!     config: BudgetConfig::default(),
+//!     evaluator: None,
+//!     events: Arc::new(EventBus::new()),
+//! })
+//! .await?;
+//! let request = BudgetEvaluationRequest {
+//!     run_id: "run-1".into(),
+//!     path: "run".into(),
+//!     steps_used: 3,
+//!     steps_declared: 3,
+//!     limit: 3,
+//!     tool_calls: 2,
+//!     spawns: 0,
+//!     milestones_closed: vec![],
+//!     milestones_open: vec!["answer".into()],
+//!     extensions_used: 0,
+//!     extensions_left: 3,
+//!     transcript_tail: Arc::new([]),
+//! };
+//! // No evaluator is configured: ambiguity on a budget wraps up.
+//! let decision = BudgetCheckpointActor::check(&checkpoint, request).await;
+//! assert!(matches!(decision, BudgetDecision::WrapUp { .. }));
+//! # Ok(())
+//! # }
+//! ```
+
+mod extension;
+mod parse;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::error::ConfigError;
+use crate::event::{BudgetRecord, EventKind};
+use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
+use crate::watchdog::{DecidedBy, EvaluatorUsage, StartError};
+
+pub use extension::{checkpoint_due, proportional_extension};
+pub use parse::{BudgetParseError, ParsedBudgetDecision, parse_budget_decision};
+
+/// The consumer that evaluator calls of budget checkpoints are attributed to.
+pub const BUDGET_CONSUMER: &str = "engine.budget";
+
+/// A budget checkpoint's policy parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetConfig {
+    /// Extensions one loop may get in all, whatever the evaluator says
+    /// (default 3).
+    pub max_extensions: u32,
+    /// The flat timeout of one evaluation (default 15 s).
+    pub evaluator_timeout: Duration,
+    /// The least confidence an `EXTEND` is weighted by, in (0, 1]
+    /// (default 0.25).
+    pub min_confidence: f64,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        Self {
+            max_extensions: 3,
+            evaluator_timeout: Duration::from_secs(15),
+            min_confidence: 0.25,
+        }
+    }
+}
+
+impl BudgetConfig {
+    /// Refuses a zero evaluator timeout (`budget.evaluator_timeout`) and a
+    /// `min_confidence` outside (0, 1] (`budget.min_confidence`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.evaluator_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "budget.evaluator_timeout",
+                "a duration above 0",
+                "0",
+            ));
+        }
+        // Written so that NaN fails it too.
+        let in_range = self.min_confidence > 0.0 && self.min_confidence <= 1.0;
+        if !in_range {
+            return Err(ConfigError::new(
+                "budget.min_confidence",
+                "a number in (0, 1]",
+                self.min_confidence,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A checkpoint's decision.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BudgetDecision {
+    /// Keep stepping: the limit grew by `granted` to `new_limit`.
+    Extend {
+        /// Steps added (`new_limit - limit`).
+        granted: u32,
+        /// The loop's limit from now on.
+        new_limit: u32,
+    },
+    /// Stop stepping and wrap up.
+    WrapUp {
+        /// Why, in words (also in the `budget_exhausted` record).
+        reason: String,
+    },
+    /// The limit is unlimited (0): keep stepping; nothing was decided and
+    /// nothing recorded.
+    Unlimited,
+}
+
+/// Where a checkpoint's decision goes. Called exactly once: if it is dropped
+/// unanswered (the checkpoint went away), it answers `WrapUp` by the
+/// breaker, so a loop can never wait forever for its checkpoint.
+pub struct BudgetReply(Option<Box<dyn FnOnce(BudgetDecision) + Send>>);
+
+impl BudgetReply {
+    /// A reply that calls `f` with the decision.
+    pub fn new(f: impl FnOnce(BudgetDecision) + Send + 'static) -> Self {
+        Self(Some(Box::new(f)))
+    }
+
+    /// A reply into a oneshot channel, for callers that await the decision.
+    pub fn oneshot() -> (Self, oneshot::Receiver<BudgetDecision>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Self::new(move |d| {
+                let _ = tx.send(d);
+            }),
+            rx,
+        )
+    }
+
+    /// Delivers `decision`.
+    pub fn send(mut self, decision: BudgetDecision) {
+        if let Some(f) = self.0.take() {
+            f(decision);
+        }
+    }
+}
+
+impl Drop for BudgetReply {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            tracing::warn!("a budget checkpoint request was dropped unanswered; wrapping up");
+            f(BudgetDecision::WrapUp {
+                reason: "breaker: the budget checkpoint dropped the request unanswered".into(),
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for BudgetReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BudgetReply")
+    }
+}
+
+/// The budget checkpoint's messages.
+#[derive(Debug)]
+pub enum BudgetMsg {
+    /// Decide whether a loop that used up its steps gets more, and reply.
+    Check(Box<(BudgetEvaluationRequest, BudgetReply)>),
+}
+
+/// What a budget checkpoint is started with.
+pub struct BudgetCheckpointArgs {
+    /// Its policy.
+    pub config: BudgetConfig,
+    /// The evaluator; with none, every checkpoint that is not unlimited
+    /// wraps up by the breaker.
+    pub evaluator: Option<Arc<dyn Evaluator>>,
+    /// Where `budget_extended` / `budget_exhausted` records go.
+    pub events: Arc<dyn EventSink>,
+}
+
+/// The budget checkpoint actor. It keeps no per-loop state (each request
+/// carries the loop's figures), so one can serve many loops; it never
+/// blocks on an evaluation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BudgetCheckpointActor;
+
+/// The budget checkpoint's state.
+pub struct BudgetCheckpointState {
+    config: BudgetConfig,
+    evaluator: Option<Arc<dyn Evaluator>>,
+    events: Arc<dyn EventSink>,
+}
+
+impl BudgetCheckpointActor {
+    /// Validates `args.config` and spawns an unlinked checkpoint. (Linked
+    /// spawning through [`Actor::spawn_linked`] validates the same way, in
+    /// `pre_start`.)
+    pub async fn start(args: BudgetCheckpointArgs) -> Result<ActorRef<BudgetMsg>, StartError> {
+        args.config.validate()?;
+        let (actor, _) = Actor::spawn(None, BudgetCheckpointActor, args)
+            .await
+            .map_err(|e| StartError::Spawn(e.to_string()))?;
+        Ok(actor)
+    }
+
+    /// Asks `actor` whether the loop of `request` gets more steps, and waits
+    /// for the decision. A checkpoint that is gone answers `WrapUp`.
+    pub async fn check(
+        actor: &ActorRef<BudgetMsg>,
+        request: BudgetEvaluationRequest,
+    ) -> BudgetDecision {
+        let (reply, rx) = BudgetReply::oneshot();
+        // If the send fails the reply is dropped, which answers the breaker's WrapUp.
+        let _ = actor.send_message(BudgetMsg::Check(Box::new((request, reply))));
+        rx.await.unwrap_or_else(|_| BudgetDecision::WrapUp {
+            reason: "breaker: the budget checkpoint dropped the request".into(),
+        })
+    }
+}
+
+impl Actor for BudgetCheckpointActor {
+    type Msg = BudgetMsg;
+    type State = BudgetCheckpointState;
+    type Arguments = BudgetCheckpointArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        args.config.validate()?;
+        Ok(BudgetCheckpointState {
+            config: args.config,
+            evaluator: args.evaluator,
+            events: args.events,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            BudgetMsg::Check(check) => {
+                let (request, reply) = *check;
+                state.check(request, reply);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A decision with what the record needs beside it.
+struct Judgement {
+    decision: BudgetDecision,
+    reason: String,
+    decided_by: DecidedBy,
+    confidence: Option<f64>,
+}
+
+impl Judgement {
+    fn wrap_up(decided_by: DecidedBy, reason: String, confidence: Option<f64>) -> Self {
+        Self {
+            decision: BudgetDecision::WrapUp {
+                reason: reason.clone(),
+            },
+            reason,
+            decided_by,
+            confidence,
+        }
+    }
+}
+
+impl BudgetCheckpointState {
+    fn check(&self, request: BudgetEvaluationRequest, reply: BudgetReply) {
+        if request.limit == 0 {
+            return reply.send(BudgetDecision::Unlimited);
+        }
+        let max_extensions = self.config.max_extensions;
+        if request.extensions_used >= max_extensions {
+            let reason = format!("no extensions left: max_extensions = {max_extensions}");
+            let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
+            return publish(&*self.events, &request, judgement, None, reply);
+        }
+        if request.extensions_left == 0 {
+            let reason = format!(
+                "no extensions left: {} used, none left",
+                request.extensions_used
+            );
+            let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
+            return publish(&*self.events, &request, judgement, None, reply);
+        }
+        let Some(evaluator) = self.evaluator.clone() else {
+            let reason = "no evaluator is configured: wrapping up".to_owned();
+            let judgement = Judgement::wrap_up(DecidedBy::Breaker, reason, None);
+            return publish(&*self.events, &request, judgement, None, reply);
+        };
+
+        let config = self.config;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let (judgement, cost) = evaluate(evaluator, request.clone(), config).await;
+            let usage = EvaluatorUsage {
+                latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                cost,
+                consumer: BUDGET_CONSUMER.to_owned(),
+            };
+            publish(&*events, &request, judgement, Some(usage), reply);
+        });
+    }
+}
+
+/// Runs one evaluation under the flat timeout and turns every failure into a
+/// breaker `WrapUp`.
+async fn evaluate(
+    evaluator: Arc<dyn Evaluator>,
+    request: BudgetEvaluationRequest,
+    config: BudgetConfig,
+) -> (Judgement, TokenCost) {
+    let limit = request.limit;
+    let timeout = config.evaluator_timeout;
+    // A task of its own, so that a panicking evaluator — even one that
+    // panics before returning its future — is a failure like any other
+    // rather than a lost reply.
+    let task = tokio::spawn(async move { evaluator.evaluate_budget(request).await });
+    let abort = task.abort_handle();
+    let breaker = |reason: String, cost: TokenCost| {
+        (Judgement::wrap_up(DecidedBy::Breaker, reason, None), cost)
+    };
+    match tokio::time::timeout(timeout, task).await {
+        Err(_) => {
+            abort.abort();
+            breaker(
+                format!(
+                    "breaker: the evaluator did not answer within {} ms: wrapping up",
+                    timeout.as_millis()
+                ),
+                TokenCost::default(),
+            )
+        }
+        Ok(Err(join)) => breaker(
+            format!("breaker: the evaluator panicked: {join}: wrapping up"),
+            TokenCost::default(),
+        ),
+        Ok(Ok(Err(error))) => breaker(
+            format!("breaker: {error}: wrapping up"),
+            TokenCost::default(),
+        ),
+        Ok(Ok(Ok(answer))) => match parse_budget_decision(&answer.text) {
+            Ok(parsed) if parsed.extend => {
+                let new_limit = limit.saturating_add(proportional_extension(
+                    limit,
+                    parsed.confidence,
+                    config.min_confidence,
+                ));
+                let judgement = Judgement {
+                    decision: BudgetDecision::Extend {
+                        granted: new_limit.saturating_sub(limit),
+                        new_limit,
+                    },
+                    reason: parsed.reason,
+                    decided_by: DecidedBy::Evaluator,
+                    confidence: Some(parsed.confidence),
+                };
+                (judgement, answer.cost)
+            }
+            Ok(parsed) => (
+                Judgement::wrap_up(DecidedBy::Evaluator, parsed.reason, Some(parsed.confidence)),
+                answer.cost,
+            ),
+            Err(error) => breaker(
+                format!("breaker: the evaluator's answer was refused: {error}: wrapping up"),
+                answer.cost,
+            ),
+        },
+    }
+}
+
+/// Publishes the budget record, then delivers the decision, so the record
+/// always precedes the decision's consequences on the event stream.
+fn publish(
+    events: &dyn EventSink,
+    request: &BudgetEvaluationRequest,
+    judgement: Judgement,
+    evaluator: Option<EvaluatorUsage>,
+    reply: BudgetReply,
+) {
+    let (extended, new_limit) = match judgement.decision {
+        BudgetDecision::Extend { new_limit, .. } => (true, new_limit),
+        BudgetDecision::WrapUp { .. } | BudgetDecision::Unlimited => (false, request.limit),
+    };
+    let record = BudgetRecord {
+        steps_used: request.steps_used,
+        steps_declared: request.steps_declared,
+        limit: request.limit,
+        new_limit,
+        tool_calls: request.tool_calls,
+        spawns: request.spawns,
+        milestones_closed: request.milestones_closed.clone(),
+        milestones_open: request.milestones_open.clone(),
+        extensions_used: request.extensions_used,
+        extensions_left: request.extensions_left,
+        reason: judgement.reason,
+        decided_by: judgement.decided_by,
+        confidence: judgement.confidence,
+        evaluator,
+    };
+    let kind = if extended {
+        EventKind::BudgetExtended(record)
+    } else {
+        EventKind::BudgetExhausted(record)
+    };
+    events.emit(&request.run_id, &request.path, kind);
+    reply.send(judgement.decision);
+}

@@ -1,0 +1,572 @@
+//! Flows: what one run does, as data.
+//!
+//! A [`Flow`] names the task, the root loop's step limit, the MCP tool
+//! servers the run may use, the kinds of worker it may spawn, its milestones,
+//! and per-flow overrides of the runtime's lease, supervision and budget
+//! configuration. It is read from TOML or JSON (the `leasehold` crate's
+//! `flow_file` module loads files); this module holds the types and the
+//! checks.
+//!
+//! Two guarantees:
+//!
+//! * **Nothing is silently ignored.** Every table refuses unknown keys, so a
+//!   misspelt `tool_cal` is an error, not a lease that quietly keeps the
+//!   runtime's length.
+//! * **Every refusal names its key.** [`Flow::validate`] and the file loaders
+//!   return a [`FlowError`] whose `path` is the offending key, in the form
+//!   `leases.tool_call`, `workers.research.max_steps` or `tools[1].command`
+//!   (`.` for the document itself).
+//!
+//! Durations are written the way people say them — `"250ms"`, `"90s"`,
+//! `"5m"`, `"1h 30m"` — and serialized back the same way. Overrides left out
+//! keep the runtime's configuration; [`Flow::lease_config`] and
+//! [`Flow::watchdog_config`] apply them.
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold_actors::flow::Flow;
+//! use leasehold_actors::lease::LeaseConfig;
+//!
+//! let flow: Flow = serde_json::from_str(r#"{
+//!     "name": "triage",
+//!     "task": "Sort the open issues by urgency.",
+//!     "max_steps": 20,
+//!     "leases": { "tool_call": "90s" }
+//! }"#)?;
+//! flow.validate()?;
+//! assert!(flow.stream);
+//! let lease = flow.lease_config(LeaseConfig::default());
+//! assert_eq!(lease.tool_call, Duration::from_secs(90));
+//! assert_eq!(lease.worker_step, LeaseConfig::default().worker_step);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lease::LeaseConfig;
+use crate::watchdog::WatchdogConfig;
+
+/// A flow: what one run does. TOML or JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flow {
+    /// The flow's name, shown in events and listings.
+    pub name: String,
+    /// What the run is asked to do: the root loop's first user message.
+    pub task: String,
+    /// The root loop's system prompt (default empty).
+    #[serde(default)]
+    pub system_prompt: String,
+    /// Steps of the root loop; 0 = unlimited.
+    pub max_steps: u32,
+    /// Stream model answers (lease kind `model_stream`) or not
+    /// (`model_blocking`). Default true.
+    #[serde(default = "stream_by_default")]
+    pub stream: bool,
+    /// The MCP servers the run may use.
+    #[serde(default)]
+    pub tools: Vec<ToolServer>,
+    /// The kinds of worker the run may spawn, by name.
+    #[serde(default)]
+    pub workers: BTreeMap<String, WorkerKind>,
+    /// Milestones the root loop reports as it reaches them.
+    #[serde(default)]
+    pub milestones: Vec<String>,
+    /// Lease overrides.
+    #[serde(default)]
+    pub leases: LeaseOverrides,
+    /// Supervision overrides.
+    #[serde(default)]
+    pub supervision: SupervisionOverrides,
+    /// Budget overrides.
+    #[serde(default)]
+    pub budget: BudgetOverrides,
+}
+
+fn stream_by_default() -> bool {
+    true
+}
+
+/// An MCP server the run may use: exactly one of `command` (stdio child
+/// process: program and arguments) or `url` (streamable HTTP).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolServer {
+    /// The server's name, unique in the flow; workers name it in `tools`.
+    pub name: String,
+    /// A stdio server: the program and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// A streamable-HTTP server: its `http://` or `https://` address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Environment variables of a stdio server's process.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Per-tool idempotency where known: tool name → idempotent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub idempotent: BTreeMap<String, bool>,
+}
+
+/// A kind of worker the run may spawn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerKind {
+    /// The worker's system prompt.
+    pub prompt: String,
+    /// Steps of the worker's loop; 0 = unlimited.
+    pub max_steps: u32,
+    /// Names of tool servers it may use; `None` = all of the flow's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Milestones the worker reports as it reaches them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub milestones: Vec<String>,
+}
+
+/// Per-flow lease overrides; `None` keeps the runtime's configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseOverrides {
+    /// Lease of a streaming model call.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub model_stream: Option<Duration>,
+    /// Lease of a blocking model call.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub model_blocking: Option<Duration>,
+    /// Lease of a tool call.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tool_call: Option<Duration>,
+    /// Lease of a worker step.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub worker_step: Option<Duration>,
+    /// Renewals a lease may have before its next expiry stops the operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_renewals: Option<u32>,
+    /// Expiries the watchdog renews without asking the evaluator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_renewals: Option<u32>,
+}
+
+/// What a supervisor does when a child fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrategyKind {
+    /// Restart the failed child, within the restart limit.
+    Restart,
+    /// Fail the parent at the first failure.
+    FailFast,
+}
+
+/// Per-flow supervision overrides; `None` keeps the runtime's configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupervisionOverrides {
+    /// The restart strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<StrategyKind>,
+    /// Restarts allowed within `restart_window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// The window `max_restarts` counts over.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub restart_window: Option<Duration>,
+    /// The first restart's backoff.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backoff_initial: Option<Duration>,
+    /// The cap of the growing backoff.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backoff_max: Option<Duration>,
+    /// Random spread of each backoff, as a fraction in `[0, 1]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<f64>,
+}
+
+/// Per-flow budget overrides; `None` keeps the runtime's configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetOverrides {
+    /// Budget extensions the run may be granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_extensions: Option<u32>,
+}
+
+/// A flow that was refused: names the path of the offending key (e.g.
+/// `leases.tool_call`, `workers.research.max_steps`, `tools[1].command`; `.`
+/// for the document itself) and what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("flow refused at `{path}`: {message}")]
+pub struct FlowError {
+    /// The offending key's path.
+    pub path: String,
+    /// What was wrong with it.
+    pub message: String,
+}
+
+impl FlowError {
+    /// A refusal of the key at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Flow {
+    /// Semantic checks after parsing, each naming the path: name and task
+    /// non-empty; each tool server has exactly one of `command` (non-empty)
+    /// or `url` (`http://` or `https://`); server names unique and non-empty;
+    /// a worker's `tools` only names declared servers; worker prompt
+    /// non-empty; durations above 0; `free_renewals` ≤ `max_renewals` when
+    /// both given; `jitter` in `[0, 1]`; `backoff_max` ≥ `backoff_initial`
+    /// when both given; milestone names non-empty and unique.
+    pub fn validate(&self) -> Result<(), FlowError> {
+        not_blank("name", &self.name)?;
+        not_blank("task", &self.task)?;
+        self.validate_tools()?;
+        milestones_valid("milestones", &self.milestones)?;
+        for (name, worker) in &self.workers {
+            self.validate_worker(name, worker)?;
+        }
+        self.leases.validate()?;
+        self.supervision.validate()
+    }
+
+    fn validate_tools(&self) -> Result<(), FlowError> {
+        let mut seen = BTreeMap::new();
+        for (i, server) in self.tools.iter().enumerate() {
+            let at = format!("tools[{i}]");
+            not_blank(&format!("{at}.name"), &server.name)?;
+            if let Some(first) = seen.insert(server.name.as_str(), i) {
+                return Err(FlowError::new(
+                    format!("{at}.name"),
+                    format!(
+                        "tool server `{}` is already declared at `tools[{first}]`",
+                        server.name
+                    ),
+                ));
+            }
+            match (&server.command, &server.url) {
+                (Some(_), Some(_)) => {
+                    return Err(FlowError::new(
+                        at,
+                        "expected exactly one of `command` or `url`, got both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(FlowError::new(
+                        at,
+                        "expected exactly one of `command` (a stdio program and its arguments) \
+                         or `url` (streamable HTTP), got neither",
+                    ));
+                }
+                (Some(command), None) => {
+                    if command
+                        .first()
+                        .is_none_or(|program| program.trim().is_empty())
+                    {
+                        return Err(FlowError::new(
+                            format!("{at}.command"),
+                            "expected a program and its arguments, got no program",
+                        ));
+                    }
+                }
+                (None, Some(url)) => {
+                    let host = url
+                        .strip_prefix("https://")
+                        .or_else(|| url.strip_prefix("http://"));
+                    if host.is_none_or(str::is_empty) {
+                        return Err(FlowError::new(
+                            format!("{at}.url"),
+                            format!("expected an http:// or https:// address, got {url:?}"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_worker(&self, name: &str, worker: &WorkerKind) -> Result<(), FlowError> {
+        if name.trim().is_empty() {
+            return Err(FlowError::new(
+                "workers",
+                "expected worker kind names that are not empty, got an empty one",
+            ));
+        }
+        let at = format!("workers.{name}");
+        not_blank(&format!("{at}.prompt"), &worker.prompt)?;
+        if let Some(tools) = &worker.tools {
+            for (j, tool) in tools.iter().enumerate() {
+                if !self.tools.iter().any(|server| server.name == *tool) {
+                    return Err(FlowError::new(
+                        format!("{at}.tools[{j}]"),
+                        format!(
+                            "expected the name of a tool server declared in `tools`, got {tool:?}"
+                        ),
+                    ));
+                }
+            }
+        }
+        milestones_valid(&format!("{at}.milestones"), &worker.milestones)
+    }
+
+    /// The lease configuration with this flow's overrides applied on `base`.
+    pub fn lease_config(&self, base: LeaseConfig) -> LeaseConfig {
+        let o = &self.leases;
+        LeaseConfig {
+            model_stream: o.model_stream.unwrap_or(base.model_stream),
+            model_blocking: o.model_blocking.unwrap_or(base.model_blocking),
+            tool_call: o.tool_call.unwrap_or(base.tool_call),
+            worker_step: o.worker_step.unwrap_or(base.worker_step),
+            max_renewals: o.max_renewals.unwrap_or(base.max_renewals),
+        }
+    }
+
+    /// The watchdog configuration with `free_renewals` overridden.
+    pub fn watchdog_config(&self, base: WatchdogConfig) -> WatchdogConfig {
+        WatchdogConfig {
+            free_renewals: self.leases.free_renewals.unwrap_or(base.free_renewals),
+            ..base
+        }
+    }
+
+    /// Whether tool `tool` of server `server` is known idempotent (`None` =
+    /// unknown).
+    pub fn tool_idempotency(&self, server: &str, tool: &str) -> Option<bool> {
+        self.tools
+            .iter()
+            .find(|s| s.name == server)
+            .and_then(|s| s.idempotent.get(tool).copied())
+    }
+}
+
+impl LeaseOverrides {
+    fn validate(&self) -> Result<(), FlowError> {
+        positive("leases.model_stream", self.model_stream)?;
+        positive("leases.model_blocking", self.model_blocking)?;
+        positive("leases.tool_call", self.tool_call)?;
+        positive("leases.worker_step", self.worker_step)?;
+        if let (Some(free), Some(max)) = (self.free_renewals, self.max_renewals)
+            && free > max
+        {
+            return Err(FlowError::new(
+                "leases.free_renewals",
+                format!("expected at most `leases.max_renewals` ({max}), got {free}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl SupervisionOverrides {
+    fn validate(&self) -> Result<(), FlowError> {
+        positive("supervision.restart_window", self.restart_window)?;
+        positive("supervision.backoff_initial", self.backoff_initial)?;
+        positive("supervision.backoff_max", self.backoff_max)?;
+        if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
+            && max < initial
+        {
+            return Err(FlowError::new(
+                "supervision.backoff_max",
+                format!(
+                    "expected at least `supervision.backoff_initial` ({}), got {}",
+                    humantime::format_duration(initial),
+                    humantime::format_duration(max)
+                ),
+            ));
+        }
+        if let Some(jitter) = self.jitter
+            && !(0.0..=1.0).contains(&jitter)
+        {
+            return Err(FlowError::new(
+                "supervision.jitter",
+                format!("expected a fraction in [0, 1], got {jitter}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn not_blank(path: &str, value: &str) -> Result<(), FlowError> {
+    if value.trim().is_empty() {
+        return Err(FlowError::new(
+            path,
+            "expected a non-empty string, got an empty one",
+        ));
+    }
+    Ok(())
+}
+
+fn positive(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
+    if value.is_some_and(|d| d.is_zero()) {
+        return Err(FlowError::new(path, "expected a duration above 0, got 0s"));
+    }
+    Ok(())
+}
+
+fn milestones_valid(path: &str, milestones: &[String]) -> Result<(), FlowError> {
+    let mut seen = BTreeSet::new();
+    for (i, milestone) in milestones.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        not_blank(&at, milestone)?;
+        if !seen.insert(milestone.as_str()) {
+            return Err(FlowError::new(
+                at,
+                format!("expected unique milestone names, got {milestone:?} twice"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `Option<Duration>` as a humantime string: `"250ms"`, `"90s"`, `"5m"`.
+mod human_duration {
+    use std::fmt;
+    use std::time::Duration;
+
+    use serde::de::{self, Visitor};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const EXPECTED: &str = r#"a duration such as "250ms", "90s" or "5m""#;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.collect_str(&humantime::format_duration(*d)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Option::<Human>::deserialize(d).map(|h| h.map(|Human(d)| d))
+    }
+
+    struct Human(Duration);
+
+    impl<'de> Deserialize<'de> for Human {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_str(HumanVisitor)
+        }
+    }
+
+    struct HumanVisitor;
+
+    impl Visitor<'_> for HumanVisitor {
+        type Value = Human;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(EXPECTED)
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Human, E> {
+            humantime::parse_duration(v)
+                .map(Human)
+                .map_err(|_| E::custom(format_args!("expected {EXPECTED}, got {v:?}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> Flow {
+        serde_json::from_str(r#"{"name": "n", "task": "t", "max_steps": 0}"#).unwrap()
+    }
+
+    #[test]
+    fn durations_round_trip_as_humantime_strings() {
+        let mut flow = minimal();
+        flow.leases.tool_call = Some(Duration::from_secs(30));
+        flow.supervision.backoff_initial = Some(Duration::from_millis(250));
+        let json = serde_json::to_value(&flow).unwrap();
+        assert_eq!(json["leases"]["tool_call"], "30s");
+        assert_eq!(json["supervision"]["backoff_initial"], "250ms");
+        assert_eq!(serde_json::from_value::<Flow>(json).unwrap(), flow);
+    }
+
+    #[test]
+    fn a_bad_duration_string_fails_deserialization() {
+        let err = serde_json::from_str::<LeaseOverrides>(r#"{"tool_call": "fast"}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(r#"expected a duration such as "250ms", "90s" or "5m", got "fast""#),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn defaults_stream_and_keep_the_base_configuration() {
+        let flow = minimal();
+        assert!(flow.stream);
+        flow.validate().unwrap();
+        assert_eq!(
+            flow.lease_config(LeaseConfig::default()),
+            LeaseConfig::default()
+        );
+        assert_eq!(
+            flow.watchdog_config(WatchdogConfig::default()),
+            WatchdogConfig::default()
+        );
+    }
+
+    #[test]
+    fn zero_durations_and_bad_jitter_are_refused_by_path() {
+        let mut flow = minimal();
+        flow.supervision.restart_window = Some(Duration::ZERO);
+        assert_eq!(
+            flow.validate().unwrap_err().path,
+            "supervision.restart_window"
+        );
+        flow.supervision.restart_window = None;
+        flow.supervision.jitter = Some(f64::NAN);
+        assert_eq!(flow.validate().unwrap_err().path, "supervision.jitter");
+        flow.supervision.jitter = Some(1.0);
+        flow.supervision.backoff_initial = Some(Duration::from_secs(2));
+        flow.supervision.backoff_max = Some(Duration::from_secs(1));
+        assert_eq!(flow.validate().unwrap_err().path, "supervision.backoff_max");
+    }
+
+    #[test]
+    fn milestones_must_be_unique_and_named() {
+        let mut flow = minimal();
+        flow.milestones = vec!["a".into(), "a".into()];
+        assert_eq!(flow.validate().unwrap_err().path, "milestones[1]");
+        flow.milestones = vec![" ".into()];
+        assert_eq!(flow.validate().unwrap_err().path, "milestones[0]");
+    }
+}

@@ -1,0 +1,97 @@
+//! `ModelCallActor`: one model call of one step, under a lease.
+//!
+//! The call runs in the lease's task (streaming chunks are its evidence);
+//! the actor waits for its outcome, reports it to its loop and stops. A
+//! panic of the actor itself reaches the loop through ractor's supervision
+//! and is handled like the call's own panic.
+
+use std::sync::Arc;
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+
+use crate::agent::{LoopMsg, lease_end};
+use crate::lease::{LeaseSpec, Leases};
+use crate::ports::{ModelClient, ModelRequest};
+use crate::supervisor::ChildEnd;
+
+/// What a model call is started with.
+pub struct ModelCallArgs {
+    pub(crate) leases: Leases,
+    pub(crate) model: Arc<dyn ModelClient>,
+    pub(crate) request: ModelRequest,
+    pub(crate) spec: LeaseSpec,
+    pub(crate) reply_to: ActorRef<LoopMsg>,
+    pub(crate) step: u32,
+    pub(crate) attempt: u32,
+}
+
+/// One model call under a lease.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ModelCallActor;
+
+impl ModelCallActor {
+    pub(crate) async fn spawn_linked(
+        name: String,
+        args: ModelCallArgs,
+        supervisor: ActorCell,
+    ) -> Result<ActorRef<()>, SpawnErr> {
+        Actor::spawn_linked(Some(name), ModelCallActor, args, supervisor)
+            .await
+            .map(|(actor, _)| actor)
+    }
+}
+
+impl Actor for ModelCallActor {
+    type Msg = ();
+    type State = Option<ModelCallArgs>;
+    type Arguments = ModelCallArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(Some(args))
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(args) = state.take() else {
+            return Ok(());
+        };
+        let ModelCallArgs {
+            leases,
+            model,
+            request,
+            spec,
+            reply_to,
+            step,
+            attempt,
+        } = args;
+        let outcome =
+            match leases.supervise(spec, move |evidence| model.complete(request, evidence)) {
+                Err(error) => lease_end(error).map(Err),
+                Ok(handle) => match handle.outcome().await {
+                    Ok(Ok(reply)) => Some(Ok(reply)),
+                    Ok(Err(error)) => Some(Err(ChildEnd::Failed {
+                        reason: error.to_string(),
+                        retryable: error.retryable,
+                    })),
+                    Err(error) => lease_end(error).map(Err),
+                },
+            };
+        // `None`: the loop cancelled the call, and is not waiting for it.
+        if let Some(outcome) = outcome {
+            let _ = reply_to.send_message(LoopMsg::ModelDone {
+                step,
+                attempt,
+                outcome,
+            });
+        }
+        myself.stop(None);
+        Ok(())
+    }
+}

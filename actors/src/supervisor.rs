@@ -1,0 +1,452 @@
+//! Supervision strategies: what a supervisor does when one of its children
+//! ends.
+//!
+//! A child — a model call, a tool call, a worker — ends in one of the ways of
+//! [`ChildEnd`]: it completed, the watchdog answered `INTERVENE` or
+//! `ESCALATE`, it failed, it panicked, or its lease was capped. A
+//! [`SupervisionStrategy`] maps that end to a [`SupervisionAction`]: restart
+//! after a delay, pause the run for a person, fail the run, or carry on.
+//! Strategies are pure, deterministic logic with no actor inside: time is
+//! passed in as a `tokio::time::Instant`, so every strategy runs on paused
+//! time in tests, and users run supervision experiments by implementing the
+//! trait and boxing it as `Box<dyn SupervisionStrategy>`.
+//!
+//! Two strategies ship:
+//!
+//! - [`RestartOnIntervene`], the default. `INTERVENE`, a panic, a capped
+//!   lease and a retryable failure restart the child; `ESCALATE` pauses. A
+//!   non-retryable failure of a tool call or worker is left to the loop (the
+//!   model sees the error as the call's result), while one of a model call
+//!   fails the run, since there is nothing left to drive it.
+//! - [`FailFast`]: any failure fails the run at once; `ESCALATE` still
+//!   pauses, because a person asked to decide must be allowed to.
+//!
+//! # Why these defaults
+//!
+//! Restarts are bounded by a *restart intensity* in the Erlang sense: at most
+//! [`RestartPolicy::max_restarts`] restarts (default 3) within
+//! [`RestartPolicy::within`] (default 60 s), counted per strategy instance
+//! over all its children, as an Erlang supervisor counts them. A child that
+//! keeps dying is a fault a restart will not fix; past the limit the run
+//! fails with a reason naming the limit instead of spinning.
+//!
+//! Between restarts the strategy backs off exponentially — 1 s, 2 s, 4 s, …
+//! capped at 30 s — so a struggling provider or tool gets room to recover.
+//! Each delay is then spread by a random *jitter* (default ±10 %) so that
+//! many runs hit by the same outage do not all retry in the same instant and
+//! knock the dependency over again (the thundering herd). The jitter comes
+//! from a seedable generator: [`RestartOnIntervene::with_seed`] makes it
+//! reproducible.
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold_actors::supervisor::{
+//!     ChildEnd, ChildInfo, ChildKind, RestartOnIntervene, RestartPolicy, SupervisionAction,
+//!     SupervisionStrategy,
+//! };
+//! use tokio::time::Instant;
+//!
+//! let policy = RestartPolicy { jitter: 0.0, ..RestartPolicy::default() };
+//! policy.validate()?;
+//! let mut strategy = RestartOnIntervene::with_seed(policy, 7);
+//! let child = ChildInfo {
+//!     path: "run/step-1/search".into(),
+//!     kind: ChildKind::ToolCall,
+//!     subject: "search".into(),
+//!     attempt: 1,
+//! };
+//! let intervened = ChildEnd::Intervened { reason: "stuck in a loop".into() };
+//! let now = Instant::now();
+//!
+//! // Three restarts, backing off 1 s, 2 s, 4 s ...
+//! for expected in [1, 2, 4] {
+//!     assert_eq!(
+//!         strategy.decide(&child, &intervened, now),
+//!         SupervisionAction::Restart { after: Duration::from_secs(expected) },
+//!     );
+//! }
+//! // ... and the fourth within a minute fails the run.
+//! assert_eq!(
+//!     strategy.decide(&child, &intervened, now),
+//!     SupervisionAction::Fail {
+//!         reason: "restart intensity exceeded: more than 3 restarts in 60s".into(),
+//!     },
+//! );
+//! # Ok::<(), leasehold_actors::ConfigError>(())
+//! ```
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::error::ConfigError;
+
+/// What kind of child ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildKind {
+    /// A call to the model.
+    ModelCall,
+    /// A call to a tool.
+    ToolCall,
+    /// A long-lived worker.
+    Worker,
+}
+
+/// The child that ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildInfo {
+    /// Where the child sits in the supervision tree.
+    pub path: String,
+    /// What kind of child it is.
+    pub kind: ChildKind,
+    /// What it was doing, as its lease names it (e.g. the tool's name).
+    pub subject: String,
+    /// The attempt that just ended, 1 for the first.
+    pub attempt: u32,
+}
+
+/// How a child ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChildEnd {
+    /// It finished its work.
+    Completed,
+    /// The watchdog answered `INTERVENE`.
+    Intervened {
+        /// The watchdog's reason.
+        reason: String,
+    },
+    /// The watchdog answered `ESCALATE`: a person must decide.
+    Escalated {
+        /// The watchdog's reason.
+        reason: String,
+    },
+    /// It returned an error.
+    Failed {
+        /// The error.
+        reason: String,
+        /// Whether trying again may succeed.
+        retryable: bool,
+    },
+    /// It panicked.
+    Panicked {
+        /// The panic message.
+        message: String,
+    },
+    /// Its lease reached the renewal cap.
+    Capped {
+        /// The cap it reached.
+        max_renewals: u32,
+    },
+}
+
+/// What the supervisor does about a child that ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SupervisionAction {
+    /// Start the child again after this delay.
+    Restart {
+        /// The delay before the restart.
+        after: Duration,
+    },
+    /// Pause the run until a person answers.
+    Pause {
+        /// Why.
+        reason: String,
+    },
+    /// Fail the run.
+    Fail {
+        /// Why.
+        reason: String,
+    },
+    /// Do nothing: the run carries on.
+    Ignore,
+}
+
+/// A pluggable supervision strategy: users run supervision experiments by
+/// implementing this.
+///
+/// A strategy is told of every child that ends, with the current time from
+/// tokio, and answers what to do. It may keep state (restart history, a
+/// random generator) across calls; the supervisor holds one instance for all
+/// its children.
+pub trait SupervisionStrategy: Send + 'static {
+    /// Decides what to do about `child`, which just ended as `end`, at `now`.
+    fn decide(&mut self, child: &ChildInfo, end: &ChildEnd, now: Instant) -> SupervisionAction;
+}
+
+/// Restart parameters: the restart intensity and the backoff between
+/// restarts.
+///
+/// Defaults: at most 3 restarts within 60 s, backoff from 1 s doubling up to
+/// 30 s, jitter ±10 %.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RestartPolicy {
+    /// At most this many restarts ... (default 3).
+    pub max_restarts: u32,
+    /// ... within this window (default 60 s).
+    pub within: Duration,
+    /// The backoff before the first restart (default 1 s).
+    pub backoff_initial: Duration,
+    /// The longest backoff, before jitter (default 30 s).
+    pub backoff_max: Duration,
+    /// The growth of the backoff from one restart to the next (default 2.0).
+    pub multiplier: f64,
+    /// The spread of the backoff: each delay is multiplied by a factor drawn
+    /// uniformly in `[1 - jitter, 1 + jitter]` (default 0.1).
+    pub jitter: f64,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        Self {
+            max_restarts: 3,
+            within: Duration::from_secs(60),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            multiplier: 2.0,
+            jitter: 0.1,
+        }
+    }
+}
+
+impl RestartPolicy {
+    /// Refuses nonsense, naming the field as `supervision.<field>`: a zero
+    /// `within`, a zero `backoff_initial`, a `backoff_max` below
+    /// `backoff_initial`, a `multiplier` below 1 or not finite, a `jitter`
+    /// outside `[0, 1]` or not finite.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.within.is_zero() {
+            return Err(ConfigError::new(
+                "supervision.within",
+                "a duration above 0",
+                "0",
+            ));
+        }
+        if self.backoff_initial.is_zero() {
+            return Err(ConfigError::new(
+                "supervision.backoff_initial",
+                "a duration above 0",
+                "0",
+            ));
+        }
+        if self.backoff_max < self.backoff_initial {
+            return Err(ConfigError::new(
+                "supervision.backoff_max",
+                format!(
+                    "a duration of at least backoff_initial ({:?})",
+                    self.backoff_initial
+                ),
+                format_args!("{:?}", self.backoff_max),
+            ));
+        }
+        if !self.multiplier.is_finite() || self.multiplier < 1.0 {
+            return Err(ConfigError::new(
+                "supervision.multiplier",
+                "a finite number of at least 1.0",
+                self.multiplier,
+            ));
+        }
+        if !self.jitter.is_finite() || !(0.0..=1.0).contains(&self.jitter) {
+            return Err(ConfigError::new(
+                "supervision.jitter",
+                "a number between 0.0 and 1.0",
+                self.jitter,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The backoff before restart number `restart` (1 for the first), without
+    /// jitter: `backoff_initial × multiplier^(restart - 1)`, never below
+    /// `backoff_initial` and capped at `backoff_max`.
+    ///
+    /// Never panics, whatever `restart`; `0` is treated as `1`.
+    pub fn backoff(&self, restart: u32) -> Duration {
+        let exponent = restart.saturating_sub(1);
+        if exponent == 0 {
+            return self.backoff_initial.min(self.backoff_max);
+        }
+        let factor = self.multiplier.powf(f64::from(exponent));
+        // An infinite or NaN product (huge `restart`, nonsense multiplier) is
+        // refused by `try_from_secs_f64`: both mean "past the cap".
+        let grown = Duration::try_from_secs_f64(self.backoff_initial.as_secs_f64() * factor)
+            .unwrap_or(self.backoff_max);
+        // Never below the first backoff, whatever the float rounding did.
+        grown.max(self.backoff_initial).min(self.backoff_max)
+    }
+
+    /// The restart intensity limit, as the reason a run fails with.
+    fn intensity_exceeded(&self) -> String {
+        format!(
+            "restart intensity exceeded: more than {} restarts in {}",
+            self.max_restarts,
+            format_window(self.within)
+        )
+    }
+}
+
+/// `60s` for whole seconds, `1500ms` for whole milliseconds, the `Debug`
+/// form (`1.5ms`) for anything finer.
+fn format_window(window: Duration) -> String {
+    if window.subsec_nanos() == 0 {
+        format!("{}s", window.as_secs())
+    } else if window.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", window.as_millis())
+    } else {
+        format!("{window:?}")
+    }
+}
+
+/// The default strategy: `INTERVENE` (and a panic, a capped lease, a
+/// retryable failure) restarts with exponential backoff and jitter under the
+/// restart intensity limit; `ESCALATE` pauses.
+///
+/// The rules of [`SupervisionStrategy::decide`]:
+///
+/// - `Completed` → `Ignore`.
+/// - `Escalated { reason }` → `Pause { reason }`.
+/// - `Intervened`, `Panicked`, `Capped` and `Failed { retryable: true }` →
+///   restart under the intensity limit. Restarts older than `now - within`
+///   are forgotten; if `max_restarts` restarts remain in the window, `Fail`
+///   with a reason naming the limit (`restart intensity exceeded: more than 3
+///   restarts in 60s`); otherwise the restart is recorded at `now` and
+///   `Restart { after }` is returned, `after` being
+///   [`RestartPolicy::backoff`] of the number of restarts now in the window,
+///   times a jitter factor drawn uniformly in `[1 - jitter, 1 + jitter]`.
+/// - `Failed { retryable: false }` → `Ignore` for a tool call or a worker
+///   (the error goes back to the model as the call's result), `Fail {
+///   reason: "{subject}: {reason}" }` for a model call.
+///
+/// The intensity is counted per instance, over all children, as an Erlang
+/// supervisor counts it.
+///
+/// The policy is not checked here: call [`RestartPolicy::validate`] first.
+/// An invalid policy gives odd delays but never a panic.
+#[derive(Debug)]
+pub struct RestartOnIntervene {
+    policy: RestartPolicy,
+    /// When the restarts still inside the window happened, oldest first.
+    restarts: VecDeque<Instant>,
+    rng: fastrand::Rng,
+}
+
+impl RestartOnIntervene {
+    /// The strategy under `policy`, its jitter seeded from entropy.
+    pub fn new(policy: RestartPolicy) -> Self {
+        Self::with_rng(policy, fastrand::Rng::new())
+    }
+
+    /// The strategy under `policy` with deterministic jitter: the same seed
+    /// gives the same delays.
+    pub fn with_seed(policy: RestartPolicy, seed: u64) -> Self {
+        Self::with_rng(policy, fastrand::Rng::with_seed(seed))
+    }
+
+    fn with_rng(policy: RestartPolicy, rng: fastrand::Rng) -> Self {
+        Self {
+            policy,
+            restarts: VecDeque::new(),
+            rng,
+        }
+    }
+
+    /// The restart policy.
+    pub fn policy(&self) -> &RestartPolicy {
+        &self.policy
+    }
+
+    /// A restart if the intensity allows one, else the failure naming the
+    /// limit.
+    fn restart(&mut self, now: Instant) -> SupervisionAction {
+        let within = self.policy.within;
+        while let Some(&oldest) = self.restarts.front() {
+            if now.saturating_duration_since(oldest) > within {
+                self.restarts.pop_front();
+            } else {
+                break;
+            }
+        }
+        let in_window = u32::try_from(self.restarts.len()).unwrap_or(u32::MAX);
+        if in_window >= self.policy.max_restarts {
+            return SupervisionAction::Fail {
+                reason: self.policy.intensity_exceeded(),
+            };
+        }
+        self.restarts.push_back(now);
+        let backoff = self.policy.backoff(in_window.saturating_add(1));
+        SupervisionAction::Restart {
+            after: self.jittered(backoff),
+        }
+    }
+
+    /// `backoff` times a factor drawn uniformly in `[1 - jitter, 1 + jitter]`,
+    /// never negative.
+    fn jittered(&mut self, backoff: Duration) -> Duration {
+        let jitter = self.policy.jitter;
+        if jitter == 0.0 {
+            return backoff;
+        }
+        let factor = (1.0 - jitter + 2.0 * jitter * self.rng.f64_inclusive())
+            .min(1.0 + jitter)
+            .max(0.0);
+        // Err only for a NaN factor or an overflow, i.e. an invalid policy.
+        Duration::try_from_secs_f64(backoff.as_secs_f64() * factor).unwrap_or(backoff)
+    }
+}
+
+impl SupervisionStrategy for RestartOnIntervene {
+    fn decide(&mut self, child: &ChildInfo, end: &ChildEnd, now: Instant) -> SupervisionAction {
+        match end {
+            ChildEnd::Completed => SupervisionAction::Ignore,
+            ChildEnd::Escalated { reason } => SupervisionAction::Pause {
+                reason: reason.clone(),
+            },
+            ChildEnd::Intervened { .. }
+            | ChildEnd::Panicked { .. }
+            | ChildEnd::Capped { .. }
+            | ChildEnd::Failed {
+                retryable: true, ..
+            } => self.restart(now),
+            ChildEnd::Failed {
+                reason,
+                retryable: false,
+            } => match child.kind {
+                ChildKind::ToolCall | ChildKind::Worker => SupervisionAction::Ignore,
+                ChildKind::ModelCall => SupervisionAction::Fail {
+                    reason: format!("{}: {reason}", child.subject),
+                },
+            },
+        }
+    }
+}
+
+/// Any failure fails the run at once; `ESCALATE` still pauses.
+///
+/// `Completed` → `Ignore`, `Escalated { reason }` → `Pause { reason }`, any
+/// other end → `Fail` with a reason naming the child's subject and how it
+/// ended.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FailFast;
+
+impl SupervisionStrategy for FailFast {
+    fn decide(&mut self, child: &ChildInfo, end: &ChildEnd, _now: Instant) -> SupervisionAction {
+        let subject = &child.subject;
+        let reason = match end {
+            ChildEnd::Completed => return SupervisionAction::Ignore,
+            ChildEnd::Escalated { reason } => {
+                return SupervisionAction::Pause {
+                    reason: reason.clone(),
+                };
+            }
+            ChildEnd::Intervened { reason } => format!("{subject}: intervened: {reason}"),
+            ChildEnd::Failed { reason, .. } => format!("{subject}: {reason}"),
+            ChildEnd::Panicked { message } => format!("{subject}: panicked: {message}"),
+            ChildEnd::Capped { max_renewals } => {
+                format!("{subject}: lease capped after {max_renewals} renewals")
+            }
+        };
+        SupervisionAction::Fail { reason }
+    }
+}

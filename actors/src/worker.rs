@@ -1,0 +1,243 @@
+//! `WorkerActor`: a sub-agent with its own loop, budget and checkpoint.
+//!
+//! A worker runs the same loop as the root, on its own step budget. Its
+//! parent holds it under a lease of kind `worker_step` whose evidence is the
+//! worker's completed steps, so a worker that keeps finishing steps is never
+//! suspected, and one that stops is judged like any silent operation. When
+//! the lease ends the worker (intervene, escalate, cap, cancellation), the
+//! worker and everything under it are cancelled and stopped.
+
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{AgentLoop, LoopEnd, LoopMsg, Role, RunContext, lease_end};
+use crate::budget::{BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg};
+use crate::event::{CallOutcome, EventKind};
+use crate::evidence::Evidence;
+use crate::lease::LeaseSpec;
+use crate::supervisor::ChildEnd;
+
+/// What a worker actor is started with.
+pub struct WorkerArgs {
+    ctx: Arc<RunContext>,
+    kind: String,
+    task: String,
+    path: String,
+    cancel: CancellationToken,
+    evidence: Evidence,
+    done: oneshot::Sender<Result<String, String>>,
+}
+
+/// A worker's loop.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WorkerActor;
+
+/// A worker actor's state.
+pub struct WorkerState {
+    agent: AgentLoop,
+    task: String,
+    done: Option<oneshot::Sender<Result<String, String>>>,
+    budget: ActorRef<BudgetMsg>,
+}
+
+impl Actor for WorkerActor {
+    type Msg = LoopMsg;
+    type State = WorkerState;
+    type Arguments = WorkerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let (budget, _) = Actor::spawn_linked(
+            None,
+            BudgetCheckpointActor,
+            BudgetCheckpointArgs {
+                config: args.ctx.budget_config,
+                evaluator: args.ctx.evaluator.clone(),
+                events: args.ctx.events.clone(),
+            },
+            myself.get_cell(),
+        )
+        .await?;
+        let agent = AgentLoop::new(
+            args.ctx,
+            Role::Worker { kind: args.kind },
+            args.path,
+            args.cancel,
+            Some(args.evidence),
+            budget.clone(),
+        );
+        Ok(WorkerState {
+            agent,
+            task: args.task,
+            done: Some(args.done),
+            budget,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let task = state.task.clone();
+        state.agent.begin(&task, &myself);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.agent.cancel.cancel();
+        state.budget.stop(None);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(end) = state.agent.handle(&myself, message).await {
+            let result = match end {
+                LoopEnd::Answer(answer) => Ok(answer),
+                LoopEnd::Failed(reason) => Err(reason),
+            };
+            if let Some(done) = state.done.take() {
+                let _ = done.send(result);
+            }
+            myself.stop(None);
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // ractor's default stops a supervisor when a child ends: a worker
+        // outlives its calls, and turns their panics into ends.
+        if let SupervisionEvent::ActorFailed(cell, error) = event {
+            state
+                .agent
+                .child_panicked(&myself, &cell, error.to_string());
+        }
+        Ok(())
+    }
+}
+
+/// A worker call of a parent loop: spawn it under a `worker_step` lease and
+/// report its answer as the call's result.
+pub(crate) struct WorkerCall {
+    pub(crate) ctx: Arc<RunContext>,
+    pub(crate) kind: String,
+    pub(crate) task: String,
+    pub(crate) path: String,
+    pub(crate) spec: LeaseSpec,
+    pub(crate) parent: ActorRef<LoopMsg>,
+    pub(crate) parent_cancel: CancellationToken,
+    pub(crate) step: u32,
+    pub(crate) index: usize,
+    pub(crate) attempt: u32,
+}
+
+/// Stops a worker when the operation that waits for it is dropped (the lease
+/// ended it, or the parent was cancelled).
+struct StopOnDrop {
+    actor: ActorRef<LoopMsg>,
+    cancel: CancellationToken,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.actor.stop(None);
+    }
+}
+
+pub(crate) fn start_worker_call(call: WorkerCall) {
+    let WorkerCall {
+        ctx,
+        kind,
+        task,
+        path,
+        spec,
+        parent,
+        parent_cancel,
+        step,
+        index,
+        attempt,
+    } = call;
+    tokio::spawn(async move {
+        let leases = ctx.leases.clone();
+        let events_ctx = ctx.clone();
+        let worker_kind = kind.clone();
+        let worker_path = path.clone();
+        let parent_cell = parent.get_cell();
+        let supervised = leases.supervise(spec, move |evidence| async move {
+            let cancel = parent_cancel.child_token();
+            let (done, answer) = oneshot::channel();
+            let args = WorkerArgs {
+                ctx,
+                kind: worker_kind,
+                task,
+                path: worker_path,
+                cancel: cancel.clone(),
+                evidence,
+                done,
+            };
+            let (actor, _) = Actor::spawn_linked(None, WorkerActor, args, parent_cell)
+                .await
+                .map_err(|e| format!("could not start the worker: {e}"))?;
+            let _stop = StopOnDrop { actor, cancel };
+            answer
+                .await
+                .unwrap_or_else(|_| Err("the worker stopped without an answer".to_owned()))
+        });
+        let outcome = match supervised {
+            Err(error) => lease_end(error).map(Err),
+            Ok(handle) => match handle.outcome().await {
+                Ok(Ok(answer)) => Some(Ok(answer)),
+                Ok(Err(reason)) => Some(Err(ChildEnd::Failed {
+                    reason,
+                    retryable: false,
+                })),
+                Err(error) => lease_end(error).map(Err),
+            },
+        };
+        let Some(outcome) = outcome else {
+            return;
+        };
+        let (event_outcome, result) = match &outcome {
+            Ok(answer) => (CallOutcome::Ok, answer.clone()),
+            Err(end) => (
+                crate::agent::call_outcome(end),
+                crate::agent::describe_end(end),
+            ),
+        };
+        events_ctx.emit(
+            &path,
+            EventKind::WorkerFinished {
+                worker: kind,
+                outcome: event_outcome,
+                result,
+            },
+        );
+        let _ = parent.send_message(LoopMsg::CallDone {
+            step,
+            index,
+            attempt,
+            outcome,
+        });
+    });
+}

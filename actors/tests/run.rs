@@ -1,0 +1,608 @@
+//! The agent loop as a supervision tree: runs, workers, calls, budget
+//! checkpoints, restart and pause — on paused time with the scripted fakes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_actors::budget::BudgetConfig;
+use leasehold_actors::engine::{Engine, EngineConfig, EngineError};
+use leasehold_actors::event::{CallOutcome, Event, EventKind};
+use leasehold_actors::flow::Flow;
+use leasehold_actors::ports::{Role, RunStatus};
+use leasehold_actors::run::RunHandle;
+use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::testing::{
+    MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct,
+    Turn, user_messages,
+};
+use leasehold_actors::watchdog::DecidedBy;
+use serde_json::json;
+use tokio::time::sleep;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Leases of 10 s for calls and 60 s for worker steps, two free renewals,
+/// restarts after exactly 1 s, 2 s, 4 s … (no jitter), at most 3 in 60 s.
+fn config() -> EngineConfig {
+    let mut config = EngineConfig::default();
+    config.supervision.lease.model_stream = secs(10);
+    config.supervision.lease.model_blocking = secs(10);
+    config.supervision.lease.tool_call = secs(10);
+    config.supervision.lease.worker_step = secs(60);
+    config.supervision.watchdog.free_renewals = 2;
+    config.restart = RestartPolicy {
+        jitter: 0.0,
+        ..RestartPolicy::default()
+    };
+    config.budget = BudgetConfig::default();
+    config
+}
+
+struct Rig {
+    engine: Engine,
+    events: RecordingSink,
+    store: MemoryStore,
+}
+
+async fn rig(
+    model: &ScriptedModel,
+    tools: &ScriptedTools,
+    evaluator: Option<&ScriptedEvaluator>,
+    config: EngineConfig,
+) -> Rig {
+    let events = RecordingSink::new();
+    let store = MemoryStore::new();
+    let mut builder = Engine::builder()
+        .config(config)
+        .model(Arc::new(model.clone()))
+        .events(Arc::new(events.clone()))
+        .store(Arc::new(store.clone()))
+        .tool_server("local", Arc::new(tools.clone()));
+    if let Some(evaluator) = evaluator {
+        builder = builder.evaluator(Arc::new(evaluator.clone()));
+    }
+    Rig {
+        engine: builder.build().await.expect("engine builds"),
+        events,
+        store,
+    }
+}
+
+/// A flow on the `local` tool server, with one worker kind `researcher`.
+fn flow(max_steps: u32, worker_steps: u32) -> Flow {
+    serde_json::from_value(json!({
+        "name": "research",
+        "task": "Find out what happened.",
+        "system_prompt": "You are careful.",
+        "max_steps": max_steps,
+        "tools": [{"name": "local", "url": "http://127.0.0.1:9/mcp"}],
+        "workers": {"researcher": {"prompt": "You research one question.", "max_steps": worker_steps}}
+    }))
+    .expect("valid flow")
+}
+
+async fn start(rig: &Rig, flow: Flow) -> RunHandle {
+    rig.engine.start(flow).await.expect("run starts")
+}
+
+fn of_kind<'a>(events: &'a [Event], name: &str) -> Vec<&'a Event> {
+    events.iter().filter(|e| e.kind.name() == name).collect()
+}
+
+fn search_turn() -> Turn {
+    Turn::tools([("search", json!({"q": "logs"}))])
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_worker_run_completes_with_each_result_reaching_the_root() {
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [
+                Turn::spawn([
+                    ("researcher", "look at A"),
+                    ("researcher", "look at B"),
+                    ("researcher", "look at C"),
+                ]),
+                Turn::answer("all three found"),
+            ],
+        )
+        .script(
+            "worker:researcher",
+            [
+                Turn::answer("finding 1"),
+                Turn::answer("finding 2"),
+                Turn::answer("finding 3"),
+            ],
+        );
+    let tools = ScriptedTools::new();
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("all three found"));
+
+    let root_calls = model.requests_of("run");
+    let results: Vec<_> = root_calls[1]
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.content.clone())
+        .collect();
+    let mut sorted = results.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["finding 1", "finding 2", "finding 3"]);
+    let events = rig.events.events();
+    assert_eq!(of_kind(&events, "worker_spawned").len(), 3);
+    let finished = of_kind(&events, "worker_finished");
+    assert_eq!(finished.len(), 3);
+    assert!(finished.iter().all(|e| matches!(
+        &e.kind,
+        EventKind::WorkerFinished {
+            outcome: CallOutcome::Ok,
+            ..
+        }
+    )));
+    // Three distinct workers, each under its own path.
+    let mut paths: Vec<_> = finished.iter().map(|e| e.path.clone()).collect();
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_transition_emits_its_event() {
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [
+                Turn::spawn([("researcher", "dig")]),
+                search_turn(),
+                Turn::answer("done"),
+            ],
+        )
+        .script("worker:researcher", [Turn::answer("dug")]);
+    let tools =
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("3 hits", secs(1))]);
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    assert_eq!(run.wait().await.status, RunStatus::Completed);
+    let kinds = rig.events.kinds();
+    for kind in [
+        "run_started",
+        "step_started",
+        "model_call_started",
+        "model_call_finished",
+        "worker_spawned",
+        "worker_finished",
+        "tool_call_started",
+        "tool_call_finished",
+        "run_completed",
+    ] {
+        assert!(kinds.contains(&kind), "no `{kind}` in {kinds:?}");
+    }
+    assert_eq!(kinds.first(), Some(&"run_started"));
+    assert_eq!(kinds.last(), Some(&"run_completed"));
+    let snapshot = rig.store.snapshot(run.run_id(), "run").expect("a snapshot");
+    assert_eq!(snapshot.status, RunStatus::Completed);
+    assert_eq!(snapshot.step, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn worker_converging_gets_proportional_extensions_then_a_fourth_is_refused() {
+    // A worker declared with 3 steps keeps making progress; the evaluator
+    // says EXTEND at confidence 0.5 each time: 3 → 5 → 8 → 12, then the
+    // fourth checkpoint has no extension left and wraps up.
+    let mut worker_turns: Vec<Turn> = (0..12).map(|_| search_turn()).collect();
+    worker_turns.push(Turn::answer("summary of 12 steps"));
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [
+                Turn::spawn([("researcher", "go deep")]),
+                Turn::answer("root done"),
+            ],
+        )
+        .script("worker:researcher", worker_turns);
+    let tools =
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("more", secs(1))]);
+    let evaluator = ScriptedEvaluator::new([]).with_budget_script([Scripted::decision(
+        "EXTEND",
+        "converging",
+        0.5,
+    )]);
+    let rig = rig(&model, &tools, Some(&evaluator), config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+
+    let events = rig.events.events();
+    let extended: Vec<_> = of_kind(&events, "budget_extended")
+        .into_iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::BudgetExtended(r) => Some((r.limit, r.new_limit, r.steps_declared)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(extended, [(3, 5, 3), (5, 8, 3), (8, 12, 3)]);
+    let exhausted: Vec<_> = of_kind(&events, "budget_exhausted")
+        .into_iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::BudgetExhausted(r) => Some((r.decided_by, r.steps_used)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(exhausted, [(DecidedBy::Cap, 12)]);
+    assert_eq!(
+        evaluator.budget_calls(),
+        3,
+        "the fourth checkpoint must not ask"
+    );
+    // The wrap-up step: one last call, with no tools, asking for a summary.
+    let worker_calls = model.requests_of("worker:researcher");
+    assert_eq!(worker_calls.len(), 13);
+    let last = worker_calls.last().expect("a wrap-up call");
+    assert!(last.tools.is_empty());
+    assert!(
+        user_messages(last)
+            .last()
+            .is_some_and(|m| m.contains("step budget is used up"))
+    );
+    let root_second = &model.requests_of("run")[1];
+    assert!(
+        root_second
+            .messages
+            .iter()
+            .any(|m| m.content == "summary of 12 steps")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unlimited_budget_stays_unlimited() {
+    let mut turns: Vec<Turn> = (0..30).map(|_| search_turn()).collect();
+    turns.push(Turn::answer("after 31 steps"));
+    let model = ScriptedModel::new().script("run", turns);
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("ok", secs(1))]);
+    let evaluator = ScriptedEvaluator::new([])
+        .with_budget_script([Scripted::decision("WRAP_UP", "enough", 0.9)]);
+    let rig = rig(&model, &tools, Some(&evaluator), config()).await;
+    let mut run = start(&rig, flow(0, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.answer.as_deref(), Some("after 31 steps"));
+    assert_eq!(evaluator.budget_calls(), 0);
+    assert_eq!(
+        rig.events.count("budget_extended") + rig.events.count("budget_exhausted"),
+        0
+    );
+    let steps: Vec<u32> = rig
+        .events
+        .events()
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::StepStarted { limit, .. } => Some(limit),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps.len(), 31);
+    assert!(
+        steps.iter().all(|limit| *limit == 0),
+        "unlimited became {steps:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn evaluator_down_at_checkpoint_wraps_up() {
+    let model = ScriptedModel::new().script(
+        "run",
+        [search_turn(), search_turn(), Turn::answer("wrapped up")],
+    );
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("ok", secs(1))]);
+    let evaluator = ScriptedEvaluator::new([])
+        .with_budget_script([Scripted::Fail("connection refused".into())]);
+    let rig = rig(&model, &tools, Some(&evaluator), config()).await;
+    let mut run = start(&rig, flow(2, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.answer.as_deref(), Some("wrapped up"));
+    let records: Vec<_> = rig
+        .events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::BudgetExhausted(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].decided_by, DecidedBy::Breaker);
+    assert!(
+        model.requests_of("run")[2].tools.is_empty(),
+        "the wrap-up step offers no tools"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn intervene_on_a_tool_restarts_it_after_backoff_with_the_same_key() {
+    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("found it")]);
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [ToolAct::Hang, ToolAct::returns("hit", secs(2))],
+    );
+    let evaluator = ScriptedEvaluator::new([Scripted::verdict("INTERVENE", "search is stuck", "")]);
+    let rig = rig(&model, &tools, Some(&evaluator), config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.answer.as_deref(), Some("found it"), "{state:?}");
+
+    let invocations = tools.invocations();
+    assert_eq!(invocations.len(), 2);
+    assert_eq!(
+        invocations[0].idempotency_key,
+        invocations[1].idempotency_key
+    );
+    assert!(
+        invocations[0].idempotency_key.ends_with("/run/1/0"),
+        "{}",
+        invocations[0].idempotency_key
+    );
+    let events = rig.events.events();
+    let restarted = of_kind(&events, "restarted");
+    assert_eq!(restarted.len(), 1);
+    assert!(matches!(
+        &restarted[0].kind,
+        EventKind::Restarted { attempt: 2, delay_ms: 1000, reason } if reason.contains("search is stuck")
+    ));
+    let started: Vec<_> = of_kind(&events, "tool_call_started")
+        .into_iter()
+        .map(|e| e.at)
+        .collect();
+    // Intervened after two free renewals (30 s), restarted 1 s later.
+    assert_eq!(started[1] - started[0], 31_000);
+    assert_eq!(restarted[0].at + 1000, started[1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn restart_intensity_exceeded_fails_the_run_with_its_reason_and_keeps_its_state() {
+    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("never")]);
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]);
+    let evaluator = ScriptedEvaluator::always("INTERVENE");
+    let mut config = config();
+    config.supervision.watchdog.free_renewals = 0;
+    let rig = rig(&model, &tools, Some(&evaluator), config).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(
+        state.reason.as_deref(),
+        Some("restart intensity exceeded: more than 3 restarts in 60s")
+    );
+    assert_eq!(tools.calls("search"), 4);
+    assert_eq!(rig.events.count("restarted"), 3);
+    assert_eq!(rig.events.count("run_failed"), 1);
+    let snapshot = rig.store.snapshot(run.run_id(), "run").expect("state kept");
+    assert_eq!(snapshot.status, RunStatus::Failed);
+    assert_eq!(
+        snapshot.state["transcript"].as_array().map(Vec::len),
+        Some(2)
+    );
+}
+
+/// A root that spawns one worker, whose `deploy` tool goes silent and is
+/// escalated after the free renewals.
+async fn escalating_run() -> (Rig, ScriptedModel, RunHandle) {
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [
+                Turn::spawn([("researcher", "deploy the fix")]),
+                Turn::answer("deployed"),
+            ],
+        )
+        .script(
+            "worker:researcher",
+            [
+                Turn::tools([("deploy", json!({"env": "prod"}))]),
+                Turn::answer("deployed to staging"),
+            ],
+        );
+    let tools = ScriptedTools::new().tool("deploy", Some(false), [ToolAct::Hang]);
+    let evaluator = ScriptedEvaluator::new([Scripted::verdict(
+        "ESCALATE",
+        "deploy to prod is silent",
+        "",
+    )]);
+    let rig = rig(&model, &tools, Some(&evaluator), config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.paused().await;
+    assert_eq!(state.status, RunStatus::WaitingHuman, "{state:?}");
+    (rig, model, run)
+}
+
+#[tokio::test(start_paused = true)]
+async fn escalate_in_a_worker_pauses_the_whole_run_with_clocks_stopped_until_resumed() {
+    let (rig, model, mut run) = escalating_run().await;
+    let state = run.state();
+    let paused = state.paused.expect("pause info");
+    assert_eq!(paused.reason, "deploy to prod is silent");
+    assert_eq!(paused.subject, "deploy");
+    assert!(
+        paused.path.starts_with("run/worker:researcher:"),
+        "{}",
+        paused.path
+    );
+    let before = rig.events.events().len();
+
+    // Ten hours in waiting_human: nothing expires, no budget is spent.
+    sleep(Duration::from_secs(10 * 3600)).await;
+    let during = rig.events.events()[before..].to_vec();
+    assert!(during.is_empty(), "events while paused: {during:?}");
+    assert_eq!(run.state().status, RunStatus::WaitingHuman);
+
+    run.resume(Some("deploy to staging instead".into()))
+        .await
+        .expect("resumed");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("deployed"));
+    let worker_calls = model.requests_of("worker:researcher");
+    assert_eq!(worker_calls.len(), 2);
+    assert!(
+        user_messages(&worker_calls[1])
+            .iter()
+            .any(|m| m.contains("deploy to staging instead")),
+        "guidance not in the worker's next model call"
+    );
+    assert!(
+        !user_messages(&worker_calls[0])
+            .iter()
+            .any(|m| m.contains("staging instead"))
+    );
+    assert_eq!(rig.events.count("paused"), 1);
+    assert_eq!(rig.events.count("resumed"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_while_paused_ends_the_run_as_cancelled() {
+    let (rig, _model, mut run) = escalating_run().await;
+    run.cancel("not today").await.expect("cancelled");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Cancelled);
+    assert_eq!(state.reason.as_deref(), Some("not today"));
+    assert_eq!(rig.events.count("run_cancelled"), 1);
+    let snapshot = rig
+        .store
+        .snapshot(run.run_id(), "run")
+        .expect("terminal snapshot");
+    assert_eq!(snapshot.status, RunStatus::Cancelled);
+    let refused = run
+        .resume(None)
+        .await
+        .expect_err("a finished run cannot resume");
+    assert!(
+        refused.to_string().contains("already finished"),
+        "{refused}"
+    );
+    let refused = run
+        .cancel("again")
+        .await
+        .expect_err("a finished run cannot be cancelled");
+    assert!(
+        refused.to_string().contains("already finished"),
+        "{refused}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resume_of_a_run_that_is_not_paused_is_refused() {
+    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("done")]);
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("ok", secs(5))]);
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let refused = run.resume(Some("hi".into())).await.expect_err("not paused");
+    assert!(refused.to_string().contains("is not paused"), "{refused}");
+    assert_eq!(run.wait().await.status, RunStatus::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nudge_from_the_watchdog_is_visible_in_exactly_the_next_step() {
+    let model =
+        ScriptedModel::new().script("run", [search_turn(), search_turn(), Turn::answer("done")]);
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [
+            ToolAct::returns("slow hit", secs(25)),
+            ToolAct::returns("fast hit", secs(1)),
+        ],
+    );
+    let evaluator = ScriptedEvaluator::new([
+        Scripted::verdict(
+            "NUDGE",
+            "repeats itself",
+            "query the error log, not the access log",
+        ),
+        Scripted::verdict("RENEW", "fine", ""),
+    ]);
+    let mut config = config();
+    config.supervision.watchdog.free_renewals = 0;
+    let rig = rig(&model, &tools, Some(&evaluator), config).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    assert_eq!(run.wait().await.status, RunStatus::Completed);
+    let calls = model.requests_of("run");
+    let nudge = "query the error log, not the access log";
+    let count = |n: usize| {
+        user_messages(&calls[n])
+            .iter()
+            .filter(|m| m.as_str() == nudge)
+            .count()
+    };
+    assert_eq!(count(0), 0, "the in-flight step cannot see it");
+    assert_eq!(count(1), 1, "the next step sees it");
+    assert_eq!(count(2), 1, "it is not delivered again");
+    let nudges_per_step: Vec<u32> = rig
+        .events
+        .events()
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::StepStarted { nudges, .. } => Some(nudges),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nudges_per_step, [0, 1, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn panic_in_a_tool_call_actor_is_contained_and_the_run_goes_on() {
+    let model = ScriptedModel::new().script(
+        "run",
+        [search_turn(), search_turn(), Turn::answer("survived")],
+    );
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [
+            ToolAct::PanicAtOnce,
+            ToolAct::returns("ok", secs(1)),
+            ToolAct::Panic,
+            ToolAct::returns("ok again", secs(1)),
+        ],
+    );
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("survived"));
+    let reasons: Vec<String> = rig
+        .events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Restarted { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons.iter().all(|r| r.contains("panicked")),
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flow_naming_an_unknown_tool_server_is_refused() {
+    let model = ScriptedModel::new();
+    let tools = ScriptedTools::new();
+    let rig = rig(&model, &tools, None, config()).await;
+    let flow: Flow = serde_json::from_value(json!({
+        "name": "x", "task": "y", "max_steps": 1,
+        "tools": [{"name": "elsewhere", "url": "http://127.0.0.1:9/mcp"}]
+    }))
+    .expect("valid flow");
+    let error = rig.engine.start(flow).await.expect_err("refused");
+    assert!(
+        matches!(error, EngineError::UnknownToolServer(ref s) if s == "elsewhere"),
+        "{error}"
+    );
+}

@@ -1,0 +1,152 @@
+//! Loading flows from TOML and JSON files.
+//!
+//! [`parse_toml`] and [`parse_json`] parse a [`Flow`] and then
+//! [validate](Flow::validate) it. Every refusal is a [`FlowError`] naming the
+//! offending key's path — `leases.tool_cal` for an unknown key,
+//! `workers.research` for a table missing a field, `leases.tool_call` for a
+//! bad duration, `.` for the document itself — and, for errors found while
+//! reading the text, the line and column. [`load`] picks the format by the
+//! file's extension and names the file in its errors.
+//!
+//! ```
+//! use leasehold::flow_file::parse_toml;
+//!
+//! let error = parse_toml(
+//!     r#"
+//! name = "triage"
+//! task = "Sort the open issues by urgency."
+//! max_steps = 20
+//!
+//! [leases]
+//! tool_cal = "5m"
+//! "#,
+//! )
+//! .unwrap_err();
+//! assert_eq!(error.path, "leases.tool_cal");
+//! ```
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+
+use leasehold_actors::flow::{Flow, FlowError};
+
+/// A flow file that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum FlowFileError {
+    /// The file could not be read.
+    #[error("cannot read flow file `{}`: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's extension is neither `.toml` nor `.json`.
+    #[error(
+        "cannot load flow file `{}`: expected a `.toml` or `.json` extension",
+        path.display()
+    )]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file was read but the flow in it was refused.
+    #[error("flow file `{}` refused at `{}`: {}", path.display(), error.path, error.message)]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The refusal, naming the offending key.
+        #[source]
+        error: FlowError,
+    },
+}
+
+/// Parses and validates a flow written in TOML.
+pub fn parse_toml(text: &str) -> Result<Flow, FlowError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, ROOT.to_owned(), &e))?;
+    let flow = serde_path_to_error::deserialize(de)
+        .map_err(|e| toml_error(text, e.path().to_string(), e.inner()))?;
+    validated(flow)
+}
+
+/// Parses and validates a flow written in JSON.
+pub fn parse_json(text: &str) -> Result<Flow, FlowError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let flow = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
+    de.end().map_err(|e| json_error(ROOT.to_owned(), &e))?;
+    validated(flow)
+}
+
+/// Reads the flow in `path`, as TOML or JSON by its extension (`.toml`,
+/// `.json`, in any case), and validates it.
+pub fn load(path: &Path) -> Result<Flow, FlowFileError> {
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let parse = match extension.as_deref() {
+        Some("toml") => parse_toml,
+        Some("json") => parse_json,
+        _ => {
+            return Err(FlowFileError::UnknownFormat {
+                path: path.to_owned(),
+            });
+        }
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| FlowFileError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(&text).map_err(|error| FlowFileError::Invalid {
+        path: path.to_owned(),
+        error,
+    })
+}
+
+/// The path of the document itself, as `serde_path_to_error` writes it.
+const ROOT: &str = ".";
+
+fn validated(flow: Flow) -> Result<Flow, FlowError> {
+    flow.validate()?;
+    Ok(flow)
+}
+
+fn toml_error(text: &str, path: String, error: &toml::de::Error) -> FlowError {
+    let message = error.message().trim_end();
+    match error.span() {
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            FlowError::new(path, at(message, line, column))
+        }
+        None => FlowError::new(path, message),
+    }
+}
+
+fn json_error(path: String, error: &serde_json::Error) -> FlowError {
+    // serde_json's Display appends " at line L column C"; put it in our form.
+    let full = error.to_string();
+    if error.line() == 0 {
+        return FlowError::new(path, full);
+    }
+    let suffix = format!(" at line {} column {}", error.line(), error.column());
+    let message = full.strip_suffix(&suffix).unwrap_or(&full);
+    FlowError::new(path, at(message, error.line(), error.column()))
+}
+
+fn at(message: &str, line: impl Display, column: impl Display) -> String {
+    format!("{message} (line {line}, column {column})")
+}
+
+/// The 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
