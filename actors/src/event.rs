@@ -227,6 +227,109 @@ pub enum EventKind {
     },
 }
 
+impl EventKind {
+    /// One human-readable line describing the event, for logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Wait {
+                subject, renewals, ..
+            } => format!("{subject}: lease expired after {renewals} renewals"),
+            Self::Verdict(r) => {
+                let phi = r
+                    .evidence
+                    .phi
+                    .map_or_else(|| "none".to_owned(), |phi| format!("{phi:.2}"));
+                format!(
+                    "{} by {} (evidence {}, phi {phi}): {}",
+                    r.verdict, r.decided_by, r.evidence.count, r.reason
+                )
+            }
+            Self::Progress { note, count, .. } => {
+                format!("{} ({count} items)", note.as_deref().unwrap_or("progress"))
+            }
+            Self::NudgeQueued { nudge, .. } => format!("queued for the next step: {nudge}"),
+            Self::Intervened { reason, .. } | Self::Escalated { reason, .. } => reason.clone(),
+            Self::RenewalCapReached { max_renewals, .. } => {
+                format!("stopped after {max_renewals} renewals")
+            }
+            Self::LeaseCancelled { .. } => "cancelled by its parent".to_owned(),
+            Self::RunStarted {
+                flow,
+                task,
+                max_steps,
+            } => format!("flow `{flow}` ({max_steps} steps): {task}"),
+            Self::StepStarted {
+                step,
+                limit,
+                nudges,
+            } => {
+                let limit = if *limit == 0 {
+                    "unlimited".to_owned()
+                } else {
+                    format!("of {limit}")
+                };
+                format!("step {step} {limit}, {nudges} nudges")
+            }
+            Self::ModelCallStarted {
+                step,
+                stream,
+                attempt,
+            } => format!(
+                "step {step}, {}, attempt {attempt}",
+                if *stream { "streaming" } else { "blocking" }
+            ),
+            Self::ModelCallFinished {
+                outcome,
+                tool_calls,
+                usage,
+                ..
+            } => format!(
+                "{outcome:?}, {tool_calls} tool calls, {} tokens",
+                usage.input_tokens + usage.output_tokens
+            ),
+            Self::ToolCallStarted {
+                tool,
+                idempotency_key,
+                attempt,
+            } => format!("{tool} attempt {attempt} (key {idempotency_key})"),
+            Self::ToolCallFinished {
+                tool,
+                attempt,
+                outcome,
+                ..
+            } => format!("{tool} attempt {attempt}: {outcome:?}"),
+            Self::WorkerSpawned { worker, task } => format!("{worker}: {task}"),
+            Self::WorkerFinished {
+                worker,
+                outcome,
+                result,
+            } => format!("{worker} {outcome:?}: {result}"),
+            Self::BudgetExtended(r) => format!(
+                "{} steps used of {}: extended to {} ({}, by {})",
+                r.steps_used, r.limit, r.new_limit, r.reason, r.decided_by
+            ),
+            Self::BudgetExhausted(r) => format!(
+                "{} steps used of {}: wrapping up ({}, by {})",
+                r.steps_used, r.limit, r.reason, r.decided_by
+            ),
+            Self::Restarted {
+                attempt,
+                delay_ms,
+                reason,
+            } => format!("attempt {attempt} in {delay_ms} ms after: {reason}"),
+            Self::Paused {
+                reason, subject, ..
+            } => format!("waiting for a person about `{subject}`: {reason}"),
+            Self::Resumed { guidance } => match guidance {
+                Some(g) => format!("a person answered: {g}"),
+                None => "a person said to go on".to_owned(),
+            },
+            Self::RunCompleted { answer, steps } => format!("after {steps} steps: {answer}"),
+            Self::RunFailed { reason } | Self::RunCancelled { reason } => reason.clone(),
+        }
+    }
+}
+
 /// How a model call, tool call or worker ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -206,35 +206,10 @@ pub async fn run_demo(
 /// One line of the demo's log for `event`.
 pub fn describe(event: &Event, begun: Instant) -> String {
     let when = begun.elapsed().as_secs_f64();
-    let what = match &event.kind {
-        EventKind::Wait {
-            subject, renewals, ..
-        } => {
-            format!("wait          {subject}: lease expired after {renewals} renewals")
-        }
-        EventKind::Verdict(record) => {
-            let phi = record
-                .evidence
-                .phi
-                .map_or_else(|| "none".to_owned(), |phi| format!("{phi:.2}"));
-            format!(
-                "verdict       {} by {} (evidence {}, phi {phi}): {}",
-                record.verdict, record.decided_by, record.evidence.count, record.reason
-            )
-        }
-        EventKind::Progress { note, count, .. } => {
-            format!(
-                "progress      {} ({count} items)",
-                note.as_deref().unwrap_or("")
-            )
-        }
-        EventKind::NudgeQueued { nudge, .. } => format!("nudge_queued  {nudge}"),
-        EventKind::Intervened { reason, .. } => format!("intervened    {reason}"),
-        EventKind::Escalated { reason, .. } => format!("escalated     {reason}"),
-        EventKind::RenewalCapReached { max_renewals, .. } => {
-            format!("renewal_cap_reached after {max_renewals} renewals")
-        }
-        EventKind::LeaseCancelled { .. } => "lease_cancelled".to_owned(),
-    };
-    format!("{when:>5.2}s  {:<18} {what}", event.path)
+    format!(
+        "{when:>5.2}s  {:<26} {:<20} {}",
+        event.path,
+        event.kind.name(),
+        event.kind.describe()
+    )
 }
