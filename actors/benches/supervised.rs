@@ -62,7 +62,6 @@ const REAL_LEASE: Duration = Duration::from_millis(40);
 const MEMORY_OPS: usize = 100_000;
 /// Benchmark 3.
 const RTT_SAMPLES: usize = 200_000;
-const RTT_BLOCKS: usize = 10;
 const RTT_WARMUP: usize = 20_000;
 
 /// The subject of the probe lease used as a barrier.
@@ -87,7 +86,12 @@ fn main() {
     let selected = |name: &str| only.is_empty() || only.contains(&name);
 
     println!("leasehold supervision benchmarks");
-    println!("machine: {} cpus, {}", cpus(), cpu_model());
+    println!(
+        "machine: {} cpus, {}, load average {}",
+        cpus(),
+        cpu_model(),
+        load_average()
+    );
     println!();
 
     let mut summary = Vec::new();
@@ -318,6 +322,14 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown cpu".to_owned())
 }
 
+/// The 1-, 5- and 15-minute load averages, to tell a busy machine.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "unknown".to_owned(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
+}
+
 /// CPU time consumed so far by all live threads of this process, in ns
 /// (first field of each `/proc/self/task/*/schedstat`).
 fn process_cpu_ns() -> u64 {
@@ -450,7 +462,7 @@ fn paused_runtime() -> Runtime {
 
 fn bench_cost_paused() -> CostResult {
     println!(
-        "1. cost per supervised operation — {COST_OPS} concurrent ops per round, {COST_ROUNDS} rounds, current-thread runtime on paused time (wall time = CPU cost)"
+        "1. cost per supervised operation — {COST_OPS} concurrent ops per round, {COST_ROUNDS} rounds, current-thread runtime on paused time, CPU time of the thread per op (median of rounds)"
     );
     let rt = paused_runtime();
     rt.block_on(async {
@@ -468,32 +480,37 @@ fn bench_cost_paused() -> CostResult {
             let _ = leasehold_round(&supervision.leases, &sink, scenario, COST_OPS).await;
             let _ = bare_round(&watchdog, &counted, scenario, COST_OPS).await;
             let (mut lh, mut bare) = (Vec::new(), Vec::new());
+            let (mut lh_wall, mut bare_wall) = (Vec::new(), Vec::new());
             for _ in 0..COST_ROUNDS {
-                let (wall, _, verdicts) =
+                let (wall, cpu, verdicts) =
                     leasehold_round(&supervision.leases, &sink, scenario, COST_OPS).await;
                 assert_eq!(
                     verdicts,
                     scenario.verdicts_per_op * u64::try_from(COST_OPS).expect("ops"),
                     "every leasehold operation must get exactly its verdicts"
                 );
-                lh.push(per_op(wall, COST_OPS));
-                let (wall, _, verdicts) = bare_round(&watchdog, &counted, scenario, COST_OPS).await;
+                lh.push(per_op(cpu, COST_OPS));
+                lh_wall.push(per_op(wall, COST_OPS));
+                let (wall, cpu, verdicts) = bare_round(&watchdog, &counted, scenario, COST_OPS).await;
                 assert_eq!(
                     verdicts,
                     scenario.verdicts_per_op * u64::try_from(COST_OPS).expect("ops"),
                     "every bare operation must get exactly its verdicts"
                 );
-                bare.push(per_op(wall, COST_OPS));
+                bare.push(per_op(cpu, COST_OPS));
+                bare_wall.push(per_op(wall, COST_OPS));
             }
             let (lh_med, bare_med) = (median(&mut lh), median(&mut bare));
+            let (lh_wall_med, bare_wall_med) = (median(&mut lh_wall), median(&mut bare_wall));
             println!(
-                "   {:<48} leasehold {lh_med:>7.0} ns/op  bare tokio {bare_med:>7.0} ns/op  ratio {:.2}x  (rounds: leasehold {:.0}..{:.0}, bare {:.0}..{:.0})",
+                "   {:<48} leasehold {lh_med:>7.0} ns/op  bare tokio {bare_med:>7.0} ns/op  ratio {:.2}x  (rounds: leasehold {:.0}..{:.0}, bare {:.0}..{:.0}; wall medians {lh_wall_med:.0} / {bare_wall_med:.0}, ratio {:.2}x)",
                 scenario.name,
                 lh_med / bare_med,
                 lh[0],
                 lh[lh.len() - 1],
                 bare[0],
                 bare[bare.len() - 1],
+                lh_wall_med / bare_wall_med,
             );
             if scenario.verdicts_per_op == 1 {
                 result.leasehold.full_ns = lh_med;
@@ -736,36 +753,26 @@ struct Rtt {
 /// The baseline: a plain task answering over a oneshot.
 type OneshotAsk = (LeaseExpiry, oneshot::Sender<Verdict>);
 
-async fn assess_samples(
-    watchdog: &ActorRef<WatchdogMsg>,
-    expiry: &LeaseExpiry,
-    n: usize,
-    out: &mut Vec<u64>,
-) {
-    for _ in 0..n {
-        let expiry = expiry.clone();
-        let started = Instant::now();
-        let decision = WatchdogActor::assess(watchdog, expiry).await;
-        out.push(nanos(started.elapsed()));
-        black_box(decision);
-    }
+/// One timed `WatchdogActor::assess`.
+async fn assess_once(watchdog: &ActorRef<WatchdogMsg>, expiry: &LeaseExpiry) -> u64 {
+    let expiry = expiry.clone();
+    let started = Instant::now();
+    let decision = WatchdogActor::assess(watchdog, expiry).await;
+    let elapsed = nanos(started.elapsed());
+    black_box(decision);
+    elapsed
 }
 
-async fn oneshot_samples(
-    server: &mpsc::UnboundedSender<OneshotAsk>,
-    expiry: &LeaseExpiry,
-    n: usize,
-    out: &mut Vec<u64>,
-) {
-    for _ in 0..n {
-        let expiry = expiry.clone();
-        let started = Instant::now();
-        let (tx, rx) = oneshot::channel();
-        let _ = server.send((expiry, tx));
-        let verdict = rx.await.expect("the server answers");
-        out.push(nanos(started.elapsed()));
-        black_box(verdict);
-    }
+/// One timed oneshot RPC to the plain task.
+async fn oneshot_once(server: &mpsc::UnboundedSender<OneshotAsk>, expiry: &LeaseExpiry) -> u64 {
+    let expiry = expiry.clone();
+    let started = Instant::now();
+    let (tx, rx) = oneshot::channel();
+    let _ = server.send((expiry, tx));
+    let verdict = rx.await.expect("the server answers");
+    let elapsed = nanos(started.elapsed());
+    black_box(verdict);
+    elapsed
 }
 
 fn bench_rtt(multi_thread: bool) -> Rtt {
@@ -790,7 +797,7 @@ fn bench_rtt(multi_thread: bool) -> Rtt {
     if multi_thread {
         println!();
         println!(
-            "3. verdict round trip — {RTT_SAMPLES} samples each after {RTT_WARMUP} warm-up, interleaved in {RTT_BLOCKS} blocks, real (not paused) runtime, no-op event sink"
+            "3. verdict round trip — {RTT_SAMPLES} samples each after {RTT_WARMUP} warm-up, alternating sample by sample, real (not paused) runtime, no-op event sink"
         );
     }
     let rtt = rt.block_on(async {
@@ -816,17 +823,24 @@ fn bench_rtt(multi_thread: bool) -> Rtt {
                 renewals: 0,
                 evidence: Evidence::detached(),
             };
-            let mut scratch = Vec::with_capacity(RTT_WARMUP);
-            assess_samples(&watchdog, &expiry, RTT_WARMUP, &mut scratch).await;
-            scratch.clear();
-            oneshot_samples(&server, &expiry, RTT_WARMUP, &mut scratch).await;
+            for _ in 0..RTT_WARMUP {
+                black_box(assess_once(&watchdog, &expiry).await);
+                black_box(oneshot_once(&server, &expiry).await);
+            }
+            // Alternating sample by sample, so that whatever else the
+            // machine does falls on both alike.
             let (mut lh, mut os) = (
                 Vec::with_capacity(RTT_SAMPLES),
                 Vec::with_capacity(RTT_SAMPLES),
             );
-            for _ in 0..RTT_BLOCKS {
-                assess_samples(&watchdog, &expiry, RTT_SAMPLES / RTT_BLOCKS, &mut lh).await;
-                oneshot_samples(&server, &expiry, RTT_SAMPLES / RTT_BLOCKS, &mut os).await;
+            for i in 0..RTT_SAMPLES {
+                if i % 2 == 0 {
+                    lh.push(assess_once(&watchdog, &expiry).await);
+                    os.push(oneshot_once(&server, &expiry).await);
+                } else {
+                    os.push(oneshot_once(&server, &expiry).await);
+                    lh.push(assess_once(&watchdog, &expiry).await);
+                }
             }
             watchdog.stop(None);
             Rtt {

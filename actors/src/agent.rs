@@ -198,6 +198,12 @@ pub enum LoopMsg {
         /// The attempt to start.
         attempt: u32,
     },
+    /// Start the calls of `step` that have not started (deferred while the
+    /// run was paused).
+    StartCalls {
+        /// The step.
+        step: u32,
+    },
     /// A loop of the run escalated: pause the run (root only).
     Escalate(Box<Escalation>),
     /// A person resumes the paused run (root only).
@@ -446,6 +452,7 @@ impl AgentLoop {
                 index,
                 attempt,
             } => self.retry(myself, step, index, attempt),
+            LoopMsg::StartCalls { step } => self.start_calls(myself, step).await,
             LoopMsg::Escalate(_) | LoopMsg::Resume { .. } | LoopMsg::Cancel { .. } => None,
         }
     }
@@ -682,13 +689,28 @@ impl AgentLoop {
             .into_iter()
             .map(|request| PendingCall {
                 request,
-                attempt: 1,
+                attempt: 0,
                 running: false,
                 result: None,
             })
             .collect();
+        // A pause that came while the model answered holds the calls back.
+        self.when_open(myself, LoopMsg::StartCalls { step });
+        None
+    }
+
+    async fn start_calls(&mut self, myself: &ActorRef<LoopMsg>, step: u32) -> Option<LoopEnd> {
+        if self.phase != Phase::Calls || step != self.state.steps {
+            return None;
+        }
+        if *self.ctx.gate.borrow() != Gate::Open {
+            self.when_open(myself, LoopMsg::StartCalls { step });
+            return None;
+        }
         for index in 0..self.calls.len() {
-            self.start_call(myself, index, 1);
+            if self.calls[index].attempt == 0 {
+                self.start_call(myself, index, 1);
+            }
         }
         self.finish_step_if_done(myself).await
     }

@@ -508,3 +508,33 @@ async fn stopping_the_lease_actor_cancels_what_it_supervises() {
     let refused = rig.leases().supervise(spec(secs(1), 10), |_| async {});
     assert_eq!(refused.err(), Some(LeaseError::LeaseActorGone));
 }
+
+#[tokio::test(start_paused = true)]
+async fn pause_stops_every_lease_clock_until_resume() {
+    let rig = rig(config(2, 10), None).await;
+    let handle = rig
+        .leases()
+        .supervise(spec(secs(10), 10), |_| pending::<()>())
+        .expect("started");
+    sleep(secs(15)).await;
+    assert_eq!(rig.events.count("wait"), 1);
+    rig.leases()
+        .actor()
+        .send_message(LeaseMsg::Pause)
+        .expect("alive");
+    sleep(secs(3600)).await;
+    assert_eq!(rig.events.count("wait"), 1, "a paused lease expired");
+    rig.leases()
+        .actor()
+        .send_message(LeaseMsg::Resume)
+        .expect("alive");
+    sleep(millis(9_999)).await;
+    assert_eq!(
+        rig.events.count("wait"),
+        1,
+        "resume must give a fresh full period"
+    );
+    sleep(millis(2)).await;
+    assert_eq!(rig.events.count("wait"), 2);
+    drop(handle);
+}

@@ -1,5 +1,7 @@
-//! The demo: a slow-but-alive operation kept alive by evidence, a hung one
-//! intervened, and an escalation, on the real clock in about three seconds.
+//! The demo: an incident review with three workers that shows a slow
+//! operation kept alive by evidence, a budget extension, a restart after an
+//! intervention, and a pause that waits for a person — on the real clock, in
+//! about five seconds.
 
 use std::process::ExitCode;
 

@@ -1,58 +1,67 @@
 //! Examples of embedding leasehold, and the demo run by `cargo run -p
 //! leasehold-examples --example demo`.
 //!
-//! The demo supervises three tool calls under half-second leases, on the
-//! real clock, in about three seconds:
+//! The demo runs one incident review, on the real clock, in about five
+//! seconds: the root spawns three workers, and each shows one thing.
 //!
-//! - `crawl site` is slow but alive: it reports progress every 100 ms for
-//!   2.8 s. After its two free renewals, fresh evidence keeps renewing it
-//!   without a single evaluator call, and its whole result comes back.
-//! - `fetch quotes` hangs silently. After two free renewals the evaluator is
-//!   asked, sees no evidence, and answers `INTERVENE`.
-//! - `charge customer card` also goes silent, but it has side effects: the
-//!   evaluator answers `ESCALATE`, for a person to decide.
+//! - `logs` searches slowly but visibly: each search takes 1.1 s under a
+//!   0.3 s lease and reports progress every 0.1 s. After its two free
+//!   renewals, fresh evidence keeps renewing it without any evaluator call.
+//!   It is declared with 2 steps, needs 4, and its budget checkpoint extends
+//!   it in proportion to its limit.
+//! - `metrics` calls a tool that hangs silently: after the free renewals the
+//!   evaluator intervenes, and the supervisor restarts the call after its
+//!   backoff, with the same idempotency key. The second attempt answers.
+//! - `deploys` wants to roll back production, and its tool goes silent: the
+//!   evaluator escalates, the whole run pauses in `waiting_human` with its
+//!   clocks stopped, and a person answers a second later; the worker's next
+//!   step sees the answer.
 //!
-//! The evaluator here is [`RuleEvaluator`], an in-process judge that answers
-//! the same strict JSON a model of role `fast` must answer, by rule, so the
-//! demo needs no network and no API key.
+//! The model, the tools and the evaluator are in-process and scripted, so the
+//! demo needs no network and no API key. [`RuleEvaluator`] answers the same
+//! strict JSON a model of role `fast` must answer, by rule.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::event::{Event, EventBus};
-use leasehold::ports::BoxFuture;
+use leasehold::engine::{Engine, EngineConfig};
+use leasehold::event::{Event, EventBus, EventKind};
+use leasehold::flow::Flow;
+use leasehold::ports::{BoxFuture, BudgetEvaluationRequest, Clock, RunStatus, SystemClock};
 use leasehold::prelude::*;
+use leasehold::run::RunState;
+use leasehold::supervisor::RestartPolicy;
+use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
+use leasehold::watchdog::DecidedBy;
 use tokio::time::Instant;
 
-/// An evaluator that judges by rule: evidence that is fresh renews, a silent
-/// operation whose subject touches money escalates, any other silent one is
-/// intervened. It answers strict JSON, like a model must.
+/// What the person says when the run pauses.
+pub const GUIDANCE: &str =
+    "Do not roll back: the fix is already deploying. Report the deploy status.";
+
+/// An evaluator that judges by rule, answering strict JSON as a model must.
+///
+/// Leases: fresh evidence renews; a silent operation whose subject has side
+/// effects in production (a rollback, a deploy, a payment) escalates; any
+/// other silent one is intervened. Budgets: a loop whose every step made a
+/// tool call is converging and is extended with full confidence; otherwise
+/// it wraps up.
 #[derive(Clone, Debug, Default)]
-pub struct RuleEvaluator {
-    asked: Arc<Mutex<Vec<String>>>,
-}
+pub struct RuleEvaluator;
 
 impl RuleEvaluator {
-    /// The subjects it was asked about, in order.
-    pub fn asked(&self) -> Vec<String> {
-        self.asked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
     fn judge(request: &EvaluationRequest) -> (Verdict, String) {
         let silent = request.evidence.phi.is_none_or(|phi| phi >= 8.0);
-        let touches_money = ["charge", "payment", "card", "transfer"]
+        let side_effects = ["rollback", "deploy", "charge", "payment"]
             .iter()
             .any(|word| request.subject.contains(word));
-        match (silent, touches_money) {
+        match (silent, side_effects) {
             (false, _) => (Verdict::Renew, "evidence is flowing".to_owned()),
             (true, true) => (
                 Verdict::Escalate,
                 format!(
-                    "`{}` is silent after {} renewals and has side effects: a person must decide",
+                    "`{}` is silent after {} renewals and changes production: a person must decide",
                     request.subject, request.renewals
                 ),
             ),
@@ -72,11 +81,7 @@ impl Evaluator for RuleEvaluator {
         &self,
         request: EvaluationRequest,
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
-        self.asked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(request.subject.clone());
-        let (verdict, reason) = RuleEvaluator::judge(&request);
+        let (verdict, reason) = Self::judge(&request);
         let text =
             serde_json::json!({"verdict": verdict, "reason": reason, "nudge": null}).to_string();
         Box::pin(async move {
@@ -86,130 +91,266 @@ impl Evaluator for RuleEvaluator {
             })
         })
     }
+
+    fn evaluate_budget(
+        &self,
+        request: BudgetEvaluationRequest,
+    ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
+        let converging = request.tool_calls >= request.steps_used;
+        let text = if converging {
+            serde_json::json!({
+                "decision": "EXTEND",
+                "reason": format!("{} tool calls in {} steps: still making progress", request.tool_calls, request.steps_used),
+                "confidence": 1.0
+            })
+        } else {
+            serde_json::json!({"decision": "WRAP_UP", "reason": "stalled", "confidence": 0.8})
+        }
+        .to_string();
+        Box::pin(async move {
+            Ok(EvaluatorAnswer {
+                text,
+                cost: TokenCost::default(),
+            })
+        })
+    }
 }
 
-/// How each of the demo's operations ended.
-#[derive(Debug, PartialEq, Eq)]
+/// The demo's flow: a root with three kinds of worker, on one tool server.
+pub fn demo_flow() -> Flow {
+    let flow = serde_json::json!({
+        "name": "incident-review",
+        "task": "Checkout latency doubled at 14:00. Find out why and what to do.",
+        "system_prompt": "You coordinate an incident review.",
+        "max_steps": 3,
+        "tools": [{"name": "ops", "url": "http://127.0.0.1:9/mcp"}],
+        "workers": {
+            "logs": {"prompt": "You read logs.", "max_steps": 2},
+            "metrics": {"prompt": "You read metrics.", "max_steps": 3},
+            "deploys": {"prompt": "You handle deploys.", "max_steps": 3}
+        }
+    });
+    serde_json::from_value(flow).unwrap_or_else(|e| unreachable!("the demo flow is valid: {e}"))
+}
+
+/// The demo's configuration: 0.3 s tool leases, two free renewals, restarts
+/// after 0.2 s.
+pub fn demo_config() -> EngineConfig {
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_millis(300);
+    config.supervision.lease.model_stream = Duration::from_secs(1);
+    config.supervision.lease.worker_step = Duration::from_secs(3);
+    config.supervision.watchdog.evaluator_timeout = Duration::from_secs(2);
+    config.restart = RestartPolicy {
+        backoff_initial: Duration::from_millis(200),
+        backoff_max: Duration::from_secs(2),
+        ..RestartPolicy::default()
+    };
+    config
+}
+
+/// The scripted model of the demo: what the root and each worker say.
+pub fn demo_model() -> ScriptedModel {
+    let search = || {
+        Turn::tools([(
+            "search_logs",
+            serde_json::json!({"query": "checkout 14:00"}),
+        )])
+    };
+    ScriptedModel::new()
+        .script(
+            "run",
+            [
+                Turn::spawn([
+                    ("logs", "Search the checkout logs around 14:00."),
+                    ("metrics", "Read the checkout latency metrics."),
+                    ("deploys", "Roll back whatever was deployed at 14:00."),
+                ]),
+                Turn::answer(
+                    "Latency doubled because the 13:58 deploy exhausted the DB pool; the fix is deploying, no rollback needed.",
+                ),
+            ],
+        )
+        .script(
+            "worker:logs",
+            [
+                search(),
+                search(),
+                search(),
+                Turn::answer("Pool-exhaustion errors start at 13:59, right after the deploy."),
+            ],
+        )
+        .script(
+            "worker:metrics",
+            [
+                Turn::tools([("fetch_metrics", serde_json::json!({"series": "checkout.p99"}))]),
+                Turn::answer("p99 went from 1.1 s to 2.3 s at 14:00."),
+            ],
+        )
+        .script(
+            "worker:deploys",
+            [
+                Turn::tools([("rollback_deploy", serde_json::json!({"service": "checkout"}))]),
+                Turn::answer("No rollback: the fix is deploying, 60 % rolled out."),
+            ],
+        )
+}
+
+/// The scripted tools of the demo.
+pub fn demo_tools() -> ScriptedTools {
+    ScriptedTools::new()
+        .tool(
+            "search_logs",
+            Some(true),
+            [ToolAct::Return {
+                latency: Duration::from_millis(1100),
+                progress_every: Some(Duration::from_millis(100)),
+                result: "412 matching lines".to_owned(),
+            }],
+        )
+        .tool(
+            "fetch_metrics",
+            Some(true),
+            [
+                ToolAct::Hang,
+                ToolAct::returns(
+                    "checkout.p99: 1.1 s → 2.3 s at 14:00",
+                    Duration::from_millis(150),
+                ),
+            ],
+        )
+        .tool("rollback_deploy", Some(false), [ToolAct::Hang])
+}
+
+/// How the demo went.
+#[derive(Debug, PartialEq)]
 pub struct DemoReport {
-    /// The slow-but-alive crawl.
-    pub slow: Result<String, LeaseError>,
-    /// The silent fetch.
-    pub hung: Result<String, LeaseError>,
-    /// The silent payment.
-    pub payment: Result<String, LeaseError>,
-    /// How many times the evaluator was asked about the slow crawl.
-    pub evaluator_calls_on_slow: usize,
-    /// Evaluator calls in all.
-    pub evaluator_calls: usize,
+    /// The run's final state.
+    pub state: RunState,
+    /// Budget extensions granted.
+    pub extensions: usize,
+    /// Restarts.
+    pub restarts: usize,
+    /// Pauses.
+    pub pauses: usize,
+    /// Verdicts on the slow searches decided by fresh evidence.
+    pub search_renewed_by_evidence: usize,
+    /// Evaluator calls about the slow searches (should be none).
+    pub search_evaluator_calls: usize,
 }
 
 impl DemoReport {
     /// Whether the demo showed what it is meant to show.
     pub fn as_expected(&self) -> bool {
-        self.slow.is_ok()
-            && self.evaluator_calls_on_slow == 0
-            && matches!(self.hung, Err(LeaseError::Intervened { .. }))
-            && matches!(self.payment, Err(LeaseError::Escalated { .. }))
+        self.state.status == RunStatus::Completed
+            && self.extensions >= 1
+            && self.restarts >= 1
+            && self.pauses == 1
+            && self.search_renewed_by_evidence >= 1
+            && self.search_evaluator_calls == 0
     }
-}
 
-/// The demo's configuration: half-second tool leases, two free renewals.
-pub fn demo_config() -> SupervisionConfig {
-    let mut config = SupervisionConfig::default();
-    config.lease.tool_call = Duration::from_millis(500);
-    config.watchdog.evaluator_timeout = Duration::from_secs(2);
-    config
+    fn from_events(state: RunState, events: &[Arc<Event>]) -> Self {
+        let count = |name: &str| events.iter().filter(|e| e.kind.name() == name).count();
+        let search_verdicts = |by: DecidedBy| {
+            events
+                .iter()
+                .filter(|e| matches!(&e.kind, EventKind::Verdict(r) if r.subject == "search_logs" && r.decided_by == by))
+                .count()
+        };
+        Self {
+            state,
+            extensions: count("budget_extended"),
+            restarts: count("restarted"),
+            pauses: count("paused"),
+            search_renewed_by_evidence: search_verdicts(DecidedBy::Evidence),
+            search_evaluator_calls: search_verdicts(DecidedBy::Evaluator),
+        }
+    }
 }
 
 /// Runs the demo, writing a readable log of its events to `out`.
 pub async fn run_demo(
     out: &mut (impl Write + Send),
 ) -> Result<DemoReport, Box<dyn std::error::Error>> {
-    let config = demo_config();
     let bus = EventBus::new();
     let mut stream = bus.subscribe();
-    let evaluator = RuleEvaluator::default();
-    let supervision = Supervision::start(
-        config,
-        Some(Arc::new(evaluator.clone()) as Arc<dyn Evaluator>),
-        Arc::new(bus.clone()),
-    )
-    .await?;
-    let leases = &supervision.leases;
-    let spec = |subject: &str, n: u32| {
-        config
-            .spec(LeaseKind::ToolCall, subject)
-            .map(|s| s.in_run("demo", format!("run/tool_call:{n}")))
-    };
+    let engine = Engine::builder()
+        .config(demo_config())
+        .model(Arc::new(demo_model()))
+        .tool_server("ops", Arc::new(demo_tools()))
+        .evaluator(Arc::new(RuleEvaluator))
+        .events(Arc::new(bus.clone()))
+        .build()
+        .await?;
 
     writeln!(
         out,
-        "leasehold demo: three tool calls under 500 ms leases, 2 free renewals\n"
+        "leasehold demo: an incident review with three workers, 0.3 s tool leases, 2 free renewals\n"
     )?;
     let begun = Instant::now();
-    let slow = leases.supervise(spec("crawl site", 1)?, |evidence| async move {
-        for page in 1..=28 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if page % 7 == 0 {
-                evidence.progress(format!("{page} pages"));
-            } else {
-                evidence.observe();
-            }
-        }
-        "28 pages crawled".to_owned()
-    })?;
-    let hung = leases.supervise(spec("fetch quotes", 2)?, |_| async {
-        std::future::pending::<String>().await
-    })?;
-    let payment = leases.supervise(spec("charge customer card", 3)?, |_| async {
-        std::future::pending::<String>().await
-    })?;
-
-    let outcomes = async {
-        let hung = hung.outcome().await;
-        let payment = payment.outcome().await;
-        let slow = slow.outcome().await;
-        (slow, hung, payment)
-    };
-    tokio::pin!(outcomes);
-    let (slow, hung, payment) = loop {
+    let origin = SystemClock.now_unix_ms();
+    let mut run = engine.start(demo_flow()).await?;
+    let mut events = Vec::new();
+    let mut answered = false;
+    let state = loop {
         tokio::select! {
-            done = &mut outcomes => break done,
-            Some(Ok(event)) = stream.recv() => writeln!(out, "{}", describe(&event, begun))?,
+            state = run.wait_until(move |s| s.status.is_paused() && !answered) => {
+                if state.status.is_terminal() {
+                    break state;
+                }
+                let at = SystemClock.now_unix_ms();
+                writeln!(out, "{}  the run waits for a person; one answers a second later:", seconds(at, origin))?;
+                writeln!(out, "        \"{GUIDANCE}\"")?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                run.resume(Some(GUIDANCE.to_owned())).await?;
+                answered = true;
+            }
+            Some(Ok(event)) = stream.recv() => {
+                if !matches!(event.kind, EventKind::Progress { .. } | EventKind::ModelCallStarted { .. }) {
+                    writeln!(out, "{}", describe(&event, origin))?;
+                }
+                events.push(event);
+            }
         }
     };
     while let Some(Ok(event)) = stream.try_recv() {
-        writeln!(out, "{}", describe(&event, begun))?;
+        writeln!(out, "{}", describe(&event, origin))?;
+        events.push(event);
     }
-
-    let asked = evaluator.asked();
-    let report = DemoReport {
-        slow,
-        hung,
-        payment,
-        evaluator_calls_on_slow: asked.iter().filter(|s| *s == "crawl site").count(),
-        evaluator_calls: asked.len(),
-    };
+    let report = DemoReport::from_events(state, &events);
     writeln!(out)?;
+    writeln!(out, "status      {:?}", report.state.status)?;
     writeln!(
         out,
-        "crawl site            → {:?}  (evaluator calls: {})",
-        report.slow, report.evaluator_calls_on_slow
+        "answer      {}",
+        report.state.answer.as_deref().unwrap_or("-")
     )?;
-    writeln!(out, "fetch quotes          → {:?}", report.hung)?;
-    writeln!(out, "charge customer card  → {:?}", report.payment)?;
-    writeln!(out, "took {:.1} s", begun.elapsed().as_secs_f64())?;
-    supervision.stop();
+    writeln!(
+        out,
+        "shown       {} budget extension(s), {} restart(s), {} pause(s); slow searches renewed {} times on evidence with {} evaluator calls",
+        report.extensions,
+        report.restarts,
+        report.pauses,
+        report.search_renewed_by_evidence,
+        report.search_evaluator_calls
+    )?;
+    writeln!(out, "took        {:.1} s", begun.elapsed().as_secs_f64())?;
     Ok(report)
 }
 
-/// One line of the demo's log for `event`.
-pub fn describe(event: &Event, begun: Instant) -> String {
-    let when = begun.elapsed().as_secs_f64();
+/// One line of the demo's log for `event`, timed from `origin` (Unix ms).
+pub fn describe(event: &Event, origin: u64) -> String {
     format!(
-        "{when:>5.2}s  {:<26} {:<20} {}",
+        "{}  {:<34} {:<20} {}",
+        seconds(event.at, origin),
         event.path,
         event.kind.name(),
         event.kind.describe()
     )
+}
+
+fn seconds(at: u64, origin: u64) -> String {
+    let millis = at.saturating_sub(origin);
+    format!("{:>3}.{:02}s", millis / 1000, (millis % 1000) / 10)
 }
