@@ -332,7 +332,12 @@ fn load_average() -> String {
 
 /// CPU time consumed so far by all live threads of this process, in ns
 /// (first field of each `/proc/self/task/*/schedstat`).
+///
+/// The kernel brings a running thread's figure up to date only at a tick or
+/// a switch, so the calling thread yields first; the other threads are idle
+/// between rounds.
 fn process_cpu_ns() -> u64 {
+    std::thread::yield_now();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0;
     };

@@ -17,246 +17,44 @@
 //! idempotency key), pauses the run, fails the loop, or lets the loop carry
 //! on with the error as the call's result.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+mod builtin;
+mod context;
+mod ends;
+mod messages;
 
-use ractor::{ActorCell, ActorRef, RpcReplyPort};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ractor::{ActorCell, ActorRef};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::budget::{BudgetConfig, BudgetDecision, BudgetMsg, checkpoint_due};
+use crate::budget::{BudgetDecision, BudgetMsg, checkpoint_due};
 use crate::event::{CallOutcome, EventKind};
 use crate::evidence::{Evidence, EvidenceSummary};
-use crate::flow::Flow;
-use crate::lease::{LeaseConfig, LeaseError, LeaseKind, LeaseSpec, Leases};
+use crate::lease::LeaseKind;
 use crate::nudge::NudgeQueue;
 use crate::ports::{
-    BudgetEvaluationRequest, ChatMessage, Evaluator, EventSink, ModelClient, ModelReply,
-    ModelRequest, RunStatus, Snapshot, Store, ToolCallRequest, ToolClient, ToolDefinition,
+    BudgetEvaluationRequest, ChatMessage, ModelReply, ModelRequest, RunStatus, Snapshot,
+    ToolCallRequest, ToolDefinition,
 };
 use crate::supervisor::{ChildEnd, ChildInfo, ChildKind, SupervisionAction, SupervisionStrategy};
 
-/// The built-in tool through which a model spawns a worker:
-/// `{"kind": "<worker kind>", "task": "<what to do>"}`.
-pub const SPAWN_WORKER_TOOL: &str = "spawn_worker";
+pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
+pub use messages::{ControlError, Escalation, LoopMsg};
 
-/// The built-in tool through which a model closes a milestone:
-/// `{"milestone": "<name>"}`.
-pub const COMPLETE_MILESTONE_TOOL: &str = "complete_milestone";
+pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
+pub(crate) use context::{Gate, RunContext, ToolRoute};
+pub(crate) use ends::{call_outcome, describe_end, lease_end};
 
 /// How many transcript messages a lease shows its evaluator.
 const TRANSCRIPT_TAIL: usize = 4;
-
-/// Whether the run may make progress.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Gate {
-    Open,
-    Paused,
-    Closed,
-}
-
-/// A tool's server.
-#[derive(Clone)]
-pub(crate) struct ToolRoute {
-    pub(crate) client: Arc<dyn ToolClient>,
-    pub(crate) server: String,
-}
-
-/// What every loop of one run shares.
-pub(crate) struct RunContext {
-    pub(crate) run_id: String,
-    pub(crate) flow: Arc<Flow>,
-    pub(crate) model: Arc<dyn ModelClient>,
-    pub(crate) tools: HashMap<String, ToolRoute>,
-    pub(crate) tool_definitions: Vec<ToolDefinition>,
-    pub(crate) leases: Leases,
-    pub(crate) lease_config: LeaseConfig,
-    pub(crate) free_renewals: Option<u32>,
-    pub(crate) events: Arc<dyn EventSink>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) budget_config: BudgetConfig,
-    pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
-    pub(crate) strategy: crate::engine::StrategyFactory,
-    pub(crate) gate: watch::Sender<Gate>,
-    pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
-    pub(crate) cancel: CancellationToken,
-    workers_spawned: AtomicU32,
-}
-
-impl RunContext {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        run_id: String,
-        flow: Arc<Flow>,
-        model: Arc<dyn ModelClient>,
-        tools: HashMap<String, ToolRoute>,
-        tool_definitions: Vec<ToolDefinition>,
-        leases: Leases,
-        lease_config: LeaseConfig,
-        free_renewals: Option<u32>,
-        events: Arc<dyn EventSink>,
-        store: Arc<dyn Store>,
-        budget_config: BudgetConfig,
-        evaluator: Option<Arc<dyn Evaluator>>,
-        strategy: crate::engine::StrategyFactory,
-    ) -> Self {
-        Self {
-            run_id,
-            flow,
-            model,
-            tools,
-            tool_definitions,
-            leases,
-            lease_config,
-            free_renewals,
-            events,
-            store,
-            budget_config,
-            evaluator,
-            strategy,
-            gate: watch::Sender::new(Gate::Open),
-            root: std::sync::OnceLock::new(),
-            cancel: CancellationToken::new(),
-            workers_spawned: AtomicU32::new(0),
-        }
-    }
-
-    pub(crate) fn emit(&self, path: &str, kind: EventKind) {
-        self.events.emit(&self.run_id, path, kind);
-    }
-
-    fn spec(&self, kind: LeaseKind, subject: &str, path: &str) -> LeaseSpec {
-        // Durations were validated with the configuration; a zero here
-        // cannot happen, but a spec error must not panic the loop.
-        let duration = self
-            .lease_config
-            .duration(kind)
-            .max(Duration::from_millis(1));
-        LeaseSpec::new(kind, subject, duration)
-            .unwrap_or_else(|_| unreachable_spec(kind, subject))
-            .with_max_renewals(self.lease_config.max_renewals)
-            .with_free_renewals(self.free_renewals)
-            .in_run(self.run_id.clone(), path)
-    }
-
-    fn next_worker_number(&self) -> u32 {
-        self.workers_spawned.fetch_add(1, Ordering::Relaxed) + 1
-    }
-}
-
-fn unreachable_spec(kind: LeaseKind, subject: &str) -> LeaseSpec {
-    // `LeaseSpec::new` only refuses a zero duration, which `spec` rules out.
-    match LeaseSpec::new(kind, subject, Duration::from_secs(1)) {
-        Ok(spec) => spec,
-        Err(_) => unreachable!("a one-second lease is valid"),
-    }
-}
 
 /// Whether a loop is the run's root or a worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Role {
     Root,
     Worker { kind: String },
-}
-
-/// A loop's messages. The root loop also takes the run's controls.
-#[derive(Debug)]
-pub enum LoopMsg {
-    /// Go on: pass a budget checkpoint if one is due, else start a step.
-    Next,
-    /// A model call ended.
-    ModelDone {
-        /// Its step.
-        step: u32,
-        /// Its attempt.
-        attempt: u32,
-        /// Its reply, or how it ended.
-        outcome: Result<ModelReply, ChildEnd>,
-    },
-    /// A tool call or a worker ended.
-    CallDone {
-        /// Its step.
-        step: u32,
-        /// Its index among the step's calls.
-        index: usize,
-        /// Its attempt.
-        attempt: u32,
-        /// Its result, or how it ended.
-        outcome: Result<String, ChildEnd>,
-    },
-    /// The budget checkpoint decided.
-    Budget(BudgetDecision),
-    /// Start attempt `attempt` of a call (`index`: `None` for the model call).
-    Retry {
-        /// The step.
-        step: u32,
-        /// The call, or `None` for the step's model call.
-        index: Option<usize>,
-        /// The attempt to start.
-        attempt: u32,
-    },
-    /// Start the calls of `step` that have not started (deferred while the
-    /// run was paused).
-    StartCalls {
-        /// The step.
-        step: u32,
-    },
-    /// A loop of the run escalated: pause the run (root only).
-    Escalate(Box<Escalation>),
-    /// A person resumes the paused run (root only).
-    Resume {
-        /// What they said; the escalated loops' next model calls see it.
-        guidance: Option<String>,
-        /// Whether it was accepted.
-        reply: RpcReplyPort<Result<(), ControlError>>,
-    },
-    /// A person cancels the run (root only).
-    Cancel {
-        /// Why.
-        reason: String,
-        /// Whether it was accepted.
-        reply: RpcReplyPort<Result<(), ControlError>>,
-    },
-}
-
-/// An escalation on its way to the root.
-#[derive(Debug)]
-pub struct Escalation {
-    pub(crate) path: String,
-    pub(crate) reason: String,
-    pub(crate) subject: String,
-    pub(crate) evidence: Option<EvidenceSummary>,
-    pub(crate) nudges: NudgeQueue,
-}
-
-/// A control that does not apply to the run as it is.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ControlError {
-    /// Resume of a run that is not paused.
-    #[error("run {run_id} is not paused (it is {status:?}): there is nothing to resume")]
-    NotPaused {
-        /// The run.
-        run_id: String,
-        /// What it is.
-        status: RunStatus,
-    },
-    /// Resume or cancel of a run that has ended.
-    #[error("run {run_id} has already finished ({status:?})")]
-    AlreadyFinished {
-        /// The run.
-        run_id: String,
-        /// How it ended.
-        status: RunStatus,
-    },
-    /// The run's actor is gone.
-    #[error("run {run_id} is not running in this process")]
-    Gone {
-        /// The run.
-        run_id: String,
-    },
 }
 
 /// One tool or worker call of a step.
@@ -1180,78 +978,5 @@ impl AgentLoop {
         let name = format!("{}/{path}#{attempt}", self.ctx.run_id);
         self.children.insert(name.clone(), (step, index, attempt));
         name
-    }
-}
-
-/// How a child's end reads in a restart event or an error result.
-pub(crate) fn describe_end(end: &ChildEnd) -> String {
-    match end {
-        ChildEnd::Completed => "completed".to_owned(),
-        ChildEnd::Intervened { reason } => format!("intervened: {reason}"),
-        ChildEnd::Escalated { reason } => format!("escalated: {reason}"),
-        ChildEnd::Failed { reason, .. } => format!("failed: {reason}"),
-        ChildEnd::Panicked { message } => format!("panicked: {message}"),
-        ChildEnd::Capped { max_renewals } => {
-            format!("stopped by the renewal cap (max_renewals = {max_renewals})")
-        }
-    }
-}
-
-/// The event outcome of a child's end.
-pub(crate) fn call_outcome(end: &ChildEnd) -> CallOutcome {
-    match end {
-        ChildEnd::Completed => CallOutcome::Ok,
-        ChildEnd::Intervened { .. } => CallOutcome::Intervened,
-        ChildEnd::Escalated { .. } => CallOutcome::Escalated,
-        ChildEnd::Failed { .. } => CallOutcome::Error,
-        ChildEnd::Panicked { .. } => CallOutcome::Panicked,
-        ChildEnd::Capped { .. } => CallOutcome::Capped,
-    }
-}
-
-/// A lease's end as a child's end; `None` when the parent cancelled it.
-pub(crate) fn lease_end(error: LeaseError) -> Option<ChildEnd> {
-    match error {
-        LeaseError::Intervened { reason } => Some(ChildEnd::Intervened { reason }),
-        LeaseError::Escalated { reason } => Some(ChildEnd::Escalated { reason }),
-        LeaseError::RenewalCapReached { max_renewals } => Some(ChildEnd::Capped { max_renewals }),
-        LeaseError::Panicked { message } => Some(ChildEnd::Panicked { message }),
-        LeaseError::Cancelled => None,
-        LeaseError::LeaseActorGone => Some(ChildEnd::Failed {
-            reason: "the run's lease actor is gone".to_owned(),
-            retryable: false,
-        }),
-    }
-}
-
-fn spawn_worker_definition(workers: &BTreeMap<String, crate::flow::WorkerKind>) -> ToolDefinition {
-    let kinds: Vec<&String> = workers.keys().collect();
-    ToolDefinition {
-        name: SPAWN_WORKER_TOOL.to_owned(),
-        description: "Spawn a worker agent with its own loop and step budget; its final answer \
-                      is this call's result."
-            .to_owned(),
-        input_schema: serde_json::json!({
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "enum": kinds},
-                "task": {"type": "string"}
-            },
-            "required": ["kind", "task"]
-        }),
-        idempotent: Some(false),
-    }
-}
-
-fn complete_milestone_definition(milestones: &[String]) -> ToolDefinition {
-    ToolDefinition {
-        name: COMPLETE_MILESTONE_TOOL.to_owned(),
-        description: "Mark one of the run's milestones as done.".to_owned(),
-        input_schema: serde_json::json!({
-            "type": "object",
-            "properties": {"milestone": {"type": "string", "enum": milestones}},
-            "required": ["milestone"]
-        }),
-        idempotent: Some(true),
     }
 }

@@ -1,0 +1,106 @@
+//! The messages of a loop, and the run's controls.
+
+use ractor::RpcReplyPort;
+
+use crate::budget::BudgetDecision;
+use crate::evidence::EvidenceSummary;
+use crate::nudge::NudgeQueue;
+use crate::ports::{ModelReply, RunStatus};
+use crate::supervisor::ChildEnd;
+
+/// A loop's messages. The root loop also takes the run's controls.
+#[derive(Debug)]
+pub enum LoopMsg {
+    /// Go on: pass a budget checkpoint if one is due, else start a step.
+    Next,
+    /// A model call ended.
+    ModelDone {
+        /// Its step.
+        step: u32,
+        /// Its attempt.
+        attempt: u32,
+        /// Its reply, or how it ended.
+        outcome: Result<ModelReply, ChildEnd>,
+    },
+    /// A tool call or a worker ended.
+    CallDone {
+        /// Its step.
+        step: u32,
+        /// Its index among the step's calls.
+        index: usize,
+        /// Its attempt.
+        attempt: u32,
+        /// Its result, or how it ended.
+        outcome: Result<String, ChildEnd>,
+    },
+    /// The budget checkpoint decided.
+    Budget(BudgetDecision),
+    /// Start attempt `attempt` of a call (`index`: `None` for the model call).
+    Retry {
+        /// The step.
+        step: u32,
+        /// The call, or `None` for the step's model call.
+        index: Option<usize>,
+        /// The attempt to start.
+        attempt: u32,
+    },
+    /// Start the calls of `step` that have not started (deferred while the
+    /// run was paused).
+    StartCalls {
+        /// The step.
+        step: u32,
+    },
+    /// A loop of the run escalated: pause the run (root only).
+    Escalate(Box<Escalation>),
+    /// A person resumes the paused run (root only).
+    Resume {
+        /// What they said; the escalated loops' next model calls see it.
+        guidance: Option<String>,
+        /// Whether it was accepted.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// A person cancels the run (root only).
+    Cancel {
+        /// Why.
+        reason: String,
+        /// Whether it was accepted.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+}
+
+/// An escalation on its way to the root.
+#[derive(Debug)]
+pub struct Escalation {
+    pub(crate) path: String,
+    pub(crate) reason: String,
+    pub(crate) subject: String,
+    pub(crate) evidence: Option<EvidenceSummary>,
+    pub(crate) nudges: NudgeQueue,
+}
+
+/// A control that does not apply to the run as it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// Resume of a run that is not paused.
+    #[error("run {run_id} is not paused (it is {status:?}): there is nothing to resume")]
+    NotPaused {
+        /// The run.
+        run_id: String,
+        /// What it is.
+        status: RunStatus,
+    },
+    /// Resume or cancel of a run that has ended.
+    #[error("run {run_id} has already finished ({status:?})")]
+    AlreadyFinished {
+        /// The run.
+        run_id: String,
+        /// How it ended.
+        status: RunStatus,
+    },
+    /// The run's actor is gone.
+    #[error("run {run_id} is not running in this process")]
+    Gone {
+        /// The run.
+        run_id: String,
+    },
+}
