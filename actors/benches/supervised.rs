@@ -12,16 +12,21 @@
 //!    it that asks a watchdog task for a verdict over an mpsc + oneshot RPC and
 //!    re-arms, and stops when the operation finishes. Both run 20 000
 //!    operations at once on a current-thread runtime on paused time, so sleeps
-//!    cost nothing and the wall time is the CPU cost of the machinery. A
-//!    secondary figure repeats it on a real two-worker runtime (CPU time of all
-//!    threads per operation).
+//!    cost nothing and a round costs only the CPU time of the machinery
+//!    (measured as the thread's CPU time, so that other processes on the
+//!    machine do not count). A secondary figure repeats it on a real
+//!    two-worker runtime (CPU time of all threads per operation).
 //! 2. **Memory per live operation and lease** (target ≤ 10 KiB): 100 000
 //!    pending operations under one-hour leases, RSS delta divided by 100 000,
 //!    each variant in a fresh child process of this binary.
 //! 3. **Verdict round trip** (target p99 ≤ 1.5× the oneshot p99):
 //!    `WatchdogActor::assess` on a first expiry (answered by the ladder,
-//!    inline) against a oneshot RPC to a plain tokio task, on a real runtime,
-//!    with a no-op event sink.
+//!    inline) against a oneshot RPC to a plain tokio task, on real two-worker
+//!    and current-thread runtimes, alternating sample by sample, with a no-op
+//!    event sink.
+//!
+//! Arguments `cost`, `memory` and `rtt` run only those benchmarks. The
+//! figures and their reading are in `docs/benchmarks.md`.
 
 use std::future::Future;
 use std::hint::black_box;

@@ -36,15 +36,15 @@ use crate::lease::LeaseKind;
 use crate::nudge::NudgeQueue;
 use crate::ports::{
     BudgetEvaluationRequest, ChatMessage, ModelReply, ModelRequest, RunStatus, Snapshot,
-    ToolCallRequest, ToolDefinition,
+    ToolCallRecord, ToolCallRequest, ToolCallState, ToolDefinition,
 };
 use crate::supervisor::{ChildEnd, ChildInfo, ChildKind, SupervisionAction, SupervisionStrategy};
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
-pub use messages::{ControlError, Escalation, LoopMsg};
+pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconciliation};
 
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
-pub(crate) use context::{Gate, RunContext, ToolRoute};
+pub(crate) use context::{Gate, RunContext, RunParts, ToolRoute};
 pub(crate) use ends::{call_outcome, describe_end, lease_end};
 
 /// How many transcript messages a lease shows its evaluator.
@@ -58,13 +58,21 @@ pub(crate) enum Role {
 }
 
 /// One tool or worker call of a step.
-#[derive(Clone, Debug)]
-struct PendingCall {
-    request: ToolCallRequest,
-    attempt: u32,
-    /// Whether the current attempt is in flight (its outcome not yet handled).
-    running: bool,
-    result: Option<String>,
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallState {
+    /// What the model asked for.
+    pub request: ToolCallRequest,
+    /// The current attempt (0 before the first starts).
+    pub attempt: u32,
+    /// Whether the current attempt is in flight in this process (its outcome
+    /// not yet handled); never saved.
+    #[serde(skip)]
+    pub running: bool,
+    /// The result, once there is one.
+    pub result: Option<String>,
+    /// For a worker: its path, so a resume can find its snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_path: Option<String>,
 }
 
 /// Where a loop is between messages.
@@ -100,6 +108,15 @@ pub struct LoopState {
     pub milestones_open: Vec<String>,
     /// Whether the loop is in its wrap-up step.
     pub wrapping_up: bool,
+    /// The calls of the current step, once its model answered.
+    #[serde(default)]
+    pub calls: Vec<CallState>,
+    /// Nudges and guidance queued for the next step.
+    #[serde(default)]
+    pub nudges: Vec<String>,
+    /// The loop's answer, once it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 /// How a loop ended.
@@ -124,7 +141,6 @@ pub(crate) struct AgentLoop {
     phase: Phase,
     model_attempt: u32,
     model_running: bool,
-    calls: Vec<PendingCall>,
     /// Child actors by name, so that a panic ractor reports can be traced
     /// to its call.
     children: HashMap<String, (u32, Option<usize>, u32)>,
@@ -179,6 +195,7 @@ impl AgentLoop {
             tools.push(complete_milestone_definition(&milestones));
         }
         let strategy = std::sync::Mutex::new((ctx.strategy)());
+        let ctx_nudges = ctx.nudges_for(&path);
         Self {
             ctx,
             role,
@@ -191,13 +208,12 @@ impl AgentLoop {
                 ..LoopState::default()
             },
             tools,
-            nudges: NudgeQueue::new(),
+            nudges: ctx_nudges,
             cancel,
             strategy,
             phase: Phase::Idle,
             model_attempt: 0,
             model_running: false,
-            calls: Vec::new(),
             children: HashMap::new(),
             step_evidence,
             budget,
@@ -220,6 +236,105 @@ impl AgentLoop {
     pub(crate) fn begin(&mut self, task: &str, myself: &ActorRef<LoopMsg>) {
         self.state.transcript.push(ChatMessage::user(task));
         let _ = myself.send_message(LoopMsg::Next);
+    }
+
+    /// Rebuilds the loop from its snapshot among `saved` and carries on; a
+    /// loop with no snapshot begins with `task`. Tool calls that were sent
+    /// but have no recorded result have an unknown outcome: a tool known to
+    /// be idempotent is called again with the same key, any other waits for
+    /// a person (`reconciliation_required`). Never a blind second call.
+    pub(crate) async fn restore(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        saved: &crate::engine::Saved,
+        task: &str,
+    ) -> Option<LoopEnd> {
+        let Some(snapshot) = saved.snapshots.iter().find(|s| s.path == self.path) else {
+            self.begin(task, myself);
+            return None;
+        };
+        match serde_json::from_value::<LoopState>(snapshot.state.clone()) {
+            Ok(state) => self.state = state,
+            Err(error) => {
+                self.phase = Phase::Done;
+                return Some(LoopEnd::Failed(format!(
+                    "the snapshot of `{}` cannot be read: {error}",
+                    self.path
+                )));
+            }
+        }
+        for nudge in std::mem::take(&mut self.state.nudges) {
+            self.nudges.push(nudge);
+        }
+        if let Some(answer) = self.state.answer.clone() {
+            self.phase = Phase::Done;
+            return Some(LoopEnd::Answer(answer));
+        }
+        if self.state.calls.is_empty() {
+            self.phase = Phase::Idle;
+            self.when_open(myself, LoopMsg::Next);
+            return None;
+        }
+        self.phase = Phase::Calls;
+        let step = self.state.steps;
+        for index in 0..self.state.calls.len() {
+            let call = &self.state.calls[index];
+            if call.result.is_some()
+                || matches!(
+                    call.request.name.as_str(),
+                    SPAWN_WORKER_TOOL | COMPLETE_MILESTONE_TOOL
+                )
+            {
+                continue;
+            }
+            let key = self.idempotency_key(step, index);
+            let Some(record) = saved.calls.iter().find(|r| r.key == key) else {
+                // Never sent: it starts like any other call.
+                continue;
+            };
+            if record.state == ToolCallState::Done {
+                if let Some(call) = self.state.calls.get_mut(index) {
+                    call.result = Some(record.result.clone().unwrap_or_default());
+                }
+                continue;
+            }
+            // Sent, with no recorded result: its outcome is unknown.
+            if let Some(call) = self.state.calls.get_mut(index) {
+                call.attempt = 1;
+            }
+            if let Some(unknown) = self.call_record(index, ToolCallState::Unknown, None)
+                && !self.ctx.record_call(unknown).await
+            {
+                return None;
+            }
+            self.ctx.emit(
+                &format!("{}/tool_call:{step}.{index}", self.path),
+                EventKind::ToolCallFinished {
+                    tool: record.tool.clone(),
+                    idempotency_key: key.clone(),
+                    attempt: 1,
+                    outcome: CallOutcome::Unknown,
+                },
+            );
+            let end = ChildEnd::Failed {
+                reason: "its executor stopped before its result was recorded".to_owned(),
+                retryable: true,
+            };
+            if self.tool_is_idempotent(Some(index)) {
+                self.when_open(
+                    myself,
+                    LoopMsg::Retry {
+                        step,
+                        index: Some(index),
+                        attempt: 2,
+                    },
+                );
+            } else {
+                self.require_reconciliation(myself, step, index, 1, &end);
+            }
+        }
+        self.when_open(myself, LoopMsg::StartCalls { step });
+        None
     }
 
     /// Handles one loop message; returns how the loop ended, once it has.
@@ -249,9 +364,22 @@ impl AgentLoop {
                 step,
                 index,
                 attempt,
-            } => self.retry(myself, step, index, attempt),
+            } => self.retry(myself, step, index, attempt).await,
             LoopMsg::StartCalls { step } => self.start_calls(myself, step).await,
-            LoopMsg::Escalate(_) | LoopMsg::Resume { .. } | LoopMsg::Cancel { .. } => None,
+            LoopMsg::Reconciled {
+                step,
+                index,
+                attempt,
+                decision,
+            } => {
+                self.reconciled(myself, step, index, attempt, decision)
+                    .await
+            }
+            LoopMsg::Escalate(_)
+            | LoopMsg::Reconcile(_)
+            | LoopMsg::Resume { .. }
+            | LoopMsg::Decide { .. }
+            | LoopMsg::Cancel { .. } => None,
         }
     }
 
@@ -338,7 +466,7 @@ impl AgentLoop {
 
     fn start_step(&mut self, myself: &ActorRef<LoopMsg>) {
         self.state.steps += 1;
-        self.calls.clear();
+        self.state.calls.clear();
         let nudges = self.take_nudges();
         self.emit(EventKind::StepStarted {
             step: self.state.steps,
@@ -474,6 +602,7 @@ impl AgentLoop {
                 .transcript
                 .push(ChatMessage::assistant(reply.content.clone(), Vec::new()));
             self.phase = Phase::Done;
+            self.state.answer = Some(reply.content.clone());
             self.save(RunStatus::Running).await;
             return Some(LoopEnd::Answer(reply.content));
         }
@@ -482,16 +611,29 @@ impl AgentLoop {
             reply.tool_calls.clone(),
         ));
         self.phase = Phase::Calls;
-        self.calls = reply
+        self.state.calls = reply
             .tool_calls
             .into_iter()
-            .map(|request| PendingCall {
+            .map(|request| CallState {
+                worker_path: (request.name == SPAWN_WORKER_TOOL).then(|| {
+                    let kind = request
+                        .arguments
+                        .get("kind")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("worker");
+                    self.worker_path(kind)
+                }),
                 request,
                 attempt: 0,
                 running: false,
                 result: None,
             })
             .collect();
+        // The model's answer is kept before any call is sent, so a resume
+        // makes the same calls with the same keys instead of asking again.
+        if !self.save(RunStatus::Running).await {
+            return None;
+        }
         // A pause that came while the model answered holds the calls back.
         self.when_open(myself, LoopMsg::StartCalls { step });
         None
@@ -505,9 +647,9 @@ impl AgentLoop {
             self.when_open(myself, LoopMsg::StartCalls { step });
             return None;
         }
-        for index in 0..self.calls.len() {
-            if self.calls[index].attempt == 0 {
-                self.start_call(myself, index, 1);
+        for index in 0..self.state.calls.len() {
+            if self.state.calls[index].attempt == 0 && self.state.calls[index].result.is_none() {
+                self.start_call(myself, index, 1).await;
             }
         }
         self.finish_step_if_done(myself).await
@@ -519,9 +661,35 @@ impl AgentLoop {
         format!("{}/{}/{step}/{index}", self.ctx.run_id, self.path)
     }
 
-    fn start_call(&mut self, myself: &ActorRef<LoopMsg>, index: usize, attempt: u32) {
+    /// The record of tool call `index` of the current step, in `state`.
+    fn call_record(
+        &self,
+        index: usize,
+        state: ToolCallState,
+        result: Option<String>,
+    ) -> Option<ToolCallRecord> {
         let step = self.state.steps;
-        let Some(call) = self.calls.get_mut(index) else {
+        let call = self.state.calls.get(index)?;
+        Some(ToolCallRecord {
+            key: self.idempotency_key(step, index),
+            path: self.path.clone(),
+            step,
+            index,
+            tool: call.request.name.clone(),
+            arguments: call.request.arguments.clone(),
+            idempotent: self
+                .ctx
+                .tools
+                .get(&call.request.name)
+                .and_then(|r| r.idempotent),
+            state,
+            result,
+        })
+    }
+
+    async fn start_call(&mut self, myself: &ActorRef<LoopMsg>, index: usize, attempt: u32) {
+        let step = self.state.steps;
+        let Some(call) = self.state.calls.get_mut(index) else {
             return;
         };
         call.attempt = attempt;
@@ -531,12 +699,13 @@ impl AgentLoop {
         match request.name.as_str() {
             COMPLETE_MILESTONE_TOOL => {
                 let result = self.close_milestone(&request.arguments);
-                if let Some(call) = self.calls.get_mut(index) {
+                if let Some(call) = self.state.calls.get_mut(index) {
                     call.result = Some(result);
                     call.running = false;
                 }
             }
             SPAWN_WORKER_TOOL => self.start_worker(myself, step, index, attempt, &request),
+            _ if self.ctx.is_lost() => {}
             name => {
                 self.state.tool_calls += 1;
                 let key = self.idempotency_key(step, index);
@@ -549,6 +718,13 @@ impl AgentLoop {
                     });
                     return;
                 };
+                // Write-ahead: the call is recorded as sent, durably, before
+                // it is sent, so a crash can never hide a call that went out.
+                if let Some(record) = self.call_record(index, ToolCallState::Sent, None)
+                    && !self.ctx.record_call(record).await
+                {
+                    return;
+                }
                 let path = format!("{}/tool_call:{step}.{index}", self.path);
                 self.ctx.emit(
                     &path,
@@ -620,6 +796,14 @@ impl AgentLoop {
         }
     }
 
+    fn worker_path(&self, kind: &str) -> String {
+        format!(
+            "{}/worker:{kind}:{}",
+            self.path,
+            self.ctx.next_worker_number()
+        )
+    }
+
     fn start_worker(
         &mut self,
         myself: &ActorRef<LoopMsg>,
@@ -653,8 +837,19 @@ impl AgentLoop {
             return;
         }
         self.state.spawns += 1;
-        let number = self.ctx.next_worker_number();
-        let path = format!("{}/worker:{kind}:{number}", self.path);
+        // The first attempt uses the path given when the model asked (kept in
+        // the snapshot, so a resume finds the worker's own snapshot); a
+        // restart is a new worker.
+        let preassigned = self
+            .state
+            .calls
+            .get(index)
+            .and_then(|c| c.worker_path.clone())
+            .filter(|_| attempt == 1);
+        let path = preassigned.unwrap_or_else(|| self.worker_path(&kind));
+        if let Some(call) = self.state.calls.get_mut(index) {
+            call.worker_path = Some(path.clone());
+        }
         self.ctx.emit(
             &path,
             EventKind::WorkerSpawned {
@@ -693,7 +888,7 @@ impl AgentLoop {
         if self.phase != Phase::Calls || step != self.state.steps {
             return None;
         }
-        let call = self.calls.get_mut(index)?;
+        let call = self.state.calls.get_mut(index)?;
         if call.attempt != attempt || !call.running {
             return None;
         }
@@ -701,12 +896,20 @@ impl AgentLoop {
         let subject = call.request.name.clone();
         self.children
             .retain(|_, c| *c != (step, Some(index), attempt));
+        let is_tool = subject != SPAWN_WORKER_TOOL && subject != COMPLETE_MILESTONE_TOOL;
         match outcome {
             Ok(result) => {
-                if let Some(call) = self.calls.get_mut(index) {
+                if is_tool
+                    && let Some(record) =
+                        self.call_record(index, ToolCallState::Done, Some(result.clone()))
+                    && !self.ctx.record_call(record).await
+                {
+                    return None;
+                }
+                if let Some(call) = self.state.calls.get_mut(index) {
                     call.result = Some(result);
                 }
-                if subject != SPAWN_WORKER_TOOL && subject != COMPLETE_MILESTONE_TOOL {
+                if is_tool {
                     self.ctx.emit(
                         &format!("{}/tool_call:{step}.{index}", self.path),
                         EventKind::ToolCallFinished {
@@ -719,6 +922,14 @@ impl AgentLoop {
                 }
             }
             Err(end) => {
+                // Sent, then ended without a result: whether it took effect
+                // is not known.
+                if is_tool
+                    && let Some(record) = self.call_record(index, ToolCallState::Unknown, None)
+                    && !self.ctx.record_call(record).await
+                {
+                    return None;
+                }
                 if subject != SPAWN_WORKER_TOOL {
                     self.ctx.emit(
                         &format!("{}/tool_call:{step}.{index}", self.path),
@@ -743,10 +954,10 @@ impl AgentLoop {
     /// When every call of the step has a result: feed them to the
     /// transcript, save the snapshot, and go on.
     async fn finish_step_if_done(&mut self, myself: &ActorRef<LoopMsg>) -> Option<LoopEnd> {
-        if self.phase != Phase::Calls || self.calls.iter().any(|c| c.result.is_none()) {
+        if self.phase != Phase::Calls || self.state.calls.iter().any(|c| c.result.is_none()) {
             return None;
         }
-        for call in std::mem::take(&mut self.calls) {
+        for call in std::mem::take(&mut self.state.calls) {
             self.state.transcript.push(ChatMessage::tool(
                 call.request.id,
                 call.result.unwrap_or_default(),
@@ -771,7 +982,7 @@ impl AgentLoop {
         end: ChildEnd,
         subject: &str,
     ) -> Option<LoopEnd> {
-        let kind = match index.and_then(|i| self.calls.get(i)) {
+        let kind = match index.and_then(|i| self.state.calls.get(i)) {
             None => ChildKind::ModelCall,
             Some(call) if call.request.name == SPAWN_WORKER_TOOL => ChildKind::Worker,
             Some(_) => ChildKind::ToolCall,
@@ -792,6 +1003,16 @@ impl AgentLoop {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .decide(&info, &end, tokio::time::Instant::now());
         match action {
+            SupervisionAction::Restart { .. }
+                if kind == ChildKind::ToolCall && !self.tool_is_idempotent(index) =>
+            {
+                // The call was sent and its outcome is unknown: never a blind
+                // second call of a tool not known to be idempotent.
+                if let Some(i) = index {
+                    self.require_reconciliation(myself, step, i, attempt, &end);
+                }
+                None
+            }
             SupervisionAction::Restart { after } => {
                 self.ctx.emit(
                     &child_path,
@@ -838,7 +1059,7 @@ impl AgentLoop {
                         );
                     }
                     Some(i) => {
-                        if let Some(call) = self.calls.get_mut(i) {
+                        if let Some(call) = self.state.calls.get_mut(i) {
                             call.result = Some(format!(
                                 "escalated to a person, who will answer in the next message: {reason}"
                             ));
@@ -853,7 +1074,7 @@ impl AgentLoop {
             }
             SupervisionAction::Ignore => {
                 if let Some(i) = index
-                    && let Some(call) = self.calls.get_mut(i)
+                    && let Some(call) = self.state.calls.get_mut(i)
                 {
                     call.result = Some(format!("error: {}", describe_end(&end)));
                 }
@@ -862,7 +1083,7 @@ impl AgentLoop {
         }
     }
 
-    fn retry(
+    async fn retry(
         &mut self,
         myself: &ActorRef<LoopMsg>,
         step: u32,
@@ -893,20 +1114,58 @@ impl AgentLoop {
             }
             Some(i)
                 if self.phase == Phase::Calls
-                    && self.calls.get(i).is_some_and(|c| {
+                    && self.state.calls.get(i).is_some_and(|c| {
                         c.result.is_none() && !c.running && c.attempt + 1 == attempt
                     }) =>
             {
-                self.start_call(myself, i, attempt);
+                self.start_call(myself, i, attempt).await;
             }
             _ => {}
         }
         None
     }
 
-    /// Pauses the run: closes the gate and stops the clocks at once, so this
-    /// loop starts nothing more, then asks the root to record the pause.
-    fn escalate(&self, reason: String, subject: &str, evidence: Option<EvidenceSummary>) {
+    fn tool_is_idempotent(&self, index: Option<usize>) -> bool {
+        index
+            .and_then(|i| self.state.calls.get(i))
+            .and_then(|call| self.ctx.tools.get(&call.request.name))
+            .is_some_and(|route| route.idempotent == Some(true))
+    }
+
+    /// Pauses the run in `reconciliation_required` on call `index`, whose
+    /// outcome is unknown, for a person to decide.
+    fn require_reconciliation(
+        &self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: usize,
+        attempt: u32,
+        end: &ChildEnd,
+    ) {
+        let Some(record) = self.call_record(index, ToolCallState::Unknown, None) else {
+            return;
+        };
+        self.stop_clocks();
+        if let Some(root) = self.ctx.root.get() {
+            let reason = format!(
+                "`{}` was sent and ended without a result ({}); it is not known to be idempotent, \
+                 so it is not called again until a person decides",
+                record.tool,
+                describe_end(end)
+            );
+            let _ = root.send_message(LoopMsg::Reconcile(Box::new(Reconciliation {
+                reason,
+                record,
+                owner: myself.clone(),
+                step,
+                index,
+                attempt,
+            })));
+        }
+    }
+
+    /// Closes the gate and pauses every lease of the run at once.
+    fn stop_clocks(&self) {
         self.ctx.gate.send_if_modified(|gate| {
             let open = *gate == Gate::Open;
             if open {
@@ -919,19 +1178,70 @@ impl AgentLoop {
             .leases
             .actor()
             .send_message(crate::lease::LeaseMsg::Pause);
+    }
+
+    /// A person's decision on a call of unknown outcome.
+    async fn reconciled(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: usize,
+        attempt: u32,
+        decision: ReconcileDecision,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Calls
+            || step != self.state.steps
+            || self
+                .state
+                .calls
+                .get(index)
+                .is_none_or(|c| c.attempt != attempt || c.running)
+        {
+            return None;
+        }
+        match decision {
+            ReconcileDecision::MarkDone { result } => {
+                if let Some(record) =
+                    self.call_record(index, ToolCallState::Done, Some(result.clone()))
+                    && !self.ctx.record_call(record).await
+                {
+                    return None;
+                }
+                if let Some(call) = self.state.calls.get_mut(index) {
+                    call.result = Some(result);
+                }
+                self.finish_step_if_done(myself).await
+            }
+            ReconcileDecision::Retry => {
+                self.start_call(myself, index, attempt + 1).await;
+                None
+            }
+            // The root cancels the run itself.
+            ReconcileDecision::Cancel => None,
+        }
+    }
+
+    /// Pauses the run: closes the gate and stops the clocks at once, so this
+    /// loop starts nothing more, then asks the root to record the pause.
+    fn escalate(&self, reason: String, subject: &str, evidence: Option<EvidenceSummary>) {
+        self.stop_clocks();
         if let Some(root) = self.ctx.root.get() {
             let _ = root.send_message(LoopMsg::Escalate(Box::new(Escalation {
                 path: self.path.clone(),
                 reason,
                 subject: subject.to_owned(),
                 evidence,
-                nudges: self.nudges.clone(),
             })));
         }
     }
 
     /// Saves the loop's snapshot.
-    pub(crate) async fn save(&self, status: RunStatus) {
+    /// Saves the loop's snapshot, fenced; `false` if it did not land.
+    pub(crate) async fn save(&mut self, status: RunStatus) -> bool {
+        if self.ctx.is_lost() {
+            return false;
+        }
+        self.state.nudges = self.nudges.peek();
         let snapshot = Snapshot {
             run_id: self.ctx.run_id.clone(),
             path: self.path.clone(),
@@ -939,9 +1249,12 @@ impl AgentLoop {
             status,
             state: serde_json::to_value(&self.state).unwrap_or_default(),
         };
-        if let Err(error) = self.ctx.store.save_snapshot(snapshot).await {
-            tracing::error!(run_id = %self.ctx.run_id, path = %self.path, %error, "snapshot not saved");
-        }
+        let result = self
+            .ctx
+            .store
+            .save_snapshot(snapshot, self.ctx.fence())
+            .await;
+        self.ctx.landed("snapshot", result)
     }
 
     /// Maps ractor's report of a child actor's panic to the child's end.

@@ -26,18 +26,22 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use crate::agent::{RunContext, ToolRoute};
+use crate::agent::{RunContext, RunParts, ToolRoute};
 use crate::budget::BudgetConfig;
 use crate::error::ConfigError;
 use crate::event::EventBus;
+use crate::event_log::{self, LogItem, LoggingSink};
 use crate::flow::{Flow, FlowError, StrategyKind};
 use crate::lease::{LeaseActor, LeaseActorArgs};
+use crate::memory::MemoryStore;
 use crate::ports::{
-    Evaluator, EventSink, ModelClient, RunStatus, Store, ToolClient, ToolDefinition,
+    ClaimOutcome, Clock, Evaluator, EventSink, Fenced, ModelClient, RunRecord, RunStatus, Snapshot,
+    Store, StoreError, SystemClock, ToolCallRecord, ToolClient, ToolDefinition,
 };
 use crate::run::{RunActor, RunArgs, RunHandle, RunState};
 use crate::supervision::SupervisionConfig;
@@ -48,7 +52,7 @@ use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogMsg};
 pub type StrategyFactory = Arc<dyn Fn() -> Box<dyn SupervisionStrategy> + Send + Sync>;
 
 /// Everything the engine's policies need, validated together.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineConfig {
     /// Leases and the watchdog.
     pub supervision: SupervisionConfig,
@@ -56,6 +60,20 @@ pub struct EngineConfig {
     pub budget: BudgetConfig,
     /// The default restart strategy's parameters.
     pub restart: RestartPolicy,
+    /// How long this executor's ownership of a run lasts without a
+    /// heartbeat (default 90 s); heartbeats go every third of it.
+    pub run_lease_ttl: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            supervision: SupervisionConfig::default(),
+            budget: BudgetConfig::default(),
+            restart: RestartPolicy::default(),
+            run_lease_ttl: Duration::from_secs(90),
+        }
+    }
 }
 
 impl EngineConfig {
@@ -63,7 +81,15 @@ impl EngineConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.supervision.validate()?;
         self.budget.validate()?;
-        self.restart.validate()
+        self.restart.validate()?;
+        if self.run_lease_ttl < Duration::from_millis(3) {
+            return Err(ConfigError::new(
+                "run_lease_ttl",
+                "a duration of at least 3ms",
+                format!("{:?}", self.run_lease_ttl),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -103,6 +129,30 @@ pub enum EngineError {
     /// An actor could not be started.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another executor holds the run.
+    #[error("run {run_id} is held by executor {owner_id} until {expires_at_ms} (Unix ms)")]
+    Held {
+        /// The run.
+        run_id: String,
+        /// Who holds it.
+        owner_id: String,
+        /// Until when.
+        expires_at_ms: u64,
+    },
+    /// The run has ended.
+    #[error("run {run_id} has already finished ({status:?})")]
+    Finished {
+        /// The run.
+        run_id: String,
+        /// How it ended.
+        status: RunStatus,
+    },
+    /// No such run.
+    #[error("no run {0} in the store")]
+    NotFound(String),
 }
 
 /// Builds an [`Engine`].
@@ -113,6 +163,8 @@ pub struct EngineBuilder {
     evaluator: Option<Arc<dyn Evaluator>>,
     events: Option<Arc<dyn EventSink>>,
     store: Option<Arc<dyn Store>>,
+    clock: Option<Arc<dyn Clock>>,
+    owner_id: Option<String>,
     tools: HashMap<String, Arc<dyn ToolClient>>,
     strategy: Option<StrategyFactory>,
 }
@@ -137,16 +189,30 @@ impl EngineBuilder {
         self
     }
 
-    /// Where events go (default: a new [`EventBus`], see [`Engine::events`]).
+    /// A sink that gets every event too, besides the engine's own bus
+    /// ([`Engine::events`]) and the store's event log.
     pub fn events(mut self, events: Arc<dyn EventSink>) -> Self {
         self.events = Some(events);
         self
     }
 
-    /// Where snapshots go (default: nowhere durable; see the `leasehold`
-    /// crate's sled store).
+    /// Where runs are kept (default: in memory; the `leasehold` crate has a
+    /// durable store on sled).
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// The wall clock of persisted records and executor leases (default: the
+    /// system's).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// This executor's identity in run ownership (default: a random one).
+    pub fn owner_id(mut self, owner_id: impl Into<String>) -> Self {
+        self.owner_id = Some(owner_id.into());
         self
     }
 
@@ -166,8 +232,15 @@ impl EngineBuilder {
     pub async fn build(self) -> Result<Engine, EngineError> {
         self.config.validate()?;
         let model = self.model.ok_or(EngineError::NoModel)?;
-        let bus = EventBus::new();
-        let events = self.events.unwrap_or_else(|| Arc::new(bus.clone()));
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let bus = EventBus::with_clock(EventBus::DEFAULT_CAPACITY, clock.clone());
+        let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        let log = event_log::start(store.clone());
+        let events: Arc<dyn EventSink> = Arc::new(LoggingSink {
+            bus: bus.clone(),
+            user: self.events,
+            log: log.clone(),
+        });
         let watchdog = WatchdogActor::start(WatchdogArgs {
             config: self.config.supervision.watchdog,
             evaluator: self.evaluator.clone(),
@@ -180,7 +253,12 @@ impl EngineBuilder {
             evaluator: self.evaluator,
             events,
             bus,
-            store: self.store.unwrap_or_else(|| Arc::new(NoStore)),
+            log,
+            store,
+            clock,
+            owner_id: self
+                .owner_id
+                .unwrap_or_else(|| format!("executor-{:08x}", fastrand::u32(..))),
             tools: self.tools,
             strategy: self.strategy,
             watchdog,
@@ -188,14 +266,17 @@ impl EngineBuilder {
     }
 }
 
-/// Runs flows.
+/// Runs flows: one executor, owning the runs it starts or resumes.
 pub struct Engine {
     config: EngineConfig,
     model: Arc<dyn ModelClient>,
     evaluator: Option<Arc<dyn Evaluator>>,
     events: Arc<dyn EventSink>,
     bus: EventBus,
+    log: mpsc::UnboundedSender<LogItem>,
     store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    owner_id: String,
     tools: HashMap<String, Arc<dyn ToolClient>>,
     strategy: Option<StrategyFactory>,
     watchdog: ActorRef<WatchdogMsg>,
@@ -207,8 +288,7 @@ impl Engine {
         EngineBuilder::default()
     }
 
-    /// The default event bus; it carries events only when no other sink was
-    /// given to the builder.
+    /// Every event of every run of this engine.
     pub fn events(&self) -> &EventBus {
         &self.bus
     }
@@ -218,9 +298,111 @@ impl Engine {
         &self.config
     }
 
-    /// Validates `flow` and starts a run of it; returns at once.
+    /// This executor's identity.
+    pub fn owner_id(&self) -> &str {
+        &self.owner_id
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.config.run_lease_ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Validates `flow`, records a new run owned by this executor (fence 1)
+    /// and starts it; returns at once.
     pub async fn start(&self, flow: Flow) -> Result<RunHandle, EngineError> {
         flow.validate()?;
+        let plan = self.plan(&flow).await?;
+        let now = self.clock.now_unix_ms();
+        let record = RunRecord {
+            run_id: new_run_id(),
+            flow: serde_json::to_value(&flow)
+                .map_err(|e| StoreError::new(format!("the flow cannot be stored: {e}")))?,
+            status: RunStatus::Running,
+            owner_id: Some(self.owner_id.clone()),
+            fence: 1,
+            lease_expires_at_ms: now.saturating_add(self.ttl_ms()),
+            reason: None,
+            answer: None,
+            pause: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        self.store.create_run(record.clone()).await?;
+        self.launch(flow, plan, record, None).await
+    }
+
+    /// Claims `run_id` for this executor — it must be unowned, orphaned, or
+    /// its owner's lease expired — and resumes it from its last snapshots,
+    /// with a higher fence. A run paused for a person stays paused.
+    pub async fn resume(&self, run_id: &str) -> Result<RunHandle, EngineError> {
+        let now = self.clock.now_unix_ms();
+        let record = match self
+            .store
+            .claim_run(run_id, &self.owner_id, now, self.ttl_ms())
+            .await?
+        {
+            ClaimOutcome::Claimed(record) => record,
+            ClaimOutcome::HeldBy {
+                owner_id,
+                expires_at_ms,
+            } => {
+                return Err(EngineError::Held {
+                    run_id: run_id.to_owned(),
+                    owner_id,
+                    expires_at_ms,
+                });
+            }
+            ClaimOutcome::Finished(status) => {
+                return Err(EngineError::Finished {
+                    run_id: run_id.to_owned(),
+                    status,
+                });
+            }
+            ClaimOutcome::NotFound => return Err(EngineError::NotFound(run_id.to_owned())),
+        };
+        let flow: Flow = serde_json::from_value(record.flow.clone())
+            .map_err(|e| StoreError::new(format!("run {run_id}: its flow cannot be read: {e}")))?;
+        let plan = self.plan(&flow).await?;
+        let saved = Saved {
+            snapshots: self.store.load_snapshots(run_id).await?,
+            calls: self.store.load_tool_calls(run_id).await?,
+        };
+        self.launch(flow, plan, record, Some(saved)).await
+    }
+
+    /// Marks every running run whose executor lease expired as orphaned;
+    /// returns their ids.
+    pub async fn reconcile_orphans(&self) -> Result<Vec<String>, EngineError> {
+        Ok(self
+            .store
+            .reconcile_orphans(self.clock.now_unix_ms())
+            .await?)
+    }
+
+    /// Reconciles orphans, then claims and resumes each of them (resume on
+    /// boot). Returns the handles of the runs resumed.
+    pub async fn resume_orphans(&self) -> Result<Vec<RunHandle>, EngineError> {
+        self.reconcile_orphans().await?;
+        let mut resumed = Vec::new();
+        for record in self.store.list_runs().await? {
+            if record.status == RunStatus::Orphaned {
+                match self.resume(&record.run_id).await {
+                    Ok(handle) => resumed.push(handle),
+                    // Another executor got there first: fine.
+                    Err(EngineError::Held { .. } | EngineError::Finished { .. }) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Ok(resumed)
+    }
+
+    async fn plan(&self, flow: &Flow) -> Result<Plan, EngineError> {
         let lease_config = flow.lease_config(self.config.supervision.lease);
         let watchdog_config = flow.watchdog_config(self.config.supervision.watchdog);
         SupervisionConfig {
@@ -234,40 +416,76 @@ impl Engine {
         }
         let strategy = match &self.strategy {
             Some(factory) => factory.clone(),
-            None => strategy_for(&flow, self.config.restart)?,
+            None => strategy_for(flow, self.config.restart)?,
         };
-        let (routes, definitions) = self.tools_of(&flow).await?;
-        let run_id = new_run_id();
+        let (routes, definitions) = self.tools_of(flow).await?;
+        Ok(Plan {
+            lease_config,
+            watchdog_config,
+            budget_config,
+            strategy,
+            routes,
+            definitions,
+        })
+    }
+
+    async fn launch(
+        &self,
+        flow: Flow,
+        plan: Plan,
+        record: RunRecord,
+        saved: Option<Saved>,
+    ) -> Result<RunHandle, EngineError> {
+        let run_id = record.run_id.clone();
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: self.watchdog.clone(),
             events: self.events.clone(),
-            accrual: watchdog_config.accrual,
+            accrual: plan.watchdog_config.accrual,
         })
         .await?;
-        let ctx = Arc::new(RunContext::new(
-            run_id.clone(),
-            Arc::new(flow),
-            self.model.clone(),
-            routes,
-            definitions,
-            leases.clone(),
-            lease_config,
-            Some(watchdog_config.free_renewals),
-            self.events.clone(),
-            self.store.clone(),
-            budget_config,
-            self.evaluator.clone(),
-            strategy,
-        ));
+        let fence = Arc::new(AtomicU64::new(record.fence));
+        let _ = self
+            .log
+            .send(LogItem::Register(run_id.clone(), fence.clone()));
+        let workers_spawned = saved.as_ref().map_or(0, Saved::workers_spawned);
+        let ctx = Arc::new(RunContext::new(RunParts {
+            run_id: run_id.clone(),
+            flow: Arc::new(flow),
+            model: self.model.clone(),
+            tools: plan.routes,
+            tool_definitions: plan.definitions,
+            leases: leases.clone(),
+            lease_config: plan.lease_config,
+            free_renewals: Some(plan.watchdog_config.free_renewals),
+            events: self.events.clone(),
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            owner_id: self.owner_id.clone(),
+            fence,
+            budget_config: plan.budget_config,
+            evaluator: self.evaluator.clone(),
+            strategy: plan.strategy,
+            workers_spawned,
+            log: self.log.clone(),
+        }));
         let (state, watcher) = watch::channel(RunState {
-            status: RunStatus::Running,
+            status: record.status,
             answer: None,
             reason: None,
             paused: None,
+            lost: None,
         });
-        match Actor::spawn(None, RunActor, RunArgs { ctx, state }).await {
+        heartbeat(ctx.clone(), self.config.run_lease_ttl);
+        let args = RunArgs {
+            ctx: ctx.clone(),
+            state,
+            record,
+            saved,
+        };
+        match Actor::spawn(None, RunActor, args).await {
             Ok((actor, _)) => Ok(RunHandle::new(run_id, actor, watcher)),
             Err(error) => {
+                ctx.cancel.cancel();
                 leases.actor().stop(None);
                 Err(StartError::Spawn(error.to_string()).into())
             }
@@ -308,6 +526,7 @@ impl Engine {
                     ToolRoute {
                         client: client.clone(),
                         server: server.name.clone(),
+                        idempotent: definition.idempotent,
                     },
                 );
                 definitions.push(definition);
@@ -315,6 +534,75 @@ impl Engine {
         }
         Ok((routes, definitions))
     }
+}
+
+/// What a run needs besides its flow, worked out before it starts.
+struct Plan {
+    lease_config: crate::lease::LeaseConfig,
+    watchdog_config: crate::watchdog::WatchdogConfig,
+    budget_config: BudgetConfig,
+    strategy: StrategyFactory,
+    routes: HashMap<String, ToolRoute>,
+    definitions: Vec<ToolDefinition>,
+}
+
+/// What a resumed run finds in the store.
+pub(crate) struct Saved {
+    pub(crate) snapshots: Vec<Snapshot>,
+    pub(crate) calls: Vec<ToolCallRecord>,
+}
+
+impl Saved {
+    /// How many workers the run had spawned, so new workers get new paths.
+    fn workers_spawned(&self) -> u32 {
+        self.snapshots
+            .iter()
+            .flat_map(|s| {
+                let own = s
+                    .path
+                    .rsplit(':')
+                    .next()
+                    .and_then(|n| n.parse::<u32>().ok());
+                let pending = s
+                    .state
+                    .get("calls")
+                    .and_then(serde_json::Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.get("worker_path").and_then(serde_json::Value::as_str))
+                    .filter_map(|p| p.rsplit(':').next().and_then(|n| n.parse::<u32>().ok()))
+                    .collect::<Vec<_>>();
+                own.into_iter().chain(pending)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Renews this executor's lease on the run every third of its TTL until the
+/// run ends; a refused renewal means another executor took the run over.
+fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
+    let period = ttl / 3;
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            tokio::select! {
+                () = ctx.cancel.cancelled() => return,
+                _ = ticks.tick() => {
+                    let result = ctx.store.renew_run(&ctx.run_id, ctx.fence(), ctx.now_ms(), ttl_ms).await;
+                    match result {
+                        Ok(Fenced::Applied(())) => {}
+                        Ok(Fenced::Stale { .. }) => {
+                            ctx.landed("heartbeat", result);
+                            return;
+                        }
+                        Err(error) => tracing::error!(run_id = %ctx.run_id, %error, "heartbeat not written"),
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// The flow's strategy: `restart` (the default) or `fail_fast`, with its
@@ -348,34 +636,4 @@ fn new_run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("run-{:08x}{:04x}", fastrand::u32(..), n & 0xffff)
-}
-
-/// The store of an engine built without one: keeps nothing.
-struct NoStore;
-
-impl Store for NoStore {
-    fn save_snapshot(
-        &self,
-        _snapshot: crate::ports::Snapshot,
-    ) -> crate::ports::BoxFuture<'static, Result<(), crate::ports::StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn append_event(
-        &self,
-        _event: crate::event::Event,
-    ) -> crate::ports::BoxFuture<'static, Result<(), crate::ports::StoreError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn load_snapshot(
-        &self,
-        _run_id: &str,
-        _path: &str,
-    ) -> crate::ports::BoxFuture<
-        'static,
-        Result<Option<crate::ports::Snapshot>, crate::ports::StoreError>,
-    > {
-        Box::pin(async { Ok(None) })
-    }
 }

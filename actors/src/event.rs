@@ -202,6 +202,25 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         evidence: Option<EvidenceSummary>,
     },
+    /// An executor claimed the run and resumed it from its snapshots.
+    RunResumed {
+        /// The executor.
+        owner_id: String,
+        /// Its fence on the run.
+        fence: u64,
+    },
+    /// A tool call's outcome is unknown and the tool is not known to be
+    /// idempotent: the run waits for a person to decide.
+    ReconciliationRequired {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key.
+        idempotency_key: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+        /// Why.
+        reason: String,
+    },
     /// A person resumed the run.
     Resumed {
         /// What they said, which the next model call sees.
@@ -320,6 +339,15 @@ impl EventKind {
             Self::Paused {
                 reason, subject, ..
             } => format!("waiting for a person about `{subject}`: {reason}"),
+            Self::RunResumed { owner_id, fence } => {
+                format!("claimed by {owner_id} with fence {fence}, resumed from its snapshots")
+            }
+            Self::ReconciliationRequired {
+                tool,
+                idempotency_key,
+                reason,
+                ..
+            } => format!("{tool} (key {idempotency_key}): {reason}"),
             Self::Resumed { guidance } => match guidance {
                 Some(g) => format!("a person answered: {g}"),
                 None => "a person said to go on".to_owned(),
@@ -348,6 +376,9 @@ pub enum CallOutcome {
     Panicked,
     /// Its lease reached the renewal cap.
     Capped,
+    /// It was sent, and ended without a result (cancelled, or its process
+    /// died): whether it took effect is not known.
+    Unknown,
 }
 
 /// The figures a budget checkpoint used, and what it decided.
@@ -412,6 +443,8 @@ impl EventKind {
             Self::Restarted { .. } => "restarted",
             Self::Paused { .. } => "paused",
             Self::Resumed { .. } => "resumed",
+            Self::RunResumed { .. } => "run_resumed",
+            Self::ReconciliationRequired { .. } => "reconciliation_required",
             Self::RunCompleted { .. } => "run_completed",
             Self::RunFailed { .. } => "run_failed",
             Self::RunCancelled { .. } => "run_cancelled",
@@ -494,6 +527,13 @@ impl std::fmt::Debug for EventBus {
 
 impl EventSink for EventBus {
     fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
+        self.publish(run_id, path, kind);
+    }
+}
+
+impl EventBus {
+    /// Publishes one event and returns it, with its `seq` and `at`.
+    pub fn publish(&self, run_id: &str, path: &str, kind: EventKind) -> Arc<Event> {
         let at = self.inner.clock.now_unix_ms();
         let _order = self
             .inner
@@ -509,7 +549,8 @@ impl EventSink for EventBus {
             kind,
         });
         // No subscriber is not an error: the event simply has no reader.
-        let _ = self.inner.sender.send(event);
+        let _ = self.inner.sender.send(event.clone());
+        event
     }
 }
 

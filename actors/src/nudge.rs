@@ -29,6 +29,11 @@ impl NudgeQueue {
         self.lock().drain(..).collect()
     }
 
+    /// The pending nudges, oldest first, left in the queue.
+    pub fn peek(&self) -> Vec<String> {
+        self.lock().iter().cloned().collect()
+    }
+
     /// How many nudges are pending.
     pub fn len(&self) -> usize {
         self.lock().len()

@@ -475,6 +475,9 @@ pub enum RunStatus {
     WaitingHuman,
     /// Paused on a tool call of unknown outcome until a person decides.
     ReconciliationRequired,
+    /// Its executor's lease expired: no process is working on it. Another
+    /// executor may claim it and resume it from its last snapshot.
+    Orphaned,
     /// Ended with an answer.
     Completed,
     /// Ended with a failure.
@@ -495,43 +498,9 @@ impl RunStatus {
     }
 }
 
-/// A loop's state at a step boundary.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    /// The run.
-    pub run_id: String,
-    /// The loop (`run`, `run/worker:research#1`).
-    pub path: String,
-    /// Steps completed.
-    pub step: u32,
-    /// The run's status when it was taken.
-    pub status: RunStatus,
-    /// The loop's state: transcript, budget, pending nudges, … (versioned
-    /// by the store).
-    pub state: serde_json::Value,
-}
+mod store;
 
-/// A store write that failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("store failed: {message}")]
-pub struct StoreError {
-    /// What happened.
-    pub message: String,
-}
-
-/// Where snapshots and the trace are kept.
-pub trait Store: Send + Sync + 'static {
-    /// Keeps `snapshot` as the latest of its loop.
-    fn save_snapshot(&self, snapshot: Snapshot) -> BoxFuture<'static, Result<(), StoreError>>;
-    /// Appends an event to the run's trace.
-    fn append_event(
-        &self,
-        event: crate::event::Event,
-    ) -> BoxFuture<'static, Result<(), StoreError>>;
-    /// The latest snapshot of a loop, if any.
-    fn load_snapshot(
-        &self,
-        run_id: &str,
-        path: &str,
-    ) -> BoxFuture<'static, Result<Option<Snapshot>, StoreError>>;
-}
+pub use store::{
+    ClaimOutcome, Fenced, PauseRecord, RunRecord, RunUpdate, Snapshot, Store, StoreError,
+    ToolCallRecord, ToolCallState, fencing,
+};

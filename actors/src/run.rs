@@ -6,9 +6,15 @@
 //! lease actor stops every clock (no lease expires), and it waits for a
 //! person. [`RunHandle::resume`] hands the person's guidance to the loops
 //! that escalated — their next model call sees it — and opens the gate;
-//! [`RunHandle::cancel`] ends the run as `cancelled`. Terminal states and
-//! snapshots are written here, by the actor, never from a task a client or a
-//! lease can abort.
+//! [`RunHandle::cancel`] ends the run as `cancelled`. A tool call whose
+//! outcome is unknown and that is not known to be idempotent pauses the run
+//! in `reconciliation_required` until a person decides
+//! ([`RunHandle::reconcile`]).
+//!
+//! Every status change is written to the store with this executor's fence;
+//! terminal states and snapshots are written here, by the actor, never from
+//! a task a client or a lease can abort. If a write comes back stale, another
+//! executor owns the run: this one stops working on it at once.
 
 use std::sync::Arc;
 
@@ -16,11 +22,15 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::agent::{AgentLoop, ControlError, Escalation, Gate, LoopEnd, LoopMsg, Role, RunContext};
+use crate::agent::{
+    AgentLoop, ControlError, Escalation, Gate, LoopEnd, LoopMsg, ReconcileDecision, Reconciliation,
+    Role, RunContext,
+};
 use crate::budget::{BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg};
+use crate::engine::Saved;
 use crate::event::EventKind;
 use crate::lease::LeaseMsg;
-use crate::ports::RunStatus;
+use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};
 
 /// The path of a run's root loop.
 pub const ROOT_PATH: &str = "run";
@@ -34,19 +44,11 @@ pub struct RunState {
     pub answer: Option<String>,
     /// Why it failed or was cancelled.
     pub reason: Option<String>,
-    /// While paused: why, and what was being done.
-    pub paused: Option<PauseInfo>,
-}
-
-/// Why a run waits for a person.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PauseInfo {
-    /// The verdict's reason.
-    pub reason: String,
-    /// What was being done.
-    pub subject: String,
-    /// The loop that escalated.
-    pub path: String,
+    /// While paused: why, what was being done, and for a reconciliation the
+    /// call in question.
+    pub paused: Option<PauseRecord>,
+    /// Set if this executor lost the run to another (a stale fence): why.
+    pub lost: Option<String>,
 }
 
 /// The run actor.
@@ -57,14 +59,19 @@ pub struct RunActor;
 pub struct RunArgs {
     pub(crate) ctx: Arc<RunContext>,
     pub(crate) state: watch::Sender<RunState>,
+    pub(crate) record: RunRecord,
+    pub(crate) saved: Option<Saved>,
 }
 
 /// A run actor's state.
 pub struct RunActorState {
     agent: AgentLoop,
     state: watch::Sender<RunState>,
-    escalations: Vec<Escalation>,
+    escalations: Vec<String>,
+    reconciliations: Vec<Reconciliation>,
     budget: ActorRef<BudgetMsg>,
+    record: RunRecord,
+    saved: Option<Saved>,
 }
 
 impl Actor for RunActor {
@@ -103,7 +110,10 @@ impl Actor for RunActor {
             agent,
             state: args.state,
             escalations: Vec::new(),
+            reconciliations: Vec::new(),
             budget,
+            record: args.record,
+            saved: args.saved,
         })
     }
 
@@ -112,16 +122,49 @@ impl Actor for RunActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let flow = state.agent.ctx.flow.clone();
-        state.agent.ctx.emit(
-            ROOT_PATH,
-            EventKind::RunStarted {
-                flow: flow.name.clone(),
-                task: flow.task.clone(),
-                max_steps: flow.max_steps,
-            },
-        );
-        state.agent.begin(&flow.task, &myself);
+        let ctx = state.agent.ctx.clone();
+        let flow = ctx.flow.clone();
+        match state.saved.take() {
+            None => {
+                ctx.emit(
+                    ROOT_PATH,
+                    EventKind::RunStarted {
+                        flow: flow.name.clone(),
+                        task: flow.task.clone(),
+                        max_steps: flow.max_steps,
+                    },
+                );
+                state.agent.begin(&flow.task, &myself);
+            }
+            Some(saved) => {
+                ctx.emit(
+                    ROOT_PATH,
+                    EventKind::RunResumed {
+                        owner_id: ctx.owner_id.clone(),
+                        fence: ctx.fence(),
+                    },
+                );
+                // A run paused for a person stays paused across executors.
+                if let Some(pause) = state.record.pause.clone()
+                    && state.record.status.is_paused()
+                {
+                    ctx.gate.send_replace(Gate::Paused);
+                    let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
+                    if state.record.status == RunStatus::WaitingHuman {
+                        state.escalations.push(pause.path.clone());
+                    }
+                    state.state.send_modify(|s| s.paused = Some(pause));
+                } else if state.record.status != RunStatus::Running {
+                    state.state.send_modify(|s| s.status = RunStatus::Running);
+                }
+                let saved = Arc::new(saved);
+                ctx.set_saved(saved.clone());
+                let task = flow.task.clone();
+                if let Some(end) = state.agent.restore(&myself, &saved, &task).await {
+                    state.ended(&myself, end).await;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -130,11 +173,16 @@ impl Actor for RunActor {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // Whatever stopped the actor, nothing of the run keeps running.
-        state.agent.ctx.gate.send_replace(Gate::Closed);
-        state.agent.ctx.cancel.cancel();
+        // Whatever stopped the actor, nothing of the run keeps running here.
+        let ctx = &state.agent.ctx;
+        ctx.gate.send_replace(Gate::Closed);
+        ctx.cancel.cancel();
         state.budget.stop(None);
-        state.agent.ctx.leases.actor().stop(None);
+        ctx.leases.actor().stop(None);
+        if let Some(reason) = ctx.lost.get() {
+            let reason = reason.clone();
+            state.state.send_modify(|s| s.lost = Some(reason));
+        }
         Ok(())
     }
 
@@ -144,10 +192,25 @@ impl Actor for RunActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if state.agent.ctx.is_lost() {
+            return Ok(());
+        }
         match message {
             LoopMsg::Escalate(escalation) => state.pause(*escalation).await,
+            LoopMsg::Reconcile(reconciliation) => {
+                state.require_reconciliation(*reconciliation).await
+            }
             LoopMsg::Resume { guidance, reply } => {
-                let _ = reply.send(state.resume(guidance));
+                let result = state.resume(guidance).await;
+                let _ = reply.send(result);
+            }
+            LoopMsg::Decide {
+                key,
+                decision,
+                reply,
+            } => {
+                let result = state.decide(&myself, &key, decision).await;
+                let _ = reply.send(result);
             }
             LoopMsg::Cancel { reason, reply } => {
                 let status = state.status();
@@ -163,19 +226,11 @@ impl Actor for RunActor {
                     let _ = reply.send(Ok(()));
                 }
             }
-            message => match state.agent.handle(&myself, message).await {
-                Some(LoopEnd::Answer(answer)) => {
-                    state
-                        .finish(&myself, RunStatus::Completed, Some(answer), None)
-                        .await;
+            message => {
+                if let Some(end) = state.agent.handle(&myself, message).await {
+                    state.ended(&myself, end).await;
                 }
-                Some(LoopEnd::Failed(reason)) => {
-                    state
-                        .finish(&myself, RunStatus::Failed, None, Some(reason))
-                        .await;
-                }
-                None => {}
-            },
+            }
         }
         Ok(())
     }
@@ -202,19 +257,56 @@ impl RunActorState {
         self.state.borrow().status
     }
 
+    fn run_id(&self) -> String {
+        self.agent.ctx.run_id.clone()
+    }
+
+    async fn ended(&mut self, myself: &ActorRef<LoopMsg>, end: LoopEnd) {
+        match end {
+            LoopEnd::Answer(answer) => {
+                self.finish(myself, RunStatus::Completed, Some(answer), None)
+                    .await
+            }
+            LoopEnd::Failed(reason) => {
+                self.finish(myself, RunStatus::Failed, None, Some(reason))
+                    .await
+            }
+        }
+    }
+
+    /// Stops the run's clocks and records the pause.
+    async fn enter_pause(&mut self, status: RunStatus, pause: PauseRecord) {
+        let ctx = self.agent.ctx.clone();
+        ctx.gate.send_replace(Gate::Paused);
+        let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
+        let update = RunUpdate {
+            status,
+            reason: None,
+            answer: None,
+            pause: Some(pause.clone()),
+            at_ms: ctx.now_ms(),
+        };
+        if !ctx.update(update).await {
+            return;
+        }
+        self.state.send_modify(|s| {
+            s.status = status;
+            s.paused = Some(pause);
+        });
+        self.agent.save(status).await;
+    }
+
     async fn pause(&mut self, escalation: Escalation) {
+        let gate_closed = *self.agent.ctx.gate.borrow() == Gate::Closed;
         match self.status() {
-            RunStatus::Running if *self.agent.ctx.gate.borrow() != Gate::Closed => {}
+            RunStatus::Running if !gate_closed => {}
             status if status.is_paused() => {
-                self.escalations.push(escalation);
+                self.escalations.push(escalation.path);
                 return;
             }
             _ => return,
         }
-        let ctx = self.agent.ctx.clone();
-        ctx.gate.send_replace(Gate::Paused);
-        let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
-        ctx.emit(
+        self.agent.ctx.emit(
             &escalation.path,
             EventKind::Paused {
                 reason: escalation.reason.clone(),
@@ -222,23 +314,77 @@ impl RunActorState {
                 evidence: escalation.evidence.clone(),
             },
         );
-        self.state.send_modify(|s| {
-            s.status = RunStatus::WaitingHuman;
-            s.paused = Some(PauseInfo {
-                reason: escalation.reason.clone(),
-                subject: escalation.subject.clone(),
-                path: escalation.path.clone(),
-            });
-        });
-        self.escalations.push(escalation);
-        self.agent.save(RunStatus::WaitingHuman).await;
+        let pause = PauseRecord {
+            reason: escalation.reason,
+            subject: escalation.subject,
+            path: escalation.path.clone(),
+            call: None,
+        };
+        self.escalations.push(escalation.path);
+        self.enter_pause(RunStatus::WaitingHuman, pause).await;
     }
 
-    fn resume(&mut self, guidance: Option<String>) -> Result<(), ControlError> {
+    async fn require_reconciliation(&mut self, reconciliation: Reconciliation) {
+        if self.status().is_terminal() || *self.agent.ctx.gate.borrow() == Gate::Closed {
+            return;
+        }
+        let record = reconciliation.record.clone();
+        self.agent.ctx.emit(
+            &record.path,
+            EventKind::ReconciliationRequired {
+                tool: record.tool.clone(),
+                idempotency_key: record.key.clone(),
+                arguments: record.arguments.clone(),
+                reason: reconciliation.reason.clone(),
+            },
+        );
+        let pause = PauseRecord {
+            reason: reconciliation.reason.clone(),
+            subject: record.tool.clone(),
+            path: record.path.clone(),
+            call: Some(record),
+        };
+        self.reconciliations.push(reconciliation);
+        self.enter_pause(RunStatus::ReconciliationRequired, pause)
+            .await;
+    }
+
+    /// Opens the gate and restarts the clocks, once nothing waits for a
+    /// person any more.
+    async fn leave_pause(&mut self, guidance: Option<String>) {
+        let ctx = self.agent.ctx.clone();
+        let update = RunUpdate {
+            status: RunStatus::Running,
+            reason: None,
+            answer: None,
+            pause: None,
+            at_ms: ctx.now_ms(),
+        };
+        if !ctx.update(update).await {
+            return;
+        }
+        ctx.emit(ROOT_PATH, EventKind::Resumed { guidance });
+        self.state.send_modify(|s| {
+            s.status = RunStatus::Running;
+            s.paused = None;
+        });
+        let _ = ctx.leases.actor().send_message(LeaseMsg::Resume);
+        ctx.gate.send_replace(Gate::Open);
+    }
+
+    async fn resume(&mut self, guidance: Option<String>) -> Result<(), ControlError> {
         let status = self.status();
-        let run_id = self.agent.ctx.run_id.clone();
+        let run_id = self.run_id();
         if status.is_terminal() {
             return Err(ControlError::AlreadyFinished { run_id, status });
+        }
+        if status == RunStatus::ReconciliationRequired
+            && let Some(first) = self.reconciliations.first()
+        {
+            return Err(ControlError::NeedsReconciliation {
+                run_id,
+                key: first.record.key.clone(),
+            });
         }
         if status != RunStatus::WaitingHuman {
             return Err(ControlError::NotPaused { run_id, status });
@@ -247,22 +393,56 @@ impl RunActorState {
             Some(text) => format!("A person reviewed the escalation and answered: {text}"),
             None => "A person reviewed the escalation and said to go on.".to_owned(),
         };
-        for escalation in self.escalations.drain(..) {
-            escalation.nudges.push(note.clone());
+        for path in self.escalations.drain(..) {
+            self.agent.ctx.nudges_for(&path).push(note.clone());
         }
-        let ctx = self.agent.ctx.clone();
-        ctx.emit(ROOT_PATH, EventKind::Resumed { guidance });
-        self.state.send_modify(|s| {
-            s.status = RunStatus::Running;
-            s.paused = None;
+        self.leave_pause(guidance).await;
+        Ok(())
+    }
+
+    async fn decide(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        key: &str,
+        decision: ReconcileDecision,
+    ) -> Result<(), ControlError> {
+        let status = self.status();
+        let run_id = self.run_id();
+        if status.is_terminal() {
+            return Err(ControlError::AlreadyFinished { run_id, status });
+        }
+        let Some(at) = self
+            .reconciliations
+            .iter()
+            .position(|r| r.record.key == key)
+        else {
+            return Err(ControlError::NoSuchCall {
+                run_id,
+                key: key.to_owned(),
+            });
+        };
+        if decision == ReconcileDecision::Cancel {
+            let reason = format!("cancelled by a person deciding on tool call {key}");
+            self.finish(myself, RunStatus::Cancelled, None, Some(reason))
+                .await;
+            return Ok(());
+        }
+        let reconciliation = self.reconciliations.remove(at);
+        if self.reconciliations.is_empty() && self.escalations.is_empty() {
+            self.leave_pause(None).await;
+        }
+        let _ = reconciliation.owner.send_message(LoopMsg::Reconciled {
+            step: reconciliation.step,
+            index: reconciliation.index,
+            attempt: reconciliation.attempt,
+            decision,
         });
-        let _ = ctx.leases.actor().send_message(LeaseMsg::Resume);
-        ctx.gate.send_replace(Gate::Open);
         Ok(())
     }
 
     /// Ends the run: closes the gate, cancels what is in flight, records the
-    /// terminal event and snapshot, then tells the handle.
+    /// terminal state, event, snapshot and log durably, then tells the
+    /// handle.
     async fn finish(
         &mut self,
         myself: &ActorRef<LoopMsg>,
@@ -287,6 +467,16 @@ impl RunActorState {
         };
         ctx.emit(ROOT_PATH, event);
         self.agent.save(status).await;
+        let update = RunUpdate {
+            status,
+            reason: reason.clone(),
+            answer: answer.clone(),
+            pause: None,
+            at_ms: ctx.now_ms(),
+        };
+        if ctx.update(update).await {
+            ctx.flush_log().await;
+        }
         self.state.send_modify(|s| {
             s.status = status;
             s.answer = answer;
@@ -328,17 +518,18 @@ impl RunHandle {
         self.state.borrow().clone()
     }
 
-    /// Waits until `condition` holds of the run's state, or the run ends.
+    /// Waits until `condition` holds of the run's state, or the run ends, or
+    /// this executor loses it.
     pub async fn wait_until(&mut self, condition: impl Fn(&RunState) -> bool) -> RunState {
         let result = self
             .state
-            .wait_for(|s| condition(s) || s.status.is_terminal())
+            .wait_for(|s| condition(s) || s.status.is_terminal() || s.lost.is_some())
             .await
             .map(|s| s.clone());
         result.unwrap_or_else(|_| self.state.borrow().clone())
     }
 
-    /// Waits for the run to end.
+    /// Waits for the run to end (or to be lost to another executor).
     pub async fn wait(&mut self) -> RunState {
         self.wait_until(|s| s.status.is_terminal()).await
     }
@@ -348,10 +539,27 @@ impl RunHandle {
         self.wait_until(|s| s.status.is_paused()).await
     }
 
-    /// Resumes a paused run; `guidance` reaches the next model call of each
-    /// loop that escalated. Refused if the run is not paused.
+    /// Resumes a run paused in `waiting_human`; `guidance` reaches the next
+    /// model call of each loop that escalated. Refused if the run is not so
+    /// paused.
     pub async fn resume(&self, guidance: Option<String>) -> Result<(), ControlError> {
         let result = ractor::call!(self.actor, |reply| LoopMsg::Resume { guidance, reply });
+        result.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Decides about the tool call of unknown outcome with idempotency key
+    /// `key`: mark it done with a result, call it again, or cancel the run.
+    pub async fn reconcile(
+        &self,
+        key: impl Into<String>,
+        decision: ReconcileDecision,
+    ) -> Result<(), ControlError> {
+        let key = key.into();
+        let result = ractor::call!(self.actor, |reply| LoopMsg::Decide {
+            key,
+            decision,
+            reply
+        });
         result.unwrap_or_else(|_| Err(self.gone()))
     }
 

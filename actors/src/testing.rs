@@ -247,8 +247,8 @@ use std::collections::HashMap;
 
 use crate::evidence::Evidence;
 use crate::ports::{
-    ChatMessage, ModelClient, ModelError, ModelReply, ModelRequest, Snapshot, Store, StoreError,
-    ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+    ChatMessage, ModelClient, ModelError, ModelReply, ModelRequest, ToolCallRequest, ToolClient,
+    ToolDefinition, ToolError, ToolInvocation, ToolOutput,
 };
 
 /// One scripted model answer.
@@ -625,67 +625,7 @@ impl ToolClient for ScriptedTools {
     }
 }
 
-/// A store in memory.
-#[derive(Clone, Default)]
-pub struct MemoryStore {
-    inner: Arc<Mutex<MemoryState>>,
-}
-
-#[derive(Default)]
-struct MemoryState {
-    snapshots: HashMap<(String, String), Snapshot>,
-    writes: u64,
-    events: Vec<Event>,
-}
-
-impl MemoryStore {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The latest snapshot of a loop.
-    pub fn snapshot(&self, run_id: &str, path: &str) -> Option<Snapshot> {
-        self.lock()
-            .snapshots
-            .get(&(run_id.to_owned(), path.to_owned()))
-            .cloned()
-    }
-
-    /// How many snapshot writes there were.
-    pub fn writes(&self) -> u64 {
-        self.lock().writes
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryState> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Store for MemoryStore {
-    fn save_snapshot(&self, snapshot: Snapshot) -> BoxFuture<'static, Result<(), StoreError>> {
-        let mut state = self.lock();
-        state.writes += 1;
-        state
-            .snapshots
-            .insert((snapshot.run_id.clone(), snapshot.path.clone()), snapshot);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn append_event(&self, event: Event) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.lock().events.push(event);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn load_snapshot(
-        &self,
-        run_id: &str,
-        path: &str,
-    ) -> BoxFuture<'static, Result<Option<Snapshot>, StoreError>> {
-        let found = self.snapshot(run_id, path);
-        Box::pin(async move { Ok(found) })
-    }
-}
+pub use crate::memory::MemoryStore;
 
 /// The text of the last user messages of a request (nudges, guidance).
 pub fn user_messages(request: &ModelRequest) -> Vec<String> {

@@ -86,7 +86,16 @@ impl Actor for WorkerActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let task = state.task.clone();
-        state.agent.begin(&task, &myself);
+        let saved = state.agent.ctx.saved().cloned();
+        match saved {
+            // A resumed run: the worker carries on from its own snapshot.
+            Some(saved) => {
+                if let Some(end) = state.agent.restore(&myself, &saved, &task).await {
+                    state.finish(&myself, end);
+                }
+            }
+            None => state.agent.begin(&task, &myself),
+        }
         Ok(())
     }
 
@@ -107,14 +116,7 @@ impl Actor for WorkerActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(end) = state.agent.handle(&myself, message).await {
-            let result = match end {
-                LoopEnd::Answer(answer) => Ok(answer),
-                LoopEnd::Failed(reason) => Err(reason),
-            };
-            if let Some(done) = state.done.take() {
-                let _ = done.send(result);
-            }
-            myself.stop(None);
+            state.finish(&myself, end);
         }
         Ok(())
     }
@@ -133,6 +135,19 @@ impl Actor for WorkerActor {
                 .child_panicked(&myself, &cell, error.to_string());
         }
         Ok(())
+    }
+}
+
+impl WorkerState {
+    fn finish(&mut self, myself: &ActorRef<LoopMsg>, end: LoopEnd) {
+        let result = match end {
+            LoopEnd::Answer(answer) => Ok(answer),
+            LoopEnd::Failed(reason) => Err(reason),
+        };
+        if let Some(done) = self.done.take() {
+            let _ = done.send(result);
+        }
+        myself.stop(None);
     }
 }
 

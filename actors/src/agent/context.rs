@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ractor::ActorRef;
@@ -15,7 +15,11 @@ use crate::budget::BudgetConfig;
 use crate::event::EventKind;
 use crate::flow::Flow;
 use crate::lease::{LeaseConfig, LeaseKind, LeaseSpec, Leases};
-use crate::ports::{Evaluator, EventSink, ModelClient, Store, ToolClient, ToolDefinition};
+use crate::nudge::NudgeQueue;
+use crate::ports::{
+    Clock, Evaluator, EventSink, Fenced, ModelClient, Store, StoreError, ToolCallRecord,
+    ToolClient, ToolDefinition,
+};
 
 /// Whether the run may make progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +34,9 @@ pub(crate) enum Gate {
 pub(crate) struct ToolRoute {
     pub(crate) client: Arc<dyn ToolClient>,
     pub(crate) server: String,
+    /// Whether calling it twice is harmless: the flow's word, else the
+    /// tool's own hint; `None` if unknown.
+    pub(crate) idempotent: Option<bool>,
 }
 
 /// What every loop of one run shares.
@@ -44,55 +51,186 @@ pub(crate) struct RunContext {
     pub(crate) free_renewals: Option<u32>,
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) owner_id: String,
+    /// The fence this executor holds on the run; shared with the event log.
+    pub(crate) fence: Arc<AtomicU64>,
     pub(crate) budget_config: BudgetConfig,
     pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
     pub(crate) strategy: crate::engine::StrategyFactory,
     pub(crate) gate: watch::Sender<Gate>,
     pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
     pub(crate) cancel: CancellationToken,
-    workers_spawned: AtomicU32,
+    /// Why this executor lost the run, once it has.
+    pub(crate) lost: std::sync::OnceLock<String>,
+    /// The event log's writer.
+    pub(crate) log: tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>,
+    pub(crate) workers_spawned: AtomicU32,
+    /// Each loop's nudge queue, by path, so guidance can reach a loop that is
+    /// rebuilt after a resume.
+    nudge_queues: std::sync::Mutex<HashMap<String, NudgeQueue>>,
+    /// What a resumed run found in the store.
+    saved: std::sync::OnceLock<Arc<crate::engine::Saved>>,
+}
+
+/// The parts a run's context is made of.
+pub(crate) struct RunParts {
+    pub(crate) run_id: String,
+    pub(crate) flow: Arc<Flow>,
+    pub(crate) model: Arc<dyn ModelClient>,
+    pub(crate) tools: HashMap<String, ToolRoute>,
+    pub(crate) tool_definitions: Vec<ToolDefinition>,
+    pub(crate) leases: Leases,
+    pub(crate) lease_config: LeaseConfig,
+    pub(crate) free_renewals: Option<u32>,
+    pub(crate) events: Arc<dyn EventSink>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) owner_id: String,
+    pub(crate) fence: Arc<AtomicU64>,
+    pub(crate) budget_config: BudgetConfig,
+    pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
+    pub(crate) strategy: crate::engine::StrategyFactory,
+    pub(crate) workers_spawned: u32,
+    pub(crate) log: tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>,
 }
 
 impl RunContext {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        run_id: String,
-        flow: Arc<Flow>,
-        model: Arc<dyn ModelClient>,
-        tools: HashMap<String, ToolRoute>,
-        tool_definitions: Vec<ToolDefinition>,
-        leases: Leases,
-        lease_config: LeaseConfig,
-        free_renewals: Option<u32>,
-        events: Arc<dyn EventSink>,
-        store: Arc<dyn Store>,
-        budget_config: BudgetConfig,
-        evaluator: Option<Arc<dyn Evaluator>>,
-        strategy: crate::engine::StrategyFactory,
-    ) -> Self {
+    pub(crate) fn new(parts: RunParts) -> Self {
         Self {
-            run_id,
-            flow,
-            model,
-            tools,
-            tool_definitions,
-            leases,
-            lease_config,
-            free_renewals,
-            events,
-            store,
-            budget_config,
-            evaluator,
-            strategy,
+            run_id: parts.run_id,
+            flow: parts.flow,
+            model: parts.model,
+            tools: parts.tools,
+            tool_definitions: parts.tool_definitions,
+            leases: parts.leases,
+            lease_config: parts.lease_config,
+            free_renewals: parts.free_renewals,
+            events: parts.events,
+            store: parts.store,
+            clock: parts.clock,
+            owner_id: parts.owner_id,
+            fence: parts.fence,
+            budget_config: parts.budget_config,
+            evaluator: parts.evaluator,
+            strategy: parts.strategy,
             gate: watch::Sender::new(Gate::Open),
             root: std::sync::OnceLock::new(),
             cancel: CancellationToken::new(),
-            workers_spawned: AtomicU32::new(0),
+            lost: std::sync::OnceLock::new(),
+            log: parts.log,
+            workers_spawned: AtomicU32::new(parts.workers_spawned),
+            nudge_queues: std::sync::Mutex::new(HashMap::new()),
+            saved: std::sync::OnceLock::new(),
         }
     }
 
     pub(crate) fn emit(&self, path: &str, kind: EventKind) {
         self.events.emit(&self.run_id, path, kind);
+    }
+
+    /// The nudge queue of the loop at `path`, created if need be.
+    pub(crate) fn nudges_for(&self, path: &str) -> NudgeQueue {
+        self.nudge_queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(path.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Keeps what a resumed run found in the store, for its loops.
+    pub(crate) fn set_saved(&self, saved: Arc<crate::engine::Saved>) {
+        let _ = self.saved.set(saved);
+    }
+
+    /// What a resumed run found in the store, if it was resumed.
+    pub(crate) fn saved(&self) -> Option<&Arc<crate::engine::Saved>> {
+        self.saved.get()
+    }
+
+    /// The fence this executor holds on the run.
+    pub(crate) fn fence(&self) -> u64 {
+        self.fence.load(Ordering::Acquire)
+    }
+
+    /// Wall-clock milliseconds, for persisted records.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_unix_ms()
+    }
+
+    /// Whether this executor lost the run to another.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.get().is_some()
+    }
+
+    /// This executor no longer owns the run: stop working on it at once and
+    /// say so. Nothing more is written; the new owner carries on.
+    pub(crate) fn lose(&self, reason: String) {
+        if self.lost.set(reason.clone()).is_err() {
+            return;
+        }
+        tracing::error!(run_id = %self.run_id, owner_id = %self.owner_id, %reason, "run lost: this executor stops working on it");
+        self.gate.send_replace(Gate::Closed);
+        self.cancel.cancel();
+        if let Some(root) = self.root.get() {
+            root.stop(Some(reason));
+        }
+    }
+
+    /// Turns a store answer into whether the write landed, losing the run on
+    /// a stale fence. A store error is logged: the run goes on (the next
+    /// write may succeed), but the operator sees it.
+    pub(crate) fn landed(&self, what: &str, result: Result<Fenced<()>, StoreError>) -> bool {
+        match result {
+            Ok(Fenced::Applied(())) => true,
+            Ok(Fenced::Stale { fence, owner_id }) => {
+                self.lose(format!(
+                    "{what} refused: this executor's fence {} is stale (the run's fence is {fence}, owner {})",
+                    self.fence(),
+                    owner_id.as_deref().unwrap_or("none")
+                ));
+                false
+            }
+            Err(error) => {
+                tracing::error!(run_id = %self.run_id, %error, "{what} not written");
+                false
+            }
+        }
+    }
+
+    /// Changes the run's status in the store, fenced.
+    pub(crate) async fn update(&self, update: crate::ports::RunUpdate) -> bool {
+        if self.is_lost() {
+            return false;
+        }
+        let result = self
+            .store
+            .update_run(&self.run_id, self.fence(), update)
+            .await;
+        self.landed("status change", result)
+    }
+
+    /// Waits until the run's events so far are logged and the store is
+    /// durable.
+    pub(crate) async fn flush_log(&self) {
+        let (done, flushed) = tokio::sync::oneshot::channel();
+        if self
+            .log
+            .send(crate::event_log::LogItem::Flush(self.run_id.clone(), done))
+            .is_ok()
+        {
+            let _ = flushed.await;
+        }
+    }
+
+    /// Records a tool call, fenced.
+    pub(crate) async fn record_call(&self, record: ToolCallRecord) -> bool {
+        let result = self
+            .store
+            .record_tool_call(&self.run_id, record, self.fence())
+            .await;
+        self.landed("tool-call record", result)
     }
 
     pub(crate) fn spec(&self, kind: LeaseKind, subject: &str, path: &str) -> LeaseSpec {

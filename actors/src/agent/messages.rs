@@ -1,11 +1,10 @@
 //! The messages of a loop, and the run's controls.
 
-use ractor::RpcReplyPort;
+use ractor::{ActorRef, RpcReplyPort};
 
 use crate::budget::BudgetDecision;
 use crate::evidence::EvidenceSummary;
-use crate::nudge::NudgeQueue;
-use crate::ports::{ModelReply, RunStatus};
+use crate::ports::{ModelReply, RunStatus, ToolCallRecord};
 use crate::supervisor::ChildEnd;
 
 /// A loop's messages. The root loop also takes the run's controls.
@@ -50,6 +49,29 @@ pub enum LoopMsg {
         /// The step.
         step: u32,
     },
+    /// A loop found a tool call of unknown outcome: pause the run in
+    /// `reconciliation_required` (root only).
+    Reconcile(Box<Reconciliation>),
+    /// A person's decision on a call of unknown outcome (root only).
+    Decide {
+        /// The call's idempotency key.
+        key: String,
+        /// What to do.
+        decision: ReconcileDecision,
+        /// Whether it was accepted.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// The decision, delivered to the loop that owns the call.
+    Reconciled {
+        /// The step.
+        step: u32,
+        /// The call.
+        index: usize,
+        /// The attempt whose outcome is unknown.
+        attempt: u32,
+        /// What to do.
+        decision: ReconcileDecision,
+    },
     /// A loop of the run escalated: pause the run (root only).
     Escalate(Box<Escalation>),
     /// A person resumes the paused run (root only).
@@ -75,7 +97,38 @@ pub struct Escalation {
     pub(crate) reason: String,
     pub(crate) subject: String,
     pub(crate) evidence: Option<EvidenceSummary>,
-    pub(crate) nudges: NudgeQueue,
+}
+
+/// A tool call of unknown outcome on its way to the root.
+#[derive(Debug)]
+pub struct Reconciliation {
+    /// Why a person must decide.
+    pub reason: String,
+    /// The call.
+    pub record: ToolCallRecord,
+    /// The loop that owns it.
+    pub owner: ActorRef<LoopMsg>,
+    /// Its step.
+    pub step: u32,
+    /// Its index in the step.
+    pub index: usize,
+    /// The attempt whose outcome is unknown.
+    pub attempt: u32,
+}
+
+/// What a person decides about a tool call of unknown outcome.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "decision")]
+pub enum ReconcileDecision {
+    /// It took effect: this is its result.
+    MarkDone {
+        /// The result the model will see.
+        result: String,
+    },
+    /// Call it again, with the same idempotency key.
+    Retry,
+    /// Cancel the run.
+    Cancel,
 }
 
 /// A control that does not apply to the run as it is.
@@ -96,6 +149,24 @@ pub enum ControlError {
         run_id: String,
         /// How it ended.
         status: RunStatus,
+    },
+    /// Resume of a run that waits for a reconciliation, not a resume.
+    #[error(
+        "run {run_id} waits for a decision on a tool call of unknown outcome (key {key}): reconcile it"
+    )]
+    NeedsReconciliation {
+        /// The run.
+        run_id: String,
+        /// The call's key.
+        key: String,
+    },
+    /// A decision on a call that awaits none.
+    #[error("run {run_id} has no tool call awaiting a decision with key {key}")]
+    NoSuchCall {
+        /// The run.
+        run_id: String,
+        /// The key given.
+        key: String,
     },
     /// The run's actor is gone.
     #[error("run {run_id} is not running in this process")]

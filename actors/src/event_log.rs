@@ -1,0 +1,107 @@
+//! The event log: every event of a run, appended to the store with the
+//! run's fence, so a finished run can be replayed and a reader can resume
+//! after an event id.
+//!
+//! The engine's sink publishes each event on its bus and hands it to one
+//! writer task, which appends events in batches (one store write per run
+//! per batch). A run's terminal flush goes through the same task, after the
+//! run's last event, so "the run ended" is never durable before its events.
+//! Events of a run this executor lost carry a stale fence and do not land.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::event::{Event, EventBus, EventKind};
+use crate::ports::{EventSink, Fenced, Store};
+
+/// What the writer task is told.
+pub(crate) enum LogItem {
+    Register(String, Arc<AtomicU64>),
+    Event(Arc<Event>),
+    Flush(String, oneshot::Sender<()>),
+}
+
+/// The engine's sink: the bus, a user's sink if any, and the log.
+pub(crate) struct LoggingSink {
+    pub(crate) bus: EventBus,
+    pub(crate) user: Option<Arc<dyn EventSink>>,
+    pub(crate) log: mpsc::UnboundedSender<LogItem>,
+}
+
+impl EventSink for LoggingSink {
+    fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
+        if let Some(user) = &self.user {
+            user.emit(run_id, path, kind.clone());
+        }
+        let event = self.bus.publish(run_id, path, kind);
+        let _ = self.log.send(LogItem::Event(event));
+    }
+}
+
+/// Starts the writer task; it ends when every sender is gone.
+pub(crate) fn start(store: Arc<dyn Store>) -> mpsc::UnboundedSender<LogItem> {
+    let (log, mut items) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut fences: HashMap<String, Arc<AtomicU64>> = HashMap::new();
+        let mut batch: Vec<LogItem> = Vec::new();
+        while let Some(first) = items.recv().await {
+            batch.push(first);
+            while batch.len() < 1024 {
+                match items.try_recv() {
+                    Ok(item) => batch.push(item),
+                    Err(_) => break,
+                }
+            }
+            let mut pending: Vec<(String, Vec<Event>)> = Vec::new();
+            for item in batch.drain(..) {
+                match item {
+                    LogItem::Register(run_id, fence) => {
+                        fences.insert(run_id, fence);
+                    }
+                    LogItem::Event(event) => match pending.last_mut() {
+                        Some((run_id, events)) if *run_id == event.run_id => {
+                            events.push((*event).clone())
+                        }
+                        _ => pending.push((event.run_id.clone(), vec![(*event).clone()])),
+                    },
+                    LogItem::Flush(run_id, done) => {
+                        write(&*store, &fences, std::mem::take(&mut pending)).await;
+                        if let Err(error) = store.flush().await {
+                            tracing::error!(%run_id, %error, "event log not flushed");
+                        }
+                        fences.remove(&run_id);
+                        let _ = done.send(());
+                    }
+                }
+            }
+            write(&*store, &fences, pending).await;
+        }
+    });
+    log
+}
+
+async fn write(
+    store: &dyn Store,
+    fences: &HashMap<String, Arc<AtomicU64>>,
+    pending: Vec<(String, Vec<Event>)>,
+) {
+    for (run_id, events) in pending {
+        // Events of runs this executor does not (or no longer) own are not logged.
+        let Some(fence) = fences.get(&run_id) else {
+            continue;
+        };
+        match store
+            .append_events(&run_id, events, fence.load(Ordering::Acquire))
+            .await
+        {
+            Ok(Fenced::Applied(())) => {}
+            Ok(Fenced::Stale { .. }) => {
+                tracing::warn!(%run_id, "events of a run this executor lost were not logged");
+            }
+            Err(error) => tracing::error!(%run_id, %error, "events not logged"),
+        }
+    }
+}

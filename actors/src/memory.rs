@@ -1,0 +1,286 @@
+//! `MemoryStore`: the [`Store`] port in memory, with the same fencing rules
+//! as the durable store. Nothing survives the process: it is the engine's
+//! default when no store is given, and the store of fast tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::event::Event;
+use crate::ports::{
+    BoxFuture, ClaimOutcome, Fenced, RunRecord, RunUpdate, Snapshot, Store, StoreError,
+    ToolCallRecord, fencing,
+};
+
+/// A store in memory. Cheap to clone; clones share the data.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Tables>>,
+}
+
+#[derive(Default)]
+struct Tables {
+    runs: BTreeMap<String, RunRecord>,
+    order: Vec<String>,
+    snapshots: HashMap<(String, String), Snapshot>,
+    tool_calls: HashMap<String, BTreeMap<String, ToolCallRecord>>,
+    events: HashMap<String, Vec<Event>>,
+    snapshot_writes: u64,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The latest snapshot of a loop.
+    pub fn snapshot(&self, run_id: &str, path: &str) -> Option<Snapshot> {
+        self.lock()
+            .snapshots
+            .get(&(run_id.to_owned(), path.to_owned()))
+            .cloned()
+    }
+
+    /// A run's record.
+    pub fn run(&self, run_id: &str) -> Option<RunRecord> {
+        self.lock().runs.get(run_id).cloned()
+    }
+
+    /// A run's recorded tool calls.
+    pub fn tool_calls(&self, run_id: &str) -> Vec<ToolCallRecord> {
+        self.lock()
+            .tool_calls
+            .get(run_id)
+            .map(|calls| calls.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// A run's logged events.
+    pub fn events(&self, run_id: &str) -> Vec<Event> {
+        self.lock().events.get(run_id).cloned().unwrap_or_default()
+    }
+
+    /// How many snapshot writes landed.
+    pub fn writes(&self) -> u64 {
+        self.lock().snapshot_writes
+    }
+
+    /// Runs `f` on the run's record under the lock, if `fence` is current.
+    fn fenced<T>(
+        &self,
+        run_id: &str,
+        fence: u64,
+        f: impl FnOnce(&mut Tables) -> T,
+    ) -> Result<Fenced<T>, StoreError> {
+        let mut tables = self.lock();
+        let record = tables
+            .runs
+            .get(run_id)
+            .ok_or_else(|| StoreError::new(format!("no run `{run_id}`")))?;
+        Ok(match fencing::check(record, fence) {
+            Fenced::Applied(()) => Fenced::Applied(f(&mut tables)),
+            Fenced::Stale { fence, owner_id } => Fenced::Stale { fence, owner_id },
+        })
+    }
+}
+
+fn ready<T: Send + 'static>(
+    value: Result<T, StoreError>,
+) -> BoxFuture<'static, Result<T, StoreError>> {
+    Box::pin(std::future::ready(value))
+}
+
+impl Store for MemoryStore {
+    fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
+        let mut tables = self.lock();
+        if tables.runs.contains_key(&record.run_id) {
+            return ready(Err(StoreError::new(format!(
+                "run `{}` already exists",
+                record.run_id
+            ))));
+        }
+        tables.order.push(record.run_id.clone());
+        tables.runs.insert(record.run_id.clone(), record);
+        ready(Ok(()))
+    }
+
+    fn claim_run(
+        &self,
+        run_id: &str,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> BoxFuture<'static, Result<ClaimOutcome, StoreError>> {
+        let mut tables = self.lock();
+        let outcome = match tables.runs.get(run_id) {
+            None => ClaimOutcome::NotFound,
+            Some(record) => match fencing::claim(record, owner_id, now_ms, ttl_ms) {
+                Ok(claimed) => {
+                    tables.runs.insert(run_id.to_owned(), claimed.clone());
+                    ClaimOutcome::Claimed(claimed)
+                }
+                Err(refused) => refused,
+            },
+        };
+        ready(Ok(outcome))
+    }
+
+    fn renew_run(
+        &self,
+        run_id: &str,
+        fence: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+        let mut tables = self.lock();
+        let Some(record) = tables.runs.get(run_id) else {
+            return ready(Err(StoreError::new(format!("no run `{run_id}`"))));
+        };
+        let outcome = match fencing::renew(record, fence, now_ms, ttl_ms) {
+            Ok(renewed) => {
+                tables.runs.insert(run_id.to_owned(), renewed);
+                Fenced::Applied(())
+            }
+            Err(stale) => stale,
+        };
+        ready(Ok(outcome))
+    }
+
+    fn update_run(
+        &self,
+        run_id: &str,
+        fence: u64,
+        update: RunUpdate,
+    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+        let mut tables = self.lock();
+        let Some(record) = tables.runs.get(run_id) else {
+            return ready(Err(StoreError::new(format!("no run `{run_id}`"))));
+        };
+        let outcome = match fencing::update(record, fence, &update) {
+            Ok(updated) => {
+                tables.runs.insert(run_id.to_owned(), updated);
+                Fenced::Applied(())
+            }
+            Err(stale) => stale,
+        };
+        ready(Ok(outcome))
+    }
+
+    fn save_snapshot(
+        &self,
+        snapshot: Snapshot,
+        fence: u64,
+    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+        let run_id = snapshot.run_id.clone();
+        ready(self.fenced(&run_id, fence, |tables| {
+            tables.snapshot_writes += 1;
+            tables
+                .snapshots
+                .insert((snapshot.run_id.clone(), snapshot.path.clone()), snapshot);
+        }))
+    }
+
+    fn record_tool_call(
+        &self,
+        run_id: &str,
+        record: ToolCallRecord,
+        fence: u64,
+    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+        ready(self.fenced(run_id, fence, |tables| {
+            tables
+                .tool_calls
+                .entry(run_id.to_owned())
+                .or_default()
+                .insert(record.key.clone(), record);
+        }))
+    }
+
+    fn append_events(
+        &self,
+        run_id: &str,
+        events: Vec<Event>,
+        fence: u64,
+    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+        ready(self.fenced(run_id, fence, |tables| {
+            tables
+                .events
+                .entry(run_id.to_owned())
+                .or_default()
+                .extend(events);
+        }))
+    }
+
+    fn reconcile_orphans(
+        &self,
+        now_ms: u64,
+    ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
+        let mut tables = self.lock();
+        let orphaned: Vec<RunRecord> = tables
+            .runs
+            .values()
+            .filter_map(|record| fencing::orphan(record, now_ms))
+            .collect();
+        let ids = orphaned.iter().map(|r| r.run_id.clone()).collect();
+        for record in orphaned {
+            tables.runs.insert(record.run_id.clone(), record);
+        }
+        ready(Ok(ids))
+    }
+
+    fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {
+        ready(Ok(self.run(run_id)))
+    }
+
+    fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        let tables = self.lock();
+        let runs = tables
+            .order
+            .iter()
+            .filter_map(|id| tables.runs.get(id).cloned())
+            .collect();
+        ready(Ok(runs))
+    }
+
+    fn load_snapshots(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+        let tables = self.lock();
+        let mut snapshots: Vec<Snapshot> = tables
+            .snapshots
+            .values()
+            .filter(|s| s.run_id == run_id)
+            .cloned()
+            .collect();
+        snapshots.sort_by(|a, b| a.path.cmp(&b.path));
+        ready(Ok(snapshots))
+    }
+
+    fn load_tool_calls(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<ToolCallRecord>, StoreError>> {
+        ready(Ok(self.tool_calls(run_id)))
+    }
+
+    fn load_events(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+    ) -> BoxFuture<'static, Result<Vec<Event>, StoreError>> {
+        let events = self
+            .events(run_id)
+            .into_iter()
+            .filter(|e| e.seq > after_seq)
+            .collect();
+        ready(Ok(events))
+    }
+
+    fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
+        ready(Ok(()))
+    }
+}

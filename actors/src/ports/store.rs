@@ -1,0 +1,344 @@
+//! The store port: runs, their fenced ownership, snapshots, tool-call
+//! records and the event log.
+//!
+//! Ownership of a run is a lease of its own, held by one executor (one
+//! runtime process) at a time: `owner_id`, an expiry, and a **fencing
+//! token** that goes up by one on every claim. Every write that changes a
+//! run — its status, a snapshot, a tool-call record, an event — carries the
+//! writer's fence, and the store refuses a write whose fence is not the
+//! run's current one. A refusal is a value ([`Fenced::Stale`]), not an
+//! error: the stale executor learns it lost the run and stops working on it.
+//! The rules are pure functions in [`fencing`], so every store applies the
+//! same ones.
+
+use serde::{Deserialize, Serialize};
+
+use super::{BoxFuture, RunStatus};
+use crate::event::Event;
+
+/// A loop's state at a step boundary (or just after its model answered, with
+/// the calls it asked for).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The run.
+    pub run_id: String,
+    /// The loop (`run`, `run/worker:research:1`).
+    pub path: String,
+    /// Steps started.
+    pub step: u32,
+    /// The run's status when it was taken.
+    pub status: RunStatus,
+    /// The loop's state: transcript, budget, pending nudges, pending calls.
+    pub state: serde_json::Value,
+}
+
+/// Why a run waits for a person.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PauseRecord {
+    /// The reason given (the verdict's, or the reconciliation's).
+    pub reason: String,
+    /// What was being done.
+    pub subject: String,
+    /// The loop that paused.
+    pub path: String,
+    /// For `reconciliation_required`: the call whose outcome is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<ToolCallRecord>,
+}
+
+/// Where a tool call is, as far as the store knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallState {
+    /// Sent to the tool; no result recorded yet.
+    Sent,
+    /// Its result is recorded.
+    Done,
+    /// Sent, then cancelled or lost with its process before a result was
+    /// recorded: whether it took effect is not known.
+    Unknown,
+}
+
+/// One tool call of a loop, recorded when it is sent and when it returns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The idempotency key: run, loop path, step, call index.
+    pub key: String,
+    /// The loop.
+    pub path: String,
+    /// The step.
+    pub step: u32,
+    /// The call's index in its step.
+    pub index: usize,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: serde_json::Value,
+    /// Whether calling it again is harmless, where known.
+    pub idempotent: Option<bool>,
+    /// Where it is.
+    pub state: ToolCallState,
+    /// Its result, once `Done`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+/// A run as the store keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run.
+    pub run_id: String,
+    /// The flow it runs, as given.
+    pub flow: serde_json::Value,
+    /// Where it is.
+    pub status: RunStatus,
+    /// The executor that owns it, if any.
+    pub owner_id: Option<String>,
+    /// The fencing token: up by one on every claim.
+    pub fence: u64,
+    /// When the owner's lease expires (Unix ms).
+    pub lease_expires_at_ms: u64,
+    /// Why it failed, was cancelled or orphaned.
+    pub reason: Option<String>,
+    /// Its answer, once completed.
+    pub answer: Option<String>,
+    /// Why it waits for a person, while paused.
+    pub pause: Option<PauseRecord>,
+    /// When it was created (Unix ms).
+    pub created_at_ms: u64,
+    /// When it last changed (Unix ms).
+    pub updated_at_ms: u64,
+}
+
+/// A change of a run's status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunUpdate {
+    /// The new status.
+    pub status: RunStatus,
+    /// Why (failed, cancelled, orphaned).
+    pub reason: Option<String>,
+    /// The answer (completed).
+    pub answer: Option<String>,
+    /// Why it waits (paused).
+    pub pause: Option<PauseRecord>,
+    /// When (Unix ms).
+    pub at_ms: u64,
+}
+
+/// The outcome of a fenced write: applied, or refused because the writer's
+/// fence is not the run's.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fenced<T> {
+    /// The write landed.
+    Applied(T),
+    /// The writer no longer owns the run; nothing was written.
+    Stale {
+        /// The run's current fence.
+        fence: u64,
+        /// Its current owner.
+        owner_id: Option<String>,
+    },
+}
+
+impl<T> Fenced<T> {
+    /// Whether the write landed.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Self::Applied(_))
+    }
+}
+
+/// What a claim found.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "claims are rare; the record is handed over by value"
+)]
+pub enum ClaimOutcome {
+    /// The caller owns the run now, with the record's (new) fence.
+    Claimed(RunRecord),
+    /// Another executor holds a lease on it that has not expired.
+    HeldBy {
+        /// Who.
+        owner_id: String,
+        /// Until when (Unix ms).
+        expires_at_ms: u64,
+    },
+    /// The run has ended; there is nothing to claim.
+    Finished(RunStatus),
+    /// No such run.
+    NotFound,
+}
+
+/// A store that failed (I/O, corruption, a locked database).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("store failed: {message}")]
+pub struct StoreError {
+    /// What happened.
+    pub message: String,
+}
+
+impl StoreError {
+    /// An error with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
+
+/// Where runs are kept. Writes that change a run carry the writer's fence.
+pub trait Store: Send + Sync + 'static {
+    /// Creates a run owned by `record.owner_id` with `record.fence`.
+    fn create_run(&self, record: RunRecord) -> Answer<()>;
+    /// Claims a run for `owner_id` by compare-and-set: succeeds if the run is
+    /// unowned, owned by `owner_id`, or its lease expired at `now_ms`; sets
+    /// the owner, the expiry `now_ms + ttl_ms` and `fence = previous + 1`.
+    fn claim_run(
+        &self,
+        run_id: &str,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Answer<ClaimOutcome>;
+    /// Renews the owner's lease (a heartbeat), if `fence` is still the run's.
+    fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>>;
+    /// Changes the run's status, if `fence` is still the run's.
+    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> Answer<Fenced<()>>;
+    /// Keeps `snapshot` as the latest of its loop, if `fence` is the run's.
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> Answer<Fenced<()>>;
+    /// Records a tool call (sent, done, unknown), if `fence` is the run's.
+    fn record_tool_call(
+        &self,
+        run_id: &str,
+        record: ToolCallRecord,
+        fence: u64,
+    ) -> Answer<Fenced<()>>;
+    /// Appends events to the run's log, if `fence` is the run's.
+    fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>>;
+    /// Marks every `running` run whose lease expired at `now_ms` as
+    /// `orphaned` with the reason `run orphaned: executor lease expired`;
+    /// returns their ids.
+    fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>>;
+    /// A run.
+    fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>>;
+    /// Every run, oldest first.
+    fn list_runs(&self) -> Answer<Vec<RunRecord>>;
+    /// The latest snapshot of every loop of a run.
+    fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>>;
+    /// Every tool call recorded for a run.
+    fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>>;
+    /// The run's events with `seq` above `after_seq`, in order.
+    fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>>;
+    /// Returns once everything written so far is durable.
+    fn flush(&self) -> Answer<()>;
+}
+
+/// The ownership rules every store applies, as pure functions on a
+/// [`RunRecord`].
+pub mod fencing {
+    use super::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate};
+
+    /// The message an orphaned run carries.
+    pub const ORPHANED: &str = "run orphaned: executor lease expired";
+
+    /// The record after a claim by `owner_id` at `now_ms`, or why not.
+    #[allow(clippy::result_large_err, reason = "the refusal is an outcome, returned as is")]
+    pub fn claim(
+        record: &RunRecord,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<RunRecord, ClaimOutcome> {
+        if record.status.is_terminal() {
+            return Err(ClaimOutcome::Finished(record.status));
+        }
+        match &record.owner_id {
+            Some(owner) if owner != owner_id && record.lease_expires_at_ms > now_ms => {
+                return Err(ClaimOutcome::HeldBy {
+                    owner_id: owner.clone(),
+                    expires_at_ms: record.lease_expires_at_ms,
+                });
+            }
+            _ => {}
+        }
+        let mut claimed = record.clone();
+        claimed.owner_id = Some(owner_id.to_owned());
+        claimed.fence = record.fence.saturating_add(1);
+        claimed.lease_expires_at_ms = now_ms.saturating_add(ttl_ms);
+        claimed.updated_at_ms = now_ms;
+        if claimed.status == RunStatus::Orphaned {
+            claimed.status = RunStatus::Running;
+            claimed.reason = None;
+        }
+        Ok(claimed)
+    }
+
+    /// Whether a write with `fence` may land on `record`.
+    pub fn check(record: &RunRecord, fence: u64) -> Fenced<()> {
+        if record.fence == fence {
+            Fenced::Applied(())
+        } else {
+            Fenced::Stale {
+                fence: record.fence,
+                owner_id: record.owner_id.clone(),
+            }
+        }
+    }
+
+    /// The record after a heartbeat with `fence`.
+    pub fn renew(
+        record: &RunRecord,
+        fence: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<RunRecord, Fenced<()>> {
+        match check(record, fence) {
+            Fenced::Applied(()) => {
+                let mut renewed = record.clone();
+                renewed.lease_expires_at_ms = now_ms.saturating_add(ttl_ms);
+                Ok(renewed)
+            }
+            stale => Err(stale),
+        }
+    }
+
+    /// The record after `update` with `fence`. A terminal status releases
+    /// the lease.
+    pub fn update(
+        record: &RunRecord,
+        fence: u64,
+        update: &RunUpdate,
+    ) -> Result<RunRecord, Fenced<()>> {
+        match check(record, fence) {
+            Fenced::Applied(()) => {
+                let mut updated = record.clone();
+                updated.status = update.status;
+                updated.reason.clone_from(&update.reason);
+                updated.answer.clone_from(&update.answer);
+                updated.pause.clone_from(&update.pause);
+                updated.updated_at_ms = update.at_ms;
+                if update.status.is_terminal() {
+                    updated.lease_expires_at_ms = 0;
+                }
+                Ok(updated)
+            }
+            stale => Err(stale),
+        }
+    }
+
+    /// The record marked orphaned, if its executor's lease expired at
+    /// `now_ms` while it was running.
+    pub fn orphan(record: &RunRecord, now_ms: u64) -> Option<RunRecord> {
+        if record.status != RunStatus::Running || record.lease_expires_at_ms > now_ms {
+            return None;
+        }
+        let mut orphaned = record.clone();
+        orphaned.status = RunStatus::Orphaned;
+        orphaned.reason = Some(ORPHANED.to_owned());
+        orphaned.updated_at_ms = now_ms;
+        Some(orphaned)
+    }
+}
