@@ -1213,7 +1213,14 @@ impl AgentLoop {
                 self.finish_step_if_done(myself).await
             }
             ReconcileDecision::Retry => {
-                self.start_call(myself, index, attempt + 1).await;
+                self.when_open(
+                    myself,
+                    LoopMsg::Retry {
+                        step,
+                        index: Some(index),
+                        attempt: attempt + 1,
+                    },
+                );
                 None
             }
             // The root cancels the run itself.

@@ -59,9 +59,16 @@ impl MemoryStore {
             .unwrap_or_default()
     }
 
-    /// A run's logged events.
+    /// A run's logged events, in `seq` order.
     pub fn events(&self, run_id: &str) -> Vec<Event> {
-        self.lock().events.get(run_id).cloned().unwrap_or_default()
+        let mut events = self.lock().events.get(run_id).cloned().unwrap_or_default();
+        events.sort_by_key(|e| e.seq);
+        events
+    }
+
+    /// Every run's id, oldest first.
+    pub fn list_ids(&self) -> Vec<String> {
+        self.lock().order.clone()
     }
 
     /// How many snapshot writes landed.

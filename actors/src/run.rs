@@ -328,6 +328,13 @@ impl RunActorState {
         if self.status().is_terminal() || *self.agent.ctx.gate.borrow() == Gate::Closed {
             return;
         }
+        if self
+            .reconciliations
+            .iter()
+            .any(|r| r.record.key == reconciliation.record.key)
+        {
+            return;
+        }
         let record = reconciliation.record.clone();
         self.agent.ctx.emit(
             &record.path,
@@ -351,7 +358,7 @@ impl RunActorState {
 
     /// Opens the gate and restarts the clocks, once nothing waits for a
     /// person any more.
-    async fn leave_pause(&mut self, guidance: Option<String>) {
+    async fn leave_pause(&mut self, guidance: Option<String>) -> Result<(), ControlError> {
         let ctx = self.agent.ctx.clone();
         let update = RunUpdate {
             status: RunStatus::Running,
@@ -360,8 +367,16 @@ impl RunActorState {
             pause: None,
             at_ms: ctx.now_ms(),
         };
+        // Claimed with the fence: a stale executor cannot apply an answer.
         if !ctx.update(update).await {
-            return;
+            return Err(ControlError::Lost {
+                run_id: ctx.run_id.clone(),
+                reason: ctx
+                    .lost
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(|| "the store refused the change".to_owned()),
+            });
         }
         ctx.emit(ROOT_PATH, EventKind::Resumed { guidance });
         self.state.send_modify(|s| {
@@ -370,6 +385,7 @@ impl RunActorState {
         });
         let _ = ctx.leases.actor().send_message(LeaseMsg::Resume);
         ctx.gate.send_replace(Gate::Open);
+        Ok(())
     }
 
     async fn resume(&mut self, guidance: Option<String>) -> Result<(), ControlError> {
@@ -393,10 +409,10 @@ impl RunActorState {
             Some(text) => format!("A person reviewed the escalation and answered: {text}"),
             None => "A person reviewed the escalation and said to go on.".to_owned(),
         };
+        self.leave_pause(guidance).await?;
         for path in self.escalations.drain(..) {
             self.agent.ctx.nudges_for(&path).push(note.clone());
         }
-        self.leave_pause(guidance).await;
         Ok(())
     }
 
@@ -427,10 +443,10 @@ impl RunActorState {
                 .await;
             return Ok(());
         }
-        let reconciliation = self.reconciliations.remove(at);
-        if self.reconciliations.is_empty() && self.escalations.is_empty() {
-            self.leave_pause(None).await;
+        if self.reconciliations.len() == 1 && self.escalations.is_empty() {
+            self.leave_pause(None).await?;
         }
+        let reconciliation = self.reconciliations.remove(at);
         let _ = reconciliation.owner.send_message(LoopMsg::Reconciled {
             step: reconciliation.step,
             index: reconciliation.index,

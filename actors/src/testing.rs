@@ -636,3 +636,31 @@ pub fn user_messages(request: &ModelRequest) -> Vec<String> {
         .map(|m: &ChatMessage| m.content.clone())
         .collect()
 }
+
+/// A wall clock that moves only when told: for executor-lease tests, where
+/// one executor must look frozen past its TTL to another.
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock reading `unix_ms`.
+    pub fn at(unix_ms: u64) -> Self {
+        Self {
+            now: Arc::new(AtomicU64::new(unix_ms)),
+        }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.now.fetch_add(by, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_unix_ms(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+}

@@ -168,6 +168,15 @@ pub enum ControlError {
         /// The key given.
         key: String,
     },
+    /// This executor lost the run to another (its fence is stale): the
+    /// control was not applied here.
+    #[error("run {run_id} is no longer owned by this executor: {reason}")]
+    Lost {
+        /// The run.
+        run_id: String,
+        /// What the store said.
+        reason: String,
+    },
     /// The run's actor is gone.
     #[error("run {run_id} is not running in this process")]
     Gone {

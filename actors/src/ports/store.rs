@@ -245,7 +245,10 @@ pub mod fencing {
     pub const ORPHANED: &str = "run orphaned: executor lease expired";
 
     /// The record after a claim by `owner_id` at `now_ms`, or why not.
-    #[allow(clippy::result_large_err, reason = "the refusal is an outcome, returned as is")]
+    #[allow(
+        clippy::result_large_err,
+        reason = "the refusal is an outcome, returned as is"
+    )]
     pub fn claim(
         record: &RunRecord,
         owner_id: &str,

@@ -1,0 +1,584 @@
+//! Durability and ownership: fenced executor leases, takeover, orphans,
+//! unknown tool-call outcomes, reconciliation, terminal writes — two
+//! executors on one store, on paused time, with a wall clock that moves only
+//! when told (so one executor can look frozen past its TTL to the other).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_actors::agent::{ControlError, ReconcileDecision};
+use leasehold_actors::engine::{Engine, EngineConfig};
+use leasehold_actors::event::{CallOutcome, EventKind};
+use leasehold_actors::flow::Flow;
+use leasehold_actors::memory::MemoryStore;
+use leasehold_actors::ports::{RunStatus, ToolCallState, fencing};
+use leasehold_actors::run::RunHandle;
+use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::testing::{
+    ManualClock, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
+    user_messages,
+};
+use serde_json::json;
+use tokio::time::sleep;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+const TTL: Duration = Duration::from_secs(90);
+
+fn config() -> EngineConfig {
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = secs(10);
+    config.supervision.lease.model_stream = secs(10);
+    config.restart = RestartPolicy {
+        jitter: 0.0,
+        ..RestartPolicy::default()
+    };
+    config.run_lease_ttl = TTL;
+    config
+}
+
+struct Executor {
+    engine: Engine,
+    model: ScriptedModel,
+    tools: ScriptedTools,
+}
+
+async fn executor(
+    owner: &str,
+    store: &MemoryStore,
+    clock: &ManualClock,
+    model: ScriptedModel,
+    tools: ScriptedTools,
+    evaluator: Option<ScriptedEvaluator>,
+) -> Executor {
+    let mut builder = Engine::builder()
+        .config(config())
+        .owner_id(owner)
+        .store(Arc::new(store.clone()))
+        .clock(Arc::new(clock.clone()))
+        .model(Arc::new(model.clone()))
+        .tool_server("local", Arc::new(tools.clone()));
+    if let Some(evaluator) = evaluator {
+        builder = builder.evaluator(Arc::new(evaluator));
+    }
+    Executor {
+        engine: builder.build().await.expect("engine builds"),
+        model,
+        tools,
+    }
+}
+
+fn flow(max_steps: u32) -> Flow {
+    serde_json::from_value(json!({
+        "name": "durable",
+        "task": "Do the thing.",
+        "max_steps": max_steps,
+        "tools": [{"name": "local", "url": "http://127.0.0.1:9/mcp"}]
+    }))
+    .expect("valid flow")
+}
+
+fn call(tool: &'static str) -> Turn {
+    Turn::tools([(tool, json!({"amount": 10}))])
+}
+
+/// Starts a run on `a` whose first step calls `tool`, and waits until the
+/// call has been sent.
+async fn run_with_call_in_flight(a: &Executor, tool: &str) -> RunHandle {
+    let run = a.engine.start(flow(5)).await.expect("run starts");
+    while a.tools.calls(tool) == 0 {
+        sleep(Duration::from_millis(10)).await;
+    }
+    run
+}
+
+/// Makes `a` look frozen to `b`: the wall clock moves past the TTL while
+/// tokio time (and with it `a`'s heartbeat) stands still.
+fn freeze_past_ttl(clock: &ManualClock) {
+    clock.advance(TTL + secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn takeover_after_ttl_raises_the_fence_and_refuses_the_stale_executor() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("search"), Turn::answer("from a")]),
+        ScriptedTools::new().tool(
+            "search",
+            Some(true),
+            [ToolAct::returns("a's result", secs(100))],
+        ),
+        None,
+    )
+    .await;
+    let mut run_a = run_with_call_in_flight(&a, "search").await;
+    let run_id = run_a.run_id().to_owned();
+    assert_eq!(store.run(&run_id).map(|r| r.fence), Some(1));
+
+    freeze_past_ttl(&clock);
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("from b")]),
+        ScriptedTools::new().tool(
+            "search",
+            Some(true),
+            [ToolAct::returns("b's result", secs(1))],
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(
+        b.engine.reconcile_orphans().await.expect("reconciled"),
+        vec![run_id.clone()]
+    );
+    let orphaned = store.run(&run_id).expect("the run");
+    assert_eq!(orphaned.status, RunStatus::Orphaned);
+    assert_eq!(orphaned.reason.as_deref(), Some(fencing::ORPHANED));
+    assert_eq!(
+        orphaned.reason.as_deref(),
+        Some("run orphaned: executor lease expired")
+    );
+
+    let mut run_b = b.engine.resume(&run_id).await.expect("b claims the orphan");
+    assert_eq!(
+        store.run(&run_id).map(|r| r.fence),
+        Some(2),
+        "the fence went up"
+    );
+    let state = run_b.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("from b"));
+
+    // The idempotent call in flight at the takeover was made again, with the
+    // same key, by the new owner.
+    let a_calls = a.tools.invocations();
+    let b_calls = b.tools.invocations();
+    assert_eq!(b_calls.len(), 1);
+    assert_eq!(a_calls[0].idempotency_key, b_calls[0].idempotency_key);
+
+    // A wakes up: its late writes are refused, and it stops working on the run.
+    let a_state = run_a.wait().await;
+    let lost = a_state.lost.expect("a knows it lost the run");
+    assert!(lost.contains("stale"), "{lost}");
+    sleep(secs(200)).await;
+    let record = store.run(&run_id).expect("the run");
+    assert_eq!((record.status, record.fence), (RunStatus::Completed, 2));
+    assert_eq!(record.owner_id.as_deref(), Some("executor-b"));
+    assert_eq!(record.answer.as_deref(), Some("from b"));
+    let calls = store.tool_calls(&run_id);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].result.as_deref(),
+        Some("b's result"),
+        "a's late result landed"
+    );
+    assert_eq!(
+        a.tools.completed("search"),
+        0,
+        "a's call was cancelled when a lost the run"
+    );
+    let snapshot = store.snapshot(&run_id, "run").expect("snapshot");
+    assert_eq!(snapshot.state["answer"], "from b");
+    assert!(
+        store.events(&run_id).iter().all(
+            |e| !matches!(&e.kind, EventKind::RunCompleted { answer, .. } if answer == "from a")
+        ),
+        "a's events landed after the takeover"
+    );
+    assert_eq!(
+        a.model.requests().len(),
+        1,
+        "a made no model call after losing the run"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_outcome_of_a_non_idempotent_tool_requires_reconciliation_on_resume() {
+    for decision in ["mark_done", "retry", "cancel"] {
+        let store = MemoryStore::new();
+        let clock = ManualClock::at(1_800_000_000_000);
+        let a = executor(
+            "executor-a",
+            &store,
+            &clock,
+            ScriptedModel::new().script("run", [call("charge")]),
+            ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang]),
+            None,
+        )
+        .await;
+        let run_a = run_with_call_in_flight(&a, "charge").await;
+        let run_id = run_a.run_id().to_owned();
+        freeze_past_ttl(&clock);
+        let b = executor(
+            "executor-b",
+            &store,
+            &clock,
+            ScriptedModel::new().script("run", [Turn::answer("done")]),
+            ScriptedTools::new().tool(
+                "charge",
+                Some(false),
+                [ToolAct::returns("charged", secs(1))],
+            ),
+            None,
+        )
+        .await;
+        let mut run_b = b.engine.resume(&run_id).await.expect("claimed");
+        let state = run_b.paused().await;
+        assert_eq!(state.status, RunStatus::ReconciliationRequired, "{state:?}");
+        let pause = state.paused.expect("pause record");
+        let call = pause.call.expect("the call in question");
+        assert_eq!(call.tool, "charge");
+        assert_eq!(call.arguments, json!({"amount": 10}));
+        assert_eq!(call.state, ToolCallState::Unknown);
+        assert_eq!(
+            b.tools.calls("charge"),
+            0,
+            "a non-idempotent call was repeated blindly"
+        );
+        assert_eq!(
+            store.run(&run_id).map(|r| r.status),
+            Some(RunStatus::ReconciliationRequired)
+        );
+        let refused = run_b
+            .resume(None)
+            .await
+            .expect_err("resume is not the answer");
+        assert!(
+            matches!(refused, ControlError::NeedsReconciliation { .. }),
+            "{refused}"
+        );
+
+        let decided = match decision {
+            "mark_done" => ReconcileDecision::MarkDone {
+                result: "charged once, confirmed by the bank".into(),
+            },
+            "retry" => ReconcileDecision::Retry,
+            _ => ReconcileDecision::Cancel,
+        };
+        run_b
+            .reconcile(call.key.clone(), decided)
+            .await
+            .expect("decided");
+        let state = run_b.wait().await;
+        match decision {
+            "mark_done" => {
+                assert_eq!(state.status, RunStatus::Completed);
+                assert_eq!(b.tools.calls("charge"), 0);
+                let second = &b.model.requests_of("run")[0];
+                assert!(
+                    second
+                        .messages
+                        .iter()
+                        .any(|m| m.content == "charged once, confirmed by the bank")
+                );
+            }
+            "retry" => {
+                assert_eq!(state.status, RunStatus::Completed);
+                let calls = b.tools.invocations();
+                assert_eq!(calls.len(), 1);
+                assert_eq!(calls[0].idempotency_key, call.key, "a retry keeps the key");
+            }
+            _ => {
+                assert_eq!(state.status, RunStatus::Cancelled);
+                assert_eq!(b.tools.calls("charge"), 0);
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn intervened_non_idempotent_tool_is_not_restarted_blindly() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("transfer"), Turn::answer("sent")]),
+        ScriptedTools::new().tool(
+            "transfer",
+            None,
+            [ToolAct::Hang, ToolAct::returns("transferred", secs(1))],
+        ),
+        Some(ScriptedEvaluator::always("INTERVENE")),
+    )
+    .await;
+    let mut run = a.engine.start(flow(5)).await.expect("starts");
+    let state = run.paused().await;
+    assert_eq!(state.status, RunStatus::ReconciliationRequired, "{state:?}");
+    sleep(secs(3600)).await;
+    assert_eq!(
+        a.tools.calls("transfer"),
+        1,
+        "an unknown-outcome call was restarted"
+    );
+    let key = state
+        .paused
+        .and_then(|p| p.call)
+        .map(|c| c.key)
+        .expect("key");
+    run.reconcile(key.clone(), ReconcileDecision::Retry)
+        .await
+        .expect("retry");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let calls = a.tools.invocations();
+    assert_eq!(calls.len(), 2);
+    assert!(calls.iter().all(|c| c.idempotency_key == key));
+    let refused = run
+        .reconcile(key, ReconcileDecision::Retry)
+        .await
+        .expect_err("already finished");
+    assert!(
+        matches!(refused, ControlError::AlreadyFinished { .. }),
+        "{refused}"
+    );
+}
+
+/// A run on `a` whose tool `deploy` is escalated: paused in waiting_human.
+async fn paused_run(store: &MemoryStore, clock: &ManualClock) -> (Executor, RunHandle) {
+    let a = executor(
+        "executor-a",
+        store,
+        clock,
+        ScriptedModel::new().script("run", [call("deploy"), Turn::answer("from a")]),
+        ScriptedTools::new().tool("deploy", Some(false), [ToolAct::Hang]),
+        Some(ScriptedEvaluator::new([Scripted::verdict(
+            "ESCALATE",
+            "prod deploy is silent",
+            "",
+        )])),
+    )
+    .await;
+    let mut run = a.engine.start(flow(5)).await.expect("starts");
+    assert_eq!(run.paused().await.status, RunStatus::WaitingHuman);
+    (a, run)
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_human_stays_paused_across_executors() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let (_a, _run_a) = paused_run(&store, &clock).await;
+    let run_id = store.list_ids().pop().expect("a run");
+    freeze_past_ttl(&clock);
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("resumed by b")]),
+        ScriptedTools::new(),
+        None,
+    )
+    .await;
+    assert!(
+        b.engine.reconcile_orphans().await.expect("ok").is_empty(),
+        "a paused run is not an orphan"
+    );
+    let mut run_b = b.engine.resume(&run_id).await.expect("claimed");
+    assert_eq!(run_b.state().status, RunStatus::WaitingHuman);
+    sleep(secs(10 * 3600)).await;
+    assert_eq!(run_b.state().status, RunStatus::WaitingHuman);
+    assert!(
+        b.model.requests().is_empty(),
+        "a paused run made a model call"
+    );
+    run_b
+        .resume(Some("skip the deploy".into()))
+        .await
+        .expect("resumed");
+    let state = run_b.wait().await;
+    assert_eq!(state.answer.as_deref(), Some("resumed by b"));
+    assert!(
+        user_messages(&b.model.requests()[0])
+            .iter()
+            .any(|m| m.contains("skip the deploy"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn racing_resumes_apply_the_answer_once() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let (a, mut run) = paused_run(&store, &clock).await;
+    let (first, second) =
+        tokio::join!(run.resume(Some("go".into())), run.resume(Some("go".into())));
+    assert!(first.is_ok() != second.is_ok(), "{first:?} {second:?}");
+    assert_eq!(run.wait().await.status, RunStatus::Completed);
+    let guidance = user_messages(&a.model.requests()[1])
+        .iter()
+        .filter(|m| m.contains("answered: go"))
+        .count();
+    assert_eq!(guidance, 1, "the answer was applied twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_executor_cannot_apply_a_human_answer() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let (a, run_a) = paused_run(&store, &clock).await;
+    let run_id = run_a.run_id().to_owned();
+    freeze_past_ttl(&clock);
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new(),
+        ScriptedTools::new(),
+        None,
+    )
+    .await;
+    let _run_b = b.engine.resume(&run_id).await.expect("claimed");
+    let refused = run_a
+        .resume(Some("from a stale click".into()))
+        .await
+        .expect_err("stale");
+    assert!(matches!(refused, ControlError::Lost { .. }), "{refused}");
+    assert_eq!(
+        store.run(&run_id).map(|r| r.status),
+        Some(RunStatus::WaitingHuman)
+    );
+    assert_eq!(a.model.requests().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_mid_step_writes_the_terminal_state_and_everything_done() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("search"), call("search"), call("slow")]),
+        ScriptedTools::new()
+            .tool("search", Some(true), [ToolAct::returns("hit", secs(1))])
+            .tool("slow", Some(true), [ToolAct::Hang]),
+        None,
+    )
+    .await;
+    let run = run_with_call_in_flight(&a, "slow").await;
+    let run_id = run.run_id().to_owned();
+    run.cancel("stop now").await.expect("cancelled");
+    let record = store.run(&run_id).expect("the run");
+    assert_eq!(record.status, RunStatus::Cancelled);
+    assert_eq!(record.reason.as_deref(), Some("stop now"));
+    let snapshot = store.snapshot(&run_id, "run").expect("terminal snapshot");
+    assert_eq!(snapshot.status, RunStatus::Cancelled);
+    // user, then two completed steps (assistant + tool), then the third
+    // step's assistant message.
+    assert_eq!(
+        snapshot.state["transcript"].as_array().map(Vec::len),
+        Some(6)
+    );
+    let events = store.events(&run_id);
+    assert!(
+        events.iter().any(|e| e.kind.name() == "run_cancelled"),
+        "the terminal event is logged"
+    );
+    assert_eq!(
+        store
+            .tool_calls(&run_id)
+            .iter()
+            .filter(|c| c.state == ToolCallState::Done)
+            .count(),
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_mid_wrap_up_writes_the_terminal_state() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("search"), Turn::hang()]),
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("hit", secs(1))]),
+        None,
+    )
+    .await;
+    // One step, then the budget is used up: no evaluator, so it wraps up,
+    // and the wrap-up model call hangs.
+    let run = a.engine.start(flow(1)).await.expect("starts");
+    let run_id = run.run_id().to_owned();
+    while a.model.requests().len() < 2 {
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        a.model.requests()[1].tools.is_empty(),
+        "this is the wrap-up call"
+    );
+    run.cancel("no time for a summary")
+        .await
+        .expect("cancelled");
+    let record = store.run(&run_id).expect("the run");
+    assert_eq!(record.status, RunStatus::Cancelled);
+    let snapshot = store.snapshot(&run_id, "run").expect("terminal snapshot");
+    assert_eq!(snapshot.status, RunStatus::Cancelled);
+    assert_eq!(snapshot.state["wrapping_up"], true);
+    assert!(
+        store
+            .events(&run_id)
+            .iter()
+            .any(|e| e.kind.name() == "budget_exhausted")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_event_log_holds_every_event_of_a_run_in_order() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("search"), Turn::answer("ok")]),
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("hit", secs(25))]),
+        None,
+    )
+    .await;
+    let mut live = a.engine.events().subscribe();
+    let mut run = a.engine.start(flow(3)).await.expect("starts");
+    run.wait().await;
+    let mut seen = Vec::new();
+    while let Some(Ok(event)) = live.try_recv() {
+        seen.push((*event).clone());
+    }
+    let mut logged = store.events(run.run_id());
+    logged.sort_by_key(|e| e.seq);
+    assert_eq!(logged, seen);
+    assert!(
+        logged.iter().any(|e| e.kind.name() == "verdict"),
+        "the verdict trace is in the log"
+    );
+    let after = logged[3].seq;
+    let resumed: Vec<u64> = logged
+        .iter()
+        .filter(|e| e.seq > after)
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(
+        resumed.first(),
+        Some(&logged[4].seq),
+        "a reader resumes after an event id"
+    );
+    assert!(matches!(
+        logged
+            .iter()
+            .find(|e| e.kind.name() == "tool_call_finished")
+            .map(|e| &e.kind),
+        Some(EventKind::ToolCallFinished {
+            outcome: CallOutcome::Ok,
+            ..
+        })
+    ));
+}
