@@ -368,6 +368,18 @@ impl Engine {
         let flow: Flow = serde_json::from_value(record.flow.clone())
             .map_err(|e| StoreError::new(format!("run {run_id}: its flow cannot be read: {e}")))?;
         let plan = self.plan(&flow).await?;
+        // The run's log goes on after anything the previous owner may have
+        // published, logged or not: each owner's events are numbered from
+        // (fence − 1) × 2³², so a reader that saw an event of the dead owner
+        // never mistakes a new event for it.
+        let floor = record.fence.saturating_sub(1).saturating_mul(1 << 32);
+        let last = self
+            .store
+            .load_events(run_id, 0)
+            .await?
+            .last()
+            .map_or(0, |e| e.seq);
+        self.bus.advance_past(floor.max(last));
         let saved = Saved {
             snapshots: self.store.load_snapshots(run_id).await?,
             calls: self.store.load_tool_calls(run_id).await?,

@@ -505,6 +505,12 @@ impl EventBus {
         }
     }
 
+    /// Makes every later `seq` greater than `seq`: a run resumed from the
+    /// store continues its event log after its last logged event.
+    pub fn advance_past(&self, seq: u64) {
+        self.inner.seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
     /// The `seq` of the last event published (0 before the first).
     pub fn last_seq(&self) -> u64 {
         self.inner.seq.load(Ordering::Acquire)

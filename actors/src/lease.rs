@@ -69,6 +69,9 @@ impl From<LeaseEnd> for LeaseError {
 /// A new lease, as sent by [`Leases::supervise`].
 pub struct Registration {
     meta: Arc<LeaseMeta>,
+    /// When the first period ends: taken when the operation was started, so
+    /// a busy mailbox does not lengthen the lease.
+    deadline: tokio::time::Instant,
     evidence: Evidence,
     token: CancellationToken,
     end: oneshot::Sender<LeaseEnd>,
@@ -225,12 +228,13 @@ impl LeaseState {
     fn register(&mut self, registration: Registration) {
         let Registration {
             meta,
+            deadline,
             evidence,
             token,
             end,
             nudges,
         } = registration;
-        self.arm(meta.id, 0, &meta);
+        self.arm_at(meta.id, 0, deadline);
         self.leases.insert(
             meta.id,
             Entry {
@@ -276,14 +280,14 @@ impl LeaseState {
     }
 
     fn arm(&self, id: LeaseId, generation: u64, meta: &LeaseMeta) {
+        self.arm_at(id, generation, tokio::time::Instant::now() + meta.duration);
+    }
+
+    fn arm_at(&self, id: LeaseId, generation: u64, at: tokio::time::Instant) {
         if self.paused {
             return;
         }
-        let _ = self.timers.send(TimerCmd::Arm {
-            id,
-            generation,
-            after: meta.duration,
-        });
+        let _ = self.timers.send(TimerCmd::Arm { id, generation, at });
     }
 
     fn remove(&mut self, id: LeaseId) -> Option<Entry> {

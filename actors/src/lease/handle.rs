@@ -104,6 +104,7 @@ impl Leases {
         // the registration before the operation's `Done`.
         self.actor
             .send_message(LeaseMsg::Register(Box::new(Registration {
+                deadline: tokio::time::Instant::now() + meta.duration,
                 meta,
                 evidence: evidence.clone(),
                 token: token.clone(),

@@ -6,7 +6,6 @@
 //! actor can ignore a fire that a renewal has made stale.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use ractor::ActorRef;
 use tokio::sync::mpsc;
@@ -18,7 +17,7 @@ pub(crate) enum TimerCmd {
     Arm {
         id: LeaseId,
         generation: u64,
-        after: Duration,
+        at: tokio::time::Instant,
     },
     Disarm(LeaseId),
 }
@@ -33,11 +32,11 @@ pub(crate) async fn drive(
     loop {
         tokio::select! {
             command = commands.recv() => match command {
-                Some(TimerCmd::Arm { id, generation, after }) => {
+                Some(TimerCmd::Arm { id, generation, at }) => {
                     if let Some(old) = keys.remove(&id) {
                         queue.try_remove(&old);
                     }
-                    keys.insert(id, queue.insert((id, generation), after));
+                    keys.insert(id, queue.insert_at((id, generation), at));
                 }
                 Some(TimerCmd::Disarm(id)) => {
                     if let Some(old) = keys.remove(&id) {
