@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the real peers the end-to-end tests run against, into a cache
+# folder outside the clone, and prints the environment that points the tests
+# at them (eval "$(scripts/peers.sh)").
+#
+#   @modelcontextprotocol/server-everything@2026.8.31  (npm)   MCP server
+#   llmock==0.2.2                                      (PyPI)  OpenAI-compatible server with fault injection
+set -euo pipefail
+cache="${LEASEHOLD_PEER_CACHE:-$HOME/.cache/leasehold-peers}"
+mkdir -p "$cache/npm"
+
+everything="$cache/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+if [ ! -f "$everything" ]; then
+  (cd "$cache/npm" && npm init -y >/dev/null 2>&1 && \
+   npm install --no-audit --no-fund --loglevel=error -E @modelcontextprotocol/server-everything@2026.8.31 >&2)
+fi
+
+llmock="$cache/venv/bin/llmock"
+if [ ! -x "$llmock" ]; then
+  python3 -m venv "$cache/venv" >&2
+  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check llmock==0.2.2 >&2
+fi
+
+echo "export LEASEHOLD_PEER_SERVER_EVERYTHING='$everything'"
+echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
