@@ -453,6 +453,7 @@ impl Engine {
             watchdog: self.watchdog.clone(),
             events: self.events.clone(),
             accrual: plan.watchdog_config.accrual,
+            free_renewals: plan.watchdog_config.free_renewals,
         })
         .await?;
         let fence = Arc::new(AtomicU64::new(record.fence));

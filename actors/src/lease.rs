@@ -133,8 +133,12 @@ pub struct LeaseActorArgs {
     /// Where `wait`, `nudge_queued`, `intervened`, … go.
     pub events: Arc<dyn EventSink>,
     /// The watchdog's accrual parameters, for the evidence in the records
-    /// the lease writes itself (the renewal cap's).
+    /// the lease writes itself (the ladder's and the renewal cap's).
     pub accrual: AccrualPolicy,
+    /// The watchdog's free renewals: the first expiries of a lease are
+    /// renewed here, by the same rule and with the same record as the
+    /// watchdog's ladder, without a round trip to it.
+    pub free_renewals: u32,
 }
 
 impl LeaseActor {
@@ -155,6 +159,7 @@ pub struct LeaseState {
     watchdog: ActorRef<WatchdogMsg>,
     events: Arc<dyn EventSink>,
     accrual: AccrualPolicy,
+    free_renewals: u32,
     paused: bool,
 }
 
@@ -186,6 +191,7 @@ impl Actor for LeaseActor {
             watchdog: args.watchdog,
             events: args.events,
             accrual: args.accrual,
+            free_renewals: args.free_renewals,
             paused: false,
         })
     }
@@ -360,6 +366,35 @@ impl LeaseState {
             return;
         }
 
+        let free_renewals = meta.free_renewals.unwrap_or(self.free_renewals);
+        if renewals < free_renewals {
+            // The cost ladder's free renewals need no judge.
+            let decision = Decision::renew(
+                DecidedBy::Ladder,
+                format!("free renewal {} of {free_renewals}", renewals + 1),
+            );
+            let evidence = entry.evidence.summary(
+                tokio::time::Instant::now(),
+                self.accrual.for_kind(meta.kind),
+            );
+            self.emit(
+                &meta,
+                EventKind::Verdict(VerdictRecord {
+                    lease_id: id,
+                    lease_kind: meta.kind,
+                    subject: meta.subject.clone(),
+                    renewals,
+                    evidence,
+                    verdict: decision.verdict,
+                    reason: decision.reason.clone(),
+                    nudge: None,
+                    decided_by: DecidedBy::Ladder,
+                    evaluator: None,
+                }),
+            );
+            self.decided(id, generation, decision);
+            return;
+        }
         let expiry = LeaseExpiry {
             meta,
             renewals,

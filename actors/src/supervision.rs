@@ -77,6 +77,7 @@ impl Supervision {
             watchdog: watchdog.clone(),
             events,
             accrual: config.watchdog.accrual,
+            free_renewals: config.watchdog.free_renewals,
         })
         .await?;
         Ok(Self {
@@ -93,6 +94,7 @@ impl Supervision {
             watchdog: self.watchdog.clone(),
             events,
             accrual: self.config.watchdog.accrual,
+            free_renewals: self.config.watchdog.free_renewals,
         })
         .await
     }
