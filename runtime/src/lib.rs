@@ -30,4 +30,8 @@
 
 pub use leasehold_actors::*;
 
+pub mod executor;
 pub mod flow_file;
+pub mod model;
+pub mod store;
+pub mod tools;

@@ -1,0 +1,78 @@
+//! The model client: chat completions against any OpenAI-compatible server,
+//! and the evaluator built on it.
+//!
+//! What it guarantees:
+//!
+//! - **The model path hides no deadline.** There is a connect timeout and an
+//!   idle timeout between chunks — for a stream, between SSE chunks from the
+//!   moment the request is sent; for a blocking answer, between body bytes
+//!   from its headers on — and no timeout over a whole request anywhere: a
+//!   live call takes as long as its lease allows. The lint configuration
+//!   (`clippy.toml`) refuses reqwest's request-wide `timeout` methods.
+//! - **Evidence.** Every read that brings chunks (SSE events of a stream,
+//!   body bytes of a blocking answer) is reported to the call's lease with
+//!   `Evidence::observe`, so a stream that keeps sending is never mistaken
+//!   for a mute socket; a wait for a rate limit is reported with
+//!   `Evidence::progress`, so the trail shows why the call is quiet.
+//! - **Typed failures**, by one table, and never a panic whatever the
+//!   server sends:
+//!
+//!   | what happened | [`ModelErrorKind`](crate::ports::ModelErrorKind) | retryable |
+//!   |---|---|---|
+//!   | nothing listens, or no connection within the connect timeout | `ConnectionRefused` | yes |
+//!   | no chunk within the idle timeout | `IdleTimeout` | yes |
+//!   | the connection dropped, or the stream ended before the answer did | `Disconnected` | yes |
+//!   | 429 | `RateLimited` | yes, after `retry_after` |
+//!   | 5xx, or an error inside the answer | `Server` | yes |
+//!   | any other 4xx | `Client` | no |
+//!   | a chunk or body that is not the expected JSON | `MalformedChunk` | no |
+//!   | tool-call arguments that are not a JSON object | `Other` | yes: the model may do better |
+//!
+//!   A 429 is retried by the client itself, after the wait the server asked
+//!   for (`retry-after-ms`, `Retry-After` seconds or HTTP date; 1 s, 2 s, 4 s
+//!   … when it said nothing), up to [`ModelSettings::rate_limit_retries`]
+//!   times (default 3); then the error is returned with its `retry_after`.
+//! - **Usage per consumer.** Each call's token usage is added to a shared
+//!   [`UsageLedger`] under its consumer (`run`, `worker:NAME`,
+//!   `engine.watchdog`, `engine.budget`).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use leasehold::engine::Engine;
+//! use leasehold::model::{ModelEvaluator, OpenAiClient};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // LEASEHOLD_MODEL_BASE_URL, LEASEHOLD_MODEL_NAME, … (see `ModelSettings::from_lookup`).
+//! let client = OpenAiClient::from_env()?;
+//! let engine = Engine::builder()
+//!     .model(Arc::new(client.clone()))
+//!     .evaluator(Arc::new(ModelEvaluator::new(&client)))
+//!     .build()
+//!     .await?;
+//! # let _ = engine;
+//! // … run flows; then see what each consumer spent:
+//! for (consumer, cost) in client.ledger().snapshot() {
+//!     println!("{consumer}: {} in, {} out", cost.input_tokens, cost.output_tokens);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod classify;
+mod client;
+mod evaluator;
+mod ledger;
+mod settings;
+mod sse;
+mod wire;
+
+pub use classify::{classify_status, parse_retry_after};
+pub use client::{OpenAiClient, ReplyStream, SetupError};
+pub use evaluator::ModelEvaluator;
+pub use ledger::UsageLedger;
+pub use settings::{
+    ENV_API_KEY, ENV_BASE_URL, ENV_CONNECT_TIMEOUT, ENV_FAST_API_KEY, ENV_FAST_BASE_URL,
+    ENV_FAST_NAME, ENV_IDLE_TIMEOUT, ENV_NAME, ENV_RATE_LIMIT_RETRIES, ModelEndpoint, ModelRole,
+    ModelSettings,
+};
+pub use sse::{Fed, StreamParser};

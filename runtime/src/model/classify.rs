@@ -1,0 +1,186 @@
+//! Failures of a model call, classified into [`ModelError`]s by the table
+//! in the [`model`](crate::model) documentation; the server's own words
+//! kept, cut short; nothing here panics, whatever the server sends.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::ports::{ModelError, ModelErrorKind};
+
+/// The longest excerpt of a server's text kept in an error message.
+const EXCERPT: usize = 500;
+
+/// The error of an answer with HTTP status `status` (400–599), its body
+/// `body` and the wait the server asked for, if any.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::model::classify_status;
+/// use leasehold::ports::ModelErrorKind;
+///
+/// let limited = classify_status(429, Some(Duration::from_secs(2)), br#"{"error":{"message":"slow down"}}"#);
+/// assert_eq!(limited.kind, ModelErrorKind::RateLimited);
+/// assert!(limited.retryable);
+/// assert_eq!(limited.retry_after, Some(Duration::from_secs(2)));
+/// assert!(limited.message.contains("slow down"));
+/// assert!(!classify_status(400, None, b"").retryable);
+/// ```
+pub fn classify_status(status: u16, retry_after: Option<Duration>, body: &[u8]) -> ModelError {
+    let detail = error_detail(body);
+    let (kind, retryable) = match status {
+        429 => (ModelErrorKind::RateLimited, true),
+        500..=599 => (ModelErrorKind::Server, true),
+        400..=499 => (ModelErrorKind::Client, false),
+        _ => (ModelErrorKind::Other, false),
+    };
+    let message = if detail.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {detail}")
+    };
+    ModelError {
+        retry_after: retry_after.filter(|_| retryable),
+        ..ModelError::new(kind, message, retryable)
+    }
+}
+
+/// The wait a server asked for, from its `retry-after-ms` and `Retry-After`
+/// header values (`Retry-After` as seconds, fractional allowed, or as an
+/// HTTP date, measured from `now`). A date in the past means no wait.
+///
+/// ```
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use leasehold::model::parse_retry_after;
+///
+/// let now = UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+/// assert_eq!(parse_retry_after(None, Some("3"), now), Some(Duration::from_secs(3)));
+/// assert_eq!(parse_retry_after(Some("250"), Some("1"), now), Some(Duration::from_millis(250)));
+/// assert_eq!(
+///     parse_retry_after(None, Some("Wed, 21 Oct 2015 07:28:10 GMT"), now),
+///     Some(Duration::from_secs(10)),
+/// );
+/// assert_eq!(parse_retry_after(None, Some("soon"), now), None);
+/// ```
+pub fn parse_retry_after(
+    retry_after_ms: Option<&str>,
+    retry_after: Option<&str>,
+    now: SystemTime,
+) -> Option<Duration> {
+    if let Some(ms) = retry_after_ms.and_then(|v| seconds(v.trim(), 1000.0)) {
+        return Some(ms);
+    }
+    let value = retry_after?.trim();
+    if let Some(wait) = seconds(value, 1.0) {
+        return Some(wait);
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// `value / scale` seconds, for a finite non-negative number.
+fn seconds(value: &str, scale: f64) -> Option<Duration> {
+    let number: f64 = value.parse().ok()?;
+    if !number.is_finite() || number < 0.0 {
+        return None;
+    }
+    Duration::try_from_secs_f64(number / scale).ok()
+}
+
+/// The server's own words about an error: `error.message` of an OpenAI
+/// error body, or an excerpt of the body as text.
+fn error_detail(body: &[u8]) -> String {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error"))
+            .or_else(|| v.get("detail"))
+            .and_then(Value::as_str)
+    });
+    match message {
+        Some(message) => excerpt(message),
+        None => excerpt(String::from_utf8_lossy(body).trim()),
+    }
+}
+
+/// At most [`EXCERPT`] characters of `text`, cut at a character boundary.
+pub(crate) fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Where in a call a transport error happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Connecting, sending the request, waiting for the headers.
+    Request,
+    /// Reading the body.
+    Body,
+}
+
+/// The error of a failure reported by the HTTP client.
+pub(crate) fn transport_error(error: &reqwest::Error, phase: Phase) -> ModelError {
+    let chain = error_chain(error);
+    if error.is_connect() {
+        let what = if error.is_timeout() {
+            "could not connect within the connect timeout"
+        } else {
+            "could not connect"
+        };
+        return ModelError::new(
+            ModelErrorKind::ConnectionRefused,
+            format!("{what}: {chain}"),
+            true,
+        );
+    }
+    if error.is_builder() {
+        return ModelError::new(
+            ModelErrorKind::Other,
+            format!("the request could not be built: {chain}"),
+            false,
+        );
+    }
+    // reqwest calls a body cut short a "decode" error; the bytes are parsed
+    // here, never by reqwest, so every other failure is the connection's.
+    let message = match phase {
+        Phase::Request => format!("the connection failed before the answer began: {chain}"),
+        Phase::Body => format!("the connection dropped in the middle of the answer: {chain}"),
+    };
+    ModelError::new(ModelErrorKind::Disconnected, message, true)
+}
+
+/// The error and its sources, joined: reqwest's own message alone rarely
+/// says what went wrong.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// No chunk for longer than `idle`.
+pub(crate) fn idle_timeout(idle: Duration, waiting_for: &str) -> ModelError {
+    ModelError::new(
+        ModelErrorKind::IdleTimeout,
+        format!(
+            "no {waiting_for} for {} ms, the idle timeout",
+            idle.as_millis()
+        ),
+        true,
+    )
+}
+
+/// A chunk or body that is not what the protocol says.
+pub(crate) fn malformed(what: impl std::fmt::Display) -> ModelError {
+    ModelError::new(ModelErrorKind::MalformedChunk, what.to_string(), false)
+}

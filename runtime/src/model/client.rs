@@ -1,0 +1,382 @@
+//! The OpenAI-compatible chat-completions client.
+//!
+//! Guarantees:
+//!
+//! - **No request-wide deadline.** The HTTP client has a connect timeout and
+//!   nothing else; every read of the answer is bounded by the idle timeout
+//!   alone, re-armed by each chunk. A stream that keeps sending runs as long
+//!   as its lease lets it. (`clippy.toml` forbids reqwest's `timeout`
+//!   methods, so no total timeout can creep back in.)
+//! - **Evidence.** Each read that brings at least one chunk (an SSE event,
+//!   or body bytes of a blocking answer) is reported with
+//!   [`Evidence::observe`]; a wait for a rate limit is reported with
+//!   [`Evidence::progress`], so the audit trail shows why the call is quiet.
+//! - **Rate limits.** A 429 is retried by the client itself, after waiting
+//!   as the server said (`retry-after-ms`, `Retry-After` seconds or date;
+//!   1 s, 2 s, 4 s … when it said nothing), up to
+//!   [`ModelSettings::rate_limit_retries`] times; then the error is returned
+//!   with its `retry_after`.
+//! - **Usage** of every completed call is added to the [`UsageLedger`]
+//!   under the request's consumer.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+
+use super::classify::{self, Phase, classify_status, parse_retry_after, transport_error};
+use super::ledger::UsageLedger;
+use super::settings::{ModelRole, ModelSettings};
+use super::sse::StreamParser;
+use super::wire;
+use crate::ConfigError;
+use crate::evidence::Evidence;
+use crate::ports::{BoxFuture, ModelClient, ModelError, ModelReply, ModelRequest};
+
+/// The most of an error answer's body that is read, for its message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A setting was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be built (TLS initialisation).
+    #[error("the HTTP client could not be built: {0}")]
+    Http(String),
+}
+
+/// A chat-completions client for any OpenAI-compatible server. Cheap to
+/// clone; clones share the connection pool and the [`UsageLedger`].
+///
+/// As a [`ModelClient`] it serves the role it was made for
+/// ([`ModelRole::Default`] unless [`OpenAiClient::role`] says otherwise),
+/// streaming or blocking as [`ModelRequest::stream`] asks.
+#[derive(Clone)]
+pub struct OpenAiClient {
+    shared: Arc<Shared>,
+    role: ModelRole,
+}
+
+struct Shared {
+    http: reqwest::Client,
+    settings: ModelSettings,
+    ledger: UsageLedger,
+}
+
+impl std::fmt::Debug for OpenAiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiClient")
+            .field("role", &self.role)
+            .field("settings", &self.shared.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiClient {
+    /// Validates `settings` and builds a client with a fresh ledger.
+    pub fn new(settings: ModelSettings) -> Result<Self, SetupError> {
+        Self::with_ledger(settings, UsageLedger::new())
+    }
+
+    /// Validates `settings` and builds a client that records usage into
+    /// `ledger`.
+    pub fn with_ledger(settings: ModelSettings, ledger: UsageLedger) -> Result<Self, SetupError> {
+        settings.validate()?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .build()
+            .map_err(|e| SetupError::Http(e.to_string()))?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                http,
+                settings,
+                ledger,
+            }),
+            role: ModelRole::Default,
+        })
+    }
+
+    /// A client configured from the `LEASEHOLD_MODEL_*` variables
+    /// ([`ModelSettings::from_env`]).
+    pub fn from_env() -> Result<Self, SetupError> {
+        Self::new(ModelSettings::from_env()?)
+    }
+
+    /// The same client (same pool, same ledger) serving `role`.
+    pub fn role(&self, role: ModelRole) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            role,
+        }
+    }
+
+    /// The role this client serves.
+    pub fn serves(&self) -> ModelRole {
+        self.role
+    }
+
+    /// The ledger usage is recorded into.
+    pub fn ledger(&self) -> &UsageLedger {
+        &self.shared.ledger
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ModelSettings {
+        &self.shared.settings
+    }
+
+    /// Starts a streamed completion of `request` (streamed whatever
+    /// `request.stream` says) and hands back its text as it arrives.
+    ///
+    /// Rate limits are waited out before this returns; everything after the
+    /// answer began is reported by [`ReplyStream::next_text`] and
+    /// [`ReplyStream::finish`].
+    pub async fn stream(
+        &self,
+        mut request: ModelRequest,
+        evidence: Evidence,
+    ) -> Result<ReplyStream, ModelError> {
+        request.stream = true;
+        self.open(request, evidence, None).await
+    }
+
+    /// Runs one completion, with `response_format` added to the body when
+    /// given.
+    pub(crate) async fn call(
+        &self,
+        request: ModelRequest,
+        evidence: Evidence,
+        response_format: Option<&Value>,
+    ) -> Result<ModelReply, ModelError> {
+        self.open(request, evidence, response_format)
+            .await?
+            .finish()
+            .await
+    }
+
+    async fn open(
+        &self,
+        request: ModelRequest,
+        evidence: Evidence,
+        response_format: Option<&Value>,
+    ) -> Result<ReplyStream, ModelError> {
+        let settings = &self.shared.settings;
+        let endpoint = settings.endpoint(self.role);
+        let body = wire::request_body(&endpoint.model, &request, response_format);
+        let url = endpoint.chat_completions_url();
+        let idle = settings.idle_timeout;
+        let mut retries = 0u32;
+        let response = loop {
+            let mut builder = self.shared.http.post(&url).json(&body);
+            if let Some(key) = &endpoint.api_key {
+                builder = builder.bearer_auth(key);
+            }
+            if request.stream {
+                builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
+            }
+            let sent = builder.send();
+            // A stream's silence counts from the moment the request is sent;
+            // a blocking answer's headers come only when it is complete, so
+            // waiting for them is the generation itself, which the lease
+            // alone supervises.
+            let response = if request.stream {
+                tokio::time::timeout(idle, sent)
+                    .await
+                    .map_err(|_| classify::idle_timeout(idle, "answer to the request"))?
+            } else {
+                sent.await
+            }
+            .map_err(|e| transport_error(&e, Phase::Request))?;
+            let status = response.status();
+            if status.is_success() {
+                break response;
+            }
+            let wait = retry_after(response.headers());
+            let body = read_error_body(response, idle).await;
+            let error = classify_status(status.as_u16(), wait, &body);
+            if status.as_u16() != 429 || retries >= settings.rate_limit_retries {
+                return Err(error);
+            }
+            retries += 1;
+            let pause = wait.unwrap_or_else(|| backoff(retries));
+            evidence.progress(format!(
+                "rate limited (HTTP 429): retry {retries} of {} in {} ms",
+                settings.rate_limit_retries,
+                pause.as_millis()
+            ));
+            tokio::time::sleep(pause).await;
+        };
+        let sse = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            });
+        Ok(ReplyStream {
+            response: Some(response),
+            // The answer is read as what it is, not as what was asked for:
+            // some servers ignore `stream`, one way or the other.
+            sse,
+            parser: StreamParser::new(),
+            whole: None,
+            idle,
+            evidence,
+            ledger: self.shared.ledger.clone(),
+            consumer: request.consumer,
+        })
+    }
+}
+
+impl ModelClient for OpenAiClient {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        evidence: Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+        let client = self.clone();
+        Box::pin(async move { client.call(request, evidence, None).await })
+    }
+}
+
+/// The backoff before retry `n` (1-based) when the server named no wait:
+/// 1 s, 2 s, 4 s …, at most 32 s.
+fn backoff(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(5))
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    parse_retry_after(
+        header("retry-after-ms"),
+        header("retry-after"),
+        SystemTime::now(),
+    )
+}
+
+/// Up to [`MAX_ERROR_BODY`] bytes of an error answer, each read under the
+/// idle timeout; whatever could be read if reading fails.
+async fn read_error_body(mut response: reqwest::Response, idle: Duration) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout(idle, response.chunk()).await {
+            Ok(Ok(Some(bytes))) => body.extend_from_slice(&bytes),
+            _ => break,
+        }
+    }
+    body
+}
+
+/// An answer being received. Its text comes with [`ReplyStream::next_text`];
+/// [`ReplyStream::finish`] reads what is left and assembles the reply.
+pub struct ReplyStream {
+    response: Option<reqwest::Response>,
+    sse: bool,
+    parser: StreamParser,
+    whole: Option<ModelReply>,
+    idle: Duration,
+    evidence: Evidence,
+    ledger: UsageLedger,
+    consumer: String,
+}
+
+impl std::fmt::Debug for ReplyStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyStream")
+            .field("sse", &self.sse)
+            .field("events", &self.parser.events())
+            .field("consumer", &self.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplyStream {
+    /// The next piece of the answer's text, or `None` once the answer is
+    /// over. Tool calls and usage are gathered silently for
+    /// [`ReplyStream::finish`].
+    pub async fn next_text(&mut self) -> Result<Option<String>, ModelError> {
+        if !self.sse {
+            return self.read_whole().await;
+        }
+        loop {
+            let Some(response) = self.response.as_mut() else {
+                return Ok(None);
+            };
+            match next_chunk(response, self.idle, "chunk of the stream").await? {
+                None => {
+                    self.response = None;
+                    return Ok(None);
+                }
+                Some(bytes) => {
+                    let fed = self.parser.feed(bytes.as_ref())?;
+                    if fed.events > 0 {
+                        self.evidence.observe();
+                    }
+                    if self.parser.is_done() {
+                        // Whatever follows `[DONE]` is not waited for.
+                        self.response = None;
+                    }
+                    if !fed.text.is_empty() {
+                        return Ok(Some(fed.text));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A blocking answer (or a stream the server answered whole): read it
+    /// all, hand its text back once.
+    async fn read_whole(&mut self) -> Result<Option<String>, ModelError> {
+        let Some(mut response) = self.response.take() else {
+            return Ok(None);
+        };
+        let mut body = Vec::new();
+        loop {
+            match next_chunk(&mut response, self.idle, "byte of the answer").await? {
+                None => break,
+                Some(bytes) => {
+                    self.evidence.observe();
+                    body.extend_from_slice(bytes.as_ref());
+                }
+            }
+        }
+        let reply = wire::parse_completion(&body)?;
+        let text = reply.content.clone();
+        self.whole = Some(reply);
+        Ok(Some(text).filter(|t| !t.is_empty()))
+    }
+
+    /// Reads the rest of the answer and returns it whole; records its usage
+    /// under the request's consumer.
+    pub async fn finish(mut self) -> Result<ModelReply, ModelError> {
+        while self.next_text().await?.is_some() {}
+        let reply = match self.whole.take() {
+            Some(reply) => reply,
+            None => std::mem::take(&mut self.parser).finish()?,
+        };
+        self.ledger.record(&self.consumer, reply.usage);
+        Ok(reply)
+    }
+}
+
+/// One read of the body, under the idle timeout: `None` at its end.
+async fn next_chunk(
+    response: &mut reqwest::Response,
+    idle: Duration,
+    waiting_for: &str,
+) -> Result<Option<impl AsRef<[u8]> + use<>>, ModelError> {
+    match tokio::time::timeout(idle, response.chunk()).await {
+        Err(_) => Err(classify::idle_timeout(idle, waiting_for)),
+        Ok(Err(error)) => Err(transport_error(&error, Phase::Body)),
+        Ok(Ok(chunk)) => Ok(chunk),
+    }
+}
+
+/// The `response_format` of an evaluator: any JSON object.
+pub(crate) fn json_object_format() -> Value {
+    json!({"type": "json_object"})
+}

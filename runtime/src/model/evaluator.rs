@@ -1,0 +1,229 @@
+//! The evaluator over the real model client: the watchdog's and the budget
+//! checkpoints' judge, on the `fast` role, held to the strict JSON of their
+//! parsers.
+
+use std::fmt::Write as _;
+
+use super::client::{OpenAiClient, json_object_format};
+use super::settings::ModelRole;
+use crate::budget::BUDGET_CONSUMER;
+use crate::evidence::Evidence;
+use crate::ports::{
+    BoxFuture, BudgetEvaluationRequest, ChatMessage, EvaluationRequest, Evaluator, EvaluatorAnswer,
+    EvaluatorError, ModelErrorKind, ModelRequest, TranscriptMessage,
+};
+use crate::watchdog::WATCHDOG_CONSUMER;
+
+/// The longest excerpt of one transcript message shown to the evaluator.
+const MESSAGE_EXCERPT: usize = 2_000;
+
+const LEASE_SYSTEM: &str = "\
+You are the watchdog of an agent runtime. A lease — a timer beside a slow \
+operation — has expired. The operation is still running; nothing has been \
+cancelled. Judge from the evidence whether it is alive and worth more time.
+
+Verdicts:
+- RENEW: it looks alive (evidence keeps arriving, or the work is known to be slow); give it another lease period.
+- NUDGE: it is alive but heading the wrong way; say in `nudge` what the next step should do differently. The running call is not changed.
+- INTERVENE: it looks stuck or dead; cancel it and let it be retried.
+- ESCALATE: a person must decide; the run pauses until one answers.
+
+phi is an accrual failure detector's suspicion that the evidence has stopped: \
+below 1 the evidence is fresh, around 3 it is late, above 8 it has almost \
+certainly stopped. No evidence at all means the operation has said nothing \
+since it started.
+
+Answer with exactly one JSON object and nothing else — no prose, no code \
+fence — with exactly these three keys:
+{\"verdict\": \"RENEW\" | \"NUDGE\" | \"INTERVENE\" | \"ESCALATE\", \"reason\": \"<one sentence>\", \"nudge\": \"<message for the next step>\" | null}
+`verdict` is one of the four words, in capitals. `reason` is never empty. \
+`nudge` is a non-empty string for NUDGE and null otherwise.";
+
+const BUDGET_SYSTEM: &str = "\
+You are the budget checkpoint of an agent runtime. A loop of an agent run \
+has used up the steps it declared. Decide whether to give it more steps \
+(EXTEND: it is converging — milestones are closing, the work is nearly \
+done) or to make it wrap up now with what it has (WRAP_UP: it is looping, \
+stuck, or done). More steps cost real model calls; an extension is \
+proportional to the steps already used.
+
+Answer with exactly one JSON object and nothing else — no prose, no code \
+fence — with exactly these three keys:
+{\"decision\": \"EXTEND\" | \"WRAP_UP\", \"reason\": \"<one sentence>\", \"confidence\": <a number from 0 to 1>}
+`decision` is one of the two words, in capitals. `reason` is never empty.";
+
+/// An [`Evaluator`] over the real model client: the watchdog's and the
+/// budget checkpoints' judge, on the `fast` role.
+///
+/// Its prompts show the request's real figures — for a lease: kind,
+/// subject, renewals, lease length, the evidence with its phi, the
+/// transcript tail; for a budget: steps, tool calls, spawns, milestones,
+/// extensions — and demand exactly the strict JSON the watchdog's
+/// ([`parse_verdict`](crate::watchdog::parse_verdict)) and the budget's
+/// ([`parse_budget_decision`](crate::budget::parse_budget_decision)) parsers
+/// accept. It asks for `response_format: {"type": "json_object"}`; a server
+/// that refuses that (a 4xx naming `response_format`) is asked once more
+/// without it. The answer's text is returned raw: validating it is the
+/// watchdog's job, so every evaluator is held to one standard.
+///
+/// Calls are attributed to `engine.watchdog` and `engine.budget`. There is
+/// no timeout here: the watchdog and the checkpoint run the evaluator under
+/// their own flat one.
+#[derive(Clone, Debug)]
+pub struct ModelEvaluator {
+    client: OpenAiClient,
+}
+
+impl ModelEvaluator {
+    /// An evaluator on the `fast` role of `client` (its default endpoint
+    /// when no fast one is configured), recording into `client`'s ledger.
+    pub fn new(client: &OpenAiClient) -> Self {
+        Self {
+            client: client.role(ModelRole::Fast),
+        }
+    }
+
+    /// The messages an expired lease is judged on.
+    pub fn lease_prompt(request: &EvaluationRequest) -> Vec<ChatMessage> {
+        let mut text = String::new();
+        let _ = writeln!(text, "An expired lease of run {}.", request.run_id);
+        let _ = writeln!(text, "kind: {}", request.kind);
+        let _ = writeln!(text, "subject: {}", request.subject);
+        let _ = writeln!(text, "path: {}", request.path);
+        let _ = writeln!(
+            text,
+            "lease: {} ms per period; renewed {} times so far, at most {} in all",
+            request.lease.as_millis(),
+            request.renewals,
+            request.max_renewals
+        );
+        let evidence = &request.evidence;
+        let _ = write!(text, "evidence: {} items", evidence.count);
+        match (evidence.last_progress_age_ms, evidence.phi) {
+            (Some(age), Some(phi)) => {
+                let _ = write!(text, ", the last {age} ms ago, phi {phi:.2}");
+            }
+            (Some(age), None) => {
+                let _ = write!(text, ", the last {age} ms ago");
+            }
+            _ => text.push_str(", none since the operation started (phi undefined)"),
+        }
+        if let Some(note) = &evidence.last_note {
+            let _ = write!(text, "; last progress note: {note:?}");
+        }
+        text.push('\n');
+        transcript(&mut text, &request.transcript_tail);
+        text.push_str("\nYour verdict, as the JSON object:");
+        vec![ChatMessage::system(LEASE_SYSTEM), ChatMessage::user(text)]
+    }
+
+    /// The messages an exhausted step budget is judged on.
+    pub fn budget_prompt(request: &BudgetEvaluationRequest) -> Vec<ChatMessage> {
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "The loop {} of run {} has used up its steps.",
+            request.path, request.run_id
+        );
+        let _ = writeln!(
+            text,
+            "steps: {} used, {} declared, current limit {}",
+            request.steps_used, request.steps_declared, request.limit
+        );
+        let _ = writeln!(text, "tool calls so far: {}", request.tool_calls);
+        let _ = writeln!(text, "workers spawned so far: {}", request.spawns);
+        let _ = writeln!(
+            text,
+            "milestones closed: {}",
+            list(&request.milestones_closed)
+        );
+        let _ = writeln!(text, "milestones open: {}", list(&request.milestones_open));
+        let _ = writeln!(
+            text,
+            "extensions: {} granted, {} left",
+            request.extensions_used, request.extensions_left
+        );
+        transcript(&mut text, &request.transcript_tail);
+        text.push_str("\nYour decision, as the JSON object:");
+        vec![ChatMessage::system(BUDGET_SYSTEM), ChatMessage::user(text)]
+    }
+
+    async fn ask(
+        client: OpenAiClient,
+        messages: Vec<ChatMessage>,
+        consumer: &str,
+    ) -> Result<EvaluatorAnswer, EvaluatorError> {
+        let request = ModelRequest {
+            messages,
+            tools: Vec::new(),
+            stream: false,
+            consumer: consumer.to_owned(),
+        };
+        let format = json_object_format();
+        let first = client
+            .call(request.clone(), Evidence::detached(), Some(&format))
+            .await;
+        let reply = match first {
+            Err(error) if refuses_response_format(&error) => {
+                client.call(request, Evidence::detached(), None).await
+            }
+            other => other,
+        }
+        .map_err(|e| EvaluatorError::new(e.to_string()))?;
+        Ok(EvaluatorAnswer {
+            text: reply.content,
+            cost: reply.usage,
+        })
+    }
+}
+
+fn refuses_response_format(error: &crate::ports::ModelError) -> bool {
+    error.kind == ModelErrorKind::Client
+        && error
+            .message
+            .to_ascii_lowercase()
+            .contains("response_format")
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn transcript(text: &mut String, tail: &[TranscriptMessage]) {
+    if tail.is_empty() {
+        text.push_str("transcript tail: empty\n");
+        return;
+    }
+    let _ = writeln!(text, "transcript tail (the last {} messages):", tail.len());
+    for message in tail {
+        let content = match message.content.char_indices().nth(MESSAGE_EXCERPT) {
+            Some((cut, _)) => format!("{} […]", &message.content[..cut]),
+            None => message.content.clone(),
+        };
+        let _ = writeln!(text, "[{}] {}", message.role, content);
+    }
+}
+
+impl Evaluator for ModelEvaluator {
+    fn evaluate(
+        &self,
+        request: EvaluationRequest,
+    ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
+        let client = self.client.clone();
+        let messages = Self::lease_prompt(&request);
+        Box::pin(Self::ask(client, messages, WATCHDOG_CONSUMER))
+    }
+
+    fn evaluate_budget(
+        &self,
+        request: BudgetEvaluationRequest,
+    ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
+        let client = self.client.clone();
+        let messages = Self::budget_prompt(&request);
+        Box::pin(Self::ask(client, messages, BUDGET_CONSUMER))
+    }
+}

@@ -1,0 +1,43 @@
+//! The durable store: [`SledStore`], the [`Store`](leasehold_actors::ports::Store)
+//! port on an embedded sled database.
+//!
+//! It keeps runs, the latest snapshot of each loop, tool-call records and
+//! the event log, and applies exactly the ownership rules of
+//! [`fencing`](leasehold_actors::ports::fencing): every write that changes a
+//! run carries the writer's fence and lands, atomically with the fence
+//! check, only if that fence is the run's current one. It behaves like
+//! [`MemoryStore`](leasehold_actors::memory::MemoryStore), outcome for
+//! outcome, and adds durability:
+//!
+//! - [`Durability`] says when a write counts as done (`sync`, `async`,
+//!   `exit`);
+//! - one group-commit task makes writes durable, one sled `flush()` for
+//!   every write queued so far;
+//! - values carry a format version, and the database records its store
+//!   format, so a later format can migrate instead of misreading.
+//!
+//! `docs/durability.md` states what survives a process crash and a power
+//! cut in each mode.
+//!
+//! ```no_run
+//! use leasehold::ports::Store;
+//! use leasehold::store::{Durability, SledConfig, SledStore};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = SledStore::open(SledConfig::new("/var/lib/leasehold/runs").with_durability(Durability::Sync))?;
+//! for run in store.list_runs().await? {
+//!     println!("{} {:?}", run.run_id, run.status);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod codec;
+mod commit;
+mod config;
+mod durability;
+mod run_locks;
+mod sled_store;
+
+pub use config::SledConfig;
+pub use durability::{Durability, ParseDurabilityError};
+pub use sled_store::SledStore;

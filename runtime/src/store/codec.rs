@@ -1,0 +1,152 @@
+//! The on-disk format of the sled store: tree names, key layout and the
+//! value envelope.
+//!
+//! Every value is a one-byte format version followed by JSON
+//! (`serde_json`). A reader refuses a version it does not know with a clear
+//! [`StoreError`] instead of guessing, so a later format can migrate old
+//! values. The key layout and the tree names are covered by the store format
+//! ([`STORE_FORMAT`]) recorded in the `meta` tree: a build refuses a
+//! database whose store format it does not read.
+//!
+//! Keys under a run start with the run's id, length-prefixed (`u32`
+//! big-endian length, then the bytes), so that a prefix scan returns exactly
+//! that run's entries and never those of a run whose id merely starts the
+//! same way.
+
+use std::fmt::Display;
+
+use leasehold_actors::ports::StoreError;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The store format this build reads and writes: tree names, key layout,
+/// value envelope. Kept in `meta` under [`META_FORMAT_KEY`].
+pub(crate) const STORE_FORMAT: u32 = 1;
+
+/// The version byte in front of every value this build writes.
+pub(crate) const VALUE_FORMAT: u8 = 1;
+
+/// Run records, by run id.
+pub(crate) const RUNS: &str = "runs";
+/// Creation order: `u64` big-endian sequence → run id.
+pub(crate) const RUN_ORDER: &str = "run_order";
+/// Latest snapshot of each loop: run prefix + loop path.
+pub(crate) const SNAPSHOTS: &str = "snapshots";
+/// Tool-call records: run prefix + idempotency key.
+pub(crate) const TOOL_CALLS: &str = "tool_calls";
+/// The event log: run prefix + `u64` big-endian seq.
+pub(crate) const EVENTS: &str = "events";
+/// The store format.
+pub(crate) const META: &str = "meta";
+
+/// Key in `meta` of the store format (`u32` big-endian).
+pub(crate) const META_FORMAT_KEY: &[u8] = b"format_version";
+
+/// `value` as a versioned value.
+pub(crate) fn encode<T: Serialize>(value: &T, what: &dyn Display) -> Result<Vec<u8>, StoreError> {
+    // Room for a typical snapshot, so that serializing rarely reallocates.
+    let mut bytes = Vec::with_capacity(1024);
+    bytes.push(VALUE_FORMAT);
+    serde_json::to_writer(&mut bytes, value)
+        .map_err(|e| StoreError::new(format!("cannot encode {what}: {e}")))?;
+    Ok(bytes)
+}
+
+/// The value of a versioned value, refusing a format version this build
+/// does not read.
+pub(crate) fn decode<T: DeserializeOwned>(
+    bytes: &[u8],
+    what: &dyn Display,
+) -> Result<T, StoreError> {
+    let Some((&version, json)) = bytes.split_first() else {
+        return Err(StoreError::new(format!(
+            "{what} is stored as an empty value"
+        )));
+    };
+    if version != VALUE_FORMAT {
+        return Err(StoreError::new(format!(
+            "{what} is stored in value format version {version}, but this build reads only \
+             version {VALUE_FORMAT}; it was written by another leasehold version: refusing to guess"
+        )));
+    }
+    serde_json::from_slice(json).map_err(|e| StoreError::new(format!("{what} is corrupt: {e}")))
+}
+
+/// The key prefix of everything kept under `run_id`.
+pub(crate) fn run_prefix(run_id: &str) -> Result<Vec<u8>, StoreError> {
+    run_key(run_id, &[])
+}
+
+/// `run_id`'s prefix followed by `suffix`.
+pub(crate) fn run_key(run_id: &str, suffix: &[u8]) -> Result<Vec<u8>, StoreError> {
+    let len = u32::try_from(run_id.len())
+        .map_err(|_| StoreError::new(format!("run id of {} bytes is too long", run_id.len())))?;
+    let mut key = Vec::with_capacity(4 + run_id.len() + suffix.len());
+    key.extend_from_slice(&len.to_be_bytes());
+    key.extend_from_slice(run_id.as_bytes());
+    key.extend_from_slice(suffix);
+    Ok(key)
+}
+
+/// The key of event `seq` of `run_id`: big-endian, so that keys sort by seq.
+pub(crate) fn event_key(run_id: &str, seq: u64) -> Result<Vec<u8>, StoreError> {
+    run_key(run_id, &seq.to_be_bytes())
+}
+
+/// A `u64` read back from its big-endian bytes.
+pub(crate) fn decode_u64(bytes: &[u8], what: &dyn Display) -> Result<u64, StoreError> {
+    <[u8; 8]>::try_from(bytes)
+        .map(u64::from_be_bytes)
+        .map_err(|_| {
+            StoreError::new(format!(
+                "{what} is corrupt: {} bytes, expected 8",
+                bytes.len()
+            ))
+        })
+}
+
+/// A `u32` read back from its big-endian bytes.
+pub(crate) fn decode_u32(bytes: &[u8], what: &dyn Display) -> Result<u32, StoreError> {
+    <[u8; 4]>::try_from(bytes)
+        .map(u32::from_be_bytes)
+        .map_err(|_| {
+            StoreError::new(format!(
+                "{what} is corrupt: {} bytes, expected 4",
+                bytes.len()
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_prefix_does_not_match_a_longer_run_id() {
+        let short = run_prefix("run-1").unwrap();
+        let long = run_key("run-10", b"x").unwrap();
+        assert!(!long.starts_with(&short));
+    }
+
+    #[test]
+    fn event_keys_sort_by_seq() {
+        let a = event_key("r", 9).unwrap();
+        let b = event_key("r", 10).unwrap();
+        let c = event_key("r", 256).unwrap();
+        assert!(a < b && b < c);
+    }
+
+    #[test]
+    fn values_round_trip_and_unknown_versions_are_refused() {
+        let bytes = encode(&vec![1, 2, 3], &"a list").unwrap();
+        assert_eq!(bytes[0], VALUE_FORMAT);
+        assert_eq!(
+            decode::<Vec<u32>>(&bytes, &"a list").unwrap(),
+            vec![1, 2, 3]
+        );
+        let mut newer = bytes;
+        newer[0] = 7;
+        let err = decode::<Vec<u32>>(&newer, &"a list").unwrap_err();
+        assert!(err.message.contains("value format version 7"), "{err}");
+    }
+}

@@ -1,0 +1,98 @@
+//! The MCP tool client: a flow's tool server — a stdio child process or a
+//! streamable-HTTP endpoint — behind the [`ToolClient`](crate::ports::ToolClient)
+//! port, on `rmcp`.
+//!
+//! [`McpToolClient::for_server`] builds a client from a flow's
+//! [`ToolServer`](crate::flow::ToolServer); nothing is started until the first
+//! use (or [`McpToolClient::connect`]). What it guarantees:
+//!
+//! * **Progress is evidence.** Every `tools/call` carries a progress token,
+//!   and each `notifications/progress` the server sends for it is reported as
+//!   [`Evidence::progress`](crate::evidence::Evidence::progress) with a note
+//!   such as `"3/10"` (or the server's own message), so a slow tool that
+//!   reports progress keeps its lease renewing without asking the evaluator.
+//! * **The idempotency key reaches the tool.** A call's
+//!   [`ToolInvocation::idempotency_key`](crate::ports::ToolInvocation) travels
+//!   in the request's `_meta` under the key [`IDEMPOTENCY_KEY_META`]
+//!   (`"leasehold/idempotency_key"`), the same on every retry and resume of
+//!   the call, so a server can recognise a repeat:
+//!
+//!   ```json
+//!   {"method": "tools/call", "params": {"name": "search", "arguments": {…},
+//!    "_meta": {"progressToken": 3, "leasehold/idempotency_key": "run-1/step-4/0"}}}
+//!   ```
+//! * **A dropped call is cancelled on the server.** Dropping a call's future —
+//!   which is how a lease's `INTERVENE`/`ESCALATE` or a parent's cancellation
+//!   ends it — sends `notifications/cancelled` for the request and forgets
+//!   it. A server may keep working after a cancel; the call's outcome is then
+//!   unknown, which the runtime handles (reconciliation for non-idempotent
+//!   tools).
+//! * **No deadline on a call.** A call waits for its answer as long as its
+//!   lease lets it: there is no request timeout. Only the handshake with a
+//!   new server, whose duration is known, has a flat bound
+//!   ([`McpToolClient::with_handshake_timeout`], default 30 s).
+//! * **A server that dies is reported, then restarted.** A server that exits
+//!   or drops its connection fails the calls in flight — and, if none was in
+//!   flight, the next call — with a [`ToolError`](crate::ports::ToolError) that
+//!   names the server and says it exited (`retryable: true`); the use after
+//!   that starts a stdio server again, or opens a new HTTP session.
+//! * **A run's servers end with it.** A stdio server runs in a process group
+//!   of its own (so a launcher such as `npx` takes its children with it), and
+//!   the whole group is killed by [`McpToolClient::shutdown`] and when the
+//!   client is dropped.
+//!
+//! Results: the text blocks of a tool's result are joined with newlines
+//! (other blocks are named in brackets, e.g. `[image/png image]`); a result
+//! with `isError` becomes a [`ToolOutput`](crate::ports::ToolOutput) with
+//! `is_error: true`, which the model sees. Errors: a connection or transport
+//! failure is `retryable: true`; a JSON-RPC error from the server (unknown
+//! method, invalid request or params) is `retryable: false`, except an
+//! internal error, which may pass.
+//!
+//! Tool definitions: [`list_tools`](crate::ports::ToolClient::list_tools)
+//! returns the server's tools with their description and input schema;
+//! `idempotent` is the flow's `idempotent` entry for the tool if it has one,
+//! else the tool's `idempotentHint` annotation, else `true` for a tool
+//! annotated `readOnlyHint: true`, else unknown.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use leasehold::evidence::Evidence;
+//! use leasehold::flow::ToolServer;
+//! use leasehold::ports::{ToolClient, ToolInvocation};
+//! use leasehold::tools::McpToolClient;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let server: ToolServer = serde_json::from_value(serde_json::json!({
+//!     "name": "everything",
+//!     "command": ["npx", "-y", "@modelcontextprotocol/server-everything", "stdio"],
+//! }))?;
+//! let client = Arc::new(McpToolClient::for_server(&server)?);
+//! let tools = client.list_tools().await?;
+//! let output = client
+//!     .call(
+//!         ToolInvocation {
+//!             name: "echo".into(),
+//!             arguments: serde_json::json!({"message": "hi"}),
+//!             idempotency_key: "run-1/step-1/0".into(),
+//!         },
+//!         Evidence::detached(),
+//!     )
+//!     .await?;
+//! assert_eq!(output.content, "Echo: hi");
+//! # let _ = tools;
+//! client.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod connection;
+mod convert;
+mod progress;
+
+pub use client::{DEFAULT_HANDSHAKE_TIMEOUT, McpConfigError, McpToolClient};
+
+/// The `_meta` key that carries a call's idempotency key to the tool server.
+pub const IDEMPOTENCY_KEY_META: &str = "leasehold/idempotency_key";
