@@ -1,22 +1,23 @@
-//! [`Durability`]: when a write to the sled store counts as done.
-//!
-//! | mode | a fenced write returns | durable |
-//! |---|---|---|
-//! | `sync` (default) | once it is on disk | before the call returns |
-//! | `async` | once it is in sled's memory | by the group commit shortly after: within 2 ms and one flush |
-//! | `exit` | once it is in sled's memory | at [`Store::flush`](leasehold_actors::ports::Store::flush) (the end of a run) or when the store is dropped |
-//!
-//! Whatever the mode, `Store::flush` returns once everything written before
-//! it is durable. "On disk" means what sled's `flush()` gives: see
-//! `docs/durability.md` for what survives a process crash and a power cut.
+//! [`Durability`]: when a write to the sled store counts as done, and its
+//! names in configuration (`sync`, `async`, `exit`).
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// When a write to the sled store counts as done; `docs/durability.md` says
-/// what each mode guarantees after a crash and after a power cut.
+/// When a write to the sled store counts as done.
+///
+/// | mode | a fenced write returns | durable |
+/// |---|---|---|
+/// | `sync` (default) | once it is on disk | before the call returns |
+/// | `async` | once it is in sled's memory | by the group commit shortly after: within 2 ms and one flush |
+/// | `exit` | once it is in sled's memory | at [`Store::flush`](leasehold_actors::ports::Store::flush) (the end of a run) or when the store is dropped |
+///
+/// Whatever the mode, `Store::flush` returns once everything written before
+/// it is durable. "On disk" means what sled's `flush()` gives, which on
+/// Linux is `sync_file_range`, not `fsync`: `docs/durability.md` says what
+/// each mode guarantees after a crash and after a power cut.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Durability {

@@ -1,0 +1,88 @@
+//! The whole loop through the real clients: a run whose model is llmock (an
+//! OpenAI-compatible server) asks for a tool of server-everything (a real MCP
+//! server), and runs to completion.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::engine::Engine;
+use leasehold::event::{CallOutcome, EventKind};
+use leasehold::flow::Flow;
+use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
+use leasehold::ports::{RunStatus, ToolClient};
+use leasehold::testing::RecordingSink;
+use leasehold::tools::McpToolClient;
+use leasehold_tests::everything;
+use leasehold_tests::llmock::Llmock;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_whose_llmock_model_calls_a_server_everything_tool_runs_to_completion() {
+    let model_server = Llmock::start().await;
+    let server = everything::stdio_server("everything");
+    let mcp = McpToolClient::for_server(&server).expect("a valid server entry");
+    let offered: Vec<String> = mcp
+        .list_tools()
+        .await
+        .expect("server-everything lists its tools")
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    let mcp = Arc::new(mcp);
+    let mut settings =
+        ModelSettings::new(ModelEndpoint::new(model_server.base_url(), "gpt-4o-mini"));
+    settings.idle_timeout = Duration::from_secs(5);
+    let model = OpenAiClient::new(settings).expect("the model client builds");
+    let ledger = model.ledger().clone();
+    let events = RecordingSink::new();
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .tool_server("everything", mcp.clone())
+        .events(Arc::new(events.clone()))
+        .build()
+        .await
+        .expect("the engine builds");
+    let flow: Flow = serde_json::from_value(serde_json::json!({
+        "name": "whole-loop",
+        "task": "Use a tool, then answer.",
+        "max_steps": 4,
+        "tools": [server]
+    }))
+    .expect("a valid flow");
+
+    let mut run = engine.start(flow).await.expect("the run starts");
+    let state = tokio::time::timeout(Duration::from_secs(60), run.wait())
+        .await
+        .expect("the run ends within a minute");
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+
+    let finished: Vec<(String, CallOutcome)> = events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::ToolCallFinished { tool, outcome, .. } => Some((tool, outcome)),
+            _ => None,
+        })
+        .collect();
+    assert!(!finished.is_empty(), "the model called no tool");
+    for (tool, outcome) in &finished {
+        assert!(
+            offered.contains(tool),
+            "`{tool}` is not a server-everything tool"
+        );
+        assert_eq!(*outcome, CallOutcome::Ok);
+    }
+    // The tool's result went back to llmock, which then answered.
+    let journal = model_server.requests().await;
+    assert!(journal.len() >= 2, "{journal:?}");
+    let last = &journal.last().expect("requests")["body"]["messages"];
+    assert!(
+        last.as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool")),
+        "the tool's result did not reach the model: {last}"
+    );
+    assert!(
+        ledger.of("run").output_tokens > 0,
+        "usage is recorded for the run"
+    );
+    mcp.shutdown().await;
+}
