@@ -353,7 +353,11 @@ impl AgentLoop {
                 step,
                 attempt,
                 outcome,
-            } => self.model_done(myself, step, attempt, outcome).await,
+                retry_after,
+            } => {
+                self.model_done(myself, step, attempt, outcome, retry_after)
+                    .await
+            }
             LoopMsg::CallDone {
                 step,
                 index,
@@ -558,6 +562,7 @@ impl AgentLoop {
                         reason: format!("could not start the model call: {error}"),
                         retryable: true,
                     }),
+                    retry_after: None,
                 });
             }
         });
@@ -569,6 +574,7 @@ impl AgentLoop {
         step: u32,
         attempt: u32,
         outcome: Result<ModelReply, ChildEnd>,
+        retry_after: Option<std::time::Duration>,
     ) -> Option<LoopEnd> {
         if self.phase != Phase::Model
             || step != self.state.steps
@@ -588,7 +594,15 @@ impl AgentLoop {
                     tool_calls: 0,
                     usage: Default::default(),
                 });
-                return self.child_failed(myself, step, None, attempt, end, "model call");
+                return self.child_failed(
+                    myself,
+                    step,
+                    None,
+                    attempt,
+                    end,
+                    "model call",
+                    retry_after,
+                );
             }
         };
         self.emit(EventKind::ModelCallFinished {
@@ -942,7 +956,7 @@ impl AgentLoop {
                     );
                 }
                 if let Some(ended) =
-                    self.child_failed(myself, step, Some(index), attempt, end, &subject)
+                    self.child_failed(myself, step, Some(index), attempt, end, &subject, None)
                 {
                     return Some(ended);
                 }
@@ -973,6 +987,7 @@ impl AgentLoop {
     }
 
     /// Applies the strategy to a child's abnormal end.
+    #[allow(clippy::too_many_arguments)]
     fn child_failed(
         &mut self,
         myself: &ActorRef<LoopMsg>,
@@ -981,6 +996,7 @@ impl AgentLoop {
         attempt: u32,
         end: ChildEnd,
         subject: &str,
+        retry_after: Option<std::time::Duration>,
     ) -> Option<LoopEnd> {
         let kind = match index.and_then(|i| self.state.calls.get(i)) {
             None => ChildKind::ModelCall,
@@ -1014,6 +1030,8 @@ impl AgentLoop {
                 None
             }
             SupervisionAction::Restart { after } => {
+                // A server that said when to come back is not called sooner.
+                let after = after.max(retry_after.unwrap_or_default());
                 self.ctx.emit(
                     &child_path,
                     EventKind::Restarted {
@@ -1282,6 +1300,7 @@ impl AgentLoop {
                 step,
                 attempt,
                 outcome: Err(end),
+                retry_after: None,
             }),
             Some(index) => myself.send_message(LoopMsg::CallDone {
                 step,

@@ -71,15 +71,19 @@ impl Actor for ModelCallActor {
             step,
             attempt,
         } = args;
+        let mut retry_after = None;
         let outcome =
             match leases.supervise(spec, move |evidence| model.complete(request, evidence)) {
                 Err(error) => lease_end(error).map(Err),
                 Ok(handle) => match handle.outcome().await {
                     Ok(Ok(reply)) => Some(Ok(reply)),
-                    Ok(Err(error)) => Some(Err(ChildEnd::Failed {
-                        reason: error.to_string(),
-                        retryable: error.retryable,
-                    })),
+                    Ok(Err(error)) => {
+                        retry_after = error.retry_after;
+                        Some(Err(ChildEnd::Failed {
+                            reason: error.to_string(),
+                            retryable: error.retryable,
+                        }))
+                    }
                     Err(error) => lease_end(error).map(Err),
                 },
             };
@@ -89,6 +93,7 @@ impl Actor for ModelCallActor {
                 step,
                 attempt,
                 outcome,
+                retry_after,
             });
         }
         myself.stop(None);

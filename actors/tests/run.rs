@@ -606,3 +606,37 @@ async fn a_flow_naming_an_unknown_tool_server_is_refused() {
         "{error}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_model_call_told_to_retry_after_is_restarted_no_sooner() {
+    let mut rate_limited = leasehold_actors::ports::ModelError::new(
+        leasehold_actors::ports::ModelErrorKind::RateLimited,
+        "429 Too Many Requests",
+        true,
+    );
+    rate_limited.retry_after = Some(secs(7));
+    let model = ScriptedModel::new().script(
+        "run",
+        [Turn::fail(rate_limited), Turn::answer("after the wait")],
+    );
+    let tools = ScriptedTools::new();
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.answer.as_deref(), Some("after the wait"), "{state:?}");
+    let events = rig.events.events();
+    let restarted = of_kind(&events, "restarted");
+    assert!(
+        matches!(
+            restarted[0].kind,
+            EventKind::Restarted { delay_ms: 7000, .. }
+        ),
+        "the backoff (1 s) was used instead of the server's 7 s: {:?}",
+        restarted[0].kind
+    );
+    let started: Vec<u64> = of_kind(&events, "model_call_started")
+        .iter()
+        .map(|e| e.at)
+        .collect();
+    assert!(started[1] - started[0] >= 7000);
+}

@@ -20,6 +20,9 @@ pub enum LoopMsg {
         attempt: u32,
         /// Its reply, or how it ended.
         outcome: Result<ModelReply, ChildEnd>,
+        /// How long the server asked to wait before trying again (a 429's
+        /// `Retry-After`): a restart waits at least this long.
+        retry_after: Option<std::time::Duration>,
     },
     /// A tool call or a worker ended.
     CallDone {
