@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite: installs the real peers (once, into a cache outside
-# the clone), then runs every test of the workspace against them.
+# the clone), then runs every test of the workspace against them, and ends
+# with the totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(bash scripts/peers.sh)"
-cargo test --workspace "$@"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace "$@" 2>&1 | tee "$log" || status=$?
+passed=$(grep -Eo '^test result: [a-z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s += $1} END {print s + 0}')
+echo
+echo "Total: $passed passed, $failed failed"
+exit "$status"
