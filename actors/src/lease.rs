@@ -335,26 +335,21 @@ impl LeaseState {
             },
         );
 
-        if renewals >= meta.max_renewals {
-            let evidence = entry.evidence.summary(
+        let evidence = || {
+            entry.evidence.summary(
                 tokio::time::Instant::now(),
                 self.accrual.for_kind(meta.kind),
-            );
-            self.emit(
-                &meta,
-                EventKind::Verdict(VerdictRecord {
-                    lease_id: id,
-                    lease_kind: meta.kind,
-                    subject: meta.subject.clone(),
-                    renewals,
-                    evidence,
-                    verdict: Verdict::Intervene,
-                    reason: format!("renewal cap reached: max_renewals = {}", meta.max_renewals),
-                    nudge: None,
-                    decided_by: DecidedBy::Cap,
-                    evaluator: None,
-                }),
-            );
+            )
+        };
+        if renewals >= meta.max_renewals {
+            let decision = Decision {
+                verdict: Verdict::Intervene,
+                reason: format!("renewal cap reached: max_renewals = {}", meta.max_renewals),
+                nudge: None,
+                decided_by: DecidedBy::Cap,
+            };
+            let record = VerdictRecord::new(&meta, renewals, evidence(), &decision, None);
+            self.emit(&meta, EventKind::Verdict(record));
             self.emit(
                 &meta,
                 EventKind::RenewalCapReached {
@@ -373,25 +368,8 @@ impl LeaseState {
                 DecidedBy::Ladder,
                 format!("free renewal {} of {free_renewals}", renewals + 1),
             );
-            let evidence = entry.evidence.summary(
-                tokio::time::Instant::now(),
-                self.accrual.for_kind(meta.kind),
-            );
-            self.emit(
-                &meta,
-                EventKind::Verdict(VerdictRecord {
-                    lease_id: id,
-                    lease_kind: meta.kind,
-                    subject: meta.subject.clone(),
-                    renewals,
-                    evidence,
-                    verdict: decision.verdict,
-                    reason: decision.reason.clone(),
-                    nudge: None,
-                    decided_by: DecidedBy::Ladder,
-                    evaluator: None,
-                }),
-            );
+            let record = VerdictRecord::new(&meta, renewals, evidence(), &decision, None);
+            self.emit(&meta, EventKind::Verdict(record));
             self.decided(id, generation, decision);
             return;
         }

@@ -49,6 +49,7 @@ pub mod watchdog;
 pub mod worker;
 
 mod error;
+mod strict_json;
 mod supervision;
 #[cfg(feature = "test-util")]
 pub mod testing;

@@ -119,6 +119,31 @@ pub struct VerdictRecord {
     pub evaluator: Option<EvaluatorUsage>,
 }
 
+impl VerdictRecord {
+    /// The record of `decision` on the lease `meta`, renewed `renewals`
+    /// times so far, judged on `evidence`.
+    pub fn new(
+        meta: &LeaseMeta,
+        renewals: u32,
+        evidence: EvidenceSummary,
+        decision: &Decision,
+        evaluator: Option<EvaluatorUsage>,
+    ) -> Self {
+        Self {
+            lease_id: meta.id,
+            lease_kind: meta.kind,
+            subject: meta.subject.clone(),
+            renewals,
+            evidence,
+            verdict: decision.verdict,
+            reason: decision.reason.clone(),
+            nudge: decision.nudge.clone(),
+            decided_by: decision.decided_by,
+            evaluator,
+        }
+    }
+}
+
 /// A lease that expired and wants a verdict.
 #[derive(Clone, Debug)]
 pub struct LeaseExpiry {
@@ -428,18 +453,9 @@ fn publish(
     events.emit(
         &meta.run_id,
         &meta.path,
-        EventKind::Verdict(VerdictRecord {
-            lease_id: meta.id,
-            lease_kind: meta.kind,
-            subject: meta.subject.clone(),
-            renewals,
-            evidence,
-            verdict: decision.verdict,
-            reason: decision.reason.clone(),
-            nudge: decision.nudge.clone(),
-            decided_by: decision.decided_by,
-            evaluator,
-        }),
+        EventKind::Verdict(VerdictRecord::new(
+            meta, renewals, evidence, &decision, evaluator,
+        )),
     );
     reply.send(decision);
 }

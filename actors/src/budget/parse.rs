@@ -11,7 +11,9 @@
 //! ([`parse_verdict`](crate::watchdog::parse_verdict)), so every evaluator is
 //! held to one standard.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::strict_json::{self, kind_of, string_field};
 
 /// An evaluator's budget answer that passed the strict parser.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,18 +49,8 @@ const KEYS: [&str; 3] = ["decision", "reason", "confidence"];
 /// # Ok::<(), leasehold_actors::budget::BudgetParseError>(())
 /// ```
 pub fn parse_budget_decision(text: &str) -> Result<ParsedBudgetDecision, BudgetParseError> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| BudgetParseError(format!("not a single JSON value: {e}")))?;
-    let Value::Object(object) = value else {
-        return Err(BudgetParseError(format!(
-            "expected a JSON object, got {}",
-            kind_of(&value)
-        )));
-    };
-    if let Some(extra) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(BudgetParseError(format!("unexpected field `{extra}`")));
-    }
-    let extend = match string_field(&object, "decision")? {
+    let object = strict_json::object(text, &KEYS).map_err(BudgetParseError)?;
+    let extend = match string_field(&object, "decision").map_err(BudgetParseError)? {
         "EXTEND" => true,
         "WRAP_UP" => false,
         other => {
@@ -67,10 +59,7 @@ pub fn parse_budget_decision(text: &str) -> Result<ParsedBudgetDecision, BudgetP
             )));
         }
     };
-    let reason = string_field(&object, "reason")?;
-    if reason.trim().is_empty() {
-        return Err(BudgetParseError("field `reason` is empty".into()));
-    }
+    let reason = strict_json::reason_field(&object, "reason").map_err(BudgetParseError)?;
     let confidence = match object.get("confidence") {
         None => return Err(BudgetParseError("missing field `confidence`".into())),
         Some(Value::Number(n)) => n.as_f64().ok_or_else(|| {
@@ -93,31 +82,6 @@ pub fn parse_budget_decision(text: &str) -> Result<ParsedBudgetDecision, BudgetP
         reason: reason.to_owned(),
         confidence,
     })
-}
-
-fn string_field<'a>(
-    object: &'a Map<String, Value>,
-    key: &str,
-) -> Result<&'a str, BudgetParseError> {
-    match object.get(key) {
-        None => Err(BudgetParseError(format!("missing field `{key}`"))),
-        Some(Value::String(s)) => Ok(s),
-        Some(other) => Err(BudgetParseError(format!(
-            "field `{key}` must be a string, got {}",
-            kind_of(other)
-        ))),
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

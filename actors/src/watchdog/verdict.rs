@@ -9,7 +9,9 @@
 //! turns the refusal into a breaker trip that renews.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::strict_json::{self, kind_of, string_field};
 
 /// What to do with an expired lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -124,18 +126,8 @@ const KEYS: [&str; 3] = ["verdict", "reason", "nudge"];
 
 /// Parses an evaluator's answer under the strict rules of this module.
 pub fn parse_verdict(text: &str) -> Result<ParsedVerdict, VerdictParseError> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| VerdictParseError(format!("not a single JSON value: {e}")))?;
-    let Value::Object(object) = value else {
-        return Err(VerdictParseError(format!(
-            "expected a JSON object, got {}",
-            kind_of(&value)
-        )));
-    };
-    if let Some(extra) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(VerdictParseError(format!("unexpected field `{extra}`")));
-    }
-    let verdict = match string_field(&object, "verdict")? {
+    let object = strict_json::object(text, &KEYS).map_err(VerdictParseError)?;
+    let verdict = match string_field(&object, "verdict").map_err(VerdictParseError)? {
         "RENEW" => Verdict::Renew,
         "NUDGE" => Verdict::Nudge,
         "INTERVENE" => Verdict::Intervene,
@@ -146,10 +138,7 @@ pub fn parse_verdict(text: &str) -> Result<ParsedVerdict, VerdictParseError> {
             )));
         }
     };
-    let reason = string_field(&object, "reason")?;
-    if reason.trim().is_empty() {
-        return Err(VerdictParseError("field `reason` is empty".into()));
-    }
+    let reason = strict_json::reason_field(&object, "reason").map_err(VerdictParseError)?;
     let nudge = match object.get("nudge") {
         None => return Err(VerdictParseError("missing field `nudge`".into())),
         Some(Value::Null) => None,
@@ -172,31 +161,6 @@ pub fn parse_verdict(text: &str) -> Result<ParsedVerdict, VerdictParseError> {
         reason: reason.to_owned(),
         nudge,
     })
-}
-
-fn string_field<'a>(
-    object: &'a Map<String, Value>,
-    key: &str,
-) -> Result<&'a str, VerdictParseError> {
-    match object.get(key) {
-        None => Err(VerdictParseError(format!("missing field `{key}`"))),
-        Some(Value::String(s)) => Ok(s),
-        Some(other) => Err(VerdictParseError(format!(
-            "field `{key}` must be a string, got {}",
-            kind_of(other)
-        ))),
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]
