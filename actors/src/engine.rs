@@ -51,6 +51,11 @@ use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogMsg};
 /// Makes one supervision strategy per supervisor (each loop is one).
 pub type StrategyFactory = Arc<dyn Fn() -> Box<dyn SupervisionStrategy> + Send + Sync>;
 
+/// Makes a tool client for a flow's tool server, for one run: the run owns
+/// it and shuts it down when it ends (its child processes die with it).
+pub type ToolFactory =
+    Arc<dyn Fn(&crate::flow::ToolServer) -> Result<Arc<dyn ToolClient>, String> + Send + Sync>;
+
 /// Everything the engine's policies need, validated together.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineConfig {
@@ -166,10 +171,20 @@ pub struct EngineBuilder {
     clock: Option<Arc<dyn Clock>>,
     owner_id: Option<String>,
     tools: HashMap<String, Arc<dyn ToolClient>>,
+    tool_factory: Option<ToolFactory>,
     strategy: Option<StrategyFactory>,
 }
 
 impl EngineBuilder {
+    /// Makes, for each run, a client of each tool server its flow names that
+    /// was not registered with [`Self::tool_server`] (for example an MCP
+    /// client from the server's command or URL). The run shuts its clients
+    /// down when it ends.
+    pub fn tool_factory(mut self, factory: ToolFactory) -> Self {
+        self.tool_factory = Some(factory);
+        self
+    }
+
     /// The engine's policies.
     pub fn config(mut self, config: EngineConfig) -> Self {
         self.config = config;
@@ -260,6 +275,7 @@ impl EngineBuilder {
                 .owner_id
                 .unwrap_or_else(|| format!("executor-{:08x}", fastrand::u32(..))),
             tools: self.tools,
+            tool_factory: self.tool_factory,
             strategy: self.strategy,
             watchdog,
         })
@@ -278,6 +294,7 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     owner_id: String,
     tools: HashMap<String, Arc<dyn ToolClient>>,
+    tool_factory: Option<ToolFactory>,
     strategy: Option<StrategyFactory>,
     watchdog: ActorRef<WatchdogMsg>,
 }
@@ -430,8 +447,9 @@ impl Engine {
             Some(factory) => factory.clone(),
             None => strategy_for(flow, self.config.restart)?,
         };
-        let (routes, definitions) = self.tools_of(flow).await?;
+        let (routes, definitions, owned_tools) = self.tools_of(flow).await?;
         Ok(Plan {
+            owned_tools,
             lease_config,
             watchdog_config,
             budget_config,
@@ -480,6 +498,7 @@ impl Engine {
             strategy: plan.strategy,
             workers_spawned,
             log: self.log.clone(),
+            owned_tools: plan.owned_tools,
         }));
         let (state, watcher) = watch::channel(RunState {
             status: record.status,
@@ -505,17 +524,24 @@ impl Engine {
         }
     }
 
-    async fn tools_of(
-        &self,
-        flow: &Flow,
-    ) -> Result<(HashMap<String, ToolRoute>, Vec<ToolDefinition>), EngineError> {
+    async fn tools_of(&self, flow: &Flow) -> Result<ToolsOfRun, EngineError> {
         let mut routes: HashMap<String, ToolRoute> = HashMap::new();
         let mut definitions = Vec::new();
+        let mut owned: Vec<Arc<dyn ToolClient>> = Vec::new();
         for server in &flow.tools {
-            let client = self
-                .tools
-                .get(&server.name)
-                .ok_or_else(|| EngineError::UnknownToolServer(server.name.clone()))?;
+            let client = match (self.tools.get(&server.name), &self.tool_factory) {
+                (Some(shared), _) => shared.clone(),
+                (None, Some(factory)) => {
+                    let client = factory(server).map_err(|message| EngineError::ToolListing {
+                        server: server.name.clone(),
+                        message,
+                    })?;
+                    owned.push(client.clone());
+                    client
+                }
+                (None, None) => return Err(EngineError::UnknownToolServer(server.name.clone())),
+            };
+            let client = &client;
             let listed = client
                 .list_tools()
                 .await
@@ -545,9 +571,17 @@ impl Engine {
                 definitions.push(definition);
             }
         }
-        Ok((routes, definitions))
+        Ok((routes, definitions, owned))
     }
 }
+
+/// A run's tool routes, the definitions its models see, and the clients it
+/// owns.
+type ToolsOfRun = (
+    HashMap<String, ToolRoute>,
+    Vec<ToolDefinition>,
+    Vec<Arc<dyn ToolClient>>,
+);
 
 /// What a run needs besides its flow, worked out before it starts.
 struct Plan {
@@ -557,6 +591,7 @@ struct Plan {
     strategy: StrategyFactory,
     routes: HashMap<String, ToolRoute>,
     definitions: Vec<ToolDefinition>,
+    owned_tools: Vec<Arc<dyn ToolClient>>,
 }
 
 /// What a resumed run finds in the store.

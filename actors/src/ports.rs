@@ -463,6 +463,13 @@ pub trait ToolClient: Send + Sync + 'static {
         invocation: ToolInvocation,
         evidence: crate::evidence::Evidence,
     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
+
+    /// Stops whatever the client started (a child process, a session). The
+    /// engine calls it when the run that owns the client ends; the default
+    /// does nothing.
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Where a run is in its life.

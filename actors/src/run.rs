@@ -179,6 +179,10 @@ impl Actor for RunActor {
         ctx.cancel.cancel();
         state.budget.stop(None);
         ctx.leases.actor().stop(None);
+        // The run's own tool servers end with it.
+        for client in &ctx.owned_tools {
+            client.shutdown().await;
+        }
         if let Some(reason) = ctx.lost.get() {
             let reason = reason.clone();
             state.state.send_modify(|s| s.lost = Some(reason));

@@ -86,3 +86,84 @@ async fn a_flow_whose_llmock_model_calls_a_server_everything_tool_runs_to_comple
     );
     mcp.shutdown().await;
 }
+
+/// Delegates to an MCP client and remembers its server's process id.
+struct Watched {
+    inner: Arc<McpToolClient>,
+    pid: Arc<std::sync::Mutex<Option<u32>>>,
+}
+
+impl ToolClient for Watched {
+    fn list_tools(
+        &self,
+    ) -> leasehold::ports::BoxFuture<
+        'static,
+        Result<Vec<leasehold::ports::ToolDefinition>, leasehold::ports::ToolError>,
+    > {
+        let (inner, pid) = (self.inner.clone(), self.pid.clone());
+        Box::pin(async move {
+            let listed = inner.list_tools().await;
+            *pid.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = inner.server_pid();
+            listed
+        })
+    }
+
+    fn call(
+        &self,
+        invocation: leasehold::ports::ToolInvocation,
+        evidence: leasehold::evidence::Evidence,
+    ) -> leasehold::ports::BoxFuture<
+        'static,
+        Result<leasehold::ports::ToolOutput, leasehold::ports::ToolError>,
+    > {
+        ToolClient::call(&*self.inner, invocation, evidence)
+    }
+
+    fn shutdown(&self) -> leasehold::ports::BoxFuture<'static, ()> {
+        ToolClient::shutdown(&*self.inner)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_own_mcp_server_process_ends_with_the_run() {
+    let model_server = Llmock::start().await;
+    let server = everything::stdio_server("everything");
+    let pid = Arc::new(std::sync::Mutex::new(None));
+    let seen = pid.clone();
+    let factory: leasehold::engine::ToolFactory = Arc::new(move |server| {
+        let client = McpToolClient::for_server(server).map_err(|e| e.to_string())?;
+        Ok(Arc::new(Watched {
+            inner: Arc::new(client),
+            pid: seen.clone(),
+        }) as Arc<dyn ToolClient>)
+    });
+    let model = OpenAiClient::new(ModelSettings::new(ModelEndpoint::new(
+        model_server.base_url(),
+        "gpt-4o-mini",
+    )))
+    .expect("the model client builds");
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .tool_factory(factory)
+        .build()
+        .await
+        .expect("the engine builds");
+    let flow: Flow = serde_json::from_value(serde_json::json!({
+        "name": "own-servers", "task": "Use a tool, then answer.", "max_steps": 4, "tools": [server]
+    }))
+    .expect("a valid flow");
+    let mut run = engine.start(flow).await.expect("the run starts");
+    let state = tokio::time::timeout(Duration::from_secs(60), run.wait())
+        .await
+        .expect("the run ends within a minute");
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    let pid = pid
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .expect("the run started its own server");
+    assert!(
+        everything::eventually(Duration::from_secs(5), || !everything::process_alive(pid)).await,
+        "the run's MCP server (pid {pid}) outlived the run"
+    );
+}

@@ -71,6 +71,8 @@ pub(crate) struct RunContext {
     nudge_queues: std::sync::Mutex<HashMap<String, NudgeQueue>>,
     /// What a resumed run found in the store.
     saved: std::sync::OnceLock<Arc<crate::engine::Saved>>,
+    /// Tool clients made for this run alone, shut down when it ends.
+    pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
 }
 
 /// The parts a run's context is made of.
@@ -93,6 +95,7 @@ pub(crate) struct RunParts {
     pub(crate) strategy: crate::engine::StrategyFactory,
     pub(crate) workers_spawned: u32,
     pub(crate) log: tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>,
+    pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
 }
 
 impl RunContext {
@@ -122,6 +125,7 @@ impl RunContext {
             workers_spawned: AtomicU32::new(parts.workers_spawned),
             nudge_queues: std::sync::Mutex::new(HashMap::new()),
             saved: std::sync::OnceLock::new(),
+            owned_tools: parts.owned_tools,
         }
     }
 

@@ -187,6 +187,15 @@ impl ToolClient for McpToolClient {
         let shared = self.shared.clone();
         Box::pin(async move { shared.call(invocation, evidence).await })
     }
+
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        let connection = self.shared.take();
+        Box::pin(async move {
+            if let Some(connection) = connection {
+                connection.close().await;
+            }
+        })
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
