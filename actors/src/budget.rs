@@ -96,7 +96,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
@@ -180,47 +179,13 @@ pub enum BudgetDecision {
 /// Where a checkpoint's decision goes. Called exactly once: if it is dropped
 /// unanswered (the checkpoint went away), it answers `WrapUp` by the
 /// breaker, so a loop can never wait forever for its checkpoint.
-pub struct BudgetReply(Option<Box<dyn FnOnce(BudgetDecision) + Send>>);
+pub type BudgetReply = crate::reply::Reply<BudgetDecision>;
 
-impl BudgetReply {
-    /// A reply that calls `f` with the decision.
-    pub fn new(f: impl FnOnce(BudgetDecision) + Send + 'static) -> Self {
-        Self(Some(Box::new(f)))
-    }
-
-    /// A reply into a oneshot channel, for callers that await the decision.
-    pub fn oneshot() -> (Self, oneshot::Receiver<BudgetDecision>) {
-        let (tx, rx) = oneshot::channel();
-        (
-            Self::new(move |d| {
-                let _ = tx.send(d);
-            }),
-            rx,
-        )
-    }
-
-    /// Delivers `decision`.
-    pub fn send(mut self, decision: BudgetDecision) {
-        if let Some(f) = self.0.take() {
-            f(decision);
+impl crate::reply::Unanswered for BudgetDecision {
+    fn unanswered() -> Self {
+        Self::WrapUp {
+            reason: "breaker: the budget checkpoint dropped the request unanswered".into(),
         }
-    }
-}
-
-impl Drop for BudgetReply {
-    fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            tracing::warn!("a budget checkpoint request was dropped unanswered; wrapping up");
-            f(BudgetDecision::WrapUp {
-                reason: "breaker: the budget checkpoint dropped the request unanswered".into(),
-            });
-        }
-    }
-}
-
-impl std::fmt::Debug for BudgetReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BudgetReply")
     }
 }
 

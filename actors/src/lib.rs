@@ -42,6 +42,7 @@ pub mod memory;
 pub mod model_call;
 pub mod nudge;
 pub mod ports;
+pub mod reply;
 pub mod run;
 pub mod supervisor;
 pub mod tool_call;

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
@@ -158,48 +157,14 @@ pub struct LeaseExpiry {
 /// Where a verdict goes. Called exactly once: if it is dropped unanswered
 /// (the watchdog went away), it answers `RENEW` by the breaker, so a lease
 /// can never wait forever for a verdict.
-pub struct VerdictReply(Option<Box<dyn FnOnce(Decision) + Send>>);
+pub type VerdictReply = crate::reply::Reply<Decision>;
 
-impl VerdictReply {
-    /// A reply that calls `f` with the decision.
-    pub fn new(f: impl FnOnce(Decision) + Send + 'static) -> Self {
-        Self(Some(Box::new(f)))
-    }
-
-    /// A reply into a oneshot channel, for callers that await the verdict.
-    pub fn oneshot() -> (Self, oneshot::Receiver<Decision>) {
-        let (tx, rx) = oneshot::channel();
-        (
-            Self::new(move |d| {
-                let _ = tx.send(d);
-            }),
-            rx,
+impl crate::reply::Unanswered for Decision {
+    fn unanswered() -> Self {
+        Decision::renew(
+            DecidedBy::Breaker,
+            "the watchdog dropped the request unanswered",
         )
-    }
-
-    /// Delivers `decision`.
-    pub fn send(mut self, decision: Decision) {
-        if let Some(f) = self.0.take() {
-            f(decision);
-        }
-    }
-}
-
-impl Drop for VerdictReply {
-    fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            tracing::warn!("a lease's verdict request was dropped unanswered; renewing");
-            f(Decision::renew(
-                DecidedBy::Breaker,
-                "the watchdog dropped the request unanswered",
-            ));
-        }
-    }
-}
-
-impl std::fmt::Debug for VerdictReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("VerdictReply")
     }
 }
 
