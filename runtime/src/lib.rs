@@ -30,6 +30,7 @@
 
 pub use leasehold_actors::*;
 
+pub mod config;
 pub mod executor;
 pub mod flow_file;
 pub mod model;

@@ -1,0 +1,557 @@
+//! leasehold's configuration: every duration and cap in one [`Config`], read
+//! from defaults, then a TOML file, then `LEASEHOLD_*` environment variables,
+//! each value remembering where it came from.
+//!
+//! Every key has a file key (`lease.tool_call`) and an environment variable
+//! named after it (`LEASEHOLD_LEASE_TOOL_CALL`); [`Config::keys`] lists them
+//! all, and `docs/configuration.md` documents each one. Durations are written
+//! in human form (`250ms`, `90s`, `5m`). Every refusal names the variable or
+//! the file key and what it expected; the file refuses unknown keys, so a
+//! misspelt key is an error rather than a silently ignored default.
+//!
+//! [`Config::timing`] writes down the arithmetic of a lease kind — when the
+//! first evaluation happens, when the renewal cap cuts, how many attempts the
+//! restart strategy allows and the worst-case wall time — so that nobody has
+//! to work it out from the defaults by hand.
+//!
+//! ```
+//! use leasehold::config::{Config, Source};
+//! use leasehold::lease::LeaseKind;
+//!
+//! let env = |name: &str| (name == "LEASEHOLD_LEASE_TOOL_CALL").then(|| "90s".to_owned());
+//! let config = Config::load(None, env)?;
+//! assert_eq!(config.lease_tool_call.value.as_secs(), 90);
+//! assert_eq!(config.lease_tool_call.source, Source::Env("LEASEHOLD_LEASE_TOOL_CALL".into()));
+//! println!("{}", config.timing(LeaseKind::ToolCall));
+//! # Ok::<(), leasehold::config::LoadError>(())
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use leasehold_actors::budget::BudgetConfig;
+use leasehold_actors::engine::EngineConfig;
+use leasehold_actors::lease::{LeaseConfig, LeaseKind};
+use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::watchdog::WatchdogConfig;
+use leasehold_actors::{ConfigError, SupervisionConfig};
+
+use crate::model::ModelRole;
+use crate::store::Durability;
+
+mod keys;
+mod timing;
+
+use keys::KEYS;
+pub use keys::{Key, ValueKind};
+
+use timing::longest_backoffs;
+pub use timing::{Timing, compact};
+
+/// The variable naming the configuration file, when none is given.
+pub const ENV_CONFIG: &str = "LEASEHOLD_CONFIG";
+
+/// Where a value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// The configuration file at this path.
+    File(PathBuf),
+    /// The environment variable of this name.
+    Env(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Default => f.write_str("default"),
+            Self::File(path) => write!(f, "file {}", path.display()),
+            Self::Env(name) => write!(f, "env {name}"),
+        }
+    }
+}
+
+/// A value and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setting<T> {
+    /// The effective value.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl<T> Setting<T> {
+    fn default(value: T) -> Self {
+        Self {
+            value,
+            source: Source::Default,
+        }
+    }
+}
+
+/// The effective configuration: every duration and cap, each with where it
+/// came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Lease of a streaming model call (`LEASEHOLD_LEASE_MODEL_STREAM`).
+    pub lease_model_stream: Setting<Duration>,
+    /// Lease of a blocking model call (`LEASEHOLD_LEASE_MODEL_BLOCKING`).
+    pub lease_model_blocking: Setting<Duration>,
+    /// Lease of a tool call (`LEASEHOLD_LEASE_TOOL_CALL`).
+    pub lease_tool_call: Setting<Duration>,
+    /// Lease of a worker step (`LEASEHOLD_LEASE_WORKER_STEP`).
+    pub lease_worker_step: Setting<Duration>,
+    /// Expiries renewed without the evaluator
+    /// (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
+    pub free_renewals: Setting<u32>,
+    /// The renewal cap (`LEASEHOLD_WATCHDOG_MAX_RENEWALS`).
+    pub max_renewals: Setting<u32>,
+    /// The model role the watchdog asks (`LEASEHOLD_WATCHDOG_ROLE`).
+    pub watchdog_role: Setting<ModelRole>,
+    /// Timeout of one evaluation (`LEASEHOLD_EVALUATOR_TIMEOUT`).
+    pub evaluator_timeout: Setting<Duration>,
+    /// Budget extensions per loop (`LEASEHOLD_BUDGET_MAX_EXTENSIONS`).
+    pub budget_max_extensions: Setting<u32>,
+    /// An executor's ownership of a run (`LEASEHOLD_RUN_LEASE_TTL`).
+    pub run_lease_ttl: Setting<Duration>,
+    /// Resume orphaned runs at boot (`LEASEHOLD_RESUME_ON_BOOT`).
+    pub resume_on_boot: Setting<bool>,
+    /// When a store write counts as done (`LEASEHOLD_DURABILITY`).
+    pub durability: Setting<Durability>,
+    /// The run store's directory (`LEASEHOLD_DATA_DIR`).
+    pub data_dir: Setting<PathBuf>,
+    /// Restarts allowed within the window (`LEASEHOLD_RESTART_MAX`).
+    pub restart_max: Setting<u32>,
+    /// The restart intensity's window (`LEASEHOLD_RESTART_WINDOW`).
+    pub restart_window: Setting<Duration>,
+    /// The first backoff (`LEASEHOLD_RESTART_BACKOFF_INITIAL`).
+    pub restart_backoff_initial: Setting<Duration>,
+    /// The longest backoff (`LEASEHOLD_RESTART_BACKOFF_MAX`).
+    pub restart_backoff_max: Setting<Duration>,
+    /// The file that was read, if any (`LEASEHOLD_CONFIG`).
+    pub file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let engine = EngineConfig::default();
+        let lease = engine.supervision.lease;
+        let restart = engine.restart;
+        Self {
+            lease_model_stream: Setting::default(lease.model_stream),
+            lease_model_blocking: Setting::default(lease.model_blocking),
+            lease_tool_call: Setting::default(lease.tool_call),
+            lease_worker_step: Setting::default(lease.worker_step),
+            free_renewals: Setting::default(engine.supervision.watchdog.free_renewals),
+            max_renewals: Setting::default(lease.max_renewals),
+            watchdog_role: Setting::default(ModelRole::Fast),
+            evaluator_timeout: Setting::default(engine.supervision.watchdog.evaluator_timeout),
+            budget_max_extensions: Setting::default(engine.budget.max_extensions),
+            run_lease_ttl: Setting::default(engine.run_lease_ttl),
+            resume_on_boot: Setting::default(false),
+            durability: Setting::default(Durability::default()),
+            data_dir: Setting::default(PathBuf::from(".leasehold")),
+            restart_max: Setting::default(restart.max_restarts),
+            restart_window: Setting::default(restart.within),
+            restart_backoff_initial: Setting::default(restart.backoff_initial),
+            restart_backoff_max: Setting::default(restart.backoff_max),
+            file: None,
+        }
+    }
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read the configuration file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not TOML.
+    #[error("configuration file {}: not valid TOML: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// The file has a key leasehold does not know.
+    #[error(
+        "configuration file {}: unknown key `{key}` (see docs/configuration.md for the keys)",
+        path.display()
+    )]
+    UnknownKey {
+        /// The file.
+        path: PathBuf,
+        /// The key's full path, e.g. `lease.tool_cal`.
+        key: String,
+    },
+    /// A value that is not what its key expects.
+    #[error("{origin}: expected {expected}, got {got}")]
+    BadValue {
+        /// The variable (`LEASEHOLD_LEASE_TOOL_CALL`) or the file and key
+        /// (`leasehold.toml: lease.tool_call`).
+        origin: String,
+        /// What was expected.
+        expected: &'static str,
+        /// What was given.
+        got: String,
+    },
+    /// Values that each parse but together defeat themselves.
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+}
+
+impl Config {
+    /// Every key, with its variable, file key, default and meaning; the
+    /// last is `LEASEHOLD_CONFIG`, which has no file key.
+    pub fn keys() -> &'static [Key] {
+        &KEYS
+    }
+
+    /// Loads defaults, then the TOML `file` (or, without one, the file named
+    /// by `LEASEHOLD_CONFIG`), then the environment as seen through `env`,
+    /// and validates the result.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, LoadError> {
+        let mut config = Self::default();
+        let file = file
+            .map(Path::to_path_buf)
+            .or_else(|| env(ENV_CONFIG).filter(|p| !p.is_empty()).map(PathBuf::from));
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            config.apply_toml(&text, &path)?;
+            config.file = Some(path);
+        }
+        for key in KEYS.iter().filter(|k| !k.file.is_empty()) {
+            if let Some(value) = env(key.env) {
+                config.set(key, &value, Source::Env(key.env.to_owned()), key.env)?;
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// [`Config::load`] with the process's environment.
+    pub fn from_process_env(file: Option<&Path>) -> Result<Self, LoadError> {
+        Self::load(file, |name| std::env::var(name).ok())
+    }
+
+    /// Applies the TOML `text` of the file at `path` over this
+    /// configuration, refusing unknown keys.
+    fn apply_toml(&mut self, text: &str, path: &Path) -> Result<(), LoadError> {
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| LoadError::Syntax {
+                path: path.to_path_buf(),
+                message: e.message().to_owned(),
+            })?;
+        let mut leaves = Vec::new();
+        flatten("", &table, &mut leaves);
+        for (name, value) in leaves {
+            let Some(key) = KEYS.iter().find(|k| !k.file.is_empty() && k.file == name) else {
+                return Err(LoadError::UnknownKey {
+                    path: path.to_path_buf(),
+                    key: name,
+                });
+            };
+            let origin = format!("{}: {}", path.display(), key.file);
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(LoadError::BadValue {
+                        origin,
+                        expected: key.kind.expected(),
+                        got: other.to_string(),
+                    });
+                }
+            };
+            self.set(key, &text, Source::File(path.to_path_buf()), &origin)?;
+        }
+        Ok(())
+    }
+
+    /// Parses `text` as `key`'s value and stores it with `source`; a bad
+    /// value is refused naming `origin`.
+    fn set(
+        &mut self,
+        key: &Key,
+        text: &str,
+        source: Source,
+        origin: &str,
+    ) -> Result<(), LoadError> {
+        let bad = || LoadError::BadValue {
+            origin: origin.to_owned(),
+            expected: key.kind.expected(),
+            got: format!("{text:?}"),
+        };
+        let trimmed = text.trim();
+        let duration = || humantime::parse_duration(trimmed).map_err(|_| bad());
+        let count = || trimmed.parse::<u32>().map_err(|_| bad());
+        match key.file {
+            "lease.model_stream" => self.lease_model_stream = with(duration()?, source),
+            "lease.model_blocking" => self.lease_model_blocking = with(duration()?, source),
+            "lease.tool_call" => self.lease_tool_call = with(duration()?, source),
+            "lease.worker_step" => self.lease_worker_step = with(duration()?, source),
+            "watchdog.free_renewals" => self.free_renewals = with(count()?, source),
+            "watchdog.max_renewals" => self.max_renewals = with(count()?, source),
+            "watchdog.role" => {
+                let role = match trimmed {
+                    "default" => ModelRole::Default,
+                    "fast" => ModelRole::Fast,
+                    _ => return Err(bad()),
+                };
+                self.watchdog_role = with(role, source);
+            }
+            "evaluator_timeout" => self.evaluator_timeout = with(duration()?, source),
+            "budget.max_extensions" => self.budget_max_extensions = with(count()?, source),
+            "run_lease_ttl" => self.run_lease_ttl = with(duration()?, source),
+            "resume_on_boot" => {
+                let flag = crate::executor::parse_flag(trimmed).map_err(|_| bad())?;
+                self.resume_on_boot = with(flag, source);
+            }
+            "durability" => {
+                let mode = trimmed.parse::<Durability>().map_err(|_| bad())?;
+                self.durability = with(mode, source);
+            }
+            "data_dir" => {
+                if trimmed.is_empty() {
+                    return Err(bad());
+                }
+                self.data_dir = with(PathBuf::from(text), source);
+            }
+            "restart.max" => self.restart_max = with(count()?, source),
+            "restart.window" => self.restart_window = with(duration()?, source),
+            "restart.backoff_initial" => self.restart_backoff_initial = with(duration()?, source),
+            "restart.backoff_max" => self.restart_backoff_max = with(duration()?, source),
+            _ => return Err(bad()),
+        }
+        Ok(())
+    }
+
+    /// Every key (but `LEASEHOLD_CONFIG`) with its effective value, written
+    /// as it would be configured, and where it came from.
+    pub fn entries(&self) -> Vec<(Key, String, Source)> {
+        KEYS.iter()
+            .filter(|k| !k.file.is_empty())
+            .map(|key| {
+                let (value, source) = self.value_of(key);
+                (*key, value, source.clone())
+            })
+            .collect()
+    }
+
+    fn value_of(&self, key: &Key) -> (String, &Source) {
+        fn d(s: &Setting<Duration>) -> (String, &Source) {
+            (humantime::format_duration(s.value).to_string(), &s.source)
+        }
+        fn n(s: &Setting<u32>) -> (String, &Source) {
+            (s.value.to_string(), &s.source)
+        }
+        match key.file {
+            "lease.model_stream" => d(&self.lease_model_stream),
+            "lease.model_blocking" => d(&self.lease_model_blocking),
+            "lease.tool_call" => d(&self.lease_tool_call),
+            "lease.worker_step" => d(&self.lease_worker_step),
+            "watchdog.free_renewals" => n(&self.free_renewals),
+            "watchdog.max_renewals" => n(&self.max_renewals),
+            "watchdog.role" => {
+                let role = match self.watchdog_role.value {
+                    ModelRole::Default => "default",
+                    ModelRole::Fast => "fast",
+                };
+                (role.to_owned(), &self.watchdog_role.source)
+            }
+            "evaluator_timeout" => d(&self.evaluator_timeout),
+            "budget.max_extensions" => n(&self.budget_max_extensions),
+            "run_lease_ttl" => d(&self.run_lease_ttl),
+            "resume_on_boot" => (
+                self.resume_on_boot.value.to_string(),
+                &self.resume_on_boot.source,
+            ),
+            "durability" => (self.durability.value.to_string(), &self.durability.source),
+            "data_dir" => (
+                self.data_dir.value.display().to_string(),
+                &self.data_dir.source,
+            ),
+            "restart.max" => n(&self.restart_max),
+            "restart.window" => d(&self.restart_window),
+            "restart.backoff_initial" => d(&self.restart_backoff_initial),
+            "restart.backoff_max" => d(&self.restart_backoff_max),
+            _ => (String::new(), &Source::Default),
+        }
+    }
+
+    /// The lease length of `kind`.
+    pub fn lease(&self, kind: LeaseKind) -> Duration {
+        match kind {
+            LeaseKind::ModelStream => self.lease_model_stream.value,
+            LeaseKind::ModelBlocking => self.lease_model_blocking.value,
+            LeaseKind::ToolCall => self.lease_tool_call.value,
+            LeaseKind::WorkerStep => self.lease_worker_step.value,
+        }
+    }
+
+    /// The actors' configuration: these values over the actors' defaults
+    /// for everything leasehold does not expose (accrual parameters, the
+    /// budget's least confidence, the backoff multiplier and jitter). The
+    /// evaluator timeout serves both the watchdog and the budget checkpoints.
+    pub fn engine_config(&self) -> EngineConfig {
+        let defaults = EngineConfig::default();
+        EngineConfig {
+            supervision: SupervisionConfig {
+                lease: LeaseConfig {
+                    model_stream: self.lease_model_stream.value,
+                    model_blocking: self.lease_model_blocking.value,
+                    tool_call: self.lease_tool_call.value,
+                    worker_step: self.lease_worker_step.value,
+                    max_renewals: self.max_renewals.value,
+                },
+                watchdog: WatchdogConfig {
+                    free_renewals: self.free_renewals.value,
+                    evaluator_timeout: self.evaluator_timeout.value,
+                    ..defaults.supervision.watchdog
+                },
+            },
+            budget: BudgetConfig {
+                max_extensions: self.budget_max_extensions.value,
+                evaluator_timeout: self.evaluator_timeout.value,
+                ..defaults.budget
+            },
+            restart: RestartPolicy {
+                max_restarts: self.restart_max.value,
+                within: self.restart_window.value,
+                backoff_initial: self.restart_backoff_initial.value,
+                backoff_max: self.restart_backoff_max.value,
+                ..defaults.restart
+            },
+            run_lease_ttl: self.run_lease_ttl.value,
+        }
+    }
+
+    /// Refuses combinations that defeat themselves, naming the variables: a
+    /// zero duration, free renewals above the renewal cap, a longest backoff
+    /// below the first, a run lease too short to heartbeat.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for key in KEYS.iter().filter(|k| k.kind == ValueKind::Duration) {
+            let (_, source) = self.value_of(key);
+            let zero = match key.file {
+                "lease.model_stream" => self.lease_model_stream.value.is_zero(),
+                "lease.model_blocking" => self.lease_model_blocking.value.is_zero(),
+                "lease.tool_call" => self.lease_tool_call.value.is_zero(),
+                "lease.worker_step" => self.lease_worker_step.value.is_zero(),
+                "evaluator_timeout" => self.evaluator_timeout.value.is_zero(),
+                "run_lease_ttl" => self.run_lease_ttl.value.is_zero(),
+                "restart.window" => self.restart_window.value.is_zero(),
+                "restart.backoff_initial" => self.restart_backoff_initial.value.is_zero(),
+                "restart.backoff_max" => self.restart_backoff_max.value.is_zero(),
+                _ => false,
+            };
+            if zero {
+                return Err(ConfigError::new(
+                    named(key),
+                    format!("a duration above 0 (from {source})"),
+                    "0s",
+                ));
+            }
+        }
+        if self.free_renewals.value > self.max_renewals.value {
+            return Err(ConfigError::new(
+                named(key_of("watchdog.free_renewals")),
+                format!(
+                    "at most LEASEHOLD_WATCHDOG_MAX_RENEWALS ({}): free renewals above the \
+                     renewal cap are never reached",
+                    self.max_renewals.value
+                ),
+                self.free_renewals.value,
+            ));
+        }
+        if self.restart_backoff_max.value < self.restart_backoff_initial.value {
+            return Err(ConfigError::new(
+                named(key_of("restart.backoff_max")),
+                format!(
+                    "a duration of at least LEASEHOLD_RESTART_BACKOFF_INITIAL ({})",
+                    humantime::format_duration(self.restart_backoff_initial.value)
+                ),
+                humantime::format_duration(self.restart_backoff_max.value),
+            ));
+        }
+        if self.run_lease_ttl.value < Duration::from_millis(3) {
+            return Err(ConfigError::new(
+                named(key_of("run_lease_ttl")),
+                "a duration of at least 3ms",
+                humantime::format_duration(self.run_lease_ttl.value),
+            ));
+        }
+        self.engine_config().validate()
+    }
+
+    /// The timing arithmetic of a `kind` operation under this configuration.
+    pub fn timing(&self, kind: LeaseKind) -> Timing {
+        let lease = self.lease(kind);
+        let restart = self.engine_config().restart;
+        let first_evaluation = lease.saturating_mul(self.free_renewals.value.saturating_add(1));
+        let renewal_cap = lease.saturating_mul(self.max_renewals.value.saturating_add(1));
+        let attempts = restart.max_restarts.saturating_add(1);
+        let backoffs = longest_backoffs(&restart);
+        let worst_case = renewal_cap
+            .saturating_mul(attempts)
+            .saturating_add(backoffs);
+        Timing {
+            kind,
+            lease,
+            free_renewals_until: first_evaluation,
+            first_evaluation,
+            renewal_cap,
+            attempts,
+            backoffs,
+            worst_case,
+        }
+    }
+
+    /// [`Config::timing`] of every lease kind, in [`LeaseKind::ALL`] order.
+    pub fn timings(&self) -> Vec<Timing> {
+        LeaseKind::ALL.into_iter().map(|k| self.timing(k)).collect()
+    }
+}
+
+fn with<T>(value: T, source: Source) -> Setting<T> {
+    Setting { value, source }
+}
+
+fn key_of(file: &str) -> &'static Key {
+    KEYS.iter()
+        .find(|k| k.file == file)
+        .unwrap_or(&KEYS[KEYS.len() - 1])
+}
+
+fn named(key: &Key) -> String {
+    format!("{} ({})", key.env, key.file)
+}
+
+fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
+    for (name, value) in table {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        match value {
+            toml::Value::Table(inner) => flatten(&path, inner, out),
+            leaf => out.push((path, leaf.clone())),
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! The table of every configuration key: its variable, file key, default
+//! and meaning. `docs/configuration.md` is this table written out, and a
+//! test holds the two together.
+
+use super::ENV_CONFIG;
+
+/// What a key's value is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    /// A duration in human form: `250ms`, `90s`, `5m`.
+    Duration,
+    /// A whole number from 0 to 4294967295.
+    Count,
+    /// `true` or `false` (also `1`, `0`, `yes`, `no`, `on`, `off`).
+    Flag,
+    /// A model role: `default` or `fast`.
+    Role,
+    /// A durability mode: `sync`, `async` or `exit`.
+    Durability,
+    /// A filesystem path.
+    Path,
+}
+
+impl ValueKind {
+    /// What a value of this kind looks like, for error messages.
+    pub fn expected(self) -> &'static str {
+        match self {
+            Self::Duration => "a duration such as 250ms, 90s or 5m",
+            Self::Count => "a whole number from 0 to 4294967295",
+            Self::Flag => "true or false (or 1, 0, yes, no, on, off)",
+            Self::Role => "a model role: default or fast",
+            Self::Durability => "a durability mode: sync, async or exit",
+            Self::Path => "a non-empty path",
+        }
+    }
+}
+
+/// One configuration key: its names, default and meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key {
+    /// The environment variable, e.g. `LEASEHOLD_LEASE_TOOL_CALL`.
+    pub env: &'static str,
+    /// The key in the TOML file, e.g. `lease.tool_call`.
+    pub file: &'static str,
+    /// The default, as it would be written.
+    pub default: &'static str,
+    /// What the value means.
+    pub meaning: &'static str,
+    /// What the value is.
+    pub kind: ValueKind,
+}
+
+const fn key(
+    env: &'static str,
+    file: &'static str,
+    default: &'static str,
+    kind: ValueKind,
+    meaning: &'static str,
+) -> Key {
+    Key {
+        env,
+        file,
+        default,
+        meaning,
+        kind,
+    }
+}
+
+/// Every key, in the order of `docs/configuration.md`.
+pub(super) const KEYS: [Key; 18] = [
+    key(
+        "LEASEHOLD_LEASE_MODEL_STREAM",
+        "lease.model_stream",
+        "2m",
+        ValueKind::Duration,
+        "lease of a streaming model call; each chunk is evidence",
+    ),
+    key(
+        "LEASEHOLD_LEASE_MODEL_BLOCKING",
+        "lease.model_blocking",
+        "5m",
+        ValueKind::Duration,
+        "lease of a blocking model call",
+    ),
+    key(
+        "LEASEHOLD_LEASE_TOOL_CALL",
+        "lease.tool_call",
+        "5m",
+        ValueKind::Duration,
+        "lease of a tool call; each MCP progress notification is evidence",
+    ),
+    key(
+        "LEASEHOLD_LEASE_WORKER_STEP",
+        "lease.worker_step",
+        "10m",
+        ValueKind::Duration,
+        "lease of one worker step; each completed step is evidence",
+    ),
+    key(
+        "LEASEHOLD_WATCHDOG_FREE_RENEWALS",
+        "watchdog.free_renewals",
+        "2",
+        ValueKind::Count,
+        "expiries renewed on evidence alone, without asking the evaluator",
+    ),
+    key(
+        "LEASEHOLD_WATCHDOG_MAX_RENEWALS",
+        "watchdog.max_renewals",
+        "10",
+        ValueKind::Count,
+        "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
+    ),
+    key(
+        "LEASEHOLD_WATCHDOG_ROLE",
+        "watchdog.role",
+        "fast",
+        ValueKind::Role,
+        "the model role the watchdog and budget checkpoints ask",
+    ),
+    key(
+        "LEASEHOLD_EVALUATOR_TIMEOUT",
+        "evaluator_timeout",
+        "15s",
+        ValueKind::Duration,
+        "flat timeout of one evaluation, by the watchdog or a budget checkpoint",
+    ),
+    key(
+        "LEASEHOLD_BUDGET_MAX_EXTENSIONS",
+        "budget.max_extensions",
+        "3",
+        ValueKind::Count,
+        "budget extensions one loop may get in all, whatever the evaluator says",
+    ),
+    key(
+        "LEASEHOLD_RUN_LEASE_TTL",
+        "run_lease_ttl",
+        "1m 30s",
+        ValueKind::Duration,
+        "how long an executor owns a run without a heartbeat (heartbeats every third of it)",
+    ),
+    key(
+        "LEASEHOLD_RESUME_ON_BOOT",
+        "resume_on_boot",
+        "false",
+        ValueKind::Flag,
+        "whether a starting executor claims and resumes orphaned runs",
+    ),
+    key(
+        "LEASEHOLD_DURABILITY",
+        "durability",
+        "sync",
+        ValueKind::Durability,
+        "when a store write counts as done: sync, async or exit",
+    ),
+    key(
+        "LEASEHOLD_DATA_DIR",
+        "data_dir",
+        ".leasehold",
+        ValueKind::Path,
+        "the directory of the run store",
+    ),
+    key(
+        "LEASEHOLD_RESTART_MAX",
+        "restart.max",
+        "3",
+        ValueKind::Count,
+        "restart intensity: at most this many restarts ...",
+    ),
+    key(
+        "LEASEHOLD_RESTART_WINDOW",
+        "restart.window",
+        "1m",
+        ValueKind::Duration,
+        "... within this sliding window; past it the run fails",
+    ),
+    key(
+        "LEASEHOLD_RESTART_BACKOFF_INITIAL",
+        "restart.backoff_initial",
+        "1s",
+        ValueKind::Duration,
+        "backoff before the first restart, doubling after each",
+    ),
+    key(
+        "LEASEHOLD_RESTART_BACKOFF_MAX",
+        "restart.backoff_max",
+        "30s",
+        ValueKind::Duration,
+        "the longest backoff, before a jitter of ±10 %",
+    ),
+    key(
+        ENV_CONFIG,
+        "",
+        "(none)",
+        ValueKind::Path,
+        "the TOML file read between the defaults and the environment",
+    ),
+];

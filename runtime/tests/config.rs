@@ -1,0 +1,223 @@
+//! The configuration's layers, refusals and timing arithmetic.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::Duration;
+
+use leasehold::config::{Config, LoadError, Source};
+use leasehold::engine::EngineConfig;
+use leasehold::lease::LeaseKind;
+use leasehold::model::ModelRole;
+use leasehold::store::Durability;
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name: &str| map.get(name).cloned()
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn temp_toml(text: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::Builder::new()
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp file");
+    file.write_all(text.as_bytes()).expect("write");
+    file
+}
+
+#[test]
+fn defaults_match_the_actors_defaults_and_come_from_default() {
+    let config = Config::load(None, no_env).expect("defaults load");
+    assert_eq!(config, Config::default());
+    assert_eq!(config.engine_config(), EngineConfig::default());
+    assert_eq!(config.watchdog_role.value, ModelRole::Fast);
+    assert!(!config.resume_on_boot.value);
+    assert_eq!(config.durability.value, Durability::Sync);
+    assert_eq!(config.file, None);
+    for (key, value, source) in config.entries() {
+        assert_eq!(source, Source::Default, "{}", key.env);
+        assert_eq!(value, key.default, "documented default of {}", key.env);
+    }
+}
+
+#[test]
+fn environment_overrides_file_overrides_default_and_each_value_names_its_source() {
+    let file = temp_toml(
+        "durability = \"async\"\n\
+         [lease]\n\
+         tool_call = \"90s\"\n\
+         model_stream = \"1m\"\n\
+         [restart]\n\
+         max = 5\n",
+    );
+    let path = file.path();
+    let env = env_of(&[
+        ("LEASEHOLD_LEASE_TOOL_CALL", "250ms"),
+        ("LEASEHOLD_RESUME_ON_BOOT", "yes"),
+    ]);
+    let config = Config::load(Some(path), env).expect("loads");
+
+    assert_eq!(config.lease_tool_call.value, Duration::from_millis(250));
+    assert_eq!(
+        config.lease_tool_call.source,
+        Source::Env("LEASEHOLD_LEASE_TOOL_CALL".into())
+    );
+    assert_eq!(config.lease_model_stream.value, Duration::from_secs(60));
+    assert_eq!(
+        config.lease_model_stream.source,
+        Source::File(path.to_path_buf())
+    );
+    assert_eq!(config.restart_max.value, 5);
+    assert_eq!(config.durability.value, Durability::Async);
+    assert!(config.resume_on_boot.value);
+    assert_eq!(config.lease_worker_step.source, Source::Default);
+    assert_eq!(config.file.as_deref(), Some(path));
+    assert_eq!(config.engine_config().restart.max_restarts, 5);
+}
+
+#[test]
+fn the_file_can_be_named_by_leasehold_config() {
+    let file = temp_toml("[watchdog]\nfree_renewals = 4\n");
+    let path = file.path().to_str().expect("utf-8 path").to_owned();
+    let config = Config::load(None, env_of(&[("LEASEHOLD_CONFIG", &path)])).expect("loads");
+    assert_eq!(config.free_renewals.value, 4);
+    assert_eq!(config.free_renewals.source, Source::File(path.into()));
+}
+
+#[test]
+fn a_bad_duration_names_the_variable_and_what_it_expected() {
+    let error = Config::load(
+        None,
+        env_of(&[("LEASEHOLD_LEASE_TOOL_CALL", "five minutes")]),
+    )
+    .expect_err("refused");
+    let text = error.to_string();
+    assert!(matches!(error, LoadError::BadValue { .. }), "{error:?}");
+    assert!(text.contains("LEASEHOLD_LEASE_TOOL_CALL"), "{text}");
+    assert!(
+        text.contains("a duration such as 250ms, 90s or 5m"),
+        "{text}"
+    );
+    assert!(text.contains("five minutes"), "{text}");
+}
+
+#[test]
+fn a_bad_file_value_names_the_file_key() {
+    let file = temp_toml("[watchdog]\nrole = \"slow\"\n");
+    let error = Config::load(Some(file.path()), no_env).expect_err("refused");
+    let text = error.to_string();
+    assert!(text.contains("watchdog.role"), "{text}");
+    assert!(text.contains("default or fast"), "{text}");
+}
+
+#[test]
+fn an_unknown_file_key_is_refused_with_its_path() {
+    let file = temp_toml("[lease]\ntool_cal = \"5m\"\n");
+    let error = Config::load(Some(file.path()), no_env).expect_err("refused");
+    match &error {
+        LoadError::UnknownKey { key, path } => {
+            assert_eq!(key, "lease.tool_cal");
+            assert_eq!(path, file.path());
+        }
+        other => panic!("expected an unknown key, got {other:?}"),
+    }
+    assert!(error.to_string().contains("lease.tool_cal"), "{error}");
+}
+
+#[test]
+fn free_renewals_above_the_renewal_cap_are_refused() {
+    let env = env_of(&[
+        ("LEASEHOLD_WATCHDOG_FREE_RENEWALS", "5"),
+        ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "4"),
+    ]);
+    let error = Config::load(None, env).expect_err("refused");
+    let text = error.to_string();
+    assert!(text.contains("LEASEHOLD_WATCHDOG_FREE_RENEWALS"), "{text}");
+    assert!(
+        text.contains("LEASEHOLD_WATCHDOG_MAX_RENEWALS (4)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_zero_duration_is_refused_naming_the_variable() {
+    let error =
+        Config::load(None, env_of(&[("LEASEHOLD_RESTART_WINDOW", "0s")])).expect_err("refused");
+    assert!(
+        error.to_string().contains("LEASEHOLD_RESTART_WINDOW"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_timing_arithmetic_of_the_defaults() {
+    let config = Config::default();
+    let tool = config.timing(LeaseKind::ToolCall);
+    let minutes = |m: u64| Duration::from_secs(m * 60);
+    assert_eq!(tool.lease, minutes(5));
+    assert_eq!(tool.first_evaluation, minutes(15));
+    assert_eq!(tool.renewal_cap, minutes(55));
+    assert_eq!(tool.attempts, 4);
+    // Backoffs 1 s, 2 s, 4 s, each at the top of its ±10 % jitter.
+    assert_eq!(tool.backoffs, Duration::from_millis(7_700));
+    assert_eq!(
+        tool.worst_case,
+        minutes(4 * 55) + Duration::from_millis(7_700)
+    );
+    assert_eq!(
+        tool.to_string(),
+        "tool_call: lease 5m · free renewals until 15m · first evaluation at 15m · \
+         renewal cap at 55m · 4 attempts · worst case 3h40m7s700ms"
+    );
+    let stream = config.timing(LeaseKind::ModelStream);
+    assert_eq!(stream.first_evaluation, minutes(6));
+    assert_eq!(stream.renewal_cap, minutes(22));
+    assert_eq!(config.timings().len(), LeaseKind::ALL.len());
+}
+
+#[test]
+fn backoffs_past_the_maximum_are_summed_without_looping_per_restart() {
+    let env = env_of(&[("LEASEHOLD_RESTART_MAX", "4294967295")]);
+    let config = Config::load(None, env).expect("loads");
+    let timing = config.timing(LeaseKind::ToolCall);
+    assert_eq!(timing.attempts, u32::MAX);
+    assert!(timing.worst_case > Duration::from_secs(3_600 * 24 * 365));
+}
+
+#[test]
+fn every_key_appears_in_docs_configuration_md() {
+    let doc = include_str!("../../docs/configuration.md");
+    for key in Config::keys() {
+        assert!(
+            doc.contains(&format!("`{}`", key.env)),
+            "{} missing from docs/configuration.md",
+            key.env
+        );
+        if !key.file.is_empty() {
+            assert!(
+                doc.contains(&format!("`{}`", key.file)),
+                "file key {} missing from docs/configuration.md",
+                key.file
+            );
+            let derived = format!("LEASEHOLD_{}", key.file.replace('.', "_").to_uppercase());
+            assert_eq!(key.env, derived, "variable named after its file key");
+        }
+    }
+    let entries = Config::default().entries();
+    assert_eq!(entries.len() + 1, Config::keys().len());
+}
+
+#[test]
+fn the_documented_timing_lines_are_those_of_the_defaults() {
+    let doc = include_str!("../../docs/configuration.md");
+    for timing in Config::default().timings() {
+        let line = timing.to_string();
+        assert!(doc.contains(&line), "docs/configuration.md lacks: {line}");
+    }
+}
