@@ -1283,12 +1283,20 @@ impl AgentLoop {
     }
 
     /// Maps ractor's report of a child actor's panic to the child's end.
-    pub(crate) fn child_panicked(
+    /// What a loop does with ractor's supervision events: a child's panic
+    /// becomes that child's end; anything else (a child stopping normally)
+    /// needs nothing, where ractor's default would stop the loop.
+    pub(crate) fn supervise(
         &mut self,
         myself: &ActorRef<LoopMsg>,
-        cell: &ActorCell,
-        message: String,
+        event: ractor::SupervisionEvent,
     ) {
+        if let ractor::SupervisionEvent::ActorFailed(cell, error) = event {
+            self.child_panicked(myself, &cell, error.to_string());
+        }
+    }
+
+    fn child_panicked(&mut self, myself: &ActorRef<LoopMsg>, cell: &ActorCell, message: String) {
         let Some((step, index, attempt)) =
             cell.get_name().and_then(|name| self.children.remove(&name))
         else {

@@ -351,34 +351,12 @@ async fn evaluate(
 ) -> (Judgement, TokenCost) {
     let limit = request.limit;
     let timeout = config.evaluator_timeout;
-    // A task of its own, so that a panicking evaluator — even one that
-    // panics before returning its future — is a failure like any other
-    // rather than a lost reply.
-    let task = tokio::spawn(async move { evaluator.evaluate_budget(request).await });
-    let abort = task.abort_handle();
     let breaker = |reason: String, cost: TokenCost| {
         (Judgement::wrap_up(DecidedBy::Breaker, reason, None), cost)
     };
-    match tokio::time::timeout(timeout, task).await {
-        Err(_) => {
-            abort.abort();
-            breaker(
-                format!(
-                    "breaker: the evaluator did not answer within {} ms: wrapping up",
-                    timeout.as_millis()
-                ),
-                TokenCost::default(),
-            )
-        }
-        Ok(Err(join)) => breaker(
-            format!("breaker: the evaluator panicked: {join}: wrapping up"),
-            TokenCost::default(),
-        ),
-        Ok(Ok(Err(error))) => breaker(
-            format!("breaker: {error}: wrapping up"),
-            TokenCost::default(),
-        ),
-        Ok(Ok(Ok(answer))) => match parse_budget_decision(&answer.text) {
+    match crate::evaluation::run(move || evaluator.evaluate_budget(request), timeout).await {
+        Err(reason) => breaker(format!("{reason}: wrapping up"), TokenCost::default()),
+        Ok(answer) => match parse_budget_decision(&answer.text) {
             Ok(parsed) if parsed.extend => {
                 let new_limit = limit.saturating_add(proportional_extension(
                     limit,

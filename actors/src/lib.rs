@@ -32,6 +32,7 @@
 
 pub mod agent;
 pub mod budget;
+pub mod call;
 pub mod engine;
 pub mod event;
 mod event_log;
@@ -50,6 +51,7 @@ pub mod watchdog;
 pub mod worker;
 
 mod error;
+mod evaluation;
 mod strict_json;
 mod supervision;
 #[cfg(feature = "test-util")]

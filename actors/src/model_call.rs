@@ -7,9 +7,10 @@
 
 use std::sync::Arc;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use ractor::ActorRef;
 
 use crate::agent::{LoopMsg, lease_end};
+use crate::call::{Call, CallActor};
 use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ModelClient, ModelRequest};
 use crate::supervisor::ChildEnd;
@@ -26,42 +27,10 @@ pub struct ModelCallArgs {
 }
 
 /// One model call under a lease.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ModelCallActor;
+pub type ModelCallActor = CallActor<ModelCallArgs>;
 
-impl ModelCallActor {
-    pub(crate) async fn spawn_linked(
-        name: String,
-        args: ModelCallArgs,
-        supervisor: ActorCell,
-    ) -> Result<ActorRef<()>, SpawnErr> {
-        Actor::spawn_linked(Some(name), ModelCallActor, args, supervisor)
-            .await
-            .map(|(actor, _)| actor)
-    }
-}
-
-impl Actor for ModelCallActor {
-    type Msg = ();
-    type State = Option<ModelCallArgs>;
-    type Arguments = ModelCallArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(Some(args))
-    }
-
-    async fn post_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let Some(args) = state.take() else {
-            return Ok(());
-        };
+impl Call for ModelCallArgs {
+    async fn run(self) {
         let ModelCallArgs {
             leases,
             model,
@@ -70,7 +39,7 @@ impl Actor for ModelCallActor {
             reply_to,
             step,
             attempt,
-        } = args;
+        } = self;
         let mut retry_after = None;
         let outcome =
             match leases.supervise(spec, move |evidence| model.complete(request, evidence)) {
@@ -96,7 +65,5 @@ impl Actor for ModelCallActor {
                 retry_after,
             });
         }
-        myself.stop(None);
-        Ok(())
     }
 }

@@ -26,7 +26,7 @@ use crate::agent::{
     AgentLoop, ControlError, Escalation, Gate, LoopEnd, LoopMsg, ReconcileDecision, Reconciliation,
     Role, RunContext,
 };
-use crate::budget::{BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg};
+use crate::budget::BudgetMsg;
 use crate::engine::Saved;
 use crate::event::EventKind;
 use crate::lease::LeaseMsg;
@@ -86,17 +86,7 @@ impl Actor for RunActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         let ctx = args.ctx;
         let _ = ctx.root.set(myself.clone());
-        let (budget, _) = Actor::spawn_linked(
-            None,
-            BudgetCheckpointActor,
-            BudgetCheckpointArgs {
-                config: ctx.budget_config,
-                evaluator: ctx.evaluator.clone(),
-                events: ctx.events.clone(),
-            },
-            myself.get_cell(),
-        )
-        .await?;
+        let budget = ctx.spawn_checkpoint(myself.get_cell()).await?;
         let cancel = ctx.cancel.clone();
         let agent = AgentLoop::new(
             ctx,
@@ -247,11 +237,7 @@ impl Actor for RunActor {
     ) -> Result<(), ActorProcessingErr> {
         // ractor's default stops a supervisor when a child ends: the run
         // outlives its calls and workers, and turns their panics into ends.
-        if let SupervisionEvent::ActorFailed(cell, error) = event {
-            state
-                .agent
-                .child_panicked(&myself, &cell, error.to_string());
-        }
+        state.agent.supervise(&myself, event);
         Ok(())
     }
 }

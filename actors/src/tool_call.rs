@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use ractor::ActorRef;
 
 use crate::agent::{LoopMsg, lease_end};
+use crate::call::{Call, CallActor};
 use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ToolClient, ToolInvocation};
 use crate::supervisor::ChildEnd;
@@ -28,42 +29,10 @@ pub struct ToolCallArgs {
 }
 
 /// One tool call under a lease.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ToolCallActor;
+pub type ToolCallActor = CallActor<ToolCallArgs>;
 
-impl ToolCallActor {
-    pub(crate) async fn spawn_linked(
-        name: String,
-        args: ToolCallArgs,
-        supervisor: ActorCell,
-    ) -> Result<ActorRef<()>, SpawnErr> {
-        Actor::spawn_linked(Some(name), ToolCallActor, args, supervisor)
-            .await
-            .map(|(actor, _)| actor)
-    }
-}
-
-impl Actor for ToolCallActor {
-    type Msg = ();
-    type State = Option<ToolCallArgs>;
-    type Arguments = ToolCallArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(Some(args))
-    }
-
-    async fn post_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let Some(args) = state.take() else {
-            return Ok(());
-        };
+impl Call for ToolCallArgs {
+    async fn run(self) {
         let ToolCallArgs {
             leases,
             client,
@@ -73,7 +42,7 @@ impl Actor for ToolCallActor {
             step,
             index,
             attempt,
-        } = args;
+        } = self;
         let outcome = match leases
             .supervise(spec, move |evidence| client.call(invocation, evidence))
         {
@@ -96,7 +65,5 @@ impl Actor for ToolCallActor {
                 outcome,
             });
         }
-        myself.stop(None);
-        Ok(())
     }
 }

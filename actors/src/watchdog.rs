@@ -363,27 +363,12 @@ async fn evaluate(
     request: EvaluationRequest,
     timeout: Duration,
 ) -> (Decision, TokenCost) {
-    // A task of its own, so that a panicking evaluator is a failure like any
-    // other rather than a lost reply.
-    let task = tokio::spawn(evaluator.evaluate(request));
-    let abort = task.abort_handle();
-    let breaker = |reason: String| {
-        (
+    match crate::evaluation::run(move || evaluator.evaluate(request), timeout).await {
+        Err(reason) => (
             Decision::renew(DecidedBy::Breaker, reason),
             TokenCost::default(),
-        )
-    };
-    match tokio::time::timeout(timeout, task).await {
-        Err(_) => {
-            abort.abort();
-            breaker(format!(
-                "breaker: the evaluator did not answer within {} ms",
-                timeout.as_millis()
-            ))
-        }
-        Ok(Err(join)) => breaker(format!("breaker: the evaluator panicked: {join}")),
-        Ok(Ok(Err(error))) => breaker(format!("breaker: {error}")),
-        Ok(Ok(Ok(answer))) => match parse_verdict(&answer.text) {
+        ),
+        Ok(answer) => match parse_verdict(&answer.text) {
             Ok(parsed) => (
                 Decision {
                     verdict: parsed.verdict,

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentLoop, LoopEnd, LoopMsg, Role, RunContext, lease_end};
-use crate::budget::{BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg};
+use crate::budget::BudgetMsg;
 use crate::event::{CallOutcome, EventKind};
 use crate::evidence::Evidence;
 use crate::lease::LeaseSpec;
@@ -53,17 +53,7 @@ impl Actor for WorkerActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let (budget, _) = Actor::spawn_linked(
-            None,
-            BudgetCheckpointActor,
-            BudgetCheckpointArgs {
-                config: args.ctx.budget_config,
-                evaluator: args.ctx.evaluator.clone(),
-                events: args.ctx.events.clone(),
-            },
-            myself.get_cell(),
-        )
-        .await?;
+        let budget = args.ctx.spawn_checkpoint(myself.get_cell()).await?;
         let agent = AgentLoop::new(
             args.ctx,
             Role::Worker { kind: args.kind },
@@ -129,11 +119,7 @@ impl Actor for WorkerActor {
     ) -> Result<(), ActorProcessingErr> {
         // ractor's default stops a supervisor when a child ends: a worker
         // outlives its calls, and turns their panics into ends.
-        if let SupervisionEvent::ActorFailed(cell, error) = event {
-            state
-                .agent
-                .child_panicked(&myself, &cell, error.to_string());
-        }
+        state.agent.supervise(&myself, event);
         Ok(())
     }
 }

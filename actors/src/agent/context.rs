@@ -133,6 +133,21 @@ impl RunContext {
         self.events.emit(&self.run_id, path, kind);
     }
 
+    /// Starts a budget checkpoint for one loop, linked to `supervisor`.
+    pub(crate) async fn spawn_checkpoint(
+        &self,
+        supervisor: ractor::ActorCell,
+    ) -> Result<ActorRef<crate::budget::BudgetMsg>, ractor::SpawnErr> {
+        let args = crate::budget::BudgetCheckpointArgs {
+            config: self.budget_config,
+            evaluator: self.evaluator.clone(),
+            events: self.events.clone(),
+        };
+        ractor::Actor::spawn_linked(None, crate::budget::BudgetCheckpointActor, args, supervisor)
+            .await
+            .map(|(actor, _)| actor)
+    }
+
     /// The nudge queue of the loop at `path`, created if need be.
     pub(crate) fn nudges_for(&self, path: &str) -> NudgeQueue {
         self.nudge_queues
