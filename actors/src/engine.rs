@@ -413,6 +413,79 @@ impl Engine {
             .await?)
     }
 
+    /// Cancels a run that no loop of this executor is running — orphaned,
+    /// or paused by an executor that has since died — without starting its
+    /// loops: claims it (raising its fence, so a stale owner's writes are
+    /// refused), appends `run_cancelled` to its log and records it
+    /// cancelled. A run held by a live executor is refused with
+    /// [`EngineError::Held`]; cancel it through that executor.
+    pub async fn cancel_stored(&self, run_id: &str, reason: &str) -> Result<(), EngineError> {
+        let now = self.clock.now_unix_ms();
+        let record = match self
+            .store
+            .claim_run(run_id, &self.owner_id, now, self.ttl_ms())
+            .await?
+        {
+            ClaimOutcome::Claimed(record) => record,
+            ClaimOutcome::HeldBy {
+                owner_id,
+                expires_at_ms,
+            } => {
+                return Err(EngineError::Held {
+                    run_id: run_id.to_owned(),
+                    owner_id,
+                    expires_at_ms,
+                });
+            }
+            ClaimOutcome::Finished(status) => {
+                return Err(EngineError::Finished {
+                    run_id: run_id.to_owned(),
+                    status,
+                });
+            }
+            ClaimOutcome::NotFound => return Err(EngineError::NotFound(run_id.to_owned())),
+        };
+        let floor = record.fence.saturating_sub(1).saturating_mul(1 << 32);
+        let last = self
+            .store
+            .load_events(run_id, 0)
+            .await?
+            .last()
+            .map_or(0, |e| e.seq);
+        self.bus.advance_past(floor.max(last));
+        let event = self.bus.publish(
+            run_id,
+            crate::run::ROOT_PATH,
+            crate::event::EventKind::RunCancelled {
+                reason: reason.to_owned(),
+            },
+        );
+        let fence = record.fence;
+        let stale = |f: Fenced<()>| match f {
+            Fenced::Applied(()) => Ok(()),
+            Fenced::Stale { owner_id, .. } => Err(EngineError::Held {
+                run_id: run_id.to_owned(),
+                owner_id: owner_id.unwrap_or_default(),
+                expires_at_ms: 0,
+            }),
+        };
+        stale(
+            self.store
+                .append_events(run_id, vec![(*event).clone()], fence)
+                .await?,
+        )?;
+        let update = crate::ports::RunUpdate {
+            status: RunStatus::Cancelled,
+            reason: Some(reason.to_owned()),
+            answer: None,
+            pause: None,
+            at_ms: now,
+        };
+        stale(self.store.update_run(run_id, fence, update).await?)?;
+        self.store.flush().await?;
+        Ok(())
+    }
+
     /// Reconciles orphans, then claims and resumes each of them (resume on
     /// boot). Returns the handles of the runs resumed.
     pub async fn resume_orphans(&self) -> Result<Vec<RunHandle>, EngineError> {

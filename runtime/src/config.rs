@@ -27,6 +27,7 @@
 //! ```
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,6 +62,8 @@ pub enum Source {
     File(PathBuf),
     /// The environment variable of this name.
     Env(String),
+    /// The command-line flag, as given (`--data-dir`, `--set lease.tool_call`).
+    Flag(String),
 }
 
 impl fmt::Display for Source {
@@ -69,6 +72,7 @@ impl fmt::Display for Source {
             Self::Default => f.write_str("default"),
             Self::File(path) => write!(f, "file {}", path.display()),
             Self::Env(name) => write!(f, "env {name}"),
+            Self::Flag(flag) => write!(f, "flag {flag}"),
         }
     }
 }
@@ -130,8 +134,56 @@ pub struct Config {
     pub restart_backoff_initial: Setting<Duration>,
     /// The longest backoff (`LEASEHOLD_RESTART_BACKOFF_MAX`).
     pub restart_backoff_max: Setting<Duration>,
+    /// The base URL of role `default` (`LEASEHOLD_MODEL_BASE_URL`).
+    pub model_base_url: Setting<Option<String>>,
+    /// The model of role `default` (`LEASEHOLD_MODEL_NAME`).
+    pub model_name: Setting<Option<String>>,
+    /// Its API key (`LEASEHOLD_MODEL_API_KEY`).
+    pub model_api_key: Setting<Option<String>>,
+    /// The base URL of role `fast` (`LEASEHOLD_FAST_MODEL_BASE_URL`).
+    pub fast_model_base_url: Setting<Option<String>>,
+    /// The model of role `fast` (`LEASEHOLD_FAST_MODEL_NAME`).
+    pub fast_model_name: Setting<Option<String>>,
+    /// Its API key (`LEASEHOLD_FAST_MODEL_API_KEY`).
+    pub fast_model_api_key: Setting<Option<String>>,
+    /// Connecting to a model endpoint (`LEASEHOLD_MODEL_CONNECT_TIMEOUT`).
+    pub model_connect_timeout: Setting<Duration>,
+    /// Silence of a model endpoint mid-answer (`LEASEHOLD_MODEL_IDLE_TIMEOUT`).
+    pub model_idle_timeout: Setting<Duration>,
+    /// Retries of a 429 (`LEASEHOLD_MODEL_RATE_LIMIT_RETRIES`).
+    pub model_rate_limit_retries: Setting<u32>,
+    /// Where `leasehold serve` listens (`LEASEHOLD_SERVER_ADDR`).
+    pub server_addr: Setting<SocketAddr>,
+    /// The HTTP API's bearer token (`LEASEHOLD_API_TOKEN`).
+    pub api_token: Setting<Option<String>>,
     /// The file that was read, if any (`LEASEHOLD_CONFIG`).
     pub file: Option<PathBuf>,
+}
+
+/// A value given on the command line: the file key it sets, the value, and
+/// the flag as given (for [`Source::Flag`] and error messages).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flag {
+    /// The file key, e.g. `lease.tool_call`.
+    pub key: String,
+    /// The value, as written.
+    pub value: String,
+    /// The flag, e.g. `--set lease.tool_call` or `--data-dir`.
+    pub given_as: String,
+}
+
+impl Flag {
+    /// Parses `KEY=VALUE`, the argument of `--set`.
+    pub fn parse_set(text: &str) -> Result<Self, String> {
+        let (key, value) = text
+            .split_once('=')
+            .ok_or_else(|| format!("--set {text}: expected KEY=VALUE, e.g. lease.tool_call=90s"))?;
+        Ok(Self {
+            key: key.trim().to_owned(),
+            value: value.to_owned(),
+            given_as: format!("--set {}", key.trim()),
+        })
+    }
 }
 
 impl Default for Config {
@@ -139,6 +191,7 @@ impl Default for Config {
         let engine = EngineConfig::default();
         let lease = engine.supervision.lease;
         let restart = engine.restart;
+        let model = crate::model::ModelSettings::new(crate::model::ModelEndpoint::new("", ""));
         Self {
             lease_model_stream: Setting::default(lease.model_stream),
             lease_model_blocking: Setting::default(lease.model_blocking),
@@ -157,6 +210,17 @@ impl Default for Config {
             restart_window: Setting::default(restart.within),
             restart_backoff_initial: Setting::default(restart.backoff_initial),
             restart_backoff_max: Setting::default(restart.backoff_max),
+            model_base_url: Setting::default(None),
+            model_name: Setting::default(None),
+            model_api_key: Setting::default(None),
+            fast_model_base_url: Setting::default(None),
+            fast_model_name: Setting::default(None),
+            fast_model_api_key: Setting::default(None),
+            model_connect_timeout: Setting::default(model.connect_timeout),
+            model_idle_timeout: Setting::default(model.idle_timeout),
+            model_rate_limit_retries: Setting::default(model.rate_limit_retries),
+            server_addr: Setting::default(SocketAddr::from(([127, 0, 0, 1], 7878))),
+            api_token: Setting::default(None),
             file: None,
         }
     }
@@ -203,6 +267,16 @@ pub enum LoadError {
         /// What was given.
         got: String,
     },
+    /// A command-line flag names a key leasehold does not know.
+    #[error(
+        "{given_as}: unknown configuration key `{key}` (see docs/configuration.md for the keys)"
+    )]
+    UnknownFlagKey {
+        /// The flag as given.
+        given_as: String,
+        /// The key.
+        key: String,
+    },
     /// Values that each parse but together defeat themselves.
     #[error(transparent)]
     Invalid(#[from] ConfigError),
@@ -222,6 +296,17 @@ impl Config {
         file: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, LoadError> {
+        Self::load_layers(file, env, &[])
+    }
+
+    /// Loads defaults, then the TOML `file` (or the one `LEASEHOLD_CONFIG`
+    /// names), then the environment, then `flags` from the command line, and
+    /// validates the result.
+    pub fn load_layers(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+        flags: &[Flag],
+    ) -> Result<Self, LoadError> {
         let mut config = Self::default();
         let file = file
             .map(Path::to_path_buf)
@@ -238,6 +323,19 @@ impl Config {
             if let Some(value) = env(key.env) {
                 config.set(key, &value, Source::Env(key.env.to_owned()), key.env)?;
             }
+        }
+        for flag in flags {
+            let Some(key) = KEYS
+                .iter()
+                .find(|k| !k.file.is_empty() && k.file == flag.key)
+            else {
+                return Err(LoadError::UnknownFlagKey {
+                    given_as: flag.given_as.clone(),
+                    key: flag.key.clone(),
+                });
+            };
+            let source = Source::Flag(flag.given_as.clone());
+            config.set(key, &flag.value, source, &flag.given_as)?;
         }
         config.validate()?;
         Ok(config)
@@ -337,6 +435,34 @@ impl Config {
             "restart.window" => self.restart_window = with(duration()?, source),
             "restart.backoff_initial" => self.restart_backoff_initial = with(duration()?, source),
             "restart.backoff_max" => self.restart_backoff_max = with(duration()?, source),
+            "model.base_url"
+            | "model.name"
+            | "model.api_key"
+            | "fast_model.base_url"
+            | "fast_model.name"
+            | "fast_model.api_key"
+            | "api_token" => {
+                if trimmed.is_empty() {
+                    return Err(bad());
+                }
+                let value = with(Some(trimmed.to_owned()), source);
+                match key.file {
+                    "model.base_url" => self.model_base_url = value,
+                    "model.name" => self.model_name = value,
+                    "model.api_key" => self.model_api_key = value,
+                    "fast_model.base_url" => self.fast_model_base_url = value,
+                    "fast_model.name" => self.fast_model_name = value,
+                    "fast_model.api_key" => self.fast_model_api_key = value,
+                    _ => self.api_token = value,
+                }
+            }
+            "model.connect_timeout" => self.model_connect_timeout = with(duration()?, source),
+            "model.idle_timeout" => self.model_idle_timeout = with(duration()?, source),
+            "model.rate_limit_retries" => self.model_rate_limit_retries = with(count()?, source),
+            "server.addr" => {
+                let addr = trimmed.parse::<SocketAddr>().map_err(|_| bad())?;
+                self.server_addr = with(addr, source);
+            }
             _ => return Err(bad()),
         }
         Ok(())
@@ -360,6 +486,16 @@ impl Config {
         }
         fn n(s: &Setting<u32>) -> (String, &Source) {
             (s.value.to_string(), &s.source)
+        }
+        fn text<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
+            (
+                s.value.clone().unwrap_or_else(|| unset.to_owned()),
+                &s.source,
+            )
+        }
+        fn secret<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
+            let shown = if s.value.is_some() { "(set)" } else { unset };
+            (shown.to_owned(), &s.source)
         }
         match key.file {
             "lease.model_stream" => d(&self.lease_model_stream),
@@ -391,6 +527,17 @@ impl Config {
             "restart.window" => d(&self.restart_window),
             "restart.backoff_initial" => d(&self.restart_backoff_initial),
             "restart.backoff_max" => d(&self.restart_backoff_max),
+            "model.base_url" => text(&self.model_base_url, "(none)"),
+            "model.name" => text(&self.model_name, "(none)"),
+            "model.api_key" => secret(&self.model_api_key, "(none)"),
+            "fast_model.base_url" => text(&self.fast_model_base_url, "(the default's)"),
+            "fast_model.name" => text(&self.fast_model_name, "(the default's)"),
+            "fast_model.api_key" => secret(&self.fast_model_api_key, "(the default's)"),
+            "model.connect_timeout" => d(&self.model_connect_timeout),
+            "model.idle_timeout" => d(&self.model_idle_timeout),
+            "model.rate_limit_retries" => n(&self.model_rate_limit_retries),
+            "server.addr" => (self.server_addr.value.to_string(), &self.server_addr.source),
+            "api_token" => secret(&self.api_token, "(none)"),
             _ => (String::new(), &Source::Default),
         }
     }
@@ -458,6 +605,8 @@ impl Config {
                 "restart.window" => self.restart_window.value.is_zero(),
                 "restart.backoff_initial" => self.restart_backoff_initial.value.is_zero(),
                 "restart.backoff_max" => self.restart_backoff_max.value.is_zero(),
+                "model.connect_timeout" => self.model_connect_timeout.value.is_zero(),
+                "model.idle_timeout" => self.model_idle_timeout.value.is_zero(),
                 _ => false,
             };
             if zero {
@@ -520,6 +669,134 @@ impl Config {
             backoffs,
             worst_case,
         }
+    }
+
+    /// The model client's settings, from `model.*` and `fast_model.*`;
+    /// refused, naming the variable, when the default endpoint is not set.
+    pub fn model_settings(&self) -> Result<crate::model::ModelSettings, ConfigError> {
+        use crate::model::{ModelEndpoint, ModelSettings};
+        let required = |setting: &Setting<Option<String>>, file: &str, expected: &str| {
+            setting.value.clone().ok_or_else(|| {
+                ConfigError::new(named(key_of(file)), expected, "nothing (it is not set)")
+            })
+        };
+        let default = ModelEndpoint {
+            base_url: required(
+                &self.model_base_url,
+                "model.base_url",
+                "the base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1",
+            )?,
+            model: required(
+                &self.model_name,
+                "model.name",
+                "a model name, e.g. gpt-4o-mini",
+            )?,
+            api_key: self.model_api_key.value.clone(),
+        };
+        let any_fast = [
+            &self.fast_model_base_url,
+            &self.fast_model_name,
+            &self.fast_model_api_key,
+        ]
+        .iter()
+        .any(|s| s.value.is_some());
+        let mut settings = ModelSettings::new(default.clone());
+        if any_fast {
+            settings.fast = Some(ModelEndpoint {
+                base_url: self
+                    .fast_model_base_url
+                    .value
+                    .clone()
+                    .unwrap_or_else(|| default.base_url.clone()),
+                model: self
+                    .fast_model_name
+                    .value
+                    .clone()
+                    .unwrap_or_else(|| default.model.clone()),
+                api_key: self
+                    .fast_model_api_key
+                    .value
+                    .clone()
+                    .or_else(|| default.api_key.clone()),
+            });
+        }
+        settings.connect_timeout = self.model_connect_timeout.value;
+        settings.idle_timeout = self.model_idle_timeout.value;
+        settings.rate_limit_retries = self.model_rate_limit_retries.value;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Combinations that are allowed but work against themselves, each as
+    /// one sentence naming the variables.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let idle = self.model_idle_timeout.value;
+        for (kind, variable) in [
+            (LeaseKind::ModelStream, "LEASEHOLD_LEASE_MODEL_STREAM"),
+            (LeaseKind::ModelBlocking, "LEASEHOLD_LEASE_MODEL_BLOCKING"),
+        ] {
+            let cap = self.timing(kind).renewal_cap;
+            if idle > cap {
+                warnings.push(format!(
+                    "LEASEHOLD_MODEL_IDLE_TIMEOUT ({}) is longer than a {kind} call can last under \
+                     its renewal cap ({}, from {variable}): the idle timeout never fires, the cap \
+                     cuts first",
+                    compact(idle),
+                    compact(cap),
+                ));
+            }
+        }
+        if self.free_renewals.value == self.max_renewals.value {
+            warnings.push(format!(
+                "LEASEHOLD_WATCHDOG_FREE_RENEWALS equals LEASEHOLD_WATCHDOG_MAX_RENEWALS ({}): the \
+                 evaluator is never asked; every lease renews on the ladder until the cap cuts it",
+                self.max_renewals.value
+            ));
+        }
+        let longest = LeaseKind::ALL
+            .into_iter()
+            .map(|kind| (kind, self.timing(kind).renewal_cap))
+            .max_by_key(|(_, cap)| *cap);
+        if let Some((kind, cap)) = longest
+            && self.restart_max.value > 0
+            && cap > self.restart_window.value
+        {
+            warnings.push(format!(
+                "LEASEHOLD_RESTART_WINDOW ({}) is shorter than one {kind} attempt can last ({}): \
+                 attempts that fail that slowly never count {} restarts within one window, so \
+                 LEASEHOLD_RESTART_MAX ({}) does not bound them",
+                compact(self.restart_window.value),
+                compact(cap),
+                self.restart_max.value.saturating_add(1),
+                self.restart_max.value,
+            ));
+        }
+        if self.evaluator_timeout.value
+            >= self
+                .lease_tool_call
+                .value
+                .min(self.lease_model_stream.value)
+        {
+            warnings.push(format!(
+                "LEASEHOLD_EVALUATOR_TIMEOUT ({}) is not shorter than the shortest lease ({}): an \
+                 evaluation may outlast the lease it judges",
+                compact(self.evaluator_timeout.value),
+                compact(
+                    self.lease_tool_call
+                        .value
+                        .min(self.lease_model_stream.value)
+                ),
+            ));
+        }
+        if !self.server_addr.value.ip().is_loopback() && self.api_token.value.is_none() {
+            warnings.push(format!(
+                "LEASEHOLD_SERVER_ADDR ({}) is not a loopback address and LEASEHOLD_API_TOKEN is \
+                 not set: `leasehold serve` will refuse to start",
+                self.server_addr.value
+            ));
+        }
+        warnings
     }
 
     /// [`Config::timing`] of every lease kind, in [`LeaseKind::ALL`] order.

@@ -30,9 +30,11 @@
 
 pub use leasehold_actors::*;
 
+pub mod cli;
 pub mod config;
 pub mod executor;
 pub mod flow_file;
 pub mod model;
+pub mod server;
 pub mod store;
 pub mod tools;

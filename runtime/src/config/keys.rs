@@ -19,6 +19,12 @@ pub enum ValueKind {
     Durability,
     /// A filesystem path.
     Path,
+    /// A piece of text: a URL, a model name.
+    Text,
+    /// A secret: an API key or token. Its value is never printed.
+    Secret,
+    /// A socket address: `127.0.0.1:7878`.
+    Address,
 }
 
 impl ValueKind {
@@ -31,6 +37,9 @@ impl ValueKind {
             Self::Role => "a model role: default or fast",
             Self::Durability => "a durability mode: sync, async or exit",
             Self::Path => "a non-empty path",
+            Self::Text => "a non-empty string",
+            Self::Secret => "a non-empty string",
+            Self::Address => "a socket address such as 127.0.0.1:7878",
         }
     }
 }
@@ -67,7 +76,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 18] = [
+pub(super) const KEYS: [Key; 29] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -186,6 +195,83 @@ pub(super) const KEYS: [Key; 18] = [
         "30s",
         ValueKind::Duration,
         "the longest backoff, before a jitter of ±10 %",
+    ),
+    key(
+        "LEASEHOLD_MODEL_BASE_URL",
+        "model.base_url",
+        "(none)",
+        ValueKind::Text,
+        "base URL of the OpenAI-compatible API of role `default`, e.g. http://127.0.0.1:8000/v1",
+    ),
+    key(
+        "LEASEHOLD_MODEL_NAME",
+        "model.name",
+        "(none)",
+        ValueKind::Text,
+        "the model of role `default`",
+    ),
+    key(
+        "LEASEHOLD_MODEL_API_KEY",
+        "model.api_key",
+        "(none)",
+        ValueKind::Secret,
+        "its API key, sent as a bearer token; never printed",
+    ),
+    key(
+        "LEASEHOLD_FAST_MODEL_BASE_URL",
+        "fast_model.base_url",
+        "(the default's)",
+        ValueKind::Text,
+        "base URL of role `fast`, which the watchdog and budget checkpoints ask",
+    ),
+    key(
+        "LEASEHOLD_FAST_MODEL_NAME",
+        "fast_model.name",
+        "(the default's)",
+        ValueKind::Text,
+        "the model of role `fast`",
+    ),
+    key(
+        "LEASEHOLD_FAST_MODEL_API_KEY",
+        "fast_model.api_key",
+        "(the default's)",
+        ValueKind::Secret,
+        "its API key; never printed",
+    ),
+    key(
+        "LEASEHOLD_MODEL_CONNECT_TIMEOUT",
+        "model.connect_timeout",
+        "10s",
+        ValueKind::Duration,
+        "how long connecting to a model endpoint may take",
+    ),
+    key(
+        "LEASEHOLD_MODEL_IDLE_TIMEOUT",
+        "model.idle_timeout",
+        "1m",
+        ValueKind::Duration,
+        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call",
+    ),
+    key(
+        "LEASEHOLD_MODEL_RATE_LIMIT_RETRIES",
+        "model.rate_limit_retries",
+        "3",
+        ValueKind::Count,
+        "retries of a call answered 429, each after the wait the server asked for",
+    ),
+    key(
+        "LEASEHOLD_SERVER_ADDR",
+        "server.addr",
+        "127.0.0.1:7878",
+        ValueKind::Address,
+        "where `leasehold serve` listens",
+    ),
+    key(
+        "LEASEHOLD_API_TOKEN",
+        "api_token",
+        "(none)",
+        ValueKind::Secret,
+        "the bearer token the HTTP API requires; needed to listen beyond loopback; never printed",
     ),
     key(
         ENV_CONFIG,

@@ -78,8 +78,13 @@ impl ModelEvaluator {
     /// An evaluator on the `fast` role of `client` (its default endpoint
     /// when no fast one is configured), recording into `client`'s ledger.
     pub fn new(client: &OpenAiClient) -> Self {
+        Self::with_role(client, ModelRole::Fast)
+    }
+
+    /// An evaluator on `role` of `client` (`LEASEHOLD_WATCHDOG_ROLE`).
+    pub fn with_role(client: &OpenAiClient, role: ModelRole) -> Self {
         Self {
-            client: client.role(ModelRole::Fast),
+            client: client.role(role),
         }
     }
 

@@ -1,0 +1,334 @@
+//! The `leasehold` command: the demo, running a flow, the server, the runs
+//! in a data directory (or on a server), and the effective configuration.
+//!
+//! Configuration comes in four layers, each overriding the one before:
+//! defaults, the TOML file (`--config` or `LEASEHOLD_CONFIG`), `LEASEHOLD_*`
+//! variables, then flags (`--data-dir`, `--durability`, and `--set KEY=VALUE`
+//! for any key). `leasehold config` shows where each value came from.
+//!
+//! Exit codes: 0 when the run completed (or the command did what it was
+//! asked), 3 when the run is paused waiting for a person, 1 when it failed
+//! or was cancelled or the command could not be done, 2 for a usage error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use leasehold_actors::engine::{Engine, EngineBuilder, EngineError};
+use leasehold_actors::ports::{RunStatus, Store, ToolClient};
+
+use crate::config::{Config, Flag, LoadError};
+use crate::model::{ModelEvaluator, OpenAiClient};
+use crate::store::{SledConfig, SledStore};
+use crate::tools::McpToolClient;
+
+mod demo;
+mod log;
+mod remote;
+mod runs;
+mod serve;
+
+/// Exit code of a run that waits for a person.
+pub const EXIT_PAUSED: u8 = 3;
+
+/// leasehold: agent runs supervised by leases instead of deadlines.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every command takes: the fourth configuration layer.
+#[derive(Debug, Args)]
+struct GlobalArgs {
+    /// The TOML configuration file (otherwise LEASEHOLD_CONFIG).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The run store's directory (LEASEHOLD_DATA_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<String>,
+    /// When a store write counts as done: sync, async or exit.
+    #[arg(long, global = true, value_name = "MODE")]
+    durability: Option<String>,
+    /// Any configuration key, as in the file: `--set lease.tool_call=90s`.
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE", value_parser = Flag::parse_set)]
+    set: Vec<Flag>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the demo: a multi-agent incident review against a local scripted
+    /// model server and a local MCP tool server, with no network and no key.
+    Demo(demo::DemoArgs),
+    /// Run a flow file in this process against the configured model and tools.
+    Run(RunArgs),
+    /// Serve the HTTP API, its live event streams and the dashboard.
+    Serve(ServeArgs),
+    /// The runs in the data directory, or on a server with --server.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
+    /// Print the effective configuration, where each value came from, the
+    /// timing arithmetic of every lease kind and any warnings.
+    Config,
+}
+
+/// `leasehold run`.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The flow file (TOML or JSON).
+    flow: PathBuf,
+    /// One JSON event per line on stdout, instead of the readable log.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `leasehold serve`.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Where to listen (LEASEHOLD_SERVER_ADDR; default 127.0.0.1:7878).
+    #[arg(long, value_name = "ADDR")]
+    addr: Option<String>,
+}
+
+/// A command that could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The configuration was refused.
+    #[error(transparent)]
+    Config(#[from] LoadError),
+    /// A configuration value is missing or wrong for this command.
+    #[error(transparent)]
+    Setting(#[from] leasehold_actors::ConfigError),
+    /// The engine refused or failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] leasehold_actors::ports::StoreError),
+    /// Anything else, said in full.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CliError {
+    fn other(message: impl Into<String>) -> Self {
+        Self::Other(message.into())
+    }
+}
+
+impl GlobalArgs {
+    fn flags(&self) -> Vec<Flag> {
+        let mut flags = Vec::new();
+        if let Some(dir) = &self.data_dir {
+            flags.push(Flag {
+                key: "data_dir".into(),
+                value: dir.clone(),
+                given_as: "--data-dir".into(),
+            });
+        }
+        if let Some(mode) = &self.durability {
+            flags.push(Flag {
+                key: "durability".into(),
+                value: mode.clone(),
+                given_as: "--durability".into(),
+            });
+        }
+        flags.extend(self.set.iter().cloned());
+        flags
+    }
+
+    fn load(&self, extra: &[Flag]) -> Result<Config, LoadError> {
+        let mut flags = self.flags();
+        flags.extend(extra.iter().cloned());
+        Config::load_layers(
+            self.config.as_deref(),
+            |name| std::env::var(name).ok(),
+            &flags,
+        )
+    }
+}
+
+/// Parses the process's arguments and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(matches!(cli.command, Command::Serve(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("leasehold: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli.run()) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("leasehold: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `RUST_LOG` decides; without it, warnings (and the server's own info).
+fn init_tracing(serving: bool) {
+    let default = if serving {
+        "warn,leasehold=info"
+    } else {
+        "warn"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+impl Cli {
+    /// Runs the command; the exit code says how it went.
+    pub async fn run(self) -> Result<ExitCode, CliError> {
+        match self.command {
+            Command::Config => {
+                let config = self.global.load(&[])?;
+                print!("{}", describe_config(&config));
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Run(args) => run_flow(&self.global, args).await,
+            Command::Serve(args) => serve::serve(&self.global, args.addr).await,
+            Command::Runs(command) => runs::run(&self.global, command).await,
+            Command::Demo(args) => demo::run(&self.global, args).await,
+        }
+    }
+}
+
+/// `leasehold config`: every key with its value and source, the timing
+/// lines, and the warnings.
+pub fn describe_config(config: &Config) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let entries = config.entries();
+    let width = entries
+        .iter()
+        .map(|(k, _, _)| k.env.len())
+        .max()
+        .unwrap_or(0);
+    let value_width = entries
+        .iter()
+        .map(|(_, v, _)| v.chars().count())
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "# effective configuration (value, then where it came from)"
+    );
+    for (key, value, source) in &entries {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<value_width$}  {source}",
+            key.env, value
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "# timing per lease kind");
+    for timing in config.timings() {
+        let _ = writeln!(out, "{timing}");
+    }
+    let warnings = config.warnings();
+    if !warnings.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "# warnings");
+        for warning in warnings {
+            let _ = writeln!(out, "warning: {warning}");
+        }
+    }
+    out
+}
+
+/// This executor's identity: the same for every `leasehold` process on this
+/// host, so a run left paused by `leasehold run` can be resumed at once by
+/// `leasehold runs resume` or `leasehold serve` (sled lets one process at a
+/// time open a data directory; the fence still orders the claims).
+pub fn owner_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("leasehold@{host}")
+}
+
+/// Opens the sled store of `config`.
+pub fn open_store(config: &Config) -> Result<Arc<dyn Store>, CliError> {
+    let store = SledStore::open(
+        SledConfig::new(config.data_dir.value.clone()).with_durability(config.durability.value),
+    )?;
+    Ok(Arc::new(store))
+}
+
+/// An engine builder with the configured model, evaluator and MCP clients
+/// over `store`.
+pub fn engine_builder(config: &Config, store: Arc<dyn Store>) -> Result<EngineBuilder, CliError> {
+    let settings = config.model_settings()?;
+    let client = OpenAiClient::new(settings)
+        .map_err(|e| CliError::other(format!("the model client cannot be built: {e}")))?;
+    let evaluator = ModelEvaluator::with_role(&client, config.watchdog_role.value);
+    let factory: leasehold_actors::engine::ToolFactory = Arc::new(|server| {
+        McpToolClient::for_server(server)
+            .map(|client| Arc::new(client) as Arc<dyn ToolClient>)
+            .map_err(|e| e.to_string())
+    });
+    Ok(Engine::builder()
+        .config(config.engine_config())
+        .model(Arc::new(client))
+        .evaluator(Arc::new(evaluator))
+        .tool_factory(factory)
+        .store(store)
+        .owner_id(owner_id()))
+}
+
+/// `leasehold run FLOW`.
+async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliError> {
+    let config = global.load(&[])?;
+    let flow = crate::flow_file::load(&args.flow).map_err(|e| CliError::other(e.to_string()))?;
+    let store = open_store(&config)?;
+    let engine = engine_builder(&config, store)?.build().await?;
+    crate::executor::boot(&engine, false).await?;
+    let mut events = engine.events().subscribe();
+    let handle = engine.start(flow).await?;
+    let output = if args.json {
+        log::Output::Json
+    } else {
+        log::Output::Readable
+    };
+    if !args.json {
+        eprintln!("run {}", handle.run_id());
+    }
+    let state = log::follow(handle, &mut events, output).await;
+    engine.store().flush().await?;
+    Ok(exit_code(&state))
+}
+
+/// The exit code for a run's last state: 0 completed, 3 paused, 1 otherwise.
+pub fn exit_code(state: &leasehold_actors::run::RunState) -> ExitCode {
+    if state.lost.is_some() {
+        ExitCode::FAILURE
+    } else {
+        exit_code_of(state.status)
+    }
+}
+
+/// The exit code for a run's last state.
+pub fn exit_code_of(status: RunStatus) -> ExitCode {
+    match status {
+        RunStatus::Completed => ExitCode::SUCCESS,
+        s if s.is_paused() => ExitCode::from(EXIT_PAUSED),
+        _ => ExitCode::FAILURE,
+    }
+}

@@ -1,0 +1,124 @@
+//! Following a run from the command line: a readable live log, or one JSON
+//! event per line (the event schema, unchanged).
+
+use std::io::Write;
+use std::time::Duration;
+
+use leasehold_actors::event::{Event, EventKind, EventStream};
+use leasehold_actors::run::{RunHandle, RunState};
+
+/// How events are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// One line per event: time, path, kind, what happened.
+    Readable,
+    /// One JSON event per line.
+    Json,
+}
+
+/// One readable line for `event`, its time counted from `origin` (Unix ms).
+pub(crate) fn line(event: &Event, origin: u64) -> String {
+    let millis = event.at.saturating_sub(origin);
+    format!(
+        "{:>4}.{:02}s  {:<36} {:<22} {}",
+        millis / 1000,
+        (millis % 1000) / 10,
+        event.path,
+        event.kind.name(),
+        event.kind.describe()
+    )
+}
+
+/// Prints `event` to stdout as `output` says.
+pub(crate) fn print(event: &Event, output: Output, origin: u64) {
+    let text = match output {
+        Output::Json => serde_json::to_string(event).unwrap_or_else(|e| {
+            serde_json::json!({"seq": event.seq, "error": e.to_string()}).to_string()
+        }),
+        Output::Readable => {
+            // Progress is evidence, not news: counted in the verdicts.
+            if matches!(event.kind, EventKind::Progress { .. }) {
+                return;
+            }
+            line(event, origin)
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+}
+
+/// Prints the run's events as they happen until it ends, pauses for a
+/// person, or is lost to another executor; returns its last state.
+pub(crate) async fn follow(
+    mut handle: RunHandle,
+    events: &mut EventStream,
+    output: Output,
+) -> RunState {
+    let run_id = handle.run_id().to_owned();
+    let mut origin = None;
+    let mut show = |event: &Event| {
+        if event.run_id == run_id {
+            let start = *origin.get_or_insert(event.at);
+            print(event, output, start);
+        }
+    };
+    let state = loop {
+        tokio::select! {
+            state = handle.wait_until(|s| s.status.is_paused()) => break state,
+            received = events.recv() => match received {
+                Some(Ok(event)) => show(&event),
+                Some(Err(lagged)) => eprintln!("leasehold: {lagged}; `leasehold runs events {run_id}` has them all"),
+                None => break handle.wait().await,
+            },
+        }
+    };
+    // The last events are published around the state change: take what
+    // arrives until the bus is quiet.
+    while let Ok(Some(Ok(event))) =
+        tokio::time::timeout(Duration::from_millis(200), events.recv()).await
+    {
+        show(&event);
+    }
+    report(&run_id, &state, output);
+    state
+}
+
+/// Says how the run ended, or how to resume it, on stderr (and the answer
+/// on stdout in the readable log).
+fn report(run_id: &str, state: &RunState, output: Output) {
+    if let Some(lost) = &state.lost {
+        eprintln!("run {run_id} was lost to another executor: {lost}");
+        return;
+    }
+    let status = serde_json::to_value(state.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    if state.status.is_paused() {
+        let why = state
+            .paused
+            .as_ref()
+            .map(|p| format!("{} (while {})", p.reason, p.subject))
+            .unwrap_or_default();
+        eprintln!("run {run_id} is paused ({status}): {why}");
+        if state.status == leasehold_actors::ports::RunStatus::ReconciliationRequired {
+            eprintln!(
+                "decide about the call over the API: POST /runs/{run_id}/reconcile (see docs/http-api.md)"
+            );
+        } else {
+            eprintln!("resume it with: leasehold runs resume {run_id} --guidance \"what to do\"");
+        }
+        return;
+    }
+    if output == Output::Readable
+        && let Some(answer) = &state.answer
+    {
+        println!("\nanswer: {answer}");
+    }
+    let reason = state
+        .reason
+        .as_deref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    eprintln!("run {run_id} {status}{reason}");
+}

@@ -1,0 +1,213 @@
+//! `leasehold runs … --server URL`: the same commands over the HTTP API.
+
+use std::process::ExitCode;
+
+use futures_util::StreamExt;
+use leasehold_actors::event::Event;
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+
+use super::CliError;
+use super::log::{self, Output};
+use super::runs::{RunsCommand, print_json, print_list, print_trace};
+use crate::server::{RunView, TraceView};
+
+/// A client of a leasehold server.
+pub(super) struct Remote {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Remote {
+    pub(super) fn new(url: &str, token: Option<String>) -> Result<Self, CliError> {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(CliError::other(format!(
+                "--server {url}: expected an http:// or https:// URL, e.g. http://127.0.0.1:7878"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| CliError::other(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            base: url.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        })
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, CliError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| CliError::other(format!("{}: {e}", self.base)))?;
+        let status = response.status();
+        let body = response
+            .text()
+            .await
+            .map_err(|e| CliError::other(format!("{}: {e}", self.base)))?;
+        if !status.is_success() {
+            return Err(CliError::other(refusal(status, &body)));
+        }
+        serde_json::from_str(&body).map_err(|e| {
+            CliError::other(format!(
+                "{}: an answer that is not the JSON expected: {e}",
+                self.base
+            ))
+        })
+    }
+
+    pub(super) async fn run(&self, command: RunsCommand) -> Result<ExitCode, CliError> {
+        match command {
+            RunsCommand::List(_) => {
+                #[derive(serde::Deserialize)]
+                struct Runs {
+                    runs: Vec<RunView>,
+                }
+                let runs: Runs = self.send(self.request(Method::GET, "/runs")).await?;
+                print_list(&runs.runs);
+            }
+            RunsCommand::Show(args) => {
+                let view: RunView = self
+                    .send(self.request(Method::GET, &format!("/runs/{}", args.id)))
+                    .await?;
+                print_json(&view);
+            }
+            RunsCommand::Trace(args) => {
+                let trace: TraceView = self
+                    .send(self.request(Method::GET, &format!("/runs/{}/trace", args.id)))
+                    .await?;
+                print_trace(&trace);
+            }
+            RunsCommand::Events(args) => {
+                let output = if args.json {
+                    Output::Json
+                } else {
+                    Output::Readable
+                };
+                return self.follow(&args.id, args.after, output).await;
+            }
+            RunsCommand::Resume(args) => {
+                let body = serde_json::json!({ "guidance": args.guidance });
+                let answer: serde_json::Value = self
+                    .send(
+                        self.request(Method::POST, &format!("/runs/{}/resume", args.id))
+                            .json(&body),
+                    )
+                    .await?;
+                print_json(&answer);
+            }
+            RunsCommand::Cancel(args) => {
+                let body = serde_json::json!({ "reason": args.reason });
+                let answer: serde_json::Value = self
+                    .send(
+                        self.request(Method::POST, &format!("/runs/{}/cancel", args.id))
+                            .json(&body),
+                    )
+                    .await?;
+                print_json(&answer);
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// Prints the run's event stream until the server says it ended.
+    async fn follow(&self, run_id: &str, after: u64, output: Output) -> Result<ExitCode, CliError> {
+        let response = self
+            .request(Method::GET, &format!("/runs/{run_id}/events?after={after}"))
+            .send()
+            .await
+            .map_err(|e| CliError::other(format!("{}: {e}", self.base)))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(CliError::other(refusal(status, &body)));
+        }
+        let mut body = response.bytes_stream();
+        let mut pending = String::new();
+        let mut frame = Frame::default();
+        let mut origin = None;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| CliError::other(format!("the stream broke: {e}")))?;
+            pending.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = pending.find('\n') {
+                let line: String = pending.drain(..=end).collect();
+                let line = line.trim_end_matches(['\r', '\n']);
+                if !line.is_empty() {
+                    frame.feed(line);
+                    continue;
+                }
+                let done = std::mem::take(&mut frame);
+                if done.event.as_deref() == Some("end") {
+                    eprintln!("run {run_id} ended: {}", done.data);
+                    return Ok(ExitCode::SUCCESS);
+                }
+                if done.data.is_empty() {
+                    continue;
+                }
+                let event: Event = serde_json::from_str(&done.data).map_err(|e| {
+                    CliError::other(format!(
+                        "the server sent an event that is not the schema: {e}"
+                    ))
+                })?;
+                let start = *origin.get_or_insert(event.at);
+                log::print(&event, output, start);
+            }
+        }
+        Err(CliError::other(
+            "the server closed the stream before the run ended",
+        ))
+    }
+}
+
+/// One Server-Sent Event being read.
+#[derive(Debug, Default)]
+struct Frame {
+    event: Option<String>,
+    data: String,
+}
+
+impl Frame {
+    fn feed(&mut self, line: &str) {
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "event" => self.event = Some(value.to_owned()),
+            "data" => {
+                if !self.data.is_empty() {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The server's refusal, from its JSON error body when it sent one.
+fn refusal(status: StatusCode, body: &str) -> String {
+    let message = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| body.chars().take(300).collect());
+    format!("the server refused ({status}): {message}")
+}

@@ -1,0 +1,303 @@
+//! `leasehold runs …`: the runs of the data directory, or of a server with
+//! `--server URL`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use leasehold_actors::engine::Engine;
+use leasehold_actors::evidence::Evidence;
+use leasehold_actors::ports::{
+    BoxFuture, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, RunStatus,
+};
+
+use super::log::{self, Output};
+use super::{CliError, GlobalArgs, engine_builder, exit_code, open_store, remote};
+use crate::config::Config;
+use crate::server::{RunView, TraceView};
+
+/// What to do with the runs.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Every run, newest first.
+    List(Target),
+    /// One run: its status, flow, pause and tool calls, as JSON.
+    Show(RunArg),
+    /// A run's verdict trace: every decision and who made it.
+    Trace(RunArg),
+    /// A run's events, from its log.
+    Events(EventsArgs),
+    /// Resume a paused run with guidance, or claim and resume an orphan,
+    /// and follow it until it ends or pauses again.
+    Resume(ResumeArgs),
+    /// Cancel a run.
+    Cancel(CancelArgs),
+}
+
+/// Where the runs are.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// A leasehold server (`http://127.0.0.1:7878`) instead of the data
+    /// directory; LEASEHOLD_API_TOKEN is sent as its bearer token.
+    #[arg(long, value_name = "URL")]
+    pub(super) server: Option<String>,
+}
+
+/// One run.
+#[derive(Debug, Args)]
+pub struct RunArg {
+    /// The run's id.
+    pub(super) id: String,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+/// `runs events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// Only the events after this seq.
+    #[arg(long, default_value_t = 0)]
+    pub(super) after: u64,
+    /// One JSON event per line, instead of the readable log.
+    #[arg(long)]
+    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+/// `runs resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// What the person says; the next model call of each loop that
+    /// escalated sees it.
+    #[arg(long)]
+    pub(super) guidance: Option<String>,
+    /// One JSON event per line while following it.
+    #[arg(long)]
+    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+/// `runs cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// Why.
+    #[arg(long)]
+    pub(super) reason: Option<String>,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+impl RunsCommand {
+    fn server(&self) -> Option<&str> {
+        let target = match self {
+            Self::List(t) => t,
+            Self::Show(a) | Self::Trace(a) => &a.target,
+            Self::Events(a) => &a.target,
+            Self::Resume(a) => &a.target,
+            Self::Cancel(a) => &a.target,
+        };
+        target.server.as_deref()
+    }
+}
+
+/// Runs the command against the server, or the data directory.
+pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<ExitCode, CliError> {
+    let config = global.load(&[])?;
+    if let Some(url) = command.server() {
+        let client = remote::Remote::new(url, config.api_token.value.clone())?;
+        return client.run(command).await;
+    }
+    match command {
+        RunsCommand::List(_) => {
+            let store = open_store(&config)?;
+            let mut records = store.list_runs().await?;
+            records.reverse();
+            let views: Vec<RunView> = records.into_iter().map(|r| RunView::new(r, None)).collect();
+            print_list(&views);
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Show(RunArg { id, .. }) => {
+            let store = open_store(&config)?;
+            let record = store.load_run(&id).await?.ok_or_else(|| {
+                CliError::other(format!(
+                    "no run {id} in {}",
+                    config.data_dir.value.display()
+                ))
+            })?;
+            let flow = record.flow.clone();
+            let mut view = RunView::new(record, None);
+            view.flow = Some(flow);
+            view.tool_calls = Some(store.load_tool_calls(&id).await?);
+            print_json(&view);
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Trace(RunArg { id, .. }) => {
+            let store = open_store(&config)?;
+            if store.load_run(&id).await?.is_none() {
+                return Err(CliError::other(format!("no run {id}")));
+            }
+            let trace = TraceView::new(id.clone(), store.load_events(&id, 0).await?);
+            print_trace(&trace);
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Events(args) => {
+            let store = open_store(&config)?;
+            if store.load_run(&args.id).await?.is_none() {
+                return Err(CliError::other(format!("no run {}", args.id)));
+            }
+            let events = store.load_events(&args.id, args.after).await?;
+            let output = if args.json {
+                Output::Json
+            } else {
+                Output::Readable
+            };
+            let origin = events.first().map_or(0, |e| e.at);
+            for event in &events {
+                log::print(event, output, origin);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Resume(args) => resume(&config, args).await,
+        RunsCommand::Cancel(args) => {
+            let engine = admin_engine(&config).await?;
+            let reason = args
+                .reason
+                .unwrap_or_else(|| "cancelled from the command line".to_owned());
+            engine.cancel_stored(&args.id, &reason).await?;
+            eprintln!("run {} cancelled", args.id);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Claims the run, answers its pause if it has one, and follows it.
+async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError> {
+    let store = open_store(config)?;
+    let record = store
+        .load_run(&args.id)
+        .await?
+        .ok_or_else(|| CliError::other(format!("no run {}", args.id)))?;
+    if record.status == RunStatus::ReconciliationRequired {
+        return Err(CliError::other(format!(
+            "run {} waits for a decision on a tool call of unknown outcome: decide with POST \
+             /runs/{}/reconcile on `leasehold serve` (see docs/http-api.md)",
+            args.id, args.id
+        )));
+    }
+    let engine = engine_builder(config, store)?.build().await?;
+    let mut events = engine.events().subscribe();
+    let mut handle = engine.resume(&args.id).await?;
+    if record.status.is_paused() {
+        handle.wait_until(|s| s.status.is_paused()).await;
+        handle
+            .resume(args.guidance)
+            .await
+            .map_err(|e| CliError::other(e.to_string()))?;
+    }
+    let output = if args.json {
+        Output::Json
+    } else {
+        Output::Readable
+    };
+    let state = log::follow(handle, &mut events, output).await;
+    engine.store().flush().await?;
+    Ok(exit_code(&state))
+}
+
+/// An engine for administering runs: the configured model if there is one,
+/// otherwise one that refuses every call (cancelling needs no model).
+async fn admin_engine(config: &Config) -> Result<Engine, CliError> {
+    let store = open_store(config)?;
+    let builder = match config.model_settings() {
+        Ok(_) => engine_builder(config, store)?,
+        Err(_) => Engine::builder()
+            .config(config.engine_config())
+            .model(Arc::new(Unconfigured))
+            .store(store)
+            .owner_id(super::owner_id()),
+    };
+    Ok(builder.build().await?)
+}
+
+/// A model client for an engine that only administers runs.
+struct Unconfigured;
+
+impl ModelClient for Unconfigured {
+    fn complete(
+        &self,
+        _request: ModelRequest,
+        _evidence: Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+        Box::pin(async {
+            Err(ModelError::new(
+                ModelErrorKind::Other,
+                "no model is configured: set LEASEHOLD_MODEL_BASE_URL and LEASEHOLD_MODEL_NAME",
+                false,
+            ))
+        })
+    }
+}
+
+/// A table of runs.
+pub(super) fn print_list(views: &[RunView]) {
+    if views.is_empty() {
+        println!("no runs");
+        return;
+    }
+    println!(
+        "{:<28} {:<24} {:<20} {:<14} note",
+        "run", "status", "flow", "updated"
+    );
+    for view in views {
+        let status = serde_json::to_value(view.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let note = view
+            .pause
+            .as_ref()
+            .map(|p| p.reason.clone())
+            .or_else(|| view.reason.clone())
+            .or_else(|| view.answer.clone())
+            .unwrap_or_default();
+        let note: String = note.chars().take(60).collect();
+        println!(
+            "{:<28} {:<24} {:<20} {:<14} {note}",
+            view.run_id,
+            status,
+            view.flow_name,
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(view.updated_at_ms)
+            )
+            .to_string()
+            .get(11..19)
+            .unwrap_or_default(),
+        );
+    }
+}
+
+/// A run's trace, one decision per line, then the counts.
+pub(super) fn print_trace(trace: &TraceView) {
+    let origin = trace.entries.first().map_or(0, |e| e.at);
+    for event in &trace.entries {
+        println!("{}", log::line(event, origin));
+    }
+    println!();
+    print_json(&trace.summary);
+}
+
+/// Pretty JSON on stdout.
+pub(super) fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(error) => eprintln!("leasehold: cannot print: {error}"),
+    }
+}

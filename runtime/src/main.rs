@@ -1,0 +1,5 @@
+//! The `leasehold` command; see [`leasehold::cli`].
+
+fn main() -> std::process::ExitCode {
+    leasehold::cli::main()
+}

@@ -1,0 +1,105 @@
+//! The API's errors: a status and a JSON body `{"error": {"code", "message"}}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use leasehold_actors::agent::ControlError;
+use leasehold_actors::engine::EngineError;
+use leasehold_actors::ports::StoreError;
+
+/// A request the server refuses, or could not serve.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable snake_case code: `bad_request`, `not_found`, `conflict`, …
+    pub code: &'static str,
+    /// What was wrong, for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with `status`, `code` and `message`.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400: the request itself is wrong.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 404: no run of that id.
+    pub fn unknown_run(run_id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no run {run_id}"),
+        )
+    }
+
+    /// 409: the run is not in a state the request applies to.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    /// 500: the store failed.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "error": {"code": self.code, "message": self.message}
+        });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        Self::internal(error.to_string())
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(error: ControlError) -> Self {
+        match error {
+            ControlError::Gone { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                error.to_string(),
+            ),
+            _ => Self::conflict(error.to_string()),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::NotFound(run_id) => Self::unknown_run(&run_id),
+            EngineError::Flow(_) | EngineError::Config(_) | EngineError::UnknownToolServer(_) => {
+                Self::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_flow",
+                    error.to_string(),
+                )
+            }
+            EngineError::Held { .. } | EngineError::Finished { .. } => {
+                Self::conflict(error.to_string())
+            }
+            EngineError::ToolListing { .. } | EngineError::DuplicateTool { .. } => {
+                Self::new(StatusCode::BAD_GATEWAY, "tool_server", error.to_string())
+            }
+            _ => Self::internal(error.to_string()),
+        }
+    }
+}
