@@ -1,0 +1,637 @@
+//! The HTTP API over a real socket: runs never hang off a request, event
+//! streams resume with `Last-Event-ID`, every bad request is a 4xx with a
+//! JSON body, and the token guards the API.
+//!
+//! These tests run on the real clock (the API is served over loopback) and
+//! wait on conditions, never for time to pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use leasehold::engine::{Engine, EngineConfig};
+use leasehold::event::Event;
+use leasehold::memory::MemoryStore;
+use leasehold::ports::RunStatus;
+use leasehold::server::{self, App, ServerOptions};
+use leasehold::testing::{
+    ManualClock, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
+};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+struct Server {
+    base: String,
+    http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Server {
+    async fn start(engine: Engine, options: ServerOptions) -> Self {
+        let app = App::new(Arc::new(engine), options);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(server::serve(listener, app, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            base: format!("http://{addr}"),
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn start_run(&self, flow: &Value) -> String {
+        let (status, body) = self
+            .post("/runs", "application/json", flow.to_string())
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body["run_id"].as_str().expect("run id").to_owned()
+    }
+
+    /// Polls the run until `done` holds of its status.
+    async fn wait_status(&self, run_id: &str, done: impl Fn(&str) -> bool) -> Value {
+        for _ in 0..600 {
+            let (_, view) = self.get(&format!("/runs/{run_id}")).await;
+            if view["status"].as_str().is_some_and(&done) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("run {run_id} never reached the status wanted");
+    }
+}
+
+/// Reads SSE frames (id, event name, data) from a response.
+struct Frames {
+    body: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>,
+    >,
+    pending: String,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Frame {
+    id: Option<String>,
+    event: Option<String>,
+    data: String,
+}
+
+impl Frames {
+    fn new(response: reqwest::Response) -> Self {
+        Self {
+            body: Box::pin(response.bytes_stream()),
+            pending: String::new(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<Frame> {
+        let mut frame = Frame::default();
+        loop {
+            while let Some(end) = self.pending.find('\n') {
+                let line: String = self.pending.drain(..=end).collect();
+                let line = line.trim_end_matches(['\r', '\n']);
+                if line.is_empty() {
+                    if frame.id.is_some() || frame.event.is_some() || !frame.data.is_empty() {
+                        return Some(frame);
+                    }
+                    continue;
+                }
+                if line.starts_with(':') {
+                    continue;
+                }
+                let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                let value = value.strip_prefix(' ').unwrap_or(value).to_owned();
+                match field {
+                    "id" => frame.id = Some(value),
+                    "event" => frame.event = Some(value),
+                    "data" => frame.data.push_str(&value),
+                    _ => {}
+                }
+            }
+            let chunk = self.body.next().await?.ok()?;
+            self.pending.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Every event until the `end` frame; and whether it came.
+    async fn all(&mut self) -> (Vec<Event>, bool) {
+        let mut events = Vec::new();
+        while let Some(frame) = self.next().await {
+            if frame.event.as_deref() == Some("end") {
+                return (events, true);
+            }
+            let event: Event = serde_json::from_str(&frame.data).expect("the event schema");
+            assert_eq!(
+                frame.id,
+                Some(event.seq.to_string()),
+                "the SSE id is the seq"
+            );
+            events.push(event);
+        }
+        (events, false)
+    }
+}
+
+fn searching_flow() -> Value {
+    json!({
+        "name": "searching", "task": "search five times", "max_steps": 8,
+        "tools": [{"name": "local", "url": "http://127.0.0.1:9/mcp"}]
+    })
+}
+
+/// A run of five 150 ms searches, then an answer.
+async fn searching_engine(store: MemoryStore) -> Engine {
+    let search = || Turn::tools([("search", json!({"q": "x"}))]);
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            search(),
+            search(),
+            search(),
+            search(),
+            search(),
+            Turn::answer("found it"),
+        ],
+    );
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [ToolAct::returns("a hit", Duration::from_millis(150))],
+    );
+    Engine::builder()
+        .config(EngineConfig::default())
+        .store(Arc::new(store))
+        .model(Arc::new(model))
+        .tool_server("local", Arc::new(tools))
+        .build()
+        .await
+        .expect("engine")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dropping_its_event_stream_mid_run_cancels_nothing_and_resumes_with_last_event_id()
+{
+    let server = Server::start(
+        searching_engine(MemoryStore::new()).await,
+        ServerOptions::default(),
+    )
+    .await;
+    let run_id = server.start_run(&searching_flow()).await;
+
+    // A reader that never reads, and one that reads three events and leaves.
+    let idle = server
+        .http
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .send()
+        .await
+        .expect("idle stream");
+    let response = server
+        .http
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("text/event-stream")
+    );
+    let mut frames = Frames::new(response);
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let frame = frames.next().await.expect("a frame");
+        seen.push(serde_json::from_str::<Event>(&frame.data).expect("event"));
+    }
+    let last_seen = seen[2].seq;
+    drop(frames);
+
+    let view = server.wait_status(&run_id, |s| s != "running").await;
+    assert_eq!(view["status"], "completed", "{view}");
+    assert_eq!(view["answer"], "found it");
+    drop(idle);
+
+    // The whole log, replayed from the start, ends with the completion.
+    let everything = server
+        .http
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .send()
+        .await
+        .expect("replay");
+    let (all, ended) = Frames::new(everything).all().await;
+    assert!(ended, "the stream of an ended run closes with `end`");
+    assert_eq!(all.first().map(|e| e.kind.name()), Some("run_started"));
+    assert_eq!(all.last().map(|e| e.kind.name()), Some("run_completed"));
+    assert_eq!(
+        all.iter()
+            .filter(|e| e.kind.name() == "tool_call_finished")
+            .count(),
+        5
+    );
+    assert_eq!(&all[..3], &seen[..], "the live stream and the log agree");
+
+    // Reconnecting with Last-Event-ID gives exactly what was missed.
+    let resumed = server
+        .http
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .header("Last-Event-ID", last_seen.to_string())
+        .send()
+        .await
+        .expect("resumed");
+    let (missed, ended) = Frames::new(resumed).all().await;
+    assert!(ended);
+    let expected: Vec<Event> = all.iter().filter(|e| e.seq > last_seen).cloned().collect();
+    assert_eq!(missed, expected);
+    assert!(!missed.is_empty());
+
+    // `?after=` does the same for clients that cannot set the header.
+    let after = server
+        .http
+        .get(format!(
+            "{}/runs/{run_id}/events?after={last_seen}",
+            server.base
+        ))
+        .send()
+        .await
+        .expect("after");
+    assert_eq!(Frames::new(after).all().await.0, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_runs_answers_before_the_run_ends_and_a_live_stream_follows_it_to_the_end() {
+    let server = Server::start(
+        searching_engine(MemoryStore::new()).await,
+        ServerOptions::default(),
+    )
+    .await;
+    let run_id = server.start_run(&searching_flow()).await;
+    let (_, view) = server.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(
+        view["status"], "running",
+        "POST /runs does not wait for the run: {view}"
+    );
+    assert_eq!(view["live"], true);
+    let stream = server
+        .http
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .send()
+        .await
+        .expect("stream");
+    let (events, ended) = Frames::new(stream).all().await;
+    assert!(ended);
+    assert_eq!(events.last().map(|e| e.kind.name()), Some("run_completed"));
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "in order, no repeats: {seqs:?}"
+    );
+    let (status, list) = server.get("/runs").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["runs"][0]["run_id"], run_id.as_str());
+    assert_eq!(list["runs"][0]["flow_name"], "searching");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_request_is_a_4xx_with_a_json_error_and_the_server_goes_on() {
+    let server = Server::start(
+        searching_engine(MemoryStore::new()).await,
+        ServerOptions::default(),
+    )
+    .await;
+    let error_of = |body: &Value| {
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+
+    let (status, body) = server.post("/runs", "application/json", "{not json").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_flow");
+    assert!(error_of(&body).contains("JSON"), "{body}");
+
+    let (status, body) = server
+        .post(
+            "/runs",
+            "application/json",
+            json!({"name": "x", "task": "t", "max_steps": 2, "bogus": 1}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        error_of(&body).contains("bogus"),
+        "names the unknown field: {body}"
+    );
+
+    let (status, body) = server
+        .post("/runs", "application/toml", "name = \"x\"\ntask = ")
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(error_of(&body).contains("TOML"), "{body}");
+
+    let (status, body) = server
+        .post("/runs", "application/json", vec![b' '; 2 << 20])
+        .await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["code"], "body_too_large");
+
+    let (status, body) = server.get("/runs/no-such-run").await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
+    let (status, _) = server.get("/runs/no-such-run/events").await;
+    assert_eq!(status, 404);
+    let (status, _) = server.get("/runs/no-such-run/trace").await;
+    assert_eq!(status, 404);
+    let (status, body) = server
+        .post("/runs/no-such-run/resume", "application/json", "{}")
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = server
+        .post("/runs/no-such-run/cancel", "application/json", "")
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = server.get("/nothing/here").await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "no_route");
+
+    // A TOML flow is taken; resuming it while it runs is a conflict.
+    let toml = "name = \"searching\"\ntask = \"search\"\nmax_steps = 8\n\n[[tools]]\nname = \"local\"\nurl = \"http://127.0.0.1:9/mcp\"\n";
+    let (status, body) = server.post("/runs", "application/toml", toml).await;
+    assert_eq!(status, 201, "{body}");
+    let run_id = body["run_id"].as_str().expect("id").to_owned();
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/resume"),
+            "application/json",
+            r#"{"guidance": "go"}"#,
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(error_of(&body).contains("not paused"), "{body}");
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/resume"),
+            "application/json",
+            r#"{"guidance": 3}"#,
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = server
+        .http
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .header("Last-Event-ID", "yesterday")
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), ()))
+        .expect("sent");
+    assert_eq!(status, 400, "{body:?}");
+
+    let (status, health) = server.get("/health").await;
+    assert_eq!(status, 200);
+    assert_eq!(health["status"], "ok");
+    let view = server.wait_status(&run_id, |s| s != "running").await;
+    assert_eq!(view["status"], "completed", "{view}");
+    let (status, body) = server
+        .post(&format!("/runs/{run_id}/cancel"), "application/json", "{}")
+        .await;
+    assert_eq!(status, 409, "a finished run cannot be cancelled: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_is_resumed_with_guidance_over_the_api_and_its_trace_says_who_decided() {
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("rollback", json!({"service": "checkout"}))]),
+            Turn::answer("left it alone"),
+        ],
+    );
+    let tools = ScriptedTools::new().tool("rollback", Some(false), [ToolAct::Hang]);
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_millis(100);
+    let engine = Engine::builder()
+        .config(config)
+        .model(Arc::new(model.clone()))
+        .evaluator(Arc::new(ScriptedEvaluator::always("ESCALATE")))
+        .tool_server("local", Arc::new(tools))
+        .build()
+        .await
+        .expect("engine");
+    let server = Server::start(engine, ServerOptions::default()).await;
+    let run_id = server.start_run(&searching_flow()).await;
+    let view = server.wait_status(&run_id, |s| s == "waiting_human").await;
+    assert_eq!(view["pause"]["subject"], "rollback", "{view}");
+
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/resume"),
+            "application/json",
+            r#"{"guidance": "do not roll back"}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let view = server
+        .wait_status(&run_id, |s| s != "running" && s != "waiting_human")
+        .await;
+    assert_eq!(view["status"], "completed", "{view}");
+    let saw_guidance = model.requests_of("run").iter().any(|r| {
+        r.messages
+            .iter()
+            .any(|m| m.content.contains("do not roll back"))
+    });
+    assert!(saw_guidance, "the next model call saw the guidance");
+
+    let (status, trace) = server.get(&format!("/runs/{run_id}/trace")).await;
+    assert_eq!(status, 200);
+    assert_eq!(trace["summary"]["pauses"], 1, "{trace}");
+    assert_eq!(
+        trace["summary"]["verdicts_by_decider"]["evaluator"], 1,
+        "{trace}"
+    );
+    assert_eq!(
+        trace["summary"]["verdicts_by_verdict"]["ESCALATE"], 1,
+        "{trace}"
+    );
+    let kinds: Vec<&str> = trace["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"paused") && kinds.contains(&"resumed"),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_live_run_and_a_run_whose_executor_died() {
+    // A live run, hanging in its model call.
+    let model = ScriptedModel::new().script("run", [Turn::hang()]);
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .build()
+        .await
+        .expect("engine");
+    let server = Server::start(engine, ServerOptions::default()).await;
+    let flow = json!({"name": "hanging", "task": "t", "max_steps": 2});
+    let run_id = server.start_run(&flow).await;
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/cancel"),
+            "application/json",
+            r#"{"reason": "enough"}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let view = server.wait_status(&run_id, |s| s != "running").await;
+    assert_eq!(view["status"], "cancelled", "{view}");
+
+    // A run owned by an executor whose lease expired: claimed and cancelled
+    // through the store, without starting its loops.
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let dead = Engine::builder()
+        .owner_id("dead")
+        .store(Arc::new(store.clone()))
+        .clock(Arc::new(clock.clone()))
+        .model(Arc::new(ScriptedModel::new().script("run", [Turn::hang()])))
+        .build()
+        .await
+        .expect("engine");
+    let orphan = dead
+        .start(serde_json::from_value(flow).expect("flow"))
+        .await
+        .expect("started");
+    let orphan_id = orphan.run_id().to_owned();
+    clock.advance(Duration::from_secs(600));
+    let successor = Engine::builder()
+        .owner_id("successor")
+        .store(Arc::new(store.clone()))
+        .clock(Arc::new(clock.clone()))
+        .model(Arc::new(ScriptedModel::new()))
+        .build()
+        .await
+        .expect("engine");
+    let server = Server::start(successor, ServerOptions::default()).await;
+    let (status, body) = server
+        .post(&format!("/runs/{orphan_id}/cancel"), "application/json", "")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, view) = server.get(&format!("/runs/{orphan_id}")).await;
+    assert_eq!(view["status"], "cancelled", "{view}");
+    assert_eq!(view["owner_id"], "successor");
+    let stream = server
+        .http
+        .get(format!("{}/runs/{orphan_id}/events", server.base))
+        .send()
+        .await
+        .expect("stream");
+    let (events, ended) = Frames::new(stream).all().await;
+    assert!(ended);
+    assert_eq!(events.last().map(|e| e.kind.name()), Some("run_cancelled"));
+    assert_eq!(store_status(&store, &orphan_id).await, RunStatus::Cancelled);
+}
+
+async fn store_status(store: &MemoryStore, run_id: &str) -> RunStatus {
+    use leasehold::ports::Store;
+    store
+        .load_run(run_id)
+        .await
+        .expect("load")
+        .expect("run")
+        .status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_api_needs_it_and_the_event_stream_takes_it_in_the_query() {
+    let options = ServerOptions {
+        token: Some("s3cret".into()),
+        ..ServerOptions::default()
+    };
+    let server = Server::start(searching_engine(MemoryStore::new()).await, options).await;
+    let (status, body) = server.get("/runs").await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "unauthorized");
+    let wrong = server
+        .http
+        .get(format!("{}/runs", server.base))
+        .bearer_auth("guess")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(wrong.status(), 401);
+    let response = server
+        .http
+        .post(format!("{}/runs", server.base))
+        .bearer_auth("s3cret")
+        .json(&searching_flow())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 201);
+    let run_id = response.json::<Value>().await.expect("json")["run_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let stream = server
+        .http
+        .get(format!("{}/runs/{run_id}/events?token=s3cret", server.base))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(stream.status(), 200);
+    let (events, ended) = Frames::new(stream).all().await;
+    assert!(ended && !events.is_empty());
+    // The page itself and the health check are open.
+    let page = server
+        .http
+        .get(format!("{}/", server.base))
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap_or_default().contains("<html"));
+    let (status, _) = server.get("/health").await;
+    assert_eq!(status, 200);
+}
