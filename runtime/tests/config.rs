@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold::config::{Config, LoadError, Source};
+use leasehold::config::{Config, Flag, LoadError, Source};
 use leasehold::engine::EngineConfig;
 use leasehold::lease::LeaseKind;
 use leasehold::model::ModelRole;
@@ -220,4 +220,138 @@ fn the_documented_timing_lines_are_those_of_the_defaults() {
         let line = timing.to_string();
         assert!(doc.contains(&line), "docs/configuration.md lacks: {line}");
     }
+}
+
+#[test]
+fn flags_override_the_environment_and_name_themselves_as_the_source() {
+    let env = env_of(&[
+        ("LEASEHOLD_LEASE_TOOL_CALL", "90s"),
+        ("LEASEHOLD_DATA_DIR", "/from/env"),
+    ]);
+    let flags = [
+        Flag::parse_set("lease.tool_call=3s").expect("flag"),
+        Flag {
+            key: "data_dir".into(),
+            value: "/from/flag".into(),
+            given_as: "--data-dir".into(),
+        },
+    ];
+    let config = Config::load_layers(None, env, &flags).expect("loads");
+    assert_eq!(config.lease_tool_call.value, Duration::from_secs(3));
+    assert_eq!(
+        config.lease_tool_call.source,
+        Source::Flag("--set lease.tool_call".into())
+    );
+    assert_eq!(config.data_dir.source, Source::Flag("--data-dir".into()));
+    assert_eq!(
+        config.data_dir.value,
+        std::path::PathBuf::from("/from/flag")
+    );
+
+    let error = Config::load_layers(
+        None,
+        no_env,
+        &[Flag::parse_set("lease.tool_cal=3s").expect("flag")],
+    )
+    .expect_err("unknown key");
+    assert!(error.to_string().contains("lease.tool_cal"), "{error}");
+    let error = Config::load_layers(
+        None,
+        no_env,
+        &[Flag::parse_set("lease.tool_call=soon").expect("flag")],
+    )
+    .expect_err("bad value");
+    assert!(
+        error.to_string().contains("--set lease.tool_call"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("duration"), "{error}");
+    assert!(Flag::parse_set("lease.tool_call").is_err(), "KEY=VALUE");
+}
+
+#[test]
+fn model_settings_come_from_the_configuration_and_name_what_is_missing() {
+    let error = Config::load(None, no_env)
+        .expect("loads")
+        .model_settings()
+        .expect_err("no endpoint");
+    assert!(
+        error.to_string().contains("LEASEHOLD_MODEL_BASE_URL"),
+        "{error}"
+    );
+    let config = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:8000/v1"),
+            ("LEASEHOLD_MODEL_NAME", "big"),
+            ("LEASEHOLD_MODEL_API_KEY", "sk-secret"),
+            ("LEASEHOLD_FAST_MODEL_NAME", "small"),
+            ("LEASEHOLD_MODEL_IDLE_TIMEOUT", "20s"),
+        ]),
+    )
+    .expect("loads");
+    let settings = config.model_settings().expect("settings");
+    assert_eq!(settings.default.model, "big");
+    let fast = settings.fast.expect("a fast endpoint");
+    assert_eq!(fast.model, "small");
+    assert_eq!(
+        fast.base_url, "http://127.0.0.1:8000/v1",
+        "inherits the URL"
+    );
+    assert_eq!(
+        fast.api_key.as_deref(),
+        Some("sk-secret"),
+        "inherits the key"
+    );
+    assert_eq!(settings.idle_timeout, Duration::from_secs(20));
+    let shown: Vec<String> = config.entries().into_iter().map(|(_, v, _)| v).collect();
+    assert!(
+        !shown.iter().any(|v| v.contains("sk-secret")),
+        "keys are never printed"
+    );
+    assert!(shown.iter().any(|v| v == "(set)"));
+}
+
+#[test]
+fn warnings_name_combinations_that_defeat_themselves() {
+    let defaults = Config::load(None, no_env).expect("loads");
+    let warnings = defaults.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("LEASEHOLD_RESTART_WINDOW"),
+        "{warnings:?}"
+    );
+
+    let config = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_LEASE_MODEL_STREAM", "1s"),
+            ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "2"),
+            ("LEASEHOLD_MODEL_IDLE_TIMEOUT", "1m"),
+            ("LEASEHOLD_RESTART_WINDOW", "12h"),
+            ("LEASEHOLD_SERVER_ADDR", "0.0.0.0:7878"),
+        ]),
+    )
+    .expect("loads");
+    let warnings = config.warnings().join("\n");
+    assert!(
+        warnings.contains("LEASEHOLD_MODEL_IDLE_TIMEOUT (1m)"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("never asked"),
+        "free = max = 2: {warnings}"
+    );
+    assert!(
+        warnings.contains("LEASEHOLD_EVALUATOR_TIMEOUT"),
+        "{warnings}"
+    );
+    assert!(warnings.contains("LEASEHOLD_API_TOKEN"), "{warnings}");
+    assert!(!warnings.contains("LEASEHOLD_RESTART_WINDOW"), "{warnings}");
+    let error = Config::load(None, env_of(&[("LEASEHOLD_SERVER_ADDR", "localhost")]))
+        .expect_err("not a socket address");
+    assert!(
+        error.to_string().contains("LEASEHOLD_SERVER_ADDR"),
+        "{error}"
+    );
 }
