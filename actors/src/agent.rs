@@ -28,6 +28,7 @@ use std::sync::Arc;
 use ractor::{ActorCell, ActorRef};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::budget::{BudgetDecision, BudgetMsg, checkpoint_due};
 use crate::event::{CallOutcome, EventKind};
@@ -337,8 +338,28 @@ impl AgentLoop {
         None
     }
 
-    /// Handles one loop message; returns how the loop ended, once it has.
+    /// Handles one loop message, inside a `step` span (under the run's
+    /// span); returns how the loop ended, once it has.
     pub(crate) async fn handle(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        message: LoopMsg,
+    ) -> Option<LoopEnd> {
+        let span = tracing::info_span!(
+            parent: &self.ctx.span,
+            "step",
+            path = %self.path,
+            step = self.state.steps
+        );
+        self.handle_in_step(myself, message).instrument(span).await
+    }
+
+    /// The span of a call at `path` (under the run's span).
+    fn call_span(&self, path: &str, attempt: u32) -> tracing::Span {
+        tracing::info_span!(parent: &self.ctx.span, "call", path = %path, attempt)
+    }
+
+    async fn handle_in_step(
         &mut self,
         myself: &ActorRef<LoopMsg>,
         message: LoopMsg,
@@ -549,11 +570,12 @@ impl AgentLoop {
             attempt,
         };
         let name = self.adopt(&path, step, None, attempt);
+        let span = self.call_span(&path, attempt);
         let me = myself.clone();
         let cell = myself.get_cell();
         tokio::spawn(async move {
             if let Err(error) =
-                crate::model_call::ModelCallActor::spawn_linked(name, args, cell).await
+                crate::model_call::ModelCallActor::spawn_linked(name, args, span, cell).await
             {
                 let _ = me.send_message(LoopMsg::ModelDone {
                     step,
@@ -769,11 +791,12 @@ impl AgentLoop {
                     attempt,
                 };
                 let name = self.adopt(&path, step, Some(index), attempt);
+                let span = self.call_span(&path, attempt);
                 let me = myself.clone();
                 let cell = myself.get_cell();
                 tokio::spawn(async move {
                     if let Err(error) =
-                        crate::tool_call::ToolCallActor::spawn_linked(name, args, cell).await
+                        crate::tool_call::ToolCallActor::spawn_linked(name, args, span, cell).await
                     {
                         let _ = me.send_message(LoopMsg::CallDone {
                             step,

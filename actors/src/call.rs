@@ -7,6 +7,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use tracing::Instrument;
 
 /// One call: what runs inside a [`CallActor`].
 pub trait Call: Send + 'static {
@@ -24,12 +25,14 @@ impl<C> std::fmt::Debug for CallActor<C> {
 }
 
 impl<C: Call> CallActor<C> {
+    /// Starts `call` under `supervisor`; the call runs inside `span`.
     pub(crate) async fn spawn_linked(
         name: String,
         call: C,
+        span: tracing::Span,
         supervisor: ActorCell,
     ) -> Result<ActorRef<()>, SpawnErr> {
-        Actor::spawn_linked(Some(name), Self(PhantomData), call, supervisor)
+        Actor::spawn_linked(Some(name), Self(PhantomData), (call, span), supervisor)
             .await
             .map(|(actor, _)| actor)
     }
@@ -37,8 +40,8 @@ impl<C: Call> CallActor<C> {
 
 impl<C: Call> Actor for CallActor<C> {
     type Msg = ();
-    type State = Option<C>;
-    type Arguments = C;
+    type State = Option<(C, tracing::Span)>;
+    type Arguments = (C, tracing::Span);
 
     async fn pre_start(
         &self,
@@ -53,8 +56,8 @@ impl<C: Call> Actor for CallActor<C> {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(call) = state.take() {
-            call.run().await;
+        if let Some((call, span)) = state.take() {
+            call.run().instrument(span).await;
         }
         myself.stop(None);
         Ok(())

@@ -71,6 +71,8 @@ pub(crate) struct RunContext {
     nudge_queues: std::sync::Mutex<HashMap<String, NudgeQueue>>,
     /// What a resumed run found in the store.
     saved: std::sync::OnceLock<Arc<crate::engine::Saved>>,
+    /// The run's tracing span: every step and call span is its child.
+    pub(crate) span: tracing::Span,
     /// Tool clients made for this run alone, shut down when it ends.
     pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
 }
@@ -100,7 +102,14 @@ pub(crate) struct RunParts {
 
 impl RunContext {
     pub(crate) fn new(parts: RunParts) -> Self {
+        let span = tracing::info_span!(
+            "run",
+            run_id = %parts.run_id,
+            flow = %parts.flow.name,
+            owner_id = %parts.owner_id
+        );
         Self {
+            span,
             run_id: parts.run_id,
             flow: parts.flow,
             model: parts.model,
