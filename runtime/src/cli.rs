@@ -177,10 +177,12 @@ pub fn main() -> ExitCode {
 
 /// `RUST_LOG` decides; without it, warnings (and the server's own info).
 fn init_tracing(serving: bool) {
+    // rmcp logs a warning for every call leasehold cancels on purpose (an
+    // intervention); the event log already says so.
     let default = if serving {
-        "warn,leasehold=info"
+        "warn,rmcp=error,leasehold=info"
     } else {
-        "warn"
+        "warn,rmcp=error"
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

@@ -32,6 +32,7 @@ pub use leasehold_actors::*;
 
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod executor;
 pub mod flow_file;
 pub mod model;
