@@ -279,13 +279,20 @@ impl AgentLoop {
         self.phase = Phase::Calls;
         let step = self.state.steps;
         for index in 0..self.state.calls.len() {
-            let call = &self.state.calls[index];
-            if call.result.is_some()
-                || matches!(
-                    call.request.name.as_str(),
-                    SPAWN_WORKER_TOOL | COMPLETE_MILESTONE_TOOL
-                )
-            {
+            let call = &mut self.state.calls[index];
+            if call.result.is_some() {
+                continue;
+            }
+            // Nothing of this loop runs in this process yet: whatever the
+            // snapshot says was in flight (a worker, a call) starts again,
+            // unless its record below says otherwise. A worker rebuilds
+            // itself from its own snapshot.
+            call.attempt = 0;
+            call.running = false;
+            if matches!(
+                call.request.name.as_str(),
+                SPAWN_WORKER_TOOL | COMPLETE_MILESTONE_TOOL
+            ) {
                 continue;
             }
             let key = self.idempotency_key(step, index);

@@ -582,3 +582,68 @@ async fn the_event_log_holds_every_event_of_a_run_in_order() {
         })
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_escalation_answered_on_another_executor_goes_on_to_completion() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let flow: Flow = serde_json::from_value(json!({
+        "name": "durable",
+        "task": "Do the thing.",
+        "max_steps": 5,
+        "tools": [{"name": "local", "url": "http://127.0.0.1:9/mcp"}],
+        "workers": {"ops": {"prompt": "You deploy.", "max_steps": 3}}
+    }))
+    .expect("valid flow");
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new()
+            .script("run", [Turn::spawn([("ops", "deploy it")])])
+            .script("worker:ops", [call("deploy")]),
+        ScriptedTools::new().tool("deploy", Some(false), [ToolAct::Hang]),
+        Some(ScriptedEvaluator::new([Scripted::verdict(
+            "ESCALATE",
+            "prod deploy is silent",
+            "",
+        )])),
+    )
+    .await;
+    let mut run_a = a.engine.start(flow).await.expect("starts");
+    assert_eq!(run_a.paused().await.status, RunStatus::WaitingHuman);
+    let run_id = run_a.run_id().to_owned();
+    freeze_past_ttl(&clock);
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new()
+            .script("worker:ops", [Turn::answer("did not deploy")])
+            .script("run", [Turn::answer("the worker stood down")]),
+        ScriptedTools::new(),
+        None,
+    )
+    .await;
+    let mut run_b = b.engine.resume(&run_id).await.expect("claimed");
+    assert_eq!(
+        run_b.paused().await.status,
+        RunStatus::WaitingHuman,
+        "still waiting for the person"
+    );
+    run_b
+        .resume(Some("skip the deploy".into()))
+        .await
+        .expect("resumed");
+    let state = tokio::time::timeout(secs(3600), run_b.wait())
+        .await
+        .expect("the run goes on after the answer");
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("the worker stood down"));
+    let worker_saw = b.model.requests_of("worker:ops").iter().any(|r| {
+        user_messages(r)
+            .iter()
+            .any(|m| m.contains("skip the deploy"))
+    });
+    assert!(worker_saw, "the escalated worker saw the answer");
+}

@@ -1,0 +1,396 @@
+//! The `leasehold` command, run as a real process against the embedded
+//! demo's real servers (a scripted OpenAI-compatible model server and an MCP
+//! tool server on loopback): `config`, `run` with its exit codes, `runs …`
+//! on the data directory and on a server, and `serve`.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold::demo::DemoStack;
+use leasehold::event::Event;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const GUIDANCE: &str = "Do not roll back: v413 is deploying.";
+
+fn leasehold(data_dir: &Path, stack: Option<&DemoStack>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_DATA_DIR", data_dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    if let Some(stack) = stack {
+        command
+            .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
+            .env("LEASEHOLD_MODEL_NAME", "leasehold-demo");
+    }
+    command
+}
+
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn output(command: &mut Command) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command runs");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let read_out = tokio::spawn(async move {
+        let mut text = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut text).await;
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let read_err = tokio::spawn(async move {
+        let mut text = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut text).await;
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let waited = tokio::time::timeout(Duration::from_secs(90), child.wait()).await;
+    if waited.is_err() {
+        let _ = child.kill().await;
+    }
+    let stdout = read_out.await.unwrap_or_default();
+    let stderr = read_err.await.unwrap_or_default();
+    let Ok(status) = waited else {
+        panic!("the command did not end within 90 s\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    };
+    Output {
+        code: status.expect("wait").code(),
+        stdout,
+        stderr,
+    }
+}
+
+fn events_of(stdout: &str) -> Vec<Event> {
+    stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not an event ({e}): {line}"))
+        })
+        .collect()
+}
+
+fn write_flow(dir: &Path, stack: &DemoStack) -> std::path::PathBuf {
+    let path = dir.join("incident.json");
+    let flow = serde_json::to_string_pretty(&stack.flow()).expect("flow");
+    std::fs::write(&path, flow).expect("write the flow");
+    path
+}
+
+#[tokio::test]
+async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warnings() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = output(
+        leasehold(dir.path(), None)
+            .env("LEASEHOLD_LEASE_TOOL_CALL", "90s")
+            .env("LEASEHOLD_MODEL_API_KEY", "sk-never-printed")
+            .args(["--set", "watchdog.max_renewals=5", "config"]),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("env LEASEHOLD_LEASE_TOOL_CALL"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("flag --set watchdog.max_renewals"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "tool_call: lease 1m30s · free renewals until 4m30s · first evaluation at 4m30s · renewal cap at 9m · 4 attempts"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("warning: LEASEHOLD_RESTART_WINDOW"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("sk-never-printed"), "{}", out.stdout);
+
+    let out = output(
+        leasehold(dir.path(), None)
+            .env("LEASEHOLD_LEASE_TOOL_CALL", "ninety seconds")
+            .arg("config"),
+    )
+    .await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("LEASEHOLD_LEASE_TOOL_CALL"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("ninety seconds"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let flow = write_flow(dir.path(), &stack);
+
+    let out = output(
+        leasehold(&data, Some(&stack))
+            .arg("run")
+            .arg(&flow)
+            .arg("--json"),
+    )
+    .await;
+    assert_eq!(out.code, Some(3), "paused: {}", out.stderr);
+    let events = events_of(&out.stdout);
+    assert_eq!(events.first().map(|e| e.kind.name()), Some("run_started"));
+    assert!(
+        events.iter().any(|e| e.kind.name() == "paused"),
+        "{}",
+        out.stdout
+    );
+    assert!(!events.iter().any(|e| e.kind.name() == "run_completed"));
+    let run_id = events[0].run_id.clone();
+    assert!(
+        out.stderr
+            .contains(&format!("leasehold runs resume {run_id} --guidance")),
+        "says how to resume: {}",
+        out.stderr
+    );
+
+    let out = output(leasehold(&data, None).args(["runs", "list"])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&run_id) && out.stdout.contains("waiting_human"),
+        "{}",
+        out.stdout
+    );
+
+    let out = output(leasehold(&data, Some(&stack)).args([
+        "runs",
+        "resume",
+        &run_id,
+        "--json",
+        "--guidance",
+        GUIDANCE,
+    ]))
+    .await;
+    assert_eq!(out.code, Some(0), "completed: {}", out.stderr);
+    let resumed = events_of(&out.stdout);
+    let kinds: Vec<&str> = resumed.iter().map(|e| e.kind.name()).collect();
+    assert!(kinds.contains(&"run_resumed"), "{kinds:?}");
+    assert!(kinds.contains(&"resumed"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"run_completed"), "{kinds:?}");
+    assert!(
+        resumed
+            .iter()
+            .all(|e| e.seq > events.last().map_or(0, |l| l.seq)),
+        "the resumed run numbers its events after the first executor's"
+    );
+
+    let out = output(leasehold(&data, None).args(["runs", "trace", &run_id])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("ESCALATE by evaluator"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("INTERVENE by evaluator"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("\"pauses\": 1"), "{}", out.stdout);
+
+    let out = output(leasehold(&data, None).args(["runs", "events", &run_id, "--json"])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let logged = events_of(&out.stdout);
+    assert_eq!(
+        logged.len(),
+        events.len() + resumed.len(),
+        "every event of both executors is in the log"
+    );
+
+    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(view["status"], "completed");
+    assert!(
+        view["answer"].as_str().unwrap_or_default().contains("v413"),
+        "{view}"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_exits_1_when_the_run_fails_and_refuses_to_start_without_a_model() {
+    let dir = tempfile::tempdir().expect("dir");
+    let flow = dir.path().join("hello.toml");
+    std::fs::write(
+        &flow,
+        "name = \"hello\"\ntask = \"say hello\"\nmax_steps = 2\n",
+    )
+    .expect("flow");
+
+    let out = output(leasehold(dir.path(), None).arg("run").arg(&flow)).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("LEASEHOLD_MODEL_BASE_URL"),
+        "{}",
+        out.stderr
+    );
+
+    // Nothing listens there: every attempt is refused, the restarts run
+    // out, the run fails.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1", closed.local_addr().expect("addr"));
+    drop(closed);
+    let out = output(
+        leasehold(dir.path(), None)
+            .env("LEASEHOLD_MODEL_BASE_URL", url)
+            .env("LEASEHOLD_MODEL_NAME", "m")
+            .args([
+                "--set",
+                "restart.backoff_initial=10ms",
+                "--set",
+                "restart.backoff_max=20ms",
+            ])
+            .arg("run")
+            .arg(&flow),
+    )
+    .await;
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("run_failed"), "{}", out.stdout);
+
+    let out = output(
+        leasehold(dir.path(), None)
+            .arg("run")
+            .arg(dir.path().join("missing.toml")),
+    )
+    .await;
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("missing.toml"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+
+    let refused =
+        output(leasehold(dir.path(), Some(&stack)).args(["serve", "--addr", "0.0.0.0:0"])).await;
+    assert_eq!(refused.code, Some(1));
+    assert!(
+        refused.stderr.contains("LEASEHOLD_API_TOKEN"),
+        "{}",
+        refused.stderr
+    );
+
+    let mut server = leasehold(dir.path(), Some(&stack))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("serve says where it listens")
+        .expect("read")
+        .expect("a line");
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a URL")
+        .trim_end_matches('/')
+        .to_owned();
+
+    let http = reqwest::Client::new();
+    let created: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(&stack.flow())
+        .send()
+        .await
+        .expect("POST /runs")
+        .json()
+        .await
+        .expect("JSON");
+    let run_id = created["run_id"].as_str().expect("run id").to_owned();
+    for _ in 0..600 {
+        let view: serde_json::Value = http
+            .get(format!("{base}/runs/{run_id}"))
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("JSON");
+        if view["status"] == "waiting_human" {
+            break;
+        }
+        assert_eq!(view["status"], "running", "{view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let out = output(leasehold(dir.path(), None).args(["runs", "list", "--server", &base])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&run_id) && out.stdout.contains("waiting_human"),
+        "{}",
+        out.stdout
+    );
+
+    let out = output(leasehold(dir.path(), None).args([
+        "runs",
+        "resume",
+        &run_id,
+        "--server",
+        &base,
+        "--guidance",
+        GUIDANCE,
+    ]))
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    let out = output(
+        leasehold(dir.path(), None).args(["runs", "events", &run_id, "--server", &base, "--json"]),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let events = events_of(&out.stdout);
+    assert_eq!(
+        events.last().map(|e| e.kind.name()),
+        Some("run_completed"),
+        "{}",
+        out.stdout
+    );
+    assert!(events.iter().any(|e| e.kind.name() == "resumed"));
+
+    let out =
+        output(leasehold(dir.path(), None).args(["runs", "show", "nope", "--server", &base])).await;
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("no run nope"), "{}", out.stderr);
+
+    // Ctrl-C stops the server cleanly.
+    let pid = server.id().expect("pid");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), server.wait())
+        .await
+        .expect("serve stops on SIGINT")
+        .expect("wait");
+    assert_eq!(exit.code(), Some(0));
+    stack.shutdown().await;
+}
