@@ -5,6 +5,7 @@
 #
 #   @modelcontextprotocol/server-everything@2026.8.31  (npm)   MCP server
 #   llmock==0.2.2                                      (PyPI)  OpenAI-compatible server with fault injection
+#   playwright-core@1.65.1                             (npm)   drives Chromium for the dashboard's browser test
 set -euo pipefail
 cache="${LEASEHOLD_PEER_CACHE:-$HOME/.cache/leasehold-peers}"
 mkdir -p "$cache/npm"
@@ -15,6 +16,13 @@ if [ ! -f "$everything" ]; then
    npm install --no-audit --no-fund --loglevel=error -E @modelcontextprotocol/server-everything@2026.8.31 >&2)
 fi
 
+playwright_version=1.65.1
+playwright="$cache/npm/node_modules"
+if ! grep -qs "\"version\": \"$playwright_version\"" "$playwright/playwright-core/package.json"; then
+  (cd "$cache/npm" && { [ -f package.json ] || npm init -y >/dev/null 2>&1; } && \
+   npm install --no-audit --no-fund --loglevel=error -E "playwright-core@$playwright_version" >&2)
+fi
+
 llmock="$cache/venv/bin/llmock"
 if [ ! -x "$llmock" ]; then
   python3 -m venv "$cache/venv" >&2
@@ -23,3 +31,4 @@ fi
 
 echo "export LEASEHOLD_PEER_SERVER_EVERYTHING='$everything'"
 echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
+echo "export LEASEHOLD_PEER_PLAYWRIGHT='$playwright'"

@@ -1092,7 +1092,11 @@ impl AgentLoop {
                 None
             }
             SupervisionAction::Pause { reason } => {
-                self.escalate(reason.clone(), subject, None);
+                let evidence = match &end {
+                    ChildEnd::Escalated { evidence, .. } => evidence.clone(),
+                    _ => None,
+                };
+                self.escalate(reason.clone(), subject, evidence);
                 match index {
                     // The model call is made again after the resume, with the
                     // person's guidance in its messages.

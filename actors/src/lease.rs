@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::EventKind;
-use crate::evidence::Evidence;
+use crate::evidence::{Evidence, EvidenceSummary};
 use crate::nudge::NudgeQueue;
 use crate::ports::EventSink;
 use crate::watchdog::{
@@ -52,7 +52,7 @@ pub use spec::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, LeaseSpec};
 #[derive(Debug)]
 pub(crate) enum LeaseEnd {
     Intervened(String),
-    Escalated(String),
+    Escalated(String, EvidenceSummary),
     RenewalCapReached(u32),
 }
 
@@ -60,7 +60,7 @@ impl From<LeaseEnd> for LeaseError {
     fn from(end: LeaseEnd) -> Self {
         match end {
             LeaseEnd::Intervened(reason) => Self::Intervened { reason },
-            LeaseEnd::Escalated(reason) => Self::Escalated { reason },
+            LeaseEnd::Escalated(reason, evidence) => Self::Escalated { reason, evidence },
             LeaseEnd::RenewalCapReached(max_renewals) => Self::RenewalCapReached { max_renewals },
         }
     }
@@ -435,6 +435,10 @@ impl LeaseState {
             }
             Verdict::Escalate => {
                 let meta = entry.meta.clone();
+                let evidence = entry.evidence.summary(
+                    tokio::time::Instant::now(),
+                    self.accrual.for_kind(meta.kind),
+                );
                 self.emit(
                     &meta,
                     EventKind::Escalated {
@@ -442,7 +446,7 @@ impl LeaseState {
                         reason: decision.reason.clone(),
                     },
                 );
-                self.end(id, LeaseEnd::Escalated(decision.reason));
+                self.end(id, LeaseEnd::Escalated(decision.reason, evidence));
             }
         }
     }

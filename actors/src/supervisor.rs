@@ -109,7 +109,7 @@ pub struct ChildInfo {
 }
 
 /// How a child ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ChildEnd {
     /// It finished its work.
     Completed,
@@ -122,6 +122,8 @@ pub enum ChildEnd {
     Escalated {
         /// The watchdog's reason.
         reason: String,
+        /// The evidence when it escalated, if a lease escalated it.
+        evidence: Option<crate::evidence::EvidenceSummary>,
     },
     /// It returned an error.
     Failed {
@@ -400,7 +402,7 @@ impl SupervisionStrategy for RestartOnIntervene {
     fn decide(&mut self, child: &ChildInfo, end: &ChildEnd, now: Instant) -> SupervisionAction {
         match end {
             ChildEnd::Completed => SupervisionAction::Ignore,
-            ChildEnd::Escalated { reason } => SupervisionAction::Pause {
+            ChildEnd::Escalated { reason, .. } => SupervisionAction::Pause {
                 reason: reason.clone(),
             },
             ChildEnd::Intervened { .. }
@@ -435,7 +437,7 @@ impl SupervisionStrategy for FailFast {
         let subject = &child.subject;
         let reason = match end {
             ChildEnd::Completed => return SupervisionAction::Ignore,
-            ChildEnd::Escalated { reason } => {
+            ChildEnd::Escalated { reason, .. } => {
                 return SupervisionAction::Pause {
                     reason: reason.clone(),
                 };

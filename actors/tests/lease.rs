@@ -230,12 +230,14 @@ async fn escalate_aborts_operation_and_surfaces_reason() {
             pending::<()>().await
         })
         .expect("started");
-    assert_eq!(
-        handle.outcome().await,
-        Err(LeaseError::Escalated {
-            reason: "about to wire money".into()
-        })
-    );
+    match handle.outcome().await {
+        Err(LeaseError::Escalated { reason, evidence }) => {
+            assert_eq!(reason, "about to wire money");
+            assert_eq!(evidence.count, 0, "a silent operation: {evidence:?}");
+            assert_eq!(evidence.phi, None, "no evidence at all has no phi");
+        }
+        other => panic!("expected an escalation, got {other:?}"),
+    }
     settle().await;
     assert!(flag.dropped(), "the in-flight operation was not aborted");
     assert_eq!(rig.events.count("escalated"), 1);

@@ -193,6 +193,7 @@ async fn restarts_outside_the_window_are_forgotten() {
 async fn escalate_pauses() {
     let escalated = ChildEnd::Escalated {
         reason: "needs a person".to_owned(),
+        evidence: None,
     };
     let paused = SupervisionAction::Pause {
         reason: "needs a person".to_owned(),
@@ -301,7 +302,8 @@ async fn fail_fast_fails_on_any_failure() {
         strategy.decide(
             &tool(),
             &ChildEnd::Escalated {
-                reason: "ask".to_owned()
+                reason: "ask".to_owned(),
+                evidence: None,
             },
             now
         ),

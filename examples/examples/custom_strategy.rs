@@ -24,7 +24,7 @@ impl SupervisionStrategy for RetryOnceThenGiveUp {
     ) -> SupervisionAction {
         match end {
             ChildEnd::Completed => SupervisionAction::Ignore,
-            ChildEnd::Escalated { reason } => SupervisionAction::Pause {
+            ChildEnd::Escalated { reason, .. } => SupervisionAction::Pause {
                 reason: reason.clone(),
             },
             _ if child.attempt < 2 => SupervisionAction::Restart {

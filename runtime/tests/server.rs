@@ -502,6 +502,16 @@ async fn a_paused_run_is_resumed_with_guidance_over_the_api_and_its_trace_says_w
         kinds.contains(&"paused") && kinds.contains(&"resumed"),
         "{kinds:?}"
     );
+    let paused = trace["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["kind"] == "paused")
+        .expect("a paused event");
+    assert_eq!(
+        paused["evidence"]["count"], 0,
+        "the pause shows the evidence the lease escalated on: {paused}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ pub(crate) fn describe_end(end: &ChildEnd) -> String {
     match end {
         ChildEnd::Completed => "completed".to_owned(),
         ChildEnd::Intervened { reason } => format!("intervened: {reason}"),
-        ChildEnd::Escalated { reason } => format!("escalated: {reason}"),
+        ChildEnd::Escalated { reason, .. } => format!("escalated: {reason}"),
         ChildEnd::Failed { reason, .. } => format!("failed: {reason}"),
         ChildEnd::Panicked { message } => format!("panicked: {message}"),
         ChildEnd::Capped { max_renewals } => {
@@ -34,7 +34,10 @@ pub(crate) fn call_outcome(end: &ChildEnd) -> CallOutcome {
 pub(crate) fn lease_end(error: LeaseError) -> Option<ChildEnd> {
     match error {
         LeaseError::Intervened { reason } => Some(ChildEnd::Intervened { reason }),
-        LeaseError::Escalated { reason } => Some(ChildEnd::Escalated { reason }),
+        LeaseError::Escalated { reason, evidence } => Some(ChildEnd::Escalated {
+            reason,
+            evidence: Some(evidence),
+        }),
         LeaseError::RenewalCapReached { max_renewals } => Some(ChildEnd::Capped { max_renewals }),
         LeaseError::Panicked { message } => Some(ChildEnd::Panicked { message }),
         LeaseError::Cancelled => None,

@@ -13,7 +13,7 @@ use crate::evidence::Evidence;
 use crate::ports::EventSink;
 
 /// How a supervised operation ended, when it did not return its own result.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum LeaseError {
     /// The watchdog said `INTERVENE`: the operation was cancelled and goes to
     /// the restart strategy.
@@ -28,6 +28,8 @@ pub enum LeaseError {
     Escalated {
         /// The verdict's reason.
         reason: String,
+        /// The evidence when it escalated: what a person is shown.
+        evidence: crate::evidence::EvidenceSummary,
     },
     /// The lease was renewed `max_renewals` times and expired again.
     #[error(

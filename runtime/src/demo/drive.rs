@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use tokio::io::AsyncBufReadExt;
+use std::io::BufRead;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -359,12 +359,16 @@ async fn wait_line(line: &mut Option<oneshot::Receiver<Option<String>>>) -> Opti
 }
 
 /// Reads one line of standard input in the background: `None` at its end.
+///
+/// The read runs on a thread of its own, not on tokio's blocking pool: the
+/// runtime's shutdown waits for its blocking tasks, and a read of a
+/// terminal nobody types into would make Ctrl-C wait for Enter. A detached
+/// thread does not hold the process up.
 fn read_line() -> oneshot::Receiver<Option<String>> {
     let (sender, receiver) = oneshot::channel();
-    tokio::spawn(async move {
-        let mut reader = tokio::io::BufReader::new(tokio::io::stdin());
+    std::thread::spawn(move || {
         let mut line = String::new();
-        let read = reader.read_line(&mut line).await;
+        let read = std::io::stdin().lock().read_line(&mut line);
         let _ = sender.send(match read {
             Ok(0) | Err(_) => None,
             Ok(_) => Some(line),

@@ -211,6 +211,7 @@
       }
     }
     $('runs-empty').hidden = runs.length > 0;
+    $('runs-table').hidden = runs.length === 0;
   }
 
   // ---------------------------------------------------------------- one run
@@ -234,8 +235,9 @@
       startAt: 0,
       nodes: new Map(),
       eventCount: 0,
-      verdicts: 0,
-      traceRows: 0,
+      runStarted: null,
+      lastEscalation: null,
+      reconcileKey: null,
     };
   }
 
@@ -249,6 +251,7 @@
     clearTimeout(st.pollTimer);
     setError('run', null);
     setError('stream', null);
+    setError('control', null);
   }
 
   function showRun(id) {
@@ -264,6 +267,8 @@
     for (const node of ['tree', 'verdicts-body', 'supervision-body', 'event-log']) $(node).replaceChildren();
     $('verdicts-empty').hidden = false;
     $('supervision-empty').hidden = false;
+    $('verdicts').hidden = true;
+    $('supervision').hidden = true;
     setText($('event-count'), '0');
     setText($('pause-message'), '');
     $('pause-message').hidden = true;
@@ -643,6 +648,12 @@
     return `+${s.toFixed(2)} s`;
   }
 
+  /** A path as code that may wrap after each `/`. */
+  function pathCode(path) {
+    const parts = String(path).split('/');
+    return el('code', { class: 'path' }, parts.flatMap((part, i) => (i ? ['/', el('wbr'), part] : [part])));
+  }
+
   function timeCell(st, at) {
     return el('td', { class: 'time', title: at ? new Date(at).toISOString() : '' }, relTime(st, at));
   }
@@ -661,26 +672,28 @@
       'data-decided-by': event.decided_by,
     },
     timeCell(st, event.at),
-    el('td', null, el('code', null, event.path)),
+    el('td', null, pathCode(event.path)),
     el('td', null, event.subject),
     el('td', null, el('span', { class: `verdict verdict-${event.verdict}` }, event.verdict)),
     el('td', null, event.decided_by),
     el('td', { class: 'num' }, String(event.renewals)),
     el('td', { class: 'num' }, String(evidence.count ?? '')),
     el('td', { class: 'num' }, phiText(evidence.phi)),
-    el('td', { class: 'reason' }, reason));
+    el('td', { class: 'why' }, reason));
     $('verdicts-body').append(row);
     $('verdicts-empty').hidden = true;
+    $('verdicts').hidden = false;
   }
 
   function addTraceRow(st, event, what, detail) {
     const row = el('tr', { class: 'trace-row', 'data-kind': event.kind, 'data-path': event.path },
       timeCell(st, event.at),
-      el('td', null, el('code', null, event.path)),
+      el('td', null, pathCode(event.path)),
       el('td', null, el('span', { class: `what what-${event.kind}` }, what)),
-      el('td', { class: 'reason' }, detail));
+      el('td', { class: 'why' }, detail));
     $('supervision-body').append(row);
     $('supervision-empty').hidden = true;
+    $('supervision').hidden = false;
   }
 
   function budgetText(r) {
@@ -744,6 +757,14 @@
     cancelled: 'cancelled', panicked: 'panicked', capped: 'capped', unknown: 'unknown',
   };
 
+  /** The evidence of the ESCALATE verdict that led to the pause `e`, if any. */
+  function escalationEvidence(st, e) {
+    const last = st.lastEscalation;
+    if (!last) return null;
+    const within = last.path === e.path || last.path.startsWith(`${e.path}/`);
+    return within || last.subject === e.subject ? last.evidence : null;
+  }
+
   function applyEvent(st, e) {
     if (!st.startAt && e.kind === 'run_started') st.startAt = e.at;
     if (!st.startAt) st.startAt = e.at;
@@ -764,7 +785,10 @@
         node.phi = evidence.phi ?? null;
         node.lastVerdict = `${e.verdict} by ${e.decided_by}`;
         if (e.verdict === 'INTERVENE') node.state = 'intervened';
-        if (e.verdict === 'ESCALATE') node.state = 'escalated';
+        if (e.verdict === 'ESCALATE') {
+          node.state = 'escalated';
+          st.lastEscalation = { path: e.path, subject: e.subject, evidence: e.evidence || null };
+        }
         clearBanner(node);
         clearLeaseBanner(st, e.lease_id);
         addVerdictRow(st, e);
@@ -875,7 +899,7 @@
         addTraceRow(st, e, 'paused', `waiting for a person about ${e.subject}: ${e.reason}`);
         setStatus(st, 'waiting_human', 'stream');
         st.pauseEvent = PAUSED.has(st.status)
-          ? { reason: e.reason, subject: e.subject, path: e.path, evidence: e.evidence || null }
+          ? { reason: e.reason, subject: e.subject, path: e.path, evidence: e.evidence || escalationEvidence(st, e) }
           : null;
         break;
       case 'reconciliation_required': {

@@ -1,0 +1,280 @@
+//! The dashboard in a real browser: the real `leasehold demo --serve
+//! --interactive` serves its run, and `tests/browser/dashboard.mjs` drives
+//! the page in Chromium as a person would — opens the run, sees a wait
+//! banner appear and be cleared by evidence, answers the escalation in the
+//! pause panel and watches the run complete. The demo process then exits 0.
+//!
+//! Its peers: Node, `playwright-core` (installed by `scripts/peers.sh`, found
+//! through `LEASEHOLD_PEER_PLAYWRIGHT`) and Debian's Chromium
+//! (`LEASEHOLD_CHROMIUM`, default `/usr/bin/chromium`, installed by
+//! `.ci/run`). A missing peer fails the test with what to do; it never skips.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The `leasehold` command.
+const CLI: &str = env!("CARGO_BIN_EXE_leasehold");
+/// The `node_modules` folder that holds `playwright-core`.
+const PLAYWRIGHT_ENV: &str = "LEASEHOLD_PEER_PLAYWRIGHT";
+/// The Chromium executable.
+const CHROMIUM_ENV: &str = "LEASEHOLD_CHROMIUM";
+const DEFAULT_CHROMIUM: &str = "/usr/bin/chromium";
+
+/// How long the demo may take to print its address and run.
+const STARTUP: Duration = Duration::from_secs(60);
+/// How long the browser script may take (it stops itself after 65 s).
+const BROWSER: Duration = Duration::from_secs(120);
+/// How long the demo may take to exit once asked to.
+const EXIT: Duration = Duration::from_secs(15);
+
+/// A child process killed (by its own handle, so by PID) when dropped.
+struct Killed {
+    child: Child,
+    // Held open, as a terminal's would be: an interactive demo must never
+    // read end-of-file.
+    stdin: Option<ChildStdin>,
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("runtime/ is inside the repository")
+        .to_path_buf()
+}
+
+/// The peers, or a panic saying how to install the missing one.
+fn peers() -> (PathBuf, PathBuf) {
+    let node = Command::new("node").arg("--version").output();
+    assert!(
+        node.as_ref().is_ok_and(|o| o.status.success()),
+        "node is not installed or does not run ({node:?}): this test drives the dashboard \
+         with Node and playwright-core"
+    );
+    let playwright = std::env::var_os(PLAYWRIGHT_ENV).unwrap_or_else(|| {
+        panic!(
+            "{PLAYWRIGHT_ENV} is not set: this test drives the dashboard in Chromium with \
+             playwright-core. Run scripts/test.sh, which installs the peers, or eval \
+             \"$(scripts/peers.sh)\" before cargo test"
+        )
+    });
+    let playwright = PathBuf::from(playwright);
+    assert!(
+        playwright.join("playwright-core/package.json").is_file(),
+        "{PLAYWRIGHT_ENV} points at {}, which holds no playwright-core: run scripts/peers.sh \
+         to install the peers",
+        playwright.display()
+    );
+    let chromium =
+        PathBuf::from(std::env::var_os(CHROMIUM_ENV).unwrap_or_else(|| DEFAULT_CHROMIUM.into()));
+    assert!(
+        chromium.is_file(),
+        "Chromium was not found at {}: install Debian's chromium (apt-get install -y \
+         --no-install-recommends chromium, as .ci/run does) or set {CHROMIUM_ENV}",
+        chromium.display()
+    );
+    (playwright, chromium)
+}
+
+/// Waits for `child` until `limit`, leaving it running past that.
+fn wait_for_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited for") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits for `child` until `limit`; kills it past that.
+fn wait_for(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let status = wait_for_exit(child, limit);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    status
+}
+
+/// Runs `command` to its end or until `limit`, collecting its output.
+fn run_for(mut command: Command, limit: Duration) -> (Option<ExitStatus>, Output) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the browser script starts");
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let status = wait_for(&mut child, limit);
+    let output = Output {
+        status: status.unwrap_or_default(),
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    (status, output)
+}
+
+#[test]
+fn the_dashboard_shows_a_run_live_and_resumes_it_in_a_real_browser() {
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let token = format!("dashboard-{}-{nanos}", std::process::id());
+
+    let mut spawned = Command::new(CLI)
+        .arg("--data-dir")
+        .arg(data.path().join("store"))
+        .args(["demo", "--serve", "--interactive", "--addr", "127.0.0.1:0"])
+        .env_remove("LEASEHOLD_CONFIG")
+        .env("LEASEHOLD_API_TOKEN", &token)
+        .current_dir(data.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the leasehold command starts");
+    let stdin = spawned.stdin.take();
+    let stdout = spawned.stdout.take().expect("piped stdout");
+    let mut demo = Killed {
+        child: spawned,
+        stdin,
+    };
+    let (lines, received) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    // The two lines the demo prints when it serves: its address and its run.
+    let mut printed = Vec::new();
+    let (mut url, mut run_id) = (None::<String>, None::<String>);
+    let deadline = Instant::now() + STARTUP;
+    while url.is_none() || run_id.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = match received.recv_timeout(left) {
+            Ok(line) => line,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                "the demo did not print `dashboard: URL` and `run: ID` within {STARTUP:?}; it \
+                 printed:\n{}",
+                printed.join("\n")
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = wait_for(&mut demo.child, EXIT);
+                panic!(
+                    "the demo closed its output ({status:?}) before printing `dashboard: URL` \
+                     and `run: ID`; it printed:\n{}",
+                    printed.join("\n")
+                )
+            }
+        };
+        if let Some(rest) = line.trim().strip_prefix("dashboard:") {
+            url = Some(rest.trim().to_owned());
+        } else if let Some(rest) = line.trim().strip_prefix("run:") {
+            run_id = Some(rest.trim().to_owned());
+        }
+        printed.push(line);
+    }
+    let (url, run_id) = (url.expect("a URL"), run_id.expect("a run id"));
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let page = format!("{url}{separator}token={token}");
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/dashboard.mjs"))
+        .arg(&page)
+        .arg(&run_id)
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let (status, output) = run_for(browser, BROWSER);
+    printed.extend(received.try_iter());
+    let report = format!(
+        "--- browser script stdout:\n{}\n--- browser script stderr:\n{}\n--- demo stdout:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        printed.join("\n")
+    );
+    let status =
+        status.unwrap_or_else(|| panic!("the browser script ran past {BROWSER:?}\n{report}"));
+    assert!(
+        status.success(),
+        "the browser script failed ({status})\n{report}"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("dashboard test passed"),
+        "the browser script exited 0 without passing\n{report}"
+    );
+    println!("{}", String::from_utf8_lossy(&output.stdout));
+
+    // The demo keeps serving its dashboard until Ctrl-C: a short wait for it
+    // to end by itself, then SIGINT, sent to its own process id.
+    let mut exit = wait_for_exit(&mut demo.child, Duration::from_secs(3));
+    if exit.is_none() {
+        let pid = demo.child.id().to_string();
+        let sent = Command::new("sh")
+            .args(["-c", "kill -INT \"$1\"", "sh", &pid])
+            .status()
+            .expect("sh runs");
+        assert!(
+            sent.success(),
+            "SIGINT could not be sent to the demo ({pid})"
+        );
+        exit = wait_for_exit(&mut demo.child, EXIT);
+    }
+    if exit.is_none() {
+        // Diagnose: does it end once its standard input is closed?
+        drop(demo.stdin.take());
+        let late = wait_for(&mut demo.child, EXIT);
+        let _ = reader.join();
+        printed.extend(received.try_iter());
+        panic!(
+            "the demo did not exit within {EXIT:?} of SIGINT with its standard input open (as a \
+             terminal's is){}; it printed:\n{}",
+            match late {
+                Some(status) => format!(
+                    ", and exited ({status}) only once its standard input was closed: a read of \
+                     standard input holds up its shutdown"
+                ),
+                None => String::new(),
+            },
+            printed.join("\n")
+        );
+    }
+    let _ = reader.join();
+    printed.extend(received.try_iter());
+    let exit = exit.expect("the demo exited");
+    assert!(
+        exit.success(),
+        "the demo exited with {exit}; it printed:\n{}",
+        printed.join("\n")
+    );
+}
