@@ -358,38 +358,49 @@ impl Engine {
     /// with a higher fence. A run paused for a person stays paused.
     pub async fn resume(&self, run_id: &str) -> Result<RunHandle, EngineError> {
         let now = self.clock.now_unix_ms();
-        let record = match self
+        let record = self.claim(run_id, now).await?;
+        let flow: Flow = serde_json::from_value(record.flow.clone())
+            .map_err(|e| StoreError::new(format!("run {run_id}: its flow cannot be read: {e}")))?;
+        let plan = self.plan(&flow).await?;
+        self.continue_log(run_id, record.fence).await?;
+        let saved = Saved {
+            snapshots: self.store.load_snapshots(run_id).await?,
+            calls: self.store.load_tool_calls(run_id).await?,
+        };
+        self.launch(flow, plan, record, Some(saved)).await
+    }
+
+    /// Claims `run_id` for this executor at `now` (a compare-and-set that
+    /// raises its fence), or says why not.
+    async fn claim(&self, run_id: &str, now: u64) -> Result<RunRecord, EngineError> {
+        match self
             .store
             .claim_run(run_id, &self.owner_id, now, self.ttl_ms())
             .await?
         {
-            ClaimOutcome::Claimed(record) => record,
+            ClaimOutcome::Claimed(record) => Ok(record),
             ClaimOutcome::HeldBy {
                 owner_id,
                 expires_at_ms,
-            } => {
-                return Err(EngineError::Held {
-                    run_id: run_id.to_owned(),
-                    owner_id,
-                    expires_at_ms,
-                });
-            }
-            ClaimOutcome::Finished(status) => {
-                return Err(EngineError::Finished {
-                    run_id: run_id.to_owned(),
-                    status,
-                });
-            }
-            ClaimOutcome::NotFound => return Err(EngineError::NotFound(run_id.to_owned())),
-        };
-        let flow: Flow = serde_json::from_value(record.flow.clone())
-            .map_err(|e| StoreError::new(format!("run {run_id}: its flow cannot be read: {e}")))?;
-        let plan = self.plan(&flow).await?;
-        // The run's log goes on after anything the previous owner may have
-        // published, logged or not: each owner's events are numbered from
-        // (fence − 1) × 2³², so a reader that saw an event of the dead owner
-        // never mistakes a new event for it.
-        let floor = record.fence.saturating_sub(1).saturating_mul(1 << 32);
+            } => Err(EngineError::Held {
+                run_id: run_id.to_owned(),
+                owner_id,
+                expires_at_ms,
+            }),
+            ClaimOutcome::Finished(status) => Err(EngineError::Finished {
+                run_id: run_id.to_owned(),
+                status,
+            }),
+            ClaimOutcome::NotFound => Err(EngineError::NotFound(run_id.to_owned())),
+        }
+    }
+
+    /// Makes the run's log go on after anything a previous owner may have
+    /// published, logged or not: each owner's events are numbered from
+    /// (fence − 1) × 2³², so a reader that saw an event of a dead owner
+    /// never mistakes a new event for it.
+    async fn continue_log(&self, run_id: &str, fence: u64) -> Result<(), EngineError> {
+        let floor = fence.saturating_sub(1).saturating_mul(1 << 32);
         let last = self
             .store
             .load_events(run_id, 0)
@@ -397,11 +408,7 @@ impl Engine {
             .last()
             .map_or(0, |e| e.seq);
         self.bus.advance_past(floor.max(last));
-        let saved = Saved {
-            snapshots: self.store.load_snapshots(run_id).await?,
-            calls: self.store.load_tool_calls(run_id).await?,
-        };
-        self.launch(flow, plan, record, Some(saved)).await
+        Ok(())
     }
 
     /// Marks every running run whose executor lease expired as orphaned;
@@ -421,38 +428,8 @@ impl Engine {
     /// [`EngineError::Held`]; cancel it through that executor.
     pub async fn cancel_stored(&self, run_id: &str, reason: &str) -> Result<(), EngineError> {
         let now = self.clock.now_unix_ms();
-        let record = match self
-            .store
-            .claim_run(run_id, &self.owner_id, now, self.ttl_ms())
-            .await?
-        {
-            ClaimOutcome::Claimed(record) => record,
-            ClaimOutcome::HeldBy {
-                owner_id,
-                expires_at_ms,
-            } => {
-                return Err(EngineError::Held {
-                    run_id: run_id.to_owned(),
-                    owner_id,
-                    expires_at_ms,
-                });
-            }
-            ClaimOutcome::Finished(status) => {
-                return Err(EngineError::Finished {
-                    run_id: run_id.to_owned(),
-                    status,
-                });
-            }
-            ClaimOutcome::NotFound => return Err(EngineError::NotFound(run_id.to_owned())),
-        };
-        let floor = record.fence.saturating_sub(1).saturating_mul(1 << 32);
-        let last = self
-            .store
-            .load_events(run_id, 0)
-            .await?
-            .last()
-            .map_or(0, |e| e.seq);
-        self.bus.advance_past(floor.max(last));
+        let record = self.claim(run_id, now).await?;
+        self.continue_log(run_id, record.fence).await?;
         let event = self.bus.publish(
             run_id,
             crate::run::ROOT_PATH,

@@ -39,3 +39,4 @@ pub mod model;
 pub mod server;
 pub mod store;
 pub mod tools;
+pub mod trace;

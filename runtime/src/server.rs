@@ -36,6 +36,7 @@ mod assets;
 mod error;
 mod events;
 
+pub use crate::trace::TraceSummary;
 pub use api::{RunView, TraceView};
 pub use error::ApiError;
 

@@ -69,7 +69,7 @@ async fn the_demo_shows_every_scenario_and_completes_within_a_minute() {
         report.budget_extensions
     );
     // One pause, on the rollback, answered with the guidance.
-    assert_eq!(report.pauses, 1, "{log}");
+    assert_eq!(report.trace.pauses, 1, "{log}");
     let pause = &report.answers[0];
     assert_eq!(pause.subject, "rollback_deploy");
     assert_eq!(pause.answered_by, Responder::Auto);
@@ -79,21 +79,23 @@ async fn the_demo_shows_every_scenario_and_completes_within_a_minute() {
     for decider in ["ladder", "evidence", "evaluator"] {
         assert!(
             report
+                .trace
                 .verdicts_by_decider
                 .get(decider)
                 .is_some_and(|n| *n > 0),
             "no verdict by {decider}: {:?}",
-            report.verdicts_by_decider
+            report.trace.verdicts_by_decider
         );
     }
     for verdict in ["RENEW", "INTERVENE", "ESCALATE"] {
         assert!(
             report
+                .trace
                 .verdicts_by_verdict
                 .get(verdict)
                 .is_some_and(|n| *n > 0),
             "no {verdict}: {:?}",
-            report.verdicts_by_verdict
+            report.trace.verdicts_by_verdict
         );
     }
     // The guidance reached the run's answer, through the deploys worker.

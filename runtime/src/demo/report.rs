@@ -9,6 +9,7 @@ use crate::event::{Event, EventKind};
 use crate::lease::LeaseKind;
 use crate::ports::RunStatus;
 use crate::run::RunState;
+use crate::trace::TraceSummary;
 use crate::watchdog::{DecidedBy, Verdict};
 
 /// Who answered a pause.
@@ -98,15 +99,10 @@ pub struct DemoReport {
     pub state: RunState,
     /// Wall time from start to end, in milliseconds.
     pub elapsed_ms: u64,
-    /// Verdicts in all.
-    pub verdicts: usize,
-    /// Verdicts by who decided them (`ladder`, `evidence`, `evaluator`,
-    /// `breaker`, `cap`).
-    pub verdicts_by_decider: BTreeMap<String, usize>,
-    /// Verdicts by verdict (`RENEW`, `NUDGE`, `INTERVENE`, `ESCALATE`).
-    pub verdicts_by_verdict: BTreeMap<String, usize>,
-    /// Verdicts for which the evaluator was called.
-    pub evaluator_calls: usize,
+    /// Every decision, counted as `GET /runs/{id}/trace` counts them:
+    /// verdicts by who decided and by verdict, evaluator calls, extensions,
+    /// wrap-ups, restarts, interventions, escalations, pauses.
+    pub trace: TraceSummary,
     /// Model-stream leases renewed on the evidence of their chunks.
     pub stream_renewed_by_evidence: usize,
     /// Model-stream verdicts that needed the evaluator (none, when streams
@@ -114,20 +110,8 @@ pub struct DemoReport {
     pub stream_evaluator_calls: usize,
     /// Tool-call leases renewed on the evidence of MCP progress.
     pub tool_renewed_by_progress: usize,
-    /// Budget extensions granted.
-    pub extensions: usize,
-    /// Each extension.
+    /// Each budget extension.
     pub budget_extensions: Vec<Extension>,
-    /// Budget checkpoints that made a loop wrap up.
-    pub wrap_ups: usize,
-    /// Restarts.
-    pub restarts: usize,
-    /// Operations intervened.
-    pub intervened: usize,
-    /// Operations escalated.
-    pub escalated: usize,
-    /// Times the run paused.
-    pub pauses: usize,
     /// How each pause was answered.
     pub answers: Vec<PauseAnswer>,
     /// Tool calls started more than once.
@@ -150,10 +134,6 @@ impl DemoReport {
         elapsed_ms: u64,
         events_lost: u64,
     ) -> Self {
-        let count = |name: &str| events.iter().filter(|e| e.kind.name() == name).count();
-        let mut verdicts_by_decider = BTreeMap::new();
-        let mut verdicts_by_verdict = BTreeMap::new();
-        let (mut verdicts, mut evaluator_calls) = (0, 0);
         let (mut stream_by_evidence, mut stream_evaluator, mut tool_by_progress) = (0, 0, 0);
         let mut budget_extensions = Vec::new();
         let mut starts: BTreeMap<&str, Vec<(u32, &str, &str)>> = BTreeMap::new();
@@ -161,16 +141,6 @@ impl DemoReport {
         for event in events {
             match &event.kind {
                 EventKind::Verdict(record) => {
-                    verdicts += 1;
-                    *verdicts_by_decider
-                        .entry(record.decided_by.as_str().to_owned())
-                        .or_insert(0) += 1;
-                    *verdicts_by_verdict
-                        .entry(record.verdict.as_str().to_owned())
-                        .or_insert(0) += 1;
-                    if record.evaluator.is_some() {
-                        evaluator_calls += 1;
-                    }
                     let renewed_on_evidence = record.decided_by == DecidedBy::Evidence
                         && record.verdict == Verdict::Renew;
                     match record.lease_kind {
@@ -231,20 +201,11 @@ impl DemoReport {
             run_id,
             state,
             elapsed_ms,
-            verdicts,
-            verdicts_by_decider,
-            verdicts_by_verdict,
-            evaluator_calls,
+            trace: TraceSummary::of(events),
             stream_renewed_by_evidence: stream_by_evidence,
             stream_evaluator_calls: stream_evaluator,
             tool_renewed_by_progress: tool_by_progress,
-            extensions: budget_extensions.len(),
             budget_extensions,
-            wrap_ups: count("budget_exhausted"),
-            restarts: count("restarted"),
-            intervened: count("intervened"),
-            escalated: count("escalated"),
-            pauses: count("paused"),
             answers,
             retries,
             same_key_retry,
@@ -281,13 +242,13 @@ impl DemoReport {
             && self.stream_renewed_by_evidence >= 1
             && self.stream_evaluator_calls == 0
             && self.tool_renewed_by_progress >= 1
-            && self.intervened >= 1
-            && self.restarts >= 1
+            && self.trace.intervened >= 1
+            && self.trace.restarts >= 1
             && self.same_key_retry
             && server_agrees
-            && self.extensions >= 1
-            && self.escalated >= 1
-            && self.pauses == 1
+            && self.trace.extensions >= 1
+            && self.trace.escalated >= 1
+            && self.trace.pauses == 1
             && self.answers.len() == 1
     }
 
@@ -315,11 +276,11 @@ impl DemoReport {
         )?;
         writeln!(
             out,
-            "  verdicts      {} in all; by who decided: {}; by verdict: {}; {} evaluator call(s)",
-            self.verdicts,
-            tally(&self.verdicts_by_decider),
-            tally(&self.verdicts_by_verdict),
-            self.evaluator_calls
+            "  verdicts      {} in all; by who decided: {}; by verdict: {}; {} evaluator call(s) for verdicts and budgets",
+            self.trace.verdicts,
+            tally(&self.trace.verdicts_by_decider),
+            tally(&self.trace.verdicts_by_verdict),
+            self.trace.evaluator_calls
         )?;
         writeln!(
             out,
@@ -396,12 +357,12 @@ impl DemoReport {
         writeln!(
             out,
             "  counts        {} extension(s), {} wrap-up(s), {} restart(s), {} pause(s), {} intervened, {} escalated",
-            self.extensions,
-            self.wrap_ups,
-            self.restarts,
-            self.pauses,
-            self.intervened,
-            self.escalated
+            self.trace.extensions,
+            self.trace.wrap_ups,
+            self.trace.restarts,
+            self.trace.pauses,
+            self.trace.intervened,
+            self.trace.escalated
         )?;
         if self.events_lost > 0 {
             writeln!(

@@ -1,6 +1,5 @@
 //! The API's handlers: runs, their trace, and a person's controls.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -9,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use leasehold_actors::agent::ReconcileDecision;
-use leasehold_actors::event::{Event, EventKind};
+use leasehold_actors::event::Event;
 use leasehold_actors::flow::Flow;
 use leasehold_actors::ports::{PauseRecord, RunRecord, RunStatus, ToolCallRecord};
 use leasehold_actors::run::RunHandle;
@@ -19,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::App;
 use super::error::ApiError;
 use crate::flow_file;
+use crate::trace::{TraceSummary, is_decision};
 
 /// A run as the API shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -109,78 +109,13 @@ pub struct TraceView {
     pub summary: TraceSummary,
 }
 
-/// Counts of a run's decisions.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TraceSummary {
-    /// Verdicts, by who decided (`ladder`, `evidence`, `evaluator`, …).
-    pub verdicts_by_decider: BTreeMap<String, u32>,
-    /// Verdicts, by verdict (`RENEW`, `NUDGE`, …).
-    pub verdicts_by_verdict: BTreeMap<String, u32>,
-    /// Evaluator calls made for verdicts and budget checkpoints.
-    pub evaluator_calls: u32,
-    /// Budget extensions granted.
-    pub extensions: u32,
-    /// Budget checkpoints that wrapped up.
-    pub wrap_ups: u32,
-    /// Restarts.
-    pub restarts: u32,
-    /// Pauses for a person.
-    pub pauses: u32,
-}
-
-/// The serialized name of a unit enum value (`"evidence"`, `"RENEW"`).
-fn name(value: &impl Serialize) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 impl TraceView {
     /// The trace of `events`.
     pub fn new(run_id: String, events: Vec<Event>) -> Self {
-        let mut summary = TraceSummary::default();
-        let entries: Vec<Event> = events
+        let summary = TraceSummary::of(&events);
+        let entries = events
             .into_iter()
-            .filter(|event| match &event.kind {
-                EventKind::Verdict(record) => {
-                    *summary
-                        .verdicts_by_decider
-                        .entry(name(&record.decided_by))
-                        .or_default() += 1;
-                    *summary
-                        .verdicts_by_verdict
-                        .entry(name(&record.verdict))
-                        .or_default() += 1;
-                    summary.evaluator_calls += u32::from(record.evaluator.is_some());
-                    true
-                }
-                EventKind::BudgetExtended(record) => {
-                    summary.extensions += 1;
-                    summary.evaluator_calls += u32::from(record.evaluator.is_some());
-                    true
-                }
-                EventKind::BudgetExhausted(record) => {
-                    summary.wrap_ups += 1;
-                    summary.evaluator_calls += u32::from(record.evaluator.is_some());
-                    true
-                }
-                EventKind::Restarted { .. } => {
-                    summary.restarts += 1;
-                    true
-                }
-                EventKind::Paused { .. } | EventKind::ReconciliationRequired { .. } => {
-                    summary.pauses += 1;
-                    true
-                }
-                EventKind::Intervened { .. }
-                | EventKind::Escalated { .. }
-                | EventKind::RenewalCapReached { .. }
-                | EventKind::NudgeQueued { .. }
-                | EventKind::Resumed { .. }
-                | EventKind::RunResumed { .. } => true,
-                _ => false,
-            })
+            .filter(|event| is_decision(&event.kind))
             .collect();
         Self {
             run_id,
