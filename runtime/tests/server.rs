@@ -645,3 +645,74 @@ async fn with_a_token_the_api_needs_it_and_the_event_stream_takes_it_in_the_quer
     let (status, _) = server.get("/health").await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("charge", json!({"amount": 10}))]),
+            Turn::answer("charged once"),
+        ],
+    );
+    let tools = ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang]);
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_millis(100);
+    let engine = Engine::builder()
+        .config(config)
+        .model(Arc::new(model.clone()))
+        .evaluator(Arc::new(ScriptedEvaluator::always("INTERVENE")))
+        .tool_server("local", Arc::new(tools))
+        .build()
+        .await
+        .expect("engine");
+    let server = Server::start(engine, ServerOptions::default()).await;
+    let run_id = server.start_run(&searching_flow()).await;
+    let view = server
+        .wait_status(&run_id, |s| s == "reconciliation_required")
+        .await;
+    let key = view["pause"]["call"]["key"]
+        .as_str()
+        .expect("the call in question")
+        .to_owned();
+
+    let (status, body) = server
+        .post(&format!("/runs/{run_id}/resume"), "application/json", "{}")
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("reconcile"),
+        "says what to do instead: {body}"
+    );
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/reconcile"),
+            "application/json",
+            json!({"key": "not-this-one", "decision": "retry"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/reconcile"),
+            "application/json",
+            json!({"key": key, "decision": "mark_done", "result": "charged, by hand"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let view = server
+        .wait_status(&run_id, |s| {
+            s != "reconciliation_required" && s != "running"
+        })
+        .await;
+    assert_eq!(view["status"], "completed", "{view}");
+    let saw = model.requests_of("run").iter().any(|r| {
+        r.messages
+            .iter()
+            .any(|m| m.content.contains("charged, by hand"))
+    });
+    assert!(saw, "the model saw the result the person gave");
+}
