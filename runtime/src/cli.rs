@@ -8,7 +8,9 @@
 //!
 //! Exit codes: 0 when the run completed (or the command did what it was
 //! asked), 3 when the run is paused waiting for a person, 1 when it failed
-//! or was cancelled or the command could not be done, 2 for a usage error.
+//! or was cancelled or the command could not be done, 2 for a usage error,
+//! 130 when Ctrl-C interrupted `run` or `runs resume` (the run stays in the
+//! store, resumable with `leasehold runs resume`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +33,10 @@ mod serve;
 
 /// Exit code of a run that waits for a person.
 pub const EXIT_PAUSED: u8 = 3;
+
+/// Exit code when the person pressed Ctrl-C while following a run (which
+/// stays in the store, resumable).
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// leasehold: agent runs supervised by leases instead of deadlines.
 #[derive(Debug, Parser)]
@@ -312,9 +318,19 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     if !args.json {
         eprintln!("run {}", handle.run_id());
     }
-    let state = log::follow(handle, &mut events, output).await;
+    let followed = log::follow(handle, &mut events, output).await;
     engine.store().flush().await?;
-    Ok(exit_code(&state))
+    Ok(followed_code(&followed))
+}
+
+/// The exit code after following a run: 130 when interrupted, otherwise
+/// that of its last state.
+fn followed_code(followed: &log::Followed) -> ExitCode {
+    if followed.interrupted {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else {
+        exit_code(&followed.state)
+    }
 }
 
 /// The exit code for a run's last state: 0 completed, 3 paused, 1 otherwise.

@@ -394,3 +394,78 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
     assert_eq!(exit.code(), Some(0));
     stack.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_leaves_the_run_in_the_store_and_runs_resume_picks_it_up() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let flow = write_flow(dir.path(), &stack);
+
+    let mut run = leasehold(&data, Some(&stack))
+        .arg("run")
+        .arg(&flow)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let mut run_id = None;
+    // Interrupt it mid-run: once a worker's tool call has started.
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("events keep coming")
+        .expect("read")
+    {
+        let event: Event = serde_json::from_str(&line).expect("an event");
+        run_id.get_or_insert(event.run_id.clone());
+        if event.kind.name() == "tool_call_started" {
+            break;
+        }
+    }
+    let run_id = run_id.expect("the run started");
+    let pid = run.id().expect("pid");
+    let signalled = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(signalled.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), run.wait())
+        .await
+        .expect("run stops on Ctrl-C")
+        .expect("wait");
+    assert_eq!(exit.code(), Some(130));
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut run.stderr.take().expect("stderr"), &mut stderr)
+        .await
+        .expect("stderr");
+    assert!(
+        stderr.contains(&format!("leasehold runs resume {run_id}")),
+        "{stderr}"
+    );
+
+    // Picked up from its snapshots, it goes on to the escalation…
+    let out = output(leasehold(&data, Some(&stack)).args(["runs", "resume", &run_id])).await;
+    assert_eq!(out.code, Some(3), "paused: {}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("run_resumed"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("waiting for a person about `rollback_deploy`"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    // …and the person's answer completes it.
+    let out = output(leasehold(&data, Some(&stack)).args([
+        "runs",
+        "resume",
+        &run_id,
+        "--guidance",
+        GUIDANCE,
+    ]))
+    .await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("answer: "), "{}", out.stdout);
+    stack.shutdown().await;
+}

@@ -47,13 +47,21 @@ pub(crate) fn print(event: &Event, output: Output, origin: u64) {
     let _ = writeln!(stdout, "{text}");
 }
 
+/// How following a run ended.
+pub(crate) struct Followed {
+    /// The run's last state.
+    pub(crate) state: RunState,
+    /// Whether the person pressed Ctrl-C before the run ended or paused.
+    pub(crate) interrupted: bool,
+}
+
 /// Prints the run's events as they happen until it ends, pauses for a
-/// person, or is lost to another executor; returns its last state.
+/// person, is lost to another executor, or the person presses Ctrl-C.
 pub(crate) async fn follow(
     mut handle: RunHandle,
     events: &mut EventStream,
     output: Output,
-) -> RunState {
+) -> Followed {
     let run_id = handle.run_id().to_owned();
     let mut origin = None;
     let mut show = |event: &Event| {
@@ -62,9 +70,16 @@ pub(crate) async fn follow(
             print(event, output, start);
         }
     };
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
+    let mut interrupted = false;
     let state = loop {
         tokio::select! {
             state = handle.wait_until(|s| s.status.is_paused()) => break state,
+            _ = &mut interrupt => {
+                interrupted = true;
+                break handle.state();
+            }
             received = events.recv() => match received {
                 Some(Ok(event)) => show(&event),
                 Some(Err(lagged)) => eprintln!("leasehold: {lagged}; `leasehold runs events {run_id}` has them all"),
@@ -74,13 +89,22 @@ pub(crate) async fn follow(
     };
     // The last events are published around the state change: take what
     // arrives until the bus is quiet.
-    while let Ok(Some(Ok(event))) =
-        tokio::time::timeout(Duration::from_millis(200), events.recv()).await
+    // Not after Ctrl-C: the person wants out, now.
+    while !interrupted
+        && let Ok(Some(Ok(event))) =
+            tokio::time::timeout(Duration::from_millis(200), events.recv()).await
     {
         show(&event);
     }
-    report(&run_id, &state, output);
-    state
+    if interrupted {
+        eprintln!(
+            "interrupted: run {run_id} stays in the store as it is; `leasehold runs resume {run_id}` \
+             picks it up from its last snapshots"
+        );
+    } else {
+        report(&run_id, &state, output);
+    }
+    Followed { state, interrupted }
 }
 
 /// Says how the run ended, or how to resume it, on stderr (and the answer

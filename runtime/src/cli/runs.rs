@@ -12,7 +12,7 @@ use leasehold_actors::ports::{
 };
 
 use super::log::{self, Output};
-use super::{CliError, GlobalArgs, engine_builder, exit_code, open_store, remote};
+use super::{CliError, GlobalArgs, engine_builder, open_store, remote};
 use crate::config::Config;
 use crate::server::{RunView, TraceView};
 
@@ -207,9 +207,9 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
     } else {
         Output::Readable
     };
-    let state = log::follow(handle, &mut events, output).await;
+    let followed = log::follow(handle, &mut events, output).await;
     engine.store().flush().await?;
-    Ok(exit_code(&state))
+    Ok(super::followed_code(&followed))
 }
 
 /// An engine for administering runs: the configured model if there is one,
