@@ -41,7 +41,13 @@ pub(super) async fn run(_global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode
     };
     let mut out = std::io::stdout();
     let report = if args.serve {
-        serve(args.addr, answer, &mut out).await?
+        match serve(args.addr, answer, &mut out).await? {
+            Some(report) => report,
+            None => {
+                eprintln!("leasehold: the demo was interrupted before its run ended");
+                return Ok(ExitCode::from(super::EXIT_INTERRUPTED));
+            }
+        }
     } else {
         demo::run(answer, &mut out).await?
     };
@@ -58,12 +64,14 @@ pub(super) async fn run(_global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode
 }
 
 /// The demo with the dashboard: the same engine behind the HTTP server, the
-/// run adopted by it so the page can resume it.
+/// run adopted by it so the page can resume it. After the run the dashboard
+/// stays up until Ctrl-C; a Ctrl-C before the run ends stops everything
+/// (`None`).
 async fn serve(
     addr: SocketAddr,
     answer: Answer,
     out: &mut std::io::Stdout,
-) -> Result<demo::DemoReport, CliError> {
+) -> Result<Option<demo::DemoReport>, CliError> {
     crate::server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
     let stack = DemoStack::start().await?;
     let engine = stack.engine_builder()?.build().await?;
@@ -73,18 +81,27 @@ async fn serve(
     out.flush().map_err(DemoError::Io)?;
     let engine = Arc::clone(app.engine());
     let adopter = Arc::clone(&app);
-    let outcome = demo::drive_with(&engine, stack.flow(), answer, out, move |handle| {
+    let driven = demo::drive_with(&engine, stack.flow(), answer, out, move |handle| {
         adopter.adopt(handle.clone());
         println!("run: {}", handle.run_id());
         let _ = std::io::stdout().flush();
-    })
-    .await;
+    });
+    // The server listens for Ctrl-C too (every listener hears it).
+    let outcome = tokio::select! {
+        outcome = driven => Some(outcome),
+        _ = tokio::signal::ctrl_c() => None,
+    };
     let mut report = match outcome {
-        Ok(report) => report,
-        Err(error) => {
+        Some(Ok(report)) => report,
+        Some(Err(error)) => {
             serving.abort();
             stack.shutdown().await;
             return Err(error.into());
+        }
+        None => {
+            let _ = serving.await;
+            stack.shutdown().await;
+            return Ok(None);
         }
     };
     report.attach_server_record(&stack.idempotency_keys_seen());
@@ -97,5 +114,5 @@ async fn serve(
     out.flush().map_err(DemoError::Io)?;
     let _ = serving.await;
     stack.shutdown().await;
-    Ok(report)
+    Ok(Some(report))
 }
