@@ -78,3 +78,33 @@ pub(super) fn longest_backoffs(policy: &RestartPolicy) -> Duration {
     }
     total
 }
+
+impl super::Config {
+    /// The timing arithmetic of a `kind` operation under this configuration.
+    pub fn timing(&self, kind: LeaseKind) -> Timing {
+        let lease = self.lease(kind);
+        let restart = self.engine_config().restart;
+        let first_evaluation = lease.saturating_mul(self.free_renewals.value.saturating_add(1));
+        let renewal_cap = lease.saturating_mul(self.max_renewals.value.saturating_add(1));
+        let attempts = restart.max_restarts.saturating_add(1);
+        let backoffs = longest_backoffs(&restart);
+        let worst_case = renewal_cap
+            .saturating_mul(attempts)
+            .saturating_add(backoffs);
+        Timing {
+            kind,
+            lease,
+            free_renewals_until: first_evaluation,
+            first_evaluation,
+            renewal_cap,
+            attempts,
+            backoffs,
+            worst_case,
+        }
+    }
+
+    /// [`Config::timing`] of every lease kind, in [`LeaseKind::ALL`] order.
+    pub fn timings(&self) -> Vec<Timing> {
+        LeaseKind::ALL.into_iter().map(|k| self.timing(k)).collect()
+    }
+}

@@ -1,0 +1,118 @@
+//! The configuration handed to the parts it configures: the actors'
+//! [`EngineConfig`] and the model client's settings.
+
+use std::time::Duration;
+
+use leasehold_actors::budget::BudgetConfig;
+use leasehold_actors::engine::EngineConfig;
+use leasehold_actors::lease::{LeaseConfig, LeaseKind};
+use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::watchdog::WatchdogConfig;
+use leasehold_actors::{ConfigError, SupervisionConfig};
+
+use super::{Config, Setting, key_of, named};
+
+impl Config {
+    /// The lease length of `kind`.
+    pub fn lease(&self, kind: LeaseKind) -> Duration {
+        match kind {
+            LeaseKind::ModelStream => self.lease_model_stream.value,
+            LeaseKind::ModelBlocking => self.lease_model_blocking.value,
+            LeaseKind::ToolCall => self.lease_tool_call.value,
+            LeaseKind::WorkerStep => self.lease_worker_step.value,
+        }
+    }
+
+    /// The actors' configuration: these values over the actors' defaults
+    /// for everything leasehold does not expose (accrual parameters, the
+    /// budget's least confidence, the backoff multiplier and jitter). The
+    /// evaluator timeout serves both the watchdog and the budget checkpoints.
+    pub fn engine_config(&self) -> EngineConfig {
+        let defaults = EngineConfig::default();
+        EngineConfig {
+            supervision: SupervisionConfig {
+                lease: LeaseConfig {
+                    model_stream: self.lease_model_stream.value,
+                    model_blocking: self.lease_model_blocking.value,
+                    tool_call: self.lease_tool_call.value,
+                    worker_step: self.lease_worker_step.value,
+                    max_renewals: self.max_renewals.value,
+                },
+                watchdog: WatchdogConfig {
+                    free_renewals: self.free_renewals.value,
+                    evaluator_timeout: self.evaluator_timeout.value,
+                    ..defaults.supervision.watchdog
+                },
+            },
+            budget: BudgetConfig {
+                max_extensions: self.budget_max_extensions.value,
+                evaluator_timeout: self.evaluator_timeout.value,
+                ..defaults.budget
+            },
+            restart: RestartPolicy {
+                max_restarts: self.restart_max.value,
+                within: self.restart_window.value,
+                backoff_initial: self.restart_backoff_initial.value,
+                backoff_max: self.restart_backoff_max.value,
+                ..defaults.restart
+            },
+            run_lease_ttl: self.run_lease_ttl.value,
+        }
+    }
+
+    /// The model client's settings, from `model.*` and `fast_model.*`;
+    /// refused, naming the variable, when the default endpoint is not set.
+    pub fn model_settings(&self) -> Result<crate::model::ModelSettings, ConfigError> {
+        use crate::model::{ModelEndpoint, ModelSettings};
+        let required = |setting: &Setting<Option<String>>, file: &str, expected: &str| {
+            setting.value.clone().ok_or_else(|| {
+                ConfigError::new(named(key_of(file)), expected, "nothing (it is not set)")
+            })
+        };
+        let default = ModelEndpoint {
+            base_url: required(
+                &self.model_base_url,
+                "model.base_url",
+                "the base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1",
+            )?,
+            model: required(
+                &self.model_name,
+                "model.name",
+                "a model name, e.g. gpt-4o-mini",
+            )?,
+            api_key: self.model_api_key.value.clone(),
+        };
+        let any_fast = [
+            &self.fast_model_base_url,
+            &self.fast_model_name,
+            &self.fast_model_api_key,
+        ]
+        .iter()
+        .any(|s| s.value.is_some());
+        let mut settings = ModelSettings::new(default.clone());
+        if any_fast {
+            settings.fast = Some(ModelEndpoint {
+                base_url: self
+                    .fast_model_base_url
+                    .value
+                    .clone()
+                    .unwrap_or_else(|| default.base_url.clone()),
+                model: self
+                    .fast_model_name
+                    .value
+                    .clone()
+                    .unwrap_or_else(|| default.model.clone()),
+                api_key: self
+                    .fast_model_api_key
+                    .value
+                    .clone()
+                    .or_else(|| default.api_key.clone()),
+            });
+        }
+        settings.connect_timeout = self.model_connect_timeout.value;
+        settings.idle_timeout = self.model_idle_timeout.value;
+        settings.rate_limit_retries = self.model_rate_limit_retries.value;
+        settings.validate()?;
+        Ok(settings)
+    }
+}
