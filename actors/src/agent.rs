@@ -21,25 +21,27 @@ mod builtin;
 mod context;
 mod ends;
 mod messages;
+mod restore;
+mod supervise;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ractor::{ActorCell, ActorRef};
+use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::budget::{BudgetDecision, BudgetMsg, checkpoint_due};
 use crate::event::{CallOutcome, EventKind};
-use crate::evidence::{Evidence, EvidenceSummary};
+use crate::evidence::Evidence;
 use crate::lease::LeaseKind;
 use crate::nudge::NudgeQueue;
 use crate::ports::{
     BudgetEvaluationRequest, ChatMessage, ModelReply, ModelRequest, RunStatus, Snapshot,
     ToolCallRecord, ToolCallRequest, ToolCallState, ToolDefinition,
 };
-use crate::supervisor::{ChildEnd, ChildInfo, ChildKind, SupervisionAction, SupervisionStrategy};
+use crate::supervisor::{ChildEnd, SupervisionStrategy};
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
 pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconciliation};
@@ -237,112 +239,6 @@ impl AgentLoop {
     pub(crate) fn begin(&mut self, task: &str, myself: &ActorRef<LoopMsg>) {
         self.state.transcript.push(ChatMessage::user(task));
         let _ = myself.send_message(LoopMsg::Next);
-    }
-
-    /// Rebuilds the loop from its snapshot among `saved` and carries on; a
-    /// loop with no snapshot begins with `task`. Tool calls that were sent
-    /// but have no recorded result have an unknown outcome: a tool known to
-    /// be idempotent is called again with the same key, any other waits for
-    /// a person (`reconciliation_required`). Never a blind second call.
-    pub(crate) async fn restore(
-        &mut self,
-        myself: &ActorRef<LoopMsg>,
-        saved: &crate::engine::Saved,
-        task: &str,
-    ) -> Option<LoopEnd> {
-        let Some(snapshot) = saved.snapshots.iter().find(|s| s.path == self.path) else {
-            self.begin(task, myself);
-            return None;
-        };
-        match serde_json::from_value::<LoopState>(snapshot.state.clone()) {
-            Ok(state) => self.state = state,
-            Err(error) => {
-                self.phase = Phase::Done;
-                return Some(LoopEnd::Failed(format!(
-                    "the snapshot of `{}` cannot be read: {error}",
-                    self.path
-                )));
-            }
-        }
-        for nudge in std::mem::take(&mut self.state.nudges) {
-            self.nudges.push(nudge);
-        }
-        if let Some(answer) = self.state.answer.clone() {
-            self.phase = Phase::Done;
-            return Some(LoopEnd::Answer(answer));
-        }
-        if self.state.calls.is_empty() {
-            self.phase = Phase::Idle;
-            self.when_open(myself, LoopMsg::Next);
-            return None;
-        }
-        self.phase = Phase::Calls;
-        let step = self.state.steps;
-        for index in 0..self.state.calls.len() {
-            let call = &mut self.state.calls[index];
-            if call.result.is_some() {
-                continue;
-            }
-            // Nothing of this loop runs in this process yet: whatever the
-            // snapshot says was in flight (a worker, a call) starts again,
-            // unless its record below says otherwise. A worker rebuilds
-            // itself from its own snapshot.
-            call.attempt = 0;
-            call.running = false;
-            if matches!(
-                call.request.name.as_str(),
-                SPAWN_WORKER_TOOL | COMPLETE_MILESTONE_TOOL
-            ) {
-                continue;
-            }
-            let key = self.idempotency_key(step, index);
-            let Some(record) = saved.calls.iter().find(|r| r.key == key) else {
-                // Never sent: it starts like any other call.
-                continue;
-            };
-            if record.state == ToolCallState::Done {
-                if let Some(call) = self.state.calls.get_mut(index) {
-                    call.result = Some(record.result.clone().unwrap_or_default());
-                }
-                continue;
-            }
-            // Sent, with no recorded result: its outcome is unknown.
-            if let Some(call) = self.state.calls.get_mut(index) {
-                call.attempt = 1;
-            }
-            if let Some(unknown) = self.call_record(index, ToolCallState::Unknown, None)
-                && !self.ctx.record_call(unknown).await
-            {
-                return None;
-            }
-            self.ctx.emit(
-                &format!("{}/tool_call:{step}.{index}", self.path),
-                EventKind::ToolCallFinished {
-                    tool: record.tool.clone(),
-                    idempotency_key: key.clone(),
-                    attempt: 1,
-                    outcome: CallOutcome::Unknown,
-                },
-            );
-            let end = ChildEnd::Failed {
-                reason: "its executor stopped before its result was recorded".to_owned(),
-                retryable: true,
-            };
-            if self.tool_is_idempotent(Some(index)) {
-                self.when_open(
-                    myself,
-                    LoopMsg::Retry {
-                        step,
-                        index: Some(index),
-                        attempt: 2,
-                    },
-                );
-            } else {
-                self.require_reconciliation(myself, step, index, 1, &end);
-            }
-        }
-        self.when_open(myself, LoopMsg::StartCalls { step });
-        None
     }
 
     /// Handles one loop message, inside a `step` span (under the run's
@@ -1016,284 +912,6 @@ impl AgentLoop {
         None
     }
 
-    /// Applies the strategy to a child's abnormal end.
-    #[allow(clippy::too_many_arguments)]
-    fn child_failed(
-        &mut self,
-        myself: &ActorRef<LoopMsg>,
-        step: u32,
-        index: Option<usize>,
-        attempt: u32,
-        end: ChildEnd,
-        subject: &str,
-        retry_after: Option<std::time::Duration>,
-    ) -> Option<LoopEnd> {
-        let kind = match index.and_then(|i| self.state.calls.get(i)) {
-            None => ChildKind::ModelCall,
-            Some(call) if call.request.name == SPAWN_WORKER_TOOL => ChildKind::Worker,
-            Some(_) => ChildKind::ToolCall,
-        };
-        let child_path = match index {
-            None => format!("{}/model_call:{step}", self.path),
-            Some(i) => format!("{}/tool_call:{step}.{i}", self.path),
-        };
-        let info = ChildInfo {
-            path: child_path.clone(),
-            kind,
-            subject: subject.to_owned(),
-            attempt,
-        };
-        let action = self
-            .strategy
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .decide(&info, &end, tokio::time::Instant::now());
-        match action {
-            SupervisionAction::Restart { .. }
-                if kind == ChildKind::ToolCall && !self.tool_is_idempotent(index) =>
-            {
-                // The call was sent and its outcome is unknown: never a blind
-                // second call of a tool not known to be idempotent.
-                if let Some(i) = index {
-                    self.require_reconciliation(myself, step, i, attempt, &end);
-                }
-                None
-            }
-            SupervisionAction::Restart { after } => {
-                // A server that said when to come back is not called sooner.
-                let after = after.max(retry_after.unwrap_or_default());
-                self.ctx.emit(
-                    &child_path,
-                    EventKind::Restarted {
-                        attempt: attempt + 1,
-                        delay_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
-                        reason: describe_end(&end),
-                    },
-                );
-                let me = myself.clone();
-                let gate = self.ctx.gate.subscribe();
-                let cancel = self.cancel.clone();
-                let retry = LoopMsg::Retry {
-                    step,
-                    index,
-                    attempt: attempt + 1,
-                };
-                tokio::spawn(async move {
-                    tokio::select! {
-                        () = cancel.cancelled() => {}
-                        () = tokio::time::sleep(after) => {
-                            let mut gate = gate;
-                            if gate.wait_for(|g| *g != Gate::Paused).await.is_ok_and(|g| *g == Gate::Open) {
-                                let _ = me.send_message(retry);
-                            }
-                        }
-                    }
-                });
-                None
-            }
-            SupervisionAction::Pause { reason } => {
-                let evidence = match &end {
-                    ChildEnd::Escalated { evidence, .. } => evidence.clone(),
-                    _ => None,
-                };
-                self.escalate(reason.clone(), subject, evidence);
-                match index {
-                    // The model call is made again after the resume, with the
-                    // person's guidance in its messages.
-                    None => {
-                        self.when_open(
-                            myself,
-                            LoopMsg::Retry {
-                                step,
-                                index: None,
-                                attempt: attempt + 1,
-                            },
-                        );
-                    }
-                    Some(i) => {
-                        if let Some(call) = self.state.calls.get_mut(i) {
-                            call.result = Some(format!(
-                                "escalated to a person, who will answer in the next message: {reason}"
-                            ));
-                        }
-                    }
-                }
-                None
-            }
-            SupervisionAction::Fail { reason } => {
-                self.phase = Phase::Done;
-                Some(LoopEnd::Failed(reason))
-            }
-            SupervisionAction::Ignore => {
-                if let Some(i) = index
-                    && let Some(call) = self.state.calls.get_mut(i)
-                {
-                    call.result = Some(format!("error: {}", describe_end(&end)));
-                }
-                None
-            }
-        }
-    }
-
-    async fn retry(
-        &mut self,
-        myself: &ActorRef<LoopMsg>,
-        step: u32,
-        index: Option<usize>,
-        attempt: u32,
-    ) -> Option<LoopEnd> {
-        if step != self.state.steps {
-            return None;
-        }
-        if *self.ctx.gate.borrow() != Gate::Open {
-            self.when_open(
-                myself,
-                LoopMsg::Retry {
-                    step,
-                    index,
-                    attempt,
-                },
-            );
-            return None;
-        }
-        match index {
-            None if self.phase == Phase::Model
-                && !self.model_running
-                && attempt == self.model_attempt + 1 =>
-            {
-                self.take_nudges();
-                self.start_model_call(myself, attempt);
-            }
-            Some(i)
-                if self.phase == Phase::Calls
-                    && self.state.calls.get(i).is_some_and(|c| {
-                        c.result.is_none() && !c.running && c.attempt + 1 == attempt
-                    }) =>
-            {
-                self.start_call(myself, i, attempt).await;
-            }
-            _ => {}
-        }
-        None
-    }
-
-    fn tool_is_idempotent(&self, index: Option<usize>) -> bool {
-        index
-            .and_then(|i| self.state.calls.get(i))
-            .and_then(|call| self.ctx.tools.get(&call.request.name))
-            .is_some_and(|route| route.idempotent == Some(true))
-    }
-
-    /// Pauses the run in `reconciliation_required` on call `index`, whose
-    /// outcome is unknown, for a person to decide.
-    fn require_reconciliation(
-        &self,
-        myself: &ActorRef<LoopMsg>,
-        step: u32,
-        index: usize,
-        attempt: u32,
-        end: &ChildEnd,
-    ) {
-        let Some(record) = self.call_record(index, ToolCallState::Unknown, None) else {
-            return;
-        };
-        self.stop_clocks();
-        if let Some(root) = self.ctx.root.get() {
-            let reason = format!(
-                "`{}` was sent and ended without a result ({}); it is not known to be idempotent, \
-                 so it is not called again until a person decides",
-                record.tool,
-                describe_end(end)
-            );
-            let _ = root.send_message(LoopMsg::Reconcile(Box::new(Reconciliation {
-                reason,
-                record,
-                owner: myself.clone(),
-                step,
-                index,
-                attempt,
-            })));
-        }
-    }
-
-    /// Closes the gate and pauses every lease of the run at once.
-    fn stop_clocks(&self) {
-        self.ctx.gate.send_if_modified(|gate| {
-            let open = *gate == Gate::Open;
-            if open {
-                *gate = Gate::Paused;
-            }
-            open
-        });
-        let _ = self
-            .ctx
-            .leases
-            .actor()
-            .send_message(crate::lease::LeaseMsg::Pause);
-    }
-
-    /// A person's decision on a call of unknown outcome.
-    async fn reconciled(
-        &mut self,
-        myself: &ActorRef<LoopMsg>,
-        step: u32,
-        index: usize,
-        attempt: u32,
-        decision: ReconcileDecision,
-    ) -> Option<LoopEnd> {
-        if self.phase != Phase::Calls
-            || step != self.state.steps
-            || self
-                .state
-                .calls
-                .get(index)
-                .is_none_or(|c| c.attempt != attempt || c.running)
-        {
-            return None;
-        }
-        match decision {
-            ReconcileDecision::MarkDone { result } => {
-                if let Some(record) =
-                    self.call_record(index, ToolCallState::Done, Some(result.clone()))
-                    && !self.ctx.record_call(record).await
-                {
-                    return None;
-                }
-                if let Some(call) = self.state.calls.get_mut(index) {
-                    call.result = Some(result);
-                }
-                self.finish_step_if_done(myself).await
-            }
-            ReconcileDecision::Retry => {
-                self.when_open(
-                    myself,
-                    LoopMsg::Retry {
-                        step,
-                        index: Some(index),
-                        attempt: attempt + 1,
-                    },
-                );
-                None
-            }
-            // The root cancels the run itself.
-            ReconcileDecision::Cancel => None,
-        }
-    }
-
-    /// Pauses the run: closes the gate and stops the clocks at once, so this
-    /// loop starts nothing more, then asks the root to record the pause.
-    fn escalate(&self, reason: String, subject: &str, evidence: Option<EvidenceSummary>) {
-        self.stop_clocks();
-        if let Some(root) = self.ctx.root.get() {
-            let _ = root.send_message(LoopMsg::Escalate(Box::new(Escalation {
-                path: self.path.clone(),
-                reason,
-                subject: subject.to_owned(),
-                evidence,
-            })));
-        }
-    }
-
     /// Saves the loop's snapshot.
     /// Saves the loop's snapshot, fenced; `false` if it did not land.
     pub(crate) async fn save(&mut self, status: RunStatus) -> bool {
@@ -1314,43 +932,6 @@ impl AgentLoop {
             .save_snapshot(snapshot, self.ctx.fence())
             .await;
         self.ctx.landed("snapshot", result)
-    }
-
-    /// Maps ractor's report of a child actor's panic to the child's end.
-    /// What a loop does with ractor's supervision events: a child's panic
-    /// becomes that child's end; anything else (a child stopping normally)
-    /// needs nothing, where ractor's default would stop the loop.
-    pub(crate) fn supervise(
-        &mut self,
-        myself: &ActorRef<LoopMsg>,
-        event: ractor::SupervisionEvent,
-    ) {
-        if let ractor::SupervisionEvent::ActorFailed(cell, error) = event {
-            self.child_panicked(myself, &cell, error.to_string());
-        }
-    }
-
-    fn child_panicked(&mut self, myself: &ActorRef<LoopMsg>, cell: &ActorCell, message: String) {
-        let Some((step, index, attempt)) =
-            cell.get_name().and_then(|name| self.children.remove(&name))
-        else {
-            return;
-        };
-        let end = ChildEnd::Panicked { message };
-        let _ = match index {
-            None => myself.send_message(LoopMsg::ModelDone {
-                step,
-                attempt,
-                outcome: Err(end),
-                retry_after: None,
-            }),
-            Some(index) => myself.send_message(LoopMsg::CallDone {
-                step,
-                index,
-                attempt,
-                outcome: Err(end),
-            }),
-        };
     }
 
     /// Names a child actor and remembers which call it is, so its panic can

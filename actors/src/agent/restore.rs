@@ -1,0 +1,121 @@
+//! Rebuilding a loop from its snapshot, on resume: what was answered stays
+//! answered, what was in flight starts again, and a tool call sent with no
+//! recorded result is an unknown outcome — made again with the same key if
+//! the tool is idempotent, otherwise put to a person.
+
+use ractor::ActorRef;
+
+use super::{
+    AgentLoop, COMPLETE_MILESTONE_TOOL, LoopEnd, LoopMsg, LoopState, Phase, SPAWN_WORKER_TOOL,
+};
+use crate::event::{CallOutcome, EventKind};
+use crate::ports::ToolCallState;
+use crate::supervisor::ChildEnd;
+
+impl AgentLoop {
+    /// Rebuilds the loop from its snapshot among `saved` and carries on; a
+    /// loop with no snapshot begins with `task`. Tool calls that were sent
+    /// but have no recorded result have an unknown outcome: a tool known to
+    /// be idempotent is called again with the same key, any other waits for
+    /// a person (`reconciliation_required`). Never a blind second call.
+    pub(crate) async fn restore(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        saved: &crate::engine::Saved,
+        task: &str,
+    ) -> Option<LoopEnd> {
+        let Some(snapshot) = saved.snapshots.iter().find(|s| s.path == self.path) else {
+            self.begin(task, myself);
+            return None;
+        };
+        match serde_json::from_value::<LoopState>(snapshot.state.clone()) {
+            Ok(state) => self.state = state,
+            Err(error) => {
+                self.phase = Phase::Done;
+                return Some(LoopEnd::Failed(format!(
+                    "the snapshot of `{}` cannot be read: {error}",
+                    self.path
+                )));
+            }
+        }
+        for nudge in std::mem::take(&mut self.state.nudges) {
+            self.nudges.push(nudge);
+        }
+        if let Some(answer) = self.state.answer.clone() {
+            self.phase = Phase::Done;
+            return Some(LoopEnd::Answer(answer));
+        }
+        if self.state.calls.is_empty() {
+            self.phase = Phase::Idle;
+            self.when_open(myself, LoopMsg::Next);
+            return None;
+        }
+        self.phase = Phase::Calls;
+        let step = self.state.steps;
+        for index in 0..self.state.calls.len() {
+            let call = &mut self.state.calls[index];
+            if call.result.is_some() {
+                continue;
+            }
+            // Nothing of this loop runs in this process yet: whatever the
+            // snapshot says was in flight (a worker, a call) starts again,
+            // unless its record below says otherwise. A worker rebuilds
+            // itself from its own snapshot.
+            call.attempt = 0;
+            call.running = false;
+            if matches!(
+                call.request.name.as_str(),
+                SPAWN_WORKER_TOOL | COMPLETE_MILESTONE_TOOL
+            ) {
+                continue;
+            }
+            let key = self.idempotency_key(step, index);
+            let Some(record) = saved.calls.iter().find(|r| r.key == key) else {
+                // Never sent: it starts like any other call.
+                continue;
+            };
+            if record.state == ToolCallState::Done {
+                if let Some(call) = self.state.calls.get_mut(index) {
+                    call.result = Some(record.result.clone().unwrap_or_default());
+                }
+                continue;
+            }
+            // Sent, with no recorded result: its outcome is unknown.
+            if let Some(call) = self.state.calls.get_mut(index) {
+                call.attempt = 1;
+            }
+            if let Some(unknown) = self.call_record(index, ToolCallState::Unknown, None)
+                && !self.ctx.record_call(unknown).await
+            {
+                return None;
+            }
+            self.ctx.emit(
+                &format!("{}/tool_call:{step}.{index}", self.path),
+                EventKind::ToolCallFinished {
+                    tool: record.tool.clone(),
+                    idempotency_key: key.clone(),
+                    attempt: 1,
+                    outcome: CallOutcome::Unknown,
+                },
+            );
+            let end = ChildEnd::Failed {
+                reason: "its executor stopped before its result was recorded".to_owned(),
+                retryable: true,
+            };
+            if self.tool_is_idempotent(Some(index)) {
+                self.when_open(
+                    myself,
+                    LoopMsg::Retry {
+                        step,
+                        index: Some(index),
+                        attempt: 2,
+                    },
+                );
+            } else {
+                self.require_reconciliation(myself, step, index, 1, &end);
+            }
+        }
+        self.when_open(myself, LoopMsg::StartCalls { step });
+        None
+    }
+}
