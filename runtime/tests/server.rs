@@ -716,3 +716,53 @@ async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
     });
     assert!(saw, "the model saw the result the person gave");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_event_stream_gets_keep_alive_comments_not_a_timeout() {
+    let model = ScriptedModel::new().script(
+        "run",
+        [Turn::tools([("rollback", json!({}))]), Turn::answer("ok")],
+    );
+    let tools = ScriptedTools::new().tool("rollback", Some(false), [ToolAct::Hang]);
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_millis(100);
+    let engine = Engine::builder()
+        .config(config)
+        .model(Arc::new(model))
+        .evaluator(Arc::new(ScriptedEvaluator::always("ESCALATE")))
+        .tool_server("local", Arc::new(tools))
+        .build()
+        .await
+        .expect("engine");
+    let options = ServerOptions {
+        keep_alive: Duration::from_millis(50),
+        ..ServerOptions::default()
+    };
+    let server = Server::start(engine, options).await;
+    let run_id = server.start_run(&searching_flow()).await;
+    server.wait_status(&run_id, |s| s == "waiting_human").await;
+
+    // The run waits for a person: nothing happens, and the stream stays
+    // open with comments.
+    let response = server
+        .http
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .send()
+        .await
+        .expect("stream");
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    let mut comments = 0;
+    while comments < 3 {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), body.next())
+            .await
+            .expect("the stream is not silent")
+            .expect("the stream stays open")
+            .expect("a chunk");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        comments = text.lines().filter(|l| l.starts_with(':')).count();
+    }
+    assert!(text.contains("\"kind\":\"paused\""), "{text}");
+    let (_, view) = server.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(view["status"], "waiting_human", "reading changed nothing");
+}
