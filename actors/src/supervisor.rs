@@ -181,11 +181,19 @@ pub trait SupervisionStrategy: Send + 'static {
 /// Restart parameters: the restart intensity and the backoff between
 /// restarts.
 ///
-/// Defaults: at most 3 restarts within 60 s, backoff from 1 s doubling up to
-/// 30 s, jitter ±10 %.
+/// `max_restarts` bounds restarts twice: at most that many within `within`
+/// over all the supervisor's children (the intensity, in the Erlang sense,
+/// which stops a crash loop), and at most that many for any one call, however
+/// far apart (which stops a call that fails slowly — an attempt cut by its
+/// renewal cap can last far longer than any sensible window). A call thus
+/// gets at most `1 + max_restarts` attempts.
+///
+/// Defaults: at most 3 restarts within 60 s and 3 per call, backoff from 1 s
+/// doubling up to 30 s, jitter ±10 %.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RestartPolicy {
-    /// At most this many restarts ... (default 3).
+    /// At most this many restarts ... (default 3); and at most this many of
+    /// any one call.
     pub max_restarts: u32,
     /// ... within this window (default 60 s).
     pub within: Duration,
@@ -280,6 +288,13 @@ impl RestartPolicy {
     }
 
     /// The restart intensity limit, as the reason a run fails with.
+    fn attempts_exhausted(&self, subject: &str, attempt: u32) -> String {
+        format!(
+            "{subject}: failed on each of its {attempt} attempts, the most that {} restarts allow",
+            self.max_restarts
+        )
+    }
+
     fn intensity_exceeded(&self) -> String {
         format!(
             "restart intensity exceeded: more than {} restarts in {}",
@@ -310,7 +325,10 @@ fn format_window(window: Duration) -> String {
 /// - `Completed` → `Ignore`.
 /// - `Escalated { reason }` → `Pause { reason }`.
 /// - `Intervened`, `Panicked`, `Capped` and `Failed { retryable: true }` →
-///   restart under the intensity limit. Restarts older than `now - within`
+///   restart under the limits. A call whose attempt `max_restarts + 1`
+///   ended so gets `Fail` (`search: failed on each of its 4 attempts, the
+///   most that 3 restarts allow`), however long its attempts took. Restarts
+///   older than `now - within`
 ///   are forgotten; if `max_restarts` restarts remain in the window, `Fail`
 ///   with a reason naming the limit (`restart intensity exceeded: more than 3
 ///   restarts in 60s`); otherwise the restart is recorded at `now` and
@@ -359,9 +377,9 @@ impl RestartOnIntervene {
         &self.policy
     }
 
-    /// A restart if the intensity allows one, else the failure naming the
-    /// limit.
-    fn restart(&mut self, now: Instant) -> SupervisionAction {
+    /// A restart of `child` if the limits allow one, else the failure naming
+    /// the limit: the intensity first, then the call's own attempts.
+    fn restart(&mut self, child: &ChildInfo, now: Instant) -> SupervisionAction {
         let within = self.policy.within;
         while let Some(&oldest) = self.restarts.front() {
             if now.saturating_duration_since(oldest) > within {
@@ -374,6 +392,13 @@ impl RestartOnIntervene {
         if in_window >= self.policy.max_restarts {
             return SupervisionAction::Fail {
                 reason: self.policy.intensity_exceeded(),
+            };
+        }
+        if child.attempt > self.policy.max_restarts {
+            return SupervisionAction::Fail {
+                reason: self
+                    .policy
+                    .attempts_exhausted(&child.subject, child.attempt),
             };
         }
         self.restarts.push_back(now);
@@ -410,7 +435,7 @@ impl SupervisionStrategy for RestartOnIntervene {
             | ChildEnd::Capped { .. }
             | ChildEnd::Failed {
                 retryable: true, ..
-            } => self.restart(now),
+            } => self.restart(child, now),
             ChildEnd::Failed {
                 reason,
                 retryable: false,

@@ -640,3 +640,27 @@ async fn a_model_call_told_to_retry_after_is_restarted_no_sooner() {
         .collect();
     assert!(started[1] - started[0] >= 7000);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_always_hangs_fails_the_run_after_its_attempts_however_slow() {
+    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("never")]);
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]);
+    let evaluator = ScriptedEvaluator::always("INTERVENE");
+    let mut config = config();
+    // Each attempt is intervened after 100 s: every restart falls outside
+    // the 60 s intensity window, so only the per-call bound stops it.
+    config.supervision.lease.tool_call = secs(100);
+    config.supervision.watchdog.free_renewals = 0;
+    let rig = rig(&model, &tools, Some(&evaluator), config).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = tokio::time::timeout(secs(24 * 3600), run.wait())
+        .await
+        .expect("the run ends");
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(
+        state.reason.as_deref(),
+        Some("search: failed on each of its 4 attempts, the most that 3 restarts allow")
+    );
+    assert_eq!(tools.calls("search"), 4);
+    assert_eq!(rig.events.count("restarted"), 3);
+}

@@ -478,3 +478,37 @@ proptest! {
         prop_assert!(here >= policy.backoff_initial);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_fails_slowly_gets_at_most_one_plus_max_restarts_attempts() {
+    let mut strategy = RestartOnIntervene::with_seed(exact(), 1);
+    let mut decisions = Vec::new();
+    for attempt in 1..=4 {
+        // Each attempt runs to its renewal cap, far past the 60 s window.
+        advance(secs(55 * 60)).await;
+        let child = ChildInfo { attempt, ..tool() };
+        decisions.push(strategy.decide(&child, &intervened(), Instant::now()));
+    }
+    assert!(
+        decisions[..3]
+            .iter()
+            .all(|d| matches!(d, SupervisionAction::Restart { .. })),
+        "{decisions:?}"
+    );
+    assert_eq!(
+        decisions[3],
+        SupervisionAction::Fail {
+            reason: "search: failed on each of its 4 attempts, the most that 3 restarts allow"
+                .to_owned()
+        }
+    );
+    // Another call is counted on its own.
+    let other = ChildInfo {
+        attempt: 1,
+        ..child(ChildKind::ToolCall, "fetch")
+    };
+    assert!(matches!(
+        strategy.decide(&other, &intervened(), Instant::now()),
+        SupervisionAction::Restart { .. }
+    ));
+}

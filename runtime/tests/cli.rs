@@ -93,6 +93,7 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
         leasehold(dir.path(), None)
             .env("LEASEHOLD_LEASE_TOOL_CALL", "90s")
             .env("LEASEHOLD_MODEL_API_KEY", "sk-never-printed")
+            .env("LEASEHOLD_MODEL_IDLE_TIMEOUT", "2h")
             .args(["--set", "watchdog.max_renewals=5", "config"]),
     )
     .await;
@@ -115,7 +116,8 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
         out.stdout
     );
     assert!(
-        out.stdout.contains("warning: LEASEHOLD_RESTART_WINDOW"),
+        out.stdout
+            .contains("warning: LEASEHOLD_MODEL_IDLE_TIMEOUT (2h)"),
         "{}",
         out.stdout
     );

@@ -96,24 +96,6 @@ impl Config {
                 self.max_renewals.value
             ));
         }
-        let longest = LeaseKind::ALL
-            .into_iter()
-            .map(|kind| (kind, self.timing(kind).renewal_cap))
-            .max_by_key(|(_, cap)| *cap);
-        if let Some((kind, cap)) = longest
-            && self.restart_max.value > 0
-            && cap > self.restart_window.value
-        {
-            warnings.push(format!(
-                "LEASEHOLD_RESTART_WINDOW ({}) is shorter than one {kind} attempt can last ({}): \
-                 attempts that fail that slowly never count {} restarts within one window, so \
-                 LEASEHOLD_RESTART_MAX ({}) does not bound them",
-                compact(self.restart_window.value),
-                compact(cap),
-                self.restart_max.value.saturating_add(1),
-                self.restart_max.value,
-            ));
-        }
         if self.evaluator_timeout.value
             >= self
                 .lease_tool_call

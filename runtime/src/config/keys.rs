@@ -173,14 +173,14 @@ pub(super) const KEYS: [Key; 29] = [
         "restart.max",
         "3",
         ValueKind::Count,
-        "restart intensity: at most this many restarts ...",
+        "at most this many restarts of any one call, and ...",
     ),
     key(
         "LEASEHOLD_RESTART_WINDOW",
         "restart.window",
         "1m",
         ValueKind::Duration,
-        "... within this sliding window; past it the run fails",
+        "... of all the calls of a loop within this sliding window (the restart intensity); past either the run fails",
     ),
     key(
         "LEASEHOLD_RESTART_BACKOFF_INITIAL",
