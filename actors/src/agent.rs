@@ -38,8 +38,8 @@ use crate::evidence::Evidence;
 use crate::lease::LeaseKind;
 use crate::nudge::NudgeQueue;
 use crate::ports::{
-    BudgetEvaluationRequest, ChatMessage, ModelReply, ModelRequest, RunStatus, Snapshot,
-    ToolCallRecord, ToolCallRequest, ToolCallState, ToolDefinition,
+    BudgetEvaluationRequest, ChatMessage, FinishReason, ModelReply, ModelRequest, RunStatus,
+    Snapshot, ToolCallRecord, ToolCallRequest, ToolCallState, ToolDefinition,
 };
 use crate::supervisor::{ChildEnd, SupervisionStrategy};
 
@@ -49,6 +49,11 @@ pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconci
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
 pub(crate) use context::{Gate, RunContext, RunParts, ToolRoute};
 pub(crate) use ends::{call_outcome, describe_end, lease_end};
+
+/// What the next step is told when the model's answer was cut off at its
+/// length limit.
+const CUT_OFF_NUDGE: &str = "Your previous answer was cut off at the length limit before it was \
+                             complete. Continue from where it stopped, or give a shorter final answer.";
 
 /// How many transcript messages a lease shows its evaluator.
 const TRANSCRIPT_TAIL: usize = 4;
@@ -518,6 +523,7 @@ impl AgentLoop {
                     outcome: call_outcome(&end),
                     tool_calls: 0,
                     usage: Default::default(),
+                    finish_reason: None,
                 });
                 return self.child_failed(
                     myself,
@@ -535,7 +541,23 @@ impl AgentLoop {
             outcome: CallOutcome::Ok,
             tool_calls: u32::try_from(reply.tool_calls.len()).unwrap_or(u32::MAX),
             usage: reply.usage,
+            finish_reason: reply.finish_reason,
         });
+        let cut_off = reply.finish_reason == Some(FinishReason::Length);
+        if cut_off && reply.tool_calls.is_empty() && !self.state.wrapping_up {
+            // Not an answer: the model ran out of room mid-way. The next step
+            // asks it to go on; the step budget bounds how often.
+            self.state
+                .transcript
+                .push(ChatMessage::assistant(reply.content, Vec::new()));
+            self.nudges.push(CUT_OFF_NUDGE);
+            self.phase = Phase::Idle;
+            if !self.save(RunStatus::Running).await {
+                return None;
+            }
+            self.when_open(myself, LoopMsg::Next);
+            return None;
+        }
         if reply.tool_calls.is_empty() || self.state.wrapping_up {
             self.state
                 .transcript
@@ -912,7 +934,6 @@ impl AgentLoop {
         None
     }
 
-    /// Saves the loop's snapshot.
     /// Saves the loop's snapshot, fenced; `false` if it did not land.
     pub(crate) async fn save(&mut self, status: RunStatus) -> bool {
         if self.ctx.is_lost() {

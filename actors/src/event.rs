@@ -142,6 +142,9 @@ pub enum EventKind {
         tool_calls: u32,
         /// What it cost.
         usage: TokenCost,
+        /// Why the model stopped, when the server said (`length`: cut off).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<crate::ports::FinishReason>,
     },
     /// A tool call began.
     ToolCallStarted {
@@ -301,10 +304,16 @@ impl EventKind {
                 outcome,
                 tool_calls,
                 usage,
+                finish_reason,
                 ..
             } => format!(
-                "{outcome:?}, {tool_calls} tool calls, {} tokens",
-                usage.input_tokens + usage.output_tokens
+                "{outcome:?}, {tool_calls} tool calls, {} tokens{}",
+                usage.input_tokens + usage.output_tokens,
+                if *finish_reason == Some(crate::ports::FinishReason::Length) {
+                    ", cut off at the length limit"
+                } else {
+                    ""
+                }
             ),
             Self::ToolCallStarted {
                 tool,

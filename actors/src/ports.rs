@@ -349,6 +349,40 @@ pub struct ModelReply {
     pub tool_calls: Vec<ToolCallRequest>,
     /// What it cost.
     pub usage: TokenCost,
+    /// Why the model stopped, when the server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// Why a model stopped answering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// It finished its answer.
+    Stop,
+    /// It stopped to call tools.
+    ToolCalls,
+    /// It was cut off at its length limit: the answer is not whole.
+    Length,
+    /// A content filter stopped it.
+    ContentFilter,
+    /// A reason this runtime does not know.
+    #[serde(other)]
+    Other,
+}
+
+impl FinishReason {
+    /// The reason an OpenAI-compatible server names (`stop`, `tool_calls`,
+    /// `length`, `content_filter`; `function_call` counts as `tool_calls`).
+    pub fn from_openai(name: &str) -> Self {
+        match name {
+            "stop" | "end_turn" => Self::Stop,
+            "tool_calls" | "function_call" => Self::ToolCalls,
+            "length" | "max_tokens" => Self::Length,
+            "content_filter" => Self::ContentFilter,
+            _ => Self::Other,
+        }
+    }
 }
 
 /// What kind of failure a model call had.

@@ -270,6 +270,8 @@ pub struct Turn {
     pub error: Option<ModelError>,
     /// Tokens the answer costs.
     pub usage: TokenCost,
+    /// Why the model stopped, as the server would say.
+    pub finish_reason: Option<crate::ports::FinishReason>,
 }
 
 impl Turn {
@@ -287,6 +289,7 @@ impl Turn {
                 input_tokens: 200,
                 output_tokens: 50,
             },
+            finish_reason: None,
         }
     }
 
@@ -331,6 +334,13 @@ impl Turn {
             error: Some(error),
             ..Self::answer("")
         }
+    }
+
+    /// An answer cut off at the model's length limit (`finish_reason:
+    /// length`).
+    pub fn cut_off(mut self) -> Self {
+        self.finish_reason = Some(crate::ports::FinishReason::Length);
+        self
     }
 
     /// Streams in `chunks` chunks, `interval` apart.
@@ -439,6 +449,7 @@ impl ModelClient for ScriptedModel {
                 content: turn.content,
                 tool_calls: turn.tool_calls,
                 usage: turn.usage,
+                finish_reason: turn.finish_reason,
             })
         })
     }

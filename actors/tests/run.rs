@@ -8,7 +8,7 @@ use leasehold_actors::budget::BudgetConfig;
 use leasehold_actors::engine::{Engine, EngineConfig, EngineError};
 use leasehold_actors::event::{CallOutcome, Event, EventKind};
 use leasehold_actors::flow::Flow;
-use leasehold_actors::ports::{Role, RunStatus};
+use leasehold_actors::ports::{FinishReason, Role, RunStatus};
 use leasehold_actors::run::RunHandle;
 use leasehold_actors::supervisor::RestartPolicy;
 use leasehold_actors::testing::{
@@ -663,4 +663,46 @@ async fn a_tool_that_always_hangs_fails_the_run_after_its_attempts_however_slow(
     );
     assert_eq!(tools.calls("search"), 4);
     assert_eq!(rig.events.count("restarted"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_cut_off_at_the_length_limit_is_continued_not_taken() {
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::answer("The checkout slowdown comes from").cut_off(),
+            Turn::answer("The checkout slowdown comes from the database pool size."),
+        ],
+    );
+    let tools = ScriptedTools::new();
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(
+        state.answer.as_deref(),
+        Some("The checkout slowdown comes from the database pool size.")
+    );
+    let requests = model.requests_of("run");
+    assert_eq!(requests.len(), 2);
+    assert!(
+        user_messages(&requests[1])
+            .iter()
+            .any(|m| m.contains("cut off at the length limit")),
+        "the next step is told the answer was cut off"
+    );
+    let cut = rig
+        .events
+        .events()
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                &e.kind,
+                EventKind::ModelCallFinished {
+                    finish_reason: Some(FinishReason::Length),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(cut, 1);
 }

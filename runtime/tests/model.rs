@@ -16,8 +16,9 @@ use leasehold::model::{
     UsageLedger, classify_status, parse_retry_after,
 };
 use leasehold::ports::{
-    BudgetEvaluationRequest, ChatMessage, EvaluationRequest, ModelClient, ModelErrorKind,
-    ModelReply, ModelRequest, TokenCost, ToolCallRequest, ToolDefinition, TranscriptMessage,
+    BudgetEvaluationRequest, ChatMessage, EvaluationRequest, FinishReason, ModelClient,
+    ModelErrorKind, ModelReply, ModelRequest, TokenCost, ToolCallRequest, ToolDefinition,
+    TranscriptMessage,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -214,6 +215,7 @@ fn expected_tool_reply() -> ModelReply {
             input_tokens: 31,
             output_tokens: 17,
         },
+        finish_reason: Some(FinishReason::ToolCalls),
     }
 }
 
@@ -983,4 +985,28 @@ fn the_ledger_adds_per_consumer_and_saturates() {
     assert_eq!(ledger.of("nobody"), TokenCost::default());
     assert_eq!(ledger.total().input_tokens, u64::MAX);
     assert_eq!(ledger.total().output_tokens, 5);
+}
+
+#[test]
+fn the_finish_reason_is_read_so_a_cut_off_answer_is_not_taken_for_a_whole_one() {
+    let body = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The cause is\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let reply = parse_in_pieces(body.as_bytes(), &[]).expect("a reply");
+    assert_eq!(reply.content, "The cause is");
+    assert_eq!(reply.finish_reason, Some(FinishReason::Length));
+
+    let unknown = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":\"sleepy\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let reply = parse_in_pieces(unknown.as_bytes(), &[]).expect("a reply");
+    assert_eq!(reply.finish_reason, Some(FinishReason::Other));
+    assert_eq!(FinishReason::from_openai("stop"), FinishReason::Stop);
+    assert_eq!(
+        FinishReason::from_openai("function_call"),
+        FinishReason::ToolCalls
+    );
 }

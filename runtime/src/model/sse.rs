@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use super::classify::{excerpt, malformed};
 use super::wire::{fallback_id, parse_arguments, server_error_in_body};
-use crate::ports::{ModelError, ModelErrorKind, ModelReply, TokenCost, ToolCallRequest};
+use crate::ports::{
+    FinishReason, ModelError, ModelErrorKind, ModelReply, TokenCost, ToolCallRequest,
+};
 
 /// The longest line accepted: protects memory from a server that never
 /// ends a line.
@@ -297,6 +299,7 @@ impl StreamParser {
             content: self.content,
             tool_calls,
             usage: self.usage.unwrap_or_default(),
+            finish_reason: self.finish_reason.as_deref().map(FinishReason::from_openai),
         })
     }
 }

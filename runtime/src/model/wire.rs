@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 
 use super::classify::{excerpt, malformed};
 use crate::ports::{
-    ChatMessage, ModelError, ModelErrorKind, ModelReply, ModelRequest, Role, TokenCost,
-    ToolCallRequest,
+    ChatMessage, FinishReason, ModelError, ModelErrorKind, ModelReply, ModelRequest, Role,
+    TokenCost, ToolCallRequest,
 };
 
 /// The JSON body of a chat-completions request for `model`.
@@ -137,10 +137,13 @@ pub(crate) fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
             });
         }
     }
+    let finish_reason = optional_str(choice, "finish_reason", "choices[0].finish_reason")?
+        .map(FinishReason::from_openai);
     Ok(ModelReply {
         content: content.to_owned(),
         tool_calls,
         usage: usage(value.get("usage"))?.unwrap_or_default(),
+        finish_reason,
     })
 }
 

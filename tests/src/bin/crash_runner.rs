@@ -61,6 +61,7 @@ impl ModelClient for StepModel {
                     content: format!("summary after {done} steps"),
                     tool_calls: Vec::new(),
                     usage,
+                    finish_reason: None,
                 });
             }
             Ok(ModelReply {
@@ -71,6 +72,7 @@ impl ModelClient for StepModel {
                     arguments: serde_json::json!({"step": done}),
                 }],
                 usage,
+                finish_reason: None,
             })
         })
     }
