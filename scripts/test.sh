@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite: installs the real peers (once, into a cache outside
-# the clone), then runs every test of the workspace against them, and ends
-# with the totals.
+# the clone) and Debian's Chromium for the dashboard's browser test (when
+# it is missing), then runs every test of the workspace against them, and
+# ends with the totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(bash scripts/peers.sh)"
+chromium="${LEASEHOLD_CHROMIUM:-/usr/bin/chromium}"
+if [ ! -x "$chromium" ]; then
+  echo "installing Debian's chromium for the dashboard's browser test" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
