@@ -103,7 +103,7 @@ impl super::Config {
         }
     }
 
-    /// [`Config::timing`] of every lease kind, in [`LeaseKind::ALL`] order.
+    /// [`Self::timing`] of every lease kind, in [`LeaseKind::ALL`] order.
     pub fn timings(&self) -> Vec<Timing> {
         LeaseKind::ALL.into_iter().map(|k| self.timing(k)).collect()
     }
