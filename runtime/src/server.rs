@@ -159,6 +159,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}/cancel", post(api::cancel))
         .route("/runs/{id}/reconcile", post(api::reconcile))
         .fallback(api::no_route)
+        .method_not_allowed_fallback(api::wrong_method)
         .layer(middleware::from_fn_with_state(Arc::clone(&app), authorize))
         .with_state(app)
 }

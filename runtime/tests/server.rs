@@ -426,6 +426,21 @@ async fn every_bad_request_is_a_4xx_with_a_json_error_and_the_server_goes_on() {
         .expect("sent");
     assert_eq!(status, 400, "{body:?}");
 
+    let (status, body) = server
+        .get(&format!("/runs/{run_id}/events?after=yesterday"))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "bad_request");
+    let wrong = server
+        .http
+        .delete(format!("{}/runs", server.base))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(wrong.status(), 405);
+    let body: Value = wrong.json().await.expect("a JSON error");
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+
     let (status, health) = server.get("/health").await;
     assert_eq!(status, 200);
     assert_eq!(health["status"], "ok");

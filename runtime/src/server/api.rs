@@ -351,6 +351,15 @@ pub(super) async fn reconcile(
     ))
 }
 
+/// A known path with a method it does not take: a JSON 405.
+pub(super) async fn wrong_method(method: axum::http::Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} does not take {method}", uri.path()),
+    )
+}
+
 /// Anything else: a JSON 404.
 pub(super) async fn no_route(uri: Uri) -> ApiError {
     ApiError::new(

@@ -16,6 +16,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -39,9 +40,15 @@ pub(super) struct StreamQuery {
 pub(super) async fn stream(
     State(app): State<Arc<App>>,
     Path(run_id): Path<String>,
-    Query(query): Query<StreamQuery>,
+    query: Result<Query<StreamQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let Query(query) = query.map_err(|rejection| {
+        ApiError::bad_request(format!(
+            "the query is not what this route takes (`after` is an event's seq): {}",
+            rejection.body_text()
+        ))
+    })?;
     let after = match headers.get("last-event-id") {
         Some(value) => value
             .to_str()
