@@ -176,6 +176,12 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         "{}",
         out.stdout
     );
+    let out = output(leasehold(&data, None).args(["runs", "list", "--status", "completed"])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!out.stdout.contains(&run_id), "{}", out.stdout);
+    let out = output(leasehold(&data, None).args(["runs", "list", "--status", "asleep"])).await;
+    assert_eq!(out.code, Some(2), "a usage error");
+    assert!(out.stderr.contains("not a run status"), "{}", out.stderr);
 
     let out = output(leasehold(&data, Some(&stack)).args([
         "runs",
@@ -343,7 +349,17 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let out = output(leasehold(dir.path(), None).args(["runs", "list", "--server", &base])).await;
+    let out = output(leasehold(dir.path(), None).args([
+        "runs",
+        "list",
+        "--server",
+        &base,
+        "--status",
+        "waiting_human",
+        "--limit",
+        "1",
+    ]))
+    .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stdout.contains(&run_id) && out.stdout.contains("waiting_human"),

@@ -329,6 +329,23 @@ async fn post_runs_answers_before_the_run_ends_and_a_live_stream_follows_it_to_t
     assert_eq!(status, 200);
     assert_eq!(list["runs"][0]["run_id"], run_id.as_str());
     assert_eq!(list["runs"][0]["flow_name"], "searching");
+
+    // A second run, still going: filters and limits.
+    let second = server.start_run(&searching_flow()).await;
+    let (_, newest) = server.get("/runs?limit=1").await;
+    assert_eq!(newest["runs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(newest["runs"][0]["run_id"], second.as_str(), "newest first");
+    let (_, done) = server.get("/runs?status=completed").await;
+    let done: Vec<&str> = done["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(|r| r["run_id"].as_str())
+        .collect();
+    assert_eq!(done, vec![run_id.as_str()]);
+    let (status, body) = server.get("/runs?status=sleeping").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "bad_request");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,12 +71,27 @@ impl Remote {
 
     pub(super) async fn run(&self, command: RunsCommand) -> Result<ExitCode, CliError> {
         match command {
-            RunsCommand::List(_) => {
+            RunsCommand::List(args) => {
                 #[derive(serde::Deserialize)]
                 struct Runs {
                     runs: Vec<RunView>,
                 }
-                let runs: Runs = self.send(self.request(Method::GET, "/runs")).await?;
+                let mut query = Vec::new();
+                if let Some(status) = args.status {
+                    let name = serde_json::to_value(status)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    query.push(("status", name));
+                }
+                if let Some(limit) = args.limit {
+                    query.push(("limit", limit.to_string()));
+                }
+                let query = form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(query)
+                    .finish();
+                let request = self.request(Method::GET, &format!("/runs?{query}"));
+                let runs: Runs = self.send(request).await?;
                 print_list(&runs.runs);
             }
             RunsCommand::Show(args) => {

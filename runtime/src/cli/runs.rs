@@ -19,8 +19,8 @@ use crate::server::{RunView, TraceView};
 /// What to do with the runs.
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// Every run, newest first.
-    List(Target),
+    /// The runs, newest first.
+    List(ListArgs),
     /// One run: its status, flow, pause and tool calls, as JSON.
     Show(RunArg),
     /// A run's verdict trace: every decision and who made it.
@@ -41,6 +41,41 @@ pub struct Target {
     /// directory; LEASEHOLD_API_TOKEN is sent as its bearer token.
     #[arg(long, value_name = "URL")]
     pub(super) server: Option<String>,
+}
+
+/// `runs list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only runs in this status (`running`, `waiting_human`,
+    /// `reconciliation_required`, `orphaned`, `completed`, `failed`,
+    /// `cancelled`).
+    #[arg(long, value_parser = parse_status)]
+    pub(super) status: Option<RunStatus>,
+    /// At most this many, the newest.
+    #[arg(long)]
+    pub(super) limit: Option<usize>,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+fn parse_status(text: &str) -> Result<RunStatus, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
+        format!(
+            "not a run status: {text} (running, waiting_human, reconciliation_required, \
+             orphaned, completed, failed, cancelled)"
+        )
+    })
+}
+
+impl ListArgs {
+    /// Keeps the views these flags ask for, in order.
+    pub(super) fn select(&self, views: Vec<RunView>) -> Vec<RunView> {
+        views
+            .into_iter()
+            .filter(|v| self.status.is_none_or(|s| v.status == s))
+            .take(self.limit.unwrap_or(usize::MAX))
+            .collect()
+    }
 }
 
 /// One run.
@@ -98,7 +133,7 @@ pub struct CancelArgs {
 impl RunsCommand {
     fn server(&self) -> Option<&str> {
         let target = match self {
-            Self::List(t) => t,
+            Self::List(a) => &a.target,
             Self::Show(a) | Self::Trace(a) => &a.target,
             Self::Events(a) => &a.target,
             Self::Resume(a) => &a.target,
@@ -116,12 +151,12 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
         return client.run(command).await;
     }
     match command {
-        RunsCommand::List(_) => {
+        RunsCommand::List(args) => {
             let store = open_store(&config)?;
             let mut records = store.list_runs().await?;
             records.reverse();
             let views: Vec<RunView> = records.into_iter().map(|r| RunView::new(r, None)).collect();
-            print_list(&views);
+            print_list(&args.select(views));
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Show(RunArg { id, .. }) => {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use leasehold_actors::agent::ReconcileDecision;
@@ -186,10 +187,27 @@ fn parse_flow(headers: &HeaderMap, text: &str) -> Result<Flow, ApiError> {
     })
 }
 
-/// `GET /runs`: every run, newest first.
+/// The query of `GET /runs`.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ListQuery {
+    /// Only runs in this status.
+    status: Option<RunStatus>,
+    /// At most this many (the newest).
+    limit: Option<usize>,
+}
+
+/// `GET /runs[?status=S][&limit=N]`: the runs, newest first.
 pub(super) async fn list_runs(
     State(app): State<Arc<App>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(query) = query.map_err(|rejection| {
+        ApiError::bad_request(format!(
+            "the query is not what this route takes (`status` is a run status such as \
+             waiting_human, `limit` a whole number): {}",
+            rejection.body_text()
+        ))
+    })?;
     let mut records = app.engine.store().list_runs().await?;
     records.reverse();
     let runs: Vec<RunView> = records
@@ -198,6 +216,8 @@ pub(super) async fn list_runs(
             let handle = app.handle(&record.run_id);
             RunView::new(record, handle.as_ref())
         })
+        .filter(|view| query.status.is_none_or(|status| view.status == status))
+        .take(query.limit.unwrap_or(usize::MAX))
         .collect();
     Ok(Json(serde_json::json!({ "runs": runs })))
 }
