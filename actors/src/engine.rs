@@ -28,10 +28,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ractor::{Actor, ActorRef};
+use ractor::{Actor, ActorRef, ActorStatus};
 use tokio::sync::{mpsc, watch};
 
-use crate::agent::{RunContext, RunParts, ToolRoute};
+use crate::agent::{LoopMsg, RunContext, RunParts, ToolRoute};
 use crate::budget::BudgetConfig;
 use crate::error::ConfigError;
 use crate::event::EventBus;
@@ -158,6 +158,9 @@ pub enum EngineError {
     /// No such run.
     #[error("no run {0} in the store")]
     NotFound(String),
+    /// The engine was shut down; it starts and resumes nothing more.
+    #[error("this executor has shut down: it starts and resumes no more runs")]
+    ShutDown,
 }
 
 /// Builds an [`Engine`].
@@ -278,6 +281,8 @@ impl EngineBuilder {
             tool_factory: self.tool_factory,
             strategy: self.strategy,
             watchdog,
+            live: std::sync::Mutex::new(HashMap::new()),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -297,6 +302,10 @@ pub struct Engine {
     tool_factory: Option<ToolFactory>,
     strategy: Option<StrategyFactory>,
     watchdog: ActorRef<WatchdogMsg>,
+    /// The runs this engine started or resumed, while their actors live.
+    live: std::sync::Mutex<HashMap<String, ActorRef<LoopMsg>>>,
+    /// Set by [`Engine::shutdown`].
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -332,6 +341,7 @@ impl Engine {
     /// Validates `flow`, records a new run owned by this executor (fence 1)
     /// and starts it; returns at once.
     pub async fn start(&self, flow: Flow) -> Result<RunHandle, EngineError> {
+        self.refuse_if_shut_down()?;
         flow.validate()?;
         let plan = self.plan(&flow).await?;
         let now = self.clock.now_unix_ms();
@@ -357,6 +367,7 @@ impl Engine {
     /// its owner's lease expired — and resumes it from its last snapshots,
     /// with a higher fence. A run paused for a person stays paused.
     pub async fn resume(&self, run_id: &str) -> Result<RunHandle, EngineError> {
+        self.refuse_if_shut_down()?;
         let now = self.clock.now_unix_ms();
         let record = self.claim(run_id, now).await?;
         let flow: Flow = serde_json::from_value(record.flow.clone())
@@ -368,6 +379,54 @@ impl Engine {
             calls: self.store.load_tool_calls(run_id).await?,
         };
         self.launch(flow, plan, record, Some(saved)).await
+    }
+
+    /// Stops this executor in process, as a clean exit would: every run it
+    /// holds stops where it is — its in-flight calls cancelled, its tool
+    /// servers shut down, its heartbeat stopped — and stays `running` (or
+    /// paused) in the store, so that another executor, or this process
+    /// started again, claims and resumes it once its executor lease
+    /// expires. Then the event log is written out and the watchdog stops.
+    ///
+    /// Nothing is cancelled or failed: shutting an executor down is not a
+    /// decision about its runs. Afterwards the engine refuses to start or
+    /// resume runs ([`EngineError::ShutDown`]).
+    pub async fn shutdown(&self) {
+        self.shut_down.store(true, Ordering::SeqCst);
+        let runs: Vec<ActorRef<LoopMsg>> = self.lock_live().drain().map(|(_, run)| run).collect();
+        for run in runs {
+            let _ = run
+                .stop_and_wait(
+                    Some("executor shutting down".to_owned()),
+                    Some(Duration::from_secs(10)),
+                )
+                .await;
+        }
+        let (done, written) = tokio::sync::oneshot::channel();
+        if self.log.send(LogItem::Flush(String::new(), done)).is_ok() {
+            let _ = written.await;
+        }
+        let _ = self
+            .watchdog
+            .stop_and_wait(
+                Some("executor shutting down".to_owned()),
+                Some(Duration::from_secs(10)),
+            )
+            .await;
+    }
+
+    fn refuse_if_shut_down(&self) -> Result<(), EngineError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            Err(EngineError::ShutDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActorRef<LoopMsg>>> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Claims `run_id` for this executor at `now` (a compare-and-set that
@@ -565,7 +624,13 @@ impl Engine {
             saved,
         };
         match Actor::spawn(None, RunActor, args).await {
-            Ok((actor, _)) => Ok(RunHandle::new(run_id, actor, watcher)),
+            Ok((actor, _)) => {
+                let mut live = self.lock_live();
+                live.retain(|_, run| run.get_status() != ActorStatus::Stopped);
+                live.insert(run_id.clone(), actor.clone());
+                drop(live);
+                Ok(RunHandle::new(run_id, actor, watcher))
+            }
             Err(error) => {
                 ctx.cancel.cancel();
                 leases.actor().stop(None);

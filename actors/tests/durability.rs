@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_actors::agent::{ControlError, ReconcileDecision};
-use leasehold_actors::engine::{Engine, EngineConfig};
+use leasehold_actors::engine::{Engine, EngineConfig, EngineError};
 use leasehold_actors::event::{CallOutcome, EventKind};
 use leasehold_actors::flow::Flow;
 use leasehold_actors::memory::MemoryStore;
@@ -646,4 +646,68 @@ async fn a_worker_escalation_answered_on_another_executor_goes_on_to_completion(
             .any(|m| m.contains("skip the deploy"))
     });
     assert!(worker_saw, "the escalated worker saw the answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_the_runs_in_place_and_another_executor_resumes_them() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("search")]),
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]),
+        None,
+    )
+    .await;
+    let mut run_a = run_with_call_in_flight(&a, "search").await;
+    let run_id = run_a.run_id().to_owned();
+    a.engine.shutdown().await;
+
+    // Stopped where it was: not failed, not cancelled, still A's in the store
+    // until its executor lease runs out, with every event so far logged.
+    let state = run_a.wait().await;
+    assert_eq!(state.status, RunStatus::Running, "{state:?}");
+    let record = store.run(&run_id).expect("the run");
+    assert_eq!(record.status, RunStatus::Running);
+    assert_eq!(record.owner_id.as_deref(), Some("executor-a"));
+    let kinds: Vec<&str> = store
+        .events(&run_id)
+        .iter()
+        .map(|e| e.kind.name())
+        .collect();
+    assert!(kinds.contains(&"tool_call_started"), "{kinds:?}");
+    assert!(!kinds.contains(&"run_failed") && !kinds.contains(&"run_cancelled"));
+    let refused = a.engine.start(flow(5)).await.expect_err("shut down");
+    assert!(matches!(refused, EngineError::ShutDown), "{refused}");
+    // No heartbeat any more: the lease is not renewed.
+    sleep(secs(300)).await;
+    assert_eq!(
+        store.run(&run_id).expect("the run").lease_expires_at_ms,
+        record.lease_expires_at_ms
+    );
+
+    freeze_past_ttl(&clock);
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("resumed by b")]),
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("hit", secs(1))]),
+        None,
+    )
+    .await;
+    assert_eq!(
+        b.engine.reconcile_orphans().await.expect("ok"),
+        vec![run_id.clone()]
+    );
+    let mut run_b = b.engine.resume(&run_id).await.expect("claimed");
+    let state = run_b.wait().await;
+    assert_eq!(state.answer.as_deref(), Some("resumed by b"));
+    assert_eq!(
+        b.tools.invocations()[0].idempotency_key,
+        a.tools.invocations()[0].idempotency_key,
+        "the idempotent call in flight is made again with the same key"
+    );
 }

@@ -319,6 +319,7 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
         eprintln!("run {}", handle.run_id());
     }
     let followed = log::follow(handle, &mut events, output).await;
+    engine.shutdown().await;
     engine.store().flush().await?;
     Ok(followed_code(&followed))
 }

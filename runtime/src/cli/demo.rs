@@ -95,11 +95,13 @@ async fn serve(
         Some(Ok(report)) => report,
         Some(Err(error)) => {
             serving.abort();
+            app.engine().shutdown().await;
             stack.shutdown().await;
             return Err(error.into());
         }
         None => {
             let _ = serving.await;
+            app.engine().shutdown().await;
             stack.shutdown().await;
             return Ok(None);
         }
@@ -113,6 +115,7 @@ async fn serve(
     .map_err(DemoError::Io)?;
     out.flush().map_err(DemoError::Io)?;
     let _ = serving.await;
+    app.engine().shutdown().await;
     stack.shutdown().await;
     Ok(Some(report))
 }

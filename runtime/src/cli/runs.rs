@@ -243,6 +243,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
         Output::Readable
     };
     let followed = log::follow(handle, &mut events, output).await;
+    engine.shutdown().await;
     engine.store().flush().await?;
     Ok(super::followed_code(&followed))
 }

@@ -48,6 +48,7 @@ pub(super) async fn serve(global: &GlobalArgs, addr: Option<String>) -> Result<E
         .await
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?;
+    app.engine().shutdown().await;
     app.engine().store().flush().await?;
     Ok(ExitCode::SUCCESS)
 }

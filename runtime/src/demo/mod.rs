@@ -320,7 +320,9 @@ async fn drive_on(
     out: &mut (impl std::io::Write + Send),
 ) -> Result<DemoReport, DemoError> {
     let engine = stack.engine_builder()?.build().await?;
-    let mut report = drive(&engine, stack.flow(), answer, out).await?;
+    let driven = drive(&engine, stack.flow(), answer, out).await;
+    engine.shutdown().await;
+    let mut report = driven?;
     report.attach_server_record(&stack.idempotency_keys_seen());
     report.write_summary(out)?;
     Ok(report)
