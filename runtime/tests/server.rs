@@ -469,26 +469,38 @@ async fn every_bad_request_is_a_4xx_with_a_json_error_and_the_server_goes_on() {
     assert_eq!(status, 409, "a finished run cannot be cancelled: {body}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_run_is_resumed_with_guidance_over_the_api_and_its_trace_says_who_decided() {
+/// An engine whose run calls `tool` (not idempotent), which hangs until
+/// the evaluator answers `verdict` after a 100 ms lease; the model then
+/// answers `answer`.
+async fn hanging_tool_engine(
+    tool: &'static str,
+    verdict: &str,
+    answer: &str,
+) -> (Engine, ScriptedModel) {
     let model = ScriptedModel::new().script(
         "run",
         [
-            Turn::tools([("rollback", json!({"service": "checkout"}))]),
-            Turn::answer("left it alone"),
+            Turn::tools([(tool, json!({"service": "checkout"}))]),
+            Turn::answer(answer),
         ],
     );
-    let tools = ScriptedTools::new().tool("rollback", Some(false), [ToolAct::Hang]);
+    let tools = ScriptedTools::new().tool(tool, Some(false), [ToolAct::Hang]);
     let mut config = EngineConfig::default();
     config.supervision.lease.tool_call = Duration::from_millis(100);
     let engine = Engine::builder()
         .config(config)
         .model(Arc::new(model.clone()))
-        .evaluator(Arc::new(ScriptedEvaluator::always("ESCALATE")))
+        .evaluator(Arc::new(ScriptedEvaluator::always(verdict)))
         .tool_server("local", Arc::new(tools))
         .build()
         .await
         .expect("engine");
+    (engine, model)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_is_resumed_with_guidance_over_the_api_and_its_trace_says_who_decided() {
+    let (engine, model) = hanging_tool_engine("rollback", "ESCALATE", "left it alone").await;
     let server = Server::start(engine, ServerOptions::default()).await;
     let run_id = server.start_run(&searching_flow()).await;
     let view = server.wait_status(&run_id, |s| s == "waiting_human").await;
@@ -680,24 +692,7 @@ async fn with_a_token_the_api_needs_it_and_the_event_stream_takes_it_in_the_quer
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
-    let model = ScriptedModel::new().script(
-        "run",
-        [
-            Turn::tools([("charge", json!({"amount": 10}))]),
-            Turn::answer("charged once"),
-        ],
-    );
-    let tools = ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang]);
-    let mut config = EngineConfig::default();
-    config.supervision.lease.tool_call = Duration::from_millis(100);
-    let engine = Engine::builder()
-        .config(config)
-        .model(Arc::new(model.clone()))
-        .evaluator(Arc::new(ScriptedEvaluator::always("INTERVENE")))
-        .tool_server("local", Arc::new(tools))
-        .build()
-        .await
-        .expect("engine");
+    let (engine, model) = hanging_tool_engine("charge", "INTERVENE", "charged once").await;
     let server = Server::start(engine, ServerOptions::default()).await;
     let run_id = server.start_run(&searching_flow()).await;
     let view = server
@@ -751,21 +746,7 @@ async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_event_stream_gets_keep_alive_comments_not_a_timeout() {
-    let model = ScriptedModel::new().script(
-        "run",
-        [Turn::tools([("rollback", json!({}))]), Turn::answer("ok")],
-    );
-    let tools = ScriptedTools::new().tool("rollback", Some(false), [ToolAct::Hang]);
-    let mut config = EngineConfig::default();
-    config.supervision.lease.tool_call = Duration::from_millis(100);
-    let engine = Engine::builder()
-        .config(config)
-        .model(Arc::new(model))
-        .evaluator(Arc::new(ScriptedEvaluator::always("ESCALATE")))
-        .tool_server("local", Arc::new(tools))
-        .build()
-        .await
-        .expect("engine");
+    let (engine, _model) = hanging_tool_engine("rollback", "ESCALATE", "ok").await;
     let options = ServerOptions {
         keep_alive: Duration::from_millis(50),
         ..ServerOptions::default()
