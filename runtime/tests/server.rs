@@ -79,6 +79,15 @@ impl Server {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// Opens the event stream of `run_id` (`query` appended as is).
+    async fn events(&self, run_id: &str, query: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}/runs/{run_id}/events{query}", self.base))
+            .send()
+            .await
+            .expect("the stream opens")
+    }
+
     async fn start_run(&self, flow: &Value) -> String {
         let (status, body) = self
             .post("/runs", "application/json", flow.to_string())
@@ -218,18 +227,8 @@ async fn a_client_dropping_its_event_stream_mid_run_cancels_nothing_and_resumes_
     let run_id = server.start_run(&searching_flow()).await;
 
     // A reader that never reads, and one that reads three events and leaves.
-    let idle = server
-        .http
-        .get(format!("{}/runs/{run_id}/events", server.base))
-        .send()
-        .await
-        .expect("idle stream");
-    let response = server
-        .http
-        .get(format!("{}/runs/{run_id}/events", server.base))
-        .send()
-        .await
-        .expect("stream");
+    let idle = server.events(&run_id, "").await;
+    let response = server.events(&run_id, "").await;
     assert_eq!(response.status(), 200);
     assert!(
         response.headers()["content-type"]
@@ -252,12 +251,7 @@ async fn a_client_dropping_its_event_stream_mid_run_cancels_nothing_and_resumes_
     drop(idle);
 
     // The whole log, replayed from the start, ends with the completion.
-    let everything = server
-        .http
-        .get(format!("{}/runs/{run_id}/events", server.base))
-        .send()
-        .await
-        .expect("replay");
+    let everything = server.events(&run_id, "").await;
     let (all, ended) = Frames::new(everything).all().await;
     assert!(ended, "the stream of an ended run closes with `end`");
     assert_eq!(all.first().map(|e| e.kind.name()), Some("run_started"));
@@ -311,12 +305,7 @@ async fn post_runs_answers_before_the_run_ends_and_a_live_stream_follows_it_to_t
         "POST /runs does not wait for the run: {view}"
     );
     assert_eq!(view["live"], true);
-    let stream = server
-        .http
-        .get(format!("{}/runs/{run_id}/events", server.base))
-        .send()
-        .await
-        .expect("stream");
+    let stream = server.events(&run_id, "").await;
     let (events, ended) = Frames::new(stream).all().await;
     assert!(ended);
     assert_eq!(events.last().map(|e| e.kind.name()), Some("run_completed"));
@@ -615,12 +604,7 @@ async fn cancel_stops_a_live_run_and_a_run_whose_executor_died() {
     let (_, view) = server.get(&format!("/runs/{orphan_id}")).await;
     assert_eq!(view["status"], "cancelled", "{view}");
     assert_eq!(view["owner_id"], "successor");
-    let stream = server
-        .http
-        .get(format!("{}/runs/{orphan_id}/events", server.base))
-        .send()
-        .await
-        .expect("stream");
+    let stream = server.events(&orphan_id, "").await;
     let (events, ended) = Frames::new(stream).all().await;
     assert!(ended);
     assert_eq!(events.last().map(|e| e.kind.name()), Some("run_cancelled"));
@@ -668,12 +652,7 @@ async fn with_a_token_the_api_needs_it_and_the_event_stream_takes_it_in_the_quer
         .as_str()
         .expect("id")
         .to_owned();
-    let stream = server
-        .http
-        .get(format!("{}/runs/{run_id}/events?token=s3cret", server.base))
-        .send()
-        .await
-        .expect("stream");
+    let stream = server.events(&run_id, "?token=s3cret").await;
     assert_eq!(stream.status(), 200);
     let (events, ended) = Frames::new(stream).all().await;
     assert!(ended && !events.is_empty());
@@ -757,12 +736,7 @@ async fn an_idle_event_stream_gets_keep_alive_comments_not_a_timeout() {
 
     // The run waits for a person: nothing happens, and the stream stays
     // open with comments.
-    let response = server
-        .http
-        .get(format!("{}/runs/{run_id}/events", server.base))
-        .send()
-        .await
-        .expect("stream");
+    let response = server.events(&run_id, "").await;
     let mut body = response.bytes_stream();
     let mut text = String::new();
     let mut comments = 0;
