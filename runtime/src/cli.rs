@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use leasehold_actors::engine::{Engine, EngineBuilder, EngineError};
-use leasehold_actors::ports::{RunStatus, Store, ToolClient};
+use leasehold_actors::ports::{RunStatus, Store};
 
 use crate::config::{Config, Flag, LoadError};
 use crate::model::{ModelEvaluator, OpenAiClient};
@@ -287,11 +287,7 @@ pub fn engine_builder(config: &Config, store: Arc<dyn Store>) -> Result<EngineBu
     let client = OpenAiClient::new(settings)
         .map_err(|e| CliError::other(format!("the model client cannot be built: {e}")))?;
     let evaluator = ModelEvaluator::with_role(&client, config.watchdog_role.value);
-    let factory: leasehold_actors::engine::ToolFactory = Arc::new(|server| {
-        McpToolClient::for_server(server)
-            .map(|client| Arc::new(client) as Arc<dyn ToolClient>)
-            .map_err(|e| e.to_string())
-    });
+    let factory = McpToolClient::factory(crate::tools::DEFAULT_HANDSHAKE_TIMEOUT);
     Ok(Engine::builder()
         .config(config.engine_config())
         .model(Arc::new(client))

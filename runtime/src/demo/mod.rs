@@ -73,10 +73,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::ControlError;
 use crate::config::Config;
-use crate::engine::{Engine, EngineBuilder, EngineError, ToolFactory};
-use crate::flow::{Flow, ToolServer};
+use crate::engine::{Engine, EngineBuilder, EngineError};
+use crate::flow::Flow;
 use crate::model::{ModelEndpoint, ModelEvaluator, ModelSettings, OpenAiClient, SetupError};
-use crate::ports::ToolClient;
 use crate::tools::McpToolClient;
 
 pub use drive::{drive, drive_with};
@@ -235,14 +234,7 @@ impl DemoStack {
         settings.idle_timeout = Duration::from_secs(10);
         let client = OpenAiClient::new(settings)?;
         let evaluator = ModelEvaluator::new(&client);
-        let factory: ToolFactory = Arc::new(|server: &ToolServer| {
-            McpToolClient::for_server(server)
-                .map(|client| {
-                    Arc::new(client.with_handshake_timeout(Duration::from_secs(5)))
-                        as Arc<dyn ToolClient>
-                })
-                .map_err(|e| e.to_string())
-        });
+        let factory = McpToolClient::factory(Duration::from_secs(5));
         Ok(Engine::builder()
             .config(self.config().engine_config())
             .model(Arc::new(client))

@@ -137,6 +137,19 @@ impl McpToolClient {
         Self::with_settings(settings)
     }
 
+    /// An engine's tool factory: for each run, an MCP client of each tool
+    /// server its flow declares, its handshake bounded by `handshake`.
+    pub fn factory(handshake: Duration) -> leasehold_actors::engine::ToolFactory {
+        Arc::new(move |server: &ToolServer| {
+            Self::for_server(server)
+                .map(|client| {
+                    Arc::new(client.with_handshake_timeout(handshake))
+                        as Arc<dyn leasehold_actors::ports::ToolClient>
+                })
+                .map_err(|e| e.to_string())
+        })
+    }
+
     /// The server's name in the flow.
     pub fn name(&self) -> &str {
         &self.shared.settings.name

@@ -931,26 +931,21 @@
         addTraceRow(st, e, 'claimed', `by ${e.owner_id} with fence ${e.fence}, resumed from its snapshots`);
         break;
       case 'run_completed':
-        node.state = 'completed';
-        node.note = e.answer;
-        st.answer = e.answer;
-        clearAllBanners(st);
-        setStatus(st, 'completed', 'stream');
-        break;
       case 'run_failed':
-        node.state = 'failed';
-        node.note = e.reason;
-        st.reason = e.reason;
+      case 'run_cancelled': {
+        const status = e.kind.slice('run_'.length);
+        node.state = status;
+        if (status === 'completed') {
+          node.note = e.answer;
+          st.answer = e.answer;
+        } else {
+          node.note = e.reason;
+          st.reason = e.reason;
+        }
         clearAllBanners(st);
-        setStatus(st, 'failed', 'stream');
+        setStatus(st, status, 'stream');
         break;
-      case 'run_cancelled':
-        node.state = 'cancelled';
-        node.note = e.reason;
-        st.reason = e.reason;
-        clearAllBanners(st);
-        setStatus(st, 'cancelled', 'stream');
-        break;
+      }
       default:
         break;
     }
