@@ -111,7 +111,11 @@ pub enum EngineError {
     #[error("the engine has no model client: call `EngineBuilder::model`")]
     NoModel,
     /// A flow names a tool server the engine does not have.
-    #[error("flow uses tool server `{0}`, but the engine has none of that name")]
+    #[error(
+        "flow names tool server `{0}` without a `command` or `url`, and the engine provides \
+         none of that name (declare it in the configuration's `[[tools]]`, or give the engine \
+         one with `EngineBuilder::tool_server`)"
+    )]
     UnknownToolServer(String),
     /// Two servers offer a tool of the same name.
     #[error("tool `{tool}` is offered by both `{first}` and `{second}`")]
@@ -309,6 +313,14 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// Whether a server of this name was given with [`tool_server`]
+    /// (a flow may name it without a `command` or `url`).
+    ///
+    /// [`tool_server`]: EngineBuilder::tool_server
+    pub fn serves_tool(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
     /// A builder.
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()
@@ -646,6 +658,9 @@ impl Engine {
         for server in &flow.tools {
             let client = match (self.tools.get(&server.name), &self.tool_factory) {
                 (Some(shared), _) => shared.clone(),
+                (None, Some(_)) if server.is_reference() => {
+                    return Err(EngineError::UnknownToolServer(server.name.clone()));
+                }
                 (None, Some(factory)) => {
                     let client = factory(server).map_err(|message| EngineError::ToolListing {
                         server: server.name.clone(),

@@ -90,8 +90,12 @@ fn stream_by_default() -> bool {
     true
 }
 
-/// An MCP server the run may use: exactly one of `command` (stdio child
-/// process: program and arguments) or `url` (streamable HTTP).
+/// An MCP server the run may use: at most one of `command` (stdio child
+/// process: program and arguments) or `url` (streamable HTTP). A server
+/// with neither is a *reference* to one the runtime provides by name: a
+/// server given to the engine in process, or one declared by the
+/// configuration's `[[tools]]` (the only kind a flow posted to
+/// `leasehold serve` may carry, unless the server allows flow tools).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolServer {
@@ -109,6 +113,74 @@ pub struct ToolServer {
     /// Per-tool idempotency where known: tool name → idempotent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub idempotent: BTreeMap<String, bool>,
+}
+
+impl ToolServer {
+    /// Whether this is a reference to a server the runtime provides by name
+    /// (neither `command` nor `url`).
+    pub fn is_reference(&self) -> bool {
+        self.command.is_none() && self.url.is_none()
+    }
+
+    /// Whether it carries anything that starts a process or opens a
+    /// connection: a `command`, a `url` or an `env`.
+    pub fn names_a_process_or_address(&self) -> bool {
+        !self.is_reference() || !self.env.is_empty()
+    }
+
+    /// Checks one server found at `at` (e.g. `tools[1]`): at most one of
+    /// `command` (non-empty) or `url` (`http://` or `https://`), and `env`
+    /// only beside a `command`.
+    pub fn validate(&self, at: &str) -> Result<(), FlowError> {
+        match (&self.command, &self.url) {
+            (Some(_), Some(_)) => {
+                return Err(FlowError::new(
+                    at.to_owned(),
+                    "expected exactly one of `command` or `url`, got both",
+                ));
+            }
+            // A reference: the runtime provides the server by name (an
+            // in-process server, or one its configuration declares).
+            (None, None) => {
+                if !self.env.is_empty() {
+                    return Err(FlowError::new(
+                        format!("{at}.env"),
+                        "expected `env` only beside a `command`, got it on a server with \
+                         neither `command` nor `url`",
+                    ));
+                }
+            }
+            (Some(command), None) => {
+                if command
+                    .first()
+                    .is_none_or(|program| program.trim().is_empty())
+                {
+                    return Err(FlowError::new(
+                        format!("{at}.command"),
+                        "expected a program and its arguments, got no program",
+                    ));
+                }
+            }
+            (None, Some(url)) => {
+                let host = url
+                    .strip_prefix("https://")
+                    .or_else(|| url.strip_prefix("http://"));
+                if host.is_none_or(str::is_empty) {
+                    return Err(FlowError::new(
+                        format!("{at}.url"),
+                        format!("expected an http:// or https:// address, got {url:?}"),
+                    ));
+                }
+            }
+        }
+        if self.url.is_some() && !self.env.is_empty() {
+            return Err(FlowError::new(
+                format!("{at}.env"),
+                "expected `env` only beside a `command`, got it beside a `url`",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A kind of worker the run may spawn.
@@ -246,8 +318,9 @@ impl FlowError {
 
 impl Flow {
     /// Semantic checks after parsing, each naming the path: name and task
-    /// non-empty; each tool server has exactly one of `command` (non-empty)
-    /// or `url` (`http://` or `https://`); server names unique and non-empty;
+    /// non-empty; each tool server has at most one of `command` (non-empty)
+    /// or `url` (`http://` or `https://`), and `env` only with a `command`
+    /// (a server with neither is a reference); server names unique and non-empty;
     /// a worker's `tools` only names declared servers; worker prompt
     /// non-empty; durations above 0; `free_renewals` ≤ `max_renewals` when
     /// both given; `jitter` in `[0, 1]`; `backoff_max` ≥ `backoff_initial`
@@ -278,43 +351,7 @@ impl Flow {
                     ),
                 ));
             }
-            match (&server.command, &server.url) {
-                (Some(_), Some(_)) => {
-                    return Err(FlowError::new(
-                        at,
-                        "expected exactly one of `command` or `url`, got both",
-                    ));
-                }
-                (None, None) => {
-                    return Err(FlowError::new(
-                        at,
-                        "expected exactly one of `command` (a stdio program and its arguments) \
-                         or `url` (streamable HTTP), got neither",
-                    ));
-                }
-                (Some(command), None) => {
-                    if command
-                        .first()
-                        .is_none_or(|program| program.trim().is_empty())
-                    {
-                        return Err(FlowError::new(
-                            format!("{at}.command"),
-                            "expected a program and its arguments, got no program",
-                        ));
-                    }
-                }
-                (None, Some(url)) => {
-                    let host = url
-                        .strip_prefix("https://")
-                        .or_else(|| url.strip_prefix("http://"));
-                    if host.is_none_or(str::is_empty) {
-                        return Err(FlowError::new(
-                            format!("{at}.url"),
-                            format!("expected an http:// or https:// address, got {url:?}"),
-                        ));
-                    }
-                }
-            }
+            server.validate(&at)?;
         }
         Ok(())
     }

@@ -98,6 +98,11 @@ struct ServeArgs {
     /// Where to listen (LEASEHOLD_SERVER_ADDR; default 127.0.0.1:7878).
     #[arg(long, value_name = "ADDR")]
     addr: Option<String>,
+    /// Let posted flows carry their tool servers' command, url and env
+    /// (server.allow_flow_tools; needs a token). Without it, a posted flow
+    /// may only name the servers the configuration's [[tools]] declares.
+    #[arg(long)]
+    allow_flow_tools: bool,
 }
 
 /// A command that could not be done.
@@ -208,7 +213,9 @@ impl Cli {
                 Ok(ExitCode::SUCCESS)
             }
             Command::Run(args) => run_flow(&self.global, args).await,
-            Command::Serve(args) => serve::serve(&self.global, args.addr).await,
+            Command::Serve(args) => {
+                serve::serve(&self.global, args.addr, args.allow_flow_tools).await
+            }
             Command::Runs(command) => runs::run(&self.global, command).await,
             Command::Demo(args) => demo::run(&self.global, args).await,
         }
@@ -300,7 +307,16 @@ pub fn engine_builder(config: &Config, store: Arc<dyn Store>) -> Result<EngineBu
 /// `leasehold run FLOW`.
 async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliError> {
     let config = global.load(&[])?;
-    let flow = crate::flow_file::load(&args.flow).map_err(|e| CliError::other(e.to_string()))?;
+    let mut flow =
+        crate::flow_file::load(&args.flow).map_err(|e| CliError::other(e.to_string()))?;
+    crate::flow_file::resolve_tool_servers(&mut flow, &config.tools, |_| false).map_err(|e| {
+        CliError::other(format!(
+            "flow file `{}` refused at `{}`: {}",
+            args.flow.display(),
+            e.path,
+            e.message
+        ))
+    })?;
     let store = open_store(&config)?;
     let engine = engine_builder(&config, store)?.build().await?;
     crate::executor::boot(&engine, false).await?;

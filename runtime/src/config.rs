@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use leasehold_actors::ConfigError;
 use leasehold_actors::engine::EngineConfig;
+use leasehold_actors::flow::ToolServer;
 
 use crate::model::ModelRole;
 use crate::store::Durability;
@@ -153,9 +154,43 @@ pub struct Config {
     pub server_addr: Setting<SocketAddr>,
     /// The HTTP API's bearer token (`LEASEHOLD_API_TOKEN`).
     pub api_token: Setting<Option<String>>,
+    /// `Host` values accepted without a token besides the bound address
+    /// (`LEASEHOLD_SERVER_ALLOWED_HOSTS`).
+    pub server_allowed_hosts: Setting<Vec<String>>,
+    /// Origins a browser request may come from besides the server's own
+    /// (`LEASEHOLD_SERVER_ALLOWED_ORIGINS`).
+    pub server_allowed_origins: Setting<Vec<String>>,
+    /// Whether posted flows may carry tool servers' commands and addresses
+    /// (`LEASEHOLD_SERVER_ALLOW_FLOW_TOOLS`).
+    pub server_allow_flow_tools: Setting<bool>,
+    /// Sending a request's headers (`LEASEHOLD_SERVER_HEADER_TIMEOUT`).
+    pub server_header_timeout: Setting<Duration>,
+    /// Sending a request's body (`LEASEHOLD_SERVER_BODY_TIMEOUT`).
+    pub server_body_timeout: Setting<Duration>,
+    /// Open connections (`LEASEHOLD_SERVER_MAX_CONNECTIONS`).
+    pub server_max_connections: Setting<u32>,
+    /// Open event streams (`LEASEHOLD_SERVER_MAX_EVENT_STREAMS`).
+    pub server_max_event_streams: Setting<u32>,
+    /// Live runs of this executor (`LEASEHOLD_SERVER_MAX_LIVE_RUNS`).
+    pub server_max_live_runs: Setting<u32>,
+    /// Shutdown's grace for requests (`LEASEHOLD_SERVER_SHUTDOWN_GRACE`).
+    pub server_shutdown_grace: Setting<Duration>,
+    /// One model answer, in bytes (`LEASEHOLD_LIMITS_MODEL_ANSWER`).
+    pub limits_model_answer: Setting<u64>,
+    /// One non-streamed model body, in bytes (`LEASEHOLD_LIMITS_MODEL_BODY`).
+    pub limits_model_body: Setting<u64>,
+    /// One tool result, in bytes (`LEASEHOLD_LIMITS_TOOL_RESULT`).
+    pub limits_tool_result: Setting<u64>,
+    /// The tool servers flows may name, from the file's `[[tools]]`: the
+    /// only ones a flow posted to `leasehold serve` may use (unless
+    /// `server.allow_flow_tools`).
+    pub tools: Vec<ToolServer>,
     /// The file that was read, if any (`LEASEHOLD_CONFIG`).
     pub file: Option<PathBuf>,
 }
+
+/// The largest size any size key accepts (1 GiB).
+pub const MAX_SIZE: u64 = 1 << 30;
 
 /// A value given on the command line: the file key it sets, the value, and
 /// the flag as given (for [`Source::Flag`] and error messages).
@@ -189,6 +224,7 @@ impl Default for Config {
         let lease = engine.supervision.lease;
         let restart = engine.restart;
         let model = crate::model::ModelSettings::new(crate::model::ModelEndpoint::new("", ""));
+        let server = crate::server::ServerLimits::default();
         Self {
             lease_model_stream: Setting::default(lease.model_stream),
             lease_model_blocking: Setting::default(lease.model_blocking),
@@ -218,6 +254,19 @@ impl Default for Config {
             model_rate_limit_retries: Setting::default(model.rate_limit_retries),
             server_addr: Setting::default(SocketAddr::from(([127, 0, 0, 1], 7878))),
             api_token: Setting::default(None),
+            server_allowed_hosts: Setting::default(Vec::new()),
+            server_allowed_origins: Setting::default(Vec::new()),
+            server_allow_flow_tools: Setting::default(false),
+            server_header_timeout: Setting::default(server.header_timeout),
+            server_body_timeout: Setting::default(server.body_timeout),
+            server_max_connections: Setting::default(server.max_connections),
+            server_max_event_streams: Setting::default(server.max_event_streams),
+            server_max_live_runs: Setting::default(server.max_live_runs),
+            server_shutdown_grace: Setting::default(server.shutdown_grace),
+            limits_model_answer: Setting::default(4 << 20),
+            limits_model_body: Setting::default(8 << 20),
+            limits_tool_result: Setting::default(1 << 20),
+            tools: Vec::new(),
             file: None,
         }
     }
@@ -273,6 +322,16 @@ pub enum LoadError {
         given_as: String,
         /// The key.
         key: String,
+    },
+    /// A `[[tools]]` declaration that is not a tool server.
+    #[error("configuration file {}: {path}: {message}", file.display())]
+    BadToolServer {
+        /// The file.
+        file: PathBuf,
+        /// Where in it, e.g. `tools[1].command`.
+        path: String,
+        /// What was wrong.
+        message: String,
     },
     /// Values that each parse but together defeat themselves.
     #[error(transparent)]
@@ -352,6 +411,10 @@ impl Config {
                 path: path.to_path_buf(),
                 message: e.message().to_owned(),
             })?;
+        let mut table = table;
+        if let Some(tools) = table.remove("tools") {
+            self.tools = tool_servers(tools, path)?;
+        }
         let mut leaves = Vec::new();
         flatten("", &table, &mut leaves);
         for (name, value) in leaves {
@@ -460,6 +523,29 @@ impl Config {
                 let addr = trimmed.parse::<SocketAddr>().map_err(|_| bad())?;
                 self.server_addr = with(addr, source);
             }
+            "server.allowed_hosts" => self.server_allowed_hosts = with(list(trimmed), source),
+            "server.allowed_origins" => {
+                self.server_allowed_origins = with(list(trimmed), source);
+            }
+            "server.allow_flow_tools" => {
+                let flag = crate::executor::parse_flag(trimmed).map_err(|_| bad())?;
+                self.server_allow_flow_tools = with(flag, source);
+            }
+            "server.header_timeout" => self.server_header_timeout = with(duration()?, source),
+            "server.body_timeout" => self.server_body_timeout = with(duration()?, source),
+            "server.max_connections" => self.server_max_connections = with(count()?, source),
+            "server.max_event_streams" => self.server_max_event_streams = with(count()?, source),
+            "server.max_live_runs" => self.server_max_live_runs = with(count()?, source),
+            "server.shutdown_grace" => self.server_shutdown_grace = with(duration()?, source),
+            "limits.model_answer" | "limits.model_body" | "limits.tool_result" => {
+                let size = parse_size(trimmed).ok_or_else(bad)?;
+                let value = with(size, source);
+                match key.file {
+                    "limits.model_answer" => self.limits_model_answer = value,
+                    "limits.model_body" => self.limits_model_body = value,
+                    _ => self.limits_tool_result = value,
+                }
+            }
             _ => return Err(bad()),
         }
         Ok(())
@@ -489,6 +575,17 @@ impl Config {
                 s.value.clone().unwrap_or_else(|| unset.to_owned()),
                 &s.source,
             )
+        }
+        fn listed(s: &Setting<Vec<String>>) -> (String, &Source) {
+            let shown = if s.value.is_empty() {
+                "(none)".to_owned()
+            } else {
+                s.value.join(",")
+            };
+            (shown, &s.source)
+        }
+        fn size(s: &Setting<u64>) -> (String, &Source) {
+            (format_size(s.value), &s.source)
         }
         fn secret<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
             let shown = if s.value.is_some() { "(set)" } else { unset };
@@ -535,9 +632,107 @@ impl Config {
             "model.rate_limit_retries" => n(&self.model_rate_limit_retries),
             "server.addr" => (self.server_addr.value.to_string(), &self.server_addr.source),
             "api_token" => secret(&self.api_token, "(none)"),
+            "server.allowed_hosts" => listed(&self.server_allowed_hosts),
+            "server.allowed_origins" => listed(&self.server_allowed_origins),
+            "server.allow_flow_tools" => (
+                self.server_allow_flow_tools.value.to_string(),
+                &self.server_allow_flow_tools.source,
+            ),
+            "server.header_timeout" => d(&self.server_header_timeout),
+            "server.body_timeout" => d(&self.server_body_timeout),
+            "server.max_connections" => n(&self.server_max_connections),
+            "server.max_event_streams" => n(&self.server_max_event_streams),
+            "server.max_live_runs" => n(&self.server_max_live_runs),
+            "server.shutdown_grace" => d(&self.server_shutdown_grace),
+            "limits.model_answer" => size(&self.limits_model_answer),
+            "limits.model_body" => size(&self.limits_model_body),
+            "limits.tool_result" => size(&self.limits_tool_result),
             _ => (String::new(), &Source::Default),
         }
     }
+}
+
+/// A comma-separated list, blanks dropped.
+fn list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A size from 1 byte to [`MAX_SIZE`]: `65536`, `512KiB`, `4 MiB`.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let bytes = text.trim().parse::<bytesize::ByteSize>().ok()?.as_u64();
+    (1..=MAX_SIZE).contains(&bytes).then_some(bytes)
+}
+
+/// A size as it would be configured: `4MiB`, `512KiB`, or bytes.
+pub fn format_size(bytes: u64) -> String {
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    match bytes {
+        0 => "0".to_owned(),
+        b if b % GIB == 0 => format!("{}GiB", b / GIB),
+        b if b % MIB == 0 => format!("{}MiB", b / MIB),
+        b if b % KIB == 0 => format!("{}KiB", b / KIB),
+        b => b.to_string(),
+    }
+}
+
+/// The file's `[[tools]]`: each a full tool server (a `command` or a
+/// `url`), names unique; errors name the entry and field.
+fn tool_servers(value: toml::Value, file: &Path) -> Result<Vec<ToolServer>, LoadError> {
+    let bad = |path: String, message: String| LoadError::BadToolServer {
+        file: file.to_path_buf(),
+        path,
+        message,
+    };
+    let toml::Value::Array(entries) = value else {
+        return Err(bad(
+            "tools".to_owned(),
+            "expected an array of tables (`[[tools]]`)".to_owned(),
+        ));
+    };
+    let mut servers: Vec<ToolServer> = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let at = format!("tools[{i}]");
+        let server: ToolServer = serde_path_to_error::deserialize(entry).map_err(|e| {
+            let inner = e.path().to_string();
+            let path = if inner == "." {
+                at.clone()
+            } else {
+                format!("{at}.{inner}")
+            };
+            bad(path, e.inner().message().to_owned())
+        })?;
+        if server.name.trim().is_empty() {
+            return Err(bad(format!("{at}.name"), "expected a name".to_owned()));
+        }
+        if server.is_reference() {
+            return Err(bad(
+                at,
+                "expected a `command` (a stdio program and its arguments) or a `url` \
+                 (streamable HTTP)"
+                    .to_owned(),
+            ));
+        }
+        server
+            .validate(&at)
+            .map_err(|e| bad(e.path.clone(), e.message.clone()))?;
+        if let Some(first) = servers.iter().position(|s| s.name == server.name) {
+            return Err(bad(
+                format!("{at}.name"),
+                format!(
+                    "tool server `{}` is already declared at `tools[{first}]`",
+                    server.name
+                ),
+            ));
+        }
+        servers.push(server);
+    }
+    Ok(servers)
 }
 
 fn with<T>(value: T, source: Source) -> Setting<T> {

@@ -28,7 +28,7 @@
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
-use leasehold_actors::flow::{Flow, FlowError};
+use leasehold_actors::flow::{Flow, FlowError, ToolServer};
 
 /// A flow file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -63,19 +63,78 @@ pub enum FlowFileError {
 
 /// Parses and validates a flow written in TOML.
 pub fn parse_toml(text: &str) -> Result<Flow, FlowError> {
-    let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, ROOT.to_owned(), &e))?;
-    let flow = serde_path_to_error::deserialize(de)
-        .map_err(|e| toml_error(text, e.path().to_string(), e.inner()))?;
-    validated(flow)
+    validated(read_toml(text)?)
 }
 
 /// Parses and validates a flow written in JSON.
 pub fn parse_json(text: &str) -> Result<Flow, FlowError> {
+    validated(read_json(text)?)
+}
+
+/// Parses a flow written in TOML without validating it, for callers that
+/// look at it (or complete it) first; validate it before use.
+pub fn read_toml(text: &str) -> Result<Flow, FlowError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, ROOT.to_owned(), &e))?;
+    serde_path_to_error::deserialize(de)
+        .map_err(|e| toml_error(text, e.path().to_string(), e.inner()))
+}
+
+/// Parses a flow written in JSON without validating it; validate it before
+/// use.
+pub fn read_json(text: &str) -> Result<Flow, FlowError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let flow = serde_path_to_error::deserialize(&mut de)
         .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
     de.end().map_err(|e| json_error(ROOT.to_owned(), &e))?;
-    validated(flow)
+    Ok(flow)
+}
+
+/// Completes each of the flow's tool-server references (a server with
+/// neither `command` nor `url`) from `declared`, the configuration's
+/// `[[tools]]`: the declaration's `command`, `url` and `env` are taken, and
+/// its `idempotent` entries win over the flow's. A reference that nothing
+/// declares is left as it is when `provided` says the engine serves that
+/// name in process, and refused otherwise, naming it.
+pub fn resolve_tool_servers(
+    flow: &mut Flow,
+    declared: &[ToolServer],
+    provided: impl Fn(&str) -> bool,
+) -> Result<(), FlowError> {
+    for (i, server) in flow.tools.iter_mut().enumerate() {
+        if !server.is_reference() {
+            continue;
+        }
+        match declared.iter().find(|d| d.name == server.name) {
+            Some(declaration) => {
+                server.command.clone_from(&declaration.command);
+                server.url.clone_from(&declaration.url);
+                server.env.clone_from(&declaration.env);
+                for (tool, idempotent) in &declaration.idempotent {
+                    server.idempotent.insert(tool.clone(), *idempotent);
+                }
+            }
+            None if provided(&server.name) => {}
+            None => {
+                let known: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+                return Err(FlowError::new(
+                    format!("tools[{i}]"),
+                    format!(
+                        "tool server `{}` has no `command` or `url`, and the configuration \
+                         declares none of that name (declared: {}); declare it in the \
+                         configuration file as `[[tools]]` with a `name` and a `command` or \
+                         `url`",
+                        server.name,
+                        if known.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads the flow in `path`, as TOML or JSON by its extension (`.toml`,

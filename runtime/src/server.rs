@@ -21,20 +21,28 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::sync::OnceLock;
+
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderValue, header};
+use axum::middleware;
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use leasehold_actors::engine::Engine;
+use leasehold_actors::flow::ToolServer;
 use leasehold_actors::run::RunHandle;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tower_http::set_header::SetResponseHeaderLayer;
 
 mod api;
 mod assets;
 mod error;
 mod events;
+mod guard;
 
 pub use crate::trace::TraceSummary;
 pub use api::{RunView, TraceView};
@@ -53,10 +61,25 @@ pub struct ServerOptions {
     pub token: Option<String>,
     /// How often an idle event stream sends a keep-alive comment.
     pub keep_alive: Duration,
-    /// How often an event stream looks at the store when the bus is quiet.
+    /// How often a run followed by event streams is looked at in the store
+    /// when the bus is quiet: once per run, however many streams follow it.
     pub poll: Duration,
     /// The largest request body accepted, in bytes.
     pub max_body: usize,
+    /// What the server's clients may hold, and for how long.
+    pub limits: ServerLimits,
+    /// `Host` values accepted without a token besides the bound loopback
+    /// address (`localhost`, the address itself), with or without a port.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`https://ops.example.com`) a browser's request may come
+    /// from besides the server's own.
+    pub allowed_origins: Vec<String>,
+    /// The tool servers posted flows may name: the configuration's
+    /// `[[tools]]`.
+    pub tools: Vec<ToolServer>,
+    /// Whether posted flows may carry a tool server's `command`, `url` or
+    /// `env` themselves (only with a token).
+    pub allow_flow_tools: bool,
 }
 
 impl Default for ServerOptions {
@@ -66,19 +89,67 @@ impl Default for ServerOptions {
             keep_alive: Duration::from_secs(15),
             poll: Duration::from_millis(250),
             max_body: MAX_BODY,
+            limits: ServerLimits::default(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            tools: Vec::new(),
+            allow_flow_tools: false,
         }
     }
 }
 
-/// Listening beyond loopback without a token.
+/// What the server's clients may hold, and for how long. None of these
+/// bounds an event stream's life or a run's: a run never hangs off a
+/// request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// How long a client may take to send a request's headers; an idle
+    /// kept-alive connection is closed after as long.
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body.
+    pub body_timeout: Duration,
+    /// Open connections at once; further clients wait to be accepted.
+    pub max_connections: u32,
+    /// Event streams open at once; past it a 503 with `Retry-After`.
+    pub max_event_streams: u32,
+    /// Runs this executor runs at once; past it a 429.
+    pub max_live_runs: u32,
+    /// On shutdown, how long requests in flight may take to finish.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            max_event_streams: 128,
+            max_live_runs: 64,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A server that must not start as configured.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "refusing to listen on {addr} without a token: set LEASEHOLD_API_TOKEN, or listen on a \
-     loopback address such as 127.0.0.1"
-)]
-pub struct InsecureBind {
-    /// The address asked for.
-    pub addr: SocketAddr,
+pub enum InsecureBind {
+    /// Listening beyond loopback without a token.
+    #[error(
+        "refusing to listen on {addr} without a token: set LEASEHOLD_API_TOKEN, or listen on a \
+         loopback address such as 127.0.0.1"
+    )]
+    NoToken {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// Letting posted flows start processes without a token.
+    #[error(
+        "refusing --allow-flow-tools (server.allow_flow_tools) without a token: a posted flow \
+         could then start any program as this user; set LEASEHOLD_API_TOKEN, or declare the \
+         tool servers in the configuration's [[tools]] instead"
+    )]
+    FlowToolsWithoutToken,
 }
 
 /// Refuses a non-loopback `addr` when there is no token.
@@ -86,7 +157,24 @@ pub fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), InsecureB
     if addr.ip().is_loopback() || token.is_some_and(|t| !t.is_empty()) {
         Ok(())
     } else {
-        Err(InsecureBind { addr })
+        Err(InsecureBind::NoToken { addr })
+    }
+}
+
+impl ServerOptions {
+    /// Refuses what must not be served on `addr`: a non-loopback address
+    /// without a token, or flow tools without a token.
+    pub fn check(&self, addr: SocketAddr) -> Result<(), InsecureBind> {
+        check_bind(addr, self.token.as_deref())?;
+        if self.allow_flow_tools && self.token().is_none() {
+            return Err(InsecureBind::FlowToolsWithoutToken);
+        }
+        Ok(())
+    }
+
+    /// The token, if one is set and not empty.
+    fn token(&self) -> Option<&str> {
+        self.token.as_deref().filter(|t| !t.is_empty())
     }
 }
 
@@ -96,21 +184,41 @@ pub struct App {
     engine: Arc<Engine>,
     options: ServerOptions,
     runs: Mutex<HashMap<String, RunHandle>>,
+    /// Where the server listens, once it does.
+    bound: OnceLock<SocketAddr>,
+    /// Cancelled when the server begins to shut down: event streams send a
+    /// last frame and close.
+    shutdown: CancellationToken,
+    /// One permit per open event stream.
+    streams: Arc<Semaphore>,
+    /// One shared look at the store per run followed by event streams.
+    watches: events::Watches,
 }
 
 impl App {
     /// A server over `engine`.
     pub fn new(engine: Arc<Engine>, options: ServerOptions) -> Arc<Self> {
+        let streams = usize::try_from(options.limits.max_event_streams).unwrap_or(usize::MAX);
         Arc::new(Self {
             engine,
             options,
             runs: Mutex::new(HashMap::new()),
+            bound: OnceLock::new(),
+            shutdown: CancellationToken::new(),
+            streams: Arc::new(Semaphore::new(streams.min(Semaphore::MAX_PERMITS))),
+            watches: events::Watches::default(),
         })
     }
 
     /// The engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// Begins shutting down: every open event stream gets a last
+    /// `event: shutdown` frame and closes, and no new one opens.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.cancel();
     }
 
     /// Holds `handle` while its run goes on in this process, so the API can
@@ -138,6 +246,17 @@ impl App {
         self.lock_runs().get(run_id).cloned()
     }
 
+    /// How many runs go on in this process (not ended, not lost).
+    pub fn live_runs(&self) -> usize {
+        self.lock_runs()
+            .values()
+            .filter(|h| {
+                let state = h.state();
+                !state.status.is_terminal() && state.lost.is_none()
+            })
+            .count()
+    }
+
     fn lock_runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunHandle>> {
         self.runs
             .lock()
@@ -145,7 +264,9 @@ impl App {
     }
 }
 
-/// The router: the API, the event stream and the dashboard.
+/// The router: the API, the event stream and the dashboard, behind the
+/// guard (host, origin, token) and with the headers that keep the
+/// dashboard out of other sites' frames.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(assets::index))
@@ -160,61 +281,97 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}/reconcile", post(api::reconcile))
         .fallback(api::no_route)
         .method_not_allowed_fallback(api::wrong_method)
-        .layer(middleware::from_fn_with_state(Arc::clone(&app), authorize))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard::guard))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("frame-ancestors 'none'"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
         .with_state(app)
 }
 
-/// Serves `app` on `listener` until `shutdown` completes.
+/// Serves `app` on `listener` until `shutdown` completes, then shuts down:
+/// stops accepting, closes every event stream with a last frame, lets
+/// requests in flight finish for at most the shutdown grace, and closes
+/// whatever is left.
+///
+/// Each connection is HTTP/1.1 with a time limit on its request headers
+/// (an idle kept-alive connection is closed after as long); at most
+/// `max_connections` are open at once, further clients waiting in the
+/// listener's backlog.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
+    let bound = listener.local_addr()?;
+    let _ = app.bound.set(bound);
+    let limits = app.options.limits.clone();
+    let service = TowerToHyperService::new(router(Arc::clone(&app)));
+    let connections = Arc::new(Semaphore::new(
+        usize::try_from(limits.max_connections)
+            .unwrap_or(usize::MAX)
+            .clamp(1, Semaphore::MAX_PERMITS),
+    ));
+    let graceful = GracefulShutdown::new();
+    // Closes the connections still open when the grace is over.
+    let closing = CancellationToken::new();
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of descriptors, or a connection reset before it
+                    // was accepted: wait a moment rather than spin.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(TokioIo::new(stream), service.clone());
+        let connection = graceful.watch(connection);
+        let closing = closing.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = connection => {}
+                () = closing.cancelled() => {}
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    app.begin_shutdown();
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
         .await
-}
-
-/// Checks the bearer token on everything but the dashboard's files and
-/// `/health`.
-async fn authorize(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    let Some(token) = app.options.token.as_deref().filter(|t| !t.is_empty()) else {
-        return next.run(request).await;
-    };
-    let path = request.uri().path();
-    if path == "/" || path == "/health" || path.starts_with("/assets/") {
-        return next.run(request).await;
+        .is_err()
+    {
+        tracing::warn!(
+            grace = %humantime::format_duration(limits.shutdown_grace),
+            "connections still open after the shutdown grace were closed"
+        );
     }
-    let given = bearer(request.headers()).or_else(|| query_token(request.uri().query()));
-    match given {
-        Some(given) if same(given.as_bytes(), token.as_bytes()) => next.run(request).await,
-        Some(_) => {
-            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong token").into_response()
-        }
-        None => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "this server needs `Authorization: Bearer TOKEN` (LEASEHOLD_API_TOKEN)",
-        )
-        .into_response(),
-    }
-}
-
-fn bearer(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let token = value.strip_prefix("Bearer ")?;
-    Some(token.trim().to_owned())
-}
-
-fn query_token(query: Option<&str>) -> Option<String> {
-    form_urlencoded::parse(query?.as_bytes())
-        .find(|(name, _)| name == "token")
-        .map(|(_, value)| value.into_owned())
-}
-
-/// Compares without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    closing.cancel();
+    Ok(())
 }
 
 #[cfg(test)]
@@ -231,17 +388,16 @@ mod tests {
         assert!(check_bind(public, Some("secret")).is_ok());
         assert!(check_bind(local, None).is_ok());
     }
-
     #[test]
-    fn the_query_token_is_percent_decoded() {
-        assert_eq!(
-            query_token(Some("after=3&token=a%2Bb")),
-            Some("a+b".to_owned())
-        );
-        assert_eq!(query_token(Some("token=x+y")), Some("x y".to_owned()));
-        assert_eq!(query_token(Some("after=3")), None);
-        assert!(same(b"abc", b"abc"));
-        assert!(!same(b"abc", b"abd"));
-        assert!(!same(b"abc", b"ab"));
+    fn flow_tools_need_a_token() {
+        let local: SocketAddr = "127.0.0.1:7878".parse().unwrap_or_else(|e| panic!("{e}"));
+        let mut options = ServerOptions {
+            allow_flow_tools: true,
+            ..ServerOptions::default()
+        };
+        let error = options.check(local).expect_err("refused");
+        assert!(error.to_string().contains("--allow-flow-tools"), "{error}");
+        options.token = Some("secret".to_owned());
+        assert!(options.check(local).is_ok());
     }
 }

@@ -303,7 +303,20 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         refused.stderr
     );
 
+    // The demo's tool server is declared in the server's configuration;
+    // posted flows name it and nothing more.
+    let config = dir.path().join("leasehold.toml");
+    let declared = toml::to_string(&serde_json::json!({ "tools": stack.flow().tools }))
+        .expect("the tool servers as TOML");
+    std::fs::write(&config, declared).expect("config written");
+    let mut named = stack.flow();
+    for server in &mut named.tools {
+        server.command = None;
+        server.url = None;
+        server.env.clear();
+    }
     let mut server = leasehold(dir.path(), Some(&stack))
+        .env("LEASEHOLD_CONFIG", &config)
         .args(["serve", "--addr", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -323,9 +336,25 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         .to_owned();
 
     let http = reqwest::Client::new();
-    let created: serde_json::Value = http
+    // A flow that names the address itself is refused, naming why.
+    let refused = http
         .post(format!("{base}/runs"))
         .json(&stack.flow())
+        .send()
+        .await
+        .expect("POST /runs");
+    assert_eq!(refused.status().as_u16(), 403);
+    let body: serde_json::Value = refused.json().await.expect("a JSON error");
+    assert_eq!(body["error"]["code"], "flow_tools_forbidden", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("[[tools]]")),
+        "{body}"
+    );
+    let created: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(&named)
         .send()
         .await
         .expect("POST /runs")

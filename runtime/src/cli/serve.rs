@@ -8,12 +8,16 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use super::{CliError, GlobalArgs, engine_builder, open_store};
-use crate::config::Flag;
-use crate::server::{self, App, ServerOptions};
+use crate::config::{Config, Flag};
+use crate::server::{self, App, ServerLimits, ServerOptions};
 
 /// Serves until Ctrl-C.
-pub(super) async fn serve(global: &GlobalArgs, addr: Option<String>) -> Result<ExitCode, CliError> {
-    let extra: Vec<Flag> = addr
+pub(super) async fn serve(
+    global: &GlobalArgs,
+    addr: Option<String>,
+    allow_flow_tools: bool,
+) -> Result<ExitCode, CliError> {
+    let mut extra: Vec<Flag> = addr
         .into_iter()
         .map(|value| Flag {
             key: "server.addr".into(),
@@ -21,9 +25,17 @@ pub(super) async fn serve(global: &GlobalArgs, addr: Option<String>) -> Result<E
             given_as: "--addr".into(),
         })
         .collect();
+    if allow_flow_tools {
+        extra.push(Flag {
+            key: "server.allow_flow_tools".into(),
+            value: "true".into(),
+            given_as: "--allow-flow-tools".into(),
+        });
+    }
     let config = global.load(&extra)?;
-    let token = config.api_token.value.clone();
-    server::check_bind(config.server_addr.value, token.as_deref())
+    let options = options(&config);
+    options
+        .check(config.server_addr.value)
         .map_err(|e| CliError::other(e.to_string()))?;
     let store = open_store(&config)?;
     let engine = engine_builder(&config, store)?.build().await?;
@@ -31,13 +43,7 @@ pub(super) async fn serve(global: &GlobalArgs, addr: Option<String>) -> Result<E
     if !boot.orphaned.is_empty() {
         tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
     }
-    let app = App::new(
-        Arc::new(engine),
-        ServerOptions {
-            token,
-            ..ServerOptions::default()
-        },
-    );
+    let app = App::new(Arc::new(engine), options);
     for handle in boot.resumed {
         tracing::info!(run_id = handle.run_id(), "resumed at boot");
         app.adopt(handle);
@@ -51,6 +57,26 @@ pub(super) async fn serve(global: &GlobalArgs, addr: Option<String>) -> Result<E
     app.engine().shutdown().await;
     app.engine().store().flush().await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The server's options from the configuration.
+pub(super) fn options(config: &Config) -> ServerOptions {
+    ServerOptions {
+        token: config.api_token.value.clone(),
+        limits: ServerLimits {
+            header_timeout: config.server_header_timeout.value,
+            body_timeout: config.server_body_timeout.value,
+            max_connections: config.server_max_connections.value,
+            max_event_streams: config.server_max_event_streams.value,
+            max_live_runs: config.server_max_live_runs.value,
+            shutdown_grace: config.server_shutdown_grace.value,
+        },
+        allowed_hosts: config.server_allowed_hosts.value.clone(),
+        allowed_origins: config.server_allowed_origins.value.clone(),
+        tools: config.tools.clone(),
+        allow_flow_tools: config.server_allow_flow_tools.value,
+        ..ServerOptions::default()
+    }
 }
 
 /// Binds `addr` and serves `app` in a task until Ctrl-C; returns the bound

@@ -25,6 +25,10 @@ pub enum ValueKind {
     Secret,
     /// A socket address: `127.0.0.1:7878`.
     Address,
+    /// A size in bytes, with an optional unit: `65536`, `512KiB`, `4MiB`.
+    Size,
+    /// A comma-separated list, e.g. of host names.
+    List,
 }
 
 impl ValueKind {
@@ -40,6 +44,8 @@ impl ValueKind {
             Self::Text => "a non-empty string",
             Self::Secret => "a non-empty string",
             Self::Address => "a socket address such as 127.0.0.1:7878",
+            Self::Size => "a size such as 65536, 512KiB or 4MiB, from 1 byte to 1GiB",
+            Self::List => "a comma-separated list such as example.com,10.0.0.5:7878",
         }
     }
 }
@@ -76,7 +82,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 29] = [
+pub(super) const KEYS: [Key; 41] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -272,6 +278,90 @@ pub(super) const KEYS: [Key; 29] = [
         "(none)",
         ValueKind::Secret,
         "the bearer token the HTTP API requires; needed to listen beyond loopback; never printed",
+    ),
+    key(
+        "LEASEHOLD_SERVER_ALLOWED_HOSTS",
+        "server.allowed_hosts",
+        "(none)",
+        ValueKind::List,
+        "`Host` values accepted without a token besides the bound loopback address (against DNS rebinding)",
+    ),
+    key(
+        "LEASEHOLD_SERVER_ALLOWED_ORIGINS",
+        "server.allowed_origins",
+        "(none)",
+        ValueKind::List,
+        "origins (`https://ops.example.com`) a browser request may come from besides the server's own",
+    ),
+    key(
+        "LEASEHOLD_SERVER_ALLOW_FLOW_TOOLS",
+        "server.allow_flow_tools",
+        "false",
+        ValueKind::Flag,
+        "let posted flows carry a tool server's `command`, `url` or `env` (needs a token; `serve --allow-flow-tools`)",
+    ),
+    key(
+        "LEASEHOLD_SERVER_HEADER_TIMEOUT",
+        "server.header_timeout",
+        "10s",
+        ValueKind::Duration,
+        "how long a client may take to send a request's headers",
+    ),
+    key(
+        "LEASEHOLD_SERVER_BODY_TIMEOUT",
+        "server.body_timeout",
+        "30s",
+        ValueKind::Duration,
+        "how long a client may take to send a request's body (never a bound on an event stream or a run)",
+    ),
+    key(
+        "LEASEHOLD_SERVER_MAX_CONNECTIONS",
+        "server.max_connections",
+        "512",
+        ValueKind::Count,
+        "open connections at once; further clients wait to be accepted",
+    ),
+    key(
+        "LEASEHOLD_SERVER_MAX_EVENT_STREAMS",
+        "server.max_event_streams",
+        "128",
+        ValueKind::Count,
+        "event streams open at once; past it a 503 with `Retry-After`",
+    ),
+    key(
+        "LEASEHOLD_SERVER_MAX_LIVE_RUNS",
+        "server.max_live_runs",
+        "64",
+        ValueKind::Count,
+        "runs this executor runs at once; past it starting or resuming one is a 429",
+    ),
+    key(
+        "LEASEHOLD_SERVER_SHUTDOWN_GRACE",
+        "server.shutdown_grace",
+        "5s",
+        ValueKind::Duration,
+        "on SIGINT or SIGTERM, how long requests may take to finish before the server closes them",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_MODEL_ANSWER",
+        "limits.model_answer",
+        "4MiB",
+        ValueKind::Size,
+        "one model answer: content, reasoning and tool-call arguments together; past it the call fails",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_MODEL_BODY",
+        "limits.model_body",
+        "8MiB",
+        ValueKind::Size,
+        "one non-streamed model response body; past it the call fails",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_TOOL_RESULT",
+        "limits.tool_result",
+        "1MiB",
+        ValueKind::Size,
+        "one tool result; a larger one is truncated with a marker, and an event says so",
     ),
     key(
         ENV_CONFIG,

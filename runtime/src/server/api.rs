@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::IntoResponse;
@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::App;
 use super::error::ApiError;
+use super::guard;
 use crate::flow_file;
 use crate::trace::{TraceSummary, is_decision};
 
@@ -126,26 +127,40 @@ impl TraceView {
     }
 }
 
-/// `GET /health`.
-pub(super) async fn health(State(app): State<Arc<App>>) -> impl IntoResponse {
-    let live = app.lock_runs().len();
+/// `GET /health`: that the server is up; with the token, also who it is
+/// and how many runs it holds.
+pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> impl IntoResponse {
+    if !guard::authorized(&app, &headers) {
+        return Json(serde_json::json!({"status": "ok"}));
+    }
     Json(serde_json::json!({
         "status": "ok",
         "owner_id": app.engine.owner_id(),
-        "live_runs": live,
+        "live_runs": app.live_runs(),
     }))
 }
 
 /// `POST /runs`: a flow as JSON or TOML; answers at once with the run id.
+///
+/// The flow's tool servers are references to the configuration's
+/// `[[tools]]` (or to servers the engine provides); one that carries a
+/// `command`, `url` or `env` is refused with 403, unless the server allows
+/// flow tools.
 pub(super) async fn create_run(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let bytes = read_body(body, app.options.max_body).await?;
+    let format = match media_type(&headers).as_deref() {
+        Some("application/json") => Format::Json,
+        Some("application/toml") => Format::Toml,
+        other => return Err(unsupported(other, "application/json or application/toml")),
+    };
+    let bytes = read_body(&app, body).await?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("the flow is not UTF-8 text"))?;
-    let flow = parse_flow(&headers, text)?;
+    let flow = parse_flow(&app, format, text)?;
+    room_for_a_run(&app)?;
     // Started in a task of its own: a client that goes away mid-request
     // must not cancel a run half-recorded.
     let engine = Arc::clone(&app.engine);
@@ -162,28 +177,116 @@ pub(super) async fn create_run(
     ))
 }
 
-fn parse_flow(headers: &HeaderMap, text: &str) -> Result<Flow, ApiError> {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    let toml = content_type.contains("toml")
-        || (!content_type.contains("json") && !text.trim_start().starts_with('{'));
-    let parsed = if toml {
-        flow_file::parse_toml(text)
-    } else {
-        flow_file::parse_json(text)
-    };
-    parsed.map_err(|e| {
+/// How a posted flow is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Json,
+    Toml,
+}
+
+/// Parses the flow, holds its tool servers to the server's trust model,
+/// completes them from the configuration, and validates it.
+fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
+    let invalid = |e: leasehold_actors::flow::FlowError| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_flow",
             format!(
-                "the flow ({}) was refused: {e}",
-                if toml { "TOML" } else { "JSON" }
+                "the flow ({}) was refused at `{}`: {}",
+                match format {
+                    Format::Json => "JSON",
+                    Format::Toml => "TOML",
+                },
+                e.path,
+                e.message
             ),
         )
+    };
+    let mut flow = match format {
+        Format::Json => flow_file::read_json(text),
+        Format::Toml => flow_file::read_toml(text),
+    }
+    .map_err(invalid)?;
+    if !app.options.allow_flow_tools
+        && let Some((i, server)) = flow
+            .tools
+            .iter()
+            .enumerate()
+            .find(|(_, server)| server.names_a_process_or_address())
+    {
+        let what = if server.command.is_some() {
+            "a `command`"
+        } else if server.url.is_some() {
+            "a `url`"
+        } else {
+            "an `env`"
+        };
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "flow_tools_forbidden",
+            format!(
+                "tools[{i}] (`{name}`) carries {what}: a flow posted to this server may only name \
+                 tool servers its configuration declares, since a request must never choose a \
+                 program to start or an address to connect to. Declare it in the server's \
+                 configuration file as [[tools]] name = \"{name}\" with its command or url, \
+                 and name it in the flow as {{\"name\": \"{name}\"}}; or, on a trusted \
+                 deployment, start the server with a token and --allow-flow-tools",
+                name = server.name
+            ),
+        ));
+    }
+    let engine = &app.engine;
+    flow_file::resolve_tool_servers(&mut flow, &app.options.tools, |name| {
+        engine.serves_tool(name)
+    })
+    .map_err(invalid)?;
+    flow.validate().map_err(invalid)?;
+    Ok(flow)
+}
+
+/// Refuses one more live run past `max_live_runs` with 429.
+fn room_for_a_run(app: &App) -> Result<(), ApiError> {
+    let max = usize::try_from(app.options.limits.max_live_runs).unwrap_or(usize::MAX);
+    let live = app.live_runs();
+    if live >= max {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_runs",
+            format!(
+                "this executor already runs {live} runs, its limit (server.max_live_runs, \
+                 LEASEHOLD_SERVER_MAX_LIVE_RUNS): try again when one has ended"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The request's media type, lower case, without parameters.
+fn media_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    Some(essence.to_ascii_lowercase())
+}
+
+/// 415: a body of a type this route does not take.
+fn unsupported(given: Option<&str>, expected: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!(
+            "this route takes {expected}, got {}",
+            given.map_or_else(|| "no Content-Type".to_owned(), |t| format!("{t:?}"))
+        ),
+    )
+}
+
+/// A run id from the path, or a JSON 400.
+pub(super) fn run_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    path.map(|Path(id)| id).map_err(|rejection| {
+        ApiError::bad_request(format!(
+            "the run id in the path could not be read: {}",
+            rejection.body_text()
+        ))
     })
 }
 
@@ -225,8 +328,9 @@ pub(super) async fn list_runs(
 /// `GET /runs/{id}`: a run with its flow and its tool calls.
 pub(super) async fn show_run(
     State(app): State<Arc<App>>,
-    Path(run_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<RunView>, ApiError> {
+    let run_id = run_id(path)?;
     let store = app.engine.store();
     let record = store
         .load_run(&run_id)
@@ -242,8 +346,9 @@ pub(super) async fn show_run(
 /// `GET /runs/{id}/trace`.
 pub(super) async fn trace(
     State(app): State<Arc<App>>,
-    Path(run_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<TraceView>, ApiError> {
+    let run_id = run_id(path)?;
     let store = app.engine.store();
     if store.load_run(&run_id).await?.is_none() {
         return Err(ApiError::unknown_run(&run_id));
@@ -279,10 +384,12 @@ struct ReconcileBody {
 /// first and resumed from its snapshots.
 pub(super) async fn resume(
     State(app): State<Arc<App>>,
-    Path(run_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let ResumeBody { guidance } = read_json(body, app.options.max_body).await?;
+    let run_id = run_id(path)?;
+    let ResumeBody { guidance } = read_json(&app, &headers, body).await?;
     let guidance = guidance.filter(|g| !g.trim().is_empty());
     let (handle, was) = match app.handle(&run_id) {
         Some(handle) => {
@@ -296,6 +403,7 @@ pub(super) async fn resume(
                 .load_run(&run_id)
                 .await?
                 .ok_or_else(|| ApiError::unknown_run(&run_id))?;
+            room_for_a_run(&app)?;
             let engine = Arc::clone(&app.engine);
             let id = run_id.clone();
             let handle = tokio::spawn(async move { engine.resume(&id).await })
@@ -328,10 +436,12 @@ pub(super) async fn resume(
 /// `POST /runs/{id}/cancel`.
 pub(super) async fn cancel(
     State(app): State<Arc<App>>,
-    Path(run_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let CancelBody { reason } = read_json(body, app.options.max_body).await?;
+    let run_id = run_id(path)?;
+    let CancelBody { reason } = read_json(&app, &headers, body).await?;
     let reason = reason
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "cancelled over the API".to_owned());
@@ -348,10 +458,12 @@ pub(super) async fn cancel(
 /// "retry" | "cancel", "result"}` for a run in `reconciliation_required`.
 pub(super) async fn reconcile(
     State(app): State<Arc<App>>,
-    Path(run_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let bytes = read_body(body, app.options.max_body).await?;
+    let run_id = run_id(path)?;
+    let bytes = read_json_body(&app, &headers, body).await?;
     let ReconcileBody { key, decision } = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not a reconciliation: {e}")))?;
     let handle = match app.handle(&run_id) {
@@ -360,6 +472,7 @@ pub(super) async fn reconcile(
             if app.engine.store().load_run(&run_id).await?.is_none() {
                 return Err(ApiError::unknown_run(&run_id));
             }
+            room_for_a_run(&app)?;
             let handle = app.engine.resume(&run_id).await?;
             app.adopt(handle.clone());
             handle
@@ -389,20 +502,54 @@ pub(super) async fn no_route(uri: Uri) -> ApiError {
     )
 }
 
-/// The whole body, refused past `limit` bytes.
-async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
+/// The whole body, refused past `max_body` bytes or when it takes longer
+/// than the body timeout to arrive.
+async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    let limit = app.options.max_body;
+    let within = app.options.limits.body_timeout;
+    match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             format!("the body is larger than {limit} bytes, or was cut off"),
-        )
-    })
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the body did not arrive within {} (server.body_timeout)",
+                humantime::format_duration(within)
+            ),
+        )),
+    }
+}
+
+/// The body of a state-changing route that takes JSON: `application/json`,
+/// or no `Content-Type` at all for an empty body.
+async fn read_json_body(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, ApiError> {
+    let media = media_type(headers);
+    if media.as_deref().is_some_and(|m| m != "application/json") {
+        return Err(unsupported(media.as_deref(), "application/json"));
+    }
+    let bytes = read_body(app, body).await?;
+    if media.is_none() && !bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(unsupported(None, "application/json"));
+    }
+    Ok(bytes)
 }
 
 /// The body as JSON of `T`; an empty body is `T::default()`.
-async fn read_json<T: DeserializeOwned + Default>(body: Body, limit: usize) -> Result<T, ApiError> {
-    let bytes = read_body(body, limit).await?;
+async fn read_json<T: DeserializeOwned + Default>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let bytes = read_json_body(app, headers, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }

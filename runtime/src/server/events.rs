@@ -4,31 +4,123 @@
 //! Each event is sent with `id: <seq>` and its JSON as `data`. A reader that
 //! reconnects with `Last-Event-ID: N` (or `?after=N`) gets exactly the
 //! events after `N`. When the run has ended and every event was sent, a
-//! last `event: end` carries its status and the stream closes.
+//! last `event: end` carries its status and the stream closes. When the
+//! server shuts down, a last `event: shutdown` is sent instead and the
+//! stream closes, so no reader can hold the shutdown.
 //!
-//! One task per stream reads the store and the bus and feeds a small
-//! channel. The task subscribes to the bus *before* reading the log, so an
-//! event is either in what it read or on its subscription; a subscription
-//! that lags is caught up from the log. A reader that stops reading fills
-//! the channel and stalls only its own task; one that leaves ends it. The
-//! run never waits for either.
+//! One task per stream feeds a small channel from the engine's bus and the
+//! run's stored log. The task subscribes to the bus *before* reading the
+//! log, so an event is either in what it read or on its subscription; a
+//! subscription that lags is caught up from the log. The store is looked
+//! at by **one shared watch per run** ([`Watches`]), however many streams
+//! follow the run: it polls the run's log and status while anyone follows
+//! it and wakes the streams when something changed, so idle streams cost
+//! no store reads of their own. At most `server.max_event_streams` streams
+//! are open at once; past it a 503 with `Retry-After`.
+//!
+//! A reader that stops reading fills the channel and stalls only its own
+//! task; one that leaves ends it. The run never waits for either.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use futures_util::Stream;
+use axum::response::{IntoResponse, Response};
 use leasehold_actors::event::{Event, EventKind};
 use leasehold_actors::ports::{RunStatus, Store};
 use serde::Deserialize;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::App;
 use super::error::ApiError;
+
+/// What the shared watch of a run last saw in the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Seen {
+    /// The seq of the last event logged.
+    last_seq: u64,
+    /// The run's status, once read.
+    status: Option<RunStatus>,
+}
+
+/// One shared look at the store per run followed by event streams.
+#[derive(Default)]
+pub(super) struct Watches {
+    runs: Mutex<HashMap<String, Arc<watch::Sender<Seen>>>>,
+}
+
+impl Watches {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<watch::Sender<Seen>>>> {
+        self.runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many runs are watched now.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// A receiver of the shared watch of `run_id`, starting its poller when
+/// it is the first.
+fn watch_run(app: &Arc<App>, run_id: &str) -> watch::Receiver<Seen> {
+    let mut runs = app.watches.lock();
+    if let Some(sender) = runs.get(run_id) {
+        return sender.subscribe();
+    }
+    let (sender, receiver) = watch::channel(Seen::default());
+    let sender = Arc::new(sender);
+    runs.insert(run_id.to_owned(), Arc::clone(&sender));
+    drop(runs);
+    tokio::spawn(poll_run(Arc::clone(app), run_id.to_owned(), sender));
+    receiver
+}
+
+/// Polls `run_id`'s log and status every `poll` while anyone follows it.
+async fn poll_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>>) {
+    let store: Arc<dyn Store> = Arc::clone(app.engine.store());
+    let poll = app.options.poll;
+    let mut seen = Seen::default();
+    loop {
+        let events = store.load_events(&run_id, seen.last_seq).await;
+        let record = store.load_run(&run_id).await;
+        if let Ok(events) = events
+            && let Some(last) = events.last()
+        {
+            seen.last_seq = last.seq;
+        }
+        if let Ok(Some(record)) = record {
+            seen.status = Some(record.status);
+        }
+        sender.send_if_modified(|current| {
+            let changed = *current != seen;
+            *current = seen;
+            changed
+        });
+        tokio::select! {
+            () = tokio::time::sleep(poll) => {}
+            () = sender.closed() => {}
+            () = app.shutdown.cancelled() => {}
+        }
+        // Stop when nobody follows the run any more; decided under the
+        // lock new followers take, so none can subscribe to a watch that
+        // is ending.
+        let mut runs = app.watches.lock();
+        if sender.receiver_count() == 0 || app.shutdown.is_cancelled() {
+            if runs.get(&run_id).is_some_and(|s| Arc::ptr_eq(s, &sender)) {
+                runs.remove(&run_id);
+            }
+            return;
+        }
+    }
+}
 
 /// The query of an event stream.
 #[derive(Debug, Default, Deserialize)]
@@ -39,10 +131,11 @@ pub(super) struct StreamQuery {
 /// `GET /runs/{id}/events`.
 pub(super) async fn stream(
     State(app): State<Arc<App>>,
-    Path(run_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     query: Result<Query<StreamQuery>, QueryRejection>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
+    let run_id = super::api::run_id(path)?;
     let Query(query) = query.map_err(|rejection| {
         ApiError::bad_request(format!(
             "the query is not what this route takes (`after` is an event's seq): {}",
@@ -61,13 +154,35 @@ pub(super) async fn stream(
             })?,
         None => query.after.unwrap_or(0),
     };
+    if app.shutdown.is_cancelled() {
+        return Ok(busy("the server is shutting down".to_owned()));
+    }
+    let Ok(permit) = Arc::clone(&app.streams).try_acquire_owned() else {
+        return Ok(busy(format!(
+            "{} event streams are open, this server's limit (server.max_event_streams, \
+             LEASEHOLD_SERVER_MAX_EVENT_STREAMS): try again shortly",
+            app.options.limits.max_event_streams
+        )));
+    };
     if app.engine.store().load_run(&run_id).await?.is_none() {
         return Err(ApiError::unknown_run(&run_id));
     }
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(feed(app.clone(), run_id, after, tx));
+    tokio::spawn(feed(app.clone(), run_id, after, tx, permit));
     let keep_alive = KeepAlive::new().interval(app.options.keep_alive);
-    Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(keep_alive))
+    Ok(Sse::new(ReceiverStream::new(rx))
+        .keep_alive(keep_alive)
+        .into_response())
+}
+
+/// 503 with `Retry-After`, for a stream that cannot open now.
+fn busy(message: String) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams", message).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 fn is_last(kind: &EventKind) -> bool {
@@ -93,18 +208,27 @@ fn end(status: RunStatus) -> Result<SseEvent, Infallible> {
         .data(serde_json::json!({ "status": status }).to_string()))
 }
 
-/// Sends the run's events after `after` until the run ends or the reader
-/// leaves.
+fn shutting_down() -> Result<SseEvent, Infallible> {
+    Ok(SseEvent::default()
+        .event("shutdown")
+        .data(r#"{"reason":"the server is shutting down; reconnect with Last-Event-ID"}"#))
+}
+
+/// Sends the run's events after `after` until the run ends, the reader
+/// leaves or the server shuts down. Holds `_permit`, its place among the
+/// open streams, until then.
 async fn feed(
     app: Arc<App>,
     run_id: String,
     mut after: u64,
     tx: mpsc::Sender<Result<SseEvent, Infallible>>,
+    _permit: OwnedSemaphorePermit,
 ) {
     let store: Arc<dyn Store> = Arc::clone(app.engine.store());
     let mut live = app.engine.events().subscribe();
-    let poll = app.options.poll;
-    // Polls of the store, with the run ended, that found nothing new.
+    let mut seen = watch_run(&app, &run_id);
+    let shutdown = app.shutdown.clone();
+    // Looks at the store, with the run ended, that found nothing new.
     let mut quiet_after_end = 0u32;
     loop {
         // Catch up from the log.
@@ -126,22 +250,25 @@ async fn feed(
         if !logged.is_empty() {
             quiet_after_end = 0;
         }
-        let status = match store.load_run(&run_id).await {
-            Ok(Some(record)) => record.status,
-            Ok(None) | Err(_) => return,
+        let watched = seen.borrow_and_update().status;
+        let status = match watched {
+            Some(status) => status,
+            None => match store.load_run(&run_id).await {
+                Ok(Some(record)) => record.status,
+                Ok(None) | Err(_) => return,
+            },
         };
         if ended || status.is_terminal() {
             // The terminal event lands in the log just before the status;
-            // give a status that ended without one two quiet polls.
+            // give a status that ended without one two quiet looks.
             if ended || quiet_after_end >= 2 {
                 let _ = tx.send(end(status)).await;
                 return;
             }
             quiet_after_end += 1;
         }
-        // Then live, until the bus lags or goes quiet for a poll.
-        let deadline = tokio::time::sleep(poll);
-        tokio::pin!(deadline);
+        // Then live, until the bus lags, or the shared watch saw something
+        // the bus did not bring.
         loop {
             tokio::select! {
                 received = live.recv() => match received {
@@ -165,13 +292,35 @@ async fn feed(
                     }
                     // Lagged: the log has what was missed.
                     Some(Err(_)) => break,
-                    // The bus is gone: the log is all there is; poll it.
+                    // The bus is gone: the log is all there is.
                     None => {
-                        (&mut deadline).await;
+                        if seen.changed().await.is_err() {
+                            return;
+                        }
                         break;
                     }
                 },
-                () = &mut deadline => break,
+                changed = seen.changed() => {
+                    if changed.is_err() {
+                        // The watch ended: the server shuts down, or the
+                        // run is gone.
+                        if shutdown.is_cancelled() {
+                            let _ = tx.send(shutting_down()).await;
+                        }
+                        return;
+                    }
+                    let now = *seen.borrow();
+                    if now.last_seq > after || now.status.is_some_and(RunStatus::is_terminal) {
+                        break;
+                    }
+                }
+                () = shutdown.cancelled() => {
+                    let _ = tx.send(shutting_down()).await;
+                    return;
+                }
+                // A status that ended without its terminal event: look
+                // again after a poll.
+                () = tokio::time::sleep(app.options.poll), if status.is_terminal() => break,
                 () = tx.closed() => return,
             }
         }
