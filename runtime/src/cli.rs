@@ -333,6 +333,7 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     let followed = log::follow(handle, &mut events, output).await;
     engine.shutdown().await;
     engine.store().flush().await?;
+    followed.print_rest(engine.store().as_ref()).await?;
     Ok(followed_code(&followed))
 }
 

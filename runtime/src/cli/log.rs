@@ -5,6 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use leasehold_actors::event::{Event, EventKind, EventStream};
+use leasehold_actors::ports::{Store, StoreError};
 use leasehold_actors::run::{RunHandle, RunState};
 
 /// How events are printed.
@@ -53,6 +54,29 @@ pub(crate) struct Followed {
     pub(crate) state: RunState,
     /// Whether the person pressed Ctrl-C before the run ended or paused.
     pub(crate) interrupted: bool,
+    /// The run.
+    run_id: String,
+    /// The seq of the last event printed.
+    last_seq: u64,
+    /// The time of the first event printed (Unix ms).
+    origin: Option<u64>,
+    /// How events were printed.
+    output: Output,
+}
+
+impl Followed {
+    /// Prints what the run's log holds after the last event printed: the
+    /// bus is a live view that a loaded machine can outrun, the log is the
+    /// record. Call it once the engine has written its log out.
+    pub(crate) async fn print_rest(&self, store: &dyn Store) -> Result<(), StoreError> {
+        if self.interrupted {
+            return Ok(());
+        }
+        for event in store.load_events(&self.run_id, self.last_seq).await? {
+            print(&event, self.output, self.origin.unwrap_or(event.at));
+        }
+        Ok(())
+    }
 }
 
 /// Prints the run's events as they happen until it ends, pauses for a
@@ -64,9 +88,11 @@ pub(crate) async fn follow(
 ) -> Followed {
     let run_id = handle.run_id().to_owned();
     let mut origin = None;
+    let mut last_seq = 0;
     let mut show = |event: &Event| {
-        if event.run_id == run_id {
+        if event.run_id == run_id && event.seq > last_seq {
             let start = *origin.get_or_insert(event.at);
+            last_seq = event.seq;
             print(event, output, start);
         }
     };
@@ -104,7 +130,14 @@ pub(crate) async fn follow(
     } else {
         report(&run_id, &state, output);
     }
-    Followed { state, interrupted }
+    Followed {
+        state,
+        interrupted,
+        run_id,
+        last_seq,
+        origin,
+        output,
+    }
 }
 
 /// Says how the run ended, or how to resume it, on stderr (and the answer

@@ -245,6 +245,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
     let followed = log::follow(handle, &mut events, output).await;
     engine.shutdown().await;
     engine.store().flush().await?;
+    followed.print_rest(engine.store().as_ref()).await?;
     Ok(super::followed_code(&followed))
 }
 
