@@ -10,11 +10,17 @@
 //! or slows its own stream, never the run. Streams have no write timeout and
 //! send keep-alive comments instead.
 //!
+//! **Safe to expose.** A request never names a process to start or an
+//! address to connect to: posted flows name the tool servers of the
+//! configuration (`[[tools]]`, [`ServerOptions::tools`]). The guard
+//! (`guard.rs`) refuses other sites' requests (`Origin`, `Sec-Fetch-Site`),
+//! foreign `Host`s without a token (DNS rebinding) and, with a token, any
+//! request without it. Every client is bounded ([`ServerLimits`]): header
+//! and body time limits, open connections, open event streams, live runs;
+//! and shutdown closes every stream with a last frame within a grace.
+//!
 //! Every refusal is a 4xx with a JSON body `{"error": {"code", "message"}}`.
-//! With a token (`LEASEHOLD_API_TOKEN`) every API request needs
-//! `Authorization: Bearer TOKEN` (the event stream also takes `?token=`,
-//! since a browser's `EventSource` cannot set headers); the server refuses to
-//! listen beyond loopback without one. See `docs/http-api.md`.
+//! See `docs/http-api.md`, whose "Security" section is the trust model.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -38,12 +38,26 @@ use sha2::{Digest, Sha256};
 use super::App;
 use super::error::ApiError;
 
-/// The guard: host, origin, then token.
+/// The guard: host, origin, then token. A refusal of a request that came
+/// with a body (which may be left unread) closes the connection, so that
+/// no client reuses a connection whose next bytes are that body.
 pub(super) async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    if let Err(refusal) = check(&app, &request) {
-        return refusal.into_response();
+    let has_body = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || request.headers().contains_key(header::TRANSFER_ENCODING);
+    let mut response = match check(&app, &request) {
+        Err(refusal) => refusal.into_response(),
+        Ok(()) => next.run(request).await,
+    };
+    let status = response.status();
+    if has_body && (status.is_client_error() || status.is_server_error()) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    next.run(request).await
+    response
 }
 
 fn check(app: &App, request: &Request) -> Result<(), ApiError> {
