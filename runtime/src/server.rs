@@ -287,7 +287,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}/reconcile", post(api::reconcile))
         .fallback(api::no_route)
         .method_not_allowed_fallback(api::wrong_method)
-        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard::guard))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            guard::guard,
+        ))
         .layer(SetResponseHeaderLayer::overriding(
             header::X_FRAME_OPTIONS,
             HeaderValue::from_static("DENY"),

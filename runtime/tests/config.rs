@@ -354,3 +354,98 @@ fn warnings_name_combinations_that_defeat_themselves() {
         "{error}"
     );
 }
+
+#[test]
+fn the_file_declares_tool_servers_and_refuses_a_bad_declaration_naming_it() {
+    let file = temp_toml(
+        "[[tools]]\n\
+         name = \"ops\"\n\
+         command = [\"python3\", \"ops.py\"]\n\
+         env = { REGION = \"eu\" }\n\
+         idempotent = { get_status = true }\n\
+         \n\
+         [[tools]]\n\
+         name = \"search\"\n\
+         url = \"http://127.0.0.1:9100/mcp\"\n\
+         \n\
+         [server]\n\
+         max_live_runs = 3\n",
+    );
+    let config = Config::load(Some(file.path()), no_env).expect("loads");
+    assert_eq!(config.tools.len(), 2);
+    assert_eq!(config.tools[0].name, "ops");
+    assert_eq!(
+        config.tools[0].command.as_deref(),
+        Some(&["python3".to_owned(), "ops.py".to_owned()][..])
+    );
+    assert_eq!(config.tools[0].env["REGION"], "eu");
+    assert_eq!(
+        config.tools[1].url.as_deref(),
+        Some("http://127.0.0.1:9100/mcp")
+    );
+    assert_eq!(config.server_max_live_runs.value, 3);
+
+    for (text, path) in [
+        ("[[tools]]\nname = \"ops\"\n", "tools[0]"),
+        (
+            "[[tools]]\nname = \"ops\"\ncommand = [\"a\"]\nurl = \"http://x/\"\n",
+            "tools[0]",
+        ),
+        (
+            "[[tools]]\nname = \"ops\"\ncommand = []\n",
+            "tools[0].command",
+        ),
+        ("[[tools]]\nname = \"ops\"\ncomand = [\"a\"]\n", "tools[0]"),
+        (
+            "[[tools]]\nname = \"a\"\nurl = \"http://x/\"\n[[tools]]\nname = \"a\"\nurl = \"http://y/\"\n",
+            "tools[1].name",
+        ),
+        ("tools = \"ops\"\n", "tools"),
+    ] {
+        let file = temp_toml(text);
+        let error = Config::load(Some(file.path()), no_env).expect_err(text);
+        let message = error.to_string();
+        assert!(
+            matches!(error, LoadError::BadToolServer { .. }),
+            "{text}: {message}"
+        );
+        assert!(message.contains(path), "{text}: names {path}: {message}");
+    }
+}
+
+#[test]
+fn sizes_and_lists_parse_and_bad_ones_are_refused_naming_the_key() {
+    let env = env_of(&[
+        ("LEASEHOLD_LIMITS_TOOL_RESULT", "512KiB"),
+        ("LEASEHOLD_LIMITS_MODEL_ANSWER", "2 MiB"),
+        ("LEASEHOLD_LIMITS_MODEL_BODY", "65536"),
+        (
+            "LEASEHOLD_SERVER_ALLOWED_HOSTS",
+            "leasehold.internal, 10.0.0.5:7878,",
+        ),
+    ]);
+    let config = Config::load(None, env).expect("loads");
+    assert_eq!(config.limits_tool_result.value, 512 * 1024);
+    assert_eq!(config.limits_model_answer.value, 2 << 20);
+    assert_eq!(config.limits_model_body.value, 65536);
+    assert_eq!(
+        config.server_allowed_hosts.value,
+        vec!["leasehold.internal".to_owned(), "10.0.0.5:7878".to_owned()]
+    );
+    let shown: HashMap<&str, String> = config
+        .entries()
+        .into_iter()
+        .map(|(key, value, _)| (key.file, value))
+        .collect();
+    assert_eq!(shown["limits.tool_result"], "512KiB");
+    assert_eq!(
+        shown["server.allowed_hosts"],
+        "leasehold.internal,10.0.0.5:7878"
+    );
+    for bad in ["0", "lots", "2GiB", "-1"] {
+        let error = Config::load(None, env_of(&[("LEASEHOLD_LIMITS_TOOL_RESULT", bad)]))
+            .expect_err(bad)
+            .to_string();
+        assert!(error.contains("LEASEHOLD_LIMITS_TOOL_RESULT"), "{error}");
+    }
+}

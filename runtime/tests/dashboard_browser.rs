@@ -278,3 +278,107 @@ fn the_dashboard_shows_a_run_live_and_resumes_it_in_a_real_browser() {
         printed.join("\n")
     );
 }
+
+/// Reads `serve`'s first line, `leasehold serving on http://ADDR/ …`, and
+/// returns ADDR's port.
+fn served_port(stdout: std::process::ChildStdout) -> u16 {
+    let (lines, received) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let line = received
+        .recv_timeout(STARTUP)
+        .expect("serve prints where it listens");
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix("http://"))
+        .and_then(|addr| addr.trim_end_matches('/').rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
+#[test]
+fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let marker = data.path().join("the-attack-ran");
+    let spawned = Command::new(CLI)
+        .arg("--data-dir")
+        .arg(data.path().join("store"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env_remove("LEASEHOLD_CONFIG")
+        .env_remove("LEASEHOLD_API_TOKEN")
+        // Never called: no run may start.
+        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("LEASEHOLD_MODEL_NAME", "unused")
+        .current_dir(data.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the leasehold command starts");
+    let mut server = Killed {
+        child: spawned,
+        stdin: None,
+    };
+    let port = served_port(server.child.stdout.take().expect("piped stdout"));
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/cross_site.mjs"))
+        .arg(port.to_string())
+        .arg(&marker)
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let (status, output) = run_for(browser, BROWSER);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report = format!(
+        "--- stdout:\n{stdout}\n--- stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the browser script failed ({status:?})\n{report}"
+    );
+    let seen: serde_json::Value = stdout
+        .lines()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| panic!("the script printed no result\n{report}"));
+    assert_eq!(
+        seen["rebind_page"], 403,
+        "a rebound name is refused\n{report}"
+    );
+    assert_eq!(
+        seen["rebind_post"], 403,
+        "a rebound POST is refused\n{report}"
+    );
+    assert!(
+        !marker.exists(),
+        "a web page on another site made the server run a command\n{report}"
+    );
+
+    // Nothing was started: the server holds no run.
+    let listed = Command::new(CLI)
+        .args([
+            "runs",
+            "list",
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .env_remove("LEASEHOLD_CONFIG")
+        .env_remove("LEASEHOLD_API_TOKEN")
+        .output()
+        .expect("runs list");
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains("attack"),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+    drop(server);
+}

@@ -401,7 +401,8 @@ async fn every_bad_request_is_a_4xx_with_a_json_error_and_the_server_goes_on() {
     assert_eq!(body["error"]["code"], "no_route");
 
     // A TOML flow is taken; resuming it while it runs is a conflict.
-    let toml = "name = \"searching\"\ntask = \"search\"\nmax_steps = 8\n\n[[tools]]\nname = \"local\"\n";
+    let toml =
+        "name = \"searching\"\ntask = \"search\"\nmax_steps = 8\n\n[[tools]]\nname = \"local\"\n";
     let (status, body) = server.post("/runs", "application/toml", toml).await;
     assert_eq!(status, 201, "{body}");
     let run_id = body["run_id"].as_str().expect("id").to_owned();

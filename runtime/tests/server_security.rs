@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use leasehold::engine::{Engine, EngineConfig};
 use leasehold::event::Event;
 use leasehold::flow::ToolServer;
@@ -85,10 +85,7 @@ async fn answer(response: reqwest::Response) -> (u16, Value) {
 async fn hanging_engine(store: Arc<dyn Store>) -> Engine {
     let model = ScriptedModel::new().script(
         "run",
-        [
-            Turn::tools([("wait", json!({}))]),
-            Turn::answer("done"),
-        ],
+        [Turn::tools([("wait", json!({}))]), Turn::answer("done")],
     );
     let tools = ScriptedTools::new().tool("wait", Some(true), [ToolAct::Hang]);
     Engine::builder()
@@ -150,7 +147,10 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
         assert_eq!(status, 403, "{tools}: {body}");
         assert_eq!(body["error"]["code"], "flow_tools_forbidden", "{body}");
         let message = body["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains("[[tools]]"), "says how to declare: {message}");
+        assert!(
+            message.contains("[[tools]]"),
+            "says how to declare: {message}"
+        );
     }
     assert!(!posted_marker.exists(), "a posted command ran");
 
@@ -164,7 +164,12 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
     )
     .await;
     assert_eq!(status, 422, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("nobody"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nobody")
+    );
 
     // A declared name: the configuration's command is what runs (it is no
     // MCP server, so listing its tools fails: 502).
@@ -213,7 +218,9 @@ async fn flow_tools_are_an_opt_in_that_needs_a_token() {
         reqwest::Client::new()
             .post(served.url("/runs"))
             .bearer_auth("s3cret")
-            .json(&flow_with(json!([{"name": "x", "command": touching(&marker)}])))
+            .json(&flow_with(
+                json!([{"name": "x", "command": touching(&marker)}]),
+            ))
             .send()
             .await
             .expect("sent"),
@@ -274,7 +281,10 @@ async fn no_other_site_can_drive_the_server() {
     let (status, _) = answer(
         http.post(served.url("/runs/x/cancel"))
             .header("content-type", "application/json")
-            .header("origin", format!("http://127.0.0.1:{}", port.wrapping_add(1)))
+            .header(
+                "origin",
+                format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+            )
             .body("{}")
             .send()
             .await
@@ -493,7 +503,9 @@ async fn slow_clients_are_cut_off_and_connections_are_capped() {
     let mut second = TcpStream::connect(served.addr).await.expect("connect");
     for held in [&mut first, &mut second] {
         // Partial headers keep each connection busy until the timeout.
-        held.write_all(b"GET /health HTTP/1.1\r\n").await.expect("write");
+        held.write_all(b"GET /health HTTP/1.1\r\n")
+            .await
+            .expect("write");
     }
     let third = tokio::spawn({
         let url = served.url("/health");
@@ -578,7 +590,10 @@ async fn event_streams_and_live_runs_are_capped_with_a_clear_answer() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(reopened, "a stream's place is given back when its reader leaves");
+    assert!(
+        reopened,
+        "a stream's place is given back when its reader leaves"
+    );
 }
 
 /// A store that counts the reads event streams make.
@@ -640,7 +655,10 @@ impl Store for CountingStore {
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
         self.inner.append_events(run_id, events, fence)
     }
-    fn reconcile_orphans(&self, now_ms: u64) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
+    fn reconcile_orphans(
+        &self,
+        now_ms: u64,
+    ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
         self.inner.reconcile_orphans(now_ms)
     }
     fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {
@@ -650,7 +668,10 @@ impl Store for CountingStore {
     fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
         self.inner.list_runs()
     }
-    fn load_snapshots(&self, run_id: &str) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+    fn load_snapshots(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
         self.inner.load_snapshots(run_id)
     }
     fn load_tool_calls(
@@ -731,7 +752,10 @@ async fn idle_streams_of_one_run_share_one_look_at_the_store() {
     // looks at the store.
     for stream in &mut open {
         let first = tokio::time::timeout(Duration::from_secs(30), stream.next()).await;
-        assert!(matches!(first, Ok(Some(Ok(_)))), "each stream replays the log");
+        assert!(
+            matches!(first, Ok(Some(Ok(_)))),
+            "each stream replays the log"
+        );
     }
     let before = store.reads.load(Ordering::Relaxed);
     let started = tokio::time::Instant::now();
@@ -776,7 +800,9 @@ async fn on_shutdown_open_event_streams_get_a_last_frame_and_close() {
 
     // A second client holds a connection with headers that never end.
     let mut held = TcpStream::connect(served.addr).await.expect("connect");
-    held.write_all(b"GET /health HTTP/1.1\r\n").await.expect("write");
+    held.write_all(b"GET /health HTTP/1.1\r\n")
+        .await
+        .expect("write");
 
     let app = Arc::clone(&served.app);
     let stopping = tokio::spawn(served.stop());

@@ -266,10 +266,20 @@ mod tests {
     fn hosts_name_the_bound_loopback_address_or_an_allowed_name() {
         let bound: SocketAddr = "127.0.0.1:7878".parse().unwrap_or_else(|e| panic!("{e}"));
         let allowed = vec!["ops.example.com".to_owned()];
-        for host in ["127.0.0.1:7878", "localhost:7878", "LOCALHOST:7878", "127.0.0.1"] {
+        for host in [
+            "127.0.0.1:7878",
+            "localhost:7878",
+            "LOCALHOST:7878",
+            "127.0.0.1",
+        ] {
             assert!(host_allowed(host, Some(&bound), &[]), "{host}");
         }
-        for host in ["evil.example:7878", "127.0.0.1:9999", "", "localhost.evil.example:7878"] {
+        for host in [
+            "evil.example:7878",
+            "127.0.0.1:9999",
+            "",
+            "localhost.evil.example:7878",
+        ] {
             assert!(!host_allowed(host, Some(&bound), &[]), "{host}");
         }
         assert!(host_allowed("ops.example.com:7878", Some(&bound), &allowed));
