@@ -60,12 +60,6 @@ impl Watches {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-
-    /// How many runs are watched now.
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.lock().len()
-    }
 }
 
 /// A receiver of the shared watch of `run_id`, starting its poller when
