@@ -249,6 +249,25 @@ pub fn describe_config(config: &Config) -> String {
             key.env, value
         );
     }
+    if !config.tools.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "# tool servers flows may name ([[tools]] of {})",
+            config
+                .file
+                .as_ref()
+                .map_or_else(|| "the file".to_owned(), |f| f.display().to_string())
+        );
+        for server in &config.tools {
+            let target = match (&server.command, &server.url) {
+                (Some(command), _) => format!("command {}", command.join(" ")),
+                (None, Some(url)) => format!("url {url}"),
+                (None, None) => String::new(),
+            };
+            let _ = writeln!(out, "{:<width$}  {target}", server.name);
+        }
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "# timing per lease kind");
     for timing in config.timings() {

@@ -384,6 +384,12 @@ fn the_file_declares_tool_servers_and_refuses_a_bad_declaration_naming_it() {
         Some("http://127.0.0.1:9100/mcp")
     );
     assert_eq!(config.server_max_live_runs.value, 3);
+    let described = leasehold::cli::describe_config(&config);
+    assert!(described.contains("command python3 ops.py"), "{described}");
+    assert!(
+        described.contains("url http://127.0.0.1:9100/mcp"),
+        "{described}"
+    );
 
     for (text, path) in [
         ("[[tools]]\nname = \"ops\"\n", "tools[0]"),

@@ -477,6 +477,12 @@
       setStreamState('ended');
       pollRun(st);
     });
+    es.addEventListener('shutdown', () => {
+      // The server is stopping; the browser reconnects with the last seq
+      // once it is back.
+      if (st.es !== es) return;
+      setStreamState('reconnecting', 'server shutting down; reconnecting…');
+    });
     es.onerror = () => {
       if (st.es !== es) return;
       if (es.readyState === EventSource.CLOSED) {
