@@ -338,9 +338,30 @@ pub(super) async fn show_run(
         .ok_or_else(|| ApiError::unknown_run(&run_id))?;
     let flow = record.flow.clone();
     let mut view = RunView::new(record, app.handle(&run_id).as_ref());
-    view.flow = Some(flow);
+    view.flow = Some(redacted(flow));
     view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
     Ok(Json(view))
+}
+
+/// The flow with every tool server's `env` values hidden: a declared
+/// server's environment may hold its secrets, which the API never shows.
+fn redacted(mut flow: serde_json::Value) -> serde_json::Value {
+    if let Some(tools) = flow
+        .get_mut("tools")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for server in tools {
+            if let Some(env) = server
+                .get_mut("env")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                for value in env.values_mut() {
+                    *value = serde_json::Value::from("(set)");
+                }
+            }
+        }
+    }
+    flow
 }
 
 /// `GET /runs/{id}/trace`.
@@ -555,4 +576,24 @@ async fn read_json<T: DeserializeOwned + Default>(
     }
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not the JSON expected: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shown_flow_hides_its_tool_servers_env_values() {
+        let flow = serde_json::json!({
+            "name": "f",
+            "tools": [
+                {"name": "ops", "command": ["ops"], "env": {"OPS_TOKEN": "hunter2"}},
+                {"name": "web", "url": "http://127.0.0.1:9/mcp"}
+            ]
+        });
+        let shown = redacted(flow);
+        assert_eq!(shown["tools"][0]["env"]["OPS_TOKEN"], "(set)");
+        assert_eq!(shown["tools"][0]["command"][0], "ops");
+        assert!(!shown.to_string().contains("hunter2"));
+    }
 }
