@@ -7,6 +7,8 @@ use std::time::Duration;
 use leasehold_actors::event::{Event, EventKind, EventStream};
 use leasehold_actors::run::{RunHandle, RunState};
 
+use super::signal::{Signals, Stop};
+
 /// How events are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Output {
@@ -51,16 +53,18 @@ pub(crate) fn print(event: &Event, output: Output, origin: u64) {
 pub(crate) struct Followed {
     /// The run's last state.
     pub(crate) state: RunState,
-    /// Whether the person pressed Ctrl-C before the run ended or paused.
-    pub(crate) interrupted: bool,
+    /// The signal (SIGINT or SIGTERM) that stopped the following before the
+    /// run ended or paused, if one did.
+    pub(crate) stopped: Option<Stop>,
 }
 
 /// Prints the run's events as they happen until it ends, pauses for a
-/// person, is lost to another executor, or the person presses Ctrl-C.
+/// person, is lost to another executor, or SIGINT or SIGTERM arrives.
 pub(crate) async fn follow(
     mut handle: RunHandle,
     events: &mut EventStream,
     output: Output,
+    signals: &Signals,
 ) -> Followed {
     let run_id = handle.run_id().to_owned();
     let mut origin = None;
@@ -70,14 +74,14 @@ pub(crate) async fn follow(
             print(event, output, start);
         }
     };
-    let interrupt = tokio::signal::ctrl_c();
-    tokio::pin!(interrupt);
-    let mut interrupted = false;
+    let signalled = signals.stopped();
+    tokio::pin!(signalled);
+    let mut stopped = None;
     let state = loop {
         tokio::select! {
             state = handle.wait_until(|s| s.status.is_paused()) => break state,
-            _ = &mut interrupt => {
-                interrupted = true;
+            stop = &mut signalled => {
+                stopped = Some(stop);
                 break handle.state();
             }
             received = events.recv() => match received {
@@ -89,22 +93,22 @@ pub(crate) async fn follow(
     };
     // The last events are published around the state change: take what
     // arrives until the bus is quiet.
-    // Not after Ctrl-C: the person wants out, now.
-    while !interrupted
+    // Not after a signal: whoever sent it wants out, now.
+    while stopped.is_none()
         && let Ok(Some(Ok(event))) =
             tokio::time::timeout(Duration::from_millis(200), events.recv()).await
     {
         show(&event);
     }
-    if interrupted {
-        eprintln!(
-            "interrupted: run {run_id} stays in the store as it is; `leasehold runs resume {run_id}` \
-             picks it up from its last snapshots"
-        );
-    } else {
-        report(&run_id, &state, output);
+    match stopped {
+        Some(stop) => eprintln!(
+            "{}: run {run_id} stays in the store as it is, its tool servers stopped; \
+             `leasehold runs resume {run_id}` picks it up from its last snapshots",
+            stop.name()
+        ),
+        None => report(&run_id, &state, output),
     }
-    Followed { state, interrupted }
+    Followed { state, stopped }
 }
 
 /// Says how the run ended, or how to resume it, on stderr (and the answer
