@@ -387,3 +387,69 @@ async fn sigterm_stops_serve_with_143_within_seconds_and_an_open_event_stream_ge
     assert_eq!(exit.code(), Some(143));
     held.abort();
 }
+
+/// `leasehold demo ARGS` stopped by `signal` once a tool call has started
+/// exits with `code` within seconds, without its summary.
+async fn stop_demo(args: &[&str], signal: &str, code: i32) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut demo = leasehold(dir.path(), "http://127.0.0.1:1/v1")
+        .arg("demo")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("demo");
+    let mut lines = BufReader::new(demo.stdout.take().expect("stdout")).lines();
+    let mut stderr = demo.stderr.take().expect("stderr");
+    let said = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    loop {
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("the demo's log keeps coming until a tool call starts")
+            .expect("read")
+            .expect("the demo ended before a tool call started");
+        if line.contains("tool_call_started") {
+            break;
+        }
+    }
+    send(signal, demo.id().expect("pid"));
+    let exit = tokio::time::timeout(EXIT_WITHIN, demo.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the demo did not exit within {EXIT_WITHIN:?} of {signal}"))
+        .expect("wait");
+    let mut rest = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    let said = said.await.expect("stderr");
+    assert_eq!(
+        exit.code(),
+        Some(code),
+        "demo {args:?} after {signal}; stderr:\n{said}"
+    );
+    assert!(
+        said.contains(&format!("SIG{signal}: the demo stopped before its run ended")),
+        "{said}"
+    );
+    assert!(!rest.contains("run_completed"), "{rest}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_demo_with_143() {
+    stop_demo(&[], "TERM", 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_the_interactive_demo_with_130() {
+    stop_demo(&["--interactive"], "INT", 130).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_demo_with_its_dashboard_with_143() {
+    stop_demo(&["--serve", "--addr", "127.0.0.1:0"], "TERM", 143).await;
+}
