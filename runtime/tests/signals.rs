@@ -194,7 +194,12 @@ async fn until_a_tool_call_hangs(lines: &mut Lines<BufReader<ChildStdout>>) -> S
 /// Sends `signal` to `child` once a tool call hangs, checks that it exits
 /// with `code` within seconds and that the hanging server's whole process
 /// group is gone; returns the run's id and what the command said on stderr.
-async fn stop_mid_call(mut child: Child, record: &Path, signal: &str, code: i32) -> (String, String) {
+async fn stop_mid_call(
+    mut child: Child,
+    record: &Path,
+    signal: &str,
+    code: i32,
+) -> (String, String) {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut stderr = child.stderr.take().expect("stderr");
     let said = tokio::spawn(async move {
@@ -232,7 +237,11 @@ async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
         .output()
         .await
         .expect("runs show");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     view["status"].as_str().expect("a status").to_owned()
 }
@@ -433,7 +442,9 @@ async fn stop_demo(args: &[&str], signal: &str, code: i32) {
         "demo {args:?} after {signal}; stderr:\n{said}"
     );
     assert!(
-        said.contains(&format!("SIG{signal}: the demo stopped before its run ended")),
+        said.contains(&format!(
+            "SIG{signal}: the demo stopped before its run ended"
+        )),
         "{said}"
     );
     assert!(!rest.contains("run_completed"), "{rest}");

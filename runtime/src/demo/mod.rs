@@ -300,7 +300,13 @@ pub async fn run(
     answer: Answer,
     out: &mut (impl std::io::Write + Send),
 ) -> Result<DemoReport, DemoError> {
-    match run_until(answer, out, std::future::pending::<std::convert::Infallible>()).await? {
+    match run_until(
+        answer,
+        out,
+        std::future::pending::<std::convert::Infallible>(),
+    )
+    .await?
+    {
         Ok(report) => Ok(report),
         Err(never) => match never {},
     }
