@@ -342,6 +342,7 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     }
     let followed = log::follow(handle, &mut events, output, &signals).await;
     engine.shutdown().await;
+    followed.print_rest(&mut events);
     engine.store().flush().await?;
     Ok(followed_code(&followed))
 }

@@ -56,6 +56,30 @@ pub(crate) struct Followed {
     /// The signal (SIGINT or SIGTERM) that stopped the following before the
     /// run ended or paused, if one did.
     pub(crate) stopped: Option<Stop>,
+    run_id: String,
+    output: Output,
+}
+
+impl Followed {
+    /// With `--json`, prints the run's events that arrived after following
+    /// ended — while the engine shut down, say a lease cancelled as the run
+    /// stopped — so that the printed events are every event this process
+    /// logged for the run. Call it after `Engine::shutdown`.
+    pub(crate) fn print_rest(&self, events: &mut EventStream) {
+        if self.output != Output::Json {
+            return;
+        }
+        while let Some(received) = events.try_recv() {
+            match received {
+                Ok(event) if event.run_id == self.run_id => print(&event, self.output, event.at),
+                Ok(_) => {}
+                Err(lagged) => eprintln!(
+                    "leasehold: {lagged}; `leasehold runs events {}` has them all",
+                    self.run_id
+                ),
+            }
+        }
+    }
 }
 
 /// Prints the run's events as they happen until it ends, pauses for a
@@ -108,7 +132,12 @@ pub(crate) async fn follow(
         ),
         None => report(&run_id, &state, output),
     }
-    Followed { state, stopped }
+    Followed {
+        state,
+        stopped,
+        run_id,
+        output,
+    }
 }
 
 /// Says how the run ended, or how to resume it, on stderr (and the answer

@@ -246,6 +246,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
     };
     let followed = log::follow(handle, &mut events, output, &signals).await;
     engine.shutdown().await;
+    followed.print_rest(&mut events);
     engine.store().flush().await?;
     Ok(super::followed_code(&followed))
 }
