@@ -56,6 +56,11 @@ pub type StrategyFactory = Arc<dyn Fn() -> Box<dyn SupervisionStrategy> + Send +
 pub type ToolFactory =
     Arc<dyn Fn(&crate::flow::ToolServer) -> Result<Arc<dyn ToolClient>, String> + Send + Sync>;
 
+/// How long [`Engine::shutdown`] waits for each run to stop in place (they
+/// stop concurrently), its tool servers included, before it goes on
+/// without it.
+pub const RUN_STOP_GRACE: Duration = Duration::from_secs(10);
+
 /// Everything the engine's policies need, validated together.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineConfig {
@@ -403,17 +408,27 @@ impl Engine {
     /// Nothing is cancelled or failed: shutting an executor down is not a
     /// decision about its runs. Afterwards the engine refuses to start or
     /// resume runs ([`EngineError::ShutDown`]).
+    ///
+    /// The runs stop concurrently, each given at most [`RUN_STOP_GRACE`] to
+    /// stop and shut its tool servers down (a stdio server's process group
+    /// is killed first, then waited for).
     pub async fn shutdown(&self) {
         self.shut_down.store(true, Ordering::SeqCst);
         let runs: Vec<ActorRef<LoopMsg>> = self.lock_live().drain().map(|(_, run)| run).collect();
+        // All at once: a run whose stop is stuck holds none of the others up,
+        // and the whole takes at most one grace.
+        let mut stopping = tokio::task::JoinSet::new();
         for run in runs {
-            let _ = run
-                .stop_and_wait(
-                    Some("executor shutting down".to_owned()),
-                    Some(Duration::from_secs(10)),
-                )
-                .await;
+            stopping.spawn(async move {
+                let _ = run
+                    .stop_and_wait(
+                        Some("executor shutting down".to_owned()),
+                        Some(RUN_STOP_GRACE),
+                    )
+                    .await;
+            });
         }
+        while stopping.join_next().await.is_some() {}
         let (done, written) = tokio::sync::oneshot::channel();
         if self.log.send(LogItem::Flush(String::new(), done)).is_ok() {
             let _ = written.await;

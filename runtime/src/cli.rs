@@ -9,12 +9,15 @@
 //! Exit codes: 0 when the run completed (or the command did what it was
 //! asked), 3 when the run is paused waiting for a person, 1 when it failed
 //! or was cancelled or the command could not be done, 2 for a usage error,
-//! 130 when Ctrl-C interrupted `run` or `runs resume` (the run stays in the
-//! store, resumable with `leasehold runs resume`).
+//! 130 after SIGINT (Ctrl-C) and 143 after SIGTERM stopped `run`,
+//! `runs resume`, `demo` or `serve` (the runs stay in the
+//! store, resumable with `leasehold runs resume`, and every stdio tool
+//! server is killed).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use leasehold_actors::engine::{Engine, EngineBuilder, EngineError};
@@ -30,13 +33,23 @@ mod log;
 mod remote;
 mod runs;
 mod serve;
+mod signal;
 
 /// Exit code of a run that waits for a person.
 pub const EXIT_PAUSED: u8 = 3;
 
-/// Exit code when the person pressed Ctrl-C while following a run (which
-/// stays in the store, resumable).
+/// Exit code after SIGINT (Ctrl-C) stopped the command: its runs stay in
+/// the store, resumable (128 + 2).
 pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Exit code after SIGTERM stopped the command: its runs stay in the store,
+/// resumable (128 + 15).
+pub const EXIT_TERMINATED: u8 = 143;
+
+/// How long the runtime may take, once the command is done, to end what is
+/// left of its tasks and blocking threads (a tool server's group still being
+/// reaped): past it the process exits anyway.
+const RUNTIME_SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// leasehold: agent runs supervised by leases instead of deadlines.
 #[derive(Debug, Parser)]
@@ -177,13 +190,17 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli.run()) {
+    let code = match runtime.block_on(cli.run()) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("leasehold: {error}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // Whatever is still running is dropped — a tool client dropped kills its
+    // server's process group — and nothing left can hold the exit.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_GRACE);
+    code
 }
 
 /// `RUST_LOG` decides; without it, warnings (and the server's own info).
@@ -323,8 +340,17 @@ pub fn engine_builder(config: &Config, store: Arc<dyn Store>) -> Result<EngineBu
         .owner_id(owner_id()))
 }
 
+/// Takes over SIGINT and SIGTERM for a command that stops cleanly on them.
+fn install_signals() -> Result<signal::Signals, CliError> {
+    signal::Signals::install()
+        .map_err(|e| CliError::other(format!("cannot listen for SIGINT and SIGTERM: {e}")))
+}
+
 /// `leasehold run FLOW`.
 async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliError> {
+    // Before any tool server starts: from here on a signal stops the run in
+    // place and the servers with it.
+    let signals = install_signals()?;
     let config = global.load(&[])?;
     let mut flow =
         crate::flow_file::load(&args.flow).map_err(|e| CliError::other(e.to_string()))?;
@@ -349,20 +375,19 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     if !args.json {
         eprintln!("run {}", handle.run_id());
     }
-    let followed = log::follow(handle, &mut events, output).await;
+    let followed = log::follow(handle, &mut events, output, &signals).await;
     engine.shutdown().await;
     engine.store().flush().await?;
     followed.print_rest(engine.store().as_ref()).await?;
     Ok(followed_code(&followed))
 }
 
-/// The exit code after following a run: 130 when interrupted, otherwise
-/// that of its last state.
+/// The exit code after following a run: 130 or 143 when a signal stopped
+/// it, otherwise that of its last state.
 fn followed_code(followed: &log::Followed) -> ExitCode {
-    if followed.interrupted {
-        ExitCode::from(EXIT_INTERRUPTED)
-    } else {
-        exit_code(&followed.state)
+    match followed.stopped {
+        Some(stop) => ExitCode::from(stop.exit_code()),
+        None => exit_code(&followed.state),
     }
 }
 

@@ -427,7 +427,7 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("no run nope"), "{}", out.stderr);
 
-    // Ctrl-C stops the server cleanly.
+    // Ctrl-C stops the server cleanly, with the code of SIGINT.
     let pid = server.id().expect("pid");
     let status = std::process::Command::new("kill")
         .args(["-INT", &pid.to_string()])
@@ -438,7 +438,7 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         .await
         .expect("serve stops on SIGINT")
         .expect("wait");
-    assert_eq!(exit.code(), Some(0));
+    assert_eq!(exit.code(), Some(130));
     stack.shutdown().await;
 }
 

@@ -1,4 +1,9 @@
 //! `leasehold demo`: the embedded demo, optionally with the dashboard.
+//!
+//! SIGINT or SIGTERM before the run ends stops it in place, shuts the
+//! engine and the demo's servers down and exits 130 or 143, in every mode;
+//! with `--serve`, once the run has ended, either signal just takes the
+//! dashboard down (the exit code is then the demo's).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -7,7 +12,8 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::{CliError, GlobalArgs};
+use super::signal::{Signals, Stop};
+use super::{CliError, GlobalArgs, install_signals};
 use crate::demo::{self, Answer, DemoError, DemoStack};
 use crate::server::{App, ServerOptions};
 
@@ -39,17 +45,23 @@ pub(super) async fn run(_global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode
     } else {
         Answer::auto()
     };
+    let signals = install_signals()?;
     let mut out = std::io::stdout();
-    let report = if args.serve {
-        match serve(args.addr, answer, &mut out).await? {
-            Some(report) => report,
-            None => {
-                eprintln!("leasehold: the demo was interrupted before its run ended");
-                return Ok(ExitCode::from(super::EXIT_INTERRUPTED));
-            }
-        }
+    let outcome = if args.serve {
+        serve(args.addr, answer, &mut out, &signals).await?
     } else {
-        demo::run(answer, &mut out).await?
+        demo::run_until(answer, &mut out, signals.stopped()).await?
+    };
+    let report = match outcome {
+        Ok(report) => report,
+        Err(stop) => {
+            let _ = out.flush();
+            eprintln!(
+                "leasehold: {}: the demo stopped before its run ended",
+                stop.name()
+            );
+            return Ok(ExitCode::from(stop.exit_code()));
+        }
     };
     let _ = out.flush();
     if report.as_expected() {
@@ -65,18 +77,19 @@ pub(super) async fn run(_global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode
 
 /// The demo with the dashboard: the same engine behind the HTTP server, the
 /// run adopted by it so the page can resume it. After the run the dashboard
-/// stays up until Ctrl-C; a Ctrl-C before the run ends stops everything
-/// (`None`).
+/// stays up until SIGINT or SIGTERM; one before the run ends stops
+/// everything (`Err` with the signal).
 async fn serve(
     addr: SocketAddr,
     answer: Answer,
     out: &mut std::io::Stdout,
-) -> Result<Option<demo::DemoReport>, CliError> {
+    signals: &Signals,
+) -> Result<Result<demo::DemoReport, Stop>, CliError> {
     crate::server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
     let stack = DemoStack::start().await?;
     let engine = stack.engine_builder()?.build().await?;
     let app = App::new(Arc::new(engine), ServerOptions::default());
-    let (bound, serving) = super::serve::start(Arc::clone(&app), addr).await?;
+    let (bound, serving) = super::serve::start(Arc::clone(&app), addr, signals).await?;
     writeln!(out, "dashboard: http://{bound}/").map_err(DemoError::Io)?;
     out.flush().map_err(DemoError::Io)?;
     let engine = Arc::clone(app.engine());
@@ -86,36 +99,36 @@ async fn serve(
         println!("run: {}", handle.run_id());
         let _ = std::io::stdout().flush();
     });
-    // The server listens for Ctrl-C too (every listener hears it).
+    // The server stops on the same signal.
     let outcome = tokio::select! {
-        outcome = driven => Some(outcome),
-        _ = tokio::signal::ctrl_c() => None,
+        outcome = driven => Ok(outcome),
+        stop = signals.stopped() => Err(stop),
     };
     let mut report = match outcome {
-        Some(Ok(report)) => report,
-        Some(Err(error)) => {
+        Ok(Ok(report)) => report,
+        Ok(Err(error)) => {
             serving.abort();
             app.engine().shutdown().await;
             stack.shutdown().await;
             return Err(error.into());
         }
-        None => {
+        Err(stop) => {
             let _ = serving.await;
             app.engine().shutdown().await;
             stack.shutdown().await;
-            return Ok(None);
+            return Ok(Err(stop));
         }
     };
     report.attach_server_record(&stack.idempotency_keys_seen());
     report.write_summary(out).map_err(DemoError::Io)?;
     writeln!(
         out,
-        "the dashboard stays up at http://{bound}/ — Ctrl-C to stop"
+        "the dashboard stays up at http://{bound}/ — Ctrl-C (or SIGTERM) to stop"
     )
     .map_err(DemoError::Io)?;
     out.flush().map_err(DemoError::Io)?;
     let _ = serving.await;
     app.engine().shutdown().await;
     stack.shutdown().await;
-    Ok(Some(report))
+    Ok(Ok(report))
 }

@@ -8,6 +8,8 @@ use leasehold_actors::event::{Event, EventKind, EventStream};
 use leasehold_actors::ports::{Store, StoreError};
 use leasehold_actors::run::{RunHandle, RunState};
 
+use super::signal::{Signals, Stop};
+
 /// How events are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Output {
@@ -52,8 +54,9 @@ pub(crate) fn print(event: &Event, output: Output, origin: u64) {
 pub(crate) struct Followed {
     /// The run's last state.
     pub(crate) state: RunState,
-    /// Whether the person pressed Ctrl-C before the run ended or paused.
-    pub(crate) interrupted: bool,
+    /// The signal (SIGINT or SIGTERM) that stopped the following before the
+    /// run ended or paused, if one did.
+    pub(crate) stopped: Option<Stop>,
     /// The run.
     run_id: String,
     /// The seq of the last event printed.
@@ -69,9 +72,6 @@ impl Followed {
     /// bus is a live view that a loaded machine can outrun, the log is the
     /// record. Call it once the engine has written its log out.
     pub(crate) async fn print_rest(&self, store: &dyn Store) -> Result<(), StoreError> {
-        if self.interrupted {
-            return Ok(());
-        }
         for event in store.load_events(&self.run_id, self.last_seq).await? {
             print(&event, self.output, self.origin.unwrap_or(event.at));
         }
@@ -80,11 +80,12 @@ impl Followed {
 }
 
 /// Prints the run's events as they happen until it ends, pauses for a
-/// person, is lost to another executor, or the person presses Ctrl-C.
+/// person, is lost to another executor, or SIGINT or SIGTERM arrives.
 pub(crate) async fn follow(
     mut handle: RunHandle,
     events: &mut EventStream,
     output: Output,
+    signals: &Signals,
 ) -> Followed {
     let run_id = handle.run_id().to_owned();
     let mut origin = None;
@@ -96,14 +97,14 @@ pub(crate) async fn follow(
             print(event, output, start);
         }
     };
-    let interrupt = tokio::signal::ctrl_c();
-    tokio::pin!(interrupt);
-    let mut interrupted = false;
+    let signalled = signals.stopped();
+    tokio::pin!(signalled);
+    let mut stopped = None;
     let state = loop {
         tokio::select! {
             state = handle.wait_until(|s| s.status.is_paused()) => break state,
-            _ = &mut interrupt => {
-                interrupted = true;
+            stop = &mut signalled => {
+                stopped = Some(stop);
                 break handle.state();
             }
             received = events.recv() => match received {
@@ -115,24 +116,24 @@ pub(crate) async fn follow(
     };
     // The last events are published around the state change: take what
     // arrives until the bus is quiet.
-    // Not after Ctrl-C: the person wants out, now.
-    while !interrupted
+    // Not after a signal: whoever sent it wants out, now.
+    while stopped.is_none()
         && let Ok(Some(Ok(event))) =
             tokio::time::timeout(Duration::from_millis(200), events.recv()).await
     {
         show(&event);
     }
-    if interrupted {
-        eprintln!(
-            "interrupted: run {run_id} stays in the store as it is; `leasehold runs resume {run_id}` \
-             picks it up from its last snapshots"
-        );
-    } else {
-        report(&run_id, &state, output);
+    match stopped {
+        Some(stop) => eprintln!(
+            "{}: run {run_id} stays in the store as it is, its tool servers stopped; \
+             `leasehold runs resume {run_id}` picks it up from its last snapshots",
+            stop.name()
+        ),
+        None => report(&run_id, &state, output),
     }
     Followed {
         state,
-        interrupted,
+        stopped,
         run_id,
         last_seq,
         origin,

@@ -215,6 +215,8 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
 
 /// Claims the run, answers its pause if it has one, and follows it.
 async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError> {
+    // Before the run's tool servers start: a signal stops it in place.
+    let signals = super::install_signals()?;
     let store = open_store(config)?;
     let record = store
         .load_run(&args.id)
@@ -242,7 +244,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
     } else {
         Output::Readable
     };
-    let followed = log::follow(handle, &mut events, output).await;
+    let followed = log::follow(handle, &mut events, output, &signals).await;
     engine.shutdown().await;
     engine.store().flush().await?;
     followed.print_rest(engine.store().as_ref()).await?;

@@ -1,5 +1,11 @@
 //! `leasehold serve`: the HTTP API and the dashboard over this process's
-//! engine.
+//! engine, until SIGINT or SIGTERM.
+//!
+//! On either signal the server stops taking requests and ends (the server
+//! bounds how long its open event streams may hold it), then the engine
+//! stops every run in place — resumable, their tool servers killed — and
+//! the store is flushed; the exit code is 130 after SIGINT, 143 after
+//! SIGTERM.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -7,16 +13,19 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use super::{CliError, GlobalArgs, engine_builder, open_store};
+use super::signal::Signals;
+use super::{CliError, GlobalArgs, engine_builder, install_signals, open_store};
 use crate::config::{Config, Flag};
 use crate::server::{self, App, ServerLimits, ServerOptions};
 
-/// Serves until Ctrl-C.
+/// Serves until SIGINT or SIGTERM.
 pub(super) async fn serve(
     global: &GlobalArgs,
     addr: Option<String>,
     allow_flow_tools: bool,
 ) -> Result<ExitCode, CliError> {
+    // Before the runs resumed at boot start their tool servers.
+    let signals = install_signals()?;
     let mut extra: Vec<Flag> = addr
         .into_iter()
         .map(|value| Flag {
@@ -48,7 +57,7 @@ pub(super) async fn serve(
         tracing::info!(run_id = handle.run_id(), "resumed at boot");
         app.adopt(handle);
     }
-    let (addr, serving) = start(Arc::clone(&app), config.server_addr.value).await?;
+    let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
     serving
         .await
@@ -56,7 +65,16 @@ pub(super) async fn serve(
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?;
     app.engine().shutdown().await;
     app.engine().store().flush().await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(match signals.heard() {
+        Some(stop) => {
+            eprintln!(
+                "leasehold: {}: the server stopped; its runs stay in the store, resumable",
+                stop.name()
+            );
+            ExitCode::from(stop.exit_code())
+        }
+        None => ExitCode::SUCCESS,
+    })
 }
 
 /// The server's options from the configuration.
@@ -79,11 +97,12 @@ pub(super) fn options(config: &Config) -> ServerOptions {
     }
 }
 
-/// Binds `addr` and serves `app` in a task until Ctrl-C; returns the bound
-/// address (useful with port 0).
+/// Binds `addr` and serves `app` in a task until SIGINT or SIGTERM;
+/// returns the bound address (useful with port 0).
 pub(super) async fn start(
     app: Arc<App>,
     addr: SocketAddr,
+    signals: &Signals,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>), CliError> {
     let listener = TcpListener::bind(addr)
         .await
@@ -91,8 +110,9 @@ pub(super) async fn start(
     let bound = listener
         .local_addr()
         .map_err(|e| CliError::other(format!("cannot listen on {addr}: {e}")))?;
-    let serving = tokio::spawn(server::serve(listener, app, async {
-        let _ = tokio::signal::ctrl_c().await;
+    let signals = signals.clone();
+    let serving = tokio::spawn(server::serve(listener, app, async move {
+        signals.stopped().await;
     }));
     Ok((bound, serving))
 }

@@ -300,22 +300,50 @@ pub async fn run(
     answer: Answer,
     out: &mut (impl std::io::Write + Send),
 ) -> Result<DemoReport, DemoError> {
+    match run_until(
+        answer,
+        out,
+        std::future::pending::<std::convert::Infallible>(),
+    )
+    .await?
+    {
+        Ok(report) => Ok(report),
+        Err(never) => match never {},
+    }
+}
+
+/// [`run`], unless `stop` completes first (a signal, say): then the run is
+/// stopped in place — its engine shut down as an exiting executor's would
+/// be —, the servers are shut down, and the answer is `Err` with what
+/// `stop` gave.
+pub async fn run_until<T>(
+    answer: Answer,
+    out: &mut (impl std::io::Write + Send),
+    stop: impl Future<Output = T> + Send,
+) -> Result<Result<DemoReport, T>, DemoError> {
     let stack = DemoStack::start().await?;
-    let outcome = drive_on(&stack, answer, out).await;
+    let outcome = drive_on(&stack, answer, out, stop).await;
     stack.shutdown().await;
     outcome
 }
 
-async fn drive_on(
+async fn drive_on<T>(
     stack: &DemoStack,
     answer: Answer,
     out: &mut (impl std::io::Write + Send),
-) -> Result<DemoReport, DemoError> {
+    stop: impl Future<Output = T> + Send,
+) -> Result<Result<DemoReport, T>, DemoError> {
     let engine = stack.engine_builder()?.build().await?;
-    let driven = drive(&engine, stack.flow(), answer, out).await;
+    let driven = tokio::select! {
+        driven = drive(&engine, stack.flow(), answer, &mut *out) => Ok(driven),
+        stopped = stop => Err(stopped),
+    };
     engine.shutdown().await;
-    let mut report = driven?;
+    let mut report = match driven {
+        Ok(driven) => driven?,
+        Err(stopped) => return Ok(Err(stopped)),
+    };
     report.attach_server_record(&stack.idempotency_keys_seen());
     report.write_summary(out)?;
-    Ok(report)
+    Ok(Ok(report))
 }

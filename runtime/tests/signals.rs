@@ -1,0 +1,466 @@
+//! SIGINT and SIGTERM stop every command cleanly, sent to the real
+//! `leasehold` process: `run` and `runs resume` with a stdio tool server that
+//! never answers exit 130 or 143, leave no process of the tool server's
+//! process group behind and leave the run resumable; `serve` with an event
+//! stream open exits 143 within seconds, the stream given a final event.
+//!
+//! The model is the embedded demo's scripted server (its workers call
+//! `search_logs`, `fetch_metrics` and `rollback_deploy`); the tool server is
+//! a few lines of Python speaking MCP over stdio that answers the handshake
+//! and the tool list and never answers a call, and that starts a `sleep` in
+//! its process group, as `npx` starts `node`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use leasehold::demo::DemoStack;
+use leasehold::event::Event;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long a stopped command may take to exit: its shutdown is bounded by
+/// seconds.
+const EXIT_WITHIN: Duration = Duration::from_secs(20);
+
+/// An MCP server over stdio that never answers a tool call. Its first
+/// argument is a file it appends `PGID HELPER_PID` to.
+const HANGING_SERVER: &str = r#"
+import json, os, subprocess, sys
+
+helper = subprocess.Popen(["sleep", "3600"])
+with open(sys.argv[1], "a") as record:
+    record.write(f"{os.getpgid(0)} {helper.pid}\n")
+
+TOOLS = ["search_logs", "fetch_metrics", "rollback_deploy"]
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    message = json.loads(line)
+    if "id" not in message or "method" not in message:
+        continue
+    method = message["method"]
+    if method == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "hanging", "version": "1"},
+        }
+    elif method == "tools/list":
+        result = {"tools": [
+            {"name": name, "description": name, "inputSchema": {"type": "object"}}
+            for name in TOOLS
+        ]}
+    elif method == "tools/call":
+        continue
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_DATA_DIR", data_dir)
+        .env("LEASEHOLD_MODEL_BASE_URL", model_base_url)
+        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// The absolute path of the Python interpreter (a shim on `PATH` may need
+/// variables the command's cleared environment does not have).
+fn python() -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 runs (the hanging MCP server is a Python script)");
+    assert!(out.status.success(), "python3 -c failed");
+    String::from_utf8(out.stdout)
+        .expect("a path")
+        .trim()
+        .to_owned()
+}
+
+/// The demo's flow on the hanging stdio server, every tool idempotent (a
+/// call cut by the stop is called again on resume) and leases long enough
+/// that nothing but the signal ends the wait.
+fn write_flow(dir: &Path, stack: &DemoStack, record: &Path) -> PathBuf {
+    let script = dir.join("hanging_server.py");
+    std::fs::write(&script, HANGING_SERVER).expect("write the server");
+    let mut flow = stack.flow();
+    flow.leases.tool_call = Some(Duration::from_secs(3600));
+    flow.leases.worker_step = Some(Duration::from_secs(3600));
+    let mut value = serde_json::to_value(&flow).expect("flow");
+    value["tools"] = serde_json::json!([{
+        "name": "ops",
+        "command": [python(), script, record],
+        "idempotent": {"search_logs": true, "fetch_metrics": true, "rollback_deploy": true},
+    }]);
+    let path = dir.join("hanging.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&value).expect("json")).expect("write");
+    path
+}
+
+/// The processes of group `pgid` that are running (not zombies), from
+/// `/proc/*/stat`.
+fn running_in_group(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // After the command's closing parenthesis: state, ppid, pgrp.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.get(2).and_then(|pgrp| pgrp.parse::<u32>().ok()) == Some(pgid)
+                && fields
+                    .first()
+                    .is_some_and(|state| *state != "Z" && *state != "X")
+        })
+        .collect()
+}
+
+/// Waits up to `within` for group `pgid` to have no running process: a
+/// process killed with SIGKILL is gone as soon as the kernel has scheduled
+/// its death. Whether it emptied.
+async fn group_emptied(pgid: u32, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if running_in_group(pgid).is_empty() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn send(signal: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// The last `PGID HELPER_PID` the hanging server recorded.
+fn last_group(record: &Path) -> (u32, u32) {
+    let text = std::fs::read_to_string(record).expect("the server recorded its group");
+    let line = text.lines().last().expect("a line");
+    let mut fields = line
+        .split_whitespace()
+        .map(|f| f.parse::<u32>().expect("a number"));
+    (
+        fields.next().expect("pgid"),
+        fields.next().expect("helper pid"),
+    )
+}
+
+/// Reads the command's JSON events until a tool call has started; the
+/// run's id.
+async fn until_a_tool_call_hangs(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
+    let mut run_id = None;
+    loop {
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("events keep coming until a tool call starts")
+            .expect("read")
+            .expect("the command ended before a tool call started");
+        let event: Event = serde_json::from_str(&line).expect("an event");
+        run_id.get_or_insert(event.run_id.clone());
+        if event.kind.name() == "tool_call_started" {
+            return run_id.expect("an id");
+        }
+    }
+}
+
+/// Sends `signal` to `child` once a tool call hangs, checks that it exits
+/// with `code` within seconds and that the hanging server's whole process
+/// group is gone; returns the run's id and what the command said on stderr.
+async fn stop_mid_call(
+    mut child: Child,
+    record: &Path,
+    signal: &str,
+    code: i32,
+) -> (String, String) {
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut stderr = child.stderr.take().expect("stderr");
+    let said = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let run_id = until_a_tool_call_hangs(&mut lines).await;
+    let (pgid, helper) = last_group(record);
+    assert!(
+        running_in_group(pgid).contains(&helper),
+        "the server's helper runs in its group {pgid} while the call hangs"
+    );
+    send(signal, child.id().expect("pid"));
+    let exit = tokio::time::timeout(EXIT_WITHIN, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the command did not exit within {EXIT_WITHIN:?} of {signal}"))
+        .expect("wait");
+    // Drain what is left of stdout so that stderr's reader ends.
+    while let Ok(Some(_)) = lines.next_line().await {}
+    let said = said.await.expect("stderr");
+    assert_eq!(exit.code(), Some(code), "after {signal}; stderr:\n{said}");
+    assert!(
+        group_emptied(pgid, Duration::from_secs(5)).await,
+        "after {signal}, processes of the tool server's group {pgid} are left: {:?}",
+        running_in_group(pgid)
+    );
+    (run_id, said)
+}
+
+/// The run's stored status, from `leasehold runs show`.
+async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
+    let out = leasehold(data, model)
+        .args(["runs", "show", run_id])
+        .output()
+        .await
+        .expect("runs show");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    view["status"].as_str().expect("a status").to_owned()
+}
+
+/// `run` stopped by `first` mid tool call, then `runs resume` stopped by
+/// `second`: each exits with its signal's code, kills its tool server's
+/// group, and leaves the run `running` in the store for the next resume.
+async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups.txt");
+    let flow = write_flow(dir.path(), &stack, &record);
+
+    let run = leasehold(&data, &model)
+        .arg("run")
+        .arg(&flow)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let (run_id, said) = stop_mid_call(run, &record, first.0, first.1).await;
+    assert!(
+        said.contains(&format!("leasehold runs resume {run_id}")),
+        "{said}"
+    );
+    assert_eq!(stored_status(&data, &model, &run_id).await, "running");
+
+    let resume = leasehold(&data, &model)
+        .args(["runs", "resume", &run_id, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs resume");
+    let (resumed, _) = stop_mid_call(resume, &record, second.0, second.1).await;
+    assert_eq!(resumed, run_id);
+    let groups = std::fs::read_to_string(&record).expect("record");
+    assert_eq!(
+        groups.lines().count(),
+        2,
+        "the resumed run started its own server:\n{groups}"
+    );
+    assert_eq!(stored_status(&data, &model, &run_id).await, "running");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_run_with_143_killing_its_stdio_tool_group_and_the_run_stays_resumable() {
+    stop_run_then_resume(("TERM", 143), ("INT", 130)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_run_with_130_killing_its_stdio_tool_group_and_the_run_stays_resumable() {
+    stop_run_then_resume(("INT", 130), ("TERM", 143)).await;
+}
+
+/// A model endpoint that accepts connections and never answers: a run on it
+/// stays `running`, its model call in flight.
+async fn silent_model() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    (format!("http://{addr}/v1"), held)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_serve_with_143_within_seconds_and_an_open_event_stream_gets_a_final_event() {
+    let (model, held) = silent_model().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut server = leasehold(dir.path(), &model)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .expect("serve says where it listens")
+        .expect("read")
+        .expect("a line");
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a URL")
+        .trim_end_matches('/')
+        .to_owned();
+
+    let http = reqwest::Client::new();
+    let flow = serde_json::json!({"name": "waits", "task": "Wait for the model.", "max_steps": 1});
+    let created: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(&flow)
+        .send()
+        .await
+        .expect("POST /runs")
+        .json()
+        .await
+        .expect("JSON");
+    let run_id = created["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a run id: {created}"))
+        .to_owned();
+    let response = http
+        .get(format!("{base}/runs/{run_id}/events"))
+        .send()
+        .await
+        .expect("GET the event stream");
+    assert!(response.status().is_success(), "{}", response.status());
+    let mut stream = response.bytes_stream();
+    let mut received = String::new();
+    // The stream is open and live once the run's first event is through.
+    while !received.contains("run_started") {
+        let chunk = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("the run's first event arrives")
+            .expect("the stream stays open")
+            .expect("a chunk");
+        received.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let before = received.len();
+
+    send("TERM", server.id().expect("pid"));
+    let closed = tokio::time::timeout(EXIT_WITHIN, async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            received.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    let after = &received[before..];
+    assert!(
+        closed.is_ok(),
+        "the event stream was not closed within {EXIT_WITHIN:?} of SIGTERM; it got:\n{after}"
+    );
+    assert!(
+        after.lines().any(|l| l.starts_with("event:")),
+        "the stream closed without a final event; after SIGTERM it got:\n{after}"
+    );
+    let exit = tokio::time::timeout(EXIT_WITHIN, server.wait())
+        .await
+        .expect("serve exits within seconds of SIGTERM")
+        .expect("wait");
+    assert_eq!(exit.code(), Some(143));
+    held.abort();
+}
+
+/// `leasehold demo ARGS` stopped by `signal` once a tool call has started
+/// exits with `code` within seconds, without its summary.
+async fn stop_demo(args: &[&str], signal: &str, code: i32) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut demo = leasehold(dir.path(), "http://127.0.0.1:1/v1")
+        .arg("demo")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("demo");
+    let mut lines = BufReader::new(demo.stdout.take().expect("stdout")).lines();
+    let mut stderr = demo.stderr.take().expect("stderr");
+    let said = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    loop {
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("the demo's log keeps coming until a tool call starts")
+            .expect("read")
+            .expect("the demo ended before a tool call started");
+        if line.contains("tool_call_started") {
+            break;
+        }
+    }
+    send(signal, demo.id().expect("pid"));
+    let exit = tokio::time::timeout(EXIT_WITHIN, demo.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the demo did not exit within {EXIT_WITHIN:?} of {signal}"))
+        .expect("wait");
+    let mut rest = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    let said = said.await.expect("stderr");
+    assert_eq!(
+        exit.code(),
+        Some(code),
+        "demo {args:?} after {signal}; stderr:\n{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "SIG{signal}: the demo stopped before its run ended"
+        )),
+        "{said}"
+    );
+    assert!(!rest.contains("run_completed"), "{rest}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_demo_with_143() {
+    stop_demo(&[], "TERM", 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_the_interactive_demo_with_130() {
+    stop_demo(&["--interactive"], "INT", 130).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_demo_with_its_dashboard_with_143() {
+    stop_demo(&["--serve", "--addr", "127.0.0.1:0"], "TERM", 143).await;
+}
