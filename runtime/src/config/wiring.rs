@@ -57,6 +57,7 @@ impl Config {
                 ..defaults.restart
             },
             run_lease_ttl: self.run_lease_ttl.value,
+            max_tool_result_bytes: defaults.max_tool_result_bytes,
         }
     }
 
