@@ -21,8 +21,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
 use tokio::sync::watch;
 
+use super::bounded::{BoundedLines, MAX_MESSAGE_BYTES, Overflow};
 use super::convert::handshake_detail;
 use super::progress::{Handler, ProgressRoutes};
+
+/// What rmcp says when a response stream ends without the answer — which
+/// is what it does with an event over its size limit.
+const STREAM_CLOSED_EARLY: &str = "closed before its final response";
 
 /// Lines of a child's standard error kept for error messages.
 const STDERR_LINES: usize = 32;
@@ -76,6 +81,8 @@ pub(super) struct Connection {
     service: Mutex<Option<RunningService<RoleClient, Handler>>>,
     routes: Arc<ProgressRoutes>,
     child: Option<ChildProcess>,
+    /// Set when a stdio server's message went over [`MAX_MESSAGE_BYTES`].
+    overflow: Overflow,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -107,6 +114,8 @@ impl Connection {
                         target.server
                     ));
                 };
+                let overflow = Overflow::default();
+                let stdout = BoundedLines::new(stdout, MAX_MESSAGE_BYTES, overflow.clone());
                 let handshake =
                     tokio::time::timeout(target.handshake_timeout, handler.serve((stdout, stdin)))
                         .await;
@@ -132,6 +141,7 @@ impl Connection {
                     service,
                     routes,
                     Some(child),
+                    overflow,
                 ))
             }
             Endpoint::Http { url } => {
@@ -144,6 +154,10 @@ impl Connection {
                 backoff.base_duration = Duration::from_millis(200);
                 backoff.max_delay = Some(Duration::from_secs(1));
                 config.retry_config = Arc::new(backoff);
+                // rmcp's own defaults, said here so that the errors can name
+                // them: a larger message ends its request at once.
+                config.max_sse_event_size = MAX_MESSAGE_BYTES;
+                config.max_json_response_size = MAX_MESSAGE_BYTES;
                 let transport = StreamableHttpClientTransport::from_config(config);
                 let service = match tokio::time::timeout(
                     target.handshake_timeout,
@@ -167,7 +181,14 @@ impl Connection {
                         ));
                     }
                 };
-                Ok(Self::new(server, target.endpoint, service, routes, None))
+                Ok(Self::new(
+                    server,
+                    target.endpoint,
+                    service,
+                    routes,
+                    None,
+                    Overflow::default(),
+                ))
             }
         }
     }
@@ -178,6 +199,7 @@ impl Connection {
         service: RunningService<RoleClient, Handler>,
         routes: Arc<ProgressRoutes>,
         child: Option<ChildProcess>,
+        overflow: Overflow,
     ) -> Self {
         Self {
             server,
@@ -186,7 +208,14 @@ impl Connection {
             service: Mutex::new(Some(service)),
             routes,
             child,
+            overflow,
         }
+    }
+
+    /// Whether the server sent a message over the limit on one message,
+    /// which closed the connection.
+    pub(super) fn overflowed(&self) -> bool {
+        self.overflow.happened()
     }
 
     /// The peer to send requests through.
@@ -217,6 +246,14 @@ impl Connection {
     /// Why the connection failed, naming the server: how a child ended, or
     /// what the transport said.
     pub(super) async fn failure(&self, detail: &str) -> String {
+        if self.overflowed() {
+            return format!(
+                "MCP server '{}' sent a message over {MAX_MESSAGE_BYTES} bytes, the MCP \
+                 client's limit on one message (one line of a stdio server), so its \
+                 connection was closed",
+                self.server
+            );
+        }
         match &self.child {
             Some(child) => match child.exit_status(EXIT_GRACE).await {
                 Some(ended) => {
@@ -234,6 +271,13 @@ impl Connection {
                     self.server
                 ),
             },
+            None if detail.contains(STREAM_CLOSED_EARLY) => format!(
+                "MCP server '{}' at {}: the response stream ended before its answer ({detail}); \
+                 the MCP client ends a stream at once when one of its events is over \
+                 {MAX_MESSAGE_BYTES} bytes, its limit on one message",
+                self.server,
+                self.endpoint.describe()
+            ),
             None => format!(
                 "MCP server '{}' at {} is unreachable or closed the session ({detail})",
                 self.server,
