@@ -103,6 +103,7 @@ mod bounded;
 mod client;
 mod connection;
 mod convert;
+mod http;
 mod progress;
 
 pub use bounded::MAX_MESSAGE_BYTES;

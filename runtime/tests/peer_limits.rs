@@ -19,7 +19,7 @@ use leasehold::evidence::Evidence;
 use leasehold::flow::ToolServer;
 use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
 use leasehold::ports::{
-    ChatMessage, ModelClient, ModelError, ModelErrorKind, ModelRequest, ToolClient,
+    ChatMessage, ModelClient, ModelError, ModelErrorKind, ModelRequest, ToolClient, ToolError,
     ToolInvocation,
 };
 use leasehold::tools::{MAX_MESSAGE_BYTES, McpToolClient};
@@ -382,7 +382,7 @@ async fn big_tools(json: bool, shutdown: &CancellationToken) -> ToolServer {
     serde_json::from_value(json!({"name": "big", "url": url})).expect("a tool server")
 }
 
-async fn call_big(client: &McpToolClient, bytes: usize) -> Result<String, String> {
+async fn call_big(client: &McpToolClient, bytes: usize) -> Result<String, ToolError> {
     client
         .call(
             ToolInvocation {
@@ -394,7 +394,6 @@ async fn call_big(client: &McpToolClient, bytes: usize) -> Result<String, String
         )
         .await
         .map(|output| output.content)
-        .map_err(|error| error.message)
 }
 
 async fn an_mcp_answer_over_the_limit_fails_the_call_at_once(json: bool) {
@@ -402,7 +401,7 @@ async fn an_mcp_answer_over_the_limit_fails_the_call_at_once(json: bool) {
     let server = big_tools(json, &shutdown).await;
     let client = McpToolClient::for_server(&server).expect("a valid server");
     client.connect().await.expect("a session");
-    assert_eq!(call_big(&client, 10).await.as_deref(), Ok("zzzzzzzzzz"));
+    assert_eq!(call_big(&client, 10).await, Ok("z".repeat(10)));
     // Bounded only so that a hang fails the test instead of stalling it: the
     // call must end as soon as the answer is read, with no lease to end it.
     let error = tokio::time::timeout(
@@ -412,10 +411,18 @@ async fn an_mcp_answer_over_the_limit_fails_the_call_at_once(json: bool) {
     .await
     .expect("the call ends; it does not hang")
     .expect_err("an answer over the limit");
+    for needle in [&MAX_MESSAGE_BYTES.to_string(), "limit on one message"] {
+        assert!(
+            error.message.contains(needle),
+            "the error does not name the limit: {error}"
+        );
+    }
     assert!(
-        error.contains(&MAX_MESSAGE_BYTES.to_string()),
-        "the error does not name the limit: {error}"
+        !error.retryable,
+        "the same call would be as large again: {error}"
     );
+    // The connection is replaced; the next call is served.
+    assert_eq!(call_big(&client, 3).await, Ok("zzz".to_owned()));
     client.shutdown().await;
     shutdown.cancel();
 }

@@ -7,7 +7,9 @@
 //! child's standard output and rmcp and turns such a line into a read
 //! error the moment it reaches the limit: rmcp closes the connection, every
 //! request in flight fails at once, and [`Overflow`] says why, naming the
-//! limit. Memory stays bounded: nothing of the line is buffered here.
+//! limit. Memory stays bounded: nothing of the line is buffered here. (Over
+//! streamable HTTP, rmcp ends the request itself; the connection's
+//! [`WatchedClient`](super::http::WatchedClient) records the overflow.)
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -32,7 +34,7 @@ impl Overflow {
         self.0.load(Ordering::SeqCst)
     }
 
-    fn record(&self) {
+    pub(super) fn record(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
 }

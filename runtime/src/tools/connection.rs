@@ -23,11 +23,8 @@ use tokio::sync::watch;
 
 use super::bounded::{BoundedLines, MAX_MESSAGE_BYTES, Overflow};
 use super::convert::handshake_detail;
+use super::http::WatchedClient;
 use super::progress::{Handler, ProgressRoutes};
-
-/// What rmcp says when a response stream ends without the answer — which
-/// is what it does with an event over its size limit.
-const STREAM_CLOSED_EARLY: &str = "closed before its final response";
 
 /// Lines of a child's standard error kept for error messages.
 const STDERR_LINES: usize = 32;
@@ -158,7 +155,11 @@ impl Connection {
                 // them: a larger message ends its request at once.
                 config.max_sse_event_size = MAX_MESSAGE_BYTES;
                 config.max_json_response_size = MAX_MESSAGE_BYTES;
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let overflow = Overflow::default();
+                let client = WatchedClient::new(overflow.clone()).map_err(|e| {
+                    format!("could not reach MCP server '{}' at {url}: {e}", target.server)
+                })?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service = match tokio::time::timeout(
                     target.handshake_timeout,
                     handler.serve(transport),
@@ -187,7 +188,7 @@ impl Connection {
                     service,
                     routes,
                     None,
-                    Overflow::default(),
+                    overflow,
                 ))
             }
         }
@@ -247,10 +248,16 @@ impl Connection {
     /// what the transport said.
     pub(super) async fn failure(&self, detail: &str) -> String {
         if self.overflowed() {
+            let (unit, closed) = match self.endpoint {
+                Endpoint::Stdio { .. } => ("one line of a stdio server", "its connection was closed"),
+                Endpoint::Http { .. } => (
+                    "one JSON body or SSE event over HTTP",
+                    "the request was ended",
+                ),
+            };
             return format!(
                 "MCP server '{}' sent a message over {MAX_MESSAGE_BYTES} bytes, the MCP \
-                 client's limit on one message (one line of a stdio server), so its \
-                 connection was closed",
+                 client's limit on one message ({unit}), so {closed}",
                 self.server
             );
         }
@@ -271,13 +278,6 @@ impl Connection {
                     self.server
                 ),
             },
-            None if detail.contains(STREAM_CLOSED_EARLY) => format!(
-                "MCP server '{}' at {}: the response stream ended before its answer ({detail}); \
-                 the MCP client ends a stream at once when one of its events is over \
-                 {MAX_MESSAGE_BYTES} bytes, its limit on one message",
-                self.server,
-                self.endpoint.describe()
-            ),
             None => format!(
                 "MCP server '{}' at {} is unreachable or closed the session ({detail})",
                 self.server,
