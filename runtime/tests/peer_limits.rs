@@ -1,8 +1,10 @@
 //! Every answer from a peer is bounded: hostile OpenAI-compatible servers
 //! (small raw HTTP servers on 127.0.0.1 that never stop sending) against the
-//! model client's caps, and a real MCP server over streamable HTTP (rmcp's
-//! server side, in process) whose answer is over the MCP client's limit on
-//! one message.
+//! model client's caps; real MCP servers — over streamable HTTP (rmcp's
+//! server side, in process) and over stdio (a small Python server, a real
+//! child process) — whose answers are over the MCP client's limit on one
+//! message; and a run whose tool returns 15 MB, truncated for the model and
+//! the store.
 //!
 //! Memory is checked from the outside: each hostile server counts the bytes
 //! it managed to write before the client hung up, and that count must stay
@@ -15,13 +17,16 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use leasehold::engine::{DEFAULT_MAX_TOOL_RESULT_BYTES, Engine, EngineConfig};
+use leasehold::event::EventKind;
 use leasehold::evidence::Evidence;
-use leasehold::flow::ToolServer;
+use leasehold::flow::{Flow, ToolServer};
 use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
 use leasehold::ports::{
-    ChatMessage, ModelClient, ModelError, ModelErrorKind, ModelRequest, ToolClient, ToolError,
-    ToolInvocation,
+    ChatMessage, ModelClient, ModelError, ModelErrorKind, ModelRequest, Role, RunStatus,
+    ToolClient, ToolError, ToolInvocation,
 };
+use leasehold::testing::{RecordingSink, ScriptedModel, Turn};
 use leasehold::tools::{MAX_MESSAGE_BYTES, McpToolClient};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
@@ -435,4 +440,177 @@ async fn an_mcp_answer_over_the_limit_fails_the_call_at_once_over_http_sse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_answer_over_the_limit_fails_the_call_at_once_over_http_json() {
     an_mcp_answer_over_the_limit_fails_the_call_at_once(true).await;
+}
+
+// ---------------------------------------------------------------------------
+// A stdio MCP server: a real child process.
+// ---------------------------------------------------------------------------
+
+/// A stdio MCP server in Python with one tool, `big`, whose result is
+/// `bytes` bytes of text: enough of the protocol for a client, no more.
+const BIG_STDIO: &str = r#"
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    method = message.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "big", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "big", "description": "A result of `bytes` bytes.",
+                             "inputSchema": {"type": "object",
+                                             "properties": {"bytes": {"type": "integer"}}},
+                             "annotations": {"readOnlyHint": True}}]}
+    elif method == "tools/call":
+        size = message["params"]["arguments"]["bytes"]
+        result = {"content": [{"type": "text", "text": "z" * size}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// The Python server, written into `dir`, as a flow's tool server `big`.
+fn big_stdio(dir: &tempfile::TempDir) -> ToolServer {
+    let script = dir.path().join("big.py");
+    std::fs::write(&script, BIG_STDIO).expect("the script is written");
+    serde_json::from_value(json!({
+        "name": "big",
+        "command": ["python3", "-u", script.display().to_string()],
+    }))
+    .expect("a tool server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_answer_over_the_limit_fails_the_call_at_once_over_stdio() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let client = McpToolClient::for_server(&big_stdio(&dir)).expect("a valid server");
+    client.connect().await.expect("the server starts");
+    let first = client.server_pid().expect("a child process");
+    assert_eq!(call_big(&client, 4).await, Ok("zzzz".to_owned()));
+    // Without the bound rmcp drops the line and the call waits for ever;
+    // the timeout only turns such a hang into a failure.
+    let error = tokio::time::timeout(
+        Duration::from_secs(120),
+        call_big(&client, MAX_MESSAGE_BYTES + 1024),
+    )
+    .await
+    .expect("the call ends; it does not hang")
+    .expect_err("an answer over the limit");
+    for needle in [
+        &MAX_MESSAGE_BYTES.to_string(),
+        "limit on one message",
+        "one line of a stdio server",
+        "'big'",
+    ] {
+        assert!(error.message.contains(needle), "no `{needle}` in: {error}");
+    }
+    assert!(!error.retryable, "the same call would be as large again: {error}");
+    // The server is replaced; the next call is served.
+    assert_eq!(call_big(&client, 3).await, Ok("zzz".to_owned()));
+    assert_ne!(client.server_pid(), Some(first), "a new server");
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_15_mb_tool_result_is_truncated_for_the_model_and_the_store_with_an_event() {
+    const RESULT: usize = 15_000_000;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = big_stdio(&dir);
+    let client = Arc::new(McpToolClient::for_server(&server).expect("a valid server"));
+    client.connect().await.expect("the server starts");
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("big", json!({"bytes": RESULT}))]),
+            Turn::answer("done"),
+        ],
+    );
+    let events = RecordingSink::new();
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_secs(60);
+    assert_eq!(config.max_tool_result_bytes, DEFAULT_MAX_TOOL_RESULT_BYTES);
+    let kept = DEFAULT_MAX_TOOL_RESULT_BYTES;
+    let engine = Engine::builder()
+        .config(config)
+        .model(Arc::new(model.clone()))
+        .events(Arc::new(events.clone()))
+        .tool_server("big", client.clone())
+        .build()
+        .await
+        .expect("the engine builds");
+    let flow: Flow = serde_json::from_value(json!({
+        "name": "large-result",
+        "task": "Fetch something large.",
+        "max_steps": 4,
+        "tools": [server],
+    }))
+    .expect("a valid flow");
+    let mut run = engine.start(flow).await.expect("the run starts");
+    let run_id = run.run_id().to_owned();
+    let state = tokio::time::timeout(Duration::from_secs(120), run.wait())
+        .await
+        .expect("the run ends");
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+
+    // The model saw the first MiB, then a marker saying how much was cut.
+    let requests = model.requests_of("run");
+    let seen: Vec<String> = requests[1]
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.content.clone())
+        .collect();
+    let [seen] = seen.as_slice() else {
+        panic!("one tool result, not {}", seen.len())
+    };
+    assert!(seen[..kept].bytes().all(|b| b == b'z'), "the result's start");
+    assert!(seen.len() < kept + 300, "{} bytes reached the model", seen.len());
+    let marker = &seen[kept..];
+    assert!(
+        marker.contains(&format!("{} of its {RESULT} bytes were cut", RESULT - kept)),
+        "{marker}"
+    );
+
+    // An event said so, on the call's path, before the call finished.
+    let all = events.events();
+    let position = |name: &str| all.iter().position(|e| e.kind.name() == name);
+    let truncated = position("tool_result_truncated").expect("a tool_result_truncated event");
+    assert!(
+        position("tool_call_finished").is_some_and(|finished| truncated < finished),
+        "truncated before finished"
+    );
+    let event = &all[truncated];
+    assert!(event.path.contains("tool_call:"), "{}", event.path);
+    let EventKind::ToolResultTruncated {
+        tool,
+        original_bytes,
+        kept_bytes,
+        ..
+    } = &event.kind
+    else {
+        unreachable!("found by its name")
+    };
+    assert_eq!(tool, "big");
+    assert_eq!(*original_bytes, u64::try_from(RESULT).expect("small"));
+    assert_eq!(*kept_bytes, u64::try_from(kept).expect("small"));
+    let wire = serde_json::to_value(event).expect("serializable");
+    assert_eq!(wire["kind"], "tool_result_truncated", "{wire}");
+
+    // The store kept the truncated form, not the 15 MB.
+    let calls = engine
+        .store()
+        .load_tool_calls(&run_id)
+        .await
+        .expect("the store answers");
+    let stored = calls
+        .iter()
+        .find(|c| c.tool == "big")
+        .and_then(|c| c.result.as_deref())
+        .expect("the call's result is stored");
+    assert_eq!(stored, seen.as_str());
+    client.shutdown().await;
 }
