@@ -614,3 +614,31 @@ async fn a_15_mb_tool_result_is_truncated_for_the_model_and_the_store_with_an_ev
     assert_eq!(stored, seen.as_str());
     client.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_servers_endless_stderr_line_is_kept_short() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("noisy.py");
+    std::fs::write(
+        &script,
+        "import sys\nsys.stderr.write('error: ' + 'x' * (8 * 1024 * 1024))\nsys.stderr.flush()\nsys.exit(1)\n",
+    )
+    .expect("the script is written");
+    let server: ToolServer = serde_json::from_value(json!({
+        "name": "noisy",
+        "command": ["python3", script.display().to_string()],
+    }))
+    .expect("a tool server");
+    let client = McpToolClient::for_server(&server).expect("a valid server");
+    let error = client.connect().await.expect_err("the server exits");
+    assert!(
+        error.message.contains("its last words: error: xxx"),
+        "{}",
+        &error.message[..error.message.len().min(500)]
+    );
+    assert!(
+        error.message.len() < 8 * 1024,
+        "an 8 MiB line of standard error reached the message: {} bytes",
+        error.message.len()
+    );
+}

@@ -29,6 +29,10 @@ use super::progress::{Handler, ProgressRoutes};
 /// Lines of a child's standard error kept for error messages.
 const STDERR_LINES: usize = 32;
 
+/// The most of one line of a child's standard error that is kept (and
+/// logged): a line that never ends costs no more.
+const STDERR_LINE_BYTES: usize = 4096;
+
 /// How long a failed request waits for a dying child's exit status, so the
 /// error can say how it ended.
 const EXIT_GRACE: Duration = Duration::from_millis(250);
@@ -529,12 +533,37 @@ impl StderrTail {
     }
 }
 
-/// Keeps the last lines of a child's standard error, and logs them all.
+/// Keeps the last lines of a child's standard error, and logs them all,
+/// each cut to [`STDERR_LINE_BYTES`]: the rest of a longer line is read and
+/// dropped, so the child never blocks on a full pipe and memory stays
+/// bounded.
 async fn keep_stderr(stderr: ChildStderr, tail: Arc<StderrTail>, server: Arc<str>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server = %server, "{line}");
-        tail.push(line);
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    let keep = |line: &mut Vec<u8>| {
+        let text = String::from_utf8_lossy(line).trim_end_matches('\r').to_owned();
+        tracing::debug!(server = %server, "{text}");
+        tail.push(text);
+        line.clear();
+    };
+    loop {
+        let (taken, ended) = match reader.fill_buf().await {
+            Ok(available) if !available.is_empty() => {
+                let end = available.iter().position(|b| *b == b'\n');
+                let piece = &available[..end.unwrap_or(available.len())];
+                let room = STDERR_LINE_BYTES.saturating_sub(line.len());
+                line.extend_from_slice(&piece[..piece.len().min(room)]);
+                (end.map_or(available.len(), |end| end + 1), end.is_some())
+            }
+            _ => break,
+        };
+        reader.consume(taken);
+        if ended {
+            keep(&mut line);
+        }
+    }
+    if !line.is_empty() {
+        keep(&mut line);
     }
     tail.close();
 }
