@@ -74,7 +74,12 @@ pub fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Truncation
     if original_bytes <= max_bytes {
         return None;
     }
-    let kept_bytes = text.floor_char_boundary(max_bytes);
+    // The last character boundary at or before the cap (at most three steps
+    // back: a UTF-8 character is at most four bytes).
+    let kept_bytes = (0..=max_bytes)
+        .rev()
+        .find(|at| text.is_char_boundary(*at))
+        .unwrap_or(0);
     text.truncate(kept_bytes);
     text.shrink_to_fit();
     let cut = original_bytes - kept_bytes;
@@ -104,40 +109,39 @@ impl Call for ToolCallArgs {
         } = self;
         let tool = invocation.name.clone();
         let idempotency_key = invocation.idempotency_key.clone();
-        let outcome = match leases
-            .supervise(spec, move |evidence| client.call(invocation, evidence))
-        {
-            Err(error) => lease_end(error).map(Err),
-            Ok(handle) => match handle.outcome().await {
-                Ok(Ok(mut output)) => {
-                    if let Some(cut) =
-                        truncate_result(&mut output.content, ctx.max_tool_result_bytes)
-                    {
-                        ctx.emit(
-                            &path,
-                            EventKind::ToolResultTruncated {
-                                tool,
-                                idempotency_key,
-                                attempt,
-                                original_bytes: u64::try_from(cut.original_bytes)
-                                    .unwrap_or(u64::MAX),
-                                kept_bytes: u64::try_from(cut.kept_bytes).unwrap_or(u64::MAX),
-                            },
-                        );
-                    }
-                    if output.is_error {
-                        Some(Ok(format!("error: {}", output.content)))
-                    } else {
-                        Some(Ok(output.content))
-                    }
-                }
-                Ok(Err(error)) => Some(Err(ChildEnd::Failed {
-                    reason: error.message,
-                    retryable: error.retryable,
-                })),
+        let outcome =
+            match leases.supervise(spec, move |evidence| client.call(invocation, evidence)) {
                 Err(error) => lease_end(error).map(Err),
-            },
-        };
+                Ok(handle) => match handle.outcome().await {
+                    Ok(Ok(mut output)) => {
+                        if let Some(cut) =
+                            truncate_result(&mut output.content, ctx.max_tool_result_bytes)
+                        {
+                            ctx.emit(
+                                &path,
+                                EventKind::ToolResultTruncated {
+                                    tool,
+                                    idempotency_key,
+                                    attempt,
+                                    original_bytes: u64::try_from(cut.original_bytes)
+                                        .unwrap_or(u64::MAX),
+                                    kept_bytes: u64::try_from(cut.kept_bytes).unwrap_or(u64::MAX),
+                                },
+                            );
+                        }
+                        if output.is_error {
+                            Some(Ok(format!("error: {}", output.content)))
+                        } else {
+                            Some(Ok(output.content))
+                        }
+                    }
+                    Ok(Err(error)) => Some(Err(ChildEnd::Failed {
+                        reason: error.message,
+                        retryable: error.retryable,
+                    })),
+                    Err(error) => lease_end(error).map(Err),
+                },
+            };
         if let Some(outcome) = outcome {
             let _ = reply_to.send_message(LoopMsg::CallDone {
                 step,

@@ -198,7 +198,10 @@ impl Cap {
     /// The configuration key and the variable that set the cap.
     fn names(self) -> (&'static str, &'static str) {
         match self {
-            Self::Answer => (super::settings::KEY_MAX_ANSWER, super::settings::ENV_MAX_ANSWER),
+            Self::Answer => (
+                super::settings::KEY_MAX_ANSWER,
+                super::settings::ENV_MAX_ANSWER,
+            ),
             Self::Body => (super::settings::KEY_MAX_BODY, super::settings::ENV_MAX_BODY),
         }
     }

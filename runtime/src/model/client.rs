@@ -231,7 +231,7 @@ impl OpenAiClient {
             // some servers ignore `stream`, one way or the other.
             sse,
             parser: StreamParser::with_max_answer_bytes(settings.max_answer_bytes)
-                .from_endpoint(url.clone()),
+                .naming_endpoint(url.clone()),
             whole: None,
             idle,
             max_answer: settings.max_answer_bytes,

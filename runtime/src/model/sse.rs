@@ -153,7 +153,7 @@ impl StreamParser {
     }
 
     /// The same parser, naming `url` in its errors.
-    pub(crate) fn from_endpoint(mut self, url: impl Into<String>) -> Self {
+    pub(crate) fn naming_endpoint(mut self, url: impl Into<String>) -> Self {
         self.endpoint = Some(url.into());
         self
     }
@@ -164,7 +164,12 @@ impl StreamParser {
     }
 
     fn over(&self, what: &str, limit: usize) -> ModelError {
-        let mut error = over_cap(Cap::Answer, self.max_answer_bytes, what, self.endpoint.as_deref());
+        let mut error = over_cap(
+            Cap::Answer,
+            self.max_answer_bytes,
+            what,
+            self.endpoint.as_deref(),
+        );
         if limit != self.max_answer_bytes {
             error.message.push_str(&format!(
                 " (a line or an event may hold the cap plus {STREAM_ENVELOPE_BYTES} bytes, {limit} in all)"
@@ -248,7 +253,13 @@ impl StreamParser {
         match field {
             "data" => {
                 let limit = self.line_limit();
-                if self.data.len().saturating_add(value.len()).saturating_add(1) > limit {
+                if self
+                    .data
+                    .len()
+                    .saturating_add(value.len())
+                    .saturating_add(1)
+                    > limit
+                {
                     return Err(self.over("the data of one event of the stream", limit));
                 }
                 if self.has_data {

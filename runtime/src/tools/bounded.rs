@@ -84,6 +84,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
             longest = longest.max(this.line);
             if longest >= this.limit {
                 this.overflow.record();
+                // A failed read reads nothing: the connection ends here.
+                buf.set_filled(before);
                 return Poll::Ready(Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!(

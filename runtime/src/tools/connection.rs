@@ -161,7 +161,10 @@ impl Connection {
                 config.max_json_response_size = MAX_MESSAGE_BYTES;
                 let overflow = Overflow::default();
                 let client = WatchedClient::new(overflow.clone()).map_err(|e| {
-                    format!("could not reach MCP server '{}' at {url}: {e}", target.server)
+                    format!(
+                        "could not reach MCP server '{}' at {url}: {e}",
+                        target.server
+                    )
                 })?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service = match tokio::time::timeout(
@@ -253,7 +256,9 @@ impl Connection {
     pub(super) async fn failure(&self, detail: &str) -> String {
         if self.overflowed() {
             let (unit, closed) = match self.endpoint {
-                Endpoint::Stdio { .. } => ("one line of a stdio server", "its connection was closed"),
+                Endpoint::Stdio { .. } => {
+                    ("one line of a stdio server", "its connection was closed")
+                }
                 Endpoint::Http { .. } => (
                     "one JSON body or SSE event over HTTP",
                     "the request was ended",
@@ -541,7 +546,9 @@ async fn keep_stderr(stderr: ChildStderr, tail: Arc<StderrTail>, server: Arc<str
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
     let keep = |line: &mut Vec<u8>| {
-        let text = String::from_utf8_lossy(line).trim_end_matches('\r').to_owned();
+        let text = String::from_utf8_lossy(line)
+            .trim_end_matches('\r')
+            .to_owned();
         tracing::debug!(server = %server, "{text}");
         tail.push(text);
         line.clear();

@@ -66,15 +66,19 @@ impl WatchedClient {
         Ok(Self { inner, overflow })
     }
 
-    fn watch_post(&self, answer: Answer<StreamableHttpPostResponse>) -> Answer<StreamableHttpPostResponse> {
+    fn watch_post(
+        &self,
+        answer: Answer<StreamableHttpPostResponse>,
+    ) -> Answer<StreamableHttpPostResponse> {
         match answer {
             Err(error @ StreamableHttpError::ResponseBodyTooLarge { .. }) => {
                 self.overflow.record();
                 Err(error)
             }
-            Ok(StreamableHttpPostResponse::Sse(stream, id)) => {
-                Ok(StreamableHttpPostResponse::Sse(self.watch_stream(stream), id))
-            }
+            Ok(StreamableHttpPostResponse::Sse(stream, id)) => Ok(StreamableHttpPostResponse::Sse(
+                self.watch_stream(stream),
+                id,
+            )),
             other => other,
         }
     }
