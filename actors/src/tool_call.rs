@@ -57,7 +57,7 @@ pub struct Truncation {
 /// left as it is.
 ///
 /// ```
-/// use leasehold::tool_call::truncate_result;
+/// use leasehold_actors::tool_call::truncate_result;
 ///
 /// let mut text = "héllo wörld".to_owned();
 /// let cut = truncate_result(&mut text, 2).expect("longer than 2 bytes");
