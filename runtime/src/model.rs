@@ -86,4 +86,4 @@ pub use settings::{
     ENV_MAX_ANSWER, ENV_MAX_BODY, ENV_NAME, ENV_RATE_LIMIT_RETRIES, KEY_MAX_ANSWER, KEY_MAX_BODY,
     ModelEndpoint, ModelRole, ModelSettings,
 };
-pub use sse::{Fed, StreamParser};
+pub use sse::{Fed, STREAM_ENVELOPE_BYTES, StreamParser};
