@@ -702,6 +702,8 @@ impl AgentLoop {
                     .with_nudges(self.nudges.clone())
                     .with_parent(&self.cancel);
                 let args = crate::tool_call::ToolCallArgs {
+                    ctx: self.ctx.clone(),
+                    path: path.clone(),
                     leases: self.ctx.leases.clone(),
                     client: route.client,
                     invocation: crate::ports::ToolInvocation {

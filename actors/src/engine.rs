@@ -61,6 +61,11 @@ pub type ToolFactory =
 /// without it.
 pub const RUN_STOP_GRACE: Duration = Duration::from_secs(10);
 
+/// The default cap on one tool result, in bytes (1 MiB): a longer result is
+/// truncated before the model or the store sees it. See
+/// [`EngineConfig::max_tool_result_bytes`].
+pub const DEFAULT_MAX_TOOL_RESULT_BYTES: usize = 1024 * 1024;
+
 /// Everything the engine's policies need, validated together.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineConfig {
@@ -73,6 +78,12 @@ pub struct EngineConfig {
     /// How long this executor's ownership of a run lasts without a
     /// heartbeat (default 90 s); heartbeats go every third of it.
     pub run_lease_ttl: Duration,
+    /// The most of one tool result the model sees and the store keeps, in
+    /// bytes (default [`DEFAULT_MAX_TOOL_RESULT_BYTES`], 1 MiB): a longer
+    /// result is cut at a character boundary, a marker saying how much was
+    /// cut is appended, and a `tool_result_truncated` event says so. It
+    /// holds for every [`ToolClient`].
+    pub max_tool_result_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -82,6 +93,7 @@ impl Default for EngineConfig {
             budget: BudgetConfig::default(),
             restart: RestartPolicy::default(),
             run_lease_ttl: Duration::from_secs(90),
+            max_tool_result_bytes: DEFAULT_MAX_TOOL_RESULT_BYTES,
         }
     }
 }
@@ -97,6 +109,13 @@ impl EngineConfig {
                 "run_lease_ttl",
                 "a duration of at least 3ms",
                 format!("{:?}", self.run_lease_ttl),
+            ));
+        }
+        if self.max_tool_result_bytes == 0 {
+            return Err(ConfigError::new(
+                "max_tool_result_bytes",
+                "a size above 0 bytes",
+                "0",
             ));
         }
         Ok(())
@@ -635,6 +654,7 @@ impl Engine {
             workers_spawned,
             log: self.log.clone(),
             owned_tools: plan.owned_tools,
+            max_tool_result_bytes: self.config.max_tool_result_bytes,
         }));
         let (state, watcher) = watch::channel(RunState {
             status: record.status,

@@ -166,6 +166,24 @@ pub enum EventKind {
         /// How it ended.
         outcome: CallOutcome,
     },
+    /// A tool's result was longer than
+    /// [`EngineConfig::max_tool_result_bytes`](crate::engine::EngineConfig::max_tool_result_bytes):
+    /// the model sees, and the store keeps, its first `kept_bytes` and a
+    /// marker saying how much was cut. Emitted before the call's
+    /// `tool_call_finished`; the event's `path` is the call's.
+    ToolResultTruncated {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key.
+        idempotency_key: String,
+        /// Which attempt.
+        attempt: u32,
+        /// The result's length as the tool returned it, in bytes.
+        original_bytes: u64,
+        /// How much of it was kept, in bytes (the cap or a little less, to
+        /// end on a character boundary), before the marker.
+        kept_bytes: u64,
+    },
     /// A worker was spawned.
     WorkerSpawned {
         /// Its kind, as declared in the flow.
@@ -326,6 +344,12 @@ impl EventKind {
                 outcome,
                 ..
             } => format!("{tool} attempt {attempt}: {outcome:?}"),
+            Self::ToolResultTruncated {
+                tool,
+                original_bytes,
+                kept_bytes,
+                ..
+            } => format!("{tool}: result of {original_bytes} bytes truncated to {kept_bytes}"),
             Self::WorkerSpawned { worker, task } => format!("{worker}: {task}"),
             Self::WorkerFinished {
                 worker,
@@ -445,6 +469,7 @@ impl EventKind {
             Self::ModelCallFinished { .. } => "model_call_finished",
             Self::ToolCallStarted { .. } => "tool_call_started",
             Self::ToolCallFinished { .. } => "tool_call_finished",
+            Self::ToolResultTruncated { .. } => "tool_result_truncated",
             Self::WorkerSpawned { .. } => "worker_spawned",
             Self::WorkerFinished { .. } => "worker_finished",
             Self::BudgetExtended(_) => "budget_extended",

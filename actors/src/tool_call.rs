@@ -5,19 +5,31 @@
 //! stops. Every attempt of the same call carries the same idempotency key.
 //! A tool's own error is a result the model sees; a transport failure, a
 //! verdict or a panic is an end for the loop's supervision strategy.
+//!
+//! **A result is bounded**, whatever the [`ToolClient`]: one longer than
+//! [`EngineConfig::max_tool_result_bytes`](crate::engine::EngineConfig::max_tool_result_bytes)
+//! (default 1 MiB) is cut at a character boundary and a marker saying how
+//! much was cut is appended ([`truncate_result`]), before the loop — and so
+//! the model and the store — sees it; a `tool_result_truncated` event says
+//! so, before the call's `tool_call_finished`.
 
 use std::sync::Arc;
 
 use ractor::ActorRef;
 
-use crate::agent::{LoopMsg, lease_end};
+use crate::agent::{LoopMsg, RunContext, lease_end};
 use crate::call::{Call, CallActor};
+use crate::event::EventKind;
 use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ToolClient, ToolInvocation};
 use crate::supervisor::ChildEnd;
 
 /// What a tool call is started with.
 pub struct ToolCallArgs {
+    /// The run, for its events and its cap on a result.
+    pub(crate) ctx: Arc<RunContext>,
+    /// The call's path in the run's tree.
+    pub(crate) path: String,
     pub(crate) leases: Leases,
     pub(crate) client: Arc<dyn ToolClient>,
     pub(crate) invocation: ToolInvocation,
@@ -31,9 +43,61 @@ pub struct ToolCallArgs {
 /// One tool call under a lease.
 pub type ToolCallActor = CallActor<ToolCallArgs>;
 
+/// What [`truncate_result`] cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// The result's length as the tool returned it, in bytes.
+    pub original_bytes: usize,
+    /// How much of it was kept, in bytes, before the marker.
+    pub kept_bytes: usize,
+}
+
+/// `text` cut to at most `max_bytes` bytes, at a character boundary, with a
+/// marker appended that says how much was cut; `None` when it fits and is
+/// left as it is.
+///
+/// ```
+/// use leasehold_actors::tool_call::truncate_result;
+///
+/// let mut text = "héllo wörld".to_owned();
+/// let cut = truncate_result(&mut text, 2).expect("longer than 2 bytes");
+/// // "h" and the two bytes of "é" do not fit in 2: one byte is kept.
+/// assert_eq!((cut.original_bytes, cut.kept_bytes), (13, 1));
+/// assert!(text.starts_with("h\n[leasehold: tool result truncated"), "{text}");
+/// assert!(text.contains("12 of its 13 bytes were cut"), "{text}");
+/// let mut short = "ok".to_owned();
+/// assert_eq!(truncate_result(&mut short, 2), None);
+/// assert_eq!(short, "ok");
+/// ```
+pub fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Truncation> {
+    let original_bytes = text.len();
+    if original_bytes <= max_bytes {
+        return None;
+    }
+    // The last character boundary at or before the cap (at most three steps
+    // back: a UTF-8 character is at most four bytes).
+    let kept_bytes = (0..=max_bytes)
+        .rev()
+        .find(|at| text.is_char_boundary(*at))
+        .unwrap_or(0);
+    text.truncate(kept_bytes);
+    text.shrink_to_fit();
+    let cut = original_bytes - kept_bytes;
+    text.push_str(&format!(
+        "\n[leasehold: tool result truncated: {cut} of its {original_bytes} bytes were cut, \
+         the first {kept_bytes} are above (the cap on one tool result is {max_bytes} bytes)]"
+    ));
+    Some(Truncation {
+        original_bytes,
+        kept_bytes,
+    })
+}
+
 impl Call for ToolCallArgs {
     async fn run(self) {
         let ToolCallArgs {
+            ctx,
+            path,
             leases,
             client,
             invocation,
@@ -43,20 +107,41 @@ impl Call for ToolCallArgs {
             index,
             attempt,
         } = self;
-        let outcome = match leases
-            .supervise(spec, move |evidence| client.call(invocation, evidence))
-        {
-            Err(error) => lease_end(error).map(Err),
-            Ok(handle) => match handle.outcome().await {
-                Ok(Ok(output)) if output.is_error => Some(Ok(format!("error: {}", output.content))),
-                Ok(Ok(output)) => Some(Ok(output.content)),
-                Ok(Err(error)) => Some(Err(ChildEnd::Failed {
-                    reason: error.message,
-                    retryable: error.retryable,
-                })),
+        let tool = invocation.name.clone();
+        let idempotency_key = invocation.idempotency_key.clone();
+        let outcome =
+            match leases.supervise(spec, move |evidence| client.call(invocation, evidence)) {
                 Err(error) => lease_end(error).map(Err),
-            },
-        };
+                Ok(handle) => match handle.outcome().await {
+                    Ok(Ok(mut output)) => {
+                        if let Some(cut) =
+                            truncate_result(&mut output.content, ctx.max_tool_result_bytes)
+                        {
+                            ctx.emit(
+                                &path,
+                                EventKind::ToolResultTruncated {
+                                    tool,
+                                    idempotency_key,
+                                    attempt,
+                                    original_bytes: u64::try_from(cut.original_bytes)
+                                        .unwrap_or(u64::MAX),
+                                    kept_bytes: u64::try_from(cut.kept_bytes).unwrap_or(u64::MAX),
+                                },
+                            );
+                        }
+                        if output.is_error {
+                            Some(Ok(format!("error: {}", output.content)))
+                        } else {
+                            Some(Ok(output.content))
+                        }
+                    }
+                    Ok(Err(error)) => Some(Err(ChildEnd::Failed {
+                        reason: error.message,
+                        retryable: error.retryable,
+                    })),
+                    Err(error) => lease_end(error).map(Err),
+                },
+            };
         if let Some(outcome) = outcome {
             let _ = reply_to.send_message(LoopMsg::CallDone {
                 step,

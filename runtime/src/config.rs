@@ -263,9 +263,9 @@ impl Default for Config {
             server_max_event_streams: Setting::default(server.max_event_streams),
             server_max_live_runs: Setting::default(server.max_live_runs),
             server_shutdown_grace: Setting::default(server.shutdown_grace),
-            limits_model_answer: Setting::default(4 << 20),
-            limits_model_body: Setting::default(8 << 20),
-            limits_tool_result: Setting::default(1 << 20),
+            limits_model_answer: Setting::default(size(model.max_answer_bytes)),
+            limits_model_body: Setting::default(size(model.max_body_bytes)),
+            limits_tool_result: Setting::default(size(engine.max_tool_result_bytes)),
             tools: Vec::new(),
             file: None,
         }
@@ -650,6 +650,11 @@ impl Config {
             _ => (String::new(), &Source::Default),
         }
     }
+}
+
+/// A size in memory as configured.
+fn size(bytes: usize) -> u64 {
+    u64::try_from(bytes).unwrap_or(u64::MAX)
 }
 
 /// A comma-separated list, blanks dropped.

@@ -27,11 +27,21 @@
 //!   | any other 4xx | `Client` | no |
 //!   | a chunk or body that is not the expected JSON | `MalformedChunk` | no |
 //!   | tool-call arguments that are not a JSON object | `Other` | yes: the model may do better |
+//!   | an answer past [`ModelSettings::max_answer_bytes`], a blocking body past [`ModelSettings::max_body_bytes`] | `Other` | yes: the model may answer shorter |
 //!
 //!   A 429 is retried by the client itself, after the wait the server asked
 //!   for (`retry-after-ms`, `Retry-After` seconds or HTTP date; 1 s, 2 s, 4 s
 //!   … when it said nothing), up to [`ModelSettings::rate_limit_retries`]
 //!   times (default 3); then the error is returned with its `retry_after`.
+//! - **Every answer is bounded.** One answer holds at most
+//!   [`ModelSettings::max_answer_bytes`] (content, tool-call names and
+//!   arguments, reasoning; default 4 MiB, `limits.model_answer`), one line
+//!   or event of a stream at most that plus 64 KiB, and a blocking body at
+//!   most [`ModelSettings::max_body_bytes`] (default 8 MiB,
+//!   `limits.model_body`). Past a cap the call ends at once, its connection
+//!   dropped, with an error naming the cap, its key and the endpoint; the
+//!   read that crossed the cap is not evidence, so a server that keeps
+//!   sending past it never renews the call's lease.
 //! - **Usage per consumer.** Each call's token usage is added to a shared
 //!   [`UsageLedger`] under its consumer (`run`, `worker:NAME`,
 //!   `engine.watchdog`, `engine.budget`).
@@ -71,8 +81,9 @@ pub use client::{OpenAiClient, ReplyStream, SetupError};
 pub use evaluator::ModelEvaluator;
 pub use ledger::UsageLedger;
 pub use settings::{
-    ENV_API_KEY, ENV_BASE_URL, ENV_CONNECT_TIMEOUT, ENV_FAST_API_KEY, ENV_FAST_BASE_URL,
-    ENV_FAST_NAME, ENV_IDLE_TIMEOUT, ENV_NAME, ENV_RATE_LIMIT_RETRIES, ModelEndpoint, ModelRole,
-    ModelSettings,
+    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_BODY_BYTES, ENV_API_KEY, ENV_BASE_URL,
+    ENV_CONNECT_TIMEOUT, ENV_FAST_API_KEY, ENV_FAST_BASE_URL, ENV_FAST_NAME, ENV_IDLE_TIMEOUT,
+    ENV_MAX_ANSWER, ENV_MAX_BODY, ENV_NAME, ENV_RATE_LIMIT_RETRIES, KEY_MAX_ANSWER, KEY_MAX_BODY,
+    ModelEndpoint, ModelRole, ModelSettings,
 };
-pub use sse::{Fed, StreamParser};
+pub use sse::{Fed, STREAM_ENVELOPE_BYTES, StreamParser};

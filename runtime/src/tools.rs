@@ -36,6 +36,18 @@
 //!   flight, the next call — with a [`ToolError`](crate::ports::ToolError) that
 //!   names the server and says it exited (`retryable: true`); the use after
 //!   that starts a stdio server again, or opens a new HTTP session.
+//! * **A message over the library's limit ends the call at once.** rmcp
+//!   takes at most [`MAX_MESSAGE_BYTES`] (16 MiB) in one message. A stdio
+//!   server's line that reaches it closes the connection the moment it does
+//!   (rmcp alone would drop the line and leave the call waiting until its
+//!   lease ran out): the calls in flight fail with an error naming the
+//!   limit, `retryable: false` (the same call would be as large again; the
+//!   model sees the error), and the server is restarted on the next call. A
+//!   streamable-HTTP answer over the limit, a JSON body or one SSE event,
+//!   ends its request at once too, with an error that names the limit.
+//!   Smaller results are capped by the engine
+//!   ([`EngineConfig::max_tool_result_bytes`](crate::engine::EngineConfig::max_tool_result_bytes),
+//!   1 MiB by default), whatever the tool client.
 //! * **A run's servers end with it.** A stdio server runs in a process group
 //!   of its own (so a launcher such as `npx` takes its children with it), and
 //!   the whole group is killed by [`McpToolClient::shutdown`] and when the
@@ -87,11 +99,14 @@
 //! # }
 //! ```
 
+mod bounded;
 mod client;
 mod connection;
 mod convert;
+mod http;
 mod progress;
 
+pub use bounded::MAX_MESSAGE_BYTES;
 pub use client::{DEFAULT_HANDSHAKE_TIMEOUT, McpConfigError, McpToolClient};
 
 /// The `_meta` key that carries a call's idempotency key to the tool server.

@@ -432,6 +432,7 @@ fn sizes_and_lists_parse_and_bad_ones_are_refused_naming_the_key() {
     ]);
     let config = Config::load(None, env).expect("loads");
     assert_eq!(config.limits_tool_result.value, 512 * 1024);
+    assert_eq!(config.engine_config().max_tool_result_bytes, 512 * 1024);
     assert_eq!(config.limits_model_answer.value, 2 << 20);
     assert_eq!(config.limits_model_body.value, 65536);
     assert_eq!(
@@ -448,6 +449,19 @@ fn sizes_and_lists_parse_and_bad_ones_are_refused_naming_the_key() {
         shown["server.allowed_hosts"],
         "leasehold.internal,10.0.0.5:7878"
     );
+    let with_model = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_LIMITS_MODEL_ANSWER", "2MiB"),
+            ("LEASEHOLD_LIMITS_MODEL_BODY", "65536"),
+            ("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1"),
+            ("LEASEHOLD_MODEL_NAME", "m"),
+        ]),
+    )
+    .expect("loads");
+    let settings = with_model.model_settings().expect("model settings");
+    assert_eq!(settings.max_answer_bytes, 2 << 20);
+    assert_eq!(settings.max_body_bytes, 65536);
     for bad in ["0", "lots", "2GiB", "-1"] {
         let error = Config::load(None, env_of(&[("LEASEHOLD_LIMITS_TOOL_RESULT", bad)]))
             .expect_err(bad)

@@ -75,6 +75,8 @@ pub(crate) struct RunContext {
     pub(crate) span: tracing::Span,
     /// Tool clients made for this run alone, shut down when it ends.
     pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
+    /// The most of one tool result the model sees and the store keeps.
+    pub(crate) max_tool_result_bytes: usize,
 }
 
 /// The parts a run's context is made of.
@@ -98,6 +100,7 @@ pub(crate) struct RunParts {
     pub(crate) workers_spawned: u32,
     pub(crate) log: tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>,
     pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
+    pub(crate) max_tool_result_bytes: usize,
 }
 
 impl RunContext {
@@ -135,6 +138,7 @@ impl RunContext {
             nudge_queues: std::sync::Mutex::new(HashMap::new()),
             saved: std::sync::OnceLock::new(),
             owned_tools: parts.owned_tools,
+            max_tool_result_bytes: parts.max_tool_result_bytes,
         }
     }
 

@@ -57,6 +57,7 @@ impl Config {
                 ..defaults.restart
             },
             run_lease_ttl: self.run_lease_ttl.value,
+            max_tool_result_bytes: bytes(self.limits_tool_result.value),
         }
     }
 
@@ -112,7 +113,15 @@ impl Config {
         settings.connect_timeout = self.model_connect_timeout.value;
         settings.idle_timeout = self.model_idle_timeout.value;
         settings.rate_limit_retries = self.model_rate_limit_retries.value;
+        settings.max_answer_bytes = bytes(self.limits_model_answer.value);
+        settings.max_body_bytes = bytes(self.limits_model_body.value);
         settings.validate()?;
         Ok(settings)
     }
+}
+
+/// A configured size as a count of bytes in memory (sizes are at most
+/// [`super::MAX_SIZE`], which fits).
+fn bytes(size: u64) -> usize {
+    usize::try_from(size).unwrap_or(usize::MAX)
 }

@@ -184,3 +184,41 @@ pub(crate) fn idle_timeout(idle: Duration, waiting_for: &str) -> ModelError {
 pub(crate) fn malformed(what: impl std::fmt::Display) -> ModelError {
     ModelError::new(ModelErrorKind::MalformedChunk, what.to_string(), false)
 }
+
+/// One of the caps on an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cap {
+    /// [`ModelSettings::max_answer_bytes`](super::ModelSettings::max_answer_bytes).
+    Answer,
+    /// [`ModelSettings::max_body_bytes`](super::ModelSettings::max_body_bytes).
+    Body,
+}
+
+impl Cap {
+    /// The configuration key and the variable that set the cap.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Answer => (
+                super::settings::KEY_MAX_ANSWER,
+                super::settings::ENV_MAX_ANSWER,
+            ),
+            Self::Body => (super::settings::KEY_MAX_BODY, super::settings::ENV_MAX_BODY),
+        }
+    }
+}
+
+/// `what` went past `cap`, of `limit` bytes, in the answer of `endpoint`
+/// (the URL, when known). Retryable: a model that rambled may answer
+/// shorter; restarts are bounded by supervision.
+pub(crate) fn over_cap(cap: Cap, limit: usize, what: &str, endpoint: Option<&str>) -> ModelError {
+    let (key, variable) = cap.names();
+    let from = endpoint.map_or_else(String::new, |url| format!(" from {url}"));
+    ModelError::new(
+        ModelErrorKind::Other,
+        format!(
+            "the answer{from} was cut off: {what} is over the cap of {limit} bytes \
+             (`{key}`, env {variable}); the call was ended and its connection dropped"
+        ),
+        true,
+    )
+}

@@ -16,6 +16,12 @@
 //!   1 s, 2 s, 4 s … when it said nothing), up to
 //!   [`ModelSettings::rate_limit_retries`] times; then the error is returned
 //!   with its `retry_after`.
+//! - **Bounded answers.** A streamed answer is held to
+//!   [`ModelSettings::max_answer_bytes`] by its parser; a blocking body to
+//!   [`ModelSettings::max_body_bytes`] while it is read, then its answer to
+//!   the answer cap. Past a cap the call ends at once (the response, and so
+//!   the connection, is dropped) with an error naming the cap and the
+//!   endpoint, and the read that crossed it is not reported as evidence.
 //! - **Usage** of every completed call is added to the [`UsageLedger`]
 //!   under the request's consumer.
 
@@ -24,7 +30,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use super::classify::{self, Phase, classify_status, parse_retry_after, transport_error};
+use super::classify::{
+    self, Cap, Phase, classify_status, over_cap, parse_retry_after, transport_error,
+};
 use super::ledger::UsageLedger;
 use super::settings::{ModelRole, ModelSettings};
 use super::sse::StreamParser;
@@ -222,9 +230,13 @@ impl OpenAiClient {
             // The answer is read as what it is, not as what was asked for:
             // some servers ignore `stream`, one way or the other.
             sse,
-            parser: StreamParser::new(),
+            parser: StreamParser::with_max_answer_bytes(settings.max_answer_bytes)
+                .naming_endpoint(url.clone()),
             whole: None,
             idle,
+            max_answer: settings.max_answer_bytes,
+            max_body: settings.max_body_bytes,
+            url,
             evidence,
             ledger: self.shared.ledger.clone(),
             consumer: request.consumer,
@@ -279,6 +291,9 @@ pub struct ReplyStream {
     parser: StreamParser,
     whole: Option<ModelReply>,
     idle: Duration,
+    max_answer: usize,
+    max_body: usize,
+    url: String,
     evidence: Evidence,
     ledger: UsageLedger,
     consumer: String,
@@ -312,7 +327,15 @@ impl ReplyStream {
                     return Ok(None);
                 }
                 Some(bytes) => {
-                    let fed = self.parser.feed(bytes.as_ref())?;
+                    // Past the cap the parser refuses, before any evidence:
+                    // the error drops the response, and the call ends.
+                    let fed = match self.parser.feed(bytes.as_ref()) {
+                        Ok(fed) => fed,
+                        Err(error) => {
+                            self.response = None;
+                            return Err(error);
+                        }
+                    };
                     if fed.events > 0 {
                         self.evidence.observe();
                     }
@@ -334,17 +357,38 @@ impl ReplyStream {
         let Some(mut response) = self.response.take() else {
             return Ok(None);
         };
+        let announced = response.content_length().unwrap_or(0);
+        if usize::try_from(announced).map_or(true, |length| length > self.max_body) {
+            return Err(over_cap(
+                Cap::Body,
+                self.max_body,
+                &format!("the body (announced as {announced} bytes)"),
+                Some(&self.url),
+            ));
+        }
         let mut body = Vec::new();
         loop {
             match next_chunk(&mut response, self.idle, "byte of the answer").await? {
                 None => break,
                 Some(bytes) => {
+                    let bytes = bytes.as_ref();
+                    // Checked before the bytes are kept or count as
+                    // evidence; the response is dropped with this function's
+                    // frame, so nothing more is read.
+                    if body.len().saturating_add(bytes.len()) > self.max_body {
+                        return Err(over_cap(
+                            Cap::Body,
+                            self.max_body,
+                            &format!("the body ({} bytes or more)", body.len() + bytes.len()),
+                            Some(&self.url),
+                        ));
+                    }
                     self.evidence.observe();
-                    body.extend_from_slice(bytes.as_ref());
+                    body.extend_from_slice(bytes);
                 }
             }
         }
-        let reply = wire::parse_completion(&body)?;
+        let reply = wire::parse_completion(&body, self.max_answer, &self.url)?;
         let text = reply.content.clone();
         self.whole = Some(reply);
         Ok(Some(text).filter(|t| !t.is_empty()))

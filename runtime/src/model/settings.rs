@@ -32,6 +32,19 @@ pub const ENV_IDLE_TIMEOUT: &str = "LEASEHOLD_MODEL_IDLE_TIMEOUT";
 pub const ENV_CONNECT_TIMEOUT: &str = "LEASEHOLD_MODEL_CONNECT_TIMEOUT";
 /// The variable of the number of retries after a 429.
 pub const ENV_RATE_LIMIT_RETRIES: &str = "LEASEHOLD_MODEL_RATE_LIMIT_RETRIES";
+/// The configuration key of [`ModelSettings::max_answer_bytes`].
+pub const KEY_MAX_ANSWER: &str = "limits.model_answer";
+/// The variable of [`ModelSettings::max_answer_bytes`].
+pub const ENV_MAX_ANSWER: &str = "LEASEHOLD_LIMITS_MODEL_ANSWER";
+/// The configuration key of [`ModelSettings::max_body_bytes`].
+pub const KEY_MAX_BODY: &str = "limits.model_body";
+/// The variable of [`ModelSettings::max_body_bytes`].
+pub const ENV_MAX_BODY: &str = "LEASEHOLD_LIMITS_MODEL_BODY";
+/// The default cap on one model answer: 4 MiB of content, tool-call names
+/// and arguments, and reasoning.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// The default cap on the body of a non-streamed (blocking) answer: 8 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Which model a call goes to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -127,6 +140,19 @@ pub struct ModelSettings {
     /// How many times a call answered 429 is retried, after waiting as the
     /// server said (default 3).
     pub rate_limit_retries: u32,
+    /// The most one answer may hold, in bytes: its content, its tool calls'
+    /// names and arguments and its reasoning, together (default
+    /// [`DEFAULT_MAX_ANSWER_BYTES`], 4 MiB; configuration key
+    /// `limits.model_answer`). It also bounds one line and one event of a
+    /// stream (the cap plus 64 KiB for the JSON around the text). Past it
+    /// the call ends at once with an error naming the cap and the endpoint;
+    /// nothing past it counts as evidence.
+    pub max_answer_bytes: usize,
+    /// The most the body of a non-streamed answer may hold, in bytes
+    /// (default [`DEFAULT_MAX_BODY_BYTES`], 8 MiB; configuration key
+    /// `limits.model_body`). Past it the call ends at once with an error
+    /// naming the cap and the endpoint.
+    pub max_body_bytes: usize,
 }
 
 impl ModelSettings {
@@ -138,6 +164,8 @@ impl ModelSettings {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             rate_limit_retries: 3,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
 
@@ -155,8 +183,8 @@ impl ModelSettings {
         }
     }
 
-    /// Refuses a base URL that is not http(s), an empty model name and zero
-    /// timeouts, naming the variable that sets each.
+    /// Refuses a base URL that is not http(s), an empty model name, zero
+    /// timeouts and zero caps, naming the variable that sets each.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.default.validate(ENV_BASE_URL, ENV_NAME)?;
         if let Some(fast) = &self.fast {
@@ -168,6 +196,14 @@ impl ModelSettings {
         ] {
             if value.is_zero() {
                 return Err(ConfigError::new(field, "a duration above 0", "0"));
+            }
+        }
+        for (field, value) in [
+            (KEY_MAX_ANSWER, self.max_answer_bytes),
+            (KEY_MAX_BODY, self.max_body_bytes),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(field, "a size above 0 bytes", "0"));
             }
         }
         Ok(())

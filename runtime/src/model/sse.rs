@@ -1,5 +1,6 @@
 //! Decoding a streamed chat completion: server-sent events in, a
-//! [`ModelReply`] out, whatever the cuts between reads, never a panic.
+//! [`ModelReply`] out, whatever the cuts between reads, never a panic, and
+//! never more memory than the answer cap allows.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -7,15 +8,22 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::classify::{excerpt, malformed};
+use super::classify::{Cap, excerpt, malformed, over_cap};
+use super::settings::DEFAULT_MAX_ANSWER_BYTES;
 use super::wire::{fallback_id, parse_arguments, server_error_in_body};
 use crate::ports::{
     FinishReason, ModelError, ModelErrorKind, ModelReply, TokenCost, ToolCallRequest,
 };
 
-/// The longest line accepted: protects memory from a server that never
-/// ends a line.
-const MAX_LINE: usize = 16 * 1024 * 1024;
+/// What one line or one event of a stream may hold beyond the answer cap:
+/// the JSON around the text of a chunk. A line or an event longer than the
+/// cap plus this cannot be part of an answer within the cap (short of
+/// heavy escaping), so no server can make the parser buffer more.
+pub const STREAM_ENVELOPE_BYTES: usize = 64 * 1024;
+
+/// What a tool call of an answer counts against the answer cap beyond its
+/// name and arguments.
+const CALL_BYTES: usize = 64;
 
 /// What one [`StreamParser::feed`] brought.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,7 +45,13 @@ pub struct Fed {
 /// the server reported (`stream_options.include_usage`). Comments (`:` lines,
 /// keep-alives) and other fields are ignored.
 ///
-/// Guarantees: no input makes it panic; a payload that is not JSON is a
+/// Guarantees: no input makes it panic; memory stays bounded by the answer
+/// cap ([`StreamParser::with_max_answer_bytes`], default
+/// [`DEFAULT_MAX_ANSWER_BYTES`]): content, tool-call names and arguments and
+/// reasoning (`reasoning_content` or `reasoning`) together past the cap, or
+/// one line or one event's data past the cap plus
+/// [`STREAM_ENVELOPE_BYTES`], are an error naming the cap (`Other`,
+/// retryable), returned before the bytes are kept; a payload that is not JSON is a
 /// `malformed_chunk` error (not retryable); malformed tool-call arguments
 /// are an error naming the call; a stream that ends with neither `[DONE]`
 /// nor a `finish_reason` is `disconnected` (retryable), never taken for a
@@ -63,7 +77,7 @@ pub struct Fed {
 /// assert_eq!(reply.usage.output_tokens, 2);
 /// # Ok::<(), leasehold::ports::ModelError>(())
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StreamParser {
     line: Vec<u8>,
     data: String,
@@ -75,6 +89,18 @@ pub struct StreamParser {
     usage: Option<TokenCost>,
     finish_reason: Option<String>,
     events: u64,
+    /// Bytes of the answer so far: content, tool-call names and arguments,
+    /// reasoning.
+    answer_bytes: usize,
+    max_answer_bytes: usize,
+    /// The URL the answer comes from, for the errors.
+    endpoint: Option<String>,
+}
+
+impl Default for StreamParser {
+    fn default() -> Self {
+        Self::with_max_answer_bytes(DEFAULT_MAX_ANSWER_BYTES)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -85,9 +111,84 @@ struct PartialCall {
 }
 
 impl StreamParser {
-    /// A parser at the start of a stream.
+    /// A parser at the start of a stream, under the default answer cap
+    /// ([`DEFAULT_MAX_ANSWER_BYTES`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser at the start of a stream, under an answer cap of
+    /// `max_answer_bytes` (see [`ModelSettings::max_answer_bytes`](super::ModelSettings::max_answer_bytes)).
+    ///
+    /// ```
+    /// use leasehold::model::StreamParser;
+    /// use leasehold::ports::ModelErrorKind;
+    ///
+    /// let mut parser = StreamParser::with_max_answer_bytes(8);
+    /// parser.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"12345\"}}]}\n\n")?;
+    /// let error = parser
+    ///     .feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"6789\"}}]}\n\n")
+    ///     .unwrap_err();
+    /// assert_eq!(error.kind, ModelErrorKind::Other);
+    /// assert!(error.message.contains("cap of 8 bytes"), "{error}");
+    /// assert_eq!(parser.content(), "12345", "nothing past the cap is kept");
+    /// # Ok::<(), leasehold::ports::ModelError>(())
+    /// ```
+    pub fn with_max_answer_bytes(max_answer_bytes: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            data: String::new(),
+            has_data: false,
+            event: String::new(),
+            done: false,
+            content: String::new(),
+            calls: BTreeMap::new(),
+            usage: None,
+            finish_reason: None,
+            events: 0,
+            answer_bytes: 0,
+            max_answer_bytes,
+            endpoint: None,
+        }
+    }
+
+    /// The same parser, naming `url` in its errors.
+    pub(crate) fn naming_endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoint = Some(url.into());
+        self
+    }
+
+    /// The most one line or one event's data may hold.
+    fn line_limit(&self) -> usize {
+        self.max_answer_bytes.saturating_add(STREAM_ENVELOPE_BYTES)
+    }
+
+    fn over(&self, what: &str, limit: usize) -> ModelError {
+        let mut error = over_cap(
+            Cap::Answer,
+            self.max_answer_bytes,
+            what,
+            self.endpoint.as_deref(),
+        );
+        if limit != self.max_answer_bytes {
+            error.message.push_str(&format!(
+                " (a line or an event may hold the cap plus {STREAM_ENVELOPE_BYTES} bytes, {limit} in all)"
+            ));
+        }
+        error
+    }
+
+    /// Counts `added` more bytes of the answer, refusing them past the cap.
+    fn count(&mut self, added: usize) -> Result<(), ModelError> {
+        let total = self.answer_bytes.saturating_add(added);
+        if total > self.max_answer_bytes {
+            return Err(self.over(
+                &format!("its text, tool calls and reasoning ({total} bytes or more)"),
+                self.max_answer_bytes,
+            ));
+        }
+        self.answer_bytes = total;
+        Ok(())
     }
 
     /// Whether the server sent `[DONE]`; bytes after it are ignored.
@@ -109,8 +210,15 @@ impl StreamParser {
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Fed, ModelError> {
         let mut fed = Fed::default();
         let mut rest = bytes;
+        let limit = self.line_limit();
         while !rest.is_empty() && !self.done {
-            match rest.iter().position(|b| *b == b'\n') {
+            let end = rest.iter().position(|b| *b == b'\n');
+            // Checked before the bytes are kept: a line that never ends
+            // costs at most the limit.
+            if self.line.len().saturating_add(end.unwrap_or(rest.len())) > limit {
+                return Err(self.over("one line of the stream", limit));
+            }
+            match end {
                 Some(end) => {
                     self.line.extend_from_slice(&rest[..end]);
                     rest = &rest[end + 1..];
@@ -123,11 +231,6 @@ impl StreamParser {
                     self.line.extend_from_slice(rest);
                     rest = &[];
                 }
-            }
-            if self.line.len() > MAX_LINE {
-                return Err(malformed(format!(
-                    "a line of the stream is longer than {MAX_LINE} bytes"
-                )));
             }
         }
         Ok(fed)
@@ -149,6 +252,16 @@ impl StreamParser {
         };
         match field {
             "data" => {
+                let limit = self.line_limit();
+                if self
+                    .data
+                    .len()
+                    .saturating_add(value.len())
+                    .saturating_add(1)
+                    > limit
+                {
+                    return Err(self.over("the data of one event of the stream", limit));
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -225,7 +338,18 @@ impl StreamParser {
             let Some(delta) = choice.delta else {
                 continue;
             };
+            for reasoning in [&delta.reasoning_content, &delta.reasoning] {
+                let length = match reasoning {
+                    None | Some(Value::Null) => 0,
+                    Some(Value::String(text)) => text.len(),
+                    Some(other) => other.to_string().len(),
+                };
+                // Reasoning is not kept, but it is part of the answer: a
+                // model that reasons forever is stopped at the cap.
+                self.count(length)?;
+            }
             if let Some(text) = delta.content {
+                self.count(text.len())?;
                 self.content.push_str(&text);
                 fed.text.push_str(&text);
             }
@@ -246,6 +370,11 @@ impl StreamParser {
             Some(n) => usize::try_from(n)
                 .map_err(|_| malformed(format!("a tool call's `index` is not an index: {n}")))?,
         };
+        if !self.calls.contains_key(&index) {
+            // Every call costs something, even one with nothing in it, so
+            // that endless new indexes are stopped too.
+            self.count(CALL_BYTES)?;
+        }
         let entry = self.calls.entry(index).or_default();
         if let Some(id) = call.id.filter(|id| !id.is_empty())
             && entry.id.is_none()
@@ -253,6 +382,10 @@ impl StreamParser {
             entry.id = Some(id.into_owned());
         }
         if let Some(function) = call.function {
+            let added = function.name.as_ref().map_or(0, |n| n.len())
+                + function.arguments.as_ref().map_or(0, |a| a.len());
+            self.count(added)?;
+            let entry = self.calls.entry(index).or_default();
             if let Some(name) = function.name {
                 entry.name.push_str(&name);
             }
@@ -332,6 +465,12 @@ struct WireDelta<'a> {
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<WireToolCall<'a>>>,
+    /// Reasoning text (DeepSeek, vLLM); any shape, only measured.
+    #[serde(default)]
+    reasoning_content: Option<Value>,
+    /// Reasoning text (OpenRouter, newer vLLM); any shape, only measured.
+    #[serde(default)]
+    reasoning: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::classify::{excerpt, malformed};
+use super::classify::{Cap, excerpt, malformed, over_cap};
 use crate::ports::{
     ChatMessage, FinishReason, ModelError, ModelErrorKind, ModelReply, ModelRequest, Role,
     TokenCost, ToolCallRequest,
@@ -92,8 +92,14 @@ fn message(message: &ChatMessage) -> Value {
     Value::Object(out)
 }
 
-/// Reads a whole (non-streamed) chat completion.
-pub(crate) fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
+/// Reads a whole (non-streamed) chat completion from `endpoint`, whose
+/// content, tool-call names and arguments and reasoning may hold at most
+/// `max_answer` bytes together.
+pub(crate) fn parse_completion(
+    body: &[u8],
+    max_answer: usize,
+    endpoint: &str,
+) -> Result<ModelReply, ModelError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         malformed(format!(
             "the answer is not JSON ({e}): {}",
@@ -111,6 +117,15 @@ pub(crate) fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
     let message = choice
         .get("message")
         .ok_or_else(|| malformed("the answer's `choices[0]` has no `message`"))?;
+    let size = answer_bytes(message);
+    if size > max_answer {
+        return Err(over_cap(
+            Cap::Answer,
+            max_answer,
+            &format!("its text, tool calls and reasoning ({size} bytes)"),
+            Some(endpoint),
+        ));
+    }
     let content = optional_str(message, "content", "choices[0].message.content")?.unwrap_or("");
     let mut tool_calls = Vec::new();
     if let Some(calls) = message.get("tool_calls").filter(|c| !c.is_null()) {
@@ -145,6 +160,34 @@ pub(crate) fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
         usage: usage(value.get("usage"))?.unwrap_or_default(),
         finish_reason,
     })
+}
+
+/// The bytes of a whole answer's `message` that count against the answer
+/// cap: its content, its reasoning, its tool calls' names and arguments (as
+/// text), as the stream parser counts them.
+fn answer_bytes(message: &Value) -> usize {
+    let text = |value: Option<&Value>| match value {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(text)) => text.len(),
+        Some(other) => other.to_string().len(),
+    };
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map_or(0, |calls| {
+            calls
+                .iter()
+                .map(|call| {
+                    let function = call.get("function");
+                    text(function.and_then(|f| f.get("name")))
+                        + text(function.and_then(|f| f.get("arguments")))
+                })
+                .sum()
+        });
+    text(message.get("content"))
+        + text(message.get("reasoning_content"))
+        + text(message.get("reasoning"))
+        + calls
 }
 
 /// The string at `key`, `None` when absent or null, an error otherwise.

@@ -312,8 +312,11 @@ impl Shared {
             Failure::Transport { detail, refused } => {
                 let sent = if refused { Sent::No } else { sent };
                 let message = connection.failure(&detail).await;
+                // A message over the limit would be over it again: the
+                // model sees the error rather than a retry.
+                let retryable = !connection.overflowed();
                 self.discard(connection);
-                ToolError::new(self.explain(message, request, sent), true)
+                ToolError::new(self.explain(message, request, sent), retryable)
             }
             Failure::Refused { message, retryable } => ToolError::new(
                 format!(

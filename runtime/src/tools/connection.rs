@@ -21,11 +21,17 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
 use tokio::sync::watch;
 
+use super::bounded::{BoundedLines, MAX_MESSAGE_BYTES, Overflow};
 use super::convert::handshake_detail;
+use super::http::WatchedClient;
 use super::progress::{Handler, ProgressRoutes};
 
 /// Lines of a child's standard error kept for error messages.
 const STDERR_LINES: usize = 32;
+
+/// The most of one line of a child's standard error that is kept (and
+/// logged): a line that never ends costs no more.
+const STDERR_LINE_BYTES: usize = 4096;
 
 /// How long a failed request waits for a dying child's exit status, so the
 /// error can say how it ended.
@@ -76,6 +82,8 @@ pub(super) struct Connection {
     service: Mutex<Option<RunningService<RoleClient, Handler>>>,
     routes: Arc<ProgressRoutes>,
     child: Option<ChildProcess>,
+    /// Set when a stdio server's message went over [`MAX_MESSAGE_BYTES`].
+    overflow: Overflow,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -107,6 +115,8 @@ impl Connection {
                         target.server
                     ));
                 };
+                let overflow = Overflow::default();
+                let stdout = BoundedLines::new(stdout, MAX_MESSAGE_BYTES, overflow.clone());
                 let handshake =
                     tokio::time::timeout(target.handshake_timeout, handler.serve((stdout, stdin)))
                         .await;
@@ -132,6 +142,7 @@ impl Connection {
                     service,
                     routes,
                     Some(child),
+                    overflow,
                 ))
             }
             Endpoint::Http { url } => {
@@ -144,7 +155,18 @@ impl Connection {
                 backoff.base_duration = Duration::from_millis(200);
                 backoff.max_delay = Some(Duration::from_secs(1));
                 config.retry_config = Arc::new(backoff);
-                let transport = StreamableHttpClientTransport::from_config(config);
+                // rmcp's own defaults, said here so that the errors can name
+                // them: a larger message ends its request at once.
+                config.max_sse_event_size = MAX_MESSAGE_BYTES;
+                config.max_json_response_size = MAX_MESSAGE_BYTES;
+                let overflow = Overflow::default();
+                let client = WatchedClient::new(overflow.clone()).map_err(|e| {
+                    format!(
+                        "could not reach MCP server '{}' at {url}: {e}",
+                        target.server
+                    )
+                })?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service = match tokio::time::timeout(
                     target.handshake_timeout,
                     handler.serve(transport),
@@ -167,7 +189,14 @@ impl Connection {
                         ));
                     }
                 };
-                Ok(Self::new(server, target.endpoint, service, routes, None))
+                Ok(Self::new(
+                    server,
+                    target.endpoint,
+                    service,
+                    routes,
+                    None,
+                    overflow,
+                ))
             }
         }
     }
@@ -178,6 +207,7 @@ impl Connection {
         service: RunningService<RoleClient, Handler>,
         routes: Arc<ProgressRoutes>,
         child: Option<ChildProcess>,
+        overflow: Overflow,
     ) -> Self {
         Self {
             server,
@@ -186,7 +216,14 @@ impl Connection {
             service: Mutex::new(Some(service)),
             routes,
             child,
+            overflow,
         }
+    }
+
+    /// Whether the server sent a message over the limit on one message,
+    /// which closed the connection.
+    pub(super) fn overflowed(&self) -> bool {
+        self.overflow.happened()
     }
 
     /// The peer to send requests through.
@@ -217,6 +254,22 @@ impl Connection {
     /// Why the connection failed, naming the server: how a child ended, or
     /// what the transport said.
     pub(super) async fn failure(&self, detail: &str) -> String {
+        if self.overflowed() {
+            let (unit, closed) = match self.endpoint {
+                Endpoint::Stdio { .. } => {
+                    ("one line of a stdio server", "its connection was closed")
+                }
+                Endpoint::Http { .. } => (
+                    "one JSON body or SSE event over HTTP",
+                    "the request was ended",
+                ),
+            };
+            return format!(
+                "MCP server '{}' sent a message over {MAX_MESSAGE_BYTES} bytes, the MCP \
+                 client's limit on one message ({unit}), so {closed}",
+                self.server
+            );
+        }
         match &self.child {
             Some(child) => match child.exit_status(EXIT_GRACE).await {
                 Some(ended) => {
@@ -485,12 +538,39 @@ impl StderrTail {
     }
 }
 
-/// Keeps the last lines of a child's standard error, and logs them all.
+/// Keeps the last lines of a child's standard error, and logs them all,
+/// each cut to [`STDERR_LINE_BYTES`]: the rest of a longer line is read and
+/// dropped, so the child never blocks on a full pipe and memory stays
+/// bounded.
 async fn keep_stderr(stderr: ChildStderr, tail: Arc<StderrTail>, server: Arc<str>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server = %server, "{line}");
-        tail.push(line);
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    let keep = |line: &mut Vec<u8>| {
+        let text = String::from_utf8_lossy(line)
+            .trim_end_matches('\r')
+            .to_owned();
+        tracing::debug!(server = %server, "{text}");
+        tail.push(text);
+        line.clear();
+    };
+    loop {
+        let (taken, ended) = match reader.fill_buf().await {
+            Ok(available) if !available.is_empty() => {
+                let end = available.iter().position(|b| *b == b'\n');
+                let piece = &available[..end.unwrap_or(available.len())];
+                let room = STDERR_LINE_BYTES.saturating_sub(line.len());
+                line.extend_from_slice(&piece[..piece.len().min(room)]);
+                (end.map_or(available.len(), |end| end + 1), end.is_some())
+            }
+            _ => break,
+        };
+        reader.consume(taken);
+        if ended {
+            keep(&mut line);
+        }
+    }
+    if !line.is_empty() {
+        keep(&mut line);
     }
     tail.close();
 }

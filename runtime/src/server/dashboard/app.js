@@ -730,6 +730,7 @@
       }
       case 'tool_call_started': return `${e.tool} attempt ${e.attempt}`;
       case 'tool_call_finished': return `${e.tool} attempt ${e.attempt}: ${e.outcome}`;
+      case 'tool_result_truncated': return `${e.tool}: result cut to ${e.kept_bytes} of ${e.original_bytes} bytes`;
       case 'worker_spawned': return `${e.worker}: ${e.task}`;
       case 'worker_finished': return `${e.worker} ${e.outcome}: ${e.result}`;
       case 'budget_extended': case 'budget_exhausted': return budgetText(e);
