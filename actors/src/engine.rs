@@ -82,11 +82,13 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// Refuses nonsense, naming the field.
+    /// Refuses nonsense, naming the field; every duration must be at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.supervision.validate()?;
         self.budget.validate()?;
         self.restart.validate()?;
+        crate::check_duration("run_lease_ttl", self.run_lease_ttl)?;
         if self.run_lease_ttl < Duration::from_millis(3) {
             return Err(ConfigError::new(
                 "run_lease_ttl",
@@ -335,7 +337,7 @@ impl Engine {
     }
 
     fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.config.run_lease_ttl.as_millis()).unwrap_or(u64::MAX)
+        heartbeat_timing(self.config.run_lease_ttl).1
     }
 
     /// Validates `flow`, records a new run owned by this executor (fence 1)
@@ -745,10 +747,10 @@ impl Saved {
 /// Renews this executor's lease on the run every third of its TTL until the
 /// run ends; a refused renewal means another executor took the run over.
 fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
-    let period = ttl / 3;
-    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let (period, ttl_ms) = heartbeat_timing(ttl);
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut ticks =
+            tokio::time::interval_at(crate::deadline_after(tokio::time::Instant::now(), period), period);
         loop {
             tokio::select! {
                 () = ctx.cancel.cancelled() => return,
@@ -766,6 +768,17 @@ fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
             }
         }
     });
+}
+
+/// The heartbeat period and the TTL in milliseconds for a run lease of
+/// `ttl`: a third of it, clamped to [`MAX_DURATION`](crate::MAX_DURATION)
+/// and never zero (a zero period panics `interval`), whatever an embedder
+/// passed without validation.
+pub(crate) fn heartbeat_timing(ttl: Duration) -> (Duration, u64) {
+    let ttl = crate::clamp_duration(ttl);
+    let period = (ttl / 3).max(Duration::from_millis(1));
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    (period, ttl_ms)
 }
 
 /// The flow's strategy: `restart` (the default) or `fail_fast`, with its
