@@ -17,7 +17,7 @@
 //!
 //! assert_eq!(MAX_DURATION, Duration::from_secs(30 * 24 * 60 * 60));
 //! let error = check_duration("lease.tool_call", Duration::from_secs(1000 * 86_400)).unwrap_err();
-//! assert!(error.to_string().starts_with("invalid `lease.tool_call`: expected at most 30 days, got 2years"));
+//! assert!(error.to_string().starts_with("invalid `lease.tool_call`: expected at most 30 days, got 1000 days"));
 //! ```
 
 use std::time::Duration;
@@ -36,13 +36,13 @@ pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 pub const MAX_DURATION_EXPECTED: &str = "at most 30 days";
 
 /// Refuses a duration above [`MAX_DURATION`], naming `field`:
-/// ``invalid `lease.tool_call`: expected at most 30 days, got 31days``.
+/// ``invalid `lease.tool_call`: expected at most 30 days, got 31 days``.
 pub fn check_duration(field: impl Into<String>, value: Duration) -> Result<(), ConfigError> {
     if value > MAX_DURATION {
         return Err(ConfigError::new(
             field,
             MAX_DURATION_EXPECTED,
-            humantime::format_duration(value),
+            describe_duration(value),
         ));
     }
     Ok(())
@@ -59,6 +59,22 @@ pub fn check_positive_duration(
     check_duration(field, value)
 }
 
+/// A duration as refusals write it: whole days as days (`31 days`,
+/// `1000 days 12h`), anything shorter in humantime's form (`5m 30s`), so
+/// that it reads against the maximum, where humantime would say
+/// `1month 13h 26m 24s` for 31 days.
+pub fn describe_duration(duration: Duration) -> String {
+    const DAY: u64 = 24 * 60 * 60;
+    let days = duration.as_secs() / DAY;
+    let rest = duration - Duration::from_secs(days * DAY);
+    match (days, rest.is_zero()) {
+        (0, _) => humantime::format_duration(duration).to_string(),
+        (1, true) => "1 day".to_owned(),
+        (_, true) => format!("{days} days"),
+        _ => format!("{days} days {}", humantime::format_duration(rest)),
+    }
+}
+
 /// `duration`, or [`MAX_DURATION`] if it is longer.
 pub fn clamp_duration(duration: Duration) -> Duration {
     duration.min(MAX_DURATION)
@@ -71,8 +87,21 @@ pub fn deadline_after(now: tokio::time::Instant, duration: Duration) -> tokio::t
     now.checked_add(clamp_duration(duration)).unwrap_or(now)
 }
 
+/// The heartbeat period and the TTL in milliseconds of a run lease of
+/// `ttl`: a third of it, the TTL clamped to [`MAX_DURATION`] and the period
+/// never zero (a zero period panics `interval`), whatever an embedder passed
+/// without validation.
+pub(crate) fn heartbeat_timing(ttl: Duration) -> (Duration, u64) {
+    let ttl = clamp_duration(ttl);
+    let period = (ttl / 3).max(Duration::from_millis(1));
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    (period, ttl_ms)
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -86,6 +115,44 @@ mod tests {
         let error = check_positive_duration("run_lease_ttl", Duration::ZERO).unwrap_err();
         assert_eq!(error.field, "run_lease_ttl");
         assert!(check_duration("x", Duration::MAX).is_err());
+    }
+
+    fn any_duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            Just(MAX_DURATION),
+            (any::<u64>(), 0..1_000_000_000u32).prop_map(|(s, n)| Duration::new(s, n)),
+            (0..10_000_000u64).prop_map(Duration::from_millis),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn deadline_and_heartbeat_arithmetic_never_panics(ttl in any_duration()) {
+            let now = tokio::time::Instant::now();
+            let deadline = deadline_after(now, ttl);
+            prop_assert!(deadline.duration_since(now) <= MAX_DURATION);
+            let (period, ttl_ms) = heartbeat_timing(ttl);
+            prop_assert!(!period.is_zero());
+            prop_assert!(period <= MAX_DURATION / 3 + Duration::from_millis(1));
+            prop_assert!(ttl_ms <= 2_592_000_000);
+            // The heartbeat's first tick is computed the same way.
+            let _ = deadline_after(now, period);
+        }
+    }
+
+    #[test]
+    fn long_durations_are_described_in_days() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(describe_duration(day * 31), "31 days");
+        assert_eq!(describe_duration(day), "1 day");
+        assert_eq!(
+            describe_duration(day * 2 + Duration::from_secs(90)),
+            "2 days 1m 30s"
+        );
+        assert_eq!(describe_duration(Duration::from_millis(1500)), "1s 500ms");
+        assert!(describe_duration(Duration::MAX).ends_with("999ms 999us 999ns"));
     }
 
     #[test]

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::agent::{LoopMsg, RunContext, RunParts, ToolRoute};
 use crate::budget::BudgetConfig;
+use crate::duration::heartbeat_timing;
 use crate::error::ConfigError;
 use crate::event::EventBus;
 use crate::event_log::{self, LogItem, LoggingSink};
@@ -768,17 +769,6 @@ fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
             }
         }
     });
-}
-
-/// The heartbeat period and the TTL in milliseconds for a run lease of
-/// `ttl`: a third of it, clamped to [`MAX_DURATION`](crate::MAX_DURATION)
-/// and never zero (a zero period panics `interval`), whatever an embedder
-/// passed without validation.
-pub(crate) fn heartbeat_timing(ttl: Duration) -> (Duration, u64) {
-    let ttl = crate::clamp_duration(ttl);
-    let period = (ttl / 3).max(Duration::from_millis(1));
-    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-    (period, ttl_ms)
 }
 
 /// The flow's strategy: `restart` (the default) or `fail_fast`, with its

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED};
+use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 use crate::lease::LeaseConfig;
 use crate::watchdog::WatchdogConfig;
 
@@ -441,7 +441,7 @@ fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
             path,
             format!(
                 "expected {MAX_DURATION_EXPECTED} (the maximum of any duration), got {}",
-                humantime::format_duration(d)
+                describe_duration(d)
             ),
         )),
         _ => Ok(()),

@@ -60,7 +60,7 @@ pub mod testing;
 
 pub use duration::{
     MAX_DURATION, MAX_DURATION_EXPECTED, check_duration, check_positive_duration, clamp_duration,
-    deadline_after,
+    deadline_after, describe_duration,
 };
 pub use error::ConfigError;
 pub use supervision::{Supervision, SupervisionConfig};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold_actors::{ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED};
+use leasehold_actors::{ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 use leasehold_actors::lease::LeaseKind;
 
 use super::keys::{KEYS, Key, ValueKind};
@@ -35,7 +35,7 @@ impl Config {
                 return Err(ConfigError::new(
                     named(key),
                     format!("{MAX_DURATION_EXPECTED} (from {source})"),
-                    humantime::format_duration(value),
+                    describe_duration(value),
                 ));
             }
         }
