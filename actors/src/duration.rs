@@ -108,8 +108,8 @@ mod tests {
     fn the_maximum_is_thirty_days_and_refusals_name_the_field() {
         assert_eq!(MAX_DURATION.as_secs(), 2_592_000);
         assert!(check_duration("x", MAX_DURATION).is_ok());
-        let error = check_duration("restart.window", MAX_DURATION + Duration::from_nanos(1))
-            .unwrap_err();
+        let error =
+            check_duration("restart.window", MAX_DURATION + Duration::from_nanos(1)).unwrap_err();
         assert_eq!(error.field, "restart.window");
         assert_eq!(error.expected, "at most 30 days");
         let error = check_positive_duration("run_lease_ttl", Duration::ZERO).unwrap_err();

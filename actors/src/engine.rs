@@ -750,8 +750,10 @@ impl Saved {
 fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
     let (period, ttl_ms) = heartbeat_timing(ttl);
     tokio::spawn(async move {
-        let mut ticks =
-            tokio::time::interval_at(crate::deadline_after(tokio::time::Instant::now(), period), period);
+        let mut ticks = tokio::time::interval_at(
+            crate::deadline_after(tokio::time::Instant::now(), period),
+            period,
+        );
         loop {
             tokio::select! {
                 () = ctx.cancel.cancelled() => return,

@@ -110,10 +110,7 @@ async fn a_lease_longer_than_the_maximum_still_expires_and_is_judged() {
     assert_eq!(verdicts[0].decided_by, DecidedBy::Ladder);
     assert_eq!(verdicts[1].decided_by, DecidedBy::Cap);
     // The timer task survived: a short lease after it expires on time.
-    assert_eq!(
-        first_expiry_ends(rig.leases(), secs(5)).await,
-        secs(5)
-    );
+    assert_eq!(first_expiry_ends(rig.leases(), secs(5)).await, secs(5));
 }
 
 #[tokio::test(start_paused = true)]

@@ -53,6 +53,24 @@ fn a_duration_too_long_to_print_back_is_refused_too() {
 }
 
 #[test]
+fn the_timing_arithmetic_of_any_configuration_answers_at_once() {
+    // Unvalidated extremes: the backoff is capped at the maximum, so the sum
+    // of backoffs stops at the first capped one instead of looping over
+    // four billion restarts, and nothing overflows.
+    let mut config = Config::default();
+    config.restart_max.value = u32::MAX;
+    config.max_renewals.value = u32::MAX;
+    config.free_renewals.value = u32::MAX;
+    config.restart_backoff_max.value = std::time::Duration::MAX;
+    config.lease_tool_call.value = std::time::Duration::MAX;
+    for timing in config.timings() {
+        assert!(timing.backoffs >= MAX_DURATION);
+        assert_eq!(timing.attempts, u32::MAX);
+        let _ = timing.to_string();
+    }
+}
+
+#[test]
 fn flow_durations_above_the_maximum_are_refused_naming_the_key() {
     for (table, key) in [
         ("leases", "model_stream"),
@@ -63,17 +81,20 @@ fn flow_durations_above_the_maximum_are_refused_naming_the_key() {
         ("supervision", "backoff_initial"),
         ("supervision", "backoff_max"),
     ] {
-        let toml = format!("name = \"f\"\ntask = \"t\"\nmax_steps = 0\n[{table}]\n{key} = \"1000days\"\n");
+        let toml =
+            format!("name = \"f\"\ntask = \"t\"\nmax_steps = 0\n[{table}]\n{key} = \"1000days\"\n");
         let error = flow_file::parse_toml(&toml).unwrap_err();
         assert_eq!(error.path, format!("{table}.{key}"), "{error}");
         assert!(
             error.message.starts_with("expected at most 30 days"),
             "{error}"
         );
-        let json = format!(r#"{{"name":"f","task":"t","max_steps":0,"{table}":{{"{key}":"31d"}}}}"#);
+        let json =
+            format!(r#"{{"name":"f","task":"t","max_steps":0,"{table}":{{"{key}":"31d"}}}}"#);
         let error = flow_file::parse_json(&json).unwrap_err();
         assert_eq!(error.path, format!("{table}.{key}"), "{error}");
-        let json = format!(r#"{{"name":"f","task":"t","max_steps":0,"{table}":{{"{key}":"30d"}}}}"#);
+        let json =
+            format!(r#"{{"name":"f","task":"t","max_steps":0,"{table}":{{"{key}":"30d"}}}}"#);
         assert!(flow_file::parse_json(&json).is_ok(), "{key} at the maximum");
     }
     assert_eq!(MAX_DURATION.as_secs(), 30 * 86_400);

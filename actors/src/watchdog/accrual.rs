@@ -55,7 +55,10 @@ impl AccrualConfig {
     /// estimate, or any duration above [`MAX_DURATION`](crate::MAX_DURATION),
     /// naming the field under `prefix`.
     pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
-        crate::check_duration(format!("{prefix}.min_std_deviation"), self.min_std_deviation)?;
+        crate::check_duration(
+            format!("{prefix}.min_std_deviation"),
+            self.min_std_deviation,
+        )?;
         crate::check_duration(format!("{prefix}.acceptable_pause"), self.acceptable_pause)?;
         crate::check_duration(
             format!("{prefix}.first_interval_estimate"),
@@ -200,7 +203,8 @@ impl ArrivalWindow {
         let mean = sum / count;
         let variance = (sum_squares / count - mean * mean).max(0.0);
         // `try_`: an unvalidated, enormous first estimate must not panic.
-        let seconds = |micros: f64| Duration::try_from_secs_f64(micros / 1e6).unwrap_or(Duration::MAX);
+        let seconds =
+            |micros: f64| Duration::try_from_secs_f64(micros / 1e6).unwrap_or(Duration::MAX);
         config.phi(elapsed, seconds(mean), seconds(variance.sqrt()))
     }
 }

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use leasehold_actors::{ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 use leasehold_actors::lease::LeaseKind;
+use leasehold_actors::{ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 
 use super::keys::{KEYS, Key, ValueKind};
 use super::{Config, Source, compact, key_of, named};
