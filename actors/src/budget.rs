@@ -133,16 +133,11 @@ impl Default for BudgetConfig {
 }
 
 impl BudgetConfig {
-    /// Refuses a zero evaluator timeout (`budget.evaluator_timeout`) and a
-    /// `min_confidence` outside (0, 1] (`budget.min_confidence`).
+    /// Refuses a zero evaluator timeout or one above
+    /// [`MAX_DURATION`](crate::MAX_DURATION) (`budget.evaluator_timeout`)
+    /// and a `min_confidence` outside (0, 1] (`budget.min_confidence`).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.evaluator_timeout.is_zero() {
-            return Err(ConfigError::new(
-                "budget.evaluator_timeout",
-                "a duration above 0",
-                "0",
-            ));
-        }
+        crate::check_positive_duration("budget.evaluator_timeout", self.evaluator_timeout)?;
         // Written so that NaN fails it too.
         let in_range = self.min_confidence > 0.0 && self.min_confidence <= 1.0;
         if !in_range {

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::agent::{LoopMsg, RunContext, RunParts, ToolRoute};
 use crate::budget::BudgetConfig;
+use crate::duration::heartbeat_timing;
 use crate::error::ConfigError;
 use crate::event::EventBus;
 use crate::event_log::{self, LogItem, LoggingSink};
@@ -99,11 +100,13 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// Refuses nonsense, naming the field.
+    /// Refuses nonsense, naming the field; every duration must be at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.supervision.validate()?;
         self.budget.validate()?;
         self.restart.validate()?;
+        crate::check_duration("run_lease_ttl", self.run_lease_ttl)?;
         if self.run_lease_ttl < Duration::from_millis(3) {
             return Err(ConfigError::new(
                 "run_lease_ttl",
@@ -371,7 +374,7 @@ impl Engine {
     }
 
     fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.config.run_lease_ttl.as_millis()).unwrap_or(u64::MAX)
+        heartbeat_timing(self.config.run_lease_ttl).1
     }
 
     /// Validates `flow`, records a new run owned by this executor (fence 1)
@@ -795,10 +798,12 @@ impl Saved {
 /// Renews this executor's lease on the run every third of its TTL until the
 /// run ends; a refused renewal means another executor took the run over.
 fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
-    let period = ttl / 3;
-    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let (period, ttl_ms) = heartbeat_timing(ttl);
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut ticks = tokio::time::interval_at(
+            crate::deadline_after(tokio::time::Instant::now(), period),
+            period,
+        );
         loop {
             tokio::select! {
                 () = ctx.cancel.cancelled() => return,

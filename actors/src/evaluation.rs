@@ -12,6 +12,8 @@ pub(crate) async fn run(
     ask: impl FnOnce() -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> + Send + 'static,
     timeout: Duration,
 ) -> Result<EvaluatorAnswer, String> {
+    // Clamped so that no timeout an embedder passes can overflow the timer.
+    let timeout = crate::clamp_duration(timeout);
     let task = tokio::spawn(async move { ask().await });
     let abort = task.abort_handle();
     match tokio::time::timeout(timeout, task).await {

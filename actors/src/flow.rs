@@ -18,7 +18,8 @@
 //!   (`.` for the document itself).
 //!
 //! Durations are written the way people say them — `"250ms"`, `"90s"`,
-//! `"5m"`, `"1h 30m"` — and serialized back the same way. Overrides left out
+//! `"5m"`, `"1h 30m"` — and serialized back the same way; none may exceed
+//! [`MAX_DURATION`] (30 days). Overrides left out
 //! keep the runtime's configuration; [`Flow::lease_config`] and
 //! [`Flow::watchdog_config`] apply them.
 //!
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 use crate::lease::LeaseConfig;
 use crate::watchdog::WatchdogConfig;
 
@@ -322,7 +324,8 @@ impl Flow {
     /// or `url` (`http://` or `https://`), and `env` only with a `command`
     /// (a server with neither is a reference); server names unique and non-empty;
     /// a worker's `tools` only names declared servers; worker prompt
-    /// non-empty; durations above 0; `free_renewals` ≤ `max_renewals` when
+    /// non-empty; durations above 0 and at most
+    /// [`MAX_DURATION`] (30 days); `free_renewals` ≤ `max_renewals` when
     /// both given; `jitter` in `[0, 1]`; `backoff_max` ≥ `backoff_initial`
     /// when both given; milestone names non-empty and unique.
     pub fn validate(&self) -> Result<(), FlowError> {
@@ -412,10 +415,10 @@ impl Flow {
 
 impl LeaseOverrides {
     fn validate(&self) -> Result<(), FlowError> {
-        positive("leases.model_stream", self.model_stream)?;
-        positive("leases.model_blocking", self.model_blocking)?;
-        positive("leases.tool_call", self.tool_call)?;
-        positive("leases.worker_step", self.worker_step)?;
+        in_range("leases.model_stream", self.model_stream)?;
+        in_range("leases.model_blocking", self.model_blocking)?;
+        in_range("leases.tool_call", self.tool_call)?;
+        in_range("leases.worker_step", self.worker_step)?;
         if let (Some(free), Some(max)) = (self.free_renewals, self.max_renewals)
             && free > max
         {
@@ -430,9 +433,9 @@ impl LeaseOverrides {
 
 impl SupervisionOverrides {
     fn validate(&self) -> Result<(), FlowError> {
-        positive("supervision.restart_window", self.restart_window)?;
-        positive("supervision.backoff_initial", self.backoff_initial)?;
-        positive("supervision.backoff_max", self.backoff_max)?;
+        in_range("supervision.restart_window", self.restart_window)?;
+        in_range("supervision.backoff_initial", self.backoff_initial)?;
+        in_range("supervision.backoff_max", self.backoff_max)?;
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
             && max < initial
         {
@@ -467,11 +470,19 @@ fn not_blank(path: &str, value: &str) -> Result<(), FlowError> {
     Ok(())
 }
 
-fn positive(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
-    if value.is_some_and(|d| d.is_zero()) {
-        return Err(FlowError::new(path, "expected a duration above 0, got 0s"));
+/// A given duration must be above 0 and at most [`MAX_DURATION`].
+fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
+    match value {
+        Some(d) if d.is_zero() => Err(FlowError::new(path, "expected a duration above 0, got 0s")),
+        Some(d) if d > MAX_DURATION => Err(FlowError::new(
+            path,
+            format!(
+                "expected {MAX_DURATION_EXPECTED} (the maximum of any duration), got {}",
+                describe_duration(d)
+            ),
+        )),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 fn milestones_valid(path: &str, milestones: &[String]) -> Result<(), FlowError> {

@@ -35,6 +35,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::duration::deadline_after;
 use crate::event::EventKind;
 use crate::evidence::{Evidence, EvidenceSummary};
 use crate::nudge::NudgeQueue;
@@ -286,7 +287,11 @@ impl LeaseState {
     }
 
     fn arm(&self, id: LeaseId, generation: u64, meta: &LeaseMeta) {
-        self.arm_at(id, generation, tokio::time::Instant::now() + meta.duration);
+        self.arm_at(
+            id,
+            generation,
+            deadline_after(tokio::time::Instant::now(), meta.duration),
+        );
     }
 
     fn arm_at(&self, id: LeaseId, generation: u64, at: tokio::time::Instant) {

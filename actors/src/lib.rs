@@ -33,6 +33,7 @@
 pub mod agent;
 pub mod budget;
 pub mod call;
+mod duration;
 pub mod engine;
 pub mod event;
 mod event_log;
@@ -57,6 +58,10 @@ mod supervision;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use duration::{
+    MAX_DURATION, MAX_DURATION_EXPECTED, check_duration, check_positive_duration, clamp_duration,
+    deadline_after, describe_duration,
+};
 pub use error::ConfigError;
 pub use supervision::{Supervision, SupervisionConfig};
 
@@ -73,5 +78,5 @@ pub mod prelude {
         TranscriptMessage,
     };
     pub use crate::watchdog::{DecidedBy, Decision, Verdict, VerdictRecord, WatchdogConfig};
-    pub use crate::{ConfigError, Supervision, SupervisionConfig};
+    pub use crate::{ConfigError, MAX_DURATION, Supervision, SupervisionConfig};
 }

@@ -81,6 +81,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::duration::{check_duration, check_positive_duration, clamp_duration};
 use crate::error::ConfigError;
 
 /// What kind of child ended.
@@ -223,24 +224,14 @@ impl Default for RestartPolicy {
 
 impl RestartPolicy {
     /// Refuses nonsense, naming the field as `supervision.<field>`: a zero
-    /// `within`, a zero `backoff_initial`, a `backoff_max` below
+    /// `within`, a zero `backoff_initial`, any of the three durations above
+    /// [`MAX_DURATION`](crate::MAX_DURATION), a `backoff_max` below
     /// `backoff_initial`, a `multiplier` below 1 or not finite, a `jitter`
     /// outside `[0, 1]` or not finite.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.within.is_zero() {
-            return Err(ConfigError::new(
-                "supervision.within",
-                "a duration above 0",
-                "0",
-            ));
-        }
-        if self.backoff_initial.is_zero() {
-            return Err(ConfigError::new(
-                "supervision.backoff_initial",
-                "a duration above 0",
-                "0",
-            ));
-        }
+        check_positive_duration("supervision.within", self.within)?;
+        check_positive_duration("supervision.backoff_initial", self.backoff_initial)?;
+        check_duration("supervision.backoff_max", self.backoff_max)?;
         if self.backoff_max < self.backoff_initial {
             return Err(ConfigError::new(
                 "supervision.backoff_max",
@@ -270,13 +261,15 @@ impl RestartPolicy {
 
     /// The backoff before restart number `restart` (1 for the first), without
     /// jitter: `backoff_initial × multiplier^(restart - 1)`, never below
-    /// `backoff_initial` and capped at `backoff_max`.
+    /// `backoff_initial` and capped at `backoff_max` and at
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
     ///
-    /// Never panics, whatever `restart`; `0` is treated as `1`.
+    /// Never panics, whatever `restart` and whatever the policy; `0` is
+    /// treated as `1`.
     pub fn backoff(&self, restart: u32) -> Duration {
         let exponent = restart.saturating_sub(1);
         if exponent == 0 {
-            return self.backoff_initial.min(self.backoff_max);
+            return clamp_duration(self.backoff_initial.min(self.backoff_max));
         }
         let factor = self.multiplier.powf(f64::from(exponent));
         // An infinite or NaN product (huge `restart`, nonsense multiplier) is
@@ -284,7 +277,7 @@ impl RestartPolicy {
         let grown = Duration::try_from_secs_f64(self.backoff_initial.as_secs_f64() * factor)
             .unwrap_or(self.backoff_max);
         // Never below the first backoff, whatever the float rounding did.
-        grown.max(self.backoff_initial).min(self.backoff_max)
+        clamp_duration(grown.max(self.backoff_initial).min(self.backoff_max))
     }
 
     /// The restart intensity limit, as the reason a run fails with.
@@ -404,7 +397,7 @@ impl RestartOnIntervene {
         self.restarts.push_back(now);
         let backoff = self.policy.backoff(in_window.saturating_add(1));
         SupervisionAction::Restart {
-            after: self.jittered(backoff),
+            after: clamp_duration(self.jittered(backoff)),
         }
     }
 

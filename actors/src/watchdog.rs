@@ -67,15 +67,10 @@ impl Default for WatchdogConfig {
 }
 
 impl WatchdogConfig {
-    /// Refuses a zero evaluator timeout or bad accrual parameters.
+    /// Refuses a zero evaluator timeout, a duration above
+    /// [`MAX_DURATION`](crate::MAX_DURATION) or bad accrual parameters.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.evaluator_timeout.is_zero() {
-            return Err(ConfigError::new(
-                "watchdog.evaluator_timeout",
-                "a duration above 0",
-                "0",
-            ));
-        }
+        crate::check_positive_duration("watchdog.evaluator_timeout", self.evaluator_timeout)?;
         self.accrual.validate()
     }
 }

@@ -40,6 +40,7 @@ use crate::store::Durability;
 
 mod checks;
 mod keys;
+mod text;
 mod timing;
 mod wiring;
 

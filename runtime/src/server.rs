@@ -322,7 +322,15 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let bound = listener.local_addr()?;
     let _ = app.bound.set(bound);
-    let limits = app.options.limits.clone();
+    let mut limits = app.options.limits.clone();
+    // Given through the API unchecked, a duration is still kept in range.
+    for limit in [
+        &mut limits.header_timeout,
+        &mut limits.body_timeout,
+        &mut limits.shutdown_grace,
+    ] {
+        *limit = leasehold_actors::clamp_duration(*limit);
+    }
     let service = TowerToHyperService::new(router(Arc::clone(&app)));
     let connections = Arc::new(Semaphore::new(
         usize::try_from(limits.max_connections)

@@ -462,6 +462,10 @@ fn sizes_and_lists_parse_and_bad_ones_are_refused_naming_the_key() {
     let settings = with_model.model_settings().expect("model settings");
     assert_eq!(settings.max_answer_bytes, 2 << 20);
     assert_eq!(settings.max_body_bytes, 65536);
+    let zero = Config::load(None, env_of(&[("LEASEHOLD_SERVER_MAX_LIVE_RUNS", "0")]))
+        .expect_err("a zero limit")
+        .to_string();
+    assert!(zero.contains("LEASEHOLD_SERVER_MAX_LIVE_RUNS"), "{zero}");
     for bad in ["0", "lots", "2GiB", "-1"] {
         let error = Config::load(None, env_of(&[("LEASEHOLD_LIMITS_TOOL_RESULT", bad)]))
             .expect_err(bad)

@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{LeaseId, LeaseMeta, LeaseMsg, LeaseSpec, Registration};
+use crate::duration::deadline_after;
 use crate::evidence::Evidence;
 use crate::ports::EventSink;
 
@@ -106,7 +107,7 @@ impl Leases {
         // the registration before the operation's `Done`.
         self.actor
             .send_message(LeaseMsg::Register(Box::new(Registration {
-                deadline: tokio::time::Instant::now() + meta.duration,
+                deadline: deadline_after(tokio::time::Instant::now(), meta.duration),
                 meta,
                 evidence: evidence.clone(),
                 token: token.clone(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::duration::{check_positive_duration, clamp_duration};
 use crate::error::ConfigError;
 use crate::nudge::NudgeQueue;
 use crate::ports::TranscriptMessage;
@@ -109,16 +110,11 @@ impl LeaseConfig {
         }
     }
 
-    /// Refuses a zero lease length, naming the kind's field.
+    /// Refuses a zero lease length or one above [`MAX_DURATION`](crate::MAX_DURATION), naming
+    /// the kind's field (`lease.tool_call`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         for kind in LeaseKind::ALL {
-            if self.duration(kind).is_zero() {
-                return Err(ConfigError::new(
-                    format!("lease.{kind}"),
-                    "a duration above 0",
-                    "0",
-                ));
-            }
+            check_positive_duration(format!("lease.{kind}"), self.duration(kind))?;
         }
         Ok(())
     }
@@ -153,7 +149,10 @@ pub struct LeaseSpec {
 
 impl LeaseSpec {
     /// A lease of `duration` on a `kind` operation doing `subject`, with the
-    /// default cap of 10 renewals. A zero duration is refused.
+    /// default cap of 10 renewals. A zero duration is refused; one above
+    /// [`MAX_DURATION`](crate::MAX_DURATION) is clamped to it (configuration and flows refuse
+    /// such a duration before it gets here, naming the key): the lease then
+    /// expires, and the watchdog judges it, after 30 days.
     pub fn new(
         kind: LeaseKind,
         subject: impl Into<String>,
@@ -165,7 +164,7 @@ impl LeaseSpec {
         Ok(Self {
             kind,
             subject: subject.into(),
-            duration,
+            duration: clamp_duration(duration),
             max_renewals: LeaseConfig::default().max_renewals,
             free_renewals: None,
             run_id: String::new(),

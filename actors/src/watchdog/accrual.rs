@@ -51,9 +51,19 @@ impl AccrualConfig {
         first_interval_estimate: Duration::from_secs(1),
     };
 
-    /// Refuses a non-positive threshold or a zero standard deviation or
-    /// estimate, naming the field under `prefix`.
+    /// Refuses a non-positive threshold, a zero standard deviation or
+    /// estimate, or any duration above [`MAX_DURATION`](crate::MAX_DURATION),
+    /// naming the field under `prefix`.
     pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
+        crate::check_duration(
+            format!("{prefix}.min_std_deviation"),
+            self.min_std_deviation,
+        )?;
+        crate::check_duration(format!("{prefix}.acceptable_pause"), self.acceptable_pause)?;
+        crate::check_duration(
+            format!("{prefix}.first_interval_estimate"),
+            self.first_interval_estimate,
+        )?;
         if !(self.threshold.is_finite() && self.threshold > 0.0) {
             return Err(ConfigError::new(
                 format!("{prefix}.threshold"),
@@ -80,8 +90,9 @@ impl AccrualConfig {
 
     /// phi for a silence of `elapsed` after a history with the given mean and
     /// standard deviation (both before the floor and pause are applied).
+    /// Never panics, whatever the durations.
     pub fn phi(&self, elapsed: Duration, mean: Duration, std_deviation: Duration) -> f64 {
-        let mean_ms = millis(mean + self.acceptable_pause);
+        let mean_ms = millis(mean.saturating_add(self.acceptable_pause));
         let std_ms = millis(std_deviation.max(self.min_std_deviation));
         phi(millis(elapsed), mean_ms, std_ms)
     }
@@ -191,11 +202,10 @@ impl ArrivalWindow {
         let count = f64::from(u32::try_from(n).unwrap_or(u32::MAX));
         let mean = sum / count;
         let variance = (sum_squares / count - mean * mean).max(0.0);
-        config.phi(
-            elapsed,
-            Duration::from_secs_f64(mean / 1e6),
-            Duration::from_secs_f64(variance.sqrt() / 1e6),
-        )
+        // `try_`: an unvalidated, enormous first estimate must not panic.
+        let seconds =
+            |micros: f64| Duration::try_from_secs_f64(micros / 1e6).unwrap_or(Duration::MAX);
+        config.phi(elapsed, seconds(mean), seconds(variance.sqrt()))
     }
 }
 

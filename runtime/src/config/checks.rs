@@ -3,38 +3,55 @@
 
 use std::time::Duration;
 
-use leasehold_actors::ConfigError;
 use leasehold_actors::lease::LeaseKind;
+use leasehold_actors::{ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 
-use super::keys::{KEYS, ValueKind};
-use super::{Config, compact, key_of, named};
+use super::keys::{KEYS, Key, ValueKind};
+use super::{Config, Source, compact, key_of, named};
 
 impl Config {
     /// Refuses combinations that defeat themselves, naming the variables: a
-    /// zero duration, free renewals above the renewal cap, a longest backoff
-    /// below the first, a run lease too short to heartbeat.
+    /// zero duration or one above [`MAX_DURATION`] (30 days), free renewals
+    /// above the renewal cap, a longest backoff below the first, a run lease
+    /// too short to heartbeat.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for key in KEYS.iter().filter(|k| k.kind == ValueKind::Duration) {
-            let (_, source) = self.value_of(key);
-            let zero = match key.file {
-                "lease.model_stream" => self.lease_model_stream.value.is_zero(),
-                "lease.model_blocking" => self.lease_model_blocking.value.is_zero(),
-                "lease.tool_call" => self.lease_tool_call.value.is_zero(),
-                "lease.worker_step" => self.lease_worker_step.value.is_zero(),
-                "evaluator_timeout" => self.evaluator_timeout.value.is_zero(),
-                "run_lease_ttl" => self.run_lease_ttl.value.is_zero(),
-                "restart.window" => self.restart_window.value.is_zero(),
-                "restart.backoff_initial" => self.restart_backoff_initial.value.is_zero(),
-                "restart.backoff_max" => self.restart_backoff_max.value.is_zero(),
-                "model.connect_timeout" => self.model_connect_timeout.value.is_zero(),
-                "model.idle_timeout" => self.model_idle_timeout.value.is_zero(),
-                _ => false,
+        for (key, value, source) in self.durations() {
+            let Some(value) = value else {
+                // Only a key that `value_of` does not know reads back empty.
+                return Err(ConfigError::new(
+                    named(key),
+                    "a duration key that Config::value_of reads",
+                    "no value",
+                ));
             };
-            if zero {
+            if value.is_zero() {
                 return Err(ConfigError::new(
                     named(key),
                     format!("a duration above 0 (from {source})"),
                     "0s",
+                ));
+            }
+            if value > MAX_DURATION {
+                return Err(ConfigError::new(
+                    named(key),
+                    format!("{MAX_DURATION_EXPECTED} (from {source})"),
+                    describe_duration(value),
+                ));
+            }
+        }
+        for (file, setting) in [
+            ("server.max_connections", &self.server_max_connections),
+            ("server.max_event_streams", &self.server_max_event_streams),
+            ("server.max_live_runs", &self.server_max_live_runs),
+        ] {
+            if setting.value == 0 {
+                return Err(ConfigError::new(
+                    named(key_of(file)),
+                    format!(
+                        "at least 1 (from {}): a limit of 0 would refuse every client",
+                        setting.source
+                    ),
+                    0,
                 ));
             }
         }
@@ -67,6 +84,29 @@ impl Config {
             ));
         }
         self.engine_config().validate()
+    }
+
+    /// Every duration key (`ValueKind::Duration` in the key table) with its
+    /// value and source. Read through [`Config::value_of`], which every key
+    /// must answer for `leasehold config` to print it, so a new duration key
+    /// is checked here as soon as it is in the table and printed: no list of
+    /// keys to keep in step.
+    /// `None` for a key `value_of` does not know.
+    fn durations(&self) -> Vec<(&'static Key, Option<Duration>, &Source)> {
+        KEYS.iter()
+            .filter(|k| k.kind == ValueKind::Duration)
+            .map(|key| {
+                let (text, source) = self.value_of(key);
+                if text.is_empty() {
+                    return (key, None, source);
+                }
+                // `value_of` writes a duration with humantime, which reads
+                // back exactly; only a duration too long for humantime to
+                // read back fails, and it is over the maximum.
+                let value = humantime::parse_duration(&text).unwrap_or(Duration::MAX);
+                (key, Some(value), source)
+            })
+            .collect()
     }
 
     /// Combinations that are allowed but work against themselves, each as

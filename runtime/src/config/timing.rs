@@ -67,12 +67,15 @@ pub(super) fn longest_backoffs(policy: &RestartPolicy) -> Duration {
     let longest = |d: Duration| {
         Duration::try_from_secs_f64(d.as_secs_f64() * stretch).unwrap_or(Duration::MAX)
     };
+    // The backoff never exceeds the ceiling of every duration, whatever an
+    // unvalidated `backoff_max` says.
+    let cap = leasehold_actors::clamp_duration(policy.backoff_max);
     let mut total = Duration::ZERO;
     for restart in 1..=policy.max_restarts {
         let backoff = policy.backoff(restart);
-        if backoff >= policy.backoff_max {
+        if backoff >= cap {
             let remaining = policy.max_restarts - restart + 1;
-            return total.saturating_add(longest(policy.backoff_max).saturating_mul(remaining));
+            return total.saturating_add(longest(cap).saturating_mul(remaining));
         }
         total = total.saturating_add(longest(backoff));
     }

@@ -527,7 +527,7 @@ pub(super) async fn no_route(uri: Uri) -> ApiError {
 /// than the body timeout to arrive.
 async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let limit = app.options.max_body;
-    let within = app.options.limits.body_timeout;
+    let within = leasehold_actors::clamp_duration(app.options.limits.body_timeout);
     match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(_)) => Err(ApiError::new(
