@@ -124,15 +124,21 @@ fn name_and_task_must_not_be_empty() {
 }
 
 #[test]
-fn tool_server_needs_exactly_one_transport() {
+fn tool_server_has_at_most_one_transport_and_neither_is_a_reference() {
     let both = toml_refusal("[[tools]]\nname = \"a\"\ncommand = [\"x\"]\nurl = \"http://a\"\n");
     assert_eq!(both.path, "tools[0]");
     assert_eq!(
         both.message,
         "expected exactly one of `command` or `url`, got both"
     );
-    let neither = toml_refusal("[[tools]]\nname = \"a\"\n");
-    assert_eq!(neither.path, "tools[0]");
+    // Neither: a reference to a server the runtime provides by name.
+    let reference = parse_toml(&toml_with("[[tools]]\nname = \"a\"\n")).expect("a reference");
+    assert!(reference.tools[0].is_reference());
+    let env_alone = toml_refusal("[[tools]]\nname = \"a\"\nenv = { K = \"v\" }\n");
+    assert_eq!(env_alone.path, "tools[0].env");
+    let env_with_url =
+        toml_refusal("[[tools]]\nname = \"a\"\nurl = \"http://a\"\nenv = { K = \"v\" }\n");
+    assert_eq!(env_with_url.path, "tools[0].env");
     let empty = toml_refusal(
         "[[tools]]\nname = \"a\"\nurl = \"http://a\"\n[[tools]]\nname = \"b\"\ncommand = []\n",
     );
