@@ -3,6 +3,8 @@
 //! tool server on loopback): `config`, `run` with its exit codes, `runs …`
 //! on the data directory and on a server, and `serve`.
 
+mod support;
+
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -322,18 +324,7 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         .stderr(Stdio::null())
         .spawn()
         .expect("serve");
-    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("serve says where it listens")
-        .expect("read")
-        .expect("a line");
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("a URL")
-        .trim_end_matches('/')
-        .to_owned();
+    let base = support::served_base(&mut server, Duration::from_secs(30)).await;
 
     let http = reqwest::Client::new();
     // A flow that names the address itself is refused, naming why.

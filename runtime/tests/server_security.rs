@@ -57,6 +57,28 @@ impl Served {
         format!("http://{}{path}", self.addr)
     }
 
+    /// `POST /runs` of a flow with `tools`, as JSON.
+    async fn post_flow(&self, tools: Value) -> (u16, Value) {
+        send(
+            reqwest::Client::new()
+                .post(self.url("/runs"))
+                .json(&flow_with(tools)),
+        )
+        .await
+    }
+
+    /// Starts a run of the in-process server `local`; returns its id.
+    async fn start_run(&self) -> String {
+        let (status, body) = self.post_flow(json!([{"name": "local"}])).await;
+        assert_eq!(status, 201, "{body}");
+        body["run_id"].as_str().expect("a run id").to_owned()
+    }
+
+    /// `GET path`.
+    async fn get(&self, path: &str) -> (u16, Value) {
+        send(reqwest::Client::new().get(self.url(path))).await
+    }
+
     /// Stops the server; returns once `serve` has returned.
     async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -78,6 +100,11 @@ impl Drop for Served {
 async fn answer(response: reqwest::Response) -> (u16, Value) {
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Sends `request`; its status and JSON body.
+async fn send(request: reqwest::RequestBuilder) -> (u16, Value) {
+    answer(request.send().await.expect("sent")).await
 }
 
 /// An engine whose runs call the in-process tool `wait` of server
@@ -128,7 +155,6 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
         ..ServerOptions::default()
     };
     let served = Served::start(hanging_engine(Arc::new(MemoryStore::new())).await, options).await;
-    let http = reqwest::Client::new();
 
     // A command, a url or an env in a posted flow: 403, and nothing ran.
     for tools in [
@@ -136,14 +162,7 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
         json!([{"name": "x", "url": "http://169.254.169.254/mcp"}]),
         json!([{"name": "ops", "env": {"LD_PRELOAD": "/tmp/evil.so"}}]),
     ] {
-        let (status, body) = answer(
-            http.post(served.url("/runs"))
-                .json(&flow_with(tools.clone()))
-                .send()
-                .await
-                .expect("sent"),
-        )
-        .await;
+        let (status, body) = served.post_flow(tools.clone()).await;
         assert_eq!(status, 403, "{tools}: {body}");
         assert_eq!(body["error"]["code"], "flow_tools_forbidden", "{body}");
         let message = body["error"]["message"].as_str().unwrap_or_default();
@@ -155,14 +174,7 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
     assert!(!posted_marker.exists(), "a posted command ran");
 
     // A name nothing declares: 422 naming it.
-    let (status, body) = answer(
-        http.post(served.url("/runs"))
-            .json(&flow_with(json!([{"name": "nobody"}])))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let (status, body) = served.post_flow(json!([{"name": "nobody"}])).await;
     assert_eq!(status, 422, "{body}");
     assert!(
         body["error"]["message"]
@@ -173,26 +185,12 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
 
     // A declared name: the configuration's command is what runs (it is no
     // MCP server, so listing its tools fails: 502).
-    let (status, body) = answer(
-        http.post(served.url("/runs"))
-            .json(&flow_with(json!([{"name": "ops"}])))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let (status, body) = served.post_flow(json!([{"name": "ops"}])).await;
     assert_eq!(status, 502, "{body}");
     assert!(declared_marker.exists(), "the declared server was started");
 
     // A server the engine provides in process may be named too.
-    let (status, body) = answer(
-        http.post(served.url("/runs"))
-            .json(&flow_with(json!([{"name": "local"}])))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let (status, body) = served.post_flow(json!([{"name": "local"}])).await;
     assert_eq!(status, 201, "{body}");
 }
 
@@ -214,16 +212,13 @@ async fn flow_tools_are_an_opt_in_that_needs_a_token() {
     assert!(without.check(addr).is_err(), "refused without a token");
 
     let served = Served::start(hanging_engine(Arc::new(MemoryStore::new())).await, options).await;
-    let (status, body) = answer(
+    let (status, body) = send(
         reqwest::Client::new()
             .post(served.url("/runs"))
             .bearer_auth("s3cret")
             .json(&flow_with(
                 json!([{"name": "x", "command": touching(&marker)}]),
-            ))
-            .send()
-            .await
-            .expect("sent"),
+            )),
     )
     .await;
     assert_eq!(status, 502, "{body}");
@@ -248,69 +243,54 @@ async fn no_other_site_can_drive_the_server() {
 
     // What a page on another site can send without a preflight: a
     // text/plain POST from its origin.
-    let (status, body) = answer(
+    let (status, body) = send(
         http.post(served.url("/runs"))
             .header("content-type", "text/plain;charset=UTF-8")
             .header("origin", "http://evil.example")
             .header("sec-fetch-site", "cross-site")
             .header("sec-fetch-mode", "no-cors")
-            .body(attack.clone())
-            .send()
-            .await
-            .expect("sent"),
+            .body(attack.clone()),
     )
     .await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["code"], "cross_origin", "{body}");
 
     // A foreign Origin alone, on a JSON body.
-    let (status, body) = answer(
+    let (status, body) = send(
         http.post(served.url("/runs"))
             .header("content-type", "application/json")
             .header("origin", "http://evil.example")
-            .body(attack.clone())
-            .send()
-            .await
-            .expect("sent"),
+            .body(attack.clone()),
     )
     .await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["code"], "cross_origin", "{body}");
 
     // An origin on the same host but another port is another site.
-    let (status, _) = answer(
+    let (status, _) = send(
         http.post(served.url("/runs/x/cancel"))
             .header("content-type", "application/json")
             .header(
                 "origin",
                 format!("http://127.0.0.1:{}", port.wrapping_add(1)),
             )
-            .body("{}")
-            .send()
-            .await
-            .expect("sent"),
+            .body("{}"),
     )
     .await;
     assert_eq!(status, 403);
 
     // DNS rebinding: a foreign name resolving to 127.0.0.1.
-    let (status, body) = answer(
+    let (status, body) = send(
         http.get(served.url("/runs"))
-            .header("host", format!("evil.example:{port}"))
-            .send()
-            .await
-            .expect("sent"),
+            .header("host", format!("evil.example:{port}")),
     )
     .await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["code"], "host_not_allowed", "{body}");
     // A host the configuration allows is served.
-    let (status, _) = answer(
+    let (status, _) = send(
         http.get(served.url("/runs"))
-            .header("host", format!("leasehold.internal:{port}"))
-            .send()
-            .await
-            .expect("sent"),
+            .header("host", format!("leasehold.internal:{port}")),
     )
     .await;
     assert_eq!(status, 200);
@@ -321,32 +301,26 @@ async fn no_other_site_can_drive_the_server() {
         if !content_type.is_empty() {
             request = request.header("content-type", content_type);
         }
-        let (status, body) = answer(request.send().await.expect("sent")).await;
+        let (status, body) = send(request).await;
         assert_eq!(status, 415, "{content_type:?}: {body}");
         assert_eq!(body["error"]["code"], "unsupported_media_type", "{body}");
     }
-    let (status, _) = answer(
+    let (status, _) = send(
         http.post(served.url("/runs/x/cancel"))
             .header("content-type", "text/plain")
-            .body("{}")
-            .send()
-            .await
-            .expect("sent"),
+            .body("{}"),
     )
     .await;
     assert_eq!(status, 415);
     assert!(!marker.exists(), "a cross-site request started a process");
 
     // The server's own page, as a browser sends it, is served.
-    let (status, body) = answer(
+    let (status, body) = send(
         http.post(served.url("/runs"))
             .header("content-type", "application/json")
             .header("origin", format!("http://127.0.0.1:{port}"))
             .header("sec-fetch-site", "same-origin")
-            .body(flow_with(json!([{"name": "local"}])).to_string())
-            .send()
-            .await
-            .expect("sent"),
+            .body(flow_with(json!([{"name": "local"}])).to_string()),
     )
     .await;
     assert_eq!(status, 201, "{body}");
@@ -363,14 +337,11 @@ async fn with_a_token_any_host_is_served_and_the_query_token_opens_only_the_even
     )
     .await;
     let http = reqwest::Client::new();
-    let (status, body) = answer(
+    let (status, body) = send(
         http.post(served.url("/runs"))
             .header("host", "leasehold.example.com")
             .bearer_auth("s3cret")
-            .json(&flow_with(json!([{"name": "local"}])))
-            .send()
-            .await
-            .expect("sent"),
+            .json(&flow_with(json!([{"name": "local"}]))),
     )
     .await;
     assert_eq!(status, 201, "{body}");
@@ -381,7 +352,7 @@ async fn with_a_token_any_host_is_served_and_the_query_token_opens_only_the_even
         format!("/runs/{run_id}?token=s3cret"),
         format!("/runs/{run_id}/trace?token=s3cret"),
     ] {
-        let (status, body) = answer(http.get(served.url(&path)).send().await.expect("sent")).await;
+        let (status, body) = served.get(&path).await;
         assert_eq!(status, 401, "{path}: {body}");
     }
     let stream = http
@@ -392,27 +363,13 @@ async fn with_a_token_any_host_is_served_and_the_query_token_opens_only_the_even
     assert_eq!(stream.status(), 200);
 
     // /health: that the server is up; who it is only with the token.
-    let (_, open) = answer(http.get(served.url("/health")).send().await.expect("sent")).await;
+    let (_, open) = served.get("/health").await;
     assert_eq!(open, json!({"status": "ok"}));
-    let (_, full) = answer(
-        http.get(served.url("/health"))
-            .bearer_auth("s3cret")
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let (_, full) = send(http.get(served.url("/health")).bearer_auth("s3cret")).await;
     assert_eq!(full["status"], "ok");
     assert!(full["owner_id"].is_string(), "{full}");
     assert_eq!(full["live_runs"], 1, "{full}");
-    let (_, wrong) = answer(
-        http.get(served.url("/health"))
-            .bearer_auth("s3cre")
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let (_, wrong) = send(http.get(served.url("/health")).bearer_auth("s3cre")).await;
     assert_eq!(wrong, json!({"status": "ok"}));
 }
 
@@ -437,18 +394,11 @@ async fn the_dashboard_cannot_be_framed_and_every_refusal_is_json() {
 
     // A run id that is not valid percent-encoded UTF-8.
     for path in ["/runs/%FF%FE", "/runs/%FF/trace", "/runs/%C3%28/events"] {
-        let (status, body) = answer(http.get(served.url(path)).send().await.expect("sent")).await;
+        let (status, body) = served.get(path).await;
         assert_eq!(status, 400, "{path}: {body}");
         assert_eq!(body["error"]["code"], "bad_request", "{path}: {body}");
     }
-    let (status, body) = answer(
-        http.post(served.url("/runs/%FF/cancel"))
-            .json(&json!({}))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let (status, body) = send(http.post(served.url("/runs/%FF/cancel")).json(&json!({}))).await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "bad_request", "{body}");
 }
@@ -544,24 +494,8 @@ async fn event_streams_and_live_runs_are_capped_with_a_clear_answer() {
     )
     .await;
     let http = reqwest::Client::new();
-    let (status, body) = answer(
-        http.post(served.url("/runs"))
-            .json(&flow_with(json!([{"name": "local"}])))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    let run_id = body["run_id"].as_str().expect("id").to_owned();
-    let (status, body) = answer(
-        http.post(served.url("/runs"))
-            .json(&flow_with(json!([{"name": "local"}])))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let run_id = served.start_run().await;
+    let (status, body) = served.post_flow(json!([{"name": "local"}])).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["code"], "too_many_runs", "{body}");
     assert!(
@@ -709,26 +643,11 @@ async fn idle_streams_of_one_run_share_one_look_at_the_store() {
     )
     .await;
     let http = reqwest::Client::new();
-    let (status, body) = answer(
-        http.post(served.url("/runs"))
-            .json(&flow_with(json!([{"name": "local"}])))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    let run_id = body["run_id"].as_str().expect("id").to_owned();
+    let run_id = served.start_run().await;
     // Wait until the run is idle: its tool call hangs.
     let mut idle = false;
     for _ in 0..600 {
-        let (_, view) = answer(
-            http.get(served.url(&format!("/runs/{run_id}")))
-                .send()
-                .await
-                .expect("sent"),
-        )
-        .await;
+        let (_, view) = served.get(&format!("/runs/{run_id}")).await;
         if view["tool_calls"].as_array().is_some_and(|c| !c.is_empty()) {
             idle = true;
             break;
@@ -779,14 +698,7 @@ async fn on_shutdown_open_event_streams_get_a_last_frame_and_close() {
     )
     .await;
     let http = reqwest::Client::new();
-    let (_, body) = answer(
-        http.post(served.url("/runs"))
-            .json(&flow_with(json!([{"name": "local"}])))
-            .send()
-            .await
-            .expect("sent"),
-    )
-    .await;
+    let (_, body) = served.post_flow(json!([{"name": "local"}])).await;
     let run_id = body["run_id"].as_str().expect("id").to_owned();
     let stream = http
         .get(served.url(&format!("/runs/{run_id}/events")))

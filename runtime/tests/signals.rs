@@ -10,6 +10,8 @@
 //! and the tool list and never answers a call, and that starts a `sleep` in
 //! its process group, as `npx` starts `node`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -326,18 +328,7 @@ async fn sigterm_stops_serve_with_143_within_seconds_and_an_open_event_stream_ge
         .stderr(Stdio::null())
         .spawn()
         .expect("serve");
-    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
-    let line = tokio::time::timeout(PATIENCE, lines.next_line())
-        .await
-        .expect("serve says where it listens")
-        .expect("read")
-        .expect("a line");
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("a URL")
-        .trim_end_matches('/')
-        .to_owned();
+    let base = support::served_base(&mut server, PATIENCE).await;
 
     let http = reqwest::Client::new();
     let flow = serde_json::json!({"name": "waits", "task": "Wait for the model.", "max_steps": 1});

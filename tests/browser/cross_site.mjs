@@ -18,32 +18,16 @@
 // marker was never created and that the server holds no run. Exit 1 on a
 // failure of the script itself, within 60 s.
 import http from 'node:http';
-import { createRequire } from 'node:module';
-import path from 'node:path';
 
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--host-resolver-rules=MAP evil.test 127.0.0.1, MAP rebind.test 127.0.0.1',
-];
+import { CHROMIUM_ARGS, chromiumPeer } from './chromium.mjs';
+
+const HOSTS = '--host-resolver-rules=MAP evil.test 127.0.0.1, MAP rebind.test 127.0.0.1';
 
 const serverPort = Number(process.argv[2]);
 const marker = process.argv[3];
 if (!serverPort || !marker) {
   console.error('usage: node tests/browser/cross_site.mjs SERVER_PORT MARKER');
   process.exit(2);
-}
-
-function playwright() {
-  const folder = process.env.LEASEHOLD_PEER_PLAYWRIGHT;
-  const require = createRequire(folder ? path.join(folder, 'x.js') : import.meta.url);
-  return require('playwright-core');
 }
 
 const flow = JSON.stringify({
@@ -89,11 +73,8 @@ const timer = setTimeout(() => {
   process.exit(1);
 }, 60_000);
 
-const { chromium } = playwright();
-const browser = await chromium.launch({
-  executablePath: process.env.LEASEHOLD_CHROMIUM || '/usr/bin/chromium',
-  args: CHROMIUM_ARGS,
-});
+const { chromium, executablePath } = chromiumPeer();
+const browser = await chromium.launch({ executablePath, args: [...CHROMIUM_ARGS, HOSTS] });
 try {
   const context = await browser.newContext();
   const tab = await context.newPage();

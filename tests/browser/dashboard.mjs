@@ -20,20 +20,10 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createRequire } from 'node:module';
+import { CHROMIUM_ARGS, chromiumPeer } from './chromium.mjs';
 
 const TOTAL_MS = Number(process.env.LEASEHOLD_DASHBOARD_TIMEOUT_MS || 60_000);
 const GUIDANCE = 'Do not roll back: the fix is already deploying. Report the deploy status.';
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 const base = process.argv[2];
 const wantedRun = process.argv[3] || null;
@@ -42,35 +32,7 @@ if (!base) {
   process.exit(2);
 }
 
-function loadPlaywright() {
-  const dir = process.env.LEASEHOLD_PEER_PLAYWRIGHT;
-  const attempts = [];
-  if (dir) attempts.push(path.join(dir, 'leasehold-resolve.js'));
-  attempts.push(import.meta.url); // NODE_PATH, or tests/browser/node_modules
-  for (const from of attempts) {
-    try {
-      return createRequire(from)('playwright-core');
-    } catch (_) {
-      // try the next place
-    }
-  }
-  console.error(
-    'playwright-core was not found: run scripts/peers.sh, which installs it, and set ' +
-      'LEASEHOLD_PEER_PLAYWRIGHT to the node_modules folder it prints ' +
-      `(LEASEHOLD_PEER_PLAYWRIGHT=${dir || '(unset)'})`,
-  );
-  process.exit(1);
-}
-
-const { chromium } = loadPlaywright();
-const executablePath = process.env.LEASEHOLD_CHROMIUM || '/usr/bin/chromium';
-if (!fs.existsSync(executablePath)) {
-  console.error(
-    `Chromium was not found at ${executablePath}: install Debian's chromium ` +
-      '(apt-get install -y --no-install-recommends chromium) or set LEASEHOLD_CHROMIUM',
-  );
-  process.exit(1);
-}
+const { chromium, executablePath } = chromiumPeer();
 
 const started = Date.now();
 const deadline = started + TOTAL_MS;
