@@ -233,6 +233,7 @@ async fn no_other_site_can_drive_the_server() {
         hanging_engine(Arc::new(MemoryStore::new())).await,
         ServerOptions {
             allowed_hosts: vec!["leasehold.internal".into()],
+            allowed_origins: vec!["https://ops.example.com".into()],
             ..ServerOptions::default()
         },
     )
@@ -313,6 +314,25 @@ async fn no_other_site_can_drive_the_server() {
     .await;
     assert_eq!(status, 415);
     assert!(!marker.exists(), "a cross-site request started a process");
+
+    // An origin the configuration allows may post, as a browser sends it.
+    let (status, body) = send(
+        http.post(served.url("/runs/x/cancel"))
+            .header("content-type", "application/json")
+            .header("origin", "https://ops.example.com")
+            .header("sec-fetch-site", "cross-site")
+            .body("{}"),
+    )
+    .await;
+    assert_eq!(status, 404, "allowed, and then no such run: {body}");
+    // A link followed from another site to the dashboard changes nothing.
+    let (status, _) = send(
+        http.get(served.url("/"))
+            .header("sec-fetch-site", "cross-site")
+            .header("sec-fetch-mode", "navigate"),
+    )
+    .await;
+    assert_eq!(status, 200);
 
     // The server's own page, as a browser sends it, is served.
     let (status, body) = send(

@@ -9,10 +9,11 @@
 //!    `host_not_allowed`.
 //! 2. **Origin.** A request that carries an `Origin` other than the
 //!    server's own (the scheme and the `Host` it was sent to) or one the
-//!    configuration allows (`server.allowed_origins`), or a
-//!    `Sec-Fetch-Site` other than `same-origin` or `none`, is refused with
-//!    403 `cross_origin`: a browser always says where a cross-site request
-//!    comes from, and no page of another site may drive this server.
+//!    configuration allows (`server.allowed_origins`), or a state-changing
+//!    request without an `Origin` whose `Sec-Fetch-Site` is other than
+//!    `same-origin` or `none`, is refused with 403 `cross_origin`: a browser
+//!    says where a cross-site request comes from, and no page of another
+//!    site may drive this server.
 //! 3. **Token.** With a token, everything but the dashboard's files and
 //!    `/health` needs `Authorization: Bearer TOKEN`; only the event stream
 //!    (`GET /runs/{id}/events`) also takes `?token=`, since a browser's
@@ -79,7 +80,12 @@ fn check(app: &App, request: &Request) -> Result<(), ApiError> {
             ),
         ));
     }
-    check_origin(headers, host, &app.options.allowed_origins)?;
+    check_origin(
+        request.method(),
+        headers,
+        host,
+        &app.options.allowed_origins,
+    )?;
     let Some(token) = token else {
         return Ok(());
     };
@@ -169,10 +175,41 @@ fn split_host(host: &str) -> (&str, Option<u16>) {
     }
 }
 
-fn check_origin(headers: &HeaderMap, host: &str, allowed: &[String]) -> Result<(), ApiError> {
+/// An `Origin`, when there is one, must be the server's own or an allowed
+/// one. Without one, a request that changes something must not come from
+/// another site by the browser's own account (`Sec-Fetch-Site`); a
+/// cross-site read (a link followed to the dashboard, an image) changes
+/// nothing and cannot be read back, and is served.
+fn check_origin(
+    method: &Method,
+    headers: &HeaderMap,
+    host: &str,
+    allowed: &[String],
+) -> Result<(), ApiError> {
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("(not text)").trim();
+        let own = [format!("http://{host}"), format!("https://{host}")];
+        let listed = |o: &String| o.trim_end_matches('/').eq_ignore_ascii_case(origin);
+        if !host.is_empty() && own.iter().any(|o| o.eq_ignore_ascii_case(origin))
+            || allowed.iter().any(listed)
+        {
+            return Ok(());
+        }
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin",
+            format!(
+                "a request from origin {origin:?} is refused: only this server's own pages may \
+                 use it (list other origins in server.allowed_origins, \
+                 LEASEHOLD_SERVER_ALLOWED_ORIGINS)"
+            ),
+        ));
+    }
+    let reads = *method == Method::GET || *method == Method::HEAD;
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
         let site = site.trim();
-        if !site.eq_ignore_ascii_case("same-origin") && !site.eq_ignore_ascii_case("none") {
+        if !reads && !site.eq_ignore_ascii_case("same-origin") && !site.eq_ignore_ascii_case("none")
+        {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "cross_origin",
@@ -183,25 +220,7 @@ fn check_origin(headers: &HeaderMap, host: &str, allowed: &[String]) -> Result<(
             ));
         }
     }
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return Ok(());
-    };
-    let origin = origin.to_str().unwrap_or("(not text)").trim();
-    let own = [format!("http://{host}"), format!("https://{host}")];
-    let listed = |o: &String| o.trim_end_matches('/').eq_ignore_ascii_case(origin);
-    if !host.is_empty() && own.iter().any(|o| o.eq_ignore_ascii_case(origin))
-        || allowed.iter().any(listed)
-    {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        "cross_origin",
-        format!(
-            "a request from origin {origin:?} is refused: only this server's own pages may use \
-             it (list other origins in server.allowed_origins, LEASEHOLD_SERVER_ALLOWED_ORIGINS)"
-        ),
-    ))
+    Ok(())
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {
