@@ -507,3 +507,58 @@ async fn ctrl_c_leaves_the_run_in_the_store_and_runs_resume_picks_it_up() {
     assert!(out.stdout.contains("answer: "), "{}", out.stdout);
     stack.shutdown().await;
 }
+
+/// `run --json` then `runs resume --json` on `data`; the seqs they printed
+/// and the seqs of the run's log, in order.
+async fn printed_and_logged(stack: &DemoStack, dir: &Path) -> (Vec<u64>, Vec<u64>) {
+    let data = dir.join("data");
+    let flow = write_flow(dir, stack);
+    let first = output(
+        leasehold(&data, Some(stack))
+            .arg("run")
+            .arg(&flow)
+            .arg("--json"),
+    )
+    .await;
+    assert_eq!(first.code, Some(3), "paused: {}", first.stderr);
+    let first = events_of(&first.stdout);
+    let run_id = first[0].run_id.clone();
+    let second = output(leasehold(&data, Some(stack)).args([
+        "runs",
+        "resume",
+        &run_id,
+        "--json",
+        "--guidance",
+        GUIDANCE,
+    ]))
+    .await;
+    assert_eq!(second.code, Some(0), "completed: {}", second.stderr);
+    let logged = output(leasehold(&data, None).args(["runs", "events", &run_id, "--json"])).await;
+    assert_eq!(logged.code, Some(0), "{}", logged.stderr);
+    let printed = first
+        .iter()
+        .chain(&events_of(&second.stdout))
+        .map(|e| e.seq)
+        .collect();
+    let logged = events_of(&logged.stdout).iter().map(|e| e.seq).collect();
+    (printed, logged)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_logged_event_reaches_run_json_however_loaded_the_machine() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    // Three pause-and-resume runs at once, each in its own data directory:
+    // the machine is loaded, and the bus can be outrun; the printed events
+    // must still be the log, in order, none twice.
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let runs = dirs
+        .iter()
+        .map(|dir| printed_and_logged(&stack, dir.path()));
+    for (printed, logged) in futures_util::future::join_all(runs).await {
+        assert!(!logged.is_empty());
+        assert_eq!(
+            printed, logged,
+            "every logged event was printed, once, in order"
+        );
+    }
+}
