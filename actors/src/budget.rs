@@ -11,8 +11,9 @@
 //! 1. **Unlimited stays unlimited.** A limit of 0 is unlimited: the answer is
 //!    [`BudgetDecision::Unlimited`], with no event and no evaluator call, so
 //!    an extension can never turn an unlimited budget into a finite cap.
-//! 2. **Cap.** At most [`BudgetConfig::max_extensions`] (default 3)
-//!    extensions per loop, whatever the evaluator says: with no extensions
+//! 2. **Cap.** At most [`BudgetConfig::max_extensions`] (default 3, and
+//!    never more: [`MAX_EXTENSIONS`]) extensions per loop, whatever the
+//!    evaluator says: with no extensions
 //!    left — as the request counts them, or because `extensions_used` has
 //!    reached the configured cap — the loop wraps up (`decided_by = cap`)
 //!    and no evaluator is asked.
@@ -109,11 +110,25 @@ pub use parse::{BudgetParseError, ParsedBudgetDecision, parse_budget_decision};
 /// The consumer that evaluator calls of budget checkpoints are attributed to.
 pub const BUDGET_CONSUMER: &str = "engine.budget";
 
+/// The most extensions one loop may ever get, whatever the evaluator says:
+/// configurations and flows may lower [`BudgetConfig::max_extensions`], never
+/// raise it past this.
+pub const MAX_EXTENSIONS: u32 = 3;
+
+/// What a refused extension cap is told it should have been, naming
+/// [`MAX_EXTENSIONS`].
+pub fn max_extensions_expected() -> String {
+    format!(
+        "at most {MAX_EXTENSIONS} (a loop is extended at most {MAX_EXTENSIONS} times, whatever \
+         the evaluator says: lower it, never raise it)"
+    )
+}
+
 /// A budget checkpoint's policy parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BudgetConfig {
     /// Extensions one loop may get in all, whatever the evaluator says
-    /// (default 3).
+    /// (default and most [`MAX_EXTENSIONS`], 3).
     pub max_extensions: u32,
     /// The flat timeout of one evaluation (default 15 s).
     pub evaluator_timeout: Duration,
@@ -125,7 +140,7 @@ pub struct BudgetConfig {
 impl Default for BudgetConfig {
     fn default() -> Self {
         Self {
-            max_extensions: 3,
+            max_extensions: MAX_EXTENSIONS,
             evaluator_timeout: Duration::from_secs(15),
             min_confidence: 0.25,
         }
@@ -133,10 +148,18 @@ impl Default for BudgetConfig {
 }
 
 impl BudgetConfig {
-    /// Refuses a zero evaluator timeout or one above
+    /// Refuses more than [`MAX_EXTENSIONS`] extensions
+    /// (`budget.max_extensions`), a zero evaluator timeout or one above
     /// [`MAX_DURATION`](crate::MAX_DURATION) (`budget.evaluator_timeout`)
     /// and a `min_confidence` outside (0, 1] (`budget.min_confidence`).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_extensions > MAX_EXTENSIONS {
+            return Err(ConfigError::new(
+                "budget.max_extensions",
+                max_extensions_expected(),
+                self.max_extensions,
+            ));
+        }
         crate::check_positive_duration("budget.evaluator_timeout", self.evaluator_timeout)?;
         // Written so that NaN fails it too.
         let in_range = self.min_confidence > 0.0 && self.min_confidence <= 1.0;

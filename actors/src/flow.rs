@@ -47,6 +47,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{MAX_EXTENSIONS, max_extensions_expected};
 use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 use crate::lease::LeaseConfig;
 use crate::watchdog::WatchdogConfig;
@@ -291,7 +292,8 @@ pub struct SupervisionOverrides {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetOverrides {
-    /// Budget extensions the run may be granted.
+    /// Budget extensions each loop of the run may be granted: at most
+    /// [`MAX_EXTENSIONS`] (3); a flow may lower the cap, never raise it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_extensions: Option<u32>,
 }
@@ -327,7 +329,8 @@ impl Flow {
     /// non-empty; durations above 0 and at most
     /// [`MAX_DURATION`] (30 days); `free_renewals` ≤ `max_renewals` when
     /// both given; `jitter` in `[0, 1]`; `backoff_max` ≥ `backoff_initial`
-    /// when both given; milestone names non-empty and unique.
+    /// when both given; milestone names non-empty and unique;
+    /// `budget.max_extensions` at most [`MAX_EXTENSIONS`] (3).
     pub fn validate(&self) -> Result<(), FlowError> {
         not_blank("name", &self.name)?;
         not_blank("task", &self.task)?;
@@ -337,7 +340,8 @@ impl Flow {
             self.validate_worker(name, worker)?;
         }
         self.leases.validate()?;
-        self.supervision.validate()
+        self.supervision.validate()?;
+        self.budget.validate()
     }
 
     fn validate_tools(&self) -> Result<(), FlowError> {
@@ -428,6 +432,20 @@ impl LeaseOverrides {
             ));
         }
         Ok(())
+    }
+}
+
+impl BudgetOverrides {
+    /// A flow may lower the extension cap, never raise it past
+    /// [`MAX_EXTENSIONS`].
+    fn validate(&self) -> Result<(), FlowError> {
+        match self.max_extensions {
+            Some(max) if max > MAX_EXTENSIONS => Err(FlowError::new(
+                "budget.max_extensions",
+                format!("expected {}, got {max}", max_extensions_expected()),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

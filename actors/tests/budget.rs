@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use leasehold_actors::budget::{
     BUDGET_CONSUMER, BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
-    BudgetMsg, BudgetReply, checkpoint_due, proportional_extension,
+    BudgetMsg, BudgetReply, MAX_EXTENSIONS, checkpoint_due, proportional_extension,
 };
 use leasehold_actors::event::{BudgetRecord, Event, EventKind};
 use leasehold_actors::ports::{BudgetEvaluationRequest, Evaluator, TokenCost, TranscriptMessage};
@@ -481,6 +481,38 @@ async fn slow_budget_evaluation_does_not_delay_another_checkpoint() {
     assert_eq!(begun.elapsed(), secs(10));
     let paths: Vec<_> = rig.events.events().into_iter().map(|e| e.path).collect();
     assert_eq!(paths, ["run/worker:review#2", PATH]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_config_above_3_extensions_is_refused_and_no_checkpoint_starts() {
+    assert_eq!(MAX_EXTENSIONS, 3);
+    for max_extensions in [0, 1, 3] {
+        let config = BudgetConfig {
+            max_extensions,
+            ..BudgetConfig::default()
+        };
+        assert_eq!(config.validate(), Ok(()), "{max_extensions} refused");
+    }
+    for max_extensions in [4, 100, u32::MAX] {
+        let config = BudgetConfig {
+            max_extensions,
+            ..BudgetConfig::default()
+        };
+        let error = config.validate().expect_err("above the cap");
+        assert_eq!(error.field, "budget.max_extensions");
+        assert!(error.expected.starts_with("at most 3"), "{error}");
+        assert_eq!(error.got, max_extensions.to_string());
+        let started = BudgetCheckpointActor::start(BudgetCheckpointArgs {
+            config,
+            evaluator: None,
+            events: Arc::new(RecordingSink::new()),
+        })
+        .await;
+        assert!(
+            matches!(&started, Err(StartError::Config(e)) if e.field == "budget.max_extensions"),
+            "a checkpoint started with max_extensions = {max_extensions}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -39,6 +39,7 @@ use crate::model::ModelRole;
 use crate::store::Durability;
 
 mod checks;
+mod idle;
 mod keys;
 mod text;
 mod timing;
@@ -47,6 +48,7 @@ mod wiring;
 use keys::KEYS;
 pub use keys::{Key, ValueKind};
 
+pub use idle::IDLE_TIMEOUT_FORMULA;
 pub use timing::{Timing, compact};
 
 /// The variable naming the configuration file, when none is given.
@@ -63,6 +65,9 @@ pub enum Source {
     Env(String),
     /// The command-line flag, as given (`--data-dir`, `--set lease.tool_call`).
     Flag(String),
+    /// Worked out from other values, by this formula (a key left unset whose
+    /// default depends on others: `model.idle_timeout`).
+    Derived(&'static str),
 }
 
 impl fmt::Display for Source {
@@ -72,6 +77,7 @@ impl fmt::Display for Source {
             Self::File(path) => write!(f, "file {}", path.display()),
             Self::Env(name) => write!(f, "env {name}"),
             Self::Flag(flag) => write!(f, "flag {flag}"),
+            Self::Derived(formula) => write!(f, "derived: {formula}"),
         }
     }
 }
@@ -147,8 +153,10 @@ pub struct Config {
     pub fast_model_api_key: Setting<Option<String>>,
     /// Connecting to a model endpoint (`LEASEHOLD_MODEL_CONNECT_TIMEOUT`).
     pub model_connect_timeout: Setting<Duration>,
-    /// Silence of a model endpoint mid-answer (`LEASEHOLD_MODEL_IDLE_TIMEOUT`).
-    pub model_idle_timeout: Setting<Duration>,
+    /// Silence of a model endpoint mid-answer (`LEASEHOLD_MODEL_IDLE_TIMEOUT`)
+    /// as set; `None` when it is not, and [`Config::idle_timeout`] derives it
+    /// so that the watchdog judges a silent call first.
+    pub model_idle_timeout: Setting<Option<Duration>>,
     /// Retries of a 429 (`LEASEHOLD_MODEL_RATE_LIMIT_RETRIES`).
     pub model_rate_limit_retries: Setting<u32>,
     /// Where `leasehold serve` listens (`LEASEHOLD_SERVER_ADDR`).
@@ -251,7 +259,7 @@ impl Default for Config {
             fast_model_name: Setting::default(None),
             fast_model_api_key: Setting::default(None),
             model_connect_timeout: Setting::default(model.connect_timeout),
-            model_idle_timeout: Setting::default(model.idle_timeout),
+            model_idle_timeout: Setting::default(None),
             model_rate_limit_retries: Setting::default(model.rate_limit_retries),
             server_addr: Setting::default(SocketAddr::from(([127, 0, 0, 1], 7878))),
             api_token: Setting::default(None),
@@ -518,7 +526,7 @@ impl Config {
                 }
             }
             "model.connect_timeout" => self.model_connect_timeout = with(duration()?, source),
-            "model.idle_timeout" => self.model_idle_timeout = with(duration()?, source),
+            "model.idle_timeout" => self.model_idle_timeout = with(Some(duration()?), source),
             "model.rate_limit_retries" => self.model_rate_limit_retries = with(count()?, source),
             "server.addr" => {
                 let addr = trimmed.parse::<SocketAddr>().map_err(|_| bad())?;
@@ -629,7 +637,10 @@ impl Config {
             "fast_model.name" => text(&self.fast_model_name, "(the default's)"),
             "fast_model.api_key" => secret(&self.fast_model_api_key, "(the default's)"),
             "model.connect_timeout" => d(&self.model_connect_timeout),
-            "model.idle_timeout" => d(&self.model_idle_timeout),
+            "model.idle_timeout" => {
+                let (idle, source) = self.idle_timeout_entry();
+                (humantime::format_duration(idle).to_string(), source)
+            }
             "model.rate_limit_retries" => n(&self.model_rate_limit_retries),
             "server.addr" => (self.server_addr.value.to_string(), &self.server_addr.source),
             "api_token" => secret(&self.api_token, "(none)"),

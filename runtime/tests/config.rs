@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold::config::{Config, Flag, LoadError, Source};
+use leasehold::config::{Config, Flag, IDLE_TIMEOUT_FORMULA, LoadError, Source};
 use leasehold::engine::EngineConfig;
 use leasehold::lease::LeaseKind;
 use leasehold::model::ModelRole;
@@ -41,9 +41,137 @@ fn defaults_match_the_actors_defaults_and_come_from_default() {
     assert_eq!(config.durability.value, Durability::Sync);
     assert_eq!(config.file, None);
     for (key, value, source) in config.entries() {
+        if key.file == "model.idle_timeout" {
+            assert_eq!(source, Source::Derived(IDLE_TIMEOUT_FORMULA));
+            assert_eq!(value, "15m 15s");
+            continue;
+        }
         assert_eq!(source, Source::Default, "{}", key.env);
         assert_eq!(value, key.default, "documented default of {}", key.env);
     }
+}
+
+#[test]
+fn the_idle_timeout_unset_is_derived_so_the_watchdog_judges_a_silent_call_first() {
+    let defaults = Config::default();
+    let idle = defaults.idle_timeout();
+    // (2 free renewals + 1) × the longer model lease (5m, blocking) + 15s.
+    assert_eq!(idle.value, Duration::from_secs(15 * 60 + 15));
+    assert_eq!(idle.source, Source::Derived(IDLE_TIMEOUT_FORMULA));
+    assert!(
+        idle.source
+            .to_string()
+            .starts_with("derived: (watchdog.free_renewals + 1)"),
+        "{}",
+        idle.source
+    );
+    for kind in [LeaseKind::ModelStream, LeaseKind::ModelBlocking] {
+        assert!(idle.value >= defaults.first_judgment(kind), "{kind}");
+    }
+    // It follows the effective configuration, and reaches the model client.
+    let config = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_LEASE_MODEL_STREAM", "10m"),
+            ("LEASEHOLD_WATCHDOG_FREE_RENEWALS", "3"),
+            ("LEASEHOLD_EVALUATOR_TIMEOUT", "30s"),
+            ("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:8000/v1"),
+            ("LEASEHOLD_MODEL_NAME", "big"),
+        ]),
+    )
+    .expect("loads");
+    let derived = Duration::from_secs(4 * 10 * 60 + 30);
+    assert_eq!(config.idle_timeout().value, derived);
+    assert_eq!(
+        config.model_settings().expect("settings").idle_timeout,
+        derived
+    );
+    let shown = config
+        .entries()
+        .into_iter()
+        .find(|(key, _, _)| key.file == "model.idle_timeout")
+        .expect("listed");
+    assert_eq!(shown.1, "40m 30s");
+    assert!(shown.2.to_string().starts_with("derived: "), "{}", shown.2);
+    assert_eq!(config.warnings(), Vec::<String>::new());
+    let described = leasehold::cli::describe_config(&config);
+    let line = described
+        .lines()
+        .find(|l| l.starts_with("LEASEHOLD_MODEL_IDLE_TIMEOUT "))
+        .expect("`leasehold config` lists the idle timeout");
+    assert!(line.contains("40m 30s"), "{line}");
+    assert!(
+        line.ends_with(&format!("derived: {IDLE_TIMEOUT_FORMULA}")),
+        "{line}"
+    );
+    assert!(!described.contains("# warnings"), "{described}");
+    // Set, it is what was set, from where it was set.
+    let set =
+        Config::load(None, env_of(&[("LEASEHOLD_MODEL_IDLE_TIMEOUT", "20m")])).expect("loads");
+    assert_eq!(set.idle_timeout().value, Duration::from_secs(20 * 60));
+    assert_eq!(
+        set.idle_timeout().source,
+        Source::Env("LEASEHOLD_MODEL_IDLE_TIMEOUT".into())
+    );
+}
+
+#[test]
+fn an_idle_timeout_that_cuts_a_model_call_before_its_first_judgment_is_warned_about() {
+    // 1m against a stream judged at 6m15s and a blocking call at 15m15s.
+    let config =
+        Config::load(None, env_of(&[("LEASEHOLD_MODEL_IDLE_TIMEOUT", "1m")])).expect("loads");
+    let warnings = config.warnings();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    for (warning, lease, judged) in [
+        (&warnings[0], "LEASEHOLD_LEASE_MODEL_STREAM", "6m15s"),
+        (&warnings[1], "LEASEHOLD_LEASE_MODEL_BLOCKING", "15m15s"),
+    ] {
+        assert!(
+            warning.starts_with(
+                "LEASEHOLD_MODEL_IDLE_TIMEOUT (1m, from env LEASEHOLD_MODEL_IDLE_TIMEOUT)"
+            ),
+            "{warning}"
+        );
+        assert!(warning.contains(lease), "{warning}");
+        assert!(warning.contains(&format!("judged ({judged}")), "{warning}");
+        assert!(
+            warning.contains("before the watchdog has judged it"),
+            "{warning}"
+        );
+    }
+    let described = leasehold::cli::describe_config(&config);
+    assert!(
+        described.contains("warning: LEASEHOLD_MODEL_IDLE_TIMEOUT (1m, from env"),
+        "{described}"
+    );
+    // Just long enough for the blocking call: no warning; a millisecond
+    // less cuts the blocking call only.
+    let enough =
+        Config::load(None, env_of(&[("LEASEHOLD_MODEL_IDLE_TIMEOUT", "15m 15s")])).expect("loads");
+    assert_eq!(enough.warnings(), Vec::<String>::new());
+    let short = Config::load(
+        None,
+        env_of(&[("LEASEHOLD_MODEL_IDLE_TIMEOUT", "15m 14s 999ms")]),
+    )
+    .expect("loads");
+    let warnings = short.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("LEASEHOLD_LEASE_MODEL_BLOCKING"),
+        "{warnings:?}"
+    );
+    // A longer lease with the idle timeout left in a file: the stream is cut.
+    let file = temp_toml("[model]\nidle_timeout = \"20m\"\n[lease]\nmodel_stream = \"10m\"\n");
+    let config = Config::load(Some(file.path()), no_env).expect("loads");
+    let warnings = config.warnings().join("\n");
+    assert!(
+        warnings.contains("LEASEHOLD_MODEL_IDLE_TIMEOUT (20m, from file"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("LEASEHOLD_LEASE_MODEL_STREAM"),
+        "{warnings}"
+    );
 }
 
 #[test]
@@ -142,6 +270,39 @@ fn free_renewals_above_the_renewal_cap_are_refused() {
     assert!(
         text.contains("LEASEHOLD_WATCHDOG_MAX_RENEWALS (4)"),
         "{text}"
+    );
+}
+
+#[test]
+fn budget_max_extensions_may_be_lowered_but_not_raised_past_3() {
+    for max in ["0", "2", "3"] {
+        let config = Config::load(None, env_of(&[("LEASEHOLD_BUDGET_MAX_EXTENSIONS", max)]))
+            .unwrap_or_else(|e| panic!("{max} refused: {e}"));
+        assert_eq!(
+            config.engine_config().budget.max_extensions.to_string(),
+            max
+        );
+    }
+    let error = Config::load(None, env_of(&[("LEASEHOLD_BUDGET_MAX_EXTENSIONS", "4")]))
+        .expect_err("above 3 is refused");
+    let text = error.to_string();
+    assert!(
+        text.contains("LEASEHOLD_BUDGET_MAX_EXTENSIONS (budget.max_extensions)"),
+        "{text}"
+    );
+    assert!(text.contains("at most 3"), "{text}");
+    assert!(
+        text.contains("from env LEASEHOLD_BUDGET_MAX_EXTENSIONS"),
+        "{text}"
+    );
+    assert!(text.ends_with("got 4"), "{text}");
+    let error = Config::from_toml_str("[budget]\nmax_extensions = 1000\n")
+        .expect_err("a file above 3 is refused too");
+    assert!(
+        error
+            .to_string()
+            .contains("LEASEHOLD_BUDGET_MAX_EXTENSIONS (budget.max_extensions)"),
+        "{error}"
     );
 }
 

@@ -224,6 +224,28 @@ fn backoff_max_below_backoff_initial_is_refused() {
 }
 
 #[test]
+fn a_flow_may_lower_the_extension_cap_but_never_raise_it_past_3() {
+    for max in [0, 1, 3] {
+        let flow = parse_toml(&toml_with(&format!("[budget]\nmax_extensions = {max}\n")))
+            .unwrap_or_else(|e| panic!("max_extensions = {max} is refused: {e}"));
+        assert_eq!(flow.budget.max_extensions, Some(max));
+    }
+    for max in [4, 1000, u32::MAX] {
+        let error = toml_refusal(&format!("[budget]\nmax_extensions = {max}\n"));
+        assert_eq!(error.path, "budget.max_extensions");
+        assert!(
+            error.message.starts_with("expected at most 3")
+                && error.message.ends_with(&format!("got {max}")),
+            "{error}"
+        );
+    }
+    let error =
+        parse_json(r#"{"name":"n","task":"t","max_steps":5,"budget":{"max_extensions":4}}"#)
+            .expect_err("a JSON flow above the cap is refused too");
+    assert_eq!(error.path, "budget.max_extensions");
+}
+
+#[test]
 fn milestones_must_be_named_and_unique() {
     let error = toml_refusal("milestones = [\"plan\", \"plan\"]\n");
     assert_eq!(error.path, "milestones[1]");

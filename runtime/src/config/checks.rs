@@ -3,17 +3,19 @@
 
 use std::time::Duration;
 
-use leasehold_actors::lease::LeaseKind;
+use leasehold_actors::budget::{MAX_EXTENSIONS, max_extensions_expected};
 use leasehold_actors::{ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 
+use super::idle::MODEL_KINDS;
 use super::keys::{KEYS, Key, ValueKind};
 use super::{Config, Source, compact, key_of, named};
 
 impl Config {
     /// Refuses combinations that defeat themselves, naming the variables: a
     /// zero duration or one above [`MAX_DURATION`] (30 days), free renewals
-    /// above the renewal cap, a longest backoff below the first, a run lease
-    /// too short to heartbeat.
+    /// above the renewal cap, a longest backoff below the first, more than
+    /// [`MAX_EXTENSIONS`] (3) budget extensions, a run lease too short to
+    /// heartbeat.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value, source) in self.durations() {
             let Some(value) = value else {
@@ -76,6 +78,17 @@ impl Config {
                 humantime::format_duration(self.restart_backoff_max.value),
             ));
         }
+        if self.budget_max_extensions.value > MAX_EXTENSIONS {
+            return Err(ConfigError::new(
+                named(key_of("budget.max_extensions")),
+                format!(
+                    "{} (from {})",
+                    max_extensions_expected(),
+                    self.budget_max_extensions.source
+                ),
+                self.budget_max_extensions.value,
+            ));
+        }
         if self.run_lease_ttl.value < Duration::from_millis(3) {
             return Err(ConfigError::new(
                 named(key_of("run_lease_ttl")),
@@ -110,21 +123,39 @@ impl Config {
     }
 
     /// Combinations that are allowed but work against themselves, each as
-    /// one sentence naming the variables.
+    /// one sentence naming the variables. Among them: an idle timeout that
+    /// cuts a silent model call before the watchdog has judged it (before
+    /// [`Config::first_judgment`]), the hidden deadline leases exist to
+    /// avoid.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        let idle = self.model_idle_timeout.value;
-        for (kind, variable) in [
-            (LeaseKind::ModelStream, "LEASEHOLD_LEASE_MODEL_STREAM"),
-            (LeaseKind::ModelBlocking, "LEASEHOLD_LEASE_MODEL_BLOCKING"),
-        ] {
+        let idle = self.idle_timeout();
+        let derived = matches!(idle.source, Source::Derived(_));
+        for (kind, variable) in MODEL_KINDS {
+            let judged = self.first_judgment(kind);
+            if idle.value < judged {
+                warnings.push(format!(
+                    "LEASEHOLD_MODEL_IDLE_TIMEOUT ({}, from {}) is shorter than a silent {kind} \
+                     call takes to be judged ({}: its first evaluation under {variable} and \
+                     LEASEHOLD_WATCHDOG_FREE_RENEWALS, plus LEASEHOLD_EVALUATOR_TIMEOUT): the \
+                     model client cuts the call before the watchdog has judged it; unset \
+                     LEASEHOLD_MODEL_IDLE_TIMEOUT to derive it, or make it at least {}",
+                    compact(idle.value),
+                    idle.source,
+                    compact(judged),
+                    compact(judged),
+                ));
+            }
             let cap = self.timing(kind).renewal_cap;
-            if idle > cap {
+            // A derived value follows the longer model lease, so it may
+            // outlast the shorter one's cap; only a value someone chose is
+            // pointless there.
+            if !derived && idle.value > cap {
                 warnings.push(format!(
                     "LEASEHOLD_MODEL_IDLE_TIMEOUT ({}) is longer than a {kind} call can last under \
                      its renewal cap ({}, from {variable}): the idle timeout never fires, the cap \
                      cuts first",
-                    compact(idle),
+                    compact(idle.value),
                     compact(cap),
                 ));
             }

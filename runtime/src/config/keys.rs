@@ -254,9 +254,9 @@ pub(super) const KEYS: [Key; 41] = [
     key(
         "LEASEHOLD_MODEL_IDLE_TIMEOUT",
         "model.idle_timeout",
-        "1m",
+        "(derived)",
         ValueKind::Duration,
-        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call",
+        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout` (15m15s with the defaults)",
     ),
     key(
         "LEASEHOLD_MODEL_RATE_LIMIT_RETRIES",

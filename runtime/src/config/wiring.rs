@@ -61,7 +61,8 @@ impl Config {
         }
     }
 
-    /// The model client's settings, from `model.*` and `fast_model.*`;
+    /// The model client's settings, from `model.*` and `fast_model.*` (the
+    /// idle timeout as [`Config::idle_timeout`] has it, derived when unset);
     /// refused, naming the variable, when the default endpoint is not set.
     pub fn model_settings(&self) -> Result<crate::model::ModelSettings, ConfigError> {
         use crate::model::{ModelEndpoint, ModelSettings};
@@ -111,7 +112,7 @@ impl Config {
             });
         }
         settings.connect_timeout = self.model_connect_timeout.value;
-        settings.idle_timeout = self.model_idle_timeout.value;
+        settings.idle_timeout = self.idle_timeout().value;
         settings.rate_limit_retries = self.model_rate_limit_retries.value;
         settings.max_answer_bytes = bytes(self.limits_model_answer.value);
         settings.max_body_bytes = bytes(self.limits_model_body.value);
