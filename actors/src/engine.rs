@@ -873,6 +873,9 @@ mod tests {
         assert_eq!(sorted, ids, "ids sorted by text are not in creation order");
         let unique: HashSet<&String> = ids.iter().collect();
         assert_eq!(unique.len(), ids.len(), "an id was made twice");
-        assert!(ids.iter().all(|id| id.starts_with("run-") && id.len() == 36));
+        assert!(
+            ids.iter()
+                .all(|id| id.starts_with("run-") && id.len() == 36)
+        );
     }
 }

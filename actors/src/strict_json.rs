@@ -149,8 +149,11 @@ mod tests {
         let error = object(r#"{"verdict":"RENEW","reason":[{"a":1,"a":2}]}"#, &keys)
             .expect_err("a nested duplicate key is refused");
         assert!(error.starts_with("duplicate key `a`"), "{error}");
-        let parsed = object(r#"{"verdict":"RENEW","reason":[{"a":1,"b":null}, 2.5, -3, true]}"#, &keys)
-            .expect("distinct keys are accepted");
+        let parsed = object(
+            r#"{"verdict":"RENEW","reason":[{"a":1,"b":null}, 2.5, -3, true]}"#,
+            &keys,
+        )
+        .expect("distinct keys are accepted");
         assert_eq!(
             Value::Object(parsed),
             serde_json::json!({"verdict":"RENEW","reason":[{"a":1,"b":null}, 2.5, -3, true]})
