@@ -850,8 +850,32 @@ fn strategy_for(flow: &Flow, base: RestartPolicy) -> Result<StrategyFactory, Con
     })
 }
 
+/// A new run id: `run-` and a UUIDv7 in hex. It is unique, and ids made
+/// one after another in this process sort in the order they were made (the
+/// UUID's millisecond timestamp and counter lead its bits), so a listing
+/// sorted by id is one sorted by creation.
 fn new_run_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("run-{:08x}{:04x}", fastrand::u32(..), n & 0xffff)
+    format!("run-{}", uuid::Uuid::now_v7().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::new_run_id;
+
+    #[test]
+    fn run_ids_made_one_after_another_sort_in_creation_order_and_are_unique() {
+        // Many ids within the same millisecond: the order must hold there too.
+        let ids: Vec<String> = (0..10_000).map(|_| new_run_id()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids, "ids sorted by text are not in creation order");
+        let unique: HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "an id was made twice");
+        assert!(
+            ids.iter()
+                .all(|id| id.starts_with("run-") && id.len() == 36)
+        );
+    }
 }

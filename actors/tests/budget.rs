@@ -302,6 +302,25 @@ async fn evaluator_timeout_wraps_up_at_the_flat_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_budget_answer_with_a_duplicate_key_wraps_up() {
+    // serde_json alone would keep the last `decision`, EXTEND.
+    let answer = r#"{"decision":"WRAP_UP","reason":"r","confidence":1,"decision":"EXTEND"}"#;
+    let rig = rig([Scripted::Answer(answer.into())]).await;
+    let decision = rig.check(request(5, 0, 3)).await;
+    assert!(
+        matches!(decision, BudgetDecision::WrapUp { .. }),
+        "{decision:?}"
+    );
+    let (_, record) = rig.only_record();
+    assert_eq!(record.decided_by, DecidedBy::Breaker);
+    assert!(
+        record.reason.contains("duplicate key `decision`"),
+        "reason: {}",
+        record.reason
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn invalid_budget_answer_wraps_up() {
     for answer in [
         "I think we should extend.",

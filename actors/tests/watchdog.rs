@@ -78,6 +78,18 @@ async fn breaker_on_garbage_renews() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn breaker_on_a_duplicate_key_renews() {
+    // serde_json alone would keep the last `verdict`, INTERVENE.
+    assert_breaker_renews(
+        Scripted::Answer(
+            r#"{"verdict":"RENEW","reason":"x","nudge":"","verdict":"INTERVENE"}"#.into(),
+        ),
+        "duplicate key `verdict`",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn breaker_on_unknown_verdict_renews() {
     assert_breaker_renews(Scripted::verdict("KILL", "x", ""), "unknown verdict").await;
 }

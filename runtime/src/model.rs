@@ -31,8 +31,10 @@
 //!
 //!   A 429 is retried by the client itself, after the wait the server asked
 //!   for (`retry-after-ms`, `Retry-After` seconds or HTTP date; 1 s, 2 s, 4 s
-//!   … when it said nothing), up to [`ModelSettings::rate_limit_retries`]
-//!   times (default 3); then the error is returned with its `retry_after`.
+//!   … when it said nothing) plus a random extra of up to a tenth of it (at
+//!   least up to 100 ms), so that calls refused together do not come back
+//!   together, up to [`ModelSettings::rate_limit_retries`] times (default
+//!   3); then the error is returned with its `retry_after`.
 //! - **Every answer is bounded.** One answer holds at most
 //!   [`ModelSettings::max_answer_bytes`] (content, tool-call names and
 //!   arguments, reasoning; default 4 MiB, `limits.model_answer`), one line

@@ -562,3 +562,123 @@ async fn every_logged_event_reaches_run_json_however_loaded_the_machine() {
         );
     }
 }
+
+/// A run of the data directory left waiting for a decision on a call of
+/// unknown outcome (its tool hangs, the watchdog intervenes), with the
+/// call's key; the store is closed when this returns.
+async fn a_run_waiting_for_a_reconciliation(data: &Path) -> (String, String) {
+    use std::sync::Arc;
+
+    use leasehold::engine::{Engine, EngineConfig};
+    use leasehold::ports::{RunStatus, Store};
+    use leasehold::store::{SledConfig, SledStore};
+    use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
+    use serde_json::json;
+
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(SledConfig::new(data)).expect("store"));
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("charge", json!({"amount": 5}))]),
+            Turn::answer("charged"),
+        ],
+    );
+    let tools = ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang]);
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_millis(100);
+    let engine = Engine::builder()
+        .config(config)
+        .model(Arc::new(model))
+        .evaluator(Arc::new(ScriptedEvaluator::always("INTERVENE")))
+        .tool_server("local", Arc::new(tools))
+        .store(Arc::clone(&store))
+        // The command line's executor, as `leasehold run` would be.
+        .owner_id(leasehold::cli::owner_id())
+        .build()
+        .await
+        .expect("engine");
+    let flow = serde_json::from_value(json!({
+        "name": "charging", "task": "charge once", "max_steps": 4,
+        "tools": [{"name": "local"}]
+    }))
+    .expect("flow");
+    let mut handle = engine.start(flow).await.expect("started");
+    let state = handle.paused().await;
+    assert_eq!(state.status, RunStatus::ReconciliationRequired);
+    let run_id = handle.run_id().to_owned();
+    let record = store.load_run(&run_id).await.expect("load").expect("run");
+    let key = record
+        .pause
+        .and_then(|p| p.call)
+        .map(|c| c.key)
+        .expect("the call in question");
+    engine.shutdown().await;
+    store.flush().await.expect("flush");
+    drop(handle);
+    drop(engine);
+    drop(store);
+    (run_id, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_reconcile_refuses_a_wrong_key_and_cancels_the_run_on_the_data_directory() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let (run_id, key) = a_run_waiting_for_a_reconciliation(&data).await;
+
+    let out = output(leasehold(&data, None).args(["runs", "resume", &run_id])).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("leasehold runs reconcile"),
+        "says what to do instead: {}",
+        out.stderr
+    );
+    let out =
+        output(leasehold(&data, None).args(["runs", "reconcile", &run_id, "--key", &key])).await;
+    assert_eq!(out.code, Some(2), "a decision is required: {}", out.stderr);
+    let out = output(leasehold(&data, None).args([
+        "runs",
+        "reconcile",
+        &run_id,
+        "--key",
+        "not-this-one",
+        "--retry",
+    ]))
+    .await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&key) && out.stderr.contains("not-this-one"),
+        "names both keys: {}",
+        out.stderr
+    );
+
+    let out = output(leasehold(&data, None).args([
+        "runs",
+        "reconcile",
+        &run_id,
+        "--key",
+        &key,
+        "--cancel",
+    ]))
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(view["status"], "cancelled", "{view}");
+    let out = output(leasehold(&data, None).args([
+        "runs",
+        "reconcile",
+        &run_id,
+        "--key",
+        &key,
+        "--cancel",
+    ]))
+    .await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("does not wait for a reconciliation: it is cancelled"),
+        "{}",
+        out.stderr
+    );
+}

@@ -754,3 +754,55 @@ async fn an_idle_event_stream_gets_keep_alive_comments_not_a_timeout() {
     let (_, view) = server.get(&format!("/runs/{run_id}")).await;
     assert_eq!(view["status"], "waiting_human", "reading changed nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_reconcile_with_server_marks_the_call_done_over_the_api() {
+    let (engine, model) = hanging_tool_engine("charge", "INTERVENE", "charged once").await;
+    let server = Server::start(engine, ServerOptions::default()).await;
+    let run_id = server.start_run(&searching_flow()).await;
+    let view = server
+        .wait_status(&run_id, |s| s == "reconciliation_required")
+        .await;
+    let key = view["pause"]["call"]["key"]
+        .as_str()
+        .expect("the call in question")
+        .to_owned();
+    let dir = tempfile::tempdir().expect("dir");
+    let reconcile = |key: &str| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .env_clear()
+            .env("LEASEHOLD_DATA_DIR", dir.path())
+            .args(["runs", "reconcile", &run_id, "--key", key])
+            .args(["--mark-done", "--result", "charged, by hand"])
+            .args(["--server", &server.base])
+            .kill_on_drop(true);
+        command
+    };
+
+    let out = reconcile("not-this-one").output().await.expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the server refused (409"), "{stderr}");
+    let out = reconcile(&key).output().await.expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(answer["run_id"], run_id.as_str(), "{answer}");
+    let view = server
+        .wait_status(&run_id, |s| {
+            s != "reconciliation_required" && s != "running"
+        })
+        .await;
+    assert_eq!(view["status"], "completed", "{view}");
+    let saw = model.requests_of("run").iter().any(|r| {
+        r.messages
+            .iter()
+            .any(|m| m.content.contains("charged, by hand"))
+    });
+    assert!(saw, "the model saw the result given on the command line");
+}

@@ -134,6 +134,18 @@ impl Remote {
                     .await?;
                 print_json(&answer);
             }
+            RunsCommand::Reconcile(args) => {
+                let mut body = serde_json::to_value(args.decision())
+                    .map_err(|e| CliError::other(format!("cannot encode the decision: {e}")))?;
+                body["key"] = serde_json::Value::String(args.key);
+                let answer: serde_json::Value = self
+                    .send(
+                        self.request(Method::POST, &format!("/runs/{}/reconcile", args.id))
+                            .json(&body),
+                    )
+                    .await?;
+                print_json(&answer);
+            }
         }
         Ok(ExitCode::SUCCESS)
     }

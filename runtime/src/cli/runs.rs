@@ -4,7 +4,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Args, Subcommand};
+use clap::{ArgGroup, Args, Subcommand};
+use leasehold_actors::agent::ReconcileDecision;
 use leasehold_actors::engine::Engine;
 use leasehold_actors::evidence::Evidence;
 use leasehold_actors::ports::{
@@ -32,6 +33,10 @@ pub enum RunsCommand {
     Resume(ResumeArgs),
     /// Cancel a run.
     Cancel(CancelArgs),
+    /// Decide about a run's tool call of unknown outcome: mark it done,
+    /// call it again, or cancel the run; then follow the run until it ends
+    /// or pauses again.
+    Reconcile(ReconcileArgs),
 }
 
 /// Where the runs are.
@@ -130,6 +135,50 @@ pub struct CancelArgs {
     pub(super) target: Target,
 }
 
+/// `runs reconcile`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("decision").required(true).args(["mark_done", "retry", "cancel"])))]
+pub struct ReconcileArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// The idempotency key of the call in question (`runs show` prints it
+    /// under `pause.call.key`).
+    #[arg(long)]
+    pub(super) key: String,
+    /// It took effect: the model sees `--result` as its result.
+    #[arg(long)]
+    pub(super) mark_done: bool,
+    /// With `--mark-done`: the result the model will see.
+    #[arg(long, requires = "mark_done", default_value = "")]
+    pub(super) result: String,
+    /// Call it again, with the same idempotency key.
+    #[arg(long)]
+    pub(super) retry: bool,
+    /// Cancel the run.
+    #[arg(long)]
+    pub(super) cancel: bool,
+    /// One JSON event per line while following it.
+    #[arg(long)]
+    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+impl ReconcileArgs {
+    /// The decision these flags name.
+    pub(super) fn decision(&self) -> ReconcileDecision {
+        if self.mark_done {
+            ReconcileDecision::MarkDone {
+                result: self.result.clone(),
+            }
+        } else if self.retry {
+            ReconcileDecision::Retry
+        } else {
+            ReconcileDecision::Cancel
+        }
+    }
+}
+
 impl RunsCommand {
     fn server(&self) -> Option<&str> {
         let target = match self {
@@ -138,6 +187,7 @@ impl RunsCommand {
             Self::Events(a) => &a.target,
             Self::Resume(a) => &a.target,
             Self::Cancel(a) => &a.target,
+            Self::Reconcile(a) => &a.target,
         };
         target.server.as_deref()
     }
@@ -210,7 +260,73 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             eprintln!("run {} cancelled", args.id);
             Ok(ExitCode::SUCCESS)
         }
+        RunsCommand::Reconcile(args) => reconcile(&config, args).await,
     }
+}
+
+/// Decides about the run's call of unknown outcome: a cancel needs no
+/// loop; otherwise claims the run, answers its pause and follows it.
+async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, CliError> {
+    let store = open_store(config)?;
+    let record = store
+        .load_run(&args.id)
+        .await?
+        .ok_or_else(|| CliError::other(format!("no run {}", args.id)))?;
+    if record.status != RunStatus::ReconciliationRequired {
+        let status = serde_json::to_value(record.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        return Err(CliError::other(format!(
+            "run {} does not wait for a reconciliation: it is {status}",
+            args.id
+        )));
+    }
+    let pending = record
+        .pause
+        .as_ref()
+        .and_then(|p| p.call.as_ref())
+        .map(|c| c.key.clone())
+        .unwrap_or_default();
+    if pending != args.key {
+        return Err(CliError::other(format!(
+            "run {} waits for a decision on the call with key {pending}, not {}",
+            args.id, args.key
+        )));
+    }
+    let decision = args.decision();
+    if decision == ReconcileDecision::Cancel {
+        drop(store);
+        let engine = admin_engine(config).await?;
+        engine
+            .cancel_stored(
+                &args.id,
+                &format!("cancelled from the command line instead of the call {pending}"),
+            )
+            .await?;
+        eprintln!("run {} cancelled", args.id);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Before the run's tool servers start: a signal stops it in place.
+    let signals = super::install_signals()?;
+    let engine = engine_builder(config, store)?.build().await?;
+    let mut events = engine.events().subscribe();
+    let mut handle = engine.resume(&args.id).await?;
+    handle.wait_until(|s| s.status.is_paused()).await;
+    handle
+        .reconcile(args.key, decision)
+        .await
+        .map_err(|e| CliError::other(e.to_string()))?;
+    let output = if args.json {
+        Output::Json
+    } else {
+        Output::Readable
+    };
+    let followed = log::follow(handle, &mut events, output, &signals).await;
+    engine.shutdown().await;
+    engine.store().flush().await?;
+    followed.print_rest(engine.store().as_ref()).await?;
+    Ok(super::followed_code(&followed))
 }
 
 /// Claims the run, answers its pause if it has one, and follows it.
@@ -224,9 +340,10 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
         .ok_or_else(|| CliError::other(format!("no run {}", args.id)))?;
     if record.status == RunStatus::ReconciliationRequired {
         return Err(CliError::other(format!(
-            "run {} waits for a decision on a tool call of unknown outcome: decide with POST \
-             /runs/{}/reconcile on `leasehold serve` (see docs/http-api.md)",
-            args.id, args.id
+            "run {0} waits for a decision on a tool call of unknown outcome: decide with \
+             `leasehold runs reconcile {0} --key KEY (--mark-done [--result TEXT] | --retry | \
+             --cancel)`",
+            args.id
         )));
     }
     let engine = engine_builder(config, store)?.build().await?;

@@ -13,7 +13,9 @@
 //!   [`Evidence::progress`], so the audit trail shows why the call is quiet.
 //! - **Rate limits.** A 429 is retried by the client itself, after waiting
 //!   as the server said (`retry-after-ms`, `Retry-After` seconds or date;
-//!   1 s, 2 s, 4 s … when it said nothing), up to
+//!   1 s, 2 s, 4 s … when it said nothing) plus a random extra of up to a
+//!   tenth of that wait (at least up to 100 ms), so that calls refused
+//!   together do not come back together, up to
 //!   [`ModelSettings::rate_limit_retries`] times; then the error is returned
 //!   with its `retry_after`.
 //! - **Bounded answers.** A streamed answer is held to
@@ -208,7 +210,7 @@ impl OpenAiClient {
                 return Err(error);
             }
             retries += 1;
-            let pause = wait.unwrap_or_else(|| backoff(retries));
+            let pause = rate_limit_pause(wait, retries, &mut fastrand::Rng::new());
             evidence.progress(format!(
                 "rate limited (HTTP 429): retry {retries} of {} in {} ms",
                 settings.rate_limit_retries,
@@ -259,6 +261,21 @@ impl ModelClient for OpenAiClient {
 /// 1 s, 2 s, 4 s …, at most 32 s.
 fn backoff(n: u32) -> Duration {
     Duration::from_secs(1u64 << n.saturating_sub(1).min(5))
+}
+
+/// The least bound of a rate-limit pause's random extra, so that even a
+/// server asking for no wait at all sees its callers spread out.
+const MIN_JITTER: Duration = Duration::from_millis(100);
+
+/// The pause before retry `n` (1-based) of a rate-limited call: the wait
+/// the server `asked` for, or [`backoff`] when it asked none, plus a random
+/// extra of up to a tenth of it (at least up to [`MIN_JITTER`]). Never
+/// shorter than what the server asked.
+fn rate_limit_pause(asked: Option<Duration>, n: u32, rng: &mut fastrand::Rng) -> Duration {
+    let base = asked.unwrap_or_else(|| backoff(n));
+    let spread = (base / 10).max(MIN_JITTER);
+    let spread_ms = u64::try_from(spread.as_millis()).unwrap_or(u64::MAX);
+    base.saturating_add(Duration::from_millis(rng.u64(0..=spread_ms)))
 }
 
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
@@ -423,4 +440,54 @@ async fn next_chunk(
 /// The `response_format` of an evaluator: any JSON object.
 pub(crate) fn json_object_format() -> Value {
     json!({"type": "json_object"})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `draws` pauses before retry `n`, from a seeded generator.
+    fn pauses(asked: Option<Duration>, n: u32, draws: usize) -> Vec<Duration> {
+        let mut rng = fastrand::Rng::with_seed(11);
+        (0..draws)
+            .map(|_| rate_limit_pause(asked, n, &mut rng))
+            .collect()
+    }
+
+    fn assert_spread_within(pauses: &[Duration], low: Duration, high: Duration) {
+        for pause in pauses {
+            assert!(
+                (low..=high).contains(pause),
+                "{pause:?} outside {low:?}..={high:?}"
+            );
+        }
+        let first = pauses[0];
+        assert!(
+            pauses.iter().any(|p| *p != first),
+            "every pause is {first:?}: no jitter"
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_pause_adds_jitter_to_the_servers_wait_never_less() {
+        let ms = Duration::from_millis;
+        assert_spread_within(&pauses(Some(ms(2_000)), 1, 200), ms(2_000), ms(2_200));
+        // A server asking for no wait still sees its callers spread out.
+        assert_spread_within(&pauses(Some(Duration::ZERO), 1, 200), ms(0), ms(100));
+        // No wait overflows.
+        assert_eq!(
+            rate_limit_pause(Some(Duration::MAX), 1, &mut fastrand::Rng::new()),
+            Duration::MAX
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_pause_without_a_servers_wait_is_exponential_with_jitter() {
+        let secs = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert_spread_within(&pauses(None, 1, 200), secs(1), ms(1_100));
+        assert_spread_within(&pauses(None, 2, 200), secs(2), ms(2_200));
+        assert_spread_within(&pauses(None, 3, 200), secs(4), ms(4_400));
+        assert_spread_within(&pauses(None, 40, 200), secs(32), ms(35_200));
+    }
 }
