@@ -160,7 +160,10 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
         killed.elapsed()
     );
     let second_owner = view["owner_id"].as_str().expect("an owner").to_owned();
-    assert_ne!(second_owner, first_owner, "owner ids are unique per process");
+    assert_ne!(
+        second_owner, first_owner,
+        "owner ids are unique per process"
+    );
 
     // It goes on to the escalation, which a person answers over the API.
     view_until(&http, &base, &run_id, "paused", |v| {
@@ -182,7 +185,11 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
 
     leasehold_stop(&mut second).await;
     let store = SledStore::open(SledConfig::new(&data)).expect("the store opens");
-    let record = store.load_run(&run_id).await.expect("load").expect("the run");
+    let record = store
+        .load_run(&run_id)
+        .await
+        .expect("load")
+        .expect("the run");
     assert_eq!((record.status, record.fence), (RunStatus::Completed, 2));
     let events = store.load_events(&run_id, 0).await.expect("events");
     assert_no_step_repeated(&events);
@@ -215,7 +222,10 @@ fn assert_no_step_repeated(events: &[Event]) {
         }
     }
     assert_eq!(workers.len(), 3, "a worker spawned again: {workers:?}");
-    assert!(steps.values().all(|n| *n == 1), "a step started twice: {steps:?}");
+    assert!(
+        steps.values().all(|n| *n == 1),
+        "a step started twice: {steps:?}"
+    );
 }
 
 /// SIGTERM, and the exit that follows.
