@@ -333,8 +333,9 @@ pub struct Engine {
     tool_factory: Option<ToolFactory>,
     strategy: Option<StrategyFactory>,
     watchdog: ActorRef<WatchdogMsg>,
-    /// The runs this engine started or resumed, while their actors live.
-    live: std::sync::Mutex<HashMap<String, ActorRef<LoopMsg>>>,
+    /// The runs this engine started or resumed, while their actors live,
+    /// with the fence each holds.
+    live: std::sync::Mutex<HashMap<String, LiveRun>>,
     /// Set by [`Engine::shutdown`].
     shut_down: std::sync::atomic::AtomicBool,
 }
@@ -375,6 +376,12 @@ impl Engine {
 
     fn ttl_ms(&self) -> u64 {
         heartbeat_timing(self.config.run_lease_ttl).1
+    }
+
+    /// How often this executor renews its runs' leases, and sweeps for
+    /// runs whose lease expired: a third of the run-lease TTL.
+    pub fn heartbeat_period(&self) -> Duration {
+        heartbeat_timing(self.config.run_lease_ttl).0
     }
 
     /// Validates `flow`, records a new run owned by this executor (fence 1)
@@ -423,9 +430,10 @@ impl Engine {
     /// Stops this executor in process, as a clean exit would: every run it
     /// holds stops where it is — its in-flight calls cancelled, its tool
     /// servers shut down, its heartbeat stopped — and stays `running` (or
-    /// paused) in the store, so that another executor, or this process
-    /// started again, claims and resumes it once its executor lease
-    /// expires. Then the event log is written out and the watchdog stops.
+    /// paused) in the store, and its executor lease is released (it ends
+    /// now), so that another executor, or this process started again, may
+    /// claim and resume it at once. Then the event log is written out and
+    /// the watchdog stops.
     ///
     /// Nothing is cancelled or failed: shutting an executor down is not a
     /// decision about its runs. Afterwards the engine refuses to start or
@@ -436,18 +444,22 @@ impl Engine {
     /// is killed first, then waited for).
     pub async fn shutdown(&self) {
         self.shut_down.store(true, Ordering::SeqCst);
-        let runs: Vec<ActorRef<LoopMsg>> = self.lock_live().drain().map(|(_, run)| run).collect();
+        let runs: Vec<(String, LiveRun)> = self.lock_live().drain().collect();
         // All at once: a run whose stop is stuck holds none of the others up,
         // and the whole takes at most one grace.
         let mut stopping = tokio::task::JoinSet::new();
-        for run in runs {
+        for (run_id, run) in runs {
+            let store = self.store.clone();
+            let clock = self.clock.clone();
             stopping.spawn(async move {
                 let _ = run
+                    .actor
                     .stop_and_wait(
                         Some("executor shutting down".to_owned()),
                         Some(RUN_STOP_GRACE),
                     )
                     .await;
+                release(store.as_ref(), &run_id, &run.fence, clock.now_unix_ms()).await;
             });
         }
         while stopping.join_next().await.is_some() {}
@@ -472,7 +484,7 @@ impl Engine {
         }
     }
 
-    fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActorRef<LoopMsg>>> {
+    fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
         self.live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -676,8 +688,14 @@ impl Engine {
         match Actor::spawn(None, RunActor, args).await {
             Ok((actor, _)) => {
                 let mut live = self.lock_live();
-                live.retain(|_, run| run.get_status() != ActorStatus::Stopped);
-                live.insert(run_id.clone(), actor.clone());
+                live.retain(|_, run| run.actor.get_status() != ActorStatus::Stopped);
+                live.insert(
+                    run_id.clone(),
+                    LiveRun {
+                        actor: actor.clone(),
+                        fence: ctx.fence.clone(),
+                    },
+                );
                 drop(live);
                 Ok(RunHandle::new(run_id, actor, watcher))
             }
@@ -792,6 +810,30 @@ impl Saved {
             })
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// A run this engine holds: its actor and the fence it holds the run with.
+struct LiveRun {
+    actor: ActorRef<LoopMsg>,
+    fence: Arc<AtomicU64>,
+}
+
+/// Lets go of a run this executor stopped in place: its lease now ends at
+/// `now_ms` (a heartbeat with a TTL of zero), so another executor — or
+/// `leasehold runs resume` in the next process — may claim it at once
+/// instead of waiting out the TTL. A stale fence means someone else holds
+/// the run already, and nothing is written.
+async fn release(store: &dyn Store, run_id: &str, fence: &AtomicU64, now_ms: u64) {
+    let fence = fence.load(Ordering::Acquire);
+    match store.renew_run(run_id, fence, now_ms, 0).await {
+        Ok(Fenced::Applied(())) => {}
+        Ok(Fenced::Stale { owner_id, .. }) => {
+            tracing::debug!(run_id, ?owner_id, "not released: another executor holds it");
+        }
+        Err(error) => {
+            tracing::warn!(run_id, %error, "run lease not released; it will expire");
+        }
     }
 }
 

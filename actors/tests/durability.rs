@@ -11,7 +11,7 @@ use leasehold_actors::engine::{Engine, EngineConfig, EngineError};
 use leasehold_actors::event::{CallOutcome, EventKind};
 use leasehold_actors::flow::Flow;
 use leasehold_actors::memory::MemoryStore;
-use leasehold_actors::ports::{RunStatus, ToolCallState, fencing};
+use leasehold_actors::ports::{Clock, RunStatus, ToolCallState, fencing};
 use leasehold_actors::run::RunHandle;
 use leasehold_actors::supervisor::RestartPolicy;
 use leasehold_actors::testing::{
@@ -666,12 +666,16 @@ async fn shutdown_stops_the_runs_in_place_and_another_executor_resumes_them() {
     a.engine.shutdown().await;
 
     // Stopped where it was: not failed, not cancelled, still A's in the store
-    // until its executor lease runs out, with every event so far logged.
+    // but with its executor lease released, with every event so far logged.
     let state = run_a.wait().await;
     assert_eq!(state.status, RunStatus::Running, "{state:?}");
     let record = store.run(&run_id).expect("the run");
     assert_eq!(record.status, RunStatus::Running);
     assert_eq!(record.owner_id.as_deref(), Some("executor-a"));
+    assert!(
+        record.lease_expires_at_ms <= clock.now_unix_ms(),
+        "a clean shutdown releases the lease: {record:?}"
+    );
     let kinds: Vec<&str> = store
         .events(&run_id)
         .iter()
@@ -688,7 +692,8 @@ async fn shutdown_stops_the_runs_in_place_and_another_executor_resumes_them() {
         record.lease_expires_at_ms
     );
 
-    freeze_past_ttl(&clock);
+    // Released: another executor claims it at once, without waiting out
+    // the TTL.
     let b = executor(
         "executor-b",
         &store,

@@ -301,10 +301,12 @@ pub fn describe_config(config: &Config) -> String {
     out
 }
 
-/// This executor's identity: the same for every `leasehold` process on this
-/// host, so a run left paused by `leasehold run` can be resumed at once by
-/// `leasehold runs resume` or `leasehold serve` (sled lets one process at a
-/// time open a data directory; the fence still orders the claims).
+/// This executor's identity, unique to this process: `leasehold@HOST`, the
+/// process id and a random part (`leasehold@box/4242/9f3a61c2`), so that
+/// executors sharing a store never mistake one another's runs for their
+/// own. A run a process stopped cleanly (a paused `leasehold run`, a
+/// stopped `serve`) has its lease released, so the next process may claim
+/// it at once; a run whose process died is claimed once its lease expires.
 pub fn owner_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -312,7 +314,11 @@ pub fn owner_id() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned());
-    format!("leasehold@{host}")
+    format!(
+        "leasehold@{host}/{}/{:08x}",
+        std::process::id(),
+        fastrand::u32(..)
+    )
 }
 
 /// Opens the sled store of `config`.

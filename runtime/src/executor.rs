@@ -1,11 +1,18 @@
-//! An executor's boot: reconcile orphans, and resume them if told to.
+//! An executor's boot and its sweep: reconcile orphans, and resume them if
+//! told to.
 //!
 //! A run whose executor died is found by its expired executor lease and
 //! marked `orphaned` with the message `run orphaned: executor lease expired`.
-//! With `LEASEHOLD_RESUME_ON_BOOT=true` a starting executor also claims each
-//! orphan (a compare-and-set that raises its fence) and resumes it from its
-//! last snapshot; `leasehold runs resume ID` does the same for one run, on
+//! With `LEASEHOLD_RESUME_ON_BOOT=true` an executor also claims each orphan
+//! (a compare-and-set that raises its fence) and resumes it from its last
+//! snapshot; `leasehold runs resume ID` does the same for one run, on
 //! demand.
+//!
+//! Orphans are looked for at boot and then, while the executor runs
+//! ([`sweep`], started by `leasehold serve`), every third of the run-lease
+//! TTL: an executor restarted before its dead predecessor's leases expired
+//! picks those runs up once they do. (The key keeps its name: it is the
+//! same switch, "this executor resumes orphans", at boot and after.)
 //!
 //! Resuming on boot is off by default. A process that starts — after a crash
 //! loop, a deploy, or on a developer's machine with an old data directory —
@@ -15,8 +22,11 @@
 //! resume work. Reconciliation itself (marking orphans) is always on: it only
 //! tells the truth about runs nobody owns.
 
+use std::sync::Arc;
+
 use leasehold_actors::engine::{Engine, EngineError};
 use leasehold_actors::run::RunHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The environment variable that turns resume on boot on.
 pub const RESUME_ON_BOOT: &str = "LEASEHOLD_RESUME_ON_BOOT";
@@ -61,6 +71,46 @@ pub async fn boot(engine: &Engine, resume_on_boot: bool) -> Result<Boot, EngineE
         Vec::new()
     };
     Ok(Boot { orphaned, resumed })
+}
+
+/// Sweeps for orphans every [`Engine::heartbeat_period`] (a third of the
+/// run-lease TTL) until `stop` is cancelled or the engine shuts down: each
+/// sweep is a [`boot`] — orphans marked, and with `resume` claimed and
+/// resumed, each resumed run handed to `adopt`. A sweep that fails (the
+/// store refused) is logged and the next one tries again.
+///
+/// The first sweep is one period after the call: call [`boot`] first.
+pub fn sweep(
+    engine: Arc<Engine>,
+    resume: bool,
+    stop: CancellationToken,
+    adopt: impl Fn(RunHandle) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let period = engine.heartbeat_period();
+    tokio::spawn(async move {
+        let first = leasehold_actors::deadline_after(tokio::time::Instant::now(), period);
+        let mut ticks = tokio::time::interval_at(first, period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            match boot(&engine, resume).await {
+                Ok(found) => {
+                    if !found.orphaned.is_empty() {
+                        tracing::warn!(runs = ?found.orphaned, "orphaned runs found");
+                    }
+                    for handle in found.resumed {
+                        tracing::info!(run_id = handle.run_id(), "orphan resumed");
+                        adopt(handle);
+                    }
+                }
+                Err(EngineError::ShutDown) => return,
+                Err(error) => tracing::error!(%error, "the sweep for orphans failed"),
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -1,15 +1,17 @@
-//! Boot of an executor: orphans are always reconciled, resumed only when
-//! `LEASEHOLD_RESUME_ON_BOOT` says so.
+//! Boot and sweep of an executor: orphans are always reconciled, resumed
+//! only when `LEASEHOLD_RESUME_ON_BOOT` says so; the sweep finds them while
+//! the executor runs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::engine::{Engine, EngineConfig};
-use leasehold::executor::boot;
+use leasehold::executor::{boot, sweep};
 use leasehold::flow::Flow;
 use leasehold::memory::MemoryStore;
-use leasehold::ports::RunStatus;
+use leasehold::ports::{Clock, RunStatus, fencing};
 use leasehold::testing::{ManualClock, ScriptedModel, ScriptedTools, ToolAct, Turn};
+use tokio_util::sync::CancellationToken;
 
 async fn engine(
     owner: &str,
@@ -82,4 +84,137 @@ async fn boot_marks_orphans_and_resumes_them_only_when_told() {
         store.run(&run_id).map(|r| (r.status, r.fence)),
         Some((RunStatus::Completed, 2))
     );
+}
+
+/// Wall-clock milliseconds that follow tokio's (paused) time.
+struct TokioClock {
+    base_ms: u64,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    fn at(base_ms: u64) -> Self {
+        Self {
+            base_ms,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_unix_ms(&self) -> u64 {
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.base_ms.saturating_add(elapsed)
+    }
+}
+
+const BASE_MS: u64 = 1_800_000_000_000;
+const TTL: Duration = Duration::from_secs(90);
+
+async fn executor(
+    owner: &str,
+    store: &MemoryStore,
+    clock: Arc<dyn Clock>,
+    model: ScriptedModel,
+    search: ToolAct,
+) -> Arc<Engine> {
+    let tools = ScriptedTools::new().tool("search", Some(true), [search]);
+    let config = EngineConfig {
+        run_lease_ttl: TTL,
+        ..EngineConfig::default()
+    };
+    Arc::new(
+        Engine::builder()
+            .config(config)
+            .owner_id(owner)
+            .store(Arc::new(store.clone()))
+            .clock(clock)
+            .model(Arc::new(model))
+            .tool_server("local", Arc::new(tools))
+            .build()
+            .await
+            .expect("engine"),
+    )
+}
+
+/// Executor A starts a run whose tool call hangs, and its heartbeats stop
+/// moving its lease: its wall clock stands still at the start, so every
+/// renewal writes the same expiry (as if none landed). Executor B, on a
+/// clock that moves, has just booted and found nothing.
+async fn stalled_owner_and_sweeper(
+    store: &MemoryStore,
+) -> (Arc<Engine>, Arc<Engine>, String, tokio::time::Instant) {
+    let search = || Turn::tools([("search", serde_json::json!({}))]);
+    let a = executor(
+        "a",
+        store,
+        Arc::new(ManualClock::at(BASE_MS)),
+        ScriptedModel::new().script("run", [search()]),
+        ToolAct::Hang,
+    )
+    .await;
+    let started = tokio::time::Instant::now();
+    let run = a.start(flow()).await.expect("started");
+    let b = executor(
+        "b",
+        store,
+        Arc::new(TokioClock::at(BASE_MS)),
+        ScriptedModel::new().script("run", [Turn::answer("resumed by the sweep")]),
+        ToolAct::returns("hit", Duration::from_secs(1)),
+    )
+    .await;
+    let first = boot(&b, true).await.expect("boot");
+    assert!(first.orphaned.is_empty() && first.resumed.is_empty());
+    (a, b, run.run_id().to_owned(), started)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_marks_a_run_orphaned_within_a_ttl_and_a_third_of_its_owner_stalling() {
+    let store = MemoryStore::new();
+    let (_a, b, run_id, started) = stalled_owner_and_sweeper(&store).await;
+    let stop = CancellationToken::new();
+    let sweeping = sweep(b.clone(), false, stop.clone(), |handle| {
+        panic!("resume is off, yet {} was resumed", handle.run_id())
+    });
+
+    tokio::time::sleep_until(started + TTL - Duration::from_secs(1)).await;
+    assert_eq!(
+        store.run(&run_id).map(|r| r.status),
+        Some(RunStatus::Running),
+        "not before its lease expired"
+    );
+    tokio::time::sleep_until(started + TTL + TTL / 3).await;
+    let record = store.run(&run_id).expect("the run");
+    assert_eq!(record.status, RunStatus::Orphaned, "{record:?}");
+    assert_eq!(record.reason.as_deref(), Some(fencing::ORPHANED));
+    assert_eq!(record.fence, 1, "marked, not claimed");
+    stop.cancel();
+    sweeping.await.expect("the sweep ends when told");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_resumes_a_run_within_a_ttl_and_a_third_of_its_owner_stalling() {
+    let store = MemoryStore::new();
+    let (_a, b, run_id, started) = stalled_owner_and_sweeper(&store).await;
+    let (adopted, mut resumed) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let _sweeping = sweep(b.clone(), true, stop.clone(), move |handle| {
+        let _ = adopted.send(handle);
+    });
+
+    let mut handle = resumed.recv().await.expect("a run resumed by the sweep");
+    let found_after = started.elapsed();
+    assert!(
+        found_after >= TTL && found_after <= TTL + TTL / 3,
+        "found {found_after:?} after its owner stalled"
+    );
+    assert_eq!(handle.run_id(), run_id);
+    let state = handle.wait().await;
+    assert_eq!(state.answer.as_deref(), Some("resumed by the sweep"));
+    let record = store.run(&run_id).expect("the run");
+    assert_eq!(
+        (record.status, record.fence, record.owner_id.as_deref()),
+        (RunStatus::Completed, 2, Some("b"))
+    );
+    stop.cancel();
 }

@@ -160,8 +160,14 @@ fn report(run_id: &str, state: &RunState, output: Output) {
             .unwrap_or_default();
         eprintln!("run {run_id} is paused ({status}): {why}");
         if state.status == leasehold_actors::ports::RunStatus::ReconciliationRequired {
+            let key = state
+                .paused
+                .as_ref()
+                .and_then(|p| p.call.as_ref())
+                .map_or_else(|| "KEY".to_owned(), |call| call.key.clone());
             eprintln!(
-                "decide about the call over the API: POST /runs/{run_id}/reconcile (see docs/http-api.md)"
+                "decide about the call with: leasehold runs reconcile {run_id} --key {key} \
+                 (--mark-done [--result TEXT] | --retry | --cancel)"
             );
         } else {
             eprintln!("resume it with: leasehold runs resume {run_id} --guidance \"what to do\"");

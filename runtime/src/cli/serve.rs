@@ -6,12 +6,17 @@
 //! stops every run in place — resumable, their tool servers killed — and
 //! the store is flushed; the exit code is 130 after SIGINT, 143 after
 //! SIGTERM.
+//!
+//! While it serves, the executor sweeps for orphans every third of the
+//! run-lease TTL ([`crate::executor::sweep`]); with resume on boot it claims
+//! and resumes them, and the API controls them like the runs it started.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use super::signal::Signals;
 use super::{CliError, GlobalArgs, engine_builder, install_signals, open_store};
@@ -57,10 +62,23 @@ pub(super) async fn serve(
         tracing::info!(run_id = handle.run_id(), "resumed at boot");
         app.adopt(handle);
     }
+    // From here on, orphans are looked for every third of the run-lease TTL
+    // too; the runs resumed are adopted like those resumed at boot.
+    let sweeping = CancellationToken::new();
+    let adopter = Arc::clone(&app);
+    let sweep = crate::executor::sweep(
+        Arc::clone(app.engine()),
+        config.resume_on_boot.value,
+        sweeping.clone(),
+        move |handle| adopter.adopt(handle),
+    );
     let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
-    serving
-        .await
+    let served = serving.await;
+    // No sweep may claim a run while the engine stops its runs.
+    sweeping.cancel();
+    let _ = sweep.await;
+    served
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?;
     app.engine().shutdown().await;

@@ -158,7 +158,7 @@ pub(super) const KEYS: [Key; 41] = [
         "resume_on_boot",
         "false",
         ValueKind::Flag,
-        "whether a starting executor claims and resumes orphaned runs",
+        "whether the executor claims and resumes orphaned runs, at boot and in its sweep every third of the run-lease TTL",
     ),
     key(
         "LEASEHOLD_DURABILITY",
