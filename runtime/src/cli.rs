@@ -373,15 +373,28 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     crate::executor::boot(&engine, false).await?;
     let mut events = engine.events().subscribe();
     let handle = engine.start(flow).await?;
-    let output = if args.json {
+    if !args.json {
+        eprintln!("run {}", handle.run_id());
+    }
+    follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
+}
+
+/// Follows the run until it ends, pauses or a signal stops it; then stops
+/// the engine, flushes the store, prints what the log holds beyond what the
+/// bus brought, and answers the exit code.
+async fn follow_to_the_end(
+    engine: &leasehold_actors::engine::Engine,
+    handle: leasehold_actors::run::RunHandle,
+    events: &mut leasehold_actors::event::EventStream,
+    json: bool,
+    signals: &signal::Signals,
+) -> Result<ExitCode, CliError> {
+    let output = if json {
         log::Output::Json
     } else {
         log::Output::Readable
     };
-    if !args.json {
-        eprintln!("run {}", handle.run_id());
-    }
-    let followed = log::follow(handle, &mut events, output, &signals).await;
+    let followed = log::follow(handle, events, output, signals).await;
     engine.shutdown().await;
     engine.store().flush().await?;
     followed.print_rest(engine.store().as_ref()).await?;

@@ -343,16 +343,7 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
             .is_some_and(|m| m.contains("[[tools]]")),
         "{body}"
     );
-    let created: serde_json::Value = http
-        .post(format!("{base}/runs"))
-        .json(&named)
-        .send()
-        .await
-        .expect("POST /runs")
-        .json()
-        .await
-        .expect("JSON");
-    let run_id = created["run_id"].as_str().expect("run id").to_owned();
+    let run_id = support::post_run(&http, &base, &named).await;
     for _ in 0..600 {
         let view: serde_json::Value = http
             .get(format!("{base}/runs/{run_id}"))

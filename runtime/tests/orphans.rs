@@ -95,19 +95,7 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
 
     let mut first = serve(&data, &stack);
     let base = support::served_base(&mut first, PATIENCE).await;
-    let created: serde_json::Value = http
-        .post(format!("{base}/runs"))
-        .json(&stack.flow())
-        .send()
-        .await
-        .expect("POST /runs")
-        .json()
-        .await
-        .expect("JSON");
-    let run_id = created["run_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a run id: {created}"))
-        .to_owned();
+    let run_id = support::post_run(&http, &base, &stack.flow()).await;
     let first_owner = view_until(&http, &base, &run_id, "seen", |_| true).await["owner_id"]
         .as_str()
         .expect("an owner")

@@ -332,19 +332,7 @@ async fn sigterm_stops_serve_with_143_within_seconds_and_an_open_event_stream_ge
 
     let http = reqwest::Client::new();
     let flow = serde_json::json!({"name": "waits", "task": "Wait for the model.", "max_steps": 1});
-    let created: serde_json::Value = http
-        .post(format!("{base}/runs"))
-        .json(&flow)
-        .send()
-        .await
-        .expect("POST /runs")
-        .json()
-        .await
-        .expect("JSON");
-    let run_id = created["run_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a run id: {created}"))
-        .to_owned();
+    let run_id = support::post_run(&http, &base, &flow).await;
     let response = http
         .get(format!("{base}/runs/{run_id}/events"))
         .send()

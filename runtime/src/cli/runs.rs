@@ -317,16 +317,7 @@ async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, Cli
         .reconcile(args.key, decision)
         .await
         .map_err(|e| CliError::other(e.to_string()))?;
-    let output = if args.json {
-        Output::Json
-    } else {
-        Output::Readable
-    };
-    let followed = log::follow(handle, &mut events, output, &signals).await;
-    engine.shutdown().await;
-    engine.store().flush().await?;
-    followed.print_rest(engine.store().as_ref()).await?;
-    Ok(super::followed_code(&followed))
+    super::follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
 }
 
 /// Claims the run, answers its pause if it has one, and follows it.
@@ -356,16 +347,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
             .await
             .map_err(|e| CliError::other(e.to_string()))?;
     }
-    let output = if args.json {
-        Output::Json
-    } else {
-        Output::Readable
-    };
-    let followed = log::follow(handle, &mut events, output, &signals).await;
-    engine.shutdown().await;
-    engine.store().flush().await?;
-    followed.print_rest(engine.store().as_ref()).await?;
-    Ok(super::followed_code(&followed))
+    super::follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
 }
 
 /// An engine for administering runs: the configured model if there is one,

@@ -22,3 +22,20 @@ pub async fn served_base(server: &mut Child, patience: Duration) -> String {
         .trim_end_matches('/')
         .to_owned()
 }
+
+/// `POST {base}/runs` of `flow` as JSON with `http`; the new run's id.
+pub async fn post_run(http: &reqwest::Client, base: &str, flow: &impl serde::Serialize) -> String {
+    let created: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(flow)
+        .send()
+        .await
+        .expect("POST /runs")
+        .json()
+        .await
+        .expect("JSON");
+    created["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a run id: {created}"))
+        .to_owned()
+}
