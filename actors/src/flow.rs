@@ -131,6 +131,28 @@ impl ToolServer {
         !self.is_reference() || !self.env.is_empty()
     }
 
+    /// Checks a list of servers, as a flow's `tools` or a configuration's
+    /// `[[tools]]`: names non-empty and unique, each server valid; errors
+    /// name `tools[i]`.
+    pub fn validate_all(servers: &[ToolServer]) -> Result<(), FlowError> {
+        let mut seen = BTreeMap::new();
+        for (i, server) in servers.iter().enumerate() {
+            let at = format!("tools[{i}]");
+            not_blank(&format!("{at}.name"), &server.name)?;
+            if let Some(first) = seen.insert(server.name.as_str(), i) {
+                return Err(FlowError::new(
+                    format!("{at}.name"),
+                    format!(
+                        "tool server `{}` is already declared at `tools[{first}]`",
+                        server.name
+                    ),
+                ));
+            }
+            server.validate(&at)?;
+        }
+        Ok(())
+    }
+
     /// Checks one server found at `at` (e.g. `tools[1]`): at most one of
     /// `command` (non-empty) or `url` (`http://` or `https://`), and `env`
     /// only beside a `command`.
@@ -345,22 +367,7 @@ impl Flow {
     }
 
     fn validate_tools(&self) -> Result<(), FlowError> {
-        let mut seen = BTreeMap::new();
-        for (i, server) in self.tools.iter().enumerate() {
-            let at = format!("tools[{i}]");
-            not_blank(&format!("{at}.name"), &server.name)?;
-            if let Some(first) = seen.insert(server.name.as_str(), i) {
-                return Err(FlowError::new(
-                    format!("{at}.name"),
-                    format!(
-                        "tool server `{}` is already declared at `tools[{first}]`",
-                        server.name
-                    ),
-                ));
-            }
-            server.validate(&at)?;
-        }
-        Ok(())
+        ToolServer::validate_all(&self.tools)
     }
 
     fn validate_worker(&self, name: &str, worker: &WorkerKind) -> Result<(), FlowError> {

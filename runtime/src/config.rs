@@ -699,7 +699,8 @@ pub fn format_size(bytes: u64) -> String {
 }
 
 /// The file's `[[tools]]`: each a full tool server (a `command` or a
-/// `url`), names unique; errors name the entry and field.
+/// `url`), checked as a flow's `tools` are; errors name the entry and
+/// field.
 fn tool_servers(value: toml::Value, file: &Path) -> Result<Vec<ToolServer>, LoadError> {
     let bad = |path: String, message: String| LoadError::BadToolServer {
         file: file.to_path_buf(),
@@ -724,9 +725,6 @@ fn tool_servers(value: toml::Value, file: &Path) -> Result<Vec<ToolServer>, Load
             };
             bad(path, e.inner().message().to_owned())
         })?;
-        if server.name.trim().is_empty() {
-            return Err(bad(format!("{at}.name"), "expected a name".to_owned()));
-        }
         if server.is_reference() {
             return Err(bad(
                 at,
@@ -735,20 +733,9 @@ fn tool_servers(value: toml::Value, file: &Path) -> Result<Vec<ToolServer>, Load
                     .to_owned(),
             ));
         }
-        server
-            .validate(&at)
-            .map_err(|e| bad(e.path.clone(), e.message.clone()))?;
-        if let Some(first) = servers.iter().position(|s| s.name == server.name) {
-            return Err(bad(
-                format!("{at}.name"),
-                format!(
-                    "tool server `{}` is already declared at `tools[{first}]`",
-                    server.name
-                ),
-            ));
-        }
         servers.push(server);
     }
+    ToolServer::validate_all(&servers).map_err(|e| bad(e.path, e.message))?;
     Ok(servers)
 }
 

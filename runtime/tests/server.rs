@@ -670,8 +670,10 @@ async fn with_a_token_the_api_needs_it_and_the_event_stream_takes_it_in_the_quer
     assert_eq!(status, 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
+/// A served run whose non-idempotent `charge` hung and was intervened:
+/// it waits in `reconciliation_required`. The server, the model, the run
+/// and the key of the call in question.
+async fn a_charge_waiting_for_a_decision() -> (Server, ScriptedModel, String, String) {
     let (engine, model) = hanging_tool_engine("charge", "INTERVENE", "charged once").await;
     let server = Server::start(engine, ServerOptions::default()).await;
     let run_id = server.start_run(&searching_flow()).await;
@@ -682,6 +684,12 @@ async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
         .as_str()
         .expect("the call in question")
         .to_owned();
+    (server, model, run_id, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
+    let (server, model, run_id, key) = a_charge_waiting_for_a_decision().await;
 
     let (status, body) = server
         .post(&format!("/runs/{run_id}/resume"), "application/json", "{}")
@@ -757,16 +765,7 @@ async fn an_idle_event_stream_gets_keep_alive_comments_not_a_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_reconcile_with_server_marks_the_call_done_over_the_api() {
-    let (engine, model) = hanging_tool_engine("charge", "INTERVENE", "charged once").await;
-    let server = Server::start(engine, ServerOptions::default()).await;
-    let run_id = server.start_run(&searching_flow()).await;
-    let view = server
-        .wait_status(&run_id, |s| s == "reconciliation_required")
-        .await;
-    let key = view["pause"]["call"]["key"]
-        .as_str()
-        .expect("the call in question")
-        .to_owned();
+    let (server, model, run_id, key) = a_charge_waiting_for_a_decision().await;
     let dir = tempfile::tempdir().expect("dir");
     let reconcile = |key: &str| {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
