@@ -885,6 +885,9 @@ fn strategy_for(flow: &Flow, base: RestartPolicy) -> Result<StrategyFactory, Con
     if let Some(jitter) = overrides.jitter {
         policy.jitter = jitter;
     }
+    if let Some(on_exhausted) = overrides.on_exhausted {
+        policy.on_exhausted = on_exhausted;
+    }
     policy.validate()?;
     Ok(match overrides.strategy.unwrap_or(StrategyKind::Restart) {
         StrategyKind::Restart => Arc::new(move || Box::new(RestartOnIntervene::new(policy))),

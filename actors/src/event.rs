@@ -42,6 +42,28 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+/// Who a failure given up by a supervisor went to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandedTo {
+    /// The loop's model, as the call's error result.
+    Model,
+    /// The parent loop, as the worker's error result.
+    Parent,
+    /// A person: the run paused, or failed if so configured.
+    Person,
+}
+
+impl std::fmt::Display for HandedTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Model => "the model",
+            Self::Parent => "the parent loop",
+            Self::Person => "a person",
+        })
+    }
+}
+
 /// What happened, with its own fields. Serialized with a `kind` tag.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -213,6 +235,19 @@ pub enum EventKind {
         /// Why the previous attempt ended.
         reason: String,
     },
+    /// A supervisor gave a child up, its restarts spent, and handed the
+    /// failure up the tree.
+    GaveUp {
+        /// What the child was doing: the tool's name, `model call`, the
+        /// worker tool.
+        subject: String,
+        /// The attempts it had.
+        attempts: u32,
+        /// Why it was given up, naming the limit and how it ended last.
+        reason: String,
+        /// Who the failure went to.
+        handed_to: HandedTo,
+    },
     /// The run is paused, waiting for a person; its clocks are stopped.
     Paused {
         /// Why.
@@ -369,6 +404,12 @@ impl EventKind {
                 delay_ms,
                 reason,
             } => format!("attempt {attempt} in {delay_ms} ms after: {reason}"),
+            Self::GaveUp {
+                attempts,
+                reason,
+                handed_to,
+                ..
+            } => format!("given up after {attempts} attempts, handed to {handed_to}: {reason}"),
             Self::Paused {
                 reason, subject, ..
             } => format!("waiting for a person about `{subject}`: {reason}"),
@@ -475,6 +516,7 @@ impl EventKind {
             Self::BudgetExtended(_) => "budget_extended",
             Self::BudgetExhausted(_) => "budget_exhausted",
             Self::Restarted { .. } => "restarted",
+            Self::GaveUp { .. } => "gave_up",
             Self::Paused { .. } => "paused",
             Self::Resumed { .. } => "resumed",
             Self::RunResumed { .. } => "run_resumed",

@@ -308,6 +308,10 @@ pub struct SupervisionOverrides {
     /// Random spread of each backoff, as a fraction in `[0, 1]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter: Option<f64>,
+    /// What a failure that reaches the top of the tree does: `pause`
+    /// (the default) or `fail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exhausted: Option<crate::supervisor::OnExhausted>,
 }
 
 /// Per-flow budget overrides; `None` keeps the runtime's configuration.

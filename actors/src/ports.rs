@@ -443,6 +443,12 @@ pub trait ModelClient: Send + Sync + 'static {
         request: ModelRequest,
         evidence: crate::evidence::Evidence,
     ) -> BoxFuture<'static, Result<ModelReply, ModelError>>;
+
+    /// What this client calls, for a person reading why a run paused:
+    /// e.g. `model llama-3 at http://10.0.0.5:8080/v1/chat/completions`.
+    fn describe(&self) -> String {
+        "the model".to_owned()
+    }
 }
 
 /// One call of a tool.

@@ -17,7 +17,9 @@
 //!   lease and a retryable failure restart the child; `ESCALATE` pauses. A
 //!   non-retryable failure of a tool call or worker is left to the loop (the
 //!   model sees the error as the call's result), while one of a model call
-//!   fails the run, since there is nothing left to drive it.
+//!   fails the run, since there is nothing left to drive it. Past the
+//!   limits the child is given up and the failure goes up the tree
+//!   ([`SupervisionAction::GiveUp`]).
 //! - [`FailFast`]: any failure fails the run at once; `ESCALATE` still
 //!   pauses, because a person asked to decide must be allowed to.
 //!
@@ -27,8 +29,13 @@
 //! [`RestartPolicy::max_restarts`] restarts (default 3) within
 //! [`RestartPolicy::within`] (default 60 s), counted per strategy instance
 //! over all its children, as an Erlang supervisor counts them. A child that
-//! keeps dying is a fault a restart will not fix; past the limit the run
-//! fails with a reason naming the limit instead of spinning.
+//! keeps dying is a fault a restart will not fix; past the limit the child
+//! is given up instead of spinning, and the failure goes up the tree as an
+//! Erlang supervisor hands it to its parent: a tool call or a worker ends as
+//! an error result its loop's model sees and can work around; a model call,
+//! or a root loop past its intensity, pauses the run for a person
+//! ([`OnExhausted::Pause`], the default: a dead endpoint that comes back
+//! loses nothing) or fails it ([`OnExhausted::Fail`]).
 //!
 //! Between restarts the strategy backs off exponentially — 1 s, 2 s, 4 s, …
 //! capped at 30 s — so a struggling provider or tool gets room to recover.
@@ -41,8 +48,8 @@
 //! ```
 //! use std::time::Duration;
 //! use leasehold_actors::supervisor::{
-//!     ChildEnd, ChildInfo, ChildKind, RestartOnIntervene, RestartPolicy, SupervisionAction,
-//!     SupervisionStrategy,
+//!     ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, RestartOnIntervene,
+//!     RestartPolicy, SupervisionAction, SupervisionStrategy,
 //! };
 //! use tokio::time::Instant;
 //!
@@ -65,11 +72,14 @@
 //!         SupervisionAction::Restart { after: Duration::from_secs(expected) },
 //!     );
 //! }
-//! // ... and the fourth within a minute fails the run.
+//! // ... and the fourth within a minute gives up: the loop's restart
+//! // intensity is spent, and the failure goes up the tree.
 //! assert_eq!(
 //!     strategy.decide(&child, &intervened, now),
-//!     SupervisionAction::Fail {
+//!     SupervisionAction::GiveUp {
 //!         reason: "restart intensity exceeded: more than 3 restarts in 60s".into(),
+//!         scope: GiveUpScope::Supervisor,
+//!         on_exhausted: OnExhausted::Pause,
 //!     },
 //! );
 //! # Ok::<(), leasehold_actors::ConfigError>(())
@@ -145,6 +155,23 @@ pub enum ChildEnd {
     },
 }
 
+impl ChildEnd {
+    /// Whether a restart may help: `INTERVENE`, a panic, a capped lease or
+    /// a retryable failure.
+    pub fn is_restartable(&self) -> bool {
+        matches!(
+            self,
+            Self::Intervened { .. }
+                | Self::Panicked { .. }
+                | Self::Capped { .. }
+                | Self::Failed {
+                    retryable: true,
+                    ..
+                }
+        )
+    }
+}
+
 /// What the supervisor does about a child that ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SupervisionAction {
@@ -165,6 +192,79 @@ pub enum SupervisionAction {
     },
     /// Do nothing: the run carries on.
     Ignore,
+    /// Give the child up: restarting it again will not help, so its
+    /// supervisor hands the failure up the tree, as a supervisor that gives
+    /// up hands it to its parent. A tool call or a worker ends as an error
+    /// result its loop's model sees; a model call, and a root loop past its
+    /// restart intensity, reach the person at the top (`on_exhausted`); a
+    /// worker's loop past its intensity fails, which is its parent's error
+    /// result.
+    GiveUp {
+        /// Why, naming the child and its attempts or the intensity limit.
+        reason: String,
+        /// Whether the child's own attempts or the supervisor's restart
+        /// intensity ran out.
+        scope: GiveUpScope,
+        /// What the top of the tree does with it.
+        on_exhausted: OnExhausted,
+    },
+}
+
+/// What ran out when a strategy gives a child up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiveUpScope {
+    /// The child's own attempts: `1 + max_restarts`, however far apart.
+    Child,
+    /// The supervisor's restart intensity: more than `max_restarts`
+    /// restarts of its children within the window.
+    Supervisor,
+}
+
+/// What a run does with a failure that reaches the top of its tree: a
+/// model call whose restarts ran out, or a root loop past its restart
+/// intensity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExhausted {
+    /// Pause the run `waiting_human`, with a reason naming the endpoint or
+    /// the tool and its attempts; `resume` tries again. Nothing done is
+    /// lost (the default).
+    #[default]
+    Pause,
+    /// Fail the run.
+    Fail,
+}
+
+impl OnExhausted {
+    /// Its name in configuration and flows: `pause` or `fail`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Fail => "fail",
+        }
+    }
+}
+
+impl std::fmt::Display for OnExhausted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for OnExhausted {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "pause" => Ok(Self::Pause),
+            "fail" => Ok(Self::Fail),
+            other => Err(ConfigError::new(
+                "supervision.on_exhausted",
+                "pause or fail",
+                format_args!("{other:?}"),
+            )),
+        }
+    }
 }
 
 /// A pluggable supervision strategy: users run supervision experiments by
@@ -177,6 +277,16 @@ pub enum SupervisionAction {
 pub trait SupervisionStrategy: Send + 'static {
     /// Decides what to do about `child`, which just ended as `end`, at `now`.
     fn decide(&mut self, child: &ChildInfo, end: &ChildEnd, now: Instant) -> SupervisionAction;
+
+    /// Whether this strategy meets `end` of `child` with a restart, limits
+    /// aside. The loop asks before [`Self::decide`] when a restart may not
+    /// happen blindly (a call of unknown outcome to a tool not known to be
+    /// idempotent): a person decides instead, and that costs no restart
+    /// intensity. By default, the ends [`ChildEnd::is_restartable`] names.
+    fn restarts(&self, child: &ChildInfo, end: &ChildEnd) -> bool {
+        let _ = child;
+        end.is_restartable()
+    }
 }
 
 /// Restart parameters: the restart intensity and the backoff between
@@ -207,6 +317,9 @@ pub struct RestartPolicy {
     /// The spread of the backoff: each delay is multiplied by a factor drawn
     /// uniformly in `[1 - jitter, 1 + jitter]` (default 0.1).
     pub jitter: f64,
+    /// What the top of the tree does once the limits give a child up
+    /// (default [`OnExhausted::Pause`]).
+    pub on_exhausted: OnExhausted,
 }
 
 impl Default for RestartPolicy {
@@ -218,6 +331,7 @@ impl Default for RestartPolicy {
             backoff_max: Duration::from_secs(30),
             multiplier: 2.0,
             jitter: 0.1,
+            on_exhausted: OnExhausted::Pause,
         }
     }
 }
@@ -280,12 +394,20 @@ impl RestartPolicy {
         clamp_duration(grown.max(self.backoff_initial).min(self.backoff_max))
     }
 
-    /// The restart intensity limit, as the reason a run fails with.
+    /// The per-call limit, as the reason the call is given up with.
     fn attempts_exhausted(&self, subject: &str, attempt: u32) -> String {
         format!(
             "{subject}: failed on each of its {attempt} attempts, the most that {} restarts allow",
             self.max_restarts
         )
+    }
+
+    fn give_up(&self, reason: String, scope: GiveUpScope) -> SupervisionAction {
+        SupervisionAction::GiveUp {
+            reason,
+            scope,
+            on_exhausted: self.on_exhausted,
+        }
     }
 
     fn intensity_exceeded(&self) -> String {
@@ -319,12 +441,13 @@ fn format_window(window: Duration) -> String {
 /// - `Escalated { reason }` → `Pause { reason }`.
 /// - `Intervened`, `Panicked`, `Capped` and `Failed { retryable: true }` →
 ///   restart under the limits. A call whose attempt `max_restarts + 1`
-///   ended so gets `Fail` (`search: failed on each of its 4 attempts, the
-///   most that 3 restarts allow`), however long its attempts took. Restarts
-///   older than `now - within`
-///   are forgotten; if `max_restarts` restarts remain in the window, `Fail`
-///   with a reason naming the limit (`restart intensity exceeded: more than 3
-///   restarts in 60s`); otherwise the restart is recorded at `now` and
+///   ended so is given up (`GiveUp` with [`GiveUpScope::Child`]: `search:
+///   failed on each of its 4 attempts, the most that 3 restarts allow`),
+///   however long its attempts took. Restarts older than `now - within`
+///   are forgotten; if `max_restarts` restarts remain in the window, the
+///   child is given up with [`GiveUpScope::Supervisor`] and a reason naming
+///   the limit (`restart intensity exceeded: more than 3 restarts in 60s`);
+///   otherwise the restart is recorded at `now` and
 ///   `Restart { after }` is returned, `after` being
 ///   [`RestartPolicy::backoff`] of the number of restarts now in the window,
 ///   times a jitter factor drawn uniformly in `[1 - jitter, 1 + jitter]`.
@@ -382,17 +505,17 @@ impl RestartOnIntervene {
             }
         }
         let in_window = u32::try_from(self.restarts.len()).unwrap_or(u32::MAX);
-        if in_window >= self.policy.max_restarts {
-            return SupervisionAction::Fail {
-                reason: self.policy.intensity_exceeded(),
-            };
-        }
         if child.attempt > self.policy.max_restarts {
-            return SupervisionAction::Fail {
-                reason: self
-                    .policy
+            return self.policy.give_up(
+                self.policy
                     .attempts_exhausted(&child.subject, child.attempt),
-            };
+                GiveUpScope::Child,
+            );
+        }
+        if in_window >= self.policy.max_restarts {
+            return self
+                .policy
+                .give_up(self.policy.intensity_exceeded(), GiveUpScope::Supervisor);
         }
         self.restarts.push_back(now);
         let backoff = self.policy.backoff(in_window.saturating_add(1));
@@ -468,5 +591,9 @@ impl SupervisionStrategy for FailFast {
             }
         };
         SupervisionAction::Fail { reason }
+    }
+
+    fn restarts(&self, _child: &ChildInfo, _end: &ChildEnd) -> bool {
+        false
     }
 }

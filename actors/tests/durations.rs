@@ -192,7 +192,7 @@ proptest! {
         seed in any::<u64>(),
         later in any_duration(),
     ) {
-        let policy = RestartPolicy { max_restarts, within, backoff_initial, backoff_max, multiplier, jitter };
+        let policy = RestartPolicy { max_restarts, within, backoff_initial, backoff_max, multiplier, jitter, on_exhausted: Default::default() };
         prop_assert!(policy.backoff(restart) <= MAX_DURATION);
         let mut strategy = RestartOnIntervene::with_seed(policy, seed);
         let child = ChildInfo {

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_actors::agent::ReconcileDecision;
 use leasehold_actors::budget::BudgetConfig;
 use leasehold_actors::engine::{Engine, EngineConfig, EngineError};
-use leasehold_actors::event::{CallOutcome, Event, EventKind};
+use leasehold_actors::event::{CallOutcome, Event, EventKind, HandedTo};
 use leasehold_actors::flow::Flow;
-use leasehold_actors::ports::{FinishReason, Role, RunStatus};
+use leasehold_actors::ports::{FinishReason, ModelError, ModelErrorKind, Role, RunStatus};
 use leasehold_actors::run::RunHandle;
-use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::supervisor::{OnExhausted, RestartPolicy};
 use leasehold_actors::testing::{
     MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct,
     Turn, user_messages,
@@ -363,20 +364,108 @@ async fn intervene_on_a_tool_restarts_it_after_backoff_with_the_same_key() {
     assert_eq!(restarted[0].at + 1000, started[1]);
 }
 
+/// A turn of four calls of the idempotent `search`.
+fn four_searches() -> Turn {
+    Turn::tools([
+        ("search", json!({"q": "a"})),
+        ("search", json!({"q": "b"})),
+        ("search", json!({"q": "c"})),
+        ("search", json!({"q": "d"})),
+    ])
+}
+
+/// The contents of the tool messages the `consumer` model saw on its
+/// `call`-th request (0-based).
+fn tool_results(model: &ScriptedModel, consumer: &str, call: usize) -> Vec<String> {
+    model.requests_of(consumer)[call]
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.content.clone())
+        .collect()
+}
+
+fn gave_up(events: &[Event]) -> Vec<(String, u32, HandedTo, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::GaveUp {
+                subject,
+                attempts,
+                reason,
+                handed_to,
+            } => Some((subject.clone(), *attempts, *handed_to, reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
-async fn restart_intensity_exceeded_fails_the_run_with_its_reason_and_keeps_its_state() {
-    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("never")]);
-    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]);
+async fn a_root_past_its_restart_intensity_pauses_the_run_naming_the_limit_and_resume_goes_on() {
+    let model = ScriptedModel::new().script("run", [four_searches(), Turn::answer("done")]);
+    let hang = ToolAct::Hang;
+    let found = ToolAct::returns("found", secs(1));
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [hang.clone(), hang.clone(), hang.clone(), hang, found],
+    );
     let evaluator = ScriptedEvaluator::always("INTERVENE");
     let mut config = config();
     config.supervision.watchdog.free_renewals = 0;
     let rig = rig(&model, &tools, Some(&evaluator), config).await;
     let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.paused().await;
+    assert_eq!(state.status, RunStatus::WaitingHuman, "{state:?}");
+    let reason = state.paused.clone().map(|p| p.reason).unwrap_or_default();
+    assert!(
+        reason.contains("restart intensity exceeded: more than 3 restarts in 60s")
+            && reason.contains("tool `search`")
+            && reason.contains("Resume to try again"),
+        "{reason}"
+    );
+    let given_up = gave_up(&rig.events.events());
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    assert_eq!(given_up[0].2, HandedTo::Person);
+    assert_eq!(rig.events.count("run_failed"), 0);
+
+    // Paused, no backoff runs out: the three restarts wait for the resume.
+    sleep(secs(3600)).await;
+    assert_eq!(tools.calls("search"), 4, "a restart ran during the pause");
+    run.resume(None).await.expect("resumes");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("done"));
+    assert_eq!(tool_results(&model, "run", 1), ["found"; 4]);
+    // The backoffs (1 s, 2 s, 4 s) ran on the run's clock: none of them
+    // elapsed in the pause, each restart came that long after the resume.
+    let events = rig.events.events();
+    let resumed = of_kind(&events, "resumed")[0].at;
+    let mut after: Vec<u64> = of_kind(&events, "tool_call_started")
+        .into_iter()
+        .filter(|e| e.at >= resumed)
+        .map(|e| e.at - resumed)
+        .collect();
+    after.sort_unstable();
+    assert_eq!(after, [0, 1000, 2000, 4000], "restarts after the resume");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_on_exhausted_fail_a_root_past_its_restart_intensity_fails_and_keeps_its_state() {
+    let model = ScriptedModel::new().script("run", [four_searches(), Turn::answer("never")]);
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]);
+    let evaluator = ScriptedEvaluator::always("INTERVENE");
+    let mut config = config();
+    config.supervision.watchdog.free_renewals = 0;
+    config.restart.on_exhausted = OnExhausted::Fail;
+    let rig = rig(&model, &tools, Some(&evaluator), config).await;
+    let mut run = start(&rig, flow(5, 3)).await;
     let state = run.wait().await;
     assert_eq!(state.status, RunStatus::Failed);
-    assert_eq!(
-        state.reason.as_deref(),
-        Some("restart intensity exceeded: more than 3 restarts in 60s")
+    let reason = state.reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("restart intensity exceeded: more than 3 restarts in 60s"),
+        "{reason}"
     );
     assert_eq!(tools.calls("search"), 4);
     assert_eq!(rig.events.count("restarted"), 3);
@@ -387,6 +476,148 @@ async fn restart_intensity_exceeded_fails_the_run_with_its_reason_and_keeps_its_
         snapshot.state["transcript"].as_array().map(Vec::len),
         Some(2)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_past_its_restart_intensity_fails_and_its_parent_model_hears_it() {
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [
+                Turn::spawn([("researcher", "search four ways")]),
+                Turn::answer("worked around it"),
+            ],
+        )
+        .script(
+            "worker:researcher",
+            [four_searches(), Turn::answer("never")],
+        );
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]);
+    let evaluator = ScriptedEvaluator::always("INTERVENE");
+    let mut config = config();
+    config.supervision.watchdog.free_renewals = 0;
+    let rig = rig(&model, &tools, Some(&evaluator), config).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("worked around it"));
+    let results = tool_results(&model, "run", 1);
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].contains("restart intensity exceeded: more than 3 restarts in 60s"),
+        "{results:?}"
+    );
+    let given_up = gave_up(&rig.events.events());
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    assert_eq!(given_up[0].2, HandedTo::Parent);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_model_call_out_of_restarts_pauses_the_run_and_resume_calls_it_again() {
+    let down = || {
+        Turn::fail(ModelError {
+            kind: ModelErrorKind::ConnectionRefused,
+            message: "connection refused".into(),
+            retryable: true,
+            retry_after: None,
+        })
+    };
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            search_turn(),
+            down(),
+            down(),
+            down(),
+            down(),
+            Turn::answer("back"),
+        ],
+    );
+    let tools =
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("found", secs(1))]);
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.paused().await;
+    assert_eq!(state.status, RunStatus::WaitingHuman, "{state:?}");
+    let reason = state.paused.clone().map(|p| p.reason).unwrap_or_default();
+    assert!(
+        reason.contains("model call: failed on each of its 4 attempts")
+            && reason.contains("the call to the model")
+            && reason.contains("connection refused"),
+        "{reason}"
+    );
+    assert_eq!(model.requests_of("run").len(), 5);
+    // The work done before the endpoint died is kept.
+    assert_eq!(tools.calls("search"), 1);
+    run.resume(Some("the endpoint is back".into()))
+        .await
+        .expect("resumes");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("back"));
+    assert_eq!(tools.calls("search"), 1, "the tool was not called again");
+    assert_eq!(tool_results(&model, "run", 5), ["found"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_person_deciding_on_a_call_of_unknown_outcome_spends_no_restart_intensity() {
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("deploy", json!({"env": "prod"}))]),
+            search_turn(),
+            Turn::answer("deployed and searched"),
+        ],
+    );
+    let hang = ToolAct::Hang;
+    let tools = ScriptedTools::new()
+        .tool(
+            "deploy",
+            Some(false),
+            [
+                hang.clone(),
+                hang.clone(),
+                hang.clone(),
+                ToolAct::returns("deployed", secs(1)),
+            ],
+        )
+        .tool(
+            "search",
+            Some(true),
+            [
+                hang.clone(),
+                hang.clone(),
+                hang,
+                ToolAct::returns("found", secs(1)),
+            ],
+        );
+    let evaluator = ScriptedEvaluator::always("INTERVENE");
+    let mut config = config();
+    config.supervision.watchdog.free_renewals = 0;
+    let rig = rig(&model, &tools, Some(&evaluator), config).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    // Three times a person says to try the deploy again, within the window.
+    for _ in 0..3 {
+        let state = run
+            .wait_until(|s| s.status == RunStatus::ReconciliationRequired)
+            .await;
+        let key = state
+            .paused
+            .and_then(|p| p.call)
+            .map(|c| c.key)
+            .expect("key");
+        run.reconcile(key, ReconcileDecision::Retry)
+            .await
+            .expect("retry");
+        run.wait_until(|s| s.status == RunStatus::Running).await;
+    }
+    // The search that follows still gets its three restarts.
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(tools.calls("deploy"), 4);
+    assert_eq!(tools.calls("search"), 4);
+    assert_eq!(rig.events.count("restarted"), 3);
+    assert!(gave_up(&rig.events.events()).is_empty());
 }
 
 /// A root that spawns one worker, whose `deploy` tool goes silent and is
@@ -642,8 +873,8 @@ async fn a_model_call_told_to_retry_after_is_restarted_no_sooner() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_tool_that_always_hangs_fails_the_run_after_its_attempts_however_slow() {
-    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("never")]);
+async fn a_tool_out_of_attempts_is_given_up_and_its_loop_model_hears_the_error_however_slow() {
+    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("without search")]);
     let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]);
     let evaluator = ScriptedEvaluator::always("INTERVENE");
     let mut config = config();
@@ -656,13 +887,27 @@ async fn a_tool_that_always_hangs_fails_the_run_after_its_attempts_however_slow(
     let state = tokio::time::timeout(secs(24 * 3600), run.wait())
         .await
         .expect("the run ends");
-    assert_eq!(state.status, RunStatus::Failed);
-    assert_eq!(
-        state.reason.as_deref(),
-        Some("search: failed on each of its 4 attempts, the most that 3 restarts allow")
-    );
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("without search"));
     assert_eq!(tools.calls("search"), 4);
     assert_eq!(rig.events.count("restarted"), 3);
+    let results = tool_results(&model, "run", 1);
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].starts_with("error: tool `search` failed after 4 attempts: "),
+        "{results:?}"
+    );
+    let given_up = gave_up(&rig.events.events());
+    assert_eq!(given_up.len(), 1, "{given_up:?}");
+    assert_eq!(given_up[0].0, "search");
+    assert_eq!(given_up[0].1, 4);
+    assert_eq!(given_up[0].2, HandedTo::Model);
+    assert!(
+        given_up[0].3.starts_with(
+            "search: failed on each of its 4 attempts, the most that 3 restarts allow"
+        ),
+        "{given_up:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

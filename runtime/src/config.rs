@@ -34,6 +34,7 @@ use std::time::Duration;
 use leasehold_actors::ConfigError;
 use leasehold_actors::engine::EngineConfig;
 use leasehold_actors::flow::ToolServer;
+use leasehold_actors::supervisor::OnExhausted;
 
 use crate::model::ModelRole;
 use crate::store::Durability;
@@ -139,6 +140,9 @@ pub struct Config {
     pub restart_backoff_initial: Setting<Duration>,
     /// The longest backoff (`LEASEHOLD_RESTART_BACKOFF_MAX`).
     pub restart_backoff_max: Setting<Duration>,
+    /// What a failure at the top of the tree does
+    /// (`LEASEHOLD_RESTART_ON_EXHAUSTED`).
+    pub restart_on_exhausted: Setting<OnExhausted>,
     /// The base URL of role `default` (`LEASEHOLD_MODEL_BASE_URL`).
     pub model_base_url: Setting<Option<String>>,
     /// The model of role `default` (`LEASEHOLD_MODEL_NAME`).
@@ -252,6 +256,7 @@ impl Default for Config {
             restart_window: Setting::default(restart.within),
             restart_backoff_initial: Setting::default(restart.backoff_initial),
             restart_backoff_max: Setting::default(restart.backoff_max),
+            restart_on_exhausted: Setting::default(restart.on_exhausted),
             model_base_url: Setting::default(None),
             model_name: Setting::default(None),
             model_api_key: Setting::default(None),
@@ -504,6 +509,10 @@ impl Config {
             "restart.window" => self.restart_window = with(duration()?, source),
             "restart.backoff_initial" => self.restart_backoff_initial = with(duration()?, source),
             "restart.backoff_max" => self.restart_backoff_max = with(duration()?, source),
+            "restart.on_exhausted" => {
+                let then = trimmed.parse::<OnExhausted>().map_err(|_| bad())?;
+                self.restart_on_exhausted = with(then, source);
+            }
             "model.base_url"
             | "model.name"
             | "model.api_key"
@@ -630,6 +639,10 @@ impl Config {
             "restart.window" => d(&self.restart_window),
             "restart.backoff_initial" => d(&self.restart_backoff_initial),
             "restart.backoff_max" => d(&self.restart_backoff_max),
+            "restart.on_exhausted" => (
+                self.restart_on_exhausted.value.to_string(),
+                &self.restart_on_exhausted.source,
+            ),
             "model.base_url" => text(&self.model_base_url, "(none)"),
             "model.name" => text(&self.model_name, "(none)"),
             "model.api_key" => secret(&self.model_api_key, "(none)"),

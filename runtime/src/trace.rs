@@ -86,6 +86,7 @@ pub fn is_decision(kind: &EventKind) -> bool {
             | EventKind::BudgetExtended(_)
             | EventKind::BudgetExhausted(_)
             | EventKind::Restarted { .. }
+            | EventKind::GaveUp { .. }
             | EventKind::Paused { .. }
             | EventKind::ReconciliationRequired { .. }
             | EventKind::Intervened { .. }

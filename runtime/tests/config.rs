@@ -634,3 +634,25 @@ fn sizes_and_lists_parse_and_bad_ones_are_refused_naming_the_key() {
         assert!(error.contains("LEASEHOLD_LIMITS_TOOL_RESULT"), "{error}");
     }
 }
+
+#[test]
+fn restart_on_exhausted_is_read_and_a_bad_value_is_refused_naming_the_key() {
+    use leasehold::supervisor::OnExhausted;
+    assert_eq!(
+        Config::default().engine_config().restart.on_exhausted,
+        OnExhausted::Pause
+    );
+    let config =
+        Config::load(None, env_of(&[("LEASEHOLD_RESTART_ON_EXHAUSTED", "fail")])).expect("loads");
+    assert_eq!(
+        config.engine_config().restart.on_exhausted,
+        OnExhausted::Fail
+    );
+    let error = Config::load(None, env_of(&[("LEASEHOLD_RESTART_ON_EXHAUSTED", "retry")]))
+        .expect_err("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("LEASEHOLD_RESTART_ON_EXHAUSTED") && message.contains("pause or fail"),
+        "{message}"
+    );
+}

@@ -154,6 +154,11 @@ impl Llmock {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port

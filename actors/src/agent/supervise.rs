@@ -6,15 +6,18 @@
 //! idempotent is never made twice blindly.
 
 use ractor::{ActorCell, ActorRef};
+use tokio::sync::watch;
 
 use super::{
-    AgentLoop, Escalation, Gate, LoopEnd, LoopMsg, Phase, ReconcileDecision, Reconciliation,
+    AgentLoop, Escalation, Gate, LoopEnd, LoopMsg, Phase, ReconcileDecision, Reconciliation, Role,
     SPAWN_WORKER_TOOL, describe_end,
 };
-use crate::event::EventKind;
+use crate::event::{EventKind, HandedTo};
 use crate::evidence::EvidenceSummary;
 use crate::ports::ToolCallState;
-use crate::supervisor::{ChildEnd, ChildInfo, ChildKind, SupervisionAction};
+use crate::supervisor::{
+    ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, SupervisionAction,
+};
 
 impl AgentLoop {
     /// Applies the strategy to a child's abnormal end.
@@ -44,22 +47,27 @@ impl AgentLoop {
             subject: subject.to_owned(),
             attempt,
         };
+        // A call of unknown outcome to a tool not known to be idempotent is
+        // never made twice blindly: a person decides, and deciding spends no
+        // restart intensity, since nothing was restarted.
+        if kind == ChildKind::ToolCall
+            && !self.tool_is_idempotent(index)
+            && self
+                .strategy
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .restarts(&info, &end)
+            && let Some(i) = index
+        {
+            self.require_reconciliation(myself, step, i, attempt, &end);
+            return None;
+        }
         let action = self
             .strategy
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .decide(&info, &end, tokio::time::Instant::now());
         match action {
-            SupervisionAction::Restart { .. }
-                if kind == ChildKind::ToolCall && !self.tool_is_idempotent(index) =>
-            {
-                // The call was sent and its outcome is unknown: never a blind
-                // second call of a tool not known to be idempotent.
-                if let Some(i) = index {
-                    self.require_reconciliation(myself, step, i, attempt, &end);
-                }
-                None
-            }
             SupervisionAction::Restart { after } => {
                 // A server that said when to come back is not called sooner.
                 let after = after.max(retry_after.unwrap_or_default());
@@ -82,11 +90,8 @@ impl AgentLoop {
                 tokio::spawn(async move {
                     tokio::select! {
                         () = cancel.cancelled() => {}
-                        () = tokio::time::sleep(after) => {
-                            let mut gate = gate;
-                            if gate.wait_for(|g| *g != Gate::Paused).await.is_ok_and(|g| *g == Gate::Open) {
-                                let _ = me.send_message(retry);
-                            }
+                        open = backoff(after, gate) => if open {
+                            let _ = me.send_message(retry);
                         }
                     }
                 });
@@ -125,6 +130,21 @@ impl AgentLoop {
                 self.phase = Phase::Done;
                 Some(LoopEnd::Failed(reason))
             }
+            SupervisionAction::GiveUp {
+                reason,
+                scope,
+                on_exhausted,
+            } => self.give_up(
+                myself,
+                step,
+                index,
+                attempt,
+                &end,
+                &info,
+                reason,
+                scope,
+                on_exhausted,
+            ),
             SupervisionAction::Ignore => {
                 if let Some(i) = index
                     && let Some(call) = self.state.calls.get_mut(i)
@@ -132,6 +152,103 @@ impl AgentLoop {
                     call.result = Some(format!("error: {}", describe_end(&end)));
                 }
                 None
+            }
+        }
+    }
+
+    /// Hands a child the strategy gave up to the level above, as the
+    /// supervision tree does: a tool call or a worker whose own attempts ran
+    /// out ends as an error result its loop's model sees; a worker's loop
+    /// past its restart intensity fails, which is its parent's error result;
+    /// a model call, and the root loop past its intensity, reach the top,
+    /// which pauses the run for a person (and `resume` tries the child
+    /// again) or, with `on_exhausted = fail`, fails it.
+    #[allow(clippy::too_many_arguments)]
+    fn give_up(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: Option<usize>,
+        attempt: u32,
+        end: &ChildEnd,
+        info: &ChildInfo,
+        reason: String,
+        scope: GiveUpScope,
+        on_exhausted: OnExhausted,
+    ) -> Option<LoopEnd> {
+        let last = describe_end(end);
+        let subject = match info.kind {
+            ChildKind::ModelCall => format!("the call to {}", self.ctx.model.describe()),
+            ChildKind::ToolCall => format!("tool `{}`", info.subject),
+            ChildKind::Worker => "the worker".to_owned(),
+        };
+        let reason = format!("{reason}; {subject} ended last with: {last}");
+        match (info.kind, scope) {
+            (ChildKind::ToolCall | ChildKind::Worker, GiveUpScope::Child) => {
+                if let Some(call) = index.and_then(|i| self.state.calls.get_mut(i)) {
+                    call.result = Some(format!(
+                        "error: {subject} failed after {attempt} attempt{}: {last}",
+                        if attempt == 1 { "" } else { "s" }
+                    ));
+                }
+                self.ctx.emit(
+                    &info.path,
+                    EventKind::GaveUp {
+                        subject: info.subject.clone(),
+                        attempts: attempt,
+                        reason,
+                        handed_to: HandedTo::Model,
+                    },
+                );
+                None
+            }
+            (_, GiveUpScope::Supervisor) if self.role != Role::Root => {
+                self.ctx.emit(
+                    &info.path,
+                    EventKind::GaveUp {
+                        subject: info.subject.clone(),
+                        attempts: attempt,
+                        reason: reason.clone(),
+                        handed_to: HandedTo::Parent,
+                    },
+                );
+                self.phase = Phase::Done;
+                Some(LoopEnd::Failed(reason))
+            }
+            _ => {
+                self.ctx.emit(
+                    &info.path,
+                    EventKind::GaveUp {
+                        subject: info.subject.clone(),
+                        attempts: attempt,
+                        reason: reason.clone(),
+                        handed_to: HandedTo::Person,
+                    },
+                );
+                match on_exhausted {
+                    OnExhausted::Fail => {
+                        self.phase = Phase::Done;
+                        Some(LoopEnd::Failed(reason))
+                    }
+                    OnExhausted::Pause => {
+                        self.escalate(
+                            format!("{reason}. Resume to try again"),
+                            &info.subject,
+                            None,
+                        );
+                        // Tried again after the resume, with the person's
+                        // guidance for a model call.
+                        self.when_open(
+                            myself,
+                            LoopMsg::Retry {
+                                step,
+                                index,
+                                attempt: attempt + 1,
+                            },
+                        );
+                        None
+                    }
+                }
             }
         }
     }
@@ -340,5 +457,35 @@ impl AgentLoop {
                 outcome: Err(end),
             }),
         };
+    }
+}
+
+/// Waits out a restart's backoff on the run's clock: time spent paused does
+/// not count, so a resume leaves the backoff where the pause found it.
+/// `true` once it is over with the gate open, `false` if the run closed.
+async fn backoff(after: std::time::Duration, mut gate: watch::Receiver<Gate>) -> bool {
+    let mut left = after;
+    loop {
+        if gate
+            .wait_for(|g| *g != Gate::Paused)
+            .await
+            .map_or(true, |g| *g == Gate::Closed)
+        {
+            return false;
+        }
+        let started = tokio::time::Instant::now();
+        tokio::select! {
+            () = tokio::time::sleep(left) => {
+                if *gate.borrow() == Gate::Open {
+                    return true;
+                }
+            }
+            changed = gate.changed() => {
+                if changed.is_err() {
+                    return false;
+                }
+            }
+        }
+        left = left.saturating_sub(started.elapsed());
     }
 }

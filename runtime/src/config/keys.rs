@@ -29,6 +29,8 @@ pub enum ValueKind {
     Size,
     /// A comma-separated list, e.g. of host names.
     List,
+    /// What a failure at the top of the tree does: `pause` or `fail`.
+    OnExhausted,
 }
 
 impl ValueKind {
@@ -46,6 +48,7 @@ impl ValueKind {
             Self::Address => "a socket address such as 127.0.0.1:7878",
             Self::Size => "a size such as 65536, 512KiB or 4MiB, from 1 byte to 1GiB",
             Self::List => "a comma-separated list such as example.com,10.0.0.5:7878",
+            Self::OnExhausted => "pause or fail",
         }
     }
 }
@@ -82,7 +85,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 41] = [
+pub(super) const KEYS: [Key; 42] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -186,7 +189,7 @@ pub(super) const KEYS: [Key; 41] = [
         "restart.window",
         "1m",
         ValueKind::Duration,
-        "... of all the calls of a loop within this sliding window (the restart intensity); past either the run fails",
+        "... of all the calls of a loop within this sliding window (the restart intensity); past either the call is given up and its failure goes up the tree",
     ),
     key(
         "LEASEHOLD_RESTART_BACKOFF_INITIAL",
@@ -201,6 +204,13 @@ pub(super) const KEYS: [Key; 41] = [
         "30s",
         ValueKind::Duration,
         "the longest backoff, before a jitter of ±10 %",
+    ),
+    key(
+        "LEASEHOLD_RESTART_ON_EXHAUSTED",
+        "restart.on_exhausted",
+        "pause",
+        ValueKind::OnExhausted,
+        "what a failure that reaches the top of the tree does (a model call out of restarts, the root loop past its intensity): `pause` the run for a person, who resumes it, or `fail` it",
     ),
     key(
         "LEASEHOLD_MODEL_BASE_URL",

@@ -54,6 +54,7 @@ impl Config {
                 within: self.restart_window.value,
                 backoff_initial: self.restart_backoff_initial.value,
                 backoff_max: self.restart_backoff_max.value,
+                on_exhausted: self.restart_on_exhausted.value,
                 ..defaults.restart
             },
             run_lease_ttl: self.run_lease_ttl.value,

@@ -255,6 +255,15 @@ impl ModelClient for OpenAiClient {
         let client = self.clone();
         Box::pin(async move { client.call(request, evidence, None).await })
     }
+
+    fn describe(&self) -> String {
+        let endpoint = self.shared.settings.endpoint(self.role);
+        format!(
+            "model {} at {}",
+            endpoint.model,
+            endpoint.chat_completions_url()
+        )
+    }
 }
 
 /// The backoff before retry `n` (1-based) when the server named no wait:

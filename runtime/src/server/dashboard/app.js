@@ -735,6 +735,7 @@
       case 'worker_finished': return `${e.worker} ${e.outcome}: ${e.result}`;
       case 'budget_extended': case 'budget_exhausted': return budgetText(e);
       case 'restarted': return `attempt ${e.attempt} in ${e.delay_ms} ms after: ${e.reason}`;
+      case 'gave_up': return `given up after ${e.attempts} attempts, handed to ${e.handed_to}: ${e.reason}`;
       case 'paused': return `waiting for a person about ${e.subject}: ${e.reason}`;
       case 'run_resumed': return `claimed by ${e.owner_id} with fence ${e.fence}, resumed from its snapshots`;
       case 'reconciliation_required': return `${e.tool} (key ${e.idempotency_key}): ${e.reason}`;
@@ -899,6 +900,9 @@
         node.note = `attempt ${e.attempt} in ${duration(e.delay_ms)} after: ${e.reason}`;
         clearBanner(node);
         addTraceRow(st, e, 'restarted', `attempt ${e.attempt} in ${duration(e.delay_ms)} after: ${e.reason}`);
+        break;
+      case 'gave_up':
+        addTraceRow(st, e, 'gave up', `after ${e.attempts} attempts, handed to ${e.handed_to}: ${e.reason}`);
         break;
       case 'paused':
         node.state = 'paused';
