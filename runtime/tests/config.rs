@@ -360,7 +360,10 @@ fn the_worst_case_counts_each_evaluation_and_every_backoff_at_the_top_of_its_jit
     let config = Config::load(None, env).expect("loads");
     let stream = config.timing(LeaseKind::ModelStream);
     assert_eq!(stream.evaluations, 2);
-    assert_eq!(stream.renewal_cap, Duration::from_millis(5 * 1_000 + 2 * 800));
+    assert_eq!(
+        stream.renewal_cap,
+        Duration::from_millis(5 * 1_000 + 2 * 800)
+    );
     assert_eq!(stream.backoffs, Duration::from_millis(1_100 + 2_200));
     assert_eq!(stream.worst_case, Duration::from_millis(3 * 6_600 + 3_300));
     assert_eq!(

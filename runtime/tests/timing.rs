@@ -180,7 +180,12 @@ fn earliest(config: &Config, timing: &Timing) -> Duration {
     let shortest: Duration = (1..=policy.max_restarts)
         .map(|restart| {
             let low = policy.backoff(restart).as_secs_f64() * (1.0 - policy.jitter);
-            Duration::from_millis(Duration::from_secs_f64(low).as_millis().try_into().expect("ms"))
+            Duration::from_millis(
+                Duration::from_secs_f64(low)
+                    .as_millis()
+                    .try_into()
+                    .expect("ms"),
+            )
         })
         .sum();
     timing.renewal_cap * timing.attempts + shortest
@@ -199,10 +204,7 @@ fn check(drawn: &Drawn) -> Result<(), TestCaseError> {
     let evaluations = usize::try_from(timing.evaluations).expect("few evaluations");
 
     prop_assert!(
-        matches!(
-            measured.status,
-            RunStatus::Failed | RunStatus::WaitingHuman
-        ),
+        matches!(measured.status, RunStatus::Failed | RunStatus::WaitingHuman),
         "given up as {:?}",
         measured.status
     );
@@ -270,6 +272,9 @@ fn the_frozen_stream_of_the_issue_is_given_up_within_its_printed_worst_case() {
     };
     let timing = drawn.config().timing(LeaseKind::ModelStream);
     assert_eq!(timing.renewal_cap, Duration::from_millis(6_600));
-    assert_eq!(timing.worst_case, Duration::from_millis(3 * 6_600 + 1_100 + 2_200));
+    assert_eq!(
+        timing.worst_case,
+        Duration::from_millis(3 * 6_600 + 1_100 + 2_200)
+    );
     check(&drawn).expect("within the bound");
 }

@@ -158,8 +158,7 @@ impl super::Config {
             .saturating_add(timer_wait(evaluator_timeout).saturating_mul(evaluations));
         let attempts = restart.max_restarts.saturating_add(1);
         let backoffs = longest_backoffs(&restart);
-        let worst_case =
-            one_more_than(restart.max_restarts, renewal_cap).saturating_add(backoffs);
+        let worst_case = one_more_than(restart.max_restarts, renewal_cap).saturating_add(backoffs);
         Timing {
             kind,
             lease,
