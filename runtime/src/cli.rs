@@ -287,6 +287,7 @@ pub fn describe_config(config: &Config) -> String {
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "# timing per lease kind");
+    let _ = writeln!(out, "# {}", crate::config::WORST_CASE_FORMULA);
     for timing in config.timings() {
         let _ = writeln!(out, "{timing}");
     }

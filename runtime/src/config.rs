@@ -50,7 +50,7 @@ use keys::KEYS;
 pub use keys::{Key, ValueKind};
 
 pub use idle::IDLE_TIMEOUT_FORMULA;
-pub use timing::{Timing, compact};
+pub use timing::{Timing, WORST_CASE_FORMULA, compact};
 
 /// The variable naming the configuration file, when none is given.
 pub const ENV_CONFIG: &str = "LEASEHOLD_CONFIG";

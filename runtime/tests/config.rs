@@ -323,23 +323,77 @@ fn the_timing_arithmetic_of_the_defaults() {
     let minutes = |m: u64| Duration::from_secs(m * 60);
     assert_eq!(tool.lease, minutes(5));
     assert_eq!(tool.first_evaluation, minutes(15));
-    assert_eq!(tool.renewal_cap, minutes(55));
+    // 11 leases of 5 min, and 8 expiries (renewals 2 to 9) that each wait up
+    // to 15 s for the evaluator before the lease is re-armed.
+    assert_eq!(tool.lease_periods, 11);
+    assert_eq!(tool.evaluations, 8);
+    assert_eq!(tool.renewal_cap, minutes(57));
     assert_eq!(tool.attempts, 4);
     // Backoffs 1 s, 2 s, 4 s, each at the top of its ±10 % jitter.
     assert_eq!(tool.backoffs, Duration::from_millis(7_700));
     assert_eq!(
         tool.worst_case,
-        minutes(4 * 55) + Duration::from_millis(7_700)
+        minutes(4 * 57) + Duration::from_millis(7_700)
     );
     assert_eq!(
         tool.to_string(),
         "tool_call: lease 5m · free renewals until 15m · first evaluation at 15m · \
-         renewal cap at 55m · 4 attempts · worst case 3h40m7s700ms"
+         renewal cap at 57m (11 leases + 8 evaluations of at most 15s) · 4 attempts · \
+         backoffs at most 7s700ms · worst case 3h48m7s700ms"
     );
     let stream = config.timing(LeaseKind::ModelStream);
     assert_eq!(stream.first_evaluation, minutes(6));
-    assert_eq!(stream.renewal_cap, minutes(22));
+    assert_eq!(stream.renewal_cap, minutes(24));
     assert_eq!(config.timings().len(), LeaseKind::ALL.len());
+}
+
+#[test]
+fn the_worst_case_counts_each_evaluation_and_every_backoff_at_the_top_of_its_jitter() {
+    // The configuration of issue 11's frozen stream, which printed "worst
+    // case 18s300ms" and was given up after 21.8 s.
+    let env = env_of(&[
+        ("LEASEHOLD_LEASE_MODEL_STREAM", "1s"),
+        ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "4"),
+        ("LEASEHOLD_RESTART_MAX", "2"),
+        ("LEASEHOLD_EVALUATOR_TIMEOUT", "800ms"),
+    ]);
+    let config = Config::load(None, env).expect("loads");
+    let stream = config.timing(LeaseKind::ModelStream);
+    assert_eq!(stream.evaluations, 2);
+    assert_eq!(
+        stream.renewal_cap,
+        Duration::from_millis(5 * 1_000 + 2 * 800)
+    );
+    assert_eq!(stream.backoffs, Duration::from_millis(1_100 + 2_200));
+    assert_eq!(stream.worst_case, Duration::from_millis(3 * 6_600 + 3_300));
+    assert_eq!(
+        stream.to_string(),
+        "model_stream: lease 1s · free renewals until 3s · first evaluation at 3s · \
+         renewal cap at 6s600ms (5 leases + 2 evaluations of at most 800ms) · 3 attempts · \
+         backoffs at most 3s300ms · worst case 23s100ms"
+    );
+
+    // With every renewal free no expiry waits for the evaluator, even when
+    // an unvalidated configuration has more free renewals than the cap.
+    let mut all_free = config.clone();
+    all_free.free_renewals.value = 4;
+    assert_eq!(all_free.timing(LeaseKind::ModelStream).evaluations, 0);
+    all_free.free_renewals.value = 9;
+    let timing = all_free.timing(LeaseKind::ModelStream);
+    assert_eq!(timing.evaluations, 0);
+    assert_eq!(timing.renewal_cap, Duration::from_secs(5));
+
+    // A jittered backoff off the whole millisecond waits until the next one,
+    // as tokio's timers do: 1003 ms × 1.1 = 1103.3 ms is waited as 1104 ms.
+    let env = env_of(&[
+        ("LEASEHOLD_RESTART_MAX", "1"),
+        ("LEASEHOLD_RESTART_BACKOFF_INITIAL", "1003ms"),
+    ]);
+    let config = Config::load(None, env).expect("loads");
+    assert_eq!(
+        config.timing(LeaseKind::ToolCall).backoffs,
+        Duration::from_millis(1_104)
+    );
 }
 
 #[test]
