@@ -835,6 +835,8 @@ fn lease_request(evidence: EvidenceSummary) -> EvaluationRequest {
         max_renewals: 10,
         lease: Duration::from_secs(300),
         evidence,
+        evidence_renewals: 0,
+        stream_tail: None,
         transcript_tail: vec![
             TranscriptMessage::new("user", "Find the failing deploy."),
             TranscriptMessage::new("assistant", "x".repeat(5_000)),
@@ -850,6 +852,7 @@ fn the_lease_prompt_shows_every_field_and_demands_the_strict_json() {
         last_progress_age_ms: Some(41_000),
         phi: Some(3.456),
         last_note: Some("page 3 of 9".into()),
+        repetition: None,
     }));
     let system = &messages[0].content;
     for demanded in [
