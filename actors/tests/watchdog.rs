@@ -449,6 +449,14 @@ const LOOP: &str = "Let me look at the failing test once more.";
 /// A streaming model call of `turn` under a 2 s model-stream lease with a
 /// cap of 30, as the model-call actor runs it.
 fn stream(rig: &Rig, turn: Turn) -> LeaseHandle<Result<ModelReply, ModelError>> {
+    stream_with(rig, turn, None)
+}
+
+fn stream_with(
+    rig: &Rig,
+    turn: Turn,
+    evidence_renewals: Option<u32>,
+) -> LeaseHandle<Result<ModelReply, ModelError>> {
     let model = ScriptedModel::new().script("run", [turn]);
     let request = ModelRequest {
         messages: vec![ChatMessage::user("fix the failing test")],
@@ -459,6 +467,7 @@ fn stream(rig: &Rig, turn: Turn) -> LeaseHandle<Result<ModelReply, ModelError>> 
     let spec = LeaseSpec::new(LeaseKind::ModelStream, "chat", secs(2))
         .expect("valid spec")
         .with_max_renewals(30)
+        .with_evidence_renewals(evidence_renewals)
         .in_run(RUN, PATH);
     rig.leases()
         .supervise(spec, move |evidence| model.complete(request, evidence))
@@ -528,5 +537,17 @@ async fn a_varied_stream_is_renewed_on_evidence_exactly_evidence_renewals_times_
         [requests[0].renewals, requests[1].renewals, requests[2].renewals],
         [5, 9, 13]
     );
+    drop(handle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leases_own_evidence_renewals_override_the_watchdogs() {
+    // A flow's `leases.evidence_renewals = 1` reaches each lease it starts.
+    let rig = rig(config(2, 30), Some(ScriptedEvaluator::always("RENEW"))).await;
+    let handle = stream_with(&rig, Turn::rambling(millis(300)), Some(1));
+    sleep(millis(12_100)).await;
+    let deciders: Vec<_> = rig.events.verdicts().iter().map(|v| v.decided_by).collect();
+    use DecidedBy::{Evaluator as A, Evidence as E, Ladder as L};
+    assert_eq!(deciders, [L, L, E, A, E, A]);
     drop(handle);
 }
