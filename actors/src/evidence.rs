@@ -275,7 +275,10 @@ mod tests {
         );
         paused.resume(Instant::now());
         let steady_age = |now: Instant| steady.summary(now - Duration::from_secs(3600), &config);
-        assert_eq!(paused.summary(Instant::now(), &config), steady_age(Instant::now()));
+        assert_eq!(
+            paused.summary(Instant::now(), &config),
+            steady_age(Instant::now())
+        );
         // One more item 300 ms after the resume (500 ms after the last one,
         // pause excepted), then 250 ms of silence.
         tokio::time::advance(Duration::from_millis(300)).await;

@@ -582,7 +582,10 @@ async fn a_pause_does_not_age_the_evidence() {
     assert_eq!(evidence.count, 16);
     assert_eq!(evidence.last_progress_age_ms, Some(10_250));
     let phi = evidence.phi.expect("there was evidence");
-    assert!(phi < 8.0, "the pause made the evidence look dead: phi {phi}");
+    assert!(
+        phi < 8.0,
+        "the pause made the evidence look dead: phi {phi}"
+    );
     drop(handle);
 }
 
@@ -664,14 +667,10 @@ async fn a_verdict_on_an_expiry_judged_before_a_pause_is_dropped_after_it() {
     resume(&rig);
     sleep(secs(5)).await;
     assert_eq!(rig.events.count("intervened"), 0);
-    let dropped = rig
-        .events
-        .events()
-        .into_iter()
-        .find_map(|e| match e.kind {
-            EventKind::VerdictDropped { reason, .. } => Some(reason),
-            _ => None,
-        });
+    let dropped = rig.events.events().into_iter().find_map(|e| match e.kind {
+        EventKind::VerdictDropped { reason, .. } => Some(reason),
+        _ => None,
+    });
     assert_eq!(
         dropped.as_deref(),
         Some("the run was paused while the expiry was judged")

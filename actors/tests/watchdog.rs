@@ -503,7 +503,10 @@ async fn a_looping_stream_reaches_the_evaluator_with_its_tail_well_before_the_ca
         assert!(tail.contains(LOOP), "tail {tail:?}");
         assert!(tail.len() <= leasehold_actors::evidence::TAIL_BYTES);
         let verdicts = rig.events.verdicts();
-        assert_eq!(verdicts.last().map(|v| v.decided_by), Some(DecidedBy::Evaluator));
+        assert_eq!(
+            verdicts.last().map(|v| v.decided_by),
+            Some(DecidedBy::Evaluator)
+        );
         assert!(
             !verdicts.iter().any(|v| v.decided_by == DecidedBy::Evidence),
             "a looping stream was renewed on its evidence"
@@ -534,7 +537,11 @@ async fn a_varied_stream_is_renewed_on_evidence_exactly_evidence_renewals_times_
         assert!(tail.len() > 1_000, "tail of {} bytes", tail.len());
     }
     assert_eq!(
-        [requests[0].renewals, requests[1].renewals, requests[2].renewals],
+        [
+            requests[0].renewals,
+            requests[1].renewals,
+            requests[2].renewals
+        ],
         [5, 9, 13]
     );
     drop(handle);

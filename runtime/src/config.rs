@@ -282,8 +282,7 @@ impl Default for Config {
             max_renewals: Setting::default(lease.max_renewals),
             evidence_renewals: Setting::default(engine.supervision.watchdog.evidence_renewals),
             repetition_threshold: Setting::default(
-                Share::new(engine.supervision.watchdog.repetition_threshold)
-                    .unwrap_or(Share::HALF),
+                Share::new(engine.supervision.watchdog.repetition_threshold).unwrap_or(Share::HALF),
             ),
             watchdog_role: Setting::default(ModelRole::Fast),
             evaluator_timeout: Setting::default(engine.supervision.watchdog.evaluator_timeout),

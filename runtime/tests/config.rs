@@ -655,7 +655,9 @@ fn evidence_renewals_and_the_repetition_threshold_are_read_from_every_layer() {
     let shown: Vec<_> = config
         .entries()
         .into_iter()
-        .filter(|(key, _, _)| key.file.starts_with("watchdog.re") || key.file == "watchdog.evidence_renewals")
+        .filter(|(key, _, _)| {
+            key.file.starts_with("watchdog.re") || key.file == "watchdog.evidence_renewals"
+        })
         .map(|(key, value, _)| (key.file, value))
         .collect();
     assert_eq!(
@@ -665,8 +667,9 @@ fn evidence_renewals_and_the_repetition_threshold_are_read_from_every_layer() {
             ("watchdog.repetition_threshold", "0.8".to_owned())
         ]
     );
-    let file = Config::from_toml_str("[watchdog]\nevidence_renewals = 0\nrepetition_threshold = 0.25\n")
-        .expect("a file sets both, the share as a TOML float");
+    let file =
+        Config::from_toml_str("[watchdog]\nevidence_renewals = 0\nrepetition_threshold = 0.25\n")
+            .expect("a file sets both, the share as a TOML float");
     let watchdog = file.engine_config().supervision.watchdog;
     assert_eq!(watchdog.evidence_renewals, 0);
     assert!((watchdog.repetition_threshold - 0.25).abs() < f64::EPSILON);

@@ -1027,7 +1027,11 @@ fn the_lease_prompt_shows_the_streams_tail_its_repetition_and_the_evidence_strea
     request.evidence_renewals = 3;
     request.stream_tail = Some(looping.clone());
     let messages = ModelEvaluator::lease_prompt(&request);
-    assert!(messages[0].content.contains("repetition"), "{}", messages[0].content);
+    assert!(
+        messages[0].content.contains("repetition"),
+        "{}",
+        messages[0].content
+    );
     let user = &messages[1].content;
     assert!(user.contains("repetition 0.97"), "{user}");
     assert!(
