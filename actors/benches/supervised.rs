@@ -831,6 +831,7 @@ fn bench_rtt(multi_thread: bool) -> Rtt {
             let expiry = LeaseExpiry {
                 meta: Arc::new(LeaseMeta::new(LeaseId(1), &spec)),
                 renewals: 0,
+                evidence_renewals: 0,
                 evidence: Evidence::detached(),
             };
             for _ in 0..RTT_WARMUP {

@@ -658,6 +658,7 @@ impl Engine {
             leases: leases.clone(),
             lease_config: plan.lease_config,
             free_renewals: Some(plan.watchdog_config.free_renewals),
+            evidence_renewals: Some(plan.watchdog_config.evidence_renewals),
             events: self.events.clone(),
             store: self.store.clone(),
             clock: self.clock.clone(),

@@ -122,6 +122,17 @@ pub enum EventKind {
         /// The cap that was reached.
         max_renewals: u32,
     },
+    /// A verdict arrived while the run was paused (or after the pause, on an
+    /// expiry judged before it) and did not act: a pause stops every clock.
+    /// The lease gets a fresh period when the run resumes.
+    VerdictDropped {
+        /// The lease.
+        lease_id: LeaseId,
+        /// The verdict that was dropped.
+        verdict: crate::watchdog::Verdict,
+        /// Why it was dropped (`the run is paused`).
+        reason: String,
+    },
     /// The operation was cancelled by its parent; no watchdog was asked.
     LeaseCancelled {
         /// The lease.
@@ -327,6 +338,9 @@ impl EventKind {
             Self::RenewalCapReached { max_renewals, .. } => {
                 format!("stopped after {max_renewals} renewals")
             }
+            Self::VerdictDropped {
+                verdict, reason, ..
+            } => format!("{verdict} dropped: {reason}"),
             Self::LeaseCancelled { .. } => "cancelled by its parent".to_owned(),
             Self::RunStarted {
                 flow,
@@ -503,6 +517,7 @@ impl EventKind {
             Self::Intervened { .. } => "intervened",
             Self::Escalated { .. } => "escalated",
             Self::RenewalCapReached { .. } => "renewal_cap_reached",
+            Self::VerdictDropped { .. } => "verdict_dropped",
             Self::LeaseCancelled { .. } => "lease_cancelled",
             Self::RunStarted { .. } => "run_started",
             Self::StepStarted { .. } => "step_started",

@@ -7,6 +7,19 @@
 //! cell keeps the inter-arrival times for the lease's phi accrual detector,
 //! so a stream that has emitted tokens for twenty minutes never looks like a
 //! mute socket.
+//!
+//! A stream also reports its text ([`Evidence::observe_text`]): the cell keeps
+//! the last [`TAIL_BYTES`] of it, so that the evaluator can be shown what the
+//! evidence carried, and the summary reports how much of that tail repeats
+//! itself ([`repetition`]) — evidence earns renewals, not immunity.
+//!
+//! While the run is paused the evidence does not age: the lease actor tells
+//! the cell when a pause starts and ends, and the pause counts neither in the
+//! age of the last item nor in the inter-arrival history phi is computed on.
+
+mod repetition;
+
+pub use repetition::{MIN_TRIGRAMS, repetition};
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -30,12 +43,22 @@ struct EvidenceInner {
     announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
 }
 
+/// How much of a stream's text the cell keeps: the tail shown to the
+/// evaluator and measured for repetition (2 KiB, a few hundred words).
+pub const TAIL_BYTES: usize = 2048;
+
 #[derive(Default)]
 struct EvidenceState {
     count: u64,
     last: Option<Instant>,
     window: ArrivalWindow,
     note: Option<String>,
+    /// The text reported so far, at most `2 × TAIL_BYTES`: trimmed to
+    /// `TAIL_BYTES` only when it doubles, so appending stays cheap.
+    text: String,
+    /// When the current pause started (or, if evidence arrived during it,
+    /// when that last item arrived): time from here on does not count.
+    paused_since: Option<Instant>,
 }
 
 /// What the watchdog knows of a lease's liveness when it expires.
@@ -43,7 +66,8 @@ struct EvidenceState {
 pub struct EvidenceSummary {
     /// Evidence items received since the operation started.
     pub count: u64,
-    /// Milliseconds since the last item; `None` if there was none.
+    /// Milliseconds since the last item, time paused excluded; `None` if
+    /// there was none.
     pub last_progress_age_ms: Option<u64>,
     /// The accrual detector's suspicion level; `None` if there was no
     /// evidence at all (silence from the start).
@@ -51,6 +75,11 @@ pub struct EvidenceSummary {
     /// The last progress note, if the operation gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_note: Option<String>,
+    /// The share of repeated word 3-grams in the tail of a stream's text,
+    /// from 0 to almost 1 (see [`repetition`]); `None` when the operation
+    /// reported too little text to judge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repetition: Option<f64>,
 }
 
 impl Evidence {
@@ -84,6 +113,44 @@ impl Evidence {
     /// such as stream chunks.
     pub fn observe(&self) {
         self.record(Instant::now());
+    }
+
+    /// Records one chunk of a stream with its text, without an event. The
+    /// cell keeps the last [`TAIL_BYTES`] of the text, for the evaluator and
+    /// the repetition signal; a chunk with no text is still evidence.
+    pub fn observe_text(&self, text: &str) {
+        let mut state = self.state();
+        state.arrive(Instant::now());
+        state.push_text(text);
+    }
+
+    /// The last [`TAIL_BYTES`] (or fewer) of the text reported with
+    /// [`Evidence::observe_text`], cut on a character boundary; `None` if
+    /// no text was reported.
+    pub fn tail(&self) -> Option<String> {
+        let state = self.state();
+        Some(tail_of(&state.text, TAIL_BYTES).to_owned()).filter(|t| !t.is_empty())
+    }
+
+    /// The run was paused at `at`: from now on, time does not age the
+    /// evidence.
+    pub(crate) fn pause(&self, at: Instant) {
+        let mut state = self.state();
+        if state.paused_since.is_none() {
+            state.paused_since = Some(at);
+        }
+    }
+
+    /// The run resumed at `at`: the last item's arrival moves forward by the
+    /// time paused, so the pause counts neither in its age nor in the next
+    /// inter-arrival time.
+    pub(crate) fn resume(&self, at: Instant) {
+        let mut state = self.state();
+        if let Some(since) = state.paused_since.take()
+            && let Some(last) = state.last
+        {
+            state.last = Some(last + at.saturating_duration_since(since));
+        }
     }
 
     /// Records one item of evidence and publishes a `progress` event with
@@ -122,12 +189,14 @@ impl Evidence {
     /// The summary the watchdog judges by, with phi computed under `config`.
     pub fn summary(&self, now: Instant, config: &AccrualConfig) -> EvidenceSummary {
         let state = self.state();
-        let age = state.last.map(|last| now.saturating_duration_since(last));
+        let until = state.paused_since.unwrap_or(now);
+        let age = state.last.map(|last| until.saturating_duration_since(last));
         EvidenceSummary {
             count: state.count,
             last_progress_age_ms: age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
             phi: age.map(|a| state.window.phi(a, config)),
             last_note: state.note.clone(),
+            repetition: repetition(tail_of(&state.text, TAIL_BYTES)),
         }
     }
 }
@@ -135,12 +204,35 @@ impl Evidence {
 impl EvidenceState {
     fn arrive(&mut self, at: Instant) -> u64 {
         if let Some(last) = self.last {
-            self.window.push(at.saturating_duration_since(last));
+            // During a pause only the quiet time before it counts.
+            let until = self.paused_since.unwrap_or(at);
+            self.window.push(until.saturating_duration_since(last));
         }
         self.last = Some(at);
+        if self.paused_since.is_some() {
+            self.paused_since = Some(at);
+        }
         self.count += 1;
         self.count
     }
+
+    fn push_text(&mut self, text: &str) {
+        self.text.push_str(tail_of(text, TAIL_BYTES));
+        if self.text.len() > 2 * TAIL_BYTES {
+            let keep = self.text.len() - tail_of(&self.text, TAIL_BYTES).len();
+            self.text.drain(..keep);
+        }
+    }
+}
+
+/// The last `max` bytes of `text` or fewer, starting on a character
+/// boundary.
+fn tail_of(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
 }
 
 impl std::fmt::Debug for Evidence {
@@ -148,5 +240,100 @@ impl std::fmt::Debug for Evidence {
         f.debug_struct("Evidence")
             .field("count", &self.count())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::watchdog::AccrualConfig;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_counts_neither_in_the_age_nor_in_the_inter_arrival_history() {
+        // Two cells see the same arrivals every 500 ms; one of them is
+        // paused for an hour after its eighth, and its next item comes 500 ms
+        // of running time later. Once the pause is cut out they must agree
+        // on everything: count, age and phi.
+        let step = Duration::from_millis(500);
+        let (paused, steady) = (Evidence::detached(), Evidence::detached());
+        for _ in 0..8 {
+            tokio::time::advance(step).await;
+            paused.observe();
+            steady.observe();
+        }
+        let config = AccrualConfig::PEKKO;
+        tokio::time::advance(Duration::from_millis(200)).await;
+        paused.pause(Instant::now());
+        let frozen = paused.summary(Instant::now(), &config);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(
+            paused.summary(Instant::now(), &config),
+            frozen,
+            "the evidence aged while paused"
+        );
+        paused.resume(Instant::now());
+        let steady_age = |now: Instant| steady.summary(now - Duration::from_secs(3600), &config);
+        assert_eq!(
+            paused.summary(Instant::now(), &config),
+            steady_age(Instant::now())
+        );
+        // One more item 300 ms after the resume (500 ms after the last one,
+        // pause excepted), then 250 ms of silence.
+        tokio::time::advance(Duration::from_millis(300)).await;
+        paused.observe();
+        tokio::time::advance(Duration::from_millis(250)).await;
+        let after = paused.summary(Instant::now(), &config);
+        assert_eq!(after.count, 9);
+        assert_eq!(after.last_progress_age_ms, Some(250));
+        // The steady cell, fed at the same running time, has the same phi:
+        // no hour-long interval entered the paused cell's history.
+        let twin = Evidence::detached();
+        twin.observe();
+        for _ in 0..8 {
+            tokio::time::advance(step).await;
+            twin.observe();
+        }
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(twin.summary(Instant::now(), &config).phi, after.phi);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn evidence_that_arrives_during_a_pause_does_not_count_the_pause() {
+        let evidence = Evidence::detached();
+        evidence.observe();
+        tokio::time::advance(Duration::from_millis(400)).await;
+        evidence.pause(Instant::now());
+        tokio::time::advance(Duration::from_secs(600)).await;
+        evidence.observe();
+        tokio::time::advance(Duration::from_secs(600)).await;
+        let config = AccrualConfig::PEKKO;
+        let during = evidence.summary(Instant::now(), &config);
+        assert_eq!(during.last_progress_age_ms, Some(0), "aged while paused");
+        evidence.resume(Instant::now());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let after = evidence.summary(Instant::now(), &config);
+        assert_eq!(after.count, 2);
+        assert_eq!(after.last_progress_age_ms, Some(100));
+    }
+
+    #[test]
+    fn the_tail_is_bounded_and_cut_on_a_character_boundary() {
+        let evidence = Evidence::detached();
+        for n in 0..1000 {
+            evidence.observe_text(&format!("é{n} "));
+        }
+        let tail = evidence.tail().expect("text was reported");
+        assert!(tail.len() <= TAIL_BYTES, "tail of {} bytes", tail.len());
+        assert!(tail.len() > TAIL_BYTES - 4, "tail of {} bytes", tail.len());
+        assert!(tail.ends_with("é999 "), "tail ends {tail:?}");
+        assert!(evidence.state().text.len() <= 2 * TAIL_BYTES);
+        assert_eq!(evidence.count(), 1000);
+        // One chunk larger than the tail keeps only its end.
+        let big = Evidence::detached();
+        big.observe_text(&"ü".repeat(3 * TAIL_BYTES));
+        assert_eq!(big.tail().map(|t| t.len()), Some(TAIL_BYTES));
+        assert_eq!(Evidence::detached().tail(), None);
     }
 }

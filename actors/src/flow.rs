@@ -262,6 +262,10 @@ pub struct LeaseOverrides {
     /// Expiries the watchdog renews without asking the evaluator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_renewals: Option<u32>,
+    /// Consecutive renewals on evidence alone before the evaluator is asked
+    /// anyway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_renewals: Option<u32>,
 }
 
 /// What a supervisor does when a child fails.
@@ -410,10 +414,15 @@ impl Flow {
         }
     }
 
-    /// The watchdog configuration with `free_renewals` overridden.
+    /// The watchdog configuration with `free_renewals` and
+    /// `evidence_renewals` overridden.
     pub fn watchdog_config(&self, base: WatchdogConfig) -> WatchdogConfig {
         WatchdogConfig {
             free_renewals: self.leases.free_renewals.unwrap_or(base.free_renewals),
+            evidence_renewals: self
+                .leases
+                .evidence_renewals
+                .unwrap_or(base.evidence_renewals),
             ..base
         }
     }

@@ -19,6 +19,17 @@
 //! operation with [`LeaseError::RenewalCapReached`]. Those are the only paths
 //! from a timer to a failure: an expiry alone is never an error.
 //!
+//! While the run is paused no clock runs: timers are disarmed, evidence does
+//! not age (the cell is told when the pause starts and ends), and a verdict
+//! that arrives during the pause — or after it, for an expiry judged before
+//! it — is dropped with a `verdict_dropped` event; on resume each lease gets
+//! a full, fresh period.
+//!
+//! The lease counts its consecutive renewals on evidence alone and hands the
+//! streak to the watchdog, which asks the evaluator anyway once it reaches
+//! `evidence_renewals`: evidence earns renewals, not immunity. Any verdict
+//! that is not an evidence renewal resets the streak.
+//!
 //! One lease actor holds many leases — one per run, or per shard of a swarm —
 //! each an entry in a map and in one timer queue, so a live operation and its
 //! lease cost about a kilobyte, not an actor each. A timer fire carries the
@@ -108,9 +119,11 @@ pub enum LeaseMsg {
         generation: u64,
     },
     /// Stop every clock: disarm all timers until [`LeaseMsg::Resume`]. No
-    /// lease expires while paused, and new leases start disarmed.
+    /// lease expires while paused, new leases start disarmed, evidence does
+    /// not age, and verdicts that arrive are dropped.
     Pause,
-    /// Restart every clock: each lease gets a full, fresh period.
+    /// Restart every clock: each lease gets a full, fresh period, and its
+    /// evidence's age goes on from where the pause found it.
     Resume,
     /// The watchdog's verdict on an expiry of `generation`.
     Decided {
@@ -171,6 +184,8 @@ struct Entry {
     end: oneshot::Sender<LeaseEnd>,
     nudges: Option<NudgeQueue>,
     renewals: u32,
+    /// Consecutive renewals decided on evidence alone.
+    evidence_renewals: u32,
     generation: u64,
 }
 
@@ -242,6 +257,9 @@ impl LeaseState {
             nudges,
         } = registration;
         self.arm_at(meta.id, 0, deadline);
+        if self.paused {
+            evidence.pause(tokio::time::Instant::now());
+        }
         self.leases.insert(
             meta.id,
             Entry {
@@ -251,6 +269,7 @@ impl LeaseState {
                 end,
                 nudges,
                 renewals: 0,
+                evidence_renewals: 0,
                 generation: 0,
             },
         );
@@ -261,8 +280,10 @@ impl LeaseState {
             return;
         }
         self.paused = true;
-        for id in self.leases.keys() {
+        let now = tokio::time::Instant::now();
+        for (id, entry) in &self.leases {
             let _ = self.timers.send(TimerCmd::Disarm(*id));
+            entry.evidence.pause(now);
         }
     }
 
@@ -271,10 +292,12 @@ impl LeaseState {
             return;
         }
         self.paused = false;
+        let now = tokio::time::Instant::now();
         let rearm: Vec<_> = self
             .leases
             .iter_mut()
             .map(|(id, entry)| {
+                entry.evidence.resume(now);
                 // A fresh generation: any fire or verdict from before the
                 // pause is stale.
                 entry.generation += 1;
@@ -381,6 +404,7 @@ impl LeaseState {
         let expiry = LeaseExpiry {
             meta,
             renewals,
+            evidence_renewals: entry.evidence_renewals,
             evidence: entry.evidence.clone(),
         };
         let me = myself.clone();
@@ -402,11 +426,38 @@ impl LeaseState {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
-        if entry.generation != generation || entry.token.is_cancelled() {
+        if entry.token.is_cancelled() {
+            return;
+        }
+        // A pause changes no generation, and its resume bumps it: a verdict
+        // during a pause, or after it on an expiry judged before it, must not
+        // act on a run whose clocks were stopped.
+        let reason = if self.paused {
+            Some("the run is paused")
+        } else if entry.generation != generation {
+            Some("the run was paused while the expiry was judged")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            let meta = entry.meta.clone();
+            self.emit(
+                &meta,
+                EventKind::VerdictDropped {
+                    lease_id: id,
+                    verdict: decision.verdict,
+                    reason: reason.to_owned(),
+                },
+            );
             return;
         }
         match decision.verdict {
             Verdict::Renew | Verdict::Nudge => {
+                if decision.decided_by == DecidedBy::Evidence {
+                    entry.evidence_renewals += 1;
+                } else {
+                    entry.evidence_renewals = 0;
+                }
                 entry.renewals += 1;
                 entry.generation += 1;
                 let (meta, nudges, generation) =

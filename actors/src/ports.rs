@@ -59,8 +59,16 @@ pub struct EvaluationRequest {
     /// How long one lease period is.
     #[serde(with = "crate::event::millis")]
     pub lease: Duration,
-    /// Liveness evidence: count, age of the last item, phi.
+    /// Liveness evidence: count, age of the last item, phi, repetition.
     pub evidence: EvidenceSummary,
+    /// Consecutive renewals this lease had on evidence alone before this
+    /// expiry: at `evidence_renewals` the evaluator is asked anyway.
+    pub evidence_renewals: u32,
+    /// What the evidence carried: for a stream, the last 2 KiB of its text
+    /// so far (cut on a character boundary); `None` for an operation that
+    /// reports no text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_tail: Option<String>,
     /// The last few messages of the loop's transcript.
     pub transcript_tail: Arc<[TranscriptMessage]>,
 }

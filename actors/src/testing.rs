@@ -268,6 +268,9 @@ pub struct Turn {
     pub hang: bool,
     /// Fail with this error instead of answering.
     pub error: Option<ModelError>,
+    /// The text each chunk streams, reported with
+    /// [`Evidence::observe_text`]; `None` reports chunks without text.
+    pub stream_text: Option<StreamText>,
     /// Tokens the answer costs.
     pub usage: TokenCost,
     /// Why the model stopped, as the server would say.
@@ -285,6 +288,7 @@ impl Turn {
             stall: None,
             hang: false,
             error: None,
+            stream_text: None,
             usage: TokenCost {
                 input_tokens: 200,
                 output_tokens: 50,
@@ -350,12 +354,137 @@ impl Turn {
         self
     }
 
+    /// A stream that never ends, repeating `sentence` in a chunk every
+    /// `interval`: a model stuck in a loop.
+    pub fn looping(sentence: impl Into<String>, interval: Duration) -> Self {
+        Self {
+            stream_text: Some(StreamText::Loop(sentence.into())),
+            ..Self::endless(interval)
+        }
+    }
+
+    /// A stream that never ends, a chunk of different words every
+    /// `interval`: a model that is busy and not repeating itself.
+    pub fn rambling(interval: Duration) -> Self {
+        Self {
+            stream_text: Some(StreamText::Varied),
+            ..Self::endless(interval)
+        }
+    }
+
+    fn endless(interval: Duration) -> Self {
+        Self {
+            hang: true,
+            ..Self::answer("").with_chunks(u32::MAX, interval)
+        }
+    }
+
     /// Falls silent for `silence` after `after_chunks` chunks.
     pub fn stall_after(mut self, after_chunks: u32, silence: Duration) -> Self {
         self.stall = Some((after_chunks, silence));
         self
     }
 }
+
+/// What the chunks of a scripted stream say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamText {
+    /// The same sentence in every chunk.
+    Loop(String),
+    /// Eight words in every chunk, drawn deterministically from a
+    /// vocabulary of 64: no phrase of three words comes back often.
+    Varied,
+}
+
+impl StreamText {
+    /// The text of chunk `n`.
+    pub fn chunk(&self, n: u32) -> String {
+        match self {
+            Self::Loop(sentence) => format!("{sentence} "),
+            Self::Varied => {
+                // xorshift64, seeded by the chunk's number.
+                let mut x = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut text = String::new();
+                for _ in 0..8 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let word = usize::try_from(x % 64).unwrap_or_default();
+                    text.push_str(VOCABULARY[word]);
+                    text.push(' ');
+                }
+                text
+            }
+        }
+    }
+}
+
+const VOCABULARY: [&str; 64] = [
+    "lease",
+    "timer",
+    "watchdog",
+    "verdict",
+    "stream",
+    "token",
+    "model",
+    "tool",
+    "worker",
+    "budget",
+    "step",
+    "run",
+    "supervisor",
+    "restart",
+    "backoff",
+    "pause",
+    "resume",
+    "evidence",
+    "phi",
+    "window",
+    "sample",
+    "mean",
+    "deviation",
+    "threshold",
+    "store",
+    "fence",
+    "owner",
+    "snapshot",
+    "event",
+    "trace",
+    "record",
+    "reason",
+    "nudge",
+    "cancel",
+    "escalate",
+    "renew",
+    "intervene",
+    "ladder",
+    "breaker",
+    "cap",
+    "flow",
+    "config",
+    "key",
+    "value",
+    "default",
+    "server",
+    "client",
+    "request",
+    "answer",
+    "chunk",
+    "socket",
+    "process",
+    "signal",
+    "task",
+    "actor",
+    "message",
+    "queue",
+    "channel",
+    "future",
+    "tree",
+    "child",
+    "parent",
+    "loop",
+    "call",
+];
 
 /// A model that plays one script per consumer (`run`, `worker:KIND`) and
 /// records every request.
@@ -440,7 +569,10 @@ impl ModelClient for ScriptedModel {
                     }
                 }
                 tokio::time::sleep(turn.chunk_interval).await;
-                evidence.observe();
+                match &turn.stream_text {
+                    Some(text) => evidence.observe_text(&text.chunk(chunk)),
+                    None => evidence.observe(),
+                }
             }
             if turn.hang {
                 std::future::pending::<()>().await;

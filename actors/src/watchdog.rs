@@ -5,11 +5,15 @@
 //! 1. **Cost ladder.** While `renewals < free_renewals` (default 2): `RENEW`,
 //!    no evaluator call (`decided_by = ladder`).
 //! 2. **Evidence.** If the lease's evidence is fresh — its phi accrual
-//!    detector is below threshold — `RENEW`, no evaluator call
-//!    (`decided_by = evidence`). Only silent or suspicious leases cost a
-//!    model call.
+//!    detector is below threshold — and not suspicious — the share of
+//!    repeated 3-grams in a stream's text is at most `repetition_threshold`
+//!    — `RENEW`, no evaluator call (`decided_by = evidence`), at most
+//!    `evidence_renewals` times in a row: evidence earns renewals, not
+//!    immunity. Only silent, suspicious or long-renewed leases cost a model
+//!    call.
 //! 3. **Evaluator.** Otherwise the evaluator is asked, shown the evidence
-//!    (phi included) and the transcript tail, under a flat timeout (default
+//!    (phi and repetition included), the tail of the stream's text and the
+//!    transcript tail, under a flat timeout (default
 //!    15 s) that is a deadline on purpose and never a lease. Its answer must
 //!    be the strict JSON of [`parse_verdict`].
 //! 4. **Breaker.** Any failure of step 3 — transport error, timeout, panic,
@@ -54,6 +58,17 @@ pub struct WatchdogConfig {
     pub evaluator_timeout: Duration,
     /// The accrual detector's parameters per lease kind.
     pub accrual: AccrualPolicy,
+    /// Consecutive renewals on evidence alone after which the evaluator is
+    /// asked anyway (default 3). With the default stream lease (2 min) and
+    /// ladder (2), a live stream is first judged at its sixth expiry, then
+    /// every fourth: one cheap `fast` call per 8 minutes of streaming, and a
+    /// stream that reaches the renewal cap (10) has been shown to the
+    /// evaluator twice rather than never. 0 never renews on evidence alone.
+    pub evidence_renewals: u32,
+    /// Above this share of repeated word 3-grams in a stream's recent text
+    /// (from 0 to 1; default 0.5, a phrase said more than twice over), its
+    /// evidence is suspicious and does not renew by itself.
+    pub repetition_threshold: f64,
 }
 
 impl Default for WatchdogConfig {
@@ -62,15 +77,25 @@ impl Default for WatchdogConfig {
             free_renewals: 2,
             evaluator_timeout: Duration::from_secs(15),
             accrual: AccrualPolicy::default(),
+            evidence_renewals: 3,
+            repetition_threshold: 0.5,
         }
     }
 }
 
 impl WatchdogConfig {
     /// Refuses a zero evaluator timeout, a duration above
-    /// [`MAX_DURATION`](crate::MAX_DURATION) or bad accrual parameters.
+    /// [`MAX_DURATION`](crate::MAX_DURATION), a repetition threshold outside
+    /// `[0, 1]` or bad accrual parameters.
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::check_positive_duration("watchdog.evaluator_timeout", self.evaluator_timeout)?;
+        if !(0.0..=1.0).contains(&self.repetition_threshold) {
+            return Err(ConfigError::new(
+                "watchdog.repetition_threshold",
+                "a share from 0 to 1",
+                self.repetition_threshold,
+            ));
+        }
         self.accrual.validate()
     }
 }
@@ -145,6 +170,8 @@ pub struct LeaseExpiry {
     pub meta: Arc<LeaseMeta>,
     /// Renewals so far.
     pub renewals: u32,
+    /// Consecutive renewals so far decided on evidence alone.
+    pub evidence_renewals: u32,
     /// Its evidence cell.
     pub evidence: Evidence,
 }
@@ -282,14 +309,27 @@ impl WatchdogState {
                 reply,
             );
         }
-        if let Some(phi) = evidence.phi.filter(|phi| *phi < accrual.threshold) {
+        let repetitive = evidence
+            .repetition
+            .is_some_and(|share| share > self.config.repetition_threshold);
+        let evidence_renewals = meta
+            .evidence_renewals
+            .unwrap_or(self.config.evidence_renewals);
+        let streak_left = expiry.evidence_renewals < evidence_renewals;
+        if let Some(phi) = evidence.phi.filter(|phi| *phi < accrual.threshold)
+            && !repetitive
+            && streak_left
+        {
             let decision = Decision::renew(
                 DecidedBy::Evidence,
                 format!(
-                    "evidence is fresh: phi {phi:.2} below {:.1}, {} items, last {} ms ago",
+                    "evidence is fresh: phi {phi:.2} below {:.1}, {} items, last {} ms ago; \
+                     evidence renewal {} of {} in a row",
                     accrual.threshold,
                     evidence.count,
-                    evidence.last_progress_age_ms.unwrap_or_default()
+                    evidence.last_progress_age_ms.unwrap_or_default(),
+                    expiry.evidence_renewals + 1,
+                    evidence_renewals
                 ),
             );
             return publish(
@@ -325,6 +365,8 @@ impl WatchdogState {
             max_renewals: meta.max_renewals,
             lease: meta.duration,
             evidence: evidence.clone(),
+            evidence_renewals: expiry.evidence_renewals,
+            stream_tail: expiry.evidence.tail(),
             transcript_tail: meta.transcript_tail.clone(),
         };
         let timeout = self.config.evaluator_timeout;

@@ -96,6 +96,11 @@ async fn every_event_kind_has_a_stable_snake_case_name() {
             max_renewals: 3,
         },
         EventKind::LeaseCancelled { lease_id: id },
+        EventKind::VerdictDropped {
+            lease_id: id,
+            verdict: Verdict::Intervene,
+            reason: "the run is paused".into(),
+        },
     ];
     for kind in kinds {
         let json = serde_json::to_value(&kind).expect("serializes");

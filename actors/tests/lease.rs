@@ -540,3 +540,140 @@ async fn pause_stops_every_lease_clock_until_resume() {
     assert_eq!(rig.events.count("wait"), 2);
     drop(handle);
 }
+
+fn pause(rig: &Rig) {
+    rig.leases()
+        .actor()
+        .send_message(LeaseMsg::Pause)
+        .expect("alive");
+}
+
+fn resume(rig: &Rig) {
+    rig.leases()
+        .actor()
+        .send_message(LeaseMsg::Resume)
+        .expect("alive");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_does_not_age_the_evidence() {
+    // Progress every 500 ms for 8 s, then quiet. Paused 250 ms after the
+    // last item for an hour: the first expiry after the resume, a full
+    // period later, sees evidence 10.25 s old, not an hour old.
+    let rig = rig(config(20, 30), None).await;
+    let handle = rig
+        .leases()
+        .supervise(spec(secs(10), 30), |evidence| async move {
+            for n in 0..16 {
+                sleep(millis(500)).await;
+                evidence.progress(format!("page {n}"));
+            }
+            pending::<()>().await
+        })
+        .expect("started");
+    sleep(millis(8_250)).await;
+    pause(&rig);
+    sleep(secs(3600)).await;
+    resume(&rig);
+    sleep(millis(10_001)).await;
+    let verdicts = rig.events.verdicts();
+    assert_eq!(verdicts.len(), 1, "one expiry, a full period after resume");
+    let evidence = &verdicts[0].evidence;
+    assert_eq!(evidence.count, 16);
+    assert_eq!(evidence.last_progress_age_ms, Some(10_250));
+    let phi = evidence.phi.expect("there was evidence");
+    assert!(
+        phi < 8.0,
+        "the pause made the evidence look dead: phi {phi}"
+    );
+    drop(handle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verdict_that_arrives_during_a_pause_is_dropped_and_says_so() {
+    // The evaluator is asked at the first expiry and answers INTERVENE 5 s
+    // later, while the run is paused: the verdict must not act.
+    let evaluator = ScriptedEvaluator::new([
+        Scripted::AnswerAfter(
+            secs(5),
+            r#"{"verdict":"INTERVENE","reason":"stuck","nudge":null}"#.into(),
+        ),
+        Scripted::verdict("RENEW", "alive", ""),
+    ]);
+    let rig = rig(config(0, 10), Some(evaluator)).await;
+    let starts = Starts::default();
+    let counter = starts.clone();
+    let handle = rig
+        .leases()
+        .supervise(spec(secs(1), 10), move |_| async move {
+            counter.start();
+            sleep(millis(19_500)).await;
+            "finished"
+        })
+        .expect("started");
+    sleep(millis(2_000)).await;
+    assert_eq!(rig.evaluator.calls(), 1);
+    pause(&rig);
+    sleep(secs(10)).await;
+    let dropped: Vec<_> = rig
+        .events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::VerdictDropped {
+                verdict, reason, ..
+            } => Some((verdict, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        dropped,
+        [(Verdict::Intervene, "the run is paused".to_owned())]
+    );
+    assert_eq!(rig.events.count("intervened"), 0);
+    // On resume the lease gets a fresh period and is judged again.
+    resume(&rig);
+    sleep(millis(999)).await;
+    assert_eq!(rig.evaluator.calls(), 1, "judged before a full period");
+    sleep(millis(2)).await;
+    assert_eq!(rig.evaluator.calls(), 2);
+    assert_eq!(handle.outcome().await, Ok("finished"));
+    assert_eq!(starts.count(), 1);
+    assert_eq!(rig.events.count("verdict_dropped"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verdict_on_an_expiry_judged_before_a_pause_is_dropped_after_it() {
+    // Paused and resumed while the evaluation runs: the INTERVENE that
+    // arrives after the resume answers an expiry from before the pause.
+    let evaluator = ScriptedEvaluator::new([
+        Scripted::AnswerAfter(
+            secs(5),
+            r#"{"verdict":"INTERVENE","reason":"stuck","nudge":null}"#.into(),
+        ),
+        Scripted::verdict("RENEW", "alive", ""),
+    ]);
+    let rig = rig(config(0, 10), Some(evaluator)).await;
+    let handle = rig
+        .leases()
+        .supervise(spec(secs(10), 10), |_| async {
+            sleep(secs(40)).await;
+            "finished"
+        })
+        .expect("started");
+    sleep(secs(11)).await;
+    pause(&rig);
+    sleep(secs(1)).await;
+    resume(&rig);
+    sleep(secs(5)).await;
+    assert_eq!(rig.events.count("intervened"), 0);
+    let dropped = rig.events.events().into_iter().find_map(|e| match e.kind {
+        EventKind::VerdictDropped { reason, .. } => Some(reason),
+        _ => None,
+    });
+    assert_eq!(
+        dropped.as_deref(),
+        Some("the run was paused while the expiry was judged")
+    );
+    assert_eq!(handle.outcome().await, Ok("finished"));
+}

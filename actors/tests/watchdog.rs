@@ -8,8 +8,9 @@ use std::sync::Arc;
 use common::*;
 use leasehold_actors::evidence::Evidence;
 use leasehold_actors::lease::{LeaseId, LeaseMeta};
+use leasehold_actors::ports::{ChatMessage, ModelClient, ModelError, ModelReply, ModelRequest};
 use leasehold_actors::prelude::*;
-use leasehold_actors::testing::{RecordingSink, Scripted, ScriptedEvaluator};
+use leasehold_actors::testing::{RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, Turn};
 use leasehold_actors::watchdog::{LeaseExpiry, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs};
 use tokio::time::{Instant, sleep};
 
@@ -186,8 +187,11 @@ async fn free_renewals_never_call_the_evaluator() {
 #[tokio::test(start_paused = true)]
 async fn steady_evidence_never_reaches_the_evaluator() {
     // Progress every 200 ms for 20 leases: fresh evidence renews every time
-    // once the free renewals are spent.
-    let rig = rig(config(2, 30), Some(ScriptedEvaluator::always("INTERVENE"))).await;
+    // once the free renewals are spent, when evidence renewals in a row are
+    // not limited (by default they are: see `watchdog_streams` below).
+    let mut config = config(2, 30);
+    config.watchdog.evidence_renewals = u32::MAX;
+    let rig = rig(config, Some(ScriptedEvaluator::always("INTERVENE"))).await;
     let handle = rig
         .leases()
         .supervise(spec(secs(1), 30), |evidence| async move {
@@ -243,7 +247,10 @@ async fn silence_reaches_the_evaluator() {
 async fn evidence_that_stops_becomes_suspicious_and_reaches_the_evaluator() {
     // Progress every 500 ms for 10 s, then silence: the detector's suspicion
     // rises past its threshold and the evaluator is asked, shown phi.
-    let rig = rig(config(2, 60), Some(ScriptedEvaluator::always("INTERVENE"))).await;
+    // (Evidence renewals in a row are not limited here: phi alone decides.)
+    let mut config = config(2, 60);
+    config.watchdog.evidence_renewals = u32::MAX;
+    let rig = rig(config, Some(ScriptedEvaluator::always("INTERVENE"))).await;
     let begun = Instant::now();
     let handle = rig
         .leases()
@@ -410,6 +417,7 @@ async fn watchdog_answers_direct_assessments() {
     let expiry = |renewals| LeaseExpiry {
         meta: Arc::new(LeaseMeta::new(LeaseId(7), &spec)),
         renewals,
+        evidence_renewals: 0,
         evidence: Evidence::detached(),
     };
     let ladder = WatchdogActor::assess(&watchdog, expiry(0)).await;
@@ -430,4 +438,123 @@ async fn watchdog_answers_direct_assessments() {
         (gone.verdict, gone.decided_by),
         (Verdict::Renew, DecidedBy::Breaker)
     );
+}
+
+// ---------------------------------------------------------------------------
+// Evidence earns renewals, not immunity (`watchdog_streams`).
+// ---------------------------------------------------------------------------
+
+const LOOP: &str = "Let me look at the failing test once more.";
+
+/// A streaming model call of `turn` under a 2 s model-stream lease with a
+/// cap of 30, as the model-call actor runs it.
+fn stream(rig: &Rig, turn: Turn) -> LeaseHandle<Result<ModelReply, ModelError>> {
+    stream_with(rig, turn, None)
+}
+
+fn stream_with(
+    rig: &Rig,
+    turn: Turn,
+    evidence_renewals: Option<u32>,
+) -> LeaseHandle<Result<ModelReply, ModelError>> {
+    let model = ScriptedModel::new().script("run", [turn]);
+    let request = ModelRequest {
+        messages: vec![ChatMessage::user("fix the failing test")],
+        tools: Vec::new(),
+        stream: true,
+        consumer: "run".into(),
+    };
+    let spec = LeaseSpec::new(LeaseKind::ModelStream, "chat", secs(2))
+        .expect("valid spec")
+        .with_max_renewals(30)
+        .with_evidence_renewals(evidence_renewals)
+        .in_run(RUN, PATH);
+    rig.leases()
+        .supervise(spec, move |evidence| model.complete(request, evidence))
+        .expect("started")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_looping_stream_reaches_the_evaluator_with_its_tail_well_before_the_cap() {
+    // The same sentence every 300 ms, forever: alive, and going nowhere.
+    // Past the free renewals its repetition makes the evidence suspicious,
+    // and the evaluator, shown the tail, can stop it either way.
+    for (verdict, stopped_as) in [("INTERVENE", "intervened"), ("ESCALATE", "escalated")] {
+        let rig = rig(config(2, 30), Some(ScriptedEvaluator::always(verdict))).await;
+        let begun = Instant::now();
+        let handle = stream(&rig, Turn::looping(LOOP, millis(300)));
+        let outcome = handle.outcome().await;
+        match verdict {
+            "INTERVENE" => assert!(matches!(outcome, Err(LeaseError::Intervened { .. }))),
+            _ => assert!(matches!(outcome, Err(LeaseError::Escalated { .. }))),
+        }
+        assert_eq!(rig.events.count(stopped_as), 1);
+        // The third expiry, the first after the ladder: 6 s, not the cap's 62.
+        assert_eq!(begun.elapsed(), secs(6));
+        let requests = rig.evaluator.requests();
+        assert_eq!(requests.len(), 1);
+        let request = &requests[0];
+        assert_eq!(request.renewals, 2);
+        let repetition = request.evidence.repetition.expect("a repetition signal");
+        assert!(repetition > 0.5, "repetition {repetition}");
+        let phi = request.evidence.phi.expect("evidence");
+        assert!(phi < 8.0, "a live stream looked dead: phi {phi}");
+        let tail = request.stream_tail.as_deref().expect("the tail is shown");
+        assert!(tail.contains(LOOP), "tail {tail:?}");
+        assert!(tail.len() <= leasehold_actors::evidence::TAIL_BYTES);
+        let verdicts = rig.events.verdicts();
+        assert_eq!(
+            verdicts.last().map(|v| v.decided_by),
+            Some(DecidedBy::Evaluator)
+        );
+        assert!(
+            !verdicts.iter().any(|v| v.decided_by == DecidedBy::Evidence),
+            "a looping stream was renewed on its evidence"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_varied_stream_is_renewed_on_evidence_exactly_evidence_renewals_times_in_a_row() {
+    // Different words every 300 ms: fresh, not repetitive. After the two
+    // free renewals it is renewed on evidence 3 times in a row (the
+    // default), then the evaluator is asked anyway; its RENEW starts a new
+    // streak.
+    let rig = rig(config(2, 30), Some(ScriptedEvaluator::always("RENEW"))).await;
+    assert_eq!(WatchdogConfig::default().evidence_renewals, 3);
+    let handle = stream(&rig, Turn::rambling(millis(300)));
+    sleep(millis(28_100)).await;
+    let deciders: Vec<_> = rig.events.verdicts().iter().map(|v| v.decided_by).collect();
+    use DecidedBy::{Evaluator as A, Evidence as E, Ladder as L};
+    assert_eq!(deciders, [L, L, E, E, E, A, E, E, E, A, E, E, E, A]);
+    let requests = rig.evaluator.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert_eq!(request.evidence_renewals, 3);
+        let repetition = request.evidence.repetition.expect("a repetition signal");
+        assert!(repetition < 0.1, "varied text scored {repetition}");
+        let tail = request.stream_tail.as_deref().expect("the tail is shown");
+        assert!(tail.len() > 1_000, "tail of {} bytes", tail.len());
+    }
+    assert_eq!(
+        [
+            requests[0].renewals,
+            requests[1].renewals,
+            requests[2].renewals
+        ],
+        [5, 9, 13]
+    );
+    drop(handle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leases_own_evidence_renewals_override_the_watchdogs() {
+    // A flow's `leases.evidence_renewals = 1` reaches each lease it starts.
+    let rig = rig(config(2, 30), Some(ScriptedEvaluator::always("RENEW"))).await;
+    let handle = stream_with(&rig, Turn::rambling(millis(300)), Some(1));
+    sleep(millis(12_100)).await;
+    let deciders: Vec<_> = rig.events.verdicts().iter().map(|v| v.decided_by).collect();
+    use DecidedBy::{Evaluator as A, Evidence as E, Ladder as L};
+    assert_eq!(deciders, [L, L, E, A, E, A]);
+    drop(handle);
 }

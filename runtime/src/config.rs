@@ -118,6 +118,12 @@ pub struct Config {
     pub free_renewals: Setting<u32>,
     /// The renewal cap (`LEASEHOLD_WATCHDOG_MAX_RENEWALS`).
     pub max_renewals: Setting<u32>,
+    /// Consecutive renewals on evidence alone before the evaluator is asked
+    /// anyway (`LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS`).
+    pub evidence_renewals: Setting<u32>,
+    /// The share of repeated 3-grams above which a stream's evidence is
+    /// suspicious (`LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD`).
+    pub repetition_threshold: Setting<Share>,
     /// The model role the watchdog asks (`LEASEHOLD_WATCHDOG_ROLE`).
     pub watchdog_role: Setting<ModelRole>,
     /// Timeout of one evaluation (`LEASEHOLD_EVALUATOR_TIMEOUT`).
@@ -202,6 +208,39 @@ pub struct Config {
     pub file: Option<PathBuf>,
 }
 
+/// A share from 0 to 1, such as `watchdog.repetition_threshold`. Never NaN,
+/// so its equality is total.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Share(f64);
+
+impl Eq for Share {}
+
+impl Share {
+    /// One half.
+    pub const HALF: Self = Self(0.5);
+
+    /// `value` if it is from 0 to 1.
+    pub fn new(value: f64) -> Option<Self> {
+        (0.0..=1.0).contains(&value).then_some(Self(value))
+    }
+
+    /// A share as written: `0.5`, `1`, `0`.
+    pub fn parse(text: &str) -> Option<Self> {
+        text.trim().parse::<f64>().ok().and_then(Self::new)
+    }
+
+    /// The value, from 0 to 1.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Share {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// The largest size any size key accepts (1 GiB).
 pub const MAX_SIZE: u64 = 1 << 30;
 
@@ -245,6 +284,10 @@ impl Default for Config {
             lease_worker_step: Setting::default(lease.worker_step),
             free_renewals: Setting::default(engine.supervision.watchdog.free_renewals),
             max_renewals: Setting::default(lease.max_renewals),
+            evidence_renewals: Setting::default(engine.supervision.watchdog.evidence_renewals),
+            repetition_threshold: Setting::default(
+                Share::new(engine.supervision.watchdog.repetition_threshold).unwrap_or(Share::HALF),
+            ),
             watchdog_role: Setting::default(ModelRole::Fast),
             evaluator_timeout: Setting::default(engine.supervision.watchdog.evaluator_timeout),
             budget_max_extensions: Setting::default(engine.budget.max_extensions),
@@ -442,6 +485,7 @@ impl Config {
             let text = match value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) if key.kind == keys::ValueKind::Share => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
                 other => {
                     return Err(LoadError::BadValue {
@@ -480,6 +524,11 @@ impl Config {
             "lease.worker_step" => self.lease_worker_step = with(duration()?, source),
             "watchdog.free_renewals" => self.free_renewals = with(count()?, source),
             "watchdog.max_renewals" => self.max_renewals = with(count()?, source),
+            "watchdog.evidence_renewals" => self.evidence_renewals = with(count()?, source),
+            "watchdog.repetition_threshold" => {
+                let share = Share::parse(trimmed).ok_or_else(bad)?;
+                self.repetition_threshold = with(share, source);
+            }
             "watchdog.role" => {
                 let role = match trimmed {
                     "default" => ModelRole::Default,
@@ -616,6 +665,11 @@ impl Config {
             "lease.worker_step" => d(&self.lease_worker_step),
             "watchdog.free_renewals" => n(&self.free_renewals),
             "watchdog.max_renewals" => n(&self.max_renewals),
+            "watchdog.evidence_renewals" => n(&self.evidence_renewals),
+            "watchdog.repetition_threshold" => (
+                self.repetition_threshold.value.to_string(),
+                &self.repetition_threshold.source,
+            ),
             "watchdog.role" => {
                 let role = match self.watchdog_role.value {
                     ModelRole::Default => "default",

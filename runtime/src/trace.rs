@@ -93,6 +93,7 @@ pub fn is_decision(kind: &EventKind) -> bool {
             | EventKind::Escalated { .. }
             | EventKind::RenewalCapReached { .. }
             | EventKind::NudgeQueued { .. }
+            | EventKind::VerdictDropped { .. }
             | EventKind::Resumed { .. }
             | EventKind::RunResumed { .. }
     )

@@ -710,3 +710,60 @@ fn restart_on_exhausted_is_read_and_a_bad_value_is_refused_naming_the_key() {
         "{message}"
     );
 }
+
+#[test]
+fn evidence_renewals_and_the_repetition_threshold_are_read_from_every_layer() {
+    let defaults = Config::default().engine_config().supervision.watchdog;
+    assert_eq!(defaults.evidence_renewals, 3);
+    assert!((defaults.repetition_threshold - 0.5).abs() < f64::EPSILON);
+    let env = env_of(&[
+        ("LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS", "5"),
+        ("LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD", "0.8"),
+    ]);
+    let config = Config::load(None, env).expect("loads");
+    let watchdog = config.engine_config().supervision.watchdog;
+    assert_eq!(watchdog.evidence_renewals, 5);
+    assert!((watchdog.repetition_threshold - 0.8).abs() < f64::EPSILON);
+    assert_eq!(
+        config.repetition_threshold.source,
+        Source::Env("LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD".into())
+    );
+    let shown: Vec<_> = config
+        .entries()
+        .into_iter()
+        .filter(|(key, _, _)| {
+            key.file.starts_with("watchdog.re") || key.file == "watchdog.evidence_renewals"
+        })
+        .map(|(key, value, _)| (key.file, value))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("watchdog.evidence_renewals", "5".to_owned()),
+            ("watchdog.repetition_threshold", "0.8".to_owned())
+        ]
+    );
+    let file =
+        Config::from_toml_str("[watchdog]\nevidence_renewals = 0\nrepetition_threshold = 0.25\n")
+            .expect("a file sets both, the share as a TOML float");
+    let watchdog = file.engine_config().supervision.watchdog;
+    assert_eq!(watchdog.evidence_renewals, 0);
+    assert!((watchdog.repetition_threshold - 0.25).abs() < f64::EPSILON);
+}
+
+#[test]
+fn a_repetition_threshold_outside_0_to_1_is_refused_naming_the_variable() {
+    for bad in ["1.5", "-0.1", "NaN", "half"] {
+        let error = Config::load(
+            None,
+            env_of(&[("LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD", bad)]),
+        )
+        .expect_err("refused");
+        let text = error.to_string();
+        assert!(
+            text.contains("LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD")
+                && text.contains("a share from 0 to 1"),
+            "{bad}: {text}"
+        );
+    }
+}

@@ -284,6 +284,8 @@ async fn the_scripted_model_answers_the_evaluators_strict_json() {
         max_renewals: 10,
         lease: Duration::from_millis(300),
         evidence: leasehold::evidence::EvidenceSummary::default(),
+        evidence_renewals: 0,
+        stream_tail: None,
         transcript_tail: Arc::new([]),
     };
     let answer = leasehold::ports::Evaluator::evaluate(&evaluator, request)

@@ -375,3 +375,13 @@ proptest! {
         let _ = parse_json(&format!(r#"{{"name":"n","task":"t","max_steps":5,"{key}":{value}}}"#));
     }
 }
+
+#[test]
+fn a_flow_sets_its_evidence_renewals_for_the_watchdog() {
+    let flow = parse_toml(&toml_with("[leases]\nevidence_renewals = 1\n")).expect("parses");
+    assert_eq!(flow.leases.evidence_renewals, Some(1));
+    let base = leasehold::watchdog::WatchdogConfig::default();
+    assert_eq!(flow.watchdog_config(base).evidence_renewals, 1);
+    let unset = parse_toml(&toml_with("")).expect("parses");
+    assert_eq!(unset.watchdog_config(base).evidence_renewals, 3);
+}

@@ -835,6 +835,8 @@ fn lease_request(evidence: EvidenceSummary) -> EvaluationRequest {
         max_renewals: 10,
         lease: Duration::from_secs(300),
         evidence,
+        evidence_renewals: 0,
+        stream_tail: None,
         transcript_tail: vec![
             TranscriptMessage::new("user", "Find the failing deploy."),
             TranscriptMessage::new("assistant", "x".repeat(5_000)),
@@ -850,6 +852,7 @@ fn the_lease_prompt_shows_every_field_and_demands_the_strict_json() {
         last_progress_age_ms: Some(41_000),
         phi: Some(3.456),
         last_note: Some("page 3 of 9".into()),
+        repetition: None,
     }));
     let system = &messages[0].content;
     for demanded in [
@@ -1009,4 +1012,51 @@ fn the_finish_reason_is_read_so_a_cut_off_answer_is_not_taken_for_a_whole_one() 
         FinishReason::from_openai("function_call"),
         FinishReason::ToolCalls
     );
+}
+
+#[test]
+fn the_lease_prompt_shows_the_streams_tail_its_repetition_and_the_evidence_streak() {
+    let looping = "Let me look at the failing test once more. ".repeat(30);
+    let mut request = lease_request(EvidenceSummary {
+        count: 300,
+        last_progress_age_ms: Some(120),
+        phi: Some(0.2),
+        last_note: None,
+        repetition: Some(0.97),
+    });
+    request.evidence_renewals = 3;
+    request.stream_tail = Some(looping.clone());
+    let messages = ModelEvaluator::lease_prompt(&request);
+    assert!(
+        messages[0].content.contains("repetition"),
+        "{}",
+        messages[0].content
+    );
+    let user = &messages[1].content;
+    assert!(user.contains("repetition 0.97"), "{user}");
+    assert!(
+        user.contains("renewed on evidence alone 3 times in a row"),
+        "{user}"
+    );
+    assert!(user.contains(&looping), "{user}");
+    // No tail, no tail section.
+    let silent = ModelEvaluator::lease_prompt(&lease_request(EvidenceSummary::default()));
+    assert!(!silent[1].content.contains("streamed so far"));
+}
+
+#[tokio::test]
+async fn a_streamed_answers_text_goes_into_its_evidence_tail() {
+    let mut steps = vec![sse_head()];
+    for word in ["looping ", "looping ", "again"] {
+        steps.push(write(&delta(json!({"content": word}))));
+    }
+    steps.push(write("data: [DONE]\n\n"));
+    let (base, _) = peer(steps);
+    let evidence = Evidence::detached();
+    let reply = client_for(&base, Duration::from_secs(5))
+        .complete(ask(true), evidence.clone())
+        .await
+        .expect("a whole answer");
+    assert_eq!(reply.content, "looping looping again");
+    assert_eq!(evidence.tail().as_deref(), Some("looping looping again"));
 }

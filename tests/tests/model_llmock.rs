@@ -529,7 +529,10 @@ fn lease_request() -> EvaluationRequest {
             last_progress_age_ms: Some(95_000),
             phi: Some(11.25),
             last_note: None,
+            repetition: None,
         },
+        evidence_renewals: 0,
+        stream_tail: None,
         transcript_tail: vec![TranscriptMessage::new("user", "Find the bug.")].into(),
     }
 }

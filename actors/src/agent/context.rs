@@ -49,6 +49,7 @@ pub(crate) struct RunContext {
     pub(crate) leases: Leases,
     pub(crate) lease_config: LeaseConfig,
     pub(crate) free_renewals: Option<u32>,
+    pub(crate) evidence_renewals: Option<u32>,
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -89,6 +90,7 @@ pub(crate) struct RunParts {
     pub(crate) leases: Leases,
     pub(crate) lease_config: LeaseConfig,
     pub(crate) free_renewals: Option<u32>,
+    pub(crate) evidence_renewals: Option<u32>,
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -121,6 +123,7 @@ impl RunContext {
             leases: parts.leases,
             lease_config: parts.lease_config,
             free_renewals: parts.free_renewals,
+            evidence_renewals: parts.evidence_renewals,
             events: parts.events,
             store: parts.store,
             clock: parts.clock,
@@ -276,6 +279,7 @@ impl RunContext {
             .unwrap_or_else(|_| unreachable_spec(kind, subject))
             .with_max_renewals(self.lease_config.max_renewals)
             .with_free_renewals(self.free_renewals)
+            .with_evidence_renewals(self.evidence_renewals)
             .in_run(self.run_id.clone(), path)
     }
 

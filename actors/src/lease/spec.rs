@@ -140,6 +140,7 @@ pub struct LeaseSpec {
     pub(crate) duration: Duration,
     pub(crate) max_renewals: u32,
     pub(crate) free_renewals: Option<u32>,
+    pub(crate) evidence_renewals: Option<u32>,
     pub(crate) run_id: String,
     pub(crate) path: String,
     pub(crate) transcript_tail: Arc<[TranscriptMessage]>,
@@ -167,6 +168,7 @@ impl LeaseSpec {
             duration: clamp_duration(duration),
             max_renewals: LeaseConfig::default().max_renewals,
             free_renewals: None,
+            evidence_renewals: None,
             run_id: String::new(),
             path: String::new(),
             transcript_tail: Arc::from(Vec::new()),
@@ -186,6 +188,13 @@ impl LeaseSpec {
     /// override).
     pub fn with_free_renewals(mut self, free_renewals: Option<u32>) -> Self {
         self.free_renewals = free_renewals;
+        self
+    }
+
+    /// Overrides the watchdog's `evidence_renewals` for this lease (a
+    /// flow's override).
+    pub fn with_evidence_renewals(mut self, evidence_renewals: Option<u32>) -> Self {
+        self.evidence_renewals = evidence_renewals;
         self
     }
 
@@ -238,6 +247,10 @@ pub struct LeaseMeta {
     /// This lease's own free renewals, if it overrides the watchdog's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub free_renewals: Option<u32>,
+    /// This lease's own evidence renewals in a row, if it overrides the
+    /// watchdog's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_renewals: Option<u32>,
     /// The last messages of the loop's transcript.
     pub transcript_tail: Arc<[TranscriptMessage]>,
 }
@@ -254,6 +267,7 @@ impl LeaseMeta {
             duration: spec.duration,
             max_renewals: spec.max_renewals,
             free_renewals: spec.free_renewals,
+            evidence_renewals: spec.evidence_renewals,
             transcript_tail: spec.transcript_tail.clone(),
         }
     }

@@ -31,6 +31,8 @@ pub enum ValueKind {
     List,
     /// What a failure at the top of the tree does: `pause` or `fail`.
     OnExhausted,
+    /// A share from 0 to 1: `0.5`.
+    Share,
 }
 
 impl ValueKind {
@@ -49,6 +51,7 @@ impl ValueKind {
             Self::Size => "a size such as 65536, 512KiB or 4MiB, from 1 byte to 1GiB",
             Self::List => "a comma-separated list such as example.com,10.0.0.5:7878",
             Self::OnExhausted => "pause or fail",
+            Self::Share => "a share from 0 to 1 such as 0.5",
         }
     }
 }
@@ -85,7 +88,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 42] = [
+pub(super) const KEYS: [Key; 44] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -127,6 +130,20 @@ pub(super) const KEYS: [Key; 42] = [
         "10",
         ValueKind::Count,
         "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
+    ),
+    key(
+        "LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS",
+        "watchdog.evidence_renewals",
+        "3",
+        ValueKind::Count,
+        "consecutive renewals on fresh evidence alone; at the next expiry the evaluator is asked anyway, shown the tail of a stream's text (0: never renew on evidence alone)",
+    ),
+    key(
+        "LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD",
+        "watchdog.repetition_threshold",
+        "0.5",
+        ValueKind::Share,
+        "above this share of repeated word 3-grams in a stream's recent text, its evidence is suspicious and the evaluator is asked",
     ),
     key(
         "LEASEHOLD_WATCHDOG_ROLE",

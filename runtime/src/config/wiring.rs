@@ -41,6 +41,8 @@ impl Config {
                 watchdog: WatchdogConfig {
                     free_renewals: self.free_renewals.value,
                     evaluator_timeout: self.evaluator_timeout.value,
+                    evidence_renewals: self.evidence_renewals.value,
+                    repetition_threshold: self.repetition_threshold.value.get(),
                     ..defaults.supervision.watchdog
                 },
             },

@@ -140,6 +140,7 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
             worker_step: Some(TIMINGS.worker_step),
             max_renewals: Some(TIMINGS.max_renewals),
             free_renewals: Some(TIMINGS.free_renewals),
+            evidence_renewals: None,
         },
         supervision: SupervisionOverrides {
             backoff_initial: Some(TIMINGS.backoff_initial),

@@ -184,6 +184,8 @@ mod tests {
             max_renewals: 10,
             lease: Duration::from_millis(300),
             evidence,
+            evidence_renewals: 0,
+            stream_tail: None,
             transcript_tail: Arc::new([]),
         };
         let messages = ModelEvaluator::lease_prompt(&request);
@@ -204,6 +206,7 @@ mod tests {
             last_progress_age_ms: Some(40),
             phi: Some(0.12),
             last_note: Some("searched shard 9 of 12".into()),
+            repetition: None,
         };
         assert_eq!(verdict(&lease("search_logs", fresh)), Verdict::Renew);
         let silent = EvidenceSummary::default();
@@ -220,6 +223,7 @@ mod tests {
             last_progress_age_ms: Some(90_000),
             phi: Some(12.5),
             last_note: None,
+            repetition: None,
         };
         assert_eq!(verdict(&lease("fetch_metrics", stale)), Verdict::Intervene);
     }

@@ -363,7 +363,9 @@ impl ReplyStream {
                         }
                     };
                     if fed.events > 0 {
-                        self.evidence.observe();
+                        // The text goes with the evidence: the evaluator is
+                        // shown its tail, and a looping stream is noticed.
+                        self.evidence.observe_text(&fed.text);
                     }
                     if self.parser.is_done() {
                         // Whatever follows `[DONE]` is not waited for.

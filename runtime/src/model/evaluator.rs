@@ -31,7 +31,12 @@ Verdicts:
 phi is an accrual failure detector's suspicion that the evidence has stopped: \
 below 1 the evidence is fresh, around 3 it is late, above 8 it has almost \
 certainly stopped. No evidence at all means the operation has said nothing \
-since it started.
+since it started. A stream that keeps sending is alive but not necessarily \
+going anywhere: you are asked anyway after a few renewals on evidence alone, \
+and when its text repeats itself. `repetition` is the share of repeated \
+three-word sequences in the tail of its text (near 0 for ordinary prose, \
+near 1 for one phrase over and over); the tail itself is shown when there is \
+one. A stream that loops is a case for NUDGE, INTERVENE or ESCALATE.
 
 Answer with exactly one JSON object and nothing else — no prose, no code \
 fence — with exactly these three keys:
@@ -116,7 +121,22 @@ impl ModelEvaluator {
         if let Some(note) = &evidence.last_note {
             let _ = write!(text, "; last progress note: {note:?}");
         }
+        if let Some(share) = evidence.repetition {
+            let _ = write!(text, "; repetition {share:.2}");
+        }
         text.push('\n');
+        let _ = writeln!(
+            text,
+            "renewed on evidence alone {} times in a row before this expiry",
+            request.evidence_renewals
+        );
+        if let Some(tail) = &request.stream_tail {
+            let _ = writeln!(
+                text,
+                "the tail of the text streamed so far (the last {} bytes):\n<<<\n{tail}\n>>>",
+                tail.len()
+            );
+        }
         transcript(&mut text, &request.transcript_tail);
         text.push_str("\nYour verdict, as the JSON object:");
         vec![ChatMessage::system(LEASE_SYSTEM), ChatMessage::user(text)]

@@ -720,6 +720,7 @@
       case 'nudge_queued': return `queued for the next step: ${e.nudge}`;
       case 'intervened': case 'escalated': return e.reason;
       case 'renewal_cap_reached': return `stopped after ${e.max_renewals} renewals`;
+      case 'verdict_dropped': return `${e.verdict} dropped: ${e.reason}`;
       case 'lease_cancelled': return 'cancelled by its parent';
       case 'run_started': return `flow ${e.flow} (${e.max_steps} steps): ${e.task}`;
       case 'step_started': return `step ${e.step} ${e.limit ? `of ${e.limit}` : 'unlimited'}, ${e.nudges} nudges`;
@@ -828,6 +829,9 @@
         node.state = 'capped';
         clearBanner(node);
         addTraceRow(st, e, 'renewal cap reached', `stopped after ${e.max_renewals} renewals`);
+        break;
+      case 'verdict_dropped':
+        addTraceRow(st, e, 'verdict dropped', `${e.verdict}: ${e.reason}`);
         break;
       case 'lease_cancelled':
         clearBanner(node);
