@@ -185,7 +185,8 @@ impl AgentLoop {
             }
         };
         let mut tools: Vec<ToolDefinition> = ctx
-            .tool_definitions
+            .tools
+            .definitions()
             .iter()
             .filter(|d| {
                 allowed.as_ref().is_none_or(|servers| {
@@ -226,6 +227,15 @@ impl AgentLoop {
             step_evidence,
             budget,
         }
+    }
+
+    /// Offers the run's tools, connected since the loop was made, to its
+    /// model, before the built-in ones. For the root loop, which is made
+    /// before the run connects its tool servers and may use them all.
+    pub(crate) fn offer_run_tools(&mut self) {
+        let mut tools = self.ctx.tools.definitions().to_vec();
+        tools.append(&mut self.tools);
+        self.tools = tools;
     }
 
     /// The consumer model costs are attributed to.
@@ -312,7 +322,8 @@ impl AgentLoop {
             | LoopMsg::Reconcile(_)
             | LoopMsg::Resume { .. }
             | LoopMsg::Decide { .. }
-            | LoopMsg::Cancel { .. } => None,
+            | LoopMsg::Cancel { .. }
+            | LoopMsg::ToolsConnected(_) => None,
         }
     }
 

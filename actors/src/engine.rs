@@ -31,7 +31,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorRef, ActorStatus};
 use tokio::sync::{mpsc, watch};
 
-use crate::agent::{LoopMsg, RunContext, RunParts, ToolRoute};
+use crate::agent::{LoopMsg, RunContext, RunParts};
 use crate::budget::BudgetConfig;
 use crate::duration::heartbeat_timing;
 use crate::error::ConfigError;
@@ -42,8 +42,9 @@ use crate::lease::{LeaseActor, LeaseActorArgs};
 use crate::memory::MemoryStore;
 use crate::ports::{
     ClaimOutcome, Clock, Evaluator, EventSink, Fenced, ModelClient, RunRecord, RunStatus, Snapshot,
-    Store, StoreError, SystemClock, ToolCallRecord, ToolClient, ToolDefinition,
+    Store, StoreError, SystemClock, ToolCallRecord, ToolClient,
 };
+use crate::run::tools::ServerClient;
 use crate::run::{RunActor, RunArgs, RunHandle, RunState};
 use crate::supervision::SupervisionConfig;
 use crate::supervisor::{FailFast, RestartOnIntervene, RestartPolicy, SupervisionStrategy};
@@ -144,19 +145,12 @@ pub enum EngineError {
          one with `EngineBuilder::tool_server`)"
     )]
     UnknownToolServer(String),
-    /// Two servers offer a tool of the same name.
-    #[error("tool `{tool}` is offered by both `{first}` and `{second}`")]
-    DuplicateTool {
-        /// The tool.
-        tool: String,
-        /// One server.
-        first: String,
-        /// The other.
-        second: String,
-    },
-    /// A tool server could not list its tools.
-    #[error("tool server `{server}` could not list its tools: {message}")]
-    ToolListing {
+    /// The engine's tool factory cannot make a client for a tool server
+    /// (its entry is unusable). A server that cannot start or list its
+    /// tools is not this error: that fails the run, which connects its
+    /// servers as its first work.
+    #[error("tool server `{server}` cannot be used: {message}")]
+    ToolClient {
         /// The server.
         server: String,
         /// What happened.
@@ -617,15 +611,14 @@ impl Engine {
             Some(factory) => factory.clone(),
             None => strategy_for(flow, self.config.restart)?,
         };
-        let (routes, definitions, owned_tools) = self.tools_of(flow).await?;
+        let (tool_servers, owned_tools) = self.tools_of(flow)?;
         Ok(Plan {
             owned_tools,
+            tool_servers,
             lease_config,
             watchdog_config,
             budget_config,
             strategy,
-            routes,
-            definitions,
         })
     }
 
@@ -653,8 +646,7 @@ impl Engine {
             run_id: run_id.clone(),
             flow: Arc::new(flow),
             model: self.model.clone(),
-            tools: plan.routes,
-            tool_definitions: plan.definitions,
+            tool_servers: plan.tool_servers,
             leases: leases.clone(),
             lease_config: plan.lease_config,
             free_renewals: Some(plan.watchdog_config.free_renewals),
@@ -708,9 +700,11 @@ impl Engine {
         }
     }
 
-    async fn tools_of(&self, flow: &Flow) -> Result<ToolsOfRun, EngineError> {
-        let mut routes: HashMap<String, ToolRoute> = HashMap::new();
-        let mut definitions = Vec::new();
+    /// The clients of the tool servers `flow` names, and those of them the
+    /// run owns (made by the factory for it). Nothing is started: the run
+    /// connects them as its first work.
+    fn tools_of(&self, flow: &Flow) -> Result<ToolsOfRun, EngineError> {
+        let mut servers = Vec::new();
         let mut owned: Vec<Arc<dyn ToolClient>> = Vec::new();
         for server in &flow.tools {
             let client = match (self.tools.get(&server.name), &self.tool_factory) {
@@ -719,7 +713,7 @@ impl Engine {
                     return Err(EngineError::UnknownToolServer(server.name.clone()));
                 }
                 (None, Some(factory)) => {
-                    let client = factory(server).map_err(|message| EngineError::ToolListing {
+                    let client = factory(server).map_err(|message| EngineError::ToolClient {
                         server: server.name.clone(),
                         message,
                     })?;
@@ -728,47 +722,17 @@ impl Engine {
                 }
                 (None, None) => return Err(EngineError::UnknownToolServer(server.name.clone())),
             };
-            let client = &client;
-            let listed = client
-                .list_tools()
-                .await
-                .map_err(|e| EngineError::ToolListing {
-                    server: server.name.clone(),
-                    message: e.message,
-                })?;
-            for mut definition in listed {
-                if let Some(existing) = routes.get(&definition.name) {
-                    return Err(EngineError::DuplicateTool {
-                        tool: definition.name,
-                        first: existing.server.clone(),
-                        second: server.name.clone(),
-                    });
-                }
-                definition.idempotent = flow
-                    .tool_idempotency(&server.name, &definition.name)
-                    .or(definition.idempotent);
-                routes.insert(
-                    definition.name.clone(),
-                    ToolRoute {
-                        client: client.clone(),
-                        server: server.name.clone(),
-                        idempotent: definition.idempotent,
-                    },
-                );
-                definitions.push(definition);
-            }
+            servers.push(ServerClient {
+                server: server.name.clone(),
+                client,
+            });
         }
-        Ok((routes, definitions, owned))
+        Ok((servers, owned))
     }
 }
 
-/// A run's tool routes, the definitions its models see, and the clients it
-/// owns.
-type ToolsOfRun = (
-    HashMap<String, ToolRoute>,
-    Vec<ToolDefinition>,
-    Vec<Arc<dyn ToolClient>>,
-);
+/// A run's tool servers, and the clients of them it owns.
+type ToolsOfRun = (Vec<ServerClient>, Vec<Arc<dyn ToolClient>>);
 
 /// What a run needs besides its flow, worked out before it starts.
 struct Plan {
@@ -776,8 +740,7 @@ struct Plan {
     watchdog_config: crate::watchdog::WatchdogConfig,
     budget_config: BudgetConfig,
     strategy: StrategyFactory,
-    routes: HashMap<String, ToolRoute>,
-    definitions: Vec<ToolDefinition>,
+    tool_servers: Vec<ServerClient>,
     owned_tools: Vec<Arc<dyn ToolClient>>,
 }
 

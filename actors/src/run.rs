@@ -11,6 +11,13 @@
 //! in `reconciliation_required` until a person decides
 //! ([`RunHandle::reconcile`]).
 //!
+//! A run's first work is connecting its tool servers ([`tools`]): it
+//! exists, and can be cancelled, before any of them has started; one that
+//! cannot list its tools fails the run with a reason naming it. When the run
+//! ends, its tool clients are closed — an HTTP session deleted, a stdio
+//! server reaped — before the handle hears of the end, so before anything
+//! that waits for it stops the servers they talk to.
+//!
 //! Every status change is written to the store with this executor's fence;
 //! terminal states and snapshots are written here, by the actor, never from
 //! a task a client or a lease can abort. If a write comes back stale, another
@@ -31,6 +38,8 @@ use crate::engine::Saved;
 use crate::event::EventKind;
 use crate::lease::LeaseMsg;
 use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};
+
+pub(crate) mod tools;
 
 /// The path of a run's root loop.
 pub const ROOT_PATH: &str = "run";
@@ -72,6 +81,10 @@ pub struct RunActorState {
     budget: ActorRef<BudgetMsg>,
     record: RunRecord,
     saved: Option<Saved>,
+    /// Whether the run is still connecting its tool servers.
+    connecting: bool,
+    /// Controls that arrived while it was: handled once it has.
+    deferred: Vec<LoopMsg>,
 }
 
 impl Actor for RunActor {
@@ -104,6 +117,8 @@ impl Actor for RunActor {
             budget,
             record: args.record,
             saved: args.saved,
+            connecting: false,
+            deferred: Vec::new(),
         })
     }
 
@@ -114,47 +129,44 @@ impl Actor for RunActor {
     ) -> Result<(), ActorProcessingErr> {
         let ctx = state.agent.ctx.clone();
         let flow = ctx.flow.clone();
-        match state.saved.take() {
-            None => {
-                ctx.emit(
-                    ROOT_PATH,
-                    EventKind::RunStarted {
-                        flow: flow.name.clone(),
-                        task: flow.task.clone(),
-                        max_steps: flow.max_steps,
-                    },
-                );
-                state.agent.begin(&flow.task, &myself);
-            }
-            Some(saved) => {
-                ctx.emit(
-                    ROOT_PATH,
-                    EventKind::RunResumed {
-                        owner_id: ctx.owner_id.clone(),
-                        fence: ctx.fence(),
-                    },
-                );
-                // A run paused for a person stays paused across executors.
-                if let Some(pause) = state.record.pause.clone()
-                    && state.record.status.is_paused()
-                {
-                    ctx.gate.send_replace(Gate::Paused);
-                    let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
-                    if state.record.status == RunStatus::WaitingHuman {
-                        state.escalations.push(pause.path.clone());
-                    }
-                    state.state.send_modify(|s| s.paused = Some(pause));
-                } else if state.record.status != RunStatus::Running {
-                    state.state.send_modify(|s| s.status = RunStatus::Running);
-                }
-                let saved = Arc::new(saved);
-                ctx.set_saved(saved.clone());
-                let task = flow.task.clone();
-                if let Some(end) = state.agent.restore(&myself, &saved, &task).await {
-                    state.ended(&myself, end).await;
-                }
-            }
+        if state.saved.is_none() {
+            ctx.emit(
+                ROOT_PATH,
+                EventKind::RunStarted {
+                    flow: flow.name.clone(),
+                    task: flow.task.clone(),
+                    max_steps: flow.max_steps,
+                },
+            );
+        } else {
+            ctx.emit(
+                ROOT_PATH,
+                EventKind::RunResumed {
+                    owner_id: ctx.owner_id.clone(),
+                    fence: ctx.fence(),
+                },
+            );
         }
+        if ctx.tool_servers.is_empty() {
+            ctx.tools.set(tools::ConnectedTools::default());
+            state.begin(&myself).await;
+            return Ok(());
+        }
+        // In a task of its own: a cancel, a shutdown or a lost fence is
+        // heard while the servers start.
+        state.connecting = true;
+        let me = myself.clone();
+        let span = ctx.span.clone();
+        drop(tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let connected = tokio::select! {
+                    connected = tools::connect(&ctx.flow, &ctx.tool_servers) => connected,
+                    () = ctx.cancel.cancelled() => return,
+                };
+                let _ = me.send_message(LoopMsg::ToolsConnected(Box::new(connected)));
+            },
+            span,
+        )));
         Ok(())
     }
 
@@ -189,7 +201,14 @@ impl Actor for RunActor {
         if state.agent.ctx.is_lost() {
             return Ok(());
         }
+        if state.connecting
+            && !matches!(message, LoopMsg::Cancel { .. } | LoopMsg::ToolsConnected(_))
+        {
+            state.deferred.push(message);
+            return Ok(());
+        }
         match message {
+            LoopMsg::ToolsConnected(connected) => state.connected(&myself, *connected).await,
             LoopMsg::Escalate(escalation) => state.pause(*escalation).await,
             LoopMsg::Reconcile(reconciliation) => {
                 state.require_reconciliation(*reconciliation).await
@@ -249,6 +268,66 @@ impl RunActorState {
 
     fn run_id(&self) -> String {
         self.agent.ctx.run_id.clone()
+    }
+
+    /// Starts the root loop's work: its first step, or where a resumed run
+    /// stopped. Its tool servers are connected.
+    async fn begin(&mut self, myself: &ActorRef<LoopMsg>) {
+        let ctx = self.agent.ctx.clone();
+        let task = ctx.flow.task.clone();
+        let Some(saved) = self.saved.take() else {
+            self.agent.begin(&task, myself);
+            return;
+        };
+        // A run paused for a person stays paused across executors.
+        if let Some(pause) = self.record.pause.clone()
+            && self.record.status.is_paused()
+        {
+            ctx.gate.send_replace(Gate::Paused);
+            let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
+            if self.record.status == RunStatus::WaitingHuman {
+                self.escalations.push(pause.path.clone());
+            }
+            self.state.send_modify(|s| s.paused = Some(pause));
+        } else if self.record.status != RunStatus::Running {
+            self.state.send_modify(|s| s.status = RunStatus::Running);
+        }
+        let saved = Arc::new(saved);
+        ctx.set_saved(saved.clone());
+        if let Some(end) = self.agent.restore(myself, &saved, &task).await {
+            self.ended(myself, end).await;
+        }
+    }
+
+    /// The run's tool servers are connected: the root loop begins, and the
+    /// controls that waited are handled. Or one could not be: the run fails,
+    /// saying which and why.
+    async fn connected(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        connected: Result<tools::ConnectedTools, String>,
+    ) {
+        if !self.connecting {
+            return;
+        }
+        self.connecting = false;
+        match connected {
+            Ok(tools) => {
+                self.agent.ctx.tools.set(tools);
+                self.agent.offer_run_tools();
+                self.begin(myself).await;
+                for message in std::mem::take(&mut self.deferred) {
+                    let _ = myself.send_message(message);
+                }
+            }
+            Err(reason) => {
+                // The controls that waited find the run ended: their reply
+                // ports are dropped with them.
+                self.deferred.clear();
+                self.finish(myself, RunStatus::Failed, None, Some(reason))
+                    .await;
+            }
+        }
     }
 
     async fn ended(&mut self, myself: &ActorRef<LoopMsg>, end: LoopEnd) {
@@ -482,6 +561,12 @@ impl RunActorState {
         };
         if ctx.update(update).await {
             ctx.flush_log().await;
+        }
+        // Closed before the handle hears of the end: whoever waits for it
+        // may stop the servers next, and a client closed after its server
+        // (an HTTP session deleted on a stopped server) fails noisily.
+        for client in &ctx.owned_tools {
+            client.shutdown().await;
         }
         self.state.send_modify(|s| {
             s.status = status;

@@ -337,7 +337,7 @@ pub fn engine_builder(config: &Config, store: Arc<dyn Store>) -> Result<EngineBu
     let client = OpenAiClient::new(settings)
         .map_err(|e| CliError::other(format!("the model client cannot be built: {e}")))?;
     let evaluator = ModelEvaluator::with_role(&client, config.watchdog_role.value);
-    let factory = McpToolClient::factory(crate::tools::DEFAULT_HANDSHAKE_TIMEOUT);
+    let factory = McpToolClient::factory(config.mcp_handshake_timeout.value);
     Ok(Engine::builder()
         .config(config.engine_config())
         .model(Arc::new(client))

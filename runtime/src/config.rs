@@ -163,6 +163,9 @@ pub struct Config {
     pub fast_model_api_key: Setting<Option<String>>,
     /// Connecting to a model endpoint (`LEASEHOLD_MODEL_CONNECT_TIMEOUT`).
     pub model_connect_timeout: Setting<Duration>,
+    /// Starting an MCP tool server and listing its tools, each
+    /// (`LEASEHOLD_MCP_HANDSHAKE_TIMEOUT`).
+    pub mcp_handshake_timeout: Setting<Duration>,
     /// Silence of a model endpoint mid-answer (`LEASEHOLD_MODEL_IDLE_TIMEOUT`)
     /// as set; `None` when it is not, and [`Config::idle_timeout`] derives it
     /// so that the watchdog judges a silent call first.
@@ -307,6 +310,7 @@ impl Default for Config {
             fast_model_name: Setting::default(None),
             fast_model_api_key: Setting::default(None),
             model_connect_timeout: Setting::default(model.connect_timeout),
+            mcp_handshake_timeout: Setting::default(crate::tools::DEFAULT_HANDSHAKE_TIMEOUT),
             model_idle_timeout: Setting::default(None),
             model_rate_limit_retries: Setting::default(model.rate_limit_retries),
             server_addr: Setting::default(SocketAddr::from(([127, 0, 0, 1], 7878))),
@@ -584,6 +588,9 @@ impl Config {
                 }
             }
             "model.connect_timeout" => self.model_connect_timeout = with(duration()?, source),
+            "mcp.handshake_timeout" => {
+                self.mcp_handshake_timeout = with(duration()?, source);
+            }
             "model.idle_timeout" => self.model_idle_timeout = with(Some(duration()?), source),
             "model.rate_limit_retries" => self.model_rate_limit_retries = with(count()?, source),
             "server.addr" => {
@@ -704,6 +711,7 @@ impl Config {
             "fast_model.name" => text(&self.fast_model_name, "(the default's)"),
             "fast_model.api_key" => secret(&self.fast_model_api_key, "(the default's)"),
             "model.connect_timeout" => d(&self.model_connect_timeout),
+            "mcp.handshake_timeout" => d(&self.mcp_handshake_timeout),
             "model.idle_timeout" => {
                 let (idle, source) = self.idle_timeout_entry();
                 (humantime::format_duration(idle).to_string(), source)

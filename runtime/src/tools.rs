@@ -29,8 +29,11 @@
 //!   tools).
 //! * **No deadline on a call.** A call waits for its answer as long as its
 //!   lease lets it: there is no request timeout. Only the handshake with a
-//!   new server, whose duration is known, has a flat bound
-//!   ([`McpToolClient::with_handshake_timeout`], default 30 s).
+//!   new server and the listing of its tools (`tools/list`), whose durations
+//!   are known, have a flat bound each
+//!   ([`McpToolClient::with_handshake_timeout`], default 30 s): a server that
+//!   does not answer in time fails with an error naming it and the bound,
+//!   and is stopped.
 //! * **A server that dies is reported, then restarted.** A server that exits
 //!   or drops its connection fails the calls in flight — and, if none was in
 //!   flight, the next call — with a [`ToolError`](crate::ports::ToolError) that

@@ -74,6 +74,26 @@ impl Served {
         body["run_id"].as_str().expect("a run id").to_owned()
     }
 
+    /// `GET /runs/{run_id}` (with `token`, if any) until the run is no
+    /// longer running.
+    async fn ended(&self, run_id: &str, token: Option<&str>) -> Value {
+        tokio::time::timeout(Duration::from_secs(90), async {
+            loop {
+                let mut request = reqwest::Client::new().get(self.url(&format!("/runs/{run_id}")));
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
+                let (_, view) = send(request).await;
+                if view["status"] != "running" {
+                    return view;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the run ends")
+    }
+
     /// `GET path`.
     async fn get(&self, path: &str) -> (u16, Value) {
         send(reqwest::Client::new().get(self.url(path))).await
@@ -183,10 +203,14 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
             .contains("nobody")
     );
 
-    // A declared name: the configuration's command is what runs (it is no
-    // MCP server, so listing its tools fails: 502).
+    // A declared name: the configuration's command is what runs, inside
+    // the run (it is no MCP server, so the run fails listing its tools).
     let (status, body) = served.post_flow(json!([{"name": "ops"}])).await;
-    assert_eq!(status, 502, "{body}");
+    assert_eq!(status, 201, "{body}");
+    let view = served
+        .ended(body["run_id"].as_str().expect("a run id"), None)
+        .await;
+    assert_eq!(view["status"], "failed", "{view}");
     assert!(declared_marker.exists(), "the declared server was started");
 
     // A server the engine provides in process may be named too.
@@ -221,7 +245,11 @@ async fn flow_tools_are_an_opt_in_that_needs_a_token() {
             )),
     )
     .await;
-    assert_eq!(status, 502, "{body}");
+    assert_eq!(status, 201, "{body}");
+    let view = served
+        .ended(body["run_id"].as_str().expect("a run id"), Some("s3cret"))
+        .await;
+    assert_eq!(view["status"], "failed", "{view}");
     assert!(marker.exists(), "with the opt-in, the flow's command runs");
 }
 

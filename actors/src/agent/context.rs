@@ -17,8 +17,7 @@ use crate::flow::Flow;
 use crate::lease::{LeaseConfig, LeaseKind, LeaseSpec, Leases};
 use crate::nudge::NudgeQueue;
 use crate::ports::{
-    Clock, Evaluator, EventSink, Fenced, ModelClient, Store, StoreError, ToolCallRecord,
-    ToolClient, ToolDefinition,
+    Clock, Evaluator, EventSink, Fenced, ModelClient, Store, StoreError, ToolCallRecord, ToolClient,
 };
 
 /// Whether the run may make progress.
@@ -44,8 +43,10 @@ pub(crate) struct RunContext {
     pub(crate) run_id: String,
     pub(crate) flow: Arc<Flow>,
     pub(crate) model: Arc<dyn ModelClient>,
-    pub(crate) tools: HashMap<String, ToolRoute>,
-    pub(crate) tool_definitions: Vec<ToolDefinition>,
+    /// The run's tools, empty until its servers are connected.
+    pub(crate) tools: crate::run::tools::RunTools,
+    /// The servers the run connects as its first work.
+    pub(crate) tool_servers: Vec<crate::run::tools::ServerClient>,
     pub(crate) leases: Leases,
     pub(crate) lease_config: LeaseConfig,
     pub(crate) free_renewals: Option<u32>,
@@ -85,8 +86,7 @@ pub(crate) struct RunParts {
     pub(crate) run_id: String,
     pub(crate) flow: Arc<Flow>,
     pub(crate) model: Arc<dyn ModelClient>,
-    pub(crate) tools: HashMap<String, ToolRoute>,
-    pub(crate) tool_definitions: Vec<ToolDefinition>,
+    pub(crate) tool_servers: Vec<crate::run::tools::ServerClient>,
     pub(crate) leases: Leases,
     pub(crate) lease_config: LeaseConfig,
     pub(crate) free_renewals: Option<u32>,
@@ -118,8 +118,8 @@ impl RunContext {
             run_id: parts.run_id,
             flow: parts.flow,
             model: parts.model,
-            tools: parts.tools,
-            tool_definitions: parts.tool_definitions,
+            tools: crate::run::tools::RunTools::default(),
+            tool_servers: parts.tool_servers,
             leases: parts.leases,
             lease_config: parts.lease_config,
             free_renewals: parts.free_renewals,

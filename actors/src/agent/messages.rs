@@ -84,6 +84,9 @@ pub enum LoopMsg {
         /// Whether it was accepted.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
+    /// The run's tool servers are connected, or why not (root only): its
+    /// first work, before the root loop's first step.
+    ToolsConnected(Box<Result<crate::run::tools::ConnectedTools, String>>),
     /// A person cancels the run (root only).
     Cancel {
         /// Why.

@@ -88,7 +88,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 44] = [
+pub(super) const KEYS: [Key; 45] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -291,6 +291,13 @@ pub(super) const KEYS: [Key; 44] = [
         "3",
         ValueKind::Count,
         "retries of a call answered 429, each after the wait the server asked for",
+    ),
+    key(
+        "LEASEHOLD_MCP_HANDSHAKE_TIMEOUT",
+        "mcp.handshake_timeout",
+        "30s",
+        ValueKind::Duration,
+        "how long a new MCP tool server may take to start and complete the handshake, and then to answer `tools/list`; a server that does not fails its run with a reason naming it (never a bound on a tool call)",
     ),
     key(
         "LEASEHOLD_SERVER_ADDR",

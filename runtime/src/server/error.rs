@@ -96,7 +96,7 @@ impl From<EngineError> for ApiError {
             EngineError::Held { .. } | EngineError::Finished { .. } => {
                 Self::conflict(error.to_string())
             }
-            EngineError::ToolListing { .. } | EngineError::DuplicateTool { .. } => {
+            EngineError::ToolClient { .. } => {
                 Self::new(StatusCode::BAD_GATEWAY, "tool_server", error.to_string())
             }
             _ => Self::internal(error.to_string()),

@@ -23,8 +23,8 @@ use super::connection::{Connection, Endpoint, Target};
 use super::convert::{Failure, classify, tool_definition, tool_output};
 use super::progress::ProgressRoutes;
 
-/// How long a new server has to complete the MCP handshake, unless set with
-/// [`McpToolClient::with_handshake_timeout`].
+/// How long a new server has to complete the MCP handshake, and to answer
+/// `tools/list`, unless set with [`McpToolClient::with_handshake_timeout`].
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reason sent with `notifications/cancelled`.
@@ -128,7 +128,8 @@ impl McpToolClient {
         }
     }
 
-    /// Bounds the MCP handshake with a new server (default
+    /// Bounds the MCP handshake with a new server, and then each
+    /// `tools/list` (all its pages) on its own (default
     /// [`DEFAULT_HANDSHAKE_TIMEOUT`]). Set it before first use: a server
     /// already started is stopped.
     pub fn with_handshake_timeout(self, timeout: Duration) -> Self {
@@ -330,7 +331,27 @@ impl Shared {
 
     async fn list_tools(&self) -> Result<Vec<ToolDefinition>, ToolError> {
         let connection = self.connection(Request::ListTools).await?;
-        match connection.peer().list_all_tools().await {
+        let bound = self.settings.handshake_timeout;
+        let Ok(listed) = tokio::time::timeout(bound, connection.peer().list_all_tools()).await
+        else {
+            // A server that does not list its tools in the time a handshake
+            // may take is not serving: the next use starts it again.
+            self.discard(&connection);
+            return Err(ToolError::new(
+                self.explain(
+                    format!(
+                        "MCP server '{}' did not answer `tools/list` within {} ms (its \
+                         handshake timeout)",
+                        self.settings.name,
+                        bound.as_millis()
+                    ),
+                    Request::ListTools,
+                    Sent::Yes,
+                ),
+                true,
+            ));
+        };
+        match listed {
             Ok(tools) => Ok(tools
                 .into_iter()
                 .map(|tool| tool_definition(tool, &self.settings.idempotent))

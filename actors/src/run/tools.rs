@@ -1,0 +1,123 @@
+//! A run's tool servers, connected as the run's first work.
+//!
+//! Starting a run never waits for a tool server: the engine only makes the
+//! clients ([`ServerClient`]), and the run actor connects them — starts each
+//! server, completes its handshake and lists its tools, all servers at once —
+//! before its root loop takes a step. What it guarantees:
+//!
+//! * **The run exists first.** A server that is slow to start, or never
+//!   answers, holds up no request: the run is recorded and answered, and the
+//!   failure is the run's own, recorded in its events.
+//! * **A server that cannot list its tools ends the run**, with a reason
+//!   that names the server and what went wrong (the client bounds the start
+//!   and the listing; a cancelled run stops waiting at once).
+//! * **The tools are fixed once connected**: every loop of the run, the root
+//!   and each worker, sees the same routes ([`RunTools`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use crate::agent::ToolRoute;
+use crate::flow::Flow;
+use crate::ports::{ToolClient, ToolDefinition};
+
+/// A client of one tool server a run's flow names, not yet asked for its
+/// tools.
+#[derive(Clone)]
+pub(crate) struct ServerClient {
+    /// The server's name in the flow.
+    pub(crate) server: String,
+    /// Its client.
+    pub(crate) client: Arc<dyn ToolClient>,
+}
+
+/// The routes and definitions of a run's tools, once its servers are
+/// connected.
+#[derive(Default)]
+pub struct ConnectedTools {
+    routes: HashMap<String, ToolRoute>,
+    definitions: Vec<ToolDefinition>,
+}
+
+impl std::fmt::Debug for ConnectedTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.definitions.iter().map(|d| &d.name))
+            .finish()
+    }
+}
+
+/// A run's tools: empty until its servers are connected, then fixed.
+#[derive(Default)]
+pub(crate) struct RunTools(OnceLock<ConnectedTools>);
+
+impl RunTools {
+    /// The route of tool `name`, once connected.
+    pub(crate) fn get(&self, name: &str) -> Option<&ToolRoute> {
+        self.0.get().and_then(|tools| tools.routes.get(name))
+    }
+
+    /// The definitions the models see, once connected; none before.
+    pub(crate) fn definitions(&self) -> &[ToolDefinition] {
+        self.0
+            .get()
+            .map_or(&[], |tools| tools.definitions.as_slice())
+    }
+
+    /// Fixes the run's tools; a second time changes nothing.
+    pub(crate) fn set(&self, tools: ConnectedTools) {
+        let _ = self.0.set(tools);
+    }
+}
+
+/// Lists the tools of every server at once, and routes each tool to its
+/// server, with the flow's word on its idempotency. The first failure ends
+/// the whole (the other listings are dropped) with a reason naming its
+/// server; so does a tool offered by two servers.
+pub(crate) async fn connect(
+    flow: &Flow,
+    servers: &[ServerClient],
+) -> Result<ConnectedTools, String> {
+    let mut listing = tokio::task::JoinSet::new();
+    for (index, server) in servers.iter().enumerate() {
+        let listed = server.client.list_tools();
+        listing.spawn(async move { (index, listed.await) });
+    }
+    let mut lists: Vec<Option<Vec<ToolDefinition>>> = vec![None; servers.len()];
+    while let Some(joined) = listing.join_next().await {
+        let (index, listed) =
+            joined.map_err(|e| format!("listing a tool server's tools panicked: {e}"))?;
+        let server = &servers[index].server;
+        let definitions = listed.map_err(|e| {
+            format!(
+                "tool server `{server}` could not list its tools: {}",
+                e.message
+            )
+        })?;
+        lists[index] = Some(definitions);
+    }
+    let mut tools = ConnectedTools::default();
+    for (server, listed) in servers.iter().zip(lists) {
+        for mut definition in listed.unwrap_or_default() {
+            if let Some(existing) = tools.routes.get(&definition.name) {
+                return Err(format!(
+                    "tool `{}` is offered by both `{}` and `{}`",
+                    definition.name, existing.server, server.server
+                ));
+            }
+            definition.idempotent = flow
+                .tool_idempotency(&server.server, &definition.name)
+                .or(definition.idempotent);
+            tools.routes.insert(
+                definition.name.clone(),
+                ToolRoute {
+                    client: server.client.clone(),
+                    server: server.server.clone(),
+                    idempotent: definition.idempotent,
+                },
+            );
+            tools.definitions.push(definition);
+        }
+    }
+    Ok(tools)
+}

@@ -1,0 +1,178 @@
+//! Tool servers start inside the run: a server that completes the MCP
+//! handshake but never answers `tools/list` fails within the handshake
+//! timeout, naming itself and the bound; `POST /runs` on a real `leasehold
+//! serve` answers 201 before any tool server is asked, and the run then
+//! fails with that reason in its events; a clean run of the demo prints no
+//! `ERROR` (its tool client is closed before its tool server stops).
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold::flow::ToolServer;
+use leasehold::ports::ToolClient;
+use leasehold::tools::McpToolClient;
+use serde_json::json;
+use tokio::process::Command;
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A stdio MCP server in Python that completes the handshake and then
+/// reads every request without answering any: `tools/list` hangs.
+const MUTE_STDIO: &str = r#"
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") != "initialize":
+        continue
+    result = {"protocolVersion": message["params"]["protocolVersion"],
+              "capabilities": {"tools": {}},
+              "serverInfo": {"name": "mute", "version": "1"}}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// The mute server's command line, its script written into `dir`.
+fn mute_command(dir: &Path) -> Vec<String> {
+    let script = dir.join("mute.py");
+    std::fs::write(&script, MUTE_STDIO).expect("the script is written");
+    vec![
+        "python3".to_owned(),
+        "-u".to_owned(),
+        script.display().to_string(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_lists_its_tools_fails_within_the_handshake_timeout_naming_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let server: ToolServer =
+        serde_json::from_value(json!({"name": "mute", "command": mute_command(dir.path())}))
+            .expect("a tool server");
+    let client = McpToolClient::for_server(&server)
+        .expect("a valid server")
+        .with_handshake_timeout(Duration::from_millis(500));
+    client.connect().await.expect("the handshake completes");
+    let error = tokio::time::timeout(PATIENCE, client.list_tools())
+        .await
+        .expect("tools/list ends; it does not hang")
+        .expect_err("a server that never answers tools/list");
+    for needle in ["'mute'", "`tools/list`", "500 ms", "handshake timeout"] {
+        assert!(error.message.contains(needle), "no {needle} in: {error}");
+    }
+    assert_eq!(client.server_pid(), None, "the mute server is stopped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_runs_answers_at_once_and_a_server_that_never_lists_its_tools_fails_the_run() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("leasehold.toml");
+    let command = serde_json::to_string(&mute_command(dir.path())).expect("JSON");
+    std::fs::write(
+        &config,
+        format!("[[tools]]\nname = \"mute\"\ncommand = {command}\n"),
+    )
+    .expect("the config is written");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_CONFIG", &config)
+        .env("LEASEHOLD_DATA_DIR", dir.path().join("data"))
+        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:1/v1")
+        .env("LEASEHOLD_MODEL_NAME", "unused")
+        // Long enough that an answer waiting for the listing would show.
+        .env("LEASEHOLD_MCP_HANDSHAKE_TIMEOUT", "4s")
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let base = support::served_base(&mut serve, PATIENCE).await;
+    let http = reqwest::Client::new();
+    let flow = json!({"name": "mute", "task": "list", "max_steps": 2, "tools": [{"name": "mute"}]});
+
+    let posted = tokio::time::Instant::now();
+    let run_id = support::post_run(&http, &base, &flow).await;
+    let answered = posted.elapsed();
+    let view: serde_json::Value = http
+        .get(format!("{base}/runs/{run_id}"))
+        .send()
+        .await
+        .expect("GET /runs/{id}")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(
+        view["status"], "running",
+        "answered before the listing failed: {view}"
+    );
+    assert!(
+        answered < Duration::from_secs(4),
+        "answered after {answered:?}"
+    );
+
+    let view = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let view: serde_json::Value = http
+                .get(format!("{base}/runs/{run_id}"))
+                .send()
+                .await
+                .expect("GET /runs/{id}")
+                .json()
+                .await
+                .expect("JSON");
+            if view["status"] != "running" {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the run ends");
+    assert_eq!(view["status"], "failed", "{view}");
+    let reason = view["reason"].as_str().unwrap_or_default();
+    for needle in ["`mute`", "`tools/list`", "4000 ms"] {
+        assert!(reason.contains(needle), "no {needle} in: {reason}");
+    }
+    let events = http
+        .get(format!("{base}/runs/{run_id}/events"))
+        .send()
+        .await
+        .expect("GET the events")
+        .text()
+        .await
+        .expect("text");
+    assert!(events.contains("run_failed"), "{events}");
+    assert!(events.contains("tools/list"), "{events}");
+    serve.start_kill().expect("stop serve");
+    let _ = serve.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_demo_run_prints_no_error() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LEASEHOLD_DATA_DIR", dir.path())
+            .arg("demo")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the demo ends")
+    .expect("the demo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+    assert!(!stdout.contains("ERROR"), "{stdout}");
+}
