@@ -269,25 +269,37 @@ async fn run_exits_1_when_the_run_fails_and_refuses_to_start_without_a_model() {
         out.stderr
     );
 
-    // Nothing listens there: every attempt is refused, the restarts run
-    // out, the run fails.
+    // Nothing listens there: every attempt is refused and the restarts run
+    // out. By default the run pauses for a person (exit 3), naming the
+    // endpoint; with `restart.on_exhausted = fail` it fails (exit 1).
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}/v1", closed.local_addr().expect("addr"));
     drop(closed);
-    let out = output(
-        leasehold(dir.path(), None)
-            .env("LEASEHOLD_MODEL_BASE_URL", url)
+    let run_against_nothing = |then: &str| {
+        let mut command = leasehold(dir.path(), None);
+        command
+            .env("LEASEHOLD_MODEL_BASE_URL", &url)
             .env("LEASEHOLD_MODEL_NAME", "m")
             .args([
                 "--set",
                 "restart.backoff_initial=10ms",
                 "--set",
                 "restart.backoff_max=20ms",
+                "--set",
+                &format!("restart.on_exhausted={then}"),
             ])
             .arg("run")
-            .arg(&flow),
-    )
-    .await;
+            .arg(&flow);
+        command
+    };
+    let out = output(&mut run_against_nothing("pause")).await;
+    assert_eq!(out.code, Some(3), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("gave_up") && out.stdout.contains(&format!("{url}/chat/completions")),
+        "{}",
+        out.stdout
+    );
+    let out = output(&mut run_against_nothing("fail")).await;
     assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("run_failed"), "{}", out.stdout);
 
