@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use leasehold_actors::ConfigError;
 use leasehold_actors::supervisor::{
-    ChildEnd, ChildInfo, ChildKind, FailFast, RestartOnIntervene, RestartPolicy, SupervisionAction,
-    SupervisionStrategy,
+    ChildEnd, ChildInfo, ChildKind, FailFast, GiveUpScope, OnExhausted, RestartOnIntervene,
+    RestartPolicy, SupervisionAction, SupervisionStrategy,
 };
 use proptest::prelude::*;
 use tokio::time::{Instant, advance};
@@ -46,8 +46,10 @@ fn restart_after(after: Duration) -> SupervisionAction {
 }
 
 fn intensity_exceeded(limit: &str) -> SupervisionAction {
-    SupervisionAction::Fail {
+    SupervisionAction::GiveUp {
         reason: format!("restart intensity exceeded: {limit}"),
+        scope: GiveUpScope::Supervisor,
+        on_exhausted: OnExhausted::Pause,
     }
 }
 
@@ -130,7 +132,7 @@ async fn intervene_restarts_after_backoff() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn restart_intensity_exceeded_fails_naming_the_limit() {
+async fn restart_intensity_exceeded_gives_up_naming_the_limit() {
     let mut strategy = RestartOnIntervene::with_seed(exact(), 1);
     for _ in 0..3 {
         assert!(matches!(
@@ -497,9 +499,11 @@ async fn a_call_that_fails_slowly_gets_at_most_one_plus_max_restarts_attempts() 
     );
     assert_eq!(
         decisions[3],
-        SupervisionAction::Fail {
+        SupervisionAction::GiveUp {
             reason: "search: failed on each of its 4 attempts, the most that 3 restarts allow"
-                .to_owned()
+                .to_owned(),
+            scope: GiveUpScope::Child,
+            on_exhausted: OnExhausted::Pause,
         }
     );
     // Another call is counted on its own.
