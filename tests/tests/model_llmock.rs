@@ -73,6 +73,11 @@ async fn supervision(
     let mut config = SupervisionConfig::default();
     config.lease.model_stream = lease;
     config.lease.model_blocking = lease;
+    // These tests are about evidence against silence on a real stream;
+    // that a long run of evidence renewals is shown to the evaluator anyway
+    // is proven on paused time (`actors/tests/watchdog.rs`), where a loaded
+    // machine cannot add expiries.
+    config.watchdog.evidence_renewals = u32::MAX;
     Supervision::start(
         config,
         Some(Arc::new(evaluator.clone())),
