@@ -211,6 +211,13 @@ impl RecordingProxy {
         tool_server(serde_json::json!({"name": name, "url": self.url()}))
     }
 
+    /// Every byte sent through so far, as text: request lines, headers and
+    /// bodies.
+    pub fn sent_text(&self) -> String {
+        let sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&sent).into_owned()
+    }
+
     /// The JSON-RPC messages (HTTP request bodies) sent through so far.
     pub fn recorded(&self) -> Vec<Value> {
         let sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);

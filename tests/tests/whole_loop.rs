@@ -167,3 +167,38 @@ async fn a_runs_own_mcp_server_process_ends_with_the_run() {
         "the run's MCP server (pid {pid}) outlived the run"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_closes_its_own_mcp_sessions_before_it_reports_its_end() {
+    let model_server = Llmock::start().await;
+    let mcp_server = everything::HttpServer::start().await;
+    let proxy = everything::RecordingProxy::start(mcp_server.port()).await;
+    let model = OpenAiClient::new(ModelSettings::new(ModelEndpoint::new(
+        model_server.base_url(),
+        "gpt-4o-mini",
+    )))
+    .expect("the model client builds");
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .tool_factory(McpToolClient::factory(Duration::from_secs(30)))
+        .build()
+        .await
+        .expect("the engine builds");
+    let flow: Flow = serde_json::from_value(serde_json::json!({
+        "name": "own-sessions", "task": "Use a tool, then answer.", "max_steps": 4,
+        "tools": [proxy.tool_server("everything")]
+    }))
+    .expect("a valid flow");
+    let mut run = engine.start(flow).await.expect("the run starts");
+    let state = tokio::time::timeout(Duration::from_secs(60), run.wait())
+        .await
+        .expect("the run ends within a minute");
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    // Whoever hears of the end may stop the server at once: the session
+    // is already gone, so nothing fails to delete it afterwards.
+    let sent = proxy.sent_text();
+    assert!(
+        sent.contains("DELETE /mcp"),
+        "the session was not deleted before the run reported its end:\n{sent}"
+    );
+}
