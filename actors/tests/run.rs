@@ -951,3 +951,55 @@ async fn an_answer_cut_off_at_the_length_limit_is_continued_not_taken() {
         .count();
     assert_eq!(cut, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_model_stuck_repeating_itself_is_shown_to_the_evaluator_and_escalated_to_a_person() {
+    const LOOP: &str = "Let me check the logs again to be sure.";
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::looping(LOOP, Duration::from_millis(300)),
+            Turn::answer("done"),
+        ],
+    );
+    let tools = ScriptedTools::new();
+    let evaluator = ScriptedEvaluator::new([Scripted::verdict(
+        "ESCALATE",
+        "it keeps saying the same sentence",
+        "",
+    )]);
+    let rig = rig(&model, &tools, Some(&evaluator), config()).await;
+    let mut run = start(&rig, flow(5, 3)).await;
+    let state = run.paused().await;
+    assert_eq!(state.status, RunStatus::WaitingHuman, "{state:?}");
+    assert!(
+        state
+            .paused
+            .as_ref()
+            .is_some_and(|p| p.reason.contains("the same sentence")),
+        "{state:?}"
+    );
+    // Asked at the first expiry past the free renewals, long before the
+    // renewal cap, and shown what the stream was saying.
+    let requests = evaluator.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.renewals, 2);
+    assert!(
+        request
+            .stream_tail
+            .as_deref()
+            .is_some_and(|t| t.contains(LOOP)),
+        "{request:?}"
+    );
+    assert!(
+        request.evidence.repetition.is_some_and(|r| r > 0.5),
+        "{request:?}"
+    );
+    run.resume(Some("answer with what you have".into()))
+        .await
+        .expect("resumes");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("done"));
+}
