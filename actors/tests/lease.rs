@@ -7,7 +7,7 @@ use std::future::pending;
 use common::*;
 use leasehold_actors::lease::LeaseMsg;
 use leasehold_actors::prelude::*;
-use leasehold_actors::testing::{Scripted, ScriptedEvaluator};
+use leasehold_actors::testing::{RecordingSink, Scripted, ScriptedEvaluator};
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
@@ -589,18 +589,37 @@ async fn a_pause_does_not_age_the_evidence() {
     drop(handle);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_verdict_that_arrives_during_a_pause_is_dropped_and_says_so() {
-    // The evaluator is asked at the first expiry and answers INTERVENE 5 s
-    // later, while the run is paused: the verdict must not act.
-    let evaluator = ScriptedEvaluator::new([
+/// An evaluator whose first answer, INTERVENE, comes 5 s after it is
+/// asked; every later one is RENEW.
+fn intervene_after_5s_then_renew() -> ScriptedEvaluator {
+    ScriptedEvaluator::new([
         Scripted::AnswerAfter(
             secs(5),
             r#"{"verdict":"INTERVENE","reason":"stuck","nudge":null}"#.into(),
         ),
         Scripted::verdict("RENEW", "alive", ""),
-    ]);
-    let rig = rig(config(0, 10), Some(evaluator)).await;
+    ])
+}
+
+/// The verdicts dropped so far, with why.
+fn dropped_verdicts(events: &RecordingSink) -> Vec<(Verdict, String)> {
+    events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::VerdictDropped {
+                verdict, reason, ..
+            } => Some((verdict, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verdict_that_arrives_during_a_pause_is_dropped_and_says_so() {
+    // The evaluator is asked at the first expiry and answers INTERVENE 5 s
+    // later, while the run is paused: the verdict must not act.
+    let rig = rig(config(0, 10), Some(intervene_after_5s_then_renew())).await;
     let starts = Starts::default();
     let counter = starts.clone();
     let handle = rig
@@ -615,19 +634,8 @@ async fn a_verdict_that_arrives_during_a_pause_is_dropped_and_says_so() {
     assert_eq!(rig.evaluator.calls(), 1);
     pause(&rig);
     sleep(secs(10)).await;
-    let dropped: Vec<_> = rig
-        .events
-        .events()
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            EventKind::VerdictDropped {
-                verdict, reason, ..
-            } => Some((verdict, reason)),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        dropped,
+        dropped_verdicts(&rig.events),
         [(Verdict::Intervene, "the run is paused".to_owned())]
     );
     assert_eq!(rig.events.count("intervened"), 0);
@@ -646,14 +654,7 @@ async fn a_verdict_that_arrives_during_a_pause_is_dropped_and_says_so() {
 async fn a_verdict_on_an_expiry_judged_before_a_pause_is_dropped_after_it() {
     // Paused and resumed while the evaluation runs: the INTERVENE that
     // arrives after the resume answers an expiry from before the pause.
-    let evaluator = ScriptedEvaluator::new([
-        Scripted::AnswerAfter(
-            secs(5),
-            r#"{"verdict":"INTERVENE","reason":"stuck","nudge":null}"#.into(),
-        ),
-        Scripted::verdict("RENEW", "alive", ""),
-    ]);
-    let rig = rig(config(0, 10), Some(evaluator)).await;
+    let rig = rig(config(0, 10), Some(intervene_after_5s_then_renew())).await;
     let handle = rig
         .leases()
         .supervise(spec(secs(10), 10), |_| async {
@@ -667,13 +668,12 @@ async fn a_verdict_on_an_expiry_judged_before_a_pause_is_dropped_after_it() {
     resume(&rig);
     sleep(secs(5)).await;
     assert_eq!(rig.events.count("intervened"), 0);
-    let dropped = rig.events.events().into_iter().find_map(|e| match e.kind {
-        EventKind::VerdictDropped { reason, .. } => Some(reason),
-        _ => None,
-    });
     assert_eq!(
-        dropped.as_deref(),
-        Some("the run was paused while the expiry was judged")
+        dropped_verdicts(&rig.events),
+        [(
+            Verdict::Intervene,
+            "the run was paused while the expiry was judged".to_owned()
+        )]
     );
     assert_eq!(handle.outcome().await, Ok("finished"));
 }

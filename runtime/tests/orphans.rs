@@ -50,34 +50,6 @@ fn serve(data_dir: &Path, stack: &DemoStack) -> Child {
         .expect("serve starts")
 }
 
-/// `GET /runs/{id}` until `done` holds on it.
-async fn view_until(
-    http: &reqwest::Client,
-    base: &str,
-    run_id: &str,
-    what: &str,
-    done: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            let view: serde_json::Value = http
-                .get(format!("{base}/runs/{run_id}"))
-                .send()
-                .await
-                .expect("GET /runs/{id}")
-                .json()
-                .await
-                .expect("JSON");
-            if done(&view) {
-                return view;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the run did not become {what} within {PATIENCE:?}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_has_passed() {
     let stack = DemoStack::start().await.expect("the demo servers");
@@ -96,7 +68,8 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
     let mut first = serve(&data, &stack);
     let base = support::served_base(&mut first, PATIENCE).await;
     let run_id = support::post_run(&http, &base, &stack.flow()).await;
-    let first_owner = view_until(&http, &base, &run_id, "seen", |_| true).await["owner_id"]
+    let first_owner = support::view_until(&http, &base, &run_id, PATIENCE, "seen", |_| true).await
+        ["owner_id"]
         .as_str()
         .expect("an owner")
         .to_owned();
@@ -134,13 +107,18 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
         "restarted within the TTL ({booted:?}); the machine is too slow for this test"
     );
     // Not claimed at boot: the dead process's lease has not expired yet.
-    let view = view_until(&http, &base, &run_id, "seen", |_| true).await;
+    let view = support::view_until(&http, &base, &run_id, PATIENCE, "seen", |_| true).await;
     assert_eq!(view["fence"], 1, "{view}");
 
     // Claimed by the sweep once the TTL has passed, and adopted.
-    let view = view_until(&http, &base, &run_id, "claimed and adopted", |v| {
-        v["fence"] == 2 && v["live"] == true
-    })
+    let view = support::view_until(
+        &http,
+        &base,
+        &run_id,
+        PATIENCE,
+        "claimed and adopted",
+        |v| v["fence"] == 2 && v["live"] == true,
+    )
     .await;
     assert!(
         killed.elapsed() >= TTL - Duration::from_millis(100),
@@ -154,7 +132,7 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
     );
 
     // It goes on to the escalation, which a person answers over the API.
-    view_until(&http, &base, &run_id, "paused", |v| {
+    support::view_until(&http, &base, &run_id, PATIENCE, "paused", |v| {
         v["status"] == "waiting_human"
     })
     .await;
@@ -165,7 +143,7 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
         .await
         .expect("POST resume");
     assert!(resumed.status().is_success(), "{}", resumed.status());
-    let view = view_until(&http, &base, &run_id, "completed", |v| {
+    let view = support::view_until(&http, &base, &run_id, PATIENCE, "completed", |v| {
         v["status"] == "completed" || v["status"] == "failed" || v["status"] == "cancelled"
     })
     .await;

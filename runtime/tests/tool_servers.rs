@@ -99,14 +99,7 @@ async fn post_runs_answers_at_once_and_a_server_that_never_lists_its_tools_fails
     let posted = tokio::time::Instant::now();
     let run_id = support::post_run(&http, &base, &flow).await;
     let answered = posted.elapsed();
-    let view: serde_json::Value = http
-        .get(format!("{base}/runs/{run_id}"))
-        .send()
-        .await
-        .expect("GET /runs/{id}")
-        .json()
-        .await
-        .expect("JSON");
+    let view = support::get_run(&http, &base, &run_id).await;
     assert_eq!(
         view["status"], "running",
         "answered before the listing failed: {view}"
@@ -116,24 +109,10 @@ async fn post_runs_answers_at_once_and_a_server_that_never_lists_its_tools_fails
         "answered after {answered:?}"
     );
 
-    let view = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let view: serde_json::Value = http
-                .get(format!("{base}/runs/{run_id}"))
-                .send()
-                .await
-                .expect("GET /runs/{id}")
-                .json()
-                .await
-                .expect("JSON");
-            if view["status"] != "running" {
-                return view;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let view = support::view_until(&http, &base, &run_id, PATIENCE, "ended", |v| {
+        v["status"] != "running"
     })
-    .await
-    .expect("the run ends");
+    .await;
     assert_eq!(view["status"], "failed", "{view}");
     let reason = view["reason"].as_str().unwrap_or_default();
     for needle in ["`mute`", "`tools/list`", "4000 ms"] {

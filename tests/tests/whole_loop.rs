@@ -49,11 +49,7 @@ async fn a_flow_whose_llmock_model_calls_a_server_everything_tool_runs_to_comple
     }))
     .expect("a valid flow");
 
-    let mut run = engine.start(flow).await.expect("the run starts");
-    let state = tokio::time::timeout(Duration::from_secs(60), run.wait())
-        .await
-        .expect("the run ends within a minute");
-    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    run_to_completion(&engine, flow).await;
 
     let finished: Vec<(String, CallOutcome)> = events
         .events()
@@ -85,6 +81,25 @@ async fn a_flow_whose_llmock_model_calls_a_server_everything_tool_runs_to_comple
         "usage is recorded for the run"
     );
     mcp.shutdown().await;
+}
+
+/// A client of llmock's model `gpt-4o-mini`.
+fn model_of(server: &Llmock) -> OpenAiClient {
+    OpenAiClient::new(ModelSettings::new(ModelEndpoint::new(
+        server.base_url(),
+        "gpt-4o-mini",
+    )))
+    .expect("the model client builds")
+}
+
+/// Starts `flow` on `engine` and waits, at most a minute, for it to
+/// complete.
+async fn run_to_completion(engine: &Engine, flow: Flow) {
+    let mut run = engine.start(flow).await.expect("the run starts");
+    let state = tokio::time::timeout(Duration::from_secs(60), run.wait())
+        .await
+        .expect("the run ends within a minute");
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
 }
 
 /// Delegates to an MCP client and remembers its server's process id.
@@ -138,11 +153,7 @@ async fn a_runs_own_mcp_server_process_ends_with_the_run() {
             pid: seen.clone(),
         }) as Arc<dyn ToolClient>)
     });
-    let model = OpenAiClient::new(ModelSettings::new(ModelEndpoint::new(
-        model_server.base_url(),
-        "gpt-4o-mini",
-    )))
-    .expect("the model client builds");
+    let model = model_of(&model_server);
     let engine = Engine::builder()
         .model(Arc::new(model))
         .tool_factory(factory)
@@ -153,11 +164,7 @@ async fn a_runs_own_mcp_server_process_ends_with_the_run() {
         "name": "own-servers", "task": "Use a tool, then answer.", "max_steps": 4, "tools": [server]
     }))
     .expect("a valid flow");
-    let mut run = engine.start(flow).await.expect("the run starts");
-    let state = tokio::time::timeout(Duration::from_secs(60), run.wait())
-        .await
-        .expect("the run ends within a minute");
-    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    run_to_completion(&engine, flow).await;
     let pid = pid
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -173,11 +180,7 @@ async fn a_run_closes_its_own_mcp_sessions_before_it_reports_its_end() {
     let model_server = Llmock::start().await;
     let mcp_server = everything::HttpServer::start().await;
     let proxy = everything::RecordingProxy::start(mcp_server.port()).await;
-    let model = OpenAiClient::new(ModelSettings::new(ModelEndpoint::new(
-        model_server.base_url(),
-        "gpt-4o-mini",
-    )))
-    .expect("the model client builds");
+    let model = model_of(&model_server);
     let engine = Engine::builder()
         .model(Arc::new(model))
         .tool_factory(McpToolClient::factory(Duration::from_secs(30)))
@@ -189,11 +192,7 @@ async fn a_run_closes_its_own_mcp_sessions_before_it_reports_its_end() {
         "tools": [proxy.tool_server("everything")]
     }))
     .expect("a valid flow");
-    let mut run = engine.start(flow).await.expect("the run starts");
-    let state = tokio::time::timeout(Duration::from_secs(60), run.wait())
-        .await
-        .expect("the run ends within a minute");
-    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    run_to_completion(&engine, flow).await;
     // Whoever hears of the end may stop the server at once: the session
     // is already gone, so nothing fails to delete it afterwards.
     let sent = proxy.sent_text();

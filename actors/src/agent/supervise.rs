@@ -183,72 +183,51 @@ impl AgentLoop {
             ChildKind::Worker => "the worker".to_owned(),
         };
         let reason = format!("{reason}; {subject} ended last with: {last}");
-        match (info.kind, scope) {
-            (ChildKind::ToolCall | ChildKind::Worker, GiveUpScope::Child) => {
+        let handed_to = match (info.kind, scope) {
+            (ChildKind::ToolCall | ChildKind::Worker, GiveUpScope::Child) => HandedTo::Model,
+            (_, GiveUpScope::Supervisor) if self.role != Role::Root => HandedTo::Parent,
+            _ => HandedTo::Person,
+        };
+        self.ctx.emit(
+            &info.path,
+            EventKind::GaveUp {
+                subject: info.subject.clone(),
+                attempts: attempt,
+                reason: reason.clone(),
+                handed_to,
+            },
+        );
+        match (handed_to, on_exhausted) {
+            (HandedTo::Model, _) => {
                 if let Some(call) = index.and_then(|i| self.state.calls.get_mut(i)) {
                     call.result = Some(format!(
                         "error: {subject} failed after {attempt} attempt{}: {last}",
                         if attempt == 1 { "" } else { "s" }
                     ));
                 }
-                self.ctx.emit(
-                    &info.path,
-                    EventKind::GaveUp {
-                        subject: info.subject.clone(),
-                        attempts: attempt,
-                        reason,
-                        handed_to: HandedTo::Model,
-                    },
-                );
                 None
             }
-            (_, GiveUpScope::Supervisor) if self.role != Role::Root => {
-                self.ctx.emit(
-                    &info.path,
-                    EventKind::GaveUp {
-                        subject: info.subject.clone(),
-                        attempts: attempt,
-                        reason: reason.clone(),
-                        handed_to: HandedTo::Parent,
-                    },
-                );
+            (HandedTo::Parent, _) | (HandedTo::Person, OnExhausted::Fail) => {
                 self.phase = Phase::Done;
                 Some(LoopEnd::Failed(reason))
             }
-            _ => {
-                self.ctx.emit(
-                    &info.path,
-                    EventKind::GaveUp {
-                        subject: info.subject.clone(),
-                        attempts: attempt,
-                        reason: reason.clone(),
-                        handed_to: HandedTo::Person,
+            (HandedTo::Person, OnExhausted::Pause) => {
+                self.escalate(
+                    format!("{reason}. Resume to try again"),
+                    &info.subject,
+                    None,
+                );
+                // Tried again after the resume, with the person's guidance
+                // for a model call.
+                self.when_open(
+                    myself,
+                    LoopMsg::Retry {
+                        step,
+                        index,
+                        attempt: attempt + 1,
                     },
                 );
-                match on_exhausted {
-                    OnExhausted::Fail => {
-                        self.phase = Phase::Done;
-                        Some(LoopEnd::Failed(reason))
-                    }
-                    OnExhausted::Pause => {
-                        self.escalate(
-                            format!("{reason}. Resume to try again"),
-                            &info.subject,
-                            None,
-                        );
-                        // Tried again after the resume, with the person's
-                        // guidance for a model call.
-                        self.when_open(
-                            myself,
-                            LoopMsg::Retry {
-                                step,
-                                index,
-                                attempt: attempt + 1,
-                            },
-                        );
-                        None
-                    }
-                }
+                None
             }
         }
     }

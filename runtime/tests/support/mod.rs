@@ -1,4 +1,6 @@
-//! What the tests of real `leasehold` processes share.
+//! What the tests of real `leasehold` processes share. Each test binary
+//! uses a part of it.
+#![allow(dead_code)]
 
 use std::time::Duration;
 
@@ -38,4 +40,38 @@ pub async fn post_run(http: &reqwest::Client, base: &str, flow: &impl serde::Ser
         .as_str()
         .unwrap_or_else(|| panic!("a run id: {created}"))
         .to_owned()
+}
+
+/// `GET {base}/runs/{run_id}` with `http`, as JSON.
+pub async fn get_run(http: &reqwest::Client, base: &str, run_id: &str) -> serde_json::Value {
+    http.get(format!("{base}/runs/{run_id}"))
+        .send()
+        .await
+        .expect("GET /runs/{id}")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+/// [`get_run`] until `done` holds on the view, within `patience`; `what`
+/// names the awaited state for the failure message.
+pub async fn view_until(
+    http: &reqwest::Client,
+    base: &str,
+    run_id: &str,
+    patience: Duration,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    tokio::time::timeout(patience, async {
+        loop {
+            let view = get_run(http, base, run_id).await;
+            if done(&view) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the run did not become {what} within {patience:?}"))
 }
