@@ -578,41 +578,51 @@ async fn every_logged_event_reaches_run_json_however_loaded_the_machine() {
 
 /// A run of the data directory left waiting for a decision on a call of
 /// unknown outcome (its tool hangs, the watchdog intervenes), with the
-/// call's key; the store is closed when this returns.
-async fn a_run_waiting_for_a_reconciliation(data: &Path) -> (String, String) {
+/// call's key; the store is closed when this returns. With `stack`, the
+/// call is the demo's `rollback_deploy` on its real MCP server, named by
+/// URL in the flow, so that another process can take the run on; without,
+/// an in-process tool.
+async fn a_run_waiting_for_a_reconciliation(
+    data: &Path,
+    stack: Option<&DemoStack>,
+) -> (String, String) {
     use std::sync::Arc;
 
     use leasehold::engine::{Engine, EngineConfig};
     use leasehold::ports::{RunStatus, Store};
     use leasehold::store::{SledConfig, SledStore};
     use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
+    use leasehold::tools::McpToolClient;
     use serde_json::json;
 
     let store: Arc<dyn Store> = Arc::new(SledStore::open(SledConfig::new(data)).expect("store"));
-    let model = ScriptedModel::new().script(
-        "run",
-        [
-            Turn::tools([("charge", json!({"amount": 5}))]),
-            Turn::answer("charged"),
-        ],
-    );
-    let tools = ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang]);
+    let (call, tools) = match stack {
+        Some(stack) => (
+            ("rollback_deploy", json!({"service": "checkout"})),
+            json!([{"name": "deploys", "url": stack.tools_url()}]),
+        ),
+        None => (("charge", json!({"amount": 5})), json!([{"name": "local"}])),
+    };
+    let model = ScriptedModel::new().script("run", [Turn::tools([call]), Turn::answer("charged")]);
     let mut config = EngineConfig::default();
     config.supervision.lease.tool_call = Duration::from_millis(100);
-    let engine = Engine::builder()
+    let builder = Engine::builder()
         .config(config)
         .model(Arc::new(model))
         .evaluator(Arc::new(ScriptedEvaluator::always("INTERVENE")))
-        .tool_server("local", Arc::new(tools))
         .store(Arc::clone(&store))
         // The command line's executor, as `leasehold run` would be.
-        .owner_id(leasehold::cli::owner_id())
-        .build()
-        .await
-        .expect("engine");
+        .owner_id(leasehold::cli::owner_id());
+    let builder = match stack {
+        Some(_) => builder.tool_factory(McpToolClient::factory(Duration::from_secs(30))),
+        None => builder.tool_server(
+            "local",
+            Arc::new(ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang])),
+        ),
+    };
+    let engine = builder.build().await.expect("engine");
     let flow = serde_json::from_value(json!({
-        "name": "charging", "task": "charge once", "max_steps": 4,
-        "tools": [{"name": "local"}]
+        "name": "charging", "task": "charge once", "max_steps": 4, "tools": tools
     }))
     .expect("flow");
     let mut handle = engine.start(flow).await.expect("started");
@@ -637,7 +647,7 @@ async fn a_run_waiting_for_a_reconciliation(data: &Path) -> (String, String) {
 async fn runs_reconcile_refuses_a_wrong_key_and_cancels_the_run_on_the_data_directory() {
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let (run_id, key) = a_run_waiting_for_a_reconciliation(&data).await;
+    let (run_id, key) = a_run_waiting_for_a_reconciliation(&data, None).await;
 
     let out = output(leasehold(&data, None).args(["runs", "resume", &run_id])).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
@@ -693,5 +703,66 @@ async fn runs_reconcile_refuses_a_wrong_key_and_cancels_the_run_on_the_data_dire
             .contains("does not wait for a reconciliation: it is cancelled"),
         "{}",
         out.stderr
+    );
+}
+
+/// The demo's tool server's record of `rollback_deploy` calls: their keys.
+fn rollbacks(stack: &DemoStack) -> Vec<String> {
+    stack
+        .idempotency_keys_seen()
+        .into_iter()
+        .filter(|(tool, _)| tool == "rollback_deploy")
+        .map(|(_, key)| key)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_reconcile_marks_the_call_done_on_the_data_directory_and_the_run_completes() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let (run_id, key) = a_run_waiting_for_a_reconciliation(&data, Some(&stack)).await;
+    assert_eq!(rollbacks(&stack), [key.clone()]);
+
+    let out = output(leasehold(&data, Some(&stack)).args([
+        "runs",
+        "reconcile",
+        &run_id,
+        "--key",
+        &key,
+        "--mark-done",
+        "--result",
+        "rolled back by hand",
+    ]))
+    .await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(view["status"], "completed", "{view}");
+    assert_eq!(rollbacks(&stack), [key], "the call was not made again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_reconcile_retries_the_call_with_its_key_on_the_data_directory() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let (run_id, key) = a_run_waiting_for_a_reconciliation(&data, Some(&stack)).await;
+
+    // The retried call goes silent again: the run is back where it was,
+    // waiting for a person (exit 3), and the server saw the same key twice.
+    let out = output(
+        leasehold(&data, Some(&stack))
+            .args(["--set", "lease.tool_call=200ms"])
+            .args(["runs", "reconcile", &run_id, "--key", &key, "--retry"]),
+    )
+    .await;
+    assert_eq!(out.code, Some(3), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(rollbacks(&stack), [key.clone(), key]);
+    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert!(
+        view["status"] == "reconciliation_required" || view["status"] == "waiting_human",
+        "{view}"
     );
 }
