@@ -722,7 +722,7 @@ async fn runs_reconcile_marks_the_call_done_on_the_data_directory_and_the_run_co
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
     let (run_id, key) = a_run_waiting_for_a_reconciliation(&data, Some(&stack)).await;
-    assert_eq!(rollbacks(&stack), [key.clone()]);
+    assert_eq!(rollbacks(&stack), std::slice::from_ref(&key));
 
     let out = output(leasehold(&data, Some(&stack)).args([
         "runs",
