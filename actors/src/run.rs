@@ -11,7 +11,7 @@
 //! in `reconciliation_required` until a person decides
 //! ([`RunHandle::reconcile`]).
 //!
-//! A run's first work is connecting its tool servers ([`tools`]): it
+//! A run's first work is connecting its tool servers (`run/tools.rs`): it
 //! exists, and can be cancelled, before any of them has started; one that
 //! cannot list its tools fails the run with a reason naming it. When the run
 //! ends, its tool clients are closed — an HTTP session deleted, a stdio
