@@ -633,8 +633,7 @@ impl Engine {
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: self.watchdog.clone(),
             events: self.events.clone(),
-            accrual: plan.watchdog_config.accrual,
-            free_renewals: plan.watchdog_config.free_renewals,
+            config: plan.watchdog_config,
         })
         .await?;
         let fence = Arc::new(AtomicU64::new(record.fence));
@@ -651,6 +650,7 @@ impl Engine {
             lease_config: plan.lease_config,
             free_renewals: Some(plan.watchdog_config.free_renewals),
             evidence_renewals: Some(plan.watchdog_config.evidence_renewals),
+            policy: Some(plan.watchdog_config.policy),
             events: self.events.clone(),
             store: self.store.clone(),
             clock: self.clock.clone(),

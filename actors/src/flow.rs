@@ -266,6 +266,10 @@ pub struct LeaseOverrides {
     /// anyway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence_renewals: Option<u32>,
+    /// The verdict policy: `leasehold` (the default), `deadline`,
+    /// `idle_kill` or `always_evaluate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::watchdog::PolicyKind>,
 }
 
 /// What a supervisor does when a child fails.
@@ -423,6 +427,7 @@ impl Flow {
                 .leases
                 .evidence_renewals
                 .unwrap_or(base.evidence_renewals),
+            policy: self.leases.policy.unwrap_or(base.policy),
             ..base
         }
     }

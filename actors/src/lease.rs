@@ -52,8 +52,8 @@ use crate::evidence::{Evidence, EvidenceSummary};
 use crate::nudge::NudgeQueue;
 use crate::ports::EventSink;
 use crate::watchdog::{
-    AccrualPolicy, DecidedBy, Decision, LeaseExpiry, StartError, Verdict, VerdictRecord,
-    VerdictReply, WatchdogMsg,
+    DecidedBy, Decision, Judgement, LeaseExpiry, StartError, Verdict, VerdictRecord, VerdictReply,
+    WatchdogConfig, WatchdogMsg,
 };
 use timer::TimerCmd;
 
@@ -146,13 +146,11 @@ pub struct LeaseActorArgs {
     pub watchdog: ActorRef<WatchdogMsg>,
     /// Where `wait`, `nudge_queued`, `intervened`, … go.
     pub events: Arc<dyn EventSink>,
-    /// The watchdog's accrual parameters, for the evidence in the records
-    /// the lease writes itself (the ladder's and the renewal cap's).
-    pub accrual: AccrualPolicy,
-    /// The watchdog's free renewals: the first expiries of a lease are
-    /// renewed here, by the same rule and with the same record as the
-    /// watchdog's ladder, without a round trip to it.
-    pub free_renewals: u32,
+    /// The watchdog's configuration: each expiry is judged here first by
+    /// the lease's verdict policy, as the watchdog would judge it, and only
+    /// what the policy cannot tell goes to the watchdog — the ladder and
+    /// the cap cost no round trip.
+    pub config: WatchdogConfig,
 }
 
 impl LeaseActor {
@@ -172,8 +170,7 @@ pub struct LeaseState {
     timers: mpsc::UnboundedSender<TimerCmd>,
     watchdog: ActorRef<WatchdogMsg>,
     events: Arc<dyn EventSink>,
-    accrual: AccrualPolicy,
-    free_renewals: u32,
+    config: WatchdogConfig,
     paused: bool,
 }
 
@@ -206,8 +203,7 @@ impl Actor for LeaseActor {
             timers,
             watchdog: args.watchdog,
             events: args.events,
-            accrual: args.accrual,
-            free_renewals: args.free_renewals,
+            config: args.config,
             paused: false,
         })
     }
@@ -363,40 +359,17 @@ impl LeaseState {
             },
         );
 
-        let evidence = || {
-            entry.evidence.summary(
-                tokio::time::Instant::now(),
-                self.accrual.for_kind(meta.kind),
-            )
-        };
-        if renewals >= meta.max_renewals {
-            let decision = Decision {
-                verdict: Verdict::Intervene,
-                reason: format!("renewal cap reached: max_renewals = {}", meta.max_renewals),
-                nudge: None,
-                decided_by: DecidedBy::Cap,
-            };
-            let record = VerdictRecord::new(&meta, renewals, evidence(), &decision, None);
-            self.emit(&meta, EventKind::Verdict(record));
-            self.emit(
-                &meta,
-                EventKind::RenewalCapReached {
-                    lease_id: id,
-                    max_renewals: meta.max_renewals,
-                },
-            );
-            self.end(id, LeaseEnd::RenewalCapReached(meta.max_renewals));
-            return;
-        }
-
-        let free_renewals = meta.free_renewals.unwrap_or(self.free_renewals);
-        if renewals < free_renewals {
-            // The cost ladder's free renewals need no judge.
-            let decision = Decision::renew(
-                DecidedBy::Ladder,
-                format!("free renewal {} of {free_renewals}", renewals + 1),
-            );
-            let record = VerdictRecord::new(&meta, renewals, evidence(), &decision, None);
+        let evidence = entry.evidence.summary(
+            tokio::time::Instant::now(),
+            self.config.accrual.for_kind(meta.kind),
+        );
+        let judged = self
+            .config
+            .expiry(&meta, renewals, entry.evidence_renewals, &evidence);
+        if let Judgement::Decided(decision) = self.config.policy_of(&meta).judge(&judged) {
+            // Settled without a round trip to the watchdog, with the record
+            // the watchdog would have written.
+            let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
             self.emit(&meta, EventKind::Verdict(record));
             self.decided(id, generation, decision);
             return;
@@ -478,6 +451,17 @@ impl LeaseState {
                 }
                 self.arm(id, generation, &meta);
             }
+            Verdict::Intervene if decision.decided_by == DecidedBy::Cap => {
+                let meta = entry.meta.clone();
+                self.emit(
+                    &meta,
+                    EventKind::RenewalCapReached {
+                        lease_id: id,
+                        max_renewals: meta.max_renewals,
+                    },
+                );
+                self.end(id, LeaseEnd::RenewalCapReached(meta.max_renewals));
+            }
             Verdict::Intervene => {
                 let meta = entry.meta.clone();
                 self.emit(
@@ -493,7 +477,7 @@ impl LeaseState {
                 let meta = entry.meta.clone();
                 let evidence = entry.evidence.summary(
                     tokio::time::Instant::now(),
-                    self.accrual.for_kind(meta.kind),
+                    self.config.accrual.for_kind(meta.kind),
                 );
                 self.emit(
                     &meta,

@@ -77,6 +77,8 @@ pub mod prelude {
         Clock, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, TokenCost,
         TranscriptMessage,
     };
-    pub use crate::watchdog::{DecidedBy, Decision, Verdict, VerdictRecord, WatchdogConfig};
+    pub use crate::watchdog::{
+        DecidedBy, Decision, PolicyKind, Verdict, VerdictPolicy, VerdictRecord, WatchdogConfig,
+    };
     pub use crate::{ConfigError, MAX_DURATION, Supervision, SupervisionConfig};
 }

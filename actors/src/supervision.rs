@@ -76,8 +76,7 @@ impl Supervision {
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: watchdog.clone(),
             events,
-            accrual: config.watchdog.accrual,
-            free_renewals: config.watchdog.free_renewals,
+            config: config.watchdog,
         })
         .await?;
         Ok(Self {
@@ -93,8 +92,7 @@ impl Supervision {
         LeaseActor::start(LeaseActorArgs {
             watchdog: self.watchdog.clone(),
             events,
-            accrual: self.config.watchdog.accrual,
-            free_renewals: self.config.watchdog.free_renewals,
+            config: self.config.watchdog,
         })
         .await
     }

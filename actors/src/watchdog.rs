@@ -1,7 +1,11 @@
 //! The watchdog: answers expired leases with a verdict.
 //!
-//! Its policy, in order, for a lease that has been renewed `renewals` times:
+//! What an expiry gets is its lease's [`VerdictPolicy`] (the flow's
+//! `leases.policy`, else `watchdog.policy`), judged on the evidence now; see
+//! [`policy`]. The default, [`PolicyKind::Leasehold`], in order, for a lease
+//! renewed `renewals` times:
 //!
+//! 0. **Cap.** At `max_renewals`, `INTERVENE` (`decided_by = cap`).
 //! 1. **Cost ladder.** While `renewals < free_renewals` (default 2): `RENEW`,
 //!    no evaluator call (`decided_by = ladder`).
 //! 2. **Evidence.** If the lease's evidence is fresh — its phi accrual
@@ -11,7 +15,10 @@
 //!    `evidence_renewals` times in a row: evidence earns renewals, not
 //!    immunity. Only silent, suspicious or long-renewed leases cost a model
 //!    call.
-//! 3. **Evaluator.** Otherwise the evaluator is asked, shown the evidence
+//!
+//! When the policy cannot tell:
+//!
+//! 3. **Evaluator.** The evaluator is asked, shown the evidence
 //!    (phi and repetition included), the tail of the stream's text and the
 //!    transcript tail, under a flat timeout (default
 //!    15 s) that is a deadline on purpose and never a lease. Its answer must
@@ -28,6 +35,7 @@
 //! attributed to the consumer `engine.watchdog`.
 
 pub mod accrual;
+pub mod policy;
 mod verdict;
 
 use std::sync::Arc;
@@ -44,6 +52,7 @@ use crate::lease::{LeaseId, LeaseKind, LeaseMeta};
 use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
 
 pub use accrual::{AccrualConfig, AccrualPolicy};
+pub use policy::{Expiry, Judgement, PolicyKind, VerdictPolicy};
 pub use verdict::{DecidedBy, Decision, ParsedVerdict, Verdict, VerdictParseError, parse_verdict};
 
 /// The consumer that evaluator calls of the watchdog are attributed to.
@@ -69,6 +78,9 @@ pub struct WatchdogConfig {
     /// (from 0 to 1; default 0.5, a phrase said more than twice over), its
     /// evidence is suspicious and does not renew by itself.
     pub repetition_threshold: f64,
+    /// The verdict policy of leases whose flow names none (default
+    /// [`PolicyKind::Leasehold`]).
+    pub policy: PolicyKind,
 }
 
 impl Default for WatchdogConfig {
@@ -79,6 +91,7 @@ impl Default for WatchdogConfig {
             accrual: AccrualPolicy::default(),
             evidence_renewals: 3,
             repetition_threshold: 0.5,
+            policy: PolicyKind::Leasehold,
         }
     }
 }
@@ -97,6 +110,37 @@ impl WatchdogConfig {
             ));
         }
         self.accrual.validate()
+    }
+
+    /// What `policy` sees of an expiry of the lease `meta`, renewed
+    /// `renewals` times, `evidence_renewals` of them in a row on evidence,
+    /// with `evidence` judged now: the lease's own overrides, else this
+    /// configuration's.
+    pub fn expiry<'a>(
+        &self,
+        meta: &LeaseMeta,
+        renewals: u32,
+        evidence_renewals: u32,
+        evidence: &'a EvidenceSummary,
+    ) -> Expiry<'a> {
+        Expiry {
+            kind: meta.kind,
+            lease: meta.duration,
+            renewals,
+            max_renewals: meta.max_renewals,
+            free_renewals: meta.free_renewals.unwrap_or(self.free_renewals),
+            evidence,
+            phi_threshold: self.accrual.for_kind(meta.kind).threshold,
+            evidence_renewals,
+            max_evidence_renewals: meta.evidence_renewals.unwrap_or(self.evidence_renewals),
+            repetition_threshold: self.repetition_threshold,
+        }
+    }
+
+    /// The verdict policy of the lease `meta`: its flow's, else this
+    /// configuration's.
+    pub fn policy_of(&self, meta: &LeaseMeta) -> &'static dyn VerdictPolicy {
+        meta.policy.unwrap_or(self.policy).policy()
     }
 }
 
@@ -292,46 +336,10 @@ impl WatchdogState {
         let accrual = self.config.accrual.for_kind(meta.kind);
         let evidence = expiry.evidence.summary(Instant::now(), accrual);
         let renewals = expiry.renewals;
-        let free_renewals = meta.free_renewals.unwrap_or(self.config.free_renewals);
-
-        if renewals < free_renewals {
-            let decision = Decision::renew(
-                DecidedBy::Ladder,
-                format!("free renewal {} of {free_renewals}", renewals + 1),
-            );
-            return publish(
-                &*self.events,
-                meta,
-                renewals,
-                evidence,
-                decision,
-                None,
-                reply,
-            );
-        }
-        let repetitive = evidence
-            .repetition
-            .is_some_and(|share| share > self.config.repetition_threshold);
-        let evidence_renewals = meta
-            .evidence_renewals
-            .unwrap_or(self.config.evidence_renewals);
-        let streak_left = expiry.evidence_renewals < evidence_renewals;
-        if let Some(phi) = evidence.phi.filter(|phi| *phi < accrual.threshold)
-            && !repetitive
-            && streak_left
-        {
-            let decision = Decision::renew(
-                DecidedBy::Evidence,
-                format!(
-                    "evidence is fresh: phi {phi:.2} below {:.1}, {} items, last {} ms ago; \
-                     evidence renewal {} of {} in a row",
-                    accrual.threshold,
-                    evidence.count,
-                    evidence.last_progress_age_ms.unwrap_or_default(),
-                    expiry.evidence_renewals + 1,
-                    evidence_renewals
-                ),
-            );
+        let judged = self
+            .config
+            .expiry(meta, renewals, expiry.evidence_renewals, &evidence);
+        if let Judgement::Decided(decision) = self.config.policy_of(meta).judge(&judged) {
             return publish(
                 &*self.events,
                 meta,

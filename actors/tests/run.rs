@@ -16,7 +16,7 @@ use leasehold_actors::testing::{
     MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct,
     Turn, user_messages,
 };
-use leasehold_actors::watchdog::DecidedBy;
+use leasehold_actors::watchdog::{DecidedBy, PolicyKind};
 use serde_json::json;
 use tokio::time::sleep;
 
@@ -1002,4 +1002,28 @@ async fn a_model_stuck_repeating_itself_is_shown_to_the_evaluator_and_escalated_
     let state = run.wait().await;
     assert_eq!(state.status, RunStatus::Completed, "{state:?}");
     assert_eq!(state.answer.as_deref(), Some("done"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flow_that_names_the_deadline_policy_has_its_slow_tool_cut_at_the_first_expiry() {
+    let model = ScriptedModel::new().script("run", [search_turn(), Turn::answer("without it")]);
+    // Alive and reporting progress, but slower than one lease.
+    let slow = ToolAct::Return {
+        latency: secs(15),
+        progress_every: Some(secs(1)),
+        result: "found".into(),
+    };
+    let tools = ScriptedTools::new().tool("search", Some(true), [slow]);
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut flow = flow(5, 3);
+    flow.leases.policy = Some(PolicyKind::Deadline);
+    let mut run = start(&rig, flow).await;
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(tools.calls("search"), 4, "every attempt was cut");
+    assert_eq!(tools.completed("search"), 0);
+    let verdicts = rig.events.verdicts();
+    assert_eq!(verdicts.len(), 4);
+    assert!(verdicts.iter().all(|v| v.decided_by == DecidedBy::Policy
+        && v.verdict == leasehold_actors::watchdog::Verdict::Intervene));
 }

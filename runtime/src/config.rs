@@ -35,6 +35,7 @@ use leasehold_actors::ConfigError;
 use leasehold_actors::engine::EngineConfig;
 use leasehold_actors::flow::ToolServer;
 use leasehold_actors::supervisor::OnExhausted;
+use leasehold_actors::watchdog::PolicyKind;
 
 use crate::model::ModelRole;
 use crate::store::Durability;
@@ -121,6 +122,8 @@ pub struct Config {
     /// Consecutive renewals on evidence alone before the evaluator is asked
     /// anyway (`LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS`).
     pub evidence_renewals: Setting<u32>,
+    /// The verdict policy (`LEASEHOLD_WATCHDOG_POLICY`).
+    pub watchdog_policy: Setting<PolicyKind>,
     /// The share of repeated 3-grams above which a stream's evidence is
     /// suspicious (`LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD`).
     pub repetition_threshold: Setting<Share>,
@@ -288,6 +291,7 @@ impl Default for Config {
             free_renewals: Setting::default(engine.supervision.watchdog.free_renewals),
             max_renewals: Setting::default(lease.max_renewals),
             evidence_renewals: Setting::default(engine.supervision.watchdog.evidence_renewals),
+            watchdog_policy: Setting::default(engine.supervision.watchdog.policy),
             repetition_threshold: Setting::default(
                 Share::new(engine.supervision.watchdog.repetition_threshold).unwrap_or(Share::HALF),
             ),
@@ -529,6 +533,10 @@ impl Config {
             "watchdog.free_renewals" => self.free_renewals = with(count()?, source),
             "watchdog.max_renewals" => self.max_renewals = with(count()?, source),
             "watchdog.evidence_renewals" => self.evidence_renewals = with(count()?, source),
+            "watchdog.policy" => {
+                let policy = trimmed.parse::<PolicyKind>().map_err(|_| bad())?;
+                self.watchdog_policy = with(policy, source);
+            }
             "watchdog.repetition_threshold" => {
                 let share = Share::parse(trimmed).ok_or_else(bad)?;
                 self.repetition_threshold = with(share, source);
@@ -673,6 +681,10 @@ impl Config {
             "watchdog.free_renewals" => n(&self.free_renewals),
             "watchdog.max_renewals" => n(&self.max_renewals),
             "watchdog.evidence_renewals" => n(&self.evidence_renewals),
+            "watchdog.policy" => (
+                self.watchdog_policy.value.to_string(),
+                &self.watchdog_policy.source,
+            ),
             "watchdog.repetition_threshold" => (
                 self.repetition_threshold.value.to_string(),
                 &self.repetition_threshold.source,

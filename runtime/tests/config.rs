@@ -767,3 +767,48 @@ fn a_repetition_threshold_outside_0_to_1_is_refused_naming_the_variable() {
         );
     }
 }
+
+#[test]
+fn the_verdict_policy_is_read_refused_when_unknown_and_changes_the_timing_arithmetic() {
+    use leasehold::watchdog::PolicyKind;
+    assert_eq!(
+        Config::default()
+            .engine_config()
+            .supervision
+            .watchdog
+            .policy,
+        PolicyKind::Leasehold
+    );
+    let error = Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_POLICY", "timeout")]))
+        .expect_err("refused");
+    let text = error.to_string();
+    assert!(
+        text.contains("LEASEHOLD_WATCHDOG_POLICY") && text.contains("idle_kill"),
+        "{text}"
+    );
+    let timing = |policy: &str| {
+        Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_POLICY", policy)]))
+            .expect("loads")
+            .timing(LeaseKind::ToolCall)
+    };
+    let minutes = |m: u64| Duration::from_secs(m * 60);
+    // A deadline cuts each attempt at its first expiry.
+    let deadline = timing("deadline");
+    assert_eq!(deadline.renewal_cap, minutes(5));
+    assert_eq!(deadline.evaluations, 0);
+    assert!(
+        deadline
+            .to_string()
+            .contains("policy deadline, never evaluated"),
+        "{deadline}"
+    );
+    // Idle-kill runs to the cap, never waiting for an evaluator.
+    let idle = timing("idle_kill");
+    assert_eq!(idle.renewal_cap, minutes(55));
+    assert_eq!(idle.evaluations, 0);
+    // Always-evaluate has no free renewals: one evaluation per renewal.
+    let always = timing("always_evaluate");
+    assert_eq!(always.first_evaluation, minutes(5));
+    assert_eq!(always.evaluations, 10);
+    assert_eq!(timing("leasehold").evaluations, 8);
+}

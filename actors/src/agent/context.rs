@@ -51,6 +51,7 @@ pub(crate) struct RunContext {
     pub(crate) lease_config: LeaseConfig,
     pub(crate) free_renewals: Option<u32>,
     pub(crate) evidence_renewals: Option<u32>,
+    pub(crate) policy: Option<crate::watchdog::PolicyKind>,
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -91,6 +92,7 @@ pub(crate) struct RunParts {
     pub(crate) lease_config: LeaseConfig,
     pub(crate) free_renewals: Option<u32>,
     pub(crate) evidence_renewals: Option<u32>,
+    pub(crate) policy: Option<crate::watchdog::PolicyKind>,
     pub(crate) events: Arc<dyn EventSink>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -124,6 +126,7 @@ impl RunContext {
             lease_config: parts.lease_config,
             free_renewals: parts.free_renewals,
             evidence_renewals: parts.evidence_renewals,
+            policy: parts.policy,
             events: parts.events,
             store: parts.store,
             clock: parts.clock,
@@ -280,6 +283,7 @@ impl RunContext {
             .with_max_renewals(self.lease_config.max_renewals)
             .with_free_renewals(self.free_renewals)
             .with_evidence_renewals(self.evidence_renewals)
+            .with_policy(self.policy)
             .in_run(self.run_id.clone(), path)
     }
 

@@ -12,6 +12,7 @@ use crate::duration::{check_positive_duration, clamp_duration};
 use crate::error::ConfigError;
 use crate::nudge::NudgeQueue;
 use crate::ports::TranscriptMessage;
+use crate::watchdog::PolicyKind;
 
 /// The kind of operation a lease watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -141,6 +142,7 @@ pub struct LeaseSpec {
     pub(crate) max_renewals: u32,
     pub(crate) free_renewals: Option<u32>,
     pub(crate) evidence_renewals: Option<u32>,
+    pub(crate) policy: Option<PolicyKind>,
     pub(crate) run_id: String,
     pub(crate) path: String,
     pub(crate) transcript_tail: Arc<[TranscriptMessage]>,
@@ -169,6 +171,7 @@ impl LeaseSpec {
             max_renewals: LeaseConfig::default().max_renewals,
             free_renewals: None,
             evidence_renewals: None,
+            policy: None,
             run_id: String::new(),
             path: String::new(),
             transcript_tail: Arc::from(Vec::new()),
@@ -195,6 +198,13 @@ impl LeaseSpec {
     /// flow's override).
     pub fn with_evidence_renewals(mut self, evidence_renewals: Option<u32>) -> Self {
         self.evidence_renewals = evidence_renewals;
+        self
+    }
+
+    /// Judges this lease by `policy` instead of the watchdog's (a flow's
+    /// `leases.policy`).
+    pub fn with_policy(mut self, policy: Option<PolicyKind>) -> Self {
+        self.policy = policy;
         self
     }
 
@@ -251,6 +261,9 @@ pub struct LeaseMeta {
     /// watchdog's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_renewals: Option<u32>,
+    /// This lease's own verdict policy, if it overrides the watchdog's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyKind>,
     /// The last messages of the loop's transcript.
     pub transcript_tail: Arc<[TranscriptMessage]>,
 }
@@ -268,6 +281,7 @@ impl LeaseMeta {
             max_renewals: spec.max_renewals,
             free_renewals: spec.free_renewals,
             evidence_renewals: spec.evidence_renewals,
+            policy: spec.policy,
             transcript_tail: spec.transcript_tail.clone(),
         }
     }

@@ -60,6 +60,9 @@ pub enum DecidedBy {
     Breaker,
     /// The lease's renewal cap.
     Cap,
+    /// A verdict policy other than the default decided by its own rule (a
+    /// deadline, an idle timeout): no evaluator call.
+    Policy,
 }
 
 impl DecidedBy {
@@ -71,6 +74,7 @@ impl DecidedBy {
             Self::Evaluator => "evaluator",
             Self::Breaker => "breaker",
             Self::Cap => "cap",
+            Self::Policy => "policy",
         }
     }
 }

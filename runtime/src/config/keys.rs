@@ -31,6 +31,9 @@ pub enum ValueKind {
     List,
     /// What a failure at the top of the tree does: `pause` or `fail`.
     OnExhausted,
+    /// A verdict policy: `leasehold`, `deadline`, `idle_kill` or
+    /// `always_evaluate`.
+    Policy,
     /// A share from 0 to 1: `0.5`.
     Share,
 }
@@ -51,6 +54,7 @@ impl ValueKind {
             Self::Size => "a size such as 65536, 512KiB or 4MiB, from 1 byte to 1GiB",
             Self::List => "a comma-separated list such as example.com,10.0.0.5:7878",
             Self::OnExhausted => "pause or fail",
+            Self::Policy => "a verdict policy: leasehold, deadline, idle_kill or always_evaluate",
             Self::Share => "a share from 0 to 1 such as 0.5",
         }
     }
@@ -88,7 +92,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 45] = [
+pub(super) const KEYS: [Key; 46] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -144,6 +148,13 @@ pub(super) const KEYS: [Key; 45] = [
         "0.5",
         ValueKind::Share,
         "above this share of repeated word 3-grams in a stream's recent text, its evidence is suspicious and the evaluator is asked",
+    ),
+    key(
+        "LEASEHOLD_WATCHDOG_POLICY",
+        "watchdog.policy",
+        "leasehold",
+        ValueKind::Policy,
+        "the verdict policy: `leasehold` (cap, ladder, evidence, evaluator), `deadline` (the first expiry intervenes), `idle_kill` (intervene after a whole lease without evidence) or `always_evaluate` (every expiry below the cap asks the evaluator); a flow's `leases.policy` overrides it",
     ),
     key(
         "LEASEHOLD_WATCHDOG_ROLE",

@@ -13,19 +13,27 @@
 //! restart the strategy waits its backoff, at most the top of its jitter.
 //! tokio's timers count whole milliseconds, so every wait is rounded up to
 //! one.
+//!
+//! That is the default verdict policy's arithmetic (`watchdog.policy =
+//! leasehold`). The others change two terms: `always_evaluate` has no free
+//! renewals; `idle_kill` never asks the evaluator (an operation that keeps
+//! reporting progress runs to the cap); `deadline` cuts every attempt at its
+//! first expiry.
 
 use std::fmt;
 use std::time::Duration;
 
 use leasehold_actors::lease::LeaseKind;
 use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::watchdog::PolicyKind;
 
 /// The worst case in words, as `leasehold config` prints it once above the
 /// timing lines, so that a reader can check each line by hand.
 pub const WORST_CASE_FORMULA: &str = "worst case = attempts × renewal cap + backoffs, where \
      renewal cap = (max_renewals + 1) × lease + evaluations × evaluator_timeout, evaluations = \
      max_renewals − free_renewals, attempts = 1 + restart.max, and each backoff is at the top \
-     of its ±10 % jitter";
+     of its ±10 % jitter (the leasehold policy's; always_evaluate has no free renewals, \
+     idle_kill no evaluations, deadline one lease per attempt)";
 
 /// The arithmetic of one lease kind: what happens when, and how long an
 /// operation of that kind can take at worst before the run fails or pauses.
@@ -33,6 +41,8 @@ pub const WORST_CASE_FORMULA: &str = "worst case = attempts × renewal cap + bac
 pub struct Timing {
     /// The lease kind.
     pub kind: LeaseKind,
+    /// The verdict policy the arithmetic follows.
+    pub policy: PolicyKind,
     /// The lease length.
     pub lease: Duration,
     /// Until when expiries are renewed on evidence alone:
@@ -65,6 +75,23 @@ pub struct Timing {
 
 impl fmt::Display for Timing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.policy.asks_the_evaluator() {
+            return write!(
+                f,
+                "{}: lease {} · policy {}, never evaluated · cut at {} ({} lease{}) · {} attempt{} \
+                 · backoffs at most {} · worst case {}",
+                self.kind,
+                compact(self.lease),
+                self.policy,
+                compact(self.renewal_cap),
+                self.lease_periods,
+                if self.lease_periods == 1 { "" } else { "s" },
+                self.attempts,
+                if self.attempts == 1 { "" } else { "s" },
+                compact(self.backoffs),
+                compact(self.worst_case),
+            );
+        }
         write!(
             f,
             "{}: lease {} · free renewals until {} · first evaluation at {} · renewal cap at {} \
@@ -147,12 +174,25 @@ impl super::Config {
     pub fn timing(&self, kind: LeaseKind) -> Timing {
         let lease = self.lease(kind);
         let restart = self.engine_config().restart;
-        let (free, max) = (self.free_renewals.value, self.max_renewals.value);
+        let policy = self.watchdog_policy.value;
+        let free = match policy {
+            PolicyKind::AlwaysEvaluate => 0,
+            _ => self.free_renewals.value,
+        };
+        // A deadline cuts at the first expiry: the cap of one lease.
+        let max = match policy {
+            PolicyKind::Deadline => 0,
+            _ => self.max_renewals.value,
+        };
         let first_evaluation = one_more_than(free, lease);
         let lease_periods = u64::from(max) + 1;
         // The expiries numbered `free` to `max - 1` (counting from 0) ask the
         // evaluator; expiry `max` is the cap's, and earlier ones are free.
-        let evaluations = max.saturating_sub(free);
+        let evaluations = if policy.asks_the_evaluator() {
+            max.saturating_sub(free)
+        } else {
+            0
+        };
         let evaluator_timeout = self.evaluator_timeout.value;
         let renewal_cap = one_more_than(max, timer_wait(lease))
             .saturating_add(timer_wait(evaluator_timeout).saturating_mul(evaluations));
@@ -161,6 +201,7 @@ impl super::Config {
         let worst_case = one_more_than(restart.max_restarts, renewal_cap).saturating_add(backoffs);
         Timing {
             kind,
+            policy,
             lease,
             free_renewals_until: first_evaluation,
             first_evaluation,

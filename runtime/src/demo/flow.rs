@@ -141,6 +141,7 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
             max_renewals: Some(TIMINGS.max_renewals),
             free_renewals: Some(TIMINGS.free_renewals),
             evidence_renewals: None,
+            policy: None,
         },
         supervision: SupervisionOverrides {
             backoff_initial: Some(TIMINGS.backoff_initial),

@@ -1,0 +1,265 @@
+//! The verdict policies: each built-in judged as a pure function, then
+//! through the real lease actor and watchdog on paused time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use leasehold_actors::prelude::*;
+use leasehold_actors::testing::ScriptedEvaluator;
+use leasehold_actors::watchdog::{Expiry, Judgement};
+use tokio::time::sleep;
+
+/// An expiry of a 10 s tool lease renewed `renewals` times, with two free
+/// renewals, a cap of 10 and `evidence`.
+fn expiry(renewals: u32, evidence: &EvidenceSummary) -> Expiry<'_> {
+    Expiry {
+        kind: LeaseKind::ToolCall,
+        lease: secs(10),
+        renewals,
+        max_renewals: 10,
+        free_renewals: 2,
+        evidence,
+        phi_threshold: 8.0,
+        evidence_renewals: 0,
+        max_evidence_renewals: 3,
+        repetition_threshold: 0.5,
+    }
+}
+
+fn silent() -> EvidenceSummary {
+    EvidenceSummary::default()
+}
+
+/// Evidence `age_ms` old, with phi `phi`.
+fn fresh(age_ms: u64, phi: f64) -> EvidenceSummary {
+    EvidenceSummary {
+        count: 5,
+        last_progress_age_ms: Some(age_ms),
+        phi: Some(phi),
+        ..EvidenceSummary::default()
+    }
+}
+
+fn decided(judgement: Judgement) -> (Verdict, DecidedBy) {
+    match judgement {
+        Judgement::Decided(decision) => (decision.verdict, decision.decided_by),
+        Judgement::AskEvaluator => panic!("asked the evaluator"),
+    }
+}
+
+fn judge(kind: PolicyKind, expiry: &Expiry<'_>) -> Judgement {
+    let policy = kind.policy();
+    assert_eq!(policy.name(), kind.as_str());
+    policy.judge(expiry)
+}
+
+#[test]
+fn every_built_in_policy_intervenes_at_the_renewal_cap() {
+    let evidence = fresh(10, 0.1);
+    for kind in PolicyKind::ALL {
+        assert_eq!(
+            decided(judge(kind, &expiry(10, &evidence))),
+            (Verdict::Intervene, DecidedBy::Cap),
+            "{kind}"
+        );
+    }
+}
+
+#[test]
+fn the_leasehold_policy_renews_on_the_ladder_then_on_evidence_then_asks() {
+    let evidence = fresh(10, 0.1);
+    let kind = PolicyKind::Leasehold;
+    assert_eq!(
+        decided(judge(kind, &expiry(1, &evidence))),
+        (Verdict::Renew, DecidedBy::Ladder)
+    );
+    assert_eq!(
+        decided(judge(kind, &expiry(2, &evidence))),
+        (Verdict::Renew, DecidedBy::Evidence)
+    );
+    assert_eq!(judge(kind, &expiry(2, &silent())), Judgement::AskEvaluator);
+    let suspicious = fresh(9_000, 9.0);
+    assert_eq!(
+        judge(kind, &expiry(2, &suspicious)),
+        Judgement::AskEvaluator
+    );
+    let repetitive = EvidenceSummary {
+        repetition: Some(0.9),
+        ..fresh(10, 0.1)
+    };
+    assert_eq!(
+        judge(kind, &expiry(2, &repetitive)),
+        Judgement::AskEvaluator
+    );
+    let long_streak = Expiry {
+        evidence_renewals: 3,
+        ..expiry(5, &evidence)
+    };
+    assert_eq!(judge(kind, &long_streak), Judgement::AskEvaluator);
+}
+
+#[test]
+fn the_deadline_policy_intervenes_at_the_first_expiry_whatever_the_evidence() {
+    for evidence in [silent(), fresh(10, 0.1)] {
+        assert_eq!(
+            decided(judge(PolicyKind::Deadline, &expiry(0, &evidence))),
+            (Verdict::Intervene, DecidedBy::Policy)
+        );
+    }
+}
+
+#[test]
+fn the_idle_kill_policy_intervenes_after_a_silent_lease_and_renews_on_recent_progress() {
+    let kind = PolicyKind::IdleKill;
+    assert_eq!(
+        decided(judge(kind, &expiry(0, &silent()))),
+        (Verdict::Intervene, DecidedBy::Policy)
+    );
+    assert_eq!(
+        decided(judge(kind, &expiry(3, &fresh(10_000, 9.0)))),
+        (Verdict::Intervene, DecidedBy::Policy)
+    );
+    // However suspicious phi finds it, progress within the lease renews.
+    assert_eq!(
+        decided(judge(kind, &expiry(3, &fresh(9_999, 9.0)))),
+        (Verdict::Renew, DecidedBy::Policy)
+    );
+}
+
+#[test]
+fn the_always_evaluate_policy_asks_at_every_expiry_below_the_cap() {
+    let evidence = fresh(10, 0.1);
+    for renewals in [0, 1, 2, 9] {
+        assert_eq!(
+            judge(PolicyKind::AlwaysEvaluate, &expiry(renewals, &evidence)),
+            Judgement::AskEvaluator,
+            "renewals {renewals}"
+        );
+    }
+}
+
+#[test]
+fn policies_are_named_in_configuration_and_flows_and_a_wrong_name_is_refused() {
+    for kind in PolicyKind::ALL {
+        assert_eq!(kind.as_str().parse::<PolicyKind>(), Ok(kind));
+        assert_eq!(
+            serde_json::to_value(kind).expect("serializes"),
+            serde_json::json!(kind.as_str())
+        );
+    }
+    let error = "timeout".parse::<PolicyKind>().expect_err("refused");
+    assert!(error.to_string().contains("watchdog.policy"), "{error}");
+    assert!(error.to_string().contains("idle_kill"), "{error}");
+}
+
+/// A rig whose watchdog judges by `policy`, with an evaluator that always
+/// renews.
+async fn rig_with(policy: PolicyKind) -> Rig {
+    let mut config = config(2, 10);
+    config.watchdog.policy = policy;
+    rig(config, Some(ScriptedEvaluator::always("RENEW"))).await
+}
+
+/// A tool call of `lease` that reports progress every `every` (never, if
+/// `None`) and finishes after `work`.
+fn supervised(
+    rig: &Rig,
+    lease: Duration,
+    every: Option<Duration>,
+    work: Duration,
+) -> LeaseHandle<&'static str> {
+    rig.leases()
+        .supervise(spec(lease, 10), move |evidence| async move {
+            let started = tokio::time::Instant::now();
+            while started.elapsed() < work {
+                match every {
+                    Some(every) => {
+                        sleep(every).await;
+                        evidence.progress("a page");
+                    }
+                    None => sleep(work).await,
+                }
+            }
+            "finished"
+        })
+        .expect("started")
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_the_deadline_policy_a_slow_but_alive_tool_is_intervened_at_its_first_expiry() {
+    let rig = rig_with(PolicyKind::Deadline).await;
+    let started = tokio::time::Instant::now();
+    let handle = supervised(&rig, secs(10), Some(secs(1)), secs(25));
+    let outcome = handle.outcome().await;
+    assert!(
+        matches!(outcome, Err(LeaseError::Intervened { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(started.elapsed(), secs(10));
+    assert_eq!(rig.evaluator.calls(), 0);
+    let verdicts = rig.events.verdicts();
+    assert_eq!(verdicts.len(), 1);
+    assert_eq!(verdicts[0].decided_by, DecidedBy::Policy);
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_the_idle_kill_policy_progress_renews_and_silence_intervenes_without_the_evaluator() {
+    let rig = rig_with(PolicyKind::IdleKill).await;
+    let alive = supervised(&rig, secs(10), Some(secs(1)), secs(25));
+    assert_eq!(alive.outcome().await, Ok("finished"));
+    let silent = supervised(&rig, secs(10), None, secs(25));
+    let started = tokio::time::Instant::now();
+    let outcome = silent.outcome().await;
+    assert!(
+        matches!(outcome, Err(LeaseError::Intervened { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(started.elapsed(), secs(10));
+    assert_eq!(rig.evaluator.calls(), 0);
+    assert!(
+        rig.events
+            .verdicts()
+            .iter()
+            .all(|v| v.decided_by == DecidedBy::Policy)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_the_always_evaluate_policy_every_expiry_asks_the_evaluator_even_with_fresh_evidence()
+{
+    let rig = rig_with(PolicyKind::AlwaysEvaluate).await;
+    let handle = supervised(&rig, secs(10), Some(secs(1)), secs(25));
+    assert_eq!(handle.outcome().await, Ok("finished"));
+    assert_eq!(rig.evaluator.calls(), 2, "expiries at 10 s and 20 s");
+    assert!(
+        rig.events
+            .verdicts()
+            .iter()
+            .all(|v| v.decided_by == DecidedBy::Evaluator)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leases_own_policy_overrides_the_watchdogs() {
+    let rig = rig_with(PolicyKind::Leasehold).await;
+    let handle = rig
+        .leases()
+        .supervise(
+            spec(secs(10), 10).with_policy(Some(PolicyKind::Deadline)),
+            |_| async {
+                sleep(secs(25)).await;
+                "finished"
+            },
+        )
+        .expect("started");
+    let outcome = handle.outcome().await;
+    assert!(
+        matches!(outcome, Err(LeaseError::Intervened { .. })),
+        "{outcome:?}"
+    );
+    // Under the watchdog's own policy the same work is renewed twice free.
+    let handle = supervised(&rig, secs(10), None, secs(25));
+    assert_eq!(handle.outcome().await, Ok("finished"));
+}
