@@ -63,16 +63,11 @@ export function applyEvent(st, e) {
       addTraceRow(st, e, 'nudge queued', e.nudge);
       break;
     case 'intervened':
-      node.state = 'intervened';
-      node.note = e.reason;
-      clearBanner(node);
-      addTraceRow(st, e, 'intervened', e.reason);
-      break;
     case 'escalated':
-      node.state = 'escalated';
+      node.state = e.kind;
       node.note = e.reason;
       clearBanner(node);
-      addTraceRow(st, e, 'escalated', e.reason);
+      addTraceRow(st, e, e.kind, e.reason);
       break;
     case 'renewal_cap_reached':
       node.state = 'capped';
