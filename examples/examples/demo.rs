@@ -1,7 +1,7 @@
 //! The demo: an incident review with three workers that shows a slow
 //! operation kept alive by evidence, a budget extension, a restart after an
-//! intervention, and a pause that waits for a person — on the real clock, in
-//! about five seconds.
+//! intervention, and a pause that waits for a person — on the real clock; how
+//! long it takes is said once, in the crate's documentation (`src/lib.rs`).
 
 use std::process::ExitCode;
 

@@ -33,7 +33,7 @@
 //! | the run completes | `run_completed` |
 //!
 //! It takes about seven seconds and a half, two of them the pause with
-//! [`Answer::auto`].
+//! [`Answer::auto`]; its summary's `took` line gives the figure of each run.
 //!
 //! ```no_run
 //! use leasehold::demo::{Answer, DemoStack, drive};

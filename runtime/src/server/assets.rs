@@ -1,5 +1,10 @@
-//! The dashboard: plain HTML, CSS and JavaScript compiled into the binary,
-//! so `serve` needs no build step and no files beside it.
+//! The dashboard: plain HTML, CSS and JavaScript modules compiled into the
+//! binary, so `serve` needs no build step and no files beside it.
+//!
+//! The page loads `app.js` as an ES module (`<script type="module">`),
+//! which imports one module per section by a relative path; each is served
+//! here under `/assets/`, with a JavaScript content type, as browsers
+//! require of a module script.
 
 use axum::extract::Path;
 use axum::http::{StatusCode, header};
@@ -8,27 +13,44 @@ use axum::response::{Html, IntoResponse, Response};
 use super::error::ApiError;
 
 const INDEX: &str = include_str!("dashboard/index.html");
-const APP_JS: &str = include_str!("dashboard/app.js");
-const STYLE_CSS: &str = include_str!("dashboard/style.css");
+
+const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+/// Every file under `/assets/`: its name, content type and body.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("style.css", CSS, include_str!("dashboard/style.css")),
+    ("app.js", JAVASCRIPT, include_str!("dashboard/app.js")),
+    ("api.js", JAVASCRIPT, include_str!("dashboard/api.js")),
+    (
+        "controls.js",
+        JAVASCRIPT,
+        include_str!("dashboard/controls.js"),
+    ),
+    ("dom.js", JAVASCRIPT, include_str!("dashboard/dom.js")),
+    ("events.js", JAVASCRIPT, include_str!("dashboard/events.js")),
+    ("run.js", JAVASCRIPT, include_str!("dashboard/run.js")),
+    ("runs.js", JAVASCRIPT, include_str!("dashboard/runs.js")),
+    ("state.js", JAVASCRIPT, include_str!("dashboard/state.js")),
+    ("text.js", JAVASCRIPT, include_str!("dashboard/text.js")),
+    ("trace.js", JAVASCRIPT, include_str!("dashboard/trace.js")),
+    ("tree.js", JAVASCRIPT, include_str!("dashboard/tree.js")),
+];
 
 /// `GET /`: the dashboard's page.
 pub(super) async fn index() -> Html<&'static str> {
     Html(INDEX)
 }
 
-/// `GET /assets/{name}`: its script and style sheet.
+/// `GET /assets/{name}`: its script modules and style sheet.
 pub(super) async fn asset(Path(name): Path<String>) -> Response {
-    let (body, content_type) = match name.as_str() {
-        "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
-        "style.css" => (STYLE_CSS, "text/css; charset=utf-8"),
-        _ => {
-            return ApiError::new(
-                StatusCode::NOT_FOUND,
-                "no_route",
-                format!("no asset {name}"),
-            )
-            .into_response();
-        }
+    let Some(&(_, content_type, body)) = ASSETS.iter().find(|(file, _, _)| *file == name) else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_route",
+            format!("no asset {name}"),
+        )
+        .into_response();
     };
     (
         [

@@ -1,0 +1,125 @@
+// One run's page: its facts, its answer or reason, and the pause panel a
+// person answers; its view polled from the server until it is final.
+
+import { api } from './api.js';
+import { $, el, enc, setError, setText } from './dom.js';
+import { PAUSED, POLL_MS, TERMINAL, session } from './state.js';
+import { clock, duration, phiText } from './text.js';
+
+export function stopRun() {
+  if (!session.current) return;
+  const st = session.current;
+  session.current = null;
+  if (st.es) st.es.close();
+  st.es = null;
+  clearTimeout(st.retryTimer);
+  clearTimeout(st.pollTimer);
+  setError('run', null);
+  setError('stream', null);
+  setError('control', null);
+}
+
+export async function pollRun(st) {
+  clearTimeout(st.pollTimer);
+  const epoch = st.statusEpoch;
+  try {
+    const view = await api('GET', `/runs/${enc(st.id)}`);
+    if (st !== session.current) return;
+    applyView(st, view, epoch);
+    setError('run', null);
+  } catch (error) {
+    if (st !== session.current) return;
+    setError('run', error.status === 404 ? `run ${st.id} was not found` : `run: ${error.message}`);
+  }
+  if (st !== session.current) return;
+  const final = st.view && TERMINAL.has(st.view.status);
+  if (!final) st.pollTimer = setTimeout(() => pollRun(st), POLL_MS);
+}
+
+function applyView(st, view, epoch) {
+  st.view = view;
+  if (view.answer) st.answer = view.answer;
+  if (view.reason) st.reason = view.reason;
+  if (!st.startAt && view.created_at_ms) st.startAt = view.created_at_ms;
+  if (epoch === st.statusEpoch) setStatus(st, view.status, 'poll');
+  renderRun(st);
+}
+
+/** Sets the run's status; a terminal status is never undone. */
+export function setStatus(st, status, source) {
+  if (!status) return;
+  if (TERMINAL.has(st.status) && !TERMINAL.has(status)) return;
+  if (status !== st.status && source !== 'poll') st.statusEpoch += 1;
+  st.status = status;
+  if (!PAUSED.has(status)) st.pauseEvent = null;
+  renderRun(st);
+}
+
+export function renderRun(st) {
+  if (st !== session.current) return;
+  const view = st.view || {};
+  const status = $('run-status');
+  setText(status, st.status || '…');
+  status.dataset.status = st.status;
+  status.className = `status status-${st.status || 'unknown'}`;
+  setText($('run-flow'), view.flow_name || (st.runStarted && st.runStarted.flow) || '');
+  setText($('run-task'), view.task || (st.runStarted && st.runStarted.task) || '');
+  setText($('run-owner'), view.owner_id ? `${view.owner_id} (fence ${view.fence})` : '—');
+  setText($('run-updated'), clock(view.updated_at_ms));
+
+  const answer = st.status === 'completed' ? st.answer : null;
+  $('run-answer').hidden = !answer;
+  setText($('run-answer-text'), answer || '');
+  const reason = ['failed', 'cancelled', 'orphaned'].includes(st.status) ? st.reason : null;
+  $('run-reason').hidden = !reason;
+  setText($('run-reason-text'), reason || '');
+  $('run-controls').hidden = st.status !== 'running';
+  renderPause(st);
+}
+
+function renderPause(st) {
+  const panel = $('pause-panel');
+  const paused = PAUSED.has(st.status);
+  panel.hidden = !paused;
+  if (!paused) return;
+  const reconciling = st.status === 'reconciliation_required';
+  const fromView = (st.view && PAUSED.has(st.view.status) && st.view.pause) || {};
+  const fromEvent = st.pauseEvent || {};
+  const pause = { ...fromEvent, ...fromView };
+  const evidence = fromEvent.evidence || null;
+  const call = fromView.call || fromEvent.call || null;
+
+  setText($('pause-title'), reconciling
+    ? 'A tool call\u2019s outcome is unknown: a person must decide'
+    : 'Waiting for a person');
+  setText($('pause-reason'), pause.reason || '');
+  setText($('pause-subject'), pause.subject || '');
+  setText($('pause-path'), pause.path || '');
+
+  const list = $('pause-evidence-list');
+  $('pause-evidence').hidden = !evidence;
+  if (evidence) {
+    list.replaceChildren(
+      el('dt', null, 'items'), el('dd', null, String(evidence.count)),
+      el('dt', null, 'last item'), el('dd', null,
+        evidence.last_progress_age_ms === null || evidence.last_progress_age_ms === undefined
+          ? 'never' : `${duration(evidence.last_progress_age_ms)} ago`),
+      el('dt', null, 'phi'), el('dd', null, phiText(evidence.phi)),
+      evidence.last_note ? [el('dt', null, 'last note'), el('dd', null, evidence.last_note)] : [],
+    );
+  }
+  $('pause-call').hidden = !call;
+  setText($('pause-call-text'), call ? JSON.stringify(call, null, 2) : '');
+  st.reconcileKey = call ? call.key || call.idempotency_key : null;
+
+  $('resume-button').hidden = reconciling;
+  $('reconcile-controls').hidden = !reconciling;
+  setText($('guidance-label'), reconciling
+    ? 'If it took effect: its result, which the model will see'
+    : 'Guidance for the run (the next model call sees it)');
+}
+
+export function pauseMessage(text) {
+  setText($('pause-message'), text || '');
+  $('pause-message').hidden = !text;
+}

@@ -1,0 +1,191 @@
+//! The dashboard's files over a real socket: the page loads its script as
+//! an ES module, and every module that script imports, transitively, is
+//! served with a 200 and a JavaScript content type (a browser refuses a
+//! module script of any other type), so a module left without its route
+//! fails here, not only in a browser.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::path::Path;
+use std::sync::Arc;
+
+use leasehold::engine::{Engine, EngineConfig};
+use leasehold::memory::MemoryStore;
+use leasehold::server::{self, App, ServerOptions};
+use leasehold::testing::ScriptedModel;
+use tokio::net::TcpListener;
+
+/// Serves a fresh engine on a loopback port until dropped; its base URL.
+struct Served {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Served {
+    async fn start() -> Self {
+        let engine = Engine::builder()
+            .config(EngineConfig::default())
+            .store(Arc::new(MemoryStore::new()))
+            .model(Arc::new(ScriptedModel::new()))
+            .build()
+            .await
+            .expect("engine");
+        let app = App::new(Arc::new(engine), ServerOptions::default());
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(server::serve(listener, app, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            base: format!("http://{addr}"),
+            stop: Some(stop),
+        }
+    }
+
+    /// `GET path`: its status, `Content-Type` and body.
+    async fn get(&self, path: &str) -> (u16, String, String) {
+        let response = reqwest::get(format!("{}{path}", self.base))
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = response.text().await.unwrap_or_default();
+        (status, content_type, body)
+    }
+}
+
+/// The quoted string that starts `text` (`'…'` or `"…"`), if it does.
+fn quoted(text: &str) -> Option<&str> {
+    let quote = text.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let rest = &text[1..];
+    rest.find(quote).map(|end| &rest[..end])
+}
+
+/// The `src` of the page's `<script type="module">`.
+fn module_entry(page: &str) -> Option<String> {
+    page.split("<script").skip(1).find_map(|tag| {
+        let tag = &tag[..tag.find('>')?];
+        if !tag.contains(r#"type="module""#) {
+            return None;
+        }
+        let src = tag.split("src=").nth(1)?;
+        quoted(src).map(str::to_owned)
+    })
+}
+
+/// The specifiers a module imports statically: `… from 'x'` and
+/// `import 'x'`.
+fn imports(source: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in source.lines().map(str::trim_start) {
+        if line.starts_with("//") || line.starts_with('*') {
+            continue;
+        }
+        for marker in ["from ", "import "] {
+            for (at, _) in line.match_indices(marker) {
+                if let Some(spec) = quoted(&line[at + marker.len()..]) {
+                    found.push(spec.to_owned());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// `spec` resolved against the module at `base` (an absolute path).
+fn resolve(base: &str, spec: &str) -> String {
+    assert!(
+        spec.starts_with("./") || spec.starts_with("../") || spec.starts_with('/'),
+        "{base} imports {spec:?}: the dashboard imports only its own modules, by path"
+    );
+    if spec.starts_with('/') {
+        return spec.to_owned();
+    }
+    let mut parts: Vec<&str> = base.split('/').collect();
+    parts.pop();
+    for part in spec.split('/') {
+        match part {
+            "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    parts.join("/")
+}
+
+#[test]
+fn imports_are_found_and_resolved_as_a_browser_would() {
+    let source = "// import { x } from './comment.js';\n\
+                  import { a, b } from './a.js';\nimport './side.js';\n\
+                  import {\n  c,\n} from \"../c.js\";\nconst s = 'from here';\n";
+    assert_eq!(imports(source), ["./a.js", "./side.js", "../c.js"]);
+    assert_eq!(resolve("/assets/app.js", "./a.js"), "/assets/a.js");
+    assert_eq!(resolve("/assets/sub/x.js", "../c.js"), "/assets/c.js");
+    assert_eq!(
+        module_entry(r#"<link href="/x.css"><script type="module" src="/assets/app.js"></script>"#),
+        Some("/assets/app.js".to_owned())
+    );
+    assert_eq!(
+        module_entry(r#"<script src="/assets/app.js"></script>"#),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_module_is_served_as_javascript() {
+    let served = Served::start().await;
+    let (status, _, page) = served.get("/").await;
+    assert_eq!(status, 200, "{page}");
+    let entry = module_entry(&page).expect("the page loads its script as a module");
+
+    let mut seen = BTreeSet::from([entry.clone()]);
+    let mut queue = VecDeque::from([entry]);
+    while let Some(path) = queue.pop_front() {
+        let (status, content_type, body) = served.get(&path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(
+            content_type.starts_with("text/javascript"),
+            "{path} is served as {content_type:?}, which a browser refuses for a module"
+        );
+        for spec in imports(&body) {
+            let module = resolve(&path, &spec);
+            if seen.insert(module.clone()) {
+                queue.push_back(module);
+            }
+        }
+    }
+
+    // Every module of the dashboard's folder is reached from the entry (so
+    // the walk above covered them all), and nothing else is.
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server/dashboard");
+    let files: BTreeSet<String> = std::fs::read_dir(&folder)
+        .expect("the dashboard's folder")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".js"))
+        .map(|name| format!("/assets/{name}"))
+        .collect();
+    assert!(
+        files.len() > 1,
+        "the script is split into modules: {files:?}"
+    );
+    assert_eq!(seen, files);
+
+    // A module that does not exist is a 404, not a page.
+    let (status, _, _) = served.get("/assets/missing.js").await;
+    assert_eq!(status, 404);
+}
