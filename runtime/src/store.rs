@@ -34,10 +34,9 @@
 mod codec;
 mod commit;
 mod config;
-mod durability;
 mod run_locks;
 mod sled_store;
 
+pub use crate::durability::{Durability, ParseDurabilityError};
 pub use config::SledConfig;
-pub use durability::{Durability, ParseDurabilityError};
 pub use sled_store::SledStore;
