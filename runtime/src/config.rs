@@ -36,8 +36,8 @@ use leasehold_actors::engine::EngineConfig;
 use leasehold_actors::flow::ToolServer;
 use leasehold_actors::supervisor::OnExhausted;
 
-use crate::durability::Durability;
 use crate::model::ModelRole;
+use crate::store::Durability;
 
 mod checks;
 mod idle;

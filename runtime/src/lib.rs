@@ -21,7 +21,7 @@
 //!
 //! | feature | what it adds | on by default |
 //! |---|---|---|
-//! | `store` | the embedded sled run store (`store`) | yes |
+//! | `store` | the embedded sled run store (`store::SledStore`; `store::Durability`, a setting, is in every build) | yes |
 //! | `server` | the HTTP API, its event stream and the dashboard (`server`) | yes |
 //! | `demo` | the embedded demo (`demo`): its scripted model server and its MCP tool server | yes |
 //! | `cli` | the command line (`cli`) and the `leasehold` binary; needs `store`, `server` and `demo` | yes |
@@ -54,14 +54,12 @@ pub mod cli;
 pub mod config;
 #[cfg(feature = "demo")]
 pub mod demo;
-pub mod durability;
 pub mod executor;
 pub mod flow_file;
 pub mod model;
 #[cfg(feature = "server")]
 pub mod server;
 mod server_limits;
-#[cfg(feature = "store")]
 pub mod store;
 pub mod tools;
 pub mod trace;

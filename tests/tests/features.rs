@@ -93,36 +93,21 @@ fn the_default_features_build_the_binary_with_its_command_line_server_and_demo()
 #[tokio::test(start_paused = true)]
 async fn a_run_through_the_library_installs_no_tracing_subscriber() {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use leasehold::config::Config;
     use leasehold::engine::Engine;
-    use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
+    use leasehold::testing::{ScriptedModel, Turn};
 
     Config::load_layers(None, |_| None, &[]).expect("the default configuration loads");
-    let model = ScriptedModel::new().script(
-        "run",
-        [
-            Turn::tools([("search", serde_json::json!({}))]),
-            Turn::answer("done"),
-        ],
-    );
-    let tools = ScriptedTools::new().tool(
-        "search",
-        Some(true),
-        [ToolAct::returns("hit", Duration::from_millis(10))],
-    );
+    let model = ScriptedModel::new().script("run", [Turn::answer("done")]);
     let engine = Engine::builder()
         .model(Arc::new(model))
-        .tool_server("local", Arc::new(tools))
         .build()
         .await
         .expect("engine");
-    let flow = serde_json::from_value(serde_json::json!({
-        "name": "quiet", "task": "t", "max_steps": 3,
-        "tools": [{"name": "local", "url": "http://127.0.0.1:9/mcp"}]
-    }))
-    .expect("flow");
+    let flow =
+        serde_json::from_value(serde_json::json!({"name": "quiet", "task": "t", "max_steps": 1}))
+            .expect("flow");
     let mut run = engine.start(flow).await.expect("started");
     assert_eq!(run.wait().await.answer.as_deref(), Some("done"));
 

@@ -1,8 +1,5 @@
 //! [`Durability`]: when a write to the sled store counts as done, and its
 //! names in configuration (`sync`, `async`, `exit`).
-//!
-//! It lives outside the `store` feature because configuration reads and
-//! prints the `durability` key in every build; the store re-exports it.
 
 use std::fmt;
 use std::str::FromStr;
