@@ -176,51 +176,46 @@ impl GlobalArgs {
     }
 }
 
-/// Parses the process's arguments and runs the command.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_tracing(matches!(cli.command, Command::Serve(_)));
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("leasehold: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let code = match runtime.block_on(cli.run()) {
-        Ok(code) => code,
-        Err(error) => {
-            eprintln!("leasehold: {error}");
-            ExitCode::FAILURE
-        }
-    };
-    // Whatever is still running is dropped — a tool client dropped kills its
-    // server's process group — and nothing left can hold the exit.
-    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_GRACE);
-    code
-}
-
-/// `RUST_LOG` decides; without it, warnings (and the server's own info).
-fn init_tracing(serving: bool) {
-    // rmcp logs a warning for every call leasehold cancels on purpose (an
-    // intervention); the event log already says so.
-    let default = if serving {
-        "warn,rmcp=error,leasehold=info"
-    } else {
-        "warn,rmcp=error"
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 impl Cli {
+    /// The tracing filter the binary uses when `RUST_LOG` is not set:
+    /// warnings, and the server's own info for `serve`. (rmcp logs a warning
+    /// for every call leasehold cancels on purpose, an intervention; the
+    /// event log already says so.)
+    pub fn default_log_filter(&self) -> &'static str {
+        if matches!(self.command, Command::Serve(_)) {
+            "warn,rmcp=error,leasehold=info"
+        } else {
+            "warn,rmcp=error"
+        }
+    }
+
+    /// Runs the command on a runtime of its own and ends that runtime: what
+    /// the binary does once it has installed its tracing subscriber (the
+    /// library installs none).
+    pub fn run_to_exit(self) -> ExitCode {
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                eprintln!("leasehold: cannot start the runtime: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let code = match runtime.block_on(self.run()) {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("leasehold: {error}");
+                ExitCode::FAILURE
+            }
+        };
+        // Whatever is still running is dropped — a tool client dropped kills its
+        // server's process group — and nothing left can hold the exit.
+        runtime.shutdown_timeout(RUNTIME_SHUTDOWN_GRACE);
+        code
+    }
+
     /// Runs the command; the exit code says how it went.
     pub async fn run(self) -> Result<ExitCode, CliError> {
         match self.command {

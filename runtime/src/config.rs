@@ -282,7 +282,7 @@ impl Default for Config {
         let lease = engine.supervision.lease;
         let restart = engine.restart;
         let model = crate::model::ModelSettings::new(crate::model::ModelEndpoint::new("", ""));
-        let server = crate::server::ServerLimits::default();
+        let server = crate::server_limits::ServerLimits::default();
         Self {
             lease_model_stream: Setting::default(lease.model_stream),
             lease_model_blocking: Setting::default(lease.model_blocking),

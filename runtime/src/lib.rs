@@ -12,6 +12,25 @@
 //! ([`leasehold_actors`]); the real parts (the sled store, the model and MCP
 //! clients, configuration, the server and the command line) live beside it.
 //!
+//! # Cargo features
+//!
+//! The default features build today's `leasehold` binary. An embedder that
+//! needs only the engine turns them off (`default-features = false`) and
+//! keeps the engine, flows, configuration, the model client and the MCP
+//! client, without clap, axum or rmcp's server side.
+//!
+//! | feature | what it adds | on by default |
+//! |---|---|---|
+//! | `store` | the embedded sled run store (`store::SledStore`; `store::Durability`, a setting, is in every build) | yes |
+//! | `server` | the HTTP API, its event stream and the dashboard (`server`) | yes |
+//! | `demo` | the embedded demo (`demo`): its scripted model server and its MCP tool server | yes |
+//! | `cli` | the command line (`cli`) and the `leasehold` binary; needs `store`, `server` and `demo` | yes |
+//! | `test-util` | scripted fakes of every port (`testing`) | no |
+//!
+//! The library only emits `tracing` events and spans; it installs no
+//! subscriber. The binary installs one (`RUST_LOG` decides); an embedder
+//! installs its own.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
@@ -30,13 +49,17 @@
 
 pub use leasehold_actors::*;
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod executor;
 pub mod flow_file;
 pub mod model;
+#[cfg(feature = "server")]
 pub mod server;
+mod server_limits;
 pub mod store;
 pub mod tools;
 pub mod trace;

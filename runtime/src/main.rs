@@ -1,5 +1,21 @@
 //! The `leasehold` command; see [`leasehold::cli`].
+//!
+//! The binary, not the library, installs the tracing subscriber: events go
+//! to stderr, filtered by `RUST_LOG` or else by the command's default.
 
-fn main() -> std::process::ExitCode {
-    leasehold::cli::main()
+use std::process::ExitCode;
+
+use clap::Parser;
+use leasehold::cli::Cli;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(cli.default_log_filter()));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    cli.run_to_exit()
 }

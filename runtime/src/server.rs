@@ -50,6 +50,7 @@ mod error;
 mod events;
 mod guard;
 
+pub use crate::server_limits::ServerLimits;
 pub use crate::trace::TraceSummary;
 pub use api::{RunView, TraceView};
 pub use error::ApiError;
@@ -100,39 +101,6 @@ impl Default for ServerOptions {
             allowed_origins: Vec::new(),
             tools: Vec::new(),
             allow_flow_tools: false,
-        }
-    }
-}
-
-/// What the server's clients may hold, and for how long. None of these
-/// bounds an event stream's life or a run's: a run never hangs off a
-/// request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerLimits {
-    /// How long a client may take to send a request's headers; an idle
-    /// kept-alive connection is closed after as long.
-    pub header_timeout: Duration,
-    /// How long a client may take to send a request's body.
-    pub body_timeout: Duration,
-    /// Open connections at once; further clients wait to be accepted.
-    pub max_connections: u32,
-    /// Event streams open at once; past it a 503 with `Retry-After`.
-    pub max_event_streams: u32,
-    /// Runs this executor runs at once; past it a 429.
-    pub max_live_runs: u32,
-    /// On shutdown, how long requests in flight may take to finish.
-    pub shutdown_grace: Duration,
-}
-
-impl Default for ServerLimits {
-    fn default() -> Self {
-        Self {
-            header_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(30),
-            max_connections: 512,
-            max_event_streams: 128,
-            max_live_runs: 64,
-            shutdown_grace: Duration::from_secs(5),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The durable store: [`SledStore`], the [`Store`](leasehold_actors::ports::Store)
-//! port on an embedded sled database.
+//! The durable store: `SledStore` (the `store` feature), the
+//! [`Store`](leasehold_actors::ports::Store) port on an embedded sled
+//! database.
 //!
 //! It keeps runs, the latest snapshot of each loop, tool-call records and
 //! the event log, and applies exactly the ownership rules of
@@ -31,13 +32,21 @@
 //! # Ok(()) }
 //! ```
 
-mod codec;
-mod commit;
-mod config;
 mod durability;
+
+// The sled store itself. `Durability` stays in every build: configuration
+// reads and prints the `durability` key whichever features are on.
+#[cfg(feature = "store")]
+mod codec;
+#[cfg(feature = "store")]
+mod commit;
+#[cfg(feature = "store")]
+mod config;
+#[cfg(feature = "store")]
 mod run_locks;
+#[cfg(feature = "store")]
 mod sled_store;
 
-pub use config::SledConfig;
 pub use durability::{Durability, ParseDurabilityError};
-pub use sled_store::SledStore;
+#[cfg(feature = "store")]
+pub use {config::SledConfig, sled_store::SledStore};

@@ -1,0 +1,118 @@
+//! `leasehold`'s cargo features: an embedder that turns the default features
+//! off gets the engine without the command line, the HTTP server or the
+//! demo — no clap, no axum, and rmcp without its server side. The dependency
+//! tree is read with `cargo tree`, offline, from the lock file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// rmcp's features that bring in its server side.
+const RMCP_SERVER_FEATURES: [&str; 3] = [
+    "server",
+    "server-side-http",
+    "transport-streamable-http-server",
+];
+
+/// Each package of `leasehold`'s normal dependency tree, by name, with its
+/// enabled features.
+fn normal_tree(feature_args: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests package sits in the workspace");
+    let output = Command::new(env!("CARGO"))
+        .current_dir(workspace)
+        .args([
+            "tree",
+            "-p",
+            "leasehold",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .args(["--offline", "--format", "{p} [{f}]"])
+        .args(feature_args)
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut packages = BTreeMap::<String, Vec<String>>::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Some((package, features)) = line.split_once(" [") else {
+            continue;
+        };
+        let name = package.split_whitespace().next().unwrap_or_default();
+        let features = features.trim_end_matches(" (*)").trim_end_matches(']');
+        packages.entry(name.to_owned()).or_default().extend(
+            features
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    packages
+}
+
+fn rmcp_server_features(tree: &BTreeMap<String, Vec<String>>) -> Vec<&str> {
+    tree.get("rmcp")
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .filter(|f| RMCP_SERVER_FEATURES.contains(f))
+        .collect()
+}
+
+#[test]
+fn without_default_features_leasehold_pulls_in_no_clap_axum_or_mcp_server() {
+    let tree = normal_tree(&["--no-default-features"]);
+    assert!(
+        tree.contains_key("leasehold"),
+        "the tree was read: {tree:?}"
+    );
+    assert!(tree.contains_key("rmcp"), "the MCP client stays: {tree:?}");
+    assert!(tree.contains_key("reqwest"), "the model client stays");
+    for absent in ["clap", "axum", "sled", "tracing-subscriber"] {
+        assert!(!tree.contains_key(absent), "{absent} is in the tree");
+    }
+    assert_eq!(rmcp_server_features(&tree), Vec::<&str>::new());
+}
+
+#[test]
+fn the_default_features_build_the_binary_with_its_command_line_server_and_demo() {
+    let tree = normal_tree(&[]);
+    for present in ["clap", "axum", "sled", "tracing-subscriber"] {
+        assert!(tree.contains_key(present), "{present} is not in the tree");
+    }
+    assert!(rmcp_server_features(&tree).contains(&"server"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_through_the_library_installs_no_tracing_subscriber() {
+    use std::sync::Arc;
+
+    use leasehold::config::Config;
+    use leasehold::engine::Engine;
+    use leasehold::testing::{ScriptedModel, Turn};
+
+    Config::load_layers(None, |_| None, &[]).expect("the default configuration loads");
+    let model = ScriptedModel::new().script("run", [Turn::answer("done")]);
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .build()
+        .await
+        .expect("engine");
+    let flow =
+        serde_json::from_value(serde_json::json!({"name": "quiet", "task": "t", "max_steps": 1}))
+            .expect("flow");
+    let mut run = engine.start(flow).await.expect("started");
+    assert_eq!(run.wait().await.answer.as_deref(), Some("done"));
+
+    assert!(
+        !tracing::dispatcher::has_been_set(),
+        "the library installed a global tracing subscriber"
+    );
+}
