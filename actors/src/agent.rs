@@ -1,5 +1,5 @@
 //! The agent loop shared by the root ([`RunActor`](crate::run::RunActor))
-//! and every worker ([`WorkerActor`](crate::worker::WorkerActor)).
+//! and every worker ([`WorkerActor`](worker::WorkerActor)).
 //!
 //! A step is one model call under a lease (`model_stream` or
 //! `model_blocking`), then the tool calls it asked for, each under a lease
@@ -18,11 +18,15 @@
 //! on with the error as the call's result.
 
 mod builtin;
+pub mod call;
 mod context;
 mod ends;
 mod messages;
+pub mod model_call;
 mod restore;
 mod supervise;
+pub mod tool_call;
+pub mod worker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,9 +45,10 @@ use crate::ports::{
     BudgetEvaluationRequest, ChatMessage, FinishReason, ModelReply, ModelRequest, RunStatus,
     Snapshot, ToolCallRecord, ToolCallRequest, ToolCallState, ToolDefinition,
 };
-use crate::supervisor::{ChildEnd, SupervisionStrategy};
+use crate::strategy::{ChildEnd, SupervisionStrategy};
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
+pub(crate) use restore::Saved;
 pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconciliation};
 
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
@@ -479,7 +484,7 @@ impl AgentLoop {
             stream,
             attempt,
         });
-        let args = crate::model_call::ModelCallArgs {
+        let args = model_call::ModelCallArgs {
             leases: self.ctx.leases.clone(),
             model: self.ctx.model.clone(),
             request,
@@ -494,7 +499,7 @@ impl AgentLoop {
         let cell = myself.get_cell();
         tokio::spawn(async move {
             if let Err(error) =
-                crate::model_call::ModelCallActor::spawn_linked(name, args, span, cell).await
+                model_call::ModelCallActor::spawn_linked(name, args, span, cell).await
             {
                 let _ = me.send_message(LoopMsg::ModelDone {
                     step,
@@ -712,7 +717,7 @@ impl AgentLoop {
                     .with_transcript_tail(self.transcript_tail())
                     .with_nudges(self.nudges.clone())
                     .with_parent(&self.cancel);
-                let args = crate::tool_call::ToolCallArgs {
+                let args = tool_call::ToolCallArgs {
                     ctx: self.ctx.clone(),
                     path: path.clone(),
                     leases: self.ctx.leases.clone(),
@@ -734,7 +739,7 @@ impl AgentLoop {
                 let cell = myself.get_cell();
                 tokio::spawn(async move {
                     if let Err(error) =
-                        crate::tool_call::ToolCallActor::spawn_linked(name, args, span, cell).await
+                        tool_call::ToolCallActor::spawn_linked(name, args, span, cell).await
                     {
                         let _ = me.send_message(LoopMsg::CallDone {
                             step,
@@ -838,7 +843,7 @@ impl AgentLoop {
             .with_transcript_tail(self.transcript_tail())
             .with_nudges(self.nudges.clone())
             .with_parent(&self.cancel);
-        crate::worker::start_worker_call(crate::worker::WorkerCall {
+        worker::start_worker_call(worker::WorkerCall {
             ctx: self.ctx.clone(),
             kind,
             task,

@@ -31,7 +31,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorRef, ActorStatus};
 use tokio::sync::{mpsc, watch};
 
-use crate::agent::{LoopMsg, RunContext, RunParts};
+use crate::agent::{LoopMsg, RunContext, RunParts, Saved};
 use crate::budget::BudgetConfig;
 use crate::duration::heartbeat_timing;
 use crate::error::ConfigError;
@@ -47,11 +47,10 @@ use crate::ports::{
 use crate::run::tools::ServerClient;
 use crate::run::{RunActor, RunArgs, RunHandle, RunState};
 use crate::supervision::SupervisionConfig;
-use crate::supervisor::{FailFast, RestartOnIntervene, RestartPolicy, SupervisionStrategy};
+use crate::strategy::{
+    FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory, SupervisionStrategy,
+};
 use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogMsg};
-
-/// Makes one supervision strategy per supervisor (each loop is one).
-pub type StrategyFactory = Arc<dyn Fn() -> Box<dyn SupervisionStrategy> + Send + Sync>;
 
 /// Makes a tool client for a flow's tool server, for one run: the run owns
 /// it and shuts it down when it ends (its child processes die with it).
@@ -742,39 +741,6 @@ struct Plan {
     strategy: StrategyFactory,
     tool_servers: Vec<ServerClient>,
     owned_tools: Vec<Arc<dyn ToolClient>>,
-}
-
-/// What a resumed run finds in the store.
-pub(crate) struct Saved {
-    pub(crate) snapshots: Vec<Snapshot>,
-    pub(crate) calls: Vec<ToolCallRecord>,
-}
-
-impl Saved {
-    /// How many workers the run had spawned, so new workers get new paths.
-    fn workers_spawned(&self) -> u32 {
-        self.snapshots
-            .iter()
-            .flat_map(|s| {
-                let own = s
-                    .path
-                    .rsplit(':')
-                    .next()
-                    .and_then(|n| n.parse::<u32>().ok());
-                let pending = s
-                    .state
-                    .get("calls")
-                    .and_then(serde_json::Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|c| c.get("worker_path").and_then(serde_json::Value::as_str))
-                    .filter_map(|p| p.rsplit(':').next().and_then(|n| n.parse::<u32>().ok()))
-                    .collect::<Vec<_>>();
-                own.into_iter().chain(pending)
-            })
-            .max()
-            .unwrap_or(0)
-    }
 }
 
 /// A run this engine holds: its actor and the fence it holds the run with.

@@ -319,7 +319,7 @@ pub struct SupervisionOverrides {
     /// What a failure that reaches the top of the tree does: `pause`
     /// (the default) or `fail`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_exhausted: Option<crate::supervisor::OnExhausted>,
+    pub on_exhausted: Option<crate::strategy::OnExhausted>,
 }
 
 /// Per-flow budget overrides; `None` keeps the runtime's configuration.

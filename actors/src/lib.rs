@@ -32,7 +32,6 @@
 
 pub mod agent;
 pub mod budget;
-pub mod call;
 mod duration;
 pub mod engine;
 pub mod event;
@@ -41,15 +40,12 @@ pub mod evidence;
 pub mod flow;
 pub mod lease;
 pub mod memory;
-pub mod model_call;
 pub mod nudge;
 pub mod ports;
 pub mod reply;
 pub mod run;
-pub mod supervisor;
-pub mod tool_call;
+pub mod strategy;
 pub mod watchdog;
-pub mod worker;
 
 mod error;
 mod evaluation;

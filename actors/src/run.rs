@@ -34,7 +34,7 @@ use crate::agent::{
     Role, RunContext,
 };
 use crate::budget::BudgetMsg;
-use crate::engine::Saved;
+use crate::agent::Saved;
 use crate::event::EventKind;
 use crate::lease::LeaseMsg;
 use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};

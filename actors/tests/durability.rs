@@ -13,7 +13,7 @@ use leasehold_actors::flow::Flow;
 use leasehold_actors::memory::MemoryStore;
 use leasehold_actors::ports::{Clock, RunStatus, ToolCallState, fencing};
 use leasehold_actors::run::RunHandle;
-use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::strategy::RestartPolicy;
 use leasehold_actors::testing::{
     ManualClock, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
     user_messages,

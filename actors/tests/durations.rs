@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use leasehold_actors::engine::EngineConfig;
 use leasehold_actors::prelude::*;
-use leasehold_actors::supervisor::{
+use leasehold_actors::strategy::{
     ChildEnd, ChildInfo, ChildKind, RestartOnIntervene, RestartPolicy, SupervisionAction,
     SupervisionStrategy,
 };

@@ -11,7 +11,7 @@ use leasehold_actors::event::{CallOutcome, Event, EventKind, HandedTo};
 use leasehold_actors::flow::Flow;
 use leasehold_actors::ports::{FinishReason, ModelError, ModelErrorKind, Role, RunStatus};
 use leasehold_actors::run::RunHandle;
-use leasehold_actors::supervisor::{OnExhausted, RestartPolicy};
+use leasehold_actors::strategy::{OnExhausted, RestartPolicy};
 use leasehold_actors::testing::{
     MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct,
     Turn, user_messages,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use leasehold_actors::ConfigError;
-use leasehold_actors::supervisor::{
+use leasehold_actors::strategy::{
     ChildEnd, ChildInfo, ChildKind, FailFast, GiveUpScope, OnExhausted, RestartOnIntervene,
     RestartPolicy, SupervisionAction, SupervisionStrategy,
 };

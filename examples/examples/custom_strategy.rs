@@ -7,9 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::{Engine, EngineConfig, StrategyFactory};
+use leasehold::engine::{Engine, EngineConfig};
+use leasehold::strategy::StrategyFactory;
 use leasehold::flow::Flow;
-use leasehold::supervisor::{ChildEnd, ChildInfo, SupervisionAction, SupervisionStrategy};
+use leasehold::strategy::{ChildEnd, ChildInfo, SupervisionAction, SupervisionStrategy};
 use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
 
 /// Retries once at once, then carries on without the call.

@@ -31,7 +31,7 @@ use leasehold::flow::Flow;
 use leasehold::ports::{BoxFuture, BudgetEvaluationRequest, Clock, RunStatus, SystemClock};
 use leasehold::prelude::*;
 use leasehold::run::RunState;
-use leasehold::supervisor::RestartPolicy;
+use leasehold::strategy::RestartPolicy;
 use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
 use leasehold::watchdog::DecidedBy;
 use tokio::time::Instant;

@@ -34,7 +34,7 @@ use std::time::Duration;
 use leasehold_actors::ConfigError;
 use leasehold_actors::engine::EngineConfig;
 use leasehold_actors::flow::ToolServer;
-use leasehold_actors::supervisor::OnExhausted;
+use leasehold_actors::strategy::OnExhausted;
 use leasehold_actors::watchdog::PolicyKind;
 
 use crate::model::ModelRole;

@@ -691,7 +691,7 @@ fn sizes_and_lists_parse_and_bad_ones_are_refused_naming_the_key() {
 
 #[test]
 fn restart_on_exhausted_is_read_and_a_bad_value_is_refused_naming_the_key() {
-    use leasehold::supervisor::OnExhausted;
+    use leasehold::strategy::OnExhausted;
     assert_eq!(
         Config::default().engine_config().restart.on_exhausted,
         OnExhausted::Pause

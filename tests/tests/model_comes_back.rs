@@ -14,7 +14,7 @@ use leasehold::event::{EventKind, HandedTo};
 use leasehold::flow::Flow;
 use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
 use leasehold::ports::RunStatus;
-use leasehold::supervisor::RestartPolicy;
+use leasehold::strategy::RestartPolicy;
 use leasehold::testing::RecordingSink;
 use leasehold_tests::llmock::{Llmock, LlmockOptions};
 

@@ -21,7 +21,7 @@ use leasehold::ports::{
     ModelError, ModelErrorKind, ModelReply, ModelRequest, RunStatus, ToolClient, ToolDefinition,
     ToolError, ToolInvocation, ToolOutput, TranscriptMessage,
 };
-use leasehold::supervisor::RestartPolicy;
+use leasehold::strategy::RestartPolicy;
 use leasehold::testing::{RecordingSink, ScriptedEvaluator, ScriptedTools, ToolAct};
 use leasehold::{Supervision, SupervisionConfig};
 use leasehold_tests::llmock::{Llmock, LlmockOptions};

@@ -60,7 +60,7 @@ pub(crate) struct RunContext {
     pub(crate) fence: Arc<AtomicU64>,
     pub(crate) budget_config: BudgetConfig,
     pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
-    pub(crate) strategy: crate::engine::StrategyFactory,
+    pub(crate) strategy: crate::strategy::StrategyFactory,
     pub(crate) gate: watch::Sender<Gate>,
     pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
     pub(crate) cancel: CancellationToken,
@@ -73,7 +73,7 @@ pub(crate) struct RunContext {
     /// rebuilt after a resume.
     nudge_queues: std::sync::Mutex<HashMap<String, NudgeQueue>>,
     /// What a resumed run found in the store.
-    saved: std::sync::OnceLock<Arc<crate::engine::Saved>>,
+    saved: std::sync::OnceLock<Arc<super::Saved>>,
     /// The run's tracing span: every step and call span is its child.
     pub(crate) span: tracing::Span,
     /// Tool clients made for this run alone, shut down when it ends.
@@ -100,7 +100,7 @@ pub(crate) struct RunParts {
     pub(crate) fence: Arc<AtomicU64>,
     pub(crate) budget_config: BudgetConfig,
     pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
-    pub(crate) strategy: crate::engine::StrategyFactory,
+    pub(crate) strategy: crate::strategy::StrategyFactory,
     pub(crate) workers_spawned: u32,
     pub(crate) log: tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>,
     pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
@@ -178,12 +178,12 @@ impl RunContext {
     }
 
     /// Keeps what a resumed run found in the store, for its loops.
-    pub(crate) fn set_saved(&self, saved: Arc<crate::engine::Saved>) {
+    pub(crate) fn set_saved(&self, saved: Arc<super::Saved>) {
         let _ = self.saved.set(saved);
     }
 
     /// What a resumed run found in the store, if it was resumed.
-    pub(crate) fn saved(&self) -> Option<&Arc<crate::engine::Saved>> {
+    pub(crate) fn saved(&self) -> Option<&Arc<super::Saved>> {
         self.saved.get()
     }
 

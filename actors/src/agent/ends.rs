@@ -2,7 +2,7 @@
 
 use crate::event::CallOutcome;
 use crate::lease::LeaseError;
-use crate::supervisor::ChildEnd;
+use crate::strategy::ChildEnd;
 
 /// How a child's end reads in a restart event or an error result.
 pub(crate) fn describe_end(end: &ChildEnd) -> String {

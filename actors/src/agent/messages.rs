@@ -5,7 +5,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use crate::budget::BudgetDecision;
 use crate::evidence::EvidenceSummary;
 use crate::ports::{ModelReply, RunStatus, ToolCallRecord};
-use crate::supervisor::ChildEnd;
+use crate::strategy::ChildEnd;
 
 /// A loop's messages. The root loop also takes the run's controls.
 #[derive(Debug)]

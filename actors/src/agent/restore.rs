@@ -9,8 +9,41 @@ use super::{
     AgentLoop, COMPLETE_MILESTONE_TOOL, LoopEnd, LoopMsg, LoopState, Phase, SPAWN_WORKER_TOOL,
 };
 use crate::event::{CallOutcome, EventKind};
-use crate::ports::ToolCallState;
-use crate::supervisor::ChildEnd;
+use crate::ports::{Snapshot, ToolCallRecord, ToolCallState};
+use crate::strategy::ChildEnd;
+
+/// What a resumed run finds in the store.
+pub(crate) struct Saved {
+    pub(crate) snapshots: Vec<Snapshot>,
+    pub(crate) calls: Vec<ToolCallRecord>,
+}
+
+impl Saved {
+    /// How many workers the run had spawned, so new workers get new paths.
+    pub(crate) fn workers_spawned(&self) -> u32 {
+        self.snapshots
+            .iter()
+            .flat_map(|s| {
+                let own = s
+                    .path
+                    .rsplit(':')
+                    .next()
+                    .and_then(|n| n.parse::<u32>().ok());
+                let pending = s
+                    .state
+                    .get("calls")
+                    .and_then(serde_json::Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.get("worker_path").and_then(serde_json::Value::as_str))
+                    .filter_map(|p| p.rsplit(':').next().and_then(|n| n.parse::<u32>().ok()))
+                    .collect::<Vec<_>>();
+                own.into_iter().chain(pending)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
 
 impl AgentLoop {
     /// Rebuilds the loop from its snapshot among `saved` and carries on; a
@@ -21,7 +54,7 @@ impl AgentLoop {
     pub(crate) async fn restore(
         &mut self,
         myself: &ActorRef<LoopMsg>,
-        saved: &crate::engine::Saved,
+        saved: &Saved,
         task: &str,
     ) -> Option<LoopEnd> {
         let Some(snapshot) = saved.snapshots.iter().find(|s| s.path == self.path) else {

@@ -15,7 +15,7 @@ use super::{
 use crate::event::{EventKind, HandedTo};
 use crate::evidence::EvidenceSummary;
 use crate::ports::ToolCallState;
-use crate::supervisor::{
+use crate::strategy::{
     ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, SupervisionAction,
 };
 

@@ -24,7 +24,7 @@ use std::fmt;
 use std::time::Duration;
 
 use leasehold_actors::lease::LeaseKind;
-use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::strategy::RestartPolicy;
 use leasehold_actors::watchdog::PolicyKind;
 
 /// The worst case in words, as `leasehold config` prints it once above the

@@ -6,7 +6,7 @@ use std::time::Duration;
 use leasehold_actors::budget::BudgetConfig;
 use leasehold_actors::engine::EngineConfig;
 use leasehold_actors::lease::{LeaseConfig, LeaseKind};
-use leasehold_actors::supervisor::RestartPolicy;
+use leasehold_actors::strategy::RestartPolicy;
 use leasehold_actors::watchdog::WatchdogConfig;
 use leasehold_actors::{ConfigError, SupervisionConfig};
 

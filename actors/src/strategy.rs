@@ -47,7 +47,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold_actors::supervisor::{
+//! use leasehold_actors::strategy::{
 //!     ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, RestartOnIntervene,
 //!     RestartPolicy, SupervisionAction, SupervisionStrategy,
 //! };
@@ -93,6 +93,9 @@ use tokio::time::Instant;
 
 use crate::duration::{check_duration, check_positive_duration, clamp_duration};
 use crate::error::ConfigError;
+
+/// Makes one supervision strategy per supervisor (each loop is one).
+pub type StrategyFactory = std::sync::Arc<dyn Fn() -> Box<dyn SupervisionStrategy> + Send + Sync>;
 
 /// What kind of child ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use ractor::ActorRef;
 
-use crate::agent::{LoopMsg, lease_end};
-use crate::call::{Call, CallActor};
+use super::{LoopMsg, lease_end};
+use super::call::{Call, CallActor};
 use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ModelClient, ModelRequest};
-use crate::supervisor::ChildEnd;
+use crate::strategy::ChildEnd;
 
 /// What a model call is started with.
 pub struct ModelCallArgs {

@@ -13,12 +13,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentLoop, LoopEnd, LoopMsg, Role, RunContext, lease_end};
+use super::{AgentLoop, LoopEnd, LoopMsg, Role, RunContext, lease_end};
 use crate::budget::BudgetMsg;
 use crate::event::{CallOutcome, EventKind};
 use crate::evidence::Evidence;
 use crate::lease::LeaseSpec;
-use crate::supervisor::ChildEnd;
+use crate::strategy::ChildEnd;
 
 /// What a worker actor is started with.
 pub struct WorkerArgs {

@@ -6,9 +6,8 @@
 //! A tool's own error is a result the model sees; a transport failure, a
 //! verdict or a panic is an end for the loop's supervision strategy.
 //!
-//! **A result is bounded**, whatever the [`ToolClient`]: one longer than
-//! [`EngineConfig::max_tool_result_bytes`](crate::engine::EngineConfig::max_tool_result_bytes)
-//! (default 1 MiB) is cut at a character boundary and a marker saying how
+//! **A result is bounded**, whatever the [`ToolClient`]: one longer than the
+//! engine's `max_tool_result_bytes` (default 1 MiB) is cut at a character boundary and a marker saying how
 //! much was cut is appended ([`truncate_result`]), before the loop — and so
 //! the model and the store — sees it; a `tool_result_truncated` event says
 //! so, before the call's `tool_call_finished`.
@@ -17,12 +16,12 @@ use std::sync::Arc;
 
 use ractor::ActorRef;
 
-use crate::agent::{LoopMsg, RunContext, lease_end};
-use crate::call::{Call, CallActor};
+use super::{LoopMsg, RunContext, lease_end};
+use super::call::{Call, CallActor};
 use crate::event::EventKind;
 use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ToolClient, ToolInvocation};
-use crate::supervisor::ChildEnd;
+use crate::strategy::ChildEnd;
 
 /// What a tool call is started with.
 pub struct ToolCallArgs {
@@ -57,7 +56,7 @@ pub struct Truncation {
 /// left as it is.
 ///
 /// ```
-/// use leasehold_actors::tool_call::truncate_result;
+/// use leasehold_actors::agent::tool_call::truncate_result;
 ///
 /// let mut text = "héllo wörld".to_owned();
 /// let cut = truncate_result(&mut text, 2).expect("longer than 2 bytes");
