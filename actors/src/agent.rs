@@ -48,8 +48,8 @@ use crate::ports::{
 use crate::strategy::{ChildEnd, SupervisionStrategy};
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
-pub(crate) use restore::Saved;
 pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconciliation};
+pub(crate) use restore::Saved;
 
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
 pub(crate) use context::{Gate, RunContext, RunParts, ToolRoute};

@@ -41,15 +41,13 @@ use crate::flow::{Flow, FlowError, StrategyKind};
 use crate::lease::{LeaseActor, LeaseActorArgs};
 use crate::memory::MemoryStore;
 use crate::ports::{
-    ClaimOutcome, Clock, Evaluator, EventSink, Fenced, ModelClient, RunRecord, RunStatus, Snapshot,
-    Store, StoreError, SystemClock, ToolCallRecord, ToolClient,
+    ClaimOutcome, Clock, Evaluator, EventSink, Fenced, ModelClient, RunRecord, RunStatus, Store,
+    StoreError, SystemClock, ToolClient,
 };
 use crate::run::tools::ServerClient;
 use crate::run::{RunActor, RunArgs, RunHandle, RunState};
+use crate::strategy::{FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory};
 use crate::supervision::SupervisionConfig;
-use crate::strategy::{
-    FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory, SupervisionStrategy,
-};
 use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogMsg};
 
 /// Makes a tool client for a flow's tool server, for one run: the run owns

@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use crate::budget::{MAX_EXTENSIONS, max_extensions_expected};
 use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 use crate::lease::LeaseConfig;
+use crate::serde_time::human_duration;
 use crate::watchdog::WatchdogConfig;
 
 /// A flow: what one run does. TOML or JSON.
@@ -541,54 +542,6 @@ fn milestones_valid(path: &str, milestones: &[String]) -> Result<(), FlowError> 
         }
     }
     Ok(())
-}
-
-/// `Option<Duration>` as a humantime string: `"250ms"`, `"90s"`, `"5m"`.
-mod human_duration {
-    use std::fmt;
-    use std::time::Duration;
-
-    use serde::de::{self, Visitor};
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    const EXPECTED: &str = r#"a duration such as "250ms", "90s" or "5m""#;
-
-    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.collect_str(&humantime::format_duration(*d)),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Duration>, D::Error> {
-        Option::<Human>::deserialize(d).map(|h| h.map(|Human(d)| d))
-    }
-
-    struct Human(Duration);
-
-    impl<'de> Deserialize<'de> for Human {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_str(HumanVisitor)
-        }
-    }
-
-    struct HumanVisitor;
-
-    impl Visitor<'_> for HumanVisitor {
-        type Value = Human;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(EXPECTED)
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Human, E> {
-            humantime::parse_duration(v)
-                .map(Human)
-                .map_err(|_| E::custom(format_args!("expected {EXPECTED}, got {v:?}")))
-        }
-    }
 }
 
 #[cfg(test)]

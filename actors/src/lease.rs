@@ -36,7 +36,7 @@
 //! generation it was armed with; a fire made stale by a renewal is ignored.
 
 mod handle;
-mod spec;
+pub(crate) mod spec;
 mod timer;
 
 use std::collections::HashMap;
@@ -51,9 +51,9 @@ use crate::event::EventKind;
 use crate::evidence::{Evidence, EvidenceSummary};
 use crate::nudge::NudgeQueue;
 use crate::ports::EventSink;
+use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
 use crate::watchdog::{
-    DecidedBy, Decision, Judgement, LeaseExpiry, StartError, Verdict, VerdictRecord, VerdictReply,
-    WatchdogConfig, WatchdogMsg,
+    Judgement, LeaseExpiry, StartError, VerdictReply, WatchdogConfig, WatchdogMsg,
 };
 use timer::TimerCmd;
 

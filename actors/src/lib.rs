@@ -45,10 +45,12 @@ pub mod ports;
 pub mod reply;
 pub mod run;
 pub mod strategy;
+pub mod verdict;
 pub mod watchdog;
 
 mod error;
 mod evaluation;
+mod serde_time;
 mod strict_json;
 mod supervision;
 #[cfg(feature = "test-util")]
@@ -73,8 +75,7 @@ pub mod prelude {
         Clock, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, TokenCost,
         TranscriptMessage,
     };
-    pub use crate::watchdog::{
-        DecidedBy, Decision, PolicyKind, Verdict, VerdictPolicy, VerdictRecord, WatchdogConfig,
-    };
+    pub use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
+    pub use crate::watchdog::{PolicyKind, VerdictPolicy, WatchdogConfig};
     pub use crate::{ConfigError, MAX_DURATION, Supervision, SupervisionConfig};
 }

@@ -29,12 +29,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::agent::Saved;
 use crate::agent::{
     AgentLoop, ControlError, Escalation, Gate, LoopEnd, LoopMsg, ReconcileDecision, Reconciliation,
     Role, RunContext,
 };
 use crate::budget::BudgetMsg;
-use crate::agent::Saved;
 use crate::event::EventKind;
 use crate::lease::LeaseMsg;
 use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};

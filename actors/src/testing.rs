@@ -215,7 +215,7 @@ impl RecordingSink {
     }
 
     /// The verdict records so far.
-    pub fn verdicts(&self) -> Vec<crate::watchdog::VerdictRecord> {
+    pub fn verdicts(&self) -> Vec<crate::verdict::VerdictRecord> {
         self.events()
             .into_iter()
             .filter_map(|e| match e.kind {

@@ -36,24 +36,25 @@
 
 pub mod accrual;
 pub mod policy;
-mod verdict;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
 use crate::event::EventKind;
 use crate::evidence::{Evidence, EvidenceSummary};
-use crate::lease::{LeaseId, LeaseKind, LeaseMeta};
+use crate::lease::LeaseMeta;
 use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
 
+pub use crate::verdict::{
+    DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
+    parse_verdict,
+};
 pub use accrual::{AccrualConfig, AccrualPolicy};
 pub use policy::{Expiry, Judgement, PolicyKind, VerdictPolicy};
-pub use verdict::{DecidedBy, Decision, ParsedVerdict, Verdict, VerdictParseError, parse_verdict};
 
 /// The consumer that evaluator calls of the watchdog are attributed to.
 pub const WATCHDOG_CONSUMER: &str = "engine.watchdog";
@@ -141,69 +142,6 @@ impl WatchdogConfig {
     /// configuration's.
     pub fn policy_of(&self, meta: &LeaseMeta) -> &'static dyn VerdictPolicy {
         meta.policy.unwrap_or(self.policy).policy()
-    }
-}
-
-/// The evaluator's share of a verdict: how long it took and what it cost.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EvaluatorUsage {
-    /// Wall time of the evaluation, in milliseconds.
-    pub latency_ms: u64,
-    /// Tokens spent.
-    pub cost: TokenCost,
-    /// Who the cost is attributed to (`engine.watchdog`).
-    pub consumer: String,
-}
-
-/// The audit-trail record of one verdict.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct VerdictRecord {
-    /// The lease.
-    pub lease_id: LeaseId,
-    /// What it watches.
-    pub lease_kind: LeaseKind,
-    /// What the operation is doing.
-    pub subject: String,
-    /// Renewals before this verdict.
-    pub renewals: u32,
-    /// The evidence the verdict was made on.
-    pub evidence: EvidenceSummary,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// Why.
-    pub reason: String,
-    /// For `NUDGE`, the queued message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nudge: Option<String>,
-    /// Who decided.
-    pub decided_by: DecidedBy,
-    /// Present when an evaluator was called (even if it then failed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub evaluator: Option<EvaluatorUsage>,
-}
-
-impl VerdictRecord {
-    /// The record of `decision` on the lease `meta`, renewed `renewals`
-    /// times so far, judged on `evidence`.
-    pub fn new(
-        meta: &LeaseMeta,
-        renewals: u32,
-        evidence: EvidenceSummary,
-        decision: &Decision,
-        evaluator: Option<EvaluatorUsage>,
-    ) -> Self {
-        Self {
-            lease_id: meta.id,
-            lease_kind: meta.kind,
-            subject: meta.subject.clone(),
-            renewals,
-            evidence,
-            verdict: decision.verdict,
-            reason: decision.reason.clone(),
-            nudge: decision.nudge.clone(),
-            decided_by: decision.decided_by,
-            evaluator,
-        }
     }
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::engine::{Engine, EngineConfig};
-use leasehold::strategy::StrategyFactory;
 use leasehold::flow::Flow;
+use leasehold::strategy::StrategyFactory;
 use leasehold::strategy::{ChildEnd, ChildInfo, SupervisionAction, SupervisionStrategy};
 use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
 

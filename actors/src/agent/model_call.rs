@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use ractor::ActorRef;
 
-use super::{LoopMsg, lease_end};
 use super::call::{Call, CallActor};
+use super::{LoopMsg, lease_end};
 use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ModelClient, ModelRequest};
 use crate::strategy::ChildEnd;

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use ractor::ActorRef;
 
-use super::{LoopMsg, RunContext, lease_end};
 use super::call::{Call, CallActor};
+use super::{LoopMsg, RunContext, lease_end};
 use crate::event::EventKind;
 use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ToolClient, ToolInvocation};

@@ -250,7 +250,7 @@ pub struct LeaseMeta {
     /// What the operation is doing.
     pub subject: String,
     /// One lease period.
-    #[serde(with = "crate::event::millis")]
+    #[serde(with = "crate::serde_time::millis")]
     pub duration: Duration,
     /// The renewal cap.
     pub max_renewals: u32,

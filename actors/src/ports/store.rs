@@ -13,8 +13,41 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{BoxFuture, RunStatus};
+use super::BoxFuture;
 use crate::event::Event;
+
+/// Where a run is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Stepping.
+    Running,
+    /// Paused by an `ESCALATE` until a person resumes or cancels it.
+    WaitingHuman,
+    /// Paused on a tool call of unknown outcome until a person decides.
+    ReconciliationRequired,
+    /// Its executor's lease expired: no process is working on it. Another
+    /// executor may claim it and resume it from its last snapshot.
+    Orphaned,
+    /// Ended with an answer.
+    Completed,
+    /// Ended with a failure.
+    Failed,
+    /// Ended by a person.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the run has ended for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// Whether the run waits for a person.
+    pub fn is_paused(self) -> bool {
+        matches!(self, Self::WaitingHuman | Self::ReconciliationRequired)
+    }
+}
 
 /// A loop's state at a step boundary (or just after its model answered, with
 /// the calls it asked for).

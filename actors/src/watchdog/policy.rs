@@ -35,10 +35,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::verdict::{DecidedBy, Decision, Verdict};
 use crate::error::ConfigError;
 use crate::evidence::EvidenceSummary;
 use crate::lease::LeaseKind;
+use crate::verdict::{DecidedBy, Decision, Verdict};
 
 /// What a verdict policy sees of one expiry.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,4 +1,9 @@
-//! Verdicts, who decided them, and the strict parser of an evaluator's answer.
+//! Verdicts, who decided them, their audit record, and the strict parser of
+//! an evaluator's answer.
+//!
+//! This is shared vocabulary: the event schema, the lease, the watchdog and
+//! the budget checkpoint all speak it, so it imports no actor and a change to
+//! an actor cannot change the wire format of a verdict.
 //!
 //! An evaluator must answer exactly one JSON object with exactly the keys
 //! `verdict`, `reason` and `nudge`: `verdict` one of `RENEW`, `NUDGE`,
@@ -11,6 +16,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::evidence::EvidenceSummary;
+use crate::lease::spec::{LeaseId, LeaseKind, LeaseMeta};
+use crate::ports::TokenCost;
 use crate::strict_json::{self, kind_of, string_field};
 
 /// What to do with an expired lease.
@@ -165,6 +173,69 @@ pub fn parse_verdict(text: &str) -> Result<ParsedVerdict, VerdictParseError> {
         reason: reason.to_owned(),
         nudge,
     })
+}
+
+/// The evaluator's share of a verdict: how long it took and what it cost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvaluatorUsage {
+    /// Wall time of the evaluation, in milliseconds.
+    pub latency_ms: u64,
+    /// Tokens spent.
+    pub cost: TokenCost,
+    /// Who the cost is attributed to (`engine.watchdog`).
+    pub consumer: String,
+}
+
+/// The audit-trail record of one verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerdictRecord {
+    /// The lease.
+    pub lease_id: LeaseId,
+    /// What it watches.
+    pub lease_kind: LeaseKind,
+    /// What the operation is doing.
+    pub subject: String,
+    /// Renewals before this verdict.
+    pub renewals: u32,
+    /// The evidence the verdict was made on.
+    pub evidence: EvidenceSummary,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why.
+    pub reason: String,
+    /// For `NUDGE`, the queued message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nudge: Option<String>,
+    /// Who decided.
+    pub decided_by: DecidedBy,
+    /// Present when an evaluator was called (even if it then failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator: Option<EvaluatorUsage>,
+}
+
+impl VerdictRecord {
+    /// The record of `decision` on the lease `meta`, renewed `renewals`
+    /// times so far, judged on `evidence`.
+    pub fn new(
+        meta: &LeaseMeta,
+        renewals: u32,
+        evidence: EvidenceSummary,
+        decision: &Decision,
+        evaluator: Option<EvaluatorUsage>,
+    ) -> Self {
+        Self {
+            lease_id: meta.id,
+            lease_kind: meta.kind,
+            subject: meta.subject.clone(),
+            renewals,
+            evidence,
+            verdict: decision.verdict,
+            reason: decision.reason.clone(),
+            nudge: decision.nudge.clone(),
+            decided_by: decision.decided_by,
+            evaluator,
+        }
+    }
 }
 
 #[cfg(test)]

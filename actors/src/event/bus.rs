@@ -1,0 +1,155 @@
+//! The bus that carries events: bounded, non-blocking, lossless in the
+//! sense that a reader is always told what it lost.
+//!
+//! # Overflow policy
+//!
+//! The bus is bounded (default [`EventBus::DEFAULT_CAPACITY`] events) and
+//! emitting never blocks: a run must never wait for a slow reader. A
+//! subscriber that falls more than the capacity behind loses the oldest
+//! events it has not read and is told so, with the exact count, by
+//! [`EventStream::recv`] returning [`Lagged`]; nothing is ever dropped without
+//! the reader being told. (ractor's output ports are broadcasts of 10 that
+//! drop silently, which is why the bus is our own.)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use super::kind::{Event, EventKind};
+use crate::ports::{Clock, EventSink, SystemClock};
+
+/// A subscriber fell behind and lost this many of the oldest events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("event stream lagged: {missed} events were lost to this reader")]
+pub struct Lagged {
+    /// How many events this reader will never see.
+    pub missed: u64,
+}
+
+/// A bounded, non-blocking broadcast of [`Event`]s, with `seq` and `at`
+/// assigned in publication order. Cheap to clone.
+#[derive(Clone)]
+pub struct EventBus {
+    inner: Arc<BusInner>,
+}
+
+struct BusInner {
+    sender: broadcast::Sender<Arc<Event>>,
+    // Held while a seq is taken and the event sent, so that seq order is the
+    // order readers see.
+    publish: Mutex<()>,
+    seq: AtomicU64,
+    clock: Arc<dyn Clock>,
+}
+
+impl EventBus {
+    /// How many unread events a subscriber may have before it lags.
+    pub const DEFAULT_CAPACITY: usize = 4096;
+
+    /// A bus of [`Self::DEFAULT_CAPACITY`] on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Self::DEFAULT_CAPACITY, Arc::new(SystemClock))
+    }
+
+    /// A bus of `capacity` (at least 1) stamping events with `clock`.
+    pub fn with_clock(capacity: usize, clock: Arc<dyn Clock>) -> Self {
+        let (sender, _) = broadcast::channel(capacity.max(1));
+        Self {
+            inner: Arc::new(BusInner {
+                sender,
+                publish: Mutex::new(()),
+                seq: AtomicU64::new(0),
+                clock,
+            }),
+        }
+    }
+
+    /// A stream of every event published from now on.
+    pub fn subscribe(&self) -> EventStream {
+        EventStream {
+            receiver: self.inner.sender.subscribe(),
+        }
+    }
+
+    /// Makes every later `seq` greater than `seq`: a run resumed from the
+    /// store continues its event log after its last logged event.
+    pub fn advance_past(&self, seq: u64) {
+        self.inner.seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// The `seq` of the last event published (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.inner.seq.load(Ordering::Acquire)
+    }
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for EventBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBus")
+            .field("last_seq", &self.last_seq())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventSink for EventBus {
+    fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
+        self.publish(run_id, path, kind);
+    }
+}
+
+impl EventBus {
+    /// Publishes one event and returns it, with its `seq` and `at`.
+    pub fn publish(&self, run_id: &str, path: &str, kind: EventKind) -> Arc<Event> {
+        let at = self.inner.clock.now_unix_ms();
+        let _order = self
+            .inner
+            .publish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = self.inner.seq.fetch_add(1, Ordering::AcqRel) + 1;
+        let event = Arc::new(Event {
+            seq,
+            at,
+            run_id: run_id.to_owned(),
+            path: path.to_owned(),
+            kind,
+        });
+        // No subscriber is not an error: the event simply has no reader.
+        let _ = self.inner.sender.send(event.clone());
+        event
+    }
+}
+
+/// One subscriber's view of an [`EventBus`].
+#[derive(Debug)]
+pub struct EventStream {
+    receiver: broadcast::Receiver<Arc<Event>>,
+}
+
+impl EventStream {
+    /// The next event, [`Lagged`] if this reader lost some, or `None` once the
+    /// bus is gone and every event was read.
+    pub async fn recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        match self.receiver.recv().await {
+            Ok(event) => Some(Ok(event)),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some(Err(Lagged { missed })),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// Like [`Self::recv`] but without waiting: `None` when nothing is ready.
+    pub fn try_recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        match self.receiver.try_recv() {
+            Ok(event) => Some(Ok(event)),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => Some(Err(Lagged { missed })),
+            Err(_) => None,
+        }
+    }
+}

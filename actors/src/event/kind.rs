@@ -1,0 +1,532 @@
+//! The public event schema: what happened, where, in which run.
+//!
+//! Every event has a `seq` (strictly increasing per bus), an `at` (Unix
+//! milliseconds, from the [`Clock`](crate::ports::Clock) port), the `run_id`,
+//! the `path` of the operation in the run's tree
+//! (`run/worker:research/tool_call:3`) and a `kind`. Names are snake_case
+//! and stable: they are a contract with users. This module imports no actor,
+//! so changing an actor cannot change the wire format.
+
+use serde::{Deserialize, Serialize};
+
+use crate::evidence::EvidenceSummary;
+use crate::lease::spec::{LeaseId, LeaseKind};
+use crate::ports::TokenCost;
+use crate::verdict::{DecidedBy, EvaluatorUsage, Verdict, VerdictRecord};
+
+/// One event on a run's stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position on the bus, strictly increasing from 1.
+    pub seq: u64,
+    /// When it happened, in milliseconds since the Unix epoch.
+    pub at: u64,
+    /// The run it belongs to.
+    pub run_id: String,
+    /// Where in the run's tree it happened.
+    pub path: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Who a failure given up by a supervisor went to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandedTo {
+    /// The loop's model, as the call's error result.
+    Model,
+    /// The parent loop, as the worker's error result.
+    Parent,
+    /// A person: the run paused, or failed if so configured.
+    Person,
+}
+
+impl std::fmt::Display for HandedTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Model => "the model",
+            Self::Parent => "the parent loop",
+            Self::Person => "a person",
+        })
+    }
+}
+
+/// What happened, with its own fields. Serialized with a `kind` tag.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A lease expired; the watchdog is being asked for a verdict.
+    Wait {
+        /// The lease.
+        lease_id: LeaseId,
+        /// What it watches.
+        lease_kind: LeaseKind,
+        /// What the operation is doing.
+        subject: String,
+        /// Renewals so far.
+        renewals: u32,
+        /// Length of one lease period, in milliseconds.
+        lease_ms: u64,
+    },
+    /// The watchdog (or the renewal cap) decided; the audit-trail record.
+    Verdict(VerdictRecord),
+    /// An operation reported progress to its lease.
+    Progress {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Evidence items received so far on this lease.
+        count: u64,
+        /// What the operation said about its progress, if anything.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
+    /// A `NUDGE` queued a message for the next step of the loop.
+    NudgeQueued {
+        /// The lease whose verdict it was.
+        lease_id: LeaseId,
+        /// The message the next step will see.
+        nudge: String,
+    },
+    /// An `INTERVENE` cancelled the operation.
+    Intervened {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Why.
+        reason: String,
+    },
+    /// An `ESCALATE` cancelled the operation; a person must answer.
+    Escalated {
+        /// The lease.
+        lease_id: LeaseId,
+        /// Why.
+        reason: String,
+    },
+    /// The lease was renewed `max_renewals` times and expired again: the
+    /// operation was stopped.
+    RenewalCapReached {
+        /// The lease.
+        lease_id: LeaseId,
+        /// The cap that was reached.
+        max_renewals: u32,
+    },
+    /// A verdict arrived while the run was paused (or after the pause, on an
+    /// expiry judged before it) and did not act: a pause stops every clock.
+    /// The lease gets a fresh period when the run resumes.
+    VerdictDropped {
+        /// The lease.
+        lease_id: LeaseId,
+        /// The verdict that was dropped.
+        verdict: Verdict,
+        /// Why it was dropped (`the run is paused`).
+        reason: String,
+    },
+    /// The operation was cancelled by its parent; no watchdog was asked.
+    LeaseCancelled {
+        /// The lease.
+        lease_id: LeaseId,
+    },
+    /// A run began.
+    RunStarted {
+        /// The flow's name.
+        flow: String,
+        /// The task.
+        task: String,
+        /// The declared step budget (0 = unlimited).
+        max_steps: u32,
+    },
+    /// A loop (the root or a worker) began a step.
+    StepStarted {
+        /// The step's number, from 1.
+        step: u32,
+        /// The loop's current step limit (0 = unlimited).
+        limit: u32,
+        /// Nudges added to this step's messages.
+        nudges: u32,
+    },
+    /// A model call began.
+    ModelCallStarted {
+        /// The loop's step.
+        step: u32,
+        /// Streaming or blocking.
+        stream: bool,
+        /// Which attempt (1 for the first).
+        attempt: u32,
+    },
+    /// A model call ended.
+    ModelCallFinished {
+        /// The loop's step.
+        step: u32,
+        /// How it ended.
+        outcome: CallOutcome,
+        /// Tool calls it asked for.
+        tool_calls: u32,
+        /// What it cost.
+        usage: TokenCost,
+        /// Why the model stopped, when the server said (`length`: cut off).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<crate::ports::FinishReason>,
+    },
+    /// A tool call began.
+    ToolCallStarted {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key, the same on every attempt.
+        idempotency_key: String,
+        /// Which attempt (1 for the first).
+        attempt: u32,
+    },
+    /// A tool call ended.
+    ToolCallFinished {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key.
+        idempotency_key: String,
+        /// Which attempt.
+        attempt: u32,
+        /// How it ended.
+        outcome: CallOutcome,
+    },
+    /// A tool's result was longer than
+    /// [`EngineConfig::max_tool_result_bytes`](crate::engine::EngineConfig::max_tool_result_bytes):
+    /// the model sees, and the store keeps, its first `kept_bytes` and a
+    /// marker saying how much was cut. Emitted before the call's
+    /// `tool_call_finished`; the event's `path` is the call's.
+    ToolResultTruncated {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key.
+        idempotency_key: String,
+        /// Which attempt.
+        attempt: u32,
+        /// The result's length as the tool returned it, in bytes.
+        original_bytes: u64,
+        /// How much of it was kept, in bytes (the cap or a little less, to
+        /// end on a character boundary), before the marker.
+        kept_bytes: u64,
+    },
+    /// A worker was spawned.
+    WorkerSpawned {
+        /// Its kind, as declared in the flow.
+        worker: String,
+        /// Its task.
+        task: String,
+    },
+    /// A worker ended.
+    WorkerFinished {
+        /// Its kind.
+        worker: String,
+        /// How it ended.
+        outcome: CallOutcome,
+        /// Its answer, or why it has none.
+        result: String,
+    },
+    /// A budget checkpoint granted more steps.
+    BudgetExtended(BudgetRecord),
+    /// A budget checkpoint decided to wrap up.
+    BudgetExhausted(BudgetRecord),
+    /// A supervisor restarts a child after a delay.
+    Restarted {
+        /// The attempt about to start (2 for the first restart).
+        attempt: u32,
+        /// The backoff before it, in milliseconds.
+        delay_ms: u64,
+        /// Why the previous attempt ended.
+        reason: String,
+    },
+    /// A supervisor gave a child up, its restarts spent, and handed the
+    /// failure up the tree.
+    GaveUp {
+        /// What the child was doing: the tool's name, `model call`, the
+        /// worker tool.
+        subject: String,
+        /// The attempts it had.
+        attempts: u32,
+        /// Why it was given up, naming the limit and how it ended last.
+        reason: String,
+        /// Who the failure went to.
+        handed_to: HandedTo,
+    },
+    /// The run is paused, waiting for a person; its clocks are stopped.
+    Paused {
+        /// Why.
+        reason: String,
+        /// What was being done when it escalated.
+        subject: String,
+        /// The evidence at that moment, if a lease escalated.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evidence: Option<EvidenceSummary>,
+    },
+    /// An executor claimed the run and resumed it from its snapshots.
+    RunResumed {
+        /// The executor.
+        owner_id: String,
+        /// Its fence on the run.
+        fence: u64,
+    },
+    /// A tool call's outcome is unknown and the tool is not known to be
+    /// idempotent: the run waits for a person to decide.
+    ReconciliationRequired {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key.
+        idempotency_key: String,
+        /// Its arguments.
+        arguments: serde_json::Value,
+        /// Why.
+        reason: String,
+    },
+    /// A person resumed the run.
+    Resumed {
+        /// What they said, which the next model call sees.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        guidance: Option<String>,
+    },
+    /// The run ended with an answer.
+    RunCompleted {
+        /// The answer.
+        answer: String,
+        /// Steps the root loop took.
+        steps: u32,
+    },
+    /// The run failed.
+    RunFailed {
+        /// Why.
+        reason: String,
+    },
+    /// A person cancelled the run.
+    RunCancelled {
+        /// Why, if they said.
+        reason: String,
+    },
+}
+
+impl EventKind {
+    /// One human-readable line describing the event, for logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Wait {
+                subject, renewals, ..
+            } => format!("{subject}: lease expired after {renewals} renewals"),
+            Self::Verdict(r) => {
+                let phi = r
+                    .evidence
+                    .phi
+                    .map_or_else(|| "none".to_owned(), |phi| format!("{phi:.2}"));
+                format!(
+                    "{} by {} (evidence {}, phi {phi}): {}",
+                    r.verdict, r.decided_by, r.evidence.count, r.reason
+                )
+            }
+            Self::Progress { note, count, .. } => {
+                format!("{} ({count} items)", note.as_deref().unwrap_or("progress"))
+            }
+            Self::NudgeQueued { nudge, .. } => format!("queued for the next step: {nudge}"),
+            Self::Intervened { reason, .. } | Self::Escalated { reason, .. } => reason.clone(),
+            Self::RenewalCapReached { max_renewals, .. } => {
+                format!("stopped after {max_renewals} renewals")
+            }
+            Self::VerdictDropped {
+                verdict, reason, ..
+            } => format!("{verdict} dropped: {reason}"),
+            Self::LeaseCancelled { .. } => "cancelled by its parent".to_owned(),
+            Self::RunStarted {
+                flow,
+                task,
+                max_steps,
+            } => format!("flow `{flow}` ({max_steps} steps): {task}"),
+            Self::StepStarted {
+                step,
+                limit,
+                nudges,
+            } => {
+                let limit = if *limit == 0 {
+                    "unlimited".to_owned()
+                } else {
+                    format!("of {limit}")
+                };
+                format!("step {step} {limit}, {nudges} nudges")
+            }
+            Self::ModelCallStarted {
+                step,
+                stream,
+                attempt,
+            } => format!(
+                "step {step}, {}, attempt {attempt}",
+                if *stream { "streaming" } else { "blocking" }
+            ),
+            Self::ModelCallFinished {
+                outcome,
+                tool_calls,
+                usage,
+                finish_reason,
+                ..
+            } => format!(
+                "{outcome:?}, {tool_calls} tool calls, {} tokens{}",
+                usage.input_tokens + usage.output_tokens,
+                if *finish_reason == Some(crate::ports::FinishReason::Length) {
+                    ", cut off at the length limit"
+                } else {
+                    ""
+                }
+            ),
+            Self::ToolCallStarted {
+                tool,
+                idempotency_key,
+                attempt,
+            } => format!("{tool} attempt {attempt} (key {idempotency_key})"),
+            Self::ToolCallFinished {
+                tool,
+                attempt,
+                outcome,
+                ..
+            } => format!("{tool} attempt {attempt}: {outcome:?}"),
+            Self::ToolResultTruncated {
+                tool,
+                original_bytes,
+                kept_bytes,
+                ..
+            } => format!("{tool}: result of {original_bytes} bytes truncated to {kept_bytes}"),
+            Self::WorkerSpawned { worker, task } => format!("{worker}: {task}"),
+            Self::WorkerFinished {
+                worker,
+                outcome,
+                result,
+            } => format!("{worker} {outcome:?}: {result}"),
+            Self::BudgetExtended(r) => format!(
+                "{} steps used of {}: extended to {} ({}, by {})",
+                r.steps_used, r.limit, r.new_limit, r.reason, r.decided_by
+            ),
+            Self::BudgetExhausted(r) => format!(
+                "{} steps used of {}: wrapping up ({}, by {})",
+                r.steps_used, r.limit, r.reason, r.decided_by
+            ),
+            Self::Restarted {
+                attempt,
+                delay_ms,
+                reason,
+            } => format!("attempt {attempt} in {delay_ms} ms after: {reason}"),
+            Self::GaveUp {
+                attempts,
+                reason,
+                handed_to,
+                ..
+            } => format!("given up after {attempts} attempts, handed to {handed_to}: {reason}"),
+            Self::Paused {
+                reason, subject, ..
+            } => format!("waiting for a person about `{subject}`: {reason}"),
+            Self::RunResumed { owner_id, fence } => {
+                format!("claimed by {owner_id} with fence {fence}, resumed from its snapshots")
+            }
+            Self::ReconciliationRequired {
+                tool,
+                idempotency_key,
+                reason,
+                ..
+            } => format!("{tool} (key {idempotency_key}): {reason}"),
+            Self::Resumed { guidance } => match guidance {
+                Some(g) => format!("a person answered: {g}"),
+                None => "a person said to go on".to_owned(),
+            },
+            Self::RunCompleted { answer, steps } => format!("after {steps} steps: {answer}"),
+            Self::RunFailed { reason } | Self::RunCancelled { reason } => reason.clone(),
+        }
+    }
+}
+
+/// How a model call, tool call or worker ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// It returned.
+    Ok,
+    /// It returned an error (a tool's own error, a model's HTTP error).
+    Error,
+    /// The watchdog intervened.
+    Intervened,
+    /// The watchdog escalated.
+    Escalated,
+    /// Its parent cancelled it.
+    Cancelled,
+    /// It panicked.
+    Panicked,
+    /// Its lease reached the renewal cap.
+    Capped,
+    /// It was sent, and ended without a result (cancelled, or its process
+    /// died): whether it took effect is not known.
+    Unknown,
+}
+
+/// The figures a budget checkpoint used, and what it decided.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetRecord {
+    /// Steps the loop has taken.
+    pub steps_used: u32,
+    /// Steps the flow declared for it.
+    pub steps_declared: u32,
+    /// The limit before this checkpoint.
+    pub limit: u32,
+    /// The limit after it (the same when wrapping up).
+    pub new_limit: u32,
+    /// Tool calls made so far.
+    pub tool_calls: u32,
+    /// Workers spawned so far.
+    pub spawns: u32,
+    /// Milestones closed.
+    pub milestones_closed: Vec<String>,
+    /// Milestones still open.
+    pub milestones_open: Vec<String>,
+    /// Extensions granted before this one.
+    pub extensions_used: u32,
+    /// Extensions left before this one.
+    pub extensions_left: u32,
+    /// Why.
+    pub reason: String,
+    /// Who decided: `evaluator`, `breaker` (evaluator failed or none
+    /// configured: wrap up), or `cap` (no extensions left).
+    pub decided_by: DecidedBy,
+    /// The evaluator's confidence, when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// The evaluator's latency and cost, when it was called (consumer
+    /// `engine.budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator: Option<EvaluatorUsage>,
+}
+
+impl EventKind {
+    /// The stable snake_case name of this kind, as serialized in `kind`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Wait { .. } => "wait",
+            Self::Verdict(_) => "verdict",
+            Self::Progress { .. } => "progress",
+            Self::NudgeQueued { .. } => "nudge_queued",
+            Self::Intervened { .. } => "intervened",
+            Self::Escalated { .. } => "escalated",
+            Self::RenewalCapReached { .. } => "renewal_cap_reached",
+            Self::VerdictDropped { .. } => "verdict_dropped",
+            Self::LeaseCancelled { .. } => "lease_cancelled",
+            Self::RunStarted { .. } => "run_started",
+            Self::StepStarted { .. } => "step_started",
+            Self::ModelCallStarted { .. } => "model_call_started",
+            Self::ModelCallFinished { .. } => "model_call_finished",
+            Self::ToolCallStarted { .. } => "tool_call_started",
+            Self::ToolCallFinished { .. } => "tool_call_finished",
+            Self::ToolResultTruncated { .. } => "tool_result_truncated",
+            Self::WorkerSpawned { .. } => "worker_spawned",
+            Self::WorkerFinished { .. } => "worker_finished",
+            Self::BudgetExtended(_) => "budget_extended",
+            Self::BudgetExhausted(_) => "budget_exhausted",
+            Self::Restarted { .. } => "restarted",
+            Self::GaveUp { .. } => "gave_up",
+            Self::Paused { .. } => "paused",
+            Self::Resumed { .. } => "resumed",
+            Self::RunResumed { .. } => "run_resumed",
+            Self::ReconciliationRequired { .. } => "reconciliation_required",
+            Self::RunCompleted { .. } => "run_completed",
+            Self::RunFailed { .. } => "run_failed",
+            Self::RunCancelled { .. } => "run_cancelled",
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The event port: where actors publish what happened.
+
+use crate::event::EventKind;
+
+/// Where actors publish events. Emitting never blocks and never fails: a
+/// supervised operation must not slow down because somebody reads slowly.
+pub trait EventSink: Send + Sync + 'static {
+    /// Publishes one event of `run_id`, at `path` in its tree.
+    fn emit(&self, run_id: &str, path: &str, kind: EventKind);
+}

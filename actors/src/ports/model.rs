@@ -1,0 +1,223 @@
+//! The model port: one chat completion, with its messages, reply and errors.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{BoxFuture, TokenCost, ToolDefinition, TranscriptMessage};
+
+/// Who wrote a chat message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Instructions.
+    System,
+    /// The task, guidance, nudges.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+/// One message of a chat completion request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its text.
+    pub content: String,
+    /// For an assistant message: the tool calls it asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// For a tool message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    fn plain(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::plain(Role::System, content)
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::plain(Role::User, content)
+    }
+
+    /// An assistant message, with the tool calls it asked for.
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCallRequest>) -> Self {
+        Self {
+            tool_calls,
+            ..Self::plain(Role::Assistant, content)
+        }
+    }
+
+    /// A tool's result for the call `call_id`.
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(call_id.into()),
+            ..Self::plain(Role::Tool, content)
+        }
+    }
+
+    /// The message as the evaluator sees it in a transcript tail.
+    pub fn to_transcript(&self) -> TranscriptMessage {
+        let role = match self.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        let mut content = self.content.clone();
+        for call in &self.tool_calls {
+            content.push_str(&format!("\n[calls {}({})]", call.name, call.arguments));
+        }
+        TranscriptMessage::new(role, content)
+    }
+}
+
+/// A tool call the model asked for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRequest {
+    /// The model's id for the call.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments, a JSON object.
+    pub arguments: serde_json::Value,
+}
+
+/// One chat completion request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// The conversation so far.
+    pub messages: Vec<ChatMessage>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolDefinition>,
+    /// Stream the answer (each chunk is evidence) or wait for it whole.
+    pub stream: bool,
+    /// Who the cost is attributed to: `run`, `worker:NAME`, …
+    pub consumer: String,
+}
+
+/// A model's complete answer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelReply {
+    /// Its text.
+    pub content: String,
+    /// The tool calls it asks for.
+    pub tool_calls: Vec<ToolCallRequest>,
+    /// What it cost.
+    pub usage: TokenCost,
+    /// Why the model stopped, when the server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// Why a model stopped answering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// It finished its answer.
+    Stop,
+    /// It stopped to call tools.
+    ToolCalls,
+    /// It was cut off at its length limit: the answer is not whole.
+    Length,
+    /// A content filter stopped it.
+    ContentFilter,
+    /// A reason this runtime does not know.
+    #[serde(other)]
+    Other,
+}
+
+impl FinishReason {
+    /// The reason an OpenAI-compatible server names (`stop`, `tool_calls`,
+    /// `length`, `content_filter`; `function_call` counts as `tool_calls`).
+    pub fn from_openai(name: &str) -> Self {
+        match name {
+            "stop" | "end_turn" => Self::Stop,
+            "tool_calls" | "function_call" => Self::ToolCalls,
+            "length" | "max_tokens" => Self::Length,
+            "content_filter" => Self::ContentFilter,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// What kind of failure a model call had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    /// Nothing listens at the endpoint.
+    ConnectionRefused,
+    /// No chunk for longer than the idle timeout.
+    IdleTimeout,
+    /// The connection dropped in the middle of the answer.
+    Disconnected,
+    /// 429: too many requests.
+    RateLimited,
+    /// 5xx.
+    Server,
+    /// 4xx other than 429.
+    Client,
+    /// A chunk that could not be parsed.
+    MalformedChunk,
+    /// Anything else.
+    Other,
+}
+
+/// A failed model call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("model call failed ({kind:?}): {message}")]
+pub struct ModelError {
+    /// What kind of failure.
+    pub kind: ModelErrorKind,
+    /// What happened.
+    pub message: String,
+    /// Whether trying again may help.
+    pub retryable: bool,
+    /// How long the server asked us to wait, if it did.
+    pub retry_after: Option<Duration>,
+}
+
+impl ModelError {
+    /// A failure of `kind` with `message`.
+    pub fn new(kind: ModelErrorKind, message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            retryable,
+            retry_after: None,
+        }
+    }
+}
+
+/// A chat-completion client. Implementations report each received chunk
+/// into `evidence` and have no request-wide deadline: the lease decides how
+/// long a live call may take.
+pub trait ModelClient: Send + Sync + 'static {
+    /// Runs one chat completion.
+    fn complete(
+        &self,
+        request: ModelRequest,
+        evidence: crate::evidence::Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>>;
+
+    /// What this client calls, for a person reading why a run paused:
+    /// e.g. `model llama-3 at http://10.0.0.5:8080/v1/chat/completions`.
+    fn describe(&self) -> String {
+        "the model".to_owned()
+    }
+}
