@@ -187,8 +187,7 @@ pub enum EventKind {
         /// How it ended.
         outcome: CallOutcome,
     },
-    /// A tool's result was longer than
-    /// [`EngineConfig::max_tool_result_bytes`](crate::engine::EngineConfig::max_tool_result_bytes):
+    /// A tool's result was longer than the engine's `max_tool_result_bytes`:
     /// the model sees, and the store keeps, its first `kept_bytes` and a
     /// marker saying how much was cut. Emitted before the call's
     /// `tool_call_finished`; the event's `path` is the call's.
