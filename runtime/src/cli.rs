@@ -16,17 +16,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use leasehold_actors::engine::{Engine, EngineBuilder, EngineError};
-use leasehold_actors::ports::{RunStatus, Store};
+use leasehold_actors::engine::EngineError;
+use leasehold_actors::ports::RunStatus;
 
-use crate::config::{Config, Flag, LoadError};
-use crate::model::{ModelEvaluator, OpenAiClient};
-use crate::store::{SledConfig, SledStore};
-use crate::tools::McpToolClient;
+use crate::config::{Config, EngineSetupError, Flag, LoadError};
 
 mod demo;
 mod log;
@@ -133,6 +129,9 @@ pub enum CliError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] leasehold_actors::ports::StoreError),
+    /// The engine could not be set up from the configuration.
+    #[error(transparent)]
+    Setup(#[from] EngineSetupError),
     /// Anything else, said in full.
     #[error("{0}")]
     Other(String),
@@ -297,51 +296,6 @@ pub fn describe_config(config: &Config) -> String {
     out
 }
 
-/// This executor's identity, unique to this process: `leasehold@HOST`, the
-/// process id and a random part (`leasehold@box/4242/9f3a61c2`), so that
-/// executors sharing a store never mistake one another's runs for their
-/// own. A run a process stopped cleanly (a paused `leasehold run`, a
-/// stopped `serve`) has its lease released, so the next process may claim
-/// it at once; a run whose process died is claimed once its lease expires.
-pub fn owner_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!(
-        "leasehold@{host}/{}/{:08x}",
-        std::process::id(),
-        fastrand::u32(..)
-    )
-}
-
-/// Opens the sled store of `config`.
-pub fn open_store(config: &Config) -> Result<Arc<dyn Store>, CliError> {
-    let store = SledStore::open(
-        SledConfig::new(config.data_dir.value.clone()).with_durability(config.durability.value),
-    )?;
-    Ok(Arc::new(store))
-}
-
-/// An engine builder with the configured model, evaluator and MCP clients
-/// over `store`.
-pub fn engine_builder(config: &Config, store: Arc<dyn Store>) -> Result<EngineBuilder, CliError> {
-    let settings = config.model_settings()?;
-    let client = OpenAiClient::new(settings)
-        .map_err(|e| CliError::other(format!("the model client cannot be built: {e}")))?;
-    let evaluator = ModelEvaluator::with_role(&client, config.watchdog_role.value);
-    let factory = McpToolClient::factory(config.mcp_handshake_timeout.value);
-    Ok(Engine::builder()
-        .config(config.engine_config())
-        .model(Arc::new(client))
-        .evaluator(Arc::new(evaluator))
-        .tool_factory(factory)
-        .store(store)
-        .owner_id(owner_id()))
-}
-
 /// Takes over SIGINT and SIGTERM for a command that stops cleanly on them.
 fn install_signals() -> Result<signal::Signals, CliError> {
     signal::Signals::install()
@@ -364,8 +318,7 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
             e.message
         ))
     })?;
-    let store = open_store(&config)?;
-    let engine = engine_builder(&config, store)?.build().await?;
+    let engine = config.engine_builder()?.build().await?;
     crate::executor::boot(&engine, false).await?;
     let mut events = engine.events().subscribe();
     let handle = engine.start(flow).await?;

@@ -41,6 +41,7 @@ use crate::model::ModelRole;
 use crate::store::Durability;
 
 mod checks;
+mod engine;
 mod idle;
 mod keys;
 mod text;
@@ -50,6 +51,7 @@ mod wiring;
 use keys::KEYS;
 pub use keys::{Key, ValueKind};
 
+pub use engine::EngineSetupError;
 pub use idle::IDLE_TIMEOUT_FORMULA;
 pub use timing::{Timing, WORST_CASE_FORMULA, compact};
 

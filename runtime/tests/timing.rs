@@ -3,14 +3,13 @@
 //! `Config::timing` says, and not much earlier.
 //!
 //! Each case builds the engine from a `Config` the way the CLI does
-//! (`cli::engine_builder`), swaps in the scripted model and evaluator, and
-//! measures on paused tokio time from the run's start until it stops running
+//! (`Config::engine_builder_with_store`), swaps in the scripted model and
+//! evaluator, and measures on paused tokio time from the run's start until it stops running
 //! (failed when the restarts run out, or paused `waiting_human`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::cli::engine_builder;
 use leasehold::config::{Config, Timing};
 use leasehold::event::EventKind;
 use leasehold::flow::Flow;
@@ -121,8 +120,9 @@ async fn measure(config: &Config, stream: bool, timing: &Timing) -> Measured {
     );
     let evaluator = ScriptedEvaluator::new([Scripted::Hang]);
     let sink = RecordingSink::new();
-    let engine = engine_builder(config, Arc::new(MemoryStore::new()))
-        .expect("the CLI's engine builder")
+    let engine = config
+        .engine_builder_with_store(Arc::new(MemoryStore::new()))
+        .expect("the engine builder of the configuration")
         .model(Arc::new(model.clone()))
         .evaluator(Arc::new(evaluator.clone()))
         .events(Arc::new(sink.clone()))

@@ -13,8 +13,8 @@ use leasehold_actors::ports::{
 };
 
 use super::log::{self, Output};
-use super::{CliError, GlobalArgs, engine_builder, open_store, remote};
-use crate::config::Config;
+use super::{CliError, GlobalArgs, remote};
+use crate::config::{Config, EngineSetupError};
 use crate::server::{RunView, TraceView};
 
 /// What to do with the runs.
@@ -202,7 +202,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
     }
     match command {
         RunsCommand::List(args) => {
-            let store = open_store(&config)?;
+            let store = config.open_store()?;
             let mut records = store.list_runs().await?;
             records.reverse();
             let views: Vec<RunView> = records.into_iter().map(|r| RunView::new(r, None)).collect();
@@ -210,7 +210,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Show(RunArg { id, .. }) => {
-            let store = open_store(&config)?;
+            let store = config.open_store()?;
             let record = store.load_run(&id).await?.ok_or_else(|| {
                 CliError::other(format!(
                     "no run {id} in {}",
@@ -225,7 +225,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Trace(RunArg { id, .. }) => {
-            let store = open_store(&config)?;
+            let store = config.open_store()?;
             if store.load_run(&id).await?.is_none() {
                 return Err(CliError::other(format!("no run {id}")));
             }
@@ -234,7 +234,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Events(args) => {
-            let store = open_store(&config)?;
+            let store = config.open_store()?;
             if store.load_run(&args.id).await?.is_none() {
                 return Err(CliError::other(format!("no run {}", args.id)));
             }
@@ -267,7 +267,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
 /// Decides about the run's call of unknown outcome: a cancel needs no
 /// loop; otherwise claims the run, answers its pause and follows it.
 async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, CliError> {
-    let store = open_store(config)?;
+    let store = config.open_store()?;
     let record = store
         .load_run(&args.id)
         .await?
@@ -309,7 +309,7 @@ async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, Cli
     }
     // Before the run's tool servers start: a signal stops it in place.
     let signals = super::install_signals()?;
-    let engine = engine_builder(config, store)?.build().await?;
+    let engine = config.engine_builder_with_store(store)?.build().await?;
     let mut events = engine.events().subscribe();
     let mut handle = engine.resume(&args.id).await?;
     handle.wait_until(|s| s.status.is_paused()).await;
@@ -324,7 +324,7 @@ async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, Cli
 async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError> {
     // Before the run's tool servers start: a signal stops it in place.
     let signals = super::install_signals()?;
-    let store = open_store(config)?;
+    let store = config.open_store()?;
     let record = store
         .load_run(&args.id)
         .await?
@@ -337,7 +337,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
             args.id
         )));
     }
-    let engine = engine_builder(config, store)?.build().await?;
+    let engine = config.engine_builder_with_store(store)?.build().await?;
     let mut events = engine.events().subscribe();
     let mut handle = engine.resume(&args.id).await?;
     if record.status.is_paused() {
@@ -353,14 +353,15 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
 /// An engine for administering runs: the configured model if there is one,
 /// otherwise one that refuses every call (cancelling needs no model).
 async fn admin_engine(config: &Config) -> Result<Engine, CliError> {
-    let store = open_store(config)?;
-    let builder = match config.model_settings() {
-        Ok(_) => engine_builder(config, store)?,
-        Err(_) => Engine::builder()
+    let store = config.open_store()?;
+    let builder = match config.engine_builder_with_store(Arc::clone(&store)) {
+        Ok(builder) => builder,
+        Err(EngineSetupError::Model(_)) => Engine::builder()
             .config(config.engine_config())
             .model(Arc::new(Unconfigured))
             .store(store)
-            .owner_id(super::owner_id()),
+            .owner_id(crate::executor::owner_id()),
+        Err(error) => return Err(error.into()),
     };
     Ok(builder.build().await?)
 }

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::signal::Signals;
-use super::{CliError, GlobalArgs, engine_builder, install_signals, open_store};
+use super::{CliError, GlobalArgs, install_signals};
 use crate::config::{Config, Flag};
 use crate::server::{self, App, ServerLimits, ServerOptions};
 
@@ -51,8 +51,7 @@ pub(super) async fn serve(
     options
         .check(config.server_addr.value)
         .map_err(|e| CliError::other(e.to_string()))?;
-    let store = open_store(&config)?;
-    let engine = engine_builder(&config, store)?.build().await?;
+    let engine = config.engine_builder()?.build().await?;
     let boot = crate::executor::boot(&engine, config.resume_on_boot.value).await?;
     if !boot.orphaned.is_empty() {
         tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");

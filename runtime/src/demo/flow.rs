@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::config::{Config, Setting, Source};
 use crate::flow::{Flow, LeaseOverrides, SupervisionOverrides, ToolServer, WorkerKind};
+use crate::model::ModelRole;
 
 /// The name of the flow's tool server.
 pub(crate) const TOOL_SERVER: &str = "ops";
@@ -71,27 +72,45 @@ pub(crate) const TIMINGS: Timings = Timings {
     backoff_max: Duration::from_secs(2),
 };
 
-/// The demo's configuration: [`TIMINGS`] over the defaults. Every value keeps
-/// the source `default`, as a configuration built in code has no file or
-/// variable behind it.
-pub(crate) fn config() -> Config {
-    let set = |value: Duration| Setting {
-        value,
-        source: Source::Default,
-    };
-    let count = |value: u32| Setting {
-        value,
-        source: Source::Default,
-    };
+/// How long connecting to the scripted model may take.
+const MODEL_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the scripted model may stay silent mid-answer.
+const MODEL_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long starting a session with the demo's tool server may take.
+const MCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The demo's configuration: [`TIMINGS`] over the defaults, and the scripted
+/// model at `model_base_url` — the loops' model and, on the `fast` role,
+/// the judge — with short transport timeouts. Every value keeps the source
+/// `default`, as a configuration built in code has no file or variable
+/// behind it.
+pub(crate) fn config(model_base_url: &str) -> Config {
+    fn set<T>(value: T) -> Setting<T> {
+        Setting {
+            value,
+            source: Source::Default,
+        }
+    }
+    let text = |value: &str| set(Some(value.to_owned()));
     Config {
         lease_model_stream: set(TIMINGS.model_stream),
         lease_tool_call: set(TIMINGS.tool_call),
         lease_worker_step: set(TIMINGS.worker_step),
-        free_renewals: count(TIMINGS.free_renewals),
-        max_renewals: count(TIMINGS.max_renewals),
+        free_renewals: set(TIMINGS.free_renewals),
+        max_renewals: set(TIMINGS.max_renewals),
         evaluator_timeout: set(TIMINGS.evaluator_timeout),
         restart_backoff_initial: set(TIMINGS.backoff_initial),
         restart_backoff_max: set(TIMINGS.backoff_max),
+        model_base_url: text(model_base_url),
+        model_name: text(super::MODEL_NAME),
+        fast_model_base_url: text(model_base_url),
+        fast_model_name: text(super::JUDGE_NAME),
+        model_connect_timeout: set(MODEL_CONNECT_TIMEOUT),
+        model_idle_timeout: set(Some(MODEL_IDLE_TIMEOUT)),
+        mcp_handshake_timeout: set(MCP_HANDSHAKE_TIMEOUT),
+        watchdog_role: set(ModelRole::Fast),
         ..Config::default()
     }
 }
@@ -160,8 +179,17 @@ mod tests {
     fn the_flow_and_the_configuration_are_valid() {
         let flow = flow("http://127.0.0.1:1/mcp");
         assert_eq!(flow.validate(), Ok(()));
-        let config = config();
+        let config = config("http://127.0.0.1:1/v1");
         assert_eq!(config.validate(), Ok(()));
+        let settings = config
+            .model_settings()
+            .expect("the scripted model's settings");
+        assert_eq!(settings.default.model, super::super::MODEL_NAME);
+        assert_eq!(
+            settings.endpoint(ModelRole::Fast).model,
+            super::super::JUDGE_NAME
+        );
+        assert_eq!(settings.idle_timeout, MODEL_IDLE_TIMEOUT);
         let engine = config.engine_config();
         assert_eq!(
             flow.lease_config(engine.supervision.lease),

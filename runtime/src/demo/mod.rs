@@ -9,16 +9,18 @@
 //!   answered whole), stateless and deterministic: it tells the agents apart
 //!   by their system prompts and the step by the assistant turns so far, and
 //!   when the watchdog or a budget checkpoint asks — through
-//!   [`ModelEvaluator`], with its own prompts — it answers their strict JSON
+//!   [`ModelEvaluator`](crate::model::ModelEvaluator), with its own prompts — it answers their strict JSON
 //!   by rule from the figures of the prompt;
 //! - an **MCP tool server** over streamable HTTP (rmcp), with a slow log
 //!   search that reports progress, a metrics fetch that hangs silently on
 //!   its first call for an idempotency key and answers the retry with the
 //!   same key, and a production rollback that goes silent.
 //!
-//! The engine ([`DemoStack::engine_builder`]) uses the real
-//! [`OpenAiClient`], the real [`ModelEvaluator`] and a real
-//! [`McpToolClient`] per run. [`drive`] runs the demo's flow — an incident
+//! The engine ([`DemoStack::engine_builder`], built from the demo's
+//! configuration as any other) uses the real
+//! [`OpenAiClient`](crate::model::OpenAiClient), the real
+//! [`ModelEvaluator`](crate::model::ModelEvaluator) and a real
+//! [`McpToolClient`](crate::tools::McpToolClient) per run. [`drive`] runs the demo's flow — an incident
 //! review in which the root spawns a logs, a metrics and a deploys worker —
 //! and writes one line per interesting event, and the report
 //! ([`DemoReport`]) counts what it showed:
@@ -72,11 +74,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::ControlError;
-use crate::config::Config;
-use crate::engine::{Engine, EngineBuilder, EngineError};
+use crate::config::{Config, EngineSetupError};
+use crate::engine::{EngineBuilder, EngineError};
 use crate::flow::Flow;
-use crate::model::{ModelEndpoint, ModelEvaluator, ModelSettings, OpenAiClient, SetupError};
-use crate::tools::McpToolClient;
+use crate::memory::MemoryStore;
 
 pub use drive::{drive, drive_with};
 pub use report::{DemoReport, Extension, KeyedRetry, PauseAnswer, Responder};
@@ -109,9 +110,10 @@ pub enum DemoError {
         /// Why.
         source: std::io::Error,
     },
-    /// The model client could not be built.
-    #[error("the demo's model client could not be built: {0}")]
-    Model(#[from] SetupError),
+    /// The engine could not be set up from the demo's configuration (its
+    /// model client could not be built).
+    #[error("the demo's engine could not be set up: {0}")]
+    Setup(#[from] EngineSetupError),
     /// The engine could not be built or the run could not start.
     #[error("the demo's run could not start: {0}")]
     Start(#[from] EngineError),
@@ -216,30 +218,23 @@ impl DemoStack {
     /// The demo's configuration: short leases so that every rule shows
     /// within seconds — tool calls 0.3 s, model streams 1 s, worker steps
     /// 6 s, 2 free renewals, evaluator timeout 2 s, restarts after 0.2 s —
-    /// over the defaults. Each value's source is `default`: it is set in
-    /// code, by the demo, not by a file or a variable.
+    /// and the scripted model as both the loops' model and the judge (no API
+    /// key; connect timeout 2 s, idle timeout 10 s), over the defaults. Each
+    /// value's source is `default`: it is set in code, by the demo, not by a
+    /// file or a variable.
     pub fn config(&self) -> Config {
-        flow::config()
+        flow::config(&self.model_base_url())
     }
 
-    /// An engine builder with the demo's configuration, the real model
-    /// client on the scripted model (no API key), the real evaluator on it,
-    /// and a factory of real MCP clients, one per run. Add a store or an
-    /// event sink, then build.
+    /// An engine builder from the demo's configuration
+    /// ([`Config::engine_builder_with_store`]): the real model client on the
+    /// scripted model, the real evaluator on it, and a factory of real MCP
+    /// clients, one per run, over an in-memory store. Add a store of your
+    /// own or an event sink, then build.
     pub fn engine_builder(&self) -> Result<EngineBuilder, DemoError> {
-        let base_url = self.model_base_url();
-        let mut settings = ModelSettings::new(ModelEndpoint::new(base_url.clone(), MODEL_NAME))
-            .with_fast(ModelEndpoint::new(base_url, JUDGE_NAME));
-        settings.connect_timeout = Duration::from_secs(2);
-        settings.idle_timeout = Duration::from_secs(10);
-        let client = OpenAiClient::new(settings)?;
-        let evaluator = ModelEvaluator::new(&client);
-        let factory = McpToolClient::factory(Duration::from_secs(5));
-        Ok(Engine::builder()
-            .config(self.config().engine_config())
-            .model(Arc::new(client))
-            .evaluator(Arc::new(evaluator))
-            .tool_factory(factory))
+        Ok(self
+            .config()
+            .engine_builder_with_store(Arc::new(MemoryStore::new()))?)
     }
 
     /// Every `(tool, idempotency key)` the tool server has been called with,

@@ -449,9 +449,7 @@ pub(super) async fn resume(
         )));
     }
     handle.resume(guidance).await?;
-    Ok(Json(
-        serde_json::json!({"run_id": run_id, "status": RunStatus::Running}),
-    ))
+    Ok(run_status(&run_id, RunStatus::Running))
 }
 
 /// `POST /runs/{id}/cancel`.
@@ -470,9 +468,7 @@ pub(super) async fn cancel(
         Some(handle) => handle.cancel(reason).await?,
         None => app.engine.cancel_stored(&run_id, &reason).await?,
     }
-    Ok(Json(
-        serde_json::json!({"run_id": run_id, "status": RunStatus::Cancelled}),
-    ))
+    Ok(run_status(&run_id, RunStatus::Cancelled))
 }
 
 /// `POST /runs/{id}/reconcile`: `{"key", "decision": "mark_done" |
@@ -500,9 +496,12 @@ pub(super) async fn reconcile(
         }
     };
     handle.reconcile(key, decision).await?;
-    Ok(Json(
-        serde_json::json!({"run_id": run_id, "status": handle.state().status}),
-    ))
+    Ok(run_status(&run_id, handle.state().status))
+}
+
+/// The answer of a control request: the run and its status now.
+fn run_status(run_id: &str, status: RunStatus) -> Json<serde_json::Value> {
+    Json(serde_json::json!({"run_id": run_id, "status": status}))
 }
 
 /// A known path with a method it does not take: a JSON 405.

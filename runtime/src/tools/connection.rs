@@ -97,7 +97,7 @@ impl Connection {
         let routes = Arc::new(ProgressRoutes::default());
         let handler = Handler::new(routes.clone());
         let server: Arc<str> = Arc::from(target.server);
-        match target.endpoint {
+        let (service, child, overflow) = match target.endpoint {
             Endpoint::Stdio { program, args, env } => {
                 let mut child = spawn(program, args, env).map_err(|e| {
                     format!(
@@ -117,33 +117,16 @@ impl Connection {
                 };
                 let overflow = Overflow::default();
                 let stdout = BoundedLines::new(stdout, MAX_MESSAGE_BYTES, overflow.clone());
-                let handshake =
-                    tokio::time::timeout(target.handshake_timeout, handler.serve((stdout, stdin)))
-                        .await;
-                let service = match handshake {
-                    Ok(Ok(service)) => service,
-                    Ok(Err(error)) => {
+                let at = format!("({})", target.endpoint.describe());
+                let service = match bounded(&target, &at, handler.serve((stdout, stdin))).await? {
+                    Ok(service) => service,
+                    Err(error) => {
                         let ended = child.exit_status(EXIT_GRACE).await;
                         let last_words = child.stderr.last_words(EXIT_GRACE).await;
                         return Err(handshake_failure(&target, &error, ended, last_words));
                     }
-                    Err(_) => {
-                        return Err(format!(
-                            "MCP server '{}' ({}) did not complete the handshake within {} ms",
-                            target.server,
-                            target.endpoint.describe(),
-                            target.handshake_timeout.as_millis()
-                        ));
-                    }
                 };
-                Ok(Self::new(
-                    server,
-                    target.endpoint,
-                    service,
-                    routes,
-                    Some(child),
-                    overflow,
-                ))
+                (service, Some(child), overflow)
             }
             Endpoint::Http { url } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
@@ -167,38 +150,27 @@ impl Connection {
                     )
                 })?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                let service = match tokio::time::timeout(
-                    target.handshake_timeout,
-                    handler.serve(transport),
-                )
-                .await
-                {
-                    Ok(Ok(service)) => service,
-                    Ok(Err(error)) => {
-                        return Err(format!(
+                let at = format!("at {url}");
+                let service = bounded(&target, &at, handler.serve(transport))
+                    .await?
+                    .map_err(|error| {
+                        format!(
                             "could not open a session with MCP server '{}' at {url}: {}",
                             target.server,
                             handshake_detail(&error)
-                        ));
-                    }
-                    Err(_) => {
-                        return Err(format!(
-                            "MCP server '{}' at {url} did not complete the handshake within {} ms",
-                            target.server,
-                            target.handshake_timeout.as_millis()
-                        ));
-                    }
-                };
-                Ok(Self::new(
-                    server,
-                    target.endpoint,
-                    service,
-                    routes,
-                    None,
-                    overflow,
-                ))
+                        )
+                    })?;
+                (service, None, overflow)
             }
-        }
+        };
+        Ok(Self::new(
+            server,
+            target.endpoint,
+            service,
+            routes,
+            child,
+            overflow,
+        ))
     }
 
     fn new(
@@ -326,6 +298,24 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.stop_now();
     }
+}
+
+/// The handshake, bounded by the target's handshake timeout: past it, the
+/// error naming the server (`at` says where) and the bound.
+async fn bounded<T, E>(
+    target: &Target<'_>,
+    at: &str,
+    handshake: impl Future<Output = Result<T, E>>,
+) -> Result<Result<T, E>, String> {
+    tokio::time::timeout(target.handshake_timeout, handshake)
+        .await
+        .map_err(|_| {
+            format!(
+                "MCP server '{}' {at} did not complete the handshake within {} ms",
+                target.server,
+                target.handshake_timeout.as_millis()
+            )
+        })
 }
 
 fn handshake_failure(

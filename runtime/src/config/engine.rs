@@ -1,0 +1,111 @@
+//! From a [`Config`] to an engine: the store it names, the model client on
+//! its endpoints, the evaluator on its watchdog role, a factory of MCP
+//! clients with its handshake timeout, and this executor's owner id — the
+//! one place the command line, the demo and embedders build an engine from
+//! configuration.
+//!
+//! The supervision strategy comes with the engine's configuration: the
+//! restart policy of `restart.*`, which each flow may override or replace
+//! with its own `supervision.strategy`. Nothing here picks one of its own.
+
+use std::sync::Arc;
+
+use leasehold_actors::ConfigError;
+use leasehold_actors::engine::{Engine, EngineBuilder};
+use leasehold_actors::ports::{Store, StoreError};
+
+use super::Config;
+use crate::model::{ModelEvaluator, OpenAiClient, SetupError};
+use crate::tools::McpToolClient;
+
+/// Why an engine could not be set up from a [`Config`].
+#[derive(Debug, thiserror::Error)]
+pub enum EngineSetupError {
+    /// The model endpoint is missing or refused (`model.base_url`,
+    /// `model.name`, a `fast_model.*` key, a timeout or a cap), named by its
+    /// variable.
+    #[error(transparent)]
+    Model(#[from] ConfigError),
+    /// The model client could not be built from valid settings (its HTTP
+    /// client could not start).
+    #[error("the model client cannot be built: {0}")]
+    ModelClient(#[from] SetupError),
+    /// The run store at `data_dir` could not be opened (another process
+    /// holds it, it is not a directory, its format is unknown).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Config {
+    /// An engine builder with everything this configuration sets: the run
+    /// store, the engine's policies ([`Config::engine_config`]), the model
+    /// client ([`Config::model_settings`]), the evaluator on
+    /// `watchdog.role`, a factory of MCP clients (one per run, each tool
+    /// server's handshake bounded by `mcp.handshake_timeout`) and this
+    /// process's [owner id](crate::executor::owner_id). Add an event sink,
+    /// tool servers or a clock of your own, then build.
+    ///
+    /// With the `store` feature the store is the sled store at `data_dir`,
+    /// written with `durability` ([`Config::open_store`]); without it the
+    /// runs are kept in memory (the engine's default) unless the builder is
+    /// given a store. [`Config::engine_builder_with_store`] takes the store
+    /// from the caller in every build.
+    ///
+    /// The model endpoint is checked before the store is opened, so a
+    /// configuration without one touches no data directory.
+    ///
+    /// ```
+    /// use leasehold::config::Config;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let data = tempfile::tempdir()?;
+    /// let mut config = Config::default();
+    /// config.model_base_url.value = Some("http://127.0.0.1:8000/v1".to_owned());
+    /// config.model_name.value = Some("gpt-4o-mini".to_owned());
+    /// config.data_dir.value = data.path().join("runs");
+    ///
+    /// let engine = config.engine_builder()?.build().await?;
+    /// assert!(engine.owner_id().starts_with("leasehold@"));
+    /// assert!(engine.store().list_runs().await?.is_empty());
+    /// engine.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn engine_builder(&self) -> Result<EngineBuilder, EngineSetupError> {
+        let builder = self.engine_builder_without_store()?;
+        #[cfg(feature = "store")]
+        let builder = builder.store(self.open_store()?);
+        Ok(builder)
+    }
+
+    /// [`Config::engine_builder`] on `store` instead of the configured one
+    /// (which is not opened).
+    pub fn engine_builder_with_store(
+        &self,
+        store: Arc<dyn Store>,
+    ) -> Result<EngineBuilder, EngineSetupError> {
+        Ok(self.engine_builder_without_store()?.store(store))
+    }
+
+    /// Opens the sled store at `data_dir`, written with `durability`.
+    #[cfg(feature = "store")]
+    pub fn open_store(&self) -> Result<Arc<dyn Store>, EngineSetupError> {
+        use crate::store::{SledConfig, SledStore};
+        let store = SledStore::open(
+            SledConfig::new(self.data_dir.value.clone()).with_durability(self.durability.value),
+        )?;
+        Ok(Arc::new(store))
+    }
+
+    fn engine_builder_without_store(&self) -> Result<EngineBuilder, EngineSetupError> {
+        let client = OpenAiClient::new(self.model_settings()?)?;
+        let evaluator = ModelEvaluator::with_role(&client, self.watchdog_role.value);
+        Ok(Engine::builder()
+            .config(self.engine_config())
+            .model(Arc::new(client))
+            .evaluator(Arc::new(evaluator))
+            .tool_factory(McpToolClient::factory(self.mcp_handshake_timeout.value))
+            .owner_id(crate::executor::owner_id()))
+    }
+}
