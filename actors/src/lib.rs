@@ -63,17 +63,28 @@ pub use duration::{
 pub use error::ConfigError;
 pub use supervision::{Supervision, SupervisionConfig};
 
-/// The names most users need.
+/// The names most users need: the engine and its runs, flows, events, the
+/// ports to implement, supervision strategies and verdict policies, and
+/// leases for supervising work of your own.
 pub mod prelude {
+    pub use crate::agent::{ControlError, ReconcileDecision};
+    pub use crate::engine::{Engine, EngineBuilder, EngineConfig, EngineError};
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
     pub use crate::evidence::{Evidence, EvidenceSummary};
+    pub use crate::flow::{Flow, FlowError};
     pub use crate::lease::{
         LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,
     };
     pub use crate::nudge::NudgeQueue;
     pub use crate::ports::{
-        Clock, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, TokenCost,
-        TranscriptMessage,
+        BoxFuture, BudgetEvaluationRequest, Clock, EvaluationRequest, Evaluator, EvaluatorAnswer,
+        EvaluatorError, EventSink, ModelClient, RunStatus, Store, SystemClock, TokenCost,
+        ToolClient, TranscriptMessage,
+    };
+    pub use crate::run::{RunHandle, RunState};
+    pub use crate::strategy::{
+        ChildEnd, ChildInfo, ChildKind, OnExhausted, RestartPolicy, StrategyFactory,
+        SupervisionAction, SupervisionStrategy,
     };
     pub use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
     pub use crate::watchdog::{PolicyKind, VerdictPolicy, WatchdogConfig};

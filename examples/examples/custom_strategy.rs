@@ -7,10 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::flow::Flow;
-use leasehold::strategy::StrategyFactory;
-use leasehold::strategy::{ChildEnd, ChildInfo, SupervisionAction, SupervisionStrategy};
+use leasehold::prelude::*;
 use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
 
 /// Retries once at once, then carries on without the call.

@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::Engine;
-use leasehold::flow::Flow;
+use leasehold::prelude::*;
 use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
 
 #[tokio::main]

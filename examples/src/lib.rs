@@ -25,15 +25,8 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::event::{Event, EventBus, EventKind};
-use leasehold::flow::Flow;
-use leasehold::ports::{BoxFuture, BudgetEvaluationRequest, Clock, RunStatus, SystemClock};
 use leasehold::prelude::*;
-use leasehold::run::RunState;
-use leasehold::strategy::RestartPolicy;
 use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
-use leasehold::watchdog::DecidedBy;
 use tokio::time::Instant;
 
 /// What the person says when the run pauses.
