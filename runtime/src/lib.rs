@@ -47,7 +47,16 @@
 //! # }
 //! ```
 
-pub use leasehold_actors::*;
+// The supervision tree, re-exported by name: what `leasehold` offers is
+// this list, not whatever `leasehold-actors` happens to make public.
+#[cfg(feature = "test-util")]
+pub use leasehold_actors::testing;
+pub use leasehold_actors::{
+    ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, Supervision, SupervisionConfig, agent,
+    budget, check_duration, check_positive_duration, clamp_duration, deadline_after,
+    describe_duration, engine, event, evidence, flow, lease, memory, nudge, ports, prelude, reply,
+    run, strategy, verdict, watchdog,
+};
 
 #[cfg(feature = "cli")]
 pub mod cli;
