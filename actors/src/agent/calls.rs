@@ -1,0 +1,365 @@
+//! The calls of a step: each tool call and worker the model asked for,
+//! started concurrently under its own lease with an idempotency key that
+//! survives retries and resumes, recorded write-ahead before it is sent, and
+//! gathered into the transcript once every call has a result.
+
+use ractor::ActorRef;
+
+use super::{
+    AgentLoop, COMPLETE_MILESTONE_TOOL, Gate, LoopEnd, LoopMsg, Phase, SPAWN_WORKER_TOOL,
+    call_outcome, tool_call, worker,
+};
+use crate::event::{CallOutcome, EventKind};
+use crate::lease::LeaseKind;
+use crate::ports::{ChatMessage, RunStatus, ToolCallRecord, ToolCallRequest, ToolCallState};
+use crate::strategy::ChildEnd;
+
+impl AgentLoop {
+    pub(super) async fn start_calls(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Calls || step != self.state.steps {
+            return None;
+        }
+        if *self.ctx.gate.borrow() != Gate::Open {
+            self.when_open(myself, LoopMsg::StartCalls { step });
+            return None;
+        }
+        for index in 0..self.state.calls.len() {
+            if self.state.calls[index].attempt == 0 && self.state.calls[index].result.is_none() {
+                self.start_call(myself, index, 1).await;
+            }
+        }
+        self.finish_step_if_done(myself).await
+    }
+
+    /// The idempotency key of call `index` of `step`: the same across
+    /// retries and resumes.
+    pub(super) fn idempotency_key(&self, step: u32, index: usize) -> String {
+        format!("{}/{}/{step}/{index}", self.ctx.run_id, self.path)
+    }
+
+    /// The record of tool call `index` of the current step, in `state`.
+    pub(super) fn call_record(
+        &self,
+        index: usize,
+        state: ToolCallState,
+        result: Option<String>,
+    ) -> Option<ToolCallRecord> {
+        let step = self.state.steps;
+        let call = self.state.calls.get(index)?;
+        Some(ToolCallRecord {
+            key: self.idempotency_key(step, index),
+            path: self.path.clone(),
+            step,
+            index,
+            tool: call.request.name.clone(),
+            arguments: call.request.arguments.clone(),
+            idempotent: self
+                .ctx
+                .tools
+                .get(&call.request.name)
+                .and_then(|r| r.idempotent),
+            state,
+            result,
+        })
+    }
+
+    pub(super) async fn start_call(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        index: usize,
+        attempt: u32,
+    ) {
+        let step = self.state.steps;
+        let Some(call) = self.state.calls.get_mut(index) else {
+            return;
+        };
+        call.attempt = attempt;
+        call.result = None;
+        call.running = true;
+        let request = call.request.clone();
+        match request.name.as_str() {
+            COMPLETE_MILESTONE_TOOL => {
+                let result = self.close_milestone(&request.arguments);
+                if let Some(call) = self.state.calls.get_mut(index) {
+                    call.result = Some(result);
+                    call.running = false;
+                }
+            }
+            SPAWN_WORKER_TOOL => self.start_worker(myself, step, index, attempt, &request),
+            _ if self.ctx.is_lost() => {}
+            name => {
+                self.state.tool_calls += 1;
+                let key = self.idempotency_key(step, index);
+                let Some(route) = self.ctx.tools.get(name).cloned() else {
+                    let _ = myself.send_message(LoopMsg::CallDone {
+                        step,
+                        index,
+                        attempt,
+                        outcome: Ok(format!("error: there is no tool named `{name}`")),
+                    });
+                    return;
+                };
+                // Write-ahead: the call is recorded as sent, durably, before
+                // it is sent, so a crash can never hide a call that went out.
+                if let Some(record) = self.call_record(index, ToolCallState::Sent, None)
+                    && !self.ctx.record_call(record).await
+                {
+                    return;
+                }
+                let path = format!("{}/tool_call:{step}.{index}", self.path);
+                self.ctx.emit(
+                    &path,
+                    EventKind::ToolCallStarted {
+                        tool: name.to_owned(),
+                        idempotency_key: key.clone(),
+                        attempt,
+                    },
+                );
+                let spec = self
+                    .ctx
+                    .spec(LeaseKind::ToolCall, name, &path)
+                    .with_transcript_tail(self.transcript_tail())
+                    .with_nudges(self.nudges.clone())
+                    .with_parent(&self.cancel);
+                let args = tool_call::ToolCallArgs {
+                    ctx: self.ctx.clone(),
+                    path: path.clone(),
+                    leases: self.ctx.leases.clone(),
+                    client: route.client,
+                    invocation: crate::ports::ToolInvocation {
+                        name: name.to_owned(),
+                        arguments: request.arguments,
+                        idempotency_key: key,
+                    },
+                    spec,
+                    reply_to: myself.clone(),
+                    step,
+                    index,
+                    attempt,
+                };
+                let name = self.adopt(&path, step, Some(index), attempt);
+                let span = self.call_span(&path, attempt);
+                let me = myself.clone();
+                let cell = myself.get_cell();
+                tokio::spawn(async move {
+                    if let Err(error) =
+                        tool_call::ToolCallActor::spawn_linked(name, args, span, cell).await
+                    {
+                        let _ = me.send_message(LoopMsg::CallDone {
+                            step,
+                            index,
+                            attempt,
+                            outcome: Err(ChildEnd::Failed {
+                                reason: format!("could not start the tool call: {error}"),
+                                retryable: true,
+                            }),
+                        });
+                    }
+                });
+            }
+        }
+    }
+
+    fn close_milestone(&mut self, arguments: &serde_json::Value) -> String {
+        let Some(name) = arguments
+            .get("milestone")
+            .and_then(serde_json::Value::as_str)
+        else {
+            return "error: `complete_milestone` needs {\"milestone\": \"<name>\"}".to_owned();
+        };
+        match self.state.milestones_open.iter().position(|m| m == name) {
+            Some(at) => {
+                let closed = self.state.milestones_open.remove(at);
+                self.state.milestones_closed.push(closed);
+                format!("milestone `{name}` closed")
+            }
+            None if self.state.milestones_closed.iter().any(|m| m == name) => {
+                format!("milestone `{name}` was already closed")
+            }
+            None => format!("error: there is no open milestone named `{name}`"),
+        }
+    }
+
+    pub(super) fn worker_path(&self, kind: &str) -> String {
+        format!(
+            "{}/worker:{kind}:{}",
+            self.path,
+            self.ctx.next_worker_number()
+        )
+    }
+
+    fn start_worker(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: usize,
+        attempt: u32,
+        request: &ToolCallRequest,
+    ) {
+        let kind = request
+            .arguments
+            .get("kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let task = request
+            .arguments
+            .get("task")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if !self.ctx.flow.workers.contains_key(&kind) || task.is_empty() {
+            let _ = myself.send_message(LoopMsg::CallDone {
+                step,
+                index,
+                attempt,
+                outcome: Ok(format!(
+                    "error: `spawn_worker` needs {{\"kind\": one of {:?}, \"task\": \"…\"}}",
+                    self.ctx.flow.workers.keys().collect::<Vec<_>>()
+                )),
+            });
+            return;
+        }
+        self.state.spawns += 1;
+        // The first attempt uses the path given when the model asked (kept in
+        // the snapshot, so a resume finds the worker's own snapshot); a
+        // restart is a new worker.
+        let preassigned = self
+            .state
+            .calls
+            .get(index)
+            .and_then(|c| c.worker_path.clone())
+            .filter(|_| attempt == 1);
+        let path = preassigned.unwrap_or_else(|| self.worker_path(&kind));
+        if let Some(call) = self.state.calls.get_mut(index) {
+            call.worker_path = Some(path.clone());
+        }
+        self.ctx.emit(
+            &path,
+            EventKind::WorkerSpawned {
+                worker: kind.clone(),
+                task: task.clone(),
+            },
+        );
+        let spec = self
+            .ctx
+            .spec(LeaseKind::WorkerStep, &format!("worker:{kind}"), &path)
+            .with_transcript_tail(self.transcript_tail())
+            .with_nudges(self.nudges.clone())
+            .with_parent(&self.cancel);
+        worker::start_worker_call(worker::WorkerCall {
+            ctx: self.ctx.clone(),
+            kind,
+            task,
+            path,
+            spec,
+            parent: myself.clone(),
+            parent_cancel: self.cancel.clone(),
+            step,
+            index,
+            attempt,
+        });
+    }
+
+    pub(super) async fn call_done(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        index: usize,
+        attempt: u32,
+        outcome: Result<String, ChildEnd>,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Calls || step != self.state.steps {
+            return None;
+        }
+        let call = self.state.calls.get_mut(index)?;
+        if call.attempt != attempt || !call.running {
+            return None;
+        }
+        call.running = false;
+        let subject = call.request.name.clone();
+        self.children
+            .retain(|_, c| *c != (step, Some(index), attempt));
+        let is_tool = subject != SPAWN_WORKER_TOOL && subject != COMPLETE_MILESTONE_TOOL;
+        match outcome {
+            Ok(result) => {
+                if is_tool
+                    && let Some(record) =
+                        self.call_record(index, ToolCallState::Done, Some(result.clone()))
+                    && !self.ctx.record_call(record).await
+                {
+                    return None;
+                }
+                if let Some(call) = self.state.calls.get_mut(index) {
+                    call.result = Some(result);
+                }
+                if is_tool {
+                    self.ctx.emit(
+                        &format!("{}/tool_call:{step}.{index}", self.path),
+                        EventKind::ToolCallFinished {
+                            tool: subject,
+                            idempotency_key: self.idempotency_key(step, index),
+                            attempt,
+                            outcome: CallOutcome::Ok,
+                        },
+                    );
+                }
+            }
+            Err(end) => {
+                // Sent, then ended without a result: whether it took effect
+                // is not known.
+                if is_tool
+                    && let Some(record) = self.call_record(index, ToolCallState::Unknown, None)
+                    && !self.ctx.record_call(record).await
+                {
+                    return None;
+                }
+                if subject != SPAWN_WORKER_TOOL {
+                    self.ctx.emit(
+                        &format!("{}/tool_call:{step}.{index}", self.path),
+                        EventKind::ToolCallFinished {
+                            tool: subject.clone(),
+                            idempotency_key: self.idempotency_key(step, index),
+                            attempt,
+                            outcome: call_outcome(&end),
+                        },
+                    );
+                }
+                if let Some(ended) =
+                    self.child_failed(myself, step, Some(index), attempt, end, &subject, None)
+                {
+                    return Some(ended);
+                }
+            }
+        }
+        self.finish_step_if_done(myself).await
+    }
+
+    /// When every call of the step has a result: feed them to the
+    /// transcript, save the snapshot, and go on.
+    pub(super) async fn finish_step_if_done(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Calls || self.state.calls.iter().any(|c| c.result.is_none()) {
+            return None;
+        }
+        for call in std::mem::take(&mut self.state.calls) {
+            self.state.transcript.push(ChatMessage::tool(
+                call.request.id,
+                call.result.unwrap_or_default(),
+            ));
+        }
+        if let Some(evidence) = &self.step_evidence {
+            evidence.progress(format!("step {} done", self.state.steps));
+        }
+        self.phase = Phase::Idle;
+        self.save(RunStatus::Running).await;
+        let _ = myself.send_message(LoopMsg::Next);
+        None
+    }
+}

@@ -1,0 +1,297 @@
+//! The loop's model step: the budget checkpoint before it, then one model
+//! call under a lease, and what its answer makes of the step — the loop's
+//! answer, a cut-off reply to continue, or tool and worker calls to start
+//! (in [`calls`](super::calls)).
+
+use std::sync::Arc;
+
+use ractor::ActorRef;
+
+use super::{
+    AgentLoop, CallState, Gate, LoopEnd, LoopMsg, Phase, SPAWN_WORKER_TOOL, call_outcome,
+    model_call,
+};
+use crate::budget::{BudgetDecision, checkpoint_due};
+use crate::event::{CallOutcome, EventKind};
+use crate::lease::LeaseKind;
+use crate::ports::{
+    BudgetEvaluationRequest, ChatMessage, FinishReason, ModelReply, ModelRequest, RunStatus,
+};
+use crate::strategy::ChildEnd;
+
+/// What the next step is told when the model's answer was cut off at its
+/// length limit.
+const CUT_OFF_NUDGE: &str = "Your previous answer was cut off at the length limit before it was \
+                             complete. Continue from where it stopped, or give a shorter final answer.";
+
+/// How many transcript messages a lease shows its evaluator.
+const TRANSCRIPT_TAIL: usize = 4;
+
+impl AgentLoop {
+    pub(super) fn next(&mut self, myself: &ActorRef<LoopMsg>) -> Option<LoopEnd> {
+        if *self.ctx.gate.borrow() != Gate::Open {
+            self.when_open(myself, LoopMsg::Next);
+            return None;
+        }
+        if !self.state.wrapping_up && checkpoint_due(self.state.steps, self.state.limit) {
+            self.phase = Phase::Budget;
+            let request = BudgetEvaluationRequest {
+                run_id: self.ctx.run_id.clone(),
+                path: self.path.clone(),
+                steps_used: self.state.steps,
+                steps_declared: self.state.declared,
+                limit: self.state.limit,
+                tool_calls: self.state.tool_calls,
+                spawns: self.state.spawns,
+                milestones_closed: self.state.milestones_closed.clone(),
+                milestones_open: self.state.milestones_open.clone(),
+                extensions_used: self.state.extensions_used,
+                extensions_left: self
+                    .ctx
+                    .budget_config
+                    .max_extensions
+                    .saturating_sub(self.state.extensions_used),
+                transcript_tail: self.transcript_tail(),
+            };
+            let budget = self.budget.clone();
+            let me = myself.clone();
+            tokio::spawn(async move {
+                let decision = crate::budget::BudgetCheckpointActor::check(&budget, request).await;
+                let _ = me.send_message(LoopMsg::Budget(decision));
+            });
+            return None;
+        }
+        self.start_step(myself);
+        None
+    }
+
+    pub(super) fn budget_decided(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        decision: BudgetDecision,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Budget {
+            return None;
+        }
+        match decision {
+            BudgetDecision::Extend { new_limit, .. } => {
+                self.state.extensions_used += 1;
+                self.state.limit = new_limit;
+            }
+            BudgetDecision::WrapUp { .. } => {
+                self.state.wrapping_up = true;
+                self.state.transcript.push(ChatMessage::user(
+                    "Your step budget is used up. Do not call any tool: reply with a summary \
+                     of what was done and your final answer.",
+                ));
+            }
+            // An unlimited budget has no checkpoint; go on.
+            BudgetDecision::Unlimited => {}
+        }
+        self.start_step(myself);
+        None
+    }
+
+    pub(super) fn start_step(&mut self, myself: &ActorRef<LoopMsg>) {
+        self.state.steps += 1;
+        self.state.calls.clear();
+        let nudges = self.take_nudges();
+        self.emit(EventKind::StepStarted {
+            step: self.state.steps,
+            limit: self.state.limit,
+            nudges,
+        });
+        self.model_attempt = 1;
+        self.start_model_call(myself, 1);
+    }
+
+    /// Moves queued nudges and guidance into the transcript: the next model
+    /// call sees them, and only that one.
+    pub(super) fn take_nudges(&mut self) -> u32 {
+        let nudges = self.nudges.drain();
+        let count = u32::try_from(nudges.len()).unwrap_or(u32::MAX);
+        for nudge in nudges {
+            self.state.transcript.push(ChatMessage::user(nudge));
+        }
+        count
+    }
+
+    pub(super) fn transcript_tail(&self) -> Arc<[crate::ports::TranscriptMessage]> {
+        let start = self.state.transcript.len().saturating_sub(TRANSCRIPT_TAIL);
+        self.state.transcript[start..]
+            .iter()
+            .map(ChatMessage::to_transcript)
+            .collect::<Vec<_>>()
+            .into()
+    }
+
+    pub(super) fn start_model_call(&mut self, myself: &ActorRef<LoopMsg>, attempt: u32) {
+        self.phase = Phase::Model;
+        self.model_attempt = attempt;
+        self.model_running = true;
+        let step = self.state.steps;
+        let stream = self.ctx.flow.stream;
+        let kind = if stream {
+            LeaseKind::ModelStream
+        } else {
+            LeaseKind::ModelBlocking
+        };
+        let mut messages = Vec::with_capacity(self.state.transcript.len() + 1);
+        if !self.system_prompt.is_empty() {
+            messages.push(ChatMessage::system(self.system_prompt.clone()));
+        }
+        messages.extend(self.state.transcript.iter().cloned());
+        let request = ModelRequest {
+            messages,
+            tools: if self.state.wrapping_up {
+                Vec::new()
+            } else {
+                self.tools.clone()
+            },
+            stream,
+            consumer: self.consumer(),
+        };
+        let path = format!("{}/model_call:{step}", self.path);
+        let spec = self
+            .ctx
+            .spec(kind, &request.consumer, &path)
+            .with_transcript_tail(self.transcript_tail())
+            .with_nudges(self.nudges.clone())
+            .with_parent(&self.cancel);
+        self.emit(EventKind::ModelCallStarted {
+            step,
+            stream,
+            attempt,
+        });
+        let args = model_call::ModelCallArgs {
+            leases: self.ctx.leases.clone(),
+            model: self.ctx.model.clone(),
+            request,
+            spec,
+            reply_to: myself.clone(),
+            step,
+            attempt,
+        };
+        let name = self.adopt(&path, step, None, attempt);
+        let span = self.call_span(&path, attempt);
+        let me = myself.clone();
+        let cell = myself.get_cell();
+        tokio::spawn(async move {
+            if let Err(error) =
+                model_call::ModelCallActor::spawn_linked(name, args, span, cell).await
+            {
+                let _ = me.send_message(LoopMsg::ModelDone {
+                    step,
+                    attempt,
+                    outcome: Err(ChildEnd::Failed {
+                        reason: format!("could not start the model call: {error}"),
+                        retryable: true,
+                    }),
+                    retry_after: None,
+                });
+            }
+        });
+    }
+
+    pub(super) async fn model_done(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        attempt: u32,
+        outcome: Result<ModelReply, ChildEnd>,
+        retry_after: Option<std::time::Duration>,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Model
+            || step != self.state.steps
+            || attempt != self.model_attempt
+            || !self.model_running
+        {
+            return None;
+        }
+        self.model_running = false;
+        self.children.retain(|_, c| *c != (step, None, attempt));
+        let reply = match outcome {
+            Ok(reply) => reply,
+            Err(end) => {
+                self.emit(EventKind::ModelCallFinished {
+                    step,
+                    outcome: call_outcome(&end),
+                    tool_calls: 0,
+                    usage: Default::default(),
+                    finish_reason: None,
+                });
+                return self.child_failed(
+                    myself,
+                    step,
+                    None,
+                    attempt,
+                    end,
+                    "model call",
+                    retry_after,
+                );
+            }
+        };
+        self.emit(EventKind::ModelCallFinished {
+            step,
+            outcome: CallOutcome::Ok,
+            tool_calls: u32::try_from(reply.tool_calls.len()).unwrap_or(u32::MAX),
+            usage: reply.usage,
+            finish_reason: reply.finish_reason,
+        });
+        let cut_off = reply.finish_reason == Some(FinishReason::Length);
+        if cut_off && reply.tool_calls.is_empty() && !self.state.wrapping_up {
+            // Not an answer: the model ran out of room mid-way. The next step
+            // asks it to go on; the step budget bounds how often.
+            self.state
+                .transcript
+                .push(ChatMessage::assistant(reply.content, Vec::new()));
+            self.nudges.push(CUT_OFF_NUDGE);
+            self.phase = Phase::Idle;
+            if !self.save(RunStatus::Running).await {
+                return None;
+            }
+            self.when_open(myself, LoopMsg::Next);
+            return None;
+        }
+        if reply.tool_calls.is_empty() || self.state.wrapping_up {
+            self.state
+                .transcript
+                .push(ChatMessage::assistant(reply.content.clone(), Vec::new()));
+            self.phase = Phase::Done;
+            self.state.answer = Some(reply.content.clone());
+            self.save(RunStatus::Running).await;
+            return Some(LoopEnd::Answer(reply.content));
+        }
+        self.state.transcript.push(ChatMessage::assistant(
+            reply.content,
+            reply.tool_calls.clone(),
+        ));
+        self.phase = Phase::Calls;
+        self.state.calls = reply
+            .tool_calls
+            .into_iter()
+            .map(|request| CallState {
+                worker_path: (request.name == SPAWN_WORKER_TOOL).then(|| {
+                    let kind = request
+                        .arguments
+                        .get("kind")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("worker");
+                    self.worker_path(kind)
+                }),
+                request,
+                attempt: 0,
+                running: false,
+                result: None,
+            })
+            .collect();
+        // The model's answer is kept before any call is sent, so a resume
+        // makes the same calls with the same keys instead of asking again.
+        if !self.save(RunStatus::Running).await {
+            return None;
+        }
+        // A pause that came while the model answered holds the calls back.
+        self.when_open(myself, LoopMsg::StartCalls { step });
+        None
+    }
+}
