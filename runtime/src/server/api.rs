@@ -405,12 +405,10 @@ struct ReconcileBody {
 /// first and resumed from its snapshots.
 pub(super) async fn resume(
     State(app): State<Arc<App>>,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    control: Control,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let run_id = run_id(path)?;
-    let ResumeBody { guidance } = read_json(&app, &headers, body).await?;
+    let ResumeBody { guidance } = control.json()?;
+    let run_id = control.run_id;
     let guidance = guidance.filter(|g| !g.trim().is_empty());
     let (handle, was) = match app.handle(&run_id) {
         Some(handle) => {
@@ -418,19 +416,7 @@ pub(super) async fn resume(
             (handle, status)
         }
         None => {
-            let record = app
-                .engine
-                .store()
-                .load_run(&run_id)
-                .await?
-                .ok_or_else(|| ApiError::unknown_run(&run_id))?;
-            room_for_a_run(&app)?;
-            let engine = Arc::clone(&app.engine);
-            let id = run_id.clone();
-            let handle = tokio::spawn(async move { engine.resume(&id).await })
-                .await
-                .map_err(|e| ApiError::internal(format!("resuming the run panicked: {e}")))??;
-            app.adopt(handle.clone());
+            let (handle, record) = take_over(&app, &run_id).await?;
             if !record.status.is_paused() {
                 // An orphan: claiming and resuming it was the whole request.
                 return Ok(Json(serde_json::json!({
@@ -455,12 +441,10 @@ pub(super) async fn resume(
 /// `POST /runs/{id}/cancel`.
 pub(super) async fn cancel(
     State(app): State<Arc<App>>,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    control: Control,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let run_id = run_id(path)?;
-    let CancelBody { reason } = read_json(&app, &headers, body).await?;
+    let CancelBody { reason } = control.json()?;
+    let run_id = control.run_id;
     let reason = reason
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "cancelled over the API".to_owned());
@@ -475,28 +459,75 @@ pub(super) async fn cancel(
 /// "retry" | "cancel", "result"}` for a run in `reconciliation_required`.
 pub(super) async fn reconcile(
     State(app): State<Arc<App>>,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    control: Control,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let run_id = run_id(path)?;
-    let bytes = read_json_body(&app, &headers, body).await?;
-    let ReconcileBody { key, decision } = serde_json::from_slice(&bytes)
+    let ReconcileBody { key, decision } = serde_json::from_slice(&control.body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a reconciliation: {e}")))?;
+    let run_id = control.run_id;
     let handle = match app.handle(&run_id) {
         Some(handle) => handle,
-        None => {
-            if app.engine.store().load_run(&run_id).await?.is_none() {
-                return Err(ApiError::unknown_run(&run_id));
-            }
-            room_for_a_run(&app)?;
-            let handle = app.engine.resume(&run_id).await?;
-            app.adopt(handle.clone());
-            handle
-        }
+        None => take_over(&app, &run_id).await?.0,
     };
     handle.reconcile(key, decision).await?;
     Ok(run_status(&run_id, handle.state().status))
+}
+
+/// Claims a run this server does not run (an orphan, or one paused by an
+/// executor that died) and resumes it from its snapshots; with the record
+/// as it was found.
+async fn take_over(app: &Arc<App>, run_id: &str) -> Result<(RunHandle, RunRecord), ApiError> {
+    let record = app
+        .engine
+        .store()
+        .load_run(run_id)
+        .await?
+        .ok_or_else(|| ApiError::unknown_run(run_id))?;
+    room_for_a_run(app)?;
+    let engine = Arc::clone(&app.engine);
+    let id = run_id.to_owned();
+    // On a task of its own, so a panic while resuming is a 500, not a
+    // dropped connection.
+    let handle = tokio::spawn(async move { engine.resume(&id).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("resuming the run panicked: {e}")))??;
+    app.adopt(handle.clone());
+    Ok((handle, record))
+}
+
+/// A person's control of one run: the run id from the path and the JSON
+/// body (`application/json`, or nothing), read within the body's bounds.
+pub(super) struct Control {
+    run_id: String,
+    body: axum::body::Bytes,
+}
+
+impl Control {
+    /// The body as JSON of `T`; an empty body is `T::default()`.
+    fn json<T: DeserializeOwned + Default>(&self) -> Result<T, ApiError> {
+        if self.body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(T::default());
+        }
+        serde_json::from_slice(&self.body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not the JSON expected: {e}")))
+    }
+}
+
+impl axum::extract::FromRequest<Arc<App>> for Control {
+    type Rejection = ApiError;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        app: &Arc<App>,
+    ) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = request.into_parts();
+        let path = <Path<String> as axum::extract::FromRequestParts<Arc<App>>>::from_request_parts(
+            &mut parts, app,
+        )
+        .await;
+        let run_id = run_id(path)?;
+        let body = read_json_body(app, &parts.headers, body).await?;
+        Ok(Self { run_id, body })
+    }
 }
 
 /// The answer of a control request: the run and its status now.
@@ -561,20 +592,6 @@ async fn read_json_body(
         return Err(unsupported(None, "application/json"));
     }
     Ok(bytes)
-}
-
-/// The body as JSON of `T`; an empty body is `T::default()`.
-async fn read_json<T: DeserializeOwned + Default>(
-    app: &App,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<T, ApiError> {
-    let bytes = read_json_body(app, headers, body).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not the JSON expected: {e}")))
 }
 
 #[cfg(test)]

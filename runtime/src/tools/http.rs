@@ -115,6 +115,8 @@ impl StreamableHttpClient for WatchedClient {
         self.watch_post(answer)
     }
 
+    // The transport calls the two methods below; this one is kept bounded
+    // all the same, by the same limits with its event size.
     async fn post_message_with_max_sse_event_size(
         &self,
         uri: Arc<str>,
@@ -124,18 +126,17 @@ impl StreamableHttpClient for WatchedClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Answer<StreamableHttpPostResponse> {
-        let answer = self
-            .inner
-            .post_message_with_max_sse_event_size(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
-            .await;
-        self.watch_post(answer)
+        let mut limits = StreamableHttpResponseLimits::default();
+        limits.max_sse_event_size = max_sse_event_size;
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+        .await
     }
 
     async fn post_message_with_response_limits(
