@@ -35,14 +35,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold_actors::event::EventKind;
-use leasehold_actors::evidence::Evidence;
-use leasehold_actors::lease::{LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseSpec, Leases};
-use leasehold_actors::ports::EventSink;
-use leasehold_actors::watchdog::{
-    LeaseExpiry, Verdict, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
+use leasehold_actors::{
+    EventKind, EventSink, Evidence, LeaseExpiry, LeaseHandle, LeaseId, LeaseKind, LeaseMeta,
+    LeaseSpec, Leases, Supervision, SupervisionConfig, Verdict, WatchdogActor, WatchdogArgs,
+    WatchdogConfig, WatchdogMsg,
 };
-use leasehold_actors::{Supervision, SupervisionConfig};
 use ractor::ActorRef;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};

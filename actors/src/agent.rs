@@ -18,17 +18,17 @@
 //! on with the error as the call's result.
 
 mod builtin;
-pub mod call;
+pub(crate) mod call;
 mod calls;
 mod context;
 mod ends;
 mod messages;
-pub mod model_call;
+pub(crate) mod model_call;
 mod restore;
 mod step;
 mod supervise;
-pub mod tool_call;
-pub mod worker;
+pub(crate) mod tool_call;
+pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,7 +62,7 @@ pub(crate) enum Role {
 
 /// One tool or worker call of a step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CallState {
+pub(crate) struct CallState {
     /// What the model asked for.
     pub request: ToolCallRequest,
     /// The current attempt (0 before the first starts).
@@ -90,7 +90,7 @@ enum Phase {
 
 /// A loop's state, saved in its snapshot at each step boundary.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoopState {
+pub(crate) struct LoopState {
     /// The conversation so far (without the system prompt).
     pub transcript: Vec<ChatMessage>,
     /// Steps started.

@@ -55,11 +55,11 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use leasehold_actors::budget::{
+//! use leasehold_actors::{
 //!     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
 //! };
-//! use leasehold_actors::event::EventBus;
-//! use leasehold_actors::ports::BudgetEvaluationRequest;
+//! use leasehold_actors::EventBus;
+//! use leasehold_actors::BudgetEvaluationRequest;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -102,7 +102,8 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 use crate::event::{BudgetRecord, EventKind};
 use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
-use crate::watchdog::{DecidedBy, EvaluatorUsage, StartError};
+use crate::verdict::{DecidedBy, EvaluatorUsage};
+use crate::watchdog::StartError;
 
 pub use extension::{checkpoint_due, proportional_extension};
 pub use parse::{BudgetParseError, ParsedBudgetDecision, parse_budget_decision};

@@ -3,9 +3,9 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use leasehold_actors::engine::Engine;
-//! use leasehold_actors::flow::Flow;
-//! use leasehold_actors::ports::RunStatus;
+//! use leasehold_actors::Engine;
+//! use leasehold_actors::Flow;
+//! use leasehold_actors::RunStatus;
 //! use leasehold_actors::testing::{ScriptedModel, Turn};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]

@@ -25,8 +25,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold_actors::flow::Flow;
-//! use leasehold_actors::lease::LeaseConfig;
+//! use leasehold_actors::Flow;
+//! use leasehold_actors::LeaseConfig;
 //!
 //! let flow: Flow = serde_json::from_str(r#"{
 //!     "name": "triage",

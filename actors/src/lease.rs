@@ -138,10 +138,10 @@ pub enum LeaseMsg {
 
 /// The lease actor.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct LeaseActor;
+pub(crate) struct LeaseActor;
 
 /// What a lease actor is started with.
-pub struct LeaseActorArgs {
+pub(crate) struct LeaseActorArgs {
     /// Who judges expiries.
     pub watchdog: ActorRef<WatchdogMsg>,
     /// Where `wait`, `nudge_queued`, `intervened`, … go.
@@ -165,7 +165,7 @@ impl LeaseActor {
 }
 
 /// The lease actor's state: its leases and its timer queue.
-pub struct LeaseState {
+pub(crate) struct LeaseState {
     leases: HashMap<LeaseId, Entry>,
     timers: mpsc::UnboundedSender<TimerCmd>,
     watchdog: ActorRef<WatchdogMsg>,

@@ -3,8 +3,10 @@
 //! leasehold supervises every slow thing in an agent run with a *lease*: a
 //! timer beside the work that, when it expires, asks a *watchdog* for a
 //! verdict — `RENEW`, `NUDGE`, `INTERVENE`, `ESCALATE` — instead of cancelling.
-//! This crate holds the actors and the small traits ([`ports`]) they talk
-//! through; it does no I/O. Users depend on the `leasehold` crate, which
+//! This crate holds the actors and the small traits they talk through (the
+//! ports: [`ModelClient`], [`ToolClient`], [`Evaluator`], [`Store`],
+//! [`Clock`], [`EventSink`]); it does no I/O. Every public name is at the
+//! crate's root. Users depend on the `leasehold` crate, which
 //! re-exports it.
 //!
 //! ```
@@ -30,38 +32,104 @@
 //! # }
 //! ```
 
-pub mod agent;
-pub mod budget;
+mod agent;
+mod budget;
 mod duration;
-pub mod engine;
-pub mod event;
-mod event_log;
-pub mod evidence;
-pub mod flow;
-pub mod lease;
-pub mod memory;
-pub mod nudge;
-pub mod ports;
-pub mod reply;
-pub mod run;
-pub mod strategy;
-pub mod verdict;
-pub mod watchdog;
-
+mod engine;
 mod error;
 mod evaluation;
+mod event;
+mod event_log;
+mod evidence;
+mod flow;
+mod lease;
+mod memory;
+mod nudge;
+mod ports;
+mod reply;
+mod run;
 mod serde_time;
+mod strategy;
 mod strict_json;
 mod supervision;
+mod verdict;
+mod watchdog;
+
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+// The public API, flat: every name an embedder uses is at the crate's root,
+// whatever file it lives in, so moving code between files never changes it.
+
+// The engine and its runs.
+pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
+pub use engine::{
+    DEFAULT_MAX_TOOL_RESULT_BYTES, Engine, EngineBuilder, EngineConfig, EngineError,
+    RUN_STOP_GRACE, ToolFactory,
+};
+pub use run::{RunHandle, RunState};
+
+// Flows.
+pub use flow::{
+    BudgetOverrides, Flow, FlowError, LeaseOverrides, StrategyKind, SupervisionOverrides,
+    ToolServer, WorkerKind,
+};
+
+// Events.
+pub use event::{
+    BudgetRecord, CallOutcome, Event, EventBus, EventKind, EventStream, HandedTo, Lagged,
+};
+
+// The ports to implement, and the records they carry.
+pub use memory::MemoryStore;
+pub use ports::{
+    BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
+    EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
+    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, RunRecord,
+    RunStatus, RunUpdate, Snapshot, Store, StoreError, SystemClock, TokenCost, TokioClock,
+    ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition, ToolError,
+    ToolInvocation, ToolOutput, TranscriptMessage, fencing,
+};
+
+// Leases and their evidence, for supervising work of your own.
+pub use evidence::{Evidence, EvidenceSummary, MIN_TRIGRAMS, TAIL_BYTES, repetition};
+pub use lease::{
+    LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseSpec,
+    Leases,
+};
+pub use nudge::NudgeQueue;
+pub use supervision::{Supervision, SupervisionConfig};
+
+// Verdicts: their vocabulary, the policy that decides them, the watchdog.
+pub use verdict::{
+    DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
+    parse_verdict,
+};
+pub use watchdog::{
+    AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy,
+    Judgement, LeaseExpiry, LeaseholdPolicy, PolicyKind, StartError, VerdictPolicy,
+    WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
+};
+
+// Step budgets and their checkpoint.
+pub use budget::{
+    BUDGET_CONSUMER, BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
+    BudgetMsg, BudgetParseError, BudgetReply, MAX_EXTENSIONS, ParsedBudgetDecision, checkpoint_due,
+    max_extensions_expected, parse_budget_decision, proportional_extension,
+};
+
+// Supervision strategies.
+pub use strategy::{
+    ChildEnd, ChildInfo, ChildKind, FailFast, GiveUpScope, OnExhausted, RestartOnIntervene,
+    RestartPolicy, StrategyFactory, SupervisionAction, SupervisionStrategy,
+};
+
+// Durations: the one bound every configured duration is checked against.
 pub use duration::{
     MAX_DURATION, MAX_DURATION_EXPECTED, check_duration, check_positive_duration, clamp_duration,
     deadline_after, describe_duration,
 };
 pub use error::ConfigError;
-pub use supervision::{Supervision, SupervisionConfig};
 
 /// The names most users need: the engine and its runs, flows, events, the
 /// ports to implement, supervision strategies and verdict policies, and

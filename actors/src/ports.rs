@@ -23,8 +23,8 @@ pub use evaluator::{
 };
 pub use events::EventSink;
 pub use model::{
-    ChatMessage, FinishReason, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
-    Role, ToolCallRequest,
+    ChatMessage, ChatRole, FinishReason, ModelClient, ModelError, ModelErrorKind, ModelReply,
+    ModelRequest, ToolCallRequest,
 };
 pub use store::{
     ClaimOutcome, Fenced, PauseRecord, RunRecord, RunStatus, RunUpdate, Snapshot, Store,

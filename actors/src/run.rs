@@ -62,10 +62,10 @@ pub struct RunState {
 
 /// The run actor.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct RunActor;
+pub(crate) struct RunActor;
 
 /// What a run actor is started with.
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     pub(crate) ctx: Arc<RunContext>,
     pub(crate) state: watch::Sender<RunState>,
     pub(crate) record: RunRecord,
@@ -73,7 +73,7 @@ pub struct RunArgs {
 }
 
 /// A run actor's state.
-pub struct RunActorState {
+pub(crate) struct RunActorState {
     agent: AgentLoop,
     state: watch::Sender<RunState>,
     escalations: Vec<String>,

@@ -47,7 +47,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold_actors::strategy::{
+//! use leasehold_actors::{
 //!     ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, RestartOnIntervene,
 //!     RestartPolicy, SupervisionAction, SupervisionStrategy,
 //! };

@@ -775,7 +775,7 @@ pub fn user_messages(request: &ModelRequest) -> Vec<String> {
     request
         .messages
         .iter()
-        .filter(|m| m.role == crate::ports::Role::User)
+        .filter(|m| m.role == crate::ports::ChatRole::User)
         .map(|m: &ChatMessage| m.content.clone())
         .collect()
 }

@@ -49,12 +49,12 @@ use crate::evidence::{Evidence, EvidenceSummary};
 use crate::lease::LeaseMeta;
 use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
 
-pub use crate::verdict::{
-    DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
-    parse_verdict,
-};
+use crate::verdict::{DecidedBy, Decision, EvaluatorUsage, VerdictRecord, parse_verdict};
 pub use accrual::{AccrualConfig, AccrualPolicy};
-pub use policy::{Expiry, Judgement, PolicyKind, VerdictPolicy};
+pub use policy::{
+    AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
+    PolicyKind, VerdictPolicy,
+};
 
 /// The consumer that evaluator calls of the watchdog are attributed to.
 pub const WATCHDOG_CONSUMER: &str = "engine.watchdog";

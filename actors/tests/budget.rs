@@ -3,14 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_actors::budget::{
+use leasehold_actors::{
     BUDGET_CONSUMER, BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
-    BudgetMsg, BudgetReply, MAX_EXTENSIONS, checkpoint_due, proportional_extension,
+    BudgetEvaluationRequest, BudgetMsg, BudgetRecord, BudgetReply, DecidedBy, Evaluator,
+    EvaluatorUsage, Event, EventKind, MAX_EXTENSIONS, StartError, TokenCost, TranscriptMessage,
+    checkpoint_due, proportional_extension,
+    testing::{RecordingSink, Scripted, ScriptedEvaluator},
 };
-use leasehold_actors::event::{BudgetRecord, Event, EventKind};
-use leasehold_actors::ports::{BudgetEvaluationRequest, Evaluator, TokenCost, TranscriptMessage};
-use leasehold_actors::testing::{RecordingSink, Scripted, ScriptedEvaluator};
-use leasehold_actors::watchdog::{DecidedBy, EvaluatorUsage, StartError};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 

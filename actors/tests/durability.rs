@@ -6,17 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_actors::agent::{ControlError, ReconcileDecision};
-use leasehold_actors::engine::{Engine, EngineConfig, EngineError};
-use leasehold_actors::event::{CallOutcome, EventKind};
-use leasehold_actors::flow::Flow;
-use leasehold_actors::memory::MemoryStore;
-use leasehold_actors::ports::{Clock, RunStatus, ToolCallState, fencing};
-use leasehold_actors::run::RunHandle;
-use leasehold_actors::strategy::RestartPolicy;
-use leasehold_actors::testing::{
-    ManualClock, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
-    user_messages,
+use leasehold_actors::{
+    CallOutcome, Clock, ControlError, Engine, EngineConfig, EngineError, EventKind, Flow,
+    MemoryStore, ReconcileDecision, RestartPolicy, RunHandle, RunStatus, ToolCallState, fencing,
+    testing::{
+        ManualClock, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
+        user_messages,
+    },
 };
 use serde_json::json;
 use tokio::time::sleep;

@@ -10,14 +10,10 @@ use std::future::pending;
 use std::time::Duration;
 
 use common::*;
-use leasehold_actors::engine::EngineConfig;
-use leasehold_actors::prelude::*;
-use leasehold_actors::strategy::{
-    ChildEnd, ChildInfo, ChildKind, RestartOnIntervene, RestartPolicy, SupervisionAction,
-    SupervisionStrategy,
+use leasehold_actors::{
+    AccrualConfig, ChildEnd, ChildInfo, ChildKind, EngineConfig, MAX_DURATION, RestartOnIntervene,
+    RestartPolicy, SupervisionAction, SupervisionStrategy, check_duration, prelude::*,
 };
-use leasehold_actors::watchdog::AccrualConfig;
-use leasehold_actors::{MAX_DURATION, check_duration};
 use proptest::prelude::*;
 use tokio::time::Instant;
 

@@ -5,10 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use leasehold_actors::lease::LeaseId;
-use leasehold_actors::ports::TokioClock;
-use leasehold_actors::prelude::*;
-use leasehold_actors::testing::ScriptedEvaluator;
+use leasehold_actors::{LeaseId, TokioClock, prelude::*, testing::ScriptedEvaluator};
 
 #[tokio::test(start_paused = true)]
 async fn events_carry_seq_at_run_id_path_and_kind() {

@@ -5,9 +5,11 @@ mod common;
 use std::future::pending;
 
 use common::*;
-use leasehold_actors::lease::LeaseMsg;
-use leasehold_actors::prelude::*;
-use leasehold_actors::testing::{RecordingSink, Scripted, ScriptedEvaluator};
+use leasehold_actors::{
+    LeaseMsg,
+    prelude::*,
+    testing::{RecordingSink, Scripted, ScriptedEvaluator},
+};
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 

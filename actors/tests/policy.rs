@@ -6,9 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use leasehold_actors::prelude::*;
-use leasehold_actors::testing::ScriptedEvaluator;
-use leasehold_actors::watchdog::{Expiry, Judgement};
+use leasehold_actors::{Expiry, Judgement, prelude::*, testing::ScriptedEvaluator};
 use tokio::time::sleep;
 
 /// An expiry of a 10 s tool lease renewed `renewals` times, with two free

@@ -4,19 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_actors::agent::ReconcileDecision;
-use leasehold_actors::budget::BudgetConfig;
-use leasehold_actors::engine::{Engine, EngineConfig, EngineError};
-use leasehold_actors::event::{CallOutcome, Event, EventKind, HandedTo};
-use leasehold_actors::flow::Flow;
-use leasehold_actors::ports::{FinishReason, ModelError, ModelErrorKind, Role, RunStatus};
-use leasehold_actors::run::RunHandle;
-use leasehold_actors::strategy::{OnExhausted, RestartPolicy};
-use leasehold_actors::testing::{
-    MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct,
-    Turn, user_messages,
+use leasehold_actors::{
+    BudgetConfig, CallOutcome, ChatRole, DecidedBy, Engine, EngineConfig, EngineError, Event,
+    EventKind, FinishReason, Flow, HandedTo, ModelError, ModelErrorKind, OnExhausted, PolicyKind,
+    ReconcileDecision, RestartPolicy, RunHandle, RunStatus,
+    testing::{
+        MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools,
+        ToolAct, Turn, user_messages,
+    },
 };
-use leasehold_actors::watchdog::{DecidedBy, PolicyKind};
 use serde_json::json;
 use tokio::time::sleep;
 
@@ -129,7 +125,7 @@ async fn three_worker_run_completes_with_each_result_reaching_the_root() {
     let results: Vec<_> = root_calls[1]
         .messages
         .iter()
-        .filter(|m| m.role == Role::Tool)
+        .filter(|m| m.role == ChatRole::Tool)
         .map(|m| m.content.clone())
         .collect();
     let mut sorted = results.clone();
@@ -380,7 +376,7 @@ fn tool_results(model: &ScriptedModel, consumer: &str, call: usize) -> Vec<Strin
     model.requests_of(consumer)[call]
         .messages
         .iter()
-        .filter(|m| m.role == Role::Tool)
+        .filter(|m| m.role == ChatRole::Tool)
         .map(|m| m.content.clone())
         .collect()
 }
@@ -840,8 +836,8 @@ async fn a_flow_naming_an_unknown_tool_server_is_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn a_model_call_told_to_retry_after_is_restarted_no_sooner() {
-    let mut rate_limited = leasehold_actors::ports::ModelError::new(
-        leasehold_actors::ports::ModelErrorKind::RateLimited,
+    let mut rate_limited = leasehold_actors::ModelError::new(
+        leasehold_actors::ModelErrorKind::RateLimited,
         "429 Too Many Requests",
         true,
     );
@@ -1024,6 +1020,8 @@ async fn a_flow_that_names_the_deadline_policy_has_its_slow_tool_cut_at_the_firs
     assert_eq!(tools.completed("search"), 0);
     let verdicts = rig.events.verdicts();
     assert_eq!(verdicts.len(), 4);
-    assert!(verdicts.iter().all(|v| v.decided_by == DecidedBy::Policy
-        && v.verdict == leasehold_actors::watchdog::Verdict::Intervene));
+    assert!(
+        verdicts.iter().all(|v| v.decided_by == DecidedBy::Policy
+            && v.verdict == leasehold_actors::Verdict::Intervene)
+    );
 }

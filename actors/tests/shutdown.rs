@@ -6,14 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold_actors::engine::{Engine, RUN_STOP_GRACE, ToolFactory};
-use leasehold_actors::evidence::Evidence;
-use leasehold_actors::flow::Flow;
-use leasehold_actors::memory::MemoryStore;
-use leasehold_actors::ports::{
-    BoxFuture, RunStatus, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+use leasehold_actors::{
+    BoxFuture, Engine, Evidence, Flow, MemoryStore, RUN_STOP_GRACE, RunStatus, ToolClient,
+    ToolDefinition, ToolError, ToolFactory, ToolInvocation, ToolOutput,
+    testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
-use leasehold_actors::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
 use serde_json::json;
 
 /// A run's own tool server that never finishes stopping: its `shutdown` is

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use leasehold_actors::ConfigError;
-use leasehold_actors::strategy::{
-    ChildEnd, ChildInfo, ChildKind, FailFast, GiveUpScope, OnExhausted, RestartOnIntervene,
-    RestartPolicy, SupervisionAction, SupervisionStrategy,
+use leasehold_actors::{
+    ChildEnd, ChildInfo, ChildKind, ConfigError, FailFast, GiveUpScope, OnExhausted,
+    RestartOnIntervene, RestartPolicy, SupervisionAction, SupervisionStrategy,
 };
 use proptest::prelude::*;
 use tokio::time::{Instant, advance};

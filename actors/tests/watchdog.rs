@@ -6,12 +6,12 @@ use std::future::pending;
 use std::sync::Arc;
 
 use common::*;
-use leasehold_actors::evidence::Evidence;
-use leasehold_actors::lease::{LeaseId, LeaseMeta};
-use leasehold_actors::ports::{ChatMessage, ModelClient, ModelError, ModelReply, ModelRequest};
-use leasehold_actors::prelude::*;
-use leasehold_actors::testing::{RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, Turn};
-use leasehold_actors::watchdog::{LeaseExpiry, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs};
+use leasehold_actors::{
+    ChatMessage, Evidence, LeaseExpiry, LeaseId, LeaseMeta, ModelClient, ModelError, ModelReply,
+    ModelRequest, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs,
+    prelude::*,
+    testing::{RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, Turn},
+};
 use tokio::time::{Instant, sleep};
 
 /// Runs one operation that never reports evidence under a 1 s lease with
@@ -501,7 +501,7 @@ async fn a_looping_stream_reaches_the_evaluator_with_its_tail_well_before_the_ca
         assert!(phi < 8.0, "a live stream looked dead: phi {phi}");
         let tail = request.stream_tail.as_deref().expect("the tail is shown");
         assert!(tail.contains(LOOP), "tail {tail:?}");
-        assert!(tail.len() <= leasehold_actors::evidence::TAIL_BYTES);
+        assert!(tail.len() <= leasehold_actors::TAIL_BYTES);
         let verdicts = rig.events.verdicts();
         assert_eq!(
             verdicts.last().map(|v| v.decided_by),

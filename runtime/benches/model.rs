@@ -26,12 +26,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::event::EventBus;
-use leasehold::evidence::Evidence;
-use leasehold::lease::{LeaseKind, Leases};
-use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
-use leasehold::ports::{ChatMessage, ModelRequest};
-use leasehold::{Supervision, SupervisionConfig};
+use leasehold::{
+    ChatMessage, EventBus, Evidence, LeaseKind, Leases, ModelRequest, Supervision,
+    SupervisionConfig,
+    model::{ModelEndpoint, ModelSettings, OpenAiClient},
+};
 use serde_json::{Value, json};
 
 const WORDS: usize = 200;

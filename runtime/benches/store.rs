@@ -26,8 +26,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::ports::{ClaimOutcome, RunRecord, RunStatus, Snapshot, Store};
-use leasehold::store::{Durability, SledConfig, SledStore};
+use leasehold::{
+    ClaimOutcome, RunRecord, RunStatus, Snapshot, Store,
+    store::{Durability, SledConfig, SledStore},
+};
 use serde_json::{Value, json};
 
 const CONCURRENCY: [usize; 3] = [1, 8, 64];

@@ -19,8 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use leasehold_actors::engine::EngineError;
-use leasehold_actors::ports::RunStatus;
+use leasehold_actors::{EngineError, RunStatus};
 
 use crate::config::{Config, EngineSetupError, Flag, LoadError};
 
@@ -128,7 +127,7 @@ pub enum CliError {
     Engine(#[from] EngineError),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] leasehold_actors::ports::StoreError),
+    Store(#[from] leasehold_actors::StoreError),
     /// The engine could not be set up from the configuration.
     #[error(transparent)]
     Setup(#[from] EngineSetupError),
@@ -332,9 +331,9 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
 /// the engine, flushes the store, prints what the log holds beyond what the
 /// bus brought, and answers the exit code.
 async fn follow_to_the_end(
-    engine: &leasehold_actors::engine::Engine,
-    handle: leasehold_actors::run::RunHandle,
-    events: &mut leasehold_actors::event::EventStream,
+    engine: &leasehold_actors::Engine,
+    handle: leasehold_actors::RunHandle,
+    events: &mut leasehold_actors::EventStream,
     json: bool,
     signals: &signal::Signals,
 ) -> Result<ExitCode, CliError> {
@@ -360,7 +359,7 @@ fn followed_code(followed: &log::Followed) -> ExitCode {
 }
 
 /// The exit code for a run's last state: 0 completed, 3 paused, 1 otherwise.
-pub fn exit_code(state: &leasehold_actors::run::RunState) -> ExitCode {
+pub fn exit_code(state: &leasehold_actors::RunState) -> ExitCode {
     if state.lost.is_some() {
         ExitCode::FAILURE
     } else {

@@ -16,7 +16,7 @@
 //!
 //! ```
 //! use leasehold::config::{Config, Source};
-//! use leasehold::lease::LeaseKind;
+//! use leasehold::LeaseKind;
 //!
 //! let env = |name: &str| (name == "LEASEHOLD_LEASE_TOOL_CALL").then(|| "90s".to_owned());
 //! let config = Config::load(None, env)?;
@@ -31,11 +31,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_actors::ConfigError;
-use leasehold_actors::engine::EngineConfig;
-use leasehold_actors::flow::ToolServer;
-use leasehold_actors::strategy::OnExhausted;
-use leasehold_actors::watchdog::PolicyKind;
+use leasehold_actors::{ConfigError, EngineConfig, OnExhausted, PolicyKind, ToolServer};
 
 use crate::model::ModelRole;
 use crate::store::Durability;

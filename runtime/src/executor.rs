@@ -24,8 +24,7 @@
 
 use std::sync::Arc;
 
-use leasehold_actors::engine::{Engine, EngineError};
-use leasehold_actors::run::RunHandle;
+use leasehold_actors::{Engine, EngineError, RunHandle};
 use tokio_util::sync::CancellationToken;
 
 /// The environment variable that turns resume on boot on.

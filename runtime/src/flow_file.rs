@@ -28,7 +28,7 @@
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
-use leasehold_actors::flow::{Flow, FlowError, ToolServer};
+use leasehold_actors::{Flow, FlowError, ToolServer};
 
 /// A flow file that could not be loaded.
 #[derive(Debug, thiserror::Error)]

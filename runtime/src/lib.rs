@@ -52,10 +52,30 @@
 #[cfg(feature = "test-util")]
 pub use leasehold_actors::testing;
 pub use leasehold_actors::{
-    ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, Supervision, SupervisionConfig, agent,
-    budget, check_duration, check_positive_duration, clamp_duration, deadline_after,
-    describe_duration, engine, event, evidence, flow, lease, memory, nudge, ports, prelude, reply,
-    run, strategy, verdict, watchdog,
+    AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, BUDGET_CONSUMER, BoxFuture,
+    BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
+    BudgetEvaluationRequest, BudgetMsg, BudgetOverrides, BudgetParseError, BudgetRecord,
+    BudgetReply, COMPLETE_MILESTONE_TOOL, CallOutcome, ChatMessage, ChatRole, ChildEnd, ChildInfo,
+    ChildKind, ClaimOutcome, Clock, ConfigError, ControlError, DEFAULT_MAX_TOOL_RESULT_BYTES,
+    DeadlinePolicy, DecidedBy, Decision, Engine, EngineBuilder, EngineConfig, EngineError,
+    EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EvaluatorUsage, Event, EventBus,
+    EventKind, EventSink, EventStream, Evidence, EvidenceSummary, Expiry, FailFast, Fenced,
+    FinishReason, Flow, FlowError, GiveUpScope, HandedTo, IdleKillPolicy, Judgement, Lagged,
+    LeaseConfig, LeaseError, LeaseExpiry, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg,
+    LeaseOverrides, LeaseSpec, LeaseholdPolicy, Leases, MAX_DURATION, MAX_DURATION_EXPECTED,
+    MAX_EXTENSIONS, MIN_TRIGRAMS, MemoryStore, ModelClient, ModelError, ModelErrorKind, ModelReply,
+    ModelRequest, NudgeQueue, OnExhausted, ParsedBudgetDecision, ParsedVerdict, PauseRecord,
+    PolicyKind, RUN_STOP_GRACE, ReconcileDecision, RestartOnIntervene, RestartPolicy, RunHandle,
+    RunRecord, RunState, RunStatus, RunUpdate, SPAWN_WORKER_TOOL, Snapshot, StartError, Store,
+    StoreError, StrategyFactory, StrategyKind, Supervision, SupervisionAction, SupervisionConfig,
+    SupervisionOverrides, SupervisionStrategy, SystemClock, TAIL_BYTES, TokenCost, TokioClock,
+    ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition, ToolError,
+    ToolFactory, ToolInvocation, ToolOutput, ToolServer, TranscriptMessage, Verdict,
+    VerdictParseError, VerdictPolicy, VerdictRecord, WATCHDOG_CONSUMER, WatchdogActor,
+    WatchdogArgs, WatchdogConfig, WatchdogMsg, WorkerKind, check_duration, check_positive_duration,
+    checkpoint_due, clamp_duration, deadline_after, describe_duration, fencing,
+    max_extensions_expected, parse_budget_decision, parse_verdict, prelude, proportional_extension,
+    repetition,
 };
 
 #[cfg(feature = "cli")]

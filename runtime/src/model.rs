@@ -17,7 +17,7 @@
 //! - **Typed failures**, by one table, and never a panic whatever the
 //!   server sends:
 //!
-//!   | what happened | [`ModelErrorKind`](crate::ports::ModelErrorKind) | retryable |
+//!   | what happened | [`ModelErrorKind`](leasehold_actors::ModelErrorKind) | retryable |
 //!   |---|---|---|
 //!   | nothing listens, or no connection within the connect timeout | `ConnectionRefused` | yes |
 //!   | no chunk within the idle timeout | `IdleTimeout` | yes |
@@ -50,7 +50,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use leasehold::engine::Engine;
+//! use leasehold::Engine;
 //! use leasehold::model::{ModelEvaluator, OpenAiClient};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,13 +1,13 @@
 //! The durable store: `SledStore` (the `store` feature), the
-//! [`Store`](leasehold_actors::ports::Store) port on an embedded sled
+//! [`Store`](leasehold_actors::Store) port on an embedded sled
 //! database.
 //!
 //! It keeps runs, the latest snapshot of each loop, tool-call records and
 //! the event log, and applies exactly the ownership rules of
-//! [`fencing`](leasehold_actors::ports::fencing): every write that changes a
+//! [`fencing`](leasehold_actors::fencing): every write that changes a
 //! run carries the writer's fence and lands, atomically with the fence
 //! check, only if that fence is the run's current one. It behaves like
-//! [`MemoryStore`](leasehold_actors::memory::MemoryStore), outcome for
+//! [`MemoryStore`](leasehold_actors::MemoryStore), outcome for
 //! outcome, and adds durability:
 //!
 //! - [`Durability`] says when a write counts as done (`sync`, `async`,
@@ -21,7 +21,7 @@
 //! cut in each mode.
 //!
 //! ```no_run
-//! use leasehold::ports::Store;
+//! use leasehold::Store;
 //! use leasehold::store::{Durability, SledConfig, SledStore};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,18 +1,18 @@
 //! The MCP tool client: a flow's tool server — a stdio child process or a
-//! streamable-HTTP endpoint — behind the [`ToolClient`](crate::ports::ToolClient)
+//! streamable-HTTP endpoint — behind the [`ToolClient`](leasehold_actors::ToolClient)
 //! port, on `rmcp`.
 //!
 //! [`McpToolClient::for_server`] builds a client from a flow's
-//! [`ToolServer`](crate::flow::ToolServer); nothing is started until the first
+//! [`ToolServer`](leasehold_actors::ToolServer); nothing is started until the first
 //! use (or [`McpToolClient::connect`]). What it guarantees:
 //!
 //! * **Progress is evidence.** Every `tools/call` carries a progress token,
 //!   and each `notifications/progress` the server sends for it is reported as
-//!   [`Evidence::progress`](crate::evidence::Evidence::progress) with a note
+//!   [`Evidence::progress`](leasehold_actors::Evidence::progress) with a note
 //!   such as `"3/10"` (or the server's own message), so a slow tool that
 //!   reports progress keeps its lease renewing without asking the evaluator.
 //! * **The idempotency key reaches the tool.** A call's
-//!   [`ToolInvocation::idempotency_key`](crate::ports::ToolInvocation) travels
+//!   [`ToolInvocation::idempotency_key`](leasehold_actors::ToolInvocation) travels
 //!   in the request's `_meta` under the key [`IDEMPOTENCY_KEY_META`]
 //!   (`"leasehold/idempotency_key"`), the same on every retry and resume of
 //!   the call, so a server can recognise a repeat:
@@ -36,7 +36,7 @@
 //!   and is stopped.
 //! * **A server that dies is reported, then restarted.** A server that exits
 //!   or drops its connection fails the calls in flight — and, if none was in
-//!   flight, the next call — with a [`ToolError`](crate::ports::ToolError) that
+//!   flight, the next call — with a [`ToolError`](leasehold_actors::ToolError) that
 //!   names the server and says it exited (`retryable: true`); the use after
 //!   that starts a stdio server again, or opens a new HTTP session.
 //! * **A message over the library's limit ends the call at once.** rmcp
@@ -49,7 +49,7 @@
 //!   streamable-HTTP answer over the limit, a JSON body or one SSE event,
 //!   ends its request at once too, with an error that names the limit.
 //!   Smaller results are capped by the engine
-//!   ([`EngineConfig::max_tool_result_bytes`](crate::engine::EngineConfig::max_tool_result_bytes),
+//!   ([`EngineConfig::max_tool_result_bytes`](leasehold_actors::EngineConfig::max_tool_result_bytes),
 //!   1 MiB by default), whatever the tool client.
 //! * **A run's servers end with it.** A stdio server runs in a process group
 //!   of its own (so a launcher such as `npx` takes its children with it), and
@@ -58,13 +58,13 @@
 //!
 //! Results: the text blocks of a tool's result are joined with newlines
 //! (other blocks are named in brackets, e.g. `[image/png image]`); a result
-//! with `isError` becomes a [`ToolOutput`](crate::ports::ToolOutput) with
+//! with `isError` becomes a [`ToolOutput`](leasehold_actors::ToolOutput) with
 //! `is_error: true`, which the model sees. Errors: a connection or transport
 //! failure is `retryable: true`; a JSON-RPC error from the server (unknown
 //! method, invalid request or params) is `retryable: false`, except an
 //! internal error, which may pass.
 //!
-//! Tool definitions: [`list_tools`](crate::ports::ToolClient::list_tools)
+//! Tool definitions: [`list_tools`](leasehold_actors::ToolClient::list_tools)
 //! returns the server's tools with their description and input schema;
 //! `idempotent` is the flow's `idempotent` entry for the tool if it has one,
 //! else the tool's `idempotentHint` annotation, else `true` for a tool
@@ -72,9 +72,9 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use leasehold::evidence::Evidence;
-//! use leasehold::flow::ToolServer;
-//! use leasehold::ports::{ToolClient, ToolInvocation};
+//! use leasehold::Evidence;
+//! use leasehold::ToolServer;
+//! use leasehold::{ToolClient, ToolInvocation};
 //! use leasehold::tools::McpToolClient;
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use leasehold_actors::event::{Event, EventKind};
+use leasehold_actors::{Event, EventKind};
 use serde::{Deserialize, Serialize};
 
 /// Counts of a run's decisions.

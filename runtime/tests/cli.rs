@@ -9,8 +9,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold::demo::DemoStack;
-use leasehold::event::Event;
+use leasehold::{Event, demo::DemoStack};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -588,11 +587,12 @@ async fn a_run_waiting_for_a_reconciliation(
 ) -> (String, String) {
     use std::sync::Arc;
 
-    use leasehold::engine::{Engine, EngineConfig};
-    use leasehold::ports::{RunStatus, Store};
-    use leasehold::store::{SledConfig, SledStore};
-    use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
-    use leasehold::tools::McpToolClient;
+    use leasehold::{
+        Engine, EngineConfig, RunStatus, Store,
+        store::{SledConfig, SledStore},
+        testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
+        tools::McpToolClient,
+    };
     use serde_json::json;
 
     let store: Arc<dyn Store> = Arc::new(SledStore::open(SledConfig::new(data)).expect("store"));

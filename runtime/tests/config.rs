@@ -4,11 +4,12 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold::config::{Config, Flag, IDLE_TIMEOUT_FORMULA, LoadError, Source};
-use leasehold::engine::EngineConfig;
-use leasehold::lease::LeaseKind;
-use leasehold::model::ModelRole;
-use leasehold::store::Durability;
+use leasehold::{
+    EngineConfig, LeaseKind,
+    config::{Config, Flag, IDLE_TIMEOUT_FORMULA, LoadError, Source},
+    model::ModelRole,
+    store::Durability,
+};
 
 fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs
@@ -691,7 +692,7 @@ fn sizes_and_lists_parse_and_bad_ones_are_refused_naming_the_key() {
 
 #[test]
 fn restart_on_exhausted_is_read_and_a_bad_value_is_refused_naming_the_key() {
-    use leasehold::strategy::OnExhausted;
+    use leasehold::OnExhausted;
     assert_eq!(
         Config::default().engine_config().restart.on_exhausted,
         OnExhausted::Pause
@@ -770,7 +771,7 @@ fn a_repetition_threshold_outside_0_to_1_is_refused_naming_the_variable() {
 
 #[test]
 fn the_verdict_policy_is_read_refused_when_unknown_and_changes_the_timing_arithmetic() {
-    use leasehold::watchdog::PolicyKind;
+    use leasehold::PolicyKind;
     assert_eq!(
         Config::default()
             .engine_config()

@@ -8,10 +8,11 @@ use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::memory::MemoryStore;
-use leasehold::server::{self, App, ServerOptions};
-use leasehold::testing::ScriptedModel;
+use leasehold::{
+    Engine, EngineConfig, MemoryStore,
+    server::{self, App, ServerOptions},
+    testing::ScriptedModel,
+};
 use tokio::net::TcpListener;
 
 /// Serves a fresh engine on a loopback port until dropped; its base URL.

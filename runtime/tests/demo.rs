@@ -7,18 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::demo::{Answer, DemoStack, Responder};
-use leasehold::event::EventKind;
-use leasehold::evidence::Evidence;
-use leasehold::lease::LeaseKind;
-use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
-use leasehold::ports::{
-    ChatMessage, ModelClient, ModelRequest, RunStatus, ToolClient, ToolDefinition, ToolInvocation,
+use leasehold::{
+    ChatMessage, DecidedBy, EventKind, Evidence, LeaseKind, ModelClient, ModelRequest, RunHandle,
+    RunStatus, ToolClient, ToolDefinition, ToolInvocation, Verdict,
+    demo::{Answer, DemoStack, Responder},
+    model::{ModelEndpoint, ModelSettings, OpenAiClient},
+    testing::RecordingSink,
+    tools::McpToolClient,
 };
-use leasehold::run::RunHandle;
-use leasehold::testing::RecordingSink;
-use leasehold::tools::McpToolClient;
-use leasehold::watchdog::{DecidedBy, Verdict};
 
 const GUIDANCE: &str = "Do not roll back: v413 is deploying.";
 
@@ -274,8 +270,8 @@ async fn the_scripted_model_answers_the_evaluators_strict_json() {
     let stack = DemoStack::start().await.expect("the servers start");
     let engine_client = client(&stack);
     let evaluator = leasehold::model::ModelEvaluator::new(&engine_client);
-    let request = leasehold::ports::EvaluationRequest {
-        lease_id: leasehold::lease::LeaseId(1),
+    let request = leasehold::EvaluationRequest {
+        lease_id: leasehold::LeaseId(1),
         run_id: "run-x".into(),
         path: "run/worker:deploys:3/tool_call:2.0".into(),
         kind: LeaseKind::ToolCall,
@@ -283,15 +279,15 @@ async fn the_scripted_model_answers_the_evaluators_strict_json() {
         renewals: 2,
         max_renewals: 10,
         lease: Duration::from_millis(300),
-        evidence: leasehold::evidence::EvidenceSummary::default(),
+        evidence: leasehold::EvidenceSummary::default(),
         evidence_renewals: 0,
         stream_tail: None,
         transcript_tail: Arc::new([]),
     };
-    let answer = leasehold::ports::Evaluator::evaluate(&evaluator, request)
+    let answer = leasehold::Evaluator::evaluate(&evaluator, request)
         .await
         .expect("the evaluator answers");
-    let parsed = leasehold::watchdog::parse_verdict(&answer.text).expect("strict JSON");
+    let parsed = leasehold::parse_verdict(&answer.text).expect("strict JSON");
     assert_eq!(parsed.verdict, Verdict::Escalate, "{}", answer.text);
     stack.shutdown().await;
 }

@@ -2,9 +2,11 @@
 //! of the configuration (file and environment) and every duration of a flow
 //! is refused above `MAX_DURATION` (30 days), naming the key.
 
-use leasehold::MAX_DURATION;
-use leasehold::config::{Config, ValueKind};
-use leasehold::flow_file;
+use leasehold::{
+    MAX_DURATION,
+    config::{Config, ValueKind},
+    flow_file,
+};
 
 #[test]
 fn every_duration_key_of_the_configuration_is_refused_above_the_maximum() {

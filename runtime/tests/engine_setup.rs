@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
-use leasehold::config::{Config, EngineSetupError};
-use leasehold::flow::Flow;
+use leasehold::{
+    Flow,
+    config::{Config, EngineSetupError},
+};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::executor::{boot, sweep};
-use leasehold::flow::Flow;
-use leasehold::memory::MemoryStore;
-use leasehold::ports::{Clock, RunStatus, fencing};
-use leasehold::testing::{ManualClock, ScriptedModel, ScriptedTools, ToolAct, Turn};
+use leasehold::{
+    Clock, Engine, EngineConfig, Flow, MemoryStore, RunStatus,
+    executor::{boot, sweep},
+    fencing,
+    testing::{ManualClock, ScriptedModel, ScriptedTools, ToolAct, Turn},
+};
 use tokio_util::sync::CancellationToken;
 
 async fn engine(

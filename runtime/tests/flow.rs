@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold::flow::{FlowError, StrategyKind};
-use leasehold::flow_file::{FlowFileError, load, parse_json, parse_toml};
-use leasehold::lease::LeaseConfig;
-use leasehold::watchdog::WatchdogConfig;
+use leasehold::{
+    FlowError, LeaseConfig, StrategyKind, WatchdogConfig,
+    flow_file::{FlowFileError, load, parse_json, parse_toml},
+};
 use proptest::prelude::*;
 
 fn example(name: &str) -> PathBuf {
@@ -380,7 +380,7 @@ proptest! {
 fn a_flow_sets_its_evidence_renewals_for_the_watchdog() {
     let flow = parse_toml(&toml_with("[leases]\nevidence_renewals = 1\n")).expect("parses");
     assert_eq!(flow.leases.evidence_renewals, Some(1));
-    let base = leasehold::watchdog::WatchdogConfig::default();
+    let base = leasehold::WatchdogConfig::default();
     assert_eq!(flow.watchdog_config(base).evidence_renewals, 1);
     let unset = parse_toml(&toml_with("")).expect("parses");
     assert_eq!(unset.watchdog_config(base).evidence_renewals, 3);

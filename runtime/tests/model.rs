@@ -9,16 +9,14 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use leasehold::evidence::{Evidence, EvidenceSummary};
-use leasehold::lease::{LeaseId, LeaseKind};
-use leasehold::model::{
-    ModelEndpoint, ModelEvaluator, ModelRole, ModelSettings, OpenAiClient, StreamParser,
-    UsageLedger, classify_status, parse_retry_after,
-};
-use leasehold::ports::{
-    BudgetEvaluationRequest, ChatMessage, EvaluationRequest, FinishReason, ModelClient,
-    ModelErrorKind, ModelReply, ModelRequest, TokenCost, ToolCallRequest, ToolDefinition,
-    TranscriptMessage,
+use leasehold::{
+    BudgetEvaluationRequest, ChatMessage, EvaluationRequest, Evidence, EvidenceSummary,
+    FinishReason, LeaseId, LeaseKind, ModelClient, ModelErrorKind, ModelReply, ModelRequest,
+    TokenCost, ToolCallRequest, ToolDefinition, TranscriptMessage,
+    model::{
+        ModelEndpoint, ModelEvaluator, ModelRole, ModelSettings, OpenAiClient, StreamParser,
+        UsageLedger, classify_status, parse_retry_after,
+    },
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -219,10 +217,7 @@ fn expected_tool_reply() -> ModelReply {
     }
 }
 
-fn parse_in_pieces(
-    body: &[u8],
-    cuts: &[usize],
-) -> Result<ModelReply, leasehold::ports::ModelError> {
+fn parse_in_pieces(body: &[u8], cuts: &[usize]) -> Result<ModelReply, leasehold::ModelError> {
     let mut parser = StreamParser::new();
     let mut start = 0;
     for &cut in cuts {

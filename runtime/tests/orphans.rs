@@ -16,10 +16,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold::demo::DemoStack;
-use leasehold::event::{Event, EventKind};
-use leasehold::ports::{RunStatus, Store};
-use leasehold::store::{SledConfig, SledStore};
+use leasehold::{
+    Event, EventKind, RunStatus, Store,
+    demo::DemoStack,
+    store::{SledConfig, SledStore},
+};
 use tokio::process::{Child, Command};
 
 /// Generous for a loaded 2-core machine.

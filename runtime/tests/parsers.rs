@@ -5,11 +5,9 @@
 //! properties as the `cargo fuzz` targets of `fuzz/`, driven by proptest so
 //! that `cargo test` always checks them.
 
-use leasehold::budget::parse_budget_decision;
-use leasehold::config::Config;
-use leasehold::flow_file;
-use leasehold::model::StreamParser;
-use leasehold::watchdog::parse_verdict;
+use leasehold::{
+    config::Config, flow_file, model::StreamParser, parse_budget_decision, parse_verdict,
+};
 use proptest::prelude::*;
 
 /// Text that is mostly the syntax the parsers look for, so that cases get

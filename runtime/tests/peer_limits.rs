@@ -17,17 +17,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use leasehold::engine::{DEFAULT_MAX_TOOL_RESULT_BYTES, Engine, EngineConfig};
-use leasehold::event::EventKind;
-use leasehold::evidence::Evidence;
-use leasehold::flow::{Flow, ToolServer};
-use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
-use leasehold::ports::{
-    ChatMessage, ModelClient, ModelError, ModelErrorKind, ModelRequest, Role, RunStatus,
-    ToolClient, ToolError, ToolInvocation,
+use leasehold::{
+    ChatMessage, ChatRole, DEFAULT_MAX_TOOL_RESULT_BYTES, Engine, EngineConfig, EventKind,
+    Evidence, Flow, ModelClient, ModelError, ModelErrorKind, ModelRequest, RunStatus, ToolClient,
+    ToolError, ToolInvocation, ToolServer,
+    model::{ModelEndpoint, ModelSettings, OpenAiClient},
+    testing::{RecordingSink, ScriptedModel, Turn},
+    tools::{MAX_MESSAGE_BYTES, McpToolClient},
 };
-use leasehold::testing::{RecordingSink, ScriptedModel, Turn};
-use leasehold::tools::{MAX_MESSAGE_BYTES, McpToolClient};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -554,7 +551,7 @@ async fn a_15_mb_tool_result_is_truncated_for_the_model_and_the_store_with_an_ev
     let seen: Vec<String> = requests[1]
         .messages
         .iter()
-        .filter(|m| m.role == Role::Tool)
+        .filter(|m| m.role == ChatRole::Tool)
         .map(|m| m.content.clone())
         .collect();
     let [seen] = seen.as_slice() else {

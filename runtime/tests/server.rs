@@ -9,13 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::event::Event;
-use leasehold::memory::MemoryStore;
-use leasehold::ports::RunStatus;
-use leasehold::server::{self, App, ServerOptions};
-use leasehold::testing::{
-    ManualClock, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
+use leasehold::{
+    Engine, EngineConfig, Event, MemoryStore, RunStatus,
+    server::{self, App, ServerOptions},
+    testing::{ManualClock, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -613,7 +610,7 @@ async fn cancel_stops_a_live_run_and_a_run_whose_executor_died() {
 }
 
 async fn store_status(store: &MemoryStore, run_id: &str) -> RunStatus {
-    use leasehold::ports::Store;
+    use leasehold::Store;
     store
         .load_run(run_id)
         .await

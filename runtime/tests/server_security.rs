@@ -15,16 +15,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::event::Event;
-use leasehold::flow::ToolServer;
-use leasehold::memory::MemoryStore;
-use leasehold::ports::{
-    ClaimOutcome, Fenced, RunRecord, RunUpdate, Snapshot, Store, StoreError, ToolCallRecord,
+use leasehold::{
+    ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunRecord, RunUpdate, Snapshot,
+    Store, StoreError, ToolCallRecord, ToolServer,
+    server::{self, App, ServerLimits, ServerOptions},
+    testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
+    tools::McpToolClient,
 };
-use leasehold::server::{self, App, ServerLimits, ServerOptions};
-use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
-use leasehold::tools::McpToolClient;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

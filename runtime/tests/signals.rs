@@ -17,8 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold::demo::DemoStack;
-use leasehold::event::Event;
+use leasehold::{Event, demo::DemoStack};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 

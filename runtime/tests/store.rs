@@ -16,13 +16,11 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use leasehold::event::{Event, EventKind};
-use leasehold::memory::MemoryStore;
-use leasehold::ports::{
-    ClaimOutcome, Fenced, PauseRecord, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
-    ToolCallRecord, ToolCallState, fencing,
+use leasehold::{
+    ClaimOutcome, Event, EventKind, Fenced, MemoryStore, PauseRecord, RunRecord, RunStatus,
+    RunUpdate, Snapshot, Store, ToolCallRecord, ToolCallState, fencing,
+    store::{Durability, SledConfig, SledStore},
 };
-use leasehold::store::{Durability, SledConfig, SledStore};
 use serde_json::json;
 
 const TTL: u64 = 500;

@@ -10,14 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::config::{Config, Timing};
-use leasehold::event::EventKind;
-use leasehold::flow::Flow;
-use leasehold::lease::LeaseKind;
-use leasehold::memory::MemoryStore;
-use leasehold::ports::{RunStatus, TokioClock};
-use leasehold::testing::{RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, Turn};
-use leasehold::watchdog::DecidedBy;
+use leasehold::{
+    DecidedBy, EventKind, Flow, LeaseKind, MemoryStore, RunStatus, TokioClock,
+    config::{Config, Timing},
+    testing::{RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, Turn},
+};
 use proptest::prelude::*;
 
 /// One drawn configuration, every duration in whole milliseconds.

@@ -11,9 +11,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold::flow::ToolServer;
-use leasehold::ports::ToolClient;
-use leasehold::tools::McpToolClient;
+use leasehold::{ToolClient, ToolServer, tools::McpToolClient};
 use serde_json::json;
 use tokio::process::Command;
 

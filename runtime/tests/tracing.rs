@@ -5,8 +5,10 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::engine::Engine;
-use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
+use leasehold::{
+    Engine,
+    testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
+};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::FmtSpan;
 

@@ -11,9 +11,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use leasehold::event::{CallOutcome, Event, EventKind};
-use leasehold::ports::{Role, RunStatus, Store, ToolCallState};
-use leasehold::store::{SledConfig, SledStore};
+use leasehold::{
+    CallOutcome, ChatRole, Event, EventKind, RunStatus, Store, ToolCallState,
+    store::{SledConfig, SledStore},
+};
 
 const RUNNER: &str = env!("CARGO_BIN_EXE_crash_runner");
 
@@ -84,9 +85,9 @@ fn effects(dir: &Path) -> Vec<String> {
 }
 
 struct Inspection {
-    record: leasehold::ports::RunRecord,
-    transcript: Vec<leasehold::ports::ChatMessage>,
-    calls: Vec<leasehold::ports::ToolCallRecord>,
+    record: leasehold::RunRecord,
+    transcript: Vec<leasehold::ChatMessage>,
+    calls: Vec<leasehold::ToolCallRecord>,
     events: Vec<Event>,
 }
 
@@ -130,14 +131,14 @@ fn assert_completed_exactly_once(dir: &Path, found: &Inspection, printed: &[Even
     let assistant_calls: Vec<String> = found
         .transcript
         .iter()
-        .filter(|m| m.role == Role::Assistant)
+        .filter(|m| m.role == ChatRole::Assistant)
         .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
         .collect();
     assert_eq!(assistant_calls, ["call_0", "call_1", "call_2"]);
     let results: Vec<&str> = found
         .transcript
         .iter()
-        .filter(|m| m.role == Role::Tool)
+        .filter(|m| m.role == ChatRole::Tool)
         .filter_map(|m| m.tool_call_id.as_deref())
         .collect();
     assert_eq!(results, ["call_0", "call_1", "call_2"]);

@@ -1,6 +1,6 @@
 //! The README's main job, on paused time: the demo shows what it claims.
 
-use leasehold::ports::RunStatus;
+use leasehold::RunStatus;
 
 #[tokio::test(start_paused = true)]
 async fn demo_shows_evidence_renewals_an_extension_a_restart_and_a_pause() {

@@ -94,9 +94,11 @@ fn the_default_features_build_the_binary_with_its_command_line_server_and_demo()
 async fn a_run_through_the_library_installs_no_tracing_subscriber() {
     use std::sync::Arc;
 
-    use leasehold::config::Config;
-    use leasehold::engine::Engine;
-    use leasehold::testing::{ScriptedModel, Turn};
+    use leasehold::{
+        Engine,
+        config::Config,
+        testing::{ScriptedModel, Turn},
+    };
 
     Config::load_layers(None, |_| None, &[]).expect("the default configuration loads");
     let model = ScriptedModel::new().script("run", [Turn::answer("done")]);

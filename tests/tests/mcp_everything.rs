@@ -11,16 +11,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::event::EventKind;
-use leasehold::evidence::Evidence;
-use leasehold::flow::{Flow, ToolServer};
-use leasehold::lease::{LeaseError, LeaseKind, LeaseSpec};
-use leasehold::ports::{Role, RunStatus, ToolClient, ToolError, ToolInvocation, ToolOutput};
-use leasehold::testing::{RecordingSink, ScriptedEvaluator, ScriptedModel, Turn};
-use leasehold::tools::{IDEMPOTENCY_KEY_META, McpToolClient};
-use leasehold::watchdog::{DecidedBy, Verdict};
-use leasehold::{Supervision, SupervisionConfig};
+use leasehold::{
+    ChatRole, DecidedBy, Engine, EngineConfig, EventKind, Evidence, Flow, LeaseError, LeaseKind,
+    LeaseSpec, RunStatus, Supervision, SupervisionConfig, ToolClient, ToolError, ToolInvocation,
+    ToolOutput, ToolServer, Verdict,
+    testing::{RecordingSink, ScriptedEvaluator, ScriptedModel, Turn},
+    tools::{IDEMPOTENCY_KEY_META, McpToolClient},
+};
 use leasehold_tests::everything::{
     HttpServer, RecordingProxy, eventually, free_port, index_js, kill_process, process_alive,
     recorded_stdio, recorded_stdio_server, running_in_group, stdio_server,
@@ -764,7 +761,7 @@ async fn a_run_calls_a_real_mcp_tool_and_its_model_sees_the_result() {
     let results: Vec<&str> = requests[1]
         .messages
         .iter()
-        .filter(|m| m.role == Role::Tool)
+        .filter(|m| m.role == ChatRole::Tool)
         .map(|m| m.content.as_str())
         .collect();
     assert_eq!(results, ["Echo: from the run"]);

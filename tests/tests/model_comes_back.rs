@@ -9,13 +9,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::event::{EventKind, HandedTo};
-use leasehold::flow::Flow;
-use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
-use leasehold::ports::RunStatus;
-use leasehold::strategy::RestartPolicy;
-use leasehold::testing::RecordingSink;
+use leasehold::{
+    Engine, EngineConfig, EventKind, Flow, HandedTo, RestartPolicy, RunStatus,
+    model::{ModelEndpoint, ModelSettings, OpenAiClient},
+    testing::RecordingSink,
+};
 use leasehold_tests::llmock::{Llmock, LlmockOptions};
 
 fn signal(pid: u32, name: &str) {

@@ -10,20 +10,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::event::EventKind;
-use leasehold::evidence::{Evidence, EvidenceSummary};
-use leasehold::flow::Flow;
-use leasehold::lease::{LeaseId, LeaseKind};
-use leasehold::model::{ModelEndpoint, ModelEvaluator, ModelSettings, OpenAiClient};
-use leasehold::ports::{
-    BoxFuture, BudgetEvaluationRequest, ChatMessage, EvaluationRequest, Evaluator, ModelClient,
-    ModelError, ModelErrorKind, ModelReply, ModelRequest, RunStatus, ToolClient, ToolDefinition,
-    ToolError, ToolInvocation, ToolOutput, TranscriptMessage,
+use leasehold::{
+    BoxFuture, BudgetEvaluationRequest, ChatMessage, Engine, EngineConfig, EvaluationRequest,
+    Evaluator, EventKind, Evidence, EvidenceSummary, Flow, LeaseId, LeaseKind, ModelClient,
+    ModelError, ModelErrorKind, ModelReply, ModelRequest, RestartPolicy, RunStatus, Supervision,
+    SupervisionConfig, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+    TranscriptMessage,
+    model::{ModelEndpoint, ModelEvaluator, ModelSettings, OpenAiClient},
+    testing::{RecordingSink, ScriptedEvaluator, ScriptedTools, ToolAct},
 };
-use leasehold::strategy::RestartPolicy;
-use leasehold::testing::{RecordingSink, ScriptedEvaluator, ScriptedTools, ToolAct};
-use leasehold::{Supervision, SupervisionConfig};
 use leasehold_tests::llmock::{Llmock, LlmockOptions};
 use serde_json::{Value, json};
 
@@ -234,7 +229,7 @@ async fn run_to_end(
     client: &OpenAiClient,
     tools: Option<Arc<dyn ToolClient>>,
     flow: Flow,
-) -> (leasehold::run::RunState, RecordingSink) {
+) -> (leasehold::RunState, RecordingSink) {
     let events = RecordingSink::new();
     let mut builder = Engine::builder()
         .config(engine_config())

@@ -5,13 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::Engine;
-use leasehold::event::{CallOutcome, EventKind};
-use leasehold::flow::Flow;
-use leasehold::model::{ModelEndpoint, ModelSettings, OpenAiClient};
-use leasehold::ports::{RunStatus, ToolClient};
-use leasehold::testing::RecordingSink;
-use leasehold::tools::McpToolClient;
+use leasehold::{
+    CallOutcome, Engine, EventKind, Flow, RunStatus, ToolClient,
+    model::{ModelEndpoint, ModelSettings, OpenAiClient},
+    testing::RecordingSink,
+    tools::McpToolClient,
+};
 use leasehold_tests::everything;
 use leasehold_tests::llmock::Llmock;
 
@@ -111,10 +110,8 @@ struct Watched {
 impl ToolClient for Watched {
     fn list_tools(
         &self,
-    ) -> leasehold::ports::BoxFuture<
-        'static,
-        Result<Vec<leasehold::ports::ToolDefinition>, leasehold::ports::ToolError>,
-    > {
+    ) -> leasehold::BoxFuture<'static, Result<Vec<leasehold::ToolDefinition>, leasehold::ToolError>>
+    {
         let (inner, pid) = (self.inner.clone(), self.pid.clone());
         Box::pin(async move {
             let listed = inner.list_tools().await;
@@ -126,16 +123,13 @@ impl ToolClient for Watched {
 
     fn call(
         &self,
-        invocation: leasehold::ports::ToolInvocation,
-        evidence: leasehold::evidence::Evidence,
-    ) -> leasehold::ports::BoxFuture<
-        'static,
-        Result<leasehold::ports::ToolOutput, leasehold::ports::ToolError>,
-    > {
+        invocation: leasehold::ToolInvocation,
+        evidence: leasehold::Evidence,
+    ) -> leasehold::BoxFuture<'static, Result<leasehold::ToolOutput, leasehold::ToolError>> {
         ToolClient::call(&*self.inner, invocation, evidence)
     }
 
-    fn shutdown(&self) -> leasehold::ports::BoxFuture<'static, ()> {
+    fn shutdown(&self) -> leasehold::BoxFuture<'static, ()> {
         ToolClient::shutdown(&*self.inner)
     }
 }
@@ -146,7 +140,7 @@ async fn a_runs_own_mcp_server_process_ends_with_the_run() {
     let server = everything::stdio_server("everything");
     let pid = Arc::new(std::sync::Mutex::new(None));
     let seen = pid.clone();
-    let factory: leasehold::engine::ToolFactory = Arc::new(move |server| {
+    let factory: leasehold::ToolFactory = Arc::new(move |server| {
         let client = McpToolClient::for_server(server).map_err(|e| e.to_string())?;
         Ok(Arc::new(Watched {
             inner: Arc::new(client),

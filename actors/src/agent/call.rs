@@ -10,13 +10,13 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 use tracing::Instrument;
 
 /// One call: what runs inside a [`CallActor`].
-pub trait Call: Send + 'static {
+pub(crate) trait Call: Send + 'static {
     /// Runs the call under its lease and reports the outcome to its loop.
     fn run(self) -> impl Future<Output = ()> + Send;
 }
 
 /// An actor running one [`Call`].
-pub struct CallActor<C>(PhantomData<fn() -> C>);
+pub(crate) struct CallActor<C>(PhantomData<fn() -> C>);
 
 impl<C> std::fmt::Debug for CallActor<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

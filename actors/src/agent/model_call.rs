@@ -16,7 +16,7 @@ use crate::ports::{ModelClient, ModelRequest};
 use crate::strategy::ChildEnd;
 
 /// What a model call is started with.
-pub struct ModelCallArgs {
+pub(crate) struct ModelCallArgs {
     pub(crate) leases: Leases,
     pub(crate) model: Arc<dyn ModelClient>,
     pub(crate) request: ModelRequest,
@@ -27,7 +27,7 @@ pub struct ModelCallArgs {
 }
 
 /// One model call under a lease.
-pub type ModelCallActor = CallActor<ModelCallArgs>;
+pub(crate) type ModelCallActor = CallActor<ModelCallArgs>;
 
 impl Call for ModelCallArgs {
     async fn run(self) {

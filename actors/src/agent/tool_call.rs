@@ -24,7 +24,7 @@ use crate::ports::{ToolClient, ToolInvocation};
 use crate::strategy::ChildEnd;
 
 /// What a tool call is started with.
-pub struct ToolCallArgs {
+pub(crate) struct ToolCallArgs {
     /// The run, for its events and its cap on a result.
     pub(crate) ctx: Arc<RunContext>,
     /// The call's path in the run's tree.
@@ -40,11 +40,11 @@ pub struct ToolCallArgs {
 }
 
 /// One tool call under a lease.
-pub type ToolCallActor = CallActor<ToolCallArgs>;
+pub(crate) type ToolCallActor = CallActor<ToolCallArgs>;
 
 /// What [`truncate_result`] cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Truncation {
+pub(crate) struct Truncation {
     /// The result's length as the tool returned it, in bytes.
     pub original_bytes: usize,
     /// How much of it was kept, in bytes, before the marker.
@@ -56,7 +56,7 @@ pub struct Truncation {
 /// left as it is.
 ///
 /// ```
-/// use leasehold_actors::agent::tool_call::truncate_result;
+/// use leasehold_actors::truncate_result;
 ///
 /// let mut text = "héllo wörld".to_owned();
 /// let cut = truncate_result(&mut text, 2).expect("longer than 2 bytes");
@@ -68,7 +68,7 @@ pub struct Truncation {
 /// assert_eq!(truncate_result(&mut short, 2), None);
 /// assert_eq!(short, "ok");
 /// ```
-pub fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Truncation> {
+pub(crate) fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Truncation> {
     let original_bytes = text.len();
     if original_bytes <= max_bytes {
         return None;

@@ -21,7 +21,7 @@ use crate::lease::LeaseSpec;
 use crate::strategy::ChildEnd;
 
 /// What a worker actor is started with.
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     ctx: Arc<RunContext>,
     kind: String,
     task: String,
@@ -33,10 +33,10 @@ pub struct WorkerArgs {
 
 /// A worker's loop.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct WorkerActor;
+pub(crate) struct WorkerActor;
 
 /// A worker actor's state.
-pub struct WorkerState {
+pub(crate) struct WorkerState {
     agent: AgentLoop,
     task: String,
     done: Option<oneshot::Sender<Result<String, String>>>,

@@ -25,7 +25,7 @@ const PPM: u32 = 1_000_000;
 /// `limit` (but 1 for a `limit` of 0).
 ///
 /// ```
-/// use leasehold_actors::budget::proportional_extension;
+/// use leasehold_actors::proportional_extension;
 ///
 /// assert_eq!(proportional_extension(3, 1.0, 0.25), 3);
 /// assert_eq!(proportional_extension(40, 0.5, 0.25), 20);
@@ -54,7 +54,7 @@ pub fn proportional_extension(limit: u32, confidence: f64, min_confidence: f64) 
 /// unlimited budget.
 ///
 /// ```
-/// use leasehold_actors::budget::checkpoint_due;
+/// use leasehold_actors::checkpoint_due;
 ///
 /// assert!(!checkpoint_due(2, 3));
 /// assert!(checkpoint_due(3, 3));

@@ -8,7 +8,7 @@
 //! extra key, a value of the wrong type, a confidence out of range — is
 //! refused, and the checkpoint turns the refusal into a breaker trip that
 //! wraps up. The discipline is the watchdog's
-//! ([`parse_verdict`](crate::watchdog::parse_verdict)), so every evaluator is
+//! ([`parse_verdict`](crate::parse_verdict)), so every evaluator is
 //! held to one standard.
 
 use serde_json::Value;
@@ -37,7 +37,7 @@ const KEYS: [&str; 3] = ["decision", "reason", "confidence"];
 /// module.
 ///
 /// ```
-/// use leasehold_actors::budget::parse_budget_decision;
+/// use leasehold_actors::parse_budget_decision;
 ///
 /// let parsed = parse_budget_decision(
 ///     r#" {"decision": "EXTEND", "reason": "two milestones left", "confidence": 0.8} "#,
@@ -46,7 +46,7 @@ const KEYS: [&str; 3] = ["decision", "reason", "confidence"];
 /// // A lower-case decision is refused.
 /// let lower = r#"{"decision": "extend", "reason": "r", "confidence": 1}"#;
 /// assert!(parse_budget_decision(lower).is_err());
-/// # Ok::<(), leasehold_actors::budget::BudgetParseError>(())
+/// # Ok::<(), leasehold_actors::BudgetParseError>(())
 /// ```
 pub fn parse_budget_decision(text: &str) -> Result<ParsedBudgetDecision, BudgetParseError> {
     let object = strict_json::object(text, &KEYS).map_err(BudgetParseError)?;

@@ -9,7 +9,7 @@ use super::{BoxFuture, TokenCost, ToolDefinition, TranscriptMessage};
 /// Who wrote a chat message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub enum ChatRole {
     /// Instructions.
     System,
     /// The task, guidance, nudges.
@@ -24,7 +24,7 @@ pub enum Role {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// Who wrote it.
-    pub role: Role,
+    pub role: ChatRole,
     /// Its text.
     pub content: String,
     /// For an assistant message: the tool calls it asked for.
@@ -36,7 +36,7 @@ pub struct ChatMessage {
 }
 
 impl ChatMessage {
-    fn plain(role: Role, content: impl Into<String>) -> Self {
+    fn plain(role: ChatRole, content: impl Into<String>) -> Self {
         Self {
             role,
             content: content.into(),
@@ -47,19 +47,19 @@ impl ChatMessage {
 
     /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
-        Self::plain(Role::System, content)
+        Self::plain(ChatRole::System, content)
     }
 
     /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
-        Self::plain(Role::User, content)
+        Self::plain(ChatRole::User, content)
     }
 
     /// An assistant message, with the tool calls it asked for.
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCallRequest>) -> Self {
         Self {
             tool_calls,
-            ..Self::plain(Role::Assistant, content)
+            ..Self::plain(ChatRole::Assistant, content)
         }
     }
 
@@ -67,17 +67,17 @@ impl ChatMessage {
     pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
         Self {
             tool_call_id: Some(call_id.into()),
-            ..Self::plain(Role::Tool, content)
+            ..Self::plain(ChatRole::Tool, content)
         }
     }
 
     /// The message as the evaluator sees it in a transcript tail.
     pub fn to_transcript(&self) -> TranscriptMessage {
         let role = match self.role {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool",
+            ChatRole::System => "system",
+            ChatRole::User => "user",
+            ChatRole::Assistant => "assistant",
+            ChatRole::Tool => "tool",
         };
         let mut content = self.content.clone();
         for call in &self.tool_calls {

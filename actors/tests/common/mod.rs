@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold_actors::prelude::*;
-use leasehold_actors::testing::{RecordingSink, ScriptedEvaluator};
+use leasehold_actors::{
+    prelude::*,
+    testing::{RecordingSink, ScriptedEvaluator},
+};
 
 pub const RUN: &str = "run-1";
 pub const PATH: &str = "run/tool_call:1";

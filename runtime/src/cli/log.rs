@@ -4,9 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use leasehold_actors::event::{Event, EventKind, EventStream};
-use leasehold_actors::ports::{Store, StoreError};
-use leasehold_actors::run::{RunHandle, RunState};
+use leasehold_actors::{Event, EventKind, EventStream, RunHandle, RunState, Store, StoreError};
 
 use super::signal::{Signals, Stop};
 
@@ -159,7 +157,7 @@ fn report(run_id: &str, state: &RunState, output: Output) {
             .map(|p| format!("{} (while {})", p.reason, p.subject))
             .unwrap_or_default();
         eprintln!("run {run_id} is paused ({status}): {why}");
-        if state.status == leasehold_actors::ports::RunStatus::ReconciliationRequired {
+        if state.status == leasehold_actors::RunStatus::ReconciliationRequired {
             let key = state
                 .paused
                 .as_ref()

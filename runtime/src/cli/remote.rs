@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use futures_util::StreamExt;
-use leasehold_actors::event::Event;
+use leasehold_actors::Event;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 

@@ -5,11 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{ArgGroup, Args, Subcommand};
-use leasehold_actors::agent::ReconcileDecision;
-use leasehold_actors::engine::Engine;
-use leasehold_actors::evidence::Evidence;
-use leasehold_actors::ports::{
-    BoxFuture, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, RunStatus,
+use leasehold_actors::{
+    BoxFuture, Engine, Evidence, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
+    ReconcileDecision, RunStatus,
 };
 
 use super::log::{self, Output};

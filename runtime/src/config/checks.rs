@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use leasehold_actors::budget::{MAX_EXTENSIONS, max_extensions_expected};
-use leasehold_actors::{ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
+use leasehold_actors::{
+    ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, describe_duration,
+    max_extensions_expected,
+};
 
 use super::idle::MODEL_KINDS;
 use super::keys::{KEYS, Key, ValueKind};

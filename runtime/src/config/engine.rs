@@ -10,9 +10,7 @@
 
 use std::sync::Arc;
 
-use leasehold_actors::ConfigError;
-use leasehold_actors::engine::{Engine, EngineBuilder};
-use leasehold_actors::ports::{Store, StoreError};
+use leasehold_actors::{ConfigError, Engine, EngineBuilder, Store, StoreError};
 
 use super::Config;
 use crate::model::{ModelEvaluator, OpenAiClient, SetupError};

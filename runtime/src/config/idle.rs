@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold_actors::lease::LeaseKind;
+use leasehold_actors::LeaseKind;
 
 use super::{Config, Setting, Source};
 

@@ -23,9 +23,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use leasehold_actors::lease::LeaseKind;
-use leasehold_actors::strategy::RestartPolicy;
-use leasehold_actors::watchdog::PolicyKind;
+use leasehold_actors::{LeaseKind, PolicyKind, RestartPolicy};
 
 /// The worst case in words, as `leasehold config` prints it once above the
 /// timing lines, so that a reader can check each line by hand.

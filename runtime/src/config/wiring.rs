@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use leasehold_actors::budget::BudgetConfig;
-use leasehold_actors::engine::EngineConfig;
-use leasehold_actors::lease::{LeaseConfig, LeaseKind};
-use leasehold_actors::strategy::RestartPolicy;
-use leasehold_actors::watchdog::WatchdogConfig;
-use leasehold_actors::{ConfigError, SupervisionConfig};
+use leasehold_actors::{
+    BudgetConfig, ConfigError, EngineConfig, LeaseConfig, LeaseKind, RestartPolicy,
+    SupervisionConfig, WatchdogConfig,
+};
 
 use super::{Config, Setting, key_of, named};
 

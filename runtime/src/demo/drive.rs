@@ -10,12 +10,10 @@ use tokio::time::Instant;
 
 use super::report::{DemoReport, PauseAnswer, Responder};
 use super::{Answer, DemoError};
-use crate::agent::ControlError;
-use crate::engine::Engine;
-use crate::event::{Event, EventKind, EventStream, Lagged};
-use crate::flow::Flow;
-use crate::ports::{Clock, RunStatus, SystemClock};
-use crate::run::{RunHandle, RunState};
+use leasehold_actors::{
+    Clock, ControlError, Engine, Event, EventKind, EventStream, Flow, Lagged, RunHandle, RunState,
+    RunStatus, SystemClock,
+};
 
 /// How long the driver keeps reading after the run has ended, for the
 /// events still on their way (the run's last event ends it sooner).

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::{Config, Setting, Source};
-use crate::flow::{Flow, LeaseOverrides, SupervisionOverrides, ToolServer, WorkerKind};
 use crate::model::ModelRole;
+use leasehold_actors::{Flow, LeaseOverrides, SupervisionOverrides, ToolServer, WorkerKind};
 
 /// The name of the flow's tool server.
 pub(crate) const TOOL_SERVER: &str = "ops";
@@ -167,7 +167,7 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
             backoff_max: Some(TIMINGS.backoff_max),
             ..SupervisionOverrides::default()
         },
-        budget: crate::flow::BudgetOverrides::default(),
+        budget: leasehold_actors::BudgetOverrides::default(),
     }
 }
 

@@ -166,12 +166,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::budget::parse_budget_decision;
-    use crate::evidence::EvidenceSummary;
-    use crate::lease::{LeaseId, LeaseKind};
     use crate::model::ModelEvaluator;
-    use crate::ports::{BudgetEvaluationRequest, EvaluationRequest};
-    use crate::watchdog::{Verdict, parse_verdict};
+    use leasehold_actors::{BudgetEvaluationRequest, EvaluationRequest, Verdict, parse_verdict};
+    use leasehold_actors::{EvidenceSummary, LeaseId, LeaseKind, parse_budget_decision};
 
     fn lease(subject: &str, evidence: EvidenceSummary) -> String {
         let request = EvaluationRequest {

@@ -73,11 +73,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::ControlError;
 use crate::config::{Config, EngineSetupError};
-use crate::engine::{EngineBuilder, EngineError};
-use crate::flow::Flow;
-use crate::memory::MemoryStore;
+use leasehold_actors::ControlError;
+use leasehold_actors::{EngineBuilder, EngineError, Flow, MemoryStore};
 
 pub use drive::{drive, drive_with};
 pub use report::{DemoReport, Extension, KeyedRetry, PauseAnswer, Responder};

@@ -5,12 +5,9 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::event::{Event, EventKind};
-use crate::lease::LeaseKind;
-use crate::ports::RunStatus;
-use crate::run::RunState;
 use crate::trace::TraceSummary;
-use crate::watchdog::{DecidedBy, Verdict};
+use leasehold_actors::{DecidedBy, Verdict};
+use leasehold_actors::{Event, EventKind, LeaseKind, RunState, RunStatus};
 
 /// Who answered a pause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

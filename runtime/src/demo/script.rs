@@ -14,7 +14,7 @@ use super::flow::{
     ROLLBACK_DEPLOY, ROOT_PROMPT, SEARCH_LOGS,
 };
 use super::judge::{self, BUDGET_PROMPT_START, LEASE_PROMPT_START};
-use crate::agent::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
+use leasehold_actors::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
 
 /// How long the deploys worker's first reply takes to stream, chunk by
 /// chunk: longer than three model-stream leases, so that after the two free

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::ports::{ModelError, ModelErrorKind};
+use leasehold_actors::{ModelError, ModelErrorKind};
 
 /// The longest excerpt of a server's text kept in an error message.
 const EXCERPT: usize = 500;
@@ -17,7 +17,7 @@ const EXCERPT: usize = 500;
 /// ```
 /// use std::time::Duration;
 /// use leasehold::model::classify_status;
-/// use leasehold::ports::ModelErrorKind;
+/// use leasehold::ModelErrorKind;
 ///
 /// let limited = classify_status(429, Some(Duration::from_secs(2)), br#"{"error":{"message":"slow down"}}"#);
 /// assert_eq!(limited.kind, ModelErrorKind::RateLimited);

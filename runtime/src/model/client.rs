@@ -40,8 +40,7 @@ use super::settings::{ModelRole, ModelSettings};
 use super::sse::StreamParser;
 use super::wire;
 use crate::ConfigError;
-use crate::evidence::Evidence;
-use crate::ports::{BoxFuture, ModelClient, ModelError, ModelReply, ModelRequest};
+use leasehold_actors::{BoxFuture, Evidence, ModelClient, ModelError, ModelReply, ModelRequest};
 
 /// The most of an error answer's body that is read, for its message.
 const MAX_ERROR_BODY: usize = 64 * 1024;

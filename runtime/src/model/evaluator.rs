@@ -6,13 +6,11 @@ use std::fmt::Write as _;
 
 use super::client::{OpenAiClient, json_object_format};
 use super::settings::ModelRole;
-use crate::budget::BUDGET_CONSUMER;
-use crate::evidence::Evidence;
-use crate::ports::{
-    BoxFuture, BudgetEvaluationRequest, ChatMessage, EvaluationRequest, Evaluator, EvaluatorAnswer,
-    EvaluatorError, ModelErrorKind, ModelRequest, TranscriptMessage,
+use leasehold_actors::{
+    BUDGET_CONSUMER, BoxFuture, BudgetEvaluationRequest, ChatMessage, EvaluationRequest, Evaluator,
+    EvaluatorAnswer, EvaluatorError, Evidence, ModelErrorKind, ModelRequest, TranscriptMessage,
+    WATCHDOG_CONSUMER,
 };
-use crate::watchdog::WATCHDOG_CONSUMER;
 
 /// The longest excerpt of one transcript message shown to the evaluator.
 const MESSAGE_EXCERPT: usize = 2_000;
@@ -64,8 +62,8 @@ fence — with exactly these three keys:
 /// subject, renewals, lease length, the evidence with its phi, the
 /// transcript tail; for a budget: steps, tool calls, spawns, milestones,
 /// extensions — and demand exactly the strict JSON the watchdog's
-/// ([`parse_verdict`](crate::watchdog::parse_verdict)) and the budget's
-/// ([`parse_budget_decision`](crate::budget::parse_budget_decision)) parsers
+/// ([`parse_verdict`](leasehold_actors::parse_verdict)) and the budget's
+/// ([`parse_budget_decision`](leasehold_actors::parse_budget_decision)) parsers
 /// accept. It asks for `response_format: {"type": "json_object"}`; a server
 /// that refuses that (a 4xx naming `response_format`) is asked once more
 /// without it. The answer's text is returned raw: validating it is the
@@ -202,7 +200,7 @@ impl ModelEvaluator {
     }
 }
 
-fn refuses_response_format(error: &crate::ports::ModelError) -> bool {
+fn refuses_response_format(error: &leasehold_actors::ModelError) -> bool {
     error.kind == ModelErrorKind::Client
         && error
             .message

@@ -1,7 +1,7 @@
 //! The usage ledger: tokens spent, per consumer.
 //!
 //! Every completed model call adds the usage the server reported to the
-//! entry of its [`ModelRequest::consumer`](crate::ports::ModelRequest) —
+//! entry of its [`ModelRequest::consumer`](leasehold_actors::ModelRequest) —
 //! `run`, `worker:NAME`, `engine.watchdog`, `engine.budget` — so a user can
 //! read what each part of a run cost. The ledger is shared: clones see the
 //! same entries. Additions saturate; they never wrap or panic.
@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::ports::TokenCost;
+use leasehold_actors::TokenCost;
 
 /// Tokens spent per consumer. Cheap to clone; clones share the entries.
 #[derive(Clone, Debug, Default)]

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::classify::{Cap, excerpt, malformed, over_cap};
 use super::settings::DEFAULT_MAX_ANSWER_BYTES;
 use super::wire::{fallback_id, parse_arguments, server_error_in_body};
-use crate::ports::{
+use leasehold_actors::{
     FinishReason, ModelError, ModelErrorKind, ModelReply, TokenCost, ToolCallRequest,
 };
 
@@ -75,7 +75,7 @@ pub struct Fed {
 /// let reply = parser.finish()?;
 /// assert_eq!(reply.content, "Hello");
 /// assert_eq!(reply.usage.output_tokens, 2);
-/// # Ok::<(), leasehold::ports::ModelError>(())
+/// # Ok::<(), leasehold::ModelError>(())
 /// ```
 #[derive(Debug)]
 pub struct StreamParser {
@@ -122,7 +122,7 @@ impl StreamParser {
     ///
     /// ```
     /// use leasehold::model::StreamParser;
-    /// use leasehold::ports::ModelErrorKind;
+    /// use leasehold::ModelErrorKind;
     ///
     /// let mut parser = StreamParser::with_max_answer_bytes(8);
     /// parser.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"12345\"}}]}\n\n")?;
@@ -132,7 +132,7 @@ impl StreamParser {
     /// assert_eq!(error.kind, ModelErrorKind::Other);
     /// assert!(error.message.contains("cap of 8 bytes"), "{error}");
     /// assert_eq!(parser.content(), "12345", "nothing past the cap is kept");
-    /// # Ok::<(), leasehold::ports::ModelError>(())
+    /// # Ok::<(), leasehold::ModelError>(())
     /// ```
     pub fn with_max_answer_bytes(max_answer_bytes: usize) -> Self {
         Self {

@@ -8,8 +8,8 @@
 use serde_json::{Map, Value, json};
 
 use super::classify::{Cap, excerpt, malformed, over_cap};
-use crate::ports::{
-    ChatMessage, FinishReason, ModelError, ModelErrorKind, ModelReply, ModelRequest, Role,
+use leasehold_actors::{
+    ChatMessage, ChatRole, FinishReason, ModelError, ModelErrorKind, ModelReply, ModelRequest,
     TokenCost, ToolCallRequest,
 };
 
@@ -54,14 +54,14 @@ pub(crate) fn request_body(
 
 fn message(message: &ChatMessage) -> Value {
     let role = match message.role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
+        ChatRole::System => "system",
+        ChatRole::User => "user",
+        ChatRole::Assistant => "assistant",
+        ChatRole::Tool => "tool",
     };
     let mut out = Map::new();
     out.insert("role".into(), Value::String(role.to_owned()));
-    let content = if message.role == Role::Assistant
+    let content = if message.role == ChatRole::Assistant
         && message.content.is_empty()
         && !message.tool_calls.is_empty()
     {

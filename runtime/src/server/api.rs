@@ -8,11 +8,9 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::IntoResponse;
-use leasehold_actors::agent::ReconcileDecision;
-use leasehold_actors::event::Event;
-use leasehold_actors::flow::Flow;
-use leasehold_actors::ports::{PauseRecord, RunRecord, RunStatus, ToolCallRecord};
-use leasehold_actors::run::RunHandle;
+use leasehold_actors::{
+    Event, Flow, PauseRecord, ReconcileDecision, RunHandle, RunRecord, RunStatus, ToolCallRecord,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -187,7 +185,7 @@ enum Format {
 /// Parses the flow, holds its tool servers to the server's trust model,
 /// completes them from the configuration, and validates it.
 fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
-    let invalid = |e: leasehold_actors::flow::FlowError| {
+    let invalid = |e: leasehold_actors::FlowError| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_flow",

@@ -15,7 +15,7 @@
 
 use std::fmt::Display;
 
-use leasehold_actors::ports::StoreError;
+use leasehold_actors::StoreError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

@@ -22,7 +22,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use leasehold_actors::ports::StoreError;
+use leasehold_actors::StoreError;
 use tokio::sync::{Notify, oneshot};
 
 type Ticket = oneshot::Sender<Result<(), StoreError>>;

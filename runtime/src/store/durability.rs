@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// |---|---|---|
 /// | `sync` (default) | once it is on disk | before the call returns |
 /// | `async` | once it is in sled's memory | by the group commit shortly after: within 2 ms and one flush |
-/// | `exit` | once it is in sled's memory | at [`Store::flush`](leasehold_actors::ports::Store::flush) (the end of a run) or when the store is dropped |
+/// | `exit` | once it is in sled's memory | at [`Store::flush`](leasehold_actors::Store::flush) (the end of a run) or when the store is dropped |
 ///
 /// Whatever the mode, `Store::flush` returns once everything written before
 /// it is durable. "On disk" means what sled's `flush()` gives, which on

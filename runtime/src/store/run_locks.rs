@@ -21,7 +21,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use leasehold_actors::ports::{RunRecord, StoreError};
+use leasehold_actors::{RunRecord, StoreError};
 use sled::IVec;
 
 use super::codec::decode;

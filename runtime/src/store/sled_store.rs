@@ -30,9 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use leasehold_actors::event::Event;
-use leasehold_actors::ports::{
-    BoxFuture, ClaimOutcome, Fenced, RunRecord, RunUpdate, Snapshot, Store, StoreError,
+use leasehold_actors::{
+    BoxFuture, ClaimOutcome, Event, Fenced, RunRecord, RunUpdate, Snapshot, Store, StoreError,
     ToolCallRecord, fencing,
 };
 use sled::{IVec, Tree};

@@ -6,10 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use leasehold_actors::evidence::Evidence;
-use leasehold_actors::flow::ToolServer;
-use leasehold_actors::ports::{
-    BoxFuture, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+use leasehold_actors::{
+    BoxFuture, Evidence, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+    ToolServer,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
@@ -140,12 +139,12 @@ impl McpToolClient {
 
     /// An engine's tool factory: for each run, an MCP client of each tool
     /// server its flow declares, its handshake bounded by `handshake`.
-    pub fn factory(handshake: Duration) -> leasehold_actors::engine::ToolFactory {
+    pub fn factory(handshake: Duration) -> leasehold_actors::ToolFactory {
         Arc::new(move |server: &ToolServer| {
             Self::for_server(server)
                 .map(|client| {
                     Arc::new(client.with_handshake_timeout(handshake))
-                        as Arc<dyn leasehold_actors::ports::ToolClient>
+                        as Arc<dyn leasehold_actors::ToolClient>
                 })
                 .map_err(|e| e.to_string())
         })

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use leasehold_actors::ports::{ToolDefinition, ToolOutput};
+use leasehold_actors::{ToolDefinition, ToolOutput};
 use rmcp::ServiceError;
 use rmcp::model::{CallToolResult, ContentBlock, ErrorCode, ResourceContents, Tool};
 use rmcp::service::ClientInitializeError;

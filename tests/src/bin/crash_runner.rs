@@ -19,14 +19,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::engine::{Engine, EngineConfig};
-use leasehold::evidence::Evidence;
-use leasehold::flow::Flow;
-use leasehold::ports::{
-    BoxFuture, ModelClient, ModelError, ModelReply, ModelRequest, Role, RunStatus, TokenCost,
-    ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+use leasehold::{
+    BoxFuture, ChatRole, Engine, EngineConfig, Evidence, Flow, ModelClient, ModelError, ModelReply,
+    ModelRequest, RunStatus, TokenCost, ToolCallRequest, ToolClient, ToolDefinition, ToolError,
+    ToolInvocation, ToolOutput,
+    store::{Durability, SledConfig, SledStore},
 };
-use leasehold::store::{Durability, SledConfig, SledStore};
 
 /// The tool each step calls, in order; then the budget runs out and the
 /// wrap-up step answers.
@@ -44,7 +42,7 @@ impl ModelClient for StepModel {
         let done = request
             .messages
             .iter()
-            .filter(|m| m.role == Role::Assistant)
+            .filter(|m| m.role == ChatRole::Assistant)
             .count();
         let wrap_up = request.tools.is_empty();
         Box::pin(async move {
