@@ -52,7 +52,7 @@ pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconci
 pub(crate) use restore::Saved;
 
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
-pub(crate) use context::{Gate, RunContext, RunParts, ToolRoute};
+pub(crate) use context::{Gate, RunContext, ToolRoute};
 pub(crate) use ends::{call_outcome, describe_end, lease_end};
 
 /// What the next step is told when the model's answer was cut off at its
