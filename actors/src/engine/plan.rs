@@ -120,25 +120,15 @@ fn budget_of(flow: &Flow, base: BudgetConfig) -> Result<BudgetConfig, FlowError>
 /// overrides applied on `base`.
 fn strategy_for(flow: &Flow, base: RestartPolicy) -> Result<StrategyFactory, FlowError> {
     let overrides = &flow.supervision;
-    let mut policy = base;
-    if let Some(n) = overrides.max_restarts {
-        policy.max_restarts = n;
-    }
-    if let Some(window) = overrides.restart_window {
-        policy.within = window;
-    }
-    if let Some(initial) = overrides.backoff_initial {
-        policy.backoff_initial = initial;
-    }
-    if let Some(max) = overrides.backoff_max {
-        policy.backoff_max = max;
-    }
-    if let Some(jitter) = overrides.jitter {
-        policy.jitter = jitter;
-    }
-    if let Some(on_exhausted) = overrides.on_exhausted {
-        policy.on_exhausted = on_exhausted;
-    }
+    let policy = RestartPolicy {
+        max_restarts: overrides.max_restarts.unwrap_or(base.max_restarts),
+        within: overrides.restart_window.unwrap_or(base.within),
+        backoff_initial: overrides.backoff_initial.unwrap_or(base.backoff_initial),
+        backoff_max: overrides.backoff_max.unwrap_or(base.backoff_max),
+        jitter: overrides.jitter.unwrap_or(base.jitter),
+        on_exhausted: overrides.on_exhausted.unwrap_or(base.on_exhausted),
+        ..base
+    };
     policy
         .validate()
         .map_err(|refusal| refused(flow, &refusal))?;
