@@ -39,7 +39,10 @@ use crate::event::EventKind;
 use crate::lease::LeaseMsg;
 use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};
 
+mod plan;
 pub(crate) mod tools;
+
+pub(crate) use plan::RunPlan;
 
 /// The path of a run's root loop.
 pub const ROOT_PATH: &str = "run";
@@ -160,7 +163,7 @@ impl Actor for RunActor {
         drop(tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let connected = tokio::select! {
-                    connected = tools::connect(&ctx.flow, &ctx.tool_servers) => connected,
+                    connected = tools::connect(&ctx.tool_servers) => connected,
                     () = ctx.cancel.cancelled() => return,
                 };
                 let _ = me.send_message(LoopMsg::ToolsConnected(Box::new(connected)));

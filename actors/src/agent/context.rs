@@ -1,5 +1,6 @@
-//! What every loop of one run shares: the ports, the run's lease actor,
-//! its gate and its cancellation.
+//! What every loop of one run shares: the run's plan (the ports and the
+//! configuration it was launched with, held once), its lease actor, and its
+//! live state — its gate, its cancellation, its nudge queues.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,14 +12,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::LoopMsg;
-use crate::budget::BudgetConfig;
 use crate::event::EventKind;
-use crate::flow::Flow;
-use crate::lease::{LeaseConfig, LeaseKind, LeaseSpec, Leases};
+use crate::lease::{LeaseKind, LeaseSpec, Leases};
 use crate::nudge::NudgeQueue;
-use crate::ports::{
-    Clock, Evaluator, EventSink, Fenced, ModelClient, Store, StoreError, ToolCallRecord, ToolClient,
-};
+use crate::ports::{Fenced, StoreError, ToolCallRecord, ToolClient};
+use crate::run::RunPlan;
 
 /// Whether the run may make progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,37 +36,25 @@ pub(crate) struct ToolRoute {
     pub(crate) idempotent: Option<bool>,
 }
 
-/// What every loop of one run shares.
+/// What every loop of one run shares: the run's plan, fixed at launch, and
+/// the run's live state.
 pub(crate) struct RunContext {
+    /// The model, the ports and the configuration of this run, as its
+    /// engine planned them; read through [`Deref`](std::ops::Deref).
+    plan: RunPlan,
     pub(crate) run_id: String,
-    pub(crate) flow: Arc<Flow>,
-    pub(crate) model: Arc<dyn ModelClient>,
-    /// The run's tools, empty until its servers are connected.
-    pub(crate) tools: crate::run::tools::RunTools,
-    /// The servers the run connects as its first work.
-    pub(crate) tool_servers: Vec<crate::run::tools::ServerClient>,
-    pub(crate) leases: Leases,
-    pub(crate) lease_config: LeaseConfig,
-    pub(crate) free_renewals: Option<u32>,
-    pub(crate) evidence_renewals: Option<u32>,
-    pub(crate) policy: Option<crate::watchdog::PolicyKind>,
-    pub(crate) events: Arc<dyn EventSink>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) owner_id: String,
     /// The fence this executor holds on the run; shared with the event log.
     pub(crate) fence: Arc<AtomicU64>,
-    pub(crate) budget_config: BudgetConfig,
-    pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
-    pub(crate) strategy: crate::strategy::StrategyFactory,
+    /// The run's lease actor.
+    pub(crate) leases: Leases,
+    /// The run's tools, empty until its servers are connected.
+    pub(crate) tools: crate::run::tools::RunTools,
     pub(crate) gate: watch::Sender<Gate>,
     pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
     pub(crate) cancel: CancellationToken,
     /// Why this executor lost the run, once it has.
     pub(crate) lost: std::sync::OnceLock<String>,
-    /// The event log's writer.
-    pub(crate) log: tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>,
-    pub(crate) workers_spawned: AtomicU32,
+    workers_spawned: AtomicU32,
     /// Each loop's nudge queue, by path, so guidance can reach a loop that is
     /// rebuilt after a resume.
     nudge_queues: std::sync::Mutex<HashMap<String, NudgeQueue>>,
@@ -76,75 +62,50 @@ pub(crate) struct RunContext {
     saved: std::sync::OnceLock<Arc<super::Saved>>,
     /// The run's tracing span: every step and call span is its child.
     pub(crate) span: tracing::Span,
-    /// Tool clients made for this run alone, shut down when it ends.
-    pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
-    /// The most of one tool result the model sees and the store keeps.
-    pub(crate) max_tool_result_bytes: usize,
 }
 
-/// The parts a run's context is made of.
-pub(crate) struct RunParts {
-    pub(crate) run_id: String,
-    pub(crate) flow: Arc<Flow>,
-    pub(crate) model: Arc<dyn ModelClient>,
-    pub(crate) tool_servers: Vec<crate::run::tools::ServerClient>,
-    pub(crate) leases: Leases,
-    pub(crate) lease_config: LeaseConfig,
-    pub(crate) free_renewals: Option<u32>,
-    pub(crate) evidence_renewals: Option<u32>,
-    pub(crate) policy: Option<crate::watchdog::PolicyKind>,
-    pub(crate) events: Arc<dyn EventSink>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) owner_id: String,
-    pub(crate) fence: Arc<AtomicU64>,
-    pub(crate) budget_config: BudgetConfig,
-    pub(crate) evaluator: Option<Arc<dyn Evaluator>>,
-    pub(crate) strategy: crate::strategy::StrategyFactory,
-    pub(crate) workers_spawned: u32,
-    pub(crate) log: tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>,
-    pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
-    pub(crate) max_tool_result_bytes: usize,
+/// The plan's parts read as the context's own (`ctx.model`, `ctx.store`,
+/// `ctx.lease_config`, …): the loop's many call sites keep their short
+/// paths, and the parts are held once, not copied field by field.
+impl std::ops::Deref for RunContext {
+    type Target = RunPlan;
+
+    fn deref(&self) -> &RunPlan {
+        &self.plan
+    }
 }
 
 impl RunContext {
-    pub(crate) fn new(parts: RunParts) -> Self {
+    /// The context of run `run_id`, launched from `plan` with `fence` and
+    /// its lease actor `leases`; `workers_spawned` counts the workers a
+    /// resumed run had already spawned, so new ones get new numbers.
+    pub(crate) fn new(
+        plan: RunPlan,
+        run_id: String,
+        fence: Arc<AtomicU64>,
+        leases: Leases,
+        workers_spawned: u32,
+    ) -> Self {
         let span = tracing::info_span!(
             "run",
-            run_id = %parts.run_id,
-            flow = %parts.flow.name,
-            owner_id = %parts.owner_id
+            run_id = %run_id,
+            flow = %plan.flow.name,
+            owner_id = %plan.owner_id
         );
         Self {
-            span,
-            run_id: parts.run_id,
-            flow: parts.flow,
-            model: parts.model,
+            plan,
+            run_id,
+            fence,
+            leases,
             tools: crate::run::tools::RunTools::default(),
-            tool_servers: parts.tool_servers,
-            leases: parts.leases,
-            lease_config: parts.lease_config,
-            free_renewals: parts.free_renewals,
-            evidence_renewals: parts.evidence_renewals,
-            policy: parts.policy,
-            events: parts.events,
-            store: parts.store,
-            clock: parts.clock,
-            owner_id: parts.owner_id,
-            fence: parts.fence,
-            budget_config: parts.budget_config,
-            evaluator: parts.evaluator,
-            strategy: parts.strategy,
             gate: watch::Sender::new(Gate::Open),
             root: std::sync::OnceLock::new(),
             cancel: CancellationToken::new(),
             lost: std::sync::OnceLock::new(),
-            log: parts.log,
-            workers_spawned: AtomicU32::new(parts.workers_spawned),
+            workers_spawned: AtomicU32::new(workers_spawned),
             nudge_queues: std::sync::Mutex::new(HashMap::new()),
             saved: std::sync::OnceLock::new(),
-            owned_tools: parts.owned_tools,
-            max_tool_result_bytes: parts.max_tool_result_bytes,
+            span,
         }
     }
 
@@ -281,9 +242,9 @@ impl RunContext {
         LeaseSpec::new(kind, subject, duration)
             .unwrap_or_else(|_| unreachable_spec(kind, subject))
             .with_max_renewals(self.lease_config.max_renewals)
-            .with_free_renewals(self.free_renewals)
-            .with_evidence_renewals(self.evidence_renewals)
-            .with_policy(self.policy)
+            .with_free_renewals(Some(self.watchdog_config.free_renewals))
+            .with_evidence_renewals(Some(self.watchdog_config.evidence_renewals))
+            .with_policy(Some(self.watchdog_config.policy))
             .in_run(self.run_id.clone(), path)
     }
 

@@ -14,11 +14,10 @@
 //! * **The tools are fixed once connected**: every loop of the run, the root
 //!   and each worker, sees the same routes ([`RunTools`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use crate::agent::ToolRoute;
-use crate::flow::Flow;
 use crate::ports::{ToolClient, ToolDefinition};
 
 /// A client of one tool server a run's flow names, not yet asked for its
@@ -29,6 +28,9 @@ pub(crate) struct ServerClient {
     pub(crate) server: String,
     /// Its client.
     pub(crate) client: Arc<dyn ToolClient>,
+    /// The flow's word on its tools' idempotency: tool name → idempotent.
+    /// A tool it does not name keeps the server's own hint.
+    pub(crate) idempotent: BTreeMap<String, bool>,
 }
 
 /// The routes and definitions of a run's tools, once its servers are
@@ -74,10 +76,7 @@ impl RunTools {
 /// server, with the flow's word on its idempotency. The first failure ends
 /// the whole (the other listings are dropped) with a reason naming its
 /// server; so does a tool offered by two servers.
-pub(crate) async fn connect(
-    flow: &Flow,
-    servers: &[ServerClient],
-) -> Result<ConnectedTools, String> {
+pub(crate) async fn connect(servers: &[ServerClient]) -> Result<ConnectedTools, String> {
     let mut listing = tokio::task::JoinSet::new();
     for (index, server) in servers.iter().enumerate() {
         let listed = server.client.list_tools();
@@ -105,8 +104,10 @@ pub(crate) async fn connect(
                     definition.name, existing.server, server.server
                 ));
             }
-            definition.idempotent = flow
-                .tool_idempotency(&server.server, &definition.name)
+            definition.idempotent = server
+                .idempotent
+                .get(&definition.name)
+                .copied()
                 .or(definition.idempotent);
             tools.routes.insert(
                 definition.name.clone(),

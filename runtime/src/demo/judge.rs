@@ -167,8 +167,10 @@ mod tests {
 
     use super::*;
     use crate::model::ModelEvaluator;
-    use leasehold_actors::{BudgetEvaluationRequest, EvaluationRequest, Verdict, parse_verdict};
-    use leasehold_actors::{EvidenceSummary, LeaseId, LeaseKind, parse_budget_decision};
+    use leasehold_actors::{
+        BudgetEvaluationRequest, EvaluationRequest, EvidenceSummary, LeaseId, LeaseKind, Verdict,
+        parse_budget_decision, parse_verdict,
+    };
 
     fn lease(subject: &str, evidence: EvidenceSummary) -> String {
         let request = EvaluationRequest {

@@ -74,8 +74,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, EngineSetupError};
-use leasehold_actors::ControlError;
-use leasehold_actors::{EngineBuilder, EngineError, Flow, MemoryStore};
+use leasehold_actors::{ControlError, EngineBuilder, EngineError, Flow, MemoryStore};
 
 pub use drive::{drive, drive_with};
 pub use report::{DemoReport, Extension, KeyedRetry, PauseAnswer, Responder};

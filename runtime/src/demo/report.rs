@@ -6,8 +6,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::trace::TraceSummary;
-use leasehold_actors::{DecidedBy, Verdict};
-use leasehold_actors::{Event, EventKind, LeaseKind, RunState, RunStatus};
+use leasehold_actors::{DecidedBy, Event, EventKind, LeaseKind, RunState, RunStatus, Verdict};
 
 /// Who answered a pause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

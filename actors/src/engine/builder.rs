@@ -1,0 +1,280 @@
+//! Building an engine: its configuration, checked together, its ports, and
+//! the errors of starting it or a run on it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::budget::BudgetConfig;
+use crate::error::ConfigError;
+use crate::event::EventBus;
+use crate::event_log::{self, LoggingSink};
+use crate::flow::FlowError;
+use crate::memory::MemoryStore;
+use crate::ports::{
+    Clock, Evaluator, EventSink, ModelClient, RunStatus, Store, StoreError, SystemClock, ToolClient,
+};
+use crate::strategy::{RestartPolicy, StrategyFactory};
+use crate::supervision::SupervisionConfig;
+use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs};
+
+use super::Engine;
+
+/// Makes a tool client for a flow's tool server, for one run: the run owns
+/// it and shuts it down when it ends (its child processes die with it).
+pub type ToolFactory =
+    Arc<dyn Fn(&crate::flow::ToolServer) -> Result<Arc<dyn ToolClient>, String> + Send + Sync>;
+
+/// How long [`Engine::shutdown`] waits for each run to stop in place (they
+/// stop concurrently), its tool servers included, before it goes on
+/// without it.
+pub const RUN_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The default cap on one tool result, in bytes (1 MiB): a longer result is
+/// truncated before the model or the store sees it. See
+/// [`EngineConfig::max_tool_result_bytes`].
+pub const DEFAULT_MAX_TOOL_RESULT_BYTES: usize = 1024 * 1024;
+
+/// Everything the engine's policies need, validated together.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// Leases and the watchdog.
+    pub supervision: SupervisionConfig,
+    /// Budget checkpoints.
+    pub budget: BudgetConfig,
+    /// The default restart strategy's parameters.
+    pub restart: RestartPolicy,
+    /// How long this executor's ownership of a run lasts without a
+    /// heartbeat (default 90 s); heartbeats go every third of it.
+    pub run_lease_ttl: Duration,
+    /// The most of one tool result the model sees and the store keeps, in
+    /// bytes (default [`DEFAULT_MAX_TOOL_RESULT_BYTES`], 1 MiB): a longer
+    /// result is cut at a character boundary, a marker saying how much was
+    /// cut is appended, and a `tool_result_truncated` event says so. It
+    /// holds for every [`ToolClient`].
+    pub max_tool_result_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            supervision: SupervisionConfig::default(),
+            budget: BudgetConfig::default(),
+            restart: RestartPolicy::default(),
+            run_lease_ttl: Duration::from_secs(90),
+            max_tool_result_bytes: DEFAULT_MAX_TOOL_RESULT_BYTES,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Refuses nonsense, naming the field; every duration must be at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.supervision.validate()?;
+        self.budget.validate()?;
+        self.restart.validate()?;
+        crate::check_duration("run_lease_ttl", self.run_lease_ttl)?;
+        if self.run_lease_ttl < Duration::from_millis(3) {
+            return Err(ConfigError::new(
+                "run_lease_ttl",
+                "a duration of at least 3ms",
+                format!("{:?}", self.run_lease_ttl),
+            ));
+        }
+        if self.max_tool_result_bytes == 0 {
+            return Err(ConfigError::new(
+                "max_tool_result_bytes",
+                "a size above 0 bytes",
+                "0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why the engine could not start, or could not start a run.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A configuration value was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The flow was refused.
+    #[error(transparent)]
+    Flow(#[from] FlowError),
+    /// The engine was built without a model client.
+    #[error("the engine has no model client: call `EngineBuilder::model`")]
+    NoModel,
+    /// A flow names a tool server the engine does not have.
+    #[error(
+        "flow names tool server `{0}` without a `command` or `url`, and the engine provides \
+         none of that name (declare it in the configuration's `[[tools]]`, or give the engine \
+         one with `EngineBuilder::tool_server`)"
+    )]
+    UnknownToolServer(String),
+    /// The engine's tool factory cannot make a client for a tool server
+    /// (its entry is unusable). A server that cannot start or list its
+    /// tools is not this error: that fails the run, which connects its
+    /// servers as its first work.
+    #[error("tool server `{server}` cannot be used: {message}")]
+    ToolClient {
+        /// The server.
+        server: String,
+        /// What happened.
+        message: String,
+    },
+    /// An actor could not be started.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another executor holds the run.
+    #[error("run {run_id} is held by executor {owner_id} until {expires_at_ms} (Unix ms)")]
+    Held {
+        /// The run.
+        run_id: String,
+        /// Who holds it.
+        owner_id: String,
+        /// Until when.
+        expires_at_ms: u64,
+    },
+    /// The run has ended.
+    #[error("run {run_id} has already finished ({status:?})")]
+    Finished {
+        /// The run.
+        run_id: String,
+        /// How it ended.
+        status: RunStatus,
+    },
+    /// No such run.
+    #[error("no run {0} in the store")]
+    NotFound(String),
+    /// The engine was shut down; it starts and resumes nothing more.
+    #[error("this executor has shut down: it starts and resumes no more runs")]
+    ShutDown,
+}
+
+/// Builds an [`Engine`].
+#[derive(Default)]
+pub struct EngineBuilder {
+    config: EngineConfig,
+    model: Option<Arc<dyn ModelClient>>,
+    evaluator: Option<Arc<dyn Evaluator>>,
+    events: Option<Arc<dyn EventSink>>,
+    store: Option<Arc<dyn Store>>,
+    clock: Option<Arc<dyn Clock>>,
+    owner_id: Option<String>,
+    tools: HashMap<String, Arc<dyn ToolClient>>,
+    tool_factory: Option<ToolFactory>,
+    strategy: Option<StrategyFactory>,
+}
+
+impl EngineBuilder {
+    /// Makes, for each run, a client of each tool server its flow names that
+    /// was not registered with [`Self::tool_server`] (for example an MCP
+    /// client from the server's command or URL). The run shuts its clients
+    /// down when it ends.
+    pub fn tool_factory(mut self, factory: ToolFactory) -> Self {
+        self.tool_factory = Some(factory);
+        self
+    }
+
+    /// The engine's policies.
+    pub fn config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The model every loop calls.
+    pub fn model(mut self, model: Arc<dyn ModelClient>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// The evaluator of the watchdog and the budget checkpoints. Without
+    /// one, leases past the ladder renew and budgets wrap up.
+    pub fn evaluator(mut self, evaluator: Arc<dyn Evaluator>) -> Self {
+        self.evaluator = Some(evaluator);
+        self
+    }
+
+    /// A sink that gets every event too, besides the engine's own bus
+    /// ([`Engine::events`]) and the store's event log.
+    pub fn events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Where runs are kept (default: in memory; the `leasehold` crate has a
+    /// durable store on sled).
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The wall clock of persisted records and executor leases (default: the
+    /// system's).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// This executor's identity in run ownership (default: a random one).
+    pub fn owner_id(mut self, owner_id: impl Into<String>) -> Self {
+        self.owner_id = Some(owner_id.into());
+        self
+    }
+
+    /// A tool server flows may name.
+    pub fn tool_server(mut self, name: impl Into<String>, client: Arc<dyn ToolClient>) -> Self {
+        self.tools.insert(name.into(), client);
+        self
+    }
+
+    /// A supervision strategy of your own, instead of the flow's.
+    pub fn strategy(mut self, factory: StrategyFactory) -> Self {
+        self.strategy = Some(factory);
+        self
+    }
+
+    /// Validates the configuration and starts the watchdog.
+    pub async fn build(self) -> Result<Engine, EngineError> {
+        self.config.validate()?;
+        let model = self.model.ok_or(EngineError::NoModel)?;
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let bus = EventBus::with_clock(EventBus::DEFAULT_CAPACITY, clock.clone());
+        let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        let log = event_log::start(store.clone());
+        let events: Arc<dyn EventSink> = Arc::new(LoggingSink {
+            bus: bus.clone(),
+            user: self.events,
+            log: log.clone(),
+        });
+        let watchdog = WatchdogActor::start(WatchdogArgs {
+            config: self.config.supervision.watchdog,
+            evaluator: self.evaluator.clone(),
+            events: events.clone(),
+        })
+        .await?;
+        Ok(Engine {
+            config: self.config,
+            model,
+            evaluator: self.evaluator,
+            events,
+            bus,
+            log,
+            store,
+            clock,
+            owner_id: self
+                .owner_id
+                .unwrap_or_else(|| format!("executor-{:08x}", fastrand::u32(..))),
+            tools: self.tools,
+            tool_factory: self.tool_factory,
+            strategy: self.strategy,
+            watchdog,
+            live: std::sync::Mutex::new(HashMap::new()),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+}

@@ -1,0 +1,309 @@
+//! The runs an engine owns: claiming one (a compare-and-set that raises its
+//! fence), renewing its executor lease by heartbeat, letting it go on
+//! shutdown, continuing its event log after a previous owner, and the
+//! orphans of executors that died.
+//!
+//! Every write here carries the fence the engine holds; a stale fence means
+//! another executor owns the run, and nothing of this one's is applied.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ractor::ActorRef;
+
+use crate::agent::{LoopMsg, RunContext};
+use crate::duration::heartbeat_timing;
+use crate::event_log::LogItem;
+use crate::ports::{ClaimOutcome, Fenced, RunRecord, RunStatus, Store};
+use crate::run::RunHandle;
+
+use super::{Engine, EngineError, RUN_STOP_GRACE};
+
+impl Engine {
+    /// How often this executor renews its runs' leases, and sweeps for
+    /// runs whose lease expired: a third of the run-lease TTL.
+    pub fn heartbeat_period(&self) -> Duration {
+        heartbeat_timing(self.config.run_lease_ttl).0
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        heartbeat_timing(self.config.run_lease_ttl).1
+    }
+
+    /// The record of a new run of `flow` (as stored), owned by this
+    /// executor with fence 1 and a lease of one TTL from now.
+    pub(super) fn new_record(&self, flow: serde_json::Value) -> RunRecord {
+        let now = self.clock.now_unix_ms();
+        RunRecord {
+            run_id: new_run_id(),
+            flow,
+            status: RunStatus::Running,
+            owner_id: Some(self.owner_id.clone()),
+            fence: 1,
+            lease_expires_at_ms: now.saturating_add(self.ttl_ms()),
+            reason: None,
+            answer: None,
+            pause: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+        }
+    }
+
+    /// Stops this executor in process, as a clean exit would: every run it
+    /// holds stops where it is — its in-flight calls cancelled, its tool
+    /// servers shut down, its heartbeat stopped — and stays `running` (or
+    /// paused) in the store, and its executor lease is released (it ends
+    /// now), so that another executor, or this process started again, may
+    /// claim and resume it at once. Then the event log is written out and
+    /// the watchdog stops.
+    ///
+    /// Nothing is cancelled or failed: shutting an executor down is not a
+    /// decision about its runs. Afterwards the engine refuses to start or
+    /// resume runs ([`EngineError::ShutDown`]).
+    ///
+    /// The runs stop concurrently, each given at most [`RUN_STOP_GRACE`] to
+    /// stop and shut its tool servers down (a stdio server's process group
+    /// is killed first, then waited for).
+    pub async fn shutdown(&self) {
+        self.shut_down.store(true, Ordering::SeqCst);
+        let runs: Vec<(String, LiveRun)> = self.lock_live().drain().collect();
+        // All at once: a run whose stop is stuck holds none of the others up,
+        // and the whole takes at most one grace.
+        let mut stopping = tokio::task::JoinSet::new();
+        for (run_id, run) in runs {
+            let store = self.store.clone();
+            let clock = self.clock.clone();
+            stopping.spawn(async move {
+                let _ = run
+                    .actor
+                    .stop_and_wait(
+                        Some("executor shutting down".to_owned()),
+                        Some(RUN_STOP_GRACE),
+                    )
+                    .await;
+                release(store.as_ref(), &run_id, &run.fence, clock.now_unix_ms()).await;
+            });
+        }
+        while stopping.join_next().await.is_some() {}
+        let (done, written) = tokio::sync::oneshot::channel();
+        if self.log.send(LogItem::Flush(String::new(), done)).is_ok() {
+            let _ = written.await;
+        }
+        let _ = self
+            .watchdog
+            .stop_and_wait(
+                Some("executor shutting down".to_owned()),
+                Some(Duration::from_secs(10)),
+            )
+            .await;
+    }
+
+    pub(super) fn refuse_if_shut_down(&self) -> Result<(), EngineError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            Err(EngineError::ShutDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(super) fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Claims `run_id` for this executor at `now` (a compare-and-set that
+    /// raises its fence), or says why not.
+    pub(super) async fn claim(&self, run_id: &str, now: u64) -> Result<RunRecord, EngineError> {
+        match self
+            .store
+            .claim_run(run_id, &self.owner_id, now, self.ttl_ms())
+            .await?
+        {
+            ClaimOutcome::Claimed(record) => Ok(record),
+            ClaimOutcome::HeldBy {
+                owner_id,
+                expires_at_ms,
+            } => Err(EngineError::Held {
+                run_id: run_id.to_owned(),
+                owner_id,
+                expires_at_ms,
+            }),
+            ClaimOutcome::Finished(status) => Err(EngineError::Finished {
+                run_id: run_id.to_owned(),
+                status,
+            }),
+            ClaimOutcome::NotFound => Err(EngineError::NotFound(run_id.to_owned())),
+        }
+    }
+
+    /// Makes the run's log go on after anything a previous owner may have
+    /// published, logged or not: each owner's events are numbered from
+    /// (fence − 1) × 2³², so a reader that saw an event of a dead owner
+    /// never mistakes a new event for it.
+    pub(super) async fn continue_log(&self, run_id: &str, fence: u64) -> Result<(), EngineError> {
+        let floor = fence.saturating_sub(1).saturating_mul(1 << 32);
+        let last = self
+            .store
+            .load_events(run_id, 0)
+            .await?
+            .last()
+            .map_or(0, |e| e.seq);
+        self.bus.advance_past(floor.max(last));
+        Ok(())
+    }
+
+    /// Marks every running run whose executor lease expired as orphaned;
+    /// returns their ids.
+    pub async fn reconcile_orphans(&self) -> Result<Vec<String>, EngineError> {
+        Ok(self
+            .store
+            .reconcile_orphans(self.clock.now_unix_ms())
+            .await?)
+    }
+
+    /// Cancels a run that no loop of this executor is running — orphaned,
+    /// or paused by an executor that has since died — without starting its
+    /// loops: claims it (raising its fence, so a stale owner's writes are
+    /// refused), appends `run_cancelled` to its log and records it
+    /// cancelled. A run held by a live executor is refused with
+    /// [`EngineError::Held`]; cancel it through that executor.
+    pub async fn cancel_stored(&self, run_id: &str, reason: &str) -> Result<(), EngineError> {
+        let now = self.clock.now_unix_ms();
+        let record = self.claim(run_id, now).await?;
+        self.continue_log(run_id, record.fence).await?;
+        let event = self.bus.publish(
+            run_id,
+            crate::run::ROOT_PATH,
+            crate::event::EventKind::RunCancelled {
+                reason: reason.to_owned(),
+            },
+        );
+        let fence = record.fence;
+        let stale = |f: Fenced<()>| match f {
+            Fenced::Applied(()) => Ok(()),
+            Fenced::Stale { owner_id, .. } => Err(EngineError::Held {
+                run_id: run_id.to_owned(),
+                owner_id: owner_id.unwrap_or_default(),
+                expires_at_ms: 0,
+            }),
+        };
+        stale(
+            self.store
+                .append_events(run_id, vec![(*event).clone()], fence)
+                .await?,
+        )?;
+        let update = crate::ports::RunUpdate {
+            status: RunStatus::Cancelled,
+            reason: Some(reason.to_owned()),
+            answer: None,
+            pause: None,
+            at_ms: now,
+        };
+        stale(self.store.update_run(run_id, fence, update).await?)?;
+        self.store.flush().await?;
+        Ok(())
+    }
+
+    /// Reconciles orphans, then claims and resumes each of them (resume on
+    /// boot). Returns the handles of the runs resumed.
+    pub async fn resume_orphans(&self) -> Result<Vec<RunHandle>, EngineError> {
+        self.reconcile_orphans().await?;
+        let mut resumed = Vec::new();
+        for record in self.store.list_runs().await? {
+            if record.status == RunStatus::Orphaned {
+                match self.resume(&record.run_id).await {
+                    Ok(handle) => resumed.push(handle),
+                    // Another executor got there first: fine.
+                    Err(EngineError::Held { .. } | EngineError::Finished { .. }) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Ok(resumed)
+    }
+}
+
+/// A run this engine holds: its actor and the fence it holds the run with.
+pub(super) struct LiveRun {
+    pub(super) actor: ActorRef<LoopMsg>,
+    pub(super) fence: Arc<AtomicU64>,
+}
+
+/// Lets go of a run this executor stopped in place: its lease now ends at
+/// `now_ms` (a heartbeat with a TTL of zero), so another executor — or
+/// `leasehold runs resume` in the next process — may claim it at once
+/// instead of waiting out the TTL. A stale fence means someone else holds
+/// the run already, and nothing is written.
+async fn release(store: &dyn Store, run_id: &str, fence: &AtomicU64, now_ms: u64) {
+    let fence = fence.load(Ordering::Acquire);
+    match store.renew_run(run_id, fence, now_ms, 0).await {
+        Ok(Fenced::Applied(())) => {}
+        Ok(Fenced::Stale { owner_id, .. }) => {
+            tracing::debug!(run_id, ?owner_id, "not released: another executor holds it");
+        }
+        Err(error) => {
+            tracing::warn!(run_id, %error, "run lease not released; it will expire");
+        }
+    }
+}
+
+/// Renews this executor's lease on the run every third of its TTL until the
+/// run ends; a refused renewal means another executor took the run over.
+pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
+    let (period, ttl_ms) = heartbeat_timing(ttl);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval_at(
+            crate::deadline_after(tokio::time::Instant::now(), period),
+            period,
+        );
+        loop {
+            tokio::select! {
+                () = ctx.cancel.cancelled() => return,
+                _ = ticks.tick() => {
+                    let result = ctx.store.renew_run(&ctx.run_id, ctx.fence(), ctx.now_ms(), ttl_ms).await;
+                    match result {
+                        Ok(Fenced::Applied(())) => {}
+                        Ok(Fenced::Stale { .. }) => {
+                            ctx.landed("heartbeat", result);
+                            return;
+                        }
+                        Err(error) => tracing::error!(run_id = %ctx.run_id, %error, "heartbeat not written"),
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// A new run id: `run-` and a UUIDv7 in hex. It is unique, and ids made
+/// one after another in this process sort in the order they were made (the
+/// UUID's millisecond timestamp and counter lead its bits), so a listing
+/// sorted by id is one sorted by creation.
+fn new_run_id() -> String {
+    format!("run-{}", uuid::Uuid::now_v7().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::new_run_id;
+
+    #[test]
+    fn run_ids_made_one_after_another_sort_in_creation_order_and_are_unique() {
+        // Many ids within the same millisecond: the order must hold there too.
+        let ids: Vec<String> = (0..10_000).map(|_| new_run_id()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids, "ids sorted by text are not in creation order");
+        let unique: HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "an id was made twice");
+        assert!(
+            ids.iter()
+                .all(|id| id.starts_with("run-") && id.len() == 36)
+        );
+    }
+}
