@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::budget::{BudgetDecision, BudgetMsg, checkpoint_due};
+use crate::budget::{BudgetDecision, BudgetFigures, BudgetMsg, checkpoint_due};
 use crate::event::{CallOutcome, EventKind};
 use crate::evidence::Evidence;
 use crate::lease::LeaseKind;
@@ -130,6 +130,24 @@ pub struct LoopState {
     /// The loop's answer, once it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+}
+
+impl LoopState {
+    /// The figures its budget checkpoint is shown, with `max_extensions`
+    /// the cap on extensions.
+    pub(crate) fn budget_figures(&self, max_extensions: u32) -> BudgetFigures {
+        BudgetFigures {
+            steps_used: self.steps,
+            steps_declared: self.declared,
+            limit: self.limit,
+            tool_calls: self.tool_calls,
+            spawns: self.spawns,
+            milestones_closed: self.milestones_closed.clone(),
+            milestones_open: self.milestones_open.clone(),
+            extensions_used: self.extensions_used,
+            extensions_left: max_extensions.saturating_sub(self.extensions_used),
+        }
+    }
 }
 
 /// How a loop ended.
@@ -359,19 +377,9 @@ impl AgentLoop {
             let request = BudgetEvaluationRequest {
                 run_id: self.ctx.run_id.clone(),
                 path: self.path.clone(),
-                steps_used: self.state.steps,
-                steps_declared: self.state.declared,
-                limit: self.state.limit,
-                tool_calls: self.state.tool_calls,
-                spawns: self.state.spawns,
-                milestones_closed: self.state.milestones_closed.clone(),
-                milestones_open: self.state.milestones_open.clone(),
-                extensions_used: self.state.extensions_used,
-                extensions_left: self
-                    .ctx
-                    .budget_config
-                    .max_extensions
-                    .saturating_sub(self.state.extensions_used),
+                figures: self
+                    .state
+                    .budget_figures(self.ctx.budget_config.max_extensions),
                 transcript_tail: self.transcript_tail(),
             };
             let budget = self.budget.clone();

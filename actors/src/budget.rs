@@ -4,8 +4,9 @@
 //! so running out of it must not end a loop by itself. When a loop — the
 //! root **or any worker** — has taken as many steps as its current limit
 //! ([`checkpoint_due`]), it asks its checkpoint, showing the real state in a
-//! [`BudgetEvaluationRequest`]: steps used and declared, tool calls, spawns,
-//! milestones closed and open, extensions used and left. The checkpoint
+//! [`BudgetEvaluationRequest`]: its [`BudgetFigures`] — steps used and
+//! declared, tool calls, spawns, milestones closed and open, extensions used
+//! and left. The checkpoint
 //! applies these rules, in order:
 //!
 //! 1. **Unlimited stays unlimited.** A limit of 0 is unlimited: the answer is
@@ -56,7 +57,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use leasehold_actors::budget::{
-//!     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
+//!     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision, BudgetFigures,
 //! };
 //! use leasehold_actors::event::EventBus;
 //! use leasehold_actors::ports::BudgetEvaluationRequest;
@@ -72,15 +73,17 @@
 //! let request = BudgetEvaluationRequest {
 //!     run_id: "run-1".into(),
 //!     path: "run".into(),
-//!     steps_used: 3,
-//!     steps_declared: 3,
-//!     limit: 3,
-//!     tool_calls: 2,
-//!     spawns: 0,
-//!     milestones_closed: vec![],
-//!     milestones_open: vec!["answer".into()],
-//!     extensions_used: 0,
-//!     extensions_left: 3,
+//!     figures: BudgetFigures {
+//!         steps_used: 3,
+//!         steps_declared: 3,
+//!         limit: 3,
+//!         tool_calls: 2,
+//!         spawns: 0,
+//!         milestones_closed: vec![],
+//!         milestones_open: vec!["answer".into()],
+//!         extensions_used: 0,
+//!         extensions_left: 3,
+//!     },
 //!     transcript_tail: Arc::new([]),
 //! };
 //! // No evaluator is configured: ambiguity on a budget wraps up.
@@ -91,6 +94,7 @@
 //! ```
 
 mod extension;
+pub(crate) mod figures;
 mod parse;
 
 use std::sync::Arc;
@@ -105,6 +109,7 @@ use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
 use crate::watchdog::{DecidedBy, EvaluatorUsage, StartError};
 
 pub use extension::{checkpoint_due, proportional_extension};
+pub use figures::BudgetFigures;
 pub use parse::{BudgetParseError, ParsedBudgetDecision, parse_budget_decision};
 
 /// The consumer that evaluator calls of budget checkpoints are attributed to.
@@ -322,19 +327,20 @@ impl Judgement {
 
 impl BudgetCheckpointState {
     fn check(&self, request: BudgetEvaluationRequest, reply: BudgetReply) {
-        if request.limit == 0 {
+        let figures = &request.figures;
+        if figures.limit == 0 {
             return reply.send(BudgetDecision::Unlimited);
         }
         let max_extensions = self.config.max_extensions;
-        if request.extensions_used >= max_extensions {
+        if figures.extensions_used >= max_extensions {
             let reason = format!("no extensions left: max_extensions = {max_extensions}");
             let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
             return publish(&*self.events, &request, judgement, None, reply);
         }
-        if request.extensions_left == 0 {
+        if figures.extensions_left == 0 {
             let reason = format!(
                 "no extensions left: {} used, none left",
-                request.extensions_used
+                figures.extensions_used
             );
             let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
             return publish(&*self.events, &request, judgement, None, reply);
@@ -367,7 +373,7 @@ async fn evaluate(
     request: BudgetEvaluationRequest,
     config: BudgetConfig,
 ) -> (Judgement, TokenCost) {
-    let limit = request.limit;
+    let limit = request.figures.limit;
     let timeout = config.evaluator_timeout;
     let breaker = |reason: String, cost: TokenCost| {
         (Judgement::wrap_up(DecidedBy::Breaker, reason, None), cost)
@@ -415,19 +421,11 @@ fn publish(
 ) {
     let (extended, new_limit) = match judgement.decision {
         BudgetDecision::Extend { new_limit, .. } => (true, new_limit),
-        BudgetDecision::WrapUp { .. } | BudgetDecision::Unlimited => (false, request.limit),
+        BudgetDecision::WrapUp { .. } | BudgetDecision::Unlimited => (false, request.figures.limit),
     };
     let record = BudgetRecord {
-        steps_used: request.steps_used,
-        steps_declared: request.steps_declared,
-        limit: request.limit,
+        figures: request.figures.clone(),
         new_limit,
-        tool_calls: request.tool_calls,
-        spawns: request.spawns,
-        milestones_closed: request.milestones_closed.clone(),
-        milestones_open: request.milestones_open.clone(),
-        extensions_used: request.extensions_used,
-        extensions_left: request.extensions_left,
         reason: judgement.reason,
         decided_by: judgement.decided_by,
         confidence: judgement.confidence,

@@ -68,6 +68,7 @@ pub use supervision::{Supervision, SupervisionConfig};
 /// leases for supervising work of your own.
 pub mod prelude {
     pub use crate::agent::{ControlError, ReconcileDecision};
+    pub use crate::budget::BudgetFigures;
     pub use crate::engine::{Engine, EngineBuilder, EngineConfig, EngineError};
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
     pub use crate::evidence::{Evidence, EvidenceSummary};

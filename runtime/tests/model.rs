@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use leasehold::budget::BudgetFigures;
 use leasehold::evidence::{Evidence, EvidenceSummary};
 use leasehold::lease::{LeaseId, LeaseKind};
 use leasehold::model::{
@@ -905,15 +906,17 @@ fn the_budget_prompt_shows_the_figures_and_demands_the_strict_json() {
     let messages = ModelEvaluator::budget_prompt(&BudgetEvaluationRequest {
         run_id: "run-9".into(),
         path: "run/worker:research#1".into(),
-        steps_used: 6,
-        steps_declared: 6,
-        limit: 6,
-        tool_calls: 9,
-        spawns: 2,
-        milestones_closed: vec!["gather".into(), "rank".into()],
-        milestones_open: vec!["write".into()],
-        extensions_used: 1,
-        extensions_left: 2,
+        figures: BudgetFigures {
+            steps_used: 6,
+            steps_declared: 6,
+            limit: 6,
+            tool_calls: 9,
+            spawns: 2,
+            milestones_closed: vec!["gather".into(), "rank".into()],
+            milestones_open: vec!["write".into()],
+            extensions_used: 1,
+            extensions_left: 2,
+        },
         transcript_tail: vec![TranscriptMessage::new("tool", "12 results")].into(),
     });
     let system = &messages[0].content;

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leasehold::budget::BudgetFigures;
 use leasehold::engine::{Engine, EngineConfig};
 use leasehold::event::EventKind;
 use leasehold::evidence::{Evidence, EvidenceSummary};
@@ -546,15 +547,17 @@ fn budget_request() -> BudgetEvaluationRequest {
     BudgetEvaluationRequest {
         run_id: "run-1".into(),
         path: "run/worker:research#1".into(),
-        steps_used: 8,
-        steps_declared: 8,
-        limit: 8,
-        tool_calls: 5,
-        spawns: 0,
-        milestones_closed: vec!["collect".into()],
-        milestones_open: vec!["summarise".into()],
-        extensions_used: 0,
-        extensions_left: 3,
+        figures: BudgetFigures {
+            steps_used: 8,
+            steps_declared: 8,
+            limit: 8,
+            tool_calls: 5,
+            spawns: 0,
+            milestones_closed: vec!["collect".into()],
+            milestones_open: vec!["summarise".into()],
+            extensions_used: 0,
+            extensions_left: 3,
+        },
         transcript_tail: vec![TranscriptMessage::new("assistant", "Collected.")].into(),
     }
 }

@@ -166,7 +166,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::budget::parse_budget_decision;
+    use crate::budget::{BudgetFigures, parse_budget_decision};
     use crate::evidence::EvidenceSummary;
     use crate::lease::{LeaseId, LeaseKind};
     use crate::model::ModelEvaluator;
@@ -244,15 +244,17 @@ mod tests {
         let request = |tool_calls| BudgetEvaluationRequest {
             run_id: "run-1".into(),
             path: "run/worker:logs:1".into(),
-            steps_used: 2,
-            steps_declared: 2,
-            limit: 2,
-            tool_calls,
-            spawns: 0,
-            milestones_closed: vec!["errors_found".into()],
-            milestones_open: vec!["cause_found".into()],
-            extensions_used: 0,
-            extensions_left: 3,
+            figures: BudgetFigures {
+                steps_used: 2,
+                steps_declared: 2,
+                limit: 2,
+                tool_calls,
+                spawns: 0,
+                milestones_closed: vec!["errors_found".into()],
+                milestones_open: vec!["cause_found".into()],
+                extensions_used: 0,
+                extensions_left: 3,
+            },
             transcript_tail: Arc::new([]),
         };
         let prompt = |tool_calls| {
