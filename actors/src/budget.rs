@@ -101,9 +101,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::time::Instant;
 
 use crate::error::ConfigError;
+use crate::evaluation::{Judge, JudgeConfig, timed};
 use crate::event::{BudgetRecord, EventKind};
 use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
 use crate::watchdog::{DecidedBy, EvaluatorUsage, StartError};
@@ -179,6 +179,12 @@ impl BudgetConfig {
     }
 }
 
+impl JudgeConfig for BudgetConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        BudgetConfig::validate(self)
+    }
+}
+
 /// A checkpoint's decision.
 #[derive(Clone, Debug, PartialEq)]
 pub enum BudgetDecision {
@@ -219,16 +225,11 @@ pub enum BudgetMsg {
     Check(Box<(BudgetEvaluationRequest, BudgetReply)>),
 }
 
-/// What a budget checkpoint is started with.
-pub struct BudgetCheckpointArgs {
-    /// Its policy.
-    pub config: BudgetConfig,
-    /// The evaluator; with none, every checkpoint that is not unlimited
-    /// wraps up by the breaker.
-    pub evaluator: Option<Arc<dyn Evaluator>>,
-    /// Where `budget_extended` / `budget_exhausted` records go.
-    pub events: Arc<dyn EventSink>,
-}
+/// What a budget checkpoint is started with, and keeps: its policy, its
+/// evaluator (with none, every checkpoint that is not unlimited wraps up by
+/// the breaker) and where its `budget_extended` / `budget_exhausted` records
+/// go.
+pub type BudgetCheckpointArgs = Judge<BudgetConfig>;
 
 /// The budget checkpoint actor. It keeps no per-loop state (each request
 /// carries the loop's figures), so one can serve many loops; it never
@@ -236,23 +237,12 @@ pub struct BudgetCheckpointArgs {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BudgetCheckpointActor;
 
-/// The budget checkpoint's state.
-pub struct BudgetCheckpointState {
-    config: BudgetConfig,
-    evaluator: Option<Arc<dyn Evaluator>>,
-    events: Arc<dyn EventSink>,
-}
-
 impl BudgetCheckpointActor {
     /// Validates `args.config` and spawns an unlinked checkpoint. (Linked
     /// spawning through [`Actor::spawn_linked`] validates the same way, in
     /// `pre_start`.)
     pub async fn start(args: BudgetCheckpointArgs) -> Result<ActorRef<BudgetMsg>, StartError> {
-        args.config.validate()?;
-        let (actor, _) = Actor::spawn(None, BudgetCheckpointActor, args)
-            .await
-            .map_err(|e| StartError::Spawn(e.to_string()))?;
-        Ok(actor)
+        args.spawn(BudgetCheckpointActor).await
     }
 
     /// Asks `actor` whether the loop of `request` gets more steps, and waits
@@ -272,7 +262,7 @@ impl BudgetCheckpointActor {
 
 impl Actor for BudgetCheckpointActor {
     type Msg = BudgetMsg;
-    type State = BudgetCheckpointState;
+    type State = BudgetCheckpointArgs;
     type Arguments = BudgetCheckpointArgs;
 
     async fn pre_start(
@@ -280,12 +270,7 @@ impl Actor for BudgetCheckpointActor {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        args.config.validate()?;
-        Ok(BudgetCheckpointState {
-            config: args.config,
-            evaluator: args.evaluator,
-            events: args.events,
-        })
+        Ok(args.validated()?)
     }
 
     async fn handle(
@@ -325,44 +310,44 @@ impl Judgement {
     }
 }
 
-impl BudgetCheckpointState {
+impl Judge<BudgetConfig> {
     fn check(&self, request: BudgetEvaluationRequest, reply: BudgetReply) {
-        let figures = &request.figures;
-        if figures.limit == 0 {
+        if request.figures.limit == 0 {
             return reply.send(BudgetDecision::Unlimited);
         }
+        let evaluator = match self.evaluator_for(&request.figures) {
+            Ok(evaluator) => evaluator,
+            Err(judgement) => return publish(&*self.events, &request, judgement, None, reply),
+        };
+        let config = self.config;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let evaluation = evaluate(evaluator, request.clone(), config);
+            let (judgement, usage) = timed(BUDGET_CONSUMER, evaluation).await;
+            publish(&*events, &request, judgement, Some(usage), reply);
+        });
+    }
+
+    /// The evaluator to ask about a loop with these `figures`, or the wrap-up
+    /// that settles it without one: by the cap with no extensions left, by
+    /// the breaker with no evaluator configured.
+    fn evaluator_for(&self, figures: &BudgetFigures) -> Result<Arc<dyn Evaluator>, Judgement> {
         let max_extensions = self.config.max_extensions;
         if figures.extensions_used >= max_extensions {
             let reason = format!("no extensions left: max_extensions = {max_extensions}");
-            let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
-            return publish(&*self.events, &request, judgement, None, reply);
+            return Err(Judgement::wrap_up(DecidedBy::Cap, reason, None));
         }
         if figures.extensions_left == 0 {
             let reason = format!(
                 "no extensions left: {} used, none left",
                 figures.extensions_used
             );
-            let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
-            return publish(&*self.events, &request, judgement, None, reply);
+            return Err(Judgement::wrap_up(DecidedBy::Cap, reason, None));
         }
-        let Some(evaluator) = self.evaluator.clone() else {
+        self.evaluator.clone().ok_or_else(|| {
             let reason = "no evaluator is configured: wrapping up".to_owned();
-            let judgement = Judgement::wrap_up(DecidedBy::Breaker, reason, None);
-            return publish(&*self.events, &request, judgement, None, reply);
-        };
-
-        let config = self.config;
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let (judgement, cost) = evaluate(evaluator, request.clone(), config).await;
-            let usage = EvaluatorUsage {
-                latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                cost,
-                consumer: BUDGET_CONSUMER.to_owned(),
-            };
-            publish(&*events, &request, judgement, Some(usage), reply);
-        });
+            Judgement::wrap_up(DecidedBy::Breaker, reason, None)
+        })
     }
 }
 
