@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::budget::BudgetMsg;
+use crate::budget::{BudgetFigures, BudgetMsg};
 use crate::event::EventKind;
 use crate::evidence::Evidence;
 use crate::nudge::NudgeQueue;
@@ -120,6 +120,24 @@ pub(crate) struct LoopState {
     /// The loop's answer, once it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+}
+
+impl LoopState {
+    /// The figures its budget checkpoint is shown, with `max_extensions`
+    /// the cap on extensions.
+    pub(crate) fn budget_figures(&self, max_extensions: u32) -> BudgetFigures {
+        BudgetFigures {
+            steps_used: self.steps,
+            steps_declared: self.declared,
+            limit: self.limit,
+            tool_calls: self.tool_calls,
+            spawns: self.spawns,
+            milestones_closed: self.milestones_closed.clone(),
+            milestones_open: self.milestones_open.clone(),
+            extensions_used: self.extensions_used,
+            extensions_left: max_extensions.saturating_sub(self.extensions_used),
+        }
+    }
 }
 
 /// How a loop ended.

@@ -4,8 +4,9 @@
 //! so running out of it must not end a loop by itself. When a loop — the
 //! root **or any worker** — has taken as many steps as its current limit
 //! ([`checkpoint_due`]), it asks its checkpoint, showing the real state in a
-//! [`BudgetEvaluationRequest`]: steps used and declared, tool calls, spawns,
-//! milestones closed and open, extensions used and left. The checkpoint
+//! [`BudgetEvaluationRequest`]: its [`BudgetFigures`] — steps used and
+//! declared, tool calls, spawns, milestones closed and open, extensions used
+//! and left. The checkpoint
 //! applies these rules, in order:
 //!
 //! 1. **Unlimited stays unlimited.** A limit of 0 is unlimited: the answer is
@@ -56,7 +57,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use leasehold_actors::{
-//!     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
+//!     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision, BudgetFigures,
 //! };
 //! use leasehold_actors::EventBus;
 //! use leasehold_actors::BudgetEvaluationRequest;
@@ -72,15 +73,17 @@
 //! let request = BudgetEvaluationRequest {
 //!     run_id: "run-1".into(),
 //!     path: "run".into(),
-//!     steps_used: 3,
-//!     steps_declared: 3,
-//!     limit: 3,
-//!     tool_calls: 2,
-//!     spawns: 0,
-//!     milestones_closed: vec![],
-//!     milestones_open: vec!["answer".into()],
-//!     extensions_used: 0,
-//!     extensions_left: 3,
+//!     figures: BudgetFigures {
+//!         steps_used: 3,
+//!         steps_declared: 3,
+//!         limit: 3,
+//!         tool_calls: 2,
+//!         spawns: 0,
+//!         milestones_closed: vec![],
+//!         milestones_open: vec!["answer".into()],
+//!         extensions_used: 0,
+//!         extensions_left: 3,
+//!     },
 //!     transcript_tail: Arc::new([]),
 //! };
 //! // No evaluator is configured: ambiguity on a budget wraps up.
@@ -91,21 +94,23 @@
 //! ```
 
 mod extension;
+pub(crate) mod figures;
 mod parse;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::time::Instant;
 
 use crate::error::ConfigError;
+use crate::evaluation::{Judge, JudgeConfig, timed};
 use crate::event::{BudgetRecord, EventKind};
 use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
 use crate::verdict::{DecidedBy, EvaluatorUsage};
 use crate::watchdog::StartError;
 
 pub use extension::{checkpoint_due, proportional_extension};
+pub use figures::BudgetFigures;
 pub use parse::{BudgetParseError, ParsedBudgetDecision, parse_budget_decision};
 
 /// The consumer that evaluator calls of budget checkpoints are attributed to.
@@ -175,6 +180,12 @@ impl BudgetConfig {
     }
 }
 
+impl JudgeConfig for BudgetConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        BudgetConfig::validate(self)
+    }
+}
+
 /// A checkpoint's decision.
 #[derive(Clone, Debug, PartialEq)]
 pub enum BudgetDecision {
@@ -215,16 +226,11 @@ pub enum BudgetMsg {
     Check(Box<(BudgetEvaluationRequest, BudgetReply)>),
 }
 
-/// What a budget checkpoint is started with.
-pub struct BudgetCheckpointArgs {
-    /// Its policy.
-    pub config: BudgetConfig,
-    /// The evaluator; with none, every checkpoint that is not unlimited
-    /// wraps up by the breaker.
-    pub evaluator: Option<Arc<dyn Evaluator>>,
-    /// Where `budget_extended` / `budget_exhausted` records go.
-    pub events: Arc<dyn EventSink>,
-}
+/// What a budget checkpoint is started with, and keeps: its policy, its
+/// evaluator (with none, every checkpoint that is not unlimited wraps up by
+/// the breaker) and where its `budget_extended` / `budget_exhausted` records
+/// go.
+pub type BudgetCheckpointArgs = Judge<BudgetConfig>;
 
 /// The budget checkpoint actor. It keeps no per-loop state (each request
 /// carries the loop's figures), so one can serve many loops; it never
@@ -232,23 +238,12 @@ pub struct BudgetCheckpointArgs {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BudgetCheckpointActor;
 
-/// The budget checkpoint's state.
-pub struct BudgetCheckpointState {
-    config: BudgetConfig,
-    evaluator: Option<Arc<dyn Evaluator>>,
-    events: Arc<dyn EventSink>,
-}
-
 impl BudgetCheckpointActor {
     /// Validates `args.config` and spawns an unlinked checkpoint. (Linked
     /// spawning through [`Actor::spawn_linked`] validates the same way, in
     /// `pre_start`.)
     pub async fn start(args: BudgetCheckpointArgs) -> Result<ActorRef<BudgetMsg>, StartError> {
-        args.config.validate()?;
-        let (actor, _) = Actor::spawn(None, BudgetCheckpointActor, args)
-            .await
-            .map_err(|e| StartError::Spawn(e.to_string()))?;
-        Ok(actor)
+        args.spawn(BudgetCheckpointActor).await
     }
 
     /// Asks `actor` whether the loop of `request` gets more steps, and waits
@@ -268,7 +263,7 @@ impl BudgetCheckpointActor {
 
 impl Actor for BudgetCheckpointActor {
     type Msg = BudgetMsg;
-    type State = BudgetCheckpointState;
+    type State = BudgetCheckpointArgs;
     type Arguments = BudgetCheckpointArgs;
 
     async fn pre_start(
@@ -276,12 +271,7 @@ impl Actor for BudgetCheckpointActor {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        args.config.validate()?;
-        Ok(BudgetCheckpointState {
-            config: args.config,
-            evaluator: args.evaluator,
-            events: args.events,
-        })
+        Ok(args.validated()?)
     }
 
     async fn handle(
@@ -321,43 +311,44 @@ impl Judgement {
     }
 }
 
-impl BudgetCheckpointState {
+impl Judge<BudgetConfig> {
     fn check(&self, request: BudgetEvaluationRequest, reply: BudgetReply) {
-        if request.limit == 0 {
+        if request.figures.limit == 0 {
             return reply.send(BudgetDecision::Unlimited);
         }
-        let max_extensions = self.config.max_extensions;
-        if request.extensions_used >= max_extensions {
-            let reason = format!("no extensions left: max_extensions = {max_extensions}");
-            let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
-            return publish(&*self.events, &request, judgement, None, reply);
-        }
-        if request.extensions_left == 0 {
-            let reason = format!(
-                "no extensions left: {} used, none left",
-                request.extensions_used
-            );
-            let judgement = Judgement::wrap_up(DecidedBy::Cap, reason, None);
-            return publish(&*self.events, &request, judgement, None, reply);
-        }
-        let Some(evaluator) = self.evaluator.clone() else {
-            let reason = "no evaluator is configured: wrapping up".to_owned();
-            let judgement = Judgement::wrap_up(DecidedBy::Breaker, reason, None);
-            return publish(&*self.events, &request, judgement, None, reply);
+        let evaluator = match self.evaluator_for(&request.figures) {
+            Ok(evaluator) => evaluator,
+            Err(judgement) => return publish(&*self.events, &request, judgement, None, reply),
         };
-
         let config = self.config;
         let events = self.events.clone();
         tokio::spawn(async move {
-            let started = Instant::now();
-            let (judgement, cost) = evaluate(evaluator, request.clone(), config).await;
-            let usage = EvaluatorUsage {
-                latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                cost,
-                consumer: BUDGET_CONSUMER.to_owned(),
-            };
+            let evaluation = evaluate(evaluator, request.clone(), config);
+            let (judgement, usage) = timed(BUDGET_CONSUMER, evaluation).await;
             publish(&*events, &request, judgement, Some(usage), reply);
         });
+    }
+
+    /// The evaluator to ask about a loop with these `figures`, or the wrap-up
+    /// that settles it without one: by the cap with no extensions left, by
+    /// the breaker with no evaluator configured.
+    fn evaluator_for(&self, figures: &BudgetFigures) -> Result<Arc<dyn Evaluator>, Judgement> {
+        let max_extensions = self.config.max_extensions;
+        if figures.extensions_used >= max_extensions {
+            let reason = format!("no extensions left: max_extensions = {max_extensions}");
+            return Err(Judgement::wrap_up(DecidedBy::Cap, reason, None));
+        }
+        if figures.extensions_left == 0 {
+            let reason = format!(
+                "no extensions left: {} used, none left",
+                figures.extensions_used
+            );
+            return Err(Judgement::wrap_up(DecidedBy::Cap, reason, None));
+        }
+        self.evaluator.clone().ok_or_else(|| {
+            let reason = "no evaluator is configured: wrapping up".to_owned();
+            Judgement::wrap_up(DecidedBy::Breaker, reason, None)
+        })
     }
 }
 
@@ -368,7 +359,7 @@ async fn evaluate(
     request: BudgetEvaluationRequest,
     config: BudgetConfig,
 ) -> (Judgement, TokenCost) {
-    let limit = request.limit;
+    let limit = request.figures.limit;
     let timeout = config.evaluator_timeout;
     let breaker = |reason: String, cost: TokenCost| {
         (Judgement::wrap_up(DecidedBy::Breaker, reason, None), cost)
@@ -416,19 +407,11 @@ fn publish(
 ) {
     let (extended, new_limit) = match judgement.decision {
         BudgetDecision::Extend { new_limit, .. } => (true, new_limit),
-        BudgetDecision::WrapUp { .. } | BudgetDecision::Unlimited => (false, request.limit),
+        BudgetDecision::WrapUp { .. } | BudgetDecision::Unlimited => (false, request.figures.limit),
     };
     let record = BudgetRecord {
-        steps_used: request.steps_used,
-        steps_declared: request.steps_declared,
-        limit: request.limit,
+        figures: request.figures.clone(),
         new_limit,
-        tool_calls: request.tool_calls,
-        spawns: request.spawns,
-        milestones_closed: request.milestones_closed.clone(),
-        milestones_open: request.milestones_open.clone(),
-        extensions_used: request.extensions_used,
-        extensions_left: request.extensions_left,
         reason: judgement.reason,
         decided_by: judgement.decided_by,
         confidence: judgement.confidence,

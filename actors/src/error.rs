@@ -24,3 +24,14 @@ impl ConfigError {
         }
     }
 }
+
+/// An actor that could not be started.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// Its configuration was refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// ractor could not spawn it.
+    #[error("could not spawn the actor: {0}")]
+    Spawn(String),
+}

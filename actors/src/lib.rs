@@ -107,15 +107,15 @@ pub use verdict::{
 };
 pub use watchdog::{
     AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy,
-    Judgement, LeaseExpiry, LeaseholdPolicy, PolicyKind, StartError, VerdictPolicy,
-    WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
+    Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, PolicyKind, StartError,
+    VerdictPolicy, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
 };
 
 // Step budgets and their checkpoint.
 pub use budget::{
     BUDGET_CONSUMER, BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
-    BudgetMsg, BudgetParseError, BudgetReply, MAX_EXTENSIONS, ParsedBudgetDecision, checkpoint_due,
-    max_extensions_expected, parse_budget_decision, proportional_extension,
+    BudgetFigures, BudgetMsg, BudgetParseError, BudgetReply, MAX_EXTENSIONS, ParsedBudgetDecision,
+    checkpoint_due, max_extensions_expected, parse_budget_decision, proportional_extension,
 };
 
 // Supervision strategies.
@@ -136,6 +136,7 @@ pub use error::ConfigError;
 /// leases for supervising work of your own.
 pub mod prelude {
     pub use crate::agent::{ControlError, ReconcileDecision};
+    pub use crate::budget::BudgetFigures;
     pub use crate::engine::{Engine, EngineBuilder, EngineConfig, EngineError};
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
     pub use crate::evidence::{Evidence, EvidenceSummary};

@@ -44,11 +44,14 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
+use crate::evaluation::timed;
 use crate::event::EventKind;
 use crate::evidence::{Evidence, EvidenceSummary};
 use crate::lease::LeaseMeta;
 use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
 
+pub use crate::error::StartError;
+pub use crate::evaluation::{Judge, JudgeConfig};
 use crate::verdict::{DecidedBy, Decision, EvaluatorUsage, VerdictRecord, parse_verdict};
 pub use accrual::{AccrualConfig, AccrualPolicy};
 pub use policy::{
@@ -145,6 +148,12 @@ impl WatchdogConfig {
     }
 }
 
+impl JudgeConfig for WatchdogConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        WatchdogConfig::validate(self)
+    }
+}
+
 /// A lease that expired and wants a verdict.
 #[derive(Clone, Debug)]
 pub struct LeaseExpiry {
@@ -179,37 +188,20 @@ pub enum WatchdogMsg {
     Assess(Box<(LeaseExpiry, VerdictReply)>),
 }
 
-/// What the watchdog is started with.
-pub struct WatchdogArgs {
-    /// Its policy.
-    pub config: WatchdogConfig,
-    /// The evaluator; with none, every lease past the ladder and without
-    /// fresh evidence renews by the breaker.
-    pub evaluator: Option<Arc<dyn Evaluator>>,
-    /// Where verdict records go.
-    pub events: Arc<dyn EventSink>,
-}
+/// What the watchdog is started with, and keeps: its policy, its evaluator
+/// (with none, every expiry its policy cannot settle renews by the breaker)
+/// and where its verdict records go.
+pub type WatchdogArgs = Judge<WatchdogConfig>;
 
 /// The watchdog actor. One per runtime is enough: it never blocks, and its
 /// per-lease state (the accrual history) lives in each lease's evidence cell.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WatchdogActor;
 
-/// The watchdog's state.
-pub struct WatchdogState {
-    config: WatchdogConfig,
-    evaluator: Option<Arc<dyn Evaluator>>,
-    events: Arc<dyn EventSink>,
-}
-
 impl WatchdogActor {
     /// Validates `args.config` and spawns a watchdog.
     pub async fn start(args: WatchdogArgs) -> Result<ActorRef<WatchdogMsg>, StartError> {
-        args.config.validate()?;
-        let (actor, _) = Actor::spawn(None, WatchdogActor, args)
-            .await
-            .map_err(|e| StartError::Spawn(e.to_string()))?;
-        Ok(actor)
+        args.spawn(WatchdogActor).await
     }
 
     /// Asks `watchdog` for a verdict and waits for it.
@@ -223,20 +215,9 @@ impl WatchdogActor {
     }
 }
 
-/// An actor that could not be started.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum StartError {
-    /// Its configuration was refused.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// ractor could not spawn it.
-    #[error("could not spawn the actor: {0}")]
-    Spawn(String),
-}
-
 impl Actor for WatchdogActor {
     type Msg = WatchdogMsg;
-    type State = WatchdogState;
+    type State = WatchdogArgs;
     type Arguments = WatchdogArgs;
 
     async fn pre_start(
@@ -244,12 +225,7 @@ impl Actor for WatchdogActor {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        args.config.validate()?;
-        Ok(WatchdogState {
-            config: args.config,
-            evaluator: args.evaluator,
-            events: args.events,
-        })
+        Ok(args.validated()?)
     }
 
     async fn handle(
@@ -268,7 +244,7 @@ impl Actor for WatchdogActor {
     }
 }
 
-impl WatchdogState {
+impl Judge<WatchdogConfig> {
     fn assess(&self, expiry: LeaseExpiry, reply: VerdictReply) {
         let meta = &expiry.meta;
         let accrual = self.config.accrual.for_kind(meta.kind);
@@ -277,28 +253,19 @@ impl WatchdogState {
         let judged = self
             .config
             .expiry(meta, renewals, expiry.evidence_renewals, &evidence);
-        if let Judgement::Decided(decision) = self.config.policy_of(meta).judge(&judged) {
-            return publish(
-                &*self.events,
-                meta,
-                renewals,
-                evidence,
-                decision,
-                None,
-                reply,
-            );
-        }
-        let Some(evaluator) = self.evaluator.clone() else {
-            let decision = Decision::renew(DecidedBy::Breaker, "no evaluator is configured");
-            return publish(
-                &*self.events,
-                meta,
-                renewals,
-                evidence,
-                decision,
-                None,
-                reply,
-            );
+        let evaluator = match self.config.policy_of(meta).judge(&judged) {
+            Judgement::Decided(decision) => Err(decision),
+            Judgement::AskEvaluator => self
+                .evaluator
+                .clone()
+                .ok_or_else(|| Decision::renew(DecidedBy::Breaker, "no evaluator is configured")),
+        };
+        let evaluator = match evaluator {
+            Ok(evaluator) => evaluator,
+            Err(decision) => {
+                let events = &*self.events;
+                return publish(events, meta, renewals, evidence, decision, None, reply);
+            }
         };
 
         let request = EvaluationRequest {
@@ -319,13 +286,8 @@ impl WatchdogState {
         let events = self.events.clone();
         let meta = meta.clone();
         tokio::spawn(async move {
-            let started = Instant::now();
-            let (decision, cost) = evaluate(evaluator, request, timeout).await;
-            let usage = EvaluatorUsage {
-                latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                cost,
-                consumer: WATCHDOG_CONSUMER.to_owned(),
-            };
+            let evaluation = evaluate(evaluator, request, timeout);
+            let (decision, usage) = timed(WATCHDOG_CONSUMER, evaluation).await;
             publish(
                 &*events,
                 &meta,

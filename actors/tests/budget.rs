@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use leasehold_actors::{
     BUDGET_CONSUMER, BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
-    BudgetEvaluationRequest, BudgetMsg, BudgetRecord, BudgetReply, DecidedBy, Evaluator,
-    EvaluatorUsage, Event, EventKind, MAX_EXTENSIONS, StartError, TokenCost, TranscriptMessage,
-    checkpoint_due, proportional_extension,
+    BudgetEvaluationRequest, BudgetFigures, BudgetMsg, BudgetRecord, BudgetReply, DecidedBy,
+    Evaluator, EvaluatorUsage, Event, EventKind, MAX_EXTENSIONS, StartError, TokenCost,
+    TranscriptMessage, checkpoint_due, proportional_extension,
     testing::{RecordingSink, Scripted, ScriptedEvaluator},
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -25,15 +25,17 @@ fn request(limit: u32, extensions_used: u32, extensions_left: u32) -> BudgetEval
     BudgetEvaluationRequest {
         run_id: RUN.into(),
         path: PATH.into(),
-        steps_used: limit,
-        steps_declared: 3,
-        limit,
-        tool_calls: 4,
-        spawns: 1,
-        milestones_closed: vec!["outline".into()],
-        milestones_open: vec!["draft".into(), "review".into()],
-        extensions_used,
-        extensions_left,
+        figures: BudgetFigures {
+            steps_used: limit,
+            steps_declared: 3,
+            limit,
+            tool_calls: 4,
+            spawns: 1,
+            milestones_closed: vec!["outline".into()],
+            milestones_open: vec!["draft".into(), "review".into()],
+            extensions_used,
+            extensions_left,
+        },
         transcript_tail: Arc::new([TranscriptMessage::new("assistant", "drafting section 2")]),
     }
 }
@@ -104,7 +106,7 @@ async fn drive_loop(rig: &Rig, declared: u32, checkpoints: usize) -> Vec<BudgetD
     let mut decisions = Vec::new();
     for _ in 0..checkpoints {
         let mut request = request(limit, extensions_used, max_extensions - extensions_used);
-        request.steps_declared = declared;
+        request.figures.steps_declared = declared;
         let decision = rig.check(request).await;
         if let BudgetDecision::Extend { new_limit, .. } = decision {
             limit = new_limit;
@@ -136,7 +138,7 @@ async fn assert_breaker_wraps_up(answer: Scripted, reason_contains: &str) {
             reason: record.reason.clone()
         }
     );
-    assert_eq!(record.new_limit, record.limit);
+    assert_eq!(record.new_limit, record.figures.limit);
     assert_eq!(record.confidence, None);
     let usage = record
         .evaluator
@@ -201,8 +203,11 @@ async fn at_most_three_extensions_whatever_the_evaluator_says() {
     let (name, last) = &records[3];
     assert_eq!(*name, "budget_exhausted");
     assert_eq!(last.decided_by, DecidedBy::Cap);
-    assert_eq!((last.limit, last.new_limit), (24, 24));
-    assert_eq!((last.extensions_used, last.extensions_left), (3, 0));
+    assert_eq!((last.figures.limit, last.new_limit), (24, 24));
+    assert_eq!(
+        (last.figures.extensions_used, last.figures.extensions_left),
+        (3, 0)
+    );
     assert_eq!(last.evaluator, None);
 }
 
@@ -238,7 +243,7 @@ async fn unlimited_budget_is_never_capped() {
     // unlimited limit stays unlimited: no cap, no event, no evaluator call.
     let rig = rig([Scripted::decision("EXTEND", "more", 1.0)]).await;
     let mut unlimited = request(0, 3, 0);
-    unlimited.steps_used = 500;
+    unlimited.figures.steps_used = 500;
     assert_eq!(rig.check(unlimited).await, BudgetDecision::Unlimited);
     assert!(rig.events.events().is_empty());
     assert_eq!(rig.evaluator.budget_calls(), 0);
@@ -382,16 +387,18 @@ async fn checkpoint_emits_budget_extended_with_figures() {
     assert_eq!(
         *record,
         BudgetRecord {
-            steps_used: 10,
-            steps_declared: 3,
-            limit: 10,
+            figures: BudgetFigures {
+                steps_used: 10,
+                steps_declared: 3,
+                limit: 10,
+                tool_calls: 4,
+                spawns: 1,
+                milestones_closed: vec!["outline".into()],
+                milestones_open: vec!["draft".into(), "review".into()],
+                extensions_used: 1,
+                extensions_left: 2,
+            },
             new_limit: 16,
-            tool_calls: 4,
-            spawns: 1,
-            milestones_closed: vec!["outline".into()],
-            milestones_open: vec!["draft".into(), "review".into()],
-            extensions_used: 1,
-            extensions_left: 2,
             reason: "two milestones left".into(),
             decided_by: DecidedBy::Evaluator,
             confidence: Some(0.6),
@@ -433,16 +440,18 @@ async fn checkpoint_emits_budget_exhausted_with_figures() {
     assert_eq!(
         *record,
         BudgetRecord {
-            steps_used: 6,
-            steps_declared: 3,
-            limit: 6,
+            figures: BudgetFigures {
+                steps_used: 6,
+                steps_declared: 3,
+                limit: 6,
+                tool_calls: 4,
+                spawns: 1,
+                milestones_closed: vec!["outline".into()],
+                milestones_open: vec!["draft".into(), "review".into()],
+                extensions_used: 1,
+                extensions_left: 2,
+            },
             new_limit: 6,
-            tool_calls: 4,
-            spawns: 1,
-            milestones_closed: vec!["outline".into()],
-            milestones_open: vec!["draft".into(), "review".into()],
-            extensions_used: 1,
-            extensions_left: 2,
             reason: "the draft is done".into(),
             decided_by: DecidedBy::Evaluator,
             confidence: Some(0.9),
@@ -667,4 +676,87 @@ async fn checkpoint_that_is_gone_wraps_up() {
         BudgetDecision::WrapUp { .. }
     ));
     assert!(rig.events.events().is_empty());
+}
+
+/// A `budget_extended` event as the previous version of the schema stored
+/// it, byte for byte: the figures, with `new_limit` right after `limit`, then
+/// the decision.
+const STORED_BUDGET_EXTENDED: &str = concat!(
+    r#"{"seq":7,"at":1700000000000,"run_id":"run-1","path":"run/worker:logs:1","#,
+    r#""kind":"budget_extended","steps_used":2,"steps_declared":2,"limit":2,"new_limit":4,"#,
+    r#""tool_calls":2,"spawns":0,"milestones_closed":["errors_found"],"#,
+    r#""milestones_open":["cause_found","fix_found"],"extensions_used":0,"extensions_left":3,"#,
+    r#""reason":"every step made progress","decided_by":"evaluator","confidence":1.0,"#,
+    r#""evaluator":{"latency_ms":12,"cost":{"input_tokens":100,"output_tokens":20},"#,
+    r#""consumer":"engine.budget"}}"#
+);
+
+/// A `budget_exhausted` event by the cap, as the previous version stored it:
+/// no confidence and no evaluator.
+const STORED_BUDGET_EXHAUSTED: &str = concat!(
+    r#"{"seq":9,"at":1700000000500,"run_id":"run-1","path":"run","#,
+    r#""kind":"budget_exhausted","steps_used":24,"steps_declared":3,"limit":24,"new_limit":24,"#,
+    r#""tool_calls":30,"spawns":2,"milestones_closed":[],"milestones_open":["review"],"#,
+    r#""extensions_used":3,"extensions_left":0,"#,
+    r#""reason":"no extensions left: max_extensions = 3","decided_by":"cap"}"#
+);
+
+#[test]
+fn a_budget_event_stored_by_the_previous_version_decodes_and_reencodes_byte_for_byte() {
+    let extended: Event = serde_json::from_str(STORED_BUDGET_EXTENDED).expect("decodes");
+    let EventKind::BudgetExtended(record) = &extended.kind else {
+        panic!("expected budget_extended, got {:?}", extended.kind);
+    };
+    assert_eq!(
+        record.figures,
+        BudgetFigures {
+            steps_used: 2,
+            steps_declared: 2,
+            limit: 2,
+            tool_calls: 2,
+            spawns: 0,
+            milestones_closed: vec!["errors_found".into()],
+            milestones_open: vec!["cause_found".into(), "fix_found".into()],
+            extensions_used: 0,
+            extensions_left: 3,
+        }
+    );
+    assert_eq!(record.new_limit, 4);
+    assert_eq!(record.confidence, Some(1.0));
+    assert_eq!(
+        record.evaluator.as_ref().map(|e| e.consumer.as_str()),
+        Some(BUDGET_CONSUMER)
+    );
+    assert_eq!(
+        serde_json::to_string(&extended).expect("encodes"),
+        STORED_BUDGET_EXTENDED
+    );
+
+    let exhausted: Event = serde_json::from_str(STORED_BUDGET_EXHAUSTED).expect("decodes");
+    let EventKind::BudgetExhausted(record) = &exhausted.kind else {
+        panic!("expected budget_exhausted, got {:?}", exhausted.kind);
+    };
+    assert_eq!((record.figures.limit, record.new_limit), (24, 24));
+    assert_eq!(
+        (record.decided_by, record.confidence),
+        (DecidedBy::Cap, None)
+    );
+    assert_eq!(
+        serde_json::to_string(&exhausted).expect("encodes"),
+        STORED_BUDGET_EXHAUSTED
+    );
+}
+
+#[test]
+fn the_budget_evaluation_request_shows_its_figures_flat_in_the_same_order() {
+    assert_eq!(
+        serde_json::to_string(&request(3, 1, 2)).expect("encodes"),
+        concat!(
+            r#"{"run_id":"run-7","path":"run/worker:research#1","#,
+            r#""steps_used":3,"steps_declared":3,"limit":3,"tool_calls":4,"spawns":1,"#,
+            r#""milestones_closed":["outline"],"milestones_open":["draft","review"],"#,
+            r#""extensions_used":1,"extensions_left":2,"#,
+            r#""transcript_tail":[{"role":"assistant","content":"drafting section 2"}]}"#
+        )
+    );
 }

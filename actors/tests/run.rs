@@ -219,7 +219,9 @@ async fn worker_converging_gets_proportional_extensions_then_a_fourth_is_refused
     let extended: Vec<_> = of_kind(&events, "budget_extended")
         .into_iter()
         .filter_map(|e| match &e.kind {
-            EventKind::BudgetExtended(r) => Some((r.limit, r.new_limit, r.steps_declared)),
+            EventKind::BudgetExtended(r) => {
+                Some((r.figures.limit, r.new_limit, r.figures.steps_declared))
+            }
             _ => None,
         })
         .collect();
@@ -227,7 +229,7 @@ async fn worker_converging_gets_proportional_extensions_then_a_fourth_is_refused
     let exhausted: Vec<_> = of_kind(&events, "budget_exhausted")
         .into_iter()
         .filter_map(|e| match &e.kind {
-            EventKind::BudgetExhausted(r) => Some((r.decided_by, r.steps_used)),
+            EventKind::BudgetExhausted(r) => Some((r.decided_by, r.figures.steps_used)),
             _ => None,
         })
         .collect();

@@ -91,11 +91,12 @@ impl Evaluator for RuleEvaluator {
         &self,
         request: BudgetEvaluationRequest,
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
-        let converging = request.tool_calls >= request.steps_used;
+        let figures = &request.figures;
+        let converging = figures.tool_calls >= figures.steps_used;
         let text = if converging {
             serde_json::json!({
                 "decision": "EXTEND",
-                "reason": format!("{} tool calls in {} steps: still making progress", request.tool_calls, request.steps_used),
+                "reason": format!("{} tool calls in {} steps: still making progress", figures.tool_calls, figures.steps_used),
                 "confidence": 1.0
             })
         } else {

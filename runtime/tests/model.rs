@@ -10,9 +10,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use leasehold::{
-    BudgetEvaluationRequest, ChatMessage, EvaluationRequest, Evidence, EvidenceSummary,
-    FinishReason, LeaseId, LeaseKind, ModelClient, ModelErrorKind, ModelReply, ModelRequest,
-    TokenCost, ToolCallRequest, ToolDefinition, TranscriptMessage,
+    BudgetEvaluationRequest, BudgetFigures, ChatMessage, EvaluationRequest, Evidence,
+    EvidenceSummary, FinishReason, LeaseId, LeaseKind, ModelClient, ModelErrorKind, ModelReply,
+    ModelRequest, TokenCost, ToolCallRequest, ToolDefinition, TranscriptMessage,
     model::{
         ModelEndpoint, ModelEvaluator, ModelRole, ModelSettings, OpenAiClient, StreamParser,
         UsageLedger, classify_status, parse_retry_after,
@@ -900,15 +900,17 @@ fn the_budget_prompt_shows_the_figures_and_demands_the_strict_json() {
     let messages = ModelEvaluator::budget_prompt(&BudgetEvaluationRequest {
         run_id: "run-9".into(),
         path: "run/worker:research#1".into(),
-        steps_used: 6,
-        steps_declared: 6,
-        limit: 6,
-        tool_calls: 9,
-        spawns: 2,
-        milestones_closed: vec!["gather".into(), "rank".into()],
-        milestones_open: vec!["write".into()],
-        extensions_used: 1,
-        extensions_left: 2,
+        figures: BudgetFigures {
+            steps_used: 6,
+            steps_declared: 6,
+            limit: 6,
+            tool_calls: 9,
+            spawns: 2,
+            milestones_closed: vec!["gather".into(), "rank".into()],
+            milestones_open: vec!["write".into()],
+            extensions_used: 1,
+            extensions_left: 2,
+        },
         transcript_tail: vec![TranscriptMessage::new("tool", "12 results")].into(),
     });
     let system = &messages[0].content;

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    BoxFuture, BudgetEvaluationRequest, ChatMessage, Engine, EngineConfig, EvaluationRequest,
-    Evaluator, EventKind, Evidence, EvidenceSummary, Flow, LeaseId, LeaseKind, ModelClient,
-    ModelError, ModelErrorKind, ModelReply, ModelRequest, RestartPolicy, RunStatus, Supervision,
-    SupervisionConfig, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
-    TranscriptMessage,
+    BoxFuture, BudgetEvaluationRequest, BudgetFigures, ChatMessage, Engine, EngineConfig,
+    EvaluationRequest, Evaluator, EventKind, Evidence, EvidenceSummary, Flow, LeaseId, LeaseKind,
+    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, RestartPolicy, RunStatus,
+    Supervision, SupervisionConfig, ToolClient, ToolDefinition, ToolError, ToolInvocation,
+    ToolOutput, TranscriptMessage,
     model::{ModelEndpoint, ModelEvaluator, ModelSettings, OpenAiClient},
     testing::{RecordingSink, ScriptedEvaluator, ScriptedTools, ToolAct},
 };
@@ -541,15 +541,17 @@ fn budget_request() -> BudgetEvaluationRequest {
     BudgetEvaluationRequest {
         run_id: "run-1".into(),
         path: "run/worker:research#1".into(),
-        steps_used: 8,
-        steps_declared: 8,
-        limit: 8,
-        tool_calls: 5,
-        spawns: 0,
-        milestones_closed: vec!["collect".into()],
-        milestones_open: vec!["summarise".into()],
-        extensions_used: 0,
-        extensions_left: 3,
+        figures: BudgetFigures {
+            steps_used: 8,
+            steps_declared: 8,
+            limit: 8,
+            tool_calls: 5,
+            spawns: 0,
+            milestones_closed: vec!["collect".into()],
+            milestones_open: vec!["summarise".into()],
+            extensions_used: 0,
+            extensions_left: 3,
+        },
         transcript_tail: vec![TranscriptMessage::new("assistant", "Collected.")].into(),
     }
 }

@@ -38,19 +38,9 @@ impl AgentLoop {
             let request = BudgetEvaluationRequest {
                 run_id: self.ctx.run_id.clone(),
                 path: self.path.clone(),
-                steps_used: self.state.steps,
-                steps_declared: self.state.declared,
-                limit: self.state.limit,
-                tool_calls: self.state.tool_calls,
-                spawns: self.state.spawns,
-                milestones_closed: self.state.milestones_closed.clone(),
-                milestones_open: self.state.milestones_open.clone(),
-                extensions_used: self.state.extensions_used,
-                extensions_left: self
-                    .ctx
-                    .budget_config
-                    .max_extensions
-                    .saturating_sub(self.state.extensions_used),
+                figures: self
+                    .state
+                    .budget_figures(self.ctx.budget_config.max_extensions),
                 transcript_tail: self.transcript_tail(),
             };
             let budget = self.budget.clone();

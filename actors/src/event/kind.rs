@@ -7,7 +7,10 @@
 //! and stable: they are a contract with users. This module imports no actor,
 //! so changing an actor cannot change the wire format.
 
+use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+
+use crate::budget::figures::BudgetFigures;
 
 use crate::evidence::EvidenceSummary;
 use crate::lease::spec::{LeaseId, LeaseKind};
@@ -394,11 +397,11 @@ impl EventKind {
             } => format!("{worker} {outcome:?}: {result}"),
             Self::BudgetExtended(r) => format!(
                 "{} steps used of {}: extended to {} ({}, by {})",
-                r.steps_used, r.limit, r.new_limit, r.reason, r.decided_by
+                r.figures.steps_used, r.figures.limit, r.new_limit, r.reason, r.decided_by
             ),
             Self::BudgetExhausted(r) => format!(
                 "{} steps used of {}: wrapping up ({}, by {})",
-                r.steps_used, r.limit, r.reason, r.decided_by
+                r.figures.steps_used, r.figures.limit, r.reason, r.decided_by
             ),
             Self::Restarted {
                 attempt,
@@ -457,40 +460,47 @@ pub enum CallOutcome {
 }
 
 /// The figures a budget checkpoint used, and what it decided.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Serialized by hand, not derived, to keep the key order `budget_extended`
+/// and `budget_exhausted` events have always had: the figures, with
+/// `new_limit` right after `limit`, then the decision.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct BudgetRecord {
-    /// Steps the loop has taken.
-    pub steps_used: u32,
-    /// Steps the flow declared for it.
-    pub steps_declared: u32,
-    /// The limit before this checkpoint.
-    pub limit: u32,
-    /// The limit after it (the same when wrapping up).
+    /// The loop's figures when its checkpoint was due.
+    #[serde(flatten)]
+    pub figures: BudgetFigures,
+    /// The limit after this checkpoint (the same as `figures.limit` when
+    /// wrapping up).
     pub new_limit: u32,
-    /// Tool calls made so far.
-    pub tool_calls: u32,
-    /// Workers spawned so far.
-    pub spawns: u32,
-    /// Milestones closed.
-    pub milestones_closed: Vec<String>,
-    /// Milestones still open.
-    pub milestones_open: Vec<String>,
-    /// Extensions granted before this one.
-    pub extensions_used: u32,
-    /// Extensions left before this one.
-    pub extensions_left: u32,
     /// Why.
     pub reason: String,
     /// Who decided: `evaluator`, `breaker` (evaluator failed or none
     /// configured: wrap up), or `cap` (no extensions left).
     pub decided_by: DecidedBy,
     /// The evaluator's confidence, when it answered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub confidence: Option<f64>,
     /// The evaluator's latency and cost, when it was called (consumer
     /// `engine.budget`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub evaluator: Option<EvaluatorUsage>,
+}
+
+impl Serialize for BudgetRecord {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        self.figures
+            .serialize_entries(&mut map, Some(self.new_limit))?;
+        map.serialize_entry("reason", &self.reason)?;
+        map.serialize_entry("decided_by", &self.decided_by)?;
+        if let Some(confidence) = &self.confidence {
+            map.serialize_entry("confidence", confidence)?;
+        }
+        if let Some(evaluator) = &self.evaluator {
+            map.serialize_entry("evaluator", evaluator)?;
+        }
+        map.end()
+    }
 }
 
 impl EventKind {

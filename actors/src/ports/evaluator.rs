@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{BoxFuture, TokenCost, TranscriptMessage};
+use crate::budget::figures::BudgetFigures;
 use crate::evidence::EvidenceSummary;
 use crate::lease::spec::{LeaseId, LeaseKind};
 
@@ -113,24 +114,9 @@ pub struct BudgetEvaluationRequest {
     pub run_id: String,
     /// The loop (`run`, `run/worker:research#1`).
     pub path: String,
-    /// Steps taken.
-    pub steps_used: u32,
-    /// Steps the flow declared.
-    pub steps_declared: u32,
-    /// The current limit.
-    pub limit: u32,
-    /// Tool calls made so far.
-    pub tool_calls: u32,
-    /// Workers spawned so far.
-    pub spawns: u32,
-    /// Milestones closed.
-    pub milestones_closed: Vec<String>,
-    /// Milestones still open.
-    pub milestones_open: Vec<String>,
-    /// Extensions granted so far.
-    pub extensions_used: u32,
-    /// Extensions left.
-    pub extensions_left: u32,
+    /// The loop's figures: steps, calls, spawns, milestones, extensions.
+    #[serde(flatten)]
+    pub figures: BudgetFigures,
     /// The last messages of the loop's transcript.
     pub transcript_tail: Arc<[TranscriptMessage]>,
 }

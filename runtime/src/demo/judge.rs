@@ -168,8 +168,8 @@ mod tests {
     use super::*;
     use crate::model::ModelEvaluator;
     use leasehold_actors::{
-        BudgetEvaluationRequest, EvaluationRequest, EvidenceSummary, LeaseId, LeaseKind, Verdict,
-        parse_budget_decision, parse_verdict,
+        BudgetEvaluationRequest, BudgetFigures, EvaluationRequest, EvidenceSummary, LeaseId,
+        LeaseKind, Verdict, parse_budget_decision, parse_verdict,
     };
 
     fn lease(subject: &str, evidence: EvidenceSummary) -> String {
@@ -243,15 +243,17 @@ mod tests {
         let request = |tool_calls| BudgetEvaluationRequest {
             run_id: "run-1".into(),
             path: "run/worker:logs:1".into(),
-            steps_used: 2,
-            steps_declared: 2,
-            limit: 2,
-            tool_calls,
-            spawns: 0,
-            milestones_closed: vec!["errors_found".into()],
-            milestones_open: vec!["cause_found".into()],
-            extensions_used: 0,
-            extensions_left: 3,
+            figures: BudgetFigures {
+                steps_used: 2,
+                steps_declared: 2,
+                limit: 2,
+                tool_calls,
+                spawns: 0,
+                milestones_closed: vec!["errors_found".into()],
+                milestones_open: vec!["cause_found".into()],
+                extensions_used: 0,
+                extensions_left: 3,
+            },
             transcript_tail: Arc::new([]),
         };
         let prompt = |tool_calls| {

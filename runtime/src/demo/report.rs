@@ -151,8 +151,8 @@ impl DemoReport {
                 }
                 EventKind::BudgetExtended(record) => budget_extensions.push(Extension {
                     path: event.path.clone(),
-                    steps_used: record.steps_used,
-                    limit: record.limit,
+                    steps_used: record.figures.steps_used,
+                    limit: record.figures.limit,
                     new_limit: record.new_limit,
                     decided_by: record.decided_by,
                     reason: record.reason.clone(),

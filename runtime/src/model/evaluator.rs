@@ -142,6 +142,7 @@ impl ModelEvaluator {
 
     /// The messages an exhausted step budget is judged on.
     pub fn budget_prompt(request: &BudgetEvaluationRequest) -> Vec<ChatMessage> {
+        let figures = &request.figures;
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -151,20 +152,20 @@ impl ModelEvaluator {
         let _ = writeln!(
             text,
             "steps: {} used, {} declared, current limit {}",
-            request.steps_used, request.steps_declared, request.limit
+            figures.steps_used, figures.steps_declared, figures.limit
         );
-        let _ = writeln!(text, "tool calls so far: {}", request.tool_calls);
-        let _ = writeln!(text, "workers spawned so far: {}", request.spawns);
+        let _ = writeln!(text, "tool calls so far: {}", figures.tool_calls);
+        let _ = writeln!(text, "workers spawned so far: {}", figures.spawns);
         let _ = writeln!(
             text,
             "milestones closed: {}",
-            list(&request.milestones_closed)
+            list(&figures.milestones_closed)
         );
-        let _ = writeln!(text, "milestones open: {}", list(&request.milestones_open));
+        let _ = writeln!(text, "milestones open: {}", list(&figures.milestones_open));
         let _ = writeln!(
             text,
             "extensions: {} granted, {} left",
-            request.extensions_used, request.extensions_left
+            figures.extensions_used, figures.extensions_left
         );
         transcript(&mut text, &request.transcript_tail);
         text.push_str("\nYour decision, as the JSON object:");

@@ -1,0 +1,66 @@
+//! The figures of a loop's step budget, as a checkpoint measures them.
+//!
+//! One struct for what the loop counts, what the evaluator is shown
+//! ([`BudgetEvaluationRequest`](crate::ports::BudgetEvaluationRequest)) and
+//! what the audit trail records ([`BudgetRecord`](crate::event::BudgetRecord)),
+//! flattened into both, so their JSON keeps the keys it has always had. This
+//! is shared vocabulary: it imports no actor, so changing the checkpoint
+//! cannot change the wire format.
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+
+/// The real state of a loop's step budget when it has used up its steps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct BudgetFigures {
+    /// Steps taken.
+    pub steps_used: u32,
+    /// Steps the flow declared (0 = unlimited).
+    pub steps_declared: u32,
+    /// The current limit (0 = unlimited).
+    pub limit: u32,
+    /// Tool calls made so far.
+    pub tool_calls: u32,
+    /// Workers spawned so far.
+    pub spawns: u32,
+    /// Milestones closed, in order.
+    pub milestones_closed: Vec<String>,
+    /// Milestones still open.
+    pub milestones_open: Vec<String>,
+    /// Extensions granted so far.
+    pub extensions_used: u32,
+    /// Extensions left.
+    pub extensions_left: u32,
+}
+
+impl BudgetFigures {
+    /// Writes the figures into `map` in their schema order, with the
+    /// `new_limit` of a budget record, when given, right after `limit`: where
+    /// `budget_extended` and `budget_exhausted` events have always carried it.
+    pub(crate) fn serialize_entries<M: SerializeMap>(
+        &self,
+        map: &mut M,
+        new_limit: Option<u32>,
+    ) -> Result<(), M::Error> {
+        map.serialize_entry("steps_used", &self.steps_used)?;
+        map.serialize_entry("steps_declared", &self.steps_declared)?;
+        map.serialize_entry("limit", &self.limit)?;
+        if let Some(new_limit) = new_limit {
+            map.serialize_entry("new_limit", &new_limit)?;
+        }
+        map.serialize_entry("tool_calls", &self.tool_calls)?;
+        map.serialize_entry("spawns", &self.spawns)?;
+        map.serialize_entry("milestones_closed", &self.milestones_closed)?;
+        map.serialize_entry("milestones_open", &self.milestones_open)?;
+        map.serialize_entry("extensions_used", &self.extensions_used)?;
+        map.serialize_entry("extensions_left", &self.extensions_left)
+    }
+}
+
+impl Serialize for BudgetFigures {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        self.serialize_entries(&mut map, None)?;
+        map.end()
+    }
+}
