@@ -6,7 +6,7 @@ use std::sync::Arc;
 use ractor::ActorRef;
 
 use crate::error::ConfigError;
-use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, LeaseKind, LeaseSpec, Leases};
+use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, Leases};
 use crate::ports::{Evaluator, EventSink};
 use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg};
 
@@ -34,16 +34,6 @@ impl SupervisionConfig {
             ));
         }
         Ok(())
-    }
-
-    /// A spec for a `kind` operation doing `subject`, with this
-    /// configuration's lease length and cap.
-    pub fn spec(
-        &self,
-        kind: LeaseKind,
-        subject: impl Into<String>,
-    ) -> Result<LeaseSpec, ConfigError> {
-        self.lease.spec(kind, subject)
     }
 }
 

@@ -7,10 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    prelude::*,
-    testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
-};
+use leasehold::prelude::*;
+use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
 
 /// Retries once at once, then carries on without the call.
 struct RetryOnceThenGiveUp;

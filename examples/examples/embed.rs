@@ -6,10 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    prelude::*,
-    testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
-};
+use leasehold::prelude::*;
+use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

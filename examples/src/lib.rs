@@ -25,10 +25,8 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    prelude::*,
-    testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
-};
+use leasehold::prelude::*;
+use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
 use tokio::time::Instant;
 
 /// What the person says when the run pauses.

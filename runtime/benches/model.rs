@@ -129,6 +129,7 @@ fn request() -> ModelRequest {
 
 async fn through_leasehold(client: &OpenAiClient, leases: &Leases) -> Read {
     let spec = SupervisionConfig::default()
+        .lease
         .spec(LeaseKind::ModelStream, "bench")
         .expect("spec");
     let client = client.clone();

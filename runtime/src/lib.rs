@@ -40,7 +40,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let events = EventBus::new();
 //! let supervision = Supervision::start(SupervisionConfig::default(), None, Arc::new(events)).await?;
-//! let spec = supervision.config.spec(LeaseKind::ToolCall, "search")?;
+//! let spec = supervision.config.lease.spec(LeaseKind::ToolCall, "search")?;
 //! let handle = supervision.leases.supervise(spec, |_evidence| async { 2 + 2 })?;
 //! assert_eq!(handle.outcome().await?, 4);
 //! # Ok(())

@@ -90,6 +90,7 @@ async fn supervised(
 ) -> Result<ModelReply, ModelError> {
     let spec = supervision
         .config
+        .lease
         .spec(LeaseKind::ModelStream, "model call")
         .expect("valid spec");
     let handle = supervision
