@@ -54,20 +54,6 @@ pub(crate) struct Truncation {
 /// `text` cut to at most `max_bytes` bytes, at a character boundary, with a
 /// marker appended that says how much was cut; `None` when it fits and is
 /// left as it is.
-///
-/// ```
-/// use leasehold_actors::truncate_result;
-///
-/// let mut text = "héllo wörld".to_owned();
-/// let cut = truncate_result(&mut text, 2).expect("longer than 2 bytes");
-/// // "h" and the two bytes of "é" do not fit in 2: one byte is kept.
-/// assert_eq!((cut.original_bytes, cut.kept_bytes), (13, 1));
-/// assert!(text.starts_with("h\n[leasehold: tool result truncated"), "{text}");
-/// assert!(text.contains("12 of its 13 bytes were cut"), "{text}");
-/// let mut short = "ok".to_owned();
-/// assert_eq!(truncate_result(&mut short, 2), None);
-/// assert_eq!(short, "ok");
-/// ```
 pub(crate) fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Truncation> {
     let original_bytes = text.len();
     if original_bytes <= max_bytes {
@@ -149,5 +135,26 @@ impl Call for ToolCallArgs {
                 outcome,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate_result;
+
+    #[test]
+    fn a_result_is_cut_at_a_character_boundary_with_a_marker_saying_how_much() {
+        let mut text = "héllo wörld".to_owned();
+        let cut = truncate_result(&mut text, 2).expect("longer than 2 bytes");
+        // "h" and the two bytes of "é" do not fit in 2: one byte is kept.
+        assert_eq!((cut.original_bytes, cut.kept_bytes), (13, 1));
+        assert!(
+            text.starts_with("h\n[leasehold: tool result truncated"),
+            "{text}"
+        );
+        assert!(text.contains("12 of its 13 bytes were cut"), "{text}");
+        let mut short = "ok".to_owned();
+        assert_eq!(truncate_result(&mut short, 2), None);
+        assert_eq!(short, "ok");
     }
 }
