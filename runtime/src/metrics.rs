@@ -296,3 +296,50 @@ impl Drop for OpenStream {
         self.0.dec();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_has_the_plain_metrics_at_once_and_a_family_once_it_has_a_member() {
+        let metrics = Metrics::new();
+        metrics.leases_live.set(2);
+        let encode = |metrics: &Metrics| {
+            let mut text = String::new();
+            prometheus_text::encode(&mut text, &metrics.registry).expect("encoded");
+            text
+        };
+        let text = encode(&metrics);
+        for name in [
+            "leasehold_leases_live",
+            "leasehold_event_streams_open",
+            "leasehold_events_missed_total",
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}:\n{text}");
+        }
+        assert!(!text.contains("leasehold_verdicts_total"), "{text}");
+        metrics
+            .verdicts
+            .get_or_create(&[
+                ("verdict", "renew"),
+                ("decided_by", "ladder"),
+                ("lease_kind", "tool_call"),
+            ])
+            .inc();
+        let text = encode(&metrics);
+        assert!(
+            text.contains("# HELP leasehold_verdicts_total Verdicts on expired leases")
+                && text.contains(
+                    "leasehold_verdicts_total{verdict=\"renew\",decided_by=\"ladder\",\
+                     lease_kind=\"tool_call\"} 1\n"
+                ),
+            "{text}"
+        );
+        assert!(text.contains("\nleasehold_leases_live 2\n"), "{text}");
+        let streams = metrics.event_stream_opened();
+        let opened = metrics.event_streams.get();
+        drop(streams);
+        assert_eq!((opened, metrics.event_streams.get()), (1, 0));
+    }
+}

@@ -174,3 +174,103 @@ impl<'a> Tally<'a> {
 fn span(started: u64, ended: u64) -> f64 {
     Duration::from_millis(ended.saturating_sub(started)).as_secs_f64()
 }
+
+#[cfg(test)]
+mod tests {
+    use leasehold_actors::{CallOutcome, TokenCost};
+
+    use super::*;
+
+    fn event(run_id: &str, path: &str, at: u64, kind: EventKind) -> Event {
+        Event {
+            seq: at,
+            at,
+            run_id: run_id.to_owned(),
+            path: path.to_owned(),
+            kind,
+        }
+    }
+
+    fn model_finished(outcome: CallOutcome) -> EventKind {
+        EventKind::ModelCallFinished {
+            step: 1,
+            outcome,
+            tool_calls: 0,
+            usage: TokenCost::default(),
+            finish_reason: None,
+        }
+    }
+
+    fn started() -> EventKind {
+        EventKind::ModelCallStarted {
+            step: 1,
+            stream: true,
+            attempt: 1,
+        }
+    }
+
+    /// The scrape's lines.
+    fn lines(metrics: &Metrics) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &metrics.registry)
+            .expect("encoded");
+        text.lines().map(str::to_owned).collect()
+    }
+
+    fn has(metrics: &Metrics, line: &str) -> bool {
+        lines(metrics).iter().any(|l| l == line)
+    }
+
+    #[test]
+    fn a_call_is_timed_from_its_start_event_to_its_end_event() {
+        let metrics = Metrics::new();
+        let mut tally = Tally::new(&metrics);
+        tally.record(&event("a", "run", 1_000, started()));
+        tally.record(&event("b", "run", 1_200, started()));
+        tally.record(&event("a", "run", 3_500, model_finished(CallOutcome::Ok)));
+        for line in [
+            r#"leasehold_model_call_duration_seconds_count{outcome="ok"} 1"#,
+            r#"leasehold_model_call_duration_seconds_sum{outcome="ok"} 2.5"#,
+            r#"leasehold_model_calls_total{outcome="ok"} 1"#,
+        ] {
+            assert!(has(&metrics, line), "{line}: {:#?}", lines(&metrics));
+        }
+        assert_eq!(tally.model_started.len(), 1, "b's call is still in flight");
+    }
+
+    #[test]
+    fn an_end_without_its_start_is_counted_not_timed_and_a_run_end_drops_its_starts() {
+        let metrics = Metrics::new();
+        let mut tally = Tally::new(&metrics);
+        tally.record(&event("a", "run", 5, model_finished(CallOutcome::Error)));
+        assert!(has(
+            &metrics,
+            r#"leasehold_model_calls_total{outcome="error"} 1"#
+        ));
+        let timed = lines(&metrics)
+            .into_iter()
+            .filter(|l| l.starts_with("leasehold_model_call_duration_seconds"))
+            .count();
+        assert_eq!(timed, 0, "{:#?}", lines(&metrics));
+        tally.record(&event("a", "run/worker:w:1", 6, started()));
+        tally.record(&event("b", "run", 7, started()));
+        tally.record(&event(
+            "a",
+            "run",
+            8,
+            EventKind::RunCancelled {
+                reason: "enough".to_owned(),
+            },
+        ));
+        let left: Vec<_> = tally
+            .model_started
+            .keys()
+            .map(|(run, _)| run.as_str())
+            .collect();
+        assert_eq!(left, ["b"]);
+        assert!(has(
+            &metrics,
+            r#"leasehold_events_total{kind="model_call_started"} 2"#
+        ));
+    }
+}
