@@ -16,7 +16,11 @@ use leasehold_actors::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Metrics, outcome_name, verdict_name};
+use super::{Counters, Labels, Metrics, outcome_name, verdict_name};
+
+/// Who judged: the evaluator's consumer, who decided, and the evaluator's
+/// usage when it was called.
+type Judged<'a> = (&'static str, DecidedBy, Option<&'a EvaluatorUsage>);
 
 /// The feed's state: the starts of calls in flight.
 pub(super) struct Tally<'a> {
@@ -67,20 +71,19 @@ impl<'a> Tally<'a> {
                     .get_or_create(&[("lease_kind", lease_kind.as_str())])
                     .inc();
             }
-            EventKind::Verdict(record) => {
-                m.verdicts
-                    .get_or_create(&[
-                        ("verdict", verdict_name(record.verdict)),
-                        ("decided_by", record.decided_by.as_str()),
-                        ("lease_kind", record.lease_kind.as_str()),
-                    ])
-                    .inc();
-                self.evaluated(
+            EventKind::Verdict(record) => self.decided(
+                &m.verdicts,
+                [
+                    ("verdict", verdict_name(record.verdict)),
+                    ("decided_by", record.decided_by.as_str()),
+                    ("lease_kind", record.lease_kind.as_str()),
+                ],
+                (
                     WATCHDOG_CONSUMER,
                     record.decided_by,
                     record.evaluator.as_ref(),
-                );
-            }
+                ),
+            ),
             EventKind::BudgetExtended(record) => self.budget("extended", record),
             EventKind::BudgetExhausted(record) => self.budget("exhausted", record),
             EventKind::ModelCallStarted { .. } => {
@@ -133,18 +136,30 @@ impl<'a> Tally<'a> {
     }
 
     fn budget(&self, decision: &'static str, record: &BudgetRecord) {
-        self.metrics
-            .budget_checkpoints
-            .get_or_create(&[
+        self.decided(
+            &self.metrics.budget_checkpoints,
+            [
                 ("decision", decision),
                 ("decided_by", record.decided_by.as_str()),
-            ])
-            .inc();
-        self.evaluated(
-            BUDGET_CONSUMER,
-            record.decided_by,
-            record.evaluator.as_ref(),
+            ],
+            (
+                BUDGET_CONSUMER,
+                record.decided_by,
+                record.evaluator.as_ref(),
+            ),
         );
+    }
+
+    /// Counts a decision under `labels` in `family`, and the evaluator call
+    /// behind it, if any.
+    fn decided<const N: usize>(
+        &self,
+        family: &Counters<N>,
+        labels: Labels<N>,
+        (consumer, decided_by, usage): Judged<'_>,
+    ) {
+        family.get_or_create(&labels).inc();
+        self.evaluated(consumer, decided_by, usage);
     }
 
     /// Times an evaluator call, when there was one: `answered` when its

@@ -77,16 +77,8 @@ impl Store for MeteredStore {
         self.timed("create_run", |s| s.create_run(record))
     }
 
-    fn claim_run(
-        &self,
-        run_id: &str,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Answer<ClaimOutcome> {
-        self.timed("claim_run", |s| {
-            s.claim_run(run_id, owner_id, now_ms, ttl_ms)
-        })
+    fn claim_run(&self, id: &str, owner: &str, now_ms: u64, ttl_ms: u64) -> Answer<ClaimOutcome> {
+        self.timed("claim_run", |s| s.claim_run(id, owner, now_ms, ttl_ms))
     }
 
     fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>> {
