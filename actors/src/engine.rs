@@ -77,6 +77,8 @@ pub struct Engine {
     live: std::sync::Mutex<HashMap<String, LiveRun>>,
     /// Set by [`Engine::shutdown`].
     shut_down: std::sync::atomic::AtomicBool,
+    /// How many leases the runs of this engine hold.
+    live_leases: Arc<AtomicU64>,
 }
 
 impl Engine {
@@ -106,6 +108,12 @@ impl Engine {
     /// This executor's identity.
     pub fn owner_id(&self) -> &str {
         &self.owner_id
+    }
+
+    /// How many leases the runs of this engine hold now: the model calls,
+    /// tool calls and worker steps in flight under a lease.
+    pub fn live_leases(&self) -> u64 {
+        self.live_leases.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The store.
@@ -156,6 +164,7 @@ impl Engine {
             watchdog: self.watchdog.clone(),
             events: self.events.clone(),
             config: plan.watchdog_config,
+            live: self.live_leases.clone(),
         })
         .await?;
         let fence = Arc::new(AtomicU64::new(record.fence));

@@ -41,6 +41,7 @@ mod timer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
@@ -151,6 +152,9 @@ pub(crate) struct LeaseActorArgs {
     /// what the policy cannot tell goes to the watchdog — the ladder and
     /// the cap cost no round trip.
     pub config: WatchdogConfig,
+    /// How many leases are held: up by one on each registration, down by
+    /// one when a lease ends, shared by every lease actor of an engine.
+    pub live: Arc<AtomicU64>,
 }
 
 impl LeaseActor {
@@ -172,6 +176,15 @@ pub(crate) struct LeaseState {
     events: Arc<dyn EventSink>,
     config: WatchdogConfig,
     paused: bool,
+    live: Arc<AtomicU64>,
+}
+
+impl Drop for LeaseState {
+    fn drop(&mut self) {
+        // However the actor ends, the leases it still held are not live.
+        let held = u64::try_from(self.leases.len()).unwrap_or(u64::MAX);
+        self.live.fetch_sub(held, Ordering::AcqRel);
+    }
 }
 
 struct Entry {
@@ -205,6 +218,7 @@ impl Actor for LeaseActor {
             events: args.events,
             config: args.config,
             paused: false,
+            live: args.live,
         })
     }
 
@@ -256,6 +270,7 @@ impl LeaseState {
         if self.paused {
             evidence.pause(tokio::time::Instant::now());
         }
+        self.live.fetch_add(1, Ordering::AcqRel);
         self.leases.insert(
             meta.id,
             Entry {
@@ -322,6 +337,7 @@ impl LeaseState {
 
     fn remove(&mut self, id: LeaseId) -> Option<Entry> {
         let entry = self.leases.remove(&id)?;
+        self.live.fetch_sub(1, Ordering::AcqRel);
         let _ = self.timers.send(TimerCmd::Disarm(id));
         Some(entry)
     }

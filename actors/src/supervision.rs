@@ -67,6 +67,7 @@ impl Supervision {
             watchdog: watchdog.clone(),
             events,
             config: config.watchdog,
+            live: Arc::default(),
         })
         .await?;
         Ok(Self {
@@ -83,6 +84,7 @@ impl Supervision {
             watchdog: self.watchdog.clone(),
             events,
             config: self.config.watchdog,
+            live: Arc::default(),
         })
         .await
     }

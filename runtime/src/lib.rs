@@ -22,7 +22,7 @@
 //! | feature | what it adds | on by default |
 //! |---|---|---|
 //! | `store` | the embedded sled run store (`store::SledStore`; `store::Durability`, a setting, is in every build) | yes |
-//! | `server` | the HTTP API, its event stream and the dashboard (`server`) | yes |
+//! | `server` | the HTTP API, its event stream, `/metrics` and the dashboard (`server`, `metrics`) | yes |
 //! | `demo` | the embedded demo (`demo`): its scripted model server and its MCP tool server | yes |
 //! | `cli` | the command line (`cli`) and the `leasehold` binary; needs `store`, `server` and `demo` | yes |
 //! | `test-util` | scripted fakes of every port (`testing`) | no |
@@ -86,6 +86,8 @@ pub mod config;
 pub mod demo;
 pub mod executor;
 pub mod flow_file;
+#[cfg(feature = "server")]
+pub mod metrics;
 pub mod model;
 #[cfg(feature = "server")]
 pub mod server;

@@ -36,17 +36,20 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use leasehold_actors::{Engine, RunHandle, ToolServer};
+use leasehold_actors::{Engine, EventStream, RunHandle, ToolServer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::set_header::SetResponseHeaderLayer;
+
+use crate::metrics::Metrics;
 
 mod api;
 mod assets;
 mod error;
 mod events;
 mod guard;
+mod metrics;
 
 pub use crate::server_limits::ServerLimits;
 pub use crate::trace::TraceSummary;
@@ -165,13 +168,33 @@ pub struct App {
     streams: Arc<Semaphore>,
     /// One shared look at the store per run followed by event streams.
     watches: events::Watches,
+    /// What `/metrics` says.
+    metrics: Arc<Metrics>,
+    /// The engine's bus, subscribed to when the server was made, until
+    /// [`serve`] hands it to the metrics feed.
+    feed: Mutex<Option<EventStream>>,
 }
 
 impl App {
-    /// A server over `engine`.
+    /// A server over `engine`, with metrics of its own (its store's writes
+    /// untimed: see [`App::with_metrics`]).
     pub fn new(engine: Arc<Engine>, options: ServerOptions) -> Arc<Self> {
+        Self::with_metrics(engine, options, Arc::new(Metrics::new()))
+    }
+
+    /// A server over `engine` whose `/metrics` are `metrics`: the same
+    /// [`Metrics`] that a [`MeteredStore`](crate::metrics::MeteredStore)
+    /// under the engine times its store's writes into. The metrics count
+    /// every event of the engine's bus from now on.
+    pub fn with_metrics(
+        engine: Arc<Engine>,
+        options: ServerOptions,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
         let streams = usize::try_from(options.limits.max_event_streams).unwrap_or(usize::MAX);
         Arc::new(Self {
+            feed: Mutex::new(Some(engine.events().subscribe())),
+            metrics,
             engine,
             options,
             runs: Mutex::new(HashMap::new()),
@@ -244,6 +267,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/", get(assets::index))
         .route("/assets/{name}", get(assets::asset))
         .route("/health", get(api::health))
+        .route("/metrics", get(metrics::scrape))
         .route("/runs", post(api::create_run).get(api::list_runs))
         .route("/runs/{id}", get(api::show_run))
         .route("/runs/{id}/events", get(events::stream))
@@ -288,6 +312,14 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let bound = listener.local_addr()?;
     let _ = app.bound.set(bound);
+    let feed = app
+        .feed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(events) = feed {
+        app.metrics.follow(events, app.shutdown.clone());
+    }
     let mut limits = app.options.limits.clone();
     // Given through the API unchecked, a duration is still kept in range.
     for limit in [

@@ -75,7 +75,13 @@ fn without_default_features_leasehold_pulls_in_no_clap_axum_or_mcp_server() {
     );
     assert!(tree.contains_key("rmcp"), "the MCP client stays: {tree:?}");
     assert!(tree.contains_key("reqwest"), "the model client stays");
-    for absent in ["clap", "axum", "sled", "tracing-subscriber"] {
+    for absent in [
+        "clap",
+        "axum",
+        "sled",
+        "tracing-subscriber",
+        "prometheus-client",
+    ] {
         assert!(!tree.contains_key(absent), "{absent} is in the tree");
     }
     assert_eq!(rmcp_server_features(&tree), Vec::<&str>::new());

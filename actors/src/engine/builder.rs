@@ -213,6 +213,18 @@ impl EngineBuilder {
         self
     }
 
+    /// Wraps the store given so far (or the default one) in a decorator of
+    /// the same port, such as a store that times its writes; call it after
+    /// [`Self::store`].
+    pub fn wrap_store(mut self, wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>) -> Self {
+        let store = self
+            .store
+            .take()
+            .unwrap_or_else(|| Arc::new(MemoryStore::new()));
+        self.store = Some(wrap(store));
+        self
+    }
+
     /// The wall clock of persisted records and executor leases (default: the
     /// system's).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -275,6 +287,7 @@ impl EngineBuilder {
             watchdog,
             live: std::sync::Mutex::new(HashMap::new()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
+            live_leases: Arc::default(),
         })
     }
 }

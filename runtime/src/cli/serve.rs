@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::signal::Signals;
 use super::{CliError, GlobalArgs, install_signals};
 use crate::config::{Config, Flag};
+use crate::metrics::{MeteredStore, Metrics};
 use crate::server::{self, App, ServerLimits, ServerOptions};
 
 /// Serves until SIGINT or SIGTERM.
@@ -51,12 +52,18 @@ pub(super) async fn serve(
     options
         .check(config.server_addr.value)
         .map_err(|e| CliError::other(e.to_string()))?;
-    let engine = config.engine_builder()?.build().await?;
+    // Its store's writes are timed into the server's metrics.
+    let metrics = Arc::new(Metrics::new());
+    let engine = config
+        .engine_builder()?
+        .wrap_store(|store| MeteredStore::wrap(store, &metrics))
+        .build()
+        .await?;
     let boot = crate::executor::boot(&engine, config.resume_on_boot.value).await?;
     if !boot.orphaned.is_empty() {
         tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
     }
-    let app = App::new(Arc::new(engine), options);
+    let app = App::with_metrics(Arc::new(engine), options, metrics);
     for handle in boot.resumed {
         tracing::info!(run_id = handle.run_id(), "resumed at boot");
         app.adopt(handle);

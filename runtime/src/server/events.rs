@@ -37,6 +37,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::App;
 use super::error::ApiError;
+use crate::metrics::OpenStream;
 
 /// What the shared watch of a run last saw in the store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -161,7 +162,8 @@ pub(super) async fn stream(
         return Err(ApiError::unknown_run(&run_id));
     }
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(feed(app.clone(), run_id, after, tx, permit));
+    let open = app.metrics.event_stream_opened();
+    tokio::spawn(feed(app.clone(), run_id, after, tx, (permit, open)));
     let keep_alive = KeepAlive::new().interval(app.options.keep_alive);
     Ok(Sse::new(ReceiverStream::new(rx))
         .keep_alive(keep_alive)
@@ -208,14 +210,14 @@ fn shutting_down() -> Result<SseEvent, Infallible> {
 }
 
 /// Sends the run's events after `after` until the run ends, the reader
-/// leaves or the server shuts down. Holds `_permit`, its place among the
-/// open streams, until then.
+/// leaves or the server shuts down. Holds `_open`, its place among the
+/// open streams and in their gauge, until then.
 async fn feed(
     app: Arc<App>,
     run_id: String,
     mut after: u64,
     tx: mpsc::Sender<Result<SseEvent, Infallible>>,
-    _permit: OwnedSemaphorePermit,
+    _open: (OwnedSemaphorePermit, OpenStream),
 ) {
     let store: Arc<dyn Store> = Arc::clone(app.engine.store());
     let mut live = app.engine.events().subscribe();

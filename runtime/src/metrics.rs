@@ -1,0 +1,345 @@
+//! What an operator scrapes: `GET /metrics`, in the Prometheus text format
+//! (version 0.0.4), from one [`Metrics`] registry per server.
+//!
+//! Each figure has one source, chosen so that it is right:
+//!
+//! - **What runs did** — lease expiries, verdicts by kind, by who decided
+//!   and by lease kind, budget checkpoints, evaluator, model and tool calls
+//!   and their latency, events by kind — is counted by one task that reads
+//!   the engine's bus ([`Metrics::follow`]), the same events the store's log
+//!   keeps: the counters say exactly what the event log says, for the runs
+//!   this process executes, since the server started. Latencies are the
+//!   span between a call's `*_started` and `*_finished` events.
+//! - **Runs by status** are counted in the store when scraped, so they are
+//!   right for every run it holds, those no process runs live included.
+//! - **Live leases** are the engine's own count when scraped
+//!   ([`Engine::live_leases`]).
+//! - **Event-stream clients** go up when a stream opens and down when it
+//!   ends.
+//! - **Store write latency** is timed by [`MeteredStore`], a decorator of
+//!   the store port the engine is built on.
+//!
+//! The registry is this server's, not a process-wide global: two servers in
+//! one process (as in tests) keep their own figures.
+
+mod feed;
+mod store;
+
+use std::sync::Arc;
+
+use leasehold_actors::{CallOutcome, Engine, EventStream, RunStatus, StoreError, Verdict};
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+pub use store::MeteredStore;
+
+/// The `Content-Type` of a scrape: the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// A metric's labels: fixed names, values from a closed set.
+type Labels<const N: usize> = [(&'static str, &'static str); N];
+type Counters<const N: usize> = Family<Labels<N>, Counter>;
+type Histograms<const N: usize> = Family<Labels<N>, Histogram, fn() -> Histogram>;
+
+/// Model calls, tool calls: from a fraction of a second to an hour, the
+/// range leases are made for.
+const CALL_BUCKETS: [f64; 16] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+    3600.0,
+];
+/// Evaluator calls: under a flat timeout of seconds.
+const EVALUATOR_BUCKETS: [f64; 11] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
+/// Store writes: from a tenth of a millisecond (in memory) to seconds (a
+/// database under load, an fsync).
+const STORE_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+fn call_histogram() -> Histogram {
+    Histogram::new(CALL_BUCKETS)
+}
+
+fn evaluator_histogram() -> Histogram {
+    Histogram::new(EVALUATOR_BUCKETS)
+}
+
+fn store_histogram() -> Histogram {
+    Histogram::new(STORE_BUCKETS)
+}
+
+/// Every status a run can have, in the order the scrape lists them.
+const STATUSES: [RunStatus; 7] = [
+    RunStatus::Running,
+    RunStatus::WaitingHuman,
+    RunStatus::ReconciliationRequired,
+    RunStatus::Orphaned,
+    RunStatus::Completed,
+    RunStatus::Failed,
+    RunStatus::Cancelled,
+];
+
+/// A status's name, as the API writes it.
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Running => "running",
+        RunStatus::WaitingHuman => "waiting_human",
+        RunStatus::ReconciliationRequired => "reconciliation_required",
+        RunStatus::Orphaned => "orphaned",
+        RunStatus::Completed => "completed",
+        RunStatus::Failed => "failed",
+        RunStatus::Cancelled => "cancelled",
+    }
+}
+
+/// A verdict's name as a label value.
+fn verdict_name(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Renew => "renew",
+        Verdict::Nudge => "nudge",
+        Verdict::Intervene => "intervene",
+        Verdict::Escalate => "escalate",
+    }
+}
+
+/// How a call ended, as events write it.
+fn outcome_name(outcome: CallOutcome) -> &'static str {
+    match outcome {
+        CallOutcome::Ok => "ok",
+        CallOutcome::Error => "error",
+        CallOutcome::Intervened => "intervened",
+        CallOutcome::Escalated => "escalated",
+        CallOutcome::Cancelled => "cancelled",
+        CallOutcome::Panicked => "panicked",
+        CallOutcome::Capped => "capped",
+        CallOutcome::Unknown => "unknown",
+    }
+}
+
+/// A scrape that could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    /// The store could not count the runs.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The text could not be written.
+    #[error("the metrics could not be encoded: {0}")]
+    Encode(#[from] std::fmt::Error),
+}
+
+/// One server's metrics: the registry `/metrics` encodes and the families
+/// the event feed, the store decorator and the stream handler update.
+pub struct Metrics {
+    registry: Registry,
+    runs: Family<Labels<1>, Gauge>,
+    leases_live: Gauge,
+    event_streams: Gauge,
+    events: Counters<1>,
+    events_missed: Counter,
+    lease_expiries: Counters<1>,
+    verdicts: Counters<3>,
+    budget_checkpoints: Counters<2>,
+    evaluator_calls: Histograms<2>,
+    model_calls: Counters<1>,
+    model_call_duration: Histograms<1>,
+    tool_calls: Counters<1>,
+    tool_call_duration: Histograms<1>,
+    store_writes: Histograms<1>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry of every metric, all at zero, named `leasehold_…`.
+    pub fn new() -> Self {
+        let mut metrics = Self {
+            registry: Registry::with_prefix("leasehold"),
+            runs: Family::default(),
+            leases_live: Gauge::default(),
+            event_streams: Gauge::default(),
+            events: Family::default(),
+            events_missed: Counter::default(),
+            lease_expiries: Family::default(),
+            verdicts: Family::default(),
+            budget_checkpoints: Family::default(),
+            evaluator_calls: Family::new_with_constructor(evaluator_histogram as fn() -> Histogram),
+            model_calls: Family::default(),
+            model_call_duration: Family::new_with_constructor(call_histogram as fn() -> Histogram),
+            tool_calls: Family::default(),
+            tool_call_duration: Family::new_with_constructor(call_histogram as fn() -> Histogram),
+            store_writes: Family::new_with_constructor(store_histogram as fn() -> Histogram),
+        };
+        metrics.registry.register(
+            "runs",
+            "Runs in the store by status, counted when scraped",
+            metrics.runs.clone(),
+        );
+        metrics.registry.register(
+            "leases_live",
+            "Leases held now: model calls, tool calls and worker steps in flight",
+            metrics.leases_live.clone(),
+        );
+        metrics.registry.register(
+            "event_streams_open",
+            "Event-stream clients connected (GET /runs/{id}/events)",
+            metrics.event_streams.clone(),
+        );
+        metrics.registry.register(
+            "events",
+            "Events published by this server's engine, by kind",
+            metrics.events.clone(),
+        );
+        metrics.registry.register(
+            "events_missed",
+            "Events the metrics feed fell too far behind the bus to count",
+            metrics.events_missed.clone(),
+        );
+        metrics.registry.register(
+            "lease_expiries",
+            "Lease expiries (wait events), by lease kind",
+            metrics.lease_expiries.clone(),
+        );
+        metrics.registry.register(
+            "verdicts",
+            "Verdicts on expired leases, by verdict, by who decided and by lease kind",
+            metrics.verdicts.clone(),
+        );
+        metrics.registry.register(
+            "budget_checkpoints",
+            "Budget checkpoints, by decision (extended, exhausted) and by who decided",
+            metrics.budget_checkpoints.clone(),
+        );
+        metrics.registry.register(
+            "evaluator_call_duration_seconds",
+            "Evaluator calls and their latency, by consumer and outcome (answered, failed)",
+            metrics.evaluator_calls.clone(),
+        );
+        metrics.registry.register(
+            "model_calls",
+            "Model calls ended, by outcome",
+            metrics.model_calls.clone(),
+        );
+        metrics.registry.register(
+            "model_call_duration_seconds",
+            "Model call latency from start to end, by outcome",
+            metrics.model_call_duration.clone(),
+        );
+        metrics.registry.register(
+            "tool_calls",
+            "Tool calls ended, by outcome",
+            metrics.tool_calls.clone(),
+        );
+        metrics.registry.register(
+            "tool_call_duration_seconds",
+            "Tool call latency from start to end, by outcome",
+            metrics.tool_call_duration.clone(),
+        );
+        metrics.registry.register(
+            "store_write_duration_seconds",
+            "Store write latency, by operation",
+            metrics.store_writes.clone(),
+        );
+        metrics
+    }
+
+    /// Counts, in a task of its own, every event read from `events` (a
+    /// subscription to the engine's bus), until `stop` is cancelled or the
+    /// bus is gone.
+    pub fn follow(self: &Arc<Self>, events: EventStream, stop: CancellationToken) {
+        let metrics = Arc::clone(self);
+        tokio::spawn(async move { feed::Tally::new(&metrics).run(events, stop).await });
+    }
+
+    /// Counts an event stream opened until the guard returned is dropped.
+    pub(crate) fn event_stream_opened(&self) -> OpenStream {
+        self.event_streams.inc();
+        OpenStream(self.event_streams.clone())
+    }
+
+    /// The figures now, as Prometheus text: the runs in `engine`'s store
+    /// counted by status and its live leases read first.
+    pub async fn scrape(&self, engine: &Engine) -> Result<String, ScrapeError> {
+        let runs = engine.store().list_runs().await?;
+        for status in STATUSES {
+            let count = runs.iter().filter(|r| r.status == status).count();
+            self.runs
+                .get_or_create(&[("status", status_name(status))])
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        self.leases_live
+            .set(i64::try_from(engine.live_leases()).unwrap_or(i64::MAX));
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// An open event stream, counted while it lives.
+pub(crate) struct OpenStream(Gauge);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_has_the_plain_metrics_at_once_and_a_family_once_it_has_a_member() {
+        let metrics = Metrics::new();
+        metrics.leases_live.set(2);
+        let encode = |metrics: &Metrics| {
+            let mut text = String::new();
+            prometheus_text::encode(&mut text, &metrics.registry).expect("encoded");
+            text
+        };
+        let text = encode(&metrics);
+        for name in [
+            "leasehold_leases_live",
+            "leasehold_event_streams_open",
+            "leasehold_events_missed_total",
+        ] {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}:\n{text}");
+        }
+        assert!(!text.contains("leasehold_verdicts_total"), "{text}");
+        metrics
+            .verdicts
+            .get_or_create(&[
+                ("verdict", "renew"),
+                ("decided_by", "ladder"),
+                ("lease_kind", "tool_call"),
+            ])
+            .inc();
+        let text = encode(&metrics);
+        assert!(
+            text.contains("# HELP leasehold_verdicts_total Verdicts on expired leases")
+                && text.contains(
+                    "leasehold_verdicts_total{verdict=\"renew\",decided_by=\"ladder\",\
+                     lease_kind=\"tool_call\"} 1\n"
+                ),
+            "{text}"
+        );
+        assert!(text.contains("\nleasehold_leases_live 2\n"), "{text}");
+        let streams = metrics.event_stream_opened();
+        let opened = metrics.event_streams.get();
+        drop(streams);
+        assert_eq!((opened, metrics.event_streams.get()), (1, 0));
+    }
+}

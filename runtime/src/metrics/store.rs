@@ -1,0 +1,138 @@
+//! [`MeteredStore`]: the store port, its writes timed.
+//!
+//! A decorator: every call goes to the wrapped store unchanged, its answer
+//! comes back unchanged; a write (anything that changes the store, a
+//! refused fenced write and a failure included) is timed into
+//! `leasehold_store_write_duration_seconds{op}`. Reads are not timed.
+
+use std::sync::Arc;
+
+use leasehold_actors::{
+    BoxFuture, ClaimOutcome, Event, Fenced, RunRecord, RunUpdate, Snapshot, Store, StoreError,
+    ToolCallRecord,
+};
+use prometheus_client::metrics::histogram::Histogram;
+
+use super::{Histograms, Metrics};
+
+type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
+
+/// A store whose writes are timed into a [`Metrics`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use leasehold::MemoryStore;
+/// use leasehold::metrics::{MeteredStore, Metrics};
+///
+/// let metrics = Arc::new(Metrics::new());
+/// let store = MeteredStore::new(Arc::new(MemoryStore::new()), &metrics);
+/// # let _ = store;
+/// ```
+pub struct MeteredStore {
+    inner: Arc<dyn Store>,
+    writes: Histograms<1>,
+}
+
+impl std::fmt::Debug for MeteredStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeteredStore").finish_non_exhaustive()
+    }
+}
+
+impl MeteredStore {
+    /// `inner`, its writes timed into `metrics`.
+    pub fn new(inner: Arc<dyn Store>, metrics: &Metrics) -> Self {
+        Self {
+            inner,
+            writes: metrics.store_writes.clone(),
+        }
+    }
+
+    /// `inner` wrapped, as the port: for
+    /// [`EngineBuilder::wrap_store`](leasehold_actors::EngineBuilder::wrap_store).
+    pub fn wrap(inner: Arc<dyn Store>, metrics: &Metrics) -> Arc<dyn Store> {
+        Arc::new(Self::new(inner, metrics))
+    }
+
+    /// Times `write` from its call (a store may do its work before it
+    /// returns the future) to its answer.
+    fn timed<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        write: impl FnOnce(&dyn Store) -> Answer<T>,
+    ) -> Answer<T> {
+        let histogram: Histogram = self.writes.get_or_create_owned(&[("op", op)]);
+        let started = tokio::time::Instant::now();
+        let write = write(self.inner.as_ref());
+        Box::pin(async move {
+            let answer = write.await;
+            histogram.observe(started.elapsed().as_secs_f64());
+            answer
+        })
+    }
+}
+
+impl Store for MeteredStore {
+    fn create_run(&self, record: RunRecord) -> Answer<()> {
+        self.timed("create_run", |s| s.create_run(record))
+    }
+
+    fn claim_run(&self, id: &str, owner: &str, now_ms: u64, ttl_ms: u64) -> Answer<ClaimOutcome> {
+        self.timed("claim_run", |s| s.claim_run(id, owner, now_ms, ttl_ms))
+    }
+
+    fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>> {
+        self.timed("renew_run", |s| s.renew_run(run_id, fence, now_ms, ttl_ms))
+    }
+
+    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> Answer<Fenced<()>> {
+        self.timed("update_run", |s| s.update_run(run_id, fence, update))
+    }
+
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> Answer<Fenced<()>> {
+        self.timed("save_snapshot", |s| s.save_snapshot(snapshot, fence))
+    }
+
+    fn record_tool_call(
+        &self,
+        run_id: &str,
+        record: ToolCallRecord,
+        fence: u64,
+    ) -> Answer<Fenced<()>> {
+        self.timed("record_tool_call", |s| {
+            s.record_tool_call(run_id, record, fence)
+        })
+    }
+
+    fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>> {
+        self.timed("append_events", |s| s.append_events(run_id, events, fence))
+    }
+
+    fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>> {
+        self.timed("reconcile_orphans", |s| s.reconcile_orphans(now_ms))
+    }
+
+    fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>> {
+        self.inner.load_run(run_id)
+    }
+
+    fn list_runs(&self) -> Answer<Vec<RunRecord>> {
+        self.inner.list_runs()
+    }
+
+    fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
+        self.inner.load_snapshots(run_id)
+    }
+
+    fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>> {
+        self.inner.load_tool_calls(run_id)
+    }
+
+    fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>> {
+        self.inner.load_events(run_id, after_seq)
+    }
+
+    fn flush(&self) -> Answer<()> {
+        self.timed("flush", |s| s.flush())
+    }
+}

@@ -1,0 +1,25 @@
+//! `GET /metrics`: the server's [`Metrics`](crate::metrics::Metrics) in the
+//! Prometheus text format, behind the token like the rest of the API.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+use super::App;
+use super::error::ApiError;
+use crate::metrics::{CONTENT_TYPE, ScrapeError};
+
+/// `GET /metrics`.
+pub(super) async fn scrape(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    let text = app
+        .metrics
+        .scrape(&app.engine)
+        .await
+        .map_err(|error| match error {
+            ScrapeError::Store(error) => ApiError::from(error),
+            ScrapeError::Encode(_) => ApiError::internal(error.to_string()),
+        })?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
+}
