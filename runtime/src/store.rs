@@ -1,6 +1,7 @@
-//! The durable store: `SledStore` (the `store` feature), the
+//! The durable stores: `SledStore` (the `store` feature), the
 //! [`Store`](leasehold_actors::Store) port on an embedded sled
-//! database.
+//! database, and `PostgresStore` (the `postgres` feature), the same port on
+//! a PostgreSQL database that many executors share.
 //!
 //! It keeps runs, the latest snapshot of each loop, tool-call records and
 //! the event log, and applies exactly the ownership rules of
@@ -46,7 +47,12 @@ mod config;
 mod run_locks;
 #[cfg(feature = "store")]
 mod sled_store;
+// The PostgreSQL store, shared by many executors.
+#[cfg(feature = "postgres")]
+mod postgres;
 
 pub use durability::{Durability, ParseDurabilityError};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresConfig, PostgresStore};
 #[cfg(feature = "store")]
 pub use {config::SledConfig, sled_store::SledStore};
