@@ -664,3 +664,53 @@ async fn the_store_answers_a_scripted_sequence_as_the_memory_store_does(store: A
     }
     assert_eq!(got.len(), memory.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_url_in_the_configuration_selects_the_postgresql_store() {
+    use leasehold::config::{Config, Flag};
+    let fixture = Fixture::postgres().await;
+    let Reopen::Postgres { url, .. } = &fixture.reopen else {
+        unreachable!("a PostgreSQL fixture")
+    };
+    let flag = Flag {
+        key: "store".into(),
+        value: url.clone(),
+        given_as: "--store".into(),
+    };
+    let config = Config::load_layers(None, |_| None, &[flag]).unwrap();
+    let configured = config.open_store().unwrap();
+    configured.create_run(unowned("r")).await.unwrap();
+    assert!(
+        fixture.store.load_run("r").await.unwrap().is_some(),
+        "the configured store is the database"
+    );
+
+    let wrong = |name: &str| match name {
+        "LEASEHOLD_STORE" => Some("mysql://lh:s3cret@db/runs".to_owned()),
+        _ => None,
+    };
+    let error = Config::load_layers(None, wrong, &[]).unwrap_err().to_string();
+    assert!(error.contains("LEASEHOLD_STORE"), "{error}");
+    assert!(error.contains("PostgreSQL URL"), "{error}");
+    assert!(!error.contains("s3cret"), "{error}");
+
+    let gone = PostgresStore::connect(PostgresConfig::new(format!(
+        "postgres://postgres@127.0.0.1:{}/runs",
+        free_port_nobody_listens_on()
+    )))
+    .await
+    .unwrap_err();
+    assert!(
+        gone.message
+            .contains("cannot get a connection to the PostgreSQL store"),
+        "{gone}"
+    );
+}
+
+/// A loopback port with no server on it.
+fn free_port_nobody_listens_on() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port()
+}

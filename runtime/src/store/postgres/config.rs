@@ -40,15 +40,9 @@ impl PostgresConfig {
         self
     }
 
-    /// Whether `url` names a PostgreSQL database (`postgres://` or
-    /// `postgresql://`).
-    pub fn is_postgres_url(url: &str) -> bool {
-        url.starts_with("postgres://") || url.starts_with("postgresql://")
-    }
-
     /// The client's configuration, with the timeouts applied.
     pub(super) fn client_config(&self) -> Result<tokio_postgres::Config, StoreError> {
-        if !Self::is_postgres_url(&self.url) {
+        if !super::super::is_postgres_url(&self.url) {
             return Err(StoreError::new(format!(
                 "the store URL {} is not a PostgreSQL URL: expected postgres://…",
                 self.redacted()
@@ -72,16 +66,7 @@ impl PostgresConfig {
 
     /// The URL with its password, if any, hidden: what errors and logs show.
     pub fn redacted(&self) -> String {
-        let Some((scheme, rest)) = self.url.split_once("://") else {
-            return "(an unreadable URL)".to_owned();
-        };
-        match rest.split_once('@') {
-            Some((user_info, host)) => {
-                let user = user_info.split_once(':').map_or(user_info, |(user, _)| user);
-                format!("`{scheme}://{user}:***@{host}`")
-            }
-            None => format!("`{}`", self.url),
-        }
+        format!("`{}`", super::super::redact_url(&self.url))
     }
 }
 
