@@ -722,10 +722,10 @@ impl Config {
                 &self.data_dir.source,
             ),
             "store" => (
-                self.store_url.value.as_deref().map_or_else(
-                    || "(none)".to_owned(),
-                    crate::store::redact_url,
-                ),
+                self.store_url
+                    .value
+                    .as_deref()
+                    .map_or_else(|| "(none)".to_owned(), crate::store::redact_url),
                 &self.store_url.source,
             ),
             "restart.max" => n(&self.restart_max),

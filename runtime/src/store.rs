@@ -67,7 +67,9 @@ pub fn redact_url(url: &str) -> String {
     };
     match rest.rsplit_once('@') {
         Some((user_info, host)) => {
-            let user = user_info.split_once(':').map_or(user_info, |(user, _)| user);
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
             format!("{scheme}://{user}:***@{host}")
         }
         None => url.to_owned(),

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::{
-    ClaimOutcome, MemoryStore, PauseRecord, RunStatus, Snapshot, Store,
-    ToolCallState,
+    ClaimOutcome, MemoryStore, PauseRecord, RunStatus, Snapshot, Store, ToolCallState,
 };
 
 #[path = "support/postgres.rs"]
@@ -597,7 +596,6 @@ async fn script(store: &dyn Store) -> Vec<String> {
     log
 }
 
-
 async fn tool_calls_keep_one_record_per_idempotency_key(store: Arc<dyn Store>) {
     store.create_run(unowned("r")).await.unwrap();
     let run = claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
@@ -630,12 +628,36 @@ async fn a_terminal_write_and_everything_before_it_survive_a_reopen(fixture: Fix
     store.create_run(unowned("r")).await.unwrap();
     let run = claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
     let call = tool_call("r/run/1/0", 1, ToolCallState::Done);
-    assert!(store.save_snapshot(snapshot("r", "run", 1, "one"), run.fence).await.unwrap().is_applied());
-    assert!(store.record_tool_call("r", call.clone(), run.fence).await.unwrap().is_applied());
-    assert!(store.append_events("r", events("r", 1..=3), run.fence).await.unwrap().is_applied());
+    assert!(
+        store
+            .save_snapshot(snapshot("r", "run", 1, "one"), run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .record_tool_call("r", call.clone(), run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .append_events("r", events("r", 1..=3), run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
     let mut done = update(RunStatus::Completed, 1_200);
     done.answer = Some("42".to_owned());
-    assert!(store.update_run("r", run.fence, done).await.unwrap().is_applied());
+    assert!(
+        store
+            .update_run("r", run.fence, done)
+            .await
+            .unwrap()
+            .is_applied()
+    );
     store.flush().await.unwrap();
     drop(store);
 
@@ -643,10 +665,18 @@ async fn a_terminal_write_and_everything_before_it_survive_a_reopen(fixture: Fix
     let store = &fixture.store;
     let ended = store.load_run("r").await.unwrap().unwrap();
     assert_eq!(
-        (ended.status, ended.answer.as_deref(), ended.lease_expires_at_ms, ended.fence),
+        (
+            ended.status,
+            ended.answer.as_deref(),
+            ended.lease_expires_at_ms,
+            ended.fence
+        ),
         (RunStatus::Completed, Some("42"), 0, 1)
     );
-    assert_eq!(store.load_snapshots("r").await.unwrap(), vec![snapshot("r", "run", 1, "one")]);
+    assert_eq!(
+        store.load_snapshots("r").await.unwrap(),
+        vec![snapshot("r", "run", 1, "one")]
+    );
     assert_eq!(store.load_tool_calls("r").await.unwrap(), vec![call]);
     assert_eq!(store.load_events("r", 0).await.unwrap(), events("r", 1..=3));
     assert_eq!(store.list_runs().await.unwrap(), vec![ended]);
@@ -689,7 +719,9 @@ async fn a_postgres_url_in_the_configuration_selects_the_postgresql_store() {
         "LEASEHOLD_STORE" => Some("mysql://lh:s3cret@db/runs".to_owned()),
         _ => None,
     };
-    let error = Config::load_layers(None, wrong, &[]).unwrap_err().to_string();
+    let error = Config::load_layers(None, wrong, &[])
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("LEASEHOLD_STORE"), "{error}");
     assert!(error.contains("PostgreSQL URL"), "{error}");
     assert!(!error.contains("s3cret"), "{error}");

@@ -168,6 +168,27 @@ impl PostgresStore {
         u32::try_from(schema::current_version()).unwrap_or(0)
     }
 
+    /// Changes the run's record by `rule` (a rule of [`fencing`] that
+    /// refuses a stale fence), in one transaction holding the run's row.
+    fn fenced_change(
+        &self,
+        run_id: &str,
+        rule: impl FnOnce(&RunRecord) -> Result<RunRecord, Fenced<()>> + Send + 'static,
+    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move {
+            inner
+                .change_run(&run_id, |record| {
+                    let record = record.ok_or_else(|| no_run(&run_id))?;
+                    Ok(match rule(&record) {
+                        Ok(changed) => (Fenced::Applied(()), Some(changed)),
+                        Err(stale) => (stale, None),
+                    })
+                })
+                .await
+        })
+    }
+
     /// Runs `work` on the store's connection, as a boxed future.
     fn with<T, F, W>(&self, work: W) -> BoxFuture<'static, Result<T, StoreError>>
     where
@@ -188,11 +209,7 @@ impl Inner {
 
     /// A connection from the pool, once the schema is up to date.
     async fn client(&self) -> Result<Object, StoreError> {
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| self.pool_error(&e))?;
+        let mut client = self.pool.get().await.map_err(|e| self.pool_error(&e))?;
         self.migrated
             .get_or_try_init(|| schema::migrate(&mut client))
             .await?;
@@ -222,8 +239,19 @@ impl Inner {
         };
         let params = RunParams::new(&changed)?;
         let old_fence = to_i64(old_fence, &format_args!("the fence of run `{run_id}`"))?;
-        let [id, _, status, owner, fence, expires, reason, answer, pause, _, updated] =
-            params.values();
+        let [
+            id,
+            _,
+            status,
+            owner,
+            fence,
+            expires,
+            reason,
+            answer,
+            pause,
+            _,
+            updated,
+        ] = params.values();
         let written = tx
             .execute(
                 "UPDATE runs SET status = $3, owner_id = $4, fence = $5, \
@@ -398,17 +426,8 @@ impl Store for PostgresStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            inner
-                .change_run(&run_id, |record| {
-                    let record = record.ok_or_else(|| no_run(&run_id))?;
-                    Ok(match fencing::renew(&record, fence, now_ms, ttl_ms) {
-                        Ok(renewed) => (Fenced::Applied(()), Some(renewed)),
-                        Err(stale) => (stale, None),
-                    })
-                })
-                .await
+        self.fenced_change(run_id, move |record| {
+            fencing::renew(record, fence, now_ms, ttl_ms)
         })
     }
 
@@ -418,17 +437,8 @@ impl Store for PostgresStore {
         fence: u64,
         update: RunUpdate,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            inner
-                .change_run(&run_id, |record| {
-                    let record = record.ok_or_else(|| no_run(&run_id))?;
-                    Ok(match fencing::update(&record, fence, &update) {
-                        Ok(updated) => (Fenced::Applied(()), Some(updated)),
-                        Err(stale) => (stale, None),
-                    })
-                })
-                .await
+        self.fenced_change(run_id, move |record| {
+            fencing::update(record, fence, &update)
         })
     }
 

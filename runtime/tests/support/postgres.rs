@@ -138,7 +138,8 @@ impl Cluster {
                 return cluster;
             }
         }
-        let log = std::fs::read_to_string(cluster.dir.path().join("server.log")).unwrap_or_default();
+        let log =
+            std::fs::read_to_string(cluster.dir.path().join("server.log")).unwrap_or_default();
         panic!("the throwaway PostgreSQL did not start; its log:\n{log}");
     }
 

@@ -104,4 +104,3 @@ pub fn stale(fence: u64, owner_id: &str) -> Fenced<()> {
         owner_id: Some(owner_id.to_owned()),
     }
 }
-

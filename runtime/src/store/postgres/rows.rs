@@ -161,6 +161,9 @@ mod tests {
 
     #[test]
     fn statuses_are_named_as_the_api_names_them() {
-        assert_eq!(status_name(RunStatus::WaitingHuman).unwrap(), "waiting_human");
+        assert_eq!(
+            status_name(RunStatus::WaitingHuman).unwrap(),
+            "waiting_human"
+        );
     }
 }

@@ -17,7 +17,7 @@ use super::rows::to_i64;
 const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).
-const MIGRATION_LOCK: i64 = 0x6c68_5f6d_6967_72;
+const MIGRATION_LOCK: i64 = 0x006c_685f_6d69_6772;
 
 /// The schema version this build reads and writes.
 pub(super) fn current_version() -> i32 {
@@ -56,9 +56,9 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     }
     let now_ms = to_i64(SystemClock.now_unix_ms(), &"the migration time")?;
     for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > applied) {
-        tx.batch_execute(sql).await.map_err(|e| {
-            failed(&format_args!("applying schema migration {version}"), &e)
-        })?;
+        tx.batch_execute(sql)
+            .await
+            .map_err(|e| failed(&format_args!("applying schema migration {version}"), &e))?;
         tx.execute(
             "INSERT INTO schema_migrations (version, applied_at_ms) VALUES ($1, $2)",
             &[version, &now_ms],
