@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs the real peers (once, into a cache outside
-# the clone) and Debian's Chromium for the dashboard's browser test (when
-# it is missing) and PostgreSQL's server binaries, then runs every test of the workspace against them, and
+# the clone), Debian's Chromium for the dashboard's browser test and
+# PostgreSQL's server binaries for the PostgreSQL store's tests (when they
+# are missing), then runs every test of the workspace against them, and
 # ends with the totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
