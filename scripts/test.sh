@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs the real peers (once, into a cache outside
-# the clone) and Debian's Chromium for the dashboard's browser test (when
-# it is missing), then runs every test of the workspace against them, and
+# the clone), Debian's Chromium for the dashboard's browser test and
+# PostgreSQL's server binaries for the PostgreSQL store's tests (when they
+# are missing), then runs every test of the workspace against them, and
 # ends with the totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,15 @@ if [ ! -x "$chromium" ]; then
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq >/dev/null
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+# The PostgreSQL store's tests start a throwaway cluster from the installed
+# server binaries.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "installing Debian's postgresql for the PostgreSQL store's tests" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
 fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

@@ -65,6 +65,10 @@ struct GlobalArgs {
     /// The run store's directory (LEASEHOLD_DATA_DIR).
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<String>,
+    /// The PostgreSQL run store, postgres://… (LEASEHOLD_STORE); without
+    /// it, the sled store at --data-dir.
+    #[arg(long, global = true, value_name = "URL")]
+    store: Option<String>,
     /// When a store write counts as done: sync, async or exit.
     #[arg(long, global = true, value_name = "MODE")]
     durability: Option<String>,
@@ -150,6 +154,13 @@ impl GlobalArgs {
                 key: "data_dir".into(),
                 value: dir.clone(),
                 given_as: "--data-dir".into(),
+            });
+        }
+        if let Some(url) = &self.store {
+            flags.push(Flag {
+                key: "store".into(),
+                value: url.clone(),
+                given_as: "--store".into(),
             });
         }
         if let Some(mode) = &self.durability {

@@ -139,6 +139,9 @@ pub struct Config {
     pub durability: Setting<Durability>,
     /// The run store's directory (`LEASEHOLD_DATA_DIR`).
     pub data_dir: Setting<PathBuf>,
+    /// The PostgreSQL run store, instead of sled at `data_dir`
+    /// (`LEASEHOLD_STORE`).
+    pub store_url: Setting<Option<String>>,
     /// Restarts allowed within the window (`LEASEHOLD_RESTART_MAX`).
     pub restart_max: Setting<u32>,
     /// The restart intensity's window (`LEASEHOLD_RESTART_WINDOW`).
@@ -300,6 +303,7 @@ impl Default for Config {
             resume_on_boot: Setting::default(false),
             durability: Setting::default(Durability::default()),
             data_dir: Setting::default(PathBuf::from(".leasehold")),
+            store_url: Setting::default(None),
             restart_max: Setting::default(restart.max_restarts),
             restart_window: Setting::default(restart.within),
             restart_backoff_initial: Setting::default(restart.backoff_initial),
@@ -564,6 +568,17 @@ impl Config {
                 }
                 self.data_dir = with(PathBuf::from(text), source);
             }
+            "store" => {
+                if !crate::store::is_postgres_url(trimmed) {
+                    // The URL may carry a password: it is not echoed.
+                    return Err(LoadError::BadValue {
+                        origin: origin.to_owned(),
+                        expected: key.kind.expected(),
+                        got: crate::store::redact_url(trimmed),
+                    });
+                }
+                self.store_url = with(Some(trimmed.to_owned()), source);
+            }
             "restart.max" => self.restart_max = with(count()?, source),
             "restart.window" => self.restart_window = with(duration()?, source),
             "restart.backoff_initial" => self.restart_backoff_initial = with(duration()?, source),
@@ -705,6 +720,13 @@ impl Config {
             "data_dir" => (
                 self.data_dir.value.display().to_string(),
                 &self.data_dir.source,
+            ),
+            "store" => (
+                self.store_url
+                    .value
+                    .as_deref()
+                    .map_or_else(|| "(none)".to_owned(), crate::store::redact_url),
+                &self.store_url.source,
             ),
             "restart.max" => n(&self.restart_max),
             "restart.window" => d(&self.restart_window),

@@ -1,6 +1,7 @@
-//! The durable store: `SledStore` (the `store` feature), the
+//! The durable stores: `SledStore` (the `store` feature), the
 //! [`Store`](leasehold_actors::Store) port on an embedded sled
-//! database.
+//! database, and `PostgresStore` (the `postgres` feature), the same port on
+//! a PostgreSQL database that many executors share.
 //!
 //! It keeps runs, the latest snapshot of each loop, tool-call records and
 //! the event log, and applies exactly the ownership rules of
@@ -46,7 +47,35 @@ mod config;
 mod run_locks;
 #[cfg(feature = "store")]
 mod sled_store;
+// The PostgreSQL store, shared by many executors.
+#[cfg(feature = "postgres")]
+mod postgres;
 
 pub use durability::{Durability, ParseDurabilityError};
+
+/// Whether `url` names a PostgreSQL database (`postgres://…` or
+/// `postgresql://…`): what the `store` key accepts.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// `url` with its password, if any, hidden: what configuration listings,
+/// errors and logs show.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(not a URL)".to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresConfig, PostgresStore};
 #[cfg(feature = "store")]
 pub use {config::SledConfig, sled_store::SledStore};

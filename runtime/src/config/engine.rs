@@ -86,10 +86,15 @@ impl Config {
         Ok(self.engine_builder_without_store()?.store(store))
     }
 
-    /// Opens the sled store at `data_dir`, written with `durability`.
+    /// Opens the run store: the PostgreSQL store at `store` when it is
+    /// set (it connects on its first call), otherwise the sled store at
+    /// `data_dir`, written with `durability`.
     #[cfg(feature = "store")]
     pub fn open_store(&self) -> Result<Arc<dyn Store>, EngineSetupError> {
         use crate::store::{SledConfig, SledStore};
+        if let Some(url) = &self.store_url.value {
+            return open_postgres(url);
+        }
         let store = SledStore::open(
             SledConfig::new(self.data_dir.value.clone()).with_durability(self.durability.value),
         )?;
@@ -106,4 +111,22 @@ impl Config {
             .tool_factory(McpToolClient::factory(self.mcp_handshake_timeout.value))
             .owner_id(crate::executor::owner_id()))
     }
+}
+
+/// The PostgreSQL store at `url`.
+#[cfg(all(feature = "store", feature = "postgres"))]
+fn open_postgres(url: &str) -> Result<Arc<dyn Store>, EngineSetupError> {
+    use crate::store::{PostgresConfig, PostgresStore};
+    Ok(Arc::new(PostgresStore::open(PostgresConfig::new(url))?))
+}
+
+/// Refused: this build has no PostgreSQL store.
+#[cfg(all(feature = "store", not(feature = "postgres")))]
+fn open_postgres(url: &str) -> Result<Arc<dyn Store>, EngineSetupError> {
+    Err(StoreError::new(format!(
+        "`store` (LEASEHOLD_STORE) names a PostgreSQL store ({}), but this build of leasehold \
+         has no `postgres` feature",
+        crate::store::redact_url(url)
+    ))
+    .into())
 }

@@ -36,6 +36,8 @@ pub enum ValueKind {
     Policy,
     /// A share from 0 to 1: `0.5`.
     Share,
+    /// A store URL: `postgres://user:password@host/database`.
+    StoreUrl,
 }
 
 impl ValueKind {
@@ -56,6 +58,7 @@ impl ValueKind {
             Self::OnExhausted => "pause or fail",
             Self::Policy => "a verdict policy: leasehold, deadline, idle_kill or always_evaluate",
             Self::Share => "a share from 0 to 1 such as 0.5",
+            Self::StoreUrl => "a PostgreSQL URL such as postgres://leasehold@db/runs",
         }
     }
 }
@@ -92,7 +95,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 46] = [
+pub(super) const KEYS: [Key; 47] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -204,6 +207,13 @@ pub(super) const KEYS: [Key; 46] = [
         ".leasehold",
         ValueKind::Path,
         "the directory of the run store",
+    ),
+    key(
+        "LEASEHOLD_STORE",
+        "store",
+        "(none)",
+        ValueKind::StoreUrl,
+        "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed",
     ),
     key(
         "LEASEHOLD_RESTART_MAX",

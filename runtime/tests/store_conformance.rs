@@ -1,0 +1,748 @@
+//! One conformance suite for every store: the rules of the `Store` port —
+//! fencing, claims, orphans, tool-call records, terminal writes, the event
+//! log, what survives a reopen, and outcome-for-outcome agreement with
+//! `MemoryStore` — written once against `Arc<dyn Store>` and run against the
+//! in-memory store, sled and PostgreSQL alike (a throwaway cluster, see
+//! `support/postgres.rs`).
+//!
+//! Times are Unix milliseconds given to the store: a lease "expires" by
+//! passing a later `now_ms`, never by sleeping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
+use leasehold::{
+    ClaimOutcome, MemoryStore, PauseRecord, RunStatus, Snapshot, Store, ToolCallState,
+};
+
+#[path = "support/postgres.rs"]
+mod postgres;
+#[path = "support/records.rs"]
+mod records;
+
+use records::*;
+
+/// A store under test, and what it takes to open it again.
+struct Fixture {
+    store: Arc<dyn Store>,
+    reopen: Reopen,
+}
+
+enum Reopen {
+    /// The same data, through another handle.
+    Memory(MemoryStore),
+    /// The directory, opened again once the store is dropped.
+    Sled(tempfile::TempDir),
+    /// The database, through a new pool (the cluster lives while held).
+    Postgres {
+        /// Held: the cluster runs while a fixture on it lives.
+        _cluster: Arc<postgres::Cluster>,
+        url: String,
+    },
+}
+
+impl Fixture {
+    fn memory() -> Self {
+        let store = MemoryStore::new();
+        Self {
+            store: Arc::new(store.clone()),
+            reopen: Reopen::Memory(store),
+        }
+    }
+
+    fn sled() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self {
+            store: Arc::new(open_sled(dir.path())),
+            reopen: Reopen::Sled(dir),
+        }
+    }
+
+    async fn postgres() -> Self {
+        let (cluster, url) = tokio::task::spawn_blocking(|| {
+            let cluster = postgres::cluster();
+            let url = cluster.database();
+            (cluster, url)
+        })
+        .await
+        .unwrap();
+        Self {
+            store: Arc::new(open_postgres(&url).await),
+            reopen: Reopen::Postgres {
+                _cluster: cluster,
+                url,
+            },
+        }
+    }
+
+    /// The same store, closed and opened again.
+    async fn reopened(self) -> Self {
+        drop(self.store);
+        let store: Arc<dyn Store> = match &self.reopen {
+            Reopen::Memory(store) => Arc::new(store.clone()),
+            Reopen::Sled(dir) => Arc::new(open_sled(dir.path())),
+            Reopen::Postgres { url, .. } => Arc::new(open_postgres(url).await),
+        };
+        Self {
+            store,
+            reopen: self.reopen,
+        }
+    }
+}
+
+fn open_sled(path: &std::path::Path) -> SledStore {
+    SledStore::open(SledConfig::new(path).with_durability(Durability::Sync)).unwrap()
+}
+
+async fn open_postgres(url: &str) -> PostgresStore {
+    PostgresStore::connect(PostgresConfig::new(url))
+        .await
+        .unwrap()
+}
+
+/// Stamps one test per rule and store: `memory::RULE`, `sled::RULE`,
+/// `postgres::RULE`. Rules in `store` take the store; rules in `fixture`
+/// take the fixture (to reopen it).
+macro_rules! conformance {
+    (store: [$($rule:ident),* $(,)?], fixture: [$($fixture_rule:ident),* $(,)?] $(,)?) => {
+        conformance!(@stamp memory, Fixture::memory(), [$($rule),*], [$($fixture_rule),*]);
+        conformance!(@stamp sled, Fixture::sled(), [$($rule),*], [$($fixture_rule),*]);
+        conformance!(@stamp on_postgres, Fixture::postgres().await, [$($rule),*], [$($fixture_rule),*]);
+    };
+    (@stamp $store:ident, $open:expr, [$($rule:ident),*], [$($fixture_rule:ident),*]) => {
+        mod $store {
+            #[allow(unused_imports, reason = "the memory and sled fixtures are not async")]
+            use super::Fixture;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $rule() {
+                    super::$rule($open.store).await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $fixture_rule() {
+                    super::$fixture_rule($open).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance! {
+    store: [
+        stale_fence_writes_are_refused_and_land_nothing,
+        a_write_racing_a_claim_lands_before_it_or_not_at_all,
+        claim_is_refused_while_another_lease_is_live,
+        claim_of_a_finished_run_is_refused,
+        reconcile_marks_expired_running_runs_orphaned_with_the_message,
+        orphaned_run_can_be_claimed_and_runs_again,
+        concurrent_claims_yield_exactly_one_owner,
+        events_resume_after_an_event_id,
+        tool_calls_keep_one_record_per_idempotency_key,
+        the_store_answers_a_scripted_sequence_as_the_memory_store_does,
+    ],
+    fixture: [
+        a_terminal_write_and_everything_before_it_survive_a_reopen,
+    ],
+}
+
+async fn stale_fence_writes_are_refused_and_land_nothing(a: Arc<dyn Store>) {
+    let b = Arc::clone(&a); // a second executor on the same database
+    a.create_run(unowned("r")).await.unwrap();
+
+    let a_run = claimed(a.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
+    assert_eq!(a_run.fence, 1);
+    assert!(
+        a.save_snapshot(snapshot("r", "run", 1, "a before"), 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+
+    // A's lease ran out at 1 500; B claims at 2 000.
+    let b_run = claimed(b.claim_run("r", "exec-b", 2_000, TTL).await.unwrap());
+    assert_eq!(b_run.fence, 2);
+
+    let refused = stale(2, "exec-b");
+    assert_eq!(
+        a.save_snapshot(snapshot("r", "run", 2, "a after"), 1)
+            .await
+            .unwrap(),
+        refused
+    );
+    assert_eq!(
+        a.save_snapshot(snapshot("r", "run/worker:w:1", 2, "a after"), 1)
+            .await
+            .unwrap(),
+        refused
+    );
+    assert_eq!(
+        a.record_tool_call("r", tool_call("r/run/2/0", 2, ToolCallState::Sent), 1)
+            .await
+            .unwrap(),
+        refused
+    );
+    assert_eq!(
+        a.append_events("r", events("r", 1..=2), 1).await.unwrap(),
+        refused
+    );
+    assert_eq!(
+        a.update_run("r", 1, update(RunStatus::Completed, 2_100))
+            .await
+            .unwrap(),
+        refused
+    );
+    assert_eq!(a.renew_run("r", 1, 2_100, TTL).await.unwrap(), refused);
+
+    // Nothing A wrote after losing the run is readable.
+    assert_eq!(
+        b.load_snapshots("r").await.unwrap(),
+        vec![snapshot("r", "run", 1, "a before")]
+    );
+    assert_eq!(b.load_tool_calls("r").await.unwrap(), vec![]);
+    assert_eq!(b.load_events("r", 0).await.unwrap(), vec![]);
+    assert_eq!(b.load_run("r").await.unwrap(), Some(b_run.clone()));
+
+    // B's writes land.
+    assert!(
+        b.save_snapshot(snapshot("r", "run", 2, "b"), 2)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let call = tool_call("r/run/2/0", 2, ToolCallState::Sent);
+    assert!(
+        b.record_tool_call("r", call.clone(), 2)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        b.append_events("r", events("r", 1..=2), 2)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(b.renew_run("r", 2, 2_200, TTL).await.unwrap().is_applied());
+    assert!(
+        b.update_run("r", 2, update(RunStatus::Completed, 2_300))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(
+        b.load_snapshots("r").await.unwrap(),
+        vec![snapshot("r", "run", 2, "b")]
+    );
+    assert_eq!(b.load_tool_calls("r").await.unwrap(), vec![call]);
+    assert_eq!(b.load_events("r", 0).await.unwrap(), events("r", 1..=2));
+    let done = b.load_run("r").await.unwrap().unwrap();
+    assert_eq!(
+        (done.status, done.fence, done.owner_id.as_deref()),
+        (RunStatus::Completed, 2, Some("exec-b"))
+    );
+}
+
+async fn a_write_racing_a_claim_lands_before_it_or_not_at_all(store: Arc<dyn Store>) {
+    store.create_run(unowned("r")).await.unwrap();
+    claimed(store.claim_run("r", "exec-a", 0, 10).await.unwrap());
+
+    let a = store.clone();
+    let writer = tokio::spawn(async move {
+        // Writes until well after the claim: twenty refusals.
+        let mut outcomes = Vec::new();
+        for step in 1..=1_000_000 {
+            let outcome = a
+                .save_snapshot(snapshot("r", "run", step, "a"), 1)
+                .await
+                .unwrap();
+            outcomes.push(outcome.is_applied());
+            if outcomes.iter().filter(|applied| !**applied).count() == 20 {
+                break;
+            }
+        }
+        outcomes
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    claimed(store.claim_run("r", "exec-b", 100, TTL).await.unwrap());
+    let seen_by_b = store.load_snapshots("r").await.unwrap();
+
+    let outcomes = writer.await.unwrap();
+    let landed = outcomes.iter().take_while(|applied| **applied).count();
+    assert!(
+        outcomes[landed..].iter().all(|applied| !applied),
+        "once refused, A is refused for good"
+    );
+    let last_landed = u32::try_from(landed).unwrap();
+    let expected: Vec<Snapshot> = (last_landed > 0)
+        .then(|| snapshot("r", "run", last_landed, "a"))
+        .into_iter()
+        .collect();
+    assert_eq!(seen_by_b, expected, "B sees A's last write that landed");
+    assert_eq!(
+        store.load_snapshots("r").await.unwrap(),
+        expected,
+        "and nothing after it"
+    );
+}
+
+async fn claim_is_refused_while_another_lease_is_live(store: Arc<dyn Store>) {
+    store.create_run(unowned("r")).await.unwrap();
+    let a_run = claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
+
+    assert_eq!(
+        store.claim_run("r", "exec-b", 1_499, TTL).await.unwrap(),
+        ClaimOutcome::HeldBy {
+            owner_id: "exec-a".to_owned(),
+            expires_at_ms: 1_500,
+        }
+    );
+    assert_eq!(
+        store.load_run("r").await.unwrap(),
+        Some(a_run),
+        "a refused claim changes nothing"
+    );
+
+    // The owner may claim again (after a restart): the fence still goes up.
+    let again = claimed(store.claim_run("r", "exec-a", 1_200, TTL).await.unwrap());
+    assert_eq!((again.fence, again.lease_expires_at_ms), (2, 1_700));
+
+    // At the expiry instant the lease is no longer live.
+    let b_run = claimed(store.claim_run("r", "exec-b", 1_700, TTL).await.unwrap());
+    assert_eq!(
+        (b_run.owner_id.as_deref(), b_run.fence),
+        (Some("exec-b"), 3)
+    );
+    assert_eq!(
+        store
+            .claim_run("missing", "exec-b", 1_700, TTL)
+            .await
+            .unwrap(),
+        ClaimOutcome::NotFound
+    );
+}
+
+async fn claim_of_a_finished_run_is_refused(store: Arc<dyn Store>) {
+    for (run_id, status) in [
+        ("done", RunStatus::Completed),
+        ("failed", RunStatus::Failed),
+        ("cancelled", RunStatus::Cancelled),
+    ] {
+        store.create_run(unowned(run_id)).await.unwrap();
+        let run = claimed(store.claim_run(run_id, "exec-a", 1_000, TTL).await.unwrap());
+        let mut end = update(status, 1_100);
+        end.answer = Some("42".to_owned());
+        assert!(
+            store
+                .update_run(run_id, run.fence, end)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+        let ended = store.load_run(run_id).await.unwrap().unwrap();
+        assert_eq!(
+            ended.lease_expires_at_ms, 0,
+            "a terminal status releases the lease"
+        );
+
+        assert_eq!(
+            store.claim_run(run_id, "exec-b", 5_000, TTL).await.unwrap(),
+            ClaimOutcome::Finished(status)
+        );
+        assert_eq!(store.load_run(run_id).await.unwrap(), Some(ended));
+    }
+}
+
+async fn reconcile_marks_expired_running_runs_orphaned_with_the_message(store: Arc<dyn Store>) {
+    let runs = [
+        run_record("live", Some("a"), 1, 5_000, RunStatus::Running),
+        run_record("expired", Some("a"), 1, 1_500, RunStatus::Running),
+        run_record("expired-too", Some("b"), 3, 2_000, RunStatus::Running),
+        run_record("paused", Some("a"), 1, 1_500, RunStatus::WaitingHuman),
+        run_record(
+            "unknown-call",
+            Some("a"),
+            1,
+            1_500,
+            RunStatus::ReconciliationRequired,
+        ),
+        run_record("done", Some("a"), 1, 0, RunStatus::Completed),
+    ];
+    for run in &runs {
+        store.create_run(run.clone()).await.unwrap();
+    }
+
+    let orphaned = store.reconcile_orphans(2_000).await.unwrap();
+    assert_eq!(orphaned, ["expired", "expired-too"]);
+    for run_id in ["expired", "expired-too"] {
+        let run = store.load_run(run_id).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Orphaned);
+        assert_eq!(
+            run.reason.as_deref(),
+            Some("run orphaned: executor lease expired")
+        );
+        assert_eq!(run.updated_at_ms, 2_000);
+    }
+    for run in runs.iter().filter(|r| !r.run_id.starts_with("expired")) {
+        assert_eq!(
+            store.load_run(&run.run_id).await.unwrap().as_ref(),
+            Some(run),
+            "{} is untouched",
+            run.run_id
+        );
+    }
+    assert_eq!(
+        store.reconcile_orphans(2_000).await.unwrap(),
+        Vec::<String>::new(),
+        "reconciling twice changes nothing"
+    );
+}
+
+async fn orphaned_run_can_be_claimed_and_runs_again(store: Arc<dyn Store>) {
+    store.create_run(unowned("r")).await.unwrap();
+    claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
+    assert!(
+        store
+            .save_snapshot(snapshot("r", "run", 3, "before the crash"), 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(store.reconcile_orphans(2_000).await.unwrap(), ["r"]);
+
+    let resumed = claimed(store.claim_run("r", "exec-b", 2_500, TTL).await.unwrap());
+    assert_eq!(resumed.status, RunStatus::Running);
+    assert_eq!(resumed.reason, None);
+    assert_eq!(
+        (resumed.owner_id.as_deref(), resumed.fence),
+        (Some("exec-b"), 2)
+    );
+    assert_eq!(
+        store.load_snapshots("r").await.unwrap(),
+        vec![snapshot("r", "run", 3, "before the crash")]
+    );
+    assert!(
+        store
+            .save_snapshot(snapshot("r", "run", 4, "resumed"), 2)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .update_run("r", 2, update(RunStatus::Completed, 3_000))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(
+        store.load_run("r").await.unwrap().unwrap().status,
+        RunStatus::Completed
+    );
+}
+
+async fn concurrent_claims_yield_exactly_one_owner(store: Arc<dyn Store>) {
+    for round in 0..4 {
+        let run_id = format!("r{round}");
+        store.create_run(unowned(&run_id)).await.unwrap();
+        let start = Arc::new(tokio::sync::Barrier::new(32));
+        let claims: Vec<_> = (0..32)
+            .map(|i| {
+                let (store, start, run_id) = (store.clone(), Arc::clone(&start), run_id.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    store
+                        .claim_run(&run_id, &format!("exec-{i}"), 1_000, TTL)
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        let mut holders = Vec::new();
+        for claim in claims {
+            match claim.await.unwrap() {
+                ClaimOutcome::Claimed(record) => winners.push(record),
+                ClaimOutcome::HeldBy { owner_id, .. } => holders.push(owner_id),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "exactly one claim wins");
+        let winner = winners.pop().unwrap();
+        assert_eq!(winner.fence, 1);
+        let owner = winner.owner_id.clone().unwrap();
+        assert!(
+            holders.iter().all(|h| *h == owner),
+            "every loser is told who won"
+        );
+        assert_eq!(store.load_run(&run_id).await.unwrap(), Some(winner));
+    }
+}
+
+async fn events_resume_after_an_event_id(store: Arc<dyn Store>) {
+    for run_id in ["run-1", "run-10"] {
+        store.create_run(unowned(run_id)).await.unwrap();
+        claimed(store.claim_run(run_id, "a", 1_000, TTL).await.unwrap());
+    }
+    // Seqs across byte boundaries: the order is numeric, not textual.
+    let seqs = [1, 2, 9, 10, 255, 256, 257, 1_000, 65_536];
+    assert!(
+        store
+            .append_events("run-1", events("run-1", seqs[..4].to_vec()), 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .append_events("run-1", events("run-1", seqs[4..].to_vec()), 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .append_events("run-10", events("run-10", [3, 4]), 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+
+    assert_eq!(
+        store.load_events("run-1", 0).await.unwrap(),
+        events("run-1", seqs)
+    );
+    assert_eq!(
+        store.load_events("run-1", 10).await.unwrap(),
+        events("run-1", seqs[4..].to_vec())
+    );
+    assert_eq!(
+        store.load_events("run-1", 11).await.unwrap(),
+        events("run-1", seqs[4..].to_vec())
+    );
+    assert_eq!(store.load_events("run-1", 65_536).await.unwrap(), vec![]);
+    assert_eq!(store.load_events("run-1", u64::MAX).await.unwrap(), vec![]);
+    assert_eq!(
+        store.load_events("run-10", 0).await.unwrap(),
+        events("run-10", [3, 4]),
+        "runs do not mix"
+    );
+    assert_eq!(store.load_events("run-2", 0).await.unwrap(), vec![]);
+}
+
+/// Runs one scripted sequence of operations and writes down every outcome.
+async fn script(store: &dyn Store) -> Vec<String> {
+    let mut log = Vec::new();
+    macro_rules! step {
+        ($e:expr) => {
+            log.push(format!("{} => {:?}", stringify!($e), $e.await));
+        };
+    }
+    step!(store.create_run(run_record("r1", Some("a"), 1, 1_500, RunStatus::Running)));
+    step!(store.create_run(run_record("r1", Some("b"), 1, 1_500, RunStatus::Running)));
+    step!(store.create_run(unowned("r2")));
+    step!(store.claim_run("r2", "b", 1_000, TTL));
+    step!(store.claim_run("r2", "a", 1_200, TTL));
+    step!(store.claim_run("nope", "a", 1_200, TTL));
+    step!(store.save_snapshot(snapshot("r1", "run", 1, "one"), 1));
+    step!(store.save_snapshot(snapshot("r1", "run/worker:w:1", 1, "w"), 1));
+    step!(store.save_snapshot(snapshot("r1", "run", 2, "two"), 1));
+    step!(store.save_snapshot(snapshot("r1", "run", 3, "stale"), 7));
+    step!(store.save_snapshot(snapshot("nope", "run", 1, "none"), 1));
+    step!(store.record_tool_call("r1", tool_call("k2", 2, ToolCallState::Sent), 1));
+    step!(store.record_tool_call("r1", tool_call("k1", 1, ToolCallState::Sent), 1));
+    step!(store.record_tool_call("r1", tool_call("k1", 1, ToolCallState::Done), 1));
+    step!(store.record_tool_call("r2", tool_call("k1", 1, ToolCallState::Sent), 0));
+    step!(store.record_tool_call("nope", tool_call("k1", 1, ToolCallState::Sent), 0));
+    step!(store.append_events("r1", events("r1", 1..=3), 1));
+    step!(store.append_events("r1", events("r1", 4..=4), 2));
+    step!(store.append_events("r1", events("r1", 4..=5), 1));
+    step!(store.append_events("nope", events("nope", 1..=1), 1));
+    step!(store.renew_run("r1", 1, 1_400, TTL));
+    step!(store.renew_run("r1", 2, 1_400, TTL));
+    step!(store.renew_run("nope", 1, 1_400, TTL));
+    let mut paused = update(RunStatus::WaitingHuman, 1_450);
+    paused.pause = Some(PauseRecord {
+        reason: "escalated".to_owned(),
+        subject: "search".to_owned(),
+        path: "run".to_owned(),
+        call: Some(tool_call("k2", 2, ToolCallState::Unknown)),
+    });
+    step!(store.update_run("r2", 1, paused.clone()));
+    step!(store.update_run("r2", 0, paused.clone()));
+    step!(store.update_run("nope", 1, paused.clone()));
+    step!(store.create_run(unowned("r0")));
+    step!(store.reconcile_orphans(1_800));
+    step!(store.reconcile_orphans(5_000));
+    step!(store.claim_run("r1", "b", 5_000, TTL));
+    step!(store.save_snapshot(snapshot("r1", "run", 4, "resumed"), 2));
+    let mut done = update(RunStatus::Completed, 5_100);
+    done.answer = Some("42".to_owned());
+    step!(store.update_run("r1", 2, done.clone()));
+    step!(store.claim_run("r1", "c", 9_000, TTL));
+    step!(store.claim_run("r2", "c", 9_000, TTL));
+    step!(store.load_run("r1"));
+    step!(store.load_run("nope"));
+    step!(store.list_runs());
+    step!(store.load_snapshots("r1"));
+    step!(store.load_snapshots("r2"));
+    step!(store.load_tool_calls("r1"));
+    step!(store.load_events("r1", 0));
+    step!(store.load_events("r1", 2));
+    step!(store.load_events("r2", 0));
+    step!(store.flush());
+    log
+}
+
+async fn tool_calls_keep_one_record_per_idempotency_key(store: Arc<dyn Store>) {
+    store.create_run(unowned("r")).await.unwrap();
+    let run = claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
+    for call in [
+        tool_call("r/run/1/0", 1, ToolCallState::Sent),
+        tool_call("r/run/1/1", 1, ToolCallState::Sent),
+        tool_call("r/run/1/0", 1, ToolCallState::Done),
+        tool_call("r/run/1/1", 1, ToolCallState::Unknown),
+    ] {
+        assert!(
+            store
+                .record_tool_call("r", call, run.fence)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+    assert_eq!(
+        store.load_tool_calls("r").await.unwrap(),
+        vec![
+            tool_call("r/run/1/0", 1, ToolCallState::Done),
+            tool_call("r/run/1/1", 1, ToolCallState::Unknown),
+        ],
+        "the latest record of each key, in key order"
+    );
+}
+
+async fn a_terminal_write_and_everything_before_it_survive_a_reopen(fixture: Fixture) {
+    let store = Arc::clone(&fixture.store);
+    store.create_run(unowned("r")).await.unwrap();
+    let run = claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
+    let call = tool_call("r/run/1/0", 1, ToolCallState::Done);
+    assert!(
+        store
+            .save_snapshot(snapshot("r", "run", 1, "one"), run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .record_tool_call("r", call.clone(), run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .append_events("r", events("r", 1..=3), run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let mut done = update(RunStatus::Completed, 1_200);
+    done.answer = Some("42".to_owned());
+    assert!(
+        store
+            .update_run("r", run.fence, done)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    store.flush().await.unwrap();
+    drop(store);
+
+    let fixture = fixture.reopened().await;
+    let store = &fixture.store;
+    let ended = store.load_run("r").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            ended.status,
+            ended.answer.as_deref(),
+            ended.lease_expires_at_ms,
+            ended.fence
+        ),
+        (RunStatus::Completed, Some("42"), 0, 1)
+    );
+    assert_eq!(
+        store.load_snapshots("r").await.unwrap(),
+        vec![snapshot("r", "run", 1, "one")]
+    );
+    assert_eq!(store.load_tool_calls("r").await.unwrap(), vec![call]);
+    assert_eq!(store.load_events("r", 0).await.unwrap(), events("r", 1..=3));
+    assert_eq!(store.list_runs().await.unwrap(), vec![ended]);
+    assert_eq!(
+        store.claim_run("r", "exec-b", 9_000, TTL).await.unwrap(),
+        ClaimOutcome::Finished(RunStatus::Completed)
+    );
+}
+
+async fn the_store_answers_a_scripted_sequence_as_the_memory_store_does(store: Arc<dyn Store>) {
+    let memory = script(&MemoryStore::new()).await;
+    let got = script(&*store).await;
+    for (expected, got) in memory.iter().zip(&got) {
+        assert_eq!(got, expected, "the stores disagree");
+    }
+    assert_eq!(got.len(), memory.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_url_in_the_configuration_selects_the_postgresql_store() {
+    use leasehold::config::{Config, Flag};
+    let fixture = Fixture::postgres().await;
+    let Reopen::Postgres { url, .. } = &fixture.reopen else {
+        unreachable!("a PostgreSQL fixture")
+    };
+    let flag = Flag {
+        key: "store".into(),
+        value: url.clone(),
+        given_as: "--store".into(),
+    };
+    let config = Config::load_layers(None, |_| None, &[flag]).unwrap();
+    let configured = config.open_store().unwrap();
+    configured.create_run(unowned("r")).await.unwrap();
+    assert!(
+        fixture.store.load_run("r").await.unwrap().is_some(),
+        "the configured store is the database"
+    );
+
+    let wrong = |name: &str| match name {
+        "LEASEHOLD_STORE" => Some("mysql://lh:s3cret@db/runs".to_owned()),
+        _ => None,
+    };
+    let error = Config::load_layers(None, wrong, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("LEASEHOLD_STORE"), "{error}");
+    assert!(error.contains("PostgreSQL URL"), "{error}");
+    assert!(!error.contains("s3cret"), "{error}");
+
+    let gone = PostgresStore::connect(PostgresConfig::new(format!(
+        "postgres://postgres@127.0.0.1:{}/runs",
+        free_port_nobody_listens_on()
+    )))
+    .await
+    .unwrap_err();
+    assert!(
+        gone.message
+            .contains("cannot get a connection to the PostgreSQL store"),
+        "{gone}"
+    );
+}
+
+/// A loopback port with no server on it.
+fn free_port_nobody_listens_on() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port()
+}

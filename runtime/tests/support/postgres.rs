@@ -1,0 +1,209 @@
+//! A throwaway PostgreSQL for tests: a private cluster started from the
+//! installed server binaries in a temporary directory, on a free loopback
+//! port, owned by the `postgres` user when the tests run as root (`initdb`
+//! refuses root). Dropping the last handle stops it (`pg_ctl stop -m
+//! immediate`) and removes the directory — also when a test panics, since
+//! the handle is dropped while the panic unwinds.
+//!
+//! One cluster is shared by the tests of a binary that run at the same
+//! time; each test gets a database of its own ([`Cluster::database`]).
+//! Missing binaries fail the test with a message saying what to install:
+//! nothing is skipped silently.
+
+#![allow(dead_code, reason = "each test binary uses part of the helper")]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// A running cluster; stopped and removed when dropped.
+pub struct Cluster {
+    bin: PathBuf,
+    /// Run the server's commands as this user (`Some("postgres")` as root).
+    user: Option<&'static str>,
+    data: PathBuf,
+    port: u16,
+    databases: AtomicU32,
+    // Last: removed after the server is stopped.
+    dir: tempfile::TempDir,
+}
+
+static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+
+/// The cluster of this test binary, started if no test holds it.
+pub fn cluster() -> Arc<Cluster> {
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(cluster) = shared.upgrade() {
+        return cluster;
+    }
+    let cluster = Arc::new(Cluster::start());
+    *shared = Arc::downgrade(&cluster);
+    cluster
+}
+
+/// The directory of the installed server binaries (`initdb`, `pg_ctl`).
+fn server_bin() -> PathBuf {
+    let from_pg_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    let installed = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("bin"));
+    // The newest version first.
+    let mut installed: Vec<PathBuf> = installed.collect();
+    installed.sort_by(|a, b| b.cmp(a));
+    from_pg_config
+        .into_iter()
+        .chain(installed)
+        .find(|bin| bin.join("initdb").is_file() && bin.join("pg_ctl").is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "the PostgreSQL server binaries (initdb, pg_ctl) are not installed: these tests \
+                 start a throwaway PostgreSQL; install it with `apt-get install postgresql` \
+                 (scripts/test.sh does)"
+            )
+        })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let bin = server_bin();
+        let user = is_root().then_some("postgres");
+        let dir = tempfile::Builder::new()
+            .prefix("leasehold-pg-")
+            .tempdir()
+            .expect("a temporary directory");
+        let data = dir.path().join("data");
+        let mut cluster = Self {
+            bin,
+            user,
+            data,
+            port: 0,
+            databases: AtomicU32::new(0),
+            dir,
+        };
+        if let Some(user) = user {
+            cluster.run(
+                Command::new("chown").args([user, &cluster.dir_str()]),
+                "chown",
+            );
+        }
+        let mut initdb = cluster.server_command("initdb");
+        cluster.run(
+            initdb
+                .args(["--auth=trust", "--username=postgres", "--encoding=UTF8"])
+                .args(["--no-sync", "-D"])
+                .arg(&cluster.data),
+            "initdb",
+        );
+        // A port taken between the probe and the start is retried.
+        for _ in 0..5 {
+            cluster.port = free_port();
+            let options = format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                cluster.port,
+                cluster.dir_str()
+            );
+            let mut start = cluster.server_command("pg_ctl");
+            start
+                .args(["start", "-w", "-t", "120", "-D"])
+                .arg(&cluster.data)
+                .args(["-l"])
+                .arg(cluster.dir.path().join("server.log"))
+                .args(["-o", &options]);
+            if start.output().is_ok_and(|out| out.status.success()) {
+                return cluster;
+            }
+        }
+        let log =
+            std::fs::read_to_string(cluster.dir.path().join("server.log")).unwrap_or_default();
+        panic!("the throwaway PostgreSQL did not start; its log:\n{log}");
+    }
+
+    fn dir_str(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// A command of the server's binaries, as the cluster's user.
+    fn server_command(&self, name: &str) -> Command {
+        let program = self.bin.join(name);
+        match self.user {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(program);
+                command
+            }
+            None => Command::new(program),
+        }
+    }
+
+    fn run(&self, command: &mut Command, what: &str) {
+        let output = command
+            .output()
+            .unwrap_or_else(|e| panic!("{what} could not be started: {e}"));
+        assert!(
+            output.status.success(),
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// The URL of a new, empty database of this cluster.
+    pub fn database(&self) -> String {
+        let n = self.databases.fetch_add(1, Ordering::Relaxed);
+        let name = format!("test_{}_{n}", std::process::id());
+        let mut createdb = self.server_command("createdb");
+        self.run(
+            createdb
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-U", "postgres", &name]),
+            "createdb",
+        );
+        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data directory.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let mut stop = self.server_command("pg_ctl");
+        let _ = stop
+            .args(["stop", "-m", "immediate", "-w", "-D"])
+            .arg(&self.data)
+            .output();
+        // `dir` is removed when it drops, after this.
+    }
+}
