@@ -766,3 +766,56 @@ async fn runs_reconcile_retries_the_call_with_its_key_on_the_data_directory() {
         "{view}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_pages_with_a_cursor_and_filters_by_flow_and_time() {
+    use leasehold::{
+        RunRecord, RunStatus, Store,
+        store::{SledConfig, SledStore},
+    };
+
+    let dir = tempfile::tempdir().expect("dir");
+    {
+        let store = SledStore::open(SledConfig::new(dir.path())).expect("store");
+        for n in 0..5_u64 {
+            let record = RunRecord {
+                run_id: format!("run-{n:03}"),
+                flow: serde_json::json!({"name": if n == 2 { "audit" } else { "research" }}),
+                status: RunStatus::Completed,
+                owner_id: None,
+                fence: 1,
+                lease_expires_at_ms: 0,
+                reason: None,
+                answer: Some("done".to_owned()),
+                pause: None,
+                created_at_ms: 1_767_225_600_000 + n * 60_000,
+                updated_at_ms: 1_767_225_600_000 + n * 60_000,
+            };
+            store.create_run(record).await.expect("created");
+        }
+    }
+    let list = |args: &[&str]| {
+        let mut command = leasehold(dir.path(), None);
+        command.args(["runs", "list"]).args(args);
+        command
+    };
+    let out = output(&mut list(&["--limit", "2"])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("run-004") && out.stdout.contains("run-003"));
+    assert!(!out.stdout.contains("run-002"), "{}", out.stdout);
+    assert!(out.stderr.contains("--after run-003"), "{}", out.stderr);
+    let out = output(&mut list(&["--limit", "2", "--after", "run-001"])).await;
+    assert!(out.stdout.contains("run-000"), "{}", out.stdout);
+    assert!(
+        !out.stderr.contains("--after"),
+        "the last page: {}",
+        out.stderr
+    );
+    let out = output(&mut list(&["--flow", "audit"])).await;
+    assert!(out.stdout.contains("run-002") && !out.stdout.contains("run-001"));
+    let out = output(&mut list(&["--since", "2026-01-01T00:03:00Z"])).await;
+    assert!(out.stdout.contains("run-003") && !out.stdout.contains("run-002"));
+    let out = output(&mut list(&["--since", "next week"])).await;
+    assert_eq!(out.code, Some(2), "a usage error");
+    assert!(out.stderr.contains("RFC 3339"), "{}", out.stderr);
+}
