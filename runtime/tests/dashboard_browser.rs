@@ -303,21 +303,18 @@ fn served_port(stdout: std::process::ChildStdout) -> u16 {
         .unwrap_or_else(|| panic!("no address in {line:?}"))
 }
 
-#[test]
-fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
-    let (playwright, chromium) = peers();
-    let data = tempfile::tempdir().expect("a temporary data directory");
-    let marker = data.path().join("the-attack-ran");
+/// `leasehold serve` on `store` without a token, its model unreachable,
+/// and the port it listens on.
+fn serve(store: &Path, cwd: &Path) -> (Killed, u16) {
     let spawned = Command::new(CLI)
         .arg("--data-dir")
-        .arg(data.path().join("store"))
+        .arg(store)
         .args(["serve", "--addr", "127.0.0.1:0"])
         .env_remove("LEASEHOLD_CONFIG")
         .env_remove("LEASEHOLD_API_TOKEN")
-        // Never called: no run may start.
         .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
         .env("LEASEHOLD_MODEL_NAME", "unused")
-        .current_dir(data.path())
+        .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -328,6 +325,16 @@ fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
         stdin: None,
     };
     let port = served_port(server.child.stdout.take().expect("piped stdout"));
+    (server, port)
+}
+
+#[test]
+fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let marker = data.path().join("the-attack-ran");
+    // Its model is never called: no run may start.
+    let (server, port) = serve(&data.path().join("store"), data.path());
 
     let mut browser = Command::new("node");
     browser
@@ -426,27 +433,8 @@ fn the_dashboard_pages_through_more_runs_than_one_page_holds_in_a_real_browser()
     });
     drop(runtime);
 
-    let spawned = Command::new(CLI)
-        .arg("--data-dir")
-        .arg(&store_dir)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .env_remove("LEASEHOLD_CONFIG")
-        .env_remove("LEASEHOLD_API_TOKEN")
-        .env("LEASEHOLD_RESUME_ON_BOOT", "false")
-        // Never called: the runs are all paused or ended.
-        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
-        .env("LEASEHOLD_MODEL_NAME", "unused")
-        .current_dir(data.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the leasehold command starts");
-    let mut server = Killed {
-        child: spawned,
-        stdin: None,
-    };
-    let port = served_port(server.child.stdout.take().expect("piped stdout"));
+    // Its model is never called: the runs are all paused or ended.
+    let (server, port) = serve(&store_dir, data.path());
 
     let mut browser = Command::new("node");
     browser

@@ -340,8 +340,8 @@ async fn post_runs_answers_before_the_run_ends_and_a_live_stream_follows_it_to_t
 fn listed_run(n: u64) -> RunRecord {
     RunRecord {
         run_id: format!("run-{n:06}"),
-        flow: json!({"name": if n % 2 == 0 { "alpha" } else { "beta" }, "task": "t"}),
-        status: if n % 7 == 0 {
+        flow: json!({"name": if n.is_multiple_of(2) { "alpha" } else { "beta" }, "task": "t"}),
+        status: if n.is_multiple_of(7) {
             RunStatus::WaitingHuman
         } else {
             RunStatus::Completed
@@ -412,7 +412,7 @@ async fn runs_are_listed_a_page_at_a_time_with_a_cursor_and_filters() {
     let (waiting, _) = server
         .every_page("limit=7&status=waiting_human&flow=beta")
         .await;
-    assert_eq!(waiting, ids_where(&|n| n % 7 == 0 && n % 2 == 1));
+    assert_eq!(waiting, ids_where(&|n| n.is_multiple_of(7) && n % 2 == 1));
     assert!(!waiting.is_empty());
     // Times as RFC 3339 or Unix ms: `since` inclusive, `until` exclusive.
     let (window, _) = server

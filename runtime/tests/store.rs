@@ -1042,7 +1042,7 @@ async fn pages_follow_status_changes_and_a_directory_written_without_indexes_get
     let memory = MemoryStore::new();
     {
         let store = open(dir.path(), Durability::Exit);
-        for n in 0..40 {
+        for n in 0..40_u64 {
             let mut record = run_record(
                 &format!("run-{n:03}"),
                 Some("a"),
@@ -1050,7 +1050,7 @@ async fn pages_follow_status_changes_and_a_directory_written_without_indexes_get
                 9_000,
                 RunStatus::Running,
             );
-            record.flow = json!({"name": if n % 2 == 0 { "alpha" } else { "beta" }});
+            record.flow = json!({"name": if n.is_multiple_of(2) { "alpha" } else { "beta" }});
             record.created_at_ms = 1_000 + n;
             store.create_run(record.clone()).await.unwrap();
             memory.create_run(record).await.unwrap();

@@ -31,6 +31,23 @@ const rows = (tab) => tab.$$eval('#runs-body tr', (trs) => trs.map((tr) => ({
   status: tr.querySelector('.status').dataset.status,
 })));
 
+// Presses "more" until it is gone, each time waiting for the rows it adds;
+// returns how many times it was pressed.
+async function pressMoreUntilGone(tab) {
+  let pressed = 0;
+  while (await tab.isVisible('#runs-more')) {
+    const shown = (await rows(tab)).length;
+    await tab.click('#runs-more');
+    await tab.waitForFunction(
+      (n) => document.querySelectorAll('#runs-body tr').length > n,
+      shown,
+    );
+    pressed += 1;
+    check(pressed < 100, 'more pages than runs');
+  }
+  return pressed;
+}
+
 const { chromium, executablePath } = chromiumPeer();
 const browser = await chromium.launch({ executablePath, args: CHROMIUM_ARGS });
 let failed = false;
@@ -42,17 +59,7 @@ try {
   check(first.length === 50, `one page of 50 runs, got ${first.length}`);
   check(await tab.isVisible('#runs-more'), 'a "more" button under a full page');
 
-  let pages = 1;
-  while (await tab.isVisible('#runs-more')) {
-    const shown = (await rows(tab)).length;
-    await tab.click('#runs-more');
-    await tab.waitForFunction(
-      (n) => document.querySelectorAll('#runs-body tr').length > n,
-      shown,
-    );
-    pages += 1;
-    check(pages < 100, 'more pages than runs');
-  }
+  const pages = 1 + (await pressMoreUntilGone(tab));
   const all = (await rows(tab)).map((r) => r.id);
   check(all.length === total, `every run shown: ${all.length} of ${total}`);
   check(new Set(all).size === total, 'no run shown twice');
@@ -65,14 +72,7 @@ try {
     return trs.length > 0
       && trs.every((tr) => tr.querySelector('.status').dataset.status === 'waiting_human');
   });
-  while (await tab.isVisible('#runs-more')) {
-    const shown = (await rows(tab)).length;
-    await tab.click('#runs-more');
-    await tab.waitForFunction(
-      (n) => document.querySelectorAll('#runs-body tr').length > n,
-      shown,
-    );
-  }
+  await pressMoreUntilGone(tab);
   const held = await rows(tab);
   check(held.length === waiting, `the waiting runs: ${held.length} of ${waiting}`);
   check(held.every((r) => r.status === 'waiting_human'), 'only waiting runs');

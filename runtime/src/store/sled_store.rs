@@ -698,26 +698,36 @@ mod tests {
     use crate::store::codec::decodes;
     use crate::store::{Durability, SledConfig};
 
+    /// Run `n`: every tenth (from the fourth) waits for a person, the
+    /// others completed; flows alternate `alpha`, `beta`.
     fn record(n: u32) -> RunRecord {
         let status = if n % 10 == 3 {
-            RunStatus::WaitingHuman
+            "waiting_human"
         } else {
-            RunStatus::Completed
+            "completed"
         };
-        let flow = if n % 2 == 0 { "alpha" } else { "beta" };
-        RunRecord {
-            run_id: format!("run-{n:08}"),
-            flow: serde_json::json!({"name": flow, "task": "t"}),
-            status,
-            owner_id: None,
-            fence: 1,
-            lease_expires_at_ms: 0,
-            reason: None,
-            answer: None,
-            pause: None,
-            created_at_ms: u64::from(n),
-            updated_at_ms: u64::from(n),
-        }
+        let flow = if n.is_multiple_of(2) { "alpha" } else { "beta" };
+        serde_json::from_value(serde_json::json!({
+            "run_id": format!("run-{n:08}"), "flow": {"name": flow}, "status": status,
+            "owner_id": null, "fence": 1, "lease_expires_at_ms": 0, "reason": null,
+            "answer": null, "pause": null, "created_at_ms": n, "updated_at_ms": n,
+        }))
+        .expect("a record")
+    }
+
+    /// A page of 50: status, flow, created before, after.
+    fn page_of_50(
+        status: Option<RunStatus>,
+        flow: Option<&str>,
+        before: Option<u64>,
+        after: Option<&str>,
+    ) -> RunQuery {
+        let mut query = RunQuery::first(50);
+        query.status = status;
+        query.flow = flow.map(str::to_owned);
+        query.created_before_ms = before;
+        query.after = after.map(str::to_owned);
+        query
     }
 
     /// Decodes one page on this thread; returns it and the values decoded.
@@ -740,23 +750,13 @@ mod tests {
         for n in 0..10_000 {
             store.inner.create_run(&record(n)).expect("created");
         }
+        let waiting = Some(RunStatus::WaitingHuman);
+        let rare = page_of_50(waiting, Some("beta"), Some(5_000), None);
         let pages = [
-            RunQuery::first(50),
-            RunQuery {
-                status: Some(RunStatus::WaitingHuman),
-                ..RunQuery::first(50)
-            },
-            RunQuery {
-                status: Some(RunStatus::WaitingHuman),
-                flow: Some("beta".to_owned()),
-                created_before_ms: Some(5_000),
-                ..RunQuery::first(50)
-            },
-            RunQuery {
-                flow: Some("alpha".to_owned()),
-                after: Some("run-00000500".to_owned()),
-                ..RunQuery::first(50)
-            },
+            page_of_50(None, None, None, None),
+            page_of_50(waiting, None, None, None),
+            rare.clone(),
+            page_of_50(None, Some("alpha"), None, Some("run-00000500")),
         ];
         for query in pages {
             let (ids, next, decoded) = page_counted(&store, &query);
@@ -769,24 +769,12 @@ mod tests {
         }
         // The status index drives the walk: a rare status is found
         // without reading the runs in between.
-        let waiting = RunQuery {
-            status: Some(RunStatus::WaitingHuman),
-            flow: Some("beta".to_owned()),
-            created_before_ms: Some(5_000),
-            ..RunQuery::first(50)
-        };
-        let (ids, _, _) = page_counted(&store, &waiting);
+        let (ids, _, _) = page_counted(&store, &rare);
         assert_eq!(ids.first().map(String::as_str), Some("run-00004993"));
         assert_eq!(ids.last().map(String::as_str), Some("run-00004503"));
-        // The last page says so.
-        let (ids, next, decoded) = page_counted(
-            &store,
-            &RunQuery {
-                after: Some("run-00000003".to_owned()),
-                status: Some(RunStatus::WaitingHuman),
-                ..RunQuery::first(50)
-            },
-        );
+        // The last page says so, having read nothing.
+        let last = page_of_50(waiting, None, None, Some("run-00000003"));
+        let (ids, next, decoded) = page_counted(&store, &last);
         assert!(
             ids.is_empty() && next.is_none() && decoded == 0,
             "{ids:?} {next:?} {decoded}"
