@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    BoxFuture, ClaimOutcome, Fenced, RunRecord, RunUpdate, Snapshot, Store, StoreError,
-    ToolCallRecord, fencing,
+    BoxFuture, ClaimOutcome, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store,
+    StoreError, ToolCallRecord, fencing, listing,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -250,6 +250,20 @@ impl Store for MemoryStore {
             .filter_map(|id| tables.runs.get(id).cloned())
             .collect();
         ready(Ok(runs))
+    }
+
+    fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let tables = self.lock();
+        // The runs are kept by id: a range below the cursor, walked down.
+        let upper = query.after.as_deref().map_or(Unbounded, Excluded);
+        let candidates = tables
+            .runs
+            .range::<str, _>((Unbounded, upper))
+            .rev()
+            .filter(|(_, record)| listing::matches(query, record))
+            .map(|(_, record)| Ok::<_, StoreError>(record.clone()));
+        ready(listing::page(query, candidates))
     }
 
     fn load_snapshots(

@@ -49,12 +49,16 @@ mod assets;
 mod error;
 mod events;
 mod guard;
+mod listing;
 mod metrics;
 
 pub use crate::server_limits::ServerLimits;
 pub use crate::trace::TraceSummary;
 pub use api::{RunView, TraceView};
 pub use error::ApiError;
+pub use listing::{
+    DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, RunsPage, parse_instant, parse_limit, parse_status,
+};
 
 /// The address `leasehold serve` listens on by default.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7878";

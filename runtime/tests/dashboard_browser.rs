@@ -3,6 +3,8 @@
 //! the page in Chromium as a person would — opens the run, sees a wait
 //! banner appear and be cleared by evidence, answers the escalation in the
 //! pause panel and watches the run complete. The demo process then exits 0.
+//! `tests/browser/runs_pages.mjs` pages through more runs than one page of
+//! the list holds, then filters them by status.
 //!
 //! Its peers: Node, `playwright-core` (installed by `scripts/peers.sh`, found
 //! through `LEASEHOLD_PEER_PLAYWRIGHT`) and Debian's Chromium
@@ -301,21 +303,18 @@ fn served_port(stdout: std::process::ChildStdout) -> u16 {
         .unwrap_or_else(|| panic!("no address in {line:?}"))
 }
 
-#[test]
-fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
-    let (playwright, chromium) = peers();
-    let data = tempfile::tempdir().expect("a temporary data directory");
-    let marker = data.path().join("the-attack-ran");
+/// `leasehold serve` on `store` without a token, its model unreachable,
+/// and the port it listens on.
+fn serve(store: &Path, cwd: &Path) -> (Killed, u16) {
     let spawned = Command::new(CLI)
         .arg("--data-dir")
-        .arg(data.path().join("store"))
+        .arg(store)
         .args(["serve", "--addr", "127.0.0.1:0"])
         .env_remove("LEASEHOLD_CONFIG")
         .env_remove("LEASEHOLD_API_TOKEN")
-        // Never called: no run may start.
         .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
         .env("LEASEHOLD_MODEL_NAME", "unused")
-        .current_dir(data.path())
+        .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -326,6 +325,16 @@ fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
         stdin: None,
     };
     let port = served_port(server.child.stdout.take().expect("piped stdout"));
+    (server, port)
+}
+
+#[test]
+fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let marker = data.path().join("the-attack-ran");
+    // Its model is never called: no run may start.
+    let (server, port) = serve(&data.path().join("store"), data.path());
 
     let mut browser = Command::new("node");
     browser
@@ -379,6 +388,76 @@ fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
         !String::from_utf8_lossy(&listed.stdout).contains("attack"),
         "{}",
         String::from_utf8_lossy(&listed.stdout)
+    );
+    drop(server);
+}
+
+#[test]
+fn the_dashboard_pages_through_more_runs_than_one_page_holds_in_a_real_browser() {
+    use leasehold::{
+        RunRecord, RunStatus, Store,
+        store::{SledConfig, SledStore},
+    };
+
+    const TOTAL: u64 = 130;
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let store_dir = data.path().join("store");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let waiting = runtime.block_on(async {
+        let store = SledStore::open(SledConfig::new(&store_dir)).expect("the store");
+        let mut waiting = 0_u64;
+        for n in 0..TOTAL {
+            let status = if n % 9 == 4 {
+                waiting += 1;
+                RunStatus::WaitingHuman
+            } else {
+                RunStatus::Completed
+            };
+            let record = RunRecord {
+                run_id: format!("run-{n:05}"),
+                flow: serde_json::json!({"name": "paged", "task": format!("task {n}")}),
+                status,
+                owner_id: None,
+                fence: 1,
+                lease_expires_at_ms: 0,
+                reason: None,
+                answer: None,
+                pause: None,
+                created_at_ms: 1_767_225_600_000 + n,
+                updated_at_ms: 1_767_225_600_000 + n,
+            };
+            store.create_run(record).await.expect("a run");
+        }
+        waiting
+    });
+    drop(runtime);
+
+    // Its model is never called: the runs are all paused or ended.
+    let (server, port) = serve(&store_dir, data.path());
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/runs_pages.mjs"))
+        .arg(port.to_string())
+        .arg(TOTAL.to_string())
+        .arg(waiting.to_string())
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let (status, output) = run_for(browser, BROWSER);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report = format!(
+        "--- stdout:\n{stdout}\n--- stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the browser script failed ({status:?})\n{report}"
+    );
+    assert!(
+        stdout.contains("runs pages test passed"),
+        "the browser script exited 0 without passing\n{report}"
     );
     drop(server);
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::{
-    Engine, EngineConfig, Event, MemoryStore, RunStatus,
+    Engine, EngineConfig, Event, MemoryStore, RunRecord, RunStatus, Store,
     server::{self, App, ServerOptions},
     testing::{ManualClock, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
@@ -332,6 +332,109 @@ async fn post_runs_answers_before_the_run_ends_and_a_live_stream_follows_it_to_t
     let (status, body) = server.get("/runs?status=sleeping").await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "bad_request");
+}
+
+/// Run `n` of a listing test: every seventh waits for a person, the
+/// others completed; flows alternate; created one second apart from
+/// 2026-01-01T00:00:00Z.
+fn listed_run(n: u64) -> RunRecord {
+    RunRecord {
+        run_id: format!("run-{n:06}"),
+        flow: json!({"name": if n.is_multiple_of(2) { "alpha" } else { "beta" }, "task": "t"}),
+        status: if n.is_multiple_of(7) {
+            RunStatus::WaitingHuman
+        } else {
+            RunStatus::Completed
+        },
+        owner_id: None,
+        fence: 1,
+        lease_expires_at_ms: 0,
+        reason: None,
+        answer: None,
+        pause: None,
+        created_at_ms: 1_767_225_600_000 + n * 1_000,
+        updated_at_ms: 1_767_225_600_000 + n * 1_000,
+    }
+}
+
+impl Server {
+    /// Every run of `GET /runs?{query}`, page by page; and how many pages.
+    async fn every_page(&self, query: &str) -> (Vec<String>, usize) {
+        let mut ids = Vec::new();
+        let mut pages = 0;
+        let mut after = String::new();
+        loop {
+            let (status, page) = self.get(&format!("/runs?{query}{after}")).await;
+            assert_eq!(status, 200, "{page}");
+            pages += 1;
+            ids.extend(
+                page["runs"]
+                    .as_array()
+                    .expect("runs")
+                    .iter()
+                    .map(|r| r["run_id"].as_str().expect("id").to_owned()),
+            );
+            match page["next"].as_str() {
+                Some(next) => after = format!("&after={next}"),
+                None => return (ids, pages),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_listed_a_page_at_a_time_with_a_cursor_and_filters() {
+    let store = MemoryStore::new();
+    for n in 0..520 {
+        store.create_run(listed_run(n)).await.expect("created");
+    }
+    let server = Server::start(searching_engine(store).await, ServerOptions::default()).await;
+    let ids_where = |keep: &dyn Fn(u64) -> bool| -> Vec<String> {
+        (0..520)
+            .rev()
+            .filter(|n| keep(*n))
+            .map(|n| listed_run(n).run_id)
+            .collect()
+    };
+
+    // Fifty by default, newest first; the cap holds a large limit to 500.
+    let (_, first) = server.get("/runs").await;
+    assert_eq!(first["runs"].as_array().map(Vec::len), Some(50), "{first}");
+    assert_eq!(first["runs"][0]["run_id"], "run-000519");
+    assert_eq!(first["next"], "run-000470");
+    let (_, capped) = server.get("/runs?limit=100000").await;
+    assert_eq!(capped["runs"].as_array().map(Vec::len), Some(500));
+    // Every run once, in order, over the pages.
+    let (all, pages) = server.every_page("limit=60").await;
+    assert_eq!(all, ids_where(&|_| true));
+    assert_eq!(pages, 9, "520 runs in pages of 60");
+    // Filters hold on every page.
+    let (waiting, _) = server
+        .every_page("limit=7&status=waiting_human&flow=beta")
+        .await;
+    assert_eq!(waiting, ids_where(&|n| n.is_multiple_of(7) && n % 2 == 1));
+    assert!(!waiting.is_empty());
+    // Times as RFC 3339 or Unix ms: `since` inclusive, `until` exclusive.
+    let (window, _) = server
+        .every_page("limit=4&since=2026-01-01T00:01:40Z&until=1767225720000")
+        .await;
+    assert_eq!(window, ids_where(&|n| (100..120).contains(&n)));
+
+    // Bad values: a JSON 400 that names the parameter.
+    for (query, name) in [
+        ("limit=0", "limit"),
+        ("limit=ten", "limit"),
+        ("status=sleeping", "status"),
+        ("since=yesterday", "since"),
+        ("until=2026-13-01T00:00:00Z", "until"),
+        ("after=", "after"),
+    ] {
+        let (status, body) = server.get(&format!("/runs?{query}")).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        assert_eq!(body["error"]["code"], "bad_request", "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("`{name}`")), "{query}: {message}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

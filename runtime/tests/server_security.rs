@@ -16,8 +16,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use leasehold::{
-    ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunRecord, RunUpdate, Snapshot,
-    Store, StoreError, ToolCallRecord, ToolServer,
+    ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunPage, RunQuery, RunRecord,
+    RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolServer,
     server::{self, App, ServerLimits, ServerOptions},
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,
@@ -646,6 +646,9 @@ impl Store for CountingStore {
     }
     fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
         self.inner.list_runs()
+    }
+    fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
+        self.inner.list_runs_page(query)
     }
     fn load_snapshots(
         &self,

@@ -15,9 +15,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    PauseRecord, RunStatus, Store, ToolCallState, fencing,
+    MemoryStore, PauseRecord, RunQuery, RunRecord, RunStatus, RunUpdate, Store, ToolCallState,
+    fencing, listing,
     store::{Durability, SledConfig, SledStore},
 };
+use serde_json::json;
 
 #[path = "support/records.rs"]
 mod records;
@@ -442,4 +444,130 @@ async fn temporary_store_is_deleted_on_drop() {
         assert!(path.exists());
     }
     assert!(!path.exists());
+}
+
+/// The ids of every page of `query` (its limit kept), walked with the cursor.
+async fn every_page(store: &dyn Store, mut query: RunQuery) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        let page = store.list_runs_page(&query).await.expect("a page");
+        ids.extend(page.runs.into_iter().map(|r| r.run_id));
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return ids,
+        }
+    }
+}
+
+#[tokio::test]
+async fn pages_follow_status_changes_and_a_directory_written_without_indexes_gets_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = MemoryStore::new();
+    {
+        let store = open(dir.path(), Durability::Exit);
+        for n in 0..40_u64 {
+            let mut record = run_record(
+                &format!("run-{n:03}"),
+                Some("a"),
+                1,
+                9_000,
+                RunStatus::Running,
+            );
+            record.flow = json!({"name": if n.is_multiple_of(2) { "alpha" } else { "beta" }});
+            record.created_at_ms = 1_000 + n;
+            store.create_run(record.clone()).await.unwrap();
+            memory.create_run(record).await.unwrap();
+        }
+        // Every third run completes: it leaves `running` for `completed`.
+        for n in (0..40).step_by(3) {
+            let update = RunUpdate {
+                status: RunStatus::Completed,
+                reason: None,
+                answer: Some("done".to_owned()),
+                pause: None,
+                at_ms: 2_000,
+            };
+            let id = format!("run-{n:03}");
+            assert!(
+                store
+                    .update_run(&id, 1, update.clone())
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+            assert!(
+                memory
+                    .update_run(&id, 1, update)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+        }
+    }
+    let queries = [
+        RunQuery::first(5),
+        RunQuery {
+            status: Some(RunStatus::Running),
+            ..RunQuery::first(4)
+        },
+        RunQuery {
+            status: Some(RunStatus::Completed),
+            flow: Some("beta".to_owned()),
+            ..RunQuery::first(2)
+        },
+        RunQuery {
+            flow: Some("alpha".to_owned()),
+            created_from_ms: Some(1_010),
+            created_before_ms: Some(1_030),
+            ..RunQuery::first(3)
+        },
+    ];
+    // What the pure rule selects from every run, newest first.
+    let expected = |query: &RunQuery, all: &[RunRecord]| -> Vec<String> {
+        let mut ids: Vec<String> = all
+            .iter()
+            .filter(|r| listing::matches(query, r))
+            .map(|r| r.run_id.clone())
+            .collect();
+        ids.sort();
+        ids.reverse();
+        ids
+    };
+    let all = memory.list_runs().await.unwrap();
+    {
+        let store = open(dir.path(), Durability::Exit);
+        for query in &queries {
+            let want = expected(query, &all);
+            assert!(!want.is_empty(), "{query:?}");
+            assert_eq!(
+                every_page(&store, query.clone()).await,
+                want,
+                "sled {query:?}"
+            );
+            assert_eq!(
+                every_page(&memory, query.clone()).await,
+                want,
+                "memory {query:?}"
+            );
+        }
+    }
+    // The same directory as an older build left it: no indexes.
+    {
+        let db = sled::open(dir.path()).unwrap();
+        assert!(db.drop_tree("runs_by_status").unwrap());
+        assert!(db.drop_tree("runs_by_flow").unwrap());
+        db.open_tree("meta")
+            .unwrap()
+            .remove("runs_indexed")
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = open(dir.path(), Durability::Exit);
+    for query in &queries {
+        assert_eq!(
+            every_page(&store, query.clone()).await,
+            expected(query, &all),
+            "rebuilt {query:?}"
+        );
+    }
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::{
-    ClaimOutcome, MemoryStore, PauseRecord, RunStatus, Snapshot, Store, ToolCallState,
+    ClaimOutcome, MemoryStore, PauseRecord, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot,
+    Store, ToolCallState, listing,
 };
 
 #[path = "support/postgres.rs"]
@@ -142,6 +143,7 @@ conformance! {
         events_resume_after_an_event_id,
         tool_calls_keep_one_record_per_idempotency_key,
         the_store_answers_a_scripted_sequence_as_the_memory_store_does,
+        pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,
     ],
     fixture: [
         a_terminal_write_and_everything_before_it_survive_a_reopen,
@@ -745,4 +747,100 @@ fn free_port_nobody_listens_on() -> u16 {
         .and_then(|listener| listener.local_addr())
         .unwrap()
         .port()
+}
+
+/// Every page of `query`, followed to the end: the ids in the order listed.
+async fn every_page(store: &dyn Store, mut query: RunQuery) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        let page = store.list_runs_page(&query).await.expect("a page");
+        assert!(page.runs.len() <= query.limit.max(1), "{query:?}");
+        ids.extend(page.runs.into_iter().map(|r| r.run_id));
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return ids,
+        }
+    }
+}
+
+async fn pages_list_what_the_listing_rule_selects_newest_first_by_byte_order(
+    store: Arc<dyn Store>,
+) {
+    // Ids whose byte order is not a dictionary's: upper before lower case,
+    // `-` before `_` before letters, so a store that sorts by its locale's
+    // collation lists them in another order.
+    let mut all = Vec::new();
+    for (n, prefix) in ["A-", "a-", "B_", "b-", "a_", "Z", "run-", "run_"]
+        .iter()
+        .enumerate()
+    {
+        for m in 0..5_u64 {
+            let index = u64::try_from(n).unwrap() * 5 + m;
+            let mut record = unowned(&format!("{prefix}{m}"));
+            record.flow =
+                serde_json::json!({"name": if index % 2 == 0 { "alpha" } else { "beta" }});
+            record.created_at_ms = 1_000 + index;
+            store.create_run(record).await.unwrap();
+        }
+    }
+    // Every third run is claimed and completes.
+    for (index, record) in store.list_runs().await.unwrap().iter().enumerate() {
+        if index % 3 == 0 {
+            let claimed = claimed(
+                store
+                    .claim_run(&record.run_id, "a", 1_000, TTL)
+                    .await
+                    .unwrap(),
+            );
+            let update = RunUpdate {
+                status: RunStatus::Completed,
+                reason: None,
+                answer: Some("done".to_owned()),
+                pause: None,
+                at_ms: 2_000,
+            };
+            assert!(
+                store
+                    .update_run(&record.run_id, claimed.fence, update)
+                    .await
+                    .unwrap()
+                    .is_applied()
+            );
+        }
+    }
+    all.extend(store.list_runs().await.unwrap());
+    let queries = [
+        RunQuery::first(7),
+        RunQuery {
+            status: Some(RunStatus::Completed),
+            ..RunQuery::first(4)
+        },
+        RunQuery {
+            status: Some(RunStatus::Running),
+            flow: Some("beta".to_owned()),
+            ..RunQuery::first(2)
+        },
+        RunQuery {
+            flow: Some("alpha".to_owned()),
+            created_from_ms: Some(1_010),
+            created_before_ms: Some(1_030),
+            ..RunQuery::first(3)
+        },
+    ];
+    for query in queries {
+        let mut want: Vec<String> = all
+            .iter()
+            .filter(|r: &&RunRecord| listing::matches(&query, r))
+            .map(|r| r.run_id.clone())
+            .collect();
+        // Byte order, newest (greatest) first.
+        want.sort();
+        want.reverse();
+        assert!(!want.is_empty(), "{query:?}");
+        assert_eq!(
+            every_page(store.as_ref(), query.clone()).await,
+            want,
+            "{query:?}"
+        );
+    }
 }

@@ -10,6 +10,11 @@
 //! error: the stale executor learns it lost the run and stops working on it.
 //! The rules are pure functions in [`fencing`], so every store applies the
 //! same ones.
+//!
+//! Runs are listed a page at a time ([`Store::list_runs_page`]), newest
+//! first, with a cursor; which runs a [`RunQuery`] selects, in which order,
+//! and how a page is cut are pure functions in [`listing`], so every store
+//! answers a query with the same page.
 
 use serde::{Deserialize, Serialize};
 
@@ -222,6 +227,50 @@ impl StoreError {
 
 type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
 
+/// Which runs to list, one page at a time ([`Store::list_runs_page`]).
+///
+/// Runs are listed by run id, **descending**: newest first, since the run
+/// ids the engine makes sort in creation order. Every filter that is set
+/// must hold; an unset one selects every run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunQuery {
+    /// The cursor: the `next` of the previous page, or `None` for the first
+    /// page. The page holds only runs listed after it (ids strictly below
+    /// it). Clients treat it as opaque; it is the id of the last run of the
+    /// previous page, so it stays valid however the runs change meanwhile.
+    pub after: Option<String>,
+    /// At most this many runs in the page; `0` is taken as `1`.
+    pub limit: usize,
+    /// Only runs in this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of the flow of this name (the flow's `name` field).
+    pub flow: Option<String>,
+    /// Only runs created at or after this instant (Unix ms, inclusive).
+    pub created_from_ms: Option<u64>,
+    /// Only runs created before this instant (Unix ms, exclusive).
+    pub created_before_ms: Option<u64>,
+}
+
+impl RunQuery {
+    /// The first page of every run, at most `limit` of them.
+    pub fn first(limit: usize) -> Self {
+        Self {
+            limit,
+            ..Self::default()
+        }
+    }
+}
+
+/// One page of runs, and where the next one starts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunPage {
+    /// The runs, in listing order (run id descending: newest first).
+    pub runs: Vec<RunRecord>,
+    /// The cursor of the next page (its [`RunQuery::after`]), or `None`
+    /// when no run after this page matches the query.
+    pub next: Option<String>,
+}
+
 /// Where runs are kept. Writes that change a run carry the writer's fence.
 pub trait Store: Send + Sync + 'static {
     /// Creates a run owned by `record.owner_id` with `record.fence`.
@@ -259,6 +308,13 @@ pub trait Store: Send + Sync + 'static {
     fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>>;
     /// Every run, oldest first.
     fn list_runs(&self) -> Answer<Vec<RunRecord>>;
+    /// One page of the runs `query` selects: run id descending (newest
+    /// first), only ids strictly below `query.after` when it is set, at most
+    /// `query.limit` (at least one), with `next` set exactly when another
+    /// matching run follows. A store reads only the runs of the page (and
+    /// the one that proves a next page exists), not every run:
+    /// [`listing::page`] cuts the page from candidates in listing order.
+    fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage>;
     /// The latest snapshot of every loop of a run.
     fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>>;
     /// Every tool call recorded for a run.
@@ -267,6 +323,70 @@ pub trait Store: Send + Sync + 'static {
     fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>>;
     /// Returns once everything written so far is durable.
     fn flush(&self) -> Answer<()>;
+}
+
+/// Which runs a [`RunQuery`] selects and how a page of them is cut, as pure
+/// functions every store calls.
+pub mod listing {
+    use super::{RunPage, RunQuery, RunRecord};
+
+    /// The name of the run's flow (its flow's `name` field), if it has one.
+    pub fn flow_name(record: &RunRecord) -> Option<&str> {
+        record.flow.get("name").and_then(serde_json::Value::as_str)
+    }
+
+    /// Whether a run of this id comes after the query's cursor (its id is
+    /// strictly below it); every run does on the first page.
+    pub fn after_cursor(query: &RunQuery, run_id: &str) -> bool {
+        query.after.as_deref().is_none_or(|after| run_id < after)
+    }
+
+    /// Whether a run created at `created_at_ms` lies in the query's window:
+    /// at or after `created_from_ms`, before `created_before_ms`.
+    pub fn in_window(query: &RunQuery, created_at_ms: u64) -> bool {
+        query
+            .created_from_ms
+            .is_none_or(|from| created_at_ms >= from)
+            && query
+                .created_before_ms
+                .is_none_or(|before| created_at_ms < before)
+    }
+
+    /// Whether `record` is one the query selects: past the cursor, in the
+    /// status, of the flow and in the window asked for.
+    pub fn matches(query: &RunQuery, record: &RunRecord) -> bool {
+        after_cursor(query, &record.run_id)
+            && query.status.is_none_or(|status| record.status == status)
+            && query
+                .flow
+                .as_deref()
+                .is_none_or(|flow| flow_name(record) == Some(flow))
+            && in_window(query, record.created_at_ms)
+    }
+
+    /// The page of `query` cut from `candidates`, which must come in
+    /// listing order (run id descending) and may hold runs the query does
+    /// not select (they are skipped). Pulls at most `limit + 1` matching
+    /// candidates: the one past the page only proves there is a next page.
+    pub fn page<E>(
+        query: &RunQuery,
+        candidates: impl IntoIterator<Item = Result<RunRecord, E>>,
+    ) -> Result<RunPage, E> {
+        let limit = query.limit.max(1);
+        let mut runs = Vec::new();
+        for candidate in candidates {
+            let record = candidate?;
+            if !matches(query, &record) {
+                continue;
+            }
+            if runs.len() == limit {
+                let next = runs.last().map(|last: &RunRecord| last.run_id.clone());
+                return Ok(RunPage { runs, next });
+            }
+            runs.push(record);
+        }
+        Ok(RunPage { runs, next: None })
+    }
 }
 
 /// The ownership rules every store applies, as pure functions on a

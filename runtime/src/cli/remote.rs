@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 
 use super::CliError;
 use super::log::{self, Output};
-use super::runs::{RunsCommand, print_json, print_list, print_trace};
-use crate::server::{RunView, TraceView};
+use super::runs::{RunsCommand, print_json, print_page, print_trace};
+use crate::server::{RunView, RunsPage, TraceView};
 
 /// A client of a leasehold server.
 pub(super) struct Remote {
@@ -72,27 +72,32 @@ impl Remote {
     pub(super) async fn run(&self, command: RunsCommand) -> Result<ExitCode, CliError> {
         match command {
             RunsCommand::List(args) => {
-                #[derive(serde::Deserialize)]
-                struct Runs {
-                    runs: Vec<RunView>,
-                }
-                let mut query = Vec::new();
-                if let Some(status) = args.status {
+                let query = args.query();
+                let mut pairs = vec![("limit", query.limit.to_string())];
+                if let Some(status) = query.status {
                     let name = serde_json::to_value(status)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))
                         .unwrap_or_default();
-                    query.push(("status", name));
+                    pairs.push(("status", name));
                 }
-                if let Some(limit) = args.limit {
-                    query.push(("limit", limit.to_string()));
-                }
+                let texts = [("after", query.after), ("flow", query.flow)];
+                pairs.extend(texts.into_iter().filter_map(|(k, v)| Some((k, v?))));
+                let instants = [
+                    ("since", query.created_from_ms),
+                    ("until", query.created_before_ms),
+                ];
+                pairs.extend(
+                    instants
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k, v?.to_string()))),
+                );
                 let query = form_urlencoded::Serializer::new(String::new())
-                    .extend_pairs(query)
+                    .extend_pairs(pairs)
                     .finish();
                 let request = self.request(Method::GET, &format!("/runs?{query}"));
-                let runs: Runs = self.send(request).await?;
-                print_list(&runs.runs);
+                let page: RunsPage = self.send(request).await?;
+                print_page(&page);
             }
             RunsCommand::Show(args) => {
                 let view: RunView = self

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use clap::{ArgGroup, Args, Subcommand};
 use leasehold_actors::{
     BoxFuture, Engine, Evidence, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
-    ReconcileDecision, RunStatus,
+    ReconcileDecision, RunQuery, RunStatus,
 };
 
 use super::log::{self, Output};
 use super::{CliError, GlobalArgs, remote};
 use crate::config::{Config, EngineSetupError};
-use crate::server::{RunView, TraceView};
+use crate::server::{
+    DEFAULT_PAGE_LIMIT, RunView, RunsPage, TraceView, parse_instant, parse_limit, parse_status,
+};
 
 /// What to do with the runs.
 #[derive(Debug, Subcommand)]
@@ -46,7 +48,7 @@ pub struct Target {
     pub(super) server: Option<String>,
 }
 
-/// `runs list`.
+/// `runs list`: one page of runs, newest first.
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only runs in this status (`running`, `waiting_human`,
@@ -54,30 +56,38 @@ pub struct ListArgs {
     /// `cancelled`).
     #[arg(long, value_parser = parse_status)]
     pub(super) status: Option<RunStatus>,
-    /// At most this many, the newest.
-    #[arg(long)]
-    pub(super) limit: Option<usize>,
+    /// Only runs of the flow of this name.
+    #[arg(long, value_name = "NAME")]
+    pub(super) flow: Option<String>,
+    /// Only runs created at or after this time: Unix milliseconds or RFC
+    /// 3339 in UTC (`2026-01-01T00:00:00Z`).
+    #[arg(long, value_name = "TIME", value_parser = parse_instant)]
+    pub(super) since: Option<u64>,
+    /// Only runs created before this time: Unix milliseconds or RFC 3339 in
+    /// UTC.
+    #[arg(long, value_name = "TIME", value_parser = parse_instant)]
+    pub(super) until: Option<u64>,
+    /// The page after this cursor (printed after the previous page).
+    #[arg(long, value_name = "CURSOR")]
+    pub(super) after: Option<String>,
+    /// At most this many runs in the page (at most 500).
+    #[arg(long, default_value_t = DEFAULT_PAGE_LIMIT, value_parser = parse_limit)]
+    pub(super) limit: usize,
     #[command(flatten)]
     pub(super) target: Target,
 }
 
-fn parse_status(text: &str) -> Result<RunStatus, String> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
-        format!(
-            "not a run status: {text} (running, waiting_human, reconciliation_required, \
-             orphaned, completed, failed, cancelled)"
-        )
-    })
-}
-
 impl ListArgs {
-    /// Keeps the views these flags ask for, in order.
-    pub(super) fn select(&self, views: Vec<RunView>) -> Vec<RunView> {
-        views
-            .into_iter()
-            .filter(|v| self.status.is_none_or(|s| v.status == s))
-            .take(self.limit.unwrap_or(usize::MAX))
-            .collect()
+    /// The store query these flags ask for.
+    pub(super) fn query(&self) -> RunQuery {
+        RunQuery {
+            after: self.after.clone(),
+            limit: self.limit,
+            status: self.status,
+            flow: self.flow.clone(),
+            created_from_ms: self.since,
+            created_before_ms: self.until,
+        }
     }
 }
 
@@ -201,10 +211,15 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
     match command {
         RunsCommand::List(args) => {
             let store = config.open_store()?;
-            let mut records = store.list_runs().await?;
-            records.reverse();
-            let views: Vec<RunView> = records.into_iter().map(|r| RunView::new(r, None)).collect();
-            print_list(&args.select(views));
+            let page = store.list_runs_page(&args.query()).await?;
+            print_page(&RunsPage {
+                runs: page
+                    .runs
+                    .into_iter()
+                    .map(|r| RunView::new(r, None))
+                    .collect(),
+                next: page.next,
+            });
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Show(RunArg { id, .. }) => {
@@ -383,8 +398,16 @@ impl ModelClient for Unconfigured {
     }
 }
 
+/// A page of runs, then, on stderr, how to ask for the next one.
+pub(super) fn print_page(page: &RunsPage) {
+    print_list(&page.runs);
+    if let Some(next) = &page.next {
+        eprintln!("more runs: add --after {next}");
+    }
+}
+
 /// A table of runs.
-pub(super) fn print_list(views: &[RunView]) {
+fn print_list(views: &[RunView]) {
     if views.is_empty() {
         println!("no runs");
         return;

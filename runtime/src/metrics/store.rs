@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunRecord, RunUpdate, Snapshot, Store, StoreError,
-    ToolCallRecord,
+    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot,
+    Store, StoreError, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -118,6 +118,10 @@ impl Store for MeteredStore {
 
     fn list_runs(&self) -> Answer<Vec<RunRecord>> {
         self.inner.list_runs()
+    }
+
+    fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage> {
+        self.inner.list_runs_page(query)
     }
 
     fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>> {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::App;
 use super::error::ApiError;
 use super::guard;
+use super::listing::{ListParams, RunsPage};
 use crate::flow_file;
 use crate::trace::{TraceSummary, is_decision};
 
@@ -288,39 +289,35 @@ pub(super) fn run_id(path: Result<Path<String>, PathRejection>) -> Result<String
     })
 }
 
-/// The query of `GET /runs`.
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct ListQuery {
-    /// Only runs in this status.
-    status: Option<RunStatus>,
-    /// At most this many (the newest).
-    limit: Option<usize>,
-}
-
-/// `GET /runs[?status=S][&limit=N]`: the runs, newest first.
+/// `GET /runs[?after=C][&limit=N][&status=S][&flow=F][&since=T][&until=T]`:
+/// one page of runs, newest first, and the cursor of the next.
 pub(super) async fn list_runs(
     State(app): State<Arc<App>>,
-    query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let Query(query) = query.map_err(|rejection| {
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<RunsPage>, ApiError> {
+    let Query(params) = params.map_err(|rejection| {
         ApiError::bad_request(format!(
-            "the query is not what this route takes (`status` is a run status such as \
-             waiting_human, `limit` a whole number): {}",
+            "the query is not what this route takes: {}",
             rejection.body_text()
         ))
     })?;
-    let mut records = app.engine.store().list_runs().await?;
-    records.reverse();
-    let runs: Vec<RunView> = records
+    let query = params.query()?;
+    let page = app.engine.store().list_runs_page(&query).await?;
+    let runs = page
+        .runs
         .into_iter()
         .map(|record| {
             let handle = app.handle(&record.run_id);
             RunView::new(record, handle.as_ref())
         })
+        // A live run's state is fresher than the store's: one that has
+        // just left the status asked for is not shown in it.
         .filter(|view| query.status.is_none_or(|status| view.status == status))
-        .take(query.limit.unwrap_or(usize::MAX))
         .collect();
-    Ok(Json(serde_json::json!({ "runs": runs })))
+    Ok(Json(RunsPage {
+        runs,
+        next: page.next,
+    }))
 }
 
 /// `GET /runs/{id}`: a run with its flow and its tool calls.

@@ -36,11 +36,22 @@ pub(crate) const SNAPSHOTS: &str = "snapshots";
 pub(crate) const TOOL_CALLS: &str = "tool_calls";
 /// The event log: run prefix + `u64` big-endian seq.
 pub(crate) const EVENTS: &str = "events";
+/// Index of runs by status: the status's name, length-prefixed, then the
+/// run id → the run's creation time (`u64` big-endian Unix ms).
+pub(crate) const RUNS_BY_STATUS: &str = "runs_by_status";
+/// Index of runs by flow name: the name, length-prefixed, then the run id →
+/// the run's creation time (`u64` big-endian Unix ms).
+pub(crate) const RUNS_BY_FLOW: &str = "runs_by_flow";
 /// The store format.
 pub(crate) const META: &str = "meta";
 
 /// Key in `meta` of the store format (`u32` big-endian).
 pub(crate) const META_FORMAT_KEY: &[u8] = b"format_version";
+
+/// Key in `meta` present once the run indexes ([`RUNS_BY_STATUS`],
+/// [`RUNS_BY_FLOW`]) hold every run: a database written before them gets
+/// them built when it is opened.
+pub(crate) const META_INDEXED_KEY: &[u8] = b"runs_indexed";
 
 /// `value` as a versioned value.
 pub(crate) fn encode<T: Serialize>(value: &T, what: &dyn Display) -> Result<Vec<u8>, StoreError> {
@@ -58,6 +69,8 @@ pub(crate) fn decode<T: DeserializeOwned>(
     bytes: &[u8],
     what: &dyn Display,
 ) -> Result<T, StoreError> {
+    #[cfg(test)]
+    decodes::count();
     let Some((&version, json)) = bytes.split_first() else {
         return Err(StoreError::new(format!(
             "{what} is stored as an empty value"
@@ -91,6 +104,35 @@ pub(crate) fn run_key(run_id: &str, suffix: &[u8]) -> Result<Vec<u8>, StoreError
 /// The key of event `seq` of `run_id`: big-endian, so that keys sort by seq.
 pub(crate) fn event_key(run_id: &str, seq: u64) -> Result<Vec<u8>, StoreError> {
     run_key(run_id, &seq.to_be_bytes())
+}
+
+/// The key of `run_id` in a run index, under `name` (a status's or a
+/// flow's): the name length-prefixed, so that one name's entries are
+/// exactly those with its prefix.
+pub(crate) fn index_key(name: &str, run_id: &str) -> Result<Vec<u8>, StoreError> {
+    let mut key = run_prefix(name)?;
+    key.extend_from_slice(run_id.as_bytes());
+    Ok(key)
+}
+
+/// Values decoded on this thread, for tests that bound how many a read
+/// decodes.
+#[cfg(test)]
+pub(crate) mod decodes {
+    use std::cell::Cell;
+
+    thread_local! {
+        static DECODED: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn count() {
+        DECODED.with(|n| n.set(n.get() + 1));
+    }
+
+    /// How many values this thread has decoded so far.
+    pub(crate) fn so_far() -> u64 {
+        DECODED.with(Cell::get)
+    }
 }
 
 /// A `u64` read back from its big-endian bytes.

@@ -57,8 +57,8 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
-    StoreError, ToolCallRecord, fencing,
+    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
+    Snapshot, Store, StoreError, ToolCallRecord, fencing, listing,
 };
 use tokio::sync::OnceCell;
 use tokio_postgres::NoTls;
@@ -546,6 +546,42 @@ impl Store for PostgresStore {
             inner
                 .load_runs("ORDER BY created_seq", &[], &"listing runs")
                 .await
+        })
+    }
+
+    fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
+        let query = query.clone();
+        self.with(move |inner| async move {
+            let doing = "listing a page of runs";
+            let status = query.status.map(status_name).transpose()?;
+            let from = query
+                .created_from_ms
+                .map(|ms| to_i64(ms, &"the start of the listing's window"))
+                .transpose()?;
+            let before = query
+                .created_before_ms
+                .map(|ms| to_i64(ms, &"the end of the listing's window"))
+                .transpose()?;
+            // One past the page proves there is a next one.
+            let fetch = to_i64(
+                u64::try_from(query.limit.max(1))
+                    .unwrap_or(u64::MAX)
+                    .saturating_add(1),
+                &"the listing's limit",
+            )?;
+            let runs = inner
+                .load_runs(
+                    "WHERE ($1::text IS NULL OR run_id COLLATE \"C\" < $1) \
+                     AND ($2::text IS NULL OR status = $2) \
+                     AND ($3::text IS NULL OR flow ->> 'name' = $3) \
+                     AND ($4::bigint IS NULL OR created_at_ms >= $4) \
+                     AND ($5::bigint IS NULL OR created_at_ms < $5) \
+                     ORDER BY run_id COLLATE \"C\" DESC LIMIT $6",
+                    &[&query.after, &status, &query.flow, &from, &before, &fetch],
+                    &doing,
+                )
+                .await?;
+            listing::page(&query, runs.into_iter().map(Ok))
         })
     }
 

@@ -15,7 +15,7 @@ import { wireControls } from './controls.js';
 import { $, setError, setStreamState, setText } from './dom.js';
 import { applyEvent } from './events.js';
 import { pollRun, renderRun, setStatus, stopRun } from './run.js';
-import { pollList, stopList } from './runs.js';
+import { pollList, stopList, wireList } from './runs.js';
 import { newRunState, session } from './state.js';
 import { clearAllBanners } from './tree.js';
 
@@ -71,5 +71,6 @@ function showRun(id) {
 }
 
 wireControls();
+wireList();
 window.addEventListener('hashchange', route);
 route();

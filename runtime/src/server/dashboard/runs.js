@@ -1,25 +1,65 @@
-// The list of runs, polled while it is shown, newest first.
+// The list of runs, polled while it is shown, newest first, a page at a
+// time: the person asks for more with "more", and may keep one status.
 
 import { api } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
 import { POLL_MS, session } from './state.js';
 import { clock } from './text.js';
 
+/** Runs per page, as the server's default. */
+const PAGE = 50;
+/** The most the server sends in one answer. */
+const MAX_PAGE = 500;
+
 const runRows = new Map();
 let listTimer = null;
+// How many runs the person asked to see, and in which status ('' = all).
+const wanted = { count: PAGE, status: '' };
 
 /** Stops polling the list (a run is being shown). */
 export function stopList() {
   clearTimeout(listTimer);
 }
 
+/** Wires the status filter and the "more" button. */
+export function wireList() {
+  $('runs-status').addEventListener('change', () => {
+    wanted.status = $('runs-status').value;
+    wanted.count = PAGE;
+    pollList();
+  });
+  $('runs-more').addEventListener('click', () => {
+    wanted.count += PAGE;
+    pollList();
+  });
+}
+
+/** The newest `wanted.count` runs of the status, and whether more follow. */
+async function fetchWanted() {
+  const runs = [];
+  let after = null;
+  do {
+    const query = new URLSearchParams();
+    query.set('limit', String(Math.min(MAX_PAGE, wanted.count - runs.length)));
+    if (wanted.status) query.set('status', wanted.status);
+    if (after) query.set('after', after);
+    const data = await api('GET', `/runs?${query}`);
+    runs.push(...((data && data.runs) || []));
+    after = (data && data.next) || null;
+  } while (after && runs.length < wanted.count);
+  return { runs, more: after !== null };
+}
+
 export async function pollList() {
   clearTimeout(listTimer);
   if (session.current) return;
   try {
-    const data = await api('GET', '/runs');
-    if (session.current) return;
-    renderRuns((data && data.runs) || []);
+    const asked = { ...wanted };
+    const { runs, more } = await fetchWanted();
+    // Dropped if the person changed the question meanwhile.
+    if (session.current || asked.count !== wanted.count || asked.status !== wanted.status) return;
+    renderRuns(runs);
+    $('runs-more').hidden = !more;
     setError('list', null);
   } catch (error) {
     if (session.current) return;

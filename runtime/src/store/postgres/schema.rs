@@ -14,7 +14,10 @@ use super::failed;
 use super::rows::to_i64;
 
 /// The migrations, in order: version and SQL.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_init.sql")),
+    (2, include_str!("migrations/0002_listing.sql")),
+];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).
 const MIGRATION_LOCK: i64 = 0x006c_685f_6d69_6772;

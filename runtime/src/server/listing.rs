@@ -1,0 +1,148 @@
+//! Paging `GET /runs`: its query parameters, read into a [`RunQuery`] with
+//! a refusal that names the parameter, and the page it answers.
+//!
+//! The command line reads its `runs list` flags with the same parsers, so
+//! that a status or an instant means the same thing over HTTP and on the
+//! data directory.
+
+use leasehold_actors::{RunQuery, RunStatus};
+use serde::{Deserialize, Serialize};
+
+use super::api::RunView;
+use super::error::ApiError;
+
+/// How many runs a page holds when the request does not say.
+pub const DEFAULT_PAGE_LIMIT: usize = 50;
+
+/// The most runs one page holds: a larger `limit` is cut to it.
+pub const MAX_PAGE_LIMIT: usize = 500;
+
+/// A page of runs as `GET /runs` answers it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunsPage {
+    /// The runs, newest first.
+    pub runs: Vec<RunView>,
+    /// The cursor of the next page (send it back as `after`), or `null`
+    /// when there is none.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// `GET /runs`'s parameters as sent: text, so that a refusal can name the
+/// one that is wrong.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ListParams {
+    after: Option<String>,
+    limit: Option<String>,
+    status: Option<String>,
+    flow: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+}
+
+impl ListParams {
+    /// The store query these parameters ask for.
+    pub(super) fn query(self) -> Result<RunQuery, ApiError> {
+        let refuse = |name: &str, why: String| {
+            ApiError::bad_request(format!("the query parameter `{name}` is wrong: {why}"))
+        };
+        let limit = match self.limit {
+            None => DEFAULT_PAGE_LIMIT,
+            Some(text) => parse_limit(&text).map_err(|why| refuse("limit", why))?,
+        };
+        let after = match self.after {
+            Some(after) if after.is_empty() || after.len() > MAX_CURSOR_BYTES => {
+                return Err(refuse(
+                    "after",
+                    format!(
+                        "expected the `next` of a previous page (1 to {MAX_CURSOR_BYTES} bytes)"
+                    ),
+                ));
+            }
+            after => after,
+        };
+        let instant = |name: &str, text: Option<String>| {
+            text.map(|text| parse_instant(&text).map_err(|why| refuse(name, why)))
+                .transpose()
+        };
+        Ok(RunQuery {
+            after,
+            limit,
+            status: self
+                .status
+                .map(|text| parse_status(&text).map_err(|why| refuse("status", why)))
+                .transpose()?,
+            flow: self.flow,
+            created_from_ms: instant("since", self.since)?,
+            created_before_ms: instant("until", self.until)?,
+        })
+    }
+}
+
+/// The longest cursor taken: a run id is far shorter.
+const MAX_CURSOR_BYTES: usize = 512;
+
+/// A page size: a whole number from 1, cut to [`MAX_PAGE_LIMIT`].
+pub fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) | Err(_) => Err(format!(
+            "`{text}` is not a page size: expected a whole number from 1 (at most \
+             {MAX_PAGE_LIMIT} are sent)"
+        )),
+        Ok(limit) => Ok(limit.min(MAX_PAGE_LIMIT)),
+    }
+}
+
+/// A run status by its name (`waiting_human`).
+pub fn parse_status(text: &str) -> Result<RunStatus, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
+        format!(
+            "not a run status: {text} (running, waiting_human, reconciliation_required, \
+             orphaned, completed, failed, cancelled)"
+        )
+    })
+}
+
+/// An instant as Unix milliseconds (`1767225600000`) or RFC 3339 in UTC
+/// (`2026-01-01T00:00:00Z`, fractions of a second allowed), in Unix ms.
+pub fn parse_instant(text: &str) -> Result<u64, String> {
+    let expected = "expected Unix milliseconds (1767225600000) or an RFC 3339 time in UTC \
+                    (2026-01-01T00:00:00Z)";
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<u64>()
+            .map_err(|_| format!("`{text}` is too large: {expected}"));
+    }
+    let at = humantime::parse_rfc3339_weak(text)
+        .map_err(|e| format!("`{text}` is not a time ({e}): {expected}"))?;
+    let since_epoch = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("`{text}` is before 1970: {expected}"))?;
+    u64::try_from(since_epoch.as_millis()).map_err(|_| format!("`{text}` is too late: {expected}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_read_as_unix_ms_or_rfc_3339() {
+        assert_eq!(parse_instant("1767225600000"), Ok(1_767_225_600_000));
+        assert_eq!(parse_instant("2026-01-01T00:00:00Z"), Ok(1_767_225_600_000));
+        assert_eq!(
+            parse_instant("2026-01-01T00:00:00.250Z"),
+            Ok(1_767_225_600_250)
+        );
+        for bad in ["", "yesterday", "-5", "99999999999999999999999"] {
+            assert!(parse_instant(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn limits_are_whole_numbers_from_one_cut_to_the_cap() {
+        assert_eq!(parse_limit("7"), Ok(7));
+        assert_eq!(parse_limit("100000"), Ok(MAX_PAGE_LIMIT));
+        assert!(parse_limit("0").is_err());
+        assert!(parse_limit("ten").is_err());
+    }
+}

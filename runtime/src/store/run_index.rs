@@ -1,0 +1,194 @@
+//! [`RunIndexes`]: the sled store's secondary indexes of runs, by status
+//! and by flow name, so that a filtered page of runs reads only the runs
+//! it shows.
+//!
+//! Each entry's key is the status's (or the flow's) name, length-prefixed,
+//! then the run id; its value is the run's creation time, so that a time
+//! window is checked without reading the run. A listing walks one index
+//! down from the cursor and reads a run's record only once its entry
+//! passes every filter the indexes can answer.
+//!
+//! The indexes are kept without sled transactions (see the store's
+//! module): every change of a run's record, under the run's lock, first
+//! adds the entries the new record has, then swaps the record, then
+//! removes the entries only the old one had. sled recovers a prefix of its
+//! log after a crash, so an index always holds *at least* the entries of
+//! every run's current record; an entry left over by a crash points to a
+//! record that no longer matches, and the listing, which checks every
+//! record it reads against the query ([`listing::matches`]), skips it.
+
+use std::ops::Bound;
+
+use leasehold_actors::{RunQuery, RunRecord, RunStatus, StoreError, listing};
+use sled::Tree;
+
+use super::codec::{self, decode};
+
+/// The two index trees.
+pub(crate) struct RunIndexes {
+    by_status: Tree,
+    by_flow: Tree,
+}
+
+/// A run record's entries in the indexes.
+#[derive(PartialEq, Eq)]
+pub(crate) struct IndexEntries {
+    status: Vec<u8>,
+    flow: Option<Vec<u8>>,
+    created: [u8; 8],
+}
+
+impl IndexEntries {
+    /// The entries of `record`.
+    pub(crate) fn of(record: &RunRecord) -> Result<Self, StoreError> {
+        Ok(Self {
+            status: codec::index_key(status_name(record.status), &record.run_id)?,
+            flow: listing::flow_name(record)
+                .map(|name| codec::index_key(name, &record.run_id))
+                .transpose()?,
+            created: record.created_at_ms.to_be_bytes(),
+        })
+    }
+}
+
+/// A status's name in index keys: part of the store format, so spelled out
+/// here rather than borrowed from the serde names.
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Running => "running",
+        RunStatus::WaitingHuman => "waiting_human",
+        RunStatus::ReconciliationRequired => "reconciliation_required",
+        RunStatus::Orphaned => "orphaned",
+        RunStatus::Completed => "completed",
+        RunStatus::Failed => "failed",
+        RunStatus::Cancelled => "cancelled",
+    }
+}
+
+fn failed(doing: &str, error: &sled::Error) -> StoreError {
+    StoreError::new(format!("{doing} failed: {error}"))
+}
+
+/// The run ids an index gives, in listing order.
+pub(crate) type Candidates<'a> = Box<dyn Iterator<Item = Result<String, StoreError>> + 'a>;
+
+impl RunIndexes {
+    /// The indexes in `by_status` and `by_flow`, built from `runs` if
+    /// `meta` says they were never built (a database written before them).
+    pub(crate) fn open(
+        by_status: Tree,
+        by_flow: Tree,
+        runs: &Tree,
+        meta: &Tree,
+    ) -> Result<Self, StoreError> {
+        let indexes = Self { by_status, by_flow };
+        let doing = "building the run indexes";
+        if !meta
+            .contains_key(codec::META_INDEXED_KEY)
+            .map_err(|e| failed(doing, &e))?
+        {
+            for entry in runs {
+                let (key, bytes) = entry.map_err(|e| failed(doing, &e))?;
+                let what = format!("run `{}`", String::from_utf8_lossy(&key));
+                let record: RunRecord = decode(&bytes, &what)?;
+                indexes.add(None, &IndexEntries::of(&record)?)?;
+            }
+            // After every entry: a crash before it builds them again.
+            meta.insert(codec::META_INDEXED_KEY, &[1_u8])
+                .map_err(|e| failed(doing, &e))?;
+        }
+        Ok(indexes)
+    }
+
+    /// Adds the entries `new` has and `old` lacks: before the record is
+    /// written.
+    pub(crate) fn add(
+        &self,
+        old: Option<&IndexEntries>,
+        new: &IndexEntries,
+    ) -> Result<(), StoreError> {
+        let doing = "indexing a run";
+        let kept = |old: &IndexEntries| old.created == new.created;
+        if old.is_none_or(|old| old.status != new.status || !kept(old)) {
+            self.by_status
+                .insert(new.status.as_slice(), &new.created)
+                .map_err(|e| failed(doing, &e))?;
+        }
+        if let Some(flow) = &new.flow
+            && old.is_none_or(|old| old.flow.as_ref() != Some(flow) || !kept(old))
+        {
+            self.by_flow
+                .insert(flow.as_slice(), &new.created)
+                .map_err(|e| failed(doing, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the entries only `old` had: after the record was replaced.
+    pub(crate) fn remove(&self, old: &IndexEntries, new: &IndexEntries) -> Result<(), StoreError> {
+        let doing = "unindexing a run";
+        if old.status != new.status {
+            self.by_status
+                .remove(old.status.as_slice())
+                .map_err(|e| failed(doing, &e))?;
+        }
+        if let Some(flow) = &old.flow
+            && new.flow.as_ref() != Some(flow)
+        {
+            self.by_flow
+                .remove(flow.as_slice())
+                .map_err(|e| failed(doing, &e))?;
+        }
+        Ok(())
+    }
+
+    /// The ids of the runs `query` may select, in listing order (id
+    /// descending, below the cursor, in the time window, of the status and
+    /// the flow asked for as far as the indexes say); `None` when the query
+    /// filters neither by status nor by flow.
+    pub(crate) fn candidates<'a>(
+        &'a self,
+        query: &'a RunQuery,
+    ) -> Result<Option<Candidates<'a>>, StoreError> {
+        let (tree, name, also_flow) = match (query.status, query.flow.as_deref()) {
+            (Some(status), flow) => (&self.by_status, status_name(status), flow),
+            (None, Some(flow)) => (&self.by_flow, flow, None),
+            (None, None) => return Ok(None),
+        };
+        let prefix = codec::run_prefix(name)?;
+        let entries = match &query.after {
+            // Every key from the prefix up to prefix + cursor has the prefix.
+            Some(after) => tree.range::<Vec<u8>, _>((
+                Bound::Included(prefix.clone()),
+                Bound::Excluded(codec::index_key(name, after)?),
+            )),
+            None => tree.scan_prefix(&prefix),
+        };
+        let doing = "listing runs by an index";
+        let ids = entries.rev().filter_map(move |entry| {
+            let step = || -> Result<Option<String>, StoreError> {
+                let (key, created) = entry.map_err(|e| failed(doing, &e))?;
+                let created = codec::decode_u64(&created, &"a run index entry")?;
+                let run_id = key
+                    .get(prefix.len()..)
+                    .and_then(|id| std::str::from_utf8(id).ok())
+                    .ok_or_else(|| StoreError::new("a run index entry is corrupt"))?;
+                if !listing::in_window(query, created) {
+                    return Ok(None);
+                }
+                if let Some(flow) = also_flow {
+                    let in_flow = self
+                        .by_flow
+                        .contains_key(codec::index_key(flow, run_id)?)
+                        .map_err(|e| failed(doing, &e))?;
+                    if !in_flow {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(run_id.to_owned()))
+            };
+            step().transpose()
+        });
+        Ok(Some(Box::new(ids)))
+    }
+}
