@@ -245,8 +245,14 @@ async fn feed(
         if !logged.is_empty() {
             quiet_after_end = 0;
         }
-        let watched = seen.borrow_and_update().status;
-        let status = match watched {
+        let watched = *seen.borrow_and_update();
+        if watched.last_seq > after {
+            // The log grew between the read above and this look at the
+            // watch, which is now marked seen: read it again, or a run that
+            // goes quiet would hold back what it logged meanwhile.
+            continue;
+        }
+        let status = match watched.status {
             Some(status) => status,
             None => match store.load_run(&run_id).await {
                 Ok(Some(record)) => record.status,
