@@ -1,0 +1,673 @@
+//! The swarm benchmark: many concurrent runs of a root and three workers on
+//! the in-process fakes, against the bare work those runs must do.
+//!
+//! ```sh
+//! cargo bench -p leasehold --bench swarm                  # 10 000 runs
+//! cargo bench -p leasehold --bench swarm -- --runs 1000   # quicker
+//! ```
+//!
+//! Each run's root streams a turn that spawns three workers, each worker
+//! streams an answer, and the root streams its final answer: five streamed
+//! model calls of [`CHUNKS`] chunks [`CHUNK_INTERVAL`] apart, each chunk
+//! reported as evidence, each call under a model-stream lease of [`LEASE`]
+//! that expires once (a free renewal). Every figure comes from a child
+//! process of its own on a 2-worker multi-thread runtime:
+//!
+//! - *leasehold*: every run started at once through [`Engine::start`] and
+//!   awaited; the event sink stamps each first-period `wait` against the
+//!   `model_call_started` of its loop to measure lease lateness.
+//! - *bare*: the same streams read (the same chunks, the same intervals), with
+//!   the same tasks for the three workers, and the same snapshots (recorded
+//!   from one leasehold run of the same flow) written to the same kind of
+//!   store, with the run's record created first so the fence check passes; no
+//!   actors, leases or events.
+//! - *timers*: as many `sleep_until`s as the leasehold child saw expiries,
+//!   started at once, each measuring its own lateness.
+//!
+//! Memory per run is the peak resident set (`VmHWM`) less the resident set
+//! before the runs, divided by the runs; CPU per run is the CPU time of all
+//! the process's threads divided by the runs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use leasehold::store::{Durability, SledConfig, SledStore};
+use leasehold::{
+    BoxFuture, ChatRole, ClaimOutcome, Engine, EngineConfig, Event, EventKind, EventSink, Evidence,
+    Fenced, Flow, LeaseKind, MemoryStore, ModelClient, ModelError, ModelReply, ModelRequest,
+    RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError,
+    ToolCallRecord,
+};
+use leasehold_actors::testing::Turn;
+use tokio::time::Instant;
+
+/// Chunks in each streamed model call.
+const CHUNKS: u32 = 25;
+/// The time between two chunks.
+const CHUNK_INTERVAL: Duration = Duration::from_millis(20);
+/// The model-stream lease: a 500 ms stream under it expires once.
+const LEASE: Duration = Duration::from_millis(300);
+/// Workers each root spawns.
+const WORKERS: usize = 3;
+/// Target: leasehold's CPU per run at most this many times the bare work's.
+const CPU_TARGET: f64 = 2.0;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let runs: usize = value("--runs")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(10_000);
+    if let Some(which) = value("--child") {
+        let store = value("--store").unwrap_or_else(|| "memory".to_owned());
+        let timers = value("--timers").and_then(|t| t.parse().ok()).unwrap_or(0);
+        child(&which, &store, runs, timers);
+        return;
+    }
+    parent(runs);
+}
+
+// ---------------------------------------------------------------------------
+// The parent: runs each child, prints the table.
+// ---------------------------------------------------------------------------
+
+fn parent(runs: usize) {
+    println!(
+        "machine: {} cpus, {}, load average {}",
+        cpus(),
+        cpu_model(),
+        load_average()
+    );
+    println!(
+        "{runs} concurrent runs of a root and {WORKERS} workers; 5 streamed model calls per run, \
+         {CHUNKS} chunks {} ms apart, under a {} ms model-stream lease; 2-worker runtime, each figure in a child process\n",
+        CHUNK_INTERVAL.as_millis(),
+        LEASE.as_millis()
+    );
+    let mut rows = Vec::new();
+    for store in ["memory", "sled"] {
+        let leasehold = run_child("leasehold", store, runs, 0);
+        let bare = run_child("bare", store, runs, 0);
+        let timers = run_child("timers", store, runs, leasehold.get("expiries"));
+        println!("{store} store:");
+        println!("  leasehold  {}", leasehold.line);
+        println!("  bare       {}", bare.line);
+        println!("  timers     {}", timers.line);
+        rows.push((store, leasehold, bare, timers));
+    }
+    println!("\n| store | what | leasehold | bare | ratio | target | |");
+    println!("|---|---|---:|---:|---:|---|---|");
+    for (store, leasehold, bare, timers) in &rows {
+        let per_run = |r: &Figures, key: &str| r.get(key) / u64::try_from(runs).unwrap_or(1).max(1);
+        let (mem_l, mem_b) = (per_run(leasehold, "rss_delta"), per_run(bare, "rss_delta"));
+        let (cpu_l, cpu_b) = (per_run(leasehold, "cpu_ns"), per_run(bare, "cpu_ns"));
+        let cpu_ratio = ratio(cpu_l, cpu_b);
+        println!(
+            "| {store} | memory per run (peak RSS delta / runs) | {mem_l} B | {mem_b} B | {:.2}× | — | |",
+            ratio(mem_l, mem_b)
+        );
+        println!(
+            "| {store} | CPU per run | {} µs | {} µs | {cpu_ratio:.2}× | ≤ {CPU_TARGET}× | {} |",
+            cpu_l / 1000,
+            cpu_b / 1000,
+            if cpu_ratio <= CPU_TARGET {
+                "PASS"
+            } else {
+                "MISS"
+            }
+        );
+        let (p99_l, p99_t) = (leasehold.get("p99_ns"), timers.get("p99_ns"));
+        println!(
+            "| {store} | lease expiry lateness p99 ({} expiries / {} timers) | {:.2} ms | {:.2} ms | {:.2}× | — | |",
+            leasehold.get("expiries"),
+            timers.get("expiries"),
+            to_f64(p99_l) / 1e6,
+            to_f64(p99_t) / 1e6,
+            ratio(p99_l, p99_t)
+        );
+    }
+    println!(
+        "\nmachine after: {} cpus, load average {}",
+        cpus(),
+        load_average()
+    );
+}
+
+/// A child's `key=value` figures, and its line as printed.
+struct Figures {
+    line: String,
+    values: HashMap<String, u64>,
+}
+
+impl Figures {
+    fn get(&self, key: &str) -> u64 {
+        self.values.get(key).copied().unwrap_or(0)
+    }
+}
+
+fn run_child(which: &str, store: &str, runs: usize, timers: u64) -> Figures {
+    let exe = std::env::current_exe().expect("the benchmark's own path");
+    let output = Command::new(exe)
+        .args(["--child", which, "--store", store])
+        .args(["--runs", &runs.to_string(), "--timers", &timers.to_string()])
+        .output()
+        .expect("the child runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "child {which} on {store} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("figures "))
+        .unwrap_or_else(|| panic!("child {which} printed no figures: {stdout}"))
+        .to_owned();
+    let values = line
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+        .collect();
+    Figures { line, values }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    to_f64(a) / to_f64(b.max(1))
+}
+
+// ---------------------------------------------------------------------------
+// The children.
+// ---------------------------------------------------------------------------
+
+fn child(which: &str, store: &str, runs: usize, timers: u64) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let figures = runtime.block_on(async {
+        match which {
+            "leasehold" => swarm(open_store(store, dir.path().join("db")), runs).await,
+            "bare" => {
+                // The pilot run records the snapshots a run writes, on a
+                // store of its own; the bare runs then write the same ones.
+                let pilot = recorded_snapshots().await;
+                bare(open_store(store, dir.path().join("db")), runs, &pilot).await
+            }
+            "timers" => bare_timers(timers).await,
+            other => panic!("unknown child {other}"),
+        }
+    });
+    println!("figures {figures}");
+    drop(runtime);
+}
+
+fn open_store(kind: &str, path: PathBuf) -> Arc<dyn Store> {
+    match kind {
+        "memory" => Arc::new(MemoryStore::new()),
+        "sled" => Arc::new(
+            SledStore::open(SledConfig::new(path).with_durability(Durability::Async))
+                .expect("open the sled store"),
+        ),
+        other => panic!("unknown store {other}"),
+    }
+}
+
+fn flow() -> Flow {
+    serde_json::from_value(serde_json::json!({
+        "name": "swarm",
+        "task": "Look at three things at once.",
+        "system_prompt": "You coordinate.",
+        "max_steps": 4,
+        "workers": {"researcher": {"prompt": "You research one question.", "max_steps": 2}}
+    }))
+    .expect("valid flow")
+}
+
+fn config() -> EngineConfig {
+    let mut config = EngineConfig::default();
+    config.supervision.lease.model_stream = LEASE;
+    config
+}
+
+async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>) -> Engine {
+    Engine::builder()
+        .config(config())
+        .model(Arc::new(SwarmModel))
+        .events(sink)
+        .store(store)
+        .build()
+        .await
+        .expect("engine builds")
+}
+
+/// The leasehold child: `runs` runs at once, awaited.
+async fn swarm(store: Arc<dyn Store>, runs: usize) -> String {
+    let sink = Arc::new(LatenessSink::default());
+    let engine = engine(store, sink.clone()).await;
+    let (rss_before, cpu_before) = (rss_bytes(), process_cpu_ns());
+    let mut handles = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        handles.push(engine.start(flow()).await.expect("run starts"));
+    }
+    for handle in &mut handles {
+        let state = handle.wait().await;
+        assert_eq!(
+            state.status,
+            RunStatus::Completed,
+            "a run did not complete: {state:?}"
+        );
+    }
+    let cpu = process_cpu_ns().saturating_sub(cpu_before);
+    let peak = peak_rss_bytes();
+    let lateness = sink.lateness();
+    let workers = sink.workers.load(Ordering::Relaxed);
+    assert_eq!(
+        workers,
+        u64::try_from(runs * WORKERS).unwrap_or(u64::MAX),
+        "every run spawns {WORKERS} workers"
+    );
+    drop(handles);
+    engine.shutdown().await;
+    format!(
+        "rss_delta={} cpu_ns={cpu} expiries={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
+        peak.saturating_sub(rss_before),
+        lateness.len(),
+        percentile(&lateness, 50),
+        percentile(&lateness, 99),
+        lateness.last().copied().unwrap_or(0),
+    )
+}
+
+/// The bare child: the same streams read and the same snapshots written.
+async fn bare(store: Arc<dyn Store>, runs: usize, pilot: &Pilot) -> String {
+    let (rss_before, cpu_before) = (rss_bytes(), process_cpu_ns());
+    let mut tasks = Vec::with_capacity(runs);
+    for n in 0..runs {
+        let store = store.clone();
+        let mut record = pilot.record.clone();
+        record.run_id = format!("bare-{n:06}");
+        let snapshots = pilot.snapshots.clone();
+        store
+            .create_run(record.clone())
+            .await
+            .expect("create the run");
+        tasks.push(tokio::spawn(bare_run(store, record, snapshots)));
+    }
+    let mut written = 0;
+    for task in tasks {
+        written += task.await.expect("bare run");
+    }
+    let cpu = process_cpu_ns().saturating_sub(cpu_before);
+    let peak = peak_rss_bytes();
+    format!(
+        "rss_delta={} cpu_ns={cpu} snapshots={written}",
+        peak.saturating_sub(rss_before)
+    )
+}
+
+/// One bare run: the root's stream, three workers' streams at once, the
+/// root's last stream, each loop's snapshots written after its stream.
+async fn bare_run(store: Arc<dyn Store>, record: RunRecord, snapshots: Arc<Vec<Snapshot>>) -> u64 {
+    let write = |path_is_root: bool| {
+        let store = store.clone();
+        let record = record.clone();
+        let snapshots = snapshots.clone();
+        async move {
+            let mut written = 0;
+            for snapshot in snapshots
+                .iter()
+                .filter(|s| (s.path == "run") == path_is_root)
+            {
+                let mut snapshot = snapshot.clone();
+                snapshot.run_id.clone_from(&record.run_id);
+                let saved = store
+                    .save_snapshot(snapshot, record.fence)
+                    .await
+                    .expect("save");
+                assert!(saved.is_applied(), "the fence is the run's");
+                written += 1;
+            }
+            written
+        }
+    };
+    stream(None).await;
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| tokio::spawn(async { stream(None).await }))
+        .collect();
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    let written = write(false).await;
+    stream(None).await;
+    written + write(true).await
+}
+
+/// The timer baseline: `count` timers of [`LEASE`], started at once.
+async fn bare_timers(count: u64) -> String {
+    let tasks: Vec<_> = (0..count)
+        .map(|_| {
+            tokio::spawn(async {
+                let due = Instant::now() + LEASE;
+                tokio::time::sleep_until(due).await;
+                nanos(Instant::now().saturating_duration_since(due))
+            })
+        })
+        .collect();
+    let mut lateness = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        lateness.push(task.await.expect("timer"));
+    }
+    lateness.sort_unstable();
+    format!(
+        "expiries={} p50_ns={} p99_ns={} max_ns={}",
+        lateness.len(),
+        percentile(&lateness, 50),
+        percentile(&lateness, 99),
+        lateness.last().copied().unwrap_or(0)
+    )
+}
+
+// ---------------------------------------------------------------------------
+// The model, the event sink, the pilot's recording store.
+// ---------------------------------------------------------------------------
+
+/// Reads one stream: [`CHUNKS`] chunks [`CHUNK_INTERVAL`] apart, each one
+/// evidence when a lease watches.
+async fn stream(evidence: Option<&Evidence>) {
+    for _ in 0..CHUNKS {
+        tokio::time::sleep(CHUNK_INTERVAL).await;
+        if let Some(evidence) = evidence {
+            evidence.observe();
+        }
+    }
+}
+
+/// The root spawns three workers and then answers; a worker answers.
+struct SwarmModel;
+
+impl ModelClient for SwarmModel {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        evidence: Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+        let first = !request.messages.iter().any(|m| m.role == ChatRole::Tool);
+        let turn = if request.consumer == "run" && first {
+            Turn::spawn([
+                ("researcher", "look at A"),
+                ("researcher", "look at B"),
+                ("researcher", "look at C"),
+            ])
+        } else {
+            Turn::answer("found it")
+        };
+        Box::pin(async move {
+            stream(Some(&evidence)).await;
+            Ok(ModelReply {
+                content: turn.content,
+                tool_calls: turn.tool_calls,
+                usage: turn.usage,
+                finish_reason: None,
+            })
+        })
+    }
+}
+
+/// Stamps each loop's `model_call_started` and measures each first-period
+/// `wait` of a model stream against it.
+#[derive(Default)]
+struct LatenessSink {
+    started: Mutex<HashMap<(String, String), Instant>>,
+    lateness: Mutex<Vec<u64>>,
+    workers: AtomicU64,
+}
+
+impl LatenessSink {
+    fn lateness(&self) -> Vec<u64> {
+        let mut lateness = self
+            .lateness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        lateness.sort_unstable();
+        lateness
+    }
+}
+
+impl EventSink for LatenessSink {
+    fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
+        let now = Instant::now();
+        match kind {
+            EventKind::ModelCallStarted { .. } => {
+                self.started
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert((run_id.to_owned(), path.to_owned()), now);
+            }
+            EventKind::Wait {
+                lease_kind: LeaseKind::ModelStream,
+                renewals: 0,
+                lease_ms,
+                ..
+            } => {
+                let owner = path
+                    .rsplit_once('/')
+                    .map_or(path, |(loop_path, _)| loop_path);
+                let started = self
+                    .started
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&(run_id.to_owned(), owner.to_owned()))
+                    .copied();
+                if let Some(started) = started {
+                    let due = started + Duration::from_millis(lease_ms);
+                    self.lateness
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(nanos(now.saturating_duration_since(due)));
+                }
+            }
+            EventKind::WorkerSpawned { .. } => {
+                self.workers.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What one run writes: its record and its snapshots, in order.
+struct Pilot {
+    record: RunRecord,
+    snapshots: Arc<Vec<Snapshot>>,
+}
+
+/// Runs one run of the flow on a recording memory store.
+async fn recorded_snapshots() -> Pilot {
+    let store = Arc::new(Recording::default());
+    let sink = Arc::new(LatenessSink::default());
+    let engine = engine(store.clone(), sink).await;
+    let mut handle = engine.start(flow()).await.expect("pilot starts");
+    assert_eq!(handle.wait().await.status, RunStatus::Completed);
+    engine.shutdown().await;
+    let snapshots = store
+        .snapshots
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let mut record = store
+        .inner
+        .run(handle.run_id())
+        .expect("the pilot's record");
+    record.status = RunStatus::Running;
+    Pilot {
+        record,
+        snapshots: Arc::new(snapshots),
+    }
+}
+
+/// A memory store that keeps every snapshot written, in order.
+#[derive(Default)]
+struct Recording {
+    inner: MemoryStore,
+    snapshots: Mutex<Vec<Snapshot>>,
+}
+
+impl Store for Recording {
+    fn create_run(&self, record: RunRecord) -> Answer<()> {
+        self.inner.create_run(record)
+    }
+    fn claim_run(
+        &self,
+        run_id: &str,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Answer<ClaimOutcome> {
+        self.inner.claim_run(run_id, owner_id, now_ms, ttl_ms)
+    }
+    fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>> {
+        self.inner.renew_run(run_id, fence, now_ms, ttl_ms)
+    }
+    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> Answer<Fenced<()>> {
+        self.inner.update_run(run_id, fence, update)
+    }
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> Answer<Fenced<()>> {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(snapshot.clone());
+        self.inner.save_snapshot(snapshot, fence)
+    }
+    fn record_tool_call(
+        &self,
+        run_id: &str,
+        record: ToolCallRecord,
+        fence: u64,
+    ) -> Answer<Fenced<()>> {
+        self.inner.record_tool_call(run_id, record, fence)
+    }
+    fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>> {
+        self.inner.append_events(run_id, events, fence)
+    }
+    fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>> {
+        self.inner.reconcile_orphans(now_ms)
+    }
+    fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>> {
+        self.inner.load_run(run_id)
+    }
+    fn list_runs(&self) -> Answer<Vec<RunRecord>> {
+        self.inner.list_runs()
+    }
+    fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage> {
+        self.inner.list_runs_page(query)
+    }
+    fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
+        self.inner.load_snapshots(run_id)
+    }
+    fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>> {
+        self.inner.load_tool_calls(run_id)
+    }
+    fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>> {
+        self.inner.load_events(run_id, after_seq)
+    }
+    fn flush(&self) -> Answer<()> {
+        self.inner.flush()
+    }
+}
+
+/// What every store method answers.
+type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
+
+// ---------------------------------------------------------------------------
+// Measuring.
+// ---------------------------------------------------------------------------
+
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[(sorted.len() - 1) * p / 100]
+}
+
+fn to_f64(x: u64) -> f64 {
+    let hi = u32::try_from(x >> 32).unwrap_or(u32::MAX);
+    let lo = u32::try_from(x & 0xFFFF_FFFF).unwrap_or(u32::MAX);
+    f64::from(hi) * 4_294_967_296.0 + f64::from(lo)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get)
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown cpu".to_owned())
+}
+
+/// The 1-, 5- and 15-minute load averages, to tell a busy machine.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "unknown".to_owned(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
+}
+
+/// CPU time consumed so far by all live threads of this process, in ns
+/// (first field of each `/proc/self/task/*/schedstat`).
+fn process_cpu_ns() -> u64 {
+    std::thread::yield_now();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with(field))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Resident set size now, in bytes.
+fn rss_bytes() -> u64 {
+    status_kib("VmRSS:") * 1024
+}
+
+/// The peak resident set size so far, in bytes.
+fn peak_rss_bytes() -> u64 {
+    status_kib("VmHWM:") * 1024
+}
