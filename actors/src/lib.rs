@@ -83,6 +83,9 @@ pub use event::{
 // The ports to implement, and the records they carry.
 pub use memory::MemoryStore;
 pub use ports::{
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
+};
+pub use ports::{
     BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
     ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, RunPage,
