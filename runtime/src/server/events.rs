@@ -13,10 +13,14 @@
 //! log, so an event is either in what it read or on its subscription; a
 //! subscription that lags is caught up from the log. The store is looked
 //! at by **one shared watch per run** ([`Watches`]), however many streams
-//! follow the run: it polls the run's log and status while anyone follows
-//! it and wakes the streams when something changed, so idle streams cost
-//! no store reads of their own. At most `server.max_event_streams` streams
-//! are open at once; past it a 503 with `Retry-After`.
+//! follow the run: it reads the run's log and status, then reads them
+//! again each time the store's change feed
+//! ([`Store::changes`](leasehold_actors::Store::changes)) says the run
+//! changed (or that changes may have been missed), and wakes the streams
+//! when something changed. No timer polls: a run another executor runs is
+//! followed through its store's feed (on PostgreSQL, `LISTEN/NOTIFY`), and
+//! idle streams cost no store reads. At most `server.max_event_streams`
+//! streams are open at once; past it a 503 with `Retry-After`.
 //!
 //! A reader that stops reading fills the channel and stalls only its own
 //! task; one that leaves ends it. The run never waits for either.
@@ -62,7 +66,7 @@ impl Watches {
     }
 }
 
-/// A receiver of the shared watch of `run_id`, starting its poller when
+/// A receiver of the shared watch of `run_id`, starting its follower when
 /// it is the first.
 fn watch_run(app: &Arc<App>, run_id: &str) -> watch::Receiver<Seen> {
     let mut runs = app.watches.lock();
@@ -73,14 +77,16 @@ fn watch_run(app: &Arc<App>, run_id: &str) -> watch::Receiver<Seen> {
     let sender = Arc::new(sender);
     runs.insert(run_id.to_owned(), Arc::clone(&sender));
     drop(runs);
-    tokio::spawn(poll_run(Arc::clone(app), run_id.to_owned(), sender));
+    tokio::spawn(follow_run(Arc::clone(app), run_id.to_owned(), sender));
     receiver
 }
 
-/// Polls `run_id`'s log and status every `poll` while anyone follows it.
-async fn poll_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>>) {
+/// Reads `run_id`'s log and status, and again on each change of the run
+/// the store's feed announces, while anyone follows it.
+async fn follow_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>>) {
     let store: Arc<dyn Store> = Arc::clone(app.engine.store());
-    let poll = app.options.poll;
+    // Subscribed before the first read: a change after it wakes the loop.
+    let mut changes = store.changes();
     let mut seen = Seen::default();
     loop {
         let events = store.load_events(&run_id, seen.last_seq).await;
@@ -99,7 +105,15 @@ async fn poll_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>
             changed
         });
         tokio::select! {
-            () = tokio::time::sleep(poll) => {}
+            changed = changes.changed(&run_id) => {
+                if changed.is_none() {
+                    // The store is gone: nothing will change any more.
+                    tokio::select! {
+                        () = sender.closed() => {}
+                        () = app.shutdown.cancelled() => {}
+                    }
+                }
+            }
             () = sender.closed() => {}
             () = app.shutdown.cancelled() => {}
         }
