@@ -63,7 +63,7 @@ use leasehold_actors::{
     RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand,
     ToolCallRecord, fencing, listing,
 };
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
@@ -85,9 +85,9 @@ struct Inner {
     migrated: OnceCell<()>,
     /// What the `LISTEN` connection hears, re-broadcast ([`listen`]).
     changes: ChangeHub,
-    /// Whether the `LISTEN` connection was started (on the first
-    /// subscriber).
-    listening: Mutex<bool>,
+    /// Whether the `LISTEN` connection is in place, once it was started
+    /// (at [`PostgresStore::connect`], or on the first subscriber).
+    listening: Mutex<Option<watch::Receiver<bool>>>,
     /// Stops the `LISTEN` connection when the store is dropped.
     stop: CancellationToken,
 }
@@ -168,20 +168,55 @@ impl PostgresStore {
                 config,
                 migrated: OnceCell::new(),
                 changes: ChangeHub::new(),
-                listening: Mutex::new(false),
+                listening: Mutex::new(None),
                 stop: CancellationToken::new(),
             }),
         })
     }
 
     /// A store on the database `config.url`, connected, its schema brought
-    /// up to date: fails at once if the database cannot be reached.
+    /// up to date, and its change feed listening: fails at once if the
+    /// database cannot be reached.
     pub async fn connect(config: PostgresConfig) -> Result<Self, StoreError> {
         let store = Self::open(config)?;
         // Connecting once migrates the schema; the connection goes back to
         // the pool.
         drop(store.inner.client().await?);
-        Ok(store)
+        let mut listening = store.listen()?;
+        let within = store.inner.config.connect_timeout;
+        match tokio::time::timeout(within, listening.wait_for(|ready| *ready)).await {
+            Ok(Ok(_)) => Ok(store),
+            _ => Err(StoreError::new(format!(
+                "the change feed of the PostgreSQL store {} could not LISTEN within {}",
+                store.inner.config.redacted(),
+                humantime::format_duration(within)
+            ))),
+        }
+    }
+
+    /// Starts the `LISTEN` connection unless it runs; whether it is in
+    /// place.
+    fn listen(&self) -> Result<watch::Receiver<bool>, StoreError> {
+        let mut listening = self
+            .inner
+            .listening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(ready) = listening.as_ref() {
+            return Ok(ready.clone());
+        }
+        let (ready, receiver) = watch::channel(false);
+        let started = listen::start(
+            self.inner.config.client_config()?,
+            self.inner.changes.clone(),
+            self.inner.stop.clone(),
+            ready,
+            self.inner.config.redacted(),
+        );
+        if started {
+            *listening = Some(receiver.clone());
+        }
+        Ok(receiver)
     }
 
     /// How the store was opened.
@@ -711,23 +746,8 @@ impl Store for PostgresStore {
         // Subscribed before the listener starts: its first `Resync` comes
         // after this subscription, so nothing is missed unannounced.
         let feed = self.inner.changes.subscribe();
-        let mut listening = self
-            .inner
-            .listening
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !*listening {
-            match self.inner.config.client_config() {
-                Ok(config) => {
-                    *listening = listen::start(
-                        config,
-                        self.inner.changes.clone(),
-                        self.inner.stop.clone(),
-                        self.inner.config.redacted(),
-                    );
-                }
-                Err(error) => tracing::warn!(%error, "the store's change feed cannot listen"),
-            }
+        if let Err(error) = self.listen() {
+            tracing::warn!(%error, "the store's change feed cannot listen");
         }
         feed
     }

@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use leasehold_actors::{ChangeHub, StoreChange};
+use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
@@ -24,11 +25,13 @@ pub(super) const CHANNEL: &str = "leasehold";
 pub(super) const RECONNECT_AFTER: Duration = Duration::from_millis(500);
 
 /// Starts the listener on the current tokio runtime; it stops when `stop`
-/// is cancelled. Does nothing outside a runtime (and says so).
+/// is cancelled, and sets `ready` once its first `LISTEN` is in place.
+/// Does nothing outside a runtime (and says so).
 pub(super) fn start(
     mut config: tokio_postgres::Config,
     hub: ChangeHub,
     stop: CancellationToken,
+    ready: watch::Sender<bool>,
     store: String,
 ) -> bool {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -39,7 +42,7 @@ pub(super) fn start(
     config.keepalives(true).keepalives_idle(Duration::from_secs(30));
     runtime.spawn(async move {
         loop {
-            match listen(&config, &hub, &stop).await {
+            match listen(&config, &hub, &stop, &ready).await {
                 Ok(()) if stop.is_cancelled() => return,
                 Ok(()) => tracing::warn!(%store, "the store's LISTEN connection closed"),
                 Err(error) => {
@@ -60,6 +63,7 @@ async fn listen(
     config: &tokio_postgres::Config,
     hub: &ChangeHub,
     stop: &CancellationToken,
+    ready: &watch::Sender<bool>,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
     let forward = async {
@@ -82,6 +86,7 @@ async fn listen(
     let listening = async {
         client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
         hub.publish(StoreChange::Resync);
+        ready.send_replace(true);
         std::future::pending::<Result<(), tokio_postgres::Error>>().await
     };
     tokio::select! {
