@@ -22,9 +22,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{
-    ClaimOutcome, Clock, RunCommand, RunStatus, StoreChange, StoredCommand, SystemClock, fencing,
-};
+use leasehold_actors::{ClaimOutcome, RunCommand, RunStatus, StoreChange, StoredCommand, fencing};
 
 use super::App;
 use super::error::ApiError;
@@ -48,7 +46,7 @@ pub(super) async fn forward(
     };
     // The claim rule says who holds the run: the same answer a claim by
     // this executor would get now.
-    let now_ms = SystemClock.now_unix_ms();
+    let now_ms = app.engine.clock().now_unix_ms();
     let owner_id = match fencing::claim(&record, app.engine.owner_id(), now_ms, 0) {
         Err(ClaimOutcome::HeldBy { owner_id, .. }) => owner_id,
         _ => return Ok(None),
