@@ -80,7 +80,12 @@ impl Stream {
             }
         })
         .await
-        .unwrap_or_else(|_| panic!("no {needle} on the stream within {PATIENCE:?}: {}", self.text));
+        .unwrap_or_else(|_| {
+            panic!(
+                "no {needle} on the stream within {PATIENCE:?}: {}",
+                self.text
+            )
+        });
     }
 }
 
@@ -144,7 +149,11 @@ async fn a_run_on_one_executor_is_followed_resumed_and_cancelled_through_another
     );
     on_b.until("\"kind\":\"run_completed\"").await;
     on_b.until("event: end").await;
-    assert!(on_b.text.contains(r#"{"status":"completed"}"#), "{}", on_b.text);
+    assert!(
+        on_b.text.contains(r#"{"status":"completed"}"#),
+        "{}",
+        on_b.text
+    );
 
     // Another run on A, paused, cancelled through B.
     let run_id = support::post_run(&http, &a_base, &stack.flow()).await;
@@ -159,7 +168,11 @@ async fn a_run_on_one_executor_is_followed_resumed_and_cancelled_through_another
     assert_eq!(answer["forwarded_to"], a_owner.as_str(), "{answer}");
     on_b.until("\"kind\":\"run_cancelled\"").await;
     on_b.until("event: end").await;
-    assert!(on_b.text.contains(r#"{"status":"cancelled"}"#), "{}", on_b.text);
+    assert!(
+        on_b.text.contains(r#"{"status":"cancelled"}"#),
+        "{}",
+        on_b.text
+    );
     assert!(on_b.text.contains("cancelled through B"), "{}", on_b.text);
     let view = support::get_run(&http, &a_base, &run_id).await;
     assert_eq!(view["status"], "cancelled", "{view}");

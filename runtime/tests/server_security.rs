@@ -16,8 +16,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use leasehold::{
-    ChangeFeed, ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunPage, RunQuery, RunRecord,
-    RunCommand, RunUpdate, Snapshot, Store, StoreError, StoredCommand, ToolCallRecord, ToolServer,
+    ChangeFeed, ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunCommand,
+    RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError, StoredCommand,
+    ToolCallRecord, ToolServer,
     server::{self, App, ServerLimits, ServerOptions},
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,

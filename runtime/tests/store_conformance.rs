@@ -864,9 +864,12 @@ async fn a_command_is_taken_once_and_by_the_runs_owner_only(store: Arc<dyn Store
     assert!(first < second, "ids go up: {first}, {second}");
     assert!(
         store
-            .send_command("missing", RunCommand::Cancel {
-                reason: "no".to_owned()
-            })
+            .send_command(
+                "missing",
+                RunCommand::Cancel {
+                    reason: "no".to_owned()
+                }
+            )
             .await
             .is_err(),
         "a command for no run is refused"

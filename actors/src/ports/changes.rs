@@ -70,9 +70,9 @@ impl StoreChange {
     /// again: a change of that run, or one that says changes were missed.
     pub fn concerns(&self, run_id: &str) -> bool {
         match self {
-            Self::Events { run_id: id } | Self::Run { run_id: id } | Self::Command { run_id: id } => {
-                id == run_id
-            }
+            Self::Events { run_id: id }
+            | Self::Run { run_id: id }
+            | Self::Command { run_id: id } => id == run_id,
             Self::Resync | Self::Lagged { .. } => true,
             Self::Queued => false,
         }

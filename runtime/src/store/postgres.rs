@@ -64,9 +64,9 @@ use leasehold_actors::{
     ToolCallRecord, fencing, listing,
 };
 use tokio::sync::{OnceCell, watch};
-use tokio_util::sync::CancellationToken;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
+use tokio_util::sync::CancellationToken;
 
 pub use config::PostgresConfig;
 use rows::{RUN_COLUMNS, RunParams, from_json, run_from_row, status_name, to_i64, to_json};

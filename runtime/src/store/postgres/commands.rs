@@ -40,18 +40,17 @@ impl Inner {
         &self,
         owner_id: &str,
     ) -> Result<Vec<StoredCommand>, StoreError> {
-        let doing = format!("taking the commands of `{owner_id}`");
-        let rows = self
-            .client()
-            .await?
-            .query(
-                "DELETE FROM commands c USING runs r \
-                 WHERE c.run_id = r.run_id AND r.owner_id = $1 \
-                 RETURNING c.id, c.run_id, c.command",
-                &[&owner_id],
-            )
+        let client = self.client().await?;
+        // One statement: of two takers, the second finds the rows gone.
+        let taking = client.query(
+            "DELETE FROM commands c USING runs r \
+             WHERE c.run_id = r.run_id AND r.owner_id = $1 \
+             RETURNING c.id, c.run_id, c.command",
+            &[&owner_id],
+        );
+        let rows = taking
             .await
-            .map_err(|e| failed(&doing, &e))?;
+            .map_err(|e| failed(&format_args!("taking the commands of `{owner_id}`"), &e))?;
         let mut taken = rows
             .iter()
             .map(|row| {

@@ -39,7 +39,9 @@ pub(super) fn start(
         return false;
     };
     // An idle connection on a dead network is found by TCP keepalives.
-    config.keepalives(true).keepalives_idle(Duration::from_secs(30));
+    config
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30));
     runtime.spawn(async move {
         loop {
             match listen(&config, &hub, &stop, &ready).await {
@@ -67,9 +69,7 @@ async fn listen(
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
     let forward = async {
-        while let Some(message) =
-            std::future::poll_fn(|cx| connection.poll_message(cx)).await
-        {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             if let AsyncMessage::Notification(notification) = message? {
                 match serde_json::from_str::<StoreChange>(notification.payload()) {
                     Ok(change) => hub.publish(change),
