@@ -5,6 +5,7 @@
 //! each is taken once, by the owner only.
 
 use leasehold_actors::{RunCommand, StoreChange, StoreError, StoredCommand};
+use tokio_postgres::types::ToSql;
 
 use super::rows::{from_json, to_json, to_u64};
 use super::{Inner, failed, no_run, notice};
@@ -41,12 +42,13 @@ impl Inner {
         owner_id: &str,
     ) -> Result<Vec<StoredCommand>, StoreError> {
         let client = self.client().await?;
+        let params: [&(dyn ToSql + Sync); 1] = [&owner_id];
         // One statement: of two takers, the second finds the rows gone.
         let taking = client.query(
             "DELETE FROM commands c USING runs r \
              WHERE c.run_id = r.run_id AND r.owner_id = $1 \
              RETURNING c.id, c.run_id, c.command",
-            &[&owner_id],
+            &params,
         );
         let rows = taking
             .await
