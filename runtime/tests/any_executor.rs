@@ -127,8 +127,11 @@ async fn a_run_on_one_executor_is_followed_resumed_and_cancelled_through_another
         .to_owned();
     let mut on_b = Stream::open(&http, &b_base, &run_id).await;
     on_b.until("\"kind\":\"paused\"").await;
-    let view = support::get_run(&http, &b_base, &run_id).await;
-    assert_eq!(view["status"], "waiting_human", "{view}");
+    // The pause's event lands just before its status.
+    let view = support::view_until(&http, &b_base, &run_id, PATIENCE, "paused on B", |v| {
+        v["status"] == "waiting_human"
+    })
+    .await;
     assert_eq!(view["live"], false, "B does not run it: {view}");
 
     // Answered through B: forwarded to A, which resumes it.
@@ -159,6 +162,10 @@ async fn a_run_on_one_executor_is_followed_resumed_and_cancelled_through_another
     let run_id = support::post_run(&http, &a_base, &stack.flow()).await;
     let mut on_b = Stream::open(&http, &b_base, &run_id).await;
     on_b.until("\"kind\":\"paused\"").await;
+    support::view_until(&http, &b_base, &run_id, PATIENCE, "paused on B", |v| {
+        v["status"] == "waiting_human"
+    })
+    .await;
     let answer = post(
         &http,
         format!("{b_base}/runs/{run_id}/cancel"),
@@ -174,8 +181,11 @@ async fn a_run_on_one_executor_is_followed_resumed_and_cancelled_through_another
         on_b.text
     );
     assert!(on_b.text.contains("cancelled through B"), "{}", on_b.text);
-    let view = support::get_run(&http, &a_base, &run_id).await;
-    assert_eq!(view["status"], "cancelled", "{view}");
+    // On A too, once the status follows the event.
+    support::view_until(&http, &a_base, &run_id, PATIENCE, "cancelled on A", |v| {
+        v["status"] == "cancelled"
+    })
+    .await;
 
     for server in [&mut a, &mut b] {
         server.start_kill().expect("stop");

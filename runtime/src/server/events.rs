@@ -194,13 +194,14 @@ fn busy(message: String) -> Response {
     response
 }
 
-fn is_last(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::RunCompleted { .. }
-            | EventKind::RunFailed { .. }
-            | EventKind::RunCancelled { .. }
-    )
+/// The status a run's last event ends it in, if `kind` is one.
+fn ends_in(kind: &EventKind) -> Option<RunStatus> {
+    match kind {
+        EventKind::RunCompleted { .. } => Some(RunStatus::Completed),
+        EventKind::RunFailed { .. } => Some(RunStatus::Failed),
+        EventKind::RunCancelled { .. } => Some(RunStatus::Cancelled),
+        _ => None,
+    }
 }
 
 fn frame(event: &Event) -> Result<SseEvent, Infallible> {
@@ -248,13 +249,15 @@ async fn feed(
                 return;
             }
         };
-        let mut ended = false;
+        // The terminal event says how the run ended, even before its
+        // status is written (the event lands first).
+        let mut ended = None;
         for event in &logged {
             if tx.send(frame(event)).await.is_err() {
                 return;
             }
             after = event.seq;
-            ended |= is_last(&event.kind);
+            ended = ended.or(ends_in(&event.kind));
         }
         if !logged.is_empty() {
             quiet_after_end = 0;
@@ -267,10 +270,14 @@ async fn feed(
                 Ok(None) | Err(_) => return,
             },
         };
-        if ended || status.is_terminal() {
+        if let Some(ended) = ended {
+            let _ = tx.send(end(ended)).await;
+            return;
+        }
+        if status.is_terminal() {
             // The terminal event lands in the log just before the status;
             // give a status that ended without one two quiet looks.
-            if ended || quiet_after_end >= 2 {
+            if quiet_after_end >= 2 {
                 let _ = tx.send(end(status)).await;
                 return;
             }
@@ -289,12 +296,7 @@ async fn feed(
                             return;
                         }
                         after = event.seq;
-                        if is_last(&event.kind) {
-                            let status = match &event.kind {
-                                EventKind::RunCompleted { .. } => RunStatus::Completed,
-                                EventKind::RunFailed { .. } => RunStatus::Failed,
-                                _ => RunStatus::Cancelled,
-                            };
+                        if let Some(status) = ends_in(&event.kind) {
                             let _ = tx.send(end(status)).await;
                             return;
                         }
