@@ -997,3 +997,45 @@ async fn changes_are_published_for_writes_that_landed_and_only_those(store: Arc<
     );
     assert_eq!(next_change(&mut feed).await, run("s"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_listen_connection_comes_back_with_a_resync() {
+    let fixture = Fixture::postgres().await;
+    let Reopen::Postgres { url, .. } = &fixture.reopen else {
+        unreachable!("a PostgreSQL fixture")
+    };
+    let store = Arc::clone(&fixture.store);
+    let mut feed = store.changes();
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let killed: i64 = client
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE query = 'LISTEN leasehold'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "the store's LISTEN connection was found");
+    // A write while it is down is not heard; the resync says so.
+    store.create_run(unowned("while down")).await.unwrap();
+    loop {
+        let change = tokio::time::timeout(Duration::from_secs(30), feed.recv())
+            .await
+            .expect("a resync within 30 s")
+            .expect("the store is open");
+        if change == StoreChange::Resync {
+            break;
+        }
+    }
+    // Listening again: a write is heard (after, perhaps, the one made
+    // while it was down, had it landed once the connection was back).
+    store.create_run(unowned("after")).await.unwrap();
+    let after = StoreChange::Run {
+        run_id: "after".to_owned(),
+    };
+    while next_change(&mut feed).await != after {}
+}
