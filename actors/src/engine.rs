@@ -121,6 +121,12 @@ impl Engine {
         &self.store
     }
 
+    /// The clock that stamps the engine's persisted times (run leases,
+    /// records): what decides whether a lease has expired.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// Validates `flow`, records a new run owned by this executor (fence 1)
     /// and starts it; returns at once.
     pub async fn start(&self, flow: Flow) -> Result<RunHandle, EngineError> {

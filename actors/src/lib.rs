@@ -90,6 +90,9 @@ pub use ports::{
     TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition,
     ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing,
 };
+pub use ports::{
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
+};
 
 // Leases and their evidence, for supervising work of your own.
 pub use evidence::{Evidence, EvidenceSummary, MIN_TRIGRAMS, TAIL_BYTES, repetition};

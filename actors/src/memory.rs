@@ -7,14 +7,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    BoxFuture, ClaimOutcome, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store,
-    StoreError, ToolCallRecord, fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Fenced, RunCommand, RunPage, RunQuery,
+    RunRecord, RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, ToolCallRecord,
+    fencing, listing,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Tables>>,
+    changes: ChangeHub,
 }
 
 #[derive(Default)]
@@ -25,6 +27,8 @@ struct Tables {
     tool_calls: HashMap<String, BTreeMap<String, ToolCallRecord>>,
     events: HashMap<String, Vec<Event>>,
     snapshot_writes: u64,
+    commands: BTreeMap<u64, StoredCommand>,
+    next_command: u64,
 }
 
 impl MemoryStore {
@@ -95,6 +99,22 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Publishes `change` if `outcome` says the write landed, then answers
+    /// it. Called with the tables' lock released, so a subscriber that
+    /// reads at once sees the write.
+    fn publish_if_applied(
+        &self,
+        outcome: Result<Fenced<()>, StoreError>,
+        change: StoreChange,
+    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+        if matches!(outcome, Ok(Fenced::Applied(()))) {
+            self.changes.publish(change);
+        }
+        ready(outcome)
+    }
+}
+
 fn ready<T: Send + 'static>(
     value: Result<T, StoreError>,
 ) -> BoxFuture<'static, Result<T, StoreError>> {
@@ -110,8 +130,11 @@ impl Store for MemoryStore {
                 record.run_id
             ))));
         }
-        tables.order.push(record.run_id.clone());
-        tables.runs.insert(record.run_id.clone(), record);
+        let run_id = record.run_id.clone();
+        tables.order.push(run_id.clone());
+        tables.runs.insert(run_id.clone(), record);
+        drop(tables);
+        self.changes.publish(StoreChange::Run { run_id });
         ready(Ok(()))
     }
 
@@ -133,6 +156,12 @@ impl Store for MemoryStore {
                 Err(refused) => refused,
             },
         };
+        drop(tables);
+        if matches!(outcome, ClaimOutcome::Claimed(_)) {
+            self.changes.publish(StoreChange::Run {
+                run_id: run_id.to_owned(),
+            });
+        }
         ready(Ok(outcome))
     }
 
@@ -174,7 +203,9 @@ impl Store for MemoryStore {
             }
             Err(stale) => stale,
         };
-        ready(Ok(outcome))
+        drop(tables);
+        let run_id = run_id.to_owned();
+        self.publish_if_applied(Ok(outcome), StoreChange::Run { run_id })
     }
 
     fn save_snapshot(
@@ -212,13 +243,15 @@ impl Store for MemoryStore {
         events: Vec<Event>,
         fence: u64,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        ready(self.fenced(run_id, fence, |tables| {
+        let appended = self.fenced(run_id, fence, |tables| {
             tables
                 .events
                 .entry(run_id.to_owned())
                 .or_default()
                 .extend(events);
-        }))
+        });
+        let run_id = run_id.to_owned();
+        self.publish_if_applied(appended, StoreChange::Events { run_id })
     }
 
     fn reconcile_orphans(
@@ -231,9 +264,15 @@ impl Store for MemoryStore {
             .values()
             .filter_map(|record| fencing::orphan(record, now_ms))
             .collect();
-        let ids = orphaned.iter().map(|r| r.run_id.clone()).collect();
+        let ids: Vec<String> = orphaned.iter().map(|r| r.run_id.clone()).collect();
         for record in orphaned {
             tables.runs.insert(record.run_id.clone(), record);
+        }
+        drop(tables);
+        for run_id in &ids {
+            self.changes.publish(StoreChange::Run {
+                run_id: run_id.clone(),
+            });
         }
         ready(Ok(ids))
     }
@@ -303,5 +342,53 @@ impl Store for MemoryStore {
 
     fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         ready(Ok(()))
+    }
+
+    fn changes(&self) -> ChangeFeed {
+        self.changes.subscribe()
+    }
+
+    fn send_command(
+        &self,
+        run_id: &str,
+        command: RunCommand,
+    ) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let mut tables = self.lock();
+        if !tables.runs.contains_key(run_id) {
+            return ready(Err(StoreError::new(format!("no run `{run_id}`"))));
+        }
+        tables.next_command = tables.next_command.saturating_add(1);
+        let id = tables.next_command;
+        let run_id = run_id.to_owned();
+        tables.commands.insert(
+            id,
+            StoredCommand {
+                id,
+                run_id: run_id.clone(),
+                command,
+            },
+        );
+        drop(tables);
+        self.changes.publish(StoreChange::Command { run_id });
+        ready(Ok(id))
+    }
+
+    fn take_commands(
+        &self,
+        owner_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
+        let mut tables = self.lock();
+        let Tables { runs, commands, .. } = &mut *tables;
+        let held = |command: &StoredCommand| {
+            runs.get(&command.run_id)
+                .is_some_and(|run| run.owner_id.as_deref() == Some(owner_id))
+        };
+        let ids: Vec<u64> = commands
+            .values()
+            .filter(|command| held(command))
+            .map(|command| command.id)
+            .collect();
+        let taken = ids.iter().filter_map(|id| commands.remove(id)).collect();
+        ready(Ok(taken))
     }
 }

@@ -5,6 +5,7 @@
 //! them) comes in through one of these ports, so that the real parts live in
 //! the `leasehold` crate and tests can swap in fakes (feature `test-util`).
 
+mod changes;
 mod clock;
 mod evaluator;
 mod events;
@@ -17,6 +18,9 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
+pub use changes::{
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
+};
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use evaluator::{
     BudgetEvaluationRequest, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError,

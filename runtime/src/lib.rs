@@ -78,6 +78,10 @@ pub use leasehold_actors::{
     max_extensions_expected, parse_budget_decision, parse_verdict, prelude, proportional_extension,
     repetition,
 };
+// The store's change feed and the commands forwarded to a run's owner.
+pub use leasehold_actors::{
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
+};
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -46,6 +46,7 @@ use crate::metrics::Metrics;
 
 mod api;
 mod assets;
+mod commands;
 mod error;
 mod events;
 mod guard;
@@ -73,8 +74,9 @@ pub struct ServerOptions {
     pub token: Option<String>,
     /// How often an idle event stream sends a keep-alive comment.
     pub keep_alive: Duration,
-    /// How often a run followed by event streams is looked at in the store
-    /// when the bus is quiet: once per run, however many streams follow it.
+    /// How long an event stream waits, once its run's status has ended
+    /// without its terminal event in the log, before it looks again (the
+    /// store's change feed wakes it for everything else).
     pub poll: Duration,
     /// The largest request body accepted, in bytes.
     pub max_body: usize,
@@ -324,6 +326,8 @@ pub async fn serve(
     if let Some(events) = feed {
         app.metrics.follow(events, app.shutdown.clone());
     }
+    // Controls forwarded by other executors to the runs this one runs.
+    commands::follow(Arc::clone(&app));
     let mut limits = app.options.limits.clone();
     // Given through the API unchecked, a duration is still kept in range.
     for limit in [

@@ -48,6 +48,8 @@ mod run_index;
 #[cfg(feature = "store")]
 mod run_locks;
 #[cfg(feature = "store")]
+mod sled_commands;
+#[cfg(feature = "store")]
 mod sled_store;
 // The PostgreSQL store, shared by many executors.
 #[cfg(feature = "postgres")]

@@ -16,8 +16,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use leasehold::{
-    ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunPage, RunQuery, RunRecord,
-    RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolServer,
+    ChangeFeed, ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunCommand,
+    RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError, StoredCommand,
+    ToolCallRecord, ToolServer,
     server::{self, App, ServerLimits, ServerOptions},
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,
@@ -672,6 +673,22 @@ impl Store for CountingStore {
     }
     fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         self.inner.flush()
+    }
+    fn changes(&self) -> ChangeFeed {
+        self.inner.changes()
+    }
+    fn send_command(
+        &self,
+        run_id: &str,
+        command: RunCommand,
+    ) -> BoxFuture<'static, Result<u64, StoreError>> {
+        self.inner.send_command(run_id, command)
+    }
+    fn take_commands(
+        &self,
+        owner_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
+        self.inner.take_commands(owner_id)
     }
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::{
-    ClaimOutcome, MemoryStore, PauseRecord, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot,
-    Store, ToolCallState, listing,
+    ChangeFeed, ClaimOutcome, MemoryStore, PauseRecord, ReconcileDecision, RunCommand, RunQuery,
+    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, ToolCallState, listing,
 };
 
 #[path = "support/postgres.rs"]
@@ -144,6 +144,8 @@ conformance! {
         tool_calls_keep_one_record_per_idempotency_key,
         the_store_answers_a_scripted_sequence_as_the_memory_store_does,
         pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,
+        a_command_is_taken_once_and_by_the_runs_owner_only,
+        changes_are_published_for_writes_that_landed_and_only_those,
     ],
     fixture: [
         a_terminal_write_and_everything_before_it_survive_a_reopen,
@@ -843,4 +845,197 @@ async fn pages_list_what_the_listing_rule_selects_newest_first_by_byte_order(
             "{query:?}"
         );
     }
+}
+
+async fn a_command_is_taken_once_and_by_the_runs_owner_only(store: Arc<dyn Store>) {
+    store.create_run(unowned("r")).await.unwrap();
+    claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
+    let resume = RunCommand::Resume {
+        guidance: Some("go on".to_owned()),
+    };
+    let reconcile = RunCommand::Reconcile {
+        key: "r/run/1/0".to_owned(),
+        decision: ReconcileDecision::MarkDone {
+            result: "done".to_owned(),
+        },
+    };
+    let first = store.send_command("r", resume.clone()).await.unwrap();
+    let second = store.send_command("r", reconcile.clone()).await.unwrap();
+    assert!(first < second, "ids go up: {first}, {second}");
+    assert!(
+        store
+            .send_command(
+                "missing",
+                RunCommand::Cancel {
+                    reason: "no".to_owned()
+                }
+            )
+            .await
+            .is_err(),
+        "a command for no run is refused"
+    );
+
+    // Another executor takes nothing: the run is not its own.
+    assert!(store.take_commands("exec-b").await.unwrap().is_empty());
+    let taken = store.take_commands("exec-a").await.unwrap();
+    let taken: Vec<_> = taken
+        .into_iter()
+        .map(|c| (c.id, c.run_id, c.command))
+        .collect();
+    assert_eq!(
+        taken,
+        vec![
+            (first, "r".to_owned(), resume),
+            (second, "r".to_owned(), reconcile),
+        ]
+    );
+    // Taken once.
+    assert!(store.take_commands("exec-a").await.unwrap().is_empty());
+
+    // A command waits for whoever holds the run when it is taken.
+    let cancel = RunCommand::Cancel {
+        reason: "stop".to_owned(),
+    };
+    store.send_command("r", cancel.clone()).await.unwrap();
+    claimed(store.claim_run("r", "exec-b", 2_000, TTL).await.unwrap());
+    assert!(store.take_commands("exec-a").await.unwrap().is_empty());
+    let taken = store.take_commands("exec-b").await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].command, cancel);
+}
+
+/// The next change on `feed` that is not a resync (a store that listens
+/// elsewhere announces one when it starts listening).
+async fn next_change(feed: &mut ChangeFeed) -> StoreChange {
+    loop {
+        let change = tokio::time::timeout(Duration::from_secs(30), feed.recv())
+            .await
+            .expect("a change within 30 s")
+            .expect("the store is open");
+        if change != StoreChange::Resync {
+            return change;
+        }
+    }
+}
+
+async fn changes_are_published_for_writes_that_landed_and_only_those(store: Arc<dyn Store>) {
+    let mut feed = store.changes();
+    let run = |id: &str| StoreChange::Run {
+        run_id: id.to_owned(),
+    };
+    store.create_run(unowned("r")).await.unwrap();
+    assert_eq!(next_change(&mut feed).await, run("r"));
+    claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
+    assert_eq!(next_change(&mut feed).await, run("r"));
+    assert!(
+        store
+            .append_events("r", events("r", 1..=2), 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(
+        next_change(&mut feed).await,
+        StoreChange::Events {
+            run_id: "r".to_owned()
+        }
+    );
+    store
+        .send_command("r", RunCommand::Resume { guidance: None })
+        .await
+        .unwrap();
+    assert_eq!(
+        next_change(&mut feed).await,
+        StoreChange::Command {
+            run_id: "r".to_owned()
+        }
+    );
+
+    // B takes the run over; A's writes are refused and publish nothing, and
+    // neither does a heartbeat.
+    claimed(store.claim_run("r", "exec-b", 2_000, TTL).await.unwrap());
+    assert_eq!(next_change(&mut feed).await, run("r"));
+    assert!(
+        !store
+            .append_events("r", events("r", 3..=3), 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        !store
+            .update_run("r", 1, update(RunStatus::Failed, 2_100))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert!(
+        store
+            .renew_run("r", 2, 2_100, TTL)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    // The next change is B's write, not one of A's refused ones.
+    assert!(
+        store
+            .update_run("r", 2, update(RunStatus::Completed, 2_200))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(next_change(&mut feed).await, run("r"));
+
+    // Orphans are changes of their runs.
+    store.create_run(unowned("s")).await.unwrap();
+    assert_eq!(next_change(&mut feed).await, run("s"));
+    claimed(store.claim_run("s", "exec-a", 3_000, TTL).await.unwrap());
+    assert_eq!(next_change(&mut feed).await, run("s"));
+    assert_eq!(
+        store.reconcile_orphans(10_000).await.unwrap(),
+        vec!["s".to_owned()]
+    );
+    assert_eq!(next_change(&mut feed).await, run("s"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_listen_connection_comes_back_with_a_resync() {
+    let fixture = Fixture::postgres().await;
+    let Reopen::Postgres { url, .. } = &fixture.reopen else {
+        unreachable!("a PostgreSQL fixture")
+    };
+    let store = Arc::clone(&fixture.store);
+    let mut feed = store.changes();
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let killed: i64 = client
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE query = 'LISTEN leasehold'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "the store's LISTEN connection was found");
+    // A write while it is down is not heard; the resync says so.
+    store.create_run(unowned("while down")).await.unwrap();
+    loop {
+        let change = tokio::time::timeout(Duration::from_secs(30), feed.recv())
+            .await
+            .expect("a resync within 30 s")
+            .expect("the store is open");
+        if change == StoreChange::Resync {
+            break;
+        }
+    }
+    // Listening again: a write is heard (after, perhaps, the one made
+    // while it was down, had it landed once the connection was back).
+    store.create_run(unowned("after")).await.unwrap();
+    let after = StoreChange::Run {
+        run_id: "after".to_owned(),
+    };
+    while next_change(&mut feed).await != after {}
 }

@@ -19,6 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::BoxFuture;
+use super::changes::{ChangeFeed, RunCommand, StoredCommand};
 use crate::event::Event;
 
 /// Where a run is in its life.
@@ -323,6 +324,19 @@ pub trait Store: Send + Sync + 'static {
     fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>>;
     /// Returns once everything written so far is durable.
     fn flush(&self) -> Answer<()>;
+    /// A new subscriber to the store's changes: every write that lands
+    /// from now on and changes a run's record, appends events or stores a
+    /// command is published once it landed; a refused or failed write
+    /// publishes nothing.
+    fn changes(&self) -> ChangeFeed;
+    /// Stores `command` for the run (whoever holds it takes it) and
+    /// publishes a [`StoreChange::Command`](super::StoreChange::Command);
+    /// answers the command's id. Fails if there is no such run.
+    fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64>;
+    /// Takes the stored commands of the runs `owner_id` holds, in id order:
+    /// each is removed as it is taken, so it is taken once, and only by the
+    /// run's owner.
+    fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>>;
 }
 
 /// Which runs a [`RunQuery`] selects and how a page of them is cut, as pure

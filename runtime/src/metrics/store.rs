@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot,
-    Store, StoreError, ToolCallRecord,
+    BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, RunCommand, RunPage, RunQuery, RunRecord,
+    RunUpdate, Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -138,5 +138,17 @@ impl Store for MeteredStore {
 
     fn flush(&self) -> Answer<()> {
         self.timed("flush", |s| s.flush())
+    }
+
+    fn changes(&self) -> ChangeFeed {
+        self.inner.changes()
+    }
+
+    fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
+        self.timed("send_command", |s| s.send_command(run_id, command))
+    }
+
+    fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
+        self.timed("take_commands", |s| s.take_commands(owner_id))
     }
 }

@@ -7,14 +7,16 @@ use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use leasehold_actors::{
-    Event, Flow, PauseRecord, ReconcileDecision, RunHandle, RunRecord, RunStatus, ToolCallRecord,
+    Event, Flow, PauseRecord, ReconcileDecision, RunCommand, RunHandle, RunRecord, RunStatus,
+    ToolCallRecord,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::App;
+use super::commands::forward;
 use super::error::ApiError;
 use super::guard;
 use super::listing::{ListParams, RunsPage};
@@ -397,14 +399,24 @@ struct ReconcileBody {
 
 /// `POST /runs/{id}/resume`: answers a paused run with guidance; a run
 /// nobody runs (orphaned, or paused by an executor that died) is claimed
-/// first and resumed from its snapshots.
+/// first and resumed from its snapshots; one another live executor runs is
+/// forwarded to it (202).
 pub(super) async fn resume(
     State(app): State<Arc<App>>,
     control: Control,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let ResumeBody { guidance } = control.json()?;
     let run_id = control.run_id;
     let guidance = guidance.filter(|g| !g.trim().is_empty());
+    let refuse = |status| {
+        (status == RunStatus::ReconciliationRequired).then(|| awaits_reconciliation(&run_id))
+    };
+    let resume = || RunCommand::Resume {
+        guidance: guidance.clone(),
+    };
+    if let Some(forwarded) = forward(&app, &run_id, refuse, resume).await? {
+        return Ok(forwarded);
+    }
     let (handle, was) = match app.handle(&run_id) {
         Some(handle) => {
             let status = handle.state().status;
@@ -418,53 +430,74 @@ pub(super) async fn resume(
                     "run_id": run_id,
                     "status": handle.state().status,
                     "claimed": true,
-                })));
+                }))
+                .into_response());
             }
             (handle, record.status)
         }
     };
     if was == RunStatus::ReconciliationRequired {
-        return Err(ApiError::conflict(format!(
-            "run {run_id} waits for a decision on a tool call of unknown outcome: POST \
-             /runs/{run_id}/reconcile with its key and a decision (mark_done, retry or cancel)"
-        )));
+        return Err(awaits_reconciliation(&run_id));
     }
     handle.resume(guidance).await?;
-    Ok(run_status(&run_id, RunStatus::Running))
+    Ok(run_status(&run_id, RunStatus::Running).into_response())
 }
 
-/// `POST /runs/{id}/cancel`.
+/// 409: a resume of a run that waits for a reconciliation.
+fn awaits_reconciliation(run_id: &str) -> ApiError {
+    ApiError::conflict(format!(
+        "run {run_id} waits for a decision on a tool call of unknown outcome: POST \
+         /runs/{run_id}/reconcile with its key and a decision (mark_done, retry or cancel)"
+    ))
+}
+
+/// `POST /runs/{id}/cancel`; a run another live executor runs is
+/// forwarded to it (202).
 pub(super) async fn cancel(
     State(app): State<Arc<App>>,
     control: Control,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let CancelBody { reason } = control.json()?;
     let run_id = control.run_id;
     let reason = reason
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "cancelled over the API".to_owned());
+    let cancel = || RunCommand::Cancel {
+        reason: reason.clone(),
+    };
+    if let Some(forwarded) = forward(&app, &run_id, |_| None, cancel).await? {
+        return Ok(forwarded);
+    }
     match app.handle(&run_id) {
         Some(handle) => handle.cancel(reason).await?,
         None => app.engine.cancel_stored(&run_id, &reason).await?,
     }
-    Ok(run_status(&run_id, RunStatus::Cancelled))
+    Ok(run_status(&run_id, RunStatus::Cancelled).into_response())
 }
 
 /// `POST /runs/{id}/reconcile`: `{"key", "decision": "mark_done" |
-/// "retry" | "cancel", "result"}` for a run in `reconciliation_required`.
+/// "retry" | "cancel", "result"}` for a run in `reconciliation_required`;
+/// one another live executor runs is forwarded to it (202).
 pub(super) async fn reconcile(
     State(app): State<Arc<App>>,
     control: Control,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let ReconcileBody { key, decision } = serde_json::from_slice(&control.body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a reconciliation: {e}")))?;
     let run_id = control.run_id;
+    let reconcile = || RunCommand::Reconcile {
+        key: key.clone(),
+        decision: decision.clone(),
+    };
+    if let Some(forwarded) = forward(&app, &run_id, |_| None, reconcile).await? {
+        return Ok(forwarded);
+    }
     let handle = match app.handle(&run_id) {
         Some(handle) => handle,
         None => take_over(&app, &run_id).await?.0,
     };
     handle.reconcile(key, decision).await?;
-    Ok(run_status(&run_id, handle.state().status))
+    Ok(run_status(&run_id, handle.state().status).into_response())
 }
 
 /// Claims a run this server does not run (an orphan, or one paused by an

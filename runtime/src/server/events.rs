@@ -13,10 +13,14 @@
 //! log, so an event is either in what it read or on its subscription; a
 //! subscription that lags is caught up from the log. The store is looked
 //! at by **one shared watch per run** ([`Watches`]), however many streams
-//! follow the run: it polls the run's log and status while anyone follows
-//! it and wakes the streams when something changed, so idle streams cost
-//! no store reads of their own. At most `server.max_event_streams` streams
-//! are open at once; past it a 503 with `Retry-After`.
+//! follow the run: it reads the run's log and status, then reads them
+//! again each time the store's change feed
+//! ([`Store::changes`](leasehold_actors::Store::changes)) says the run
+//! changed (or that changes may have been missed), and wakes the streams
+//! when something changed. No timer polls: a run another executor runs is
+//! followed through its store's feed (on PostgreSQL, `LISTEN/NOTIFY`), and
+//! idle streams cost no store reads. At most `server.max_event_streams`
+//! streams are open at once; past it a 503 with `Retry-After`.
 //!
 //! A reader that stops reading fills the channel and stalls only its own
 //! task; one that leaves ends it. The run never waits for either.
@@ -62,7 +66,7 @@ impl Watches {
     }
 }
 
-/// A receiver of the shared watch of `run_id`, starting its poller when
+/// A receiver of the shared watch of `run_id`, starting its follower when
 /// it is the first.
 fn watch_run(app: &Arc<App>, run_id: &str) -> watch::Receiver<Seen> {
     let mut runs = app.watches.lock();
@@ -73,14 +77,16 @@ fn watch_run(app: &Arc<App>, run_id: &str) -> watch::Receiver<Seen> {
     let sender = Arc::new(sender);
     runs.insert(run_id.to_owned(), Arc::clone(&sender));
     drop(runs);
-    tokio::spawn(poll_run(Arc::clone(app), run_id.to_owned(), sender));
+    tokio::spawn(follow_run(Arc::clone(app), run_id.to_owned(), sender));
     receiver
 }
 
-/// Polls `run_id`'s log and status every `poll` while anyone follows it.
-async fn poll_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>>) {
+/// Reads `run_id`'s log and status, and again on each change of the run
+/// the store's feed announces, while anyone follows it.
+async fn follow_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>>) {
     let store: Arc<dyn Store> = Arc::clone(app.engine.store());
-    let poll = app.options.poll;
+    // Subscribed before the first read: a change after it wakes the loop.
+    let mut changes = store.changes();
     let mut seen = Seen::default();
     loop {
         let events = store.load_events(&run_id, seen.last_seq).await;
@@ -99,7 +105,15 @@ async fn poll_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>
             changed
         });
         tokio::select! {
-            () = tokio::time::sleep(poll) => {}
+            changed = changes.changed(&run_id) => {
+                if changed.is_none() {
+                    // The store is gone: nothing will change any more.
+                    tokio::select! {
+                        () = sender.closed() => {}
+                        () = app.shutdown.cancelled() => {}
+                    }
+                }
+            }
             () = sender.closed() => {}
             () = app.shutdown.cancelled() => {}
         }
@@ -180,13 +194,14 @@ fn busy(message: String) -> Response {
     response
 }
 
-fn is_last(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::RunCompleted { .. }
-            | EventKind::RunFailed { .. }
-            | EventKind::RunCancelled { .. }
-    )
+/// The status a run's last event ends it in, if `kind` is one.
+fn ends_in(kind: &EventKind) -> Option<RunStatus> {
+    match kind {
+        EventKind::RunCompleted { .. } => Some(RunStatus::Completed),
+        EventKind::RunFailed { .. } => Some(RunStatus::Failed),
+        EventKind::RunCancelled { .. } => Some(RunStatus::Cancelled),
+        _ => None,
+    }
 }
 
 fn frame(event: &Event) -> Result<SseEvent, Infallible> {
@@ -234,13 +249,15 @@ async fn feed(
                 return;
             }
         };
-        let mut ended = false;
+        // The terminal event says how the run ended, even before its
+        // status is written (the event lands first).
+        let mut ended = None;
         for event in &logged {
             if tx.send(frame(event)).await.is_err() {
                 return;
             }
             after = event.seq;
-            ended |= is_last(&event.kind);
+            ended = ended.or(ends_in(&event.kind));
         }
         if !logged.is_empty() {
             quiet_after_end = 0;
@@ -259,10 +276,14 @@ async fn feed(
                 Ok(None) | Err(_) => return,
             },
         };
-        if ended || status.is_terminal() {
+        if let Some(ended) = ended {
+            let _ = tx.send(end(ended)).await;
+            return;
+        }
+        if status.is_terminal() {
             // The terminal event lands in the log just before the status;
             // give a status that ended without one two quiet looks.
-            if ended || quiet_after_end >= 2 {
+            if quiet_after_end >= 2 {
                 let _ = tx.send(end(status)).await;
                 return;
             }
@@ -281,12 +302,7 @@ async fn feed(
                             return;
                         }
                         after = event.seq;
-                        if is_last(&event.kind) {
-                            let status = match &event.kind {
-                                EventKind::RunCompleted { .. } => RunStatus::Completed,
-                                EventKind::RunFailed { .. } => RunStatus::Failed,
-                                _ => RunStatus::Cancelled,
-                            };
+                        if let Some(status) = ends_in(&event.kind) {
                             let _ = tx.send(end(status)).await;
                             return;
                         }

@@ -46,23 +46,27 @@
 //! # Ok(()) }
 //! ```
 
+mod commands;
 mod config;
+mod listen;
 mod rows;
 mod schema;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
-    Snapshot, Store, StoreError, ToolCallRecord, fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, RunCommand, RunPage, RunQuery,
+    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand,
+    ToolCallRecord, fencing, listing,
 };
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, watch};
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
+use tokio_util::sync::CancellationToken;
 
 pub use config::PostgresConfig;
 use rows::{RUN_COLUMNS, RunParams, from_json, run_from_row, status_name, to_i64, to_json};
@@ -79,6 +83,25 @@ struct Inner {
     config: PostgresConfig,
     /// Set once the schema is up to date.
     migrated: OnceCell<()>,
+    /// What the `LISTEN` connection hears, re-broadcast ([`listen`]).
+    changes: ChangeHub,
+    /// Whether the `LISTEN` connection is in place, once it was started
+    /// (at [`PostgresStore::connect`], or on the first subscriber).
+    listening: Mutex<Option<watch::Receiver<bool>>>,
+    /// Stops the `LISTEN` connection when the store is dropped.
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The payload of the notification of `change`: its JSON.
+fn notice(change: &StoreChange) -> Result<String, StoreError> {
+    serde_json::to_string(change)
+        .map_err(|e| StoreError::new(format!("cannot encode the change {change:?}: {e}")))
 }
 
 impl fmt::Debug for PostgresStore {
@@ -144,18 +167,56 @@ impl PostgresStore {
                 pool,
                 config,
                 migrated: OnceCell::new(),
+                changes: ChangeHub::new(),
+                listening: Mutex::new(None),
+                stop: CancellationToken::new(),
             }),
         })
     }
 
     /// A store on the database `config.url`, connected, its schema brought
-    /// up to date: fails at once if the database cannot be reached.
+    /// up to date, and its change feed listening: fails at once if the
+    /// database cannot be reached.
     pub async fn connect(config: PostgresConfig) -> Result<Self, StoreError> {
         let store = Self::open(config)?;
         // Connecting once migrates the schema; the connection goes back to
         // the pool.
         drop(store.inner.client().await?);
-        Ok(store)
+        let mut listening = store.listen()?;
+        let within = store.inner.config.connect_timeout;
+        match tokio::time::timeout(within, listening.wait_for(|ready| *ready)).await {
+            Ok(Ok(_)) => Ok(store),
+            _ => Err(StoreError::new(format!(
+                "the change feed of the PostgreSQL store {} could not LISTEN within {}",
+                store.inner.config.redacted(),
+                humantime::format_duration(within)
+            ))),
+        }
+    }
+
+    /// Starts the `LISTEN` connection unless it runs; whether it is in
+    /// place.
+    fn listen(&self) -> Result<watch::Receiver<bool>, StoreError> {
+        let mut listening = self
+            .inner
+            .listening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(ready) = listening.as_ref() {
+            return Ok(ready.clone());
+        }
+        let (ready, receiver) = watch::channel(false);
+        let started = listen::start(
+            self.inner.config.client_config()?,
+            self.inner.changes.clone(),
+            self.inner.stop.clone(),
+            ready,
+            self.inner.config.redacted(),
+        );
+        if started {
+            *listening = Some(receiver.clone());
+        }
+        Ok(receiver)
     }
 
     /// How the store was opened.
@@ -169,16 +230,18 @@ impl PostgresStore {
     }
 
     /// Changes the run's record by `rule` (a rule of [`fencing`] that
-    /// refuses a stale fence), in one transaction holding the run's row.
+    /// refuses a stale fence), in one transaction holding the run's row;
+    /// with `announce`, the change is notified in it.
     fn fenced_change(
         &self,
         run_id: &str,
+        announce: bool,
         rule: impl FnOnce(&RunRecord) -> Result<RunRecord, Fenced<()>> + Send + 'static,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
         let run_id = run_id.to_owned();
         self.with(move |inner| async move {
             inner
-                .change_run(&run_id, |record| {
+                .change_run(&run_id, announce, |record| {
                     let record = record.ok_or_else(|| no_run(&run_id))?;
                     Ok(match rule(&record) {
                         Ok(changed) => (Fenced::Applied(()), Some(changed)),
@@ -218,10 +281,12 @@ impl Inner {
 
     /// Replaces the run's record by what `rule` makes of it (or leaves it
     /// if `rule` answers no record), in one transaction holding the run's
-    /// row.
+    /// row; with `announce`, a [`StoreChange::Run`] is notified in that
+    /// transaction, so only if it commits.
     async fn change_run<T>(
         &self,
         run_id: &str,
+        announce: bool,
         rule: impl FnOnce(Option<RunRecord>) -> Result<(T, Option<RunRecord>), StoreError>,
     ) -> Result<T, StoreError> {
         let doing = format!("changing run `{run_id}`");
@@ -267,6 +332,14 @@ impl Inner {
             return Err(StoreError::new(format!(
                 "{doing} failed: the row moved while locked"
             )));
+        }
+        if announce {
+            let payload = notice(&StoreChange::Run {
+                run_id: run_id.to_owned(),
+            })?;
+            tx.execute("SELECT pg_notify('leasehold', $1)", &[&payload])
+                .await
+                .map_err(|e| failed(&doing, &e))?;
         }
         tx.commit().await.map_err(|e| failed(&doing, &e))?;
         Ok(value)
@@ -332,19 +405,27 @@ impl Inner {
     async fn create_run(&self, record: RunRecord) -> Result<(), StoreError> {
         let doing = format!("creating run `{}`", record.run_id);
         let params = RunParams::new(&record)?;
-        let created = self
+        let payload = notice(&StoreChange::Run {
+            run_id: record.run_id.clone(),
+        })?;
+        let mut values = params.values().to_vec();
+        values.push(&payload);
+        let created: i64 = self
             .client()
             .await?
-            .execute(
+            .query_one(
                 &format!(
-                    "INSERT INTO runs ({RUN_COLUMNS}) \
+                    "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-                     ON CONFLICT (run_id) DO NOTHING"
+                     ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
+                     notified AS (SELECT pg_notify('leasehold', $12) FROM created) \
+                     SELECT count(*) FROM notified"
                 ),
-                &params.values(),
+                &values,
             )
             .await
-            .map_err(|e| failed(&doing, &e))?;
+            .map_err(|e| failed(&doing, &e))?
+            .get(0);
         if created == 0 {
             return Err(StoreError::new(format!(
                 "run `{}` already exists",
@@ -366,8 +447,10 @@ impl Inner {
             .await?
             .query(
                 "WITH orphaned AS (UPDATE runs SET status = $2, reason = $3, updated_at_ms = $1 \
-                 WHERE status = $4 AND lease_expires_at_ms <= $1 RETURNING run_id) \
-                 SELECT run_id FROM orphaned ORDER BY run_id COLLATE \"C\"",
+                 WHERE status = $4 AND lease_expires_at_ms <= $1 RETURNING run_id), \
+                 notified AS (SELECT run_id, pg_notify('leasehold', \
+                 json_build_object('change', 'run', 'run_id', run_id)::text) FROM orphaned) \
+                 SELECT run_id FROM notified ORDER BY run_id COLLATE \"C\"",
                 &[&now, &orphaned, &fencing::ORPHANED, &running],
             )
             .await
@@ -406,7 +489,7 @@ impl Store for PostgresStore {
         let (run_id, owner_id) = (run_id.to_owned(), owner_id.to_owned());
         self.with(move |inner| async move {
             inner
-                .change_run(&run_id, |record| {
+                .change_run(&run_id, true, |record| {
                     Ok(match record {
                         None => (ClaimOutcome::NotFound, None),
                         Some(record) => match fencing::claim(&record, &owner_id, now_ms, ttl_ms) {
@@ -426,7 +509,8 @@ impl Store for PostgresStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.fenced_change(run_id, move |record| {
+        // A heartbeat only moves the lease's expiry: nothing to announce.
+        self.fenced_change(run_id, false, move |record| {
             fencing::renew(record, fence, now_ms, ttl_ms)
         })
     }
@@ -437,7 +521,7 @@ impl Store for PostgresStore {
         fence: u64,
         update: RunUpdate,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.fenced_change(run_id, move |record| {
+        self.fenced_change(run_id, true, move |record| {
             fencing::update(record, fence, &update)
         })
     }
@@ -510,15 +594,27 @@ impl Store for PostgresStore {
                 .iter()
                 .map(|event| to_json(event, &doing))
                 .collect::<Result<Vec<_>, _>>()?;
+            let payload = notice(&StoreChange::Events {
+                run_id: run_id.clone(),
+            })?;
+            // Notified by the statement that appends, from the same owner
+            // row: a stale append notifies nothing.
             let statement = format!(
                 "{OWNER}, written AS (INSERT INTO events (run_id, seq, event) \
                  SELECT owner.run_id, e.seq, e.event FROM owner, \
                  unnest($3::bigint[], $4::jsonb[]) AS e (seq, event) \
-                 ON CONFLICT (run_id, seq) DO NOTHING) \
-                 {OWNER_MATCHED}"
+                 ON CONFLICT (run_id, seq) DO NOTHING), \
+                 notified AS (SELECT pg_notify('leasehold', $5) FROM owner) \
+                 SELECT count(*) FROM notified"
             );
             inner
-                .fenced_write(&run_id, fence, &statement, &[&seqs, &values], &doing)
+                .fenced_write(
+                    &run_id,
+                    fence,
+                    &statement,
+                    &[&seqs, &values, &payload],
+                    &doing,
+                )
                 .await
         })
     }
@@ -644,5 +740,32 @@ impl Store for PostgresStore {
     fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         // Every write above committed before its call returned.
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn changes(&self) -> ChangeFeed {
+        // Subscribed before the listener starts: its first `Resync` comes
+        // after this subscription, so nothing is missed unannounced.
+        let feed = self.inner.changes.subscribe();
+        if let Err(error) = self.listen() {
+            tracing::warn!(%error, "the store's change feed cannot listen");
+        }
+        feed
+    }
+
+    fn send_command(
+        &self,
+        run_id: &str,
+        command: RunCommand,
+    ) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move { inner.send_command(&run_id, &command).await })
+    }
+
+    fn take_commands(
+        &self,
+        owner_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
+        let owner_id = owner_id.to_owned();
+        self.with(move |inner| async move { inner.take_commands(&owner_id).await })
     }
 }

@@ -37,8 +37,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot,
-    Store, StoreError, ToolCallRecord, fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, RunCommand, RunPage, RunQuery,
+    RunRecord, RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, ToolCallRecord,
+    fencing, listing,
 };
 use sled::{IVec, Tree};
 
@@ -46,6 +47,7 @@ use super::codec::{self, decode, encode};
 use super::commit::GroupCommit;
 use super::run_index::{IndexEntries, RunIndexes};
 use super::run_locks::RunLocks;
+use super::sled_commands;
 use super::{Durability, SledConfig};
 
 /// The [`Store`] port on a sled database. Cheap to clone; clones share the
@@ -76,6 +78,10 @@ struct Inner {
     snapshots: Tree,
     tool_calls: Tree,
     events: Tree,
+    commands: Tree,
+    /// Tells subscribers of writes that landed (in this process: sled
+    /// allows one process per database).
+    changes: ChangeHub,
     indexes: RunIndexes,
     /// The next key of `run_order`.
     next_order: AtomicU64,
@@ -126,6 +132,7 @@ impl SledStore {
         let snapshots = tree(codec::SNAPSHOTS)?;
         let tool_calls = tree(codec::TOOL_CALLS)?;
         let events = tree(codec::EVENTS)?;
+        let commands = tree(sled_commands::COMMANDS)?;
         let indexes = RunIndexes::open(
             tree(codec::RUNS_BY_STATUS)?,
             tree(codec::RUNS_BY_FLOW)?,
@@ -157,6 +164,8 @@ impl SledStore {
                 snapshots,
                 tool_calls,
                 events,
+                commands,
+                changes: ChangeHub::new(),
                 indexes,
                 next_order: AtomicU64::new(next_order),
                 locks: RunLocks::new(),
@@ -206,6 +215,28 @@ impl SledStore {
                     Durability::Async => inner.commit.mark_dirty(),
                     Durability::Exit => {}
                 }
+            }
+            Ok(value)
+        })
+    }
+
+    /// [`Self::settle`]s a write, then publishes what `change` makes of its
+    /// answer if it landed.
+    fn settle_publishing<T: Send + 'static>(
+        &self,
+        written: Result<(T, bool), StoreError>,
+        change: impl FnOnce(&T) -> Option<StoreChange>,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let change = match &written {
+            Ok((value, true)) => change(value),
+            _ => None,
+        };
+        let changes = self.inner.changes.clone();
+        let settled = self.settle(written);
+        Box::pin(async move {
+            let value = settled.await?;
+            if let Some(change) = change {
+                changes.publish(change);
             }
             Ok(value)
         })
@@ -509,7 +540,10 @@ impl Inner {
 
 impl Store for SledStore {
     fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.settle(self.inner.create_run(&record))
+        let run_id = record.run_id.clone();
+        self.settle_publishing(self.inner.create_run(&record), |()| {
+            Some(StoreChange::Run { run_id })
+        })
     }
 
     fn claim_run(
@@ -528,7 +562,11 @@ impl Store for SledStore {
                 },
             })
         });
-        self.settle(claimed)
+        self.settle_publishing(claimed, |_| {
+            Some(StoreChange::Run {
+                run_id: run_id.to_owned(),
+            })
+        })
     }
 
     fn renew_run(
@@ -561,7 +599,11 @@ impl Store for SledStore {
                 Err(stale) => (stale, None),
             })
         });
-        self.settle(updated)
+        self.settle_publishing(updated, |_| {
+            Some(StoreChange::Run {
+                run_id: run_id.to_owned(),
+            })
+        })
     }
 
     fn save_snapshot(
@@ -613,7 +655,11 @@ impl Store for SledStore {
                 let inner = &self.inner;
                 inner.fenced_put(&inner.events, run_id, fence, &entries, &doing)
             });
-        self.settle(appended)
+        self.settle_publishing(appended, |_| {
+            Some(StoreChange::Events {
+                run_id: run_id.to_owned(),
+            })
+        })
     }
 
     fn reconcile_orphans(
@@ -625,7 +671,13 @@ impl Store for SledStore {
             let reconciled = store
                 .scan(move |inner| inner.reconcile_orphans(now_ms))
                 .await;
-            store.settle(reconciled).await
+            let orphaned = store.settle(reconciled).await?;
+            for run_id in &orphaned {
+                store.inner.changes.publish(StoreChange::Run {
+                    run_id: run_id.clone(),
+                });
+            }
+            Ok(orphaned)
         })
     }
 
@@ -687,6 +739,49 @@ impl Store for SledStore {
     fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { inner.commit.durable().await })
+    }
+
+    fn changes(&self) -> ChangeFeed {
+        self.inner.changes.subscribe()
+    }
+
+    fn send_command(
+        &self,
+        run_id: &str,
+        command: RunCommand,
+    ) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let inner = &self.inner;
+        let sent = match inner.read_run(run_id) {
+            Ok(Some(_)) => sled_commands::send(&inner.db, &inner.commands, run_id, command),
+            Ok(None) => Err(no_run(run_id)),
+            Err(error) => Err(error),
+        };
+        let run_id = run_id.to_owned();
+        self.settle_publishing(sent.map(|id| (id, true)), |_| {
+            Some(StoreChange::Command { run_id })
+        })
+    }
+
+    fn take_commands(
+        &self,
+        owner_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
+        let owner_id = owner_id.to_owned();
+        let store = self.clone();
+        Box::pin(async move {
+            let taken = store
+                .scan(move |inner| {
+                    let taken = sled_commands::take(&inner.commands, |run_id| {
+                        Ok(inner.read_run(run_id)?.is_some_and(|(_, record)| {
+                            record.owner_id.as_deref() == Some(owner_id.as_str())
+                        }))
+                    })?;
+                    let wrote = !taken.is_empty();
+                    Ok((taken, wrote))
+                })
+                .await;
+            store.settle(taken).await
+        })
     }
 }
 

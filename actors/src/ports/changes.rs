@@ -1,0 +1,183 @@
+//! The store's change feed and a person's commands for a run held
+//! elsewhere.
+//!
+//! Every store tells its subscribers what changed, after the write that
+//! changed it landed ([`Store::changes`](super::Store::changes)): new events
+//! of a run, a run's record, a queued run, a command for a run. A change
+//! says *what* to read again, never the data itself: a subscriber reads the
+//! store after it hears of a change, so a change it misses costs it only a
+//! read. The feed is bounded ([`CHANGE_FEED_CAPACITY`]): a subscriber that
+//! falls behind is told ([`ChangeFeed::recv`] answers
+//! [`StoreChange::Lagged`]) and re-reads what it follows, as it does on
+//! [`StoreChange::Resync`] (a store that lost its source of changes for a
+//! while, such as a dropped `LISTEN` connection, says so).
+//!
+//! A write that was refused (a stale fence) or failed publishes nothing.
+//!
+//! [`RunCommand`]s let any executor answer a run another executor holds:
+//! the command is stored for the run ([`Store::send_command`]), its
+//! [`StoreChange::Command`] wakes the owner, and the owner takes the
+//! commands of the runs it holds ([`Store::take_commands`]), each once.
+//!
+//! [`Store::send_command`]: super::Store::send_command
+//! [`Store::take_commands`]: super::Store::take_commands
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::agent::ReconcileDecision;
+
+/// How many changes a subscriber may fall behind before it is told it
+/// lagged.
+pub const CHANGE_FEED_CAPACITY: usize = 1024;
+
+/// What changed in a store. A subscriber reads the store again to learn
+/// how.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum StoreChange {
+    /// Events were appended to a run's log.
+    Events {
+        /// The run.
+        run_id: String,
+    },
+    /// A run's record changed: created, claimed, its status, orphaned.
+    /// (A heartbeat, which only moves the lease's expiry, is not a change.)
+    Run {
+        /// The run.
+        run_id: String,
+    },
+    /// A run was queued for an executor to claim.
+    Queued,
+    /// A command was stored for a run.
+    Command {
+        /// The run.
+        run_id: String,
+    },
+    /// The store may have missed changes (its source of changes dropped
+    /// and came back): re-read everything followed.
+    Resync,
+    /// This subscriber fell behind and lost changes: re-read everything
+    /// followed.
+    Lagged {
+        /// How many changes were lost.
+        missed: u64,
+    },
+}
+
+impl StoreChange {
+    /// Whether a subscriber that follows `run_id` should read the store
+    /// again: a change of that run, or one that says changes were missed.
+    pub fn concerns(&self, run_id: &str) -> bool {
+        match self {
+            Self::Events { run_id: id }
+            | Self::Run { run_id: id }
+            | Self::Command { run_id: id } => id == run_id,
+            Self::Resync | Self::Lagged { .. } => true,
+            Self::Queued => false,
+        }
+    }
+
+    /// Whether changes may have been missed.
+    pub fn is_gap(&self) -> bool {
+        matches!(self, Self::Resync | Self::Lagged { .. })
+    }
+}
+
+/// The publishing side of a change feed: what a store holds.
+#[derive(Clone, Debug)]
+pub struct ChangeHub {
+    sender: broadcast::Sender<StoreChange>,
+}
+
+impl Default for ChangeHub {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChangeHub {
+    /// A hub with room for [`CHANGE_FEED_CAPACITY`] changes per subscriber.
+    pub fn new() -> Self {
+        Self {
+            sender: broadcast::channel(CHANGE_FEED_CAPACITY).0,
+        }
+    }
+
+    /// A new subscriber: it hears of every change published from now on.
+    pub fn subscribe(&self) -> ChangeFeed {
+        ChangeFeed {
+            receiver: self.sender.subscribe(),
+        }
+    }
+
+    /// Tells every subscriber; nobody listening is not an error.
+    pub fn publish(&self, change: StoreChange) {
+        let _ = self.sender.send(change);
+    }
+}
+
+/// One subscriber's view of a store's changes.
+#[derive(Debug)]
+pub struct ChangeFeed {
+    receiver: broadcast::Receiver<StoreChange>,
+}
+
+impl ChangeFeed {
+    /// The next change, [`StoreChange::Lagged`] if this subscriber fell
+    /// behind, or `None` once the store is gone.
+    pub async fn recv(&mut self) -> Option<StoreChange> {
+        match self.receiver.recv().await {
+            Ok(change) => Some(change),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                Some(StoreChange::Lagged { missed })
+            }
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// Waits for a change that concerns `run_id`
+    /// ([`StoreChange::concerns`]); `None` once the store is gone.
+    pub async fn changed(&mut self, run_id: &str) -> Option<StoreChange> {
+        loop {
+            let change = self.recv().await?;
+            if change.concerns(run_id) {
+                return Some(change);
+            }
+        }
+    }
+}
+
+/// A person's control of a run, stored for the executor that holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum RunCommand {
+    /// Resume the paused run, with guidance.
+    Resume {
+        /// What the person said.
+        guidance: Option<String>,
+    },
+    /// Cancel the run.
+    Cancel {
+        /// Why.
+        reason: String,
+    },
+    /// Decide on a tool call of unknown outcome.
+    Reconcile {
+        /// The call's idempotency key.
+        key: String,
+        /// What to do.
+        decision: ReconcileDecision,
+    },
+}
+
+/// A command as a store keeps it until its run's owner takes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredCommand {
+    /// Its id: commands are taken in id order.
+    pub id: u64,
+    /// The run.
+    pub run_id: String,
+    /// The command.
+    pub command: RunCommand,
+}
