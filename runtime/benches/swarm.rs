@@ -37,10 +37,10 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, SledConfig, SledStore};
 use leasehold::{
-    BoxFuture, ChatRole, ClaimOutcome, Engine, EngineConfig, Event, EventKind, EventSink, Evidence,
-    Fenced, Flow, LeaseKind, MemoryStore, ModelClient, ModelError, ModelReply, ModelRequest,
-    RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError,
-    ToolCallRecord,
+    BoxFuture, ChangeFeed, ChatRole, ClaimOutcome, Engine, EngineConfig, Event, EventKind,
+    EventSink, Evidence, Fenced, Flow, LeaseKind, MemoryStore, ModelClient, ModelError, ModelReply,
+    ModelRequest, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
+    StoreError, StoredCommand, ToolCallRecord,
 };
 use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
@@ -583,6 +583,15 @@ impl Store for Recording {
     }
     fn flush(&self) -> Answer<()> {
         self.inner.flush()
+    }
+    fn changes(&self) -> ChangeFeed {
+        self.inner.changes()
+    }
+    fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
+        self.inner.send_command(run_id, command)
+    }
+    fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
+        self.inner.take_commands(owner_id)
     }
 }
 
