@@ -221,6 +221,27 @@ impl Store for MemoryStore {
         }))
     }
 
+    fn claim_queued(
+        &self,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        let mut tables = self.lock();
+        // By id, ascending: oldest first.
+        let claimed: Vec<RunRecord> = tables
+            .runs
+            .values()
+            .filter_map(|record| fencing::claim_queued(record, owner_id, now_ms, ttl_ms))
+            .take(max)
+            .collect();
+        for record in &claimed {
+            tables.runs.insert(record.run_id.clone(), record.clone());
+        }
+        ready(Ok(claimed))
+    }
+
     fn reconcile_orphans(
         &self,
         now_ms: u64,

@@ -634,6 +634,15 @@ impl Store for CountingStore {
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
         self.inner.append_events(run_id, events, fence)
     }
+    fn claim_queued(
+        &self,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        self.inner.claim_queued(owner_id, now_ms, ttl_ms, max)
+    }
     fn reconcile_orphans(
         &self,
         now_ms: u64,

@@ -28,7 +28,7 @@ impl Engine {
         heartbeat_timing(self.config.run_lease_ttl).0
     }
 
-    fn ttl_ms(&self) -> u64 {
+    pub(super) fn ttl_ms(&self) -> u64 {
         heartbeat_timing(self.config.run_lease_ttl).1
     }
 

@@ -25,6 +25,9 @@ use crate::event::Event;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Posted, waiting in the queue: no executor owns it yet. The first
+    /// executor with room claims it ([`Store::claim_queued`]) and starts it.
+    Queued,
     /// Stepping.
     Running,
     /// Paused by an `ESCALATE` until a person resumes or cancels it.
@@ -300,6 +303,19 @@ pub trait Store: Send + Sync + 'static {
     ) -> Answer<Fenced<()>>;
     /// Appends events to the run's log, if `fence` is the run's.
     fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>>;
+    /// Claims up to `max` queued runs for `owner_id`, oldest first (run id
+    /// ascending: the ids the engine makes sort in creation order), each
+    /// by [`fencing::claim_queued`]: `running`, owned by `owner_id`, its
+    /// fence raised, its lease expiring at `now_ms + ttl_ms`. Executors
+    /// claiming at once never claim the same run: each queued run is
+    /// claimed exactly once.
+    fn claim_queued(
+        &self,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> Answer<Vec<RunRecord>>;
     /// Marks every `running` run whose lease expired at `now_ms` as
     /// `orphaned` with the reason `run orphaned: executor lease expired`;
     /// returns their ids.
@@ -425,11 +441,26 @@ pub mod fencing {
         claimed.fence = record.fence.saturating_add(1);
         claimed.lease_expires_at_ms = now_ms.saturating_add(ttl_ms);
         claimed.updated_at_ms = now_ms;
-        if claimed.status == RunStatus::Orphaned {
+        if matches!(claimed.status, RunStatus::Orphaned | RunStatus::Queued) {
             claimed.status = RunStatus::Running;
             claimed.reason = None;
         }
         Ok(claimed)
+    }
+
+    /// The record of a queued run once `owner_id` claims it from the queue
+    /// at `now_ms`: `running`, owned, its fence raised, its lease one
+    /// `ttl_ms` long; `None` if the run is not queued (any more).
+    pub fn claim_queued(
+        record: &RunRecord,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Option<RunRecord> {
+        if record.status != RunStatus::Queued {
+            return None;
+        }
+        claim(record, owner_id, now_ms, ttl_ms).ok()
     }
 
     /// Whether a write with `fence` may land on `record`.

@@ -10,6 +10,8 @@
 //! While it serves, the executor sweeps for orphans every third of the
 //! run-lease TTL ([`crate::executor::sweep`]); with resume on boot it claims
 //! and resumes them, and the API controls them like the runs it started.
+//! It also claims queued runs while it has room
+//! ([`crate::executor::claim_queued`], every `executor.claim_interval`).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -117,6 +119,7 @@ pub(super) fn options(config: &Config) -> ServerOptions {
         allowed_origins: config.server_allowed_origins.value.clone(),
         tools: config.tools.clone(),
         allow_flow_tools: config.server_allow_flow_tools.value,
+        claim_interval: config.executor_claim_interval.value,
         ..ServerOptions::default()
     }
 }

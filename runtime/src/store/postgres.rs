@@ -375,6 +375,43 @@ impl Inner {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
+    async fn claim_queued(
+        &self,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let doing = "claiming queued runs";
+        let now = to_i64(now_ms, &"the claim time")?;
+        let expires = to_i64(now_ms.saturating_add(ttl_ms), &"the claimed lease's expiry")?;
+        let max = to_i64(u64::try_from(max).unwrap_or(u64::MAX), &"the claim's limit")?;
+        let queued = status_name(RunStatus::Queued)?;
+        let running = status_name(RunStatus::Running)?;
+        // The change is `fencing::claim_queued`'s, in one statement: each
+        // claimer locks the oldest queued rows no other claimer holds, so
+        // claimers at once take disjoint runs, and a run claimed meanwhile
+        // is no longer queued when its lock is granted.
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
+                     fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
+                     updated_at_ms = $4 \
+                     WHERE run_id IN (SELECT run_id FROM runs WHERE status = $5 \
+                     ORDER BY run_id COLLATE \"C\" LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                     RETURNING {RUN_COLUMNS}) \
+                     SELECT {RUN_COLUMNS} FROM claimed ORDER BY run_id COLLATE \"C\""
+                ),
+                &[&running, &owner_id, &expires, &now, &queued, &max],
+            )
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        rows.iter().map(run_from_row).collect()
+    }
+
     async fn load_runs(
         &self,
         tail: &str,
@@ -520,6 +557,19 @@ impl Store for PostgresStore {
             inner
                 .fenced_write(&run_id, fence, &statement, &[&seqs, &values], &doing)
                 .await
+        })
+    }
+
+    fn claim_queued(
+        &self,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        let owner_id = owner_id.to_owned();
+        self.with(move |inner| async move {
+            inner.claim_queued(&owner_id, now_ms, ttl_ms, max).await
         })
     }
 

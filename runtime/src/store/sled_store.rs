@@ -37,8 +37,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot,
-    Store, StoreError, ToolCallRecord, fencing, listing,
+    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
+    Snapshot, Store, StoreError, ToolCallRecord, fencing, listing,
 };
 use sled::{IVec, Tree};
 
@@ -445,6 +445,33 @@ impl Inner {
         Ok((orphaned, wrote))
     }
 
+    /// Claims up to `max` queued runs, oldest first: walks the status
+    /// index's queued runs up and claims each under its lock, where
+    /// [`fencing::claim_queued`] skips one claimed meanwhile (or an index
+    /// entry left over by a crash).
+    fn claim_queued(
+        &self,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> Result<(Vec<RunRecord>, bool), StoreError> {
+        let mut claimed = Vec::new();
+        for run_id in self.indexes.ids_in(RunStatus::Queued)? {
+            if claimed.len() >= max {
+                break;
+            }
+            let (record, _) = self.change_run(&run_id?, |record| {
+                let record =
+                    record.and_then(|r| fencing::claim_queued(&r, owner_id, now_ms, ttl_ms));
+                Ok((record.clone(), record))
+            })?;
+            claimed.extend(record);
+        }
+        let wrote = !claimed.is_empty();
+        Ok((claimed, wrote))
+    }
+
     fn list_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let doing = "listing runs";
         let mut runs = Vec::new();
@@ -614,6 +641,23 @@ impl Store for SledStore {
                 inner.fenced_put(&inner.events, run_id, fence, &entries, &doing)
             });
         self.settle(appended)
+    }
+
+    fn claim_queued(
+        &self,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        let store = self.clone();
+        let owner_id = owner_id.to_owned();
+        Box::pin(async move {
+            let claimed = store
+                .scan(move |inner| inner.claim_queued(&owner_id, now_ms, ttl_ms, max))
+                .await;
+            store.settle(claimed).await
+        })
     }
 
     fn reconcile_orphans(
