@@ -14,7 +14,7 @@ use std::time::Duration;
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::{
     ClaimOutcome, MemoryStore, PauseRecord, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot,
-    Store, ToolCallState, listing,
+    Store, ToolCallState, fencing, listing,
 };
 
 #[path = "support/postgres.rs"]
@@ -74,6 +74,17 @@ impl Fixture {
                 _cluster: cluster,
                 url,
             },
+        }
+    }
+
+    /// Another handle on the same data, as another executor would have
+    /// one: a new pool on PostgreSQL; on sled, which one process opens at
+    /// a time, the same store.
+    async fn another_handle(&self) -> Arc<dyn Store> {
+        match &self.reopen {
+            Reopen::Memory(store) => Arc::new(store.clone()),
+            Reopen::Sled(_) => Arc::clone(&self.store),
+            Reopen::Postgres { url, .. } => Arc::new(open_postgres(url).await),
         }
     }
 
@@ -144,9 +155,11 @@ conformance! {
         tool_calls_keep_one_record_per_idempotency_key,
         the_store_answers_a_scripted_sequence_as_the_memory_store_does,
         pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,
+        queued_runs_are_claimed_oldest_first_at_most_max,
     ],
     fixture: [
         a_terminal_write_and_everything_before_it_survive_a_reopen,
+        claimers_racing_claim_each_queued_run_exactly_once,
     ],
 }
 
@@ -843,4 +856,139 @@ async fn pages_list_what_the_listing_rule_selects_newest_first_by_byte_order(
             "{query:?}"
         );
     }
+}
+
+fn queued(run_id: &str) -> RunRecord {
+    run_record(run_id, None, 0, 0, RunStatus::Queued)
+}
+
+async fn queued_ids(store: &dyn Store) -> Vec<String> {
+    let mut query = RunQuery::first(1_000);
+    query.status = Some(RunStatus::Queued);
+    store
+        .list_runs_page(&query)
+        .await
+        .unwrap()
+        .runs
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect()
+}
+
+async fn queued_runs_are_claimed_oldest_first_at_most_max(store: Arc<dyn Store>) {
+    // Created out of id order: the oldest is the smallest id.
+    for run_id in ["q2", "q0", "q3", "q1"] {
+        store.create_run(queued(run_id)).await.unwrap();
+    }
+    for (run_id, status) in [
+        ("a-running", RunStatus::Running),
+        ("a-orphaned", RunStatus::Orphaned),
+        ("a-waiting", RunStatus::WaitingHuman),
+        ("a-completed", RunStatus::Completed),
+    ] {
+        store
+            .create_run(run_record(run_id, None, 1, 0, status))
+            .await
+            .unwrap();
+    }
+    assert!(
+        store
+            .claim_queued("exec-a", 2_000, TTL, 0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "max 0 claims nothing"
+    );
+    let before = store.load_run("q0").await.unwrap().unwrap();
+    let first = store.claim_queued("exec-a", 2_000, TTL, 2).await.unwrap();
+    let ids: Vec<&str> = first.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["q0", "q1"]);
+    // The record every store makes is the rule's.
+    assert_eq!(
+        Some(first[0].clone()),
+        fencing::claim_queued(&before, "exec-a", 2_000, TTL)
+    );
+    for record in &first {
+        assert_eq!(record.status, RunStatus::Running);
+        assert_eq!(record.owner_id.as_deref(), Some("exec-a"));
+        assert_eq!(record.fence, 1);
+        assert_eq!(record.lease_expires_at_ms, 2_000 + TTL);
+        assert_eq!(
+            store.load_run(&record.run_id).await.unwrap().as_ref(),
+            Some(record)
+        );
+    }
+    assert_eq!(queued_ids(store.as_ref()).await, ["q3", "q2"]);
+    // A queued run claimed by id runs too.
+    match store.claim_run("q2", "exec-b", 2_000, TTL).await.unwrap() {
+        ClaimOutcome::Claimed(record) => assert_eq!(record.status, RunStatus::Running),
+        other => panic!("unexpected {other:?}"),
+    }
+    let rest = store.claim_queued("exec-b", 3_000, TTL, 10).await.unwrap();
+    let ids: Vec<&str> = rest.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["q3"], "only queued runs are claimed");
+    assert!(
+        store
+            .claim_queued("exec-b", 3_000, TTL, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(queued_ids(store.as_ref()).await.is_empty());
+    for (run_id, status) in [
+        ("a-running", RunStatus::Running),
+        ("a-orphaned", RunStatus::Orphaned),
+        ("a-waiting", RunStatus::WaitingHuman),
+        ("a-completed", RunStatus::Completed),
+    ] {
+        let record = store.load_run(run_id).await.unwrap().unwrap();
+        assert_eq!((record.status, record.fence), (status, 1), "{run_id}");
+    }
+}
+
+async fn claimers_racing_claim_each_queued_run_exactly_once(fixture: Fixture) {
+    const RUNS: usize = 50;
+    const CLAIMERS: usize = 5;
+    for n in 0..RUNS {
+        fixture
+            .store
+            .create_run(queued(&format!("q{n:03}")))
+            .await
+            .unwrap();
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(CLAIMERS));
+    let mut claimers = Vec::new();
+    for i in 0..CLAIMERS {
+        let (store, start) = (fixture.another_handle().await, Arc::clone(&start));
+        claimers.push(tokio::spawn(async move {
+            let owner = format!("exec-{i}");
+            start.wait().await;
+            let mut mine = Vec::new();
+            loop {
+                let claimed = store.claim_queued(&owner, 1_000, TTL, 3).await.unwrap();
+                if claimed.is_empty() {
+                    return mine;
+                }
+                assert!(claimed.len() <= 3);
+                mine.extend(claimed);
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let mut owners = std::collections::BTreeMap::new();
+    for (i, claimer) in claimers.into_iter().enumerate() {
+        for record in claimer.await.unwrap() {
+            assert_eq!(record.owner_id, Some(format!("exec-{i}")));
+            assert_eq!((record.status, record.fence), (RunStatus::Running, 1));
+            let earlier = owners.insert(record.run_id.clone(), i);
+            assert_eq!(earlier, None, "{} claimed twice", record.run_id);
+        }
+    }
+    assert_eq!(owners.len(), RUNS, "every queued run is claimed");
+    for (run_id, i) in &owners {
+        let stored = fixture.store.load_run(run_id).await.unwrap().unwrap();
+        assert_eq!(stored.owner_id, Some(format!("exec-{i}")), "{run_id}");
+        assert_eq!(stored.status, RunStatus::Running);
+    }
+    assert!(queued_ids(fixture.store.as_ref()).await.is_empty());
 }
