@@ -395,7 +395,7 @@ pub(super) const KEYS: [Key; 48] = [
         "server.max_live_runs",
         "64",
         ValueKind::Count,
-        "runs this executor runs at once; past it starting or resuming one is a 429",
+        "runs this executor runs at once; past it a posted run waits queued, and resuming one is a 429",
     ),
     key(
         "LEASEHOLD_SERVER_SHUTDOWN_GRACE",
