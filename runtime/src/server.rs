@@ -40,7 +40,7 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use leasehold_actors::{Engine, EngineError, EventStream, RunHandle, ToolServer};
+use leasehold_actors::{Engine, EngineError, EventStream, RunHandle, RunStatus, ToolServer};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -99,6 +99,10 @@ pub struct ServerOptions {
     /// How often the executor claims queued runs while it has room
     /// (`executor.claim_interval`), besides when one of its runs ends.
     pub claim_interval: Duration,
+    /// Whether the executor also claims and resumes orphaned runs as it
+    /// claims queued runs, within the same room, orphans first
+    /// (`resume_on_boot`).
+    pub resume_orphans: bool,
 }
 
 impl Default for ServerOptions {
@@ -114,6 +118,7 @@ impl Default for ServerOptions {
             tools: Vec::new(),
             allow_flow_tools: false,
             claim_interval: crate::executor::DEFAULT_CLAIM_INTERVAL,
+            resume_orphans: false,
         }
     }
 }
@@ -271,22 +276,55 @@ impl App {
         max.saturating_sub(self.live_runs())
     }
 
-    /// Claims as many queued runs, oldest first, as this executor has room
-    /// for, starts and adopts them; answers whether it filled the room (so
-    /// more may be waiting).
+    /// Claims as many runs as this executor has room for — orphans first
+    /// if it resumes them ([`ServerOptions::resume_orphans`]), then queued
+    /// runs, oldest first — starts and adopts them; answers whether it
+    /// filled the room (so more may be waiting).
     pub async fn claim_queued(self: &Arc<Self>) -> Result<bool, EngineError> {
         let _admitted = self.admission.lock().await;
         let room = self.room();
         if room == 0 {
             return Ok(false);
         }
-        let started = self.engine.claim_queued(room).await?;
+        let mut started = Vec::new();
+        if self.options.resume_orphans {
+            started = self.engine.resume_orphans_up_to(room).await?;
+        }
+        let left = room.saturating_sub(started.len());
+        started.extend(self.engine.claim_queued(left).await?);
         let filled = started.len() >= room;
         for handle in started {
             tracing::info!(run_id = handle.run_id(), "queued run claimed");
             self.adopt(handle);
         }
         Ok(filled)
+    }
+
+    /// Records a run of `flow` queued and, if this executor has room,
+    /// claims and starts it; answers its id and its status as far as this
+    /// executor knows. Both under the admission, so this executor's
+    /// claimer cannot claim the run between the two.
+    pub(crate) async fn queue_and_start(
+        self: &Arc<Self>,
+        flow: leasehold_actors::Flow,
+    ) -> Result<(String, RunStatus), EngineError> {
+        let _admitted = self.admission.lock().await;
+        let run_id = self.engine.queue(flow).await?.run_id;
+        if self.room() == 0 {
+            // It waits for an executor with room, this one included.
+            return Ok((run_id, RunStatus::Queued));
+        }
+        let status = match self.engine.start_queued(&run_id).await {
+            Ok(handle) => {
+                self.adopt(handle);
+                RunStatus::Running
+            }
+            // Another executor claimed it first.
+            Err(EngineError::Held { .. }) => RunStatus::Running,
+            Err(EngineError::Finished { status, .. }) => status,
+            Err(error) => return Err(error),
+        };
+        Ok((run_id, status))
     }
 
     /// Runs `work` (a claim that starts runs here) if this executor has

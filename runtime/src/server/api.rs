@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use leasehold_actors::{
-    EngineError, Event, Flow, PauseRecord, ReconcileDecision, RunHandle, RunRecord, RunStatus, ToolCallRecord,
+    Event, Flow, PauseRecord, ReconcileDecision, RunHandle, RunRecord, RunStatus, ToolCallRecord,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -165,7 +165,7 @@ pub(super) async fn create_run(
     // Queued and started in a task of its own: a client that goes away
     // mid-request must not cancel a run half-recorded.
     let queuing = Arc::clone(&app);
-    let (run_id, status) = tokio::spawn(async move { queue_and_start(&queuing, flow).await })
+    let (run_id, status) = tokio::spawn(async move { queuing.queue_and_start(flow).await })
         .await
         .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))??;
     tracing::info!(%run_id, ?status, "run posted over the API");
@@ -176,23 +176,7 @@ pub(super) async fn create_run(
     ))
 }
 
-/// Records a run of `flow` queued and, if this executor has room, claims
-/// and starts it; answers its id and its status as far as this executor
-/// knows.
-async fn queue_and_start(app: &Arc<App>, flow: Flow) -> Result<(String, RunStatus), ApiError> {
-    let engine = Arc::clone(&app.engine);
-    let run_id = engine.queue(flow).await?.run_id;
-    let status = match app.admit(|| engine.start_queued(&run_id)).await {
-        // It waits for an executor with room, this one included.
-        None => RunStatus::Queued,
-        Some(Ok(_)) => RunStatus::Running,
-        // Another executor claimed it first.
-        Some(Err(EngineError::Held { .. })) => RunStatus::Running,
-        Some(Err(EngineError::Finished { status, .. })) => status,
-        Some(Err(error)) => return Err(error.into()),
-    };
-    Ok((run_id, status))
-}
+
 
 /// How a posted flow is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
