@@ -253,7 +253,8 @@ async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_th
         .count();
     assert_eq!(queued, RUNS - 2 * LIMIT);
     assert!(
-        full.values().all(|r| r.status != RunStatus::Queued || r.owner_id.is_none()),
+        full.values()
+            .all(|r| r.status != RunStatus::Queued || r.owner_id.is_none()),
         "a queued run is unowned"
     );
     let health: Value = http
@@ -264,7 +265,10 @@ async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_th
         .json()
         .await
         .expect("JSON");
-    let owner_a = health["owner_id"].as_str().expect("A's identity").to_owned();
+    let owner_a = health["owner_id"]
+        .as_str()
+        .expect("A's identity")
+        .to_owned();
     assert!(by_owner.contains_key(&owner_a), "A runs some: {by_owner:?}");
     let owner_b = by_owner
         .keys()

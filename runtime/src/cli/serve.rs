@@ -73,12 +73,7 @@ pub(super) async fn serve(
     // too. The sweep only marks them: with resume on boot, the server's
     // claimer resumes them within its room of live runs, with queued runs.
     let sweeping = CancellationToken::new();
-    let sweep = crate::executor::sweep(
-        Arc::clone(app.engine()),
-        false,
-        sweeping.clone(),
-        |_| {},
-    );
+    let sweep = crate::executor::sweep(Arc::clone(app.engine()), false, sweeping.clone(), |_| {});
     let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
     let served = serving.await;

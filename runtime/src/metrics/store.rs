@@ -108,8 +108,16 @@ impl Store for MeteredStore {
         self.timed("append_events", |s| s.append_events(run_id, events, fence))
     }
 
-    fn claim_queued(&self, owner: &str, now_ms: u64, ttl_ms: u64, max: usize) -> Answer<Vec<RunRecord>> {
-        self.timed("claim_queued", |s| s.claim_queued(owner, now_ms, ttl_ms, max))
+    fn claim_queued(
+        &self,
+        owner: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+        max: usize,
+    ) -> Answer<Vec<RunRecord>> {
+        self.timed("claim_queued", |s| {
+            s.claim_queued(owner, now_ms, ttl_ms, max)
+        })
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>> {

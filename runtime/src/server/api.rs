@@ -176,8 +176,6 @@ pub(super) async fn create_run(
     ))
 }
 
-
-
 /// How a posted flow is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Format {

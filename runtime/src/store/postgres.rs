@@ -568,9 +568,9 @@ impl Store for PostgresStore {
         max: usize,
     ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
         let owner_id = owner_id.to_owned();
-        self.with(move |inner| async move {
-            inner.claim_queued(&owner_id, now_ms, ttl_ms, max).await
-        })
+        self.with(
+            move |inner| async move { inner.claim_queued(&owner_id, now_ms, ttl_ms, max).await },
+        )
     }
 
     fn reconcile_orphans(
