@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    BoxFuture, ClaimOutcome, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store,
-    StoreError, ToolCallRecord, fencing, listing,
+    BoxFuture, ClaimOutcome, Fenced, QueueClaim, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot,
+    Store, StoreError, ToolCallRecord, fencing, listing,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -74,6 +74,27 @@ impl MemoryStore {
     /// How many snapshot writes landed.
     pub fn writes(&self) -> u64 {
         self.lock().snapshot_writes
+    }
+
+    /// Replaces, under one hold of the lock, the records `rule` changes,
+    /// walking the runs by id and stopping after `max` changes; returns the
+    /// changed records.
+    fn change_each(
+        &self,
+        max: usize,
+        mut rule: impl FnMut(&RunRecord) -> Option<RunRecord>,
+    ) -> Vec<RunRecord> {
+        let mut tables = self.lock();
+        let changed: Vec<RunRecord> = tables
+            .runs
+            .values()
+            .filter_map(&mut rule)
+            .take(max)
+            .collect();
+        for record in &changed {
+            tables.runs.insert(record.run_id.clone(), record.clone());
+        }
+        changed
     }
 
     /// Runs `f` on the run's record under the lock, if `fence` is current.
@@ -223,22 +244,10 @@ impl Store for MemoryStore {
 
     fn claim_queued(
         &self,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
+        claim: QueueClaim,
     ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        let mut tables = self.lock();
         // By id, ascending: oldest first.
-        let claimed: Vec<RunRecord> = tables
-            .runs
-            .values()
-            .filter_map(|record| fencing::claim_queued(record, owner_id, now_ms, ttl_ms))
-            .take(max)
-            .collect();
-        for record in &claimed {
-            tables.runs.insert(record.run_id.clone(), record.clone());
-        }
+        let claimed = self.change_each(claim.max, |record| fencing::claim_queued(record, &claim));
         ready(Ok(claimed))
     }
 
@@ -246,17 +255,8 @@ impl Store for MemoryStore {
         &self,
         now_ms: u64,
     ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
-        let mut tables = self.lock();
-        let orphaned: Vec<RunRecord> = tables
-            .runs
-            .values()
-            .filter_map(|record| fencing::orphan(record, now_ms))
-            .collect();
-        let ids = orphaned.iter().map(|r| r.run_id.clone()).collect();
-        for record in orphaned {
-            tables.runs.insert(record.run_id.clone(), record);
-        }
-        ready(Ok(ids))
+        let orphaned = self.change_each(usize::MAX, |record| fencing::orphan(record, now_ms));
+        ready(Ok(orphaned.into_iter().map(|r| r.run_id).collect()))
     }
 
     fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {

@@ -16,8 +16,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use leasehold::{
-    ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunPage, RunQuery, RunRecord,
-    RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolServer,
+    ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, QueueClaim, RunPage, RunQuery,
+    RunRecord, RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolServer,
     server::{self, App, ServerLimits, ServerOptions},
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,
@@ -657,12 +657,9 @@ impl Store for CountingStore {
     }
     fn claim_queued(
         &self,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
+        claim: QueueClaim,
     ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        self.inner.claim_queued(owner_id, now_ms, ttl_ms, max)
+        self.inner.claim_queued(claim)
     }
     fn reconcile_orphans(
         &self,

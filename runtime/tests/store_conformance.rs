@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::{
-    ClaimOutcome, MemoryStore, PauseRecord, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot,
-    Store, ToolCallState, fencing, listing,
+    ClaimOutcome, MemoryStore, PauseRecord, QueueClaim, RunQuery, RunRecord, RunStatus, RunUpdate,
+    Snapshot, Store, ToolCallState, fencing, listing,
 };
 
 #[path = "support/postgres.rs"]
@@ -858,6 +858,16 @@ async fn pages_list_what_the_listing_rule_selects_newest_first_by_byte_order(
     }
 }
 
+/// A claim of at most `max` queued runs by `owner_id` at `now_ms`.
+fn claim(owner_id: &str, now_ms: u64, max: usize) -> QueueClaim {
+    QueueClaim {
+        owner_id: owner_id.to_owned(),
+        now_ms,
+        ttl_ms: TTL,
+        max,
+    }
+}
+
 fn queued(run_id: &str) -> RunRecord {
     run_record(run_id, None, 0, 0, RunStatus::Queued)
 }
@@ -893,20 +903,20 @@ async fn queued_runs_are_claimed_oldest_first_at_most_max(store: Arc<dyn Store>)
     }
     assert!(
         store
-            .claim_queued("exec-a", 2_000, TTL, 0)
+            .claim_queued(claim("exec-a", 2_000, 0))
             .await
             .unwrap()
             .is_empty(),
         "max 0 claims nothing"
     );
     let before = store.load_run("q0").await.unwrap().unwrap();
-    let first = store.claim_queued("exec-a", 2_000, TTL, 2).await.unwrap();
+    let first = store.claim_queued(claim("exec-a", 2_000, 2)).await.unwrap();
     let ids: Vec<&str> = first.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(ids, ["q0", "q1"]);
     // The record every store makes is the rule's.
     assert_eq!(
         Some(first[0].clone()),
-        fencing::claim_queued(&before, "exec-a", 2_000, TTL)
+        fencing::claim_queued(&before, &claim("exec-a", 2_000, 2))
     );
     for record in &first {
         assert_eq!(record.status, RunStatus::Running);
@@ -924,12 +934,15 @@ async fn queued_runs_are_claimed_oldest_first_at_most_max(store: Arc<dyn Store>)
         ClaimOutcome::Claimed(record) => assert_eq!(record.status, RunStatus::Running),
         other => panic!("unexpected {other:?}"),
     }
-    let rest = store.claim_queued("exec-b", 3_000, TTL, 10).await.unwrap();
+    let rest = store
+        .claim_queued(claim("exec-b", 3_000, 10))
+        .await
+        .unwrap();
     let ids: Vec<&str> = rest.iter().map(|r| r.run_id.as_str()).collect();
     assert_eq!(ids, ["q3"], "only queued runs are claimed");
     assert!(
         store
-            .claim_queued("exec-b", 3_000, TTL, 10)
+            .claim_queued(claim("exec-b", 3_000, 10))
             .await
             .unwrap()
             .is_empty()
@@ -965,7 +978,7 @@ async fn claimers_racing_claim_each_queued_run_exactly_once(fixture: Fixture) {
             start.wait().await;
             let mut mine = Vec::new();
             loop {
-                let claimed = store.claim_queued(&owner, 1_000, TTL, 3).await.unwrap();
+                let claimed = store.claim_queued(claim(&owner, 1_000, 3)).await.unwrap();
                 if claimed.is_empty() {
                     return mine;
                 }

@@ -11,7 +11,7 @@
 //! the caller's to say.
 
 use crate::flow::Flow;
-use crate::ports::{RunRecord, RunStatus, RunUpdate};
+use crate::ports::{QueueClaim, RunRecord, RunStatus, RunUpdate};
 use crate::run::RunHandle;
 
 use super::{Engine, EngineError};
@@ -48,11 +48,13 @@ impl Engine {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let now = self.clock.now_unix_ms();
-        let claimed = self
-            .store
-            .claim_queued(&self.owner_id, now, self.ttl_ms(), max)
-            .await?;
+        let claim = QueueClaim {
+            owner_id: self.owner_id.clone(),
+            now_ms: self.clock.now_unix_ms(),
+            ttl_ms: self.ttl_ms(),
+            max,
+        };
+        let claimed = self.store.claim_queued(claim).await?;
         let mut started = Vec::with_capacity(claimed.len());
         for record in claimed {
             let (run_id, fence) = (record.run_id.clone(), record.fence);

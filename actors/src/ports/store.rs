@@ -211,6 +211,19 @@ pub enum ClaimOutcome {
     NotFound,
 }
 
+/// A claim of queued runs by one executor ([`Store::claim_queued`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueClaim {
+    /// The claiming executor.
+    pub owner_id: String,
+    /// When it claims (Unix ms).
+    pub now_ms: u64,
+    /// How long the lease of each run it claims lasts (ms).
+    pub ttl_ms: u64,
+    /// At most this many runs.
+    pub max: usize,
+}
+
 /// A store that failed (I/O, corruption, a locked database).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("store failed: {message}")]
@@ -303,19 +316,13 @@ pub trait Store: Send + Sync + 'static {
     ) -> Answer<Fenced<()>>;
     /// Appends events to the run's log, if `fence` is the run's.
     fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>>;
-    /// Claims up to `max` queued runs for `owner_id`, oldest first (run id
-    /// ascending: the ids the engine makes sort in creation order), each
-    /// by [`fencing::claim_queued`]: `running`, owned by `owner_id`, its
-    /// fence raised, its lease expiring at `now_ms + ttl_ms`. Executors
-    /// claiming at once never claim the same run: each queued run is
-    /// claimed exactly once.
-    fn claim_queued(
-        &self,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
-    ) -> Answer<Vec<RunRecord>>;
+    /// Claims up to `claim.max` queued runs for `claim.owner_id`, oldest
+    /// first (run id ascending: the ids the engine makes sort in creation
+    /// order), each by [`fencing::claim_queued`]: `running`, owned by the
+    /// claimer, its fence raised, its lease expiring at `now_ms + ttl_ms`.
+    /// Executors claiming at once never claim the same run: each queued run
+    /// is claimed exactly once.
+    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>>;
     /// Marks every `running` run whose lease expired at `now_ms` as
     /// `orphaned` with the reason `run orphaned: executor lease expired`;
     /// returns their ids.
@@ -408,7 +415,7 @@ pub mod listing {
 /// The ownership rules every store applies, as pure functions on a
 /// [`RunRecord`].
 pub mod fencing {
-    use super::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate};
+    use super::{ClaimOutcome, Fenced, QueueClaim, RunRecord, RunStatus, RunUpdate};
 
     /// The message an orphaned run carries.
     pub const ORPHANED: &str = "run orphaned: executor lease expired";
@@ -448,19 +455,15 @@ pub mod fencing {
         Ok(claimed)
     }
 
-    /// The record of a queued run once `owner_id` claims it from the queue
-    /// at `now_ms`: `running`, owned, its fence raised, its lease one
-    /// `ttl_ms` long; `None` if the run is not queued (any more).
-    pub fn claim_queued(
-        record: &RunRecord,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Option<RunRecord> {
+    /// The record of a queued run once `claim.owner_id` claims it from the
+    /// queue at `claim.now_ms`: `running`, owned, its fence raised, its
+    /// lease one `claim.ttl_ms` long; `None` if the run is not queued (any
+    /// more).
+    pub fn claim_queued(record: &RunRecord, claim: &QueueClaim) -> Option<RunRecord> {
         if record.status != RunStatus::Queued {
             return None;
         }
-        claim(record, owner_id, now_ms, ttl_ms).ok()
+        self::claim(record, &claim.owner_id, claim.now_ms, claim.ttl_ms).ok()
     }
 
     /// Whether a write with `fence` may land on `record`.

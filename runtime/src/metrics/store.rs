@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot,
-    Store, StoreError, ToolCallRecord,
+    BoxFuture, ClaimOutcome, Event, Fenced, QueueClaim, RunPage, RunQuery, RunRecord, RunUpdate,
+    Snapshot, Store, StoreError, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -108,16 +108,8 @@ impl Store for MeteredStore {
         self.timed("append_events", |s| s.append_events(run_id, events, fence))
     }
 
-    fn claim_queued(
-        &self,
-        owner: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
-    ) -> Answer<Vec<RunRecord>> {
-        self.timed("claim_queued", |s| {
-            s.claim_queued(owner, now_ms, ttl_ms, max)
-        })
+    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>> {
+        self.timed("claim_queued", |s| s.claim_queued(claim))
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>> {

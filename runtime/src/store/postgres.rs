@@ -57,8 +57,8 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
-    Snapshot, Store, StoreError, ToolCallRecord, fencing, listing,
+    BoxFuture, ClaimOutcome, Event, Fenced, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus,
+    RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, fencing, listing,
 };
 use tokio::sync::OnceCell;
 use tokio_postgres::NoTls;
@@ -375,53 +375,47 @@ impl Inner {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
-    async fn claim_queued(
-        &self,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
-    ) -> Result<Vec<RunRecord>, StoreError> {
+    async fn claim_queued(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
         let doing = "claiming queued runs";
-        let now = to_i64(now_ms, &"the claim time")?;
-        let expires = to_i64(now_ms.saturating_add(ttl_ms), &"the claimed lease's expiry")?;
-        let max = to_i64(u64::try_from(max).unwrap_or(u64::MAX), &"the claim's limit")?;
+        let now = to_i64(claim.now_ms, &"the claim time")?;
+        let expires = claim.now_ms.saturating_add(claim.ttl_ms);
+        let expires = to_i64(expires, &"the claimed lease's expiry")?;
+        let max = u64::try_from(claim.max).unwrap_or(u64::MAX);
+        let max = to_i64(max, &"the claim's limit")?;
+        let owner_id = &claim.owner_id;
         let queued = status_name(RunStatus::Queued)?;
         let running = status_name(RunStatus::Running)?;
         // The change is `fencing::claim_queued`'s, in one statement: each
         // claimer locks the oldest queued rows no other claimer holds, so
         // claimers at once take disjoint runs, and a run claimed meanwhile
         // is no longer queued when its lock is granted.
-        let rows = self
-            .client()
-            .await?
-            .query(
-                &format!(
-                    "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
+        self.load_runs(
+            &format!(
+                "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
                      fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
                      updated_at_ms = $4 \
                      WHERE run_id IN (SELECT run_id FROM runs WHERE status = $5 \
                      ORDER BY run_id COLLATE \"C\" LIMIT $6 FOR UPDATE SKIP LOCKED) \
                      RETURNING {RUN_COLUMNS}) \
                      SELECT {RUN_COLUMNS} FROM claimed ORDER BY run_id COLLATE \"C\""
-                ),
-                &[&running, &owner_id, &expires, &now, &queued, &max],
-            )
-            .await
-            .map_err(|e| failed(&doing, &e))?;
-        rows.iter().map(run_from_row).collect()
+            ),
+            &[&running, &owner_id, &expires, &now, &queued, &max],
+            &doing,
+        )
+        .await
     }
 
+    /// The runs `statement` answers, its columns [`RUN_COLUMNS`].
     async fn load_runs(
         &self,
-        tail: &str,
+        statement: &str,
         params: &[&(dyn ToSql + Sync)],
         doing: &(dyn fmt::Display + Sync),
     ) -> Result<Vec<RunRecord>, StoreError> {
         let rows = self
             .client()
             .await?
-            .query(&runs_query(tail), params)
+            .query(statement, params)
             .await
             .map_err(|e| failed(doing, &e))?;
         rows.iter().map(run_from_row).collect()
@@ -562,15 +556,9 @@ impl Store for PostgresStore {
 
     fn claim_queued(
         &self,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
+        claim: QueueClaim,
     ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        let owner_id = owner_id.to_owned();
-        self.with(
-            move |inner| async move { inner.claim_queued(&owner_id, now_ms, ttl_ms, max).await },
-        )
+        self.with(move |inner| async move { inner.claim_queued(&claim).await })
     }
 
     fn reconcile_orphans(
@@ -585,7 +573,7 @@ impl Store for PostgresStore {
         self.with(move |inner| async move {
             let doing = format!("reading run `{run_id}`");
             let mut runs = inner
-                .load_runs("WHERE run_id = $1", &[&run_id], &doing)
+                .load_runs(&runs_query("WHERE run_id = $1"), &[&run_id], &doing)
                 .await?;
             Ok(runs.pop())
         })
@@ -594,7 +582,7 @@ impl Store for PostgresStore {
     fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
         self.with(move |inner| async move {
             inner
-                .load_runs("ORDER BY created_seq", &[], &"listing runs")
+                .load_runs(&runs_query("ORDER BY created_seq"), &[], &"listing runs")
                 .await
         })
     }
@@ -621,12 +609,14 @@ impl Store for PostgresStore {
             )?;
             let runs = inner
                 .load_runs(
-                    "WHERE ($1::text IS NULL OR run_id COLLATE \"C\" < $1) \
+                    &runs_query(
+                        "WHERE ($1::text IS NULL OR run_id COLLATE \"C\" < $1) \
                      AND ($2::text IS NULL OR status = $2) \
                      AND ($3::text IS NULL OR flow ->> 'name' = $3) \
                      AND ($4::bigint IS NULL OR created_at_ms >= $4) \
                      AND ($5::bigint IS NULL OR created_at_ms < $5) \
                      ORDER BY run_id COLLATE \"C\" DESC LIMIT $6",
+                    ),
                     &[&query.after, &status, &query.flow, &from, &before, &fetch],
                     &doing,
                 )

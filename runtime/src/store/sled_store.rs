@@ -37,8 +37,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Event, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
-    Snapshot, Store, StoreError, ToolCallRecord, fencing, listing,
+    BoxFuture, ClaimOutcome, Event, Fenced, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus,
+    RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, fencing, listing,
 };
 use sled::{IVec, Tree};
 
@@ -208,6 +208,20 @@ impl SledStore {
                 }
             }
             Ok(value)
+        })
+    }
+
+    /// Runs a scan that may write (say so) on the blocking pool, then
+    /// settles the durability of what it wrote.
+    fn scan_and_settle<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<(T, bool), StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        Box::pin(async move {
+            let written = store.scan(work).await;
+            store.settle(written).await
         })
     }
 
@@ -449,21 +463,14 @@ impl Inner {
     /// index's queued runs up and claims each under its lock, where
     /// [`fencing::claim_queued`] skips one claimed meanwhile (or an index
     /// entry left over by a crash).
-    fn claim_queued(
-        &self,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
-    ) -> Result<(Vec<RunRecord>, bool), StoreError> {
+    fn claim_queued(&self, claim: &QueueClaim) -> Result<(Vec<RunRecord>, bool), StoreError> {
         let mut claimed = Vec::new();
         for run_id in self.indexes.ids_in(RunStatus::Queued)? {
-            if claimed.len() >= max {
+            if claimed.len() >= claim.max {
                 break;
             }
             let (record, _) = self.change_run(&run_id?, |record| {
-                let record =
-                    record.and_then(|r| fencing::claim_queued(&r, owner_id, now_ms, ttl_ms));
+                let record = record.and_then(|r| fencing::claim_queued(&r, claim));
                 Ok((record.clone(), record))
             })?;
             claimed.extend(record);
@@ -645,32 +652,16 @@ impl Store for SledStore {
 
     fn claim_queued(
         &self,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-        max: usize,
+        claim: QueueClaim,
     ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        let store = self.clone();
-        let owner_id = owner_id.to_owned();
-        Box::pin(async move {
-            let claimed = store
-                .scan(move |inner| inner.claim_queued(&owner_id, now_ms, ttl_ms, max))
-                .await;
-            store.settle(claimed).await
-        })
+        self.scan_and_settle(move |inner| inner.claim_queued(&claim))
     }
 
     fn reconcile_orphans(
         &self,
         now_ms: u64,
     ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
-        let store = self.clone();
-        Box::pin(async move {
-            let reconciled = store
-                .scan(move |inner| inner.reconcile_orphans(now_ms))
-                .await;
-            store.settle(reconciled).await
-        })
+        self.scan_and_settle(move |inner| inner.reconcile_orphans(now_ms))
     }
 
     fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {
