@@ -22,6 +22,11 @@
 //! resume work. Reconciliation itself (marking orphans) is always on: it only
 //! tells the truth about runs nobody owns.
 //!
+//! `leasehold serve` resumes orphans through its claimer rather than its
+//! boot and sweep, so that a resumed run counts against its limit of live
+//! runs like any other: the boot and the sweep mark orphans, the claimer
+//! resumes them (orphans first, then queued runs) while it has room.
+//!
 //! A serving executor also takes runs from the queue ([`claim_queued`]):
 //! a run posted to any executor that has no room for it is recorded
 //! `queued`, and the first executor with room claims it — when one of its
