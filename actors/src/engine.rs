@@ -4,7 +4,9 @@
 //! Three seams, one file each: building the engine and its configuration
 //! (`engine/builder.rs`), turning a flow into the plan of a run
 //! (`engine/plan.rs`), and owning runs — claims, heartbeats, releases,
-//! orphans (`engine/ownership.rs`). This file starts a run from its plan.
+//! orphans (`engine/ownership.rs`) — and queued runs, posted by one
+//! executor and started by whichever claims them (`engine/queue.rs`). This
+//! file starts a run from its plan.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -50,6 +52,7 @@ use crate::watchdog::{StartError, WatchdogMsg};
 mod builder;
 mod ownership;
 mod plan;
+mod queue;
 
 pub use builder::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, EngineBuilder, EngineConfig, EngineError, RUN_STOP_GRACE,
@@ -131,12 +134,29 @@ impl Engine {
     /// and starts it; returns at once.
     pub async fn start(&self, flow: Flow) -> Result<RunHandle, EngineError> {
         self.refuse_if_shut_down()?;
-        let plan = self.plan(flow)?;
-        let stored = serde_json::to_value(&*plan.flow)
-            .map_err(|e| StoreError::new(format!("the flow cannot be stored: {e}")))?;
+        let (plan, stored) = self.plan_stored(flow)?;
         let record = self.new_record(stored);
         self.store.create_run(record.clone()).await?;
         self.launch(plan, record, None).await
+    }
+
+    /// The plan of `flow` (validated) and the flow as the store keeps it.
+    fn plan_stored(&self, flow: Flow) -> Result<(RunPlan, serde_json::Value), EngineError> {
+        let plan = self.plan(flow)?;
+        let stored = serde_json::to_value(&*plan.flow)
+            .map_err(|e| StoreError::new(format!("the flow cannot be stored: {e}")))?;
+        Ok((plan, stored))
+    }
+
+    /// The plan of the flow a stored run runs.
+    fn plan_of(&self, record: &RunRecord) -> Result<RunPlan, EngineError> {
+        let flow: Flow = serde_json::from_value(record.flow.clone()).map_err(|e| {
+            StoreError::new(format!(
+                "run {}: its flow cannot be read: {e}",
+                record.run_id
+            ))
+        })?;
+        self.plan(flow)
     }
 
     /// Claims `run_id` for this executor — it must be unowned, orphaned, or
@@ -146,9 +166,14 @@ impl Engine {
         self.refuse_if_shut_down()?;
         let now = self.clock.now_unix_ms();
         let record = self.claim(run_id, now).await?;
-        let flow: Flow = serde_json::from_value(record.flow.clone())
-            .map_err(|e| StoreError::new(format!("run {run_id}: its flow cannot be read: {e}")))?;
-        let plan = self.plan(flow)?;
+        self.resume_claimed(record).await
+    }
+
+    /// Resumes the run of `record`, just claimed by this executor, from its
+    /// last snapshots.
+    async fn resume_claimed(&self, record: RunRecord) -> Result<RunHandle, EngineError> {
+        let run_id = record.run_id.as_str();
+        let plan = self.plan_of(&record)?;
         self.continue_log(run_id, record.fence).await?;
         let saved = Saved {
             snapshots: self.store.load_snapshots(run_id).await?,

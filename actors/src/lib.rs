@@ -85,10 +85,10 @@ pub use memory::MemoryStore;
 pub use ports::{
     BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
-    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, RunPage,
-    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, SystemClock, TokenCost,
-    TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition,
-    ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing,
+    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, QueueClaim,
+    RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, SystemClock,
+    TokenCost, TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient,
+    ToolDefinition, ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,

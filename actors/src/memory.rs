@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Fenced, RunCommand, RunPage, RunQuery,
-    RunRecord, RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, ToolCallRecord,
-    fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Fenced, QueueClaim, RunCommand, RunPage,
+    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
+    StoredCommand, ToolCallRecord, fencing, listing,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -80,6 +80,33 @@ impl MemoryStore {
         self.lock().snapshot_writes
     }
 
+    /// Replaces, under one hold of the lock, the records `rule` changes,
+    /// walking the runs by id and stopping after `max` changes; returns the
+    /// changed records.
+    fn change_each(
+        &self,
+        max: usize,
+        mut rule: impl FnMut(&RunRecord) -> Option<RunRecord>,
+    ) -> Vec<RunRecord> {
+        let mut tables = self.lock();
+        let changed: Vec<RunRecord> = tables
+            .runs
+            .values()
+            .filter_map(&mut rule)
+            .take(max)
+            .collect();
+        for record in &changed {
+            tables.runs.insert(record.run_id.clone(), record.clone());
+        }
+        drop(tables);
+        for record in &changed {
+            self.changes.publish(StoreChange::Run {
+                run_id: record.run_id.clone(),
+            });
+        }
+        changed
+    }
+
     /// Runs `f` on the run's record under the lock, if `fence` is current.
     fn fenced<T>(
         &self,
@@ -131,10 +158,14 @@ impl Store for MemoryStore {
             ))));
         }
         let run_id = record.run_id.clone();
+        let queued = record.status == RunStatus::Queued;
         tables.order.push(run_id.clone());
         tables.runs.insert(run_id.clone(), record);
         drop(tables);
         self.changes.publish(StoreChange::Run { run_id });
+        if queued {
+            self.changes.publish(StoreChange::Queued);
+        }
         ready(Ok(()))
     }
 
@@ -254,27 +285,21 @@ impl Store for MemoryStore {
         self.publish_if_applied(appended, StoreChange::Events { run_id })
     }
 
+    fn claim_queued(
+        &self,
+        claim: QueueClaim,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        // By id, ascending: oldest first.
+        let claimed = self.change_each(claim.max, |record| fencing::claim_queued(record, &claim));
+        ready(Ok(claimed))
+    }
+
     fn reconcile_orphans(
         &self,
         now_ms: u64,
     ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
-        let mut tables = self.lock();
-        let orphaned: Vec<RunRecord> = tables
-            .runs
-            .values()
-            .filter_map(|record| fencing::orphan(record, now_ms))
-            .collect();
-        let ids: Vec<String> = orphaned.iter().map(|r| r.run_id.clone()).collect();
-        for record in orphaned {
-            tables.runs.insert(record.run_id.clone(), record);
-        }
-        drop(tables);
-        for run_id in &ids {
-            self.changes.publish(StoreChange::Run {
-                run_id: run_id.clone(),
-            });
-        }
-        ready(Ok(ids))
+        let orphaned = self.change_each(usize::MAX, |record| fencing::orphan(record, now_ms));
+        ready(Ok(orphaned.into_iter().map(|r| r.run_id).collect()))
     }
 
     fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {

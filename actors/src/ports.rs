@@ -31,8 +31,8 @@ pub use model::{
     ModelRequest, ToolCallRequest,
 };
 pub use store::{
-    ClaimOutcome, Fenced, PauseRecord, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
-    Snapshot, Store, StoreError, ToolCallRecord, ToolCallState, fencing, listing,
+    ClaimOutcome, Fenced, PauseRecord, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus,
+    RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolCallState, fencing, listing,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

@@ -39,8 +39,8 @@ use leasehold::store::{Durability, SledConfig, SledStore};
 use leasehold::{
     BoxFuture, ChangeFeed, ChatRole, ClaimOutcome, Engine, EngineConfig, Event, EventKind,
     EventSink, Evidence, Fenced, Flow, LeaseKind, MemoryStore, ModelClient, ModelError, ModelReply,
-    ModelRequest, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
-    StoreError, StoredCommand, ToolCallRecord,
+    ModelRequest, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
+    Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
 };
 use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
@@ -592,6 +592,9 @@ impl Store for Recording {
     }
     fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
         self.inner.take_commands(owner_id)
+    }
+    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>> {
+        self.inner.claim_queued(claim)
     }
 }
 

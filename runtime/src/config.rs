@@ -135,6 +135,9 @@ pub struct Config {
     pub run_lease_ttl: Setting<Duration>,
     /// Resume orphaned runs at boot (`LEASEHOLD_RESUME_ON_BOOT`).
     pub resume_on_boot: Setting<bool>,
+    /// How often a serving executor claims queued runs
+    /// (`LEASEHOLD_EXECUTOR_CLAIM_INTERVAL`).
+    pub executor_claim_interval: Setting<Duration>,
     /// When a store write counts as done (`LEASEHOLD_DURABILITY`).
     pub durability: Setting<Durability>,
     /// The run store's directory (`LEASEHOLD_DATA_DIR`).
@@ -301,6 +304,7 @@ impl Default for Config {
             budget_max_extensions: Setting::default(engine.budget.max_extensions),
             run_lease_ttl: Setting::default(engine.run_lease_ttl),
             resume_on_boot: Setting::default(false),
+            executor_claim_interval: Setting::default(crate::executor::DEFAULT_CLAIM_INTERVAL),
             durability: Setting::default(Durability::default()),
             data_dir: Setting::default(PathBuf::from(".leasehold")),
             store_url: Setting::default(None),
@@ -554,6 +558,9 @@ impl Config {
             "evaluator_timeout" => self.evaluator_timeout = with(duration()?, source),
             "budget.max_extensions" => self.budget_max_extensions = with(count()?, source),
             "run_lease_ttl" => self.run_lease_ttl = with(duration()?, source),
+            "executor.claim_interval" => {
+                self.executor_claim_interval = with(duration()?, source);
+            }
             "resume_on_boot" => {
                 let flag = crate::executor::parse_flag(trimmed).map_err(|_| bad())?;
                 self.resume_on_boot = with(flag, source);
@@ -712,6 +719,7 @@ impl Config {
             "evaluator_timeout" => d(&self.evaluator_timeout),
             "budget.max_extensions" => n(&self.budget_max_extensions),
             "run_lease_ttl" => d(&self.run_lease_ttl),
+            "executor.claim_interval" => d(&self.executor_claim_interval),
             "resume_on_boot" => (
                 self.resume_on_boot.value.to_string(),
                 &self.resume_on_boot.source,

@@ -21,11 +21,31 @@
 //! executors share a database, operators usually want to choose which ones
 //! resume work. Reconciliation itself (marking orphans) is always on: it only
 //! tells the truth about runs nobody owns.
+//!
+//! `leasehold serve` resumes orphans through its claimer rather than its
+//! boot and sweep, so that a resumed run counts against its limit of live
+//! runs like any other: the boot and the sweep mark orphans, the claimer
+//! resumes them (orphans first, then queued runs) while it has room.
+//!
+//! A serving executor also takes runs from the queue ([`claim_queued`]):
+//! a run posted to any executor that has no room for it is recorded
+//! `queued`, and the first executor with room claims it — when one of its
+//! runs ends, when it queues one itself, and every
+//! `executor.claim_interval` otherwise. Every reason to look is one
+//! [`Notify`]: whatever learns of a queued run (a run that ended here, a
+//! change feed from the store) wakes the claimer through it.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold_actors::{Engine, EngineError, RunHandle};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// How often a serving executor claims queued runs, unless told otherwise
+/// (`LEASEHOLD_EXECUTOR_CLAIM_INTERVAL`).
+pub const DEFAULT_CLAIM_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The environment variable that turns resume on boot on.
 pub const RESUME_ON_BOOT: &str = "LEASEHOLD_RESUME_ON_BOOT";
@@ -127,6 +147,53 @@ pub fn sweep(
                 }
                 Err(EngineError::ShutDown) => return,
                 Err(error) => tracing::error!(%error, "the sweep for orphans failed"),
+            }
+        }
+    })
+}
+
+/// Claims queued runs until `stop` is cancelled: at once, then whenever
+/// `wake` is notified and every `interval`. Each time, `pass` claims what
+/// the executor has room for and answers how many it started; it runs
+/// again at once while it fills the room it was given (`true`), since
+/// more may wait. A pass that fails (the store refused) is logged and the
+/// next one tries again.
+///
+/// A notification while a pass runs is kept ([`Notify::notify_one`] stores
+/// one permit), so a run queued meanwhile is not missed.
+pub fn claim_queued<F, P>(
+    wake: Arc<Notify>,
+    interval: Duration,
+    stop: CancellationToken,
+    pass: P,
+) -> tokio::task::JoinHandle<()>
+where
+    P: Fn() -> F + Send + 'static,
+    F: Future<Output = Result<bool, EngineError>> + Send,
+{
+    let interval = leasehold_actors::clamp_duration(interval).max(Duration::from_millis(1));
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = wake.notified() => {}
+                _ = ticks.tick() => {}
+            }
+            loop {
+                if stop.is_cancelled() {
+                    return;
+                }
+                match pass().await {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(EngineError::ShutDown) => return,
+                    Err(error) => {
+                        tracing::error!(%error, "claiming queued runs failed");
+                        break;
+                    }
+                }
             }
         }
     })

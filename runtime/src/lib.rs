@@ -65,7 +65,7 @@ pub use leasehold_actors::{
     LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseOverrides, LeaseSpec, LeaseholdPolicy, Leases,
     MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_TRIGRAMS, MemoryStore, ModelClient,
     ModelError, ModelErrorKind, ModelReply, ModelRequest, NudgeQueue, OnExhausted,
-    ParsedBudgetDecision, ParsedVerdict, PauseRecord, PolicyKind, RUN_STOP_GRACE,
+    ParsedBudgetDecision, ParsedVerdict, PauseRecord, PolicyKind, QueueClaim, RUN_STOP_GRACE,
     ReconcileDecision, RestartOnIntervene, RestartPolicy, RunHandle, RunPage, RunQuery, RunRecord,
     RunState, RunStatus, RunUpdate, SPAWN_WORKER_TOOL, Snapshot, StartError, Store, StoreError,
     StrategyFactory, StrategyKind, Supervision, SupervisionAction, SupervisionConfig,

@@ -73,7 +73,8 @@ fn store_histogram() -> Histogram {
 }
 
 /// Every status a run can have, in the order the scrape lists them.
-const STATUSES: [RunStatus; 7] = [
+const STATUSES: [RunStatus; 8] = [
+    RunStatus::Queued,
     RunStatus::Running,
     RunStatus::WaitingHuman,
     RunStatus::ReconciliationRequired,
@@ -86,6 +87,7 @@ const STATUSES: [RunStatus; 7] = [
 /// A status's name, as the API writes it.
 fn status_name(status: RunStatus) -> &'static str {
     match status {
+        RunStatus::Queued => "queued",
         RunStatus::Running => "running",
         RunStatus::WaitingHuman => "waiting_human",
         RunStatus::ReconciliationRequired => "reconciliation_required",

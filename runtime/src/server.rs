@@ -1,10 +1,14 @@
 //! The HTTP API, its live event stream and the dashboard, served by
 //! `leasehold serve`.
 //!
-//! **A run never hangs off a request.** `POST /runs` starts the run in the
-//! engine's actors and answers at once with its id; the request's task only
-//! waits for the run to be recorded, and even that is done in a task of its
-//! own, so a client that disconnects mid-request cancels nothing. Event
+//! **A run never hangs off a request.** `POST /runs` records the run
+//! `queued` and, when this executor has room under its limit of live runs,
+//! claims it and starts it in the engine's actors; it answers at once with
+//! its id. The request's task only waits for the run to be recorded (and
+//! claimed), and even that is done in a task of its own, so a client that
+//! disconnects mid-request cancels nothing. A run left queued is claimed by
+//! the first executor sharing the store that has room ([`serve`] runs this
+//! executor's claimer, [`crate::executor::claim_queued`]). Event
 //! streams are read from the run's stored log and the engine's bus by a task
 //! per stream: a client that goes away, reads slowly or never reads only ends
 //! or slows its own stream, never the run. Streams have no write timeout and
@@ -36,9 +40,9 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use leasehold_actors::{Engine, EventStream, RunHandle, ToolServer};
+use leasehold_actors::{Engine, EngineError, EventStream, RunHandle, RunStatus, ToolServer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower_http::set_header::SetResponseHeaderLayer;
 
@@ -94,6 +98,13 @@ pub struct ServerOptions {
     /// Whether posted flows may carry a tool server's `command`, `url` or
     /// `env` themselves (only with a token).
     pub allow_flow_tools: bool,
+    /// How often the executor claims queued runs while it has room
+    /// (`executor.claim_interval`), besides when one of its runs ends.
+    pub claim_interval: Duration,
+    /// Whether the executor also claims and resumes orphaned runs as it
+    /// claims queued runs, within the same room, orphans first
+    /// (`resume_on_boot`).
+    pub resume_orphans: bool,
 }
 
 impl Default for ServerOptions {
@@ -108,6 +119,8 @@ impl Default for ServerOptions {
             allowed_origins: Vec::new(),
             tools: Vec::new(),
             allow_flow_tools: false,
+            claim_interval: crate::executor::DEFAULT_CLAIM_INTERVAL,
+            resume_orphans: false,
         }
     }
 }
@@ -179,6 +192,11 @@ pub struct App {
     /// The engine's bus, subscribed to when the server was made, until
     /// [`serve`] hands it to the metrics feed.
     feed: Mutex<Option<EventStream>>,
+    /// Wakes the claimer of queued runs.
+    queue_wake: Arc<Notify>,
+    /// Held from counting the room for a run to adopting the runs claimed
+    /// into it, so that claims at once never exceed the limit.
+    admission: tokio::sync::Mutex<()>,
 }
 
 impl App {
@@ -208,6 +226,8 @@ impl App {
             shutdown: CancellationToken::new(),
             streams: Arc::new(Semaphore::new(streams.min(Semaphore::MAX_PERMITS))),
             watches: events::Watches::default(),
+            queue_wake: Arc::new(Notify::new()),
+            admission: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -239,7 +259,95 @@ impl App {
             {
                 runs.remove(&run_id);
             }
+            drop(runs);
+            // Its room is free: a queued run may take it.
+            app.queue_wake.notify_one();
         });
+    }
+
+    /// What wakes this executor's claimer of queued runs: notify it
+    /// ([`Notify::notify_one`]) when a run may have been queued.
+    pub fn queue_wake(&self) -> &Arc<Notify> {
+        &self.queue_wake
+    }
+
+    /// How many more runs this executor may hold under its limit of live
+    /// runs (`server.max_live_runs`).
+    fn room(&self) -> usize {
+        let max = usize::try_from(self.options.limits.max_live_runs).unwrap_or(usize::MAX);
+        max.saturating_sub(self.live_runs())
+    }
+
+    /// Claims as many runs as this executor has room for — orphans first
+    /// if it resumes them ([`ServerOptions::resume_orphans`]), then queued
+    /// runs, oldest first — starts and adopts them; answers whether it
+    /// filled the room (so more may be waiting).
+    pub async fn claim_queued(self: &Arc<Self>) -> Result<bool, EngineError> {
+        let _admitted = self.admission.lock().await;
+        let room = self.room();
+        if room == 0 {
+            return Ok(false);
+        }
+        let mut started = Vec::new();
+        if self.options.resume_orphans {
+            started = self.engine.resume_orphans_up_to(room).await?;
+        }
+        let left = room.saturating_sub(started.len());
+        started.extend(self.engine.claim_queued(left).await?);
+        let filled = started.len() >= room;
+        for handle in started {
+            tracing::info!(run_id = handle.run_id(), "queued run claimed");
+            self.adopt(handle);
+        }
+        Ok(filled)
+    }
+
+    /// Records a run of `flow` queued and, if this executor has room,
+    /// claims and starts it; answers its id and its status as far as this
+    /// executor knows. Both under the admission, so this executor's
+    /// claimer cannot claim the run between the two.
+    pub(crate) async fn queue_and_start(
+        self: &Arc<Self>,
+        flow: leasehold_actors::Flow,
+    ) -> Result<(String, RunStatus), EngineError> {
+        let _admitted = self.admission.lock().await;
+        let run_id = self.engine.queue(flow).await?.run_id;
+        if self.room() == 0 {
+            // It waits for an executor with room, this one included.
+            return Ok((run_id, RunStatus::Queued));
+        }
+        let status = match self.engine.start_queued(&run_id).await {
+            Ok(handle) => {
+                self.adopt(handle);
+                RunStatus::Running
+            }
+            // Another executor claimed it first.
+            Err(EngineError::Held { .. }) => RunStatus::Running,
+            Err(EngineError::Finished { status, .. }) => status,
+            Err(error) => return Err(error),
+        };
+        Ok((run_id, status))
+    }
+
+    /// Runs `work` (a claim that starts runs here) if this executor has
+    /// room for one more run, holding the admission until the run is
+    /// adopted; `None` without room.
+    pub(crate) async fn admit<F>(
+        self: &Arc<Self>,
+        work: impl FnOnce() -> F,
+    ) -> Option<Result<RunHandle, EngineError>>
+    where
+        F: std::future::Future<Output = Result<RunHandle, EngineError>>,
+    {
+        let _admitted = self.admission.lock().await;
+        if self.room() == 0 {
+            return None;
+        }
+        let started = work().await;
+        if let Ok(handle) = &started {
+            self.adopt(handle.clone());
+        }
+        Some(started)
     }
 
     /// The handle of `run_id`, if it runs in this process.
@@ -328,6 +436,17 @@ pub async fn serve(
     }
     // Controls forwarded by other executors to the runs this one runs.
     commands::follow(Arc::clone(&app));
+    // Stopped with the server, before the engine stops its runs.
+    let claimer = Arc::clone(&app);
+    let claiming = crate::executor::claim_queued(
+        Arc::clone(&app.queue_wake),
+        app.options.claim_interval,
+        app.shutdown.clone(),
+        move || {
+            let app = Arc::clone(&claimer);
+            async move { app.claim_queued().await }
+        },
+    );
     let mut limits = app.options.limits.clone();
     // Given through the API unchecked, a duration is still kept in range.
     for limit in [
@@ -384,6 +503,7 @@ pub async fn serve(
     }
     drop(listener);
     app.begin_shutdown();
+    let _ = claiming.await;
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
         .await
         .is_err()

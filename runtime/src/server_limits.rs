@@ -19,7 +19,8 @@ pub struct ServerLimits {
     pub max_connections: u32,
     /// Event streams open at once; past it a 503 with `Retry-After`.
     pub max_event_streams: u32,
-    /// Runs this executor runs at once; past it a 429.
+    /// Runs this executor runs at once; past it a posted run waits queued
+    /// and resuming one is a 429.
     pub max_live_runs: u32,
     /// On shutdown, how long requests in flight may take to finish.
     pub shutdown_grace: Duration,

@@ -218,3 +218,67 @@ async fn the_sweep_resumes_a_run_within_a_ttl_and_a_third_of_its_owner_stalling(
     );
     stop.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_run_is_started_from_its_flow_by_the_executor_that_claims_it() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = engine("a", &store, &clock, ScriptedModel::new()).await;
+    let queued = a.queue(flow()).await.expect("queued");
+    assert_eq!(
+        (queued.status, queued.owner_id.clone(), queued.fence),
+        (RunStatus::Queued, None, 0),
+        "a queued run is unowned"
+    );
+    let b = engine(
+        "b",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("claimed")]),
+    )
+    .await;
+    let mut started = b.claim_queued(5).await.expect("claimed");
+    assert_eq!(started.len(), 1, "the one queued run");
+    let state = started.remove(0).wait().await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.answer.as_deref(), Some("claimed"));
+    let record = store.run(&queued.run_id).expect("stored");
+    assert_eq!((record.owner_id.as_deref(), record.fence), (Some("b"), 1));
+    let kinds: Vec<String> = store
+        .events(&queued.run_id)
+        .iter()
+        .map(|e| e.kind.name().to_owned())
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("run_started"));
+    assert!(b.claim_queued(5).await.expect("claimed").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claimed_run_its_executor_cannot_start_is_recorded_failed_saying_why() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = engine("a", &store, &clock, ScriptedModel::new()).await;
+    let named: Flow = serde_json::from_value(serde_json::json!({
+        "name": "named", "task": "t", "max_steps": 3, "tools": [{"name": "local"}]
+    }))
+    .expect("flow");
+    let queued = a.queue(named).await.expect("queued");
+    // An executor without the tool server `local`.
+    let b = Engine::builder()
+        .owner_id("b")
+        .store(Arc::new(store.clone()))
+        .clock(Arc::new(clock.clone()))
+        .model(Arc::new(ScriptedModel::new()))
+        .build()
+        .await
+        .expect("engine");
+    assert!(b.claim_queued(5).await.expect("claimed").is_empty());
+    let record = store.run(&queued.run_id).expect("stored");
+    assert_eq!(record.status, RunStatus::Failed);
+    let reason = record.reason.unwrap_or_default();
+    assert!(
+        reason.contains("executor b claimed it from the queue but could not start it")
+            && reason.contains("local"),
+        "{reason}"
+    );
+}

@@ -16,9 +16,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use leasehold::{
-    ChangeFeed, ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, RunCommand,
-    RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError, StoredCommand,
-    ToolCallRecord, ToolServer,
+    ChangeFeed, ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, QueueClaim,
+    RunCommand, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError,
+    StoredCommand, ToolCallRecord, ToolServer,
     server::{self, App, ServerLimits, ServerOptions},
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,
@@ -526,7 +526,7 @@ async fn slow_clients_are_cut_off_and_connections_are_capped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn event_streams_and_live_runs_are_capped_with_a_clear_answer() {
+async fn event_streams_and_live_runs_are_capped_and_a_run_past_the_cap_waits_queued() {
     let served = Served::start(
         hanging_engine(Arc::new(MemoryStore::new())).await,
         ServerOptions {
@@ -541,15 +541,16 @@ async fn event_streams_and_live_runs_are_capped_with_a_clear_answer() {
     .await;
     let http = reqwest::Client::new();
     let run_id = served.start_run().await;
+    // Past the cap a run is not refused: it waits in the queue.
     let (status, body) = served.post_flow(json!([{"name": "local"}])).await;
-    assert_eq!(status, 429, "{body}");
-    assert_eq!(body["error"]["code"], "too_many_runs", "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("server.max_live_runs")
-    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["status"], "queued", "{body}");
+    let queued = body["run_id"].as_str().expect("a run id").to_owned();
+    let run_status = |id: String| {
+        let url = served.url(&format!("/runs/{id}"));
+        async move { send(http_get(&url)).await.1["status"].clone() }
+    };
+    assert_eq!(run_status(queued.clone()).await, "queued");
 
     let events = served.url(&format!("/runs/{run_id}/events"));
     let open = http.get(&events).send().await.expect("first stream");
@@ -574,6 +575,26 @@ async fn event_streams_and_live_runs_are_capped_with_a_clear_answer() {
         reopened,
         "a stream's place is given back when its reader leaves"
     );
+
+    // The queued run takes the place the first one leaves.
+    let (status, body) = send(http.post(served.url(&format!("/runs/{run_id}/cancel")))).await;
+    assert_eq!(status, 200, "{body}");
+    let claimed = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let status = run_status(queued.clone()).await;
+            if status != "queued" {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("claimed once there is room");
+    assert_ne!(claimed, "cancelled", "the queued run was started");
+}
+
+fn http_get(url: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new().get(url)
 }
 
 /// A store that counts the reads event streams make.
@@ -634,6 +655,12 @@ impl Store for CountingStore {
         fence: u64,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
         self.inner.append_events(run_id, events, fence)
+    }
+    fn claim_queued(
+        &self,
+        claim: QueueClaim,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        self.inner.claim_queued(claim)
     }
     fn reconcile_orphans(
         &self,

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::{
-    ChangeFeed, ClaimOutcome, MemoryStore, PauseRecord, ReconcileDecision, RunCommand, RunQuery,
-    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, ToolCallState, listing,
+    ChangeFeed, ClaimOutcome, MemoryStore, PauseRecord, QueueClaim, ReconcileDecision, RunCommand,
+    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, ToolCallState,
+    fencing, listing,
 };
 
 #[path = "support/postgres.rs"]
@@ -74,6 +75,17 @@ impl Fixture {
                 _cluster: cluster,
                 url,
             },
+        }
+    }
+
+    /// Another handle on the same data, as another executor would have
+    /// one: a new pool on PostgreSQL; on sled, which one process opens at
+    /// a time, the same store.
+    async fn another_handle(&self) -> Arc<dyn Store> {
+        match &self.reopen {
+            Reopen::Memory(store) => Arc::new(store.clone()),
+            Reopen::Sled(_) => Arc::clone(&self.store),
+            Reopen::Postgres { url, .. } => Arc::new(open_postgres(url).await),
         }
     }
 
@@ -144,11 +156,13 @@ conformance! {
         tool_calls_keep_one_record_per_idempotency_key,
         the_store_answers_a_scripted_sequence_as_the_memory_store_does,
         pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,
+        queued_runs_are_claimed_oldest_first_at_most_max,
         a_command_is_taken_once_and_by_the_runs_owner_only,
         changes_are_published_for_writes_that_landed_and_only_those,
     ],
     fixture: [
         a_terminal_write_and_everything_before_it_survive_a_reopen,
+        claimers_racing_claim_each_queued_run_exactly_once,
     ],
 }
 
@@ -1038,4 +1052,152 @@ async fn a_dropped_listen_connection_comes_back_with_a_resync() {
         run_id: "after".to_owned(),
     };
     while next_change(&mut feed).await != after {}
+}
+
+/// A claim of at most `max` queued runs by `owner_id` at `now_ms`.
+fn claim(owner_id: &str, now_ms: u64, max: usize) -> QueueClaim {
+    QueueClaim {
+        owner_id: owner_id.to_owned(),
+        now_ms,
+        ttl_ms: TTL,
+        max,
+    }
+}
+
+fn queued(run_id: &str) -> RunRecord {
+    run_record(run_id, None, 0, 0, RunStatus::Queued)
+}
+
+async fn queued_ids(store: &dyn Store) -> Vec<String> {
+    let mut query = RunQuery::first(1_000);
+    query.status = Some(RunStatus::Queued);
+    store
+        .list_runs_page(&query)
+        .await
+        .unwrap()
+        .runs
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect()
+}
+
+async fn queued_runs_are_claimed_oldest_first_at_most_max(store: Arc<dyn Store>) {
+    // Created out of id order: the oldest is the smallest id.
+    for run_id in ["q2", "q0", "q3", "q1"] {
+        store.create_run(queued(run_id)).await.unwrap();
+    }
+    for (run_id, status) in [
+        ("a-running", RunStatus::Running),
+        ("a-orphaned", RunStatus::Orphaned),
+        ("a-waiting", RunStatus::WaitingHuman),
+        ("a-completed", RunStatus::Completed),
+    ] {
+        store
+            .create_run(run_record(run_id, None, 1, 0, status))
+            .await
+            .unwrap();
+    }
+    assert!(
+        store
+            .claim_queued(claim("exec-a", 2_000, 0))
+            .await
+            .unwrap()
+            .is_empty(),
+        "max 0 claims nothing"
+    );
+    let before = store.load_run("q0").await.unwrap().unwrap();
+    let first = store.claim_queued(claim("exec-a", 2_000, 2)).await.unwrap();
+    let ids: Vec<&str> = first.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["q0", "q1"]);
+    // The record every store makes is the rule's.
+    assert_eq!(
+        Some(first[0].clone()),
+        fencing::claim_queued(&before, &claim("exec-a", 2_000, 2))
+    );
+    for record in &first {
+        assert_eq!(record.status, RunStatus::Running);
+        assert_eq!(record.owner_id.as_deref(), Some("exec-a"));
+        assert_eq!(record.fence, 1);
+        assert_eq!(record.lease_expires_at_ms, 2_000 + TTL);
+        assert_eq!(
+            store.load_run(&record.run_id).await.unwrap().as_ref(),
+            Some(record)
+        );
+    }
+    assert_eq!(queued_ids(store.as_ref()).await, ["q3", "q2"]);
+    // A queued run claimed by id runs too.
+    match store.claim_run("q2", "exec-b", 2_000, TTL).await.unwrap() {
+        ClaimOutcome::Claimed(record) => assert_eq!(record.status, RunStatus::Running),
+        other => panic!("unexpected {other:?}"),
+    }
+    let rest = store
+        .claim_queued(claim("exec-b", 3_000, 10))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = rest.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["q3"], "only queued runs are claimed");
+    assert!(
+        store
+            .claim_queued(claim("exec-b", 3_000, 10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(queued_ids(store.as_ref()).await.is_empty());
+    for (run_id, status) in [
+        ("a-running", RunStatus::Running),
+        ("a-orphaned", RunStatus::Orphaned),
+        ("a-waiting", RunStatus::WaitingHuman),
+        ("a-completed", RunStatus::Completed),
+    ] {
+        let record = store.load_run(run_id).await.unwrap().unwrap();
+        assert_eq!((record.status, record.fence), (status, 1), "{run_id}");
+    }
+}
+
+async fn claimers_racing_claim_each_queued_run_exactly_once(fixture: Fixture) {
+    const RUNS: usize = 50;
+    const CLAIMERS: usize = 5;
+    for n in 0..RUNS {
+        fixture
+            .store
+            .create_run(queued(&format!("q{n:03}")))
+            .await
+            .unwrap();
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(CLAIMERS));
+    let mut claimers = Vec::new();
+    for i in 0..CLAIMERS {
+        let (store, start) = (fixture.another_handle().await, Arc::clone(&start));
+        claimers.push(tokio::spawn(async move {
+            let owner = format!("exec-{i}");
+            start.wait().await;
+            let mut mine = Vec::new();
+            loop {
+                let claimed = store.claim_queued(claim(&owner, 1_000, 3)).await.unwrap();
+                if claimed.is_empty() {
+                    return mine;
+                }
+                assert!(claimed.len() <= 3);
+                mine.extend(claimed);
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let mut owners = std::collections::BTreeMap::new();
+    for (i, claimer) in claimers.into_iter().enumerate() {
+        for record in claimer.await.unwrap() {
+            assert_eq!(record.owner_id, Some(format!("exec-{i}")));
+            assert_eq!((record.status, record.fence), (RunStatus::Running, 1));
+            let earlier = owners.insert(record.run_id.clone(), i);
+            assert_eq!(earlier, None, "{} claimed twice", record.run_id);
+        }
+    }
+    assert_eq!(owners.len(), RUNS, "every queued run is claimed");
+    for (run_id, i) in &owners {
+        let stored = fixture.store.load_run(run_id).await.unwrap().unwrap();
+        assert_eq!(stored.owner_id, Some(format!("exec-{i}")), "{run_id}");
+        assert_eq!(stored.status, RunStatus::Running);
+    }
+    assert!(queued_ids(fixture.store.as_ref()).await.is_empty());
 }

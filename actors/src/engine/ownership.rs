@@ -28,7 +28,7 @@ impl Engine {
         heartbeat_timing(self.config.run_lease_ttl).0
     }
 
-    fn ttl_ms(&self) -> u64 {
+    pub(super) fn ttl_ms(&self) -> u64 {
         heartbeat_timing(self.config.run_lease_ttl).1
     }
 
@@ -211,15 +211,39 @@ impl Engine {
     /// boot). Returns the handles of the runs resumed.
     pub async fn resume_orphans(&self) -> Result<Vec<RunHandle>, EngineError> {
         self.reconcile_orphans().await?;
+        let orphans = self.store.list_runs().await?.into_iter();
+        self.resume_each(orphans, usize::MAX).await
+    }
+
+    /// Claims and resumes at most `max` of the runs already marked
+    /// orphaned (none are reconciled here): what an executor with room for
+    /// `max` more runs takes on. Returns the handles of the runs resumed.
+    pub async fn resume_orphans_up_to(&self, max: usize) -> Result<Vec<RunHandle>, EngineError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let mut query = crate::ports::RunQuery::first(max);
+        query.status = Some(RunStatus::Orphaned);
+        let orphans = self.store.list_runs_page(&query).await?.runs.into_iter();
+        self.resume_each(orphans, max).await
+    }
+
+    /// Resumes the orphaned runs among `records`, at most `max` of them.
+    async fn resume_each(
+        &self,
+        records: impl Iterator<Item = RunRecord>,
+        max: usize,
+    ) -> Result<Vec<RunHandle>, EngineError> {
         let mut resumed = Vec::new();
-        for record in self.store.list_runs().await? {
-            if record.status == RunStatus::Orphaned {
-                match self.resume(&record.run_id).await {
-                    Ok(handle) => resumed.push(handle),
-                    // Another executor got there first: fine.
-                    Err(EngineError::Held { .. } | EngineError::Finished { .. }) => {}
-                    Err(error) => return Err(error),
-                }
+        for record in records.filter(|r| r.status == RunStatus::Orphaned) {
+            if resumed.len() >= max {
+                break;
+            }
+            match self.resume(&record.run_id).await {
+                Ok(handle) => resumed.push(handle),
+                // Another executor got there first: fine.
+                Err(EngineError::Held { .. } | EngineError::Finished { .. }) => {}
+                Err(error) => return Err(error),
             }
         }
         Ok(resumed)

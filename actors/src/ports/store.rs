@@ -26,6 +26,9 @@ use crate::event::Event;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Posted, waiting in the queue: no executor owns it yet. The first
+    /// executor with room claims it ([`Store::claim_queued`]) and starts it.
+    Queued,
     /// Stepping.
     Running,
     /// Paused by an `ESCALATE` until a person resumes or cancels it.
@@ -209,6 +212,19 @@ pub enum ClaimOutcome {
     NotFound,
 }
 
+/// A claim of queued runs by one executor ([`Store::claim_queued`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueClaim {
+    /// The claiming executor.
+    pub owner_id: String,
+    /// When it claims (Unix ms).
+    pub now_ms: u64,
+    /// How long the lease of each run it claims lasts (ms).
+    pub ttl_ms: u64,
+    /// At most this many runs.
+    pub max: usize,
+}
+
 /// A store that failed (I/O, corruption, a locked database).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("store failed: {message}")]
@@ -301,6 +317,13 @@ pub trait Store: Send + Sync + 'static {
     ) -> Answer<Fenced<()>>;
     /// Appends events to the run's log, if `fence` is the run's.
     fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>>;
+    /// Claims up to `claim.max` queued runs for `claim.owner_id`, oldest
+    /// first (run id ascending: the ids the engine makes sort in creation
+    /// order), each by [`fencing::claim_queued`]: `running`, owned by the
+    /// claimer, its fence raised, its lease expiring at `now_ms + ttl_ms`.
+    /// Executors claiming at once never claim the same run: each queued run
+    /// is claimed exactly once.
+    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>>;
     /// Marks every `running` run whose lease expired at `now_ms` as
     /// `orphaned` with the reason `run orphaned: executor lease expired`;
     /// returns their ids.
@@ -406,7 +429,7 @@ pub mod listing {
 /// The ownership rules every store applies, as pure functions on a
 /// [`RunRecord`].
 pub mod fencing {
-    use super::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate};
+    use super::{ClaimOutcome, Fenced, QueueClaim, RunRecord, RunStatus, RunUpdate};
 
     /// The message an orphaned run carries.
     pub const ORPHANED: &str = "run orphaned: executor lease expired";
@@ -439,11 +462,22 @@ pub mod fencing {
         claimed.fence = record.fence.saturating_add(1);
         claimed.lease_expires_at_ms = now_ms.saturating_add(ttl_ms);
         claimed.updated_at_ms = now_ms;
-        if claimed.status == RunStatus::Orphaned {
+        if matches!(claimed.status, RunStatus::Orphaned | RunStatus::Queued) {
             claimed.status = RunStatus::Running;
             claimed.reason = None;
         }
         Ok(claimed)
+    }
+
+    /// The record of a queued run once `claim.owner_id` claims it from the
+    /// queue at `claim.now_ms`: `running`, owned, its fence raised, its
+    /// lease one `claim.ttl_ms` long; `None` if the run is not queued (any
+    /// more).
+    pub fn claim_queued(record: &RunRecord, claim: &QueueClaim) -> Option<RunRecord> {
+        if record.status != RunStatus::Queued {
+            return None;
+        }
+        self::claim(record, &claim.owner_id, claim.now_ms, claim.ttl_ms).ok()
     }
 
     /// Whether a write with `fence` may land on `record`.

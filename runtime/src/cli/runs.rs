@@ -51,7 +51,7 @@ pub struct Target {
 /// `runs list`: one page of runs, newest first.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Only runs in this status (`running`, `waiting_human`,
+    /// Only runs in this status (`queued`, `running`, `waiting_human`,
     /// `reconciliation_required`, `orphaned`, `completed`, `failed`,
     /// `cancelled`).
     #[arg(long, value_parser = parse_status)]

@@ -8,8 +8,11 @@
 //! SIGTERM.
 //!
 //! While it serves, the executor sweeps for orphans every third of the
-//! run-lease TTL ([`crate::executor::sweep`]); with resume on boot it claims
-//! and resumes them, and the API controls them like the runs it started.
+//! run-lease TTL ([`crate::executor::sweep`]); with resume on boot its
+//! claimer ([`crate::executor::claim_queued`], every
+//! `executor.claim_interval` and whenever one of its runs ends) claims and
+//! resumes them within its limit of live runs, then claims queued runs,
+//! and the API controls them like the runs it started.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -59,25 +62,18 @@ pub(super) async fn serve(
         .wrap_store(|store| MeteredStore::wrap(store, &metrics))
         .build()
         .await?;
-    let boot = crate::executor::boot(&engine, config.resume_on_boot.value).await?;
+    // Orphans are marked here; with resume on boot the claimer resumes
+    // them as soon as the server runs, within its limit of live runs.
+    let boot = crate::executor::boot(&engine, false).await?;
     if !boot.orphaned.is_empty() {
         tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
     }
     let app = App::with_metrics(Arc::new(engine), options, metrics);
-    for handle in boot.resumed {
-        tracing::info!(run_id = handle.run_id(), "resumed at boot");
-        app.adopt(handle);
-    }
     // From here on, orphans are looked for every third of the run-lease TTL
-    // too; the runs resumed are adopted like those resumed at boot.
+    // too. The sweep only marks them: with resume on boot, the server's
+    // claimer resumes them within its room of live runs, with queued runs.
     let sweeping = CancellationToken::new();
-    let adopter = Arc::clone(&app);
-    let sweep = crate::executor::sweep(
-        Arc::clone(app.engine()),
-        config.resume_on_boot.value,
-        sweeping.clone(),
-        move |handle| adopter.adopt(handle),
-    );
+    let sweep = crate::executor::sweep(Arc::clone(app.engine()), false, sweeping.clone(), |_| {});
     let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
     let served = serving.await;
@@ -117,6 +113,8 @@ pub(super) fn options(config: &Config) -> ServerOptions {
         allowed_origins: config.server_allowed_origins.value.clone(),
         tools: config.tools.clone(),
         allow_flow_tools: config.server_allow_flow_tools.value,
+        claim_interval: config.executor_claim_interval.value,
+        resume_orphans: config.resume_on_boot.value,
         ..ServerOptions::default()
     }
 }

@@ -95,7 +95,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 47] = [
+pub(super) const KEYS: [Key; 48] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -193,6 +193,13 @@ pub(super) const KEYS: [Key; 47] = [
         "false",
         ValueKind::Flag,
         "whether the executor claims and resumes orphaned runs, at boot and in its sweep every third of the run-lease TTL",
+    ),
+    key(
+        "LEASEHOLD_EXECUTOR_CLAIM_INTERVAL",
+        "executor.claim_interval",
+        "1s",
+        ValueKind::Duration,
+        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one)",
     ),
     key(
         "LEASEHOLD_DURABILITY",
@@ -388,7 +395,7 @@ pub(super) const KEYS: [Key; 47] = [
         "server.max_live_runs",
         "64",
         ValueKind::Count,
-        "runs this executor runs at once; past it starting or resuming one is a 429",
+        "runs this executor runs at once; past it a posted run waits queued, and resuming one is a 429",
     ),
     key(
         "LEASEHOLD_SERVER_SHUTDOWN_GRACE",

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, RunCommand, RunPage, RunQuery, RunRecord,
-    RunUpdate, Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
+    BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage, RunQuery,
+    RunRecord, RunUpdate, Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -106,6 +106,10 @@ impl Store for MeteredStore {
 
     fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>> {
         self.timed("append_events", |s| s.append_events(run_id, events, fence))
+    }
+
+    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>> {
+        self.timed("claim_queued", |s| s.claim_queued(claim))
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>> {

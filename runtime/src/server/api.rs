@@ -141,7 +141,10 @@ pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> i
     }))
 }
 
-/// `POST /runs`: a flow as JSON or TOML; answers at once with the run id.
+/// `POST /runs`: a flow as JSON or TOML; answers at once with the run id
+/// and its status: `running` when this executor had room and started it,
+/// `queued` when it waits for an executor with room (any executor sharing
+/// the store claims it).
 ///
 /// The flow's tool servers are references to the configuration's
 /// `[[tools]]` (or to servers the engine provides); one that carries a
@@ -161,20 +164,17 @@ pub(super) async fn create_run(
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("the flow is not UTF-8 text"))?;
     let flow = parse_flow(&app, format, text)?;
-    room_for_a_run(&app)?;
-    // Started in a task of its own: a client that goes away mid-request
-    // must not cancel a run half-recorded.
-    let engine = Arc::clone(&app.engine);
-    let started = tokio::spawn(async move { engine.start(flow).await })
+    // Queued and started in a task of its own: a client that goes away
+    // mid-request must not cancel a run half-recorded.
+    let queuing = Arc::clone(&app);
+    let (run_id, status) = tokio::spawn(async move { queuing.queue_and_start(flow).await })
         .await
         .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))??;
-    let run_id = started.run_id().to_owned();
-    app.adopt(started);
-    tracing::info!(%run_id, "run started over the API");
+    tracing::info!(%run_id, ?status, "run posted over the API");
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/runs/{run_id}"))],
-        Json(serde_json::json!({"run_id": run_id, "status": RunStatus::Running})),
+        Json(serde_json::json!({"run_id": run_id, "status": status})),
     ))
 }
 
@@ -245,21 +245,17 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     Ok(flow)
 }
 
-/// Refuses one more live run past `max_live_runs` with 429.
-fn room_for_a_run(app: &App) -> Result<(), ApiError> {
-    let max = usize::try_from(app.options.limits.max_live_runs).unwrap_or(usize::MAX);
-    let live = app.live_runs();
-    if live >= max {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_runs",
-            format!(
-                "this executor already runs {live} runs, its limit (server.max_live_runs, \
-                 LEASEHOLD_SERVER_MAX_LIVE_RUNS): try again when one has ended"
-            ),
-        ));
-    }
-    Ok(())
+/// 429: this executor holds as many live runs as `max_live_runs` allows.
+fn too_many_runs(app: &App) -> ApiError {
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_runs",
+        format!(
+            "this executor already runs {} runs, its limit (server.max_live_runs, \
+             LEASEHOLD_SERVER_MAX_LIVE_RUNS): try again when one has ended",
+            app.live_runs()
+        ),
+    )
 }
 
 /// The request's media type, lower case, without parameters.
@@ -510,15 +506,17 @@ async fn take_over(app: &Arc<App>, run_id: &str) -> Result<(RunHandle, RunRecord
         .load_run(run_id)
         .await?
         .ok_or_else(|| ApiError::unknown_run(run_id))?;
-    room_for_a_run(app)?;
-    let engine = Arc::clone(&app.engine);
+    let admitting = Arc::clone(app);
     let id = run_id.to_owned();
     // On a task of its own, so a panic while resuming is a 500, not a
     // dropped connection.
-    let handle = tokio::spawn(async move { engine.resume(&id).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("resuming the run panicked: {e}")))??;
-    app.adopt(handle.clone());
+    let handle = tokio::spawn(async move {
+        let engine = Arc::clone(&admitting.engine);
+        admitting.admit(|| engine.resume(&id)).await
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("resuming the run panicked: {e}")))?
+    .ok_or_else(|| too_many_runs(app))??;
     Ok((handle, record))
 }
 

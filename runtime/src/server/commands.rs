@@ -71,7 +71,8 @@ pub(super) async fn forward(
 
 /// Follows the store's changes until the server shuts down: takes and
 /// applies the commands of the runs this executor runs whenever one is
-/// stored for a live run here, and after any gap in the feed.
+/// stored for a live run here, and after any gap in the feed; wakes the
+/// claimer of queued runs when a run is queued anywhere (or after a gap).
 pub(super) fn follow(app: Arc<App>) -> tokio::task::JoinHandle<()> {
     // Subscribed before the first take: a command stored after it wakes
     // this task.
@@ -89,7 +90,18 @@ pub(super) fn follow(app: Arc<App>) -> tokio::task::JoinHandle<()> {
             due = match change {
                 None => return,
                 Some(StoreChange::Command { run_id }) => app.handle(&run_id).is_some(),
-                Some(change) => change.is_gap(),
+                // A run queued anywhere: this executor's claimer looks for
+                // room at once instead of at its next interval.
+                Some(StoreChange::Queued) => {
+                    app.queue_wake().notify_one();
+                    false
+                }
+                Some(change) => {
+                    if change.is_gap() {
+                        app.queue_wake().notify_one();
+                    }
+                    change.is_gap()
+                }
             };
         }
     })

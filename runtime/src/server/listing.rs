@@ -97,7 +97,7 @@ pub fn parse_limit(text: &str) -> Result<usize, String> {
 pub fn parse_status(text: &str) -> Result<RunStatus, String> {
     serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
         format!(
-            "not a run status: {text} (running, waiting_human, reconciliation_required, \
+            "not a run status: {text} (queued, running, waiting_human, reconciliation_required, \
              orphaned, completed, failed, cancelled)"
         )
     })

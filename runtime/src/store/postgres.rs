@@ -59,9 +59,9 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, RunCommand, RunPage, RunQuery,
-    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand,
-    ToolCallRecord, fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage,
+    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
+    StoredCommand, ToolCallRecord, fencing, listing,
 };
 use tokio::sync::{OnceCell, watch};
 use tokio_postgres::NoTls;
@@ -405,11 +405,15 @@ impl Inner {
     async fn create_run(&self, record: RunRecord) -> Result<(), StoreError> {
         let doing = format!("creating run `{}`", record.run_id);
         let params = RunParams::new(&record)?;
-        let payload = notice(&StoreChange::Run {
+        // A queued run is also news for every executor with room.
+        let mut payloads = vec![notice(&StoreChange::Run {
             run_id: record.run_id.clone(),
-        })?;
+        })?];
+        if record.status == RunStatus::Queued {
+            payloads.push(notice(&StoreChange::Queued)?);
+        }
         let mut values = params.values().to_vec();
-        values.push(&payload);
+        values.push(&payloads);
         let created: i64 = self
             .client()
             .await?
@@ -418,8 +422,9 @@ impl Inner {
                     "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                      ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
-                     notified AS (SELECT pg_notify('leasehold', $12) FROM created) \
-                     SELECT count(*) FROM notified"
+                     notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
+                     FROM created, unnest($12::text[]) AS payload) \
+                     SELECT count(DISTINCT run_id) FROM notified"
                 ),
                 &values,
             )
@@ -458,16 +463,49 @@ impl Inner {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
+    async fn claim_queued(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
+        let doing = "claiming queued runs";
+        let now = to_i64(claim.now_ms, &"the claim time")?;
+        let expires = claim.now_ms.saturating_add(claim.ttl_ms);
+        let expires = to_i64(expires, &"the claimed lease's expiry")?;
+        let max = u64::try_from(claim.max).unwrap_or(u64::MAX);
+        let max = to_i64(max, &"the claim's limit")?;
+        let owner_id = &claim.owner_id;
+        let queued = status_name(RunStatus::Queued)?;
+        let running = status_name(RunStatus::Running)?;
+        // The change is `fencing::claim_queued`'s, in one statement: each
+        // claimer locks the oldest queued rows no other claimer holds, so
+        // claimers at once take disjoint runs, and a run claimed meanwhile
+        // is no longer queued when its lock is granted.
+        self.load_runs(
+            &format!(
+                "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
+                     fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
+                     updated_at_ms = $4 \
+                     WHERE run_id IN (SELECT run_id FROM runs WHERE status = $5 \
+                     ORDER BY run_id COLLATE \"C\" LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                     RETURNING {RUN_COLUMNS}), \
+                 notified AS (SELECT claimed.*, pg_notify('leasehold', \
+                     json_build_object('change', 'run', 'run_id', run_id)::text) FROM claimed) \
+                     SELECT {RUN_COLUMNS} FROM notified ORDER BY run_id COLLATE \"C\""
+            ),
+            &[&running, &owner_id, &expires, &now, &queued, &max],
+            &doing,
+        )
+        .await
+    }
+
+    /// The runs `statement` answers, its columns [`RUN_COLUMNS`].
     async fn load_runs(
         &self,
-        tail: &str,
+        statement: &str,
         params: &[&(dyn ToSql + Sync)],
         doing: &(dyn fmt::Display + Sync),
     ) -> Result<Vec<RunRecord>, StoreError> {
         let rows = self
             .client()
             .await?
-            .query(&runs_query(tail), params)
+            .query(statement, params)
             .await
             .map_err(|e| failed(doing, &e))?;
         rows.iter().map(run_from_row).collect()
@@ -619,6 +657,13 @@ impl Store for PostgresStore {
         })
     }
 
+    fn claim_queued(
+        &self,
+        claim: QueueClaim,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        self.with(move |inner| async move { inner.claim_queued(&claim).await })
+    }
+
     fn reconcile_orphans(
         &self,
         now_ms: u64,
@@ -631,7 +676,7 @@ impl Store for PostgresStore {
         self.with(move |inner| async move {
             let doing = format!("reading run `{run_id}`");
             let mut runs = inner
-                .load_runs("WHERE run_id = $1", &[&run_id], &doing)
+                .load_runs(&runs_query("WHERE run_id = $1"), &[&run_id], &doing)
                 .await?;
             Ok(runs.pop())
         })
@@ -640,7 +685,7 @@ impl Store for PostgresStore {
     fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
         self.with(move |inner| async move {
             inner
-                .load_runs("ORDER BY created_seq", &[], &"listing runs")
+                .load_runs(&runs_query("ORDER BY created_seq"), &[], &"listing runs")
                 .await
         })
     }
@@ -667,12 +712,14 @@ impl Store for PostgresStore {
             )?;
             let runs = inner
                 .load_runs(
-                    "WHERE ($1::text IS NULL OR run_id COLLATE \"C\" < $1) \
+                    &runs_query(
+                        "WHERE ($1::text IS NULL OR run_id COLLATE \"C\" < $1) \
                      AND ($2::text IS NULL OR status = $2) \
                      AND ($3::text IS NULL OR flow ->> 'name' = $3) \
                      AND ($4::bigint IS NULL OR created_at_ms >= $4) \
                      AND ($5::bigint IS NULL OR created_at_ms < $5) \
                      ORDER BY run_id COLLATE \"C\" DESC LIMIT $6",
+                    ),
                     &[&query.after, &status, &query.flow, &from, &before, &fetch],
                     &doing,
                 )

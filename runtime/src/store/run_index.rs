@@ -55,6 +55,7 @@ impl IndexEntries {
 /// here rather than borrowed from the serde names.
 fn status_name(status: RunStatus) -> &'static str {
     match status {
+        RunStatus::Queued => "queued",
         RunStatus::Running => "running",
         RunStatus::WaitingHuman => "waiting_human",
         RunStatus::ReconciliationRequired => "reconciliation_required",
@@ -140,6 +141,20 @@ impl RunIndexes {
                 .map_err(|e| failed(doing, &e))?;
         }
         Ok(())
+    }
+
+    /// The ids of the runs indexed under `status`, ascending (oldest
+    /// first): a superset of the runs in that status (see the module).
+    pub(crate) fn ids_in(&self, status: RunStatus) -> Result<Candidates<'_>, StoreError> {
+        let prefix = codec::run_prefix(status_name(status))?;
+        let ids = self.by_status.scan_prefix(&prefix).map(move |entry| {
+            let (key, _) = entry.map_err(|e| failed("listing runs by status", &e))?;
+            key.get(prefix.len()..)
+                .and_then(|id| std::str::from_utf8(id).ok())
+                .map(str::to_owned)
+                .ok_or_else(|| StoreError::new("a run index entry is corrupt"))
+        });
+        Ok(Box::new(ids))
     }
 
     /// The ids of the runs `query` may select, in listing order (id

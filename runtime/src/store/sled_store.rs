@@ -37,9 +37,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, RunCommand, RunPage, RunQuery,
-    RunRecord, RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, ToolCallRecord,
-    fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage,
+    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
+    StoredCommand, ToolCallRecord, fencing, listing,
 };
 use sled::{IVec, Tree};
 
@@ -239,6 +239,20 @@ impl SledStore {
                 changes.publish(change);
             }
             Ok(value)
+        })
+    }
+
+    /// Runs a scan that may write (say so) on the blocking pool, then
+    /// settles the durability of what it wrote.
+    fn scan_and_settle<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<(T, bool), StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        Box::pin(async move {
+            let written = store.scan(work).await;
+            store.settle(written).await
         })
     }
 
@@ -476,6 +490,26 @@ impl Inner {
         Ok((orphaned, wrote))
     }
 
+    /// Claims up to `max` queued runs, oldest first: walks the status
+    /// index's queued runs up and claims each under its lock, where
+    /// [`fencing::claim_queued`] skips one claimed meanwhile (or an index
+    /// entry left over by a crash).
+    fn claim_queued(&self, claim: &QueueClaim) -> Result<(Vec<RunRecord>, bool), StoreError> {
+        let mut claimed = Vec::new();
+        for run_id in self.indexes.ids_in(RunStatus::Queued)? {
+            if claimed.len() >= claim.max {
+                break;
+            }
+            let (record, _) = self.change_run(&run_id?, |record| {
+                let record = record.and_then(|r| fencing::claim_queued(&r, claim));
+                Ok((record.clone(), record))
+            })?;
+            claimed.extend(record);
+        }
+        let wrote = !claimed.is_empty();
+        Ok((claimed, wrote))
+    }
+
     fn list_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let doing = "listing runs";
         let mut runs = Vec::new();
@@ -541,8 +575,18 @@ impl Inner {
 impl Store for SledStore {
     fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
         let run_id = record.run_id.clone();
-        self.settle_publishing(self.inner.create_run(&record), |()| {
+        // A queued run is also news for every executor with room.
+        let queued = record.status == RunStatus::Queued;
+        let changes = self.inner.changes.clone();
+        let created = self.settle_publishing(self.inner.create_run(&record), |()| {
             Some(StoreChange::Run { run_id })
+        });
+        Box::pin(async move {
+            created.await?;
+            if queued {
+                changes.publish(StoreChange::Queued);
+            }
+            Ok(())
         })
     }
 
@@ -662,16 +706,33 @@ impl Store for SledStore {
         })
     }
 
+    fn claim_queued(
+        &self,
+        claim: QueueClaim,
+    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
+        let store = self.clone();
+        Box::pin(async move {
+            let claimed = store
+                .scan_and_settle(move |inner| inner.claim_queued(&claim))
+                .await?;
+            for record in &claimed {
+                store.inner.changes.publish(StoreChange::Run {
+                    run_id: record.run_id.clone(),
+                });
+            }
+            Ok(claimed)
+        })
+    }
+
     fn reconcile_orphans(
         &self,
         now_ms: u64,
     ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
         let store = self.clone();
         Box::pin(async move {
-            let reconciled = store
-                .scan(move |inner| inner.reconcile_orphans(now_ms))
-                .await;
-            let orphaned = store.settle(reconciled).await?;
+            let orphaned = store
+                .scan_and_settle(move |inner| inner.reconcile_orphans(now_ms))
+                .await?;
             for run_id in &orphaned {
                 store.inner.changes.publish(StoreChange::Run {
                     run_id: run_id.clone(),

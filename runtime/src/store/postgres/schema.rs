@@ -17,6 +17,7 @@ use super::rows::to_i64;
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_init.sql")),
     (2, include_str!("migrations/0002_listing.sql")),
+    (3, include_str!("migrations/0003_queue.sql")),
     (4, include_str!("migrations/0004_commands.sql")),
 ];
 
