@@ -302,31 +302,27 @@ impl App {
         Ok(filled)
     }
 
-    /// Records a run of `flow` queued and, if this executor has room,
-    /// claims and starts it; answers its id and its status as far as this
-    /// executor knows. Both under the admission, so this executor's
-    /// claimer cannot claim the run between the two.
+    /// Starts a run of `flow` here if this executor has room, or records it
+    /// queued for any executor with room; answers its id and status. Under
+    /// the admission, so that this executor's claimer and its posts never
+    /// run more than its limit at once.
     pub(crate) async fn queue_and_start(
         self: &Arc<Self>,
         flow: leasehold_actors::Flow,
     ) -> Result<(String, RunStatus), EngineError> {
         let _admitted = self.admission.lock().await;
-        let run_id = self.engine.queue(flow).await?.run_id;
         if self.room() == 0 {
             // It waits for an executor with room, this one included.
+            let run_id = self.engine.queue(flow).await?.run_id;
             return Ok((run_id, RunStatus::Queued));
         }
-        let status = match self.engine.start_queued(&run_id).await {
-            Ok(handle) => {
-                self.adopt(handle);
-                RunStatus::Running
-            }
-            // Another executor claimed it first.
-            Err(EngineError::Held { .. }) => RunStatus::Running,
-            Err(EngineError::Finished { status, .. }) => status,
-            Err(error) => return Err(error),
-        };
-        Ok((run_id, status))
+        // With room, the run is created owned by this executor and started:
+        // queued first, any executor woken by the queue could claim it
+        // before the one it was posted to.
+        let handle = self.engine.start(flow).await?;
+        let run_id = handle.run_id().to_owned();
+        self.adopt(handle);
+        Ok((run_id, RunStatus::Running))
     }
 
     /// Runs `work` (a claim that starts runs here) if this executor has

@@ -1026,8 +1026,9 @@ async fn a_dropped_listen_connection_comes_back_with_a_resync() {
     tokio::spawn(connection);
     let killed: i64 = client
         .query_one(
+            // This test's database only: the cluster serves other tests'.
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE query = 'LISTEN leasehold'",
+             WHERE query = 'LISTEN leasehold' AND datname = current_database()",
             &[],
         )
         .await
