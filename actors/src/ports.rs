@@ -31,8 +31,9 @@ pub use model::{
     ModelRequest, ToolCallRequest,
 };
 pub use store::{
-    ClaimOutcome, Fenced, PauseRecord, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus,
-    RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolCallState, fencing, listing,
+    ClaimOutcome, Fenced, PauseRecord, QueueClaim, ReconcileDecision, RunPage, RunQuery, RunRecord,
+    RunStatus, RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolCallState, fencing,
+    listing,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

@@ -22,6 +22,7 @@
 //! | feature | what it adds | on by default |
 //! |---|---|---|
 //! | `store` | the embedded sled run store (`store::SledStore`; `store::Durability`, a setting, is in every build) | yes |
+//! | `postgres` | the PostgreSQL run store many executors share (`store::PostgresStore`; see `docs/deployment.md`) | yes |
 //! | `server` | the HTTP API, its event stream, `/metrics` and the dashboard (`server`, `metrics`) | yes |
 //! | `demo` | the embedded demo (`demo`): its scripted model server and its MCP tool server | yes |
 //! | `cli` | the command line (`cli`) and the `leasehold` binary; needs `store`, `server` and `demo` | yes |

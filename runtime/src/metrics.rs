@@ -72,32 +72,6 @@ fn store_histogram() -> Histogram {
     Histogram::new(STORE_BUCKETS)
 }
 
-/// Every status a run can have, in the order the scrape lists them.
-const STATUSES: [RunStatus; 8] = [
-    RunStatus::Queued,
-    RunStatus::Running,
-    RunStatus::WaitingHuman,
-    RunStatus::ReconciliationRequired,
-    RunStatus::Orphaned,
-    RunStatus::Completed,
-    RunStatus::Failed,
-    RunStatus::Cancelled,
-];
-
-/// A status's name, as the API writes it.
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Queued => "queued",
-        RunStatus::Running => "running",
-        RunStatus::WaitingHuman => "waiting_human",
-        RunStatus::ReconciliationRequired => "reconciliation_required",
-        RunStatus::Orphaned => "orphaned",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Cancelled => "cancelled",
-    }
-}
-
 /// A verdict's name as a label value.
 fn verdict_name(verdict: Verdict) -> &'static str {
     match verdict {
@@ -276,10 +250,10 @@ impl Metrics {
     /// counted by status and its live leases read first.
     pub async fn scrape(&self, engine: &Engine) -> Result<String, ScrapeError> {
         let runs = engine.store().list_runs().await?;
-        for status in STATUSES {
+        for status in RunStatus::ALL {
             let count = runs.iter().filter(|r| r.status == status).count();
             self.runs
-                .get_or_create(&[("status", status_name(status))])
+                .get_or_create(&[("status", status.name())])
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
         self.leases_live

@@ -4,6 +4,7 @@ use ractor::{ActorRef, RpcReplyPort};
 
 use crate::budget::BudgetDecision;
 use crate::evidence::EvidenceSummary;
+pub use crate::ports::ReconcileDecision;
 use crate::ports::{ModelReply, RunStatus, ToolCallRecord};
 use crate::strategy::ChildEnd;
 
@@ -120,21 +121,6 @@ pub struct Reconciliation {
     pub index: usize,
     /// The attempt whose outcome is unknown.
     pub attempt: u32,
-}
-
-/// What a person decides about a tool call of unknown outcome.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case", tag = "decision")]
-pub enum ReconcileDecision {
-    /// It took effect: this is its result.
-    MarkDone {
-        /// The result the model will see.
-        result: String,
-    },
-    /// Call it again, with the same idempotency key.
-    Retry,
-    /// Cancel the run.
-    Cancel,
 }
 
 /// A control that does not apply to the run as it is.

@@ -23,9 +23,9 @@
 //! [`Store::take_commands`]: super::Store::take_commands
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
 
-use crate::agent::ReconcileDecision;
+use super::ReconcileDecision;
+use tokio::sync::broadcast;
 
 /// How many changes a subscriber may fall behind before it is told it
 /// lagged.

@@ -47,6 +47,34 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every status, in the order of their life.
+    pub const ALL: [Self; 8] = [
+        Self::Queued,
+        Self::Running,
+        Self::WaitingHuman,
+        Self::ReconciliationRequired,
+        Self::Orphaned,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// The status's name, as the API, the events and the stores spell it
+    /// (`waiting_human`): its serialized form, spelled out here because
+    /// stores keep it in keys and columns.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::WaitingHuman => "waiting_human",
+            Self::ReconciliationRequired => "reconciliation_required",
+            Self::Orphaned => "orphaned",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
     /// Whether the run has ended for good.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
@@ -150,6 +178,21 @@ pub struct RunRecord {
     pub created_at_ms: u64,
     /// When it last changed (Unix ms).
     pub updated_at_ms: u64,
+}
+
+/// What a person decides about a tool call of unknown outcome.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "decision")]
+pub enum ReconcileDecision {
+    /// It took effect: this is its result.
+    MarkDone {
+        /// The result the model will see.
+        result: String,
+    },
+    /// Call it again, with the same idempotency key.
+    Retry,
+    /// Cancel the run.
+    Cancel,
 }
 
 /// A change of a run's status.
@@ -544,5 +587,20 @@ pub mod fencing {
         orphaned.reason = Some(ORPHANED.to_owned());
         orphaned.updated_at_ms = now_ms;
         Some(orphaned)
+    }
+}
+
+#[cfg(test)]
+mod status_names {
+    use super::RunStatus;
+
+    #[test]
+    fn each_status_is_named_as_it_is_serialized() {
+        for status in RunStatus::ALL {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::Value::String(status.name().to_owned())
+            );
+        }
     }
 }

@@ -42,27 +42,12 @@ impl IndexEntries {
     /// The entries of `record`.
     pub(crate) fn of(record: &RunRecord) -> Result<Self, StoreError> {
         Ok(Self {
-            status: codec::index_key(status_name(record.status), &record.run_id)?,
+            status: codec::index_key(record.status.name(), &record.run_id)?,
             flow: listing::flow_name(record)
                 .map(|name| codec::index_key(name, &record.run_id))
                 .transpose()?,
             created: record.created_at_ms.to_be_bytes(),
         })
-    }
-}
-
-/// A status's name in index keys: part of the store format, so spelled out
-/// here rather than borrowed from the serde names.
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Queued => "queued",
-        RunStatus::Running => "running",
-        RunStatus::WaitingHuman => "waiting_human",
-        RunStatus::ReconciliationRequired => "reconciliation_required",
-        RunStatus::Orphaned => "orphaned",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Cancelled => "cancelled",
     }
 }
 
@@ -146,7 +131,7 @@ impl RunIndexes {
     /// The ids of the runs indexed under `status`, ascending (oldest
     /// first): a superset of the runs in that status (see the module).
     pub(crate) fn ids_in(&self, status: RunStatus) -> Result<Candidates<'_>, StoreError> {
-        let prefix = codec::run_prefix(status_name(status))?;
+        let prefix = codec::run_prefix(status.name())?;
         let ids = self.by_status.scan_prefix(&prefix).map(move |entry| {
             let (key, _) = entry.map_err(|e| failed("listing runs by status", &e))?;
             key.get(prefix.len()..)
@@ -166,7 +151,7 @@ impl RunIndexes {
         query: &'a RunQuery,
     ) -> Result<Option<Candidates<'a>>, StoreError> {
         let (tree, name, also_flow) = match (query.status, query.flow.as_deref()) {
-            (Some(status), flow) => (&self.by_status, status_name(status), flow),
+            (Some(status), flow) => (&self.by_status, status.name(), flow),
             (None, Some(flow)) => (&self.by_flow, flow, None),
             (None, None) => return Ok(None),
         };
