@@ -640,6 +640,19 @@ async fn a_run_waiting_for_a_reconciliation(
     drop(handle);
     drop(engine);
     drop(store);
+    // The engine's tasks let go of the store, and sled closes it, a moment
+    // after the engine is dropped: the child process must find the
+    // directory unlocked. Opened (and closed) here once it is.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match SledStore::open(SledConfig::new(data)) {
+            Ok(store) => break drop(store),
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => panic!("the store stayed locked after the engine was dropped: {error}"),
+        }
+    }
     (run_id, key)
 }
 
