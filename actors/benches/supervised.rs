@@ -45,6 +45,10 @@ use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+#[path = "support/machine.rs"]
+mod machine;
+use machine::{cpu_model, cpus, load_average, nanos, process_cpu_ns};
+
 /// Targets.
 const COST_TARGET: f64 = 2.5;
 const MEMORY_TARGET_BYTES: u64 = 10 * 1024;
@@ -295,10 +299,6 @@ fn to_f64(x: u64) -> f64 {
     f64::from(hi) * 4_294_967_296.0 + f64::from(lo)
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn per_op(total_ns: u64, ops: usize) -> f64 {
     to_f64(total_ns) / to_f64(u64::try_from(ops).unwrap_or(u64::MAX))
 }
@@ -306,52 +306,6 @@ fn per_op(total_ns: u64, ops: usize) -> f64 {
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
-}
-
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown cpu".to_owned())
-}
-
-/// The 1-, 5- and 15-minute load averages, to tell a busy machine.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(
-        |_| "unknown".to_owned(),
-        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-    )
-}
-
-/// CPU time consumed so far by all live threads of this process, in ns
-/// (first field of each `/proc/self/task/*/schedstat`).
-///
-/// The kernel brings a running thread's figure up to date only at a tick or
-/// a switch, so the calling thread yields first; the other threads are idle
-/// between rounds.
-fn process_cpu_ns() -> u64 {
-    std::thread::yield_now();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(Result::ok)
-        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-        .filter_map(|s| {
-            s.split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum()
 }
 
 /// Resident set size, in bytes.

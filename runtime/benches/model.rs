@@ -33,6 +33,10 @@ use leasehold::{
 };
 use serde_json::{Value, json};
 
+#[path = "../../actors/benches/support/machine.rs"]
+mod machine;
+use machine::{cpu_model, load_average};
+
 const WORDS: usize = 200;
 const WARM_UP: usize = 2;
 const TARGET: f64 = 1.05;
@@ -214,25 +218,6 @@ fn ratio(a: Duration, b: Duration) -> f64 {
 
 fn verdict(ratio: f64) -> &'static str {
     if ratio <= TARGET { "PASS" } else { "MISS" }
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown cpu".to_owned())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(
-        |_| "unknown".to_owned(),
-        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-    )
 }
 
 async fn measure(chunk_delay_ms: u64, rounds: usize) -> bool {
