@@ -26,8 +26,37 @@ mod records;
 
 use records::*;
 
+/// The directory as a bare sled database, once the store dropped just
+/// before has let go of it: a store closes on the blocking pool when a
+/// group-commit flush is still in flight, a moment after its last clone is
+/// dropped.
+fn raw_sled(path: &Path) -> sled::Db {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match sled::open(path) {
+            Ok(db) => return db,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => panic!("the store stayed locked after it was dropped: {error}"),
+        }
+    }
+}
+
+/// The store at `path`, once a store dropped just before has let go of it
+/// (see [`raw_sled`]).
 fn open(path: &Path, durability: Durability) -> SledStore {
-    SledStore::open(SledConfig::new(path).with_durability(durability)).expect("open the store")
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match SledStore::open(SledConfig::new(path).with_durability(durability)) {
+            Ok(store) => return store,
+            Err(error)
+                if error.message.contains("locked by another process")
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(error) => panic!("open the store: {error}"),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -248,7 +277,7 @@ async fn unknown_format_version_is_refused_clearly() {
     }
     // A value written by a later format.
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         let runs = db.open_tree("runs").unwrap();
         let mut value = runs.get("r").unwrap().unwrap().to_vec();
         value[0] = 9;
@@ -267,7 +296,7 @@ async fn unknown_format_version_is_refused_clearly() {
     }
     // A database of a later store format.
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         db.open_tree("meta")
             .unwrap()
             .insert("format_version", &2_u32.to_be_bytes())
@@ -553,7 +582,7 @@ async fn pages_follow_status_changes_and_a_directory_written_without_indexes_get
     }
     // The same directory as an older build left it: no indexes.
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         assert!(db.drop_tree("runs_by_status").unwrap());
         assert!(db.drop_tree("runs_by_flow").unwrap());
         db.open_tree("meta")
