@@ -78,6 +78,8 @@ pub struct Engine {
     /// The runs this engine started or resumed, while their actors live,
     /// with the fence each holds.
     live: std::sync::Mutex<HashMap<String, LiveRun>>,
+    /// The runs this engine is claiming or resuming right now.
+    taking_on: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Set by [`Engine::shutdown`].
     shut_down: std::sync::atomic::AtomicBool,
     /// How many leases the runs of this engine hold.
@@ -164,6 +166,7 @@ impl Engine {
     /// with a higher fence. A run paused for a person stays paused.
     pub async fn resume(&self, run_id: &str) -> Result<RunHandle, EngineError> {
         self.refuse_if_shut_down()?;
+        let _taking = self.take_on(run_id)?;
         let now = self.clock.now_unix_ms();
         let record = self.claim(run_id, now).await?;
         self.resume_claimed(record).await
@@ -174,7 +177,9 @@ impl Engine {
     async fn resume_claimed(&self, record: RunRecord) -> Result<RunHandle, EngineError> {
         let run_id = record.run_id.as_str();
         let plan = self.plan_of(&record)?;
-        self.continue_log(run_id, record.fence).await?;
+        if let Some(end) = self.continue_log(run_id, record.fence).await? {
+            return Err(self.record_logged_end(run_id, record.fence, end).await);
+        }
         let saved = Saved {
             snapshots: self.store.load_snapshots(run_id).await?,
             calls: self.store.load_tool_calls(run_id).await?,

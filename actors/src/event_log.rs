@@ -3,9 +3,11 @@
 //! after an event id.
 //!
 //! The engine's sink publishes each event on its bus and hands it to one
-//! writer task, which appends events in batches (one store write per run
-//! per batch). A run's terminal flush goes through the same task, after the
-//! run's last event, so "the run ended" is never durable before its events.
+//! writer task, which appends events in batches: one store write per run
+//! per batch, the runs' writes at once, so the log keeps up with many runs
+//! on a store a round trip away. A run's terminal flush goes through the
+//! same task, after the run's last event, and the run records its end only
+//! once it returned, so "the run ended" is never durable before its events.
 //! Events of a run this executor lost carry a stale fence and do not land.
 
 use std::collections::HashMap;
@@ -41,8 +43,9 @@ impl EventSink for LoggingSink {
     }
 }
 
-/// Starts the writer task; it ends when every sender is gone.
-pub(crate) fn start(store: Arc<dyn Store>) -> mpsc::UnboundedSender<LogItem> {
+/// Starts the writer task; it ends when every sender is gone. A run's
+/// terminal flush also makes `bus` forget the run's position.
+pub(crate) fn start(store: Arc<dyn Store>, bus: EventBus) -> mpsc::UnboundedSender<LogItem> {
     let (log, mut items) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut fences: HashMap<String, Arc<AtomicU64>> = HashMap::new();
@@ -55,53 +58,58 @@ pub(crate) fn start(store: Arc<dyn Store>) -> mpsc::UnboundedSender<LogItem> {
                     Err(_) => break,
                 }
             }
-            let mut pending: Vec<(String, Vec<Event>)> = Vec::new();
+            let mut pending: HashMap<String, Vec<Event>> = HashMap::new();
             for item in batch.drain(..) {
                 match item {
                     LogItem::Register(run_id, fence) => {
                         fences.insert(run_id, fence);
                     }
-                    LogItem::Event(event) => match pending.last_mut() {
-                        Some((run_id, events)) if *run_id == event.run_id => {
-                            events.push((*event).clone())
-                        }
-                        _ => pending.push((event.run_id.clone(), vec![(*event).clone()])),
-                    },
+                    LogItem::Event(event) => pending
+                        .entry(event.run_id.clone())
+                        .or_default()
+                        .push((*event).clone()),
                     LogItem::Flush(run_id, done) => {
-                        write(&*store, &fences, std::mem::take(&mut pending)).await;
+                        write(&store, &fences, std::mem::take(&mut pending)).await;
                         if let Err(error) = store.flush().await {
                             tracing::error!(%run_id, %error, "event log not flushed");
                         }
                         fences.remove(&run_id);
+                        bus.forget_run(&run_id);
                         let _ = done.send(());
                     }
                 }
             }
-            write(&*store, &fences, pending).await;
+            write(&store, &fences, pending).await;
         }
     });
     log
 }
 
+/// Appends the batch's events: one write per run, the runs' writes at
+/// once. A run's events stay in the order they were published; a batch is
+/// written whole before the next is read.
 async fn write(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     fences: &HashMap<String, Arc<AtomicU64>>,
-    pending: Vec<(String, Vec<Event>)>,
+    pending: HashMap<String, Vec<Event>>,
 ) {
+    let mut writes = tokio::task::JoinSet::new();
     for (run_id, events) in pending {
         // Events of runs this executor does not (or no longer) own are not logged.
         let Some(fence) = fences.get(&run_id) else {
             continue;
         };
-        match store
-            .append_events(&run_id, events, fence.load(Ordering::Acquire))
-            .await
-        {
-            Ok(Fenced::Applied(())) => {}
-            Ok(Fenced::Stale { .. }) => {
-                tracing::warn!(%run_id, "events of a run this executor lost were not logged");
+        let fence = fence.load(Ordering::Acquire);
+        let store = Arc::clone(store);
+        writes.spawn(async move {
+            match store.append_events(&run_id, events, fence).await {
+                Ok(Fenced::Applied(())) => {}
+                Ok(Fenced::Stale { .. }) => {
+                    tracing::warn!(%run_id, "events of a run this executor lost were not logged");
+                }
+                Err(error) => tracing::error!(%run_id, %error, "events not logged"),
             }
-            Err(error) => tracing::error!(%run_id, %error, "events not logged"),
-        }
+        });
     }
+    while writes.join_next().await.is_some() {}
 }

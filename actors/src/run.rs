@@ -24,6 +24,7 @@
 //! executor owns the run: this one stops working on it at once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::{Deserialize, Serialize};
@@ -562,9 +563,10 @@ impl RunActorState {
             pause: None,
             at_ms: ctx.now_ms(),
         };
-        if ctx.update(update).await {
-            ctx.flush_log().await;
-        }
+        // Its events first: a reader who sees the end finds every event
+        // before it in the log.
+        ctx.flush_log().await;
+        record_end(&ctx, update).await;
         // Closed before the handle hears of the end: whoever waits for it
         // may stop the servers next, and a client closed after its server
         // (an HTTP session deleted on a stopped server) fails noisily.
@@ -578,6 +580,38 @@ impl RunActorState {
             s.paused = None;
         });
         myself.stop(None);
+    }
+}
+
+/// The pauses between attempts at recording a run's end after store
+/// errors.
+const END_RETRIES: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_millis(400),
+    Duration::from_millis(1600),
+];
+
+/// Records the run's end, trying again after a store error (a connection
+/// lost, a session the database ended): the end is what every reader waits
+/// for. A refusal (a stale fence) is final: the run was lost and the new
+/// owner carries on. If the end cannot be recorded at all, this executor
+/// lets the run go, saying so: its lease expires and another executor
+/// resumes it from its last snapshot.
+async fn record_end(ctx: &RunContext, update: RunUpdate) {
+    let status = update.status;
+    for pause in END_RETRIES {
+        if ctx.update(update.clone()).await || ctx.is_lost() {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    if !ctx.update(update).await && !ctx.is_lost() {
+        ctx.lose(format!(
+            "its end ({}) could not be recorded after {} attempts; an executor resumes it from \
+             its last snapshot once its lease expires",
+            status.name(),
+            END_RETRIES.len() + 1
+        ));
     }
 }
 

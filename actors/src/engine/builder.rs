@@ -257,7 +257,7 @@ impl EngineBuilder {
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let bus = EventBus::with_clock(EventBus::DEFAULT_CAPACITY, clock.clone());
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        let log = event_log::start(store.clone());
+        let log = event_log::start(store.clone(), bus.clone());
         let events: Arc<dyn EventSink> = Arc::new(LoggingSink {
             bus: bus.clone(),
             user: self.events,
@@ -286,6 +286,7 @@ impl EngineBuilder {
             strategy: self.strategy,
             watchdog,
             live: std::sync::Mutex::new(HashMap::new()),
+            taking_on: std::sync::Mutex::new(std::collections::HashSet::new()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             live_leases: Arc::default(),
         })

@@ -8,15 +8,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ractor::ActorRef;
+use ractor::{ActorRef, ActorStatus};
 
 use crate::agent::{LoopMsg, RunContext};
 use crate::duration::heartbeat_timing;
+use crate::event::EventKind;
 use crate::event_log::LogItem;
-use crate::ports::{ClaimOutcome, Fenced, RunRecord, RunStatus, Store};
+use crate::ports::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate, Store};
 use crate::run::RunHandle;
 
 use super::{Engine, EngineError, RUN_STOP_GRACE};
@@ -114,6 +116,33 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Marks `run_id` as being taken on by this engine until the guard is
+    /// dropped, or refuses with [`EngineError::Held`] (by this executor): a
+    /// run this engine runs, or is taking on, is never claimed by it again —
+    /// a second claim would raise the fence under its own live copy, and
+    /// the run would be started twice and lost once.
+    pub(super) fn take_on(&self, run_id: &str) -> Result<TakingOn<'_>, EngineError> {
+        let live = self.lock_live();
+        let running_here = live
+            .get(run_id)
+            .is_some_and(|run| run.actor.get_status() != ActorStatus::Stopped);
+        let mut taking = self
+            .taking_on
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if running_here || !taking.insert(run_id.to_owned()) {
+            return Err(EngineError::Held {
+                run_id: run_id.to_owned(),
+                owner_id: self.owner_id.clone(),
+                expires_at_ms: 0,
+            });
+        }
+        Ok(TakingOn {
+            engine: self,
+            run_id: run_id.to_owned(),
+        })
+    }
+
     /// Claims `run_id` for this executor at `now` (a compare-and-set that
     /// raises its fence), or says why not.
     pub(super) async fn claim(&self, run_id: &str, now: u64) -> Result<RunRecord, EngineError> {
@@ -142,17 +171,58 @@ impl Engine {
     /// Makes the run's log go on after anything a previous owner may have
     /// published, logged or not: each owner's events are numbered from
     /// (fence − 1) × 2³², so a reader that saw an event of a dead owner
-    /// never mistakes a new event for it.
-    pub(super) async fn continue_log(&self, run_id: &str, fence: u64) -> Result<(), EngineError> {
+    /// never mistakes a new event for it. Its positions go on from the last
+    /// logged event's, with no gap.
+    ///
+    /// Answers the end the log already holds, if a previous owner logged
+    /// the run's end and died (or lost the run) before recording it: the
+    /// log is written first, so it is the one to believe.
+    pub(super) async fn continue_log(
+        &self,
+        run_id: &str,
+        fence: u64,
+    ) -> Result<Option<RunUpdate>, EngineError> {
         let floor = fence.saturating_sub(1).saturating_mul(1 << 32);
-        let last = self
-            .store
-            .load_events(run_id, 0)
-            .await?
-            .last()
-            .map_or(0, |e| e.seq);
-        self.bus.advance_past(floor.max(last));
-        Ok(())
+        let events = self.store.load_events(run_id, 0).await?;
+        let (seq, position) = events.last().map_or((0, 0), |e| (e.seq, e.position));
+        self.bus.advance_past(floor.max(seq));
+        self.bus.continue_run(run_id, position);
+        let now = self.clock.now_unix_ms();
+        Ok(events
+            .iter()
+            .rev()
+            .find_map(|event| logged_end(&event.kind, now)))
+    }
+
+    /// Records the end a previous owner logged but did not record, with
+    /// `fence`; answers [`EngineError::Finished`], as for any run that has
+    /// ended.
+    pub(super) async fn record_logged_end(
+        &self,
+        run_id: &str,
+        fence: u64,
+        end: RunUpdate,
+    ) -> EngineError {
+        let status = end.status;
+        match self.store.update_run(run_id, fence, end).await {
+            Ok(Fenced::Applied(())) => {
+                tracing::warn!(
+                    run_id,
+                    status = status.name(),
+                    "the run's log held its end; recorded it"
+                );
+                EngineError::Finished {
+                    run_id: run_id.to_owned(),
+                    status,
+                }
+            }
+            Ok(Fenced::Stale { owner_id, .. }) => EngineError::Held {
+                run_id: run_id.to_owned(),
+                owner_id: owner_id.unwrap_or_default(),
+                expires_at_ms: 0,
+            },
+            Err(error) => error.into(),
+        }
     }
 
     /// Marks every running run whose executor lease expired as orphaned;
@@ -171,9 +241,12 @@ impl Engine {
     /// cancelled. A run held by a live executor is refused with
     /// [`EngineError::Held`]; cancel it through that executor.
     pub async fn cancel_stored(&self, run_id: &str, reason: &str) -> Result<(), EngineError> {
+        let _taking = self.take_on(run_id)?;
         let now = self.clock.now_unix_ms();
         let record = self.claim(run_id, now).await?;
-        self.continue_log(run_id, record.fence).await?;
+        if let Some(end) = self.continue_log(run_id, record.fence).await? {
+            return Err(self.record_logged_end(run_id, record.fence, end).await);
+        }
         let event = self.bus.publish(
             run_id,
             crate::run::ROOT_PATH,
@@ -181,6 +254,7 @@ impl Engine {
                 reason: reason.to_owned(),
             },
         );
+        self.bus.forget_run(run_id);
         let fence = record.fence;
         let stale = |f: Fenced<()>| match f {
             Fenced::Applied(()) => Ok(()),
@@ -308,6 +382,42 @@ pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
 /// sorted by id is one sorted by creation.
 fn new_run_id() -> String {
     format!("run-{}", uuid::Uuid::now_v7().simple())
+}
+
+/// A run being taken on by an engine ([`Engine::take_on`]); dropping it
+/// ends the mark.
+pub(super) struct TakingOn<'a> {
+    engine: &'a Engine,
+    run_id: String,
+}
+
+impl Drop for TakingOn<'_> {
+    fn drop(&mut self) {
+        self.engine
+            .taking_on
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.run_id);
+    }
+}
+
+/// The status change a logged end of a run stands for, at `now_ms`.
+fn logged_end(kind: &EventKind, now_ms: u64) -> Option<RunUpdate> {
+    let (status, answer, reason) = match kind {
+        EventKind::RunCompleted { answer, .. } => {
+            (RunStatus::Completed, Some(answer.clone()), None)
+        }
+        EventKind::RunFailed { reason } => (RunStatus::Failed, None, Some(reason.clone())),
+        EventKind::RunCancelled { reason } => (RunStatus::Cancelled, None, Some(reason.clone())),
+        _ => return None,
+    };
+    Some(RunUpdate {
+        status,
+        reason,
+        answer,
+        pause: None,
+        at_ms: now_ms,
+    })
 }
 
 #[cfg(test)]

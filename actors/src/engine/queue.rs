@@ -73,6 +73,7 @@ impl Engine {
     /// executor claimed and then lost is resumed from its snapshots.
     pub async fn start_queued(&self, run_id: &str) -> Result<RunHandle, EngineError> {
         self.refuse_if_shut_down()?;
+        let _taking = self.take_on(run_id)?;
         let record = self.claim(run_id, self.clock.now_unix_ms()).await?;
         if record.fence == FIRST_FENCE {
             self.launch_claimed(record).await

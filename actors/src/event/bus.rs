@@ -11,6 +11,7 @@
 //! the reader being told. (ractor's output ports are broadcasts of 10 that
 //! drop silently, which is why the bus is our own.)
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,8 +28,8 @@ pub struct Lagged {
     pub missed: u64,
 }
 
-/// A bounded, non-blocking broadcast of [`Event`]s, with `seq` and `at`
-/// assigned in publication order. Cheap to clone.
+/// A bounded, non-blocking broadcast of [`Event`]s, with `seq`, `position`
+/// and `at` assigned in publication order. Cheap to clone.
 #[derive(Clone)]
 pub struct EventBus {
     inner: Arc<BusInner>,
@@ -36,9 +37,10 @@ pub struct EventBus {
 
 struct BusInner {
     sender: broadcast::Sender<Arc<Event>>,
-    // Held while a seq is taken and the event sent, so that seq order is the
-    // order readers see.
-    publish: Mutex<()>,
+    // Held while a seq and a position are taken and the event sent, so
+    // that seq order is the order readers see. It holds the last position
+    // of each run published to, until the run is forgotten.
+    publish: Mutex<HashMap<String, u64>>,
     seq: AtomicU64,
     clock: Arc<dyn Clock>,
 }
@@ -58,7 +60,7 @@ impl EventBus {
         Self {
             inner: Arc::new(BusInner {
                 sender,
-                publish: Mutex::new(()),
+                publish: Mutex::new(HashMap::new()),
                 seq: AtomicU64::new(0),
                 clock,
             }),
@@ -81,6 +83,25 @@ impl EventBus {
     /// The `seq` of the last event published (0 before the first).
     pub fn last_seq(&self) -> u64 {
         self.inner.seq.load(Ordering::Acquire)
+    }
+
+    /// Makes the run's next event take `position + 1`: a run resumed from
+    /// the store goes on after its last logged event.
+    pub fn continue_run(&self, run_id: &str, position: u64) {
+        self.positions().insert(run_id.to_owned(), position);
+    }
+
+    /// Forgets the run's position once it ended here: a later event of it
+    /// starts again from 1 unless [`Self::continue_run`] says otherwise.
+    pub fn forget_run(&self, run_id: &str) {
+        self.positions().remove(run_id);
+    }
+
+    fn positions(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.inner
+            .publish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -108,14 +129,21 @@ impl EventBus {
     /// Publishes one event and returns it, with its `seq` and `at`.
     pub fn publish(&self, run_id: &str, path: &str, kind: EventKind) -> Arc<Event> {
         let at = self.inner.clock.now_unix_ms();
-        let _order = self
-            .inner
-            .publish
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut positions = self.positions();
+        let position = match positions.get_mut(run_id) {
+            Some(last) => {
+                *last += 1;
+                *last
+            }
+            None => {
+                positions.insert(run_id.to_owned(), 1);
+                1
+            }
+        };
         let seq = self.inner.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let event = Arc::new(Event {
             seq,
+            position,
             at,
             run_id: run_id.to_owned(),
             path: path.to_owned(),

@@ -1,6 +1,7 @@
 //! The public event schema: what happened, where, in which run.
 //!
-//! Every event has a `seq` (strictly increasing per bus), an `at` (Unix
+//! Every event has a `seq` (strictly increasing per bus), a `position`
+//! (its place in its run's log: 1, 2, 3, … with no gap), an `at` (Unix
 //! milliseconds, from the [`Clock`](crate::ports::Clock) port), the `run_id`,
 //! the `path` of the operation in the run's tree
 //! (`run/worker:research/tool_call:3`) and a `kind`. Names are snake_case
@@ -22,6 +23,14 @@ use crate::verdict::{DecidedBy, EvaluatorUsage, Verdict, VerdictRecord};
 pub struct Event {
     /// Position on the bus, strictly increasing from 1.
     pub seq: u64,
+    /// Its place in its run's log: 1 for the run's first event, one more
+    /// for each event after it, across every executor that held the run
+    /// (a new owner goes on from the last logged event). An event a stale
+    /// owner published is refused by the log, and its position is the next
+    /// owner's to use. 0 (and not written) in logs written before
+    /// positions existed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub position: u64,
     /// When it happened, in milliseconds since the Unix epoch.
     pub at: u64,
     /// The run it belongs to.
@@ -31,6 +40,10 @@ pub struct Event {
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Who a failure given up by a supervisor went to.

@@ -199,6 +199,7 @@ mod tests {
     fn event(run_id: &str, path: &str, at: u64, kind: EventKind) -> Event {
         Event {
             seq: at,
+            position: at,
             at,
             run_id: run_id.to_owned(),
             path: path.to_owned(),

@@ -447,12 +447,17 @@ impl Inner {
         let orphaned = status_name(RunStatus::Orphaned)?;
         // The condition and the change are `fencing::orphan`'s, in one
         // statement: a run renewed or claimed meanwhile no longer matches.
+        // A row another transaction holds is skipped, not waited for: its
+        // holder is changing it, and one stuck holder must not stop the
+        // sweep of every other run (the next sweep looks at it again).
         let rows = self
             .client()
             .await?
             .query(
-                "WITH orphaned AS (UPDATE runs SET status = $2, reason = $3, updated_at_ms = $1 \
-                 WHERE status = $4 AND lease_expires_at_ms <= $1 RETURNING run_id), \
+                "WITH expired AS (SELECT run_id FROM runs \
+                 WHERE status = $4 AND lease_expires_at_ms <= $1 FOR UPDATE SKIP LOCKED), \
+                 orphaned AS (UPDATE runs SET status = $2, reason = $3, updated_at_ms = $1 \
+                 FROM expired WHERE runs.run_id = expired.run_id RETURNING runs.run_id), \
                  notified AS (SELECT run_id, pg_notify('leasehold', \
                  json_build_object('change', 'run', 'run_id', run_id)::text) FROM orphaned) \
                  SELECT run_id FROM notified ORDER BY run_id COLLATE \"C\"",

@@ -66,6 +66,7 @@ pub fn tool_call(key: &str, step: u32, state: ToolCallState) -> ToolCallRecord {
 pub fn event(run_id: &str, seq: u64) -> Event {
     Event {
         seq,
+        position: seq,
         at: 1_000 + seq,
         run_id: run_id.to_owned(),
         path: "run".to_owned(),

@@ -19,17 +19,28 @@ pub struct PostgresConfig {
     /// `statement_timeout`), so that a locked row or a stuck server gives an
     /// error, not a hang.
     pub statement_timeout: Duration,
+    /// The longest a connection may sit idle inside a transaction
+    /// (PostgreSQL's `idle_in_transaction_session_timeout`): a process
+    /// stopped in the middle of one of its transactions (SIGSTOP, a paused
+    /// VM, a long GC pause of a host) has its session ended by the server
+    /// and its row locks freed, instead of holding a run's row — and every
+    /// other executor's sweep of that row — for as long as it is stopped.
+    /// Its transaction is rolled back; its later writes are refused by the
+    /// fence.
+    pub idle_in_transaction_timeout: Duration,
 }
 
 impl PostgresConfig {
     /// The database at `url`, with a pool of 16 connections, a 10 s connect
-    /// timeout and a 30 s statement timeout.
+    /// timeout, a 30 s statement timeout and a 5 s idle-in-transaction
+    /// timeout.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             pool_size: 16,
             connect_timeout: Duration::from_secs(10),
             statement_timeout: Duration::from_secs(30),
+            idle_in_transaction_timeout: Duration::from_secs(5),
         }
     }
 
@@ -58,8 +69,9 @@ impl PostgresConfig {
             .connect_timeout(self.connect_timeout)
             .application_name("leasehold")
             .options(format!(
-                "-c statement_timeout={}",
-                self.statement_timeout.as_millis()
+                "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+                self.statement_timeout.as_millis(),
+                self.idle_in_transaction_timeout.as_millis()
             ));
         Ok(config)
     }
@@ -77,6 +89,10 @@ impl fmt::Debug for PostgresConfig {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field(
+                "idle_in_transaction_timeout",
+                &self.idle_in_transaction_timeout,
+            )
             .finish()
     }
 }
