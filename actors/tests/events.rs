@@ -36,6 +36,8 @@ async fn events_carry_seq_at_run_id_path_and_kind() {
     assert_eq!(kinds, ["progress", "wait", "verdict", "intervened"]);
     let seqs: Vec<_> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [1, 2, 3, 4]);
+    let positions: Vec<_> = events.iter().map(|e| e.position).collect();
+    assert_eq!(positions, [1, 2, 3, 4], "the run's own count, with no gap");
     assert_eq!(events[1].at, 11_000, "`at` comes from the clock port");
     assert!(events.iter().all(|e| e.run_id == RUN && e.path == PATH));
 
@@ -43,7 +45,7 @@ async fn events_carry_seq_at_run_id_path_and_kind() {
     assert_eq!(
         json,
         serde_json::json!({
-            "seq": 2, "at": 11000, "run_id": RUN, "path": PATH,
+            "seq": 2, "position": 2, "at": 11000, "run_id": RUN, "path": PATH,
             "kind": "wait", "lease_id": handle_id(&events), "lease_kind": "model_stream",
             "subject": "chat", "renewals": 0, "lease_ms": 10000
         })
