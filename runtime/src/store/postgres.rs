@@ -285,7 +285,7 @@ impl Inner {
         let store = self.config.redacted();
         match error {
             PoolError::Backend(error) => StoreError::new(format!(
-                "cannot connect to the PostgreSQL store {store}: {}",
+                "cannot get a connection to the PostgreSQL store {store}: {}",
                 with_causes(error)
             )),
             other => StoreError::new(format!(

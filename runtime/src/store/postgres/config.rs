@@ -131,15 +131,20 @@ impl fmt::Debug for PostgresConfig {
 mod tests {
     use super::*;
 
+    /// The error of the client configuration of `url`.
+    fn refused(url: &str) -> StoreError {
+        PostgresConfig::new(url)
+            .client_config()
+            .err()
+            .expect("the URL is refused")
+    }
+
     #[test]
     fn the_password_never_shows() {
         let config = PostgresConfig::new("postgres://lh:s3cret@db:5432/runs");
         assert_eq!(config.redacted(), "`postgres://lh:***@db:5432/runs`");
         assert!(!format!("{config:?}").contains("s3cret"));
-        let err = PostgresConfig::new("postgres://lh:s3cret@db:notaport/runs")
-            .client_config()
-            .err()
-            .expect("an error");
+        let err = refused("postgres://lh:s3cret@db:notaport/runs");
         assert!(!err.message.contains("s3cret"), "{err}");
     }
 
@@ -172,20 +177,14 @@ mod tests {
 
     #[test]
     fn an_unknown_sslmode_is_refused_by_name() {
-        let err = PostgresConfig::new("postgres://lh:s3cret@db/runs?sslmode=verify")
-            .client_config()
-            .err()
-            .expect("an error");
+        let err = refused("postgres://lh:s3cret@db/runs?sslmode=verify");
         assert!(err.message.contains("unknown sslmode `verify`"), "{err}");
         assert!(!err.message.contains("s3cret"), "{err}");
     }
 
     #[test]
     fn only_postgres_urls_are_taken() {
-        let err = PostgresConfig::new("mysql://db/runs")
-            .client_config()
-            .err()
-            .expect("an error");
+        let err = refused("mysql://db/runs");
         assert!(err.message.contains("not a PostgreSQL URL"), "{err}");
         assert!(
             PostgresConfig::new("postgresql://db/runs")

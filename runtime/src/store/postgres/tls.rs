@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{WebPkiServerVerifier, verify_server_cert_signed_by_trust_anchor};
-use rustls::crypto::{CryptoProvider, aws_lc_rs};
+use rustls::crypto::{WebPkiSupportedAlgorithms, aws_lc_rs};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
@@ -182,12 +182,12 @@ impl Tls {
             }
             (SslMode::VerifyCa, _) | (SslMode::Require, Some(_)) => Arc::new(Verifier {
                 roots: Some(trusted()?),
-                provider,
+                algorithms: provider.signature_verification_algorithms,
             }),
             (SslMode::Disable | SslMode::Prefer, _) | (SslMode::Require, None) => {
                 Arc::new(Verifier {
                     roots: None,
-                    provider,
+                    algorithms: provider.signature_verification_algorithms,
                 })
             }
         };
@@ -206,8 +206,16 @@ impl Tls {
 #[derive(Debug)]
 struct Verifier {
     roots: Option<Arc<RootCertStore>>,
-    provider: Arc<CryptoProvider>,
+    /// The provider's signature algorithms.
+    algorithms: WebPkiSupportedAlgorithms,
 }
+
+/// What a handshake signature check answers.
+type Signed = Result<HandshakeSignatureValid, rustls::Error>;
+/// A certificate, as the handshake carries it.
+type Der<'a> = CertificateDer<'a>;
+/// A handshake signature.
+type Dss = DigitallySignedStruct;
 
 impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
@@ -224,44 +232,22 @@ impl ServerCertVerifier for Verifier {
                 roots,
                 intermediates,
                 now,
-                self.provider.signature_verification_algorithms.all,
+                self.algorithms.all,
             )?;
         }
         Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+    fn verify_tls12_signature(&self, message: &[u8], cert: &Der<'_>, dss: &Dss) -> Signed {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+    fn verify_tls13_signature(&self, message: &[u8], cert: &Der<'_>, dss: &Dss) -> Signed {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
