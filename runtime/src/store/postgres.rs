@@ -51,6 +51,7 @@ mod config;
 mod listen;
 mod rows;
 mod schema;
+mod tls;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,7 +65,6 @@ use leasehold_actors::{
     StoredCommand, ToolCallRecord, fencing, listing,
 };
 use tokio::sync::{OnceCell, watch};
-use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
@@ -129,8 +129,23 @@ fn runs_query(tail: &str) -> String {
 fn failed(doing: &dyn fmt::Display, error: &tokio_postgres::Error) -> StoreError {
     match error.as_db_error() {
         Some(db) => StoreError::new(format!("{doing} failed in PostgreSQL: {db}")),
-        None => StoreError::new(format!("{doing} failed: {error}")),
+        None => StoreError::new(format!("{doing} failed: {}", with_causes(error))),
     }
+}
+
+/// `error` and every cause under it: the client's own message alone is
+/// often only a category ("error performing TLS handshake", "db error").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let said = next.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        cause = next.source();
+    }
+    text
 }
 
 fn no_run(run_id: &str) -> StoreError {
@@ -142,9 +157,10 @@ impl PostgresStore {
     /// first call connects and brings the schema up to date. Fails at once
     /// only if the URL is not a valid PostgreSQL URL.
     pub fn open(config: PostgresConfig) -> Result<Self, StoreError> {
+        let (client_config, tls) = config.client_config()?;
         let manager = Manager::from_config(
-            config.client_config()?,
-            NoTls,
+            client_config,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -206,8 +222,10 @@ impl PostgresStore {
             return Ok(ready.clone());
         }
         let (ready, receiver) = watch::channel(false);
+        let (client_config, tls) = self.inner.config.client_config()?;
         let started = listen::start(
-            self.inner.config.client_config()?,
+            client_config,
+            tls,
             self.inner.changes.clone(),
             self.inner.stop.clone(),
             ready,
@@ -264,10 +282,16 @@ impl PostgresStore {
 
 impl Inner {
     fn pool_error(&self, error: &PoolError) -> StoreError {
-        StoreError::new(format!(
-            "cannot get a connection to the PostgreSQL store {}: {error}",
-            self.config.redacted()
-        ))
+        let store = self.config.redacted();
+        match error {
+            PoolError::Backend(error) => StoreError::new(format!(
+                "cannot get a connection to the PostgreSQL store {store}: {}",
+                with_causes(error)
+            )),
+            other => StoreError::new(format!(
+                "cannot get a connection to the PostgreSQL store {store}: {other}"
+            )),
+        }
     }
 
     /// A connection from the pool, once the schema is up to date.

@@ -9,6 +9,10 @@
 //! time; each test gets a database of its own ([`Cluster::database`]).
 //! Missing binaries fail the test with a message saying what to install:
 //! nothing is skipped silently.
+//!
+//! [`tls_cluster`] starts a cluster of its own that takes only TLS
+//! connections (`ssl = on`, `hostssl`-only `pg_hba.conf`), with the
+//! certificate it is given.
 
 #![allow(dead_code, reason = "each test binary uses part of the helper")]
 
@@ -41,6 +45,20 @@ pub fn cluster() -> Arc<Cluster> {
     let cluster = Arc::new(Cluster::start());
     *shared = Arc::downgrade(&cluster);
     cluster
+}
+
+/// The certificate and key a TLS cluster serves, in PEM.
+pub struct ServerTls {
+    /// The server's certificate (and any intermediates after it).
+    pub cert_pem: String,
+    /// Its private key.
+    pub key_pem: String,
+}
+
+/// A cluster of its own (not shared) that takes only TLS connections, with
+/// `tls`'s certificate.
+pub fn tls_cluster(tls: &ServerTls) -> Cluster {
+    Cluster::start_with(Some(tls))
 }
 
 /// The directory of the installed server binaries (`initdb`, `pg_ctl`).
@@ -90,6 +108,10 @@ fn free_port() -> u16 {
 
 impl Cluster {
     fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    fn start_with(tls: Option<&ServerTls>) -> Self {
         let bin = server_bin();
         let user = is_root().then_some("postgres");
         let dir = tempfile::Builder::new()
@@ -119,6 +141,9 @@ impl Cluster {
                 .arg(&cluster.data),
             "initdb",
         );
+        let tls_options = tls
+            .map(|tls| cluster.serve_tls_only(tls))
+            .unwrap_or_default();
         // A port taken between the probe and the start is retried.
         for _ in 0..5 {
             cluster.port = free_port();
@@ -126,7 +151,7 @@ impl Cluster {
                 "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
                 cluster.port,
                 cluster.dir_str()
-            );
+            ) + &tls_options;
             let mut start = cluster.server_command("pg_ctl");
             start
                 .args(["start", "-w", "-t", "120", "-D"])
@@ -141,6 +166,38 @@ impl Cluster {
         let log =
             std::fs::read_to_string(cluster.dir.path().join("server.log")).unwrap_or_default();
         panic!("the throwaway PostgreSQL did not start; its log:\n{log}");
+    }
+
+    /// Writes the certificate and key, and a `pg_hba.conf` that lets in
+    /// TCP connections only over TLS; the server options that turn it on.
+    fn serve_tls_only(&self, tls: &ServerTls) -> String {
+        let cert = self.dir.path().join("server.crt");
+        let key = self.dir.path().join("server.key");
+        std::fs::write(&cert, &tls.cert_pem).expect("the server certificate is written");
+        std::fs::write(&key, &tls.key_pem).expect("the server key is written");
+        // PostgreSQL refuses a key others can read.
+        self.run(
+            Command::new("chmod").arg("600").arg(&key),
+            "chmod of the server key",
+        );
+        if let Some(user) = self.user {
+            self.run(
+                Command::new("chown").arg(user).arg(&cert).arg(&key),
+                "chown of the server certificate",
+            );
+        }
+        std::fs::write(
+            self.data.join("pg_hba.conf"),
+            "local all all trust\n\
+             hostssl all all 127.0.0.1/32 trust\n\
+             hostssl all all ::1/128 trust\n",
+        )
+        .expect("pg_hba.conf is written");
+        format!(
+            " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+            cert.display(),
+            key.display()
+        )
     }
 
     fn dir_str(&self) -> String {

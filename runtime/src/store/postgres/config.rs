@@ -1,15 +1,22 @@
-//! [`PostgresConfig`]: which PostgreSQL database holds the runs, and the
-//! bounds on every wait for it.
+//! [`PostgresConfig`]: which PostgreSQL database holds the runs, how the
+//! connections to it are secured (`sslmode`, `sslrootcert` in its URL, as
+//! libpq reads them: [`tls`](super::tls)), and the bounds on every wait for
+//! it.
 
 use std::fmt;
 use std::time::Duration;
 
 use leasehold_actors::StoreError;
+use percent_encoding::percent_decode_str;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::tls::{RootCerts, SslMode, Tls};
 
 /// How to open a [`PostgresStore`](super::PostgresStore).
 #[derive(Clone, PartialEq, Eq)]
 pub struct PostgresConfig {
-    /// The database's URL: `postgres://user:password@host:port/database`.
+    /// The database's URL: `postgres://user:password@host:port/database`,
+    /// with `?sslmode=…&sslrootcert=PATH` as libpq takes them.
     pub url: String,
     /// At most this many connections in the pool.
     pub pool_size: usize,
@@ -51,35 +58,74 @@ impl PostgresConfig {
         self
     }
 
-    /// The client's configuration, with the timeouts applied.
-    pub(super) fn client_config(&self) -> Result<tokio_postgres::Config, StoreError> {
+    /// The client's configuration, with the timeouts applied, and the
+    /// connector that secures its connections as the URL's `sslmode` says.
+    pub(super) fn client_config(
+        &self,
+    ) -> Result<(tokio_postgres::Config, MakeRustlsConnect), StoreError> {
         if !super::super::is_postgres_url(&self.url) {
             return Err(StoreError::new(format!(
                 "the store URL {} is not a PostgreSQL URL: expected postgres://…",
                 self.redacted()
             )));
         }
-        let mut config: tokio_postgres::Config = self.url.parse().map_err(|e| {
+        let invalid = |e: &dyn fmt::Display| {
             StoreError::new(format!(
                 "the store URL {} is not a valid PostgreSQL URL: {e}",
                 self.redacted()
             ))
-        })?;
+        };
+        let (url, tls) = split_tls(&self.url).map_err(|e| invalid(&e))?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| invalid(&e))?;
         config
             .connect_timeout(self.connect_timeout)
             .application_name("leasehold")
+            .ssl_mode(tls.mode.client_mode())
             .options(format!(
                 "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
                 self.statement_timeout.as_millis(),
                 self.idle_in_transaction_timeout.as_millis()
             ));
-        Ok(config)
+        let connector = tls.connector().map_err(|e| {
+            StoreError::new(format!(
+                "cannot connect to the PostgreSQL store {} with sslmode={}: {e}",
+                self.redacted(),
+                tls.mode
+            ))
+        })?;
+        Ok((config, connector))
     }
 
     /// The URL with its password, if any, hidden: what errors and logs show.
     pub fn redacted(&self) -> String {
         format!("`{}`", super::super::redact_url(&self.url))
     }
+}
+
+/// `url` without its `sslmode` and `sslrootcert` parameters (which the
+/// client does not know, or knows only in part), and the TLS settings they
+/// make. The other parameters are left as they were written.
+fn split_tls(url: &str) -> Result<(String, Tls), String> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), Tls::default()));
+    };
+    let mut tls = Tls::default();
+    let mut kept = Vec::new();
+    for param in query.split('&') {
+        let (key, value) = param.split_once('=').unwrap_or((param, ""));
+        let value = || percent_decode_str(value).decode_utf8_lossy().into_owned();
+        match key {
+            "sslmode" => tls.mode = SslMode::parse(&value())?,
+            "sslrootcert" => tls.roots = Some(RootCerts::parse(Some(&value()))),
+            _ => kept.push(param),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, tls))
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -101,22 +147,60 @@ impl fmt::Debug for PostgresConfig {
 mod tests {
     use super::*;
 
+    /// The error of the client configuration of `url`.
+    fn refused(url: &str) -> StoreError {
+        PostgresConfig::new(url)
+            .client_config()
+            .err()
+            .expect("the URL is refused")
+    }
+
     #[test]
     fn the_password_never_shows() {
         let config = PostgresConfig::new("postgres://lh:s3cret@db:5432/runs");
         assert_eq!(config.redacted(), "`postgres://lh:***@db:5432/runs`");
         assert!(!format!("{config:?}").contains("s3cret"));
-        let err = PostgresConfig::new("postgres://lh:s3cret@db:notaport/runs")
+        let err = refused("postgres://lh:s3cret@db:notaport/runs");
+        assert!(!err.message.contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn sslmode_and_sslrootcert_are_read_as_libpq_reads_them() {
+        let (url, tls) = split_tls(
+            "postgres://lh@db/runs?connect_timeout=5&sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://lh@db/runs?connect_timeout=5");
+        assert_eq!(tls.mode, SslMode::VerifyFull);
+        assert_eq!(
+            tls.roots,
+            Some(RootCerts::File(std::path::PathBuf::from("/etc/ca.pem")))
+        );
+        let (url, tls) = split_tls("postgres://lh@db/runs").unwrap();
+        assert_eq!(
+            (url.as_str(), tls),
+            ("postgres://lh@db/runs", Tls::default())
+        );
+        assert_eq!(Tls::default().mode, SslMode::Prefer, "libpq's default");
+        let (config, _) = PostgresConfig::new("postgres://lh@db/runs?sslmode=require")
             .client_config()
-            .unwrap_err();
+            .unwrap();
+        assert_eq!(
+            config.get_ssl_mode(),
+            tokio_postgres::config::SslMode::Require
+        );
+    }
+
+    #[test]
+    fn an_unknown_sslmode_is_refused_by_name() {
+        let err = refused("postgres://lh:s3cret@db/runs?sslmode=verify");
+        assert!(err.message.contains("unknown sslmode `verify`"), "{err}");
         assert!(!err.message.contains("s3cret"), "{err}");
     }
 
     #[test]
     fn only_postgres_urls_are_taken() {
-        let err = PostgresConfig::new("mysql://db/runs")
-            .client_config()
-            .unwrap_err();
+        let err = refused("mysql://db/runs");
         assert!(err.message.contains("not a PostgreSQL URL"), "{err}");
         assert!(
             PostgresConfig::new("postgresql://db/runs")

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use leasehold_actors::{ChangeHub, StoreChange};
 use tokio::sync::watch;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::CancellationToken;
 
 /// The channel every write notifies.
@@ -29,6 +30,7 @@ pub(super) const RECONNECT_AFTER: Duration = Duration::from_millis(500);
 /// Does nothing outside a runtime (and says so).
 pub(super) fn start(
     mut config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     hub: ChangeHub,
     stop: CancellationToken,
     ready: watch::Sender<bool>,
@@ -44,10 +46,11 @@ pub(super) fn start(
         .keepalives_idle(Duration::from_secs(30));
     runtime.spawn(async move {
         loop {
-            match listen(&config, &hub, &stop, &ready).await {
+            match listen(&config, &tls, &hub, &stop, &ready).await {
                 Ok(()) if stop.is_cancelled() => return,
                 Ok(()) => tracing::warn!(%store, "the store's LISTEN connection closed"),
                 Err(error) => {
+                    let error = super::with_causes(&error);
                     tracing::warn!(%store, %error, "the store's LISTEN connection failed");
                 }
             }
@@ -63,11 +66,12 @@ pub(super) fn start(
 /// One `LISTEN` connection, until it drops or `stop` is cancelled.
 async fn listen(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     hub: &ChangeHub,
     stop: &CancellationToken,
     ready: &watch::Sender<bool>,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls.clone()).await?;
     let forward = async {
         while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             if let AsyncMessage::Notification(notification) = message? {
