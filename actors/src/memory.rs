@@ -29,6 +29,8 @@ struct Tables {
     snapshot_writes: u64,
     commands: BTreeMap<u64, StoredCommand>,
     next_command: u64,
+    /// How many of the next writes of an end fail (test-util).
+    failing_ends: u32,
 }
 
 impl MemoryStore {
@@ -39,6 +41,14 @@ impl MemoryStore {
 
     fn lock(&self) -> MutexGuard<'_, Tables> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the next `n` writes of a run's end (a terminal status) fail
+    /// with a store error, as a lost connection would: for tests of what a
+    /// run does when its end cannot be written.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn fail_next_ends(&self, n: u32) {
+        self.lock().failing_ends = n;
     }
 
     /// The latest snapshot of a loop.
@@ -224,6 +234,10 @@ impl Store for MemoryStore {
         update: RunUpdate,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
         let mut tables = self.lock();
+        if update.status.is_terminal() && tables.failing_ends > 0 {
+            tables.failing_ends -= 1;
+            return ready(Err(StoreError::new("the connection to the store was lost")));
+        }
         let Some(record) = tables.runs.get(run_id) else {
             return ready(Err(StoreError::new(format!("no run `{run_id}`"))));
         };

@@ -712,3 +712,164 @@ async fn shutdown_stops_the_runs_in_place_and_another_executor_resumes_them() {
         "the idempotent call in flight is made again with the same key"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn positions_number_a_runs_log_without_a_gap_across_executors() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("search")]),
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]),
+        None,
+    )
+    .await;
+    let mut run_a = run_with_call_in_flight(&a, "search").await;
+    let run_id = run_a.run_id().to_owned();
+    // A busy bus: another run's events interleave with this one's.
+    let other_run = a.engine.start(flow(5)).await.expect("another run");
+    a.engine.shutdown().await;
+    run_a.wait().await;
+    let logged_by_a = store.events(&run_id).len();
+    assert!(logged_by_a > 0);
+
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("resumed by b")]),
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::returns("hit", secs(1))]),
+        None,
+    )
+    .await;
+    b.engine.reconcile_orphans().await.expect("ok");
+    let mut run_b = b.engine.resume(&run_id).await.expect("claimed");
+    assert_eq!(run_b.wait().await.status, RunStatus::Completed);
+
+    let events = store.events(&run_id);
+    assert!(events.len() > logged_by_a);
+    let positions: Vec<u64> = events.iter().map(|e| e.position).collect();
+    let expected: Vec<u64> = (1..=u64::try_from(events.len()).expect("fits")).collect();
+    assert_eq!(positions, expected, "1, 2, 3, … across both owners");
+    assert!(
+        events.windows(2).all(|w| w[0].seq < w[1].seq),
+        "in seq order"
+    );
+    // The bus numbers the other run's events on their own.
+    let other = store.events(other_run.run_id());
+    assert_eq!(other.first().map(|e| e.position), Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_log_holds_its_end_is_recorded_ended_on_resume_and_not_run_again() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    // A ran the run to its end and logged it, then lost its session before
+    // recording the end: the log says completed, the record running.
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("done by a")]),
+        ScriptedTools::new(),
+        None,
+    )
+    .await;
+    store.fail_next_ends(u32::MAX);
+    let mut run_a = a.engine.start(flow(5)).await.expect("starts");
+    let run_id = run_a.run_id().to_owned();
+    let state = run_a.wait().await;
+    assert!(
+        state.lost.as_deref().is_some_and(|l| l.contains("could not be recorded")),
+        "A lets the run go, saying so: {state:?}"
+    );
+    store.fail_next_ends(0);
+    assert_eq!(store.run(&run_id).expect("run").status, RunStatus::Running);
+    let ended = |store: &MemoryStore| {
+        store
+            .events(&run_id)
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::RunCompleted { .. }))
+            .count()
+    };
+    assert_eq!(ended(&store), 1, "the end is in the log");
+
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("done again by b")]),
+        ScriptedTools::new(),
+        None,
+    )
+    .await;
+    freeze_past_ttl(&clock);
+    b.engine.reconcile_orphans().await.expect("ok");
+    let refused = b.engine.resume(&run_id).await.expect_err("already ended");
+    assert!(
+        matches!(
+            refused,
+            EngineError::Finished {
+                status: RunStatus::Completed,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    let record = store.run(&run_id).expect("run");
+    assert_eq!(record.status, RunStatus::Completed);
+    assert_eq!(record.answer.as_deref(), Some("done by a"));
+    assert_eq!(ended(&store), 1, "completed once");
+    assert!(b.model.requests().is_empty(), "B ran nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_error_on_a_runs_end_is_retried_and_the_end_recorded() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [Turn::answer("done")]),
+        ScriptedTools::new(),
+        None,
+    )
+    .await;
+    store.fail_next_ends(2);
+    let mut run = a.engine.start(flow(5)).await.expect("starts");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.lost, None);
+    let record = store.run(run.run_id()).expect("run");
+    assert_eq!(record.status, RunStatus::Completed);
+    assert_eq!(record.answer.as_deref(), Some("done"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_executor_never_claims_a_run_it_is_running() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let a = executor(
+        "executor-a",
+        &store,
+        &clock,
+        ScriptedModel::new().script("run", [call("search")]),
+        ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]),
+        None,
+    )
+    .await;
+    let run = run_with_call_in_flight(&a, "search").await;
+    let fence = store.run(run.run_id()).expect("run").fence;
+    for _ in 0..2 {
+        let refused = a.engine.resume(run.run_id()).await.expect_err("running here");
+        assert!(
+            matches!(&refused, EngineError::Held { owner_id, .. } if owner_id == "executor-a"),
+            "{refused}"
+        );
+    }
+    assert_eq!(store.run(run.run_id()).expect("run").fence, fence, "the fence did not move");
+    assert_eq!(run.state().lost, None);
+}

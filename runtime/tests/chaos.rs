@@ -25,6 +25,8 @@ mod support;
 
 #[path = "support/postgres.rs"]
 mod postgres;
+#[path = "support/records.rs"]
+mod records;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
@@ -850,5 +852,48 @@ async fn three_executors_one_killed_one_stopped_past_its_ttl_complete_every_run_
         "no run of the killed executor was taken over: {killed_with:?}"
     );
     drop((survivor, killed, zombie));
+    drop(cluster);
+}
+
+/// A process stopped in the middle of its transaction on a run's row (here:
+/// a transaction left open) does not stop the sweep: the run it holds is
+/// skipped, every other expired run is marked orphaned at once, and the
+/// held one is marked by the first sweep after its holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweep_skips_a_run_whose_row_another_transaction_holds() {
+    let (cluster, url) = tokio::task::spawn_blocking(|| {
+        let cluster = postgres::cluster();
+        let url = cluster.database();
+        (cluster, url)
+    })
+    .await
+    .expect("a cluster");
+    let store = PostgresStore::connect(PostgresConfig::new(&url))
+        .await
+        .expect("the store");
+    for run_id in ["run-held", "run-free"] {
+        store
+            .create_run(records::run_record(run_id, Some("stopped"), 1, 1_000, RunStatus::Running))
+            .await
+            .expect("created");
+    }
+    let (mut holder, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    let held = holder.transaction().await.expect("a transaction");
+    held.query("SELECT 1 FROM runs WHERE run_id = 'run-held' FOR UPDATE", &[])
+        .await
+        .expect("locked");
+
+    let swept = tokio::time::timeout(Duration::from_secs(20), store.reconcile_orphans(2_000))
+        .await
+        .expect("the sweep does not wait for the held row")
+        .expect("swept");
+    assert_eq!(swept, ["run-free"]);
+
+    held.rollback().await.expect("let go");
+    let swept = store.reconcile_orphans(2_000).await.expect("swept");
+    assert_eq!(swept, ["run-held"]);
     drop(cluster);
 }
