@@ -288,14 +288,18 @@ impl App {
         if room == 0 {
             return Ok(false);
         }
-        let mut started = Vec::new();
+        let mut resumed = Vec::new();
         if self.options.resume_orphans {
-            started = self.engine.resume_orphans_up_to(room).await?;
+            resumed = self.engine.resume_orphans_up_to(room).await?;
         }
-        let left = room.saturating_sub(started.len());
-        started.extend(self.engine.claim_queued(left).await?);
-        let filled = started.len() >= room;
-        for handle in started {
+        let left = room.saturating_sub(resumed.len());
+        let claimed = self.engine.claim_queued(left).await?;
+        let filled = resumed.len() + claimed.len() >= room;
+        for handle in resumed {
+            tracing::info!(run_id = handle.run_id(), "orphaned run claimed and resumed");
+            self.adopt(handle);
+        }
+        for handle in claimed {
             tracing::info!(run_id = handle.run_id(), "queued run claimed");
             self.adopt(handle);
         }
