@@ -286,6 +286,7 @@ impl EngineBuilder {
             strategy: self.strategy,
             watchdog,
             live: std::sync::Mutex::new(HashMap::new()),
+            prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             live_leases: Arc::default(),
         })
