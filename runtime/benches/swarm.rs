@@ -6,6 +6,7 @@
 //! cargo bench -p leasehold --bench swarm -- --runs 1000   # quicker
 //! cargo bench -p leasehold --bench swarm -- --part pg      # PostgreSQL writes only
 //! cargo bench -p leasehold --bench swarm -- --max-renewals 100
+//! cargo bench -p leasehold --bench swarm -- --lease-ms 60000   # no expiry
 //! ```
 //!
 //! Each run's root streams a turn that spawns three workers, each worker
@@ -73,7 +74,7 @@ const CHUNKS: u32 = 25;
 /// The time between two chunks.
 const CHUNK_INTERVAL: Duration = Duration::from_millis(20);
 /// The model-stream lease: a 500 ms stream under it expires once (on an
-/// idle machine).
+/// idle machine). `--lease-ms` changes it.
 const LEASE: Duration = Duration::from_millis(300);
 /// Workers each root spawns.
 const WORKERS: usize = 3;
@@ -91,13 +92,18 @@ fn main() {
     let runs: usize = value("--runs")
         .and_then(|r| r.parse().ok())
         .unwrap_or(10_000);
-    let max_renewals: u32 = value("--max-renewals")
-        .and_then(|r| r.parse().ok())
-        .unwrap_or_else(|| EngineConfig::default().supervision.lease.max_renewals);
+    let knobs = Knobs {
+        max_renewals: value("--max-renewals")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| EngineConfig::default().supervision.lease.max_renewals),
+        lease: value("--lease-ms")
+            .and_then(|ms| ms.parse().ok())
+            .map_or(LEASE, Duration::from_millis),
+    };
     if let Some(which) = value("--child") {
         let store = value("--store").unwrap_or_else(|| "memory".to_owned());
         let timers = value("--timers").and_then(|t| t.parse().ok()).unwrap_or(0);
-        child(&which, &store, runs, timers, max_renewals);
+        child(&which, &store, runs, timers, knobs);
         return;
     }
     let part = value("--part").unwrap_or_else(|| "all".to_owned());
@@ -108,10 +114,10 @@ fn main() {
         load_average()
     );
     if part != "pg" {
-        parent(runs, max_renewals);
+        parent(runs, knobs);
     }
     if part != "swarm" {
-        pg_parent(runs, max_renewals);
+        pg_parent(runs, knobs);
     }
     println!(
         "\nmachine after: {} cpus, load average {}",
@@ -124,24 +130,25 @@ fn main() {
 // The parent: runs each child, prints the table.
 // ---------------------------------------------------------------------------
 
-fn parent(runs: usize, max_renewals: u32) {
+fn parent(runs: usize, knobs: Knobs) {
     println!(
         "{runs} concurrent runs of a root and {WORKERS} workers; 5 streamed model calls per run, \
-         {CHUNKS} chunks {} ms apart, under a {} ms model-stream lease (max_renewals {max_renewals}); \
+         {CHUNKS} chunks {} ms apart, under a {} ms model-stream lease (max_renewals {}); \
          2-worker runtime, each figure in a child process\n",
         CHUNK_INTERVAL.as_millis(),
-        LEASE.as_millis()
+        knobs.lease.as_millis(),
+        knobs.max_renewals
     );
     let mut rows = Vec::new();
     for store in ["memory", "sled"] {
-        let leasehold = run_child("leasehold", store, runs, 0, max_renewals);
-        let bare = run_child("bare", store, runs, 0, max_renewals);
+        let leasehold = run_child("leasehold", store, runs, 0, knobs);
+        let bare = run_child("bare", store, runs, 0, knobs);
         let timers = run_child(
             "timers",
             store,
             runs,
             leasehold.get("expiries"),
-            max_renewals,
+            knobs,
         );
         println!("{store} store:");
         println!("  leasehold  {}", leasehold.line);
@@ -184,8 +191,8 @@ fn parent(runs: usize, max_renewals: u32) {
 
 /// The PostgreSQL store's snapshot writes against raw `INSERT`s: the rows
 /// of `runs` runs each way.
-fn pg_parent(runs: usize, max_renewals: u32) {
-    let pg = run_child("pg", "postgres", runs, 0, max_renewals);
+fn pg_parent(runs: usize, knobs: Knobs) {
+    let pg = run_child("pg", "postgres", runs, 0, knobs);
     println!("\npostgres snapshot writes ({runs} runs' snapshots, all runs at once):");
     println!("  {}", pg.line);
     if pg.get("skipped") > 0 {
@@ -210,6 +217,15 @@ fn pg_parent(runs: usize, max_renewals: u32) {
     }
 }
 
+/// What the command line may change of the leasehold runs' leases.
+#[derive(Clone, Copy)]
+struct Knobs {
+    /// The leases' renewal cap.
+    max_renewals: u32,
+    /// The model-stream lease.
+    lease: Duration,
+}
+
 /// A child's `key=value` figures, and its line as printed.
 struct Figures {
     line: String,
@@ -222,12 +238,13 @@ impl Figures {
     }
 }
 
-fn run_child(which: &str, store: &str, runs: usize, timers: u64, max_renewals: u32) -> Figures {
+fn run_child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) -> Figures {
     let exe = std::env::current_exe().expect("the benchmark's own path");
     let output = Command::new(exe)
         .args(["--child", which, "--store", store])
         .args(["--runs", &runs.to_string(), "--timers", &timers.to_string()])
-        .args(["--max-renewals", &max_renewals.to_string()])
+        .args(["--max-renewals", &knobs.max_renewals.to_string()])
+        .args(["--lease-ms", &knobs.lease.as_millis().to_string()])
         .output()
         .expect("the child runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -257,7 +274,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 // The children.
 // ---------------------------------------------------------------------------
 
-fn child(which: &str, store: &str, runs: usize, timers: u64, max_renewals: u32) {
+fn child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -267,7 +284,7 @@ fn child(which: &str, store: &str, runs: usize, timers: u64, max_renewals: u32) 
     let figures = runtime.block_on(async {
         match which {
             "leasehold" => {
-                swarm(open_store(store, dir.path().join("db")), runs, max_renewals).await
+                swarm(open_store(store, dir.path().join("db")), runs, knobs).await
             }
             "bare" => {
                 // The pilot run records the snapshots a run writes, on a
@@ -275,7 +292,7 @@ fn child(which: &str, store: &str, runs: usize, timers: u64, max_renewals: u32) 
                 let pilot = recorded_snapshots().await;
                 bare(open_store(store, dir.path().join("db")), runs, &pilot).await
             }
-            "timers" => bare_timers(timers).await,
+            "timers" => bare_timers(timers, knobs.lease).await,
             #[cfg(feature = "postgres")]
             "pg" => pg_writes::child(runs).await,
             #[cfg(not(feature = "postgres"))]
@@ -309,16 +326,16 @@ fn flow() -> Flow {
     .expect("valid flow")
 }
 
-fn config(max_renewals: u32) -> EngineConfig {
+fn config(knobs: Knobs) -> EngineConfig {
     let mut config = EngineConfig::default();
-    config.supervision.lease.model_stream = LEASE;
-    config.supervision.lease.max_renewals = max_renewals;
+    config.supervision.lease.model_stream = knobs.lease;
+    config.supervision.lease.max_renewals = knobs.max_renewals;
     config
 }
 
-async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>, max_renewals: u32) -> Engine {
+async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>, knobs: Knobs) -> Engine {
     Engine::builder()
-        .config(config(max_renewals))
+        .config(config(knobs))
         .model(Arc::new(SwarmModel))
         .events(sink)
         .store(store)
@@ -328,9 +345,9 @@ async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>, max_renewals: u
 }
 
 /// The leasehold child: `runs` runs at once, awaited.
-async fn swarm(store: Arc<dyn Store>, runs: usize, max_renewals: u32) -> String {
+async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
     let sink = Arc::new(LatenessSink::default());
-    let engine = engine(store, sink.clone(), max_renewals).await;
+    let engine = engine(store, sink.clone(), knobs).await;
     let (rss_before, cpu_before) = (rss_bytes(), process_cpu_ns());
     let mut handles = Vec::with_capacity(runs);
     for _ in 0..runs {
@@ -436,12 +453,12 @@ async fn bare_run(store: Arc<dyn Store>, record: RunRecord, snapshots: Arc<Vec<S
     written + write(true).await
 }
 
-/// The timer baseline: `count` timers of [`LEASE`], started at once.
-async fn bare_timers(count: u64) -> String {
+/// The timer baseline: `count` timers of `lease`, started at once.
+async fn bare_timers(count: u64, lease: Duration) -> String {
     let tasks: Vec<_> = (0..count)
         .map(|_| {
-            tokio::spawn(async {
-                let due = Instant::now() + LEASE;
+            tokio::spawn(async move {
+                let due = Instant::now() + lease;
                 tokio::time::sleep_until(due).await;
                 nanos(Instant::now().saturating_duration_since(due))
             })
@@ -579,8 +596,11 @@ pub(crate) struct Pilot {
 pub(crate) async fn recorded_snapshots() -> Pilot {
     let store = Arc::new(Recording::default());
     let sink = Arc::new(LatenessSink::default());
-    let default_cap = EngineConfig::default().supervision.lease.max_renewals;
-    let engine = engine(store.clone(), sink, default_cap).await;
+    let knobs = Knobs {
+        max_renewals: EngineConfig::default().supervision.lease.max_renewals,
+        lease: LEASE,
+    };
+    let engine = engine(store.clone(), sink, knobs).await;
     let mut handle = engine.start(flow()).await.expect("pilot starts");
     assert_eq!(handle.wait().await.status, RunStatus::Completed);
     engine.shutdown().await;
