@@ -380,9 +380,10 @@ async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
     drop(handles);
     engine.shutdown().await;
     format!(
-        "rss_delta={} cpu_ns={cpu} expiries={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
+        "rss_delta={} cpu_ns={cpu} expiries={} waits={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
         peak.saturating_sub(rss_before),
         lateness.len(),
+        sink.waits.load(Ordering::Relaxed),
         percentile(&lateness, 50),
         percentile(&lateness, 99),
         lateness.last().copied().unwrap_or(0),
@@ -531,6 +532,8 @@ struct LatenessSink {
     started: Mutex<HashMap<(String, String), Instant>>,
     lateness: Mutex<Vec<u64>>,
     workers: AtomicU64,
+    /// Every `wait`, renewals included.
+    waits: AtomicU64,
 }
 
 impl LatenessSink {
@@ -548,6 +551,9 @@ impl LatenessSink {
 impl EventSink for LatenessSink {
     fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
         let now = Instant::now();
+        if matches!(kind, EventKind::Wait { .. }) {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
         match kind {
             EventKind::ModelCallStarted { .. } => {
                 self.started
