@@ -298,9 +298,8 @@ mod tests {
         let mut map: HashMap<String, usize> = HashMap::new();
         let mut scanned = 0;
         for n in 0..launches {
-            scanned += prune_when_doubled(&mut map, &prune_at, |started| {
-                started + live_at_once <= n
-            });
+            scanned +=
+                prune_when_doubled(&mut map, &prune_at, |started| started + live_at_once <= n);
             map.insert(format!("run-{n}"), n);
             assert!(
                 map.len() <= 2 * live_at_once + PRUNE_LIVE_MIN + 1,

@@ -59,11 +59,11 @@ use leasehold::{
 use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
 
-#[path = "../../actors/benches/support/machine.rs"]
-mod machine;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/postgres.rs"]
 mod cluster;
+#[path = "../../actors/benches/support/machine.rs"]
+mod machine;
 #[cfg(feature = "postgres")]
 #[path = "swarm/pg_writes.rs"]
 mod pg_writes;
@@ -143,13 +143,7 @@ fn parent(runs: usize, knobs: Knobs) {
     for store in ["memory", "sled"] {
         let leasehold = run_child("leasehold", store, runs, 0, knobs);
         let bare = run_child("bare", store, runs, 0, knobs);
-        let timers = run_child(
-            "timers",
-            store,
-            runs,
-            leasehold.get("expiries"),
-            knobs,
-        );
+        let timers = run_child("timers", store, runs, leasehold.get("expiries"), knobs);
         println!("{store} store:");
         println!("  leasehold  {}", leasehold.line);
         println!("  bare       {}", bare.line);
@@ -283,9 +277,7 @@ fn child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let figures = runtime.block_on(async {
         match which {
-            "leasehold" => {
-                swarm(open_store(store, dir.path().join("db")), runs, knobs).await
-            }
+            "leasehold" => swarm(open_store(store, dir.path().join("db")), runs, knobs).await,
             "bare" => {
                 // The pilot run records the snapshots a run writes, on a
                 // store of its own; the bare runs then write the same ones.

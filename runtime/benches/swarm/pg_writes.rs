@@ -59,7 +59,8 @@ pub(super) async fn child(runs: usize) -> String {
     let store_runs = claimed_runs(&store, &pilot, "store", runs).await;
     let (store_ns, store_cpu, rows) = timed(store_side(&store, &store_runs, &pilot)).await;
     let text_runs = claimed_runs(&store, &pilot, "text", runs).await;
-    let (text_ns, text_cpu, text_rows) = timed(raw_side(&pool, &text_runs, &pilot, Raw::Text)).await;
+    let (text_ns, text_cpu, text_rows) =
+        timed(raw_side(&pool, &text_runs, &pilot, Raw::Text)).await;
     let prepared_runs = claimed_runs(&store, &pilot, "prepared", runs).await;
     let (prepared_ns, prepared_cpu, prepared_rows) =
         timed(raw_side(&pool, &prepared_runs, &pilot, Raw::Prepared)).await;
@@ -77,10 +78,12 @@ pub(super) async fn child(runs: usize) -> String {
 /// A pool like the store's: the same URL, size and statement timeout.
 fn raw_pool(config: &PostgresConfig) -> Pool {
     let mut client: tokio_postgres::Config = config.url.parse().expect("the cluster's URL");
-    client.connect_timeout(config.connect_timeout).options(format!(
-        "-c statement_timeout={}",
-        config.statement_timeout.as_millis()
-    ));
+    client
+        .connect_timeout(config.connect_timeout)
+        .options(format!(
+            "-c statement_timeout={}",
+            config.statement_timeout.as_millis()
+        ));
     let manager = Manager::from_config(
         client,
         NoTls,
