@@ -1,19 +1,20 @@
 //! The PostgreSQL store's snapshot write rate against raw `INSERT`s of the
 //! same rows, on a throwaway cluster (`runtime/tests/support/postgres.rs`).
 //!
-//! Two sets of runs are created and claimed (so the fence holds); each run
-//! gets the snapshots a pilot run of the swarm's flow wrote, in order, from
-//! a task of its own, all runs at once:
+//! Each side gets a fresh database of the cluster, where as many runs are
+//! created and claimed (so the fence holds); each run gets the snapshots a
+//! pilot run of the swarm's flow wrote, in order, from a task of its own,
+//! all runs at once:
 //!
 //! - *store*: through [`PostgresStore::save_snapshot`] (a fenced
-//!   statement: a shared lock on the run's row if the fence is the run's,
-//!   and the upsert reading from it);
+//!   statement, prepared once per connection: a shared lock on the run's
+//!   row if the fence is the run's, and the upsert reading from it);
 //! - *raw*: the same rows, encoded the same way, with a plain
-//!   `INSERT … ON CONFLICT (run_id, path) DO UPDATE`, through a second
-//!   deadpool pool opened with the same URL, size and statement timeout as
-//!   the store's (the store keeps its pool private), in two forms: the
-//!   statement sent as text each time, as the store sends its own, and
-//!   prepared once per connection (`prepare_cached`).
+//!   `INSERT … ON CONFLICT (run_id, path) DO UPDATE`, through a deadpool
+//!   pool of its own opened with the store's settings (size, statement
+//!   timeout; the store keeps its pool private), in two forms: the
+//!   statement sent as text each time (as the store did before it prepared
+//!   its statements), and prepared once per connection (`prepare_cached`).
 //!
 //! Each side's rate is rows over wall time; CPU is this process's.
 
@@ -50,24 +51,29 @@ pub(super) async fn child(runs: usize) -> String {
     }
     let pilot = recorded_snapshots().await;
     let cluster = cluster::cluster();
-    let config = PostgresConfig::new(cluster.database());
-    let store = PostgresStore::connect(config.clone())
-        .await
-        .expect("connect to the throwaway PostgreSQL");
-    let pool = raw_pool(&config);
+    // Each side on a fresh database of the same cluster, so that none
+    // writes into tables another has grown.
+    let side = || async {
+        let config = PostgresConfig::new(cluster.database());
+        let store = PostgresStore::connect(config.clone())
+            .await
+            .expect("connect to the throwaway PostgreSQL");
+        let runs = claimed_runs(&store, &pilot, runs).await;
+        (config, store, runs)
+    };
 
-    let store_runs = claimed_runs(&store, &pilot, "store", runs).await;
+    let (config, store, store_runs) = side().await;
     let (store_ns, store_cpu, rows) = timed(store_side(&store, &store_runs, &pilot)).await;
-    let text_runs = claimed_runs(&store, &pilot, "text", runs).await;
+    let (text_config, _text_store, text_runs) = side().await;
+    let text_pool = raw_pool(&text_config);
     let (text_ns, text_cpu, text_rows) =
-        timed(raw_side(&pool, &text_runs, &pilot, Raw::Text)).await;
-    let prepared_runs = claimed_runs(&store, &pilot, "prepared", runs).await;
+        timed(raw_side(&text_pool, &text_runs, &pilot, Raw::Text)).await;
+    let (prepared_config, _prepared_store, prepared_runs) = side().await;
+    let prepared_pool = raw_pool(&prepared_config);
     let (prepared_ns, prepared_cpu, prepared_rows) =
-        timed(raw_side(&pool, &prepared_runs, &pilot, Raw::Prepared)).await;
+        timed(raw_side(&prepared_pool, &prepared_runs, &pilot, Raw::Prepared)).await;
     assert_eq!(rows, text_rows, "both sides write the same rows");
     assert_eq!(rows, prepared_rows, "both sides write the same rows");
-    drop(store);
-    drop(cluster);
     format!(
         "rows={rows} pool={} store_ns={store_ns} store_cpu_ns={store_cpu} raw_text_ns={text_ns} \
          raw_text_cpu_ns={text_cpu} raw_prepared_ns={prepared_ns} raw_prepared_cpu_ns={prepared_cpu}",
@@ -75,7 +81,8 @@ pub(super) async fn child(runs: usize) -> String {
     )
 }
 
-/// A pool like the store's: the same URL, size and statement timeout.
+/// A pool like the store's: the same URL, size and statement timeout, on
+/// the database of `config`.
 fn raw_pool(config: &PostgresConfig) -> Pool {
     let mut client: tokio_postgres::Config = config.url.parse().expect("the cluster's URL");
     client
@@ -100,16 +107,11 @@ fn raw_pool(config: &PostgresConfig) -> Pool {
 
 /// `runs` runs of the pilot's flow, created queued and claimed, with the
 /// fence each holds.
-async fn claimed_runs(
-    store: &PostgresStore,
-    pilot: &Pilot,
-    side: &str,
-    runs: usize,
-) -> Vec<RunRecord> {
+async fn claimed_runs(store: &PostgresStore, pilot: &Pilot, runs: usize) -> Vec<RunRecord> {
     let mut claimed = Vec::with_capacity(runs);
     for n in 0..runs {
         let record = RunRecord {
-            run_id: format!("{side}-{n:06}"),
+            run_id: format!("run-{n:06}"),
             status: RunStatus::Queued,
             owner_id: None,
             fence: 0,
