@@ -70,8 +70,13 @@ pub(super) async fn child(runs: usize) -> String {
         timed(raw_side(&text_pool, &text_runs, &pilot, Raw::Text)).await;
     let (prepared_config, _prepared_store, prepared_runs) = side().await;
     let prepared_pool = raw_pool(&prepared_config);
-    let (prepared_ns, prepared_cpu, prepared_rows) =
-        timed(raw_side(&prepared_pool, &prepared_runs, &pilot, Raw::Prepared)).await;
+    let (prepared_ns, prepared_cpu, prepared_rows) = timed(raw_side(
+        &prepared_pool,
+        &prepared_runs,
+        &pilot,
+        Raw::Prepared,
+    ))
+    .await;
     assert_eq!(rows, text_rows, "both sides write the same rows");
     assert_eq!(rows, prepared_rows, "both sides write the same rows");
     format!(
