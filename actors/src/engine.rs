@@ -80,6 +80,9 @@ pub struct Engine {
     live: std::sync::Mutex<HashMap<String, LiveRun>>,
     /// The runs this engine is claiming or resuming right now.
     taking_on: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The size `live` must reach before its stopped runs are dropped
+    /// again ([`prune_when_doubled`]).
+    prune_live_at: std::sync::atomic::AtomicUsize,
     /// Set by [`Engine::shutdown`].
     shut_down: std::sync::atomic::AtomicBool,
     /// How many leases the runs of this engine hold.
@@ -232,7 +235,9 @@ impl Engine {
         match Actor::spawn(None, RunActor, args).await {
             Ok((actor, _)) => {
                 let mut live = self.lock_live();
-                live.retain(|_, run| run.actor.get_status() != ActorStatus::Stopped);
+                prune_when_doubled(&mut live, &self.prune_live_at, |run| {
+                    run.actor.get_status() == ActorStatus::Stopped
+                });
                 live.insert(
                     run_id.clone(),
                     LiveRun {
@@ -249,5 +254,73 @@ impl Engine {
                 Err(StartError::Spawn(error.to_string()).into())
             }
         }
+    }
+}
+
+/// The fewest entries at which the map of live runs is pruned.
+const PRUNE_LIVE_MIN: usize = 64;
+
+/// Drops the entries of `map` that are `stopped`, but only once it has
+/// grown to `prune_at` (then set to twice what is left): each launch used
+/// to scan every run the engine held, so starting n runs at once cost
+/// O(n²) status checks under the engine's lock; now each entry is scanned
+/// O(1) times on average, and the map holds at most twice its live runs
+/// (and [`PRUNE_LIVE_MIN`]). Returns how many entries were looked at.
+fn prune_when_doubled<V>(
+    map: &mut HashMap<String, V>,
+    prune_at: &std::sync::atomic::AtomicUsize,
+    stopped: impl Fn(&V) -> bool,
+) -> usize {
+    use std::sync::atomic::Ordering;
+    if map.len() < prune_at.load(Ordering::Acquire).max(PRUNE_LIVE_MIN) {
+        return 0;
+    }
+    let scanned = map.len();
+    map.retain(|_, value| !stopped(value));
+    prune_at.store(
+        map.len().saturating_mul(2).max(PRUNE_LIVE_MIN),
+        Ordering::Release,
+    );
+    scanned
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::{PRUNE_LIVE_MIN, prune_when_doubled};
+
+    /// Runs launched one after another while a few stay live: the stopped
+    /// ones are dropped, and the scans stay linear in the launches.
+    #[test]
+    fn launching_many_runs_prunes_stopped_ones_in_linear_time() {
+        let launches = 20_000;
+        let live_at_once = 500;
+        let prune_at = AtomicUsize::new(0);
+        // Value: the launch number; a run is stopped once `live_at_once`
+        // launches came after it.
+        let mut map: HashMap<String, usize> = HashMap::new();
+        let mut scanned = 0;
+        for n in 0..launches {
+            scanned +=
+                prune_when_doubled(&mut map, &prune_at, |started| started + live_at_once <= n);
+            map.insert(format!("run-{n}"), n);
+            assert!(
+                map.len() <= 2 * live_at_once + PRUNE_LIVE_MIN + 1,
+                "stopped runs pile up: {} held after {n} launches",
+                map.len()
+            );
+        }
+        assert!(
+            scanned <= 3 * launches,
+            "{scanned} entries scanned for {launches} launches: quadratic"
+        );
+        // Every live run is still held.
+        let live = map
+            .values()
+            .filter(|&&started| started + live_at_once > launches - 1)
+            .count();
+        assert_eq!(live, live_at_once);
     }
 }

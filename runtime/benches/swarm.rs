@@ -4,6 +4,9 @@
 //! ```sh
 //! cargo bench -p leasehold --bench swarm                  # 10 000 runs
 //! cargo bench -p leasehold --bench swarm -- --runs 1000   # quicker
+//! cargo bench -p leasehold --bench swarm -- --part pg      # PostgreSQL writes only
+//! cargo bench -p leasehold --bench swarm -- --max-renewals 100
+//! cargo bench -p leasehold --bench swarm -- --lease-ms 60000   # no expiry
 //! ```
 //!
 //! Each run's root streams a turn that spawns three workers, each worker
@@ -27,6 +30,17 @@
 //! Memory per run is the peak resident set (`VmHWM`) less the resident set
 //! before the runs, divided by the runs; CPU per run is the CPU time of all
 //! the process's threads divided by the runs.
+//!
+//! Every run must complete: a run that pauses (a model call stopped by the
+//! renewal cap on each of its attempts waits for a person) fails the
+//! benchmark with the count of runs that did and the first one's reason,
+//! instead of waiting for ever. `--max-renewals` sets the leases' cap
+//! (default: the engine's, 10).
+//!
+//! `--part pg` (or the default `--part all`, after the swarm) measures the
+//! PostgreSQL store's snapshot write rate against raw `INSERT`s of the same
+//! rows (`swarm/pg_writes.rs`), on a throwaway cluster; skipped, saying so,
+//! without the server binaries or the `postgres` feature.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -45,15 +59,22 @@ use leasehold::{
 use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
 
+#[cfg(feature = "postgres")]
+#[path = "../tests/support/postgres.rs"]
+mod cluster;
 #[path = "../../actors/benches/support/machine.rs"]
 mod machine;
+#[cfg(feature = "postgres")]
+#[path = "swarm/pg_writes.rs"]
+mod pg_writes;
 use machine::{cpu_model, cpus, load_average, nanos, process_cpu_ns};
 
 /// Chunks in each streamed model call.
 const CHUNKS: u32 = 25;
 /// The time between two chunks.
 const CHUNK_INTERVAL: Duration = Duration::from_millis(20);
-/// The model-stream lease: a 500 ms stream under it expires once.
+/// The model-stream lease: a 500 ms stream under it expires once (on an
+/// idle machine). `--lease-ms` changes it.
 const LEASE: Duration = Duration::from_millis(300);
 /// Workers each root spawns.
 const WORKERS: usize = 3;
@@ -71,37 +92,58 @@ fn main() {
     let runs: usize = value("--runs")
         .and_then(|r| r.parse().ok())
         .unwrap_or(10_000);
+    let knobs = Knobs {
+        max_renewals: value("--max-renewals")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| EngineConfig::default().supervision.lease.max_renewals),
+        lease: value("--lease-ms")
+            .and_then(|ms| ms.parse().ok())
+            .map_or(LEASE, Duration::from_millis),
+    };
     if let Some(which) = value("--child") {
         let store = value("--store").unwrap_or_else(|| "memory".to_owned());
         let timers = value("--timers").and_then(|t| t.parse().ok()).unwrap_or(0);
-        child(&which, &store, runs, timers);
+        child(&which, &store, runs, timers, knobs);
         return;
     }
-    parent(runs);
-}
-
-// ---------------------------------------------------------------------------
-// The parent: runs each child, prints the table.
-// ---------------------------------------------------------------------------
-
-fn parent(runs: usize) {
+    let part = value("--part").unwrap_or_else(|| "all".to_owned());
     println!(
         "machine: {} cpus, {}, load average {}",
         cpus(),
         cpu_model(),
         load_average()
     );
+    if part != "pg" {
+        parent(runs, knobs);
+    }
+    if part != "swarm" {
+        pg_parent(runs, knobs);
+    }
+    println!(
+        "\nmachine after: {} cpus, load average {}",
+        cpus(),
+        load_average()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The parent: runs each child, prints the table.
+// ---------------------------------------------------------------------------
+
+fn parent(runs: usize, knobs: Knobs) {
     println!(
         "{runs} concurrent runs of a root and {WORKERS} workers; 5 streamed model calls per run, \
-         {CHUNKS} chunks {} ms apart, under a {} ms model-stream lease; 2-worker runtime, each figure in a child process\n",
+         {CHUNKS} chunks {} ms apart, under a {} ms model-stream lease (max_renewals {}); \
+         2-worker runtime, each figure in a child process\n",
         CHUNK_INTERVAL.as_millis(),
-        LEASE.as_millis()
+        knobs.lease.as_millis(),
+        knobs.max_renewals
     );
     let mut rows = Vec::new();
     for store in ["memory", "sled"] {
-        let leasehold = run_child("leasehold", store, runs, 0);
-        let bare = run_child("bare", store, runs, 0);
-        let timers = run_child("timers", store, runs, leasehold.get("expiries"));
+        let leasehold = run_child("leasehold", store, runs, 0, knobs);
+        let bare = run_child("bare", store, runs, 0, knobs);
+        let timers = run_child("timers", store, runs, leasehold.get("expiries"), knobs);
         println!("{store} store:");
         println!("  leasehold  {}", leasehold.line);
         println!("  bare       {}", bare.line);
@@ -139,11 +181,43 @@ fn parent(runs: usize) {
             ratio(p99_l, p99_t)
         );
     }
-    println!(
-        "\nmachine after: {} cpus, load average {}",
-        cpus(),
-        load_average()
-    );
+}
+
+/// The PostgreSQL store's snapshot writes against raw `INSERT`s: the rows
+/// of `runs` runs each way.
+fn pg_parent(runs: usize, knobs: Knobs) {
+    let pg = run_child("pg", "postgres", runs, 0, knobs);
+    println!("\npostgres snapshot writes ({runs} runs' snapshots, all runs at once):");
+    println!("  {}", pg.line);
+    if pg.get("skipped") > 0 {
+        return;
+    }
+    let rows = pg.get("rows");
+    let rate = |ns: u64| to_f64(rows) / (to_f64(ns) / 1e9);
+    let store = rate(pg.get("store_ns"));
+    println!("\n| writer | rows/s | store ÷ raw | CPU per row |");
+    println!("|---|---:|---:|---:|");
+    for (name, key) in [
+        ("`PostgresStore::save_snapshot`", "store"),
+        ("raw `INSERT … ON CONFLICT`, text", "raw_text"),
+        ("raw `INSERT … ON CONFLICT`, prepared", "raw_prepared"),
+    ] {
+        let writer = rate(pg.get(&format!("{key}_ns")));
+        println!(
+            "| {name} | {writer:.0} | {:.2}× | {} µs |",
+            store / writer,
+            pg.get(&format!("{key}_cpu_ns")) / rows.max(1) / 1000
+        );
+    }
+}
+
+/// What the command line may change of the leasehold runs' leases.
+#[derive(Clone, Copy)]
+struct Knobs {
+    /// The leases' renewal cap.
+    max_renewals: u32,
+    /// The model-stream lease.
+    lease: Duration,
 }
 
 /// A child's `key=value` figures, and its line as printed.
@@ -158,11 +232,13 @@ impl Figures {
     }
 }
 
-fn run_child(which: &str, store: &str, runs: usize, timers: u64) -> Figures {
+fn run_child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) -> Figures {
     let exe = std::env::current_exe().expect("the benchmark's own path");
     let output = Command::new(exe)
         .args(["--child", which, "--store", store])
         .args(["--runs", &runs.to_string(), "--timers", &timers.to_string()])
+        .args(["--max-renewals", &knobs.max_renewals.to_string()])
+        .args(["--lease-ms", &knobs.lease.as_millis().to_string()])
         .output()
         .expect("the child runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -192,7 +268,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 // The children.
 // ---------------------------------------------------------------------------
 
-fn child(which: &str, store: &str, runs: usize, timers: u64) {
+fn child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -201,14 +277,18 @@ fn child(which: &str, store: &str, runs: usize, timers: u64) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let figures = runtime.block_on(async {
         match which {
-            "leasehold" => swarm(open_store(store, dir.path().join("db")), runs).await,
+            "leasehold" => swarm(open_store(store, dir.path().join("db")), runs, knobs).await,
             "bare" => {
                 // The pilot run records the snapshots a run writes, on a
                 // store of its own; the bare runs then write the same ones.
                 let pilot = recorded_snapshots().await;
                 bare(open_store(store, dir.path().join("db")), runs, &pilot).await
             }
-            "timers" => bare_timers(timers).await,
+            "timers" => bare_timers(timers, knobs.lease).await,
+            #[cfg(feature = "postgres")]
+            "pg" => pg_writes::child(runs).await,
+            #[cfg(not(feature = "postgres"))]
+            "pg" => "skipped=1 (built without the `postgres` feature)".to_owned(),
             other => panic!("unknown child {other}"),
         }
     });
@@ -238,15 +318,16 @@ fn flow() -> Flow {
     .expect("valid flow")
 }
 
-fn config() -> EngineConfig {
+fn config(knobs: Knobs) -> EngineConfig {
     let mut config = EngineConfig::default();
-    config.supervision.lease.model_stream = LEASE;
+    config.supervision.lease.model_stream = knobs.lease;
+    config.supervision.lease.max_renewals = knobs.max_renewals;
     config
 }
 
-async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>) -> Engine {
+async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>, knobs: Knobs) -> Engine {
     Engine::builder()
-        .config(config())
+        .config(config(knobs))
         .model(Arc::new(SwarmModel))
         .events(sink)
         .store(store)
@@ -256,22 +337,29 @@ async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>) -> Engine {
 }
 
 /// The leasehold child: `runs` runs at once, awaited.
-async fn swarm(store: Arc<dyn Store>, runs: usize) -> String {
+async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
     let sink = Arc::new(LatenessSink::default());
-    let engine = engine(store, sink.clone()).await;
+    let engine = engine(store, sink.clone(), knobs).await;
     let (rss_before, cpu_before) = (rss_bytes(), process_cpu_ns());
     let mut handles = Vec::with_capacity(runs);
     for _ in 0..runs {
         handles.push(engine.start(flow()).await.expect("run starts"));
     }
+    // A run that pauses for a person would wait for ever: it is counted,
+    // and the benchmark fails saying how many and why.
+    let mut unfinished = Vec::new();
     for handle in &mut handles {
-        let state = handle.wait().await;
-        assert_eq!(
-            state.status,
-            RunStatus::Completed,
-            "a run did not complete: {state:?}"
-        );
+        let state = handle.wait_until(|s| s.status.is_paused()).await;
+        if state.status != RunStatus::Completed {
+            unfinished.push(state);
+        }
     }
+    assert!(
+        unfinished.is_empty(),
+        "{} of {runs} runs did not complete; the first: {:?}",
+        unfinished.len(),
+        unfinished.first()
+    );
     let cpu = process_cpu_ns().saturating_sub(cpu_before);
     let peak = peak_rss_bytes();
     let lateness = sink.lateness();
@@ -284,9 +372,10 @@ async fn swarm(store: Arc<dyn Store>, runs: usize) -> String {
     drop(handles);
     engine.shutdown().await;
     format!(
-        "rss_delta={} cpu_ns={cpu} expiries={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
+        "rss_delta={} cpu_ns={cpu} expiries={} waits={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
         peak.saturating_sub(rss_before),
         lateness.len(),
+        sink.waits.load(Ordering::Relaxed),
         percentile(&lateness, 50),
         percentile(&lateness, 99),
         lateness.last().copied().unwrap_or(0),
@@ -357,12 +446,12 @@ async fn bare_run(store: Arc<dyn Store>, record: RunRecord, snapshots: Arc<Vec<S
     written + write(true).await
 }
 
-/// The timer baseline: `count` timers of [`LEASE`], started at once.
-async fn bare_timers(count: u64) -> String {
+/// The timer baseline: `count` timers of `lease`, started at once.
+async fn bare_timers(count: u64, lease: Duration) -> String {
     let tasks: Vec<_> = (0..count)
         .map(|_| {
-            tokio::spawn(async {
-                let due = Instant::now() + LEASE;
+            tokio::spawn(async move {
+                let due = Instant::now() + lease;
                 tokio::time::sleep_until(due).await;
                 nanos(Instant::now().saturating_duration_since(due))
             })
@@ -435,6 +524,8 @@ struct LatenessSink {
     started: Mutex<HashMap<(String, String), Instant>>,
     lateness: Mutex<Vec<u64>>,
     workers: AtomicU64,
+    /// Every `wait`, renewals included.
+    waits: AtomicU64,
 }
 
 impl LatenessSink {
@@ -452,6 +543,9 @@ impl LatenessSink {
 impl EventSink for LatenessSink {
     fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
         let now = Instant::now();
+        if matches!(kind, EventKind::Wait { .. }) {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
         match kind {
             EventKind::ModelCallStarted { .. } => {
                 self.started
@@ -491,16 +585,20 @@ impl EventSink for LatenessSink {
 }
 
 /// What one run writes: its record and its snapshots, in order.
-struct Pilot {
+pub(crate) struct Pilot {
     record: RunRecord,
     snapshots: Arc<Vec<Snapshot>>,
 }
 
 /// Runs one run of the flow on a recording memory store.
-async fn recorded_snapshots() -> Pilot {
+pub(crate) async fn recorded_snapshots() -> Pilot {
     let store = Arc::new(Recording::default());
     let sink = Arc::new(LatenessSink::default());
-    let engine = engine(store.clone(), sink).await;
+    let knobs = Knobs {
+        max_renewals: EngineConfig::default().supervision.lease.max_renewals,
+        lease: LEASE,
+    };
+    let engine = engine(store.clone(), sink, knobs).await;
     let mut handle = engine.start(flow()).await.expect("pilot starts");
     assert_eq!(handle.wait().await.status, RunStatus::Completed);
     engine.shutdown().await;

@@ -287,6 +287,7 @@ impl EngineBuilder {
             watchdog,
             live: std::sync::Mutex::new(HashMap::new()),
             taking_on: std::sync::Mutex::new(std::collections::HashSet::new()),
+            prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             live_leases: Arc::default(),
         })

@@ -61,8 +61,26 @@ pub fn tls_cluster(tls: &ServerTls) -> Cluster {
     Cluster::start_with(Some(tls))
 }
 
+/// Whether the server binaries (`initdb`, `pg_ctl`) are installed: what a
+/// caller that may go without PostgreSQL (a benchmark) asks before
+/// [`cluster`], which fails without them.
+pub fn server_installed() -> bool {
+    find_server_bin().is_some()
+}
+
 /// The directory of the installed server binaries (`initdb`, `pg_ctl`).
 fn server_bin() -> PathBuf {
+    find_server_bin().unwrap_or_else(|| {
+        panic!(
+            "the PostgreSQL server binaries (initdb, pg_ctl) are not installed: these tests \
+             start a throwaway PostgreSQL; install it with `apt-get install postgresql` \
+             (scripts/test.sh does)"
+        )
+    })
+}
+
+/// The directory of the installed server binaries, if any.
+fn find_server_bin() -> Option<PathBuf> {
     let from_pg_config = Command::new("pg_config")
         .arg("--bindir")
         .output()
@@ -81,13 +99,6 @@ fn server_bin() -> PathBuf {
         .into_iter()
         .chain(installed)
         .find(|bin| bin.join("initdb").is_file() && bin.join("pg_ctl").is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "the PostgreSQL server binaries (initdb, pg_ctl) are not installed: these tests \
-                 start a throwaway PostgreSQL; install it with `apt-get install postgresql` \
-                 (scripts/test.sh does)"
-            )
-        })
 }
 
 fn is_root() -> bool {
