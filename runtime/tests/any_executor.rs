@@ -102,15 +102,7 @@ async fn a_run_on_one_executor_is_followed_resumed_and_cancelled_through_another
         .expect("the cluster starts");
     let store = cluster.database();
     let stack = DemoStack::start().await.expect("the demo servers");
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {TOKEN}").parse().expect("a header"),
-    );
-    let http = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client");
+    let http = support::authorized(TOKEN);
     let mut a = serve(&store, &stack);
     let a_base = support::served_base(&mut a, PATIENCE).await;
     let mut b = serve(&store, &stack);

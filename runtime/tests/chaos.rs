@@ -648,13 +648,7 @@ fn check_log(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_executors_one_killed_one_stopped_past_its_ttl_complete_every_run_exactly_once() {
-    let (cluster, url) = tokio::task::spawn_blocking(|| {
-        let cluster = postgres::cluster();
-        let url = cluster.database();
-        (cluster, url)
-    })
-    .await
-    .expect("a cluster");
+    let (cluster, url) = postgres::database().await;
     let store = Arc::new(
         PostgresStore::connect(PostgresConfig::new(&url))
             .await
@@ -662,15 +656,7 @@ async fn three_executors_one_killed_one_stopped_past_its_ttl_complete_every_run_
     );
     let ledger = Arc::new(Ledger::default());
     let (model, tools) = peers(ledger.clone()).await;
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {TOKEN}").parse().expect("a header"),
-    );
-    let http = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client");
+    let http = support::authorized(TOKEN);
     // Applied by one executor before the others start: no migration race
     // is what this test is about.
     let survivor = Executor::start(&url, &model, &http).await;
@@ -861,19 +847,19 @@ async fn three_executors_one_killed_one_stopped_past_its_ttl_complete_every_run_
 /// held one is marked by the first sweep after its holder lets go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orphan_sweep_skips_a_run_whose_row_another_transaction_holds() {
-    let (cluster, url) = tokio::task::spawn_blocking(|| {
-        let cluster = postgres::cluster();
-        let url = cluster.database();
-        (cluster, url)
-    })
-    .await
-    .expect("a cluster");
+    let (cluster, url) = postgres::database().await;
     let store = PostgresStore::connect(PostgresConfig::new(&url))
         .await
         .expect("the store");
     for run_id in ["run-held", "run-free"] {
         store
-            .create_run(records::run_record(run_id, Some("stopped"), 1, 1_000, RunStatus::Running))
+            .create_run(records::run_record(
+                run_id,
+                Some("stopped"),
+                1,
+                1_000,
+                RunStatus::Running,
+            ))
             .await
             .expect("created");
     }
@@ -882,9 +868,12 @@ async fn the_orphan_sweep_skips_a_run_whose_row_another_transaction_holds() {
         .expect("a connection");
     tokio::spawn(connection);
     let held = holder.transaction().await.expect("a transaction");
-    held.query("SELECT 1 FROM runs WHERE run_id = 'run-held' FOR UPDATE", &[])
-        .await
-        .expect("locked");
+    held.query(
+        "SELECT 1 FROM runs WHERE run_id = 'run-held' FOR UPDATE",
+        &[],
+    )
+    .await
+    .expect("locked");
 
     let swept = tokio::time::timeout(Duration::from_secs(20), store.reconcile_orphans(2_000))
         .await

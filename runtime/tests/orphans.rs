@@ -56,15 +56,7 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
     let stack = DemoStack::start().await.expect("the demo servers");
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {TOKEN}").parse().expect("a header"),
-    );
-    let http = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client");
+    let http = support::authorized(TOKEN);
 
     let mut first = serve(&data, &stack);
     let base = support::served_base(&mut first, PATIENCE).await;

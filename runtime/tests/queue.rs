@@ -178,13 +178,7 @@ async fn most_held_at_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_the_runs_of_the_other_killed()
  {
-    let (cluster, url) = tokio::task::spawn_blocking(|| {
-        let cluster = postgres::cluster();
-        let url = cluster.database();
-        (cluster, url)
-    })
-    .await
-    .expect("a cluster");
+    let (cluster, url) = postgres::database().await;
     let store = PostgresStore::connect(PostgresConfig::new(&url))
         .await
         .expect("the store");
@@ -194,15 +188,7 @@ async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_th
     let base_a = support::served_base(&mut a, PATIENCE).await;
     let _base_b = support::served_base(&mut b, PATIENCE).await;
 
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {TOKEN}").parse().expect("a header"),
-    );
-    let http = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client");
+    let http = support::authorized(TOKEN);
     let flow = json!({"name": "gated", "task": "Answer.", "max_steps": 1, "stream": false});
     let mut posted = Vec::new();
     for _ in 0..RUNS {

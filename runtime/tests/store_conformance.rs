@@ -62,13 +62,7 @@ impl Fixture {
     }
 
     async fn postgres() -> Self {
-        let (cluster, url) = tokio::task::spawn_blocking(|| {
-            let cluster = postgres::cluster();
-            let url = cluster.database();
-            (cluster, url)
-        })
-        .await
-        .unwrap();
+        let (cluster, url) = postgres::database().await;
         Self {
             store: Arc::new(open_postgres(&url).await),
             reopen: Reopen::Postgres {

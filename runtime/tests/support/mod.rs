@@ -75,3 +75,17 @@ pub async fn view_until(
     .await
     .unwrap_or_else(|_| panic!("the run did not become {what} within {patience:?}"))
 }
+
+/// An HTTP client that sends `Authorization: Bearer {token}` with every
+/// request.
+pub fn authorized(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("a header"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
+}

@@ -47,6 +47,19 @@ pub fn cluster() -> Arc<Cluster> {
     cluster
 }
 
+/// The cluster of this test binary (started on the blocking pool, as
+/// starting it waits for `initdb` and `pg_ctl`) and a new database of it,
+/// by URL.
+pub async fn database() -> (Arc<Cluster>, String) {
+    tokio::task::spawn_blocking(|| {
+        let cluster = cluster();
+        let url = cluster.database();
+        (cluster, url)
+    })
+    .await
+    .expect("the cluster starts")
+}
+
 /// The certificate and key a TLS cluster serves, in PEM.
 pub struct ServerTls {
     /// The server's certificate (and any intermediates after it).
