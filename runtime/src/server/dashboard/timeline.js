@@ -200,7 +200,7 @@ export function timelineEvent(st, e) {
         T.pauses.push({
           start: at,
           end: null,
-          text: `paused at ${path}: ${e.reason}`,
+          text: `waiting for a person about ${e.subject || e.tool}: ${e.reason}`,
           dom: null,
         });
       }
