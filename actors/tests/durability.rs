@@ -782,10 +782,7 @@ async fn a_run_whose_log_holds_its_end_is_recorded_ended_on_resume_and_not_run_a
     let run_id = run_a.run_id().to_owned();
     let state = run_a.wait().await;
     assert!(
-        state
-            .lost
-            .as_deref()
-            .is_some_and(|l| l.contains("could not be recorded")),
+        state.lost.as_deref().is_some_and(|l| l.contains("could not be recorded")),
         "A lets the run go, saying so: {state:?}"
     );
     store.fail_next_ends(0);
@@ -867,20 +864,12 @@ async fn an_executor_never_claims_a_run_it_is_running() {
     let run = run_with_call_in_flight(&a, "search").await;
     let fence = store.run(run.run_id()).expect("run").fence;
     for _ in 0..2 {
-        let refused = a
-            .engine
-            .resume(run.run_id())
-            .await
-            .expect_err("running here");
+        let refused = a.engine.resume(run.run_id()).await.expect_err("running here");
         assert!(
             matches!(&refused, EngineError::Held { owner_id, .. } if owner_id == "executor-a"),
             "{refused}"
         );
     }
-    assert_eq!(
-        store.run(run.run_id()).expect("run").fence,
-        fence,
-        "the fence did not move"
-    );
+    assert_eq!(store.run(run.run_id()).expect("run").fence, fence, "the fence did not move");
     assert_eq!(run.state().lost, None);
 }

@@ -873,13 +873,7 @@ async fn the_orphan_sweep_skips_a_run_whose_row_another_transaction_holds() {
         .expect("the store");
     for run_id in ["run-held", "run-free"] {
         store
-            .create_run(records::run_record(
-                run_id,
-                Some("stopped"),
-                1,
-                1_000,
-                RunStatus::Running,
-            ))
+            .create_run(records::run_record(run_id, Some("stopped"), 1, 1_000, RunStatus::Running))
             .await
             .expect("created");
     }
@@ -888,12 +882,9 @@ async fn the_orphan_sweep_skips_a_run_whose_row_another_transaction_holds() {
         .expect("a connection");
     tokio::spawn(connection);
     let held = holder.transaction().await.expect("a transaction");
-    held.query(
-        "SELECT 1 FROM runs WHERE run_id = 'run-held' FOR UPDATE",
-        &[],
-    )
-    .await
-    .expect("locked");
+    held.query("SELECT 1 FROM runs WHERE run_id = 'run-held' FOR UPDATE", &[])
+        .await
+        .expect("locked");
 
     let swept = tokio::time::timeout(Duration::from_secs(20), store.reconcile_orphans(2_000))
         .await
