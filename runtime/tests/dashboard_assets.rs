@@ -190,3 +190,31 @@ async fn every_dashboard_module_is_served_as_javascript() {
     let (status, _, _) = served.get("/assets/missing.js").await;
     assert_eq!(status, 404);
 }
+
+#[test]
+fn no_dashboard_module_writes_html_from_a_string() {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server/dashboard");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&folder).expect("the dashboard's folder") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "js") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("a module");
+        read += 1;
+        for sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "createContextualFragment",
+        ] {
+            assert!(
+                !source.contains(sink),
+                "{} uses {sink}: event text must reach the page as text, never as HTML",
+                path.display()
+            );
+        }
+    }
+    assert!(read > 1, "the dashboard's modules were read: {read}");
+}

@@ -5,6 +5,8 @@
 //! pause panel and watches the run complete. The demo process then exits 0.
 //! `tests/browser/runs_pages.mjs` pages through more runs than one page of
 //! the list holds, then filters them by status.
+//! `tests/browser/timeline.mjs` replays a stored run on its timeline: bars,
+//! verdict ticks, the pause shaded, and a hostile tool name shown as text.
 //!
 //! Its peers: Node, `playwright-core` (installed by `scripts/peers.sh`, found
 //! through `LEASEHOLD_PEER_PLAYWRIGHT`) and Debian's Chromium
@@ -457,6 +459,253 @@ fn the_dashboard_pages_through_more_runs_than_one_page_holds_in_a_real_browser()
     );
     assert!(
         stdout.contains("runs pages test passed"),
+        "the browser script exited 0 without passing\n{report}"
+    );
+    drop(server);
+}
+
+/// A tool name no page may turn into markup.
+const HOSTILE: &str = r#"<img src=x onerror="window.__leaseholdHostile=true">"#;
+
+/// The stored log `tests/browser/timeline.mjs` checks: one event per line,
+/// `(ms after the start, path, kind and fields)`.
+fn timeline_events(run_id: &str, start_ms: u64) -> Vec<leasehold::Event> {
+    use serde_json::json;
+    let verdict = |lease_id: u64, kind: &str, renewals: u32, verdict: &str, by: &str| {
+        json!({
+            "kind": "verdict", "lease_id": lease_id, "lease_kind": kind,
+            "subject": if kind == "tool_call" { HOSTILE } else { "model call" },
+            "renewals": renewals,
+            "evidence": {"count": renewals, "last_progress_age_ms": null, "phi": null},
+            "verdict": verdict, "reason": format!("{verdict} because {HOSTILE}"),
+            "decided_by": by,
+        })
+    };
+    let usage = json!({"input_tokens": 10, "output_tokens": 20});
+    let tool = |kind: &str, attempt: u32, outcome: Option<&str>| {
+        let mut event = json!({
+            "kind": kind, "tool": HOSTILE, "idempotency_key": "k-1", "attempt": attempt,
+        });
+        if let Some(outcome) = outcome {
+            event["outcome"] = json!(outcome);
+        }
+        event
+    };
+    let lines = [
+        (
+            0,
+            "run",
+            json!({"kind": "run_started", "flow": "timeline", "task": "draw", "max_steps": 3}),
+        ),
+        (
+            10,
+            "run",
+            json!({"kind": "step_started", "step": 1, "limit": 3, "nudges": 0}),
+        ),
+        (
+            20,
+            "run",
+            json!({"kind": "model_call_started", "step": 1, "stream": true, "attempt": 1}),
+        ),
+        (
+            300,
+            "run/model_call:1",
+            verdict(1, "model_stream", 0, "RENEW", "ladder"),
+        ),
+        (
+            600,
+            "run/model_call:1",
+            verdict(1, "model_stream", 1, "RENEW", "evidence"),
+        ),
+        (900, "run/model_call:1", {
+            let mut v = verdict(1, "model_stream", 2, "NUDGE", "evaluator");
+            v["nudge"] = json!("wrap it up");
+            v
+        }),
+        (
+            1000,
+            "run",
+            json!({"kind": "model_call_finished", "step": 1, "outcome": "ok", "tool_calls": 1, "usage": usage}),
+        ),
+        (
+            1010,
+            "run/tool_call:1.0",
+            tool("tool_call_started", 1, None),
+        ),
+        (
+            1300,
+            "run/tool_call:1.0",
+            verdict(2, "tool_call", 0, "INTERVENE", "policy"),
+        ),
+        (
+            1300,
+            "run/tool_call:1.0",
+            json!({"kind": "intervened", "lease_id": 2, "reason": HOSTILE}),
+        ),
+        (
+            1300,
+            "run/tool_call:1.0",
+            tool("tool_call_finished", 1, Some("intervened")),
+        ),
+        (
+            1300,
+            "run/tool_call:1.0",
+            json!({"kind": "restarted", "attempt": 2, "delay_ms": 200, "reason": HOSTILE}),
+        ),
+        (
+            1500,
+            "run/tool_call:1.0",
+            tool("tool_call_started", 2, None),
+        ),
+        (
+            1800,
+            "run/tool_call:1.0",
+            verdict(3, "tool_call", 0, "RENEW", "breaker"),
+        ),
+        (
+            2100,
+            "run/tool_call:1.0",
+            verdict(3, "tool_call", 1, "ESCALATE", "evaluator"),
+        ),
+        (
+            2100,
+            "run/tool_call:1.0",
+            json!({"kind": "escalated", "lease_id": 3, "reason": HOSTILE}),
+        ),
+        (
+            2100,
+            "run/tool_call:1.0",
+            tool("tool_call_finished", 2, Some("escalated")),
+        ),
+        (
+            2100,
+            "run",
+            json!({"kind": "paused", "reason": HOSTILE, "subject": HOSTILE}),
+        ),
+        (5100, "run", json!({"kind": "resumed", "guidance": HOSTILE})),
+        (
+            5100,
+            "run",
+            json!({"kind": "step_started", "step": 2, "limit": 3, "nudges": 1}),
+        ),
+        (
+            5120,
+            "run",
+            json!({"kind": "model_call_started", "step": 2, "stream": true, "attempt": 1}),
+        ),
+        (
+            5400,
+            "run/model_call:2",
+            verdict(4, "model_stream", 10, "INTERVENE", "cap"),
+        ),
+        (
+            5400,
+            "run/model_call:2",
+            json!({"kind": "renewal_cap_reached", "lease_id": 4, "max_renewals": 10}),
+        ),
+        (
+            5400,
+            "run",
+            json!({"kind": "model_call_finished", "step": 2, "outcome": "capped", "tool_calls": 0, "usage": usage}),
+        ),
+        (
+            5400,
+            "run/model_call:2",
+            json!({"kind": "restarted", "attempt": 2, "delay_ms": 100, "reason": "capped"}),
+        ),
+        (
+            5500,
+            "run",
+            json!({"kind": "model_call_started", "step": 2, "stream": true, "attempt": 2}),
+        ),
+        (
+            5800,
+            "run",
+            json!({"kind": "model_call_finished", "step": 2, "outcome": "ok", "tool_calls": 0, "usage": usage}),
+        ),
+        (
+            5900,
+            "run",
+            json!({"kind": "run_completed", "answer": HOSTILE, "steps": 2}),
+        ),
+    ];
+    lines
+        .into_iter()
+        .zip(1_u64..)
+        .map(|((offset, path, mut kind), seq)| {
+            kind["seq"] = json!(seq);
+            kind["position"] = json!(seq);
+            kind["at"] = json!(start_ms + offset);
+            kind["run_id"] = json!(run_id);
+            kind["path"] = json!(path);
+            serde_json::from_value(kind)
+                .unwrap_or_else(|e| panic!("event {seq} of the fixture: {e}"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_timeline_draws_a_stored_run_and_shows_event_text_as_text_in_a_real_browser() {
+    use leasehold::{
+        RunRecord, RunStatus, Store,
+        store::{SledConfig, SledStore},
+    };
+
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let store_dir = data.path().join("store");
+    let run_id = "run-timeline";
+    let start_ms = 1_767_225_600_000;
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let store = SledStore::open(SledConfig::new(&store_dir)).expect("the store");
+        let record = RunRecord {
+            run_id: run_id.to_owned(),
+            flow: serde_json::json!({"name": "timeline", "task": "draw"}),
+            status: RunStatus::Completed,
+            owner_id: None,
+            fence: 1,
+            lease_expires_at_ms: 0,
+            reason: None,
+            answer: Some(HOSTILE.to_owned()),
+            pause: None,
+            created_at_ms: start_ms,
+            updated_at_ms: start_ms + 5900,
+        };
+        store.create_run(record).await.expect("a run");
+        let appended = store
+            .append_events(run_id, timeline_events(run_id, start_ms), 1)
+            .await
+            .expect("the events are stored");
+        assert!(appended.is_applied(), "the events carry the run's fence");
+        store.flush().await.expect("flushed");
+    });
+    drop(runtime);
+
+    // Its model is never called: the run has ended.
+    let (server, port) = serve(&store_dir, data.path());
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/timeline.mjs"))
+        .arg(port.to_string())
+        .arg(run_id)
+        .arg(HOSTILE)
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let (status, output) = run_for(browser, BROWSER);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report = format!(
+        "--- stdout:\n{stdout}\n--- stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the browser script failed ({status:?})\n{report}"
+    );
+    assert!(
+        stdout.contains("timeline test passed"),
         "the browser script exited 0 without passing\n{report}"
     );
     drop(server);

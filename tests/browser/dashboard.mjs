@@ -7,7 +7,9 @@
 // is given), and checks that a wait banner appears on a node and is cleared
 // by the evidence that follows; that the paused run shows its pause panel;
 // that guidance typed there and sent with the resume button reaches the run;
-// and that the run then completes and shows its answer.
+// and that the run then completes and shows its answer; then that its
+// timeline shows the demo's operations as bars, the retried tool's second
+// attempt after the killed one, a tick per verdict and the pause shaded.
 //
 // playwright-core is found in LEASEHOLD_PEER_PLAYWRIGHT (a node_modules
 // folder, as scripts/peers.sh prints it), else through NODE_PATH or a local
@@ -21,6 +23,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { CHROMIUM_ARGS, chromiumPeer } from './chromium.mjs';
+import { checkTimeline, readTimeline, row, waitForTicks } from './timeline_checks.mjs';
 
 const TOTAL_MS = Number(process.env.LEASEHOLD_DASHBOARD_TIMEOUT_MS || 60_000);
 const GUIDANCE = 'Do not roll back: the fix is already deploying. Report the deploy status.';
@@ -203,6 +206,33 @@ try {
   }
   log(`banner on ${cleared.path} cleared after ${cleared.shownMs.toFixed(1)} ms; ` +
     `${verdicts} verdicts; answer: ${answer.trim()}`);
+
+  step = 'checking the timeline';
+  log(step);
+  await waitForTicks(page, left());
+  const timeline = await readTimeline(page);
+  const ticks = checkTimeline(timeline);
+  for (const verdict of ['RENEW', 'INTERVENE', 'ESCALATE']) {
+    if (!ticks[verdict]) throw new Error(`the timeline has no ${verdict} tick: ${JSON.stringify(ticks)}`);
+  }
+  for (const path of ['run', 'run/worker:logs:1', 'run/worker:metrics:2', 'run/worker:deploys:3']) {
+    if (!row(timeline, path).bars.length) throw new Error(`the timeline's ${path} has no bar`);
+  }
+  const retried = row(timeline, 'run/worker:metrics:2/tool_call:1.0');
+  const attempts = retried.bars.map((b) => `${b.attempt}:${b.outcome}`).join(' ');
+  if (attempts !== '1:intervened 2:ok') {
+    throw new Error(`the retried tool's bars are "${attempts}", not its killed attempt then its second`);
+  }
+  const running = timeline.rows.filter((r) => r.bars.some((b) => b.outcome === 'running'));
+  if (running.length) throw new Error(`bars still running on a completed run: ${running.map((r) => r.path).join(', ')}`);
+  if (timeline.pauses.length !== 1 || timeline.pauses[0].open || timeline.pauses[0].width < 1) {
+    throw new Error(`the pause is not shaded once, closed: ${JSON.stringify(timeline.pauses)}`);
+  }
+  const escalate = timeline.ticks.find((t) => t.verdict === 'ESCALATE');
+  if (Math.abs(escalate.x - timeline.pauses[0].x) > 1.5) {
+    throw new Error(`the pause starts at x ${timeline.pauses[0].x}, the escalation at ${escalate.x}`);
+  }
+  log(`timeline: ${timeline.rows.length} rows, ticks ${JSON.stringify(ticks)}, pause ${timeline.pauses[0].width.toFixed(0)} px`);
 
   const keep = process.env.LEASEHOLD_DASHBOARD_SCREENSHOT;
   if (keep) {

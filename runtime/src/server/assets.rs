@@ -33,6 +33,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("runs.js", JAVASCRIPT, include_str!("dashboard/runs.js")),
     ("state.js", JAVASCRIPT, include_str!("dashboard/state.js")),
     ("text.js", JAVASCRIPT, include_str!("dashboard/text.js")),
+    (
+        "timeline.js",
+        JAVASCRIPT,
+        include_str!("dashboard/timeline.js"),
+    ),
     ("trace.js", JAVASCRIPT, include_str!("dashboard/trace.js")),
     ("tree.js", JAVASCRIPT, include_str!("dashboard/tree.js")),
 ];

@@ -5,7 +5,8 @@
 // between the list and a run; each section is a module of its own
 // (`api.js` the server, `runs.js` the list, `run.js` one run's page,
 // `controls.js` a person's controls, `events.js` the events applied,
-// `tree.js` the supervision tree, `trace.js` the decision trace, `text.js`
+// `tree.js` the supervision tree, `timeline.js` the run's timeline,
+// `trace.js` the decision trace, `text.js`
 // the event texts, `dom.js` the page's helpers, `state.js` what is shown).
 // Every string that comes from the server is put into the page as text
 // (textContent, text nodes, attributes), never as HTML.
@@ -17,6 +18,7 @@ import { applyEvent } from './events.js';
 import { pollRun, renderRun, setStatus, stopRun } from './run.js';
 import { pollList, stopList, wireList } from './runs.js';
 import { newRunState, session } from './state.js';
+import { resetTimeline } from './timeline.js';
 import { clearAllBanners } from './tree.js';
 
 function route() {
@@ -55,6 +57,7 @@ function showRun(id) {
   $('verdicts').hidden = true;
   $('supervision').hidden = true;
   setText($('event-count'), '0');
+  resetTimeline();
   setText($('pause-message'), '');
   $('pause-message').hidden = true;
   $('guidance').value = '';

@@ -9,10 +9,20 @@ export const enc = encodeURIComponent;
 
 /** An element; `attrs` are set as attributes (`class`, `text` are special). */
 export function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
+  return fill(document.createElement(tag), attrs, children);
+}
+
+/** An SVG element, built as `el` builds an HTML one. */
+export function svgEl(tag, attrs, ...children) {
+  return fill(document.createElementNS(SVG_NS, tag), attrs, children);
+}
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+function fill(node, attrs, children) {
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === undefined || value === null || value === false) continue;
-    if (key === 'class') node.className = value;
+    if (key === 'class') node.setAttribute('class', value);
     else if (key === 'text') node.textContent = String(value);
     else node.setAttribute(key, String(value));
   }

@@ -5,6 +5,7 @@
 import { PAUSED } from './state.js';
 import { renderRun, setStatus } from './run.js';
 import { budgetText, duration } from './text.js';
+import { timelineEvent } from './timeline.js';
 import { addTraceRow, addVerdictRow, logEvent } from './trace.js';
 import {
   clearAllBanners, clearBanner, clearLeaseBanner, ensureNode, freshLease, renderNode, setBanner,
@@ -211,5 +212,6 @@ export function applyEvent(st, e) {
   renderNode(node);
   if (runNode !== node) renderNode(runNode);
   logEvent(st, e);
+  timelineEvent(st, e);
   renderRun(st);
 }

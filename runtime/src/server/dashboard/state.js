@@ -32,5 +32,7 @@ export function newRunState(id) {
     runStarted: null,
     lastEscalation: null,
     reconcileKey: null,
+    // The timeline's model and elements (`timeline.js`), made by its first event.
+    timeline: null,
   };
 }

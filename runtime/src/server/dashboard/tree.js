@@ -5,9 +5,10 @@
 import { $, el, setText } from './dom.js';
 import { clock, duration, phiText } from './text.js';
 
-const KIND_NAMES = { run: 'run', worker: 'worker', model_call: 'model call', tool_call: 'tool call' };
+export const KIND_NAMES = { run: 'run', worker: 'worker', model_call: 'model call', tool_call: 'tool call' };
 
-function parseSegment(segment) {
+/** The kind and label of one segment of an event path (`worker:logs:1`). */
+export function parseSegment(segment) {
   if (segment === 'run') return { kind: 'run', label: 'run' };
   let m = segment.match(/^worker:(.+?)(?::(\d+))?$/);
   if (m) return { kind: 'worker', label: m[2] ? `${m[1]} #${m[2]}` : m[1] };
