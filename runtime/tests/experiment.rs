@@ -1,0 +1,248 @@
+//! `leasehold::experiment`: the workload file and its errors, the seeded
+//! generator, and strategies compared through the real engine on paused
+//! time.
+#![cfg(feature = "experiment")]
+
+use std::time::Duration;
+
+use leasehold::experiment::{Options, Report, Workload, run};
+
+fn options(strategies: &[&str]) -> Options {
+    Options {
+        strategies: Some(strategies.iter().map(|s| (*s).to_owned()).collect()),
+        seed: None,
+    }
+}
+
+fn experiment(workload: &str, strategies: &[&str]) -> Report {
+    let workload = Workload::parse(workload).expect("valid workload");
+    run(&workload, &options(strategies)).expect("the experiment runs")
+}
+
+fn refused_at(text: &str) -> String {
+    Workload::parse(text).expect_err("refused").key
+}
+
+const STREAMS: &str = r#"
+seed = 1
+[model_streams]
+count = 2
+duration = { dist = "lognormal", median = "2s", sigma = 0.5 }
+chunk_interval = "100ms"
+"#;
+
+#[test]
+fn a_workload_error_names_the_offending_key() {
+    assert_eq!(
+        refused_at(&STREAMS.replace("chunk_interval", "chunk_intervl")),
+        "model_streams.chunk_intervl"
+    );
+    assert_eq!(
+        refused_at(&STREAMS.replace("sigma = 0.5", "sigma = -1.0")),
+        "model_streams.duration.sigma"
+    );
+    assert_eq!(
+        refused_at(&STREAMS.replace("\"100ms\"", "\"soon\"")),
+        "model_streams.chunk_interval"
+    );
+    assert_eq!(
+        refused_at(&format!("{STREAMS}stall_probability = 0.5\n")),
+        "model_streams.stall"
+    );
+    assert_eq!(
+        refused_at(&format!("{STREAMS}hang_probability = 1.5\n")),
+        "model_streams.hang_probability"
+    );
+    assert_eq!(refused_at("seed = 1\n"), ".");
+    let error = Workload::parse(&format!(
+        "{STREAMS}[strategy.sweep]\npolicies = [\"deadline\", \"timeout\"]\nleases = [\"5s\"]\n"
+    ))
+    .expect_err("refused");
+    assert_eq!(error.key, "strategy.sweep.policies[1]");
+    assert!(error.message.contains("`timeout`"), "{error}");
+}
+
+#[test]
+fn the_same_seed_draws_the_same_operations_and_another_seed_others() {
+    let workload = Workload::parse(&STREAMS.replace("count = 2", "count = 50")).expect("valid");
+    let first = workload.generate(1);
+    assert_eq!(first, workload.generate(1));
+    assert_ne!(first, workload.generate(2));
+    assert_eq!(first.len(), 50);
+    // A log-normal of median 2 s spreads both ways around it.
+    assert!(first.iter().any(|o| o.work < Duration::from_secs(2)));
+    assert!(first.iter().any(|o| o.work > Duration::from_secs(2)));
+}
+
+#[test]
+fn an_unknown_strategy_is_refused_naming_the_known_ones() {
+    let workload = Workload::parse(STREAMS).expect("valid");
+    let error = run(&workload, &options(&["timeout"])).expect_err("refused");
+    let message = error.to_string();
+    assert!(message.contains("`timeout`"), "{message}");
+    assert!(
+        message.contains("leasehold, deadline, idle-kill"),
+        "{message}"
+    );
+}
+
+#[test]
+fn slow_but_alive_streams_are_kept_by_leasehold_and_cut_by_deadline() {
+    // Four streams of 30 s, a chunk every second, under 10 s leases.
+    let report = experiment(
+        r#"
+seed = 3
+[model_streams]
+count = 4
+duration = { dist = "fixed", value = "30s" }
+chunk_interval = "1s"
+"#,
+        &["leasehold", "deadline"],
+    );
+    let [leasehold, deadline] = &report.strategies[..] else {
+        panic!("two strategies: {report:?}");
+    };
+    assert_eq!(leasehold.slow_alive, 4);
+    assert_eq!(leasehold.slow_alive_killed, 0);
+    assert_eq!(leasehold.wasted_tokens, 0);
+    assert_eq!(leasehold.runs_completed, 4);
+    assert_eq!(deadline.slow_alive_killed, 4);
+    assert!((deadline.slow_alive_killed_share - 1.0).abs() < f64::EPSILON);
+    // Every attempt cut at its first expiry, 10 chunks in: 4 attempts each.
+    assert_eq!(deadline.kills, 16);
+    assert_eq!(deadline.wasted_tokens, 16 * 10);
+    assert_eq!(deadline.runs_paused, 4);
+}
+
+#[test]
+fn a_stall_that_recovers_is_kept_by_leasehold_and_cut_by_idle_kill() {
+    let report = experiment(
+        r#"
+seed = 4
+[model_streams]
+count = 3
+duration = { dist = "fixed", value = "5s" }
+chunk_interval = "500ms"
+stall_probability = 1.0
+stall = { dist = "fixed", value = "35s" }
+"#,
+        &["leasehold", "idle-kill"],
+    );
+    let [leasehold, idle_kill] = &report.strategies[..] else {
+        panic!("two strategies: {report:?}");
+    };
+    assert_eq!(leasehold.slow_alive_killed, 0);
+    assert_eq!(leasehold.runs_completed, 3);
+    // The stall outlasts two free renewals: the evaluator is asked about
+    // each stream, and renews a live one.
+    assert!(leasehold.evaluator_calls >= 3, "{leasehold:?}");
+    assert_eq!(idle_kill.slow_alive_killed, 3);
+    assert_eq!(idle_kill.evaluator_calls, 0);
+    // Restarted, the stream does not stall again, and completes.
+    assert_eq!(idle_kill.runs_completed, 3);
+}
+
+#[test]
+fn a_hang_is_detected_at_the_deadline_and_after_the_ladder_under_leasehold() {
+    // Tool calls that never answer: the deadline cuts at its first expiry;
+    // leasehold renews twice for free, then asks the evaluator (500 ms).
+    let report = experiment(
+        r#"
+seed = 5
+[tool_calls]
+count = 3
+duration = { dist = "fixed", value = "1s" }
+hang_probability = 1.0
+"#,
+        &["deadline", "leasehold", "deadline@25s"],
+    );
+    let [deadline, leasehold, long] = &report.strategies[..] else {
+        panic!("three strategies: {report:?}");
+    };
+    assert_eq!(deadline.hangs, 3);
+    assert_eq!(deadline.hangs_detected, 3);
+    assert_eq!(deadline.detect_p50_ms, Some(10_000));
+    assert_eq!(deadline.detect_p99_ms, Some(10_000));
+    assert_eq!(leasehold.detect_p50_ms, Some(30_500));
+    assert_eq!(long.lease_ms, 25_000);
+    assert_eq!(long.detect_p99_ms, Some(25_000));
+    // Each hung call is tried four times, each attempt thrown away; the
+    // loop's model then answers without the tool.
+    assert_eq!(deadline.wasted_tool_ms, 3 * 4 * 10_000);
+    assert_eq!(deadline.runs_completed, 3);
+}
+
+const MIXED: &str = r#"
+seed = 11
+[model_streams]
+count = 30
+duration = { dist = "lognormal", median = "20s", sigma = 0.8 }
+chunk_interval = "500ms"
+stall_probability = 0.3
+stall = { dist = "lognormal", median = "15s", sigma = 0.5 }
+hang_probability = 0.1
+[tool_calls]
+count = 20
+duration = { dist = "pareto", scale = "2s", shape = 1.2 }
+progress_interval = "3s"
+hang_probability = 0.1
+[evaluator]
+latency = "1s"
+accuracy = 0.9
+[strategy.sweep]
+policies = ["deadline"]
+leases = ["5s", "1m"]
+"#;
+
+#[test]
+fn the_same_seed_gives_a_byte_identical_report() {
+    let workload = Workload::parse(MIXED).expect("valid");
+    let first = run(&workload, &Options::default()).expect("runs");
+    let second = run(&workload, &Options::default()).expect("runs");
+    assert_eq!(first.to_json(), second.to_json());
+    assert_eq!(first.to_csv().expect("csv"), second.to_csv().expect("csv"));
+    let names: Vec<&str> = first.strategies.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "leasehold",
+            "deadline",
+            "idle-kill",
+            "deadline@5s",
+            "deadline@1m"
+        ]
+    );
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    first.write_to(dirs[0].path()).expect("written");
+    second.write_to(dirs[1].path()).expect("written");
+    for file in ["report.json", "report.csv"] {
+        let a = std::fs::read(dirs[0].path().join(file)).expect("read");
+        let b = std::fs::read(dirs[1].path().join(file)).expect("read");
+        assert_eq!(a, b, "{file}");
+    }
+    let other = run(
+        &workload,
+        &Options {
+            seed: Some(12),
+            ..Options::default()
+        },
+    )
+    .expect("runs");
+    assert_ne!(first.to_json(), other.to_json());
+    let json: serde_json::Value = serde_json::from_str(&first.to_json()).expect("json");
+    for key in [
+        "name",
+        "slow_alive_killed",
+        "detect_p50_ms",
+        "detect_p99_ms",
+        "wasted_tokens",
+        "evaluator_calls",
+        "runs_completed",
+        "runs_paused",
+    ] {
+        assert!(json["strategies"][0].get(key).is_some(), "{key}");
+    }
+}
