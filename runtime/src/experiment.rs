@@ -3,8 +3,8 @@
 //! against its ground truth.
 //!
 //! A [`Workload`] (TOML) describes operations by distribution — model
-//! streams with their chunk rate, stalls that recover and hangs that never
-//! do; tool calls with their latency, progress and hangs; the evaluator's
+//! streams with their chunk rate, stalls that recover, hangs that never do
+//! and loops that stream forever; tool calls with their latency, progress and hangs; the evaluator's
 //! latency and accuracy. [`Workload::generate`] draws the operations from a
 //! seed. [`run`] plays them, for each [`Strategy`], through a real
 //! [`Engine`](leasehold_actors::Engine) — leases, watchdog, verdict policy,

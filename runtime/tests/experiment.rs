@@ -172,6 +172,33 @@ hang_probability = 1.0
     assert_eq!(deadline.runs_completed, 3);
 }
 
+#[test]
+fn a_looping_stream_is_cut_by_leasehold_on_its_repetition_and_by_idle_kill_only_at_the_cap() {
+    let report = experiment(
+        r#"
+seed = 6
+[model_streams]
+count = 2
+duration = { dist = "fixed", value = "5s" }
+chunk_interval = "1s"
+loop_probability = 1.0
+"#,
+        &["leasehold", "deadline", "idle-kill"],
+    );
+    let [leasehold, deadline, idle_kill] = &report.strategies[..] else {
+        panic!("three strategies: {report:?}");
+    };
+    assert_eq!(leasehold.hangs, 2);
+    assert_eq!(deadline.detect_p99_ms, Some(10_000));
+    // Chunks keep coming, so idle-kill renews until the cap: 11 leases.
+    assert_eq!(idle_kill.detect_p50_ms, Some(110_000));
+    assert_eq!(idle_kill.evaluator_calls, 0);
+    // leasehold renews twice for free, then the repetition sends the
+    // stream to the evaluator (500 ms), which cuts it.
+    assert_eq!(leasehold.detect_p50_ms, Some(30_500));
+    assert_eq!(leasehold.runs_paused, 2);
+}
+
 const MIXED: &str = r#"
 seed = 11
 [model_streams]
@@ -181,6 +208,7 @@ chunk_interval = "500ms"
 stall_probability = 0.3
 stall = { dist = "lognormal", median = "15s", sigma = 0.5 }
 hang_probability = 0.1
+loop_probability = 0.05
 [tool_calls]
 count = 20
 duration = { dist = "pareto", scale = "2s", shape = 1.2 }

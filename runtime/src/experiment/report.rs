@@ -43,7 +43,7 @@ pub struct StrategyReport {
     pub slow_alive_killed: u32,
     /// `slow_alive_killed / slow_alive` (0 when there are none).
     pub slow_alive_killed_share: f64,
-    /// Operations that never end.
+    /// Operations that never end: silent for good, or looping.
     pub hangs: u32,
     /// Of those, how many were cut.
     pub hangs_detected: u32,

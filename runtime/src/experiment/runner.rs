@@ -140,7 +140,13 @@ fn turns(operation: &Operation, strategy: &Strategy) -> Vec<Turn> {
     }
 }
 
+/// What a looping stream repeats.
+const LOOP: &str = "Let me check the logs once more before I answer.";
+
 fn stream_turn(operation: &Operation, chunks: u32, interval: Duration, first: bool) -> Turn {
+    if operation.loops {
+        return Turn::looping(LOOP, interval);
+    }
     let hang_at = operation.hangs_at.map(|at| {
         let at = at.as_millis() / interval.as_millis().max(1);
         u32::try_from(at).unwrap_or(u32::MAX)

@@ -162,6 +162,10 @@ pub struct StreamLoad {
     /// The chance that a stream falls silent for good.
     #[serde(default)]
     pub hang_probability: f64,
+    /// The chance that a stream never ends but keeps streaming the same
+    /// sentence: alive by its chunks, stuck in a loop.
+    #[serde(default)]
+    pub loop_probability: f64,
 }
 
 /// The tool calls of a workload.
@@ -260,6 +264,7 @@ impl Workload {
             check_interval("model_streams.chunk_interval", streams.chunk_interval)?;
             check_probability("model_streams.stall_probability", streams.stall_probability)?;
             check_probability("model_streams.hang_probability", streams.hang_probability)?;
+            check_probability("model_streams.loop_probability", streams.loop_probability)?;
             match &streams.stall {
                 Some(stall) => stall.validate("model_streams.stall")?,
                 None if streams.stall_probability > 0.0 => {
@@ -341,9 +346,12 @@ pub struct Operation {
     /// Falls silent after this many chunks for this long, then goes on
     /// (first attempt only: a stall is transient).
     pub stall: Option<(u32, Duration)>,
-    /// Falls silent for good this long after it starts (every attempt);
-    /// `None` for an operation that ends.
+    /// Stops making progress for good this long after it starts (every
+    /// attempt): falls silent, or loops; `None` for an operation that ends.
     pub hangs_at: Option<Duration>,
+    /// Streams the same sentence forever instead of ending (`hangs_at` is
+    /// then zero).
+    pub loops: bool,
     /// Whether each evaluator answer about it is right, in call order.
     pub evaluator_right: Vec<bool>,
 }
@@ -373,17 +381,24 @@ fn stream_operation(
         .max(1);
     let work = interval.saturating_mul(chunks);
     let hangs = rng.random_bool(load.hang_probability);
-    let stalls = !hangs && rng.random_bool(load.stall_probability);
+    let loops = !hangs && rng.random_bool(load.loop_probability);
+    let stalls = !hangs && !loops && rng.random_bool(load.stall_probability);
     let at_chunk = rng.random_range(0..chunks);
     let stall = match (&load.stall, stalls) {
         (Some(length), true) => Some((at_chunk, length.sample(rng))),
         _ => None,
     };
+    let hangs_at = match (hangs, loops) {
+        (true, _) => Some(interval.saturating_mul(at_chunk)),
+        (false, true) => Some(Duration::ZERO),
+        (false, false) => None,
+    };
     Operation {
         kind: OperationKind::ModelStream { chunks, interval },
         work,
         stall,
-        hangs_at: hangs.then(|| interval.saturating_mul(at_chunk)),
+        hangs_at,
+        loops,
         evaluator_right: evaluator_answers(evaluator, rng),
     }
 }
@@ -398,6 +413,7 @@ fn tool_operation(load: &ToolLoad, evaluator: &EvaluatorLoad, rng: &mut ChaCha8R
         work,
         stall: None,
         hangs_at: hangs.then_some(Duration::ZERO),
+        loops: false,
         evaluator_right: evaluator_answers(evaluator, rng),
     }
 }
