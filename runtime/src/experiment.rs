@@ -32,11 +32,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod plot;
 mod report;
 mod runner;
 mod strategy;
 mod workload;
 
+pub use plot::{PlotError, tradeoff_svg, wasted_svg};
 pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{BUILT_IN, DEFAULT_STRATEGIES, Strategy, StrategySettings, Sweep};

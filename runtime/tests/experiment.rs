@@ -102,7 +102,7 @@ chunk_interval = "1s"
     let [leasehold, deadline] = &report.strategies[..] else {
         panic!("two strategies: {report:?}");
     };
-    assert_eq!(leasehold.slow_alive, 4);
+    assert_eq!(leasehold.alive, 4);
     assert_eq!(leasehold.slow_alive_killed, 0);
     assert_eq!(leasehold.wasted_tokens, 0);
     assert_eq!(leasehold.runs_completed, 4);
@@ -246,7 +246,7 @@ fn the_same_seed_gives_a_byte_identical_report() {
     ];
     first.write_to(dirs[0].path()).expect("written");
     second.write_to(dirs[1].path()).expect("written");
-    for file in ["report.json", "report.csv"] {
+    for file in ["report.json", "report.csv", "tradeoff.svg", "wasted.svg"] {
         let a = std::fs::read(dirs[0].path().join(file)).expect("read");
         let b = std::fs::read(dirs[1].path().join(file)).expect("read");
         assert_eq!(a, b, "{file}");
@@ -272,5 +272,38 @@ fn the_same_seed_gives_a_byte_identical_report() {
         "runs_paused",
     ] {
         assert!(json["strategies"][0].get(key).is_some(), "{key}");
+    }
+}
+
+#[test]
+fn on_the_essay_workload_leasehold_cuts_no_live_operation_and_the_deadlines_trade_kills_for_detection()
+ {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/experiments/essay.toml");
+    let workload = Workload::load(&path).expect("the example loads");
+    let report = run(&workload, &Options::default()).expect("runs");
+    let by_name = |name: &str| {
+        report
+            .strategies
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("{name} in {report:?}"))
+    };
+    let leasehold = by_name("leasehold");
+    assert_eq!(leasehold.slow_alive_killed, 0, "{leasehold:?}");
+    assert!(leasehold.hangs_detected > 0, "{leasehold:?}");
+    assert!(by_name("deadline").slow_alive_killed > 0);
+    assert!(by_name("idle-kill").slow_alive_killed > 0);
+    // The sweep: a longer deadline cuts fewer live operations and takes
+    // longer to cut a hang.
+    let sweep: Vec<_> = ["deadline@10s", "deadline@1m", "deadline@2m", "deadline@5m"]
+        .map(by_name)
+        .to_vec();
+    for pair in sweep.windows(2) {
+        assert!(
+            pair[0].slow_alive_killed > pair[1].slow_alive_killed,
+            "{pair:?}"
+        );
+        assert!(pair[0].detect_p50_ms < pair[1].detect_p50_ms, "{pair:?}");
     }
 }

@@ -36,12 +36,13 @@ pub struct StrategyReport {
     pub policy: String,
     /// Its lease of model streams and tool calls, in milliseconds.
     pub lease_ms: u64,
-    /// Operations that end, given time, and outlast one lease on their
-    /// first attempt: the slow-but-alive ones a detector may mistake.
-    pub slow_alive: u32,
-    /// Of those (and of any that end), how many were cut at least once.
+    /// Operations that end, given time: slow, stalled or quick, alive.
+    pub alive: u32,
+    /// Of those, how many were cut at least once: slow-but-alive
+    /// operations (one that is cut outlasted a lease) killed by mistake.
     pub slow_alive_killed: u32,
-    /// `slow_alive_killed / slow_alive` (0 when there are none).
+    /// `slow_alive_killed / alive` (0 when none is alive): the same
+    /// denominator for every strategy, so a sweep draws a curve.
     pub slow_alive_killed_share: f64,
     /// Operations that never end: silent for good, or looping.
     pub hangs: u32,
@@ -82,7 +83,7 @@ impl StrategyReport {
             name: strategy.name.clone(),
             policy: strategy.policy.as_str().to_owned(),
             lease_ms: millis(strategy.lease),
-            slow_alive: 0,
+            alive: 0,
             slow_alive_killed: 0,
             slow_alive_killed_share: 0.0,
             hangs: 0,
@@ -101,18 +102,14 @@ impl StrategyReport {
         };
         let mut detections = Vec::new();
         for (operation, outcome) in operations.iter().zip(outcomes) {
-            match operation.would_end_after() {
-                Some(end) => {
-                    let killed = outcome.kills > 0;
-                    report.slow_alive += u32::from(end > strategy.lease || killed);
-                    report.slow_alive_killed += u32::from(killed);
-                }
-                None => {
-                    report.hangs += 1;
-                    if let Some(after) = outcome.detected_after {
-                        report.hangs_detected += 1;
-                        detections.push(millis(after));
-                    }
+            if operation.alive() {
+                report.alive += 1;
+                report.slow_alive_killed += u32::from(outcome.kills > 0);
+            } else {
+                report.hangs += 1;
+                if let Some(after) = outcome.detected_after {
+                    report.hangs_detected += 1;
+                    detections.push(millis(after));
                 }
             }
             report.kills += outcome.kills;
@@ -127,8 +124,8 @@ impl StrategyReport {
             }
             report.virtual_time_ms += millis(outcome.elapsed);
         }
-        if report.slow_alive > 0 {
-            let share = f64::from(report.slow_alive_killed) / f64::from(report.slow_alive);
+        if report.alive > 0 {
+            let share = f64::from(report.slow_alive_killed) / f64::from(report.alive);
             report.slow_alive_killed_share = (share * 10_000.0).round() / 10_000.0;
         }
         detections.sort_unstable();
@@ -158,19 +155,24 @@ impl Report {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// Writes `report.json` and `report.csv` into `dir`, creating it.
+    /// Writes `report.json`, `report.csv` and the plots `tradeoff.svg` and
+    /// `wasted.svg` into `dir`, creating it.
     pub fn write_to(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("report.json"), self.to_json())?;
         let csv = self.to_csv().map_err(std::io::Error::other)?;
-        std::fs::write(dir.join("report.csv"), csv)
+        std::fs::write(dir.join("report.csv"), csv)?;
+        let tradeoff = super::plot::tradeoff_svg(self).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join("tradeoff.svg"), tradeoff)?;
+        let wasted = super::plot::wasted_svg(self).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join("wasted.svg"), wasted)
     }
 
     /// The report as a table for the terminal.
     pub fn to_table(&self) -> String {
         let header = [
             "strategy",
-            "slow killed",
+            "alive killed",
             "detect p50",
             "detect p99",
             "wasted tok",
@@ -187,7 +189,7 @@ impl Report {
                 format!(
                     "{}/{} ({:.1}%)",
                     s.slow_alive_killed,
-                    s.slow_alive,
+                    s.alive,
                     s.slow_alive_killed_share * 100.0
                 ),
                 optional_ms(s.detect_p50_ms),

@@ -43,9 +43,10 @@ pub struct OperationOutcome {
     pub wasted_tokens: u64,
     /// Time the cut tool attempts had run.
     pub wasted_tool_time: Duration,
-    /// From the moment a hanging operation fell silent for good to the
-    /// first verdict that cut it; `None` for an operation that ends, or one
-    /// never cut.
+    /// From the moment an attempt of a hanging operation stopped making
+    /// progress for good to the verdict that cut that attempt (the first
+    /// such); `None` for an operation that ends, or one whose every cut came
+    /// before it hung.
     pub detected_after: Option<Duration>,
     /// Evaluator calls about it.
     pub evaluator_calls: u32,
@@ -219,16 +220,13 @@ fn measure(
         status,
         elapsed,
     };
-    let mut first_start = None;
     let mut attempt_start = None;
     for (at, kind) in events {
         match kind {
             EventKind::ModelCallStarted { .. } if watched == LeaseKind::ModelStream => {
-                first_start.get_or_insert(*at);
                 attempt_start = Some(*at);
             }
             EventKind::ToolCallStarted { .. } if watched == LeaseKind::ToolCall => {
-                first_start.get_or_insert(*at);
                 attempt_start = Some(*at);
             }
             EventKind::Verdict(record) if record.lease_kind == watched => {
@@ -247,10 +245,13 @@ fn measure(
                     }
                     _ => outcome.wasted_tokens += record.evidence.count,
                 }
+                // A cut before the attempt hung is no detection: the
+                // retry hangs again, and its cut is the one that counts.
                 if outcome.detected_after.is_none()
-                    && let (Some(hangs_at), Some(start)) = (operation.hangs_at, first_start)
+                    && let (Some(hangs_at), Some(start)) = (operation.hangs_at, attempt_start)
+                    && *at >= start + hangs_at
                 {
-                    outcome.detected_after = Some(at.saturating_duration_since(start + hangs_at));
+                    outcome.detected_after = Some(*at - (start + hangs_at));
                 }
             }
             _ => {}

@@ -361,12 +361,6 @@ impl Operation {
     pub fn alive(&self) -> bool {
         self.hangs_at.is_none()
     }
-
-    /// When it would end on its first attempt, stall included.
-    pub fn would_end_after(&self) -> Option<Duration> {
-        self.alive()
-            .then(|| self.work + self.stall.map_or(Duration::ZERO, |(_, len)| len))
-    }
 }
 
 fn stream_operation(
