@@ -126,7 +126,7 @@ fn flow(strategy: &Strategy) -> Flow {
 /// The root's script: the operation's attempts (a stall only on the first),
 /// enough for every restart the strategy allows and one more.
 fn turns(operation: &Operation, strategy: &Strategy) -> Vec<Turn> {
-    let attempts = usize::try_from(strategy.max_restarts)
+    let attempts = usize::try_from(strategy.shared.max_restarts)
         .unwrap_or(usize::MAX)
         .saturating_add(2)
         .min(64);

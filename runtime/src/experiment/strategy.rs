@@ -125,11 +125,7 @@ impl StrategySettings {
             name: name.to_owned(),
             policy,
             lease,
-            max_renewals: self.max_renewals,
-            free_renewals: self.free_renewals,
-            max_restarts: self.max_restarts,
-            supervision: self.supervision,
-            on_exhausted: self.on_exhausted,
+            shared: self.clone(),
         })
     }
 }
@@ -141,18 +137,12 @@ pub struct Strategy {
     pub name: String,
     /// The verdict policy.
     pub policy: PolicyKind,
-    /// The lease of model streams and tool calls.
+    /// The lease of model streams and tool calls (which wins over
+    /// `shared.lease`).
     pub lease: Duration,
-    /// The renewal cap.
-    pub max_renewals: u32,
-    /// The free renewals of the ladder.
-    pub free_renewals: u32,
-    /// Restarts of one call.
-    pub max_restarts: u32,
-    /// Restart or fail fast.
-    pub supervision: StrategyKind,
-    /// Pause or fail at the top.
-    pub on_exhausted: OnExhausted,
+    /// The workload's `[strategy]`: the renewal cap, the free renewals and
+    /// the restart policy every strategy of the experiment shares.
+    pub shared: StrategySettings,
 }
 
 impl Strategy {
@@ -163,8 +153,8 @@ impl Strategy {
             model_blocking: Some(self.lease),
             tool_call: Some(self.lease),
             worker_step: None,
-            max_renewals: Some(self.max_renewals),
-            free_renewals: Some(self.free_renewals),
+            max_renewals: Some(self.shared.max_renewals),
+            free_renewals: Some(self.shared.free_renewals),
             evidence_renewals: None,
             policy: Some(self.policy),
         }
@@ -174,10 +164,10 @@ impl Strategy {
     /// that a seed gives one report.
     pub fn supervision_overrides(&self) -> SupervisionOverrides {
         SupervisionOverrides {
-            strategy: Some(self.supervision),
-            max_restarts: Some(self.max_restarts),
+            strategy: Some(self.shared.supervision),
+            max_restarts: Some(self.shared.max_restarts),
             jitter: Some(0.0),
-            on_exhausted: Some(self.on_exhausted),
+            on_exhausted: Some(self.shared.on_exhausted),
             ..SupervisionOverrides::default()
         }
     }
