@@ -307,3 +307,91 @@ fn on_the_essay_workload_leasehold_cuts_no_live_operation_and_the_deadlines_trad
         assert!(pair[0].detect_p50_ms < pair[1].detect_p50_ms, "{pair:?}");
     }
 }
+
+#[test]
+fn an_evaluator_that_is_always_wrong_cuts_stalled_live_streams_under_leasehold() {
+    let report = experiment(
+        r#"
+seed = 8
+[model_streams]
+count = 3
+duration = { dist = "fixed", value = "5s" }
+chunk_interval = "500ms"
+stall_probability = 1.0
+stall = { dist = "fixed", value = "35s" }
+[evaluator]
+accuracy = 0.0
+"#,
+        &["leasehold"],
+    );
+    let leasehold = &report.strategies[0];
+    // Past the two free renewals the evaluator is asked, and answers
+    // INTERVENE about a live stream: each is cut once, then completes.
+    assert_eq!(leasehold.slow_alive_killed, 3, "{leasehold:?}");
+    assert_eq!(leasehold.runs_completed, 3);
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_command_prints_the_json_report_and_writes_json_csv_and_plots() {
+    use std::process::Command;
+
+    let dir = tempfile::tempdir().expect("dir");
+    let workload = dir.path().join("w.toml");
+    std::fs::write(
+        &workload,
+        r#"
+seed = 9
+[model_streams]
+count = 3
+duration = { dist = "fixed", value = "30s" }
+chunk_interval = "1s"
+[tool_calls]
+count = 1
+duration = { dist = "fixed", value = "1s" }
+hang_probability = 1.0
+"#,
+    )
+    .expect("written");
+    let out = dir.path().join("out");
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("experiment")
+        .arg(&workload)
+        .args(["--strategies", "leasehold,deadline@20s", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(json["strategies"][1]["name"], "deadline@20s");
+    assert_eq!(json["strategies"][1]["slow_alive_killed"], 3);
+    assert_eq!(
+        std::fs::read(out.join("report.json")).expect("report.json"),
+        output.stdout
+    );
+    let csv = std::fs::read_to_string(out.join("report.csv")).expect("report.csv");
+    assert!(csv.starts_with("name,policy,lease_ms,"), "{csv}");
+    assert_eq!(csv.lines().count(), 3);
+    for plot in ["tradeoff.svg", "wasted.svg"] {
+        let svg = std::fs::read_to_string(out.join(plot)).expect("plot");
+        assert!(svg.starts_with("<svg"), "{plot}");
+        assert!(svg.contains("deadline@20s"), "{plot}");
+    }
+
+    std::fs::write(
+        &workload,
+        "seed = 1\n[model_streams]\ncount = 1\nchunk_interval = \"1s\"\nduration = { dist = \"pareto\", scale = \"1s\", shape = 0 }\n",
+    )
+    .expect("written");
+    let refused = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("experiment")
+        .arg(&workload)
+        .output()
+        .expect("runs");
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("`model_streams.duration.shape`"),
+        "{stderr}"
+    );
+}
