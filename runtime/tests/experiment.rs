@@ -395,3 +395,36 @@ hang_probability = 1.0
         "{stderr}"
     );
 }
+
+#[test]
+fn a_call_to_a_dead_endpoint_gets_its_answer_only_from_a_retry_sent_after_it_came_back() {
+    // The endpoint is dead for 45 s: a call sent before is lost, one sent
+    // after answers in a second.
+    let report = experiment(
+        r#"
+seed = 10
+[tool_calls]
+count = 2
+duration = { dist = "fixed", value = "1s" }
+dead_probability = 1.0
+dead_for = { dist = "fixed", value = "45s" }
+"#,
+        &["deadline", "deadline@30s", "leasehold"],
+    );
+    let [short, long, leasehold] = &report.strategies[..] else {
+        panic!("three strategies: {report:?}");
+    };
+    for strategy in [short, long, leasehold] {
+        assert_eq!(strategy.dead_endpoints, 2, "{strategy:?}");
+        assert_eq!(strategy.alive + strategy.hangs, 0, "{strategy:?}");
+    }
+    // 10 s attempts with backoffs of 1, 2 and 4 s: the fourth and last is
+    // sent at 37.2 s, still into the dead endpoint.
+    assert_eq!(short.dead_endpoints_answered, 0);
+    assert_eq!(short.kills, 8);
+    // Cut at 30 s, the second attempt is lost too, the third answers.
+    assert_eq!(long.dead_endpoints_answered, 2);
+    assert_eq!(long.kills, 4);
+    assert_eq!(leasehold.dead_endpoints_answered, 2);
+    assert_eq!(leasehold.runs_completed, 2);
+}

@@ -52,6 +52,11 @@ pub struct StrategyReport {
     pub detect_p50_ms: Option<u64>,
     /// 99th percentile of the same, in ms.
     pub detect_p99_ms: Option<u64>,
+    /// Tool calls whose endpoint was dead when they started.
+    pub dead_endpoints: u32,
+    /// Of those, how many got their answer, from a call sent again after
+    /// the endpoint came back.
+    pub dead_endpoints_answered: u32,
     /// Attempts cut, in all.
     pub kills: u32,
     /// Tokens (chunks) of cut streams, thrown away.
@@ -90,6 +95,8 @@ impl StrategyReport {
             hangs_detected: 0,
             detect_p50_ms: None,
             detect_p99_ms: None,
+            dead_endpoints: 0,
+            dead_endpoints_answered: 0,
             kills: 0,
             wasted_tokens: 0,
             wasted_tool_ms: 0,
@@ -102,7 +109,10 @@ impl StrategyReport {
         };
         let mut detections = Vec::new();
         for (operation, outcome) in operations.iter().zip(outcomes) {
-            if operation.alive() {
+            if operation.dead_until.is_some() {
+                report.dead_endpoints += 1;
+                report.dead_endpoints_answered += u32::from(outcome.answered);
+            } else if operation.alive() {
                 report.alive += 1;
                 report.slow_alive_killed += u32::from(outcome.kills > 0);
             } else {
@@ -177,6 +187,7 @@ impl Report {
             "detect p99",
             "wasted tok",
             "wasted tool",
+            "dead answered",
             "eval calls",
             "completed",
             "paused",
@@ -196,6 +207,7 @@ impl Report {
                 optional_ms(s.detect_p99_ms),
                 s.wasted_tokens.to_string(),
                 format_ms(s.wasted_tool_ms),
+                format!("{}/{}", s.dead_endpoints_answered, s.dead_endpoints),
                 s.evaluator_calls.to_string(),
                 s.runs_completed.to_string(),
                 s.runs_paused.to_string(),

@@ -19,8 +19,9 @@ use leasehold_actors::testing::{
     MemoryStore, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
 };
 use leasehold_actors::{
-    BudgetOverrides, Engine, EngineConfig, EngineError, EventKind, EventSink, Flow, LeaseKind,
-    RunStatus, TokenCost, ToolServer, Verdict,
+    BoxFuture, BudgetOverrides, CallOutcome, Engine, EngineConfig, EngineError, EventKind,
+    EventSink, Flow, LeaseKind, RunStatus, TokenCost, ToolClient, ToolDefinition, ToolError,
+    ToolInvocation, ToolOutput, ToolServer, Verdict,
 };
 use tokio::time::Instant;
 
@@ -48,6 +49,8 @@ pub struct OperationOutcome {
     /// such); `None` for an operation that ends, or one whose every cut came
     /// before it hung.
     pub detected_after: Option<Duration>,
+    /// Whether a call of its tool answered (on any attempt).
+    pub answered: bool,
     /// Evaluator calls about it.
     pub evaluator_calls: u32,
     /// Tokens the evaluator spent on it.
@@ -66,6 +69,7 @@ pub async fn run_strategy(
 ) -> Result<Vec<OperationOutcome>, EngineError> {
     let model = ScriptedModel::new();
     let tools = ScriptedTools::new().tool(TOOL, Some(true), []);
+    let endpoint = Endpoint::new(tools.clone());
     let judge = ScriptedEvaluator::new([]);
     let sink = OperationSink::default();
     let engine = Engine::builder()
@@ -73,7 +77,7 @@ pub async fn run_strategy(
         .model(Arc::new(model.clone()))
         .events(Arc::new(sink.clone()))
         .store(Arc::new(MemoryStore::new()))
-        .tool_server(SERVER, Arc::new(tools.clone()))
+        .tool_server(SERVER, Arc::new(endpoint.clone()))
         .evaluator(Arc::new(judge.clone()))
         .build()
         .await?;
@@ -85,6 +89,7 @@ pub async fn run_strategy(
         judge.replace_script(answers(operation, evaluator));
         sink.clear();
         let started = Instant::now();
+        endpoint.dead_until(operation.dead_until.map(|d| started + d));
         let mut run = engine.start(flow.clone()).await?;
         let state = run.paused().await;
         let elapsed = started.elapsed();
@@ -215,6 +220,7 @@ fn measure(
         wasted_tokens: 0,
         wasted_tool_time: Duration::ZERO,
         detected_after: None,
+        answered: false,
         evaluator_calls: 0,
         evaluator_tokens: 0,
         status,
@@ -229,6 +235,10 @@ fn measure(
             EventKind::ToolCallStarted { .. } if watched == LeaseKind::ToolCall => {
                 attempt_start = Some(*at);
             }
+            EventKind::ToolCallFinished {
+                outcome: CallOutcome::Ok,
+                ..
+            } => outcome.answered = true,
             EventKind::Verdict(record) if record.lease_kind == watched => {
                 if let Some(usage) = &record.evaluator {
                     outcome.evaluator_calls += 1;
@@ -258,6 +268,52 @@ fn measure(
         }
     }
     outcome
+}
+
+/// The scripted tools behind an endpoint that may be dead: until the
+/// instant it comes back, a call is lost (it never answers, and says
+/// nothing); after it, the scripted tool answers.
+#[derive(Clone)]
+struct Endpoint {
+    tools: ScriptedTools,
+    dead_until: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Endpoint {
+    fn new(tools: ScriptedTools) -> Self {
+        Self {
+            tools,
+            dead_until: Arc::default(),
+        }
+    }
+
+    fn dead_until(&self, until: Option<Instant>) {
+        *self
+            .dead_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = until;
+    }
+}
+
+impl ToolClient for Endpoint {
+    fn list_tools(&self) -> BoxFuture<'static, Result<Vec<ToolDefinition>, ToolError>> {
+        self.tools.list_tools()
+    }
+
+    fn call(
+        &self,
+        invocation: ToolInvocation,
+        evidence: leasehold_actors::Evidence,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        let dead_until = *self
+            .dead_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if dead_until.is_some_and(|until| Instant::now() < until) {
+            return Box::pin(std::future::pending());
+        }
+        self.tools.call(invocation, evidence)
+    }
 }
 
 /// An event sink that keeps the events of the run in progress, stamped

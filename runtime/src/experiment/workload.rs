@@ -183,6 +183,15 @@ pub struct ToolLoad {
     /// The chance that a call never answers (silently).
     #[serde(default)]
     pub hang_probability: f64,
+    /// The chance that the call's endpoint is dead when the run starts
+    /// and comes back later: a call sent before then is lost (never
+    /// answers), one sent after works.
+    #[serde(default)]
+    pub dead_probability: f64,
+    /// How long such an endpoint stays dead (required when
+    /// `dead_probability` is above 0).
+    #[serde(default)]
+    pub dead_for: Option<Distribution>,
 }
 
 /// The evaluator the watchdog asks: how long it takes and how often it is
@@ -265,16 +274,12 @@ impl Workload {
             check_probability("model_streams.stall_probability", streams.stall_probability)?;
             check_probability("model_streams.hang_probability", streams.hang_probability)?;
             check_probability("model_streams.loop_probability", streams.loop_probability)?;
-            match &streams.stall {
-                Some(stall) => stall.validate("model_streams.stall")?,
-                None if streams.stall_probability > 0.0 => {
-                    return Err(WorkloadError::new(
-                        "model_streams.stall",
-                        "expected a distribution of stall lengths, as `stall_probability` is above 0",
-                    ));
-                }
-                None => {}
-            }
+            check_required(
+                "model_streams.stall",
+                streams.stall.as_ref(),
+                streams.stall_probability,
+                "stall_probability",
+            )?;
         }
         if let Some(tools) = &self.tool_calls {
             check_count("tool_calls.count", tools.count)?;
@@ -283,6 +288,13 @@ impl Workload {
                 check_interval("tool_calls.progress_interval", every)?;
             }
             check_probability("tool_calls.hang_probability", tools.hang_probability)?;
+            check_probability("tool_calls.dead_probability", tools.dead_probability)?;
+            check_required(
+                "tool_calls.dead_for",
+                tools.dead_for.as_ref(),
+                tools.dead_probability,
+                "dead_probability",
+            )?;
         }
         if self.model_streams.is_none() && self.tool_calls.is_none() {
             return Err(WorkloadError::new(
@@ -352,14 +364,19 @@ pub struct Operation {
     /// Streams the same sentence forever instead of ending (`hangs_at` is
     /// then zero).
     pub loops: bool,
+    /// Its endpoint is dead this long after the run starts: a tool call
+    /// sent before then is lost, one sent after works. `None` for an
+    /// endpoint that is up.
+    pub dead_until: Option<Duration>,
     /// Whether each evaluator answer about it is right, in call order.
     pub evaluator_right: Vec<bool>,
 }
 
 impl Operation {
-    /// Whether it ends, given time: slow or stalled, it is alive.
+    /// Whether it ends, given time: slow or stalled, it is alive. (A call
+    /// to a dead endpoint is not: only a call sent again can end.)
     pub fn alive(&self) -> bool {
-        self.hangs_at.is_none()
+        self.hangs_at.is_none() && self.dead_until.is_none()
     }
 }
 
@@ -393,6 +410,7 @@ fn stream_operation(
         stall,
         hangs_at,
         loops,
+        dead_until: None,
         evaluator_right: evaluator_answers(evaluator, rng),
     }
 }
@@ -400,6 +418,11 @@ fn stream_operation(
 fn tool_operation(load: &ToolLoad, evaluator: &EvaluatorLoad, rng: &mut ChaCha8Rng) -> Operation {
     let work = load.duration.sample(rng);
     let hangs = rng.random_bool(load.hang_probability);
+    let dead = !hangs && rng.random_bool(load.dead_probability);
+    let dead_until = match (&load.dead_for, dead) {
+        (Some(length), true) => Some(length.sample(rng)),
+        _ => None,
+    };
     Operation {
         kind: OperationKind::ToolCall {
             progress: load.progress_interval,
@@ -408,6 +431,7 @@ fn tool_operation(load: &ToolLoad, evaluator: &EvaluatorLoad, rng: &mut ChaCha8R
         stall: None,
         hangs_at: hangs.then_some(Duration::ZERO),
         loops: false,
+        dead_until,
         evaluator_right: evaluator_answers(evaluator, rng),
     }
 }
@@ -416,6 +440,24 @@ fn evaluator_answers(evaluator: &EvaluatorLoad, rng: &mut ChaCha8Rng) -> Vec<boo
     (0..EVALUATOR_ANSWERS)
         .map(|_| rng.random_bool(evaluator.accuracy))
         .collect()
+}
+
+/// A distribution that must be given when its probability is above 0,
+/// and valid when given.
+fn check_required(
+    key: &str,
+    distribution: Option<&Distribution>,
+    probability: f64,
+    probability_key: &str,
+) -> Result<(), WorkloadError> {
+    match distribution {
+        Some(distribution) => distribution.validate(key),
+        None if probability > 0.0 => Err(WorkloadError::new(
+            key,
+            format!("expected a distribution of durations, as `{probability_key}` is above 0"),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn check_count(key: &str, count: u32) -> Result<(), WorkloadError> {
