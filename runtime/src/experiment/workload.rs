@@ -271,15 +271,14 @@ impl Workload {
             check_count("model_streams.count", streams.count)?;
             streams.duration.validate("model_streams.duration")?;
             check_interval("model_streams.chunk_interval", streams.chunk_interval)?;
+            check_required(
+                "model_streams.stall",
+                streams.stall,
+                streams.stall_probability,
+            )?;
             check_probability("model_streams.stall_probability", streams.stall_probability)?;
             check_probability("model_streams.hang_probability", streams.hang_probability)?;
             check_probability("model_streams.loop_probability", streams.loop_probability)?;
-            check_required(
-                "model_streams.stall",
-                streams.stall.as_ref(),
-                streams.stall_probability,
-                "stall_probability",
-            )?;
         }
         if let Some(tools) = &self.tool_calls {
             check_count("tool_calls.count", tools.count)?;
@@ -291,9 +290,8 @@ impl Workload {
             check_probability("tool_calls.dead_probability", tools.dead_probability)?;
             check_required(
                 "tool_calls.dead_for",
-                tools.dead_for.as_ref(),
+                tools.dead_for,
                 tools.dead_probability,
-                "dead_probability",
             )?;
         }
         if self.model_streams.is_none() && self.tool_calls.is_none() {
@@ -446,15 +444,14 @@ fn evaluator_answers(evaluator: &EvaluatorLoad, rng: &mut ChaCha8Rng) -> Vec<boo
 /// and valid when given.
 fn check_required(
     key: &str,
-    distribution: Option<&Distribution>,
+    distribution: Option<Distribution>,
     probability: f64,
-    probability_key: &str,
 ) -> Result<(), WorkloadError> {
     match distribution {
         Some(distribution) => distribution.validate(key),
         None if probability > 0.0 => Err(WorkloadError::new(
             key,
-            format!("expected a distribution of durations, as `{probability_key}` is above 0"),
+            "expected a distribution of durations, as its probability is above 0",
         )),
         None => Ok(()),
     }
