@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use leasehold::experiment::{Options, Report, Workload, run};
+use leasehold::experiment::{Options, Report, StrategyReport, Workload, run};
 
 fn options(strategies: &[&str]) -> Options {
     Options {
@@ -17,6 +17,23 @@ fn options(strategies: &[&str]) -> Options {
 fn experiment(workload: &str, strategies: &[&str]) -> Report {
     let workload = Workload::parse(workload).expect("valid workload");
     run(&workload, &options(strategies)).expect("the experiment runs")
+}
+
+/// The report's strategies, as many as named.
+fn strategies<const N: usize>(report: &Report) -> [&StrategyReport; N] {
+    let all: Vec<&StrategyReport> = report.strategies.iter().collect();
+    all.try_into()
+        .unwrap_or_else(|all: Vec<_>| panic!("{N} strategies, not {}", all.len()))
+}
+
+/// A workload of `count` model streams of `duration` each, a chunk every
+/// `interval`, with `more` lines of `[model_streams]` (and after).
+fn fixed_streams(count: u32, duration: &str, interval: &str, more: &str) -> String {
+    format!(
+        "seed = 1\n[model_streams]\ncount = {count}\n\
+         duration = {{ dist = \"fixed\", value = \"{duration}\" }}\n\
+         chunk_interval = \"{interval}\"\n{more}"
+    )
 }
 
 fn refused_at(text: &str) -> String {
@@ -90,18 +107,10 @@ fn an_unknown_strategy_is_refused_naming_the_known_ones() {
 fn slow_but_alive_streams_are_kept_by_leasehold_and_cut_by_deadline() {
     // Four streams of 30 s, a chunk every second, under 10 s leases.
     let report = experiment(
-        r#"
-seed = 3
-[model_streams]
-count = 4
-duration = { dist = "fixed", value = "30s" }
-chunk_interval = "1s"
-"#,
+        &fixed_streams(4, "30s", "1s", ""),
         &["leasehold", "deadline"],
     );
-    let [leasehold, deadline] = &report.strategies[..] else {
-        panic!("two strategies: {report:?}");
-    };
+    let [leasehold, deadline] = strategies(&report);
     assert_eq!(leasehold.alive, 4);
     assert_eq!(leasehold.slow_alive_killed, 0);
     assert_eq!(leasehold.wasted_tokens, 0);
@@ -114,23 +123,16 @@ chunk_interval = "1s"
     assert_eq!(deadline.runs_paused, 4);
 }
 
+/// Every stream falls silent once for 35 s, three and a half leases.
+const STALLS: &str = "stall_probability = 1.0\nstall = { dist = \"fixed\", value = \"35s\" }\n";
+
 #[test]
 fn a_stall_that_recovers_is_kept_by_leasehold_and_cut_by_idle_kill() {
     let report = experiment(
-        r#"
-seed = 4
-[model_streams]
-count = 3
-duration = { dist = "fixed", value = "5s" }
-chunk_interval = "500ms"
-stall_probability = 1.0
-stall = { dist = "fixed", value = "35s" }
-"#,
+        &fixed_streams(3, "5s", "500ms", STALLS),
         &["leasehold", "idle-kill"],
     );
-    let [leasehold, idle_kill] = &report.strategies[..] else {
-        panic!("two strategies: {report:?}");
-    };
+    let [leasehold, idle_kill] = strategies(&report);
     assert_eq!(leasehold.slow_alive_killed, 0);
     assert_eq!(leasehold.runs_completed, 3);
     // The stall outlasts two free renewals: the evaluator is asked about
@@ -156,9 +158,7 @@ hang_probability = 1.0
 "#,
         &["deadline", "leasehold", "deadline@25s"],
     );
-    let [deadline, leasehold, long] = &report.strategies[..] else {
-        panic!("three strategies: {report:?}");
-    };
+    let [deadline, leasehold, long] = strategies(&report);
     assert_eq!(deadline.hangs, 3);
     assert_eq!(deadline.hangs_detected, 3);
     assert_eq!(deadline.detect_p50_ms, Some(10_000));
@@ -175,19 +175,10 @@ hang_probability = 1.0
 #[test]
 fn a_looping_stream_is_cut_by_leasehold_on_its_repetition_and_by_idle_kill_only_at_the_cap() {
     let report = experiment(
-        r#"
-seed = 6
-[model_streams]
-count = 2
-duration = { dist = "fixed", value = "5s" }
-chunk_interval = "1s"
-loop_probability = 1.0
-"#,
+        &fixed_streams(2, "5s", "1s", "loop_probability = 1.0\n"),
         &["leasehold", "deadline", "idle-kill"],
     );
-    let [leasehold, deadline, idle_kill] = &report.strategies[..] else {
-        panic!("three strategies: {report:?}");
-    };
+    let [leasehold, deadline, idle_kill] = strategies(&report);
     assert_eq!(leasehold.hangs, 2);
     assert_eq!(deadline.detect_p99_ms, Some(10_000));
     // Chunks keep coming, so idle-kill renews until the cap: 11 leases.
@@ -311,17 +302,12 @@ fn on_the_essay_workload_leasehold_cuts_no_live_operation_and_the_deadlines_trad
 #[test]
 fn an_evaluator_that_is_always_wrong_cuts_stalled_live_streams_under_leasehold() {
     let report = experiment(
-        r#"
-seed = 8
-[model_streams]
-count = 3
-duration = { dist = "fixed", value = "5s" }
-chunk_interval = "500ms"
-stall_probability = 1.0
-stall = { dist = "fixed", value = "35s" }
-[evaluator]
-accuracy = 0.0
-"#,
+        &fixed_streams(
+            3,
+            "5s",
+            "500ms",
+            &format!("{STALLS}[evaluator]\naccuracy = 0.0\n"),
+        ),
         &["leasehold"],
     );
     let leasehold = &report.strategies[0];
@@ -411,9 +397,7 @@ dead_for = { dist = "fixed", value = "45s" }
 "#,
         &["deadline", "deadline@30s", "leasehold"],
     );
-    let [short, long, leasehold] = &report.strategies[..] else {
-        panic!("three strategies: {report:?}");
-    };
+    let [short, long, leasehold] = strategies(&report);
     for strategy in [short, long, leasehold] {
         assert_eq!(strategy.dead_endpoints, 2, "{strategy:?}");
         assert_eq!(strategy.alive + strategy.hangs, 0, "{strategy:?}");
