@@ -43,8 +43,9 @@ pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{BUILT_IN, DEFAULT_STRATEGIES, Strategy, StrategySettings, Sweep};
 pub use workload::{
-    Distribution, EVALUATOR_ANSWERS, EvaluatorLoad, MAX_OPERATION_DURATION, MAX_OPERATIONS,
-    Operation, OperationKind, StreamLoad, ToolLoad, Workload, WorkloadError, WorkloadFileError,
+    Distribution, EVALUATOR_ANSWERS, EvaluatorLoad, MAX_CHUNKS, MAX_OPERATION_DURATION,
+    MAX_OPERATIONS, Operation, OperationKind, StreamLoad, ToolLoad, Workload, WorkloadError,
+    WorkloadFileError,
 };
 
 use leasehold_actors::EngineError;

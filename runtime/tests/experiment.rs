@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use leasehold::experiment::{Options, Report, StrategyReport, Workload, run};
+use leasehold::experiment::{
+    MAX_CHUNKS, OperationKind, Options, Report, StrategyReport, Workload, run,
+};
 
 fn options(strategies: &[&str]) -> Options {
     Options {
@@ -411,4 +413,18 @@ dead_for = { dist = "fixed", value = "45s" }
     assert_eq!(long.kills, 4);
     assert_eq!(leasehold.dead_endpoints_answered, 2);
     assert_eq!(leasehold.runs_completed, 2);
+}
+
+#[test]
+fn a_stream_drawn_longer_than_max_chunks_is_cut_to_that_many_chunks() {
+    let workload = Workload::parse(&fixed_streams(1, "24h", "1ms", "")).expect("valid");
+    let operation = &workload.generate(1)[0];
+    assert_eq!(
+        operation.kind,
+        OperationKind::ModelStream {
+            chunks: MAX_CHUNKS,
+            interval: Duration::from_millis(1)
+        }
+    );
+    assert_eq!(operation.work, Duration::from_millis(u64::from(MAX_CHUNKS)));
 }

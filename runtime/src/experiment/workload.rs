@@ -21,6 +21,10 @@ pub const MAX_OPERATIONS: u32 = 100_000;
 /// to it.
 pub const MAX_OPERATION_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The most chunks one stream streams: a longer draw is cut to this many
+/// chunks, so that no workload of valid keys plays for hours of real time.
+pub const MAX_CHUNKS: u32 = 100_000;
+
 /// How many evaluator answers are drawn for each operation: later calls
 /// about the same operation repeat the last one.
 pub const EVALUATOR_ANSWERS: usize = 16;
@@ -387,7 +391,7 @@ fn stream_operation(
     let interval = load.chunk_interval;
     let chunks = u32::try_from(work.as_millis() / interval.as_millis().max(1))
         .unwrap_or(u32::MAX)
-        .max(1);
+        .clamp(1, MAX_CHUNKS);
     let work = interval.saturating_mul(chunks);
     let hangs = rng.random_bool(load.hang_probability);
     let loops = !hangs && rng.random_bool(load.loop_probability);
