@@ -114,6 +114,15 @@ impl ScriptedEvaluator {
         self
     }
 
+    /// Replaces what is left of its lease script with `script`, forgetting
+    /// the step it would repeat: for a caller that plays one operation after
+    /// another through the same evaluator.
+    pub fn replace_script(&self, script: impl IntoIterator<Item = Scripted>) {
+        let mut state = self.lock();
+        state.script = script.into_iter().collect();
+        state.last = None;
+    }
+
     /// How many budget checkpoints asked it.
     pub fn budget_calls(&self) -> usize {
         self.lock().budget_requests.len()
@@ -517,6 +526,14 @@ impl ScriptedModel {
         self
     }
 
+    /// Replaces what is left of the script of `consumer` with `turns`: for
+    /// a caller that plays one run after another through the same model.
+    pub fn replace_script(&self, consumer: &str, turns: impl IntoIterator<Item = Turn>) {
+        self.lock()
+            .turns
+            .insert(consumer.to_owned(), turns.into_iter().collect());
+    }
+
     /// Every request so far, in order.
     pub fn requests(&self) -> Vec<ModelRequest> {
         self.lock().requests.clone()
@@ -661,6 +678,24 @@ impl ScriptedTools {
             .tools
             .push((definition, acts.into_iter().collect(), None));
         self
+    }
+
+    /// Replaces what is left of the acts of tool `name` with `acts`,
+    /// forgetting the act it would repeat (the last of `acts` repeats
+    /// instead); a tool not yet added is added, not idempotent-declared.
+    pub fn replace_acts(&self, name: &str, acts: impl IntoIterator<Item = ToolAct>) {
+        let mut script = self.lock();
+        let acts: VecDeque<ToolAct> = acts.into_iter().collect();
+        match script.tools.iter_mut().find(|(d, _, _)| d.name == name) {
+            Some((_, queue, last)) => {
+                *queue = acts;
+                *last = None;
+            }
+            None => {
+                drop(script);
+                let _ = self.clone().tool(name, None, acts);
+            }
+        }
     }
 
     /// Every invocation so far (what was *sent*), in order.

@@ -24,6 +24,8 @@ use leasehold_actors::{EngineError, RunStatus};
 use crate::config::{Config, EngineSetupError, Flag, LoadError};
 
 mod demo;
+#[cfg(feature = "experiment")]
+mod experiment;
 mod log;
 mod remote;
 mod runs;
@@ -92,6 +94,10 @@ enum Command {
     /// Print the effective configuration, where each value came from, the
     /// timing arithmetic of every lease kind and any warnings.
     Config,
+    /// Run a seeded workload under several supervision strategies, through
+    /// the real actors on paused time, and report what each cost.
+    #[cfg(feature = "experiment")]
+    Experiment(experiment::ExperimentArgs),
 }
 
 /// `leasehold run`.
@@ -239,6 +245,8 @@ impl Cli {
             }
             Command::Runs(command) => runs::run(&self.global, command).await,
             Command::Demo(args) => demo::run(&self.global, args).await,
+            #[cfg(feature = "experiment")]
+            Command::Experiment(args) => experiment::run(args).await,
         }
     }
 }

@@ -74,6 +74,13 @@ pub fn parse_json(text: &str) -> Result<Flow, FlowError> {
 /// Parses a flow written in TOML without validating it, for callers that
 /// look at it (or complete it) first; validate it before use.
 pub fn read_toml(text: &str) -> Result<Flow, FlowError> {
+    read_toml_as(text)
+}
+
+/// Parses any serde type written in TOML, refusing as a flow does: the
+/// offending key's path, the line and the column. Other files of the same
+/// shape (experiment workloads) read through it.
+pub(crate) fn read_toml_as<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, FlowError> {
     let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, ROOT.to_owned(), &e))?;
     serde_path_to_error::deserialize(de)
         .map_err(|e| toml_error(text, e.path().to_string(), e.inner()))

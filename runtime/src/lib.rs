@@ -90,6 +90,8 @@ pub mod config;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod executor;
+#[cfg(feature = "experiment")]
+pub mod experiment;
 pub mod flow_file;
 #[cfg(feature = "server")]
 pub mod metrics;

@@ -1,0 +1,62 @@
+//! `leasehold experiment WORKLOAD.toml`: runs the workload under each
+//! strategy (on a thread of its own, on paused time) and prints the table,
+//! or the JSON report with `--json`; `--out DIR` also writes `report.json`
+//! and `report.csv`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::CliError;
+use crate::experiment::{Options, Workload};
+
+/// `leasehold experiment`.
+#[derive(Debug, Args)]
+pub(super) struct ExperimentArgs {
+    /// The workload file (TOML).
+    workload: PathBuf,
+    /// The strategies to compare, comma-separated: leasehold, deadline,
+    /// idle-kill, always-evaluate, each optionally with @LEASE
+    /// (deadline@30s). Default: leasehold, deadline, idle-kill and the
+    /// workload's sweep.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    strategies: Option<Vec<String>>,
+    /// A seed instead of the workload's.
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Print the report as one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also write report.json and report.csv into this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+pub(super) async fn run(args: ExperimentArgs) -> Result<ExitCode, CliError> {
+    let workload = Workload::load(&args.workload).map_err(|e| CliError::other(e.to_string()))?;
+    let options = Options {
+        strategies: args.strategies,
+        seed: args.seed,
+    };
+    // The experiment runs its own paused runtime, which cannot live inside
+    // this one.
+    let report = tokio::task::spawn_blocking(move || crate::experiment::run(&workload, &options))
+        .await
+        .map_err(|e| CliError::other(format!("the experiment stopped: {e}")))?
+        .map_err(|e| CliError::other(e.to_string()))?;
+    if let Some(dir) = &args.out {
+        report.write_to(dir).map_err(|e| {
+            CliError::other(format!(
+                "cannot write the report to `{}`: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    if args.json {
+        print!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_table());
+    }
+    Ok(ExitCode::SUCCESS)
+}

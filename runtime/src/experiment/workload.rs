@@ -1,0 +1,508 @@
+//! The workload file: operations described by distribution, and the seeded
+//! generator that turns it into a list of [`Operation`]s with their ground
+//! truth (how long each would take, where it stalls, whether it ever ends).
+//!
+//! The generator is ChaCha8 seeded with the workload's `seed` (or the
+//! command's `--seed`): the same seed gives the same operations on every
+//! platform. Durations are drawn in seconds and kept to whole milliseconds.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution as _, LogNormal, Pareto};
+use serde::{Deserialize, Deserializer};
+
+/// The most operations of one kind a workload may ask for.
+pub const MAX_OPERATIONS: u32 = 100_000;
+
+/// The longest duration a distribution may produce: longer draws are cut
+/// to it.
+pub const MAX_OPERATION_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The most chunks one stream streams: a longer draw is cut to this many
+/// chunks, so that no workload of valid keys plays for hours of real time.
+pub const MAX_CHUNKS: u32 = 100_000;
+
+/// How many evaluator answers are drawn for each operation: later calls
+/// about the same operation repeat the last one.
+pub const EVALUATOR_ANSWERS: usize = 16;
+
+/// A workload file that was refused: the offending key and what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("workload refused at `{key}`: {message}")]
+pub struct WorkloadError {
+    /// The key's path, as `model_streams.duration.sigma` (`.` for the
+    /// document).
+    pub key: String,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl WorkloadError {
+    /// A refusal at `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A workload file that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadFileError {
+    /// The file could not be read.
+    #[error("cannot read workload file `{}`: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file was read but refused.
+    #[error("workload file `{}` refused at `{}`: {}", path.display(), error.key, error.message)]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The refusal, naming the key.
+        #[source]
+        error: WorkloadError,
+    },
+}
+
+/// A distribution of durations.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(tag = "dist", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Distribution {
+    /// Log-normal: half the draws below `median`; `sigma` is the standard
+    /// deviation of the logarithm.
+    Lognormal {
+        /// The median.
+        #[serde(deserialize_with = "human")]
+        median: Duration,
+        /// The spread of the logarithm (0 < sigma ≤ 10).
+        sigma: f64,
+    },
+    /// Pareto: never below `scale`, with a tail that thins as `shape`
+    /// grows (heavy for a shape near 1).
+    Pareto {
+        /// The smallest draw.
+        #[serde(deserialize_with = "human")]
+        scale: Duration,
+        /// The tail index (> 0).
+        shape: f64,
+    },
+    /// Always the same duration.
+    Fixed {
+        /// The duration.
+        #[serde(deserialize_with = "human")]
+        value: Duration,
+    },
+}
+
+impl Distribution {
+    fn validate(&self, key: &str) -> Result<(), WorkloadError> {
+        let (name, base, parameter) = match *self {
+            Self::Lognormal { median, sigma } => ("median", median, Some(("sigma", sigma, 10.0))),
+            Self::Pareto { scale, shape } => ("scale", scale, Some(("shape", shape, 1e6))),
+            Self::Fixed { value } => ("value", value, None),
+        };
+        if base.is_zero() || base > MAX_OPERATION_DURATION {
+            return Err(WorkloadError::new(
+                format!("{key}.{name}"),
+                format!(
+                    "expected a duration above 0 and at most {}",
+                    humantime::format_duration(MAX_OPERATION_DURATION)
+                ),
+            ));
+        }
+        if let Some((name, value, max)) = parameter
+            && !(value.is_finite() && value > 0.0 && value <= max)
+        {
+            return Err(WorkloadError::new(
+                format!("{key}.{name}"),
+                format!("expected a number above 0 and at most {max}, got {value}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One draw, in whole milliseconds, at most [`MAX_OPERATION_DURATION`].
+    fn sample(&self, rng: &mut ChaCha8Rng) -> Duration {
+        let seconds = match *self {
+            Self::Lognormal { median, sigma } => LogNormal::new(median.as_secs_f64().ln(), sigma)
+                .map_or(median.as_secs_f64(), |d| d.sample(rng)),
+            Self::Pareto { scale, shape } => Pareto::new(scale.as_secs_f64(), shape)
+                .map_or(scale.as_secs_f64(), |d| d.sample(rng)),
+            Self::Fixed { value } => value.as_secs_f64(),
+        };
+        let drawn = Duration::try_from_secs_f64(seconds)
+            .unwrap_or(MAX_OPERATION_DURATION)
+            .min(MAX_OPERATION_DURATION);
+        Duration::from_millis(u64::try_from(drawn.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// The model streams of a workload.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamLoad {
+    /// How many.
+    pub count: u32,
+    /// How long each streams (stalls aside).
+    pub duration: Distribution,
+    /// The time between two chunks; each chunk is one token of evidence.
+    #[serde(deserialize_with = "human")]
+    pub chunk_interval: Duration,
+    /// The chance that a stream falls silent once and then goes on.
+    #[serde(default)]
+    pub stall_probability: f64,
+    /// How long such a silence lasts (required when `stall_probability` is
+    /// above 0).
+    #[serde(default)]
+    pub stall: Option<Distribution>,
+    /// The chance that a stream falls silent for good.
+    #[serde(default)]
+    pub hang_probability: f64,
+    /// The chance that a stream never ends but keeps streaming the same
+    /// sentence: alive by its chunks, stuck in a loop.
+    #[serde(default)]
+    pub loop_probability: f64,
+}
+
+/// The tool calls of a workload.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolLoad {
+    /// How many.
+    pub count: u32,
+    /// How long each takes.
+    pub duration: Distribution,
+    /// How often a call reports progress; none means silent until it
+    /// answers.
+    #[serde(default, deserialize_with = "human_option")]
+    pub progress_interval: Option<Duration>,
+    /// The chance that a call never answers (silently).
+    #[serde(default)]
+    pub hang_probability: f64,
+    /// The chance that the call's endpoint is dead when the run starts
+    /// and comes back later: a call sent before then is lost (never
+    /// answers), one sent after works.
+    #[serde(default)]
+    pub dead_probability: f64,
+    /// How long such an endpoint stays dead (required when
+    /// `dead_probability` is above 0).
+    #[serde(default)]
+    pub dead_for: Option<Distribution>,
+}
+
+/// The evaluator the watchdog asks: how long it takes and how often it is
+/// right (it knows the ground truth, and says the opposite when wrong).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluatorLoad {
+    /// Time to answer (default 500 ms).
+    #[serde(default = "default_evaluator_latency", deserialize_with = "human")]
+    pub latency: Duration,
+    /// The chance that one answer is right (default 1).
+    #[serde(default = "one")]
+    pub accuracy: f64,
+}
+
+impl Default for EvaluatorLoad {
+    fn default() -> Self {
+        Self {
+            latency: default_evaluator_latency(),
+            accuracy: 1.0,
+        }
+    }
+}
+
+fn default_evaluator_latency() -> Duration {
+    Duration::from_millis(500)
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A workload file, parsed and validated.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// The generator's seed.
+    pub seed: u64,
+    /// Model streams, if any.
+    #[serde(default)]
+    pub model_streams: Option<StreamLoad>,
+    /// Tool calls, if any.
+    #[serde(default)]
+    pub tool_calls: Option<ToolLoad>,
+    /// The evaluator.
+    #[serde(default)]
+    pub evaluator: EvaluatorLoad,
+    /// What every strategy shares, and the sweep.
+    #[serde(default)]
+    pub strategy: super::strategy::StrategySettings,
+}
+
+impl Workload {
+    /// Parses and validates a workload written in TOML.
+    pub fn parse(text: &str) -> Result<Self, WorkloadError> {
+        let workload: Self = crate::flow_file::read_toml_as(text)
+            .map_err(|e| WorkloadError::new(e.path, e.message))?;
+        workload.validate()?;
+        Ok(workload)
+    }
+
+    /// Reads and validates the workload in `path`.
+    pub fn load(path: &Path) -> Result<Self, WorkloadFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| WorkloadFileError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|error| WorkloadFileError::Invalid {
+            path: path.to_owned(),
+            error,
+        })
+    }
+
+    /// Refuses nonsense, naming the key.
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        if let Some(streams) = &self.model_streams {
+            check_count("model_streams.count", streams.count)?;
+            streams.duration.validate("model_streams.duration")?;
+            check_interval("model_streams.chunk_interval", streams.chunk_interval)?;
+            check_required(
+                "model_streams.stall",
+                streams.stall,
+                streams.stall_probability,
+            )?;
+            check_probability("model_streams.stall_probability", streams.stall_probability)?;
+            check_probability("model_streams.hang_probability", streams.hang_probability)?;
+            check_probability("model_streams.loop_probability", streams.loop_probability)?;
+        }
+        if let Some(tools) = &self.tool_calls {
+            check_count("tool_calls.count", tools.count)?;
+            tools.duration.validate("tool_calls.duration")?;
+            if let Some(every) = tools.progress_interval {
+                check_interval("tool_calls.progress_interval", every)?;
+            }
+            check_probability("tool_calls.hang_probability", tools.hang_probability)?;
+            check_probability("tool_calls.dead_probability", tools.dead_probability)?;
+            check_required(
+                "tool_calls.dead_for",
+                tools.dead_for,
+                tools.dead_probability,
+            )?;
+        }
+        if self.model_streams.is_none() && self.tool_calls.is_none() {
+            return Err(WorkloadError::new(
+                ".",
+                "expected at least one of `[model_streams]` and `[tool_calls]`",
+            ));
+        }
+        check_probability("evaluator.accuracy", self.evaluator.accuracy)?;
+        if self.evaluator.latency > MAX_OPERATION_DURATION {
+            return Err(WorkloadError::new(
+                "evaluator.latency",
+                "expected a duration of at most 24h",
+            ));
+        }
+        self.strategy.validate()
+    }
+
+    /// The operations, in a fixed order (streams, then tool calls), drawn
+    /// from `seed`.
+    pub fn generate(&self, seed: u64) -> Vec<Operation> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut operations = Vec::new();
+        if let Some(streams) = &self.model_streams {
+            for _ in 0..streams.count {
+                operations.push(stream_operation(streams, &self.evaluator, &mut rng));
+            }
+        }
+        if let Some(tools) = &self.tool_calls {
+            for _ in 0..tools.count {
+                operations.push(tool_operation(tools, &self.evaluator, &mut rng));
+            }
+        }
+        operations
+    }
+}
+
+/// What an operation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationKind {
+    /// A streaming model call: a chunk every `interval`.
+    ModelStream {
+        /// Chunks it streams if it ends.
+        chunks: u32,
+        /// The time between chunks.
+        interval: Duration,
+    },
+    /// A tool call, reporting progress every `progress` if given.
+    ToolCall {
+        /// The progress cadence.
+        progress: Option<Duration>,
+    },
+}
+
+/// One generated operation and its ground truth.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operation {
+    /// What it is.
+    pub kind: OperationKind,
+    /// How long it works, stalls aside, if it ends.
+    pub work: Duration,
+    /// Falls silent after this many chunks for this long, then goes on
+    /// (first attempt only: a stall is transient).
+    pub stall: Option<(u32, Duration)>,
+    /// Stops making progress for good this long after it starts (every
+    /// attempt): falls silent, or loops; `None` for an operation that ends.
+    pub hangs_at: Option<Duration>,
+    /// Streams the same sentence forever instead of ending (`hangs_at` is
+    /// then zero).
+    pub loops: bool,
+    /// Its endpoint is dead this long after the run starts: a tool call
+    /// sent before then is lost, one sent after works. `None` for an
+    /// endpoint that is up.
+    pub dead_until: Option<Duration>,
+    /// Whether each evaluator answer about it is right, in call order.
+    pub evaluator_right: Vec<bool>,
+}
+
+impl Operation {
+    /// Whether it ends, given time: slow or stalled, it is alive. (A call
+    /// to a dead endpoint is not: only a call sent again can end.)
+    pub fn alive(&self) -> bool {
+        self.hangs_at.is_none() && self.dead_until.is_none()
+    }
+}
+
+fn stream_operation(
+    load: &StreamLoad,
+    evaluator: &EvaluatorLoad,
+    rng: &mut ChaCha8Rng,
+) -> Operation {
+    let work = load.duration.sample(rng);
+    let interval = load.chunk_interval;
+    let chunks = u32::try_from(work.as_millis() / interval.as_millis().max(1))
+        .unwrap_or(u32::MAX)
+        .clamp(1, MAX_CHUNKS);
+    let work = interval.saturating_mul(chunks);
+    let hangs = rng.random_bool(load.hang_probability);
+    let loops = !hangs && rng.random_bool(load.loop_probability);
+    let stalls = !hangs && !loops && rng.random_bool(load.stall_probability);
+    let at_chunk = rng.random_range(0..chunks);
+    let stall = match (&load.stall, stalls) {
+        (Some(length), true) => Some((at_chunk, length.sample(rng))),
+        _ => None,
+    };
+    let hangs_at = match (hangs, loops) {
+        (true, _) => Some(interval.saturating_mul(at_chunk)),
+        (false, true) => Some(Duration::ZERO),
+        (false, false) => None,
+    };
+    Operation {
+        kind: OperationKind::ModelStream { chunks, interval },
+        work,
+        stall,
+        hangs_at,
+        loops,
+        dead_until: None,
+        evaluator_right: evaluator_answers(evaluator, rng),
+    }
+}
+
+fn tool_operation(load: &ToolLoad, evaluator: &EvaluatorLoad, rng: &mut ChaCha8Rng) -> Operation {
+    let work = load.duration.sample(rng);
+    let hangs = rng.random_bool(load.hang_probability);
+    let dead = !hangs && rng.random_bool(load.dead_probability);
+    let dead_until = match (&load.dead_for, dead) {
+        (Some(length), true) => Some(length.sample(rng)),
+        _ => None,
+    };
+    Operation {
+        kind: OperationKind::ToolCall {
+            progress: load.progress_interval,
+        },
+        work,
+        stall: None,
+        hangs_at: hangs.then_some(Duration::ZERO),
+        loops: false,
+        dead_until,
+        evaluator_right: evaluator_answers(evaluator, rng),
+    }
+}
+
+fn evaluator_answers(evaluator: &EvaluatorLoad, rng: &mut ChaCha8Rng) -> Vec<bool> {
+    (0..EVALUATOR_ANSWERS)
+        .map(|_| rng.random_bool(evaluator.accuracy))
+        .collect()
+}
+
+/// A distribution that must be given when its probability is above 0,
+/// and valid when given.
+fn check_required(
+    key: &str,
+    distribution: Option<Distribution>,
+    probability: f64,
+) -> Result<(), WorkloadError> {
+    match distribution {
+        Some(distribution) => distribution.validate(key),
+        None if probability > 0.0 => Err(WorkloadError::new(
+            key,
+            "expected a distribution of durations, as its probability is above 0",
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_count(key: &str, count: u32) -> Result<(), WorkloadError> {
+    if count > MAX_OPERATIONS {
+        return Err(WorkloadError::new(
+            key,
+            format!("expected at most {MAX_OPERATIONS}, got {count}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_interval(key: &str, interval: Duration) -> Result<(), WorkloadError> {
+    if interval < Duration::from_millis(1) || interval > MAX_OPERATION_DURATION {
+        return Err(WorkloadError::new(
+            key,
+            "expected a duration of at least 1ms and at most 24h",
+        ));
+    }
+    Ok(())
+}
+
+fn check_probability(key: &str, p: f64) -> Result<(), WorkloadError> {
+    if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
+        return Err(WorkloadError::new(
+            key,
+            format!("expected a probability between 0 and 1, got {p}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A humantime duration: `"250ms"`, `"2s"`, `"5m"`.
+pub(super) fn human<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    parse_human(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+/// Reads a humantime duration, or says what was expected.
+pub(super) fn parse_human(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!(r#"expected a duration such as "250ms", "2s" or "5m", got "{text}" ({e})"#)
+    })
+}
+
+fn human_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    human(d).map(Some)
+}

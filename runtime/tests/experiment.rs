@@ -1,0 +1,430 @@
+//! `leasehold::experiment`: the workload file and its errors, the seeded
+//! generator, and strategies compared through the real engine on paused
+//! time.
+#![cfg(feature = "experiment")]
+
+use std::time::Duration;
+
+use leasehold::experiment::{
+    MAX_CHUNKS, OperationKind, Options, Report, StrategyReport, Workload, run,
+};
+
+fn options(strategies: &[&str]) -> Options {
+    Options {
+        strategies: Some(strategies.iter().map(|s| (*s).to_owned()).collect()),
+        seed: None,
+    }
+}
+
+fn experiment(workload: &str, strategies: &[&str]) -> Report {
+    let workload = Workload::parse(workload).expect("valid workload");
+    run(&workload, &options(strategies)).expect("the experiment runs")
+}
+
+/// The report's strategies, as many as named.
+fn strategies<const N: usize>(report: &Report) -> [&StrategyReport; N] {
+    let all: Vec<&StrategyReport> = report.strategies.iter().collect();
+    all.try_into()
+        .unwrap_or_else(|all: Vec<_>| panic!("{N} strategies, not {}", all.len()))
+}
+
+/// A workload of `count` model streams of `duration` each, a chunk every
+/// `interval`, with `more` lines of `[model_streams]` (and after).
+fn fixed_streams(count: u32, duration: &str, interval: &str, more: &str) -> String {
+    format!(
+        "seed = 1\n[model_streams]\ncount = {count}\n\
+         duration = {{ dist = \"fixed\", value = \"{duration}\" }}\n\
+         chunk_interval = \"{interval}\"\n{more}"
+    )
+}
+
+fn refused_at(text: &str) -> String {
+    Workload::parse(text).expect_err("refused").key
+}
+
+const STREAMS: &str = r#"
+seed = 1
+[model_streams]
+count = 2
+duration = { dist = "lognormal", median = "2s", sigma = 0.5 }
+chunk_interval = "100ms"
+"#;
+
+#[test]
+fn a_workload_error_names_the_offending_key() {
+    assert_eq!(
+        refused_at(&STREAMS.replace("chunk_interval", "chunk_intervl")),
+        "model_streams.chunk_intervl"
+    );
+    assert_eq!(
+        refused_at(&STREAMS.replace("sigma = 0.5", "sigma = -1.0")),
+        "model_streams.duration.sigma"
+    );
+    assert_eq!(
+        refused_at(&STREAMS.replace("\"100ms\"", "\"soon\"")),
+        "model_streams.chunk_interval"
+    );
+    assert_eq!(
+        refused_at(&format!("{STREAMS}stall_probability = 0.5\n")),
+        "model_streams.stall"
+    );
+    assert_eq!(
+        refused_at(&format!("{STREAMS}hang_probability = 1.5\n")),
+        "model_streams.hang_probability"
+    );
+    assert_eq!(refused_at("seed = 1\n"), ".");
+    let error = Workload::parse(&format!(
+        "{STREAMS}[strategy.sweep]\npolicies = [\"deadline\", \"timeout\"]\nleases = [\"5s\"]\n"
+    ))
+    .expect_err("refused");
+    assert_eq!(error.key, "strategy.sweep.policies[1]");
+    assert!(error.message.contains("`timeout`"), "{error}");
+}
+
+#[test]
+fn the_same_seed_draws_the_same_operations_and_another_seed_others() {
+    let workload = Workload::parse(&STREAMS.replace("count = 2", "count = 50")).expect("valid");
+    let first = workload.generate(1);
+    assert_eq!(first, workload.generate(1));
+    assert_ne!(first, workload.generate(2));
+    assert_eq!(first.len(), 50);
+    // A log-normal of median 2 s spreads both ways around it.
+    assert!(first.iter().any(|o| o.work < Duration::from_secs(2)));
+    assert!(first.iter().any(|o| o.work > Duration::from_secs(2)));
+}
+
+#[test]
+fn an_unknown_strategy_is_refused_naming_the_known_ones() {
+    let workload = Workload::parse(STREAMS).expect("valid");
+    let error = run(&workload, &options(&["timeout"])).expect_err("refused");
+    let message = error.to_string();
+    assert!(message.contains("`timeout`"), "{message}");
+    assert!(
+        message.contains("leasehold, deadline, idle-kill"),
+        "{message}"
+    );
+}
+
+#[test]
+fn slow_but_alive_streams_are_kept_by_leasehold_and_cut_by_deadline() {
+    // Four streams of 30 s, a chunk every second, under 10 s leases.
+    let report = experiment(
+        &fixed_streams(4, "30s", "1s", ""),
+        &["leasehold", "deadline"],
+    );
+    let [leasehold, deadline] = strategies(&report);
+    assert_eq!(leasehold.alive, 4);
+    assert_eq!(leasehold.slow_alive_killed, 0);
+    assert_eq!(leasehold.wasted_tokens, 0);
+    assert_eq!(leasehold.runs_completed, 4);
+    assert_eq!(deadline.slow_alive_killed, 4);
+    assert!((deadline.slow_alive_killed_share - 1.0).abs() < f64::EPSILON);
+    // Every attempt cut at its first expiry, 10 chunks in: 4 attempts each.
+    assert_eq!(deadline.kills, 16);
+    assert_eq!(deadline.wasted_tokens, 16 * 10);
+    assert_eq!(deadline.runs_paused, 4);
+}
+
+/// Every stream falls silent once for 35 s, three and a half leases.
+const STALLS: &str = "stall_probability = 1.0\nstall = { dist = \"fixed\", value = \"35s\" }\n";
+
+#[test]
+fn a_stall_that_recovers_is_kept_by_leasehold_and_cut_by_idle_kill() {
+    let report = experiment(
+        &fixed_streams(3, "5s", "500ms", STALLS),
+        &["leasehold", "idle-kill"],
+    );
+    let [leasehold, idle_kill] = strategies(&report);
+    assert_eq!(leasehold.slow_alive_killed, 0);
+    assert_eq!(leasehold.runs_completed, 3);
+    // The stall outlasts two free renewals: the evaluator is asked about
+    // each stream, and renews a live one.
+    assert!(leasehold.evaluator_calls >= 3, "{leasehold:?}");
+    assert_eq!(idle_kill.slow_alive_killed, 3);
+    assert_eq!(idle_kill.evaluator_calls, 0);
+    // Restarted, the stream does not stall again, and completes.
+    assert_eq!(idle_kill.runs_completed, 3);
+}
+
+#[test]
+fn a_hang_is_detected_at_the_deadline_and_after_the_ladder_under_leasehold() {
+    // Tool calls that never answer: the deadline cuts at its first expiry;
+    // leasehold renews twice for free, then asks the evaluator (500 ms).
+    let report = experiment(
+        r#"
+seed = 5
+[tool_calls]
+count = 3
+duration = { dist = "fixed", value = "1s" }
+hang_probability = 1.0
+"#,
+        &["deadline", "leasehold", "deadline@25s"],
+    );
+    let [deadline, leasehold, long] = strategies(&report);
+    assert_eq!(deadline.hangs, 3);
+    assert_eq!(deadline.hangs_detected, 3);
+    assert_eq!(deadline.detect_p50_ms, Some(10_000));
+    assert_eq!(deadline.detect_p99_ms, Some(10_000));
+    assert_eq!(leasehold.detect_p50_ms, Some(30_500));
+    assert_eq!(long.lease_ms, 25_000);
+    assert_eq!(long.detect_p99_ms, Some(25_000));
+    // Each hung call is tried four times, each attempt thrown away; the
+    // loop's model then answers without the tool.
+    assert_eq!(deadline.wasted_tool_ms, 3 * 4 * 10_000);
+    assert_eq!(deadline.runs_completed, 3);
+}
+
+#[test]
+fn a_looping_stream_is_cut_by_leasehold_on_its_repetition_and_by_idle_kill_only_at_the_cap() {
+    let report = experiment(
+        &fixed_streams(2, "5s", "1s", "loop_probability = 1.0\n"),
+        &["leasehold", "deadline", "idle-kill"],
+    );
+    let [leasehold, deadline, idle_kill] = strategies(&report);
+    assert_eq!(leasehold.hangs, 2);
+    assert_eq!(deadline.detect_p99_ms, Some(10_000));
+    // Chunks keep coming, so idle-kill renews until the cap: 11 leases.
+    assert_eq!(idle_kill.detect_p50_ms, Some(110_000));
+    assert_eq!(idle_kill.evaluator_calls, 0);
+    // leasehold renews twice for free, then the repetition sends the
+    // stream to the evaluator (500 ms), which cuts it.
+    assert_eq!(leasehold.detect_p50_ms, Some(30_500));
+    assert_eq!(leasehold.runs_paused, 2);
+}
+
+const MIXED: &str = r#"
+seed = 11
+[model_streams]
+count = 30
+duration = { dist = "lognormal", median = "20s", sigma = 0.8 }
+chunk_interval = "500ms"
+stall_probability = 0.3
+stall = { dist = "lognormal", median = "15s", sigma = 0.5 }
+hang_probability = 0.1
+loop_probability = 0.05
+[tool_calls]
+count = 20
+duration = { dist = "pareto", scale = "2s", shape = 1.2 }
+progress_interval = "3s"
+hang_probability = 0.1
+[evaluator]
+latency = "1s"
+accuracy = 0.9
+[strategy.sweep]
+policies = ["deadline"]
+leases = ["5s", "1m"]
+"#;
+
+#[test]
+fn the_same_seed_gives_a_byte_identical_report() {
+    let workload = Workload::parse(MIXED).expect("valid");
+    let first = run(&workload, &Options::default()).expect("runs");
+    let second = run(&workload, &Options::default()).expect("runs");
+    assert_eq!(first.to_json(), second.to_json());
+    assert_eq!(first.to_csv().expect("csv"), second.to_csv().expect("csv"));
+    let names: Vec<&str> = first.strategies.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "leasehold",
+            "deadline",
+            "idle-kill",
+            "deadline@5s",
+            "deadline@1m"
+        ]
+    );
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    first.write_to(dirs[0].path()).expect("written");
+    second.write_to(dirs[1].path()).expect("written");
+    for file in ["report.json", "report.csv", "tradeoff.svg", "wasted.svg"] {
+        let a = std::fs::read(dirs[0].path().join(file)).expect("read");
+        let b = std::fs::read(dirs[1].path().join(file)).expect("read");
+        assert_eq!(a, b, "{file}");
+    }
+    let other = run(
+        &workload,
+        &Options {
+            seed: Some(12),
+            ..Options::default()
+        },
+    )
+    .expect("runs");
+    assert_ne!(first.to_json(), other.to_json());
+    let json: serde_json::Value = serde_json::from_str(&first.to_json()).expect("json");
+    for key in [
+        "name",
+        "slow_alive_killed",
+        "detect_p50_ms",
+        "detect_p99_ms",
+        "wasted_tokens",
+        "evaluator_calls",
+        "runs_completed",
+        "runs_paused",
+    ] {
+        assert!(json["strategies"][0].get(key).is_some(), "{key}");
+    }
+}
+
+#[test]
+fn on_the_essay_workload_leasehold_cuts_no_live_operation_and_the_deadlines_trade_kills_for_detection()
+ {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/experiments/essay.toml");
+    let workload = Workload::load(&path).expect("the example loads");
+    let report = run(&workload, &Options::default()).expect("runs");
+    let by_name = |name: &str| {
+        report
+            .strategies
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("{name} in {report:?}"))
+    };
+    let leasehold = by_name("leasehold");
+    assert_eq!(leasehold.slow_alive_killed, 0, "{leasehold:?}");
+    assert!(leasehold.hangs_detected > 0, "{leasehold:?}");
+    assert!(by_name("deadline").slow_alive_killed > 0);
+    assert!(by_name("idle-kill").slow_alive_killed > 0);
+    // The sweep: a longer deadline cuts fewer live operations and takes
+    // longer to cut a hang.
+    let sweep: Vec<_> = ["deadline@10s", "deadline@1m", "deadline@2m", "deadline@5m"]
+        .map(by_name)
+        .to_vec();
+    for pair in sweep.windows(2) {
+        assert!(
+            pair[0].slow_alive_killed > pair[1].slow_alive_killed,
+            "{pair:?}"
+        );
+        assert!(pair[0].detect_p50_ms < pair[1].detect_p50_ms, "{pair:?}");
+    }
+}
+
+#[test]
+fn an_evaluator_that_is_always_wrong_cuts_stalled_live_streams_under_leasehold() {
+    let report = experiment(
+        &fixed_streams(
+            3,
+            "5s",
+            "500ms",
+            &format!("{STALLS}[evaluator]\naccuracy = 0.0\n"),
+        ),
+        &["leasehold"],
+    );
+    let leasehold = &report.strategies[0];
+    // Past the two free renewals the evaluator is asked, and answers
+    // INTERVENE about a live stream: each is cut once, then completes.
+    assert_eq!(leasehold.slow_alive_killed, 3, "{leasehold:?}");
+    assert_eq!(leasehold.runs_completed, 3);
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_command_prints_the_json_report_and_writes_json_csv_and_plots() {
+    use std::process::Command;
+
+    let dir = tempfile::tempdir().expect("dir");
+    let workload = dir.path().join("w.toml");
+    std::fs::write(
+        &workload,
+        r#"
+seed = 9
+[model_streams]
+count = 3
+duration = { dist = "fixed", value = "30s" }
+chunk_interval = "1s"
+[tool_calls]
+count = 1
+duration = { dist = "fixed", value = "1s" }
+hang_probability = 1.0
+"#,
+    )
+    .expect("written");
+    let out = dir.path().join("out");
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("experiment")
+        .arg(&workload)
+        .args(["--strategies", "leasehold,deadline@20s", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(json["strategies"][1]["name"], "deadline@20s");
+    assert_eq!(json["strategies"][1]["slow_alive_killed"], 3);
+    assert_eq!(
+        std::fs::read(out.join("report.json")).expect("report.json"),
+        output.stdout
+    );
+    let csv = std::fs::read_to_string(out.join("report.csv")).expect("report.csv");
+    assert!(csv.starts_with("name,policy,lease_ms,"), "{csv}");
+    assert_eq!(csv.lines().count(), 3);
+    for plot in ["tradeoff.svg", "wasted.svg"] {
+        let svg = std::fs::read_to_string(out.join(plot)).expect("plot");
+        assert!(svg.starts_with("<svg"), "{plot}");
+        assert!(svg.contains("deadline@20s"), "{plot}");
+    }
+
+    std::fs::write(
+        &workload,
+        "seed = 1\n[model_streams]\ncount = 1\nchunk_interval = \"1s\"\nduration = { dist = \"pareto\", scale = \"1s\", shape = 0 }\n",
+    )
+    .expect("written");
+    let refused = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("experiment")
+        .arg(&workload)
+        .output()
+        .expect("runs");
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("`model_streams.duration.shape`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_call_to_a_dead_endpoint_gets_its_answer_only_from_a_retry_sent_after_it_came_back() {
+    // The endpoint is dead for 45 s: a call sent before is lost, one sent
+    // after answers in a second.
+    let report = experiment(
+        r#"
+seed = 10
+[tool_calls]
+count = 2
+duration = { dist = "fixed", value = "1s" }
+dead_probability = 1.0
+dead_for = { dist = "fixed", value = "45s" }
+"#,
+        &["deadline", "deadline@30s", "leasehold"],
+    );
+    let [short, long, leasehold] = strategies(&report);
+    for strategy in [short, long, leasehold] {
+        assert_eq!(strategy.dead_endpoints, 2, "{strategy:?}");
+        assert_eq!(strategy.alive + strategy.hangs, 0, "{strategy:?}");
+    }
+    // 10 s attempts with backoffs of 1, 2 and 4 s: the fourth and last is
+    // sent at 37.2 s, still into the dead endpoint.
+    assert_eq!(short.dead_endpoints_answered, 0);
+    assert_eq!(short.kills, 8);
+    // Cut at 30 s, the second attempt is lost too, the third answers.
+    assert_eq!(long.dead_endpoints_answered, 2);
+    assert_eq!(long.kills, 4);
+    assert_eq!(leasehold.dead_endpoints_answered, 2);
+    assert_eq!(leasehold.runs_completed, 2);
+}
+
+#[test]
+fn a_stream_drawn_longer_than_max_chunks_is_cut_to_that_many_chunks() {
+    let workload = Workload::parse(&fixed_streams(1, "24h", "1ms", "")).expect("valid");
+    let operation = &workload.generate(1)[0];
+    assert_eq!(
+        operation.kind,
+        OperationKind::ModelStream {
+            chunks: MAX_CHUNKS,
+            interval: Duration::from_millis(1)
+        }
+    );
+    assert_eq!(operation.work, Duration::from_millis(u64::from(MAX_CHUNKS)));
+}
