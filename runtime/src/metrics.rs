@@ -27,7 +27,7 @@ mod store;
 
 use std::sync::Arc;
 
-use leasehold_actors::{CallOutcome, Engine, EventStream, RunStatus, StoreError, Verdict};
+use leasehold_actors::{CallOutcome, Engine, EventStream, StoreError, Verdict};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -249,9 +249,7 @@ impl Metrics {
     /// The figures now, as Prometheus text: the runs in `engine`'s store
     /// counted by status and its live leases read first.
     pub async fn scrape(&self, engine: &Engine) -> Result<String, ScrapeError> {
-        let runs = engine.store().list_runs().await?;
-        for status in RunStatus::ALL {
-            let count = runs.iter().filter(|r| r.status == status).count();
+        for (status, count) in engine.store().count_runs_by_status().await? {
             self.runs
                 .get_or_create(&[("status", status.name())])
                 .set(i64::try_from(count).unwrap_or(i64::MAX));

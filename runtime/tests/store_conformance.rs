@@ -153,11 +153,55 @@ conformance! {
         queued_runs_are_claimed_oldest_first_at_most_max,
         a_command_is_taken_once_and_by_the_runs_owner_only,
         changes_are_published_for_writes_that_landed_and_only_those,
+        runs_are_counted_by_status_as_they_are_recorded,
     ],
     fixture: [
         a_terminal_write_and_everything_before_it_survive_a_reopen,
         claimers_racing_claim_each_queued_run_exactly_once,
     ],
+}
+
+async fn runs_are_counted_by_status_as_they_are_recorded(store: Arc<dyn Store>) {
+    let statuses = [
+        RunStatus::Running,
+        RunStatus::Running,
+        RunStatus::Queued,
+        RunStatus::Completed,
+        RunStatus::Completed,
+        RunStatus::Completed,
+        RunStatus::WaitingHuman,
+    ];
+    for (i, status) in statuses.into_iter().enumerate() {
+        let run_id = format!("run-{i}");
+        store
+            .create_run(run_record(&run_id, Some("exec"), 1, 5_000, status))
+            .await
+            .unwrap();
+    }
+    // A run's count moves with its status.
+    assert!(
+        store
+            .update_run("run-0", 1, update(RunStatus::Failed, 2_000))
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let counts = store.count_runs_by_status().await.unwrap();
+    let expected: Vec<(RunStatus, u64)> = RunStatus::ALL
+        .into_iter()
+        .map(|status| {
+            let n = match status {
+                RunStatus::Running
+                | RunStatus::Queued
+                | RunStatus::WaitingHuman
+                | RunStatus::Failed => 1,
+                RunStatus::Completed => 3,
+                _ => 0,
+            };
+            (status, n)
+        })
+        .collect();
+    assert_eq!(counts, expected);
 }
 
 async fn stale_fence_writes_are_refused_and_land_nothing(a: Arc<dyn Store>) {

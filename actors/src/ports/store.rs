@@ -375,6 +375,24 @@ pub trait Store: Send + Sync + 'static {
     fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>>;
     /// Every run, oldest first.
     fn list_runs(&self) -> Answer<Vec<RunRecord>>;
+    /// How many runs are in each status, every status of
+    /// [`RunStatus::ALL`] once, in that order: what an operator's dashboard
+    /// reads on every scrape. The default counts [`Store::list_runs`]; a
+    /// store that can count without reading every run (PostgreSQL's
+    /// `GROUP BY`) does.
+    fn count_runs_by_status(&self) -> Answer<Vec<(RunStatus, u64)>> {
+        let runs = self.list_runs();
+        Box::pin(async move {
+            let runs = runs.await?;
+            Ok(RunStatus::ALL
+                .into_iter()
+                .map(|status| {
+                    let count = runs.iter().filter(|r| r.status == status).count();
+                    (status, u64::try_from(count).unwrap_or(u64::MAX))
+                })
+                .collect())
+        })
+    }
     /// One page of the runs `query` selects: run id descending (newest
     /// first), only ids strictly below `query.after` when it is set, at most
     /// `query.limit` (at least one), with `next` set exactly when another

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use leasehold_actors::{
     BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage, RunQuery,
-    RunRecord, RunUpdate, Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
+    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -122,6 +122,10 @@ impl Store for MeteredStore {
 
     fn list_runs(&self) -> Answer<Vec<RunRecord>> {
         self.inner.list_runs()
+    }
+
+    fn count_runs_by_status(&self) -> Answer<Vec<(RunStatus, u64)>> {
+        self.inner.count_runs_by_status()
     }
 
     fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage> {

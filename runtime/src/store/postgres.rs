@@ -69,7 +69,9 @@ use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
 pub use config::PostgresConfig;
-use rows::{RUN_COLUMNS, RunParams, from_json, run_from_row, status_name, to_i64, to_json};
+use rows::{
+    RUN_COLUMNS, RunParams, from_json, get, run_from_row, status_name, to_i64, to_json, to_u64,
+};
 
 /// The [`Store`] port on a PostgreSQL database. Cheap to clone; clones
 /// share the connection pool.
@@ -723,6 +725,33 @@ impl Store for PostgresStore {
             inner
                 .load_runs(&runs_query("ORDER BY created_seq"), &[], &"listing runs")
                 .await
+        })
+    }
+
+    fn count_runs_by_status(
+        &self,
+    ) -> BoxFuture<'static, Result<Vec<(RunStatus, u64)>, StoreError>> {
+        self.with(move |inner| async move {
+            let doing = "counting runs by status";
+            let rows = inner
+                .client()
+                .await?
+                .query("SELECT status, count(*) FROM runs GROUP BY status", &[])
+                .await
+                .map_err(|e| failed(&doing, &e))?;
+            let mut counts = Vec::with_capacity(RunStatus::ALL.len());
+            for status in RunStatus::ALL {
+                let name = status_name(status)?;
+                let mut count = 0;
+                for row in &rows {
+                    let (of, n): (String, i64) = (get(row, 0)?, get(row, 1)?);
+                    if of == name {
+                        count = to_u64(n, &format_args!("the count of `{name}` runs"))?;
+                    }
+                }
+                counts.push((status, count));
+            }
+            Ok(counts)
         })
     }
 

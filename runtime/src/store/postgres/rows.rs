@@ -136,7 +136,7 @@ impl RunParams {
     }
 }
 
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+pub(super) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     index: usize,
 ) -> Result<T, StoreError> {
