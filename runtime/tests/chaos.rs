@@ -144,7 +144,7 @@ fn reply(request: &Value) -> Reply {
 async fn chat_completions(body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let reply = reply(&request);
-    let id = format!("chatcmpl-{}", uuid_like());
+    let id = format!("chatcmpl-{}", next_id());
     let chunk = |delta: Value, finish: Option<&str>| {
         let value = json!({
             "id": id, "object": "chat.completion.chunk", "created": 0, "model": "chaos",
@@ -216,7 +216,7 @@ async fn chat_completions(body: Bytes) -> Response {
         .into_response()
 }
 
-fn uuid_like() -> String {
+fn next_id() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed).to_string()
@@ -392,15 +392,7 @@ impl Executor {
             }
         });
         let base = support::served_base(&mut child, PATIENCE).await;
-        let health: Value = http
-            .get(format!("{base}/health"))
-            .send()
-            .await
-            .expect("GET /health")
-            .json()
-            .await
-            .expect("JSON");
-        let owner_id = health["owner_id"].as_str().expect("an identity").to_owned();
+        let owner_id = support::owner_id(http, &base).await;
         Self {
             child,
             base,
@@ -535,25 +527,16 @@ fn reconcile(
                     continue;
                 }
                 let events = store.load_events(&run_id, 0).await.expect("events");
-                let Some(key) = events.iter().rev().find_map(|e| match &e.kind {
+                let Some((tool, key)) = events.iter().rev().find_map(|e| match &e.kind {
                     EventKind::ReconciliationRequired {
-                        idempotency_key, ..
-                    } => Some(idempotency_key.clone()),
+                        tool,
+                        idempotency_key,
+                        ..
+                    } => Some((tool.clone(), idempotency_key.clone())),
                     _ => None,
                 }) else {
                     continue;
                 };
-                let tool = events
-                    .iter()
-                    .find_map(|e| match &e.kind {
-                        EventKind::ReconciliationRequired {
-                            tool,
-                            idempotency_key,
-                            ..
-                        } if *idempotency_key == key => Some(tool.clone()),
-                        _ => None,
-                    })
-                    .unwrap_or_default();
                 let body = if ledger.count(&tool, &key) > 0 {
                     json!({"key": key, "decision": "mark_done", "result": format!("{tool}: ok")})
                 } else {

@@ -243,18 +243,7 @@ async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_th
             .all(|r| r.status != RunStatus::Queued || r.owner_id.is_none()),
         "a queued run is unowned"
     );
-    let health: Value = http
-        .get(format!("{base_a}/health"))
-        .send()
-        .await
-        .expect("GET /health")
-        .json()
-        .await
-        .expect("JSON");
-    let owner_a = health["owner_id"]
-        .as_str()
-        .expect("A's identity")
-        .to_owned();
+    let owner_a = support::owner_id(&http, &base_a).await;
     assert!(by_owner.contains_key(&owner_a), "A runs some: {by_owner:?}");
     let owner_b = by_owner
         .keys()

@@ -89,3 +89,20 @@ pub fn authorized(token: &str) -> reqwest::Client {
         .build()
         .expect("an HTTP client")
 }
+
+/// The identity of the executor serving at `base`, as `GET /health` says
+/// it to a client with the token.
+pub async fn owner_id(http: &reqwest::Client, base: &str) -> String {
+    let health: serde_json::Value = http
+        .get(format!("{base}/health"))
+        .send()
+        .await
+        .expect("GET /health")
+        .json()
+        .await
+        .expect("JSON");
+    health["owner_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an identity: {health}"))
+        .to_owned()
+}
