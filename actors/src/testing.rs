@@ -123,6 +123,14 @@ impl ScriptedEvaluator {
         state.last = None;
     }
 
+    /// Replaces what is left of its budget script with `script`,
+    /// forgetting the step it would repeat.
+    pub fn replace_budget_script(&self, script: impl IntoIterator<Item = Scripted>) {
+        let mut state = self.lock();
+        state.budget_script = script.into_iter().collect();
+        state.budget_last = None;
+    }
+
     /// How many budget checkpoints asked it.
     pub fn budget_calls(&self) -> usize {
         self.lock().budget_requests.len()

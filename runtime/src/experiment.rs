@@ -44,8 +44,8 @@ pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{BUILT_IN, DEFAULT_STRATEGIES, Strategy, StrategySettings, Sweep};
 pub use workload::{
     Distribution, EVALUATOR_ANSWERS, EvaluatorLoad, MAX_CHUNKS, MAX_OPERATION_DURATION,
-    MAX_OPERATIONS, Operation, OperationKind, StreamLoad, ToolLoad, Workload, WorkloadError,
-    WorkloadFileError,
+    MAX_OPERATIONS, MAX_WORKER_STEPS, Operation, OperationKind, StepRange, StreamLoad, ToolLoad,
+    WorkerLoad, Workload, WorkloadError, WorkloadFileError,
 };
 
 use leasehold_actors::EngineError;
@@ -102,9 +102,12 @@ pub fn run(workload: &Workload, options: &Options) -> Result<Report, ExperimentE
             .build()?;
         let outcomes =
             runtime.block_on(run_strategy(strategy, &operations, &workload.evaluator))?;
-        report
-            .strategies
-            .push(StrategyReport::new(strategy, &operations, &outcomes));
+        report.strategies.push(StrategyReport::new(
+            strategy,
+            &operations,
+            &outcomes,
+            workload.evaluator.price_per_million_tokens,
+        ));
     }
     Ok(report)
 }

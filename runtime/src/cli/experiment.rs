@@ -1,9 +1,10 @@
 //! `leasehold experiment WORKLOAD.toml`: runs the workload under each
-//! strategy (on a thread of its own, on paused time) and prints the table,
-//! or the JSON report with `--json`; `--out DIR` also writes `report.json`
-//! and `report.csv`.
+//! strategy (on a thread of its own, on paused time), prints the table, or
+//! the JSON report with `--json`, and writes `report.json`, `report.csv`
+//! and the plots `tradeoff.svg` and `wasted.svg` into `--out DIR`: by
+//! default `NAME-report/` beside the workload file `NAME.toml`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -28,9 +29,18 @@ pub(super) struct ExperimentArgs {
     /// Print the report as one JSON object instead of the table.
     #[arg(long)]
     json: bool,
-    /// Also write report.json and report.csv into this directory.
+    /// Where to write report.json, report.csv, tradeoff.svg and
+    /// wasted.svg. Default: NAME-report beside the workload file NAME.toml.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+}
+
+/// `NAME-report` beside the workload file `NAME.toml`.
+fn default_out(workload: &Path) -> PathBuf {
+    let stem = workload
+        .file_stem()
+        .map_or_else(|| "workload".into(), |s| s.to_string_lossy());
+    workload.with_file_name(format!("{stem}-report"))
 }
 
 pub(super) async fn run(args: ExperimentArgs) -> Result<ExitCode, CliError> {
@@ -45,18 +55,21 @@ pub(super) async fn run(args: ExperimentArgs) -> Result<ExitCode, CliError> {
         .await
         .map_err(|e| CliError::other(format!("the experiment stopped: {e}")))?
         .map_err(|e| CliError::other(e.to_string()))?;
-    if let Some(dir) = &args.out {
-        report.write_to(dir).map_err(|e| {
-            CliError::other(format!(
-                "cannot write the report to `{}`: {e}",
-                dir.display()
-            ))
-        })?;
-    }
+    let dir = args.out.unwrap_or_else(|| default_out(&args.workload));
+    report.write_to(&dir).map_err(|e| {
+        CliError::other(format!(
+            "cannot write the report to `{}`: {e}",
+            dir.display()
+        ))
+    })?;
     if args.json {
         print!("{}", report.to_json());
     } else {
         print!("{}", report.to_table());
     }
+    eprintln!(
+        "wrote report.json, report.csv, tradeoff.svg and wasted.svg to {}",
+        dir.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

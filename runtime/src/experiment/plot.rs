@@ -14,7 +14,8 @@ const SIZE: (u32, u32) = (900, 560);
 pub type PlotError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Detection time (p50, seconds) against the share of slow-but-alive
-/// operations cut by mistake, one labelled point per strategy.
+/// operations cut by mistake, one labelled point per strategy; the points
+/// of one policy at several leases (a sweep) are joined in lease order.
 pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
     let points: Vec<(String, f64, f64)> = report
         .strategies
@@ -28,6 +29,17 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
             ))
         })
         .collect();
+    let mut curves: std::collections::BTreeMap<&str, Vec<(u64, f64, f64)>> =
+        std::collections::BTreeMap::new();
+    for s in &report.strategies {
+        if let Some(p50) = s.detect_p50_ms {
+            curves.entry(s.policy.as_str()).or_default().push((
+                s.lease_ms,
+                s.slow_alive_killed_share * 100.0,
+                seconds(p50),
+            ));
+        }
+    }
     let top = points.iter().map(|p| p.2).fold(1.0, f64::max) * 1.15;
     let mut svg = String::new();
     {
@@ -47,6 +59,13 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
             .x_desc("slow-but-alive operations cut (%)")
             .y_desc("hang detected after, p50 (s)")
             .draw()?;
+        for curve in curves.values_mut().filter(|c| c.len() > 1) {
+            curve.sort_by_key(|point| point.0);
+            chart.draw_series(LineSeries::new(
+                curve.iter().map(|&(_, x, y)| (x, y)),
+                BLUE.mix(0.4).stroke_width(2),
+            ))?;
+        }
         chart.draw_series(points.iter().map(|(name, x, y)| {
             EmptyElement::at((*x, *y))
                 + Circle::new((0, 0), 5, BLUE.filled())
@@ -57,7 +76,7 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
     Ok(svg)
 }
 
-/// Tokens of cut streams per strategy, as bars.
+/// Tokens of cut streams and workers per strategy, as bars.
 pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
     let names: Vec<&str> = report.strategies.iter().map(|s| s.name.as_str()).collect();
     let count = u32::try_from(names.len()).unwrap_or(u32::MAX).max(1);
@@ -74,7 +93,10 @@ pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption("Tokens thrown away by cut streams", ("sans-serif", 20))
+            .caption(
+                "Tokens thrown away by cut streams and workers",
+                ("sans-serif", 20),
+            )
             .margin(20)
             .x_label_area_size(45)
             .y_label_area_size(70)

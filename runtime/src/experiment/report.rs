@@ -52,21 +52,30 @@ pub struct StrategyReport {
     pub detect_p50_ms: Option<u64>,
     /// 99th percentile of the same, in ms.
     pub detect_p99_ms: Option<u64>,
-    /// Tool calls whose endpoint was dead when they started.
+    /// Model streams and tool calls whose endpoint was dead when they
+    /// started.
     pub dead_endpoints: u32,
     /// Of those, how many got their answer, from a call sent again after
     /// the endpoint came back.
     pub dead_endpoints_answered: u32,
+    /// Budget checkpoints that extended a worker's steps.
+    pub budget_extended: u32,
+    /// Budget checkpoints that wrapped a worker up (a live one wrapped up
+    /// counts as cut by mistake; a looping one, as its hang detected).
+    pub budget_wrapped_up: u32,
     /// Attempts cut, in all.
     pub kills: u32,
     /// Tokens (chunks) of cut streams, thrown away.
     pub wasted_tokens: u64,
     /// Time of cut tool calls, thrown away, in ms.
     pub wasted_tool_ms: u64,
-    /// Evaluator calls made by the watchdog.
+    /// Evaluator calls made by the watchdog and the budget checkpoints.
     pub evaluator_calls: u32,
     /// Tokens those calls cost.
     pub evaluator_tokens: u64,
+    /// What those tokens cost at the workload's
+    /// `evaluator.price_per_million_tokens`, rounded to six places.
+    pub evaluator_cost: f64,
     /// Runs that completed.
     pub runs_completed: u32,
     /// Runs that paused for a person.
@@ -78,11 +87,13 @@ pub struct StrategyReport {
 }
 
 impl StrategyReport {
-    /// Sums up `outcomes`, one per operation of `operations`.
+    /// Sums up `outcomes`, one per operation of `operations`, pricing the
+    /// evaluator's tokens at `price_per_million_tokens`.
     pub fn new(
         strategy: &Strategy,
         operations: &[Operation],
         outcomes: &[OperationOutcome],
+        price_per_million_tokens: f64,
     ) -> Self {
         let mut report = Self {
             name: strategy.name.clone(),
@@ -97,11 +108,14 @@ impl StrategyReport {
             detect_p99_ms: None,
             dead_endpoints: 0,
             dead_endpoints_answered: 0,
+            budget_extended: 0,
+            budget_wrapped_up: 0,
             kills: 0,
             wasted_tokens: 0,
             wasted_tool_ms: 0,
             evaluator_calls: 0,
             evaluator_tokens: 0,
+            evaluator_cost: 0.0,
             runs_completed: 0,
             runs_paused: 0,
             runs_failed: 0,
@@ -114,7 +128,7 @@ impl StrategyReport {
                 report.dead_endpoints_answered += u32::from(outcome.answered);
             } else if operation.alive() {
                 report.alive += 1;
-                report.slow_alive_killed += u32::from(outcome.kills > 0);
+                report.slow_alive_killed += u32::from(outcome.cut());
             } else {
                 report.hangs += 1;
                 if let Some(after) = outcome.detected_after {
@@ -123,6 +137,8 @@ impl StrategyReport {
                 }
             }
             report.kills += outcome.kills;
+            report.budget_extended += outcome.budget_extended;
+            report.budget_wrapped_up += outcome.budget_wrapped_up;
             report.wasted_tokens += outcome.wasted_tokens;
             report.wasted_tool_ms += millis(outcome.wasted_tool_time);
             report.evaluator_calls += outcome.evaluator_calls;
@@ -138,6 +154,11 @@ impl StrategyReport {
             let share = f64::from(report.slow_alive_killed) / f64::from(report.alive);
             report.slow_alive_killed_share = (share * 10_000.0).round() / 10_000.0;
         }
+        // Tokens are exact in an f64 far past any workload's count.
+        #[allow(clippy::cast_precision_loss)]
+        let tokens = report.evaluator_tokens as f64;
+        report.evaluator_cost =
+            (tokens * price_per_million_tokens / 1_000_000.0 * 1e6).round() / 1e6;
         detections.sort_unstable();
         report.detect_p50_ms = percentile(&detections, 50);
         report.detect_p99_ms = percentile(&detections, 99);
@@ -188,6 +209,7 @@ impl Report {
             "wasted tok",
             "wasted tool",
             "dead answered",
+            "budget ext/wrap",
             "eval calls",
             "completed",
             "paused",
@@ -208,6 +230,7 @@ impl Report {
                 s.wasted_tokens.to_string(),
                 format_ms(s.wasted_tool_ms),
                 format!("{}/{}", s.dead_endpoints_answered, s.dead_endpoints),
+                format!("{}/{}", s.budget_extended, s.budget_wrapped_up),
                 s.evaluator_calls.to_string(),
                 s.runs_completed.to_string(),
                 s.runs_paused.to_string(),

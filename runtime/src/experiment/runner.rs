@@ -2,9 +2,11 @@
 //! operation, under one strategy, and measures each against its ground
 //! truth.
 //!
-//! Each operation is one run of a one-step flow: a model stream is the
-//! root's only (streaming) model call; a tool call is a model turn that
-//! calls the tool `work`, then a final answer. The engine is the real one —
+//! Each operation is one run: a model stream is the root's only
+//! (streaming) model call; a tool call is a model turn that calls the tool
+//! `work`, then a final answer; a worker is a model turn that spawns the
+//! worker `task`, whose every step streams and calls the quick tool `note`
+//! until its last answers, then the root's final answer. The engine is the real one —
 //! leases, watchdog, verdict policy, supervisors, restarts, pauses — with
 //! the scripted fakes as its model, tools and evaluator, on whatever tokio
 //! time the caller runs it on (paused, for an experiment). Runs go one after
@@ -19,9 +21,10 @@ use leasehold_actors::testing::{
     MemoryStore, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
 };
 use leasehold_actors::{
-    BoxFuture, BudgetOverrides, CallOutcome, Engine, EngineConfig, EngineError, EventKind,
-    EventSink, Flow, LeaseKind, RunStatus, TokenCost, ToolClient, ToolDefinition, ToolError,
-    ToolInvocation, ToolOutput, ToolServer, Verdict,
+    BoxFuture, BudgetOverrides, CallOutcome, ChatRole, Engine, EngineConfig, EngineError,
+    EventKind, EventSink, Flow, LeaseKind, ModelClient, ModelError, ModelReply, ModelRequest,
+    RunStatus, TokenCost, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+    ToolServer, Verdict, WorkerKind,
 };
 use tokio::time::Instant;
 
@@ -30,6 +33,12 @@ use super::workload::{EvaluatorLoad, Operation, OperationKind};
 
 /// The tool every tool-call operation calls.
 const TOOL: &str = "work";
+
+/// The tool a worker's steps call.
+const NOTE: &str = "note";
+
+/// The worker kind every worker operation spawns.
+const WORKER: &str = "task";
 
 /// The in-process tool server it lives on.
 const SERVER: &str = "workload";
@@ -49,9 +58,15 @@ pub struct OperationOutcome {
     /// such); `None` for an operation that ends, or one whose every cut came
     /// before it hung.
     pub detected_after: Option<Duration>,
-    /// Whether a call of its tool answered (on any attempt).
+    /// Whether its call answered (on any attempt): the tool's, or the
+    /// stream's.
     pub answered: bool,
-    /// Evaluator calls about it.
+    /// Budget checkpoints that extended its worker's steps.
+    pub budget_extended: u32,
+    /// Budget checkpoints that wrapped its worker up.
+    pub budget_wrapped_up: u32,
+    /// Evaluator calls about it: the watchdog's and the budget
+    /// checkpoints'.
     pub evaluator_calls: u32,
     /// Tokens the evaluator spent on it.
     pub evaluator_tokens: u64,
@@ -61,14 +76,26 @@ pub struct OperationOutcome {
     pub elapsed: Duration,
 }
 
+impl OperationOutcome {
+    /// Whether it was cut at least once: an attempt cut by a verdict, or
+    /// its worker wrapped up by a budget checkpoint.
+    pub fn cut(&self) -> bool {
+        self.kills > 0 || self.budget_wrapped_up > 0
+    }
+}
+
 /// Runs every operation under `strategy`, in order.
 pub async fn run_strategy(
     strategy: &Strategy,
     operations: &[Operation],
     evaluator: &EvaluatorLoad,
 ) -> Result<Vec<OperationOutcome>, EngineError> {
-    let model = ScriptedModel::new();
-    let tools = ScriptedTools::new().tool(TOOL, Some(true), []);
+    let model = WorkloadModel::default();
+    let tools = ScriptedTools::new().tool(TOOL, Some(true), []).tool(
+        NOTE,
+        Some(true),
+        [ToolAct::returns("noted", Duration::ZERO)],
+    );
     let endpoint = Endpoint::new(tools.clone());
     let judge = ScriptedEvaluator::new([]);
     let sink = OperationSink::default();
@@ -81,15 +108,27 @@ pub async fn run_strategy(
         .evaluator(Arc::new(judge.clone()))
         .build()
         .await?;
-    let flow = flow(strategy);
+    let worker_steps = operations.iter().find_map(|o| match o.kind {
+        OperationKind::Worker { max_steps, .. } => Some(max_steps),
+        _ => None,
+    });
+    let flow = flow(strategy, worker_steps);
     let mut outcomes = Vec::with_capacity(operations.len());
     for operation in operations {
-        model.replace_script("run", turns(operation, strategy));
-        tools.replace_acts(TOOL, acts(operation));
-        judge.replace_script(answers(operation, evaluator));
+        model
+            .scripted
+            .replace_script("run", turns(operation, strategy));
+        model.worker(operation);
+        judge.replace_script(answers(&operation.evaluator_right, operation, evaluator));
+        judge.replace_budget_script(budget_answers(operation, evaluator));
         sink.clear();
         let started = Instant::now();
-        endpoint.dead_until(operation.dead_until.map(|d| started + d));
+        let dead_until = operation.dead_until.map(|d| started + d);
+        match operation.kind {
+            OperationKind::ModelStream { .. } => model.dead_until(dead_until),
+            _ => endpoint.dead_until(dead_until),
+        }
+        endpoint.plan(ToolPlan::of(operation));
         let mut run = engine.start(flow.clone()).await?;
         let state = run.paused().await;
         let elapsed = started.elapsed();
@@ -98,15 +137,28 @@ pub async fn run_strategy(
             let _ = run.cancel("experiment: the next operation").await;
             run.wait().await;
         }
+        model.dead_until(None);
+        endpoint.dead_until(None);
         outcomes.push(measure(operation, state.status, elapsed, &sink.take()));
     }
     engine.shutdown().await;
     Ok(outcomes)
 }
 
-/// The one-step flow every operation runs as, with the strategy's leases
-/// and supervision.
-fn flow(strategy: &Strategy) -> Flow {
+/// The flow every operation runs as, with the strategy's leases and
+/// supervision, and the worker kind when the workload has workers.
+fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
+    let workers = worker_steps
+        .map(|max_steps| {
+            let kind = WorkerKind {
+                prompt: "Do the task, a step at a time.".to_owned(),
+                max_steps,
+                tools: Some(vec![SERVER.to_owned()]),
+                milestones: Vec::new(),
+            };
+            BTreeMap::from([(WORKER.to_owned(), kind)])
+        })
+        .unwrap_or_default();
     Flow {
         name: "experiment".to_owned(),
         task: "Do the operation.".to_owned(),
@@ -118,9 +170,9 @@ fn flow(strategy: &Strategy) -> Flow {
             command: None,
             url: None,
             env: BTreeMap::new(),
-            idempotent: BTreeMap::from([(TOOL.to_owned(), true)]),
+            idempotent: BTreeMap::from([(TOOL.to_owned(), true), (NOTE.to_owned(), true)]),
         }],
-        workers: BTreeMap::new(),
+        workers,
         milestones: Vec::new(),
         leases: strategy.lease_overrides(),
         supervision: strategy.supervision_overrides(),
@@ -141,6 +193,12 @@ fn turns(operation: &Operation, strategy: &Strategy) -> Vec<Turn> {
             .collect(),
         OperationKind::ToolCall { .. } => vec![
             Turn::tools([(TOOL, serde_json::json!({}))]),
+            Turn::answer("done"),
+        ],
+        // The root spawns the worker once; what it answers after does not
+        // matter. (A root's model call is never cut: it is quick.)
+        OperationKind::Worker { .. } => vec![
+            Turn::spawn([(WORKER, "Do the task.")]),
             Turn::answer("done"),
         ],
     }
@@ -173,24 +231,10 @@ fn stream_turn(operation: &Operation, chunks: u32, interval: Duration, first: bo
     turn
 }
 
-/// The tool's acts: the same on every attempt.
-fn acts(operation: &Operation) -> Vec<ToolAct> {
-    match (operation.kind, operation.hangs_at) {
-        (OperationKind::ToolCall { .. }, Some(_)) => vec![ToolAct::Hang],
-        (OperationKind::ToolCall { progress }, None) => vec![ToolAct::Return {
-            latency: operation.work,
-            progress_every: progress,
-            result: "done".to_owned(),
-        }],
-        (OperationKind::ModelStream { .. }, _) => Vec::new(),
-    }
-}
-
 /// The evaluator's answers about the operation: the ground truth (renew a
 /// live one, intervene on a dead one) when right, the opposite when wrong.
-fn answers(operation: &Operation, evaluator: &EvaluatorLoad) -> Vec<Scripted> {
-    operation
-        .evaluator_right
+fn answers(right: &[bool], operation: &Operation, evaluator: &EvaluatorLoad) -> Vec<Scripted> {
+    right
         .iter()
         .map(|&right| {
             let renew = operation.alive() == right;
@@ -205,41 +249,85 @@ fn answers(operation: &Operation, evaluator: &EvaluatorLoad) -> Vec<Scripted> {
         .collect()
 }
 
+/// The budget checkpoints' answers about a worker: extend one that is
+/// getting somewhere, wrap up one going round in circles (a loop), when
+/// right; the opposite when wrong. A worker whose step will hang is still
+/// getting somewhere when its budget runs out: its hang is for its leases
+/// to find. An extension is granted at full confidence (the limit
+/// doubles).
+fn budget_answers(operation: &Operation, evaluator: &EvaluatorLoad) -> Vec<Scripted> {
+    operation
+        .budget_right
+        .iter()
+        .map(|&right| {
+            let extend = !operation.loops == right;
+            let text = serde_json::json!({
+                "decision": if extend { "EXTEND" } else { "WRAP_UP" },
+                "reason": if extend { "it is getting there" } else { "it is going round in circles" },
+                "confidence": 1.0,
+            })
+            .to_string();
+            Scripted::AnswerAfter(evaluator.latency, text)
+        })
+        .collect()
+}
+
 fn measure(
     operation: &Operation,
     status: RunStatus,
     elapsed: Duration,
-    events: &[(Instant, EventKind)],
+    events: &[Stamped],
 ) -> OperationOutcome {
-    let watched = match operation.kind {
-        OperationKind::ModelStream { .. } => LeaseKind::ModelStream,
-        OperationKind::ToolCall { .. } => LeaseKind::ToolCall,
-    };
     let mut outcome = OperationOutcome {
         kills: 0,
         wasted_tokens: 0,
         wasted_tool_time: Duration::ZERO,
         detected_after: None,
         answered: false,
+        budget_extended: 0,
+        budget_wrapped_up: 0,
         evaluator_calls: 0,
         evaluator_tokens: 0,
         status,
         elapsed,
     };
-    let mut attempt_start = None;
-    for (at, kind) in events {
-        match kind {
-            EventKind::ModelCallStarted { .. } if watched == LeaseKind::ModelStream => {
-                attempt_start = Some(*at);
+    let mut attempt = Attempt::default();
+    for Stamped { at, path, kind } in events {
+        let at = *at;
+        let in_worker = path.contains("/worker:");
+        if let OperationKind::Worker { .. } = operation.kind {
+            attempt.follow_worker(operation, at, in_worker, kind);
+        }
+        match (operation.kind, kind) {
+            (OperationKind::ModelStream { .. }, EventKind::ModelCallStarted { .. })
+            | (OperationKind::ToolCall { .. }, EventKind::ToolCallStarted { .. }) => {
+                attempt.start = Some(at);
+                attempt.hang_from = operation.hangs_at.map(|h| at + h);
             }
-            EventKind::ToolCallStarted { .. } if watched == LeaseKind::ToolCall => {
-                attempt_start = Some(*at);
-            }
-            EventKind::ToolCallFinished {
-                outcome: CallOutcome::Ok,
-                ..
-            } => outcome.answered = true,
-            EventKind::Verdict(record) if record.lease_kind == watched => {
+            (
+                OperationKind::ModelStream { .. },
+                EventKind::ModelCallFinished {
+                    outcome: CallOutcome::Ok,
+                    ..
+                },
+            )
+            | (
+                OperationKind::ToolCall { .. },
+                EventKind::ToolCallFinished {
+                    outcome: CallOutcome::Ok,
+                    ..
+                },
+            )
+            | (
+                OperationKind::Worker { .. },
+                EventKind::WorkerFinished {
+                    outcome: CallOutcome::Ok,
+                    ..
+                },
+            ) => outcome.answered = true,
+            (_, EventKind::Verdict(record))
+                if watches(operation.kind, record.lease_kind, in_worker) =>
+            {
                 if let Some(usage) = &record.evaluator {
                     outcome.evaluator_calls += 1;
                     outcome.evaluator_tokens += usage.cost.input_tokens + usage.cost.output_tokens;
@@ -248,20 +336,28 @@ fn measure(
                     continue;
                 }
                 outcome.kills += 1;
-                match watched {
+                match record.lease_kind {
                     LeaseKind::ToolCall => {
                         outcome.wasted_tool_time +=
-                            attempt_start.map_or(Duration::ZERO, |s| *at - s);
+                            attempt.start.map_or(Duration::ZERO, |s| at - s);
+                    }
+                    LeaseKind::WorkerStep => {
+                        outcome.wasted_tokens += attempt.worker_tokens(operation, at);
                     }
                     _ => outcome.wasted_tokens += record.evidence.count,
                 }
-                // A cut before the attempt hung is no detection: the
-                // retry hangs again, and its cut is the one that counts.
-                if outcome.detected_after.is_none()
-                    && let (Some(hangs_at), Some(start)) = (operation.hangs_at, attempt_start)
-                    && *at >= start + hangs_at
-                {
-                    outcome.detected_after = Some(*at - (start + hangs_at));
+                attempt.cut(&mut outcome, at);
+            }
+            (_, EventKind::BudgetExtended(record) | EventKind::BudgetExhausted(record)) => {
+                if let Some(usage) = &record.evaluator {
+                    outcome.evaluator_calls += 1;
+                    outcome.evaluator_tokens += usage.cost.input_tokens + usage.cost.output_tokens;
+                }
+                if matches!(kind, EventKind::BudgetExtended(_)) {
+                    outcome.budget_extended += 1;
+                } else {
+                    outcome.budget_wrapped_up += 1;
+                    attempt.cut(&mut outcome, at);
                 }
             }
             _ => {}
@@ -270,28 +366,214 @@ fn measure(
     outcome
 }
 
-/// The scripted tools behind an endpoint that may be dead: until the
-/// instant it comes back, a call is lost (it never answers, and says
-/// nothing); after it, the scripted tool answers.
+/// Whether a lease of `kind` (held in a worker or not) is the operation's.
+fn watches(operation: OperationKind, kind: LeaseKind, in_worker: bool) -> bool {
+    match operation {
+        OperationKind::ModelStream { .. } => kind == LeaseKind::ModelStream,
+        OperationKind::ToolCall { .. } => kind == LeaseKind::ToolCall,
+        // The worker's own lease, and the leases of its steps.
+        OperationKind::Worker { .. } => kind == LeaseKind::WorkerStep || in_worker,
+    }
+}
+
+/// What is known of the operation's current attempt, from its events.
+#[derive(Default)]
+struct Attempt {
+    /// When it started.
+    start: Option<Instant>,
+    /// When it stopped making progress for good (or will), if it does.
+    hang_from: Option<Instant>,
+    /// Tokens of the worker's finished steps in this attempt of it.
+    worker_tokens: u64,
+    /// When the worker's step in flight began streaming, if one is.
+    step_started: Option<Instant>,
+}
+
+impl Attempt {
+    /// Follows a worker through its events: each spawn is a new attempt
+    /// (a looping one is stuck from its start), each step's stream is
+    /// counted, and a hang's instant is known once its step starts.
+    fn follow_worker(
+        &mut self,
+        operation: &Operation,
+        at: Instant,
+        in_worker: bool,
+        kind: &EventKind,
+    ) {
+        let OperationKind::Worker { interval, hang, .. } = operation.kind else {
+            return;
+        };
+        match kind {
+            EventKind::WorkerSpawned { .. } => {
+                self.start = Some(at);
+                self.worker_tokens = 0;
+                self.step_started = None;
+                if operation.loops {
+                    self.hang_from = Some(at);
+                }
+            }
+            EventKind::ModelCallStarted { step, .. } if in_worker => {
+                self.step_started = Some(at);
+                if let Some((hang_step, hang_chunk)) = hang
+                    && hang_step == *step
+                {
+                    self.hang_from = Some(at + interval.saturating_mul(hang_chunk));
+                }
+            }
+            EventKind::ModelCallFinished { outcome, usage, .. } if in_worker => {
+                self.step_started = None;
+                if *outcome == CallOutcome::Ok {
+                    self.worker_tokens += usage.output_tokens;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The tokens a cut of the whole worker at `at` throws away: its
+    /// finished steps', and the chunks its step in flight had streamed.
+    fn worker_tokens(&self, operation: &Operation, at: Instant) -> u64 {
+        let OperationKind::Worker {
+            interval, chunks, ..
+        } = operation.kind
+        else {
+            return 0;
+        };
+        let in_flight = self.step_started.map_or(0, |started| {
+            let streamed = (at - started).as_millis() / interval.as_millis().max(1);
+            u64::try_from(streamed)
+                .unwrap_or(u64::MAX)
+                .min(u64::from(chunks))
+        });
+        self.worker_tokens + in_flight
+    }
+
+    /// A cut at `at`: the first one at or after the hang is its detection.
+    /// (A cut before the attempt hung is none: the retry hangs again, and
+    /// its cut is the one that counts.)
+    fn cut(&self, outcome: &mut OperationOutcome, at: Instant) {
+        if outcome.detected_after.is_none()
+            && let Some(hang_from) = self.hang_from
+            && at >= hang_from
+        {
+            outcome.detected_after = Some(at - hang_from);
+        }
+    }
+}
+
+/// The tool `work` as one operation plays it: how long it works, how
+/// often it reports progress, where it stalls (first attempt only) and
+/// where it hangs (every attempt).
+#[derive(Clone, Copy, Debug, Default)]
+struct ToolPlan {
+    work: Duration,
+    progress: Option<Duration>,
+    stall: Option<(Duration, Duration)>,
+    hang_at: Option<Duration>,
+}
+
+impl ToolPlan {
+    fn of(operation: &Operation) -> Option<Self> {
+        match operation.kind {
+            OperationKind::ToolCall { progress } => Some(Self {
+                work: operation.work,
+                progress,
+                stall: operation.tool_stall,
+                hang_at: operation.hangs_at,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Works, reporting progress every `progress` of work done (not at
+    /// its end), silent for the stall's length at its point, and silent
+    /// for good from the hang's point.
+    async fn play(self, evidence: leasehold_actors::Evidence, first: bool) -> ToolOutput {
+        let stall = self.stall.filter(|_| first);
+        let every = self.progress.filter(|every| !every.is_zero());
+        let mut done = Duration::ZERO;
+        let mut since_progress = Duration::ZERO;
+        let mut stalled = false;
+        let mut reports = 0u32;
+        loop {
+            if self.hang_at.is_some_and(|at| done >= at) {
+                std::future::pending::<()>().await;
+            }
+            if let Some((at, silence)) = stall
+                && !stalled
+                && done >= at
+            {
+                stalled = true;
+                tokio::time::sleep(silence).await;
+            }
+            if done >= self.work {
+                break;
+            }
+            // Up to the next progress report, the end, or a point.
+            let mut step = self.work - done;
+            if let Some(every) = every {
+                step = step.min(every - since_progress);
+            }
+            let points = [self.hang_at, stall.filter(|_| !stalled).map(|(at, _)| at)];
+            for point in points.into_iter().flatten().filter(|&p| p > done) {
+                step = step.min(point - done);
+            }
+            tokio::time::sleep(step).await;
+            done += step;
+            since_progress += step;
+            if let Some(every) = every
+                && since_progress >= every
+                && done < self.work
+            {
+                since_progress = Duration::ZERO;
+                reports += 1;
+                evidence.progress(format!("progress {reports}"));
+            }
+        }
+        ToolOutput {
+            content: "done".to_owned(),
+            is_error: false,
+        }
+    }
+}
+
+/// The tools behind an endpoint that may be dead: until the instant it
+/// comes back, a call is lost (it never answers, and says nothing); after
+/// it, `work` plays the operation's [`ToolPlan`] and the other tools are
+/// the scripted ones.
 #[derive(Clone)]
 struct Endpoint {
     tools: ScriptedTools,
-    dead_until: Arc<Mutex<Option<Instant>>>,
+    state: Arc<Mutex<EndpointState>>,
+}
+
+#[derive(Default)]
+struct EndpointState {
+    dead_until: Option<Instant>,
+    plan: Option<ToolPlan>,
+    calls: u32,
 }
 
 impl Endpoint {
     fn new(tools: ScriptedTools) -> Self {
         Self {
             tools,
-            dead_until: Arc::default(),
+            state: Arc::default(),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, EndpointState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn dead_until(&self, until: Option<Instant>) {
-        *self
-            .dead_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = until;
+        self.lock().dead_until = until;
+    }
+
+    fn plan(&self, plan: Option<ToolPlan>) {
+        let mut state = self.lock();
+        state.plan = plan;
+        state.calls = 0;
     }
 }
 
@@ -305,26 +587,37 @@ impl ToolClient for Endpoint {
         invocation: ToolInvocation,
         evidence: leasehold_actors::Evidence,
     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
-        let dead_until = *self
-            .dead_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if dead_until.is_some_and(|until| Instant::now() < until) {
+        let mut state = self.lock();
+        if state.dead_until.is_some_and(|until| Instant::now() < until) {
             return Box::pin(std::future::pending());
         }
+        if invocation.name == TOOL
+            && let Some(plan) = state.plan
+        {
+            state.calls += 1;
+            let first = state.calls == 1;
+            return Box::pin(async move { Ok(plan.play(evidence, first).await) });
+        }
+        drop(state);
         self.tools.call(invocation, evidence)
     }
 }
 
-/// An event sink that keeps the events of the run in progress, stamped
-/// with tokio's (paused) clock.
+/// One event of the run in progress, stamped with tokio's (paused) clock.
+struct Stamped {
+    at: Instant,
+    path: String,
+    kind: EventKind,
+}
+
+/// An event sink that keeps the events of the run in progress.
 #[derive(Clone, Default)]
 struct OperationSink {
-    events: Arc<Mutex<Vec<(Instant, EventKind)>>>,
+    events: Arc<Mutex<Vec<Stamped>>>,
 }
 
 impl OperationSink {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Instant, EventKind)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Stamped>> {
         self.events.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -332,13 +625,127 @@ impl OperationSink {
         self.lock().clear();
     }
 
-    fn take(&self) -> Vec<(Instant, EventKind)> {
+    fn take(&self) -> Vec<Stamped> {
         std::mem::take(&mut *self.lock())
     }
 }
 
 impl EventSink for OperationSink {
-    fn emit(&self, _run_id: &str, _path: &str, kind: EventKind) {
-        self.lock().push((Instant::now(), kind));
+    fn emit(&self, _run_id: &str, path: &str, kind: EventKind) {
+        self.lock().push(Stamped {
+            at: Instant::now(),
+            path: path.to_owned(),
+            kind,
+        });
+    }
+}
+
+/// The scripted model behind an endpoint that may be dead, which plays a
+/// worker's steps by the number of the step asked for: a worker restarted
+/// from scratch replays its steps from the first.
+#[derive(Clone, Default)]
+struct WorkloadModel {
+    scripted: ScriptedModel,
+    worker: Arc<Mutex<Option<WorkerPlan>>>,
+    dead_until: Arc<Mutex<Option<Instant>>>,
+}
+
+/// A worker operation's steps.
+#[derive(Clone, Copy)]
+struct WorkerPlan {
+    steps: u32,
+    chunks: u32,
+    interval: Duration,
+    hang: Option<(u32, u32)>,
+    loops: bool,
+}
+
+impl WorkerPlan {
+    /// The answer to the worker's step `step`; `wrapping_up` when its
+    /// budget checkpoint wrapped it up (it is offered no tool).
+    fn turn(self, step: u32, wrapping_up: bool) -> Turn {
+        if wrapping_up {
+            return Turn::answer("what was done so far").with_chunks(1, self.interval);
+        }
+        let mut turn = if self.loops || step < self.steps {
+            Turn::tools([(NOTE, serde_json::json!({"note": "checking again"}))])
+        } else {
+            Turn::answer("done")
+        }
+        .with_chunks(self.chunks, self.interval);
+        turn.usage = TokenCost {
+            input_tokens: 200,
+            output_tokens: u64::from(self.chunks),
+        };
+        if let Some((hang_step, chunk)) = self.hang
+            && hang_step == step
+        {
+            turn.hang = true;
+            turn.stall = Some((chunk, Duration::ZERO));
+        }
+        turn
+    }
+}
+
+impl WorkloadModel {
+    fn worker(&self, operation: &Operation) {
+        let plan = match operation.kind {
+            OperationKind::Worker {
+                steps,
+                chunks,
+                interval,
+                hang,
+                ..
+            } => Some(WorkerPlan {
+                steps,
+                chunks,
+                interval,
+                hang,
+                loops: operation.loops,
+            }),
+            _ => None,
+        };
+        *self.worker.lock().unwrap_or_else(PoisonError::into_inner) = plan;
+    }
+
+    fn dead_until(&self, until: Option<Instant>) {
+        *self
+            .dead_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = until;
+    }
+}
+
+impl ModelClient for WorkloadModel {
+    fn complete(
+        &self,
+        request: ModelRequest,
+        evidence: leasehold_actors::Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+        let dead_until = *self
+            .dead_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if dead_until.is_some_and(|until| Instant::now() < until) {
+            // Lost: no chunk, no answer, no error.
+            return Box::pin(std::future::pending());
+        }
+        let plan = *self.worker.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(plan) = plan
+            && request.consumer.starts_with("worker:")
+        {
+            // The step asked for: one more than the model's answers so far.
+            let answers = request
+                .messages
+                .iter()
+                .filter(|m| m.role == ChatRole::Assistant)
+                .count();
+            let step = u32::try_from(answers).unwrap_or(u32::MAX).saturating_add(1);
+            self.scripted.replace_script(
+                &request.consumer,
+                [plan.turn(step, request.tools.is_empty())],
+            );
+        }
+        self.scripted.complete(request, evidence)
     }
 }

@@ -33,7 +33,7 @@ pub const DEFAULT_STRATEGIES: [&str; 3] = ["leasehold", "deadline", "idle-kill"]
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StrategySettings {
-    /// The lease of model streams and tool calls (default 10 s).
+    /// The lease of model streams, tool calls and workers (default 10 s).
     #[serde(deserialize_with = "human")]
     pub lease: Duration,
     /// Renewals before the next expiry ends the operation (default 10).
@@ -137,8 +137,8 @@ pub struct Strategy {
     pub name: String,
     /// The verdict policy.
     pub policy: PolicyKind,
-    /// The lease of model streams and tool calls (which wins over
-    /// `shared.lease`).
+    /// The lease of model streams, tool calls and workers (which wins
+    /// over `shared.lease`).
     pub lease: Duration,
     /// The workload's `[strategy]`: the renewal cap, the free renewals and
     /// the restart policy every strategy of the experiment shares.
@@ -152,7 +152,7 @@ impl Strategy {
             model_stream: Some(self.lease),
             model_blocking: Some(self.lease),
             tool_call: Some(self.lease),
-            worker_step: None,
+            worker_step: Some(self.lease),
             max_renewals: Some(self.shared.max_renewals),
             free_renewals: Some(self.shared.free_renewals),
             evidence_renewals: None,

@@ -170,6 +170,15 @@ pub struct StreamLoad {
     /// sentence: alive by its chunks, stuck in a loop.
     #[serde(default)]
     pub loop_probability: f64,
+    /// The chance that the model's endpoint is dead when the run starts
+    /// and comes back later: a call sent before then is lost (no chunk, no
+    /// answer), one sent after streams.
+    #[serde(default)]
+    pub dead_probability: f64,
+    /// How long such an endpoint stays dead (required when
+    /// `dead_probability` is above 0).
+    #[serde(default)]
+    pub dead_for: Option<Distribution>,
 }
 
 /// The tool calls of a workload.
@@ -184,7 +193,17 @@ pub struct ToolLoad {
     /// answers.
     #[serde(default, deserialize_with = "human_option")]
     pub progress_interval: Option<Duration>,
-    /// The chance that a call never answers (silently).
+    /// The chance that a call falls silent once (no progress) and then
+    /// goes on (on its first attempt: a stall is transient).
+    #[serde(default)]
+    pub stall_probability: f64,
+    /// How long such a silence lasts (required when `stall_probability` is
+    /// above 0).
+    #[serde(default)]
+    pub stall: Option<Distribution>,
+    /// The chance that a call never answers: silent from its start, or,
+    /// with `progress_interval`, silent for good from a point drawn in its
+    /// duration, after reporting progress until then.
     #[serde(default)]
     pub hang_probability: f64,
     /// The chance that the call's endpoint is dead when the run starts
@@ -198,6 +217,50 @@ pub struct ToolLoad {
     pub dead_for: Option<Distribution>,
 }
 
+/// The most steps a worker may need, or be declared with.
+pub const MAX_WORKER_STEPS: u32 = 10_000;
+
+/// The workers of a workload: each operation is a root that spawns one
+/// worker (a sub-agent with its own loop and step budget) and answers with
+/// its result. Every step of a worker is one streaming model call that
+/// calls a quick tool; its last step answers.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerLoad {
+    /// How many.
+    pub count: u32,
+    /// The steps a worker needs to finish its task, drawn uniformly from
+    /// `min` to `max`.
+    pub steps: StepRange,
+    /// Its declared step budget (`max_steps`): a worker that needs more
+    /// reaches a budget checkpoint, which asks the evaluator whether to
+    /// extend (0 = unlimited: no checkpoint).
+    pub max_steps: u32,
+    /// How long one of its steps streams.
+    pub step_duration: Distribution,
+    /// The time between two chunks of a step's stream.
+    #[serde(deserialize_with = "human")]
+    pub chunk_interval: Duration,
+    /// The chance that one of its steps falls silent for good (on every
+    /// attempt).
+    #[serde(default)]
+    pub hang_probability: f64,
+    /// The chance that it never finishes: it keeps taking steps, each
+    /// alive by its chunks, calling the same tool with the same arguments.
+    #[serde(default)]
+    pub loop_probability: f64,
+}
+
+/// A range of step counts, both ends included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepRange {
+    /// The fewest (at least 1).
+    pub min: u32,
+    /// The most (at least `min`).
+    pub max: u32,
+}
+
 /// The evaluator the watchdog asks: how long it takes and how often it is
 /// right (it knows the ground truth, and says the opposite when wrong).
 #[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
@@ -209,6 +272,10 @@ pub struct EvaluatorLoad {
     /// The chance that one answer is right (default 1).
     #[serde(default = "one")]
     pub accuracy: f64,
+    /// What a million of its tokens cost, in whatever unit the report
+    /// should use (default 0: the report counts tokens only).
+    #[serde(default)]
+    pub price_per_million_tokens: f64,
 }
 
 impl Default for EvaluatorLoad {
@@ -216,6 +283,7 @@ impl Default for EvaluatorLoad {
         Self {
             latency: default_evaluator_latency(),
             accuracy: 1.0,
+            price_per_million_tokens: 0.0,
         }
     }
 }
@@ -240,6 +308,9 @@ pub struct Workload {
     /// Tool calls, if any.
     #[serde(default)]
     pub tool_calls: Option<ToolLoad>,
+    /// Workers, if any.
+    #[serde(default)]
+    pub workers: Option<WorkerLoad>,
     /// The evaluator.
     #[serde(default)]
     pub evaluator: EvaluatorLoad,
@@ -283,6 +354,12 @@ impl Workload {
             check_probability("model_streams.stall_probability", streams.stall_probability)?;
             check_probability("model_streams.hang_probability", streams.hang_probability)?;
             check_probability("model_streams.loop_probability", streams.loop_probability)?;
+            check_probability("model_streams.dead_probability", streams.dead_probability)?;
+            check_required(
+                "model_streams.dead_for",
+                streams.dead_for,
+                streams.dead_probability,
+            )?;
         }
         if let Some(tools) = &self.tool_calls {
             check_count("tool_calls.count", tools.count)?;
@@ -290,6 +367,8 @@ impl Workload {
             if let Some(every) = tools.progress_interval {
                 check_interval("tool_calls.progress_interval", every)?;
             }
+            check_probability("tool_calls.stall_probability", tools.stall_probability)?;
+            check_required("tool_calls.stall", tools.stall, tools.stall_probability)?;
             check_probability("tool_calls.hang_probability", tools.hang_probability)?;
             check_probability("tool_calls.dead_probability", tools.dead_probability)?;
             check_required(
@@ -298,13 +377,23 @@ impl Workload {
                 tools.dead_probability,
             )?;
         }
-        if self.model_streams.is_none() && self.tool_calls.is_none() {
+        if let Some(workers) = &self.workers {
+            workers.validate()?;
+        }
+        if self.model_streams.is_none() && self.tool_calls.is_none() && self.workers.is_none() {
             return Err(WorkloadError::new(
                 ".",
-                "expected at least one of `[model_streams]` and `[tool_calls]`",
+                "expected at least one of `[model_streams]`, `[tool_calls]` and `[workers]`",
             ));
         }
         check_probability("evaluator.accuracy", self.evaluator.accuracy)?;
+        let price = self.evaluator.price_per_million_tokens;
+        if !(price.is_finite() && (0.0..=1e9).contains(&price)) {
+            return Err(WorkloadError::new(
+                "evaluator.price_per_million_tokens",
+                format!("expected a number from 0 to 1000000000, got {price}"),
+            ));
+        }
         if self.evaluator.latency > MAX_OPERATION_DURATION {
             return Err(WorkloadError::new(
                 "evaluator.latency",
@@ -314,8 +403,8 @@ impl Workload {
         self.strategy.validate()
     }
 
-    /// The operations, in a fixed order (streams, then tool calls), drawn
-    /// from `seed`.
+    /// The operations, in a fixed order (streams, tool calls, then
+    /// workers), drawn from `seed`.
     pub fn generate(&self, seed: u64) -> Vec<Operation> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut operations = Vec::new();
@@ -327,6 +416,11 @@ impl Workload {
         if let Some(tools) = &self.tool_calls {
             for _ in 0..tools.count {
                 operations.push(tool_operation(tools, &self.evaluator, &mut rng));
+            }
+        }
+        if let Some(workers) = &self.workers {
+            for _ in 0..workers.count {
+                operations.push(worker_operation(workers, &self.evaluator, &mut rng));
             }
         }
         operations
@@ -348,6 +442,21 @@ pub enum OperationKind {
         /// The progress cadence.
         progress: Option<Duration>,
     },
+    /// A worker that needs `steps` steps, each a stream of `chunks` chunks
+    /// `interval` apart.
+    Worker {
+        /// Steps it needs to finish (if it does not loop).
+        steps: u32,
+        /// Chunks each step streams.
+        chunks: u32,
+        /// The time between chunks.
+        interval: Duration,
+        /// Its declared step budget.
+        max_steps: u32,
+        /// The step and chunk at which it falls silent for good, if it
+        /// hangs.
+        hang: Option<(u32, u32)>,
+    },
 }
 
 /// One generated operation and its ground truth.
@@ -357,21 +466,27 @@ pub struct Operation {
     pub kind: OperationKind,
     /// How long it works, stalls aside, if it ends.
     pub work: Duration,
-    /// Falls silent after this many chunks for this long, then goes on
-    /// (first attempt only: a stall is transient).
+    /// A stream falls silent after this many chunks for this long, then
+    /// goes on (first attempt only: a stall is transient).
     pub stall: Option<(u32, Duration)>,
+    /// A tool call falls silent this long after it starts, for this long,
+    /// then goes on (first attempt only).
+    pub tool_stall: Option<(Duration, Duration)>,
     /// Stops making progress for good this long after it starts (every
     /// attempt): falls silent, or loops; `None` for an operation that ends.
     pub hangs_at: Option<Duration>,
     /// Streams the same sentence forever instead of ending (`hangs_at` is
     /// then zero).
     pub loops: bool,
-    /// Its endpoint is dead this long after the run starts: a tool call
-    /// sent before then is lost, one sent after works. `None` for an
-    /// endpoint that is up.
+    /// Its endpoint (the model's or the tool's) is dead this long after
+    /// the run starts: a call sent before then is lost, one sent after
+    /// works. `None` for an endpoint that is up.
     pub dead_until: Option<Duration>,
     /// Whether each evaluator answer about it is right, in call order.
     pub evaluator_right: Vec<bool>,
+    /// Whether each budget checkpoint's answer about it is right, in call
+    /// order (workers only: empty for the others).
+    pub budget_right: Vec<bool>,
 }
 
 impl Operation {
@@ -406,14 +521,24 @@ fn stream_operation(
         (false, true) => Some(Duration::ZERO),
         (false, false) => None,
     };
+    // Drawn only when asked for, so that a workload without dead model
+    // endpoints draws what it drew before they existed.
+    let dead =
+        hangs_at.is_none() && load.dead_probability > 0.0 && rng.random_bool(load.dead_probability);
+    let dead_until = match (&load.dead_for, dead) {
+        (Some(length), true) => Some(length.sample(rng)),
+        _ => None,
+    };
     Operation {
         kind: OperationKind::ModelStream { chunks, interval },
         work,
         stall,
+        tool_stall: None,
         hangs_at,
         loops,
-        dead_until: None,
+        dead_until,
         evaluator_right: evaluator_answers(evaluator, rng),
+        budget_right: Vec::new(),
     }
 }
 
@@ -425,16 +550,121 @@ fn tool_operation(load: &ToolLoad, evaluator: &EvaluatorLoad, rng: &mut ChaCha8R
         (Some(length), true) => Some(length.sample(rng)),
         _ => None,
     };
+    // Each drawn only when asked for, so that a workload without them
+    // draws what it drew before they existed.
+    let hangs_at = match (hangs, load.progress_interval) {
+        (true, Some(_)) => Some(Duration::from_millis(
+            rng.random_range(0..u64::try_from(work.as_millis()).unwrap_or(u64::MAX).max(1)),
+        )),
+        (true, None) => Some(Duration::ZERO),
+        (false, _) => None,
+    };
+    let stalls = !hangs
+        && dead_until.is_none()
+        && load.stall_probability > 0.0
+        && rng.random_bool(load.stall_probability);
+    let tool_stall = match (&load.stall, stalls) {
+        (Some(length), true) => {
+            let at =
+                rng.random_range(0..u64::try_from(work.as_millis()).unwrap_or(u64::MAX).max(1));
+            Some((Duration::from_millis(at), length.sample(rng)))
+        }
+        _ => None,
+    };
     Operation {
         kind: OperationKind::ToolCall {
             progress: load.progress_interval,
         },
         work,
         stall: None,
-        hangs_at: hangs.then_some(Duration::ZERO),
+        tool_stall,
+        hangs_at,
         loops: false,
         dead_until,
         evaluator_right: evaluator_answers(evaluator, rng),
+        budget_right: Vec::new(),
+    }
+}
+
+fn worker_operation(
+    load: &WorkerLoad,
+    evaluator: &EvaluatorLoad,
+    rng: &mut ChaCha8Rng,
+) -> Operation {
+    let steps = rng.random_range(load.steps.min..=load.steps.max);
+    let step = load.step_duration.sample(rng);
+    let interval = load.chunk_interval;
+    // A worker streams at most MAX_CHUNKS chunks over all its steps.
+    let chunks = u32::try_from(step.as_millis() / interval.as_millis().max(1))
+        .unwrap_or(u32::MAX)
+        .clamp(1, (MAX_CHUNKS / steps).max(1));
+    let step = interval.saturating_mul(chunks);
+    let hangs = rng.random_bool(load.hang_probability);
+    let loops = !hangs && rng.random_bool(load.loop_probability);
+    let hang_step = rng.random_range(1..=steps);
+    let hang_chunk = rng.random_range(0..chunks);
+    let hang = hangs.then_some((hang_step, hang_chunk));
+    let hangs_at = match (hang, loops) {
+        (Some((at_step, at_chunk)), _) => Some(
+            step.saturating_mul(at_step - 1)
+                .saturating_add(interval.saturating_mul(at_chunk)),
+        ),
+        (None, true) => Some(Duration::ZERO),
+        (None, false) => None,
+    };
+    Operation {
+        kind: OperationKind::Worker {
+            steps,
+            chunks,
+            interval,
+            max_steps: load.max_steps,
+            hang,
+        },
+        work: step.saturating_mul(steps),
+        stall: None,
+        tool_stall: None,
+        hangs_at,
+        loops,
+        dead_until: None,
+        evaluator_right: evaluator_answers(evaluator, rng),
+        budget_right: evaluator_answers(evaluator, rng),
+    }
+}
+
+impl WorkerLoad {
+    fn validate(&self) -> Result<(), WorkloadError> {
+        check_count("workers.count", self.count)?;
+        if self.steps.min == 0 || self.steps.min > MAX_WORKER_STEPS {
+            return Err(WorkloadError::new(
+                "workers.steps.min",
+                format!(
+                    "expected from 1 to {MAX_WORKER_STEPS}, got {}",
+                    self.steps.min
+                ),
+            ));
+        }
+        if self.steps.max < self.steps.min || self.steps.max > MAX_WORKER_STEPS {
+            return Err(WorkloadError::new(
+                "workers.steps.max",
+                format!(
+                    "expected from `min` ({}) to {MAX_WORKER_STEPS}, got {}",
+                    self.steps.min, self.steps.max
+                ),
+            ));
+        }
+        if self.max_steps > MAX_WORKER_STEPS {
+            return Err(WorkloadError::new(
+                "workers.max_steps",
+                format!(
+                    "expected at most {MAX_WORKER_STEPS} (0 = unlimited), got {}",
+                    self.max_steps
+                ),
+            ));
+        }
+        self.step_duration.validate("workers.step_duration")?;
+        check_interval("workers.chunk_interval", self.chunk_interval)?;
+        check_probability("workers.hang_probability", self.hang_probability)?;
+        check_probability("workers.loop_probability", self.loop_probability)
     }
 }
 
