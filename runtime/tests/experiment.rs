@@ -285,6 +285,24 @@ fn on_the_essay_workload_leasehold_cuts_no_live_operation_and_the_deadlines_trad
     let leasehold = by_name("leasehold");
     assert_eq!(leasehold.slow_alive_killed, 0, "{leasehold:?}");
     assert!(leasehold.hangs_detected > 0, "{leasehold:?}");
+    // Every kind of operation is in it: workers reach their checkpoints,
+    // dead endpoints come back.
+    assert!(leasehold.budget_extended > 0 && leasehold.budget_wrapped_up > 0);
+    assert_eq!(leasehold.dead_endpoints_answered, leasehold.dead_endpoints);
+    // The report kept beside it, which docs/experiments.md shows, is what
+    // the workload gives, byte for byte.
+    let kept = path.with_file_name("essay-report");
+    let dir = tempfile::tempdir().expect("dir");
+    report.write_to(dir.path()).expect("written");
+    for file in ["report.json", "report.csv", "tradeoff.svg", "wasted.svg"] {
+        let made = std::fs::read(dir.path().join(file)).expect("made");
+        let committed = std::fs::read(kept.join(file)).expect("kept");
+        assert!(
+            made == committed,
+            "examples/experiments/essay-report/{file} is not what the workload gives: \
+             run `leasehold experiment examples/experiments/essay.toml`"
+        );
+    }
     assert!(by_name("deadline").slow_alive_killed > 0);
     assert!(by_name("idle-kill").slow_alive_killed > 0);
     // The sweep: a longer deadline cuts fewer live operations and takes
@@ -365,6 +383,31 @@ hang_probability = 1.0
         assert!(svg.starts_with("<svg"), "{plot}");
         assert!(svg.contains("deadline@20s"), "{plot}");
     }
+
+    // Without `--out`, the report and its plots go beside the workload,
+    // as `w-report/`, and the table is printed.
+    let output = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("experiment")
+        .arg(&workload)
+        .args(["--strategies", "leasehold,deadline@20s"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.starts_with("4 operations per strategy, seed 9"),
+        "{table}"
+    );
+    let beside = dir.path().join("w-report");
+    assert_eq!(
+        std::fs::read(beside.join("report.json")).expect("report.json beside"),
+        std::fs::read(out.join("report.json")).expect("report.json")
+    );
+    for file in ["report.csv", "tradeoff.svg", "wasted.svg"] {
+        assert!(beside.join(file).is_file(), "{file}");
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("w-report"), "{stderr}");
 
     std::fs::write(
         &workload,
