@@ -41,7 +41,10 @@ mod workload;
 pub use plot::{PlotError, tradeoff_svg, wasted_svg};
 pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
-pub use strategy::{BUILT_IN, DEFAULT_STRATEGIES, Strategy, StrategySettings, Sweep};
+pub use strategy::{
+    BUILT_IN, DEFAULT_STRATEGIES, MAX_DEFINED_STRATEGIES, Strategy, StrategyDefinition,
+    StrategySettings, Sweep,
+};
 pub use workload::{
     Distribution, EVALUATOR_ANSWERS, EvaluatorLoad, MAX_CHUNKS, MAX_OPERATION_DURATION,
     MAX_OPERATIONS, MAX_WORKER_STEPS, Operation, OperationKind, StepRange, StreamLoad, ToolLoad,
@@ -53,8 +56,8 @@ use leasehold_actors::EngineError;
 /// What to run of a workload.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
-    /// The strategies, by name; `None` runs the defaults and the sweep
-    /// ([`StrategySettings::default_names`]).
+    /// The strategies, by name; `None` runs the defaults, the workload's
+    /// own and the sweep ([`StrategySettings::default_names`]).
     pub strategies: Option<Vec<String>>,
     /// A seed instead of the workload's.
     pub seed: Option<u64>,
@@ -81,10 +84,14 @@ pub fn run(workload: &Workload, options: &Options) -> Result<Report, ExperimentE
     let names = options
         .strategies
         .clone()
-        .unwrap_or_else(|| workload.strategy.default_names());
+        .unwrap_or_else(|| workload.strategy.default_names(&workload.strategies));
     let strategies = names
         .iter()
-        .map(|name| workload.strategy.strategy(name.trim()))
+        .map(|name| {
+            workload
+                .strategy
+                .strategy(name.trim(), &workload.strategies)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let seed = options.seed.unwrap_or(workload.seed);
     let operations = workload.generate(seed);

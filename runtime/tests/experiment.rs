@@ -471,3 +471,114 @@ fn a_stream_drawn_longer_than_max_chunks_is_cut_to_that_many_chunks() {
     );
     assert_eq!(operation.work, Duration::from_millis(u64::from(MAX_CHUNKS)));
 }
+
+/// Two strategies of the workload's own beside the built-ins, and a sweep
+/// of one of them.
+const DEFINED: &str = r#"
+[[strategies]]
+name = "deadline-fail-fast"
+policy = "deadline"
+supervision = "fail_fast"
+on_exhausted = "fail"
+
+[[strategies]]
+name = "capped"
+policy = "leasehold"
+max_renewals = 1
+free_renewals = 1
+
+[strategy.sweep]
+policies = ["capped"]
+leases = ["20s", "1m"]
+"#;
+
+#[test]
+fn a_workload_defines_strategies_of_its_own_and_sweeps_them() {
+    // Four streams of 30 s, a chunk every second, under 10 s leases.
+    let workload = Workload::parse(&fixed_streams(4, "30s", "1s", DEFINED)).expect("valid");
+    let report = run(&workload, &Options::default()).expect("runs");
+    let names: Vec<&str> = report.strategies.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "leasehold",
+            "deadline",
+            "idle-kill",
+            "deadline-fail-fast",
+            "capped",
+            "capped@20s",
+            "capped@1m"
+        ]
+    );
+    let [
+        leasehold,
+        deadline,
+        _,
+        fail_fast,
+        capped,
+        capped_20s,
+        capped_1m,
+    ] = strategies(&report);
+    assert_eq!(leasehold.slow_alive_killed, 0, "{leasehold:?}");
+    // The built-in deadline restarts each stream three times, then pauses
+    // its run; the same policy failing fast cuts it once and fails it.
+    assert_eq!(
+        (deadline.kills, deadline.runs_paused),
+        (16, 4),
+        "{deadline:?}"
+    );
+    assert_eq!(fail_fast.supervision, "fail_fast");
+    assert_eq!(
+        (fail_fast.kills, fail_fast.runs_failed),
+        (4, 4),
+        "{fail_fast:?}"
+    );
+    // A renewal cap of 1 ends a 30 s stream at its second expiry (20 s),
+    // every attempt; at 20 s leases its second expiry is past its end, as
+    // it is at 1 m.
+    assert_eq!(capped.max_renewals, 1);
+    assert_eq!(capped.slow_alive_killed, 4, "{capped:?}");
+    assert_eq!(capped_20s.slow_alive_killed, 0, "{capped_20s:?}");
+    assert_eq!(capped_1m.slow_alive_killed, 0, "{capped_1m:?}");
+    assert_eq!((capped_20s.lease_ms, capped_20s.max_renewals), (20_000, 1));
+}
+
+#[test]
+fn a_defined_strategy_that_is_wrong_is_refused_naming_its_key() {
+    let base = fixed_streams(1, "1s", "100ms", "");
+    let with = |defined: &str| refused_at(&format!("{base}{defined}"));
+    assert_eq!(
+        with("[[strategies]]\nname = \"deadline\"\npolicy = \"leasehold\"\n"),
+        "strategies[0].name"
+    );
+    assert_eq!(
+        with(
+            "[[strategies]]\nname = \"a\"\npolicy = \"leasehold\"\n[[strategies]]\nname = \"a\"\npolicy = \"deadline\"\n"
+        ),
+        "strategies[1].name"
+    );
+    assert_eq!(
+        with("[[strategies]]\nname = \"a@b\"\npolicy = \"leasehold\"\n"),
+        "strategies[0].name"
+    );
+    assert_eq!(
+        with("[[strategies]]\nname = \"a\"\npolicy = \"timeout\"\n"),
+        "strategies[0].policy"
+    );
+    assert_eq!(
+        with("[[strategies]]\nname = \"a\"\npolicy = \"leasehold\"\nmax_renewals = 1\n"),
+        "strategies[0].free_renewals",
+        "two free renewals, the default, above a cap of one"
+    );
+    assert_eq!(
+        with("[[strategies]]\nname = \"a\"\npolicy = \"leasehold\"\nlease = \"0s\"\n"),
+        "strategies[0].lease"
+    );
+    let error = Workload::parse(&format!(
+        "{base}[[strategies]]\nname = \"mine\"\npolicy = \"leasehold\"\n\
+         [strategy.sweep]\npolicies = [\"yours\"]\nleases = [\"5s\"]\n"
+    ))
+    .expect_err("refused");
+    assert_eq!(error.key, "strategy.sweep.policies[0]");
+    assert!(error.message.contains("mine"), "{error}");
+}

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold_actors::RunStatus;
+use leasehold_actors::{RunStatus, StrategyKind};
 use serde::Serialize;
 
 use super::runner::OperationOutcome;
@@ -34,8 +34,17 @@ pub struct StrategyReport {
     pub name: String,
     /// Its verdict policy.
     pub policy: String,
-    /// Its lease of model streams and tool calls, in milliseconds.
+    /// Its lease of model streams, tool calls and workers, in
+    /// milliseconds.
     pub lease_ms: u64,
+    /// Its renewal cap.
+    pub max_renewals: u32,
+    /// Its free renewals.
+    pub free_renewals: u32,
+    /// Its restarts of one call.
+    pub max_restarts: u32,
+    /// Its supervision: `restart` or `fail_fast`.
+    pub supervision: String,
     /// Operations that end, given time: slow, stalled or quick, alive.
     pub alive: u32,
     /// Of those, how many were cut at least once: slow-but-alive
@@ -99,6 +108,14 @@ impl StrategyReport {
             name: strategy.name.clone(),
             policy: strategy.policy.as_str().to_owned(),
             lease_ms: millis(strategy.lease),
+            max_renewals: strategy.shared.max_renewals,
+            free_renewals: strategy.shared.free_renewals,
+            max_restarts: strategy.shared.max_restarts,
+            supervision: match strategy.shared.supervision {
+                StrategyKind::Restart => "restart",
+                StrategyKind::FailFast => "fail_fast",
+            }
+            .to_owned(),
             alive: 0,
             slow_alive_killed: 0,
             slow_alive_killed_share: 0.0,
@@ -213,6 +230,7 @@ impl Report {
             "eval calls",
             "completed",
             "paused",
+            "failed",
             "virtual time",
         ];
         let mut rows = vec![header.map(str::to_owned).to_vec()];
@@ -234,6 +252,7 @@ impl Report {
                 s.evaluator_calls.to_string(),
                 s.runs_completed.to_string(),
                 s.runs_paused.to_string(),
+                s.runs_failed.to_string(),
                 format_ms(s.virtual_time_ms),
             ]);
         }

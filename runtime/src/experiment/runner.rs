@@ -260,7 +260,7 @@ fn budget_answers(operation: &Operation, evaluator: &EvaluatorLoad) -> Vec<Scrip
         .budget_right
         .iter()
         .map(|&right| {
-            let extend = !operation.loops == right;
+            let extend = operation.loops != right;
             let text = serde_json::json!({
                 "decision": if extend { "EXTEND" } else { "WRAP_UP" },
                 "reason": if extend { "it is getting there" } else { "it is going round in circles" },

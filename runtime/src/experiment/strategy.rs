@@ -2,11 +2,13 @@
 //! renewal cap, free renewals and a restart policy, and the sweep that
 //! makes several of them from one parameter (the lease length).
 //!
-//! A strategy is named `POLICY` or `POLICY@LEASE` (`deadline@30s`): the
-//! policy is one of the built-ins ([`BUILT_IN`]), the lease defaults to the
-//! workload's `[strategy] lease`. Every strategy of one experiment shares
-//! the rest of `[strategy]`, so two strategies differ only where their
-//! names say.
+//! A strategy is named `NAME` or `NAME@LEASE` (`deadline@30s`): the name
+//! is one of the built-ins ([`BUILT_IN`]), each a verdict policy with the
+//! workload's `[strategy]` settings, or one the workload defines in
+//! `[[strategies]]` — a verdict policy with its own lease, renewal cap,
+//! free renewals, restarts and supervision, each defaulting to
+//! `[strategy]`'s. `@LEASE` overrides the lease. Two strategies differ only
+//! where their names and definitions say.
 
 use std::time::Duration;
 
@@ -66,28 +68,57 @@ impl Default for StrategySettings {
     }
 }
 
-/// A sweep of the lease length over some policies: each pair is a strategy
-/// `POLICY@LEASE`.
+/// A sweep of the lease length over some strategies: each pair is a
+/// strategy `NAME@LEASE`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sweep {
-    /// The built-in strategies to sweep.
+    /// The strategies to sweep: built-in, or defined in `[[strategies]]`.
     pub policies: Vec<String>,
     /// The lease lengths.
     #[serde(deserialize_with = "human_list")]
     pub leases: Vec<Duration>,
 }
 
+/// A strategy a workload defines (`[[strategies]]`): a name, a verdict
+/// policy, and whichever of `[strategy]`'s settings it sets otherwise.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StrategyDefinition {
+    /// Its name, as `--strategies` and the report say it.
+    pub name: String,
+    /// Its verdict policy, by built-in strategy name (`leasehold`,
+    /// `deadline`, `idle-kill`, `always-evaluate`).
+    pub policy: String,
+    /// Its lease.
+    #[serde(default, deserialize_with = "human_option")]
+    pub lease: Option<Duration>,
+    /// Its renewal cap.
+    #[serde(default)]
+    pub max_renewals: Option<u32>,
+    /// Its free renewals.
+    #[serde(default)]
+    pub free_renewals: Option<u32>,
+    /// Its restarts of one call.
+    #[serde(default)]
+    pub max_restarts: Option<u32>,
+    /// Restart or fail fast.
+    #[serde(default)]
+    pub supervision: Option<StrategyKind>,
+    /// Pause or fail at the top of the tree.
+    #[serde(default)]
+    pub on_exhausted: Option<OnExhausted>,
+}
+
+/// The most strategies a workload may define.
+pub const MAX_DEFINED_STRATEGIES: usize = 64;
+
 impl StrategySettings {
     /// Refuses nonsense, naming the key.
     pub fn validate(&self) -> Result<(), WorkloadError> {
         check_lease("strategy.lease", self.lease)?;
+        check_renewals("strategy", self.free_renewals, self.max_renewals)?;
         if let Some(sweep) = &self.sweep {
-            for (i, name) in sweep.policies.iter().enumerate() {
-                if policy_named(name).is_none() {
-                    return Err(unknown(format!("strategy.sweep.policies[{i}]"), name));
-                }
-            }
             for (i, lease) in sweep.leases.iter().enumerate() {
                 check_lease(&format!("strategy.sweep.leases[{i}]"), *lease)?;
             }
@@ -95,10 +126,31 @@ impl StrategySettings {
         Ok(())
     }
 
-    /// The names run when none are given: [`DEFAULT_STRATEGIES`], then
-    /// every sweep point.
-    pub fn default_names(&self) -> Vec<String> {
+    /// Refuses a sweep naming a strategy that is neither built in nor in
+    /// `defined`.
+    pub(super) fn validate_sweep(
+        &self,
+        defined: &[StrategyDefinition],
+    ) -> Result<(), WorkloadError> {
+        if let Some(sweep) = &self.sweep {
+            for (i, name) in sweep.policies.iter().enumerate() {
+                if policy_named(name).is_none() && !defined.iter().any(|d| d.name == *name) {
+                    return Err(unknown(
+                        format!("strategy.sweep.policies[{i}]"),
+                        name,
+                        defined,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The names run when none are given: [`DEFAULT_STRATEGIES`], the
+    /// strategies `defined`, then every sweep point.
+    pub fn default_names(&self, defined: &[StrategyDefinition]) -> Vec<String> {
         let mut names: Vec<String> = DEFAULT_STRATEGIES.map(str::to_owned).to_vec();
+        names.extend(defined.iter().map(|d| d.name.clone()));
         if let Some(sweep) = &self.sweep {
             for policy in &sweep.policies {
                 for lease in &sweep.leases {
@@ -109,24 +161,113 @@ impl StrategySettings {
         names
     }
 
-    /// The strategy named `name` (`POLICY` or `POLICY@LEASE`).
-    pub fn strategy(&self, name: &str) -> Result<Strategy, WorkloadError> {
-        let (policy_name, lease) = match name.split_once('@') {
-            Some((policy, lease)) => {
+    /// The strategy named `name` (`NAME` or `NAME@LEASE`), built in or
+    /// one of `defined`.
+    pub fn strategy(
+        &self,
+        name: &str,
+        defined: &[StrategyDefinition],
+    ) -> Result<Strategy, WorkloadError> {
+        let (base, lease) = match name.split_once('@') {
+            Some((base, lease)) => {
                 let lease = parse_human(lease)
                     .map_err(|e| WorkloadError::new("--strategies", format!("`{name}`: {e}")))?;
                 check_lease("--strategies", lease)?;
-                (policy, lease)
+                (base, Some(lease))
             }
-            None => (name, self.lease),
+            None => (name, None),
         };
-        let policy = policy_named(policy_name).ok_or_else(|| unknown("--strategies", name))?;
+        let (policy, settings) = match defined.iter().find(|d| d.name == base) {
+            Some(definition) => {
+                let policy = policy_named(&definition.policy)
+                    .ok_or_else(|| unknown("--strategies", name, defined))?;
+                (policy, definition.apply(self))
+            }
+            None => (
+                policy_named(base).ok_or_else(|| unknown("--strategies", name, defined))?,
+                self.clone(),
+            ),
+        };
         Ok(Strategy {
             name: name.to_owned(),
             policy,
-            lease,
-            shared: self.clone(),
+            lease: lease.unwrap_or(settings.lease),
+            shared: settings,
         })
+    }
+}
+
+impl StrategyDefinition {
+    /// Refuses nonsense, naming the key (`strategies[i].…`): a name that
+    /// is empty, holds `@` or `,`, is a built-in's or repeats one before;
+    /// an unknown policy; a lease that is not positive; more free
+    /// renewals than the cap.
+    pub fn validate_all(defined: &[Self]) -> Result<(), WorkloadError> {
+        if defined.len() > MAX_DEFINED_STRATEGIES {
+            return Err(WorkloadError::new(
+                "strategies",
+                format!(
+                    "expected at most {MAX_DEFINED_STRATEGIES} strategies, got {}",
+                    defined.len()
+                ),
+            ));
+        }
+        for (i, definition) in defined.iter().enumerate() {
+            let at = format!("strategies[{i}]");
+            let name = definition.name.trim();
+            if name.is_empty() || name != definition.name || name.contains(['@', ',']) {
+                return Err(WorkloadError::new(
+                    format!("{at}.name"),
+                    format!(
+                        "expected a name without spaces around it, `@` or `,`, got {:?}",
+                        definition.name
+                    ),
+                ));
+            }
+            if policy_named(name).is_some() || defined[..i].iter().any(|d| d.name == name) {
+                return Err(WorkloadError::new(
+                    format!("{at}.name"),
+                    format!("`{name}` is already a strategy's name"),
+                ));
+            }
+            if policy_named(&definition.policy).is_none() {
+                return Err(unknown(format!("{at}.policy"), &definition.policy, &[]));
+            }
+            if let Some(lease) = definition.lease {
+                check_lease(&format!("{at}.lease"), lease)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `shared` with this definition's own settings over it (the sweep
+    /// aside).
+    fn apply(&self, shared: &StrategySettings) -> StrategySettings {
+        StrategySettings {
+            lease: self.lease.unwrap_or(shared.lease),
+            max_renewals: self.max_renewals.unwrap_or(shared.max_renewals),
+            free_renewals: self.free_renewals.unwrap_or(shared.free_renewals),
+            max_restarts: self.max_restarts.unwrap_or(shared.max_restarts),
+            supervision: self.supervision.unwrap_or(shared.supervision),
+            on_exhausted: self.on_exhausted.unwrap_or(shared.on_exhausted),
+            sweep: None,
+        }
+    }
+
+    /// Refuses free renewals above the cap once applied over `shared`.
+    pub(super) fn validate_over(
+        defined: &[Self],
+        shared: &StrategySettings,
+    ) -> Result<(), WorkloadError> {
+        for (i, definition) in defined.iter().enumerate() {
+            let settings = definition.apply(shared);
+            check_renewals(
+                &format!("strategies[{i}]"),
+                settings.free_renewals,
+                settings.max_renewals,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -140,8 +281,9 @@ pub struct Strategy {
     /// The lease of model streams, tool calls and workers (which wins
     /// over `shared.lease`).
     pub lease: Duration,
-    /// The workload's `[strategy]`: the renewal cap, the free renewals and
-    /// the restart policy every strategy of the experiment shares.
+    /// The settings it runs with: the workload's `[strategy]` (the
+    /// renewal cap, the free renewals, the restarts and the supervision),
+    /// with a defined strategy's own settings over them.
     pub shared: StrategySettings,
 }
 
@@ -180,8 +322,12 @@ fn policy_named(name: &str) -> Option<PolicyKind> {
         .map(|(_, policy)| *policy)
 }
 
-fn unknown(key: impl Into<String>, name: &str) -> WorkloadError {
-    let known: Vec<&str> = BUILT_IN.iter().map(|(n, _)| *n).collect();
+fn unknown(key: impl Into<String>, name: &str, defined: &[StrategyDefinition]) -> WorkloadError {
+    let known: Vec<&str> = BUILT_IN
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(defined.iter().map(|d| d.name.as_str()))
+        .collect();
     WorkloadError::new(
         key,
         format!(
@@ -189,6 +335,20 @@ fn unknown(key: impl Into<String>, name: &str) -> WorkloadError {
             known.join(", ")
         ),
     )
+}
+
+fn check_renewals(at: &str, free: u32, max: u32) -> Result<(), WorkloadError> {
+    if free > max {
+        return Err(WorkloadError::new(
+            format!("{at}.free_renewals"),
+            format!("expected at most `max_renewals` ({max}), got {free}"),
+        ));
+    }
+    Ok(())
+}
+
+fn human_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    super::workload::human(d).map(Some)
 }
 
 fn check_lease(key: &str, lease: Duration) -> Result<(), WorkloadError> {

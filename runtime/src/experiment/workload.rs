@@ -317,6 +317,10 @@ pub struct Workload {
     /// What every strategy shares, and the sweep.
     #[serde(default)]
     pub strategy: super::strategy::StrategySettings,
+    /// Strategies of its own: each a name, a verdict policy and settings
+    /// of `[strategy]` of its own.
+    #[serde(default)]
+    pub strategies: Vec<super::strategy::StrategyDefinition>,
 }
 
 impl Workload {
@@ -400,7 +404,10 @@ impl Workload {
                 "expected a duration of at most 24h",
             ));
         }
-        self.strategy.validate()
+        self.strategy.validate()?;
+        super::strategy::StrategyDefinition::validate_all(&self.strategies)?;
+        super::strategy::StrategyDefinition::validate_over(&self.strategies, &self.strategy)?;
+        self.strategy.validate_sweep(&self.strategies)
     }
 
     /// The operations, in a fixed order (streams, tool calls, then
