@@ -3,12 +3,15 @@
 //! against its ground truth.
 //!
 //! A [`Workload`] (TOML) describes operations by distribution — model
-//! streams with their chunk rate, stalls that recover, hangs that never do
-//! and loops that stream forever; tool calls with their latency, progress and hangs; the evaluator's
-//! latency and accuracy. [`Workload::generate`] draws the operations from a
+//! streams with their chunk rate, stalls that recover, hangs that never do,
+//! loops that stream forever and dead endpoints; tool calls with their
+//! latency, progress, stalls, hangs and dead endpoints; workers with their
+//! steps and step budget, hangs and loops; the evaluator's latency,
+//! accuracy and price. [`Workload::generate`] draws the operations from a
 //! seed. [`run`] plays them, for each [`Strategy`], through a real
 //! [`Engine`](leasehold_actors::Engine) — leases, watchdog, verdict policy,
-//! supervisors — with the scripted model, tools and evaluator, on a
+//! budget checkpoints, supervisors — with the scripted model, tools and
+//! evaluator, on a
 //! current-thread tokio runtime whose time is paused, so hours of virtual
 //! time take seconds. The [`Report`] says, per strategy, how many
 //! slow-but-alive operations were cut by mistake, how long a hang took to
@@ -43,7 +46,7 @@ pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{
     BUILT_IN, DEFAULT_STRATEGIES, MAX_DEFINED_STRATEGIES, Strategy, StrategyDefinition,
-    StrategySettings, Sweep,
+    StrategySettings, Supervisor, Sweep,
 };
 pub use workload::{
     Distribution, EVALUATOR_ANSWERS, EvaluatorLoad, MAX_CHUNKS, MAX_OPERATION_DURATION,
@@ -87,20 +90,67 @@ pub fn run(workload: &Workload, options: &Options) -> Result<Report, ExperimentE
         .unwrap_or_else(|| workload.strategy.default_names(&workload.strategies));
     let strategies = names
         .iter()
-        .map(|name| {
-            workload
-                .strategy
-                .strategy(name.trim(), &workload.strategies)
-        })
+        .map(|name| workload.resolve(name.trim()))
         .collect::<Result<Vec<_>, _>>()?;
-    let seed = options.seed.unwrap_or(workload.seed);
+    run_strategies(workload, &strategies, options.seed)
+}
+
+/// Runs `workload` under `strategies` — resolved with
+/// [`Workload::resolve`], and changed as you like (a supervision strategy
+/// of your own: [`Strategy::supervised_by`]) — drawn from `seed` or the
+/// workload's. Blocks, as [`run`] does.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use leasehold::experiment::{Workload, run_strategies};
+/// use leasehold::{ChildEnd, ChildInfo, StrategyFactory, SupervisionAction, SupervisionStrategy};
+///
+/// /// Restarts a cut call once, at once, then carries on without it.
+/// struct RetryOnce;
+///
+/// impl SupervisionStrategy for RetryOnce {
+///     fn decide(&mut self, child: &ChildInfo, end: &ChildEnd, _: tokio::time::Instant) -> SupervisionAction {
+///         match end {
+///             ChildEnd::Completed => SupervisionAction::Ignore,
+///             _ if child.attempt < 2 => SupervisionAction::Restart { after: Duration::ZERO },
+///             _ => SupervisionAction::Ignore,
+///         }
+///     }
+/// }
+///
+/// let workload = Workload::parse(r#"
+/// seed = 1
+/// [tool_calls]
+/// count = 2
+/// duration = { dist = "fixed", value = "1s" }
+/// hang_probability = 1.0
+/// "#)?;
+/// let factory: StrategyFactory = Arc::new(|| Box::new(RetryOnce));
+/// let strategies = [
+///     workload.resolve("deadline")?,
+///     workload.resolve("deadline")?.supervised_by("deadline-retry-once", factory),
+/// ];
+/// let report = run_strategies(&workload, &strategies, None)?;
+/// // The built-in strategy restarts each hung call three times; this one once.
+/// assert_eq!(report.strategies[0].kills, 8);
+/// assert_eq!(report.strategies[1].kills, 4);
+/// assert_eq!(report.strategies[1].supervision, "custom");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_strategies(
+    workload: &Workload,
+    strategies: &[Strategy],
+    seed: Option<u64>,
+) -> Result<Report, ExperimentError> {
+    let seed = seed.unwrap_or(workload.seed);
     let operations = workload.generate(seed);
     let mut report = Report {
         seed,
         operations: u32::try_from(operations.len()).unwrap_or(u32::MAX),
         strategies: Vec::with_capacity(strategies.len()),
     };
-    for strategy in &strategies {
+    for strategy in strategies {
         // A runtime per strategy: each starts at the same virtual instant,
         // with nothing left over from the one before.
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -286,3 +286,60 @@ fn the_evaluators_tokens_are_priced_at_the_workloads_price() {
     let free = experiment(&workers(3, 9, 6, "10s", ""), &["leasehold"]);
     assert!(free.strategies[0].evaluator_cost.abs() < f64::EPSILON);
 }
+
+/// Restarts a cut call once, at once, then carries on without it.
+struct RetryOnce;
+
+impl leasehold::SupervisionStrategy for RetryOnce {
+    fn decide(
+        &mut self,
+        child: &leasehold::ChildInfo,
+        end: &leasehold::ChildEnd,
+        _now: tokio::time::Instant,
+    ) -> leasehold::SupervisionAction {
+        match end {
+            leasehold::ChildEnd::Completed => leasehold::SupervisionAction::Ignore,
+            _ if child.attempt < 2 => leasehold::SupervisionAction::Restart {
+                after: Duration::ZERO,
+            },
+            _ => leasehold::SupervisionAction::Ignore,
+        }
+    }
+}
+
+#[test]
+fn a_supervision_strategy_of_ones_own_is_compared_beside_the_built_in_one() {
+    let workload = Workload::parse(
+        r#"
+seed = 2
+[tool_calls]
+count = 3
+duration = { dist = "fixed", value = "1s" }
+hang_probability = 1.0
+"#,
+    )
+    .expect("valid");
+    let factory: leasehold::StrategyFactory = std::sync::Arc::new(|| Box::new(RetryOnce));
+    let strategies = [
+        workload.resolve("leasehold").expect("built in"),
+        workload
+            .resolve("leasehold")
+            .expect("built in")
+            .supervised_by("retry-once", factory),
+    ];
+    let report = leasehold::experiment::run_strategies(&workload, &strategies, None)
+        .expect("the experiment runs");
+    let [built_in, own] = [&report.strategies[0], &report.strategies[1]];
+    assert_eq!(built_in.supervision, "restart");
+    assert_eq!(own.name, "retry-once");
+    assert_eq!(own.supervision, "custom");
+    // The same verdicts cut each hung call: four attempts under the
+    // built-in restarts, two under one's own; both runs then answer
+    // without the tool.
+    assert_eq!(built_in.kills, 12, "{built_in:?}");
+    assert_eq!(own.kills, 6, "{own:?}");
+    assert_eq!(own.hangs_detected, 3, "{own:?}");
+    assert_eq!(own.detect_p50_ms, built_in.detect_p50_ms);
+    assert_eq!((built_in.runs_completed, own.runs_completed), (3, 3));
+    assert!(own.virtual_time_ms < built_in.virtual_time_ms);
+}

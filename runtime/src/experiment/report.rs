@@ -43,7 +43,8 @@ pub struct StrategyReport {
     pub free_renewals: u32,
     /// Its restarts of one call.
     pub max_restarts: u32,
-    /// Its supervision: `restart` or `fail_fast`.
+    /// Its supervision: `restart`, `fail_fast`, or `custom` (an
+    /// embedder's own).
     pub supervision: String,
     /// Operations that end, given time: slow, stalled or quick, alive.
     pub alive: u32,
@@ -111,9 +112,10 @@ impl StrategyReport {
             max_renewals: strategy.shared.max_renewals,
             free_renewals: strategy.shared.free_renewals,
             max_restarts: strategy.shared.max_restarts,
-            supervision: match strategy.shared.supervision {
-                StrategyKind::Restart => "restart",
-                StrategyKind::FailFast => "fail_fast",
+            supervision: match (&strategy.supervisor, strategy.shared.supervision) {
+                (Some(_), _) => "custom",
+                (None, StrategyKind::Restart) => "restart",
+                (None, StrategyKind::FailFast) => "fail_fast",
             }
             .to_owned(),
             alive: 0,

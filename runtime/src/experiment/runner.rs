@@ -99,15 +99,17 @@ pub async fn run_strategy(
     let endpoint = Endpoint::new(tools.clone());
     let judge = ScriptedEvaluator::new([]);
     let sink = OperationSink::default();
-    let engine = Engine::builder()
+    let mut builder = Engine::builder()
         .config(EngineConfig::default())
         .model(Arc::new(model.clone()))
         .events(Arc::new(sink.clone()))
         .store(Arc::new(MemoryStore::new()))
         .tool_server(SERVER, Arc::new(endpoint.clone()))
-        .evaluator(Arc::new(judge.clone()))
-        .build()
-        .await?;
+        .evaluator(Arc::new(judge.clone()));
+    if let Some(supervisor) = &strategy.supervisor {
+        builder = builder.strategy(supervisor.0.clone());
+    }
+    let engine = builder.build().await?;
     let worker_steps = operations.iter().find_map(|o| match o.kind {
         OperationKind::Worker { max_steps, .. } => Some(max_steps),
         _ => None,

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use leasehold_actors::{
-    LeaseOverrides, OnExhausted, PolicyKind, StrategyKind, SupervisionOverrides,
+    LeaseOverrides, OnExhausted, PolicyKind, StrategyFactory, StrategyKind, SupervisionOverrides,
 };
 use serde::{Deserialize, Deserializer};
 
@@ -193,6 +193,7 @@ impl StrategySettings {
             policy,
             lease: lease.unwrap_or(settings.lease),
             shared: settings,
+            supervisor: None,
         })
     }
 }
@@ -285,9 +286,44 @@ pub struct Strategy {
     /// renewal cap, the free renewals, the restarts and the supervision),
     /// with a defined strategy's own settings over them.
     pub shared: StrategySettings,
+    /// A supervision strategy of the embedder's own, instead of
+    /// `shared.supervision` ([`Strategy::supervised_by`]).
+    pub supervisor: Option<Supervisor>,
+}
+
+/// A supervision strategy of an embedder's own, as the engine takes it
+/// ([`EngineBuilder::strategy`](leasehold_actors::EngineBuilder::strategy)):
+/// one instance per loop. Two are equal when they are the same factory.
+#[derive(Clone)]
+pub struct Supervisor(pub StrategyFactory);
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Supervisor(custom)")
+    }
+}
+
+impl PartialEq for Supervisor {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Strategy {
+    /// This strategy, renamed `name`, with `factory`'s supervision
+    /// strategy instead of its own: to compare a
+    /// [`SupervisionStrategy`](leasehold_actors::SupervisionStrategy) of
+    /// yours with the built-ins, under the same verdict policy and leases.
+    /// The report says its supervision is `custom`.
+    #[must_use]
+    pub fn supervised_by(self, name: impl Into<String>, factory: StrategyFactory) -> Self {
+        Self {
+            name: name.into(),
+            supervisor: Some(Supervisor(factory)),
+            ..self
+        }
+    }
+
     /// The flow's lease overrides that apply it.
     pub fn lease_overrides(&self) -> LeaseOverrides {
         LeaseOverrides {

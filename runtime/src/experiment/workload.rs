@@ -332,6 +332,12 @@ impl Workload {
         Ok(workload)
     }
 
+    /// The strategy named `name` (`NAME` or `NAME@LEASE`): built in, or
+    /// one of this workload's `[[strategies]]`, with its `[strategy]`.
+    pub fn resolve(&self, name: &str) -> Result<super::Strategy, WorkloadError> {
+        self.strategy.strategy(name, &self.strategies)
+    }
+
     /// Reads and validates the workload in `path`.
     pub fn load(path: &Path) -> Result<Self, WorkloadFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| WorkloadFileError::Io {
