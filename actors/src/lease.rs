@@ -126,6 +126,11 @@ pub enum LeaseMsg {
     /// Restart every clock: each lease gets a full, fresh period, and its
     /// evidence's age goes on from where the pause found it.
     Resume,
+    /// Answer once no lease is held, at once if none is: a run that ends
+    /// waits for its cancelled operations to be let go (and their
+    /// `lease_cancelled` events published) before its end event, so the
+    /// end is its log's last event.
+    Drained(oneshot::Sender<()>),
     /// The watchdog's verdict on an expiry of `generation`.
     Decided {
         /// The lease.
@@ -177,6 +182,8 @@ pub(crate) struct LeaseState {
     config: WatchdogConfig,
     paused: bool,
     live: Arc<AtomicU64>,
+    /// Who waits for the last lease to go ([`LeaseMsg::Drained`]).
+    drained: Vec<oneshot::Sender<()>>,
 }
 
 impl Drop for LeaseState {
@@ -219,6 +226,7 @@ impl Actor for LeaseActor {
             config: args.config,
             paused: false,
             live: args.live,
+            drained: Vec::new(),
         })
     }
 
@@ -246,6 +254,10 @@ impl Actor for LeaseActor {
             LeaseMsg::Expired { id, generation } => state.expired(&myself, id, generation),
             LeaseMsg::Pause => state.pause(),
             LeaseMsg::Resume => state.resume(),
+            LeaseMsg::Drained(reply) => {
+                state.drained.push(reply);
+                state.tell_drained();
+            }
             LeaseMsg::Decided {
                 id,
                 generation,
@@ -347,6 +359,16 @@ impl LeaseState {
             && cancelled
         {
             self.emit(&entry.meta, EventKind::LeaseCancelled { lease_id: id });
+        }
+        self.tell_drained();
+    }
+
+    /// Answers whoever waits for the last lease, if none is left.
+    fn tell_drained(&mut self) {
+        if self.leases.is_empty() {
+            for reply in self.drained.drain(..) {
+                let _ = reply.send(());
+            }
         }
     }
 

@@ -542,6 +542,11 @@ impl RunActorState {
         let ctx = self.agent.ctx.clone();
         ctx.gate.send_replace(Gate::Closed);
         ctx.cancel.cancel();
+        // The operations in flight let go of their leases first, so their
+        // `lease_cancelled` come before the end, in the log as on the bus
+        // (after the end's flush the log takes no event of the run).
+        // Bounded: a lease actor that does not answer does not hold the end.
+        let _ = tokio::time::timeout(LEASES_DRAIN, ctx.leases.drained()).await;
         let event = match status {
             RunStatus::Completed => EventKind::RunCompleted {
                 answer: answer.clone().unwrap_or_default(),
@@ -582,6 +587,10 @@ impl RunActorState {
         myself.stop(None);
     }
 }
+
+/// How long a run's end waits for its cancelled operations to let go of
+/// their leases.
+const LEASES_DRAIN: Duration = Duration::from_secs(1);
 
 /// The pauses between attempts at recording a run's end after store
 /// errors.

@@ -1027,3 +1027,47 @@ async fn a_flow_that_names_the_deadline_policy_has_its_slow_tool_cut_at_the_firs
             && v.verdict == leasehold_actors::Verdict::Intervene)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_run_cancelled_mid_call_logs_its_leases_cancelled_before_its_end() {
+    // A tool call that never answers, and a worker whose model call never
+    // does: both in flight, under leases, when the run is cancelled.
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [Turn::tools([
+                ("search", json!({"q": "shoes"})),
+                (
+                    leasehold_actors::SPAWN_WORKER_TOOL,
+                    json!({"kind": "researcher", "task": "look"}),
+                ),
+            ])],
+        )
+        .script("worker:researcher", [Turn::hang()]);
+    let tools = ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang]);
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = rig.engine.start(flow(4, 4)).await.expect("started");
+    while rig.events.count("model_call_started") < 2 || rig.events.count("tool_call_started") < 1 {
+        sleep(Duration::from_millis(10)).await;
+    }
+    run.cancel("not now").await.expect("cancelled");
+    assert_eq!(run.wait().await.status, RunStatus::Cancelled);
+    let log = rig.store.events(run.run_id());
+    let names: Vec<&str> = log.iter().map(|e| e.kind.name()).collect();
+    // The tool call, the worker and the worker's model call were each let
+    // go under their lease, and said so before the run's end.
+    assert_eq!(
+        names.iter().filter(|n| **n == "lease_cancelled").count(),
+        3,
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"run_cancelled"), "{names:?}");
+    // What the bus published, the log holds: nothing came after the end.
+    assert_eq!(
+        rig.events.count("lease_cancelled"),
+        3,
+        "{:?}",
+        rig.events.kinds()
+    );
+    assert_eq!(rig.events.kinds().last(), Some(&"run_cancelled"));
+}

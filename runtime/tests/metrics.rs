@@ -387,22 +387,36 @@ async fn metrics_parse_need_the_token_and_match_the_event_logs_and_the_store() {
     // Once the feed has counted every event the runs logged, every figure
     // is the logs' and the store's.
     let runs = [first.as_str(), second.as_str(), third.as_str()];
+    let last_seen = std::sync::Mutex::new(String::new());
     let (logged, scrape) = tokio::time::timeout(PATIENCE, async {
         loop {
             let logged = served.logs(&runs).await;
             let scrape = served.scrape().await;
             let logged_count = f64::from(u32::try_from(logged.len()).expect("a few events"));
-            if scrape.total("leasehold_events_total") == logged_count
-                && scrape.get("leasehold_event_streams_open", &[]) == 0.0
-                && scrape.get("leasehold_leases_live", &[]) == 0.0
-            {
+            let seen = (
+                scrape.total("leasehold_events_total"),
+                scrape.get("leasehold_event_streams_open", &[]),
+                scrape.get("leasehold_leases_live", &[]),
+            );
+            if seen == (logged_count, 0.0, 0.0) {
                 return (logged, scrape);
             }
+            *last_seen.lock().expect("not poisoned") = format!(
+                "{logged_count} events logged; counted, open streams, live leases: {seen:?}; \
+                 logged kinds {:?}; counted {:?}",
+                count(logged.iter().map(|e| e.kind.name())),
+                scrape.samples
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await
-    .expect("the metrics counted every logged event, no stream open, no lease live");
+    .unwrap_or_else(|_| {
+        panic!(
+            "the metrics counted every logged event, no stream open, no lease live: last {}",
+            last_seen.lock().expect("not poisoned")
+        )
+    });
 
     // Every sample is a leasehold metric with a HELP line.
     for (name, _) in scrape.samples.keys() {

@@ -79,6 +79,16 @@ impl Leases {
         &self.actor
     }
 
+    /// Waits until the lease actor holds no lease (at once if it holds
+    /// none, or is gone). Every `lease_cancelled` of the leases it let go
+    /// was published before this returns.
+    pub async fn drained(&self) {
+        let (reply, drained) = oneshot::channel();
+        if self.actor.send_message(LeaseMsg::Drained(reply)).is_ok() {
+            let _ = drained.await;
+        }
+    }
+
     /// Runs `operation` once, in a task of its own, under a lease built from
     /// `spec`. The operation is given its [`Evidence`] cell to report
     /// progress into.
