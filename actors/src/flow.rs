@@ -444,7 +444,9 @@ impl Flow {
 }
 
 impl LeaseOverrides {
-    fn validate(&self) -> Result<(), FlowError> {
+    /// Refuses overrides a flow may not hold, naming the key (`leases.…`):
+    /// a lease out of range, more free renewals than the cap.
+    pub fn validate(&self) -> Result<(), FlowError> {
         in_range("leases.model_stream", self.model_stream)?;
         in_range("leases.model_blocking", self.model_blocking)?;
         in_range("leases.tool_call", self.tool_call)?;

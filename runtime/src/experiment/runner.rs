@@ -82,6 +82,14 @@ impl OperationOutcome {
     pub fn cut(&self) -> bool {
         self.kills > 0 || self.budget_wrapped_up > 0
     }
+
+    /// Counts an evaluator call, if the decision made one.
+    fn evaluated(&mut self, usage: Option<&leasehold_actors::EvaluatorUsage>) {
+        if let Some(usage) = usage {
+            self.evaluator_calls += 1;
+            self.evaluator_tokens += usage.cost.input_tokens + usage.cost.output_tokens;
+        }
+    }
 }
 
 /// Runs every operation under `strategy`, in order.
@@ -121,15 +129,14 @@ pub async fn run_strategy(
             .scripted
             .replace_script("run", turns(operation, strategy));
         model.worker(operation);
-        judge.replace_script(answers(&operation.evaluator_right, operation, evaluator));
+        judge.replace_script(answers(operation, evaluator));
         judge.replace_budget_script(budget_answers(operation, evaluator));
         sink.clear();
         let started = Instant::now();
         let dead_until = operation.dead_until.map(|d| started + d);
-        match operation.kind {
-            OperationKind::ModelStream { .. } => model.dead_until(dead_until),
-            _ => endpoint.dead_until(dead_until),
-        }
+        let stream = matches!(operation.kind, OperationKind::ModelStream { .. });
+        model.outage.until(dead_until.filter(|_| stream));
+        endpoint.outage.until(dead_until.filter(|_| !stream));
         endpoint.plan(ToolPlan::of(operation));
         let mut run = engine.start(flow.clone()).await?;
         let state = run.paused().await;
@@ -139,8 +146,6 @@ pub async fn run_strategy(
             let _ = run.cancel("experiment: the next operation").await;
             run.wait().await;
         }
-        model.dead_until(None);
-        endpoint.dead_until(None);
         outcomes.push(measure(operation, state.status, elapsed, &sink.take()));
     }
     engine.shutdown().await;
@@ -217,26 +222,36 @@ fn stream_turn(operation: &Operation, chunks: u32, interval: Duration, first: bo
         let at = at.as_millis() / interval.as_millis().max(1);
         u32::try_from(at).unwrap_or(u32::MAX)
     });
-    let mut turn = Turn::answer("done").with_chunks(chunks, interval);
+    let turn = streamed(Turn::answer("done"), chunks, interval);
+    match (hang_at, operation.stall) {
+        (Some(at), _) => hang_after(turn, at),
+        (None, Some((after, silence))) if first => turn.stall_after(after, silence),
+        _ => turn,
+    }
+}
+
+/// `turn` streamed in `chunks` chunks `interval` apart, one token each.
+fn streamed(mut turn: Turn, chunks: u32, interval: Duration) -> Turn {
+    turn = turn.with_chunks(chunks, interval);
     turn.usage = TokenCost {
         input_tokens: 200,
         output_tokens: u64::from(chunks),
     };
-    match (hang_at, operation.stall) {
-        (Some(at), _) => {
-            turn.hang = true;
-            turn.stall = Some((at, Duration::ZERO));
-        }
-        (None, Some((after, silence))) if first => turn = turn.stall_after(after, silence),
-        _ => {}
-    }
+    turn
+}
+
+/// `turn` falling silent for good after `chunks` chunks.
+fn hang_after(mut turn: Turn, chunks: u32) -> Turn {
+    turn.hang = true;
+    turn.stall = Some((chunks, Duration::ZERO));
     turn
 }
 
 /// The evaluator's answers about the operation: the ground truth (renew a
 /// live one, intervene on a dead one) when right, the opposite when wrong.
-fn answers(right: &[bool], operation: &Operation, evaluator: &EvaluatorLoad) -> Vec<Scripted> {
-    right
+fn answers(operation: &Operation, evaluator: &EvaluatorLoad) -> Vec<Scripted> {
+    operation
+        .evaluator_right
         .iter()
         .map(|&right| {
             let renew = operation.alive() == right;
@@ -330,10 +345,7 @@ fn measure(
             (_, EventKind::Verdict(record))
                 if watches(operation.kind, record.lease_kind, in_worker) =>
             {
-                if let Some(usage) = &record.evaluator {
-                    outcome.evaluator_calls += 1;
-                    outcome.evaluator_tokens += usage.cost.input_tokens + usage.cost.output_tokens;
-                }
+                outcome.evaluated(record.evaluator.as_ref());
                 if !matches!(record.verdict, Verdict::Intervene | Verdict::Escalate) {
                     continue;
                 }
@@ -351,10 +363,7 @@ fn measure(
                 attempt.cut(&mut outcome, at);
             }
             (_, EventKind::BudgetExtended(record) | EventKind::BudgetExhausted(record)) => {
-                if let Some(usage) = &record.evaluator {
-                    outcome.evaluator_calls += 1;
-                    outcome.evaluator_tokens += usage.cost.input_tokens + usage.cost.output_tokens;
-                }
+                outcome.evaluated(record.evaluator.as_ref());
                 if matches!(kind, EventKind::BudgetExtended(_)) {
                     outcome.budget_extended += 1;
                 } else {
@@ -539,6 +548,24 @@ impl ToolPlan {
     }
 }
 
+/// An endpoint's outage: until the instant it comes back, a call sent to
+/// it is lost (no chunk, no answer, no error).
+#[derive(Clone, Default)]
+struct Outage(Arc<Mutex<Option<Instant>>>);
+
+impl Outage {
+    fn until(&self, until: Option<Instant>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = until;
+    }
+
+    fn is_down(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|until| Instant::now() < until)
+    }
+}
+
 /// The tools behind an endpoint that may be dead: until the instant it
 /// comes back, a call is lost (it never answers, and says nothing); after
 /// it, `work` plays the operation's [`ToolPlan`] and the other tools are
@@ -546,12 +573,13 @@ impl ToolPlan {
 #[derive(Clone)]
 struct Endpoint {
     tools: ScriptedTools,
+    outage: Outage,
     state: Arc<Mutex<EndpointState>>,
 }
 
+/// The operation's tool plan, and how many calls of `work` it had.
 #[derive(Default)]
 struct EndpointState {
-    dead_until: Option<Instant>,
     plan: Option<ToolPlan>,
     calls: u32,
 }
@@ -560,16 +588,13 @@ impl Endpoint {
     fn new(tools: ScriptedTools) -> Self {
         Self {
             tools,
+            outage: Outage::default(),
             state: Arc::default(),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, EndpointState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn dead_until(&self, until: Option<Instant>) {
-        self.lock().dead_until = until;
     }
 
     fn plan(&self, plan: Option<ToolPlan>) {
@@ -589,10 +614,10 @@ impl ToolClient for Endpoint {
         invocation: ToolInvocation,
         evidence: leasehold_actors::Evidence,
     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
-        let mut state = self.lock();
-        if state.dead_until.is_some_and(|until| Instant::now() < until) {
+        if self.outage.is_down() {
             return Box::pin(std::future::pending());
         }
+        let mut state = self.lock();
         if invocation.name == TOOL
             && let Some(plan) = state.plan
         {
@@ -649,7 +674,7 @@ impl EventSink for OperationSink {
 struct WorkloadModel {
     scripted: ScriptedModel,
     worker: Arc<Mutex<Option<WorkerPlan>>>,
-    dead_until: Arc<Mutex<Option<Instant>>>,
+    outage: Outage,
 }
 
 /// A worker operation's steps.
@@ -669,23 +694,16 @@ impl WorkerPlan {
         if wrapping_up {
             return Turn::answer("what was done so far").with_chunks(1, self.interval);
         }
-        let mut turn = if self.loops || step < self.steps {
+        let turn = if self.loops || step < self.steps {
             Turn::tools([(NOTE, serde_json::json!({"note": "checking again"}))])
         } else {
             Turn::answer("done")
-        }
-        .with_chunks(self.chunks, self.interval);
-        turn.usage = TokenCost {
-            input_tokens: 200,
-            output_tokens: u64::from(self.chunks),
         };
-        if let Some((hang_step, chunk)) = self.hang
-            && hang_step == step
-        {
-            turn.hang = true;
-            turn.stall = Some((chunk, Duration::ZERO));
+        let turn = streamed(turn, self.chunks, self.interval);
+        match self.hang {
+            Some((hang_step, chunk)) if hang_step == step => hang_after(turn, chunk),
+            _ => turn,
         }
-        turn
     }
 }
 
@@ -709,13 +727,6 @@ impl WorkloadModel {
         };
         *self.worker.lock().unwrap_or_else(PoisonError::into_inner) = plan;
     }
-
-    fn dead_until(&self, until: Option<Instant>) {
-        *self
-            .dead_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = until;
-    }
 }
 
 impl ModelClient for WorkloadModel {
@@ -724,11 +735,7 @@ impl ModelClient for WorkloadModel {
         request: ModelRequest,
         evidence: leasehold_actors::Evidence,
     ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
-        let dead_until = *self
-            .dead_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if dead_until.is_some_and(|until| Instant::now() < until) {
+        if self.outage.is_down() {
             // Lost: no chunk, no answer, no error.
             return Box::pin(std::future::pending());
         }

@@ -17,7 +17,7 @@ use leasehold_actors::{
 };
 use serde::{Deserialize, Deserializer};
 
-use super::workload::{WorkloadError, human, parse_human};
+use super::workload::{WorkloadError, human, human_option, parse_human};
 
 /// The built-in strategy names and their policies, in report order.
 pub const BUILT_IN: [(&str, PolicyKind); 4] = [
@@ -114,25 +114,16 @@ pub struct StrategyDefinition {
 pub const MAX_DEFINED_STRATEGIES: usize = 64;
 
 impl StrategySettings {
-    /// Refuses nonsense, naming the key.
-    pub fn validate(&self) -> Result<(), WorkloadError> {
+    /// Refuses nonsense, naming the key: a lease that is not positive, more
+    /// free renewals than the cap, a sweep naming a strategy that is
+    /// neither built in nor in `defined`.
+    pub fn validate(&self, defined: &[StrategyDefinition]) -> Result<(), WorkloadError> {
         check_lease("strategy.lease", self.lease)?;
-        check_renewals("strategy", self.free_renewals, self.max_renewals)?;
+        check_renewals("strategy", self)?;
         if let Some(sweep) = &self.sweep {
             for (i, lease) in sweep.leases.iter().enumerate() {
                 check_lease(&format!("strategy.sweep.leases[{i}]"), *lease)?;
             }
-        }
-        Ok(())
-    }
-
-    /// Refuses a sweep naming a strategy that is neither built in nor in
-    /// `defined`.
-    pub(super) fn validate_sweep(
-        &self,
-        defined: &[StrategyDefinition],
-    ) -> Result<(), WorkloadError> {
-        if let Some(sweep) = &self.sweep {
             for (i, name) in sweep.policies.iter().enumerate() {
                 if policy_named(name).is_none() && !defined.iter().any(|d| d.name == *name) {
                     return Err(unknown(
@@ -202,8 +193,8 @@ impl StrategyDefinition {
     /// Refuses nonsense, naming the key (`strategies[i].…`): a name that
     /// is empty, holds `@` or `,`, is a built-in's or repeats one before;
     /// an unknown policy; a lease that is not positive; more free
-    /// renewals than the cap.
-    pub fn validate_all(defined: &[Self]) -> Result<(), WorkloadError> {
+    /// renewals than the cap, once applied over `shared`.
+    pub fn validate_all(defined: &[Self], shared: &StrategySettings) -> Result<(), WorkloadError> {
         if defined.len() > MAX_DEFINED_STRATEGIES {
             return Err(WorkloadError::new(
                 "strategies",
@@ -237,6 +228,7 @@ impl StrategyDefinition {
             if let Some(lease) = definition.lease {
                 check_lease(&format!("{at}.lease"), lease)?;
             }
+            check_renewals(&at, &definition.apply(shared))?;
         }
         Ok(())
     }
@@ -253,22 +245,6 @@ impl StrategyDefinition {
             on_exhausted: self.on_exhausted.unwrap_or(shared.on_exhausted),
             sweep: None,
         }
-    }
-
-    /// Refuses free renewals above the cap once applied over `shared`.
-    pub(super) fn validate_over(
-        defined: &[Self],
-        shared: &StrategySettings,
-    ) -> Result<(), WorkloadError> {
-        for (i, definition) in defined.iter().enumerate() {
-            let settings = definition.apply(shared);
-            check_renewals(
-                &format!("strategies[{i}]"),
-                settings.free_renewals,
-                settings.max_renewals,
-            )?;
-        }
-        Ok(())
     }
 }
 
@@ -373,18 +349,18 @@ fn unknown(key: impl Into<String>, name: &str, defined: &[StrategyDefinition]) -
     )
 }
 
-fn check_renewals(at: &str, free: u32, max: u32) -> Result<(), WorkloadError> {
-    if free > max {
-        return Err(WorkloadError::new(
-            format!("{at}.free_renewals"),
-            format!("expected at most `max_renewals` ({max}), got {free}"),
-        ));
-    }
-    Ok(())
-}
-
-fn human_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    super::workload::human(d).map(Some)
+/// The flow's rule on renewals (free ones at most the cap), as the engine
+/// would apply it to these settings, naming the workload's key.
+fn check_renewals(at: &str, settings: &StrategySettings) -> Result<(), WorkloadError> {
+    let leases = LeaseOverrides {
+        max_renewals: Some(settings.max_renewals),
+        free_renewals: Some(settings.free_renewals),
+        ..LeaseOverrides::default()
+    };
+    leases.validate().map_err(|e| {
+        let key = e.path.strip_prefix("leases.").unwrap_or(&e.path);
+        WorkloadError::new(format!("{at}.{key}"), e.message.replace("`leases.", "`"))
+    })
 }
 
 fn check_lease(key: &str, lease: Duration) -> Result<(), WorkloadError> {

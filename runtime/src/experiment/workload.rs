@@ -410,10 +410,8 @@ impl Workload {
                 "expected a duration of at most 24h",
             ));
         }
-        self.strategy.validate()?;
-        super::strategy::StrategyDefinition::validate_all(&self.strategies)?;
-        super::strategy::StrategyDefinition::validate_over(&self.strategies, &self.strategy)?;
-        self.strategy.validate_sweep(&self.strategies)
+        self.strategy.validate(&self.strategies)?;
+        super::strategy::StrategyDefinition::validate_all(&self.strategies, &self.strategy)
     }
 
     /// The operations, in a fixed order (streams, tool calls, then
@@ -746,6 +744,6 @@ pub(super) fn parse_human(text: &str) -> Result<Duration, String> {
     })
 }
 
-fn human_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+pub(super) fn human_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     human(d).map(Some)
 }
