@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold::{Event, demo::DemoStack};
+use leasehold::{Event, demo::DemoStack, fencing};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -231,8 +231,8 @@ async fn stop_mid_call(
     (run_id, said)
 }
 
-/// The run's stored status, from `leasehold runs show`.
-async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
+/// The run as `leasehold runs show` prints it.
+async fn stored_view(data: &Path, model: &str, run_id: &str) -> serde_json::Value {
     let out = leasehold(data, model)
         .args(["runs", "show", run_id])
         .output()
@@ -243,7 +243,12 @@ async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The run's stored status, from `leasehold runs show`.
+async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
+    let view = stored_view(data, model, run_id).await;
     view["status"].as_str().expect("a status").to_owned()
 }
 
@@ -271,7 +276,13 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
         said.contains(&format!("leasehold runs resume {run_id}")),
         "{said}"
     );
-    assert_eq!(stored_status(&data, &model, &run_id).await, "running");
+    let view = stored_view(&data, &model, &run_id).await;
+    assert_eq!(view["status"], "running");
+    assert_eq!(
+        view["reason"],
+        fencing::STOPPED_IN_PLACE,
+        "a run stopped cleanly says so, not that nobody knows why it stopped"
+    );
 
     let resume = leasehold(&data, &model)
         .args(["runs", "resume", &run_id, "--json"])
@@ -441,4 +452,62 @@ async fn sigint_stops_the_interactive_demo_with_130() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_the_demo_with_its_dashboard_with_143() {
     stop_demo(&["--serve", "--addr", "127.0.0.1:0"], "TERM", 143).await;
+}
+
+/// A run whose executor was killed (SIGKILL: no clean stop, no lease let
+/// go) is held until its executor lease runs out. `runs resume` says until
+/// when in a readable time, how long that is, and what to do — reach the
+/// executor if it runs, wait if it died — rather than a Unix timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_held_by_a_killed_executor_says_until_when_and_what_to_do() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups.txt");
+    let flow = write_flow(dir.path(), &stack, &record);
+
+    let mut run = leasehold(&data, &model)
+        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
+        .arg("run")
+        .arg(&flow)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let run_id = until_a_tool_call_hangs(&mut lines).await;
+    let (pgid, _) = last_group(&record);
+    send("KILL", run.id().expect("pid"));
+    let _ = run.wait().await;
+    // Whatever the executor left behind is not this test's subject.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &format!("-{pgid}")])
+        .status();
+
+    let out = leasehold(&data, &model)
+        .args(["runs", "resume", &run_id])
+        .output()
+        .await
+        .expect("runs resume");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the run is held: {said}");
+    assert!(
+        said.contains(&format!("run {run_id} is held by executor")),
+        "{said}"
+    );
+    assert!(!said.contains("Unix ms"), "a readable time: {said}");
+    let year = said
+        .split_whitespace()
+        .find(|w| w.len() >= 20 && w.as_bytes()[4] == b'-' && w.contains('T'))
+        .unwrap_or_else(|| panic!("an RFC 3339 time: {said}"));
+    assert!(year.ends_with('Z'), "{year}");
+    assert!(said.contains("UTC (in "), "how long to wait: {said}");
+    assert!(
+        said.contains("--server URL"),
+        "how to reach a live executor: {said}"
+    );
+    assert!(said.contains("if it died"), "what to do if it died: {said}");
+    stack.shutdown().await;
 }

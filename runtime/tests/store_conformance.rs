@@ -144,6 +144,7 @@ conformance! {
         claim_is_refused_while_another_lease_is_live,
         claim_of_a_finished_run_is_refused,
         reconcile_marks_expired_running_runs_orphaned_with_the_message,
+        a_run_stopped_in_place_is_orphaned_as_stopped_and_claimed_clean,
         orphaned_run_can_be_claimed_and_runs_again,
         concurrent_claims_yield_exactly_one_owner,
         events_resume_after_an_event_id,
@@ -454,6 +455,31 @@ async fn reconcile_marks_expired_running_runs_orphaned_with_the_message(store: A
         Vec::<String>::new(),
         "reconciling twice changes nothing"
     );
+}
+
+/// A run its executor let go on a clean shutdown says so: once swept, it
+/// is orphaned by a shutdown, not by an executor lease that expired; and
+/// claimed straight from `running`, it no longer says it is stopped.
+async fn a_run_stopped_in_place_is_orphaned_as_stopped_and_claimed_clean(store: Arc<dyn Store>) {
+    let mut stopped = run_record("stopped", Some("a"), 1, 1_500, RunStatus::Running);
+    stopped.reason = Some(fencing::STOPPED_IN_PLACE.to_owned());
+    let mut taken = run_record("taken", Some("a"), 1, 1_500, RunStatus::Running);
+    taken.reason = Some(fencing::STOPPED_IN_PLACE.to_owned());
+    store.create_run(stopped).await.unwrap();
+    store.create_run(taken).await.unwrap();
+
+    let claimed = store.claim_run("taken", "b", 1_600, TTL).await.unwrap();
+    let ClaimOutcome::Claimed(claimed) = claimed else {
+        panic!("a released run is claimed: {claimed:?}");
+    };
+    assert_eq!(claimed.status, RunStatus::Running);
+    assert_eq!(claimed.reason, None, "a run taken on again is not stopped");
+
+    assert_eq!(store.reconcile_orphans(2_000).await.unwrap(), ["stopped"]);
+    let run = store.load_run("stopped").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Orphaned);
+    assert_eq!(run.reason.as_deref(), Some(fencing::ORPHANED_AFTER_STOP));
+    assert_ne!(run.reason.as_deref(), Some(fencing::ORPHANED));
 }
 
 async fn orphaned_run_can_be_claimed_and_runs_again(store: Arc<dyn Store>) {

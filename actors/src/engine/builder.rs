@@ -129,15 +129,20 @@ pub enum EngineError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Another executor holds the run.
-    #[error("run {run_id} is held by executor {owner_id} until {expires_at_ms} (Unix ms)")]
+    /// Another executor holds the run, or this one is already running it.
+    #[error("{}", held_message(.run_id, .owner_id, *.expires_at_ms, *.remaining_ms))]
     Held {
         /// The run.
         run_id: String,
         /// Who holds it.
         owner_id: String,
-        /// Until when.
+        /// Until when its executor lease runs (Unix ms); 0 when not known
+        /// (the executor that refused is running the run, or lost it to
+        /// another while acting on it).
         expires_at_ms: u64,
+        /// How long from the refusal until that lease ends, if its holder
+        /// stops renewing it: how long to wait before the run is free.
+        remaining_ms: u64,
     },
     /// The run has ended.
     #[error("run {run_id} has already finished ({status:?})")]
@@ -153,6 +158,30 @@ pub enum EngineError {
     /// The engine was shut down; it starts and resumes nothing more.
     #[error("this executor has shut down: it starts and resumes no more runs")]
     ShutDown,
+}
+
+/// What [`EngineError::Held`] says: who holds the run, until when in a
+/// readable time, and what to do — reach that executor if it runs, or wait
+/// for its lease to end if it died.
+fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: u64) -> String {
+    if expires_at_ms == 0 {
+        return format!(
+            "run {run_id} is held by executor {owner_id}, which is running it or taking it \
+             on; act on the run through that executor (for a `leasehold serve`, add \
+             `--server URL` to the `leasehold runs` command)"
+        );
+    }
+    let until = std::time::UNIX_EPOCH + std::time::Duration::from_millis(expires_at_ms);
+    let wait =
+        humantime::format_duration(std::time::Duration::from_secs(remaining_ms.div_ceil(1000)));
+    format!(
+        "run {run_id} is held by executor {owner_id}, whose lease on it runs until {} UTC \
+         (in {wait}); if that executor is running, act on the run through it (for a \
+         `leasehold serve`, add `--server URL` to the `leasehold runs` command); if it \
+         died, the run is free once its lease ends: try again after {}",
+        humantime::format_rfc3339_seconds(until),
+        humantime::format_rfc3339_seconds(until),
+    )
 }
 
 /// Builds an [`Engine`].

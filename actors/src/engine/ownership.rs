@@ -18,7 +18,7 @@ use crate::agent::{LoopMsg, RunContext};
 use crate::duration::heartbeat_timing;
 use crate::event::EventKind;
 use crate::event_log::LogItem;
-use crate::ports::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate, Store};
+use crate::ports::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate, Store, fencing};
 use crate::run::RunHandle;
 
 use super::{Engine, EngineError, RUN_STOP_GRACE};
@@ -135,6 +135,7 @@ impl Engine {
                 run_id: run_id.to_owned(),
                 owner_id: self.owner_id.clone(),
                 expires_at_ms: 0,
+                remaining_ms: 0,
             });
         }
         Ok(TakingOn {
@@ -159,6 +160,7 @@ impl Engine {
                 run_id: run_id.to_owned(),
                 owner_id,
                 expires_at_ms,
+                remaining_ms: expires_at_ms.saturating_sub(now),
             }),
             ClaimOutcome::Finished(status) => Err(EngineError::Finished {
                 run_id: run_id.to_owned(),
@@ -220,6 +222,7 @@ impl Engine {
                 run_id: run_id.to_owned(),
                 owner_id: owner_id.unwrap_or_default(),
                 expires_at_ms: 0,
+                remaining_ms: 0,
             },
             Err(error) => error.into(),
         }
@@ -262,6 +265,7 @@ impl Engine {
                 run_id: run_id.to_owned(),
                 owner_id: owner_id.unwrap_or_default(),
                 expires_at_ms: 0,
+                remaining_ms: 0,
             }),
         };
         stale(
@@ -337,6 +341,7 @@ pub(super) struct LiveRun {
 /// the run already, and nothing is written.
 async fn release(store: &dyn Store, run_id: &str, fence: &AtomicU64, now_ms: u64) {
     let fence = fence.load(Ordering::Acquire);
+    mark_stopped_in_place(store, run_id, fence, now_ms).await;
     match store.renew_run(run_id, fence, now_ms, 0).await {
         Ok(Fenced::Applied(())) => {}
         Ok(Fenced::Stale { owner_id, .. }) => {
@@ -345,6 +350,31 @@ async fn release(store: &dyn Store, run_id: &str, fence: &AtomicU64, now_ms: u64
         Err(error) => {
             tracing::warn!(run_id, %error, "run lease not released; it will expire");
         }
+    }
+}
+
+/// Says on a running run that its executor stopped it on purpose
+/// ([`fencing::STOPPED_IN_PLACE`]), so that nobody reading it later takes
+/// a clean shutdown for a dead executor. A paused run already says why it
+/// waits, and keeps its reason.
+async fn mark_stopped_in_place(store: &dyn Store, run_id: &str, fence: u64, now_ms: u64) {
+    let record = match store.load_run(run_id).await {
+        Ok(Some(record)) if record.status == RunStatus::Running && record.fence == fence => record,
+        Ok(_) => return,
+        Err(error) => {
+            tracing::warn!(run_id, %error, "run not marked as stopped in place");
+            return;
+        }
+    };
+    let update = RunUpdate {
+        status: RunStatus::Running,
+        reason: Some(fencing::STOPPED_IN_PLACE.to_owned()),
+        answer: record.answer,
+        pause: record.pause,
+        at_ms: now_ms,
+    };
+    if let Err(error) = store.update_run(run_id, fence, update).await {
+        tracing::warn!(run_id, %error, "run not marked as stopped in place");
     }
 }
 

@@ -495,6 +495,17 @@ pub mod fencing {
     /// The message an orphaned run carries.
     pub const ORPHANED: &str = "run orphaned: executor lease expired";
 
+    /// The reason a running run carries once its executor stopped it in
+    /// place on a clean shutdown (SIGINT, SIGTERM, `Engine::shutdown`) and
+    /// let it go: nobody runs it, and it is not lost.
+    pub const STOPPED_IN_PLACE: &str =
+        "stopped in place: its executor shut down cleanly; resume it to go on";
+
+    /// The message of a run orphaned after a clean stop: what happened is
+    /// a shutdown, not an executor that died.
+    pub const ORPHANED_AFTER_STOP: &str =
+        "run orphaned: its executor shut down cleanly and let it go; resume it to go on";
+
     /// The record after a claim by `owner_id` at `now_ms`, or why not.
     #[allow(
         clippy::result_large_err,
@@ -523,7 +534,9 @@ pub mod fencing {
         claimed.fence = record.fence.saturating_add(1);
         claimed.lease_expires_at_ms = now_ms.saturating_add(ttl_ms);
         claimed.updated_at_ms = now_ms;
-        if matches!(claimed.status, RunStatus::Orphaned | RunStatus::Queued) {
+        if matches!(claimed.status, RunStatus::Orphaned | RunStatus::Queued)
+            || claimed.reason.as_deref() == Some(STOPPED_IN_PLACE)
+        {
             claimed.status = RunStatus::Running;
             claimed.reason = None;
         }
@@ -602,7 +615,14 @@ pub mod fencing {
         }
         let mut orphaned = record.clone();
         orphaned.status = RunStatus::Orphaned;
-        orphaned.reason = Some(ORPHANED.to_owned());
+        orphaned.reason = Some(
+            if record.reason.as_deref() == Some(STOPPED_IN_PLACE) {
+                ORPHANED_AFTER_STOP
+            } else {
+                ORPHANED
+            }
+            .to_owned(),
+        );
         orphaned.updated_at_ms = now_ms;
         Some(orphaned)
     }

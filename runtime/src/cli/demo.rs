@@ -14,8 +14,10 @@ use clap::Args;
 
 use super::signal::{Signals, Stop};
 use super::{CliError, GlobalArgs, install_signals};
+use crate::config::{Config, Source};
 use crate::demo::{self, Answer, DemoError, DemoStack};
 use crate::server::{App, ServerOptions};
+use leasehold_actors::Store;
 
 /// `leasehold demo`.
 #[derive(Debug, Args)]
@@ -39,18 +41,24 @@ impl From<DemoError> for CliError {
 }
 
 /// Runs the demo; exits 0 when it showed everything it is meant to show.
-pub(super) async fn run(_global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode, CliError> {
     let answer = if args.interactive {
         Answer::Stdin
     } else {
         Answer::auto()
     };
+    // The demo's run is kept where every other run is, so that `leasehold
+    // runs show` and the dashboard find it afterwards; only the demo's own
+    // settings (its servers, its short leases) are its own.
+    let config = global.load(&[])?;
+    let store = config.open_store()?;
+    let kept_in = kept_in(&config);
     let signals = install_signals()?;
     let mut out = std::io::stdout();
     let outcome = if args.serve {
-        serve(args.addr, answer, &mut out, &signals).await?
+        serve(args.addr, store, answer, &mut out, &signals).await?
     } else {
-        demo::run_until(answer, &mut out, signals.stopped()).await?
+        demo::run_until_in(store, answer, &mut out, signals.stopped()).await?
     };
     let report = match outcome {
         Ok(report) => report,
@@ -63,6 +71,11 @@ pub(super) async fn run(_global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode
             return Ok(ExitCode::from(stop.exit_code()));
         }
     };
+    let _ = writeln!(
+        out,
+        "\nThe run is kept in {}: `leasehold runs show {}{}` shows it again.",
+        kept_in.0, report.run_id, kept_in.1
+    );
     let _ = out.flush();
     if report.as_expected() {
         return Ok(ExitCode::SUCCESS);
@@ -75,19 +88,41 @@ pub(super) async fn run(_global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode
     }
 }
 
+/// Where the demo's run is kept, and what a `runs` command must be given
+/// to find it there (the flag that chose it, if one did).
+fn kept_in(config: &Config) -> (String, String) {
+    if let Some(url) = &config.store_url.value {
+        let flag = match &config.store_url.source {
+            Source::Flag(_) => " --store URL",
+            _ => "",
+        };
+        return (
+            format!("the store at {}", crate::store::redact_url(url)),
+            flag.to_owned(),
+        );
+    }
+    let dir = config.data_dir.value.display();
+    let flag = match &config.data_dir.source {
+        Source::Flag(_) => format!(" --data-dir {dir}"),
+        _ => String::new(),
+    };
+    (format!("the data directory `{dir}`"), flag)
+}
+
 /// The demo with the dashboard: the same engine behind the HTTP server, the
 /// run adopted by it so the page can resume it. After the run the dashboard
 /// stays up until SIGINT or SIGTERM; one before the run ends stops
 /// everything (`Err` with the signal).
 async fn serve(
     addr: SocketAddr,
+    store: Arc<dyn Store>,
     answer: Answer,
     out: &mut std::io::Stdout,
     signals: &Signals,
 ) -> Result<Result<demo::DemoReport, Stop>, CliError> {
     crate::server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
     let stack = DemoStack::start().await?;
-    let engine = stack.engine_builder()?.build().await?;
+    let engine = stack.engine_builder()?.store(store).build().await?;
     let app = App::new(Arc::new(engine), ServerOptions::default());
     let (bound, serving) = super::serve::start(Arc::clone(&app), addr, signals).await?;
     writeln!(out, "dashboard: http://{bound}/").map_err(DemoError::Io)?;

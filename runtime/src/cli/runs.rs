@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{ArgGroup, Args, Subcommand};
 use leasehold_actors::{
     BoxFuture, Engine, Evidence, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
-    ReconcileDecision, RunQuery, RunStatus,
+    ReconcileDecision, RunQuery, RunStatus, Store,
 };
 
 use super::log::{self, Output};
@@ -201,6 +201,24 @@ impl RunsCommand {
     }
 }
 
+/// The run store the command reads: PostgreSQL's, or the sled store of a
+/// data directory that exists. A `runs` command never makes a store: a
+/// mistyped `--data-dir` would otherwise be a new, empty store, and its
+/// "no runs" a lie.
+fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError> {
+    let dir = &config.data_dir;
+    if config.store_url.value.is_none() && !dir.value.exists() {
+        return Err(CliError::other(format!(
+            "no store at `{}` (data_dir, from {}): the directory does not exist. \
+             `leasehold run` and `leasehold serve` make it; check the path, or give \
+             `--server URL` to ask a running `leasehold serve`",
+            dir.value.display(),
+            dir.source
+        )));
+    }
+    Ok(config.open_store()?)
+}
+
 /// Runs the command against the server, or the data directory.
 pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<ExitCode, CliError> {
     let config = global.load(&[])?;
@@ -210,7 +228,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
     }
     match command {
         RunsCommand::List(args) => {
-            let store = config.open_store()?;
+            let store = existing_store(&config)?;
             let page = store.list_runs_page(&args.query()).await?;
             print_page(&RunsPage {
                 runs: page
@@ -223,7 +241,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Show(RunArg { id, .. }) => {
-            let store = config.open_store()?;
+            let store = existing_store(&config)?;
             let record = store.load_run(&id).await?.ok_or_else(|| {
                 CliError::other(format!(
                     "no run {id} in {}",
@@ -238,7 +256,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Trace(RunArg { id, .. }) => {
-            let store = config.open_store()?;
+            let store = existing_store(&config)?;
             if store.load_run(&id).await?.is_none() {
                 return Err(CliError::other(format!("no run {id}")));
             }
@@ -247,7 +265,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         RunsCommand::Events(args) => {
-            let store = config.open_store()?;
+            let store = existing_store(&config)?;
             if store.load_run(&args.id).await?.is_none() {
                 return Err(CliError::other(format!("no run {}", args.id)));
             }
@@ -280,7 +298,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
 /// Decides about the run's call of unknown outcome: a cancel needs no
 /// loop; otherwise claims the run, answers its pause and follows it.
 async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, CliError> {
-    let store = config.open_store()?;
+    let store = existing_store(&config)?;
     let record = store
         .load_run(&args.id)
         .await?
@@ -337,7 +355,7 @@ async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, Cli
 async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError> {
     // Before the run's tool servers start: a signal stops it in place.
     let signals = super::install_signals()?;
-    let store = config.open_store()?;
+    let store = existing_store(&config)?;
     let record = store
         .load_run(&args.id)
         .await?
@@ -366,7 +384,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
 /// An engine for administering runs: the configured model if there is one,
 /// otherwise one that refuses every call (cancelling needs no model).
 async fn admin_engine(config: &Config) -> Result<Engine, CliError> {
-    let store = config.open_store()?;
+    let store = existing_store(&config)?;
     let builder = match config.engine_builder_with_store(Arc::clone(&store)) {
         Ok(builder) => builder,
         Err(EngineSetupError::Model(_)) => Engine::builder()

@@ -12,12 +12,17 @@ use super::idle::MODEL_KINDS;
 use super::keys::{KEYS, Key, ValueKind};
 use super::{Config, Source, compact, key_of, named};
 
+/// The shortest `executor.claim_interval`: the interval is only the
+/// fallback of an executor that claims on each queued run and each ended
+/// one, and a shorter one is an idle loop on the store.
+pub const MIN_CLAIM_INTERVAL: Duration = Duration::from_millis(100);
+
 impl Config {
     /// Refuses combinations that defeat themselves, naming the variables: a
     /// zero duration or one above [`MAX_DURATION`] (30 days), free renewals
     /// above the renewal cap, a longest backoff below the first, more than
     /// [`MAX_EXTENSIONS`] (3) budget extensions, a run lease too short to
-    /// heartbeat.
+    /// heartbeat, a claim interval below [`MIN_CLAIM_INTERVAL`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value, source) in self.durations() {
             let Some(value) = value else {
@@ -96,6 +101,19 @@ impl Config {
                 named(key_of("run_lease_ttl")),
                 "a duration of at least 3ms",
                 humantime::format_duration(self.run_lease_ttl.value),
+            ));
+        }
+        if self.executor_claim_interval.value < MIN_CLAIM_INTERVAL {
+            return Err(ConfigError::new(
+                named(key_of("executor.claim_interval")),
+                format!(
+                    "a duration of at least {} (from {}): an executor also claims as soon \
+                     as a run is queued and whenever one of its runs ends, so a shorter \
+                     interval only makes an idle server spin on the store",
+                    humantime::format_duration(MIN_CLAIM_INTERVAL),
+                    self.executor_claim_interval.source
+                ),
+                humantime::format_duration(self.executor_claim_interval.value),
             ));
         }
         self.engine_config().validate()

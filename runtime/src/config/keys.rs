@@ -199,7 +199,7 @@ pub(super) const KEYS: [Key; 48] = [
         "executor.claim_interval",
         "1s",
         ValueKind::Duration,
-        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one)",
+        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least 100ms",
     ),
     key(
         "LEASEHOLD_DURABILITY",

@@ -74,7 +74,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, EngineSetupError};
-use leasehold_actors::{ControlError, EngineBuilder, EngineError, Flow, MemoryStore};
+use leasehold_actors::{ControlError, EngineBuilder, EngineError, Flow, MemoryStore, Store};
 
 pub use drive::{drive, drive_with};
 pub use report::{DemoReport, Extension, KeyedRetry, PauseAnswer, Responder};
@@ -313,19 +313,32 @@ pub async fn run_until<T>(
     out: &mut (impl std::io::Write + Send),
     stop: impl Future<Output = T> + Send,
 ) -> Result<Result<DemoReport, T>, DemoError> {
+    run_until_in(Arc::new(MemoryStore::new()), answer, out, stop).await
+}
+
+/// [`run_until`] with the run kept in `store` (the command's data
+/// directory, say), where `leasehold runs show` and the dashboard find it
+/// afterwards.
+pub async fn run_until_in<T>(
+    store: Arc<dyn Store>,
+    answer: Answer,
+    out: &mut (impl std::io::Write + Send),
+    stop: impl Future<Output = T> + Send,
+) -> Result<Result<DemoReport, T>, DemoError> {
     let stack = DemoStack::start().await?;
-    let outcome = drive_on(&stack, answer, out, stop).await;
+    let outcome = drive_on(&stack, store, answer, out, stop).await;
     stack.shutdown().await;
     outcome
 }
 
 async fn drive_on<T>(
     stack: &DemoStack,
+    store: Arc<dyn Store>,
     answer: Answer,
     out: &mut (impl std::io::Write + Send),
     stop: impl Future<Output = T> + Send,
 ) -> Result<Result<DemoReport, T>, DemoError> {
-    let engine = stack.engine_builder()?.build().await?;
+    let engine = stack.engine_builder()?.store(store).build().await?;
     let driven = tokio::select! {
         driven = drive(&engine, stack.flow(), answer, &mut *out) => Ok(driven),
         stopped = stop => Err(stopped),

@@ -489,12 +489,20 @@ impl Inner {
             .query(
                 "WITH expired AS (SELECT run_id FROM runs \
                  WHERE status = $4 AND lease_expires_at_ms <= $1 FOR UPDATE SKIP LOCKED), \
-                 orphaned AS (UPDATE runs SET status = $2, reason = $3, updated_at_ms = $1 \
+                 orphaned AS (UPDATE runs SET status = $2, \
+                 reason = CASE WHEN runs.reason = $5 THEN $6 ELSE $3 END, updated_at_ms = $1 \
                  FROM expired WHERE runs.run_id = expired.run_id RETURNING runs.run_id), \
                  notified AS (SELECT run_id, pg_notify('leasehold', \
                  json_build_object('change', 'run', 'run_id', run_id)::text) FROM orphaned) \
                  SELECT run_id FROM notified ORDER BY run_id COLLATE \"C\"",
-                &[&now, &orphaned, &fencing::ORPHANED, &running],
+                &[
+                    &now,
+                    &orphaned,
+                    &fencing::ORPHANED,
+                    &running,
+                    &fencing::STOPPED_IN_PLACE,
+                    &fencing::ORPHANED_AFTER_STOP,
+                ],
             )
             .await
             .map_err(|e| failed(&doing, &e))?;

@@ -1,0 +1,166 @@
+//! What the `leasehold` command says when something is not as the user
+//! thinks, run as a real process: each message says what happened and what
+//! to do. A mistyped data directory is not an empty store; a store locked by
+//! a `leasehold serve` points to `--server`; a claim interval that would
+//! make an idle server spin is refused; the demo's run is kept where
+//! `runs show` finds it.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+fn leasehold(data_dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_DATA_DIR", data_dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// The command's exit code, stdout and stderr, within [`PATIENCE`].
+async fn output(command: &mut Command) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(PATIENCE, command.output())
+        .await
+        .expect("the command ends")
+        .expect("the command runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_commands_refuse_a_data_dir_that_does_not_exist_and_make_none() {
+    let dir = tempfile::tempdir().expect("dir");
+    let typo = dir.path().join("data-typo");
+    for args in [
+        &["runs", "list"][..],
+        &["runs", "show", "run-1"],
+        &["runs", "events", "run-1"],
+        &["runs", "trace", "run-1"],
+        &["runs", "resume", "run-1"],
+        &["runs", "cancel", "run-1"],
+    ] {
+        let (code, stdout, stderr) = output(
+            leasehold(dir.path())
+                .args(args)
+                .arg("--data-dir")
+                .arg(&typo),
+        )
+        .await;
+        assert_ne!(
+            code,
+            Some(0),
+            "{args:?} on a missing store: {stdout}{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("no store at `{}`", typo.display()))
+                && stderr.contains("does not exist")
+                && stderr.contains("flag --data-dir")
+                && stderr.contains("--server URL"),
+            "{args:?} says which directory, where it came from and what to do: {stderr}"
+        );
+        assert!(!stdout.contains("no runs"), "{args:?}: {stdout}");
+        assert!(!typo.exists(), "{args:?} made a store at the mistyped path");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_interval_below_its_floor_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().expect("dir");
+    for command in [&["config"][..], &["serve", "--addr", "127.0.0.1:0"]] {
+        let (code, stdout, stderr) = output(
+            leasehold(dir.path())
+                .args(command)
+                .args(["--set", "executor.claim_interval=1ns"]),
+        )
+        .await;
+        assert_ne!(code, Some(0), "{command:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL")
+                && stderr.contains("at least 100ms")
+                && stderr.contains("1ns"),
+            "{command:?} names the key, the floor and the value: {stderr}"
+        );
+    }
+    let (code, stdout, stderr) =
+        output(leasehold(dir.path()).args(["config", "--set", "executor.claim_interval=100ms"]))
+            .await;
+    assert_eq!(
+        code,
+        Some(0),
+        "the floor itself is allowed: {stdout}{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_locked_by_a_server_points_to_server() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let mut server = leasehold(&data)
+        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:1/v1")
+        .env("LEASEHOLD_MODEL_NAME", "m")
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let base = support::served_base(&mut server, PATIENCE).await;
+
+    let (code, stdout, stderr) = output(leasehold(&data).args(["runs", "list"])).await;
+    assert_ne!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("locked by another process") && stderr.contains("--server URL"),
+        "the lock's message says how to reach the server's runs: {stderr}"
+    );
+    let (code, stdout, stderr) =
+        output(leasehold(&data).args(["runs", "list", "--server", &base])).await;
+    assert_eq!(code, Some(0), "and that way works: {stdout}{stderr}");
+    server.start_kill().expect("stop serve");
+    let _ = server.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_keeps_its_run_in_the_data_directory() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let (code, stdout, stderr) = output(
+        leasehold(dir.path())
+            .arg("demo")
+            .arg("--data-dir")
+            .arg(&data),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let shown = stdout
+        .lines()
+        .find_map(|line| line.split("`leasehold runs show ").nth(1))
+        .unwrap_or_else(|| panic!("the demo says how to show its run again: {stdout}"));
+    let command: Vec<&str> = shown
+        .trim_end_matches("` shows it again.")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        command.get(1..3),
+        Some(&["--data-dir", &*data.to_string_lossy()][..])
+    );
+
+    let (code, stdout, stderr) =
+        output(leasehold(dir.path()).args(["runs", "show"]).args(&command)).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let view: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(view["run_id"], command[0]);
+    assert_eq!(view["status"], "completed");
+    assert_eq!(view["flow"]["name"], "incident-review");
+}
