@@ -298,7 +298,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
 /// Decides about the run's call of unknown outcome: a cancel needs no
 /// loop; otherwise claims the run, answers its pause and follows it.
 async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, CliError> {
-    let store = existing_store(&config)?;
+    let store = existing_store(config)?;
     let record = store
         .load_run(&args.id)
         .await?
@@ -355,7 +355,7 @@ async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, Cli
 async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError> {
     // Before the run's tool servers start: a signal stops it in place.
     let signals = super::install_signals()?;
-    let store = existing_store(&config)?;
+    let store = existing_store(config)?;
     let record = store
         .load_run(&args.id)
         .await?
@@ -384,7 +384,7 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
 /// An engine for administering runs: the configured model if there is one,
 /// otherwise one that refuses every call (cancelling needs no model).
 async fn admin_engine(config: &Config) -> Result<Engine, CliError> {
-    let store = existing_store(&config)?;
+    let store = existing_store(config)?;
     let builder = match config.engine_builder_with_store(Arc::clone(&store)) {
         Ok(builder) => builder,
         Err(EngineSetupError::Model(_)) => Engine::builder()
