@@ -289,10 +289,22 @@ pub fn describe_config(config: &Config) -> String {
                 .map_or_else(|| "the file".to_owned(), |f| f.display().to_string())
         );
         for server in &config.tools {
+            // Secrets stay hidden here too: the output gets pasted.
             let target = match (&server.command, &server.url) {
-                (Some(command), _) => format!("command {}", command.join(" ")),
-                (None, Some(url)) => format!("url {url}"),
+                (Some(command), _) => {
+                    format!(
+                        "command {}",
+                        crate::secret::redact_command(command).join(" ")
+                    )
+                }
+                (None, Some(url)) => format!("url {}", crate::secret::redact_url(url)),
                 (None, None) => String::new(),
+            };
+            let target = if server.env.is_empty() {
+                target
+            } else {
+                let names: Vec<&str> = server.env.keys().map(String::as_str).collect();
+                format!("{target} (env {} set)", names.join(", "))
             };
             let _ = writeln!(out, "{:<width$}  {target}", server.name);
         }

@@ -232,7 +232,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             })?;
             let flow = record.flow.clone();
             let mut view = RunView::new(record, None);
-            view.flow = Some(flow);
+            view.flow = Some(crate::secret::redact_flow(flow));
             view.tool_calls = Some(store.load_tool_calls(&id).await?);
             print_json(&view);
             Ok(ExitCode::SUCCESS)

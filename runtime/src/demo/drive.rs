@@ -173,8 +173,13 @@ fn header(
         .iter()
         .map(|t| {
             t.url
-                .clone()
-                .or_else(|| t.command.as_ref().map(|c| c.join(" ")))
+                .as_deref()
+                .map(crate::secret::redact_url)
+                .or_else(|| {
+                    t.command
+                        .as_ref()
+                        .map(|c| crate::secret::redact_command(c).join(" "))
+                })
                 .unwrap_or_else(|| t.name.clone())
         })
         .collect();
