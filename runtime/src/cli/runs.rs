@@ -13,6 +13,7 @@ use leasehold_actors::{
 use super::log::{self, Output};
 use super::{CliError, GlobalArgs, remote};
 use crate::config::{Config, EngineSetupError};
+use crate::printable::printable;
 use crate::server::{
     DEFAULT_PAGE_LIMIT, RunView, RunsPage, TraceView, parse_instant, parse_limit, parse_status,
 };
@@ -428,12 +429,15 @@ fn print_list(views: &[RunView]) {
             .or_else(|| view.reason.clone())
             .or_else(|| view.answer.clone())
             .unwrap_or_default();
+        // A client named the flow, a peer wrote the note: printed as text,
+        // one run per row.
         let note: String = note.chars().take(60).collect();
+        let note = printable(&note);
         println!(
             "{:<28} {:<24} {:<20} {:<14} {note}",
-            view.run_id,
+            printable(&view.run_id),
             status,
-            view.flow_name,
+            printable(&view.flow_name),
             humantime::format_rfc3339_seconds(
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(view.updated_at_ms)
             )

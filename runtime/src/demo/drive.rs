@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::report::{DemoReport, PauseAnswer, Responder};
 use super::{Answer, DemoError};
+use crate::printable::printable;
 use leasehold_actors::{
     Clock, ControlError, Engine, Event, EventKind, EventStream, Flow, Lagged, RunHandle, RunState,
     RunStatus, SystemClock,
@@ -454,9 +455,9 @@ fn line(event: &Event, origin: u64) -> Option<String> {
     Some(format!(
         "{}  {:<36} {:<20} {}",
         seconds(event.at, origin),
-        event.path,
+        printable(&event.path),
         event.kind.name(),
-        text
+        printable(&text)
     ))
 }
 
