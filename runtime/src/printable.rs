@@ -24,9 +24,10 @@
 //! assert!(matches!(printable("plain"), std::borrow::Cow::Borrowed(_)));
 //! ```
 //!
-//! JSON output needs none of this: serde_json escapes every control
-//! character (as `\u001b`, `\n`), and the bidirectional marks reach the
-//! terminal only inside a quoted string.
+//! JSON output is escaped by [`printable_json`]: serde_json escapes the C0
+//! controls (as `\u001b`, `\n`) but writes DEL, the C1 controls and the
+//! direction marks as they are; it writes them as JSON escapes
+//! (`\u009b`, `\u202e`), which read back as the same text.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -61,6 +62,27 @@ pub fn printable_block(text: &str) -> Cow<'_, str> {
         return kept;
     }
     Cow::Owned(kept.replace('\n', "\n  "))
+}
+
+/// JSON text (one value, compact or pretty) with every
+/// [unprintable](is_unprintable) character but a line feed written as a
+/// `\uXXXX` escape: the same JSON value, safe on a terminal. Outside its
+/// strings JSON holds no such character but the line feeds and spaces of
+/// pretty printing, so each one escaped was inside a string.
+pub fn printable_json(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(|c| c != '\n' && is_unprintable(c)) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if c != '\n' && is_unprintable(c) {
+            // Every such character is in the Basic Multilingual Plane.
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn escaped(text: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
@@ -107,6 +129,17 @@ mod tests {
         #[test]
         fn printable_text_is_left_alone(text in "[^\\p{Cc}\\u{61c}\\u{200e}\\u{200f}\\u{2028}-\\u{202e}\\u{2066}-\\u{2069}]*") {
             prop_assert_eq!(printable(&text), Cow::Borrowed(text.as_str()));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn printable_json_is_the_same_value(text in any::<String>()) {
+            let json = serde_json::json!({"text": text}).to_string();
+            let shown = printable_json(&json);
+            prop_assert!(!shown.chars().any(is_unprintable), "{shown:?}");
+            let back: serde_json::Value = serde_json::from_str(&shown).expect("still JSON");
+            prop_assert_eq!(back["text"].as_str(), Some(text.as_str()));
         }
     }
 

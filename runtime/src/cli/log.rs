@@ -7,7 +7,7 @@ use std::time::Duration;
 use leasehold_actors::{Event, EventKind, EventStream, RunHandle, RunState, Store, StoreError};
 
 use super::signal::{Signals, Stop};
-use crate::printable::{printable, printable_block};
+use crate::printable::{printable, printable_block, printable_json};
 
 /// How events are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,9 +36,12 @@ pub(crate) fn line(event: &Event, origin: u64) -> String {
 /// Prints `event` to stdout as `output` says.
 pub(crate) fn print(event: &Event, output: Output, origin: u64) {
     let text = match output {
-        Output::Json => serde_json::to_string(event).unwrap_or_else(|e| {
-            serde_json::json!({"seq": event.seq, "error": e.to_string()}).to_string()
-        }),
+        Output::Json => {
+            let json = serde_json::to_string(event).unwrap_or_else(|e| {
+                serde_json::json!({"seq": event.seq, "error": e.to_string()}).to_string()
+            });
+            printable_json(&json).into_owned()
+        }
         Output::Readable => {
             // Progress is evidence, not news: counted in the verdicts.
             if matches!(event.kind, EventKind::Progress { .. }) {

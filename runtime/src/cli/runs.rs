@@ -461,7 +461,7 @@ pub(super) fn print_trace(trace: &TraceView) {
 /// Pretty JSON on stdout.
 pub(super) fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => println!("{}", crate::printable::printable_json(&text)),
         Err(error) => eprintln!("leasehold: cannot print: {error}"),
     }
 }
