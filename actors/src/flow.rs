@@ -197,9 +197,16 @@ impl ToolServer {
                     .strip_prefix("https://")
                     .or_else(|| url.strip_prefix("http://"));
                 if host.is_none_or(str::is_empty) {
+                    // The value itself is not echoed: a URL may carry a
+                    // password, and this message reaches clients and logs.
+                    let got = match (host, url.split_once("://")) {
+                        (Some(_), _) => "no host".to_owned(),
+                        (None, Some((scheme, _))) => format!("the scheme {scheme:?}"),
+                        (None, None) => "no `scheme://`".to_owned(),
+                    };
                     return Err(FlowError::new(
                         format!("{at}.url"),
-                        format!("expected an http:// or https:// address, got {url:?}"),
+                        format!("expected an http:// or https:// address, got {got}"),
                     ));
                 }
             }
