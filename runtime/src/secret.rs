@@ -72,10 +72,22 @@ const SECRET_NAME_WORDS: &[&str] = &[
     "session",
 ];
 
+/// PostgreSQL connection parameters that are settings, not credentials:
+/// shown in a `postgres://` URL, where an operator needs them to tell why a
+/// connection failed (`sslmode=verify-full`). Every other query value, of
+/// any URL, is hidden.
+const SHOWN_POSTGRES_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "connect_timeout",
+    "application_name",
+    "target_session_attrs",
+];
+
 /// `url` with its credentials hidden: the password of its user-info (the
 /// user alone when there is no password, as in `https://TOKEN@host`), every
-/// query value and its fragment. Text that is not a URL is shown as
-/// `(not a URL)`.
+/// query value (but a `postgres://` URL's settings such as `sslmode`) and
+/// its fragment. Text that is not a URL is shown as `(not a URL)`.
 pub fn redact_url(url: &str) -> String {
     match UrlParts::of(url) {
         Some(parts) => parts.redacted(),
@@ -351,6 +363,7 @@ impl<'a> UrlParts<'a> {
             let pairs: Vec<String> = query
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if self.shows(name) => pair.to_owned(),
                     Some((name, _)) => format!("{name}={HIDDEN}"),
                     None if pair.is_empty() => String::new(),
                     None => HIDDEN.to_owned(),
@@ -367,6 +380,11 @@ impl<'a> UrlParts<'a> {
         out
     }
 
+    /// Whether the query parameter `name` is a setting shown as it is.
+    fn shows(&self, name: &str) -> bool {
+        self.scheme.starts_with("postgres") && SHOWN_POSTGRES_PARAMETERS.contains(&name)
+    }
+
     /// The hidden values, as written and percent-decoded.
     fn secrets(&self) -> Vec<String> {
         let mut raw: Vec<&str> = Vec::new();
@@ -377,7 +395,11 @@ impl<'a> UrlParts<'a> {
             raw.extend(
                 query
                     .split('&')
-                    .map(|pair| pair.split_once('=').map_or(pair, |(_, value)| value)),
+                    .filter_map(|pair| match pair.split_once('=') {
+                        Some((name, _)) if self.shows(name) => None,
+                        Some((_, value)) => Some(value),
+                        None => Some(pair),
+                    }),
             );
         }
         raw.extend(self.fragment);

@@ -15,9 +15,11 @@ fn a_url_shows_its_host_and_path_but_no_credential() {
         "https://***@example.com/x?a=***&***&b=***#***"
     );
     assert_eq!(
-        redact_url("postgres://lh:pw@db:5432/runs"),
-        "postgres://lh:***@db:5432/runs"
+        redact_url("postgres://lh:pw@db:5432/runs?sslmode=verify-full&password=pw2"),
+        "postgres://lh:***@db:5432/runs?sslmode=verify-full&password=***"
     );
+    // Only a PostgreSQL URL's settings are shown.
+    assert_eq!(redact_url("http://h/?sslmode=x"), "http://h/?sslmode=***");
     // An `@` in the path is not user-info.
     assert_eq!(redact_url("http://host/a@b"), "http://host/a@b");
     assert_eq!(
@@ -132,4 +134,35 @@ fn the_log_scrubber_forgets_the_oldest_past_its_bound() {
         scrub_log("at http://h/?k=later-secret-3"),
         "at http://h/?k=***"
     );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn no_text_panics_the_redaction(text in any::<String>()) {
+            let _ = redact_url(&text);
+            let _ = redact_urls_in(&text);
+            let _ = Secrets::of_url(&text).scrub(&text);
+            let command: Vec<CommandArg> =
+                text.split(' ').map(CommandArg::from).collect();
+            let _ = redact_command(&command);
+        }
+
+        #[test]
+        fn a_urls_credentials_never_show(
+            password in "[A-Za-z0-9%!$]{1,24}",
+            token in "[A-Za-z0-9._~-]{1,24}",
+            before in "[a-z ]{0,8}",
+        ) {
+            let url = format!("http://user:{password}@h:1/mcp?token={token}");
+            let shown = redact_url(&url);
+            prop_assert!(!shown.contains(&format!(":{password}@")), "{shown}");
+            prop_assert!(!shown.contains(&format!("={token}")), "{shown}");
+            let said = redact_urls_in(&format!("{before}({url}): failed")).into_owned();
+            prop_assert!(said.contains("http://user:***@h:1/mcp?token=***"), "{said}");
+        }
+    }
 }
