@@ -56,22 +56,19 @@ impl Drop for ScrubbedLine {
 /// Remembers, for the log, the secrets `config` holds: its tool servers',
 /// the model endpoints' URLs and keys, the store's URL, the API token.
 pub(crate) fn hide_configured_secrets(config: &Config) {
-    let mut secrets = Secrets::new();
     for server in &config.tools {
-        let of_server = Secrets::of_server(server);
-        hide_in_logs(&of_server);
+        hide_in_logs(&Secrets::of_server(server));
     }
-    for url in [
+    let urls = [
         &config.model_base_url.value,
         &config.fast_model_base_url.value,
         &config.store_url.value,
-    ]
-    .into_iter()
-    .flatten()
-    {
+    ];
+    for url in urls.into_iter().flatten() {
         hide_in_logs(&Secrets::of_url(url));
     }
-    secrets.extend(
+    let mut keys = Secrets::new();
+    keys.extend(
         [
             &config.model_api_key.value,
             &config.fast_model_api_key.value,
@@ -81,5 +78,5 @@ pub(crate) fn hide_configured_secrets(config: &Config) {
         .flatten()
         .cloned(),
     );
-    hide_in_logs(&secrets);
+    hide_in_logs(&keys);
 }
