@@ -53,6 +53,10 @@ use crate::lease::LeaseConfig;
 use crate::serde_time::human_duration;
 use crate::watchdog::WatchdogConfig;
 
+mod command_arg;
+
+pub use command_arg::CommandArg;
+
 /// A flow: what one run does. TOML or JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,9 +109,10 @@ fn stream_by_default() -> bool {
 pub struct ToolServer {
     /// The server's name, unique in the flow; workers name it in `tools`.
     pub name: String,
-    /// A stdio server: the program and its arguments.
+    /// A stdio server: the program and its arguments; an argument written
+    /// `{ secret = "…" }` reaches the process but is shown as `***`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
+    pub command: Option<Vec<CommandArg>>,
     /// A streamable-HTTP server: its `http://` or `https://` address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -179,7 +184,7 @@ impl ToolServer {
             (Some(command), None) => {
                 if command
                     .first()
-                    .is_none_or(|program| program.trim().is_empty())
+                    .is_none_or(|program| program.value().trim().is_empty())
                 {
                     return Err(FlowError::new(
                         format!("{at}.command"),
@@ -192,9 +197,16 @@ impl ToolServer {
                     .strip_prefix("https://")
                     .or_else(|| url.strip_prefix("http://"));
                 if host.is_none_or(str::is_empty) {
+                    // The value itself is not echoed: a URL may carry a
+                    // password, and this message reaches clients and logs.
+                    let got = match (host, url.split_once("://")) {
+                        (Some(_), _) => "no host".to_owned(),
+                        (None, Some((scheme, _))) => format!("the scheme {scheme:?}"),
+                        (None, None) => "no `scheme://`".to_owned(),
+                    };
                     return Err(FlowError::new(
                         format!("{at}.url"),
-                        format!("expected an http:// or https:// address, got {url:?}"),
+                        format!("expected an http:// or https:// address, got {got}"),
                     ));
                 }
             }

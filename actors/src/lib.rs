@@ -71,8 +71,8 @@ pub use run::{RunHandle, RunState};
 
 // Flows.
 pub use flow::{
-    BudgetOverrides, Flow, FlowError, LeaseOverrides, StrategyKind, SupervisionOverrides,
-    ToolServer, WorkerKind,
+    BudgetOverrides, CommandArg, Flow, FlowError, LeaseOverrides, StrategyKind,
+    SupervisionOverrides, ToolServer, WorkerKind,
 };
 
 // Events.

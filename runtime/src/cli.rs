@@ -29,8 +29,11 @@ mod experiment;
 mod log;
 mod remote;
 mod runs;
+mod scrubbed_log;
 mod serve;
 mod signal;
+
+pub use scrubbed_log::ScrubbedStderr;
 
 /// Exit code of a run that waits for a person.
 pub const EXIT_PAUSED: u8 = 3;
@@ -183,11 +186,13 @@ impl GlobalArgs {
     fn load(&self, extra: &[Flag]) -> Result<Config, LoadError> {
         let mut flags = self.flags();
         flags.extend(extra.iter().cloned());
-        Config::load_layers(
+        let config = Config::load_layers(
             self.config.as_deref(),
             |name| std::env::var(name).ok(),
             &flags,
-        )
+        )?;
+        scrubbed_log::hide_configured_secrets(&config);
+        Ok(config)
     }
 }
 
@@ -221,7 +226,11 @@ impl Cli {
         let code = match runtime.block_on(self.run()) {
             Ok(code) => code,
             Err(error) => {
-                eprintln!("leasehold: {error}");
+                // An error may quote a peer or a client.
+                eprintln!(
+                    "leasehold: {}",
+                    crate::printable::printable(&error.to_string())
+                );
                 ExitCode::FAILURE
             }
         };
@@ -289,10 +298,22 @@ pub fn describe_config(config: &Config) -> String {
                 .map_or_else(|| "the file".to_owned(), |f| f.display().to_string())
         );
         for server in &config.tools {
+            // Secrets stay hidden here too: the output gets pasted.
             let target = match (&server.command, &server.url) {
-                (Some(command), _) => format!("command {}", command.join(" ")),
-                (None, Some(url)) => format!("url {url}"),
+                (Some(command), _) => {
+                    format!(
+                        "command {}",
+                        crate::secret::redact_command(command).join(" ")
+                    )
+                }
+                (None, Some(url)) => format!("url {}", crate::secret::redact_url(url)),
                 (None, None) => String::new(),
+            };
+            let target = if server.env.is_empty() {
+                target
+            } else {
+                let names: Vec<&str> = server.env.keys().map(String::as_str).collect();
+                format!("{target} (env {} set)", names.join(", "))
             };
             let _ = writeln!(out, "{:<width$}  {target}", server.name);
         }

@@ -689,6 +689,10 @@ impl Config {
         fn size(s: &Setting<u64>) -> (String, &Source) {
             (format_size(s.value), &s.source)
         }
+        fn url<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
+            let shown = s.value.as_deref().map(crate::secret::redact_url);
+            (shown.unwrap_or_else(|| unset.to_owned()), &s.source)
+        }
         fn secret<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
             let shown = if s.value.is_some() { "(set)" } else { unset };
             (shown.to_owned(), &s.source)
@@ -744,10 +748,10 @@ impl Config {
                 self.restart_on_exhausted.value.to_string(),
                 &self.restart_on_exhausted.source,
             ),
-            "model.base_url" => text(&self.model_base_url, "(none)"),
+            "model.base_url" => url(&self.model_base_url, "(none)"),
             "model.name" => text(&self.model_name, "(none)"),
             "model.api_key" => secret(&self.model_api_key, "(none)"),
-            "fast_model.base_url" => text(&self.fast_model_base_url, "(the default's)"),
+            "fast_model.base_url" => url(&self.fast_model_base_url, "(the default's)"),
             "fast_model.name" => text(&self.fast_model_name, "(the default's)"),
             "fast_model.api_key" => secret(&self.fast_model_api_key, "(the default's)"),
             "model.connect_timeout" => d(&self.model_connect_timeout),

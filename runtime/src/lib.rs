@@ -57,7 +57,7 @@ pub use leasehold_actors::{
     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
     BudgetEvaluationRequest, BudgetFigures, BudgetMsg, BudgetOverrides, BudgetParseError,
     BudgetRecord, BudgetReply, COMPLETE_MILESTONE_TOOL, CallOutcome, ChatMessage, ChatRole,
-    ChildEnd, ChildInfo, ChildKind, ClaimOutcome, Clock, ConfigError, ControlError,
+    ChildEnd, ChildInfo, ChildKind, ClaimOutcome, Clock, CommandArg, ConfigError, ControlError,
     DEFAULT_MAX_TOOL_RESULT_BYTES, DeadlinePolicy, DecidedBy, Decision, Engine, EngineBuilder,
     EngineConfig, EngineError, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError,
     EvaluatorUsage, Event, EventBus, EventKind, EventSink, EventStream, Evidence, EvidenceSummary,
@@ -96,6 +96,8 @@ pub mod flow_file;
 #[cfg(feature = "server")]
 pub mod metrics;
 pub mod model;
+pub mod printable;
+pub mod secret;
 #[cfg(feature = "server")]
 pub mod server;
 mod server_limits;

@@ -1,12 +1,13 @@
 //! The `leasehold` command; see [`leasehold::cli`].
 //!
 //! The binary, not the library, installs the tracing subscriber: events go
-//! to stderr, filtered by `RUST_LOG` or else by the command's default.
+//! to stderr, filtered by `RUST_LOG` or else by the command's default, each
+//! line scrubbed of secrets.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use leasehold::cli::Cli;
+use leasehold::cli::{Cli, ScrubbedStderr};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -15,7 +16,8 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| EnvFilter::new(cli.default_log_filter()));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Secrets never reach the log, whoever writes the line.
+        .with_writer(ScrubbedStderr)
         .try_init();
     cli.run_to_exit()
 }

@@ -63,22 +63,9 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// `url` with its password, if any, hidden: what configuration listings,
-/// errors and logs show.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "(not a URL)".to_owned();
-    };
-    match rest.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info
-                .split_once(':')
-                .map_or(user_info, |(user, _)| user);
-            format!("{scheme}://{user}:***@{host}")
-        }
-        None => url.to_owned(),
-    }
-}
+/// `url` with its credentials hidden: what configuration listings, errors
+/// and logs show (see [`crate::secret`]).
+pub use crate::secret::redact_url;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConfig, PostgresStore};
 #[cfg(feature = "store")]

@@ -592,7 +592,7 @@ fn the_file_declares_tool_servers_and_refuses_a_bad_declaration_naming_it() {
     assert_eq!(config.tools[0].name, "ops");
     assert_eq!(
         config.tools[0].command.as_deref(),
-        Some(&["python3".to_owned(), "ops.py".to_owned()][..])
+        Some(&["python3".into(), "ops.py".into()][..])
     );
     assert_eq!(config.tools[0].env["REGION"], "eu");
     assert_eq!(

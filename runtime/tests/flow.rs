@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leasehold::{
-    FlowError, LeaseConfig, StrategyKind, WatchdogConfig,
+    CommandArg, FlowError, LeaseConfig, StrategyKind, WatchdogConfig,
     flow_file::{FlowFileError, load, parse_json, parse_toml},
 };
 use proptest::prelude::*;
@@ -33,7 +33,7 @@ fn example_flows_parse_and_validate() {
     assert!(toml.workers.contains_key("researcher"));
     assert_eq!(
         toml.tools[0].command.as_deref(),
-        Some(&["node", "server-everything/dist/index.js", "stdio"].map(String::from)[..])
+        Some(&["node", "server-everything/dist/index.js", "stdio"].map(CommandArg::from)[..])
     );
     assert_eq!(toml.supervision.strategy, Some(StrategyKind::Restart));
 }

@@ -165,7 +165,12 @@ async fn a_posted_flow_may_only_name_tool_servers_the_configuration_declares() {
     let options = ServerOptions {
         tools: vec![ToolServer {
             name: "ops".into(),
-            command: Some(touching(&declared_marker)),
+            command: Some(
+                touching(&declared_marker)
+                    .into_iter()
+                    .map(Into::into)
+                    .collect(),
+            ),
             url: None,
             env: Default::default(),
             idempotent: Default::default(),

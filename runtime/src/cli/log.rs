@@ -7,6 +7,7 @@ use std::time::Duration;
 use leasehold_actors::{Event, EventKind, EventStream, RunHandle, RunState, Store, StoreError};
 
 use super::signal::{Signals, Stop};
+use crate::printable::{printable, printable_block, printable_json};
 
 /// How events are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,24 +19,29 @@ pub(crate) enum Output {
 }
 
 /// One readable line for `event`, its time counted from `origin` (Unix ms).
+/// What a client, a model or a tool wrote in it (a flow's name, a tool's
+/// name, an answer, an error) is printed as text: one event, one line.
 pub(crate) fn line(event: &Event, origin: u64) -> String {
     let millis = event.at.saturating_sub(origin);
     format!(
         "{:>4}.{:02}s  {:<36} {:<22} {}",
         millis / 1000,
         (millis % 1000) / 10,
-        event.path,
+        printable(&event.path),
         event.kind.name(),
-        event.kind.describe()
+        printable(&event.kind.describe())
     )
 }
 
 /// Prints `event` to stdout as `output` says.
 pub(crate) fn print(event: &Event, output: Output, origin: u64) {
     let text = match output {
-        Output::Json => serde_json::to_string(event).unwrap_or_else(|e| {
-            serde_json::json!({"seq": event.seq, "error": e.to_string()}).to_string()
-        }),
+        Output::Json => {
+            let json = serde_json::to_string(event).unwrap_or_else(|e| {
+                serde_json::json!({"seq": event.seq, "error": e.to_string()}).to_string()
+            });
+            printable_json(&json).into_owned()
+        }
         Output::Readable => {
             // Progress is evidence, not news: counted in the verdicts.
             if matches!(event.kind, EventKind::Progress { .. }) {
@@ -143,7 +149,10 @@ pub(crate) async fn follow(
 /// on stdout in the readable log).
 fn report(run_id: &str, state: &RunState, output: Output) {
     if let Some(lost) = &state.lost {
-        eprintln!("run {run_id} was lost to another executor: {lost}");
+        eprintln!(
+            "run {run_id} was lost to another executor: {}",
+            printable(lost)
+        );
         return;
     }
     let status = serde_json::to_value(state.status)
@@ -156,13 +165,16 @@ fn report(run_id: &str, state: &RunState, output: Output) {
             .as_ref()
             .map(|p| format!("{} (while {})", p.reason, p.subject))
             .unwrap_or_default();
-        eprintln!("run {run_id} is paused ({status}): {why}");
+        eprintln!("run {run_id} is paused ({status}): {}", printable(&why));
         if state.status == leasehold_actors::RunStatus::ReconciliationRequired {
             let key = state
                 .paused
                 .as_ref()
                 .and_then(|p| p.call.as_ref())
-                .map_or_else(|| "KEY".to_owned(), |call| call.key.clone());
+                .map_or_else(
+                    || "KEY".to_owned(),
+                    |call| printable(&call.key).into_owned(),
+                );
             eprintln!(
                 "decide about the call with: leasehold runs reconcile {run_id} --key {key} \
                  (--mark-done [--result TEXT] | --retry | --cancel)"
@@ -175,12 +187,12 @@ fn report(run_id: &str, state: &RunState, output: Output) {
     if output == Output::Readable
         && let Some(answer) = &state.answer
     {
-        println!("\nanswer: {answer}");
+        println!("\nanswer: {}", printable_block(answer));
     }
     let reason = state
         .reason
         .as_deref()
-        .map(|r| format!(": {r}"))
+        .map(|r| format!(": {}", printable(r)))
         .unwrap_or_default();
     eprintln!("run {run_id} {status}{reason}");
 }

@@ -183,7 +183,10 @@ impl Remote {
                 }
                 let done = std::mem::take(&mut frame);
                 if done.event.as_deref() == Some("end") {
-                    eprintln!("run {run_id} ended: {}", done.data);
+                    eprintln!(
+                        "run {run_id} ended: {}",
+                        crate::printable::printable(&done.data)
+                    );
                     return Ok(ExitCode::SUCCESS);
                 }
                 if done.data.is_empty() {

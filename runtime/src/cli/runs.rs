@@ -13,6 +13,7 @@ use leasehold_actors::{
 use super::log::{self, Output};
 use super::{CliError, GlobalArgs, remote};
 use crate::config::{Config, EngineSetupError};
+use crate::printable::printable;
 use crate::server::{
     DEFAULT_PAGE_LIMIT, RunView, RunsPage, TraceView, parse_instant, parse_limit, parse_status,
 };
@@ -250,7 +251,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             })?;
             let flow = record.flow.clone();
             let mut view = RunView::new(record, None);
-            view.flow = Some(flow);
+            view.flow = Some(crate::secret::redact_flow(flow));
             view.tool_calls = Some(store.load_tool_calls(&id).await?);
             print_json(&view);
             Ok(ExitCode::SUCCESS)
@@ -446,12 +447,15 @@ fn print_list(views: &[RunView]) {
             .or_else(|| view.reason.clone())
             .or_else(|| view.answer.clone())
             .unwrap_or_default();
+        // A client named the flow, a peer wrote the note: printed as text,
+        // one run per row.
         let note: String = note.chars().take(60).collect();
+        let note = printable(&note);
         println!(
             "{:<28} {:<24} {:<20} {:<14} {note}",
-            view.run_id,
+            printable(&view.run_id),
             status,
-            view.flow_name,
+            printable(&view.flow_name),
             humantime::format_rfc3339_seconds(
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(view.updated_at_ms)
             )
@@ -475,7 +479,7 @@ pub(super) fn print_trace(trace: &TraceView) {
 /// Pretty JSON on stdout.
 pub(super) fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => println!("{}", crate::printable::printable_json(&text)),
         Err(error) => eprintln!("leasehold: cannot print: {error}"),
     }
 }

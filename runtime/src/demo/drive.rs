@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::report::{DemoReport, PauseAnswer, Responder};
 use super::{Answer, DemoError};
+use crate::printable::printable;
 use leasehold_actors::{
     Clock, ControlError, Engine, Event, EventKind, EventStream, Flow, Lagged, RunHandle, RunState,
     RunStatus, SystemClock,
@@ -173,8 +174,13 @@ fn header(
         .iter()
         .map(|t| {
             t.url
-                .clone()
-                .or_else(|| t.command.as_ref().map(|c| c.join(" ")))
+                .as_deref()
+                .map(crate::secret::redact_url)
+                .or_else(|| {
+                    t.command
+                        .as_ref()
+                        .map(|c| crate::secret::redact_command(c).join(" "))
+                })
                 .unwrap_or_else(|| t.name.clone())
         })
         .collect();
@@ -449,9 +455,9 @@ fn line(event: &Event, origin: u64) -> Option<String> {
     Some(format!(
         "{}  {:<36} {:<20} {}",
         seconds(event.at, origin),
-        event.path,
+        printable(&event.path),
         event.kind.name(),
-        text
+        printable(&text)
     ))
 }
 

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+use crate::printable::printable;
 use crate::trace::TraceSummary;
 use leasehold_actors::{DecidedBy, Event, EventKind, LeaseKind, RunState, RunStatus, Verdict};
 
@@ -258,11 +259,12 @@ impl DemoReport {
         writeln!(out)?;
         writeln!(out, "summary of run {}", self.run_id)?;
         writeln!(out, "  status        {status}")?;
+        // The model's words and the peers' errors are printed as text.
         if let Some(answer) = &self.state.answer {
-            writeln!(out, "  answer        {answer}")?;
+            writeln!(out, "  answer        {}", printable(answer))?;
         }
         if let Some(reason) = &self.state.reason {
-            writeln!(out, "  reason        {reason}")?;
+            writeln!(out, "  reason        {}", printable(reason))?;
         }
         writeln!(
             out,

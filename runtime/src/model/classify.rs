@@ -153,7 +153,8 @@ pub(crate) fn transport_error(error: &reqwest::Error, phase: Phase) -> ModelErro
 }
 
 /// The error and its sources, joined: reqwest's own message alone rarely
-/// says what went wrong.
+/// says what went wrong. The URL reqwest names is shown without its
+/// credentials.
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -165,7 +166,7 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         source = cause.source();
     }
-    text
+    crate::secret::redact_urls_in(&text).into_owned()
 }
 
 /// No chunk for longer than `idle`.

@@ -204,7 +204,13 @@ impl OpenAiClient {
             }
             let wait = retry_after(response.headers());
             let body = read_error_body(response, idle).await;
-            let error = classify_status(status.as_u16(), wait, &body);
+            let mut error = classify_status(status.as_u16(), wait, &body);
+            // A server may quote the key it refused.
+            if let Some(key) = &endpoint.api_key {
+                let mut secrets = crate::secret::Secrets::new();
+                secrets.extend([key.clone()]);
+                error.message = secrets.scrub(&error.message);
+            }
             if status.as_u16() != 429 || retries >= settings.rate_limit_retries {
                 return Err(error);
             }
@@ -231,13 +237,14 @@ impl OpenAiClient {
             // The answer is read as what it is, not as what was asked for:
             // some servers ignore `stream`, one way or the other.
             sse,
+            // Errors name the endpoint without its credentials.
             parser: StreamParser::with_max_answer_bytes(settings.max_answer_bytes)
-                .naming_endpoint(url.clone()),
+                .naming_endpoint(crate::secret::redact_url(&url)),
             whole: None,
             idle,
             max_answer: settings.max_answer_bytes,
             max_body: settings.max_body_bytes,
-            url,
+            url: crate::secret::redact_url(&url),
             evidence,
             ledger: self.shared.ledger.clone(),
             consumer: request.consumer,
@@ -260,7 +267,7 @@ impl ModelClient for OpenAiClient {
         format!(
             "model {} at {}",
             endpoint.model,
-            endpoint.chat_completions_url()
+            crate::secret::redact_url(&endpoint.chat_completions_url())
         )
     }
 }

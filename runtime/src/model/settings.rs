@@ -98,7 +98,12 @@ impl ModelEndpoint {
             return Err(ConfigError::new(
                 url_field,
                 "an http:// or https:// base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1",
-                format!("{:?}", self.base_url),
+                // A URL is not echoed as written: it may carry a password.
+                if url.contains("://") {
+                    format!("{:?}", crate::secret::redact_url(&self.base_url))
+                } else {
+                    format!("{:?}", self.base_url)
+                },
             ));
         }
         if self.model.trim().is_empty() {
@@ -113,10 +118,10 @@ impl ModelEndpoint {
 }
 
 impl std::fmt::Debug for ModelEndpoint {
-    // The key stays out of logs.
+    // The key, and the URL's credentials, stay out of logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ModelEndpoint")
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::secret::redact_url(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
             .finish()

@@ -331,30 +331,9 @@ pub(super) async fn show_run(
         .ok_or_else(|| ApiError::unknown_run(&run_id))?;
     let flow = record.flow.clone();
     let mut view = RunView::new(record, app.handle(&run_id).as_ref());
-    view.flow = Some(redacted(flow));
+    view.flow = Some(crate::secret::redact_flow(flow));
     view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
     Ok(Json(view))
-}
-
-/// The flow with every tool server's `env` values hidden: a declared
-/// server's environment may hold its secrets, which the API never shows.
-fn redacted(mut flow: serde_json::Value) -> serde_json::Value {
-    if let Some(tools) = flow
-        .get_mut("tools")
-        .and_then(serde_json::Value::as_array_mut)
-    {
-        for server in tools {
-            if let Some(env) = server
-                .get_mut("env")
-                .and_then(serde_json::Value::as_object_mut)
-            {
-                for value in env.values_mut() {
-                    *value = serde_json::Value::from("(set)");
-                }
-            }
-        }
-    }
-    flow
 }
 
 /// `GET /runs/{id}/trace`.
@@ -618,24 +597,4 @@ async fn read_json_body(
         return Err(unsupported(None, "application/json"));
     }
     Ok(bytes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_shown_flow_hides_its_tool_servers_env_values() {
-        let flow = serde_json::json!({
-            "name": "f",
-            "tools": [
-                {"name": "ops", "command": ["ops"], "env": {"OPS_TOKEN": "hunter2"}},
-                {"name": "web", "url": "http://127.0.0.1:9/mcp"}
-            ]
-        });
-        let shown = redacted(flow);
-        assert_eq!(shown["tools"][0]["env"]["OPS_TOKEN"], "(set)");
-        assert_eq!(shown["tools"][0]["command"][0], "ops");
-        assert!(!shown.to_string().contains("hunter2"));
-    }
 }

@@ -21,6 +21,7 @@ use super::IDEMPOTENCY_KEY_META;
 use super::connection::{Connection, Endpoint, Target};
 use super::convert::{Failure, classify, tool_definition, tool_output};
 use super::progress::ProgressRoutes;
+use crate::secret::Secrets;
 
 /// How long a new server has to complete the MCP handshake, and to answer
 /// `tools/list`, unless set with [`McpToolClient::with_handshake_timeout`].
@@ -51,6 +52,8 @@ pub struct McpToolClient {
 struct Settings {
     name: Arc<str>,
     endpoint: Endpoint,
+    /// What the declaration holds in secret: hidden from every error.
+    secrets: Secrets,
     idempotent: BTreeMap<String, bool>,
     handshake_timeout: Duration,
 }
@@ -90,11 +93,11 @@ impl McpToolClient {
                 let (program, args) = command
                     .split_first()
                     .ok_or_else(|| refuse("`command` is empty"))?;
-                if program.is_empty() {
+                if program.value().is_empty() {
                     return Err(refuse("`command` names no program"));
                 }
                 Endpoint::Stdio {
-                    program: program.clone(),
+                    program: program.value().to_owned(),
                     args: args.to_vec(),
                     env: server.env.clone(),
                 }
@@ -108,9 +111,14 @@ impl McpToolClient {
             (Some(_), Some(_)) => return Err(refuse("it has both `command` and `url`")),
             (None, None) => return Err(refuse("it has neither `command` nor `url`")),
         };
+        let secrets = Secrets::of_server(server);
+        // A library's own log line may quote them (an HTTP error names the
+        // URL it failed on).
+        crate::secret::hide_in_logs(&secrets);
         Ok(Self::with_settings(Settings {
             name: Arc::from(server.name.as_str()),
             endpoint,
+            secrets,
             idempotent: server.idempotent.clone(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
         }))
@@ -158,7 +166,8 @@ impl McpToolClient {
     /// Starts the server (or opens the session) now rather than at the first
     /// call, so that the first call's lease does not pay for the start.
     pub async fn connect(&self) -> Result<(), ToolError> {
-        self.shared.connection(Request::Connect).await.map(drop)
+        let connected = self.shared.connection(Request::Connect).await;
+        connected.map(drop).map_err(|e| self.shared.hidden(e))
     }
 
     /// The process id of the running stdio server, if there is one.
@@ -189,7 +198,7 @@ impl Drop for McpToolClient {
 impl ToolClient for McpToolClient {
     fn list_tools(&self) -> BoxFuture<'static, Result<Vec<ToolDefinition>, ToolError>> {
         let shared = self.shared.clone();
-        Box::pin(async move { shared.list_tools().await })
+        Box::pin(async move { shared.list_tools().await.map_err(|e| shared.hidden(e)) })
     }
 
     fn call(
@@ -198,7 +207,10 @@ impl ToolClient for McpToolClient {
         evidence: Evidence,
     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         let shared = self.shared.clone();
-        Box::pin(async move { shared.call(invocation, evidence).await })
+        Box::pin(async move {
+            let called = shared.call(invocation, evidence).await;
+            called.map_err(|e| shared.hidden(e))
+        })
     }
 
     fn shutdown(&self) -> BoxFuture<'static, ()> {
@@ -216,6 +228,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// `error` as it may leave the client: it ends up in events, failure
+    /// reasons and the model's context, none of which may hold a secret of
+    /// the declaration (an HTTP library's error names the URL it used).
+    fn hidden(&self, mut error: ToolError) -> ToolError {
+        error.message = self.settings.secrets.scrub(&error.message);
+        error
+    }
+
     fn current(&self) -> Option<Arc<Connection>> {
         lock(&self.live).clone()
     }

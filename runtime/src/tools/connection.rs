@@ -11,6 +11,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use leasehold_actors::CommandArg;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -43,7 +44,7 @@ pub(super) enum Endpoint {
     /// A child process speaking MCP on its standard input and output.
     Stdio {
         program: String,
-        args: Vec<String>,
+        args: Vec<CommandArg>,
         env: BTreeMap<String, String>,
     },
     /// A streamable-HTTP endpoint.
@@ -51,18 +52,19 @@ pub(super) enum Endpoint {
 }
 
 impl Endpoint {
-    /// The endpoint in words, for messages: the command line or the URL.
+    /// The endpoint in words, for messages: the command line or the URL,
+    /// their secrets hidden.
     pub(super) fn describe(&self) -> String {
         match self {
             Self::Stdio { program, args, .. } => {
                 let mut line = program.clone();
-                for arg in args {
+                for arg in crate::secret::redact_command(args) {
                     line.push(' ');
-                    line.push_str(arg);
+                    line.push_str(&arg);
                 }
                 format!("`{line}`")
             }
-            Self::Http { url } => url.clone(),
+            Self::Http { url } => crate::secret::redact_url(url),
         }
     }
 }
@@ -143,19 +145,22 @@ impl Connection {
                 config.max_sse_event_size = MAX_MESSAGE_BYTES;
                 config.max_json_response_size = MAX_MESSAGE_BYTES;
                 let overflow = Overflow::default();
+                // Messages name the URL without its secrets; the client
+                // scrubs what the libraries add.
+                let shown = target.endpoint.describe();
                 let client = WatchedClient::new(overflow.clone()).map_err(|e| {
                     format!(
-                        "could not reach MCP server '{}' at {url}: {e}",
+                        "could not reach MCP server '{}' at {shown}: {e}",
                         target.server
                     )
                 })?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                let at = format!("at {url}");
+                let at = format!("at {shown}");
                 let service = bounded(&target, &at, handler.serve(transport))
                     .await?
                     .map_err(|error| {
                         format!(
-                            "could not open a session with MCP server '{}' at {url}: {}",
+                            "could not open a session with MCP server '{}' at {shown}: {}",
                             target.server,
                             handshake_detail(&error)
                         )
@@ -345,12 +350,12 @@ fn handshake_failure(
 
 fn spawn(
     program: &str,
-    args: &[String],
+    args: &[CommandArg],
     env: &BTreeMap<String, String>,
 ) -> std::io::Result<Box<dyn ChildWrapper>> {
     let mut command = CommandWrap::with_new(program, |command| {
         command
-            .args(args)
+            .args(args.iter().map(CommandArg::value))
             .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
