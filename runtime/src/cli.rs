@@ -254,29 +254,23 @@ impl Cli {
 /// `leasehold config`: every key with its value and source, the timing
 /// lines, and the warnings.
 pub fn describe_config(config: &Config) -> String {
+    use crate::columns::{self, Align};
     use std::fmt::Write as _;
     let mut out = String::new();
     let entries = config.entries();
-    let width = entries
-        .iter()
-        .map(|(k, _, _)| k.env.len())
-        .max()
-        .unwrap_or(0);
-    let value_width = entries
-        .iter()
-        .map(|(_, v, _)| v.chars().count())
-        .max()
-        .unwrap_or(0);
+    // Laid out by `columns`: a value of any length (a long model name,
+    // thousands of allowed hosts) overflows its column, not the process.
+    let width = columns::width(entries.iter().map(|(k, _, _)| k.env));
+    let value_width = columns::width(entries.iter().map(|(_, v, _)| v.as_str()));
     let _ = writeln!(
         out,
         "# effective configuration (value, then where it came from)"
     );
     for (key, value, source) in &entries {
-        let _ = writeln!(
-            out,
-            "{:<width$}  {:<value_width$}  {source}",
-            key.env, value
-        );
+        columns::push_padded(&mut out, key.env, width, Align::Left);
+        out.push_str("  ");
+        columns::push_padded(&mut out, value, value_width, Align::Left);
+        let _ = writeln!(out, "  {source}");
     }
     if !config.tools.is_empty() {
         let _ = writeln!(out);
@@ -294,7 +288,8 @@ pub fn describe_config(config: &Config) -> String {
                 (None, Some(url)) => format!("url {url}"),
                 (None, None) => String::new(),
             };
-            let _ = writeln!(out, "{:<width$}  {target}", server.name);
+            columns::push_padded(&mut out, &server.name, width, Align::Left);
+            let _ = writeln!(out, "  {target}");
         }
     }
     let _ = writeln!(out);
