@@ -59,6 +59,19 @@ impl MemoryStore {
             .cloned()
     }
 
+    /// Drops everything kept of a run: its record, snapshots, tool calls and
+    /// events. For a caller that plays many runs one after another and
+    /// reads none of them again (an experiment), so that the store holds
+    /// one run at a time, not all of them.
+    pub fn forget(&self, run_id: &str) {
+        let mut tables = self.lock();
+        tables.runs.remove(run_id);
+        tables.order.retain(|id| id != run_id);
+        tables.snapshots.retain(|(run, _), _| run != run_id);
+        tables.tool_calls.remove(run_id);
+        tables.events.remove(run_id);
+    }
+
     /// A run's record.
     pub fn run(&self, run_id: &str) -> Option<RunRecord> {
         self.lock().runs.get(run_id).cloned()

@@ -152,6 +152,23 @@ impl CliError {
     }
 }
 
+/// Writes `text` to standard output. A reader that has gone (`| head`) is
+/// no failure: what it did not read it did not want. (`print!` panics on
+/// it instead.)
+fn write_stdout(text: &str) -> Result<(), CliError> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::other(format!(
+            "cannot write to standard output: {e}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl GlobalArgs {
     fn flags(&self) -> Vec<Flag> {
         let mut flags = Vec::new();
@@ -236,7 +253,7 @@ impl Cli {
         match self.command {
             Command::Config => {
                 let config = self.global.load(&[])?;
-                print!("{}", describe_config(&config));
+                write_stdout(&describe_config(&config))?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Run(args) => run_flow(&self.global, args).await,
@@ -259,7 +276,8 @@ pub fn describe_config(config: &Config) -> String {
     let mut out = String::new();
     let entries = config.entries();
     // Laid out by `columns`: a value of any length (a long model name,
-    // thousands of allowed hosts) overflows its column, not the process.
+    // thousands of allowed hosts) overflows its column, not the process,
+    // and is printed as text.
     let width = columns::width(entries.iter().map(|(k, _, _)| k.env));
     let value_width = columns::width(entries.iter().map(|(_, v, _)| v.as_str()));
     let _ = writeln!(

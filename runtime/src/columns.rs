@@ -6,7 +6,9 @@
 //! long value would pad every other line to its length. Here a column is
 //! as wide as its widest cell up to [`MAX_COLUMN`] characters: a longer
 //! cell is printed whole and overflows its column on its own line only.
-//! Padding is pushed as spaces, whatever the width.
+//! Padding is pushed as spaces, whatever the width; a control character
+//! in a cell is shown escaped ([`printable`]), so that a name cannot move
+//! the cursor or forge a row.
 
 /// The widest a column gets, in characters: a longer cell overflows it.
 pub(crate) const MAX_COLUMN: usize = 48;
@@ -20,28 +22,47 @@ pub(crate) enum Align {
     Right,
 }
 
-/// The width of a column holding `cells`: its widest cell, in characters,
-/// at most [`MAX_COLUMN`].
+/// The width of a column holding `cells`: its widest cell as printed, in
+/// characters, at most [`MAX_COLUMN`].
 pub(crate) fn width<'a>(cells: impl IntoIterator<Item = &'a str>) -> usize {
     cells
         .into_iter()
-        .map(|cell| cell.chars().count())
+        .map(|cell| printable(cell).chars().count())
         .max()
         .unwrap_or(0)
         .min(MAX_COLUMN)
 }
 
-/// Appends `cell` to `out`, padded with spaces to `width` characters on the
-/// side `align` says; a cell as wide or wider is appended as it is.
+/// Appends `cell` to `out`, [`printable`], padded with spaces to `width`
+/// characters on the side `align` says; a cell as wide or wider is appended
+/// as it is.
 pub(crate) fn push_padded(out: &mut String, cell: &str, width: usize, align: Align) {
+    let cell = printable(cell);
     let padding = width.saturating_sub(cell.chars().count());
     if align == Align::Right {
         out.extend(std::iter::repeat_n(' ', padding));
     }
-    out.push_str(cell);
+    out.push_str(&cell);
     if align == Align::Left {
         out.extend(std::iter::repeat_n(' ', padding));
     }
+}
+
+/// `text` with each control character (a newline, an escape, …) written
+/// as its Rust escape (`\n`, `\u{1b}`): one line of plain text.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -56,7 +77,15 @@ mod tests {
         push_padded(&mut out, "ab", 4, Align::Right);
         out.push('|');
         push_padded(&mut out, "abcdef", 4, Align::Right);
-        assert_eq!(out, "ab  |  ab|abcdef");
+        out.push('|');
+        push_padded(&mut out, "a\n", 4, Align::Left);
+        assert_eq!(out, "ab  |  ab|abcdef|a\\n ");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(printable("plain é"), "plain é");
+        assert_eq!(printable("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! by mistake, one point per strategy, so a sweep draws a curve) and the
 //! work each strategy threw away.
 //!
-//! A strategy's name is its label, cut to [`MAX_LABEL`] characters: a
-//! picture of a fixed size has no room for more, and the report's JSON, CSV
-//! and table give the whole name.
+//! A strategy's name is its label, control characters escaped and cut to
+//! [`MAX_LABEL`] characters: a picture of a fixed size has no room for
+//! more, and the report's JSON, CSV and table give the whole name.
 
 use plotters::prelude::*;
 
@@ -138,11 +138,13 @@ pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
     Ok(svg)
 }
 
-/// `name` as a label: at most [`MAX_LABEL`] characters, the last of a cut
-/// one `…`.
-fn label(name: &str) -> String {
+/// `name` as a label: its control characters escaped (XML allows none in
+/// a picture's text), then at most [`MAX_LABEL`] characters, the last of a
+/// cut one `…`.
+pub(crate) fn label(name: &str) -> String {
+    let name = crate::columns::printable(name);
     if name.chars().count() <= MAX_LABEL {
-        return name.to_owned();
+        return name.into_owned();
     }
     let mut cut: String = name.chars().take(MAX_LABEL - 1).collect();
     cut.push('…');

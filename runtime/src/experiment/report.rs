@@ -261,7 +261,7 @@ impl Report {
             ]);
         }
         // Laid out by `columns`: a strategy's name of any length overflows
-        // its column, not the process.
+        // its column, not the process, and is printed as text.
         let widths: Vec<usize> = (0..header.len())
             .map(|c| columns::width(rows.iter().map(|r| r[c].as_str())))
             .collect();
