@@ -307,7 +307,7 @@ pub fn describe_config(config: &Config) -> String {
                 (None, None) => String::new(),
             };
             columns::push_padded(&mut out, &server.name, width, Align::Left);
-            let _ = writeln!(out, "  {target}");
+            let _ = writeln!(out, "  {}", columns::printable(&target));
         }
     }
     let _ = writeln!(out);

@@ -95,7 +95,7 @@ pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
         .max()
         .unwrap_or(0)
         .max(1);
-    let top = top + top / 8;
+    let top = top.saturating_add(top / 8);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
