@@ -126,12 +126,21 @@ impl fmt::Display for Estimate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} operations under {} strategies ({} runs), about {} simulated events",
-            grouped(self.operations),
-            grouped(self.strategies),
-            grouped(self.runs()),
+            "{} under {} ({}), about {} simulated events",
+            counted(self.operations, "operation"),
+            counted(self.strategies, "strategy"),
+            counted(self.runs(), "run"),
             grouped(self.events()),
         )
+    }
+}
+
+/// `n` things, as `1 operation` or `2,000 operations`.
+fn counted(n: u64, thing: &str) -> String {
+    match (n, thing.strip_suffix('y')) {
+        (1, _) => format!("1 {thing}"),
+        (_, Some(stem)) => format!("{} {stem}ies", grouped(n)),
+        (_, None) => format!("{} {thing}s", grouped(n)),
     }
 }
 
@@ -179,7 +188,7 @@ impl Bounds {
         // Chunks or progress reports in `time`, and a worker's steps.
         let evidence = |time: Duration| {
             let chunks = every.map_or(0, |every| per(time, every));
-            let steps = step_chunks.map_or(0, |c| (chunks / u64::from(c.max(1))).saturating_add(1));
+            let steps = step_chunks.map_or(0, |c| chunks.div_ceil(u64::from(c.max(1))));
             chunks.saturating_add(steps.saturating_mul(STEP_EVENTS))
         };
         let attempt = |time: Duration, evidence: u64| {
@@ -242,5 +251,8 @@ mod tests {
         assert_eq!(grouped(1_000), "1,000");
         assert_eq!(grouped(10_000_000_000), "10,000,000,000");
         assert_eq!(grouped(u64::MAX), "18,446,744,073,709,551,615");
+        assert_eq!(counted(1, "strategy"), "1 strategy");
+        assert_eq!(counted(3, "strategy"), "3 strategies");
+        assert_eq!(counted(2_000, "run"), "2,000 runs");
     }
 }

@@ -158,9 +158,9 @@ pub(super) async fn play(
             let _ = run.cancel("experiment: the next operation").await;
             run.wait().await;
         }
-        // Its measure is taken from the sink's events. Kept in the store
-        // and the fakes, every run (and each step of a worker, with all its
-        // messages) would stay in memory until the strategy ends.
+        // Its measure is taken from the sink's events. Kept whole in the
+        // store and the fakes, every run (and each step of a worker, with
+        // all its messages) would stay in memory until the strategy ends.
         store.forget(run.run_id());
         model.scripted.clear_requests();
         judge.clear_requests();
