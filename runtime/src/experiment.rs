@@ -94,8 +94,9 @@ pub enum ExperimentError {
 }
 
 /// Runs `workload` under each strategy of `options` on a current-thread
-/// tokio runtime of its own, with time paused. Blocks: call it outside any
-/// runtime (or from `spawn_blocking`).
+/// tokio runtime of its own, with time paused, once [`plan`] has found it
+/// within its bounds. Blocks: call it outside any runtime (or from
+/// `spawn_blocking`).
 pub fn run(workload: &Workload, options: &Options) -> Result<Report, ExperimentError> {
     plan(workload, options)?.run(|_| {})
 }
