@@ -59,6 +59,26 @@ impl MemoryStore {
             .cloned()
     }
 
+    /// Drops what is kept of a run but what fences it: its events,
+    /// snapshots and tool calls, and its record's flow, answer, reason and
+    /// pause; its status, owner, fence and lease stay, so that a late
+    /// heartbeat or release of the run is fenced as before. For a caller
+    /// that plays many runs one after another and reads none of them again
+    /// (an experiment): what the store holds of each is then a few hundred
+    /// bytes.
+    pub fn forget(&self, run_id: &str) {
+        let mut tables = self.lock();
+        if let Some(record) = tables.runs.get_mut(run_id) {
+            record.flow = serde_json::Value::Null;
+            record.answer = None;
+            record.reason = None;
+            record.pause = None;
+        }
+        tables.snapshots.retain(|(run, _), _| run != run_id);
+        tables.tool_calls.remove(run_id);
+        tables.events.remove(run_id);
+    }
+
     /// A run's record.
     pub fn run(&self, run_id: &str) -> Option<RunRecord> {
         self.lock().runs.get(run_id).cloned()

@@ -151,6 +151,15 @@ impl ScriptedEvaluator {
         self.lock().requests.clone()
     }
 
+    /// Forgets the requests it was given (lease and budget): for a caller
+    /// that plays many runs through it and reads none of them, so that
+    /// what it keeps does not grow with the runs.
+    pub fn clear_requests(&self) {
+        let mut state = self.lock();
+        state.requests.clear();
+        state.budget_requests.clear();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ScriptState> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -547,6 +556,13 @@ impl ScriptedModel {
         self.lock().requests.clone()
     }
 
+    /// Forgets the requests so far: for a caller that plays many runs
+    /// through it and reads none of them, so that what it keeps does not
+    /// grow with the runs.
+    pub fn clear_requests(&self) {
+        self.lock().requests.clear();
+    }
+
     /// The requests of one consumer, in order.
     pub fn requests_of(&self, consumer: &str) -> Vec<ModelRequest> {
         self.requests()
@@ -709,6 +725,13 @@ impl ScriptedTools {
     /// Every invocation so far (what was *sent*), in order.
     pub fn invocations(&self) -> Vec<ToolInvocation> {
         self.lock().invocations.clone()
+    }
+
+    /// Forgets the invocations so far: for a caller that plays many runs
+    /// through it and reads none of them, so that what it keeps does not
+    /// grow with the runs.
+    pub fn clear_invocations(&self) {
+        self.lock().invocations.clear();
     }
 
     /// How many calls of `name` were sent.

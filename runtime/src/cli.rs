@@ -155,6 +155,23 @@ impl CliError {
     }
 }
 
+/// Writes `text` to standard output. A reader that has gone (`| head`) is
+/// no failure: what it did not read it did not want. (`print!` panics on
+/// it instead.)
+fn write_stdout(text: &str) -> Result<(), CliError> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::other(format!(
+            "cannot write to standard output: {e}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl GlobalArgs {
     fn flags(&self) -> Vec<Flag> {
         let mut flags = Vec::new();
@@ -245,7 +262,7 @@ impl Cli {
         match self.command {
             Command::Config => {
                 let config = self.global.load(&[])?;
-                print!("{}", describe_config(&config));
+                write_stdout(&describe_config(&config))?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Run(args) => run_flow(&self.global, args).await,
@@ -263,29 +280,24 @@ impl Cli {
 /// `leasehold config`: every key with its value and source, the timing
 /// lines, and the warnings.
 pub fn describe_config(config: &Config) -> String {
+    use crate::columns::{self, Align};
     use std::fmt::Write as _;
     let mut out = String::new();
     let entries = config.entries();
-    let width = entries
-        .iter()
-        .map(|(k, _, _)| k.env.len())
-        .max()
-        .unwrap_or(0);
-    let value_width = entries
-        .iter()
-        .map(|(_, v, _)| v.chars().count())
-        .max()
-        .unwrap_or(0);
+    // Laid out by `columns`: a value of any length (a long model name,
+    // thousands of allowed hosts) overflows its column, not the process,
+    // and is printed as text.
+    let width = columns::width(entries.iter().map(|(k, _, _)| k.env));
+    let value_width = columns::width(entries.iter().map(|(_, v, _)| v.as_str()));
     let _ = writeln!(
         out,
         "# effective configuration (value, then where it came from)"
     );
     for (key, value, source) in &entries {
-        let _ = writeln!(
-            out,
-            "{:<width$}  {:<value_width$}  {source}",
-            key.env, value
-        );
+        columns::push_padded(&mut out, key.env, width, Align::Left);
+        out.push_str("  ");
+        columns::push_padded(&mut out, value, value_width, Align::Left);
+        let _ = writeln!(out, "  {source}");
     }
     if !config.tools.is_empty() {
         let _ = writeln!(out);
@@ -315,7 +327,8 @@ pub fn describe_config(config: &Config) -> String {
                 let names: Vec<&str> = server.env.keys().map(String::as_str).collect();
                 format!("{target} (env {} set)", names.join(", "))
             };
-            let _ = writeln!(out, "{:<width$}  {target}", server.name);
+            columns::push_padded(&mut out, &server.name, width, Align::Left);
+            let _ = writeln!(out, "  {}", columns::printable(&target));
         }
     }
     let _ = writeln!(out);

@@ -18,6 +18,11 @@
 //! be cut (p50, p99), the work thrown away, the evaluator calls, and how
 //! the runs ended. The same seed gives the same report, byte for byte.
 //!
+//! An experiment is bounded before it starts ([`plan`]): at most
+//! [`MAX_STRATEGIES`] strategies, counted after the sweep expands, and at
+//! most [`Options::max_events`] simulated events ([`Estimate`]); a
+//! [`Plan`] says what it will cost and, while it runs, how far it has got.
+//!
 //! ```
 //! use leasehold::experiment::{Options, Workload, run};
 //!
@@ -28,25 +33,30 @@
 //! duration = { dist = "fixed", value = "30s" }
 //! chunk_interval = "1s"
 //! "#)?;
-//! let options = Options { strategies: Some(vec!["leasehold".into(), "deadline".into()]), seed: None };
+//! let options = Options { strategies: Some(vec!["leasehold".into(), "deadline".into()]), ..Options::default() };
 //! let report = run(&workload, &options)?;
 //! assert_eq!(report.strategies[0].slow_alive_killed, 0);
 //! assert_eq!(report.strategies[1].slow_alive_killed, 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod estimate;
+mod plan;
 mod plot;
 mod report;
 mod runner;
 mod strategy;
 mod workload;
 
-pub use plot::{PlotError, tradeoff_svg, wasted_svg};
+pub use estimate::{DEFAULT_MAX_EVENTS, Estimate};
+pub use plan::{Plan, Progress, plan};
+pub(crate) use plot::label;
+pub use plot::{MAX_LABEL, PlotError, tradeoff_svg, wasted_svg};
 pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{
-    BUILT_IN, DEFAULT_STRATEGIES, MAX_DEFINED_STRATEGIES, Strategy, StrategyDefinition,
-    StrategySettings, Supervisor, Sweep,
+    BUILT_IN, DEFAULT_STRATEGIES, MAX_DEFINED_STRATEGIES, MAX_STRATEGIES, Strategy,
+    StrategyDefinition, StrategySettings, Supervisor, Sweep,
 };
 pub use workload::{
     Distribution, EVALUATOR_ANSWERS, EvaluatorLoad, MAX_CHUNKS, MAX_OPERATION_DURATION,
@@ -64,6 +74,9 @@ pub struct Options {
     pub strategies: Option<Vec<String>>,
     /// A seed instead of the workload's.
     pub seed: Option<u64>,
+    /// The most simulated events to play ([`Estimate`]); `None` is
+    /// [`DEFAULT_MAX_EVENTS`].
+    pub max_events: Option<u64>,
 }
 
 /// An experiment that could not be run.
@@ -81,18 +94,11 @@ pub enum ExperimentError {
 }
 
 /// Runs `workload` under each strategy of `options` on a current-thread
-/// tokio runtime of its own, with time paused. Blocks: call it outside any
-/// runtime (or from `spawn_blocking`).
+/// tokio runtime of its own, with time paused, once [`plan`] has found it
+/// within its bounds. Blocks: call it outside any runtime (or from
+/// `spawn_blocking`).
 pub fn run(workload: &Workload, options: &Options) -> Result<Report, ExperimentError> {
-    let names = options
-        .strategies
-        .clone()
-        .unwrap_or_else(|| workload.strategy.default_names(&workload.strategies));
-    let strategies = names
-        .iter()
-        .map(|name| workload.resolve(name.trim()))
-        .collect::<Result<Vec<_>, _>>()?;
-    run_strategies(workload, &strategies, options.seed)
+    plan(workload, options)?.run(|_| {})
 }
 
 /// Runs `workload` under `strategies` — resolved with
@@ -143,28 +149,5 @@ pub fn run_strategies(
     strategies: &[Strategy],
     seed: Option<u64>,
 ) -> Result<Report, ExperimentError> {
-    let seed = seed.unwrap_or(workload.seed);
-    let operations = workload.generate(seed);
-    let mut report = Report {
-        seed,
-        operations: u32::try_from(operations.len()).unwrap_or(u32::MAX),
-        strategies: Vec::with_capacity(strategies.len()),
-    };
-    for strategy in strategies {
-        // A runtime per strategy: each starts at the same virtual instant,
-        // with nothing left over from the one before.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()?;
-        let outcomes =
-            runtime.block_on(run_strategy(strategy, &operations, &workload.evaluator))?;
-        report.strategies.push(StrategyReport::new(
-            strategy,
-            &operations,
-            &outcomes,
-            workload.evaluator.price_per_million_tokens,
-        ));
-    }
-    Ok(report)
+    Plan::new(workload, strategies.to_vec(), seed, None)?.run(|_| {})
 }

@@ -86,6 +86,8 @@ pub use leasehold_actors::{
 
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(any(feature = "cli", feature = "experiment"))]
+mod columns;
 pub mod config;
 #[cfg(feature = "demo")]
 pub mod demo;

@@ -12,7 +12,7 @@ use leasehold::experiment::{
 fn options(strategies: &[&str]) -> Options {
     Options {
         strategies: Some(strategies.iter().map(|s| (*s).to_owned()).collect()),
-        seed: None,
+        ..Options::default()
     }
 }
 

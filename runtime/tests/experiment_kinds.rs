@@ -15,7 +15,7 @@ fn experiment(workload: &str, strategies: &[&str]) -> Report {
     let workload = Workload::parse(workload).expect("valid workload");
     let options = Options {
         strategies: Some(strategies.iter().map(|s| (*s).to_owned()).collect()),
-        seed: None,
+        ..Options::default()
     };
     run(&workload, &options).expect("the experiment runs")
 }

@@ -2,6 +2,10 @@
 //! (time to cut a hang against the share of slow-but-alive operations cut
 //! by mistake, one point per strategy, so a sweep draws a curve) and the
 //! work each strategy threw away.
+//!
+//! A strategy's name is its label, control characters escaped and cut to
+//! [`MAX_LABEL`] characters: a picture of a fixed size has no room for
+//! more, and the report's JSON, CSV and table give the whole name.
 
 use plotters::prelude::*;
 
@@ -9,6 +13,10 @@ use super::report::Report;
 
 /// The size of each picture, in pixels.
 const SIZE: (u32, u32) = (900, 560);
+
+/// The most characters of a strategy's name a picture shows; a longer name
+/// is cut, ending in `…`.
+pub const MAX_LABEL: usize = 40;
 
 /// A plot that could not be drawn.
 pub type PlotError = Box<dyn std::error::Error + Send + Sync>;
@@ -23,7 +31,7 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
         .filter_map(|s| {
             let p50 = s.detect_p50_ms?;
             Some((
-                s.name.clone(),
+                label(&s.name),
                 s.slow_alive_killed_share * 100.0,
                 seconds(p50),
             ))
@@ -78,7 +86,7 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
 
 /// Tokens of cut streams and workers per strategy, as bars.
 pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
-    let names: Vec<&str> = report.strategies.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<String> = report.strategies.iter().map(|s| label(&s.name)).collect();
     let count = u32::try_from(names.len()).unwrap_or(u32::MAX).max(1);
     let top = report
         .strategies
@@ -87,7 +95,7 @@ pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
         .max()
         .unwrap_or(0)
         .max(1);
-    let top = top + top / 8;
+    let top = top.saturating_add(top / 8);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -109,7 +117,7 @@ pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
                 SegmentValue::CenterOf(i) => usize::try_from(*i)
                     .ok()
                     .and_then(|i| names.get(i))
-                    .map_or_else(String::new, |n| (*n).to_owned()),
+                    .map_or_else(String::new, Clone::clone),
                 _ => String::new(),
             })
             .y_desc("wasted tokens")
@@ -128,6 +136,19 @@ pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
         root.present()?;
     }
     Ok(svg)
+}
+
+/// `name` as a label: its control characters escaped (XML allows none in
+/// a picture's text), then at most [`MAX_LABEL`] characters, the last of a
+/// cut one `…`.
+pub(crate) fn label(name: &str) -> String {
+    let name = crate::columns::printable(name);
+    if name.chars().count() <= MAX_LABEL {
+        return name.into_owned();
+    }
+    let mut cut: String = name.chars().take(MAX_LABEL - 1).collect();
+    cut.push('…');
+    cut
 }
 
 fn seconds(ms: u64) -> f64 {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use leasehold_actors::{RunStatus, StrategyKind};
 use serde::Serialize;
 
+use crate::columns::{self, Align};
+
 use super::runner::OperationOutcome;
 use super::strategy::Strategy;
 use super::workload::Operation;
@@ -258,27 +260,25 @@ impl Report {
                 format_ms(s.virtual_time_ms),
             ]);
         }
+        // Laid out by `columns`: a strategy's name of any length overflows
+        // its column, not the process, and is printed as text.
         let widths: Vec<usize> = (0..header.len())
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .map(|c| columns::width(rows.iter().map(|r| r[c].as_str())))
             .collect();
         let mut out = format!(
             "{} operations per strategy, seed {}\n",
             self.operations, self.seed
         );
         for row in &rows {
-            let cells: Vec<String> = row
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(c, (cell, &w))| {
-                    if c == 0 {
-                        format!("{cell:<w$}")
-                    } else {
-                        format!("{cell:>w$}")
-                    }
-                })
-                .collect();
-            let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+            let mut line = String::new();
+            for (c, (cell, &w)) in row.iter().zip(&widths).enumerate() {
+                if c > 0 {
+                    line.push_str("  ");
+                }
+                let align = if c == 0 { Align::Left } else { Align::Right };
+                columns::push_padded(&mut line, cell, w, align);
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
         }
         out
     }

@@ -98,6 +98,17 @@ pub async fn run_strategy(
     operations: &[Operation],
     evaluator: &EvaluatorLoad,
 ) -> Result<Vec<OperationOutcome>, EngineError> {
+    play(strategy, operations, evaluator, &mut |_| {}).await
+}
+
+/// [`run_strategy`], telling `played` how many operations are done after
+/// each one.
+pub(super) async fn play(
+    strategy: &Strategy,
+    operations: &[Operation],
+    evaluator: &EvaluatorLoad,
+    played: &mut dyn FnMut(usize),
+) -> Result<Vec<OperationOutcome>, EngineError> {
     let model = WorkloadModel::default();
     let tools = ScriptedTools::new().tool(TOOL, Some(true), []).tool(
         NOTE,
@@ -107,11 +118,12 @@ pub async fn run_strategy(
     let endpoint = Endpoint::new(tools.clone());
     let judge = ScriptedEvaluator::new([]);
     let sink = OperationSink::default();
+    let store = MemoryStore::new();
     let mut builder = Engine::builder()
         .config(EngineConfig::default())
         .model(Arc::new(model.clone()))
         .events(Arc::new(sink.clone()))
-        .store(Arc::new(MemoryStore::new()))
+        .store(Arc::new(store.clone()))
         .tool_server(SERVER, Arc::new(endpoint.clone()))
         .evaluator(Arc::new(judge.clone()));
     if let Some(supervisor) = &strategy.supervisor {
@@ -146,7 +158,15 @@ pub async fn run_strategy(
             let _ = run.cancel("experiment: the next operation").await;
             run.wait().await;
         }
+        // Its measure is taken from the sink's events. Kept whole in the
+        // store and the fakes, every run (and each step of a worker, with
+        // all its messages) would stay in memory until the strategy ends.
+        store.forget(run.run_id());
+        model.scripted.clear_requests();
+        judge.clear_requests();
+        tools.clear_invocations();
         outcomes.push(measure(operation, state.status, elapsed, &sink.take()));
+        played(outcomes.len());
     }
     engine.shutdown().await;
     Ok(outcomes)

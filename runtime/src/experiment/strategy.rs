@@ -80,6 +80,13 @@ pub struct Sweep {
     pub leases: Vec<Duration>,
 }
 
+impl Sweep {
+    /// The strategies it makes: one per policy and lease.
+    pub fn points(&self) -> usize {
+        self.policies.len().saturating_mul(self.leases.len())
+    }
+}
+
 /// A strategy a workload defines (`[[strategies]]`): a name, a verdict
 /// policy, and whichever of `[strategy]`'s settings it sets otherwise.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -113,14 +120,32 @@ pub struct StrategyDefinition {
 /// The most strategies a workload may define.
 pub const MAX_DEFINED_STRATEGIES: usize = 64;
 
+/// The most strategies one experiment runs, counted after the sweep
+/// expands: the workload is played once per strategy, so each one more
+/// is the whole workload again.
+pub const MAX_STRATEGIES: usize = 64;
+
 impl StrategySettings {
     /// Refuses nonsense, naming the key: a lease that is not positive, more
     /// free renewals than the cap, a sweep naming a strategy that is
-    /// neither built in nor in `defined`.
+    /// neither built in nor in `defined`, a sweep of more than
+    /// [`MAX_STRATEGIES`] points.
     pub fn validate(&self, defined: &[StrategyDefinition]) -> Result<(), WorkloadError> {
         check_lease("strategy.lease", self.lease)?;
         check_renewals("strategy", self)?;
         if let Some(sweep) = &self.sweep {
+            let points = sweep.points();
+            if points > MAX_STRATEGIES {
+                return Err(WorkloadError::new(
+                    "strategy.sweep",
+                    format!(
+                        "expands to {points} strategies ({} in `policies` × {} in `leases`); \
+                         expected at most {MAX_STRATEGIES} strategies in one experiment",
+                        sweep.policies.len(),
+                        sweep.leases.len()
+                    ),
+                ));
+            }
             for (i, lease) in sweep.leases.iter().enumerate() {
                 check_lease(&format!("strategy.sweep.leases[{i}]"), *lease)?;
             }
@@ -135,6 +160,16 @@ impl StrategySettings {
             }
         }
         Ok(())
+    }
+
+    /// How many strategies run when none are given: [`DEFAULT_STRATEGIES`],
+    /// the strategies `defined` and the sweep's points, counted without
+    /// naming them.
+    pub fn default_count(&self, defined: &[StrategyDefinition]) -> usize {
+        DEFAULT_STRATEGIES
+            .len()
+            .saturating_add(defined.len())
+            .saturating_add(self.sweep.as_ref().map_or(0, Sweep::points))
     }
 
     /// The names run when none are given: [`DEFAULT_STRATEGIES`], the
@@ -191,7 +226,9 @@ impl StrategySettings {
 
 impl StrategyDefinition {
     /// Refuses nonsense, naming the key (`strategies[i].…`): a name that
-    /// is empty, holds `@` or `,`, is a built-in's or repeats one before;
+    /// is empty, holds `@`, `,` or a control character (it is printed in
+    /// the table and drawn in the plots), is a built-in's or repeats one
+    /// before;
     /// an unknown policy; a lease that is not positive; more free
     /// renewals than the cap, once applied over `shared`.
     pub fn validate_all(defined: &[Self], shared: &StrategySettings) -> Result<(), WorkloadError> {
@@ -207,11 +244,16 @@ impl StrategyDefinition {
         for (i, definition) in defined.iter().enumerate() {
             let at = format!("strategies[{i}]");
             let name = definition.name.trim();
-            if name.is_empty() || name != definition.name || name.contains(['@', ',']) {
+            if name.is_empty()
+                || name != definition.name
+                || name.contains(['@', ','])
+                || name.contains(char::is_control)
+            {
                 return Err(WorkloadError::new(
                     format!("{at}.name"),
                     format!(
-                        "expected a name without spaces around it, `@` or `,`, got {:?}",
+                        "expected a name without spaces around it, `@`, `,` or control \
+                         characters, got {:?}",
                         definition.name
                     ),
                 ));
