@@ -202,8 +202,8 @@ impl EventSink for NoopSink {
 /// registration, which is queued behind every earlier message, and its
 /// `wait` event is published while handling that expiry.
 async fn drain(leases: &Leases, sink: &CountingSink) {
-    let spec =
-        LeaseSpec::new(LeaseKind::ToolCall, PROBE, leasehold_actors::MIN_LEASE).expect("probe spec");
+    let spec = LeaseSpec::new(LeaseKind::ToolCall, PROBE, leasehold_actors::MIN_LEASE)
+        .expect("probe spec");
     let before = sink.probe_waits();
     let probe = leases
         .supervise(spec, |_| std::future::pending::<()>())

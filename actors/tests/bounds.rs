@@ -43,7 +43,12 @@ fn flow() -> Flow {
 }
 
 fn spawns(kind: &'static str, n: usize) -> Turn {
-    Turn::tools((0..n).map(|i| (SPAWN_WORKER_TOOL, json!({"kind": kind, "task": format!("task {i}")}))))
+    Turn::tools((0..n).map(|i| {
+        (
+            SPAWN_WORKER_TOOL,
+            json!({"kind": kind, "task": format!("task {i}")}),
+        )
+    }))
 }
 
 /// The `spawn_refused` events, as `(limit, bound)`.
@@ -65,10 +70,14 @@ fn spawned(events: &[Event]) -> Vec<&Event> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_answer_past_spawn_max_per_answer_starts_that_many_and_the_model_sees_the_rest_refused() {
+async fn an_answer_past_spawn_max_per_answer_starts_that_many_and_the_model_sees_the_rest_refused()
+{
     let model = ScriptedModel::new()
         .script("run", [spawns("a", 10), Turn::answer("three were enough")])
-        .script("worker:a", (0..3).map(|i| Turn::answer(format!("finding {i}"))));
+        .script(
+            "worker:a",
+            (0..3).map(|i| Turn::answer(format!("finding {i}"))),
+        );
     let mut config = EngineConfig::default();
     config.spawn.max_per_answer = 3;
     let (engine, events) = engine(&model, config).await;
@@ -219,8 +228,10 @@ async fn an_engine_configured_below_the_lease_floor_is_refused_naming_the_lease(
         Err(other) => panic!("expected a configuration refusal, got {other}"),
         Ok(_) => panic!("a 1 ns lease must be refused"),
     }
-    let mut config = EngineConfig::default();
-    config.min_lease = Duration::from_secs(60);
+    let mut config = EngineConfig {
+        min_lease: Duration::from_secs(60),
+        ..EngineConfig::default()
+    };
     config.supervision.lease.model_stream = Duration::from_secs(30);
     let built = Engine::builder()
         .config(config)

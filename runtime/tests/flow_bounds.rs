@@ -277,8 +277,10 @@ async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_
     let (status, body) = post_flow(
         &http,
         &base,
-        &flow(json!({"leases": {"tool_call": "1s", "max_renewals": 2, "free_renewals": 1},
-                     "spawn": {"max_per_answer": 2}})),
+        &flow(
+            json!({"leases": {"tool_call": "1s", "max_renewals": 2, "free_renewals": 1},
+                     "spawn": {"max_per_answer": 2}}),
+        ),
     )
     .await;
     assert_eq!(status, 201, "{body}");

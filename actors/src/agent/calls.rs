@@ -190,7 +190,11 @@ impl AgentLoop {
     /// `max_per_answer` spawns, above `max_depth`, and while the run has
     /// started fewer than `max_per_run` workers (which takes a number).
     /// `ordinal` is 1 for the answer's first `spawn_worker` call.
-    pub(super) fn new_worker_path(&self, ordinal: usize, kind: &str) -> Result<String, SpawnRefusal> {
+    pub(super) fn new_worker_path(
+        &self,
+        ordinal: usize,
+        kind: &str,
+    ) -> Result<String, SpawnRefusal> {
         let limits = self.ctx.spawn_limits;
         if let Some(refusal) = limits.check_answer(ordinal, depth_of(&self.path)) {
             return Err(refusal);

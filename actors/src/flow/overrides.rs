@@ -127,7 +127,6 @@ pub struct BudgetOverrides {
     pub max_extensions: Option<u32>,
 }
 
-
 impl LeaseOverrides {
     /// Refuses overrides a flow may not hold, naming the key (`leases.…`):
     /// a lease out of range (below [`MIN_LEASE`], above 30 days), more free
@@ -242,7 +241,6 @@ impl SupervisionOverrides {
     }
 }
 
-
 /// A given duration must be above 0 and at most [`MAX_DURATION`].
 fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
     match value {
@@ -257,4 +255,3 @@ fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
         _ => Ok(()),
     }
 }
-

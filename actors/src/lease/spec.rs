@@ -135,7 +135,11 @@ impl LeaseConfig {
     /// [`LeaseConfig::validate`] against a floor of `floor` (at least
     /// [`MIN_LEASE`]); `floor_key` names the key that set it, for the
     /// message (empty for the built-in floor).
-    pub(crate) fn validate_floor(&self, floor: Duration, floor_key: &str) -> Result<(), ConfigError> {
+    pub(crate) fn validate_floor(
+        &self,
+        floor: Duration,
+        floor_key: &str,
+    ) -> Result<(), ConfigError> {
         let floor = floor.max(MIN_LEASE);
         for kind in LeaseKind::ALL {
             let field = format!("lease.{kind}");

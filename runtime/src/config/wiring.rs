@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use leasehold_actors::{
-    BudgetConfig, ConfigError, EngineConfig, LeaseConfig, LeaseKind, RestartPolicy,
-    SpawnLimits, SupervisionConfig, WatchdogConfig,
+    BudgetConfig, ConfigError, EngineConfig, LeaseConfig, LeaseKind, RestartPolicy, SpawnLimits,
+    SupervisionConfig, WatchdogConfig,
 };
 
 use super::{Config, Setting, key_of, named};
