@@ -29,7 +29,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The limits on spawning workers. See the [module documentation](self).
+/// The limits on spawning workers: per model answer, per run (restarts
+/// included) and in depth. A `spawn_worker` call past one gets an error
+/// result the model sees, naming the limit, and a `spawn_refused` event;
+/// the run goes on. Set by [`EngineConfig::spawn`](crate::EngineConfig);
+/// a flow's `spawn` table may only lower them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpawnLimits {
     /// Workers one model answer may spawn (default 16): more than the
