@@ -257,6 +257,30 @@ async fn events(http: &reqwest::Client, base: &str, run_id: &str) -> Vec<Value> 
         .collect()
 }
 
+/// The bytes of every file under `dir`.
+fn disk_use(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => disk_use(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The resident memory of process `pid`, in bytes, from `/proc`.
+fn resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["kind"] == kind).collect()
 }
@@ -464,7 +488,7 @@ fn depth(path: &str) -> usize {
 async fn an_answer_of_3000_spawns_starts_the_per_answer_limit_and_the_run_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (model, seen) = model().await;
-    let (_server, base) = serve(dir.path(), &model).await;
+    let (server, base) = serve(dir.path(), &model).await;
     let http = reqwest::Client::new();
     let run_id = support::post_run(&http, &base, &spawning_flow("root fan-out")).await;
     let view = support::view_until(&http, &base, &run_id, PATIENCE, "ended", |view| {
@@ -491,6 +515,13 @@ async fn an_answer_of_3000_spawns_starts_the_per_answer_limit_and_the_run_goes_o
         "the model heard from the started workers only"
     );
     assert_eq!(of_kind(&events, "run_completed").len(), 1);
+    // What 3 000 asks cost: a small event and a short result each, not a
+    // worker's loop each.
+    let disk = disk_use(&dir.path().join("data"));
+    let memory = resident(server.id().expect("serving"));
+    eprintln!("after 3000 spawns asked: store {disk} bytes, server resident {memory} bytes");
+    assert!(disk < 64 << 20, "the store holds {disk} bytes");
+    assert!(memory < 512 << 20, "the server holds {memory} bytes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
