@@ -81,6 +81,12 @@ fn reply(request: &Value, seen: &Seen) -> Value {
     if messages.iter().any(|m| m["role"] == "tool") || system.starts_with("leaf") {
         return text("done");
     }
+    if system.starts_with("root read") {
+        return json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": "call-read", "type": "function",
+            "function": {"name": "read", "arguments": json!({"account": "a-1"}).to_string()},
+        }]});
+    }
     if system.starts_with("root fan-out") {
         return spawns((0..FAN_OUT).map(|i| ("leaf", format!("leaf {i}"))));
     }
@@ -460,6 +466,179 @@ async fn leasehold_run_holds_a_flow_file_to_the_configuration_too() {
             "a refusal, not a panic: {stderr}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// A tightened idempotency survives a crash.
+// ---------------------------------------------------------------------------
+
+/// A tool server whose one tool, `read`, records each call's idempotency
+/// key and then never answers: the call is in flight when the executor is
+/// killed.
+#[derive(Clone, Default)]
+struct Hanging {
+    keys: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Hanging {
+    fn calls(&self) -> Vec<String> {
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl rmcp::ServerHandler for Hanging {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::model::ErrorData> {
+        let schema = match json!({"type": "object", "properties": {"account": {"type": "string"}}})
+        {
+            Value::Object(object) => object,
+            _ => unreachable!("an object"),
+        };
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![
+            rmcp::model::Tool::new("read", "Read an account.", schema),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::model::ErrorData> {
+        let key = context
+            .meta
+            .get(leasehold::tools::IDEMPOTENCY_KEY_META)
+            .or_else(|| {
+                request
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.get(leasehold::tools::IDEMPOTENCY_KEY_META))
+            })
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(key);
+        context.ct.cancelled().await;
+        Err(rmcp::model::ErrorData::internal_error("cancelled", None))
+    }
+}
+
+/// Serves `tools` over streamable HTTP; its URL.
+async fn serve_tools(tools: Hanging) -> String {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_sse_keep_alive(Some(Duration::from_secs(5))),
+    );
+    let app = Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/mcp")
+}
+
+/// `leasehold serve` with `ledger` declared on `tools_url`, `read`
+/// declared idempotent, resuming orphaned runs after a short run lease.
+async fn serve_ledger(dir: &Path, model: &str, tools_url: &str) -> (Child, String) {
+    let config = dir.join("ledger.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"ledger\"\nurl = \"{tools_url}\"\nidempotent = {{ read = true }}\n"
+        ),
+    )
+    .expect("write the configuration");
+    let mut child = leasehold(dir, model)
+        .env("LEASEHOLD_CONFIG", &config)
+        .env("LEASEHOLD_RESUME_ON_BOOT", "true")
+        .env("LEASEHOLD_RUN_LEASE_TTL", "1s")
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let base = support::served_base(&mut child, PATIENCE).await;
+    (child, base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_a_flow_marks_not_idempotent_goes_to_a_person_after_a_crash_not_again_to_the_tool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (model, _) = model().await;
+    let tools = Hanging::default();
+    let tools_url = serve_tools(tools.clone()).await;
+    let http = reqwest::Client::new();
+
+    // The declaration says `read` is idempotent; the flow says it is not.
+    let (mut first, base) = serve_ledger(dir.path(), &model, &tools_url).await;
+    let run_id = support::post_run(
+        &http,
+        &base,
+        &flow(json!({
+            "system_prompt": "root read",
+            "tools": [{"name": "ledger", "idempotent": {"read": false}}],
+        })),
+    )
+    .await;
+    tokio::time::timeout(PATIENCE, async {
+        while tools.calls().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the call reaches the tool");
+    first.kill().await.expect("SIGKILL the executor");
+
+    // The next executor finds the call sent with no result: not known to
+    // be idempotent, it is put to a person, not sent again.
+    let (_second, base) = serve_ledger(dir.path(), &model, &tools_url).await;
+    let mut view = Value::Null;
+    let waited = tokio::time::timeout(PATIENCE, async {
+        loop {
+            view = support::get_run(&http, &base, &run_id).await;
+            if view["status"] == "reconciliation_required" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "the run did not put the call to a person: {view}; calls {:?}",
+        tools.calls()
+    );
+    assert_eq!(view["pause"]["subject"], "read", "{view}");
+    assert_eq!(view["tool_calls"][0]["state"], "unknown", "{view}");
+    assert_eq!(view["tool_calls"][0]["idempotent"], false, "{view}");
+    assert_eq!(
+        tools.calls().len(),
+        1,
+        "the call of unknown outcome was not sent again: {:?}",
+        tools.calls()
+    );
 }
 
 // ---------------------------------------------------------------------------
