@@ -2,10 +2,11 @@
 //!
 //! A [`Flow`] names the task, the root loop's step limit, the MCP tool
 //! servers the run may use, the kinds of worker it may spawn, its milestones,
-//! and per-flow overrides of the runtime's lease, supervision and budget
-//! configuration. It is read from TOML or JSON (the `leasehold` crate's
-//! `flow_file` module loads files); this module holds the types and the
-//! checks.
+//! and per-flow overrides of the runtime's lease, supervision, budget and
+//! spawn configuration — which may only tighten it: the engine refuses an
+//! override looser than its configuration when it plans a run. It is read
+//! from TOML or JSON (the `leasehold` crate's `flow_file` module loads
+//! files); this module holds the types and the checks.
 //!
 //! Two guarantees:
 //!
