@@ -49,6 +49,7 @@ use crate::run::{RunActor, RunArgs, RunHandle, RunPlan, RunState};
 use crate::strategy::StrategyFactory;
 use crate::watchdog::{StartError, WatchdogMsg};
 
+mod bounds;
 mod builder;
 mod ownership;
 mod plan;

@@ -2,10 +2,11 @@
 //!
 //! A [`Flow`] names the task, the root loop's step limit, the MCP tool
 //! servers the run may use, the kinds of worker it may spawn, its milestones,
-//! and per-flow overrides of the runtime's lease, supervision and budget
-//! configuration. It is read from TOML or JSON (the `leasehold` crate's
-//! `flow_file` module loads files); this module holds the types and the
-//! checks.
+//! and per-flow overrides of the runtime's lease, supervision, budget and
+//! spawn configuration — which may only tighten it: the engine refuses an
+//! override looser than its configuration when it plans a run. It is read
+//! from TOML or JSON (the `leasehold` crate's `flow_file` module loads
+//! files); this module holds the types and the checks.
 //!
 //! Two guarantees:
 //!
@@ -19,7 +20,8 @@
 //!
 //! Durations are written the way people say them — `"250ms"`, `"90s"`,
 //! `"5m"`, `"1h 30m"` — and serialized back the same way; none may exceed
-//! [`MAX_DURATION`] (30 days). Overrides left out
+//! [`MAX_DURATION`](crate::MAX_DURATION) (30 days), and no lease may be
+//! shorter than [`MIN_LEASE`](crate::MIN_LEASE) (10 ms). Overrides left out
 //! keep the runtime's configuration; [`Flow::lease_config`] and
 //! [`Flow::watchdog_config`] apply them.
 //!
@@ -42,20 +44,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod command_arg;
+mod overrides;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{MAX_EXTENSIONS, max_extensions_expected};
-use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
 use crate::lease::LeaseConfig;
-use crate::serde_time::human_duration;
 use crate::watchdog::WatchdogConfig;
 
-mod command_arg;
-
 pub use command_arg::CommandArg;
+pub use overrides::{
+    BudgetOverrides, LeaseOverrides, SpawnOverrides, StrategyKind, SupervisionOverrides,
+};
 
 /// A flow: what one run does. TOML or JSON.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,6 +94,9 @@ pub struct Flow {
     /// Budget overrides.
     #[serde(default)]
     pub budget: BudgetOverrides,
+    /// Limits on the workers the run spawns, below the runtime's.
+    #[serde(default, skip_serializing_if = "SpawnOverrides::is_empty")]
+    pub spawn: SpawnOverrides,
 }
 
 fn stream_by_default() -> bool {
@@ -237,114 +242,6 @@ pub struct WorkerKind {
     pub milestones: Vec<String>,
 }
 
-/// Per-flow lease overrides; `None` keeps the runtime's configuration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LeaseOverrides {
-    /// Lease of a streaming model call.
-    #[serde(
-        default,
-        with = "human_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub model_stream: Option<Duration>,
-    /// Lease of a blocking model call.
-    #[serde(
-        default,
-        with = "human_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub model_blocking: Option<Duration>,
-    /// Lease of a tool call.
-    #[serde(
-        default,
-        with = "human_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub tool_call: Option<Duration>,
-    /// Lease of a worker step.
-    #[serde(
-        default,
-        with = "human_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub worker_step: Option<Duration>,
-    /// Renewals a lease may have before its next expiry stops the operation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_renewals: Option<u32>,
-    /// Expiries the watchdog renews without asking the evaluator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub free_renewals: Option<u32>,
-    /// Consecutive renewals on evidence alone before the evaluator is asked
-    /// anyway.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub evidence_renewals: Option<u32>,
-    /// The verdict policy: `leasehold` (the default), `deadline`,
-    /// `idle_kill` or `always_evaluate`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<crate::watchdog::PolicyKind>,
-}
-
-/// What a supervisor does when a child fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StrategyKind {
-    /// Restart the failed child, within the restart limit.
-    Restart,
-    /// Fail the parent at the first failure.
-    FailFast,
-}
-
-/// Per-flow supervision overrides; `None` keeps the runtime's configuration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SupervisionOverrides {
-    /// The restart strategy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<StrategyKind>,
-    /// Restarts allowed within `restart_window`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_restarts: Option<u32>,
-    /// The window `max_restarts` counts over.
-    #[serde(
-        default,
-        with = "human_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub restart_window: Option<Duration>,
-    /// The first restart's backoff.
-    #[serde(
-        default,
-        with = "human_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub backoff_initial: Option<Duration>,
-    /// The cap of the growing backoff.
-    #[serde(
-        default,
-        with = "human_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub backoff_max: Option<Duration>,
-    /// Random spread of each backoff, as a fraction in `[0, 1]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jitter: Option<f64>,
-    /// What a failure that reaches the top of the tree does: `pause`
-    /// (the default) or `fail`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_exhausted: Option<crate::strategy::OnExhausted>,
-}
-
-/// Per-flow budget overrides; `None` keeps the runtime's configuration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetOverrides {
-    /// Budget extensions each loop of the run may be granted: at most
-    /// [`MAX_EXTENSIONS`] (3); a flow may lower the cap, never raise it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_extensions: Option<u32>,
-}
-
 /// A flow that was refused: names the path of the offending key (e.g.
 /// `leases.tool_call`, `workers.research.max_steps`, `tools[1].command`; `.`
 /// for the document itself) and what was wrong.
@@ -374,10 +271,11 @@ impl Flow {
     /// (a server with neither is a reference); server names unique and non-empty;
     /// a worker's `tools` only names declared servers; worker prompt
     /// non-empty; durations above 0 and at most
-    /// [`MAX_DURATION`] (30 days); `free_renewals` ≤ `max_renewals` when
+    /// [`MAX_DURATION`](crate::MAX_DURATION) (30 days); `free_renewals` ≤ `max_renewals` when
     /// both given; `jitter` in `[0, 1]`; `backoff_max` ≥ `backoff_initial`
     /// when both given; milestone names non-empty and unique;
-    /// `budget.max_extensions` at most [`MAX_EXTENSIONS`] (3).
+    /// `budget.max_extensions` at most [`MAX_EXTENSIONS`](crate::MAX_EXTENSIONS)
+    /// (3); leases at least [`MIN_LEASE`](crate::MIN_LEASE) (10 ms).
     pub fn validate(&self) -> Result<(), FlowError> {
         not_blank("name", &self.name)?;
         not_blank("task", &self.task)?;
@@ -455,69 +353,6 @@ impl Flow {
     }
 }
 
-impl LeaseOverrides {
-    /// Refuses overrides a flow may not hold, naming the key (`leases.…`):
-    /// a lease out of range, more free renewals than the cap.
-    pub fn validate(&self) -> Result<(), FlowError> {
-        in_range("leases.model_stream", self.model_stream)?;
-        in_range("leases.model_blocking", self.model_blocking)?;
-        in_range("leases.tool_call", self.tool_call)?;
-        in_range("leases.worker_step", self.worker_step)?;
-        if let (Some(free), Some(max)) = (self.free_renewals, self.max_renewals)
-            && free > max
-        {
-            return Err(FlowError::new(
-                "leases.free_renewals",
-                format!("expected at most `leases.max_renewals` ({max}), got {free}"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl BudgetOverrides {
-    /// A flow may lower the extension cap, never raise it past
-    /// [`MAX_EXTENSIONS`].
-    fn validate(&self) -> Result<(), FlowError> {
-        match self.max_extensions {
-            Some(max) if max > MAX_EXTENSIONS => Err(FlowError::new(
-                "budget.max_extensions",
-                format!("expected {}, got {max}", max_extensions_expected()),
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl SupervisionOverrides {
-    fn validate(&self) -> Result<(), FlowError> {
-        in_range("supervision.restart_window", self.restart_window)?;
-        in_range("supervision.backoff_initial", self.backoff_initial)?;
-        in_range("supervision.backoff_max", self.backoff_max)?;
-        if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
-            && max < initial
-        {
-            return Err(FlowError::new(
-                "supervision.backoff_max",
-                format!(
-                    "expected at least `supervision.backoff_initial` ({}), got {}",
-                    humantime::format_duration(initial),
-                    humantime::format_duration(max)
-                ),
-            ));
-        }
-        if let Some(jitter) = self.jitter
-            && !(0.0..=1.0).contains(&jitter)
-        {
-            return Err(FlowError::new(
-                "supervision.jitter",
-                format!("expected a fraction in [0, 1], got {jitter}"),
-            ));
-        }
-        Ok(())
-    }
-}
-
 fn not_blank(path: &str, value: &str) -> Result<(), FlowError> {
     if value.trim().is_empty() {
         return Err(FlowError::new(
@@ -526,21 +361,6 @@ fn not_blank(path: &str, value: &str) -> Result<(), FlowError> {
         ));
     }
     Ok(())
-}
-
-/// A given duration must be above 0 and at most [`MAX_DURATION`].
-fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
-    match value {
-        Some(d) if d.is_zero() => Err(FlowError::new(path, "expected a duration above 0, got 0s")),
-        Some(d) if d > MAX_DURATION => Err(FlowError::new(
-            path,
-            format!(
-                "expected {MAX_DURATION_EXPECTED} (the maximum of any duration), got {}",
-                describe_duration(d)
-            ),
-        )),
-        _ => Ok(()),
-    }
 }
 
 fn milestones_valid(path: &str, milestones: &[String]) -> Result<(), FlowError> {
@@ -560,6 +380,8 @@ fn milestones_valid(path: &str, milestones: &[String]) -> Result<(), FlowError> 
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn minimal() -> Flow {

@@ -59,7 +59,8 @@ use crate::watchdog::{
 use timer::TimerCmd;
 
 pub use handle::{LeaseError, LeaseHandle, Leases};
-pub use spec::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, LeaseSpec};
+pub(crate) use spec::min_lease_expected;
+pub use spec::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, LeaseSpec, MIN_LEASE};
 
 /// Why the lease, not the operation, ended it.
 #[derive(Debug)]

@@ -49,6 +49,7 @@ mod ports;
 mod reply;
 mod run;
 mod serde_time;
+mod spawn;
 mod strategy;
 mod strict_json;
 mod supervision;
@@ -71,9 +72,10 @@ pub use run::{RunHandle, RunState};
 
 // Flows.
 pub use flow::{
-    BudgetOverrides, CommandArg, Flow, FlowError, LeaseOverrides, StrategyKind,
+    BudgetOverrides, CommandArg, Flow, FlowError, LeaseOverrides, SpawnOverrides, StrategyKind,
     SupervisionOverrides, ToolServer, WorkerKind,
 };
+pub use spawn::{SpawnLimits, SpawnRefusal};
 
 // Events.
 pub use event::{
@@ -98,7 +100,7 @@ pub use ports::{
 pub use evidence::{Evidence, EvidenceSummary, MIN_TRIGRAMS, TAIL_BYTES, repetition};
 pub use lease::{
     LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseSpec,
-    Leases,
+    Leases, MIN_LEASE,
 };
 pub use nudge::NudgeQueue;
 pub use supervision::{Supervision, SupervisionConfig};

@@ -112,6 +112,9 @@ pub struct Config {
     pub lease_tool_call: Setting<Duration>,
     /// Lease of a worker step (`LEASEHOLD_LEASE_WORKER_STEP`).
     pub lease_worker_step: Setting<Duration>,
+    /// The shortest lease, of this configuration or a flow
+    /// (`LEASEHOLD_LEASE_MIN`).
+    pub lease_min: Setting<Duration>,
     /// Expiries renewed without the evaluator
     /// (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
     pub free_renewals: Setting<u32>,
@@ -131,6 +134,12 @@ pub struct Config {
     pub evaluator_timeout: Setting<Duration>,
     /// Budget extensions per loop (`LEASEHOLD_BUDGET_MAX_EXTENSIONS`).
     pub budget_max_extensions: Setting<u32>,
+    /// Workers one model answer may spawn (`LEASEHOLD_SPAWN_MAX_PER_ANSWER`).
+    pub spawn_max_per_answer: Setting<u32>,
+    /// Workers one run may start (`LEASEHOLD_SPAWN_MAX_PER_RUN`).
+    pub spawn_max_per_run: Setting<u32>,
+    /// How deep workers may nest (`LEASEHOLD_SPAWN_MAX_DEPTH`).
+    pub spawn_max_depth: Setting<u32>,
     /// An executor's ownership of a run (`LEASEHOLD_RUN_LEASE_TTL`).
     pub run_lease_ttl: Setting<Duration>,
     /// Resume orphaned runs at boot (`LEASEHOLD_RESUME_ON_BOOT`).
@@ -292,6 +301,7 @@ impl Default for Config {
             lease_model_blocking: Setting::default(lease.model_blocking),
             lease_tool_call: Setting::default(lease.tool_call),
             lease_worker_step: Setting::default(lease.worker_step),
+            lease_min: Setting::default(engine.min_lease),
             free_renewals: Setting::default(engine.supervision.watchdog.free_renewals),
             max_renewals: Setting::default(lease.max_renewals),
             evidence_renewals: Setting::default(engine.supervision.watchdog.evidence_renewals),
@@ -302,6 +312,9 @@ impl Default for Config {
             watchdog_role: Setting::default(ModelRole::Fast),
             evaluator_timeout: Setting::default(engine.supervision.watchdog.evaluator_timeout),
             budget_max_extensions: Setting::default(engine.budget.max_extensions),
+            spawn_max_per_answer: Setting::default(engine.spawn.max_per_answer),
+            spawn_max_per_run: Setting::default(engine.spawn.max_per_run),
+            spawn_max_depth: Setting::default(engine.spawn.max_depth),
             run_lease_ttl: Setting::default(engine.run_lease_ttl),
             resume_on_boot: Setting::default(false),
             executor_claim_interval: Setting::default(crate::executor::DEFAULT_CLAIM_INTERVAL),
@@ -536,6 +549,7 @@ impl Config {
             "lease.model_blocking" => self.lease_model_blocking = with(duration()?, source),
             "lease.tool_call" => self.lease_tool_call = with(duration()?, source),
             "lease.worker_step" => self.lease_worker_step = with(duration()?, source),
+            "lease.min" => self.lease_min = with(duration()?, source),
             "watchdog.free_renewals" => self.free_renewals = with(count()?, source),
             "watchdog.max_renewals" => self.max_renewals = with(count()?, source),
             "watchdog.evidence_renewals" => self.evidence_renewals = with(count()?, source),
@@ -557,6 +571,9 @@ impl Config {
             }
             "evaluator_timeout" => self.evaluator_timeout = with(duration()?, source),
             "budget.max_extensions" => self.budget_max_extensions = with(count()?, source),
+            "spawn.max_per_answer" => self.spawn_max_per_answer = with(count()?, source),
+            "spawn.max_per_run" => self.spawn_max_per_run = with(count()?, source),
+            "spawn.max_depth" => self.spawn_max_depth = with(count()?, source),
             "run_lease_ttl" => self.run_lease_ttl = with(duration()?, source),
             "executor.claim_interval" => {
                 self.executor_claim_interval = with(duration()?, source);
@@ -702,6 +719,7 @@ impl Config {
             "lease.model_blocking" => d(&self.lease_model_blocking),
             "lease.tool_call" => d(&self.lease_tool_call),
             "lease.worker_step" => d(&self.lease_worker_step),
+            "lease.min" => d(&self.lease_min),
             "watchdog.free_renewals" => n(&self.free_renewals),
             "watchdog.max_renewals" => n(&self.max_renewals),
             "watchdog.evidence_renewals" => n(&self.evidence_renewals),
@@ -722,6 +740,9 @@ impl Config {
             }
             "evaluator_timeout" => d(&self.evaluator_timeout),
             "budget.max_extensions" => n(&self.budget_max_extensions),
+            "spawn.max_per_answer" => n(&self.spawn_max_per_answer),
+            "spawn.max_per_run" => n(&self.spawn_max_per_run),
+            "spawn.max_depth" => n(&self.spawn_max_depth),
             "run_lease_ttl" => d(&self.run_lease_ttl),
             "executor.claim_interval" => d(&self.executor_claim_interval),
             "resume_on_boot" => (

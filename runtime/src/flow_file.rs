@@ -98,10 +98,15 @@ pub fn read_json(text: &str) -> Result<Flow, FlowError> {
 
 /// Completes each of the flow's tool-server references (a server with
 /// neither `command` nor `url`) from `declared`, the configuration's
-/// `[[tools]]`: the declaration's `command`, `url` and `env` are taken, and
-/// its `idempotent` entries win over the flow's. A reference that nothing
-/// declares is left as it is when `provided` says the engine serves that
-/// name in process, and refused otherwise, naming it.
+/// `[[tools]]`: the declaration's `command`, `url` and `env` are taken. A
+/// reference that nothing declares is left as it is when `provided` says the
+/// engine serves that name in process, and refused otherwise, naming it.
+///
+/// A reference may only tighten what its declaration says of idempotency
+/// (see `tighten_idempotency`): it may mark a tool not idempotent, never
+/// idempotent unless the declaration does, since a tool wrongly taken for
+/// idempotent is called again after a crash instead of being put to a
+/// person.
 pub fn resolve_tool_servers(
     flow: &mut Flow,
     declared: &[ToolServer],
@@ -116,11 +121,13 @@ pub fn resolve_tool_servers(
                 server.command.clone_from(&declaration.command);
                 server.url.clone_from(&declaration.url);
                 server.env.clone_from(&declaration.env);
-                for (tool, idempotent) in &declaration.idempotent {
-                    server.idempotent.insert(tool.clone(), *idempotent);
-                }
+                server.idempotent = tighten_idempotency(i, server, &declaration.idempotent)?;
             }
-            None if provided(&server.name) => {}
+            // Served in process: the server's own definitions are the
+            // declaration, and a flow may not raise them either.
+            None if provided(&server.name) => {
+                tighten_idempotency(i, server, &std::collections::BTreeMap::new())?;
+            }
             None => {
                 let known: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
                 return Err(FlowError::new(
@@ -142,6 +149,42 @@ pub fn resolve_tool_servers(
         }
     }
     Ok(())
+}
+
+/// The idempotency of the tools of reference `server` (at `tools[i]`): the
+/// declaration's entries, with the flow's `false` entries over them. A flow
+/// entry `true` where the declaration does not say `true` is refused,
+/// naming it (`tools[0].idempotent.charge`): only whoever declares a server
+/// may say a call of it is safe to repeat.
+fn tighten_idempotency(
+    i: usize,
+    server: &ToolServer,
+    declared: &std::collections::BTreeMap<String, bool>,
+) -> Result<std::collections::BTreeMap<String, bool>, FlowError> {
+    let mut merged = declared.clone();
+    for (tool, &idempotent) in &server.idempotent {
+        if idempotent && declared.get(tool) != Some(&true) {
+            let declaration = match declared.get(tool) {
+                Some(_) => "marks it `idempotent = false`",
+                None => "does not mark it idempotent",
+            };
+            return Err(FlowError::new(
+                format!("tools[{i}].idempotent.{tool}"),
+                format!(
+                    "expected `false` or nothing: the configuration's declaration of tool \
+                     server `{}` {declaration}, and a flow may only tighten it, got `true` (a \
+                     tool taken for idempotent is called again after a crash without asking a \
+                     person; declare `idempotent = {{ {tool} = true }}` in its [[tools]] entry \
+                     if it is)",
+                    server.name
+                ),
+            ));
+        }
+        if !idempotent {
+            merged.insert(tool.clone(), false);
+        }
+    }
+    Ok(merged)
 }
 
 /// Reads the flow in `path`, as TOML or JSON by its extension (`.toml`,

@@ -12,6 +12,7 @@ use super::{
 use crate::event::{CallOutcome, EventKind};
 use crate::lease::LeaseKind;
 use crate::ports::{ChatMessage, RunStatus, ToolCallRecord, ToolCallRequest, ToolCallState};
+use crate::spawn::{SpawnRefusal, depth_of};
 use crate::strategy::ChildEnd;
 
 impl AgentLoop {
@@ -184,12 +185,61 @@ impl AgentLoop {
         }
     }
 
-    pub(super) fn worker_path(&self, kind: &str) -> String {
-        format!(
-            "{}/worker:{kind}:{}",
-            self.path,
-            self.ctx.next_worker_number()
-        )
+    /// The path of a new worker of `kind`, within the run's
+    /// [spawn limits](crate::SpawnLimits): the answer's first
+    /// `max_per_answer` spawns, above `max_depth`, and while the run has
+    /// started fewer than `max_per_run` workers (which takes a number).
+    /// `ordinal` is 1 for the answer's first `spawn_worker` call.
+    pub(super) fn new_worker_path(
+        &self,
+        ordinal: usize,
+        kind: &str,
+    ) -> Result<String, SpawnRefusal> {
+        let limits = self.ctx.spawn_limits;
+        if let Some(refusal) = limits.check_answer(ordinal, depth_of(&self.path)) {
+            return Err(refusal);
+        }
+        let number = self
+            .ctx
+            .next_worker_number(limits.max_per_run)
+            .ok_or(SpawnRefusal::PerRun(limits.max_per_run))?;
+        Ok(format!("{}/worker:{kind}:{number}", self.path))
+    }
+
+    /// Which `spawn_worker` call of the answer call `index` is: 1 for the
+    /// first.
+    fn spawn_ordinal(&self, index: usize) -> usize {
+        self.state
+            .calls
+            .iter()
+            .take(index.saturating_add(1))
+            .filter(|call| call.request.name == SPAWN_WORKER_TOOL)
+            .count()
+    }
+
+    /// A spawn past a limit: the model sees why as the call's result, and an
+    /// event says so; the loop goes on.
+    fn refuse_spawn(
+        &self,
+        myself: &ActorRef<LoopMsg>,
+        (step, index, attempt): (u32, usize, u32),
+        kind: &str,
+        refusal: SpawnRefusal,
+    ) {
+        self.ctx.emit(
+            &self.path,
+            EventKind::SpawnRefused {
+                worker: kind.to_owned(),
+                limit: refusal.key().to_owned(),
+                bound: refusal.bound(),
+            },
+        );
+        let _ = myself.send_message(LoopMsg::CallDone {
+            step,
+            index,
+            attempt,
+            outcome: Ok(refusal.message()),
+        });
     }
 
     fn start_worker(
@@ -224,17 +274,27 @@ impl AgentLoop {
             });
             return;
         }
-        self.state.spawns += 1;
         // The first attempt uses the path given when the model asked (kept in
-        // the snapshot, so a resume finds the worker's own snapshot); a
-        // restart is a new worker.
+        // the snapshot, so a resume finds the worker's own snapshot, and the
+        // worker was counted when it was first spawned); a restart is a new
+        // worker.
         let preassigned = self
             .state
             .calls
             .get(index)
             .and_then(|c| c.worker_path.clone())
             .filter(|_| attempt == 1);
-        let path = preassigned.unwrap_or_else(|| self.worker_path(&kind));
+        let path = match preassigned {
+            Some(path) => path,
+            None => match self.new_worker_path(self.spawn_ordinal(index), &kind) {
+                Ok(path) => path,
+                Err(refusal) => {
+                    self.refuse_spawn(myself, (step, index, attempt), &kind, refusal);
+                    return;
+                }
+            },
+        };
+        self.state.spawns += 1;
         if let Some(call) = self.state.calls.get_mut(index) {
             call.worker_path = Some(path.clone());
         }

@@ -233,12 +233,9 @@ impl RunContext {
     }
 
     pub(crate) fn spec(&self, kind: LeaseKind, subject: &str, path: &str) -> LeaseSpec {
-        // Durations were validated with the configuration; a zero here
-        // cannot happen, but a spec error must not panic the loop.
-        let duration = self
-            .lease_config
-            .duration(kind)
-            .max(Duration::from_millis(1));
+        // Durations were validated with the configuration; one below the
+        // floor cannot happen, but a spec error must not panic the loop.
+        let duration = self.lease_config.duration(kind).max(crate::MIN_LEASE);
         LeaseSpec::new(kind, subject, duration)
             .unwrap_or_else(|_| unreachable_spec(kind, subject))
             .with_max_renewals(self.lease_config.max_renewals)
@@ -248,8 +245,15 @@ impl RunContext {
             .in_run(self.run_id.clone(), path)
     }
 
-    pub(crate) fn next_worker_number(&self) -> u32 {
-        self.workers_spawned.fetch_add(1, Ordering::Relaxed) + 1
+    /// The number of the run's next worker, if the run has started fewer
+    /// than `max_per_run` workers (restarts included); `None` once it has.
+    pub(crate) fn next_worker_number(&self, max_per_run: u32) -> Option<u32> {
+        self.workers_spawned
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |spawned| {
+                (spawned < max_per_run).then_some(spawned + 1)
+            })
+            .ok()
+            .map(|spawned| spawned + 1)
     }
 }
 

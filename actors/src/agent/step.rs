@@ -257,18 +257,25 @@ impl AgentLoop {
             reply.tool_calls.clone(),
         ));
         self.phase = Phase::Calls;
+        // Each worker's path is fixed now, with the answer, so that a resume
+        // finds its snapshot; a spawn past the run's limits gets none, and is
+        // refused when the calls start.
+        let mut spawns = 0;
         self.state.calls = reply
             .tool_calls
             .into_iter()
             .map(|request| CallState {
-                worker_path: (request.name == SPAWN_WORKER_TOOL).then(|| {
-                    let kind = request
-                        .arguments
-                        .get("kind")
-                        .and_then(serde_json::Value::as_str)
-                        .unwrap_or("worker");
-                    self.worker_path(kind)
-                }),
+                worker_path: (request.name == SPAWN_WORKER_TOOL)
+                    .then(|| {
+                        spawns += 1;
+                        let kind = request
+                            .arguments
+                            .get("kind")
+                            .and_then(serde_json::Value::as_str)
+                            .unwrap_or("worker");
+                        self.new_worker_path(spawns, kind).ok()
+                    })
+                    .flatten(),
                 request,
                 attempt: 0,
                 running: false,

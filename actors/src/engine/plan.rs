@@ -1,7 +1,8 @@
 //! Planning: a flow, with the engine's configuration and ports, becomes the
 //! [`RunPlan`] the engine launches — in this one place.
 //!
-//! The flow is validated, then each of its overrides is applied on the
+//! The flow is validated and held within the engine's configuration (a
+//! flow may only tighten it: see `bounds.rs`), then each of its overrides is applied on the
 //! engine's configuration (leases, the watchdog's ladder and policy,
 //! budgets, the restart strategy) and the result is validated as a whole;
 //! a refusal names the flow key that caused it (`leases.max_renewals`,
@@ -22,6 +23,7 @@ use crate::run::tools::ServerClient;
 use crate::strategy::{FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory};
 use crate::supervision::SupervisionConfig;
 
+use super::bounds::{spawn_limits, within_configuration};
 use super::{Engine, EngineError};
 
 impl Engine {
@@ -29,6 +31,7 @@ impl Engine {
     /// this engine's configuration and ports.
     pub(super) fn plan(&self, flow: Flow) -> Result<RunPlan, EngineError> {
         flow.validate()?;
+        within_configuration(&flow, &self.config)?;
         let supervision = supervision_of(&flow, self.config.supervision)?;
         let budget_config = budget_of(&flow, self.config.budget)?;
         let strategy = match &self.strategy {
@@ -36,6 +39,7 @@ impl Engine {
             None => strategy_for(&flow, self.config.restart)?,
         };
         let (tool_servers, owned_tools) = self.tools_of(&flow)?;
+        let spawn_limits = spawn_limits(&flow, self.config.spawn);
         Ok(RunPlan {
             flow: Arc::new(flow),
             model: self.model.clone(),
@@ -52,6 +56,7 @@ impl Engine {
             tool_servers,
             owned_tools,
             max_tool_result_bytes: self.config.max_tool_result_bytes,
+            spawn_limits,
         })
     }
 

@@ -227,6 +227,19 @@ pub enum EventKind {
         /// Its task.
         task: String,
     },
+    /// A `spawn_worker` call was refused by a limit of
+    /// [`SpawnLimits`](crate::SpawnLimits): no worker started, and the
+    /// model got an error result saying why. The run goes on. The event's
+    /// `path` is the loop that asked.
+    SpawnRefused {
+        /// The worker kind it asked for.
+        worker: String,
+        /// The limit, by its configuration key: `spawn.max_per_answer`,
+        /// `spawn.max_per_run` or `spawn.max_depth`.
+        limit: String,
+        /// The limit's bound for this run.
+        bound: u32,
+    },
     /// A worker ended.
     WorkerFinished {
         /// Its kind.
@@ -403,6 +416,11 @@ impl EventKind {
                 ..
             } => format!("{tool}: result of {original_bytes} bytes truncated to {kept_bytes}"),
             Self::WorkerSpawned { worker, task } => format!("{worker}: {task}"),
+            Self::SpawnRefused {
+                worker,
+                limit,
+                bound,
+            } => format!("{worker}: not spawned, past {limit} ({bound})"),
             Self::WorkerFinished {
                 worker,
                 outcome,
@@ -537,6 +555,7 @@ impl EventKind {
             Self::ToolCallFinished { .. } => "tool_call_finished",
             Self::ToolResultTruncated { .. } => "tool_result_truncated",
             Self::WorkerSpawned { .. } => "worker_spawned",
+            Self::SpawnRefused { .. } => "spawn_refused",
             Self::WorkerFinished { .. } => "worker_finished",
             Self::BudgetExtended(_) => "budget_extended",
             Self::BudgetExhausted(_) => "budget_exhausted",

@@ -72,6 +72,20 @@ impl fmt::Display for LeaseId {
     }
 }
 
+/// The shortest lease leasehold runs: 10 ms.
+///
+/// Each expiry costs a verdict, a `wait` event and perhaps an evaluation; a
+/// lease of a nanosecond on a hung call would spin the watchdog, writing
+/// verdicts as fast as the process can (the renewal cap bounds how many per
+/// lease, but a configuration may raise the cap). Ten milliseconds is ten
+/// ticks of tokio's timer and far below any lease a person would choose
+/// (the defaults are minutes), so no real operation is refused for it.
+/// Configuration and flows refuse a shorter lease, naming the key (an
+/// operator may raise the floor with `lease.min`); [`LeaseSpec::new`] lengthens
+/// a shorter one to it, so the floor holds for leases made through the Rust
+/// API too.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
 /// The default lease length per kind and the renewal cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
@@ -111,11 +125,33 @@ impl LeaseConfig {
         }
     }
 
-    /// Refuses a zero lease length or one above [`MAX_DURATION`](crate::MAX_DURATION), naming
-    /// the kind's field (`lease.tool_call`).
+    /// Refuses a lease length below [`MIN_LEASE`] (10 ms) or above
+    /// [`MAX_DURATION`](crate::MAX_DURATION), naming the kind's field
+    /// (`lease.tool_call`).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_floor(MIN_LEASE, "")
+    }
+
+    /// [`LeaseConfig::validate`] against a floor of `floor` (at least
+    /// [`MIN_LEASE`]); `floor_key` names the key that set it, for the
+    /// message (empty for the built-in floor).
+    pub(crate) fn validate_floor(
+        &self,
+        floor: Duration,
+        floor_key: &str,
+    ) -> Result<(), ConfigError> {
+        let floor = floor.max(MIN_LEASE);
         for kind in LeaseKind::ALL {
-            check_positive_duration(format!("lease.{kind}"), self.duration(kind))?;
+            let field = format!("lease.{kind}");
+            let duration = self.duration(kind);
+            check_positive_duration(field.clone(), duration)?;
+            if duration < floor {
+                return Err(ConfigError::new(
+                    field,
+                    min_lease_expected(floor, floor_key),
+                    crate::describe_duration(duration),
+                ));
+            }
         }
         Ok(())
     }
@@ -129,6 +165,17 @@ impl LeaseConfig {
     ) -> Result<LeaseSpec, ConfigError> {
         LeaseSpec::new(kind, subject, self.duration(kind))
             .map(|s| s.with_max_renewals(self.max_renewals))
+    }
+}
+
+/// What a lease shorter than `floor` is refused with: `at least 10ms`,
+/// naming the key that set the floor when one did.
+pub(crate) fn min_lease_expected(floor: Duration, floor_key: &str) -> String {
+    let floor = humantime::format_duration(floor);
+    if floor_key.is_empty() {
+        format!("a lease of at least {floor} (the shortest lease leasehold runs)")
+    } else {
+        format!("a lease of at least {floor} (the configuration's `{floor_key}`)")
     }
 }
 
@@ -153,9 +200,12 @@ pub struct LeaseSpec {
 impl LeaseSpec {
     /// A lease of `duration` on a `kind` operation doing `subject`, with the
     /// default cap of 10 renewals. A zero duration is refused; one above
-    /// [`MAX_DURATION`](crate::MAX_DURATION) is clamped to it (configuration and flows refuse
-    /// such a duration before it gets here, naming the key): the lease then
-    /// expires, and the watchdog judges it, after 30 days.
+    /// [`MAX_DURATION`](crate::MAX_DURATION) is clamped to it, and one below
+    /// [`MIN_LEASE`] (10 ms) is lengthened to it (configuration and flows
+    /// refuse such durations before they get here, naming the key): the
+    /// lease then expires, and the watchdog judges it, after 30 days or
+    /// 10 ms. An expiry is never an error, so moving it only changes when
+    /// the watchdog is asked, never what the work may do.
     pub fn new(
         kind: LeaseKind,
         subject: impl Into<String>,
@@ -167,7 +217,7 @@ impl LeaseSpec {
         Ok(Self {
             kind,
             subject: subject.into(),
-            duration: clamp_duration(duration),
+            duration: clamp_duration(duration).max(MIN_LEASE),
             max_renewals: LeaseConfig::default().max_renewals,
             free_renewals: None,
             evidence_renewals: None,

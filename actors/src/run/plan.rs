@@ -56,4 +56,6 @@ pub(crate) struct RunPlan {
     pub(crate) owned_tools: Vec<Arc<dyn ToolClient>>,
     /// The most of one tool result the model sees and the store keeps.
     pub(crate) max_tool_result_bytes: usize,
+    /// How many workers the run may spawn, with the flow's overrides.
+    pub(crate) spawn_limits: crate::SpawnLimits,
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use leasehold_actors::{
-    ConfigError, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, describe_duration,
-    max_extensions_expected,
+    ConfigError, LeaseKind, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE,
+    describe_duration, max_extensions_expected,
 };
 
 use super::idle::MODEL_KINDS;
@@ -64,6 +64,7 @@ impl Config {
                 ));
             }
         }
+        self.validate_lease_floor()?;
         if self.free_renewals.value > self.max_renewals.value {
             return Err(ConfigError::new(
                 named(key_of("watchdog.free_renewals")),
@@ -117,6 +118,38 @@ impl Config {
             ));
         }
         self.engine_config().validate()
+    }
+
+    /// `lease.min` at least [`MIN_LEASE`] and every `lease.*` at least
+    /// `lease.min`, naming the variables.
+    fn validate_lease_floor(&self) -> Result<(), ConfigError> {
+        let floor = &self.lease_min;
+        if floor.value < MIN_LEASE {
+            return Err(ConfigError::new(
+                named(key_of("lease.min")),
+                format!(
+                    "a duration of at least {} (from {}): no lease may be shorter",
+                    humantime::format_duration(MIN_LEASE),
+                    floor.source
+                ),
+                describe_duration(floor.value),
+            ));
+        }
+        for kind in LeaseKind::ALL {
+            let lease = self.lease(kind);
+            if lease < floor.value {
+                return Err(ConfigError::new(
+                    named(key_of(&format!("lease.{kind}"))),
+                    format!(
+                        "a duration of at least LEASEHOLD_LEASE_MIN ({}, from {})",
+                        humantime::format_duration(floor.value),
+                        floor.source
+                    ),
+                    describe_duration(lease),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Every duration key (`ValueKind::Duration` in the key table) with its

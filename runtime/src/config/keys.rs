@@ -95,7 +95,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 48] = [
+pub(super) const KEYS: [Key; 52] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -123,6 +123,13 @@ pub(super) const KEYS: [Key; 48] = [
         "10m",
         ValueKind::Duration,
         "lease of one worker step; each completed step is evidence",
+    ),
+    key(
+        "LEASEHOLD_LEASE_MIN",
+        "lease.min",
+        "10ms",
+        ValueKind::Duration,
+        "the shortest lease: each `lease.*` above and every flow's `leases.*` must be at least this long (at least 10ms, the floor of any lease)",
     ),
     key(
         "LEASEHOLD_WATCHDOG_FREE_RENEWALS",
@@ -179,6 +186,27 @@ pub(super) const KEYS: [Key; 48] = [
         "3",
         ValueKind::Count,
         "budget extensions one loop may get in all, whatever the evaluator says",
+    ),
+    key(
+        "LEASEHOLD_SPAWN_MAX_PER_ANSWER",
+        "spawn.max_per_answer",
+        "16",
+        ValueKind::Count,
+        "workers one model answer may spawn; its further `spawn_worker` calls get an error result the model sees, and a `spawn_refused` event",
+    ),
+    key(
+        "LEASEHOLD_SPAWN_MAX_PER_RUN",
+        "spawn.max_per_run",
+        "256",
+        ValueKind::Count,
+        "workers one run may start in all, restarts included; past it a spawn gets an error result",
+    ),
+    key(
+        "LEASEHOLD_SPAWN_MAX_DEPTH",
+        "spawn.max_depth",
+        "4",
+        ValueKind::Count,
+        "how deep workers may nest below the root (1: the root's workers spawn none; 0: no loop spawns)",
     ),
     key(
         "LEASEHOLD_RUN_LEASE_TTL",

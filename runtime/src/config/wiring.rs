@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use leasehold_actors::{
-    BudgetConfig, ConfigError, EngineConfig, LeaseConfig, LeaseKind, RestartPolicy,
+    BudgetConfig, ConfigError, EngineConfig, LeaseConfig, LeaseKind, RestartPolicy, SpawnLimits,
     SupervisionConfig, WatchdogConfig,
 };
 
@@ -60,6 +60,12 @@ impl Config {
             },
             run_lease_ttl: self.run_lease_ttl.value,
             max_tool_result_bytes: bytes(self.limits_tool_result.value),
+            min_lease: self.lease_min.value,
+            spawn: SpawnLimits {
+                max_per_answer: self.spawn_max_per_answer.value,
+                max_per_run: self.spawn_max_per_run.value,
+                max_depth: self.spawn_max_depth.value,
+            },
         }
     }
 

@@ -168,6 +168,7 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
             ..SupervisionOverrides::default()
         },
         budget: leasehold_actors::BudgetOverrides::default(),
+        spawn: leasehold_actors::SpawnOverrides::default(),
     }
 }
 

@@ -120,7 +120,7 @@ pub(super) async fn play(
     let sink = OperationSink::default();
     let store = MemoryStore::new();
     let mut builder = Engine::builder()
-        .config(EngineConfig::default())
+        .config(experiment_config())
         .model(Arc::new(model.clone()))
         .events(Arc::new(sink.clone()))
         .store(Arc::new(store.clone()))
@@ -172,6 +172,19 @@ pub(super) async fn play(
     Ok(outcomes)
 }
 
+/// The engine's configuration of an experiment: the defaults, with bounds
+/// wide enough for any strategy the workload may hold (its flows set the
+/// renewals and restarts of each strategy, and a flow may only tighten the
+/// engine's configuration); the workload's own checks bound them instead.
+fn experiment_config() -> EngineConfig {
+    let mut config = EngineConfig::default();
+    config.supervision.lease.max_renewals = u32::MAX;
+    config.supervision.watchdog.free_renewals = u32::MAX;
+    config.restart.max_restarts = u32::MAX;
+    config.spawn.max_per_run = u32::MAX;
+    config
+}
+
 /// The flow every operation runs as, with the strategy's leases and
 /// supervision, and the worker kind when the workload has workers.
 fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
@@ -204,6 +217,7 @@ fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
         leases: strategy.lease_overrides(),
         supervision: strategy.supervision_overrides(),
         budget: BudgetOverrides::default(),
+        spawn: leasehold_actors::SpawnOverrides::default(),
     }
 }
 

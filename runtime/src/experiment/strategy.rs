@@ -407,7 +407,18 @@ fn check_renewals(at: &str, settings: &StrategySettings) -> Result<(), WorkloadE
 
 fn check_lease(key: &str, lease: Duration) -> Result<(), WorkloadError> {
     leasehold_actors::check_positive_duration(key, lease)
-        .map_err(|e| WorkloadError::new(key, format!("expected {}", e.expected)))
+        .map_err(|e| WorkloadError::new(key, format!("expected {}", e.expected)))?;
+    if lease < leasehold_actors::MIN_LEASE {
+        return Err(WorkloadError::new(
+            key,
+            format!(
+                "expected a lease of at least {} (the shortest lease leasehold runs), got {}",
+                humantime::format_duration(leasehold_actors::MIN_LEASE),
+                humantime::format_duration(lease)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn human_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {

@@ -51,6 +51,7 @@ export function describe(e) {
     case 'tool_call_finished': return `${e.tool} attempt ${e.attempt}: ${e.outcome}`;
     case 'tool_result_truncated': return `${e.tool}: result cut to ${e.kept_bytes} of ${e.original_bytes} bytes`;
     case 'worker_spawned': return `${e.worker}: ${e.task}`;
+    case 'spawn_refused': return `${e.worker}: not spawned, past ${e.limit} (${e.bound})`;
     case 'worker_finished': return `${e.worker} ${e.outcome}: ${e.result}`;
     case 'budget_extended': case 'budget_exhausted': return budgetText(e);
     case 'restarted': return `attempt ${e.attempt} in ${e.delay_ms} ms after: ${e.reason}`;

@@ -1,0 +1,257 @@
+//! A flow's overrides of the runtime's configuration: its leases, its
+//! supervision, its budget and its spawning, each `None` to keep the
+//! runtime's value.
+//!
+//! Each table refuses unknown keys, and [`LeaseOverrides::validate`] and
+//! friends refuse what no configuration would accept (a lease below
+//! [`MIN_LEASE`], more free renewals than the cap), naming the key. Whether
+//! an override stays within what *this* runtime's configuration allows is
+//! the engine's check, made when it plans a run: a flow may only tighten
+//! the configuration (see `engine/bounds.rs`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::FlowError;
+use crate::budget::{MAX_EXTENSIONS, max_extensions_expected};
+use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
+use crate::lease::{MIN_LEASE, min_lease_expected};
+use crate::serde_time::human_duration;
+
+/// Per-flow lease overrides; `None` keeps the runtime's configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseOverrides {
+    /// Lease of a streaming model call.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub model_stream: Option<Duration>,
+    /// Lease of a blocking model call.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub model_blocking: Option<Duration>,
+    /// Lease of a tool call.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tool_call: Option<Duration>,
+    /// Lease of a worker step.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub worker_step: Option<Duration>,
+    /// Renewals a lease may have before its next expiry stops the operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_renewals: Option<u32>,
+    /// Expiries the watchdog renews without asking the evaluator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_renewals: Option<u32>,
+    /// Consecutive renewals on evidence alone before the evaluator is asked
+    /// anyway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_renewals: Option<u32>,
+    /// The verdict policy: `leasehold` (the default), `deadline`,
+    /// `idle_kill` or `always_evaluate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::watchdog::PolicyKind>,
+}
+
+/// What a supervisor does when a child fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrategyKind {
+    /// Restart the failed child, within the restart limit.
+    Restart,
+    /// Fail the parent at the first failure.
+    FailFast,
+}
+
+/// Per-flow supervision overrides; `None` keeps the runtime's configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupervisionOverrides {
+    /// The restart strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<StrategyKind>,
+    /// Restarts allowed within `restart_window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// The window `max_restarts` counts over.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub restart_window: Option<Duration>,
+    /// The first restart's backoff.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backoff_initial: Option<Duration>,
+    /// The cap of the growing backoff.
+    #[serde(
+        default,
+        with = "human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backoff_max: Option<Duration>,
+    /// Random spread of each backoff, as a fraction in `[0, 1]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<f64>,
+    /// What a failure that reaches the top of the tree does: `pause`
+    /// (the default) or `fail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exhausted: Option<crate::strategy::OnExhausted>,
+}
+
+/// Per-flow budget overrides; `None` keeps the runtime's configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetOverrides {
+    /// Budget extensions each loop of the run may be granted: at most
+    /// [`MAX_EXTENSIONS`] (3); a flow may lower the cap, never raise it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_extensions: Option<u32>,
+}
+
+impl LeaseOverrides {
+    /// Refuses overrides a flow may not hold, naming the key (`leases.…`):
+    /// a lease out of range (below [`MIN_LEASE`], above 30 days), more free
+    /// renewals than the cap.
+    pub fn validate(&self) -> Result<(), FlowError> {
+        for (path, lease) in self.leases() {
+            in_range(path, lease)?;
+            if let Some(lease) = lease
+                && lease < MIN_LEASE
+            {
+                return Err(FlowError::new(
+                    path,
+                    format!(
+                        "expected {}, got {}",
+                        min_lease_expected(MIN_LEASE, ""),
+                        describe_duration(lease)
+                    ),
+                ));
+            }
+        }
+        if let (Some(free), Some(max)) = (self.free_renewals, self.max_renewals)
+            && free > max
+        {
+            return Err(FlowError::new(
+                "leases.free_renewals",
+                format!("expected at most `leases.max_renewals` ({max}), got {free}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl LeaseOverrides {
+    /// Each lease override with its flow key.
+    pub(crate) fn leases(&self) -> [(&'static str, Option<Duration>); 4] {
+        [
+            ("leases.model_stream", self.model_stream),
+            ("leases.model_blocking", self.model_blocking),
+            ("leases.tool_call", self.tool_call),
+            ("leases.worker_step", self.worker_step),
+        ]
+    }
+}
+
+/// Per-flow limits on spawning workers; `None` keeps the runtime's limit. A
+/// flow may only lower them: the engine refuses a value above its
+/// configuration's (`spawn.*`), naming both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnOverrides {
+    /// Workers one model answer may spawn; the calls past it get an error
+    /// result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_answer: Option<u32>,
+    /// Workers the whole run may start, restarts included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_run: Option<u32>,
+    /// How deep workers may nest: 1 lets the root spawn workers that spawn
+    /// none, 0 lets no loop spawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u32>,
+}
+
+impl SpawnOverrides {
+    /// Whether it overrides nothing (then it is not serialized, so a flow
+    /// stored before these limits existed reads back the same).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl BudgetOverrides {
+    /// A flow may lower the extension cap, never raise it past
+    /// [`MAX_EXTENSIONS`].
+    pub(super) fn validate(&self) -> Result<(), FlowError> {
+        match self.max_extensions {
+            Some(max) if max > MAX_EXTENSIONS => Err(FlowError::new(
+                "budget.max_extensions",
+                format!("expected {}, got {max}", max_extensions_expected()),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl SupervisionOverrides {
+    pub(super) fn validate(&self) -> Result<(), FlowError> {
+        in_range("supervision.restart_window", self.restart_window)?;
+        in_range("supervision.backoff_initial", self.backoff_initial)?;
+        in_range("supervision.backoff_max", self.backoff_max)?;
+        if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
+            && max < initial
+        {
+            return Err(FlowError::new(
+                "supervision.backoff_max",
+                format!(
+                    "expected at least `supervision.backoff_initial` ({}), got {}",
+                    humantime::format_duration(initial),
+                    humantime::format_duration(max)
+                ),
+            ));
+        }
+        if let Some(jitter) = self.jitter
+            && !(0.0..=1.0).contains(&jitter)
+        {
+            return Err(FlowError::new(
+                "supervision.jitter",
+                format!("expected a fraction in [0, 1], got {jitter}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A given duration must be above 0 and at most [`MAX_DURATION`].
+fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
+    match value {
+        Some(d) if d.is_zero() => Err(FlowError::new(path, "expected a duration above 0, got 0s")),
+        Some(d) if d > MAX_DURATION => Err(FlowError::new(
+            path,
+            format!(
+                "expected {MAX_DURATION_EXPECTED} (the maximum of any duration), got {}",
+                describe_duration(d)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
