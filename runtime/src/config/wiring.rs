@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use leasehold_actors::{
-    BudgetConfig, ConfigError, EngineConfig, LeaseConfig, LeaseKind, RestartPolicy,
+    BudgetConfig, ConfigError, EngineConfig, EventLimits, LeaseConfig, LeaseKind, RestartPolicy,
     SupervisionConfig, WatchdogConfig,
 };
 
@@ -60,6 +60,11 @@ impl Config {
             },
             run_lease_ttl: self.run_lease_ttl.value,
             max_tool_result_bytes: bytes(self.limits_tool_result.value),
+            events: EventLimits {
+                max_progress_note_bytes: bytes(self.limits_progress_note.value),
+                progress_interval: self.limits_progress_interval.value,
+                max_run_events: u64::from(self.limits_run_events.value),
+            },
         }
     }
 
