@@ -198,3 +198,95 @@ async fn write(
     }
     while writes.join_next().await.is_some() {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::LeaseId;
+
+    fn progress(count: u64) -> EventKind {
+        EventKind::Progress {
+            lease_id: LeaseId(1),
+            count,
+            note: Some("busy".to_owned()),
+            reports: 1,
+        }
+    }
+
+    #[test]
+    fn a_full_log_drops_only_progress_and_says_what_it_dropped_before_the_end() {
+        let (log, mut logged) = mpsc::unbounded_channel();
+        let sink = LoggingSink::new(EventBus::new(), None, log, 5);
+        sink.emit(
+            "run-1",
+            "run",
+            EventKind::RunStarted {
+                flow: "f".to_owned(),
+                task: "t".to_owned(),
+                max_steps: 3,
+            },
+        );
+        for count in 1..=10 {
+            sink.emit("run-1", "run/tool_call:1", progress(count));
+        }
+        sink.emit(
+            "run-1",
+            "run/tool_call:1",
+            EventKind::ToolCallFinished {
+                tool: "flood".to_owned(),
+                idempotency_key: "k".to_owned(),
+                attempt: 1,
+                outcome: crate::event::CallOutcome::Ok,
+            },
+        );
+        // Another run's log is its own.
+        sink.emit("run-2", "run/tool_call:1", progress(1));
+        sink.emit(
+            "run-1",
+            "run",
+            EventKind::RunCompleted {
+                answer: "done".to_owned(),
+                steps: 1,
+            },
+        );
+        let mut events = Vec::new();
+        while let Ok(LogItem::Event(event)) = logged.try_recv() {
+            events.push(event);
+        }
+        let run_1: Vec<_> = events.iter().filter(|e| e.run_id == "run-1").collect();
+        let kinds: Vec<&str> = run_1.iter().map(|e| e.kind.name()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "run_started",
+                "progress",
+                "progress",
+                "progress",
+                "progress",
+                "events_dropped",
+                "tool_call_finished",
+                "events_dropped",
+                "run_completed",
+            ]
+        );
+        let positions: Vec<u64> = run_1.iter().map(|e| e.position).collect();
+        assert_eq!(positions, (1..=9).collect::<Vec<_>>(), "no gap");
+        let said: Vec<_> = run_1
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::EventsDropped {
+                    dropped,
+                    max_run_events,
+                } => Some((dropped.get("progress").copied(), *max_run_events)),
+                _ => None,
+            })
+            .collect();
+        // The first at once, the other five before the end: six in all.
+        assert_eq!(said, [(Some(1), 5), (Some(5), 5)]);
+        assert_eq!(
+            events.iter().filter(|e| e.run_id == "run-2").count(),
+            1,
+            "another run's progress is stored"
+        );
+    }
+}

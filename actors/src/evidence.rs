@@ -373,6 +373,85 @@ mod tests {
         assert_eq!(after.last_progress_age_ms, Some(100));
     }
 
+    /// A sink that keeps what it is given.
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<EventKind>>);
+
+    impl EventSink for Kept {
+        fn emit(&self, _run_id: &str, _path: &str, kind: EventKind) {
+            self.0.lock().expect("not poisoned").push(kind);
+        }
+    }
+
+    /// `(count, reports, note length)` of each `progress` event kept.
+    fn published(sink: &Kept) -> Vec<(u64, u64, usize)> {
+        let kept = sink.0.lock().expect("not poisoned");
+        kept.iter()
+            .map(|kind| match kind {
+                EventKind::Progress {
+                    count,
+                    reports,
+                    note,
+                    ..
+                } => (*count, *reports, note.as_deref().map_or(0, str::len)),
+                other => panic!("not progress: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeated_progress_is_coalesced_into_one_event_per_interval_and_the_rest_said_at_the_end()
+     {
+        let sink = Arc::new(Kept::default());
+        let spec = crate::lease::LeaseSpec::new(
+            crate::lease::LeaseKind::ToolCall,
+            "flood",
+            Duration::from_millis(500),
+        )
+        .expect("a spec")
+        .in_run("run-1", "run/tool_call:1");
+        let meta = Arc::new(LeaseMeta::new(crate::lease::LeaseId(1), &spec));
+        let limits = EventLimits {
+            max_progress_note_bytes: 64,
+            progress_interval: Duration::from_secs(1),
+            ..EventLimits::default()
+        };
+        let evidence = Evidence::for_lease(meta, sink.clone(), limits);
+        let big = "x".repeat(60_000);
+        // The first report is published at once.
+        evidence.progress(big.clone());
+        // Nine more within the interval: evidence, no event.
+        for _ in 0..9 {
+            tokio::time::advance(Duration::from_millis(50)).await;
+            evidence.progress(big.clone());
+        }
+        assert_eq!(published(&sink).len(), 1);
+        assert_eq!(evidence.count(), 10, "every report is evidence");
+        // The first report after the interval says the nine and itself.
+        tokio::time::advance(Duration::from_millis(600)).await;
+        evidence.progress(big.clone());
+        // Three more, then the operation ends: one last event says them.
+        for _ in 0..3 {
+            evidence.progress(big.clone());
+        }
+        evidence.settle();
+        evidence.settle();
+        let events = published(&sink);
+        let note = events[0].2;
+        assert!(note <= 64 + 48, "a note of {note} bytes was published");
+        let figures: Vec<(u64, u64)> = events.iter().map(|(c, r, _)| (*c, *r)).collect();
+        assert_eq!(figures, [(1, 1), (11, 10), (14, 3)]);
+        assert_eq!(evidence.count(), 14);
+        let summary = evidence.summary(Instant::now(), &AccrualConfig::PEKKO);
+        let last_note = summary.last_note.expect("a note");
+        assert!(last_note.starts_with(&"x".repeat(64)), "{last_note:.80}");
+        assert!(
+            last_note.len() <= 64 + 48,
+            "the watchdog sees {} bytes",
+            last_note.len()
+        );
+    }
+
     #[test]
     fn the_tail_is_bounded_and_cut_on_a_character_boundary() {
         let evidence = Evidence::detached();
