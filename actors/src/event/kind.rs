@@ -605,26 +605,3 @@ impl EventKind {
         }
     }
 }
-
-impl EventKind {
-    /// Whether an event of this kind may be counted instead of stored once
-    /// its run's log is full: only what a peer reports at its own pace
-    /// (`progress`). Everything a run's state, its resumption, its trace
-    /// or its verdicts are read from is always stored.
-    pub fn is_droppable(&self) -> bool {
-        matches!(self, Self::Progress { .. })
-    }
-
-    /// Whether the run stops here after this event (it ended, or waits for
-    /// a person): what was dropped is said before it.
-    pub(crate) fn stops_the_run(&self) -> bool {
-        matches!(
-            self,
-            Self::RunCompleted { .. }
-                | Self::RunFailed { .. }
-                | Self::RunCancelled { .. }
-                | Self::Paused { .. }
-                | Self::ReconciliationRequired { .. }
-        )
-    }
-}

@@ -17,6 +17,7 @@
 
 use std::time::Duration;
 
+use super::EventKind;
 use crate::error::ConfigError;
 
 /// The default cap on one progress note: 1 KiB.
@@ -105,6 +106,29 @@ pub fn cut_note(mut note: String, max_bytes: usize) -> String {
         original - kept
     ));
     note
+}
+
+impl EventKind {
+    /// Whether an event of this kind may be counted instead of stored once
+    /// its run's log is full: only what a peer reports at its own pace
+    /// (`progress`). Everything a run's state, its resumption, its trace
+    /// or its verdicts are read from is always stored.
+    pub fn is_droppable(&self) -> bool {
+        matches!(self, Self::Progress { .. })
+    }
+
+    /// Whether the run stops here after this event (it ended, or waits for
+    /// a person): what was dropped is said before it.
+    pub(crate) fn stops_the_run(&self) -> bool {
+        matches!(
+            self,
+            Self::RunCompleted { .. }
+                | Self::RunFailed { .. }
+                | Self::RunCancelled { .. }
+                | Self::Paused { .. }
+                | Self::ReconciliationRequired { .. }
+        )
+    }
 }
 
 #[cfg(test)]
