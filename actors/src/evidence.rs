@@ -176,7 +176,7 @@ impl Evidence {
     /// one was published less than `progress_interval` ago: for discrete
     /// signals such as an MCP progress notification or a worker's completed
     /// step. A report not published is said by the next event, or by
-    /// [`Evidence::settle`] when the operation ends.
+    /// the last one, published when the operation ends.
     pub fn progress(&self, note: impl Into<String>) {
         let note = cut_note(note.into(), self.inner.limits.max_progress_note_bytes);
         let now = Instant::now();
