@@ -205,6 +205,7 @@ impl Engine {
             events: self.events.clone(),
             config: plan.watchdog_config,
             live: self.live_leases.clone(),
+            limits: self.config.events,
         })
         .await?;
         let fence = Arc::new(AtomicU64::new(record.fence));

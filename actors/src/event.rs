@@ -5,10 +5,16 @@
 //! changing an actor cannot silently change the wire format. The
 //! [`EventBus`] carries it: bounded, never blocking a run, and a reader that
 //! falls behind is told by [`EventStream::recv`] how many events it lost
-//! ([`Lagged`]).
+//! ([`Lagged`]). [`EventLimits`] bound what a peer's reports cost a run's
+//! log.
 
 mod bus;
 mod kind;
+mod limits;
 
 pub use bus::{EventBus, EventStream, Lagged};
 pub use kind::{BudgetRecord, CallOutcome, Event, EventKind, HandedTo};
+pub use limits::{
+    DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS, DEFAULT_PROGRESS_INTERVAL,
+    EventLimits, MIN_PROGRESS_NOTE_BYTES, cut_note,
+};

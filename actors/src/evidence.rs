@@ -13,6 +13,14 @@
 //! evidence carried, and the summary reports how much of that tail repeats
 //! itself ([`repetition`]) — evidence earns renewals, not immunity.
 //!
+//! A progress report ([`Evidence::progress`]) is bounded by the engine's
+//! [`EventLimits`]: its note is cut to `max_progress_note_bytes`, and an
+//! operation publishes at most one `progress` event per `progress_interval`
+//! — the reports in between count as evidence all the same, and the next
+//! event (or the last, when the operation ends) says how many reports it
+//! stands for. A server that floods progress renews its lease as before;
+//! it no longer writes the log at its own pace.
+//!
 //! While the run is paused the evidence does not age: the lease actor tells
 //! the cell when a pause starts and ends, and the pause counts neither in the
 //! age of the last item nor in the inter-arrival history phi is computed on.
@@ -26,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::event::EventKind;
+use crate::event::{EventKind, EventLimits, cut_note};
 use crate::lease::LeaseMeta;
 use crate::ports::EventSink;
 use crate::watchdog::accrual::{AccrualConfig, ArrivalWindow};
@@ -41,6 +49,7 @@ pub struct Evidence {
 struct EvidenceInner {
     state: Mutex<EvidenceState>,
     announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
+    limits: EventLimits,
 }
 
 /// How much of a stream's text the cell keeps: the tail shown to the
@@ -59,6 +68,10 @@ struct EvidenceState {
     /// When the current pause started (or, if evidence arrived during it,
     /// when that last item arrived): time from here on does not count.
     paused_since: Option<Instant>,
+    /// When the last `progress` event was published.
+    published: Option<Instant>,
+    /// Progress reports since then that no event has said yet.
+    unsaid: u64,
 }
 
 /// What the watchdog knows of a lease's liveness when it expires.
@@ -83,21 +96,26 @@ pub struct EvidenceSummary {
 }
 
 impl Evidence {
-    pub(crate) fn for_lease(meta: Arc<LeaseMeta>, events: Arc<dyn EventSink>) -> Self {
-        Self::build(Some((meta, events)))
+    pub(crate) fn for_lease(
+        meta: Arc<LeaseMeta>,
+        events: Arc<dyn EventSink>,
+        limits: EventLimits,
+    ) -> Self {
+        Self::build(Some((meta, events)), limits)
     }
 
     /// A cell attached to no lease, for operations run outside supervision
     /// and for tests.
     pub fn detached() -> Self {
-        Self::build(None)
+        Self::build(None, EventLimits::default())
     }
 
-    fn build(announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>) -> Self {
+    fn build(announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>, limits: EventLimits) -> Self {
         Self {
             inner: Arc::new(EvidenceInner {
                 state: Mutex::new(EvidenceState::default()),
                 announce,
+                limits,
             }),
         }
     }
@@ -153,17 +171,45 @@ impl Evidence {
         }
     }
 
-    /// Records one item of evidence and publishes a `progress` event with
-    /// `note`: for discrete signals such as an MCP progress notification or a
-    /// worker's completed step.
+    /// Records one item of evidence with `note` (cut to the engine's
+    /// `max_progress_note_bytes`), and publishes a `progress` event unless
+    /// one was published less than `progress_interval` ago: for discrete
+    /// signals such as an MCP progress notification or a worker's completed
+    /// step. A report not published is said by the next event, or by
+    /// the last one, published when the operation ends.
     pub fn progress(&self, note: impl Into<String>) {
-        let note = note.into();
-        let count = {
+        let note = cut_note(note.into(), self.inner.limits.max_progress_note_bytes);
+        let now = Instant::now();
+        let publish = {
             let mut state = self.state();
-            let count = state.arrive(Instant::now());
-            state.note = Some(note.clone());
-            count
+            let count = state.arrive(now);
+            state.note = Some(note);
+            state.unsaid += 1;
+            let due = state.published.is_none_or(|at| {
+                now.saturating_duration_since(at) >= self.inner.limits.progress_interval
+            });
+            (due && self.inner.announce.is_some()).then(|| state.take_unsaid(now, count))
         };
+        if let Some((count, reports, note)) = publish {
+            self.publish(count, reports, note);
+        }
+    }
+
+    /// Publishes the reports no event has said yet, as one `progress`
+    /// event: called when the operation ends, so every report is said.
+    pub(crate) fn settle(&self) {
+        let publish = {
+            let mut state = self.state();
+            let count = state.count;
+            (state.unsaid > 0 && self.inner.announce.is_some())
+                .then(|| state.take_unsaid(Instant::now(), count))
+        };
+        if let Some((count, reports, note)) = publish {
+            self.publish(count, reports, note);
+        }
+    }
+
+    fn publish(&self, count: u64, reports: u64, note: Option<String>) {
         if let Some((meta, events)) = &self.inner.announce {
             events.emit(
                 &meta.run_id,
@@ -171,7 +217,8 @@ impl Evidence {
                 EventKind::Progress {
                     lease_id: meta.id,
                     count,
-                    note: Some(note),
+                    note,
+                    reports,
                 },
             );
         }
@@ -214,6 +261,14 @@ impl EvidenceState {
         }
         self.count += 1;
         self.count
+    }
+
+    /// The figures of a `progress` event saying the unsaid reports, which
+    /// it marks said: the count so far, how many reports, the last note.
+    fn take_unsaid(&mut self, now: Instant, count: u64) -> (u64, u64, Option<String>) {
+        self.published = Some(now);
+        let reports = std::mem::take(&mut self.unsaid);
+        (count, reports, self.note.clone())
     }
 
     fn push_text(&mut self, text: &str) {
@@ -316,6 +371,85 @@ mod tests {
         let after = evidence.summary(Instant::now(), &config);
         assert_eq!(after.count, 2);
         assert_eq!(after.last_progress_age_ms, Some(100));
+    }
+
+    /// A sink that keeps what it is given.
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<EventKind>>);
+
+    impl EventSink for Kept {
+        fn emit(&self, _run_id: &str, _path: &str, kind: EventKind) {
+            self.0.lock().expect("not poisoned").push(kind);
+        }
+    }
+
+    /// `(count, reports, note length)` of each `progress` event kept.
+    fn published(sink: &Kept) -> Vec<(u64, u64, usize)> {
+        let kept = sink.0.lock().expect("not poisoned");
+        kept.iter()
+            .map(|kind| match kind {
+                EventKind::Progress {
+                    count,
+                    reports,
+                    note,
+                    ..
+                } => (*count, *reports, note.as_deref().map_or(0, str::len)),
+                other => panic!("not progress: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeated_progress_is_coalesced_into_one_event_per_interval_and_the_rest_said_at_the_end()
+     {
+        let sink = Arc::new(Kept::default());
+        let spec = crate::lease::LeaseSpec::new(
+            crate::lease::LeaseKind::ToolCall,
+            "flood",
+            Duration::from_millis(500),
+        )
+        .expect("a spec")
+        .in_run("run-1", "run/tool_call:1");
+        let meta = Arc::new(LeaseMeta::new(crate::lease::LeaseId(1), &spec));
+        let limits = EventLimits {
+            max_progress_note_bytes: 64,
+            progress_interval: Duration::from_secs(1),
+            ..EventLimits::default()
+        };
+        let evidence = Evidence::for_lease(meta, sink.clone(), limits);
+        let big = "x".repeat(60_000);
+        // The first report is published at once.
+        evidence.progress(big.clone());
+        // Nine more within the interval: evidence, no event.
+        for _ in 0..9 {
+            tokio::time::advance(Duration::from_millis(50)).await;
+            evidence.progress(big.clone());
+        }
+        assert_eq!(published(&sink).len(), 1);
+        assert_eq!(evidence.count(), 10, "every report is evidence");
+        // The first report after the interval says the nine and itself.
+        tokio::time::advance(Duration::from_millis(600)).await;
+        evidence.progress(big.clone());
+        // Three more, then the operation ends: one last event says them.
+        for _ in 0..3 {
+            evidence.progress(big.clone());
+        }
+        evidence.settle();
+        evidence.settle();
+        let events = published(&sink);
+        let note = events[0].2;
+        assert!(note <= 64 + 48, "a note of {note} bytes was published");
+        let figures: Vec<(u64, u64)> = events.iter().map(|(c, r, _)| (*c, *r)).collect();
+        assert_eq!(figures, [(1, 1), (11, 10), (14, 3)]);
+        assert_eq!(evidence.count(), 14);
+        let summary = evidence.summary(Instant::now(), &AccrualConfig::PEKKO);
+        let last_note = summary.last_note.expect("a note");
+        assert!(last_note.starts_with(&"x".repeat(64)), "{last_note:.80}");
+        assert!(
+            last_note.len() <= 64 + 48,
+            "the watchdog sees {} bytes",
+            last_note.len()
+        );
     }
 
     #[test]

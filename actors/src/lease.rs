@@ -161,16 +161,18 @@ pub(crate) struct LeaseActorArgs {
     /// How many leases are held: up by one on each registration, down by
     /// one when a lease ends, shared by every lease actor of an engine.
     pub live: Arc<AtomicU64>,
+    /// What an operation's progress reports may cost the log.
+    pub limits: crate::event::EventLimits,
 }
 
 impl LeaseActor {
     /// Spawns a lease actor and returns its client.
     pub async fn start(args: LeaseActorArgs) -> Result<Leases, StartError> {
-        let events = args.events.clone();
+        let (events, limits) = (args.events.clone(), args.limits);
         let (actor, _) = Actor::spawn(None, LeaseActor, args)
             .await
             .map_err(|e| StartError::Spawn(e.to_string()))?;
-        Ok(Leases::new(actor, events))
+        Ok(Leases::new(actor, events, limits))
     }
 }
 

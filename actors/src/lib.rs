@@ -79,7 +79,9 @@ pub use spawn::{SpawnLimits, SpawnRefusal};
 
 // Events.
 pub use event::{
-    BudgetRecord, CallOutcome, Event, EventBus, EventKind, EventStream, HandedTo, Lagged,
+    BudgetRecord, CallOutcome, DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS,
+    DEFAULT_PROGRESS_INTERVAL, Event, EventBus, EventKind, EventLimits, EventStream, HandedTo,
+    Lagged, MIN_PROGRESS_NOTE_BYTES, cut_note,
 };
 
 // The ports to implement, and the records they carry.

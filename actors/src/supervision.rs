@@ -68,6 +68,7 @@ impl Supervision {
             events,
             config: config.watchdog,
             live: Arc::default(),
+            limits: crate::event::EventLimits::default(),
         })
         .await?;
         Ok(Self {
@@ -85,6 +86,7 @@ impl Supervision {
             events,
             config: self.config.watchdog,
             live: Arc::default(),
+            limits: crate::event::EventLimits::default(),
         })
         .await
     }

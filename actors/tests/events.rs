@@ -77,6 +77,11 @@ async fn every_event_kind_has_a_stable_snake_case_name() {
             lease_id: id,
             count: 1,
             note: None,
+            reports: 1,
+        },
+        EventKind::EventsDropped {
+            dropped: [("progress".to_owned(), 3)].into(),
+            max_run_events: 10,
         },
         EventKind::NudgeQueued {
             lease_id: id,

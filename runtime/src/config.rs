@@ -219,6 +219,14 @@ pub struct Config {
     pub limits_model_body: Setting<u64>,
     /// One tool result, in bytes (`LEASEHOLD_LIMITS_TOOL_RESULT`).
     pub limits_tool_result: Setting<u64>,
+    /// One progress note, in bytes (`LEASEHOLD_LIMITS_PROGRESS_NOTE`).
+    pub limits_progress_note: Setting<u64>,
+    /// Stored progress per operation, at most one per this interval
+    /// (`LEASEHOLD_LIMITS_PROGRESS_INTERVAL`).
+    pub limits_progress_interval: Setting<Duration>,
+    /// Events a run's log holds before progress is counted instead of
+    /// stored (`LEASEHOLD_LIMITS_RUN_EVENTS`).
+    pub limits_run_events: Setting<u32>,
     /// The tool servers flows may name, from the file's `[[tools]]`: the
     /// only ones a flow posted to `leasehold serve` may use (unless
     /// `server.allow_flow_tools`).
@@ -350,6 +358,11 @@ impl Default for Config {
             limits_model_answer: Setting::default(size(model.max_answer_bytes)),
             limits_model_body: Setting::default(size(model.max_body_bytes)),
             limits_tool_result: Setting::default(size(engine.max_tool_result_bytes)),
+            limits_progress_note: Setting::default(size(engine.events.max_progress_note_bytes)),
+            limits_progress_interval: Setting::default(engine.events.progress_interval),
+            limits_run_events: Setting::default(
+                u32::try_from(engine.events.max_run_events).unwrap_or(u32::MAX),
+            ),
             tools: Vec::new(),
             file: None,
         }
@@ -656,15 +669,23 @@ impl Config {
             "server.max_event_streams" => self.server_max_event_streams = with(count()?, source),
             "server.max_live_runs" => self.server_max_live_runs = with(count()?, source),
             "server.shutdown_grace" => self.server_shutdown_grace = with(duration()?, source),
-            "limits.model_answer" | "limits.model_body" | "limits.tool_result" => {
+            "limits.model_answer"
+            | "limits.model_body"
+            | "limits.tool_result"
+            | "limits.progress_note" => {
                 let size = parse_size(trimmed).ok_or_else(bad)?;
                 let value = with(size, source);
                 match key.file {
                     "limits.model_answer" => self.limits_model_answer = value,
                     "limits.model_body" => self.limits_model_body = value,
+                    "limits.progress_note" => self.limits_progress_note = value,
                     _ => self.limits_tool_result = value,
                 }
             }
+            "limits.progress_interval" => {
+                self.limits_progress_interval = with(duration()?, source);
+            }
+            "limits.run_events" => self.limits_run_events = with(count()?, source),
             _ => return Err(bad()),
         }
         Ok(())
@@ -799,6 +820,9 @@ impl Config {
             "limits.model_answer" => size(&self.limits_model_answer),
             "limits.model_body" => size(&self.limits_model_body),
             "limits.tool_result" => size(&self.limits_tool_result),
+            "limits.progress_note" => size(&self.limits_progress_note),
+            "limits.progress_interval" => d(&self.limits_progress_interval),
+            "limits.run_events" => n(&self.limits_run_events),
             _ => (String::new(), &Source::Default),
         }
     }

@@ -1,6 +1,6 @@
 //! A run's decisions, counted: how many verdicts each decider made, how
 //! many of each verdict, evaluator calls, budget decisions, restarts and
-//! pauses. The API's `GET /runs/{id}/trace`, `leasehold runs trace` and the
+//! pauses, and the events its full log counted instead of storing. The API's `GET /runs/{id}/trace`, `leasehold runs trace` and the
 //! demo's summary all count the same way, here.
 
 use std::collections::BTreeMap;
@@ -32,6 +32,10 @@ pub struct TraceSummary {
     pub escalated: usize,
     /// Pauses for a person (escalations and reconciliations).
     pub pauses: usize,
+    /// Events the run's full log counted instead of storing, by kind (from
+    /// its `events_dropped` events); empty when none were.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub events_dropped: BTreeMap<String, u64>,
 }
 
 impl TraceSummary {
@@ -71,6 +75,12 @@ impl TraceSummary {
             EventKind::Escalated { .. } => self.escalated += 1,
             EventKind::Paused { .. } | EventKind::ReconciliationRequired { .. } => {
                 self.pauses += 1;
+            }
+            EventKind::EventsDropped { dropped, .. } => {
+                for (kind, n) in dropped {
+                    let total = self.events_dropped.entry(kind.clone()).or_default();
+                    *total = total.saturating_add(*n);
+                }
             }
             _ => {}
         }

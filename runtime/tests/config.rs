@@ -813,3 +813,32 @@ fn the_verdict_policy_is_read_refused_when_unknown_and_changes_the_timing_arithm
     assert_eq!(always.evaluations, 10);
     assert_eq!(timing("leasehold").evaluations, 8);
 }
+
+#[test]
+fn progress_limits_below_their_floor_are_refused_naming_the_key() {
+    let error = Config::from_toml_str("[limits]\nprogress_note = \"10B\"\n")
+        .expect_err("a note cap below 64 bytes");
+    let text = error.to_string();
+    for needle in [
+        "LEASEHOLD_LIMITS_PROGRESS_NOTE",
+        "limits.progress_note",
+        "64B",
+        "10B",
+    ] {
+        assert!(text.contains(needle), "no {needle} in: {text}");
+    }
+    let error = Config::from_toml_str("[limits]\nrun_events = 0\n").expect_err("no events");
+    let text = error.to_string();
+    assert!(text.contains("LEASEHOLD_LIMITS_RUN_EVENTS"), "{text}");
+    let config = Config::from_toml_str(
+        "[limits]\nprogress_note = \"4KiB\"\nprogress_interval = \"250ms\"\nrun_events = 500\n",
+    )
+    .expect("limits within bounds");
+    let limits = config.engine_config().events;
+    assert_eq!(limits.max_progress_note_bytes, 4096);
+    assert_eq!(
+        limits.progress_interval,
+        std::time::Duration::from_millis(250)
+    );
+    assert_eq!(limits.max_run_events, 500);
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::budget::BudgetConfig;
 use crate::error::ConfigError;
-use crate::event::EventBus;
+use crate::event::{EventBus, EventLimits};
 use crate::event_log::{self, LoggingSink};
 use crate::flow::FlowError;
 use crate::memory::MemoryStore;
@@ -61,6 +61,10 @@ pub struct EngineConfig {
     /// How many workers a run may spawn, per answer, in all and in depth.
     /// A flow's `spawn` table may lower them, never raise them.
     pub spawn: crate::SpawnLimits,
+    /// What an operation's progress reports may cost a run's log: notes
+    /// cut, repeated progress coalesced, and a cap on each run's events past
+    /// which progress is counted instead of stored.
+    pub events: EventLimits,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +77,7 @@ impl Default for EngineConfig {
             max_tool_result_bytes: DEFAULT_MAX_TOOL_RESULT_BYTES,
             min_lease: crate::MIN_LEASE,
             spawn: crate::SpawnLimits::default(),
+            events: EventLimits::default(),
         }
     }
 }
@@ -111,6 +116,7 @@ impl EngineConfig {
                 "0",
             ));
         }
+        self.events.validate()?;
         Ok(())
     }
 }
@@ -309,11 +315,12 @@ impl EngineBuilder {
         let bus = EventBus::with_clock(EventBus::DEFAULT_CAPACITY, clock.clone());
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
         let log = event_log::start(store.clone(), bus.clone());
-        let events: Arc<dyn EventSink> = Arc::new(LoggingSink {
-            bus: bus.clone(),
-            user: self.events,
-            log: log.clone(),
-        });
+        let events: Arc<dyn EventSink> = Arc::new(LoggingSink::new(
+            bus.clone(),
+            self.events,
+            log.clone(),
+            self.config.events.max_run_events,
+        ));
         let watchdog = WatchdogActor::start(WatchdogArgs {
             config: self.config.supervision.watchdog,
             evaluator: self.evaluator.clone(),

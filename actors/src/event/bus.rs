@@ -91,6 +91,12 @@ impl EventBus {
         self.positions().insert(run_id.to_owned(), position);
     }
 
+    /// The position of the run's last event published (0 before its
+    /// first): how many events its log holds, or will once written.
+    pub(crate) fn position(&self, run_id: &str) -> u64 {
+        self.positions().get(run_id).copied().unwrap_or(0)
+    }
+
     /// Forgets the run's position once it ended here: a later event of it
     /// starts again from 1 unless [`Self::continue_run`] says otherwise.
     pub fn forget_run(&self, run_id: &str) {

@@ -8,6 +8,8 @@
 //! and stable: they are a contract with users. This module imports no actor,
 //! so changing an actor cannot change the wire format.
 
+use std::collections::BTreeMap;
+
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +46,14 @@ pub struct Event {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// Who a failure given up by a supervisor went to.
@@ -93,9 +103,17 @@ pub enum EventKind {
         lease_id: LeaseId,
         /// Evidence items received so far on this lease.
         count: u64,
-        /// What the operation said about its progress, if anything.
+        /// What the operation said about its progress, if anything (its
+        /// last report's note, cut to the engine's
+        /// [`max_progress_note_bytes`](crate::EventLimits::max_progress_note_bytes)).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
+        /// How many progress reports this event stands for: 1, or more when
+        /// reports came faster than one per
+        /// [`progress_interval`](crate::EventLimits::progress_interval) and
+        /// were coalesced into it. Each was evidence for the lease.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        reports: u64,
     },
     /// A `NUDGE` queued a message for the next step of the loop.
     NudgeQueued {
@@ -141,6 +159,17 @@ pub enum EventKind {
     LeaseCancelled {
         /// The lease.
         lease_id: LeaseId,
+    },
+    /// The run's log holds its
+    /// [`max_run_events`](crate::EventLimits::max_run_events): events of
+    /// [droppable](EventKind::is_droppable) kinds were counted, not stored.
+    /// The first is said at once, the rest before the run ends or pauses;
+    /// each `events_dropped` counts those since the previous one.
+    EventsDropped {
+        /// Events not stored, by kind (`progress`).
+        dropped: BTreeMap<String, u64>,
+        /// The cap the log had reached.
+        max_run_events: u64,
     },
     /// A run began.
     RunStarted {
@@ -346,8 +375,31 @@ impl EventKind {
                     r.verdict, r.decided_by, r.evidence.count, r.reason
                 )
             }
-            Self::Progress { note, count, .. } => {
-                format!("{} ({count} items)", note.as_deref().unwrap_or("progress"))
+            Self::Progress {
+                note,
+                count,
+                reports,
+                ..
+            } => {
+                let note = note.as_deref().unwrap_or("progress");
+                if *reports > 1 {
+                    format!("{note} ({count} items, {reports} reports in this one)")
+                } else {
+                    format!("{note} ({count} items)")
+                }
+            }
+            Self::EventsDropped {
+                dropped,
+                max_run_events,
+            } => {
+                let counts: Vec<String> = dropped
+                    .iter()
+                    .map(|(kind, n)| format!("{n} {kind}"))
+                    .collect();
+                format!(
+                    "the run's log holds {max_run_events} events: {} not stored",
+                    counts.join(", ")
+                )
             }
             Self::NudgeQueued { nudge, .. } => format!("queued for the next step: {nudge}"),
             Self::Intervened { reason, .. } | Self::Escalated { reason, .. } => reason.clone(),
@@ -547,6 +599,7 @@ impl EventKind {
             Self::RenewalCapReached { .. } => "renewal_cap_reached",
             Self::VerdictDropped { .. } => "verdict_dropped",
             Self::LeaseCancelled { .. } => "lease_cancelled",
+            Self::EventsDropped { .. } => "events_dropped",
             Self::RunStarted { .. } => "run_started",
             Self::StepStarted { .. } => "step_started",
             Self::ModelCallStarted { .. } => "model_call_started",

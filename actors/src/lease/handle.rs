@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{LeaseId, LeaseMeta, LeaseMsg, LeaseSpec, Registration};
 use crate::duration::deadline_after;
+use crate::event::EventLimits;
 use crate::evidence::Evidence;
 use crate::ports::EventSink;
 
@@ -59,6 +60,7 @@ pub enum LeaseError {
 pub struct Leases {
     actor: ActorRef<LeaseMsg>,
     events: Arc<dyn EventSink>,
+    limits: EventLimits,
 }
 
 impl std::fmt::Debug for Leases {
@@ -70,8 +72,16 @@ impl std::fmt::Debug for Leases {
 }
 
 impl Leases {
-    pub(crate) fn new(actor: ActorRef<LeaseMsg>, events: Arc<dyn EventSink>) -> Self {
-        Self { actor, events }
+    pub(crate) fn new(
+        actor: ActorRef<LeaseMsg>,
+        events: Arc<dyn EventSink>,
+        limits: EventLimits,
+    ) -> Self {
+        Self {
+            actor,
+            events,
+            limits,
+        }
     }
 
     /// The lease actor.
@@ -104,7 +114,7 @@ impl Leases {
     {
         let id = LeaseId::next();
         let meta = Arc::new(LeaseMeta::new(id, &spec));
-        let evidence = Evidence::for_lease(meta.clone(), self.events.clone());
+        let evidence = Evidence::for_lease(meta.clone(), self.events.clone(), self.limits);
         let token = spec
             .parent
             .as_ref()
@@ -128,6 +138,7 @@ impl Leases {
 
         let actor = self.actor.clone();
         let cancelled = token.clone();
+        let reporting = evidence.clone();
         let join = tokio::spawn(async move {
             // Tells the actor the operation is over however it ends, a panic
             // included, so no lease outlives its operation.
@@ -135,6 +146,7 @@ impl Leases {
                 actor,
                 id,
                 cancelled: false,
+                evidence: reporting,
             };
             let output = tokio::select! {
                 biased;
@@ -200,6 +212,9 @@ impl<T> LeaseHandle<T> {
             },
             joined = &mut self.join => self.settle(joined),
         };
+        // Progress not yet said is said before the owner goes on, so it
+        // comes before whatever the owner logs about the end.
+        self.evidence.settle();
         self.finished = true;
         result
     }
@@ -242,10 +257,12 @@ struct DoneGuard {
     actor: ActorRef<LeaseMsg>,
     id: LeaseId,
     cancelled: bool,
+    evidence: Evidence,
 }
 
 impl Drop for DoneGuard {
     fn drop(&mut self) {
+        self.evidence.settle();
         let _ = self.actor.send_message(LeaseMsg::Done {
             id: self.id,
             cancelled: self.cancelled,

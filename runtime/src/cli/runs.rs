@@ -253,6 +253,8 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             let mut view = RunView::new(record, None);
             view.flow = Some(crate::secret::redact_flow(flow));
             view.tool_calls = Some(store.load_tool_calls(&id).await?);
+            let events = store.load_events(&id, 0).await?;
+            view.events_dropped = Some(crate::trace::TraceSummary::of(&events).events_dropped);
             print_json(&view);
             Ok(ExitCode::SUCCESS)
         }

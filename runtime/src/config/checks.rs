@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use leasehold_actors::{
     ConfigError, LeaseKind, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE,
-    describe_duration, max_extensions_expected,
+    MIN_PROGRESS_NOTE_BYTES, describe_duration, max_extensions_expected,
 };
 
 use super::idle::MODEL_KINDS;
@@ -47,6 +47,28 @@ impl Config {
                     describe_duration(value),
                 ));
             }
+        }
+        if self.limits_run_events.value == 0 {
+            return Err(ConfigError::new(
+                named(key_of("limits.run_events")),
+                format!(
+                    "at least 1 (from {}): a log of 0 events would store no progress at all",
+                    self.limits_run_events.source
+                ),
+                0,
+            ));
+        }
+        let note = &self.limits_progress_note;
+        if note.value < u64::try_from(MIN_PROGRESS_NOTE_BYTES).unwrap_or(u64::MAX) {
+            return Err(ConfigError::new(
+                named(key_of("limits.progress_note")),
+                format!(
+                    "a size of at least {MIN_PROGRESS_NOTE_BYTES}B (from {}): room for the \
+                     start of a note and the marker saying it was cut",
+                    note.source
+                ),
+                format!("{}B", note.value),
+            ));
         }
         for (file, setting) in [
             ("server.max_connections", &self.server_max_connections),

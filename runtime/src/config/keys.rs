@@ -95,7 +95,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 52] = [
+pub(super) const KEYS: [Key; 55] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -452,6 +452,27 @@ pub(super) const KEYS: [Key; 52] = [
         "1MiB",
         ValueKind::Size,
         "one tool result; a larger one is truncated with a marker, and an event says so",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_PROGRESS_NOTE",
+        "limits.progress_note",
+        "1KiB",
+        ValueKind::Size,
+        "one progress note (an MCP progress message, a worker's step); a longer one is cut with a marker, in the evidence and in the stored event; at least 64B",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_PROGRESS_INTERVAL",
+        "limits.progress_interval",
+        "1s",
+        ValueKind::Duration,
+        "at most one stored `progress` event per operation per interval, saying how many reports it stands for; every report still counts as evidence for the lease",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_RUN_EVENTS",
+        "limits.run_events",
+        "10000",
+        ValueKind::Count,
+        "events a run's log holds before its `progress` events are counted instead of stored (an `events_dropped` event says how many); lifecycle events are stored past it",
     ),
     key(
         ENV_CONFIG,

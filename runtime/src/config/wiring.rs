@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use leasehold_actors::{
-    BudgetConfig, ConfigError, EngineConfig, LeaseConfig, LeaseKind, RestartPolicy, SpawnLimits,
-    SupervisionConfig, WatchdogConfig,
+    BudgetConfig, ConfigError, EngineConfig, EventLimits, LeaseConfig, LeaseKind, RestartPolicy,
+    SpawnLimits, SupervisionConfig, WatchdogConfig,
 };
 
 use super::{Config, Setting, key_of, named};
@@ -65,6 +65,11 @@ impl Config {
                 max_per_answer: self.spawn_max_per_answer.value,
                 max_per_run: self.spawn_max_per_run.value,
                 max_depth: self.spawn_max_depth.value,
+            },
+            events: EventLimits {
+                max_progress_note_bytes: bytes(self.limits_progress_note.value),
+                progress_interval: self.limits_progress_interval.value,
+                max_run_events: u64::from(self.limits_run_events.value),
             },
         }
     }

@@ -56,6 +56,11 @@ pub struct RunView {
     /// Its tool calls as recorded, in `GET /runs/{id}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallRecord>>,
+    /// Events its full log counted instead of storing, by kind (the sum of
+    /// its `events_dropped` events), in `GET /runs/{id}`: empty when none
+    /// were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_dropped: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 impl RunView {
@@ -85,6 +90,7 @@ impl RunView {
             live: false,
             flow: None,
             tool_calls: None,
+            events_dropped: None,
         };
         if let Some(handle) = handle {
             let state = handle.state();
@@ -333,6 +339,8 @@ pub(super) async fn show_run(
     let mut view = RunView::new(record, app.handle(&run_id).as_ref());
     view.flow = Some(crate::secret::redact_flow(flow));
     view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
+    view.events_dropped =
+        Some(TraceSummary::of(&store.load_events(&run_id, 0).await?).events_dropped);
     Ok(Json(view))
 }
 

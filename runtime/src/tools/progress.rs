@@ -5,12 +5,15 @@
 //! every notification for that token becomes one item of evidence. A
 //! notification that arrives before its call has registered (the server can
 //! be quicker than the task that sent the request) is held, a few at most,
-//! and delivered at registration, so no progress is lost to that race.
+//! and delivered at registration, so no progress is lost to that race; its
+//! note is held cut to [`EARLY_NOTE_BYTES`], so what is held stays small
+//! whatever the server sends. The evidence cell cuts every note to the
+//! engine's `limits.progress_note` and coalesces what it stores.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use leasehold_actors::Evidence;
+use leasehold_actors::{Evidence, cut_note};
 use rmcp::ClientHandler;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
@@ -20,6 +23,11 @@ use rmcp::service::{NotificationContext, RoleClient};
 
 /// How many early notifications are held for calls not yet registered.
 const EARLY_CAPACITY: usize = 64;
+
+/// The most of an early notification's note that is held, in bytes: 64 of
+/// them at most, whatever the size of a message (the evidence cuts it again
+/// to its own bound when it is delivered).
+const EARLY_NOTE_BYTES: usize = 4096;
 
 /// The progress routes of one connection (progress tokens are counted per
 /// connection, so routes never outlive it).
@@ -78,9 +86,10 @@ impl ProgressRoutes {
                     if routes.early.len() == EARLY_CAPACITY {
                         routes.early.pop_front();
                     }
-                    routes
-                        .early
-                        .push_back((params.progress_token.clone(), note));
+                    routes.early.push_back((
+                        params.progress_token.clone(),
+                        cut_note(note, EARLY_NOTE_BYTES),
+                    ));
                     return;
                 }
             }
@@ -172,5 +181,19 @@ mod tests {
         routes.unregister(&ProgressToken(NumberOrString::Number(7)));
         routes.deliver(&progress(7, 3.0, Some(2.0), None));
         assert_eq!(evidence.count(), 2, "an unregistered call gets no evidence");
+    }
+
+    #[test]
+    fn early_notes_are_held_cut() {
+        let routes = ProgressRoutes::default();
+        let huge = "x".repeat(1024 * 1024);
+        for _ in 0..2 * EARLY_CAPACITY {
+            routes.deliver(&progress(9, 1.0, None, Some(&huge)));
+        }
+        let held: usize = routes.lock().early.iter().map(|(_, note)| note.len()).sum();
+        assert!(
+            held <= EARLY_CAPACITY * (EARLY_NOTE_BYTES + 64),
+            "{held} bytes held for calls not yet registered"
+        );
     }
 }

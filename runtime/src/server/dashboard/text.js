@@ -34,7 +34,11 @@ export function describe(e) {
   switch (e.kind) {
     case 'wait': return `${e.subject}: lease expired after ${e.renewals} renewals`;
     case 'verdict': return `${e.verdict} by ${e.decided_by} (evidence ${(e.evidence || {}).count}, phi ${phiText((e.evidence || {}).phi)}): ${e.reason}`;
-    case 'progress': return `${e.note || 'progress'} (${e.count} items)`;
+    case 'progress': return `${e.note || 'progress'} (${e.count} items${e.reports > 1 ? `, ${e.reports} reports in this one` : ''})`;
+    case 'events_dropped': {
+      const counts = Object.entries(e.dropped || {}).map(([kind, n]) => `${n} ${kind}`).join(', ');
+      return `the run's log holds ${e.max_run_events} events: ${counts} not stored`;
+    }
     case 'nudge_queued': return `queued for the next step: ${e.nudge}`;
     case 'intervened': case 'escalated': return e.reason;
     case 'renewal_cap_reached': return `stopped after ${e.max_renewals} renewals`;
