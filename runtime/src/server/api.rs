@@ -10,17 +10,18 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use leasehold_actors::{
     Event, Flow, PauseRecord, ReconcileDecision, RunCommand, RunHandle, RunRecord, RunStatus,
-    ToolCallRecord,
+    RunSummary, ToolCallRecord,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::App;
 use super::commands::forward;
 use super::error::ApiError;
 use super::guard;
 use super::listing::{ListParams, RunsPage};
+use super::{App, Posted};
 use crate::flow_file;
+use crate::run_limits::{PersonText, TooLarge};
 use crate::trace::{TraceSummary, is_decision};
 
 /// A run as the API shows it.
@@ -56,6 +57,11 @@ pub struct RunView {
     /// Its tool calls as recorded, in `GET /runs/{id}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallRecord>>,
+    /// In a listing, the texts cut to their first characters (`task`,
+    /// `answer`, `pause.reason`, …; see [`RunSummary`]): `GET /runs/{id}`
+    /// has them whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<String>,
 }
 
 impl RunView {
@@ -85,6 +91,7 @@ impl RunView {
             live: false,
             flow: None,
             tool_calls: None,
+            truncated: Vec::new(),
         };
         if let Some(handle) = handle {
             let state = handle.state();
@@ -97,6 +104,45 @@ impl RunView {
             }
         }
         view
+    }
+}
+
+impl RunView {
+    /// The view of a run in a listing: its `summary`, where a live
+    /// `handle`'s state is fresher and wins, every text cut as the
+    /// summary's are ([`RunSummary::clipped`]), so that a page's size is
+    /// bounded whatever the runs hold.
+    pub fn summary(summary: RunSummary, handle: Option<&RunHandle>) -> Self {
+        let mut summary = summary;
+        let mut live = false;
+        if let Some(handle) = handle {
+            let state = handle.state();
+            if state.lost.is_none() {
+                live = !state.status.is_terminal();
+                summary.status = state.status;
+                summary.answer = state.answer.or(summary.answer);
+                summary.reason = state.reason.or(summary.reason);
+                summary.pause = state.paused;
+            }
+        }
+        let summary = summary.clipped();
+        Self {
+            run_id: summary.run_id,
+            flow_name: summary.flow_name,
+            task: summary.task,
+            status: summary.status,
+            reason: summary.reason,
+            answer: summary.answer,
+            pause: summary.pause,
+            owner_id: summary.owner_id,
+            fence: summary.fence,
+            created_at_ms: summary.created_at_ms,
+            updated_at_ms: summary.updated_at_ms,
+            live,
+            flow: None,
+            tool_calls: None,
+            truncated: summary.truncated.into_iter().map(str::to_owned).collect(),
+        }
     }
 }
 
@@ -144,7 +190,10 @@ pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> i
 /// `POST /runs`: a flow as JSON or TOML; answers at once with the run id
 /// and its status: `running` when this executor had room and started it,
 /// `queued` when it waits for an executor with room (any executor sharing
-/// the store claims it).
+/// the store claims it). A flow whose task or whole is larger than
+/// `limits.task` or `limits.flow` is a 413; a run that would wait while
+/// the store's queue is full (`server.max_queued_runs`) is a 429 with
+/// `Retry-After`; either way nothing is stored.
 ///
 /// The flow's tool servers are references to the configuration's
 /// `[[tools]]` (or to servers the engine provides); one that carries a
@@ -154,7 +203,7 @@ pub(super) async fn create_run(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Body,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<Response, ApiError> {
     let format = match media_type(&headers).as_deref() {
         Some("application/json") => Format::Json,
         Some("application/toml") => Format::Toml,
@@ -167,15 +216,53 @@ pub(super) async fn create_run(
     // Queued and started in a task of its own: a client that goes away
     // mid-request must not cancel a run half-recorded.
     let queuing = Arc::clone(&app);
-    let (run_id, status) = tokio::spawn(async move { queuing.queue_and_start(flow).await })
+    let posted = tokio::spawn(async move { queuing.queue_and_start(flow).await })
         .await
         .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))??;
+    let (run_id, status) = match posted {
+        Posted::Recorded(run_id, status) => (run_id, status),
+        Posted::QueueFull { queued } => return Ok(queue_full(&app, queued)),
+    };
     tracing::info!(%run_id, ?status, "run posted over the API");
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/runs/{run_id}"))],
         Json(serde_json::json!({"run_id": run_id, "status": status})),
-    ))
+    )
+        .into_response())
+}
+
+/// How long a client refused for a full queue is asked to wait: runs
+/// leave the queue as runs end, which takes seconds to minutes.
+const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 30;
+
+/// 429 with `Retry-After`: the store's queue is full.
+fn queue_full(app: &App, queued: u64) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "queue_full",
+        format!(
+            "{queued} runs wait queued in the store, its limit (server.max_queued_runs = {}, \
+             LEASEHOLD_SERVER_MAX_QUEUED_RUNS), and this executor has no room to start the run \
+             (server.max_live_runs): nothing was stored; try again when runs have left the queue",
+            app.options.limits.max_queued_runs
+        ),
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from(QUEUE_FULL_RETRY_AFTER_SECS),
+    );
+    response
+}
+
+/// 413: a flow or a person's text larger than its limit, naming the key.
+fn too_large(error: &TooLarge) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        error.to_string(),
+    )
 }
 
 /// How a posted flow is written.
@@ -208,6 +295,12 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
         Format::Toml => flow_file::read_toml(text),
     }
     .map_err(invalid)?;
+    // The flow as the client wrote it, before the configuration completes
+    // its tool servers: what the client makes the run hold.
+    app.options
+        .run_limits
+        .check_flow(&flow)
+        .map_err(|e| too_large(&e))?;
     if !app.options.allow_flow_tools
         && let Some((i, server)) = flow
             .tools
@@ -288,7 +381,8 @@ pub(super) fn run_id(path: Result<Path<String>, PathRejection>) -> Result<String
 }
 
 /// `GET /runs[?after=C][&limit=N][&status=S][&flow=F][&since=T][&until=T]`:
-/// one page of runs, newest first, and the cursor of the next.
+/// one page of runs, newest first, and the cursor of the next; each run a
+/// summary ([`RunView::summary`]), never its flow or a whole text.
 pub(super) async fn list_runs(
     State(app): State<Arc<App>>,
     params: Result<Query<ListParams>, QueryRejection>,
@@ -300,13 +394,13 @@ pub(super) async fn list_runs(
         ))
     })?;
     let query = params.query()?;
-    let page = app.engine.store().list_runs_page(&query).await?;
+    let page = app.engine.store().list_run_summaries(&query).await?;
     let runs = page
         .runs
         .into_iter()
-        .map(|record| {
-            let handle = app.handle(&record.run_id);
-            RunView::new(record, handle.as_ref())
+        .map(|summary| {
+            let handle = app.handle(&summary.run_id);
+            RunView::summary(summary, handle.as_ref())
         })
         // A live run's state is fresher than the store's: one that has
         // just left the status asked for is not shown in it.
@@ -404,6 +498,12 @@ pub(super) async fn resume(
     let ResumeBody { guidance } = control.json()?;
     let run_id = control.run_id;
     let guidance = guidance.filter(|g| !g.trim().is_empty());
+    if let Some(guidance) = &guidance {
+        app.options
+            .run_limits
+            .check_text(PersonText::Guidance, guidance)
+            .map_err(|e| too_large(&e))?;
+    }
     let refuse = |status| {
         (status == RunStatus::ReconciliationRequired).then(|| awaits_reconciliation(&run_id))
     };
@@ -454,6 +554,12 @@ pub(super) async fn cancel(
     control: Control,
 ) -> Result<Response, ApiError> {
     let CancelBody { reason } = control.json()?;
+    if let Some(reason) = &reason {
+        app.options
+            .run_limits
+            .check_text(PersonText::Reason, reason)
+            .map_err(|e| too_large(&e))?;
+    }
     let run_id = control.run_id;
     let reason = reason
         .filter(|r| !r.trim().is_empty())
@@ -480,6 +586,12 @@ pub(super) async fn reconcile(
 ) -> Result<Response, ApiError> {
     let ReconcileBody { key, decision } = serde_json::from_slice(&control.body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a reconciliation: {e}")))?;
+    if let ReconcileDecision::MarkDone { result } = &decision {
+        app.options
+            .run_limits
+            .check_text(PersonText::Result, result)
+            .map_err(|e| too_large(&e))?;
+    }
     let run_id = control.run_id;
     let reconcile = || RunCommand::Reconcile {
         key: key.clone(),
@@ -589,7 +701,10 @@ async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError>
         Ok(Err(_)) => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
-            format!("the body is larger than {limit} bytes, or was cut off"),
+            format!(
+                "the body is larger than {limit} bytes (the larger of 1 MiB and twice \
+                 limits.flow, LEASEHOLD_LIMITS_FLOW), or was cut off"
+            ),
         )),
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
