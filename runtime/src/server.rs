@@ -56,14 +56,15 @@ mod events;
 mod guard;
 mod listing;
 mod metrics;
+mod view;
 
 pub use crate::server_limits::ServerLimits;
 pub use crate::trace::TraceSummary;
-pub use api::{RunView, TraceView};
 pub use error::ApiError;
 pub use listing::{
     DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, RunsPage, parse_instant, parse_limit, parse_status,
 };
+pub use view::{RunView, TraceView};
 
 /// What became of a posted flow ([`App::queue_and_start`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,6 +11,9 @@
 
 mod support;
 
+#[path = "support/postgres.rs"]
+mod postgres;
+
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -25,10 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 /// A model endpoint that takes every chat completion and never answers.
 async fn silent_model() -> String {
-    let app = Router::new().route(
-        "/v1/chat/completions",
-        post(|| std::future::pending::<String>()),
-    );
+    let app = Router::new().route("/v1/chat/completions", post(std::future::pending::<String>));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -197,6 +197,37 @@ async fn posts_past_the_queue_cap_are_refused_with_429_and_the_store_stays_bound
         let view = support::get_run(&http, &base, run_id).await;
         assert_eq!(view["task"].as_str(), Some(task.as_str()), "run {run_id}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_cap_counts_the_runs_queued_through_every_executor_sharing_the_store() {
+    let (_cluster, url) = postgres::database().await;
+    let data = tempfile::tempdir().expect("a data directory");
+    let model = silent_model().await;
+    let env = [
+        ("LEASEHOLD_STORE", url.as_str()),
+        ("LEASEHOLD_SERVER_MAX_QUEUED_RUNS", "2"),
+    ];
+    let (_a, base_a) = serve(data.path(), &model, &env).await;
+    let (_b, base_b) = serve(data.path(), &model, &env).await;
+    let http = reqwest::Client::new();
+
+    // Each executor starts one run and is full; then each queues one, and
+    // the store's queue is full for both.
+    let mut expected = vec![("running", &base_a), ("running", &base_b)];
+    expected.extend([("queued", &base_a), ("queued", &base_b)]);
+    for (n, (status, base)) in expected.into_iter().enumerate() {
+        let (code, _, body) = post_flow(&http, base, &flow(&task(n, 1_000))).await;
+        assert_eq!(code, 201, "{body}");
+        assert_eq!(body["status"], status, "post {n} to {base}: {body}");
+    }
+    for base in [&base_a, &base_b, &base_a] {
+        let (code, retry_after, body) = post_flow(&http, base, &flow("one more")).await;
+        assert_eq!(code, 429, "{base}: {body}");
+        assert_eq!(body["error"]["code"], "queue_full", "{body}");
+        assert!(retry_after.is_some());
+    }
+    assert_eq!(listed(&http, &base_b).await.len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
