@@ -20,8 +20,12 @@
 //! (`guard.rs`) refuses other sites' requests (`Origin`, `Sec-Fetch-Site`),
 //! foreign `Host`s without a token (DNS rebinding) and, with a token, any
 //! request without it. Every client is bounded ([`ServerLimits`]): header
-//! and body time limits, open connections, open event streams, live runs;
-//! and shutdown closes every stream with a last frame within a grace.
+//! and body time limits, open connections, open event streams, live runs,
+//! runs waiting queued in the store; what one run may hold from a client
+//! (its task, its flow, a person's texts:
+//! [`RunLimits`](crate::run_limits::RunLimits)); a listing's size
+//! (summaries, never whole runs); and shutdown closes every stream with a
+//! last frame within a grace.
 //!
 //! Every refusal is a 4xx with a JSON body `{"error": {"code", "message"}}`.
 //! See `docs/http-api.md`, whose "Security" section is the trust model.
