@@ -62,7 +62,7 @@ pub enum FlowFileError {
         error: FlowError,
     },
     /// The file, or the flow in it, is larger than
-    /// [`RunLimits`](crate::run_limits::RunLimits) allow.
+    /// [`RunLimits`] allow.
     #[error("flow file `{}` refused: {source}", path.display())]
     TooLarge {
         /// The file.

@@ -4,7 +4,7 @@
 //! summary's size however long a run's task, answer or reasons are. The
 //! whole run is [`Store::load_run`](super::Store::load_run)'s.
 //!
-//! Where a text is cut is [`clip`], the one rule every store applies: a
+//! Where a text is cut is `clip`, the one rule every store applies: a
 //! store that can cut in its query (PostgreSQL's `left(…)`) reads no more
 //! of a text than the summary keeps, plus one character that tells it was
 //! cut.
@@ -62,7 +62,7 @@ pub struct SummaryPage {
 
 /// Cuts `text` to its first [`SUMMARY_CHARS`] characters (at a character
 /// boundary); whether anything was cut.
-pub fn clip(text: &mut String) -> bool {
+fn clip(text: &mut String) -> bool {
     match text.char_indices().nth(SUMMARY_CHARS) {
         Some((at, _)) => {
             text.truncate(at);
@@ -73,7 +73,8 @@ pub fn clip(text: &mut String) -> bool {
 }
 
 impl RunSummary {
-    /// The summary of `record`, its texts cut by [`clip`].
+    /// The summary of `record`, each of its texts cut to its first
+    /// [`SUMMARY_CHARS`] characters, at a character boundary.
     pub fn of(record: RunRecord) -> Self {
         let text = |key: &str| {
             record
@@ -101,8 +102,8 @@ impl RunSummary {
         .clipped()
     }
 
-    /// The summary with each of its texts cut by [`clip`] and named in
-    /// `truncated` when it was: what a store that reads texts whole, or a
+    /// The summary with each of its texts cut to its first
+    /// [`SUMMARY_CHARS`] characters and named in `truncated` when it was: what a store that reads texts whole, or a
     /// caller that replaces one (a live run's answer), applies last.
     #[must_use]
     pub fn clipped(mut self) -> Self {
