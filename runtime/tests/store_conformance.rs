@@ -990,6 +990,11 @@ async fn a_command_is_taken_once_and_by_the_runs_owner_only(store: Arc<dyn Store
         "a command for no run is refused"
     );
 
+    // Each run's waiting commands are counted, and only its own.
+    store.create_run(unowned("other")).await.unwrap();
+    assert_eq!(store.count_commands("r").await.unwrap(), 2);
+    assert_eq!(store.count_commands("other").await.unwrap(), 0);
+
     // Another executor takes nothing: the run is not its own.
     assert!(store.take_commands("exec-b").await.unwrap().is_empty());
     let taken = store.take_commands("exec-a").await.unwrap();
@@ -1006,6 +1011,7 @@ async fn a_command_is_taken_once_and_by_the_runs_owner_only(store: Arc<dyn Store
     );
     // Taken once.
     assert!(store.take_commands("exec-a").await.unwrap().is_empty());
+    assert_eq!(store.count_commands("r").await.unwrap(), 0);
 
     // A command waits for whoever holds the run when it is taken.
     let cancel = RunCommand::Cancel {

@@ -450,6 +450,10 @@ pub trait Store: Send + Sync + 'static {
     /// publishes a [`StoreChange::Command`](super::StoreChange::Command);
     /// answers the command's id. Fails if there is no such run.
     fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64>;
+    /// How many commands wait for the run's owner to take them: what
+    /// forwarding another reads first, so that the commands waiting for
+    /// one run stay bounded when its owner does not take them.
+    fn count_commands(&self, run_id: &str) -> Answer<u64>;
     /// Takes the stored commands of the runs `owner_id` holds, in id order:
     /// each is removed as it is taken, so it is taken once, and only by the
     /// run's owner.

@@ -133,6 +133,10 @@ impl Store for MeteredStore {
         self.inner.list_runs_page(query)
     }
 
+    fn count_commands(&self, run_id: &str) -> Answer<u64> {
+        self.inner.count_commands(run_id)
+    }
+
     fn count_runs(&self, status: RunStatus) -> Answer<u64> {
         self.inner.count_runs(status)
     }

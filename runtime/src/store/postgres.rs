@@ -853,6 +853,11 @@ impl Store for PostgresStore {
         self.with(move |inner| async move { inner.send_command(&run_id, &command).await })
     }
 
+    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move { inner.count_commands(&run_id).await })
+    }
+
     fn take_commands(
         &self,
         owner_id: &str,

@@ -861,6 +861,11 @@ impl Store for SledStore {
         })
     }
 
+    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.scan(move |inner| sled_commands::count(&inner.commands, &run_id))
+    }
+
     fn take_commands(
         &self,
         owner_id: &str,
