@@ -90,9 +90,10 @@ pub use ports::{
     BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
     ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, QueueClaim,
-    RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, SystemClock,
-    TokenCost, TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient,
-    ToolDefinition, ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing,
+    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store,
+    StoreError, SummaryPage, SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest,
+    ToolCallState, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+    TranscriptMessage, fencing, listing,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,

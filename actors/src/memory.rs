@@ -432,6 +432,16 @@ impl Store for MemoryStore {
         ready(Ok(id))
     }
 
+    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let tables = self.lock();
+        let count = tables
+            .commands
+            .values()
+            .filter(|command| command.run_id == run_id)
+            .count();
+        ready(Ok(u64::try_from(count).unwrap_or(u64::MAX)))
+    }
+
     fn take_commands(
         &self,
         owner_id: &str,

@@ -32,8 +32,8 @@ pub use model::{
 };
 pub use store::{
     ClaimOutcome, Fenced, PauseRecord, QueueClaim, ReconcileDecision, RunPage, RunQuery, RunRecord,
-    RunStatus, RunUpdate, Snapshot, Store, StoreError, ToolCallRecord, ToolCallState, fencing,
-    listing,
+    RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage,
+    ToolCallRecord, ToolCallState, fencing, listing,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

@@ -692,6 +692,9 @@ impl Store for Recording {
     fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
         self.inner.send_command(run_id, command)
     }
+    fn count_commands(&self, run_id: &str) -> Answer<u64> {
+        self.inner.count_commands(run_id)
+    }
     fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
         self.inner.take_commands(owner_id)
     }

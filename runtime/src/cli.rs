@@ -360,8 +360,8 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     // place and the servers with it.
     let signals = install_signals()?;
     let config = global.load(&[])?;
-    let mut flow =
-        crate::flow_file::load(&args.flow).map_err(|e| CliError::other(e.to_string()))?;
+    let mut flow = crate::flow_file::load_within(&args.flow, &config.run_limits())
+        .map_err(|e| CliError::other(e.to_string()))?;
     crate::flow_file::resolve_tool_servers(&mut flow, &config.tools, |_| false).map_err(|e| {
         CliError::other(format!(
             "flow file `{}` refused at `{}`: {}",

@@ -211,6 +211,8 @@ pub struct Config {
     pub server_max_event_streams: Setting<u32>,
     /// Live runs of this executor (`LEASEHOLD_SERVER_MAX_LIVE_RUNS`).
     pub server_max_live_runs: Setting<u32>,
+    /// Queued runs in the store (`LEASEHOLD_SERVER_MAX_QUEUED_RUNS`).
+    pub server_max_queued_runs: Setting<u32>,
     /// Shutdown's grace for requests (`LEASEHOLD_SERVER_SHUTDOWN_GRACE`).
     pub server_shutdown_grace: Setting<Duration>,
     /// One model answer, in bytes (`LEASEHOLD_LIMITS_MODEL_ANSWER`).
@@ -227,6 +229,12 @@ pub struct Config {
     /// Events a run's log holds before progress is counted instead of
     /// stored (`LEASEHOLD_LIMITS_RUN_EVENTS`).
     pub limits_run_events: Setting<u32>,
+    /// A flow's task, in bytes (`LEASEHOLD_LIMITS_TASK`).
+    pub limits_task: Setting<u64>,
+    /// A whole flow, in bytes (`LEASEHOLD_LIMITS_FLOW`).
+    pub limits_flow: Setting<u64>,
+    /// A person's text, in bytes (`LEASEHOLD_LIMITS_GUIDANCE`).
+    pub limits_guidance: Setting<u64>,
     /// The tool servers flows may name, from the file's `[[tools]]`: the
     /// only ones a flow posted to `leasehold serve` may use (unless
     /// `server.allow_flow_tools`).
@@ -304,6 +312,7 @@ impl Default for Config {
         let restart = engine.restart;
         let model = crate::model::ModelSettings::new(crate::model::ModelEndpoint::new("", ""));
         let server = crate::server_limits::ServerLimits::default();
+        let run = crate::run_limits::RunLimits::default();
         Self {
             lease_model_stream: Setting::default(lease.model_stream),
             lease_model_blocking: Setting::default(lease.model_blocking),
@@ -354,6 +363,7 @@ impl Default for Config {
             server_max_connections: Setting::default(server.max_connections),
             server_max_event_streams: Setting::default(server.max_event_streams),
             server_max_live_runs: Setting::default(server.max_live_runs),
+            server_max_queued_runs: Setting::default(server.max_queued_runs),
             server_shutdown_grace: Setting::default(server.shutdown_grace),
             limits_model_answer: Setting::default(size(model.max_answer_bytes)),
             limits_model_body: Setting::default(size(model.max_body_bytes)),
@@ -363,6 +373,9 @@ impl Default for Config {
             limits_run_events: Setting::default(
                 u32::try_from(engine.events.max_run_events).unwrap_or(u32::MAX),
             ),
+            limits_task: Setting::default(size(run.task)),
+            limits_flow: Setting::default(size(run.flow)),
+            limits_guidance: Setting::default(size(run.guidance)),
             tools: Vec::new(),
             file: None,
         }
@@ -668,17 +681,24 @@ impl Config {
             "server.max_connections" => self.server_max_connections = with(count()?, source),
             "server.max_event_streams" => self.server_max_event_streams = with(count()?, source),
             "server.max_live_runs" => self.server_max_live_runs = with(count()?, source),
+            "server.max_queued_runs" => self.server_max_queued_runs = with(count()?, source),
             "server.shutdown_grace" => self.server_shutdown_grace = with(duration()?, source),
             "limits.model_answer"
             | "limits.model_body"
             | "limits.tool_result"
-            | "limits.progress_note" => {
+            | "limits.progress_note"
+            | "limits.task"
+            | "limits.flow"
+            | "limits.guidance" => {
                 let size = parse_size(trimmed).ok_or_else(bad)?;
                 let value = with(size, source);
                 match key.file {
                     "limits.model_answer" => self.limits_model_answer = value,
                     "limits.model_body" => self.limits_model_body = value,
                     "limits.progress_note" => self.limits_progress_note = value,
+                    "limits.task" => self.limits_task = value,
+                    "limits.flow" => self.limits_flow = value,
+                    "limits.guidance" => self.limits_guidance = value,
                     _ => self.limits_tool_result = value,
                 }
             }
@@ -816,6 +836,7 @@ impl Config {
             "server.max_connections" => n(&self.server_max_connections),
             "server.max_event_streams" => n(&self.server_max_event_streams),
             "server.max_live_runs" => n(&self.server_max_live_runs),
+            "server.max_queued_runs" => n(&self.server_max_queued_runs),
             "server.shutdown_grace" => d(&self.server_shutdown_grace),
             "limits.model_answer" => size(&self.limits_model_answer),
             "limits.model_body" => size(&self.limits_model_body),
@@ -823,6 +844,9 @@ impl Config {
             "limits.progress_note" => size(&self.limits_progress_note),
             "limits.progress_interval" => d(&self.limits_progress_interval),
             "limits.run_events" => n(&self.limits_run_events),
+            "limits.task" => size(&self.limits_task),
+            "limits.flow" => size(&self.limits_flow),
+            "limits.guidance" => size(&self.limits_guidance),
             _ => (String::new(), &Source::Default),
         }
     }

@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 use leasehold_actors::{Flow, FlowError, ToolServer};
 
+use crate::run_limits::{RunLimits, TooLarge};
+
 /// A flow file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum FlowFileError {
@@ -58,6 +60,15 @@ pub enum FlowFileError {
         /// The refusal, naming the offending key.
         #[source]
         error: FlowError,
+    },
+    /// The file, or the flow in it, is larger than
+    /// [`RunLimits`] allow.
+    #[error("flow file `{}` refused: {source}", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// What was too large, and the limit's key.
+        source: TooLarge,
     },
 }
 
@@ -185,6 +196,34 @@ fn tighten_idempotency(
         }
     }
     Ok(merged)
+}
+
+/// [`load`], within `limits`: a file longer than
+/// [`RunLimits::flow_text`] is refused before it is read, and a flow whose
+/// task or whole is larger than allowed once it is parsed.
+pub fn load_within(path: &Path, limits: &RunLimits) -> Result<Flow, FlowFileError> {
+    let too_large = |source| FlowFileError::TooLarge {
+        path: path.to_owned(),
+        source,
+    };
+    let io = |source| FlowFileError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let length = std::fs::metadata(path).map_err(io)?.len();
+    let most = limits.flow_text();
+    if u64::try_from(most).is_ok_and(|most| length > most) {
+        return Err(too_large(TooLarge {
+            what: "the file (read up to twice limits.flow, at least 1 MiB)",
+            size: usize::try_from(length).unwrap_or(usize::MAX),
+            limit: most,
+            key: "limits.flow",
+            env: "LEASEHOLD_LIMITS_FLOW",
+        }));
+    }
+    let flow = load(path)?;
+    limits.check_flow(&flow).map_err(too_large)?;
+    Ok(flow)
 }
 
 /// Reads the flow in `path`, as TOML or JSON by its extension (`.toml`,

@@ -69,16 +69,17 @@ pub use leasehold_actors::{
     MIN_PROGRESS_NOTE_BYTES, MIN_TRIGRAMS, MemoryStore, ModelClient, ModelError, ModelErrorKind,
     ModelReply, ModelRequest, NudgeQueue, OnExhausted, ParsedBudgetDecision, ParsedVerdict,
     PauseRecord, PolicyKind, QueueClaim, RUN_STOP_GRACE, ReconcileDecision, RestartOnIntervene,
-    RestartPolicy, RunHandle, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunUpdate,
-    SPAWN_WORKER_TOOL, Snapshot, StartError, Store, StoreError, StrategyFactory, StrategyKind,
-    Supervision, SupervisionAction, SupervisionConfig, SupervisionOverrides, SupervisionStrategy,
-    SystemClock, TAIL_BYTES, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState,
-    ToolClient, ToolDefinition, ToolError, ToolFactory, ToolInvocation, ToolOutput, ToolServer,
-    TranscriptMessage, Verdict, VerdictParseError, VerdictPolicy, VerdictRecord, WATCHDOG_CONSUMER,
-    WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg, WorkerKind, check_duration,
-    check_positive_duration, checkpoint_due, clamp_duration, cut_note, deadline_after,
-    describe_duration, fencing, listing, max_extensions_expected, parse_budget_decision,
-    parse_verdict, prelude, proportional_extension, repetition,
+    RestartPolicy, RunHandle, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunSummary,
+    RunUpdate, SPAWN_WORKER_TOOL, SUMMARY_CHARS, Snapshot, StartError, Store, StoreError,
+    StrategyFactory, StrategyKind, SummaryPage, Supervision, SupervisionAction, SupervisionConfig,
+    SupervisionOverrides, SupervisionStrategy, SystemClock, TAIL_BYTES, TokenCost, TokioClock,
+    ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition, ToolError,
+    ToolFactory, ToolInvocation, ToolOutput, ToolServer, TranscriptMessage, Verdict,
+    VerdictParseError, VerdictPolicy, VerdictRecord, WATCHDOG_CONSUMER, WatchdogActor,
+    WatchdogArgs, WatchdogConfig, WatchdogMsg, WorkerKind, check_duration, check_positive_duration,
+    checkpoint_due, clamp_duration, cut_note, deadline_after, describe_duration, fencing, listing,
+    max_extensions_expected, parse_budget_decision, parse_verdict, prelude, proportional_extension,
+    repetition,
 };
 // The store's change feed and the commands forwarded to a run's owner.
 pub use leasehold_actors::{
@@ -100,6 +101,7 @@ pub mod flow_file;
 pub mod metrics;
 pub mod model;
 pub mod printable;
+pub mod run_limits;
 pub mod secret;
 #[cfg(feature = "server")]
 pub mod server;

@@ -20,8 +20,12 @@
 //! (`guard.rs`) refuses other sites' requests (`Origin`, `Sec-Fetch-Site`),
 //! foreign `Host`s without a token (DNS rebinding) and, with a token, any
 //! request without it. Every client is bounded ([`ServerLimits`]): header
-//! and body time limits, open connections, open event streams, live runs;
-//! and shutdown closes every stream with a last frame within a grace.
+//! and body time limits, open connections, open event streams, live runs,
+//! runs waiting queued in the store; what one run may hold from a client
+//! (its task, its flow, a person's texts:
+//! [`RunLimits`](crate::run_limits::RunLimits)); a listing's size
+//! (summaries, never whole runs); and shutdown closes every stream with a
+//! last frame within a grace.
 //!
 //! Every refusal is a 4xx with a JSON body `{"error": {"code", "message"}}`.
 //! See `docs/http-api.md`, whose "Security" section is the trust model.
@@ -56,14 +60,28 @@ mod events;
 mod guard;
 mod listing;
 mod metrics;
+mod view;
 
 pub use crate::server_limits::ServerLimits;
 pub use crate::trace::TraceSummary;
-pub use api::{RunView, TraceView};
 pub use error::ApiError;
 pub use listing::{
     DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, RunsPage, parse_instant, parse_limit, parse_status,
 };
+pub use view::{RunView, TraceView};
+
+/// What became of a posted flow ([`App::queue_and_start`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Posted {
+    /// Recorded with this id, running here or queued.
+    Recorded(String, RunStatus),
+    /// Not recorded: the store's queue holds `queued` runs, as many as
+    /// `server.max_queued_runs` allows.
+    QueueFull {
+        /// The queued runs counted.
+        queued: u64,
+    },
+}
 
 /// The address `leasehold serve` listens on by default.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7878";
@@ -84,6 +102,9 @@ pub struct ServerOptions {
     pub poll: Duration,
     /// The largest request body accepted, in bytes.
     pub max_body: usize,
+    /// What a client may make one run hold: its task, its flow, a
+    /// person's texts.
+    pub run_limits: crate::run_limits::RunLimits,
     /// What the server's clients may hold, and for how long.
     pub limits: ServerLimits,
     /// `Host` values accepted without a token besides the bound loopback
@@ -114,6 +135,7 @@ impl Default for ServerOptions {
             keep_alive: Duration::from_secs(15),
             poll: Duration::from_millis(250),
             max_body: MAX_BODY,
+            run_limits: crate::run_limits::RunLimits::default(),
             limits: ServerLimits::default(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -310,15 +332,29 @@ impl App {
     /// queued for any executor with room; answers its id and status. Under
     /// the admission, so that this executor's claimer and its posts never
     /// run more than its limit at once.
+    ///
+    /// A run that would wait is refused ([`Posted::QueueFull`]) while the
+    /// store holds `server.max_queued_runs` queued runs: counted in the
+    /// store, so the bound holds over every executor sharing it (posts to
+    /// several executors at the same instant may each pass it once).
     pub(crate) async fn queue_and_start(
         self: &Arc<Self>,
         flow: leasehold_actors::Flow,
-    ) -> Result<(String, RunStatus), EngineError> {
+    ) -> Result<Posted, EngineError> {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
+            let queued = self
+                .engine
+                .store()
+                .count_runs(RunStatus::Queued)
+                .await
+                .map_err(EngineError::Store)?;
+            if queued >= u64::from(self.options.limits.max_queued_runs) {
+                return Ok(Posted::QueueFull { queued });
+            }
             // It waits for an executor with room, this one included.
             let run_id = self.engine.queue(flow).await?.run_id;
-            return Ok((run_id, RunStatus::Queued));
+            return Ok(Posted::Recorded(run_id, RunStatus::Queued));
         }
         // With room, the run is created owned by this executor and started:
         // queued first, any executor woken by the queue could claim it
@@ -326,7 +362,7 @@ impl App {
         let handle = self.engine.start(flow).await?;
         let run_id = handle.run_id().to_owned();
         self.adopt(handle);
-        Ok((run_id, RunStatus::Running))
+        Ok(Posted::Recorded(run_id, RunStatus::Running))
     }
 
     /// Runs `work` (a claim that starts runs here) if this executor has

@@ -22,6 +22,9 @@ pub struct ServerLimits {
     /// Runs this executor runs at once; past it a posted run waits queued
     /// and resuming one is a 429.
     pub max_live_runs: u32,
+    /// Runs waiting `queued` in the store, counted over every executor
+    /// sharing it; past it a posted run is a 429 and nothing is stored.
+    pub max_queued_runs: u32,
     /// On shutdown, how long requests in flight may take to finish.
     pub shutdown_grace: Duration,
 }
@@ -34,6 +37,7 @@ impl Default for ServerLimits {
             max_connections: 512,
             max_event_streams: 128,
             max_live_runs: 64,
+            max_queued_runs: 1024,
             shutdown_grace: Duration::from_secs(5),
         }
     }

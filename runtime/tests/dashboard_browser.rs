@@ -418,7 +418,12 @@ fn the_dashboard_pages_through_more_runs_than_one_page_holds_in_a_real_browser()
             };
             let record = RunRecord {
                 run_id: format!("run-{n:05}"),
-                flow: serde_json::json!({"name": "paged", "task": format!("task {n}")}),
+                // The oldest run's task is longer than a listing shows.
+                flow: serde_json::json!({"name": "paged", "task": if n == 0 {
+                    format!("task 0 {}the end", "é".repeat(1_000))
+                } else {
+                    format!("task {n}")
+                }}),
                 status,
                 owner_id: None,
                 fence: 1,

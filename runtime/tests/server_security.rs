@@ -716,6 +716,9 @@ impl Store for CountingStore {
     ) -> BoxFuture<'static, Result<u64, StoreError>> {
         self.inner.send_command(run_id, command)
     }
+    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
+        self.inner.count_commands(run_id)
+    }
     fn take_commands(
         &self,
         owner_id: &str,

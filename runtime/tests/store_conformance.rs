@@ -14,8 +14,8 @@ use std::time::Duration;
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::{
     ChangeFeed, ClaimOutcome, MemoryStore, PauseRecord, QueueClaim, ReconcileDecision, RunCommand,
-    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, ToolCallState,
-    fencing, listing,
+    RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store,
+    StoreChange, SummaryPage, ToolCallState, fencing, listing,
 };
 
 #[path = "support/postgres.rs"]
@@ -155,6 +155,7 @@ conformance! {
         a_command_is_taken_once_and_by_the_runs_owner_only,
         changes_are_published_for_writes_that_landed_and_only_those,
         runs_are_counted_by_status_as_they_are_recorded,
+        summaries_cut_each_text_to_its_first_characters_as_the_rule_does,
     ],
     fixture: [
         a_terminal_write_and_everything_before_it_survive_a_reopen,
@@ -188,6 +189,13 @@ async fn runs_are_counted_by_status_as_they_are_recorded(store: Arc<dyn Store>) 
             .is_applied()
     );
     let counts = store.count_runs_by_status().await.unwrap();
+    for (status, count) in &counts {
+        assert_eq!(
+            store.count_runs(*status).await.unwrap(),
+            *count,
+            "{status:?}"
+        );
+    }
     let expected: Vec<(RunStatus, u64)> = RunStatus::ALL
         .into_iter()
         .map(|status| {
@@ -830,17 +838,72 @@ fn free_port_nobody_listens_on() -> u16 {
 }
 
 /// Every page of `query`, followed to the end: the ids in the order listed.
+/// Pages of summaries cut the same pages with the same cursors.
 async fn every_page(store: &dyn Store, mut query: RunQuery) -> Vec<String> {
     let mut ids = Vec::new();
     loop {
         let page = store.list_runs_page(&query).await.expect("a page");
+        let summaries = store.list_run_summaries(&query).await.expect("a page");
         assert!(page.runs.len() <= query.limit.max(1), "{query:?}");
+        assert_eq!(
+            summaries,
+            SummaryPage {
+                runs: page.runs.iter().cloned().map(RunSummary::of).collect(),
+                next: page.next.clone(),
+            },
+            "{query:?}"
+        );
         ids.extend(page.runs.into_iter().map(|r| r.run_id));
         match page.next {
             Some(next) => query.after = Some(next),
             None => return ids,
         }
     }
+}
+
+async fn summaries_cut_each_text_to_its_first_characters_as_the_rule_does(store: Arc<dyn Store>) {
+    // Multi-byte characters, so that a cut counted in bytes shows.
+    let long = |c: &str| c.repeat(SUMMARY_CHARS + 50);
+    let mut paused = unowned("r-paused");
+    paused.status = RunStatus::ReconciliationRequired;
+    paused.flow =
+        serde_json::json!({"name": long("ñ"), "task": long("é"), "system_prompt": long("p")});
+    paused.pause = Some(PauseRecord {
+        reason: long("ü"),
+        subject: "search".to_owned(),
+        path: long("/"),
+        call: Some(tool_call("k", 1, ToolCallState::Unknown)),
+    });
+    let mut ended = unowned("r-ended");
+    ended.status = RunStatus::Completed;
+    ended.flow = serde_json::json!({"name": 7, "task": "short"});
+    ended.answer = Some(long("日"));
+    ended.reason = Some("x".repeat(SUMMARY_CHARS));
+    let mut bare = unowned("r-bare");
+    bare.flow = serde_json::json!({});
+    for record in [paused, ended, bare] {
+        store.create_run(record).await.unwrap();
+    }
+    let page = store
+        .list_run_summaries(&RunQuery::first(10))
+        .await
+        .unwrap();
+    assert_eq!(page.next, None);
+    let mut want = Vec::new();
+    for id in ["r-paused", "r-ended", "r-bare"] {
+        want.push(RunSummary::of(store.load_run(id).await.unwrap().unwrap()));
+    }
+    assert_eq!(page.runs, want);
+    let paused = &page.runs[0];
+    assert_eq!(paused.task, "é".repeat(SUMMARY_CHARS));
+    assert_eq!(
+        paused.truncated,
+        ["flow_name", "task", "pause.reason", "pause.path"]
+    );
+    assert_eq!(paused.pause.as_ref().unwrap().call, None);
+    assert_eq!(page.runs[1].truncated, ["answer"]);
+    assert_eq!(page.runs[1].flow_name, "");
+    assert!(page.runs[2].truncated.is_empty());
 }
 
 async fn pages_list_what_the_listing_rule_selects_newest_first_by_byte_order(
@@ -953,6 +1016,11 @@ async fn a_command_is_taken_once_and_by_the_runs_owner_only(store: Arc<dyn Store
         "a command for no run is refused"
     );
 
+    // Each run's waiting commands are counted, and only its own.
+    store.create_run(unowned("other")).await.unwrap();
+    assert_eq!(store.count_commands("r").await.unwrap(), 2);
+    assert_eq!(store.count_commands("other").await.unwrap(), 0);
+
     // Another executor takes nothing: the run is not its own.
     assert!(store.take_commands("exec-b").await.unwrap().is_empty());
     let taken = store.take_commands("exec-a").await.unwrap();
@@ -969,6 +1037,7 @@ async fn a_command_is_taken_once_and_by_the_runs_owner_only(store: Arc<dyn Store
     );
     // Taken once.
     assert!(store.take_commands("exec-a").await.unwrap().is_empty());
+    assert_eq!(store.count_commands("r").await.unwrap(), 0);
 
     // A command waits for whoever holds the run when it is taken.
     let cancel = RunCommand::Cancel {

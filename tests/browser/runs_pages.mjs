@@ -7,7 +7,9 @@
 // opens the list, sees one page (50 rows, newest first, a "more" button),
 // presses "more" until it is gone and checks every run is shown once, in
 // order; then keeps only waiting_human runs with the status filter and
-// checks it shows exactly those. Prints "runs pages test passed" and exits
+// checks it shows exactly those. The oldest run's task is longer than a
+// listing holds: its row shows the first 200 characters and an ellipsis, a
+// short task shows whole. Prints "runs pages test passed" and exits
 // 0; exits 1 on a failure, within 60 s.
 import { CHROMIUM_ARGS, chromiumPeer } from './chromium.mjs';
 
@@ -29,6 +31,7 @@ function check(ok, what) {
 const rows = (tab) => tab.$$eval('#runs-body tr', (trs) => trs.map((tr) => ({
   id: tr.dataset.runId,
   status: tr.querySelector('.status').dataset.status,
+  task: tr.querySelector('td.task').textContent,
 })));
 
 // Presses "more" until it is gone, each time waiting for the rows it adds;
@@ -65,6 +68,13 @@ try {
   check(new Set(all).size === total, 'no run shown twice');
   const sorted = [...all].sort().reverse();
   check(all.every((id, i) => id === sorted[i]), 'newest first');
+  const tasks = new Map((await rows(tab)).map((r) => [r.id, r.task]));
+  const long = tasks.get('run-00000');
+  check(
+    [...long].length === 201 && long.endsWith('…') && long.startsWith('task 0 é') && !long.includes('the end'),
+    `a long task is cut to 200 characters and an ellipsis: ${long.length} characters`,
+  );
+  check(tasks.get('run-00001') === 'task 1', `a short task is whole: ${tasks.get('run-00001')}`);
 
   await tab.selectOption('#runs-status', 'waiting_human');
   await tab.waitForFunction(() => {

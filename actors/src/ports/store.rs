@@ -22,6 +22,10 @@ use super::BoxFuture;
 use super::changes::{ChangeFeed, RunCommand, StoredCommand};
 use crate::event::Event;
 
+mod summary;
+
+pub use summary::{RunSummary, SUMMARY_CHARS, SummaryPage};
+
 /// Where a run is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -393,6 +397,35 @@ pub trait Store: Send + Sync + 'static {
                 .collect())
         })
     }
+    /// How many runs are in `status`: what admitting a run to the queue
+    /// reads on every post, so a store answers it without reading the
+    /// runs (an index). The default reads
+    /// [`Store::count_runs_by_status`].
+    fn count_runs(&self, status: RunStatus) -> Answer<u64> {
+        let counts = self.count_runs_by_status();
+        Box::pin(async move {
+            Ok(counts
+                .await?
+                .into_iter()
+                .find(|(of, _)| *of == status)
+                .map_or(0, |(_, n)| n))
+        })
+    }
+    /// The page [`Store::list_runs_page`] answers for `query`, as
+    /// summaries ([`RunSummary::of`]): no flow, each text cut to its first
+    /// [`SUMMARY_CHARS`] characters. A store holds at most one whole run
+    /// at a time while it summarizes (or, cutting in its query, none); the
+    /// default summarizes the whole page of [`Store::list_runs_page`].
+    fn list_run_summaries(&self, query: &RunQuery) -> Answer<SummaryPage> {
+        let page = self.list_runs_page(query);
+        Box::pin(async move {
+            let page = page.await?;
+            Ok(SummaryPage {
+                runs: page.runs.into_iter().map(RunSummary::of).collect(),
+                next: page.next,
+            })
+        })
+    }
     /// One page of the runs `query` selects: run id descending (newest
     /// first), only ids strictly below `query.after` when it is set, at most
     /// `query.limit` (at least one), with `next` set exactly when another
@@ -417,6 +450,10 @@ pub trait Store: Send + Sync + 'static {
     /// publishes a [`StoreChange::Command`](super::StoreChange::Command);
     /// answers the command's id. Fails if there is no such run.
     fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64>;
+    /// How many commands wait for the run's owner to take them: what
+    /// forwarding another reads first, so that the commands waiting for
+    /// one run stay bounded when its owner does not take them.
+    fn count_commands(&self, run_id: &str) -> Answer<u64>;
     /// Takes the stored commands of the runs `owner_id` holds, in id order:
     /// each is removed as it is taken, so it is taken once, and only by the
     /// run's owner.
@@ -426,7 +463,7 @@ pub trait Store: Send + Sync + 'static {
 /// Which runs a [`RunQuery`] selects and how a page of them is cut, as pure
 /// functions every store calls.
 pub mod listing {
-    use super::{RunPage, RunQuery, RunRecord};
+    use super::{RunPage, RunQuery, RunRecord, RunSummary, SummaryPage};
 
     /// The name of the run's flow (its flow's `name` field), if it has one.
     pub fn flow_name(record: &RunRecord) -> Option<&str> {
@@ -470,6 +507,29 @@ pub mod listing {
         query: &RunQuery,
         candidates: impl IntoIterator<Item = Result<RunRecord, E>>,
     ) -> Result<RunPage, E> {
+        let (runs, next) = cut(query, candidates, |record| record, |r| &r.run_id)?;
+        Ok(RunPage { runs, next })
+    }
+
+    /// The page of `query` cut from `candidates` as [`page`] cuts it, each
+    /// run summarized ([`RunSummary::of`]) as it is taken, so that no more
+    /// than one whole run is held at a time.
+    pub fn summaries<E>(
+        query: &RunQuery,
+        candidates: impl IntoIterator<Item = Result<RunRecord, E>>,
+    ) -> Result<SummaryPage, E> {
+        let (runs, next) = cut(query, candidates, RunSummary::of, |s| &s.run_id)?;
+        Ok(SummaryPage { runs, next })
+    }
+
+    /// The matching candidates of a page, each made a `T`, and the cursor
+    /// of the next page.
+    fn cut<T, E>(
+        query: &RunQuery,
+        candidates: impl IntoIterator<Item = Result<RunRecord, E>>,
+        take: impl Fn(RunRecord) -> T,
+        id: impl Fn(&T) -> &String,
+    ) -> Result<(Vec<T>, Option<String>), E> {
         let limit = query.limit.max(1);
         let mut runs = Vec::new();
         for candidate in candidates {
@@ -478,12 +538,12 @@ pub mod listing {
                 continue;
             }
             if runs.len() == limit {
-                let next = runs.last().map(|last: &RunRecord| last.run_id.clone());
-                return Ok(RunPage { runs, next });
+                let next = runs.last().map(|last| id(last).clone());
+                return Ok((runs, next));
             }
-            runs.push(record);
+            runs.push(take(record));
         }
-        Ok(RunPage { runs, next: None })
+        Ok((runs, None))
     }
 }
 

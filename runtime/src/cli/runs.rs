@@ -14,6 +14,7 @@ use super::log::{self, Output};
 use super::{CliError, GlobalArgs, remote};
 use crate::config::{Config, EngineSetupError};
 use crate::printable::printable;
+use crate::run_limits::PersonText;
 use crate::server::{
     DEFAULT_PAGE_LIMIT, RunView, RunsPage, TraceView, parse_instant, parse_limit, parse_status,
 };
@@ -230,12 +231,12 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
     match command {
         RunsCommand::List(args) => {
             let store = existing_store(&config)?;
-            let page = store.list_runs_page(&args.query()).await?;
+            let page = store.list_run_summaries(&args.query()).await?;
             print_page(&RunsPage {
                 runs: page
                     .runs
                     .into_iter()
-                    .map(|r| RunView::new(r, None))
+                    .map(|r| RunView::summary(r, None))
                     .collect(),
                 next: page.next,
             });
@@ -286,6 +287,9 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
         }
         RunsCommand::Resume(args) => resume(&config, args).await,
         RunsCommand::Cancel(args) => {
+            if let Some(reason) = &args.reason {
+                refuse_long(&config, PersonText::Reason, reason)?;
+            }
             let engine = admin_engine(&config).await?;
             let reason = args
                 .reason
@@ -301,6 +305,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
 /// Decides about the run's call of unknown outcome: a cancel needs no
 /// loop; otherwise claims the run, answers its pause and follows it.
 async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, CliError> {
+    refuse_long(config, PersonText::Result, &args.result)?;
     let store = existing_store(config)?;
     let record = store
         .load_run(&args.id)
@@ -356,6 +361,9 @@ async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, Cli
 
 /// Claims the run, answers its pause if it has one, and follows it.
 async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError> {
+    if let Some(guidance) = &args.guidance {
+        refuse_long(config, PersonText::Guidance, guidance)?;
+    }
     // Before the run's tool servers start: a signal stops it in place.
     let signals = super::install_signals()?;
     let store = existing_store(config)?;
@@ -382,6 +390,15 @@ async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError>
             .map_err(|e| CliError::other(e.to_string()))?;
     }
     super::follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
+}
+
+/// Refuses a person's text longer than `limits.guidance`, before anything
+/// is opened or stored.
+fn refuse_long(config: &Config, kind: PersonText, text: &str) -> Result<(), CliError> {
+    config
+        .run_limits()
+        .check_text(kind, text)
+        .map_err(|e| CliError::other(e.to_string()))
 }
 
 /// An engine for administering runs: the configured model if there is one,

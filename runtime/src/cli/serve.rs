@@ -99,6 +99,7 @@ pub(super) async fn serve(
 
 /// The server's options from the configuration.
 pub(super) fn options(config: &Config) -> ServerOptions {
+    let run_limits = config.run_limits();
     ServerOptions {
         token: config.api_token.value.clone(),
         limits: ServerLimits {
@@ -107,6 +108,7 @@ pub(super) fn options(config: &Config) -> ServerOptions {
             max_connections: config.server_max_connections.value,
             max_event_streams: config.server_max_event_streams.value,
             max_live_runs: config.server_max_live_runs.value,
+            max_queued_runs: config.server_max_queued_runs.value,
             shutdown_grace: config.server_shutdown_grace.value,
         },
         allowed_hosts: config.server_allowed_hosts.value.clone(),
@@ -115,6 +117,8 @@ pub(super) fn options(config: &Config) -> ServerOptions {
         allow_flow_tools: config.server_allow_flow_tools.value,
         claim_interval: config.executor_claim_interval.value,
         resume_orphans: config.resume_on_boot.value,
+        max_body: run_limits.flow_text(),
+        run_limits,
         ..ServerOptions::default()
     }
 }

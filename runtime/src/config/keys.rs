@@ -95,7 +95,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 55] = [
+pub(super) const KEYS: [Key; 58] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -426,6 +426,13 @@ pub(super) const KEYS: [Key; 55] = [
         "runs this executor runs at once; past it a posted run waits queued, and resuming one is a 429",
     ),
     key(
+        "LEASEHOLD_SERVER_MAX_QUEUED_RUNS",
+        "server.max_queued_runs",
+        "1024",
+        ValueKind::Count,
+        "runs waiting `queued` in the store (counted over every executor sharing it); past it `POST /runs` is a 429 `queue_full` with `Retry-After`, and nothing is stored (0: never queue)",
+    ),
+    key(
         "LEASEHOLD_SERVER_SHUTDOWN_GRACE",
         "server.shutdown_grace",
         "5s",
@@ -473,6 +480,27 @@ pub(super) const KEYS: [Key; 55] = [
         "10000",
         ValueKind::Count,
         "events a run's log holds before its `progress` events are counted instead of stored (an `events_dropped` event says how many); lifecycle events are stored past it",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_TASK",
+        "limits.task",
+        "64KiB",
+        ValueKind::Size,
+        "a flow's task, posted or in a file; past it the flow is refused (413 `too_large` over the API), nothing stored",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_FLOW",
+        "limits.flow",
+        "256KiB",
+        ValueKind::Size,
+        "a whole flow, as the JSON the store keeps; past it the flow is refused, nothing stored (a posted body may be twice as long, at least 1 MiB)",
+    ),
+    key(
+        "LEASEHOLD_LIMITS_GUIDANCE",
+        "limits.guidance",
+        "64KiB",
+        ValueKind::Size,
+        "one text from a person: guidance on resume, a reconciliation's result, a cancel's reason; past it the request is refused",
     ),
     key(
         ENV_CONFIG,

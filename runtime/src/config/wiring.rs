@@ -74,6 +74,16 @@ impl Config {
         }
     }
 
+    /// What a client may make one run hold: `limits.task`, `limits.flow`
+    /// and `limits.guidance`.
+    pub fn run_limits(&self) -> crate::run_limits::RunLimits {
+        crate::run_limits::RunLimits {
+            task: bytes(self.limits_task.value),
+            flow: bytes(self.limits_flow.value),
+            guidance: bytes(self.limits_guidance.value),
+        }
+    }
+
     /// The model client's settings, from `model.*` and `fast_model.*` (the
     /// idle timeout as [`Config::idle_timeout`] has it, derived when unset);
     /// refused, naming the variable, when the default endpoint is not set.

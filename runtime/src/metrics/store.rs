@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use leasehold_actors::{
     BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage, RunQuery,
-    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
+    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, StoredCommand, SummaryPage,
+    ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -130,6 +131,18 @@ impl Store for MeteredStore {
 
     fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage> {
         self.inner.list_runs_page(query)
+    }
+
+    fn count_commands(&self, run_id: &str) -> Answer<u64> {
+        self.inner.count_commands(run_id)
+    }
+
+    fn count_runs(&self, status: RunStatus) -> Answer<u64> {
+        self.inner.count_runs(status)
+    }
+
+    fn list_run_summaries(&self, query: &RunQuery) -> Answer<SummaryPage> {
+        self.inner.list_run_summaries(query)
     }
 
     fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>> {

@@ -8,131 +8,18 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{
-    Event, Flow, PauseRecord, ReconcileDecision, RunCommand, RunHandle, RunRecord, RunStatus,
-    ToolCallRecord,
-};
+use leasehold_actors::{Flow, ReconcileDecision, RunCommand, RunHandle, RunRecord, RunStatus};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
-use super::App;
 use super::commands::forward;
 use super::error::ApiError;
 use super::guard;
 use super::listing::{ListParams, RunsPage};
+use super::view::{RunView, TraceView};
+use super::{App, Posted};
 use crate::flow_file;
-use crate::trace::{TraceSummary, is_decision};
-
-/// A run as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunView {
-    /// The run.
-    pub run_id: String,
-    /// Its flow's name.
-    pub flow_name: String,
-    /// Its task.
-    pub task: String,
-    /// Where it is.
-    pub status: RunStatus,
-    /// Why it failed, was cancelled or orphaned.
-    pub reason: Option<String>,
-    /// Its answer, once completed.
-    pub answer: Option<String>,
-    /// Why it waits for a person, while paused.
-    pub pause: Option<PauseRecord>,
-    /// The executor that owns it.
-    pub owner_id: Option<String>,
-    /// Its fencing token.
-    pub fence: u64,
-    /// When it was created (Unix ms).
-    pub created_at_ms: u64,
-    /// When it last changed (Unix ms).
-    pub updated_at_ms: u64,
-    /// Whether its loops run in this server's process.
-    pub live: bool,
-    /// The flow, in `GET /runs/{id}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flow: Option<serde_json::Value>,
-    /// Its tool calls as recorded, in `GET /runs/{id}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<ToolCallRecord>>,
-    /// Events its full log counted instead of storing, by kind (the sum of
-    /// its `events_dropped` events), in `GET /runs/{id}`: empty when none
-    /// were.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub events_dropped: Option<std::collections::BTreeMap<String, u64>>,
-}
-
-impl RunView {
-    /// The view of `record`; a live `handle`'s state is fresher than the
-    /// store's and wins.
-    pub fn new(record: RunRecord, handle: Option<&RunHandle>) -> Self {
-        let text = |key: &str| {
-            record
-                .flow
-                .get(key)
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let mut view = Self {
-            flow_name: text("name"),
-            task: text("task"),
-            run_id: record.run_id,
-            status: record.status,
-            reason: record.reason,
-            answer: record.answer,
-            pause: record.pause,
-            owner_id: record.owner_id,
-            fence: record.fence,
-            created_at_ms: record.created_at_ms,
-            updated_at_ms: record.updated_at_ms,
-            live: false,
-            flow: None,
-            tool_calls: None,
-            events_dropped: None,
-        };
-        if let Some(handle) = handle {
-            let state = handle.state();
-            if state.lost.is_none() {
-                view.live = !state.status.is_terminal();
-                view.status = state.status;
-                view.answer = state.answer.or(view.answer);
-                view.reason = state.reason.or(view.reason);
-                view.pause = state.paused;
-            }
-        }
-        view
-    }
-}
-
-/// A run's verdict trace: every decision made about it, and who made it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TraceView {
-    /// The run.
-    pub run_id: String,
-    /// Verdicts, budget decisions, interventions, restarts, pauses and
-    /// resumptions, in order.
-    pub entries: Vec<Event>,
-    /// Counts of the entries.
-    pub summary: TraceSummary,
-}
-
-impl TraceView {
-    /// The trace of `events`.
-    pub fn new(run_id: String, events: Vec<Event>) -> Self {
-        let summary = TraceSummary::of(&events);
-        let entries = events
-            .into_iter()
-            .filter(|event| is_decision(&event.kind))
-            .collect();
-        Self {
-            run_id,
-            entries,
-            summary,
-        }
-    }
-}
+use crate::run_limits::{PersonText, TooLarge};
 
 /// `GET /health`: that the server is up; with the token, also who it is
 /// and how many runs it holds.
@@ -150,7 +37,10 @@ pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> i
 /// `POST /runs`: a flow as JSON or TOML; answers at once with the run id
 /// and its status: `running` when this executor had room and started it,
 /// `queued` when it waits for an executor with room (any executor sharing
-/// the store claims it).
+/// the store claims it). A flow whose task or whole is larger than
+/// `limits.task` or `limits.flow` is a 413; a run that would wait while
+/// the store's queue is full (`server.max_queued_runs`) is a 429 with
+/// `Retry-After`; either way nothing is stored.
 ///
 /// The flow's tool servers are references to the configuration's
 /// `[[tools]]` (or to servers the engine provides); one that carries a
@@ -160,7 +50,7 @@ pub(super) async fn create_run(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Body,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<Response, ApiError> {
     let format = match media_type(&headers).as_deref() {
         Some("application/json") => Format::Json,
         Some("application/toml") => Format::Toml,
@@ -173,15 +63,53 @@ pub(super) async fn create_run(
     // Queued and started in a task of its own: a client that goes away
     // mid-request must not cancel a run half-recorded.
     let queuing = Arc::clone(&app);
-    let (run_id, status) = tokio::spawn(async move { queuing.queue_and_start(flow).await })
+    let posted = tokio::spawn(async move { queuing.queue_and_start(flow).await })
         .await
         .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))??;
+    let (run_id, status) = match posted {
+        Posted::Recorded(run_id, status) => (run_id, status),
+        Posted::QueueFull { queued } => return Ok(queue_full(&app, queued)),
+    };
     tracing::info!(%run_id, ?status, "run posted over the API");
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/runs/{run_id}"))],
         Json(serde_json::json!({"run_id": run_id, "status": status})),
-    ))
+    )
+        .into_response())
+}
+
+/// How long a client refused for a full queue is asked to wait: runs
+/// leave the queue as runs end, which takes seconds to minutes.
+const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 30;
+
+/// 429 with `Retry-After`: the store's queue is full.
+fn queue_full(app: &App, queued: u64) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "queue_full",
+        format!(
+            "{queued} runs wait queued in the store, its limit (server.max_queued_runs = {}, \
+             LEASEHOLD_SERVER_MAX_QUEUED_RUNS), and this executor has no room to start the run \
+             (server.max_live_runs): nothing was stored; try again when runs have left the queue",
+            app.options.limits.max_queued_runs
+        ),
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from(QUEUE_FULL_RETRY_AFTER_SECS),
+    );
+    response
+}
+
+/// 413: a flow or a person's text larger than its limit, naming the key.
+fn too_large(error: &TooLarge) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        error.to_string(),
+    )
 }
 
 /// How a posted flow is written.
@@ -214,6 +142,12 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
         Format::Toml => flow_file::read_toml(text),
     }
     .map_err(invalid)?;
+    // The flow as the client wrote it, before the configuration completes
+    // its tool servers: what the client makes the run hold.
+    app.options
+        .run_limits
+        .check_flow(&flow)
+        .map_err(|e| too_large(&e))?;
     if !app.options.allow_flow_tools
         && let Some((i, server)) = flow
             .tools
@@ -294,7 +228,8 @@ pub(super) fn run_id(path: Result<Path<String>, PathRejection>) -> Result<String
 }
 
 /// `GET /runs[?after=C][&limit=N][&status=S][&flow=F][&since=T][&until=T]`:
-/// one page of runs, newest first, and the cursor of the next.
+/// one page of runs, newest first, and the cursor of the next; each run a
+/// summary ([`RunView::summary`]), never its flow or a whole text.
 pub(super) async fn list_runs(
     State(app): State<Arc<App>>,
     params: Result<Query<ListParams>, QueryRejection>,
@@ -306,13 +241,13 @@ pub(super) async fn list_runs(
         ))
     })?;
     let query = params.query()?;
-    let page = app.engine.store().list_runs_page(&query).await?;
+    let page = app.engine.store().list_run_summaries(&query).await?;
     let runs = page
         .runs
         .into_iter()
-        .map(|record| {
-            let handle = app.handle(&record.run_id);
-            RunView::new(record, handle.as_ref())
+        .map(|summary| {
+            let handle = app.handle(&summary.run_id);
+            RunView::summary(summary, handle.as_ref())
         })
         // A live run's state is fresher than the store's: one that has
         // just left the status asked for is not shown in it.
@@ -391,6 +326,12 @@ pub(super) async fn resume(
     let ResumeBody { guidance } = control.json()?;
     let run_id = control.run_id;
     let guidance = guidance.filter(|g| !g.trim().is_empty());
+    if let Some(guidance) = &guidance {
+        app.options
+            .run_limits
+            .check_text(PersonText::Guidance, guidance)
+            .map_err(|e| too_large(&e))?;
+    }
     let refuse = |status| {
         (status == RunStatus::ReconciliationRequired).then(|| awaits_reconciliation(&run_id))
     };
@@ -441,6 +382,12 @@ pub(super) async fn cancel(
     control: Control,
 ) -> Result<Response, ApiError> {
     let CancelBody { reason } = control.json()?;
+    if let Some(reason) = &reason {
+        app.options
+            .run_limits
+            .check_text(PersonText::Reason, reason)
+            .map_err(|e| too_large(&e))?;
+    }
     let run_id = control.run_id;
     let reason = reason
         .filter(|r| !r.trim().is_empty())
@@ -467,6 +414,12 @@ pub(super) async fn reconcile(
 ) -> Result<Response, ApiError> {
     let ReconcileBody { key, decision } = serde_json::from_slice(&control.body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a reconciliation: {e}")))?;
+    if let ReconcileDecision::MarkDone { result } = &decision {
+        app.options
+            .run_limits
+            .check_text(PersonText::Result, result)
+            .map_err(|e| too_large(&e))?;
+    }
     let run_id = control.run_id;
     let reconcile = || RunCommand::Reconcile {
         key: key.clone(),
@@ -576,7 +529,10 @@ async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError>
         Ok(Err(_)) => Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
-            format!("the body is larger than {limit} bytes, or was cut off"),
+            format!(
+                "the body is larger than {limit} bytes (the larger of 1 MiB and twice \
+                 limits.flow, LEASEHOLD_LIMITS_FLOW), or was cut off"
+            ),
         )),
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,

@@ -27,6 +27,34 @@ use leasehold_actors::{ClaimOutcome, RunCommand, RunStatus, StoreChange, StoredC
 use super::App;
 use super::error::ApiError;
 
+/// How many forwarded controls may wait in the store for one run's owner
+/// to take them: more than a person sends a run that does not answer.
+pub const MAX_WAITING_COMMANDS: u64 = 16;
+
+/// How long a client refused for a run's full command queue is asked to
+/// wait: its owner takes them at once, or loses the run within
+/// `run_lease_ttl`.
+const COMMANDS_RETRY_AFTER_SECS: u64 = 30;
+
+/// 429 with `Retry-After`: `waiting` controls for `run_id` wait already.
+fn commands_waiting(run_id: &str, owner_id: &str, waiting: u64) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_commands",
+        format!(
+            "{waiting} controls for run {run_id} already wait for its owner {owner_id} to take \
+             them (at most {MAX_WAITING_COMMANDS}): nothing was stored; try again once it has \
+             taken them, or once its lease has expired and the run can be claimed"
+        ),
+    )
+    .into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(COMMANDS_RETRY_AFTER_SECS),
+    );
+    response
+}
+
 /// If another executor holds `run_id` with a live lease (and this one does
 /// not run it), stores `command` for it and answers the 202 — unless
 /// `refuse` refuses the command for the run's status as stored; otherwise
@@ -53,6 +81,13 @@ pub(super) async fn forward(
     };
     if let Some(refused) = refuse(record.status) {
         return Err(refused);
+    }
+    // An owner that lives takes its commands at once; one that hangs
+    // keeps its lease for up to `run_lease_ttl`, and what is sent meanwhile
+    // waits in the store: bounded per run.
+    let waiting = store.count_commands(run_id).await?;
+    if waiting >= MAX_WAITING_COMMANDS {
+        return Ok(Some(commands_waiting(run_id, &owner_id, waiting)));
     }
     let id = store.send_command(run_id, command()).await?;
     tracing::info!(%run_id, command = id, owner = %owner_id, "control forwarded to the run's owner");

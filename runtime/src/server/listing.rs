@@ -8,8 +8,8 @@
 use leasehold_actors::{RunQuery, RunStatus};
 use serde::{Deserialize, Serialize};
 
-use super::api::RunView;
 use super::error::ApiError;
+use super::view::RunView;
 
 /// How many runs a page holds when the request does not say.
 pub const DEFAULT_PAGE_LIMIT: usize = 50;

@@ -49,6 +49,7 @@
 mod commands;
 mod config;
 mod listen;
+mod listing;
 mod rows;
 mod schema;
 mod tls;
@@ -62,7 +63,7 @@ use deadpool_postgres::{
 use leasehold_actors::{
     BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage,
     RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
-    StoredCommand, ToolCallRecord, fencing, listing,
+    StoredCommand, SummaryPage, ToolCallRecord, fencing,
 };
 use tokio::sync::{OnceCell, watch};
 use tokio_postgres::types::ToSql;
@@ -765,40 +766,19 @@ impl Store for PostgresStore {
 
     fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
         let query = query.clone();
-        self.with(move |inner| async move {
-            let doing = "listing a page of runs";
-            let status = query.status.map(status_name).transpose()?;
-            let from = query
-                .created_from_ms
-                .map(|ms| to_i64(ms, &"the start of the listing's window"))
-                .transpose()?;
-            let before = query
-                .created_before_ms
-                .map(|ms| to_i64(ms, &"the end of the listing's window"))
-                .transpose()?;
-            // One past the page proves there is a next one.
-            let fetch = to_i64(
-                u64::try_from(query.limit.max(1))
-                    .unwrap_or(u64::MAX)
-                    .saturating_add(1),
-                &"the listing's limit",
-            )?;
-            let runs = inner
-                .load_runs(
-                    &runs_query(
-                        "WHERE ($1::text IS NULL OR run_id COLLATE \"C\" < $1) \
-                     AND ($2::text IS NULL OR status = $2) \
-                     AND ($3::text IS NULL OR flow ->> 'name' = $3) \
-                     AND ($4::bigint IS NULL OR created_at_ms >= $4) \
-                     AND ($5::bigint IS NULL OR created_at_ms < $5) \
-                     ORDER BY run_id COLLATE \"C\" DESC LIMIT $6",
-                    ),
-                    &[&query.after, &status, &query.flow, &from, &before, &fetch],
-                    &doing,
-                )
-                .await?;
-            listing::page(&query, runs.into_iter().map(Ok))
-        })
+        self.with(move |inner| async move { inner.list_runs_page(&query).await })
+    }
+
+    fn list_run_summaries(
+        &self,
+        query: &RunQuery,
+    ) -> BoxFuture<'static, Result<SummaryPage, StoreError>> {
+        let query = query.clone();
+        self.with(move |inner| async move { inner.list_run_summaries(&query).await })
+    }
+
+    fn count_runs(&self, status: RunStatus) -> BoxFuture<'static, Result<u64, StoreError>> {
+        self.with(move |inner| async move { inner.count_runs(status).await })
     }
 
     fn load_snapshots(
@@ -879,6 +859,11 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'static, Result<u64, StoreError>> {
         let run_id = run_id.to_owned();
         self.with(move |inner| async move { inner.send_command(&run_id, &command).await })
+    }
+
+    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move { inner.count_commands(&run_id).await })
     }
 
     fn take_commands(

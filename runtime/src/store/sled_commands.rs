@@ -32,6 +32,21 @@ pub(super) fn send(
     Ok(id)
 }
 
+/// How many commands wait for `run_id`: every waiting command is read,
+/// and they are few (each run's are bounded by its forwarding).
+pub(super) fn count(commands: &Tree, run_id: &str) -> Result<u64, StoreError> {
+    let mut count = 0_u64;
+    for entry in commands {
+        let (_, value) = entry
+            .map_err(|e| StoreError::new(format!("counting the commands of `{run_id}`: {e}")))?;
+        let command: StoredCommand = decode(&value, &"a stored command")?;
+        if command.run_id == run_id {
+            count = count.saturating_add(1);
+        }
+    }
+    Ok(count)
+}
+
 /// Takes, in id order, the commands whose run `owns` says the taker holds.
 pub(super) fn take(
     commands: &Tree,

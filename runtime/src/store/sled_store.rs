@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use leasehold_actors::{
     BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage,
     RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
-    StoredCommand, ToolCallRecord, fencing, listing,
+    StoredCommand, SummaryPage, ToolCallRecord, fencing, listing,
 };
 use sled::{IVec, Tree};
 
@@ -274,6 +274,9 @@ impl SledStore {
         })
     }
 }
+
+/// Run records read one at a time, in listing order.
+type Records<'a> = Box<dyn Iterator<Item = Result<RunRecord, StoreError>> + 'a>;
 
 fn ready<T: Send + 'static>(
     value: Result<T, StoreError>,
@@ -537,13 +540,24 @@ impl Inner {
     /// or flow, otherwise down the runs tree from the cursor; either way
     /// reading no run past the one that proves a next page exists.
     fn list_runs_page(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        listing::page(query, self.listed(query)?)
+    }
+
+    /// The page of [`Inner::list_runs_page`] as summaries: each record is
+    /// decoded, summarized and dropped before the next is read.
+    fn list_run_summaries(&self, query: &RunQuery) -> Result<SummaryPage, StoreError> {
+        listing::summaries(query, self.listed(query)?)
+    }
+
+    /// The records a page of `query` is cut from, in listing order, read
+    /// one at a time as they are pulled.
+    fn listed<'a>(&'a self, query: &'a RunQuery) -> Result<Records<'a>, StoreError> {
         if let Some(ids) = self.indexes.candidates(query)? {
-            let records = ids.filter_map(|id| {
+            return Ok(Box::new(ids.filter_map(|id| {
                 id.and_then(|id| self.read_run(&id))
                     .map(|read| read.map(|(_, record)| record))
                     .transpose()
-            });
-            return listing::page(query, records);
+            })));
         }
         let upper = query.after.as_ref().map_or(Bound::Unbounded, |after| {
             Bound::Excluded(after.as_bytes().to_vec())
@@ -556,7 +570,19 @@ impl Inner {
                 let (key, bytes) = entry.map_err(|e| failed(&"listing runs", &e))?;
                 decode(&bytes, &RunName(&String::from_utf8_lossy(&key)))
             });
-        listing::page(query, records)
+        Ok(Box::new(records))
+    }
+
+    /// How many runs the status index holds under `status`: exact while
+    /// the store runs; after a crash it may also count an entry left over
+    /// (see [`RunIndexes`]), so a bound read from it errs on the safe side.
+    fn count_runs(&self, status: RunStatus) -> Result<u64, StoreError> {
+        let mut count = 0_u64;
+        for id in self.indexes.ids_in(status)? {
+            id?;
+            count = count.saturating_add(1);
+        }
+        Ok(count)
     }
 
     fn load_all<T: serde::de::DeserializeOwned>(
@@ -762,6 +788,18 @@ impl Store for SledStore {
         self.scan(move |inner| inner.list_runs_page(&query))
     }
 
+    fn list_run_summaries(
+        &self,
+        query: &RunQuery,
+    ) -> BoxFuture<'static, Result<SummaryPage, StoreError>> {
+        let query = query.clone();
+        self.scan(move |inner| inner.list_run_summaries(&query))
+    }
+
+    fn count_runs(&self, status: RunStatus) -> BoxFuture<'static, Result<u64, StoreError>> {
+        self.scan(move |inner| inner.count_runs(status))
+    }
+
     fn load_snapshots(
         &self,
         run_id: &str,
@@ -824,6 +862,11 @@ impl Store for SledStore {
         self.settle_publishing(sent.map(|id| (id, true)), |_| {
             Some(StoreChange::Command { run_id })
         })
+    }
+
+    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.scan(move |inner| sled_commands::count(&inner.commands, &run_id))
     }
 
     fn take_commands(

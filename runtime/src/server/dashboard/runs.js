@@ -91,8 +91,11 @@ function renderRuns(runs) {
     setText(row.status, run.status);
     row.status.dataset.status = run.status || '';
     row.status.className = `status status-${run.status}`;
-    setText(row.task, run.task);
-    row.task.title = run.task || '';
+    // A listing holds a task's first characters; the run's page has it whole.
+    const cut = Array.isArray(run.truncated) && run.truncated.includes('task');
+    const task = cut ? `${run.task}…` : run.task || '';
+    setText(row.task, task);
+    row.task.title = task;
     setText(row.updated, clock(run.updated_at_ms));
     body.append(row.tr); // appended in the server's order (newest first)
   }

@@ -37,6 +37,21 @@ impl Inner {
         to_u64(row.get(0), &"a command's id")
     }
 
+    /// How many commands wait for `run_id` (`commands_by_run` answers it).
+    pub(super) async fn count_commands(&self, run_id: &str) -> Result<u64, StoreError> {
+        let doing = format!("counting the commands of run `{run_id}`");
+        let row = self
+            .client()
+            .await?
+            .query_one(
+                "SELECT count(*) FROM commands WHERE run_id = $1",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        to_u64(row.get(0), &doing)
+    }
+
     pub(super) async fn take_commands(
         &self,
         owner_id: &str,

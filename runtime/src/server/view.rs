@@ -1,0 +1,167 @@
+//! What the API answers about runs: [`RunView`], a run whole
+//! (`GET /runs/{id}`) or as a listing's summary (`GET /runs`), and
+//! [`TraceView`], its verdict trace.
+
+use leasehold_actors::{
+    Event, PauseRecord, RunHandle, RunRecord, RunStatus, RunSummary, ToolCallRecord,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::trace::{TraceSummary, is_decision};
+
+/// A run as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunView {
+    /// The run.
+    pub run_id: String,
+    /// Its flow's name.
+    pub flow_name: String,
+    /// Its task.
+    pub task: String,
+    /// Where it is.
+    pub status: RunStatus,
+    /// Why it failed, was cancelled or orphaned.
+    pub reason: Option<String>,
+    /// Its answer, once completed.
+    pub answer: Option<String>,
+    /// Why it waits for a person, while paused.
+    pub pause: Option<PauseRecord>,
+    /// The executor that owns it.
+    pub owner_id: Option<String>,
+    /// Its fencing token.
+    pub fence: u64,
+    /// When it was created (Unix ms).
+    pub created_at_ms: u64,
+    /// When it last changed (Unix ms).
+    pub updated_at_ms: u64,
+    /// Whether its loops run in this server's process.
+    pub live: bool,
+    /// The flow, in `GET /runs/{id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<serde_json::Value>,
+    /// Its tool calls as recorded, in `GET /runs/{id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallRecord>>,
+    /// In a listing, the texts cut to their first characters (`task`,
+    /// `answer`, `pause.reason`, …; see [`RunSummary`]): `GET /runs/{id}`
+    /// has them whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<String>,
+    /// Events its full log counted instead of storing, by kind (the sum of
+    /// its `events_dropped` events), in `GET /runs/{id}`: empty when none
+    /// were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_dropped: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+impl RunView {
+    /// The view of `record`; a live `handle`'s state is fresher than the
+    /// store's and wins.
+    pub fn new(record: RunRecord, handle: Option<&RunHandle>) -> Self {
+        let text = |key: &str| {
+            record
+                .flow
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let mut view = Self {
+            flow_name: text("name"),
+            task: text("task"),
+            run_id: record.run_id,
+            status: record.status,
+            reason: record.reason,
+            answer: record.answer,
+            pause: record.pause,
+            owner_id: record.owner_id,
+            fence: record.fence,
+            created_at_ms: record.created_at_ms,
+            updated_at_ms: record.updated_at_ms,
+            live: false,
+            flow: None,
+            tool_calls: None,
+            truncated: Vec::new(),
+            events_dropped: None,
+        };
+        if let Some(handle) = handle {
+            let state = handle.state();
+            if state.lost.is_none() {
+                view.live = !state.status.is_terminal();
+                view.status = state.status;
+                view.answer = state.answer.or(view.answer);
+                view.reason = state.reason.or(view.reason);
+                view.pause = state.paused;
+            }
+        }
+        view
+    }
+}
+
+impl RunView {
+    /// The view of a run in a listing: its `summary`, where a live
+    /// `handle`'s state is fresher and wins, every text cut as the
+    /// summary's are ([`RunSummary::clipped`]), so that a page's size is
+    /// bounded whatever the runs hold.
+    pub fn summary(summary: RunSummary, handle: Option<&RunHandle>) -> Self {
+        let mut summary = summary;
+        let mut live = false;
+        if let Some(handle) = handle {
+            let state = handle.state();
+            if state.lost.is_none() {
+                live = !state.status.is_terminal();
+                summary.status = state.status;
+                summary.answer = state.answer.or(summary.answer);
+                summary.reason = state.reason.or(summary.reason);
+                summary.pause = state.paused;
+            }
+        }
+        let summary = summary.clipped();
+        Self {
+            run_id: summary.run_id,
+            flow_name: summary.flow_name,
+            task: summary.task,
+            status: summary.status,
+            reason: summary.reason,
+            answer: summary.answer,
+            pause: summary.pause,
+            owner_id: summary.owner_id,
+            fence: summary.fence,
+            created_at_ms: summary.created_at_ms,
+            updated_at_ms: summary.updated_at_ms,
+            live,
+            flow: None,
+            tool_calls: None,
+            truncated: summary.truncated.into_iter().map(str::to_owned).collect(),
+            events_dropped: None,
+        }
+    }
+}
+
+/// A run's verdict trace: every decision made about it, and who made it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceView {
+    /// The run.
+    pub run_id: String,
+    /// Verdicts, budget decisions, interventions, restarts, pauses and
+    /// resumptions, in order.
+    pub entries: Vec<Event>,
+    /// Counts of the entries.
+    pub summary: TraceSummary,
+}
+
+impl TraceView {
+    /// The trace of `events`.
+    pub fn new(run_id: String, events: Vec<Event>) -> Self {
+        let summary = TraceSummary::of(&events);
+        let entries = events
+            .into_iter()
+            .filter(|event| is_decision(&event.kind))
+            .collect();
+        Self {
+            run_id,
+            entries,
+            summary,
+        }
+    }
+}
