@@ -95,7 +95,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 58] = [
+pub(super) const KEYS: [Key; 59] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",

@@ -20,6 +20,7 @@ use super::view::{RunView, TraceView};
 use super::{App, Posted};
 use crate::flow_file;
 use crate::run_limits::{PersonText, TooLarge};
+use crate::trace::TraceSummary;
 
 /// `GET /health`: that the server is up; with the token, also who it is
 /// and how many runs it holds.
