@@ -25,6 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use leasehold_actors::StoreError;
 use tokio::sync::{Notify, oneshot};
 
+use super::manifest::Manifest;
+
 type Ticket = oneshot::Sender<Result<(), StoreError>>;
 
 /// The writers' side of the group commit. Dropping it stops the task once
@@ -58,13 +60,20 @@ impl GroupCommit {
     /// Starts the task on `runtime`; it flushes `db` while the database is
     /// open (it holds it only while flushing, so dropping the store closes
     /// the database).
-    pub(crate) fn start(runtime: &tokio::runtime::Handle, db: Weak<sled::Db>) -> Self {
+    ///
+    /// With a `manifest`, it records it after a flush when one is
+    /// [due](Manifest::due), once the flush's writers have their answer.
+    pub(crate) fn start(
+        runtime: &tokio::runtime::Handle,
+        db: Weak<sled::Db>,
+        manifest: Option<Arc<Manifest>>,
+    ) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
         });
         let stopped = Stopped(Arc::clone(&shared));
-        runtime.spawn(run(stopped, db));
+        runtime.spawn(run(stopped, db, manifest));
         Self { shared }
     }
 
@@ -125,7 +134,7 @@ impl Drop for Stopped {
     }
 }
 
-async fn run(stopped: Stopped, db: Weak<sled::Db>) {
+async fn run(stopped: Stopped, db: Weak<sled::Db>, manifest: Option<Arc<Manifest>>) {
     let shared = &stopped.0;
     let mut last_flush: Option<tokio::time::Instant> = None;
     loop {
@@ -163,10 +172,31 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>) {
             None => Ok(()),
             Some(db) => flush(db).await,
         };
+        let flushed = outcome.is_ok();
         for ticket in tickets {
             // A writer that stopped waiting does not need its answer.
             let _ = ticket.send(outcome.clone());
         }
+        if let Some(manifest) = manifest.as_ref().filter(|m| flushed && m.due())
+            && let Some(db) = db.upgrade()
+        {
+            record(Arc::clone(manifest), db).await;
+        }
+    }
+}
+
+/// Records the manifest on the blocking pool; a failure is logged (it is
+/// tried again after the next write).
+async fn record(manifest: Arc<Manifest>, db: Arc<sled::Db>) {
+    let recorded = tokio::task::spawn_blocking(move || {
+        let recorded = manifest.record(&db);
+        // As after a flush: a store dropped meanwhile closes at once.
+        drop(db);
+        recorded
+    })
+    .await;
+    if let Ok(Err(error)) = recorded {
+        tracing::warn!("{}", error.message);
     }
 }
 
