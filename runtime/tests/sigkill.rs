@@ -101,6 +101,9 @@ struct KillGroupOnDrop(u32);
 
 impl Drop for KillGroupOnDrop {
     fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
         let _ = std::process::Command::new("kill")
             .args(["-KILL", "--", &format!("-{}", self.0)])
             .stderr(Stdio::null())

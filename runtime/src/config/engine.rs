@@ -89,6 +89,10 @@ impl Config {
     /// Opens the run store: the PostgreSQL store at `store` when it is
     /// set (it connects on its first call), otherwise the sled store at
     /// `data_dir`, written with `durability`.
+    ///
+    /// First, whichever the store, it kills what the stdio tool servers of
+    /// a SIGKILLed process on this data directory left running
+    /// ([`reap_leftover_groups`](crate::tools::reap_leftover_groups)).
     #[cfg(feature = "store")]
     pub fn open_store(&self) -> Result<Arc<dyn Store>, EngineSetupError> {
         use crate::store::{SledConfig, SledStore};

@@ -179,25 +179,25 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>, manifest: Option<Arc<Manifest
         }
         if let Some(manifest) = manifest.as_ref().filter(|m| flushed && m.due())
             && let Some(db) = db.upgrade()
+            && manifest.begin()
         {
-            record(Arc::clone(manifest), db).await;
+            record(Arc::clone(manifest), db);
         }
     }
 }
 
-/// Records the manifest on the blocking pool; a failure is logged (it is
-/// tried again after the next write).
-async fn record(manifest: Arc<Manifest>, db: Arc<sled::Db>) {
-    let recorded = tokio::task::spawn_blocking(move || {
-        let recorded = manifest.record(&db);
+/// Records the manifest on the blocking pool, without waiting: the next
+/// flush does not wait for its `fsync`s. A failure is logged (it is tried
+/// again after the next write).
+fn record(manifest: Arc<Manifest>, db: Arc<sled::Db>) {
+    drop(tokio::task::spawn_blocking(move || {
+        if let Err(error) = manifest.record(&db) {
+            tracing::warn!("{}", error.message);
+        }
+        manifest.end();
         // As after a flush: a store dropped meanwhile closes at once.
         drop(db);
-        recorded
-    })
-    .await;
-    if let Ok(Err(error)) = recorded {
-        tracing::warn!("{}", error.message);
-    }
+    }));
 }
 
 /// The least time between the starts of two flushes made for `async`
