@@ -38,6 +38,9 @@ pub(crate) struct GroupCommit {
 struct Shared {
     queue: Mutex<Queue>,
     wake: Notify,
+    /// Held by whoever flushes the database (the task, a manifest being
+    /// recorded, the store closing): never two flushes at once.
+    flushing: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -71,6 +74,7 @@ impl GroupCommit {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
+            flushing: Mutex::new(()),
         });
         let stopped = Stopped(Arc::clone(&shared));
         runtime.spawn(run(stopped, db, manifest));
@@ -89,6 +93,17 @@ impl GroupCommit {
         }
         self.shared.wake.notify_one();
         answer.await.unwrap_or_else(|_| Err(stopped_error()))
+    }
+
+    /// Runs `work` (which flushes the database) while no other flush runs.
+    /// Blocking: for the store's close.
+    pub(crate) fn alone<T>(&self, work: impl FnOnce() -> T) -> T {
+        let _alone = self
+            .shared
+            .flushing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        work()
     }
 
     /// Asks for a flush soon, without waiting for it.
@@ -170,7 +185,7 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>, manifest: Option<Arc<Manifest
         let outcome = match db.upgrade() {
             // sled flushes (and fully syncs) a database when it closes.
             None => Ok(()),
-            Some(db) => flush(db).await,
+            Some(db) => flush(Arc::clone(shared), db).await,
         };
         let flushed = outcome.is_ok();
         for ticket in tickets {
@@ -179,25 +194,31 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>, manifest: Option<Arc<Manifest
         }
         if let Some(manifest) = manifest.as_ref().filter(|m| flushed && m.due())
             && let Some(db) = db.upgrade()
-            && manifest.begin()
         {
-            record(Arc::clone(manifest), db);
+            record(Arc::clone(shared), Arc::clone(manifest), db).await;
         }
     }
 }
 
-/// Records the manifest on the blocking pool, without waiting: the next
-/// flush does not wait for its `fsync`s. A failure is logged (it is tried
-/// again after the next write).
-fn record(manifest: Arc<Manifest>, db: Arc<sled::Db>) {
-    drop(tokio::task::spawn_blocking(move || {
-        if let Err(error) = manifest.record(&db) {
+/// Records the manifest on the blocking pool, alone like every flush (two
+/// flushes at once are what sled's deadlocks are made of); a failure is
+/// logged (it is tried again after the next write).
+async fn record(shared: Arc<Shared>, manifest: Arc<Manifest>, db: Arc<sled::Db>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        let recorded = {
+            let _alone = shared
+                .flushing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            manifest.record(&db)
+        };
+        if let Err(error) = recorded {
             tracing::warn!("{}", error.message);
         }
-        manifest.end();
         // As after a flush: a store dropped meanwhile closes at once.
         drop(db);
-    }));
+    })
+    .await;
 }
 
 /// The least time between the starts of two flushes made for `async`
@@ -205,9 +226,15 @@ fn record(manifest: Arc<Manifest>, db: Arc<sled::Db>) {
 /// to be durable.
 pub(crate) const ASYNC_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(2);
 
-async fn flush(db: Arc<sled::Db>) -> Result<(), StoreError> {
+async fn flush(shared: Arc<Shared>, db: Arc<sled::Db>) -> Result<(), StoreError> {
     let flushed = tokio::task::spawn_blocking(move || {
-        let flushed = db.flush();
+        let flushed = {
+            let _alone = shared
+                .flushing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            db.flush()
+        };
         // Released here, before the tickets are answered, so that a store
         // dropped right after its last flush closes the database at once.
         drop(db);

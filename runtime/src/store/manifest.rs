@@ -29,10 +29,11 @@
 //! manifest was removed) opens as it is.
 //!
 //! Cost: a manifest is recorded at most once per [`RECORD_EVERY`] while
-//! the store is written to (after the group commit's flush, on the blocking
-//! pool, without holding up the next flush: one insert, one flush, two
-//! `fsync`s and a rename, ~14 ms on the development VM), and when the store
-//! is closed after writes. A store only read writes nothing.
+//! the store is written to (by the group commit after a flush, once that
+//! flush's writers have their answer, on the blocking pool: one insert, one
+//! flush, two `fsync`s and a rename, ~14 ms on the development VM, during
+//! which the next flush waits — never two flushes at once), and when the
+//! store is closed after writes. A store only read writes nothing.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,8 +75,6 @@ pub(crate) struct Manifest {
     unrecorded: AtomicBool,
     /// The last marker written, and when the last manifest was recorded.
     state: Mutex<(u64, Option<Instant>)>,
-    /// A recording started by the group commit has not ended yet.
-    in_flight: AtomicBool,
 }
 
 impl Manifest {
@@ -116,7 +115,6 @@ impl Manifest {
             file,
             unrecorded: AtomicBool::new(recorded.is_none()),
             state: Mutex::new((marker, None)),
-            in_flight: AtomicBool::new(false),
         })
     }
 
@@ -126,10 +124,10 @@ impl Manifest {
     }
 
     /// Whether a manifest should be recorded after the group commit's
-    /// flush: something was written, the last one is old enough and none
-    /// is being recorded. Never blocks (it is asked on a runtime thread).
+    /// flush: something was written and the last one is old enough. Never
+    /// blocks (it is asked on a runtime thread).
     pub(crate) fn due(&self) -> bool {
-        if !self.unrecorded.load(Ordering::Relaxed) || self.in_flight.load(Ordering::Relaxed) {
+        if !self.unrecorded.load(Ordering::Relaxed) {
             return false;
         }
         let last = match self.state.try_lock() {
@@ -138,17 +136,6 @@ impl Manifest {
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
         last.is_none_or(|last| last.elapsed() >= RECORD_EVERY)
-    }
-
-    /// Marks a recording as started by the group commit (which records it
-    /// on the blocking pool without waiting); whether none was.
-    pub(crate) fn begin(&self) -> bool {
-        !self.in_flight.swap(true, Ordering::AcqRel)
-    }
-
-    /// Marks the group commit's recording as ended.
-    pub(crate) fn end(&self) {
-        self.in_flight.store(false, Ordering::Release);
     }
 
     /// Records a manifest now if anything was written since the last one

@@ -100,7 +100,7 @@ impl Drop for Inner {
     /// open can tell whether anything it held was lost.
     fn drop(&mut self) {
         if let Some(manifest) = &self.manifest
-            && let Err(error) = manifest.record(&self.db)
+            && let Err(error) = self.commit.alone(|| manifest.record(&self.db))
         {
             tracing::warn!("{}", error.message);
         }
