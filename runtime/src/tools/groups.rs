@@ -63,8 +63,13 @@ struct LedgerFile {
     groups: Vec<Group>,
 }
 
-/// The ledger of one process's tool servers in a data directory. Share it
-/// as an `Arc`; see the [module documentation](self).
+/// The ledger of one process's stdio tool servers in a data directory,
+/// `DATA_DIR/tool-groups/PID-START-N.json`: this process (pid and start
+/// time) and each live server's process group, its leader's start time and
+/// the token set in its environment (`LEASEHOLD_TOOL_GROUP`), which
+/// everything it starts inherits. Rewritten when a server starts or is
+/// stopped; what a SIGKILL leaves is read by [`reap_leftover_groups`].
+/// Linux only (elsewhere it records nothing). Share it as an `Arc`.
 #[derive(Debug)]
 pub struct ToolGroups {
     file: PathBuf,
@@ -188,8 +193,13 @@ pub struct Reaped {
 }
 
 /// Kills what the tool servers of dead processes left running in
-/// `data_dir`, and forgets them; see the [module documentation](self).
-/// A data directory without ledgers costs one failed `read_dir`.
+/// `data_dir`, and forgets them: for each [`ToolGroups`] ledger whose
+/// process no longer runs (pid and start time), the whole group of each
+/// server whose leader still runs with the recorded start time, and every
+/// process carrying one of its tokens — a stranger with a reused pid carries
+/// none. Ledgers of live processes are left alone. A data directory without
+/// ledgers costs one failed `read_dir`; on other systems than Linux it does
+/// nothing.
 pub fn reap_leftover_groups(data_dir: &Path) -> Reaped {
     let mut reaped = Reaped::default();
     let Ok(entries) = std::fs::read_dir(data_dir.join(FOLDER)) else {
