@@ -44,6 +44,8 @@ mod commit;
 #[cfg(feature = "store")]
 mod config;
 #[cfg(feature = "store")]
+mod manifest;
+#[cfg(feature = "store")]
 mod run_index;
 #[cfg(feature = "store")]
 mod run_locks;

@@ -55,6 +55,12 @@
 //!   of its own (so a launcher such as `npx` takes its children with it), and
 //!   the whole group is killed by [`McpToolClient::shutdown`] and when the
 //!   client is dropped.
+//! * **A server dies with its process, even by SIGKILL.** On Linux a stdio
+//!   server is started with the parent-death signal set to SIGKILL, from a
+//!   thread that lives as long as the process; what the server started in
+//!   turn is recorded in the data directory's [`ToolGroups`] ledger (the
+//!   CLI's clients keep one) and killed by [`reap_leftover_groups`] at the
+//!   next start on that data directory.
 //!
 //! Results: the text blocks of a tool's result are joined with newlines
 //! (other blocks are named in brackets, e.g. `[image/png image]`); a result
@@ -106,11 +112,14 @@ mod bounded;
 mod client;
 mod connection;
 mod convert;
+mod groups;
 mod http;
 mod progress;
+mod spawner;
 
 pub use bounded::MAX_MESSAGE_BYTES;
 pub use client::{DEFAULT_HANDSHAKE_TIMEOUT, McpConfigError, McpToolClient};
+pub use groups::{Reaped, ToolGroups, reap_leftover_groups};
 
 /// The `_meta` key that carries a call's idempotency key to the tool server.
 pub const IDEMPOTENCY_KEY_META: &str = "leasehold/idempotency_key";

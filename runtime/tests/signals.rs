@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -21,49 +21,14 @@ use leasehold::{Event, demo::DemoStack, fencing};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
+use support::hanging_tool::{group_emptied, last_group, running_in_group, write_flow};
+
 /// Generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(60);
 
 /// How long a stopped command may take to exit: its shutdown is bounded by
 /// seconds.
 const EXIT_WITHIN: Duration = Duration::from_secs(20);
-
-/// An MCP server over stdio that never answers a tool call. Its first
-/// argument is a file it appends `PGID HELPER_PID` to.
-const HANGING_SERVER: &str = r#"
-import json, os, subprocess, sys
-
-helper = subprocess.Popen(["sleep", "3600"])
-with open(sys.argv[1], "a") as record:
-    record.write(f"{os.getpgid(0)} {helper.pid}\n")
-
-TOOLS = ["search_logs", "fetch_metrics", "rollback_deploy"]
-while True:
-    line = sys.stdin.readline()
-    if not line:
-        break
-    message = json.loads(line)
-    if "id" not in message or "method" not in message:
-        continue
-    method = message["method"]
-    if method == "initialize":
-        result = {
-            "protocolVersion": message["params"]["protocolVersion"],
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "hanging", "version": "1"},
-        }
-    elif method == "tools/list":
-        result = {"tools": [
-            {"name": name, "description": name, "inputSchema": {"type": "object"}}
-            for name in TOOLS
-        ]}
-    elif method == "tools/call":
-        continue
-    else:
-        result = {}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
-    sys.stdout.flush()
-"#;
 
 fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
@@ -78,100 +43,12 @@ fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
     command
 }
 
-/// The absolute path of the Python interpreter (a shim on `PATH` may need
-/// variables the command's cleared environment does not have).
-fn python() -> String {
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("python3 runs (the hanging MCP server is a Python script)");
-    assert!(out.status.success(), "python3 -c failed");
-    String::from_utf8(out.stdout)
-        .expect("a path")
-        .trim()
-        .to_owned()
-}
-
-/// The demo's flow on the hanging stdio server, every tool idempotent (a
-/// call cut by the stop is called again on resume) and leases long enough
-/// that nothing but the signal ends the wait.
-fn write_flow(dir: &Path, stack: &DemoStack, record: &Path) -> PathBuf {
-    let script = dir.join("hanging_server.py");
-    std::fs::write(&script, HANGING_SERVER).expect("write the server");
-    let mut flow = stack.flow();
-    flow.leases.tool_call = Some(Duration::from_secs(3600));
-    flow.leases.worker_step = Some(Duration::from_secs(3600));
-    let mut value = serde_json::to_value(&flow).expect("flow");
-    value["tools"] = serde_json::json!([{
-        "name": "ops",
-        "command": [python(), script, record],
-        "idempotent": {"search_logs": true, "fetch_metrics": true, "rollback_deploy": true},
-    }]);
-    let path = dir.join("hanging.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&value).expect("json")).expect("write");
-    path
-}
-
-/// The processes of group `pgid` that are running (not zombies), from
-/// `/proc/*/stat`.
-fn running_in_group(pgid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // After the command's closing parenthesis: state, ppid, pgrp.
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            fields.get(2).and_then(|pgrp| pgrp.parse::<u32>().ok()) == Some(pgid)
-                && fields
-                    .first()
-                    .is_some_and(|state| *state != "Z" && *state != "X")
-        })
-        .collect()
-}
-
-/// Waits up to `within` for group `pgid` to have no running process: a
-/// process killed with SIGKILL is gone as soon as the kernel has scheduled
-/// its death. Whether it emptied.
-async fn group_emptied(pgid: u32, within: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if running_in_group(pgid).is_empty() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn send(signal: &str, pid: u32) {
     let status = std::process::Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()
         .expect("kill runs");
     assert!(status.success(), "kill -{signal} {pid} failed");
-}
-
-/// The last `PGID HELPER_PID` the hanging server recorded.
-fn last_group(record: &Path) -> (u32, u32) {
-    let text = std::fs::read_to_string(record).expect("the server recorded its group");
-    let line = text.lines().last().expect("a line");
-    let mut fields = line
-        .split_whitespace()
-        .map(|f| f.parse::<u32>().expect("a number"));
-    (
-        fields.next().expect("pgid"),
-        fields.next().expect("helper pid"),
-    )
 }
 
 /// Reads the command's JSON events until a tool call has started; the

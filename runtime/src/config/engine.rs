@@ -14,7 +14,7 @@ use leasehold_actors::{ConfigError, Engine, EngineBuilder, Store, StoreError};
 
 use super::Config;
 use crate::model::{ModelEvaluator, OpenAiClient, SetupError};
-use crate::tools::McpToolClient;
+use crate::tools::{McpToolClient, ToolGroups};
 
 /// Why an engine could not be set up from a [`Config`].
 #[derive(Debug, thiserror::Error)]
@@ -89,9 +89,16 @@ impl Config {
     /// Opens the run store: the PostgreSQL store at `store` when it is
     /// set (it connects on its first call), otherwise the sled store at
     /// `data_dir`, written with `durability`.
+    ///
+    /// First, whichever the store, it kills what the stdio tool servers of
+    /// a SIGKILLed process on this data directory left running
+    /// ([`reap_leftover_groups`](crate::tools::reap_leftover_groups)).
     #[cfg(feature = "store")]
     pub fn open_store(&self) -> Result<Arc<dyn Store>, EngineSetupError> {
         use crate::store::{SledConfig, SledStore};
+        // Before anything else: what a killed process's tool servers left
+        // running is killed, whichever store the runs are in.
+        crate::tools::reap_leftover_groups(&self.data_dir.value);
         if let Some(url) = &self.store_url.value {
             return open_postgres(url);
         }
@@ -108,7 +115,10 @@ impl Config {
             .config(self.engine_config())
             .model(Arc::new(client))
             .evaluator(Arc::new(evaluator))
-            .tool_factory(McpToolClient::factory(self.mcp_handshake_timeout.value))
+            .tool_factory(McpToolClient::factory_recorded(
+                self.mcp_handshake_timeout.value,
+                Some(Arc::new(ToolGroups::in_data_dir(&self.data_dir.value))),
+            ))
             .owner_id(crate::executor::owner_id()))
     }
 }

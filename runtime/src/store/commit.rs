@@ -25,6 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use leasehold_actors::StoreError;
 use tokio::sync::{Notify, oneshot};
 
+use super::manifest::Manifest;
+
 type Ticket = oneshot::Sender<Result<(), StoreError>>;
 
 /// The writers' side of the group commit. Dropping it stops the task once
@@ -36,6 +38,9 @@ pub(crate) struct GroupCommit {
 struct Shared {
     queue: Mutex<Queue>,
     wake: Notify,
+    /// Held by whoever flushes the database (the task, a manifest being
+    /// recorded, the store closing): never two flushes at once.
+    flushing: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -58,13 +63,21 @@ impl GroupCommit {
     /// Starts the task on `runtime`; it flushes `db` while the database is
     /// open (it holds it only while flushing, so dropping the store closes
     /// the database).
-    pub(crate) fn start(runtime: &tokio::runtime::Handle, db: Weak<sled::Db>) -> Self {
+    ///
+    /// With a `manifest`, it records it after a flush when one is
+    /// [due](Manifest::due), once the flush's writers have their answer.
+    pub(crate) fn start(
+        runtime: &tokio::runtime::Handle,
+        db: Weak<sled::Db>,
+        manifest: Option<Arc<Manifest>>,
+    ) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Notify::new(),
+            flushing: Mutex::new(()),
         });
         let stopped = Stopped(Arc::clone(&shared));
-        runtime.spawn(run(stopped, db));
+        runtime.spawn(run(stopped, db, manifest));
         Self { shared }
     }
 
@@ -80,6 +93,17 @@ impl GroupCommit {
         }
         self.shared.wake.notify_one();
         answer.await.unwrap_or_else(|_| Err(stopped_error()))
+    }
+
+    /// Runs `work` (which flushes the database) while no other flush runs.
+    /// Blocking: for the store's close.
+    pub(crate) fn alone<T>(&self, work: impl FnOnce() -> T) -> T {
+        let _alone = self
+            .shared
+            .flushing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        work()
     }
 
     /// Asks for a flush soon, without waiting for it.
@@ -125,7 +149,7 @@ impl Drop for Stopped {
     }
 }
 
-async fn run(stopped: Stopped, db: Weak<sled::Db>) {
+async fn run(stopped: Stopped, db: Weak<sled::Db>, manifest: Option<Arc<Manifest>>) {
     let shared = &stopped.0;
     let mut last_flush: Option<tokio::time::Instant> = None;
     loop {
@@ -161,13 +185,40 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>) {
         let outcome = match db.upgrade() {
             // sled flushes (and fully syncs) a database when it closes.
             None => Ok(()),
-            Some(db) => flush(db).await,
+            Some(db) => flush(Arc::clone(shared), db).await,
         };
+        let flushed = outcome.is_ok();
         for ticket in tickets {
             // A writer that stopped waiting does not need its answer.
             let _ = ticket.send(outcome.clone());
         }
+        if let Some(manifest) = manifest.as_ref().filter(|m| flushed && m.due())
+            && let Some(db) = db.upgrade()
+        {
+            record(Arc::clone(shared), Arc::clone(manifest), db).await;
+        }
     }
+}
+
+/// Records the manifest on the blocking pool, alone like every flush (two
+/// flushes at once are what sled's deadlocks are made of); a failure is
+/// logged (it is tried again after the next write).
+async fn record(shared: Arc<Shared>, manifest: Arc<Manifest>, db: Arc<sled::Db>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        let recorded = {
+            let _alone = shared
+                .flushing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            manifest.record(&db)
+        };
+        if let Err(error) = recorded {
+            tracing::warn!("{}", error.message);
+        }
+        // As after a flush: a store dropped meanwhile closes at once.
+        drop(db);
+    })
+    .await;
 }
 
 /// The least time between the starts of two flushes made for `async`
@@ -175,9 +226,15 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>) {
 /// to be durable.
 pub(crate) const ASYNC_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(2);
 
-async fn flush(db: Arc<sled::Db>) -> Result<(), StoreError> {
+async fn flush(shared: Arc<Shared>, db: Arc<sled::Db>) -> Result<(), StoreError> {
     let flushed = tokio::task::spawn_blocking(move || {
-        let flushed = db.flush();
+        let flushed = {
+            let _alone = shared
+                .flushing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            db.flush()
+        };
         // Released here, before the tickets are answered, so that a store
         // dropped right after its last flush closes the database at once.
         drop(db);

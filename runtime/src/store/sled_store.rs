@@ -45,6 +45,7 @@ use sled::{IVec, Tree};
 
 use super::codec::{self, decode, encode};
 use super::commit::GroupCommit;
+use super::manifest::Manifest;
 use super::run_index::{IndexEntries, RunIndexes};
 use super::run_locks::RunLocks;
 use super::sled_commands;
@@ -88,7 +89,22 @@ struct Inner {
     locks: RunLocks,
     path: PathBuf,
     durability: Durability,
+    /// What the database is known to hold, kept beside it (not for a
+    /// temporary store).
+    manifest: Option<Arc<Manifest>>,
     commit: GroupCommit,
+}
+
+impl Drop for Inner {
+    /// A store closed after writes records its manifest, so that the next
+    /// open can tell whether anything it held was lost.
+    fn drop(&mut self) {
+        if let Some(manifest) = &self.manifest
+            && let Err(error) = self.commit.alone(|| manifest.record(&self.db))
+        {
+            tracing::warn!("{}", error.message);
+        }
+    }
 }
 
 impl fmt::Debug for SledStore {
@@ -142,6 +158,11 @@ impl SledStore {
         .map_err(|e| {
             StoreError::new(format!("the store at `{}`: {}", path.display(), e.message))
         })?;
+        let manifest = if config.temporary {
+            None
+        } else {
+            Some(Arc::new(Manifest::check(&path, &meta, &runs, &run_order)?))
+        };
         let next_order = match run_order.last() {
             Ok(Some((key, _))) => {
                 codec::decode_u64(&key, &"a key of the run creation order")?.saturating_add(1)
@@ -155,7 +176,7 @@ impl SledStore {
             }
         };
         let db = Arc::new(db);
-        let commit = GroupCommit::start(&runtime, Arc::downgrade(&db));
+        let commit = GroupCommit::start(&runtime, Arc::downgrade(&db), manifest.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 db,
@@ -171,6 +192,7 @@ impl SledStore {
                 locks: RunLocks::new(),
                 path,
                 durability: config.durability,
+                manifest,
                 commit,
             }),
         })
@@ -210,6 +232,9 @@ impl SledStore {
             tokio::task::consume_budget().await;
             let (value, wrote) = written?;
             if wrote {
+                if let Some(manifest) = &inner.manifest {
+                    manifest.wrote();
+                }
                 match inner.durability {
                     Durability::Sync => inner.commit.durable().await?,
                     Durability::Async => inner.commit.mark_dirty(),

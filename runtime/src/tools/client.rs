@@ -20,6 +20,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use super::IDEMPOTENCY_KEY_META;
 use super::connection::{Connection, Endpoint, Target};
 use super::convert::{Failure, classify, tool_definition, tool_output};
+use super::groups::ToolGroups;
 use super::progress::ProgressRoutes;
 use crate::secret::Secrets;
 
@@ -56,6 +57,7 @@ struct Settings {
     secrets: Secrets,
     idempotent: BTreeMap<String, bool>,
     handshake_timeout: Duration,
+    groups: Option<Arc<ToolGroups>>,
 }
 
 struct Shared {
@@ -121,6 +123,7 @@ impl McpToolClient {
             secrets,
             idempotent: server.idempotent.clone(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            groups: None,
         }))
     }
 
@@ -145,14 +148,37 @@ impl McpToolClient {
         Self::with_settings(settings)
     }
 
+    /// Records each stdio server it starts in `groups`, a data directory's
+    /// ledger, so that what the server started is killed at the next start
+    /// if this process is killed (see [`ToolGroups`]). Set it before first
+    /// use: a server already started is stopped.
+    pub fn with_tool_groups(self, groups: Arc<ToolGroups>) -> Self {
+        let mut settings = self.shared.settings.clone();
+        settings.groups = Some(groups);
+        Self::with_settings(settings)
+    }
+
     /// An engine's tool factory: for each run, an MCP client of each tool
     /// server its flow declares, its handshake bounded by `handshake`.
     pub fn factory(handshake: Duration) -> leasehold_actors::ToolFactory {
+        Self::factory_recorded(handshake, None)
+    }
+
+    /// [`McpToolClient::factory`], each stdio server recorded in `groups`
+    /// when given ([`McpToolClient::with_tool_groups`]).
+    pub fn factory_recorded(
+        handshake: Duration,
+        groups: Option<Arc<ToolGroups>>,
+    ) -> leasehold_actors::ToolFactory {
         Arc::new(move |server: &ToolServer| {
             Self::for_server(server)
                 .map(|client| {
-                    Arc::new(client.with_handshake_timeout(handshake))
-                        as Arc<dyn leasehold_actors::ToolClient>
+                    let client = client.with_handshake_timeout(handshake);
+                    let client = match &groups {
+                        Some(groups) => client.with_tool_groups(groups.clone()),
+                        None => client,
+                    };
+                    Arc::new(client) as Arc<dyn leasehold_actors::ToolClient>
                 })
                 .map_err(|e| e.to_string())
         })
@@ -279,6 +305,7 @@ impl Shared {
             server: &self.settings.name,
             endpoint: &self.settings.endpoint,
             handshake_timeout: self.settings.handshake_timeout,
+            groups: self.settings.groups.as_ref(),
         })
         .await
         .map_err(|message| ToolError::new(message, true))?;

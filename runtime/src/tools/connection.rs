@@ -1,5 +1,7 @@
 //! One live connection to an MCP server: a stdio child process in a process
-//! group of its own, or a streamable-HTTP session.
+//! group of its own (started by the [spawner](super::spawner), recorded in
+//! the data directory's [ledger](super::groups) when there is one), or a
+//! streamable-HTTP session.
 //!
 //! A connection knows whether it is still alive (its transport is open and,
 //! for a child, the child has not exited) and says why not in words that
@@ -7,12 +9,12 @@
 //! whole process group at once, without needing a runtime.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use leasehold_actors::CommandArg;
-use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use process_wrap::tokio::ChildWrapper;
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
@@ -24,8 +26,10 @@ use tokio::sync::watch;
 
 use super::bounded::{BoundedLines, MAX_MESSAGE_BYTES, Overflow};
 use super::convert::handshake_detail;
+use super::groups::{Recorded, ToolGroups};
 use super::http::WatchedClient;
 use super::progress::{Handler, ProgressRoutes};
+use super::spawner::{self, Launch};
 
 /// Lines of a child's standard error kept for error messages.
 const STDERR_LINES: usize = 32;
@@ -74,6 +78,8 @@ pub(super) struct Target<'a> {
     pub(super) server: &'a str,
     pub(super) endpoint: &'a Endpoint,
     pub(super) handshake_timeout: Duration,
+    /// Where a started stdio server is recorded, if anywhere.
+    pub(super) groups: Option<&'a Arc<ToolGroups>>,
 }
 
 /// A live connection.
@@ -101,16 +107,27 @@ impl Connection {
         let server: Arc<str> = Arc::from(target.server);
         let (service, child, overflow) = match target.endpoint {
             Endpoint::Stdio { program, args, env } => {
-                let mut child = spawn(program, args, env).map_err(|e| {
+                let token = target.groups.map(|groups| groups.token());
+                let launch = Launch {
+                    program,
+                    args,
+                    env,
+                    token: token.as_deref(),
+                };
+                let mut child = spawner::spawn(launch).await.map_err(|e| {
                     format!(
                         "could not start MCP server '{}' ({}): {e}",
                         target.server,
                         target.endpoint.describe()
                     )
                 })?;
+                let recorded = match (target.groups, token, child.id()) {
+                    (Some(groups), Some(token), Some(pid)) => Some(groups.started(token, pid)),
+                    _ => None,
+                };
                 let (stdin, stdout) = (child.stdin().take(), child.stdout().take());
                 let stderr = child.stderr().take();
-                let child = ChildProcess::new(child, stderr, server.clone());
+                let child = ChildProcess::new(child, stderr, server.clone(), recorded);
                 let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
                     return Err(format!(
                         "could not start MCP server '{}': its standard input or output is not a pipe",
@@ -348,26 +365,6 @@ fn handshake_failure(
     message
 }
 
-fn spawn(
-    program: &str,
-    args: &[CommandArg],
-    env: &BTreeMap<String, String>,
-) -> std::io::Result<Box<dyn ChildWrapper>> {
-    let mut command = CommandWrap::with_new(program, |command| {
-        command
-            .args(args.iter().map(CommandArg::value))
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-    });
-    // A group of its own, so that killing it takes along whatever the
-    // program started (`npx` starts `node`). Not tokio's kill-on-drop: it
-    // would signal the leader's pid after the group wrapper has reaped it.
-    command.wrap(ProcessGroup::leader());
-    command.spawn()
-}
-
 /// How a stdio server's process ended.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Ended(Option<ExitStatus>);
@@ -402,10 +399,18 @@ struct ChildProcess {
     pid: Option<u32>,
     state: Mutex<ChildState>,
     stderr: Arc<StderrTail>,
+    /// The group's entry in the ledger, forgotten once the group is killed
+    /// (fields drop after [`ChildProcess::drop`]).
+    _recorded: Option<Recorded>,
 }
 
 impl ChildProcess {
-    fn new(child: Box<dyn ChildWrapper>, stderr: Option<ChildStderr>, server: Arc<str>) -> Self {
+    fn new(
+        child: Box<dyn ChildWrapper>,
+        stderr: Option<ChildStderr>,
+        server: Arc<str>,
+        recorded: Option<Recorded>,
+    ) -> Self {
         let tail = Arc::new(StderrTail::default());
         match stderr {
             Some(stderr) => drop(tokio::spawn(keep_stderr(stderr, tail.clone(), server))),
@@ -415,6 +420,7 @@ impl ChildProcess {
             pid: child.id(),
             state: Mutex::new(ChildState::Running(child)),
             stderr: tail,
+            _recorded: recorded,
         }
     }
 

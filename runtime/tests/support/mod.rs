@@ -2,6 +2,8 @@
 //! uses a part of it.
 #![allow(dead_code)]
 
+pub mod hanging_tool;
+
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
