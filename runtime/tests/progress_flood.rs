@@ -238,6 +238,10 @@ async fn flood(limits: &[(&str, &str)]) -> Flooded {
             .env("LEASEHOLD_DATA_DIR", &data)
             .env("LEASEHOLD_MODEL_BASE_URL", &base)
             .env("LEASEHOLD_MODEL_NAME", "flood-model")
+            // The flow's renewal caps are the configuration's to allow: a
+            // flow may only tighten them.
+            .env("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "100")
+            .env("LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS", "100")
             .envs(limits.iter().copied())
             .args(args)
             .stdin(Stdio::null())
