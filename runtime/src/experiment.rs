@@ -50,6 +50,7 @@ mod workload;
 
 pub use estimate::{DEFAULT_MAX_EVENTS, Estimate};
 pub use plan::{Plan, Progress, plan};
+#[cfg(feature = "cli")]
 pub(crate) use plot::label;
 pub use plot::{MAX_LABEL, PlotError, tradeoff_svg, wasted_svg};
 pub use report::{Report, StrategyReport, percentile};

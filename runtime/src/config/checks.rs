@@ -22,7 +22,7 @@ impl Config {
     /// zero duration or one above [`MAX_DURATION`] (30 days), free renewals
     /// above the renewal cap, a longest backoff below the first, more than
     /// [`MAX_EXTENSIONS`] (3) budget extensions, a run lease too short to
-    /// heartbeat, a claim interval below [`MIN_CLAIM_INTERVAL`].
+    /// heartbeat, a claim interval below 100 ms.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value, source) in self.durations() {
             let Some(value) = value else {
