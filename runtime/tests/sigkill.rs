@@ -21,7 +21,9 @@ use leasehold::{Event, demo::DemoStack};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use support::hanging_tool::{running_in_group, write_stuck_flow};
+use support::hanging_tool::{
+    self, run_until_a_tool_call_hangs, running_in_group, write_stuck_flow,
+};
 
 /// Generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -33,17 +35,10 @@ const DIES_WITHIN: Duration = Duration::from_secs(10);
 /// The API token (a posted flow may name its tool server only with one).
 const TOKEN: &str = "sigkill-test-token";
 
+/// [`hanging_tool::leasehold`] with the API token of these tests.
 fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data_dir)
-        .env("LEASEHOLD_MODEL_BASE_URL", model_base_url)
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+    let mut command = hanging_tool::leasehold(data_dir, model_base_url);
+    command.env("LEASEHOLD_API_TOKEN", TOKEN);
     command
 }
 
@@ -171,27 +166,7 @@ async fn sigkill_of_run_kills_its_stdio_tool_server_and_the_next_command_reaps_i
     let record = dir.path().join("groups.txt");
     let flow = write_stuck_flow(dir.path(), &stack, &record);
 
-    let mut run = leasehold(&data, &model)
-        .arg("run")
-        .arg(&flow)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run");
-    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
-    loop {
-        let line = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("events keep coming until a tool call starts")
-            .expect("read")
-            .expect("the run ended before a tool call started");
-        let event: Event = serde_json::from_str(&line).expect("an event");
-        if event.kind.name() == "tool_call_started" {
-            break;
-        }
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (run, _) = run_until_a_tool_call_hangs(leasehold(&data, &model), &flow, PATIENCE).await;
     let (pgid, helper) = server_stuck(&record).await;
 
     // Another command on the data directory while the executor lives (it

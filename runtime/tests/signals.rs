@@ -21,7 +21,10 @@ use leasehold::{Event, demo::DemoStack, fencing};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-use support::hanging_tool::{group_emptied, last_group, running_in_group, write_flow};
+use support::hanging_tool::{
+    group_emptied, last_group, leasehold, run_until_a_tool_call_hangs, running_in_group,
+    until_a_tool_call_hangs, write_flow,
+};
 
 /// Generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -30,43 +33,12 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// seconds.
 const EXIT_WITHIN: Duration = Duration::from_secs(20);
 
-fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data_dir)
-        .env("LEASEHOLD_MODEL_BASE_URL", model_base_url)
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
 fn send(signal: &str, pid: u32) {
     let status = std::process::Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()
         .expect("kill runs");
     assert!(status.success(), "kill -{signal} {pid} failed");
-}
-
-/// Reads the command's JSON events until a tool call has started; the
-/// run's id.
-async fn until_a_tool_call_hangs(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
-    let mut run_id = None;
-    loop {
-        let line = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("events keep coming until a tool call starts")
-            .expect("read")
-            .expect("the command ended before a tool call started");
-        let event: Event = serde_json::from_str(&line).expect("an event");
-        run_id.get_or_insert(event.run_id.clone());
-        if event.kind.name() == "tool_call_started" {
-            return run_id.expect("an id");
-        }
-    }
 }
 
 /// Sends `signal` to `child` once a tool call hangs, checks that it exits
@@ -85,7 +57,7 @@ async fn stop_mid_call(
         let _ = stderr.read_to_string(&mut text).await;
         text
     });
-    let run_id = until_a_tool_call_hangs(&mut lines).await;
+    let run_id = until_a_tool_call_hangs(&mut lines, PATIENCE).await;
     let (pgid, helper) = last_group(record);
     assert!(
         running_in_group(pgid).contains(&helper),
@@ -344,23 +316,15 @@ async fn a_run_held_by_a_killed_executor_says_until_when_and_what_to_do() {
     let record = dir.path().join("groups.txt");
     let flow = write_flow(dir.path(), &stack, &record);
 
-    let mut run = leasehold(&data, &model)
-        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
-        .arg("run")
-        .arg(&flow)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run");
-    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
-    let run_id = until_a_tool_call_hangs(&mut lines).await;
+    let mut command = leasehold(&data, &model);
+    command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
+    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
     let (pgid, _) = last_group(&record);
     send("KILL", run.id().expect("pid"));
     let _ = run.wait().await;
     // Whatever the executor left behind is not this test's subject.
     let _ = std::process::Command::new("kill")
-        .args(["-KILL", &format!("-{pgid}")])
+        .args(["-KILL", "--", &format!("-{pgid}")])
         .status();
 
     let out = leasehold(&data, &model)

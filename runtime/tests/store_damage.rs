@@ -16,23 +16,10 @@ use leasehold::{Event, demo::DemoStack};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-use support::hanging_tool::write_flow;
+use support::hanging_tool::{leasehold, run_until_a_tool_call_hangs, write_flow};
 
 /// Generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(120);
-
-fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data_dir)
-        .env("LEASEHOLD_MODEL_BASE_URL", model_base_url)
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
 
 /// The demo's flow, written to `dir`.
 fn demo_flow(dir: &Path, stack: &DemoStack) -> PathBuf {
@@ -153,26 +140,8 @@ async fn a_healthy_store_and_a_sigkilled_ones_open_as_before() {
     // damage.
     let record = dir.path().join("groups.txt");
     let hanging = write_flow(dir.path(), &stack, &record);
-    let mut run = leasehold(&data, &model)
-        .arg("run")
-        .arg(&hanging)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run");
-    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
-    loop {
-        let line = tokio::time::timeout(PATIENCE, lines.next_line())
-            .await
-            .expect("events keep coming until a tool call starts")
-            .expect("read")
-            .expect("the run ended before a tool call started");
-        let event: Event = serde_json::from_str(&line).expect("an event");
-        if event.kind.name() == "tool_call_started" {
-            break;
-        }
-    }
+    let (mut run, _) =
+        run_until_a_tool_call_hangs(leasehold(&data, &model), &hanging, PATIENCE).await;
     run.start_kill().expect("SIGKILL");
     run.wait().await.expect("reaped");
 

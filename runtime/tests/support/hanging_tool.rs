@@ -1,10 +1,75 @@
-//! The hanging stdio MCP server the signal tests stop leasehold around, and
-//! what they read from `/proc` about its process group.
+//! The hanging stdio MCP server the signal tests stop leasehold around,
+//! how they start `leasehold` on it, and what they read from `/proc` about
+//! its process group.
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
+use leasehold::Event;
 use leasehold::demo::DemoStack;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// `leasehold` with nothing of the test's environment but `PATH`, on the
+/// data directory `data_dir`, the demo's scripted model at
+/// `model_base_url`.
+pub fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_DATA_DIR", data_dir)
+        .env("LEASEHOLD_MODEL_BASE_URL", model_base_url)
+        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Reads a command's JSON events until a tool call has started, within
+/// `patience`; the run's id.
+pub async fn until_a_tool_call_hangs(
+    lines: &mut Lines<BufReader<ChildStdout>>,
+    patience: Duration,
+) -> String {
+    let mut run_id = None;
+    loop {
+        let line = tokio::time::timeout(patience, lines.next_line())
+            .await
+            .expect("events keep coming until a tool call starts")
+            .expect("read")
+            .expect("the command ended before a tool call started");
+        let event: Event = serde_json::from_str(&line).expect("an event");
+        run_id.get_or_insert(event.run_id.clone());
+        if event.kind.name() == "tool_call_started" {
+            return run_id.expect("an id");
+        }
+    }
+}
+
+/// `command run FLOW --json` started and followed, within `patience`, until
+/// a tool call of its run has started (and hangs on the hanging server);
+/// the process, its run's id, and the rest of its stdout drained in the
+/// background.
+pub async fn run_until_a_tool_call_hangs(
+    mut command: Command,
+    flow: &Path,
+    patience: Duration,
+) -> (Child, String) {
+    let mut run = command
+        .arg("run")
+        .arg(flow)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("leasehold run starts");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let run_id = until_a_tool_call_hangs(&mut lines, patience).await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (run, run_id)
+}
 
 /// An MCP server over stdio that never answers a tool call. Its first
 /// argument is a file it appends `PGID HELPER_PID` to; with `--stuck`, its
