@@ -17,8 +17,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold::{Event, demo::DemoStack};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use leasehold::demo::DemoStack;
 use tokio::process::{Child, Command};
 
 use support::hanging_tool::{

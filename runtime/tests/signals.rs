@@ -17,9 +17,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold::{Event, demo::DemoStack, fencing};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use leasehold::{demo::DemoStack, fencing};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Child;
 
 use support::hanging_tool::{
     group_emptied, last_group, leasehold, run_until_a_tool_call_hangs, running_in_group,

@@ -9,12 +9,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold::{Event, demo::DemoStack};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
+use leasehold::demo::DemoStack;
 
 use support::hanging_tool::{leasehold, run_until_a_tool_call_hangs, write_flow};
 
