@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
-    if let Ok(parsed) = leasehold::watchdog::parse_verdict(text) {
+    if let Ok(parsed) = leasehold::parse_verdict(text) {
         assert!(!parsed.reason.trim().is_empty());
     }
 });
