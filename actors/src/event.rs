@@ -14,6 +14,7 @@ mod limits;
 
 pub use bus::{EventBus, EventStream, Lagged};
 pub use kind::{BudgetRecord, CallOutcome, Event, EventKind, HandedTo};
+pub(crate) use limits::cut_at_boundary;
 pub use limits::{
     DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS, DEFAULT_PROGRESS_INTERVAL,
     EventLimits, MIN_PROGRESS_NOTE_BYTES, cut_note,

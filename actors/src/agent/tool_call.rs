@@ -56,17 +56,7 @@ pub(crate) struct Truncation {
 /// left as it is.
 pub(crate) fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Truncation> {
     let original_bytes = text.len();
-    if original_bytes <= max_bytes {
-        return None;
-    }
-    // The last character boundary at or before the cap (at most three steps
-    // back: a UTF-8 character is at most four bytes).
-    let kept_bytes = (0..=max_bytes)
-        .rev()
-        .find(|at| text.is_char_boundary(*at))
-        .unwrap_or(0);
-    text.truncate(kept_bytes);
-    text.shrink_to_fit();
+    let kept_bytes = crate::event::cut_at_boundary(text, max_bytes)?;
     let cut = original_bytes - kept_bytes;
     text.push_str(&format!(
         "\n[leasehold: tool result truncated: {cut} of its {original_bytes} bytes were cut, \

@@ -90,22 +90,30 @@ impl EventLimits {
 /// saying how much was cut; unchanged if it fits.
 pub fn cut_note(mut note: String, max_bytes: usize) -> String {
     let original = note.len();
-    if original <= max_bytes {
-        return note;
+    if let Some(kept) = cut_at_boundary(&mut note, max_bytes) {
+        note.push_str(&format!(
+            " [leasehold: note cut: {} of its {original} bytes]",
+            original - kept
+        ));
     }
-    // The last character boundary at or before the cap (at most three steps
-    // back: a UTF-8 character is at most four bytes).
+    note
+}
+
+/// Cuts `text` to at most `max_bytes` at the last character boundary at or
+/// before the cap (at most three steps back: a UTF-8 character is at most
+/// four bytes) and gives its memory back; how many bytes were kept, or
+/// `None` when it fits and is left as it is.
+pub(crate) fn cut_at_boundary(text: &mut String, max_bytes: usize) -> Option<usize> {
+    if text.len() <= max_bytes {
+        return None;
+    }
     let kept = (0..=max_bytes)
         .rev()
-        .find(|at| note.is_char_boundary(*at))
+        .find(|at| text.is_char_boundary(*at))
         .unwrap_or(0);
-    note.truncate(kept);
-    note.shrink_to_fit();
-    note.push_str(&format!(
-        " [leasehold: note cut: {} of its {original} bytes]",
-        original - kept
-    ));
-    note
+    text.truncate(kept);
+    text.shrink_to_fit();
+    Some(kept)
 }
 
 impl EventKind {
