@@ -56,8 +56,8 @@ mod plan;
 mod queue;
 
 pub use builder::{
-    DEFAULT_MAX_TOOL_RESULT_BYTES, EngineBuilder, EngineConfig, EngineError, RUN_STOP_GRACE,
-    ToolFactory,
+    DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, EngineBuilder, EngineConfig, EngineError,
+    RUN_STOP_GRACE, ToolFactory,
 };
 use ownership::{LiveRun, heartbeat};
 

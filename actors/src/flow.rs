@@ -97,6 +97,15 @@ pub struct Flow {
     /// Limits on the workers the run spawns, below the runtime's.
     #[serde(default, skip_serializing_if = "SpawnOverrides::is_empty")]
     pub spawn: SpawnOverrides,
+    /// How long the run is kept once it has finished, below the runtime's
+    /// retention (`executor.retention`): a flow may shorten it, never
+    /// lengthen it. Then the run is deleted with everything kept of it.
+    #[serde(
+        default,
+        with = "crate::serde_time::human_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retention: Option<std::time::Duration>,
 }
 
 fn stream_by_default() -> bool {
@@ -285,6 +294,7 @@ impl Flow {
             self.validate_worker(name, worker)?;
         }
         self.leases.validate()?;
+        overrides::in_range("retention", self.retention)?;
         self.supervision.validate()?;
         self.budget.validate()
     }

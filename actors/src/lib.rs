@@ -65,8 +65,8 @@ pub mod testing;
 // The engine and its runs.
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
-    DEFAULT_MAX_TOOL_RESULT_BYTES, Engine, EngineBuilder, EngineConfig, EngineError,
-    RUN_STOP_GRACE, ToolFactory,
+    DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
+    EngineError, RUN_STOP_GRACE, ToolFactory,
 };
 pub use run::{RunHandle, RunState};
 
@@ -89,11 +89,11 @@ pub use memory::MemoryStore;
 pub use ports::{
     BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
-    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, QueueClaim,
-    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store,
+    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, PurgeReport,
+    PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store,
     StoreError, SummaryPage, SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest,
     ToolCallState, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
-    TranscriptMessage, fencing, listing,
+    TranscriptMessage, fencing, listing, retention,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Fenced, QueueClaim, RunCommand, RunPage,
-    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
-    StoredCommand, ToolCallRecord, fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Fenced, PurgeReport, PurgeRule, QueueClaim,
+    RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange,
+    StoreError, StoredCommand, ToolCallRecord, fencing, listing, retention,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -108,6 +108,19 @@ impl MemoryStore {
     /// How many snapshot writes landed.
     pub fn writes(&self) -> u64 {
         self.lock().snapshot_writes
+    }
+
+    /// How many entries the store holds in all, of every run: records,
+    /// snapshots, tool-call records, events and commands. What a test of
+    /// retention reads to see that a purge left nothing behind.
+    pub fn entries(&self) -> usize {
+        let tables = self.lock();
+        tables.runs.len()
+            + tables.order.len()
+            + tables.snapshots.len()
+            + tables.tool_calls.values().map(BTreeMap::len).sum::<usize>()
+            + tables.events.values().map(Vec::len).sum::<usize>()
+            + tables.commands.len()
     }
 
     /// Replaces, under one hold of the lock, the records `rule` changes,
@@ -459,5 +472,41 @@ impl Store for MemoryStore {
             .collect();
         let taken = ids.iter().filter_map(|id| commands.remove(id)).collect();
         ready(Ok(taken))
+    }
+
+    fn purge_finished(&self, rule: PurgeRule) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
+        let mut tables = self.lock();
+        let due: Vec<String> = tables
+            .runs
+            .values()
+            .filter(|record| retention::expired(record, &rule))
+            .take(rule.limit.max(1))
+            .map(|record| record.run_id.clone())
+            .collect();
+        if !due.is_empty() {
+            let gone: std::collections::HashSet<&str> = due.iter().map(String::as_str).collect();
+            let Tables {
+                runs,
+                order,
+                snapshots,
+                tool_calls,
+                events,
+                commands,
+                ..
+            } = &mut *tables;
+            runs.retain(|id, _| !gone.contains(id.as_str()));
+            order.retain(|id| !gone.contains(id.as_str()));
+            snapshots.retain(|(run, _), _| !gone.contains(run.as_str()));
+            tool_calls.retain(|run, _| !gone.contains(run.as_str()));
+            events.retain(|run, _| !gone.contains(run.as_str()));
+            commands.retain(|_, command| !gone.contains(command.run_id.as_str()));
+        }
+        drop(tables);
+        for run_id in &due {
+            self.changes.publish(StoreChange::Run {
+                run_id: run_id.clone(),
+            });
+        }
+        ready(Ok(PurgeReport::of(due, rule.limit)))
     }
 }

@@ -31,9 +31,9 @@ pub use model::{
     ModelRequest, ToolCallRequest,
 };
 pub use store::{
-    ClaimOutcome, Fenced, PauseRecord, QueueClaim, ReconcileDecision, RunPage, RunQuery, RunRecord,
-    RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage,
-    ToolCallRecord, ToolCallState, fencing, listing,
+    ClaimOutcome, Fenced, PauseRecord, PurgeReport, PurgeRule, QueueClaim, ReconcileDecision,
+    RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store,
+    StoreError, SummaryPage, ToolCallRecord, ToolCallState, fencing, listing, retention,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

@@ -701,6 +701,9 @@ impl Store for Recording {
     fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>> {
         self.inner.claim_queued(claim)
     }
+    fn purge_finished(&self, rule: leasehold::PurgeRule) -> Answer<leasehold::PurgeReport> {
+        self.inner.purge_finished(rule)
+    }
 }
 
 /// What every store method answers.

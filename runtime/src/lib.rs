@@ -59,7 +59,7 @@ pub use leasehold_actors::{
     BudgetRecord, BudgetReply, COMPLETE_MILESTONE_TOOL, CallOutcome, ChatMessage, ChatRole,
     ChildEnd, ChildInfo, ChildKind, ClaimOutcome, Clock, CommandArg, ConfigError, ControlError,
     DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS, DEFAULT_MAX_TOOL_RESULT_BYTES,
-    DEFAULT_PROGRESS_INTERVAL, DeadlinePolicy, DecidedBy, Decision, Engine, EngineBuilder,
+    DEFAULT_PROGRESS_INTERVAL, DEFAULT_RETENTION, DeadlinePolicy, DecidedBy, Decision, Engine, EngineBuilder,
     EngineConfig, EngineError, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError,
     EvaluatorUsage, Event, EventBus, EventKind, EventLimits, EventSink, EventStream, Evidence,
     EvidenceSummary, Expiry, FailFast, Fenced, FinishReason, Flow, FlowError, GiveUpScope,
@@ -85,6 +85,8 @@ pub use leasehold_actors::{
 pub use leasehold_actors::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
 };
+// Retention: which finished runs a store deletes.
+pub use leasehold_actors::{PurgeReport, PurgeRule, retention};
 
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -16,7 +16,10 @@
 //! - one group-commit task makes writes durable, one sled `flush()` for
 //!   every write queued so far;
 //! - values carry a format version, and the database records its store
-//!   format, so a later format can migrate instead of misreading.
+//!   format, so a later format can migrate instead of misreading;
+//! - finished runs are deleted once their retention has passed
+//!   ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)),
+//!   and sled's page cache is bounded ([`SledConfig::cache_capacity`]).
 //!
 //! `docs/durability.md` states what survives a process crash and a power
 //! cut in each mode.
@@ -52,6 +55,8 @@ mod run_locks;
 #[cfg(feature = "store")]
 mod sled_commands;
 #[cfg(feature = "store")]
+mod sled_retention;
+#[cfg(feature = "store")]
 mod sled_store;
 // The PostgreSQL store, shared by many executors.
 #[cfg(feature = "postgres")]
@@ -71,4 +76,7 @@ pub use crate::secret::redact_url;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConfig, PostgresStore};
 #[cfg(feature = "store")]
-pub use {config::SledConfig, sled_store::SledStore};
+pub use {
+    config::{DEFAULT_CACHE_CAPACITY, SledConfig},
+    sled_store::SledStore,
+};

@@ -725,6 +725,13 @@ impl Store for CountingStore {
     ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
         self.inner.take_commands(owner_id)
     }
+
+    fn purge_finished(
+        &self,
+        rule: leasehold::PurgeRule,
+    ) -> BoxFuture<'static, Result<leasehold::PurgeReport, StoreError>> {
+        self.inner.purge_finished(rule)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

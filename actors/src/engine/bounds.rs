@@ -4,7 +4,8 @@
 //! make a run stricter than the configuration, never looser: no lease below
 //! the configuration's floor (`lease.min`), no more renewals, free renewals,
 //! evidence renewals, restarts or budget extensions than it allows, no more
-//! workers per answer, per run or in depth. Without this a posted flow
+//! workers per answer, per run or in depth, and no longer retention of its
+//! finished runs. Without this a posted flow
 //! could switch the renewal cap off and ask for the shortest leases, so
 //! that a hung call writes verdicts without end.
 //!
@@ -35,6 +36,19 @@ pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result
                 ),
             ));
         }
+    }
+    if let (Some(asked), Some(kept)) = (flow.retention, config.retention)
+        && asked > kept
+    {
+        return Err(FlowError::new(
+            "retention",
+            format!(
+                "expected at most {} (the configuration's `executor.retention`): a flow may \
+                 only shorten how long its finished runs are kept, got {}",
+                crate::describe_duration(kept),
+                crate::describe_duration(asked)
+            ),
+        ));
     }
     let supervision = &config.supervision;
     let counts = [
@@ -144,6 +158,27 @@ mod tests {
             (limits.max_per_answer, limits.max_per_run, limits.max_depth),
             (1, 2, 0)
         );
+    }
+
+    #[test]
+    fn a_flow_may_shorten_the_retention_but_not_lengthen_it() {
+        let mut config = EngineConfig::default();
+        config.retention = Some(Duration::from_secs(3600));
+        let shorter = flow(serde_json::json!({"retention": "10m"}));
+        within_configuration(&shorter, &config).expect("shortening is allowed");
+        let longer = flow(serde_json::json!({"retention": "2h"}));
+        let error = within_configuration(&longer, &config).unwrap_err();
+        assert_eq!(error.path, "retention", "{error}");
+        assert!(error.message.contains("executor.retention"), "{error}");
+        assert!(error.message.contains("1h") && error.message.contains("2h"), "{error}");
+        // Kept for ever: any retention is shorter.
+        config.retention = None;
+        within_configuration(&longer, &config).expect("shorter than for ever");
+        let zero = serde_json::from_value::<Flow>(serde_json::json!(
+            {"name": "n", "task": "t", "max_steps": 3, "retention": "0s"}
+        ))
+        .expect("a flow");
+        assert_eq!(zero.validate().unwrap_err().path, "retention");
     }
 
     #[test]

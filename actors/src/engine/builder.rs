@@ -65,7 +65,16 @@ pub struct EngineConfig {
     /// cut, repeated progress coalesced, and a cap on each run's events past
     /// which progress is counted instead of stored.
     pub events: EventLimits,
+    /// How long a finished run is kept before it is deleted (default
+    /// [`DEFAULT_RETENTION`], 7 days); `None` keeps finished runs for ever.
+    /// A flow's `retention` may shorten it, never lengthen it. The engine
+    /// only bounds flows by it: whoever serves the runs deletes them
+    /// ([`Store::purge_finished`](crate::Store::purge_finished)).
+    pub retention: Option<Duration>,
 }
+
+/// The default retention of a finished run: 7 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -78,6 +87,7 @@ impl Default for EngineConfig {
             min_lease: crate::MIN_LEASE,
             spawn: crate::SpawnLimits::default(),
             events: EventLimits::default(),
+            retention: Some(DEFAULT_RETENTION),
         }
     }
 }
@@ -117,6 +127,13 @@ impl EngineConfig {
             ));
         }
         self.events.validate()?;
+        if self.retention.is_some_and(|kept| kept.is_zero()) {
+            return Err(ConfigError::new(
+                "executor.retention",
+                "a duration above 0, or forever",
+                "0s",
+            ));
+        }
         Ok(())
     }
 }

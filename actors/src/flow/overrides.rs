@@ -242,7 +242,7 @@ impl SupervisionOverrides {
 }
 
 /// A given duration must be above 0 and at most [`MAX_DURATION`].
-fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
+pub(super) fn in_range(path: &str, value: Option<Duration>) -> Result<(), FlowError> {
     match value {
         Some(d) if d.is_zero() => Err(FlowError::new(path, "expected a duration above 0, got 0s")),
         Some(d) if d > MAX_DURATION => Err(FlowError::new(

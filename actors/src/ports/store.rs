@@ -15,6 +15,9 @@
 //! first, with a cursor; which runs a [`RunQuery`] selects, in which order,
 //! and how a page is cut are pure functions in [`listing`], so every store
 //! answers a query with the same page.
+//!
+//! Finished runs are deleted once their retention has passed
+//! ([`Store::purge_finished`]); which ones is [`retention`]'s rule.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,8 +25,10 @@ use super::BoxFuture;
 use super::changes::{ChangeFeed, RunCommand, StoredCommand};
 use crate::event::Event;
 
+pub mod retention;
 mod summary;
 
+pub use retention::{PurgeReport, PurgeRule};
 pub use summary::{RunSummary, SUMMARY_CHARS, SummaryPage};
 
 /// Where a run is in its life.
@@ -458,6 +463,13 @@ pub trait Store: Send + Sync + 'static {
     /// each is removed as it is taken, so it is taken once, and only by the
     /// run's owner.
     fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>>;
+    /// Deletes up to `rule.limit` finished runs past their retention
+    /// ([`retention::expired`]), each with everything kept of it: its
+    /// record, snapshots (every loop's, workers' too), tool-call records,
+    /// events and waiting commands; answers which, and whether the batch
+    /// was full. A run that is not finished is never touched. A deleted
+    /// run is as if it never was: [`Store::load_run`] answers `None`.
+    fn purge_finished(&self, rule: PurgeRule) -> Answer<PurgeReport>;
 }
 
 /// Which runs a [`RunQuery`] selects and how a page of them is cut, as pure

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage, RunQuery,
-    RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, StoredCommand, SummaryPage,
-    ToolCallRecord,
+    BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, PurgeReport, PurgeRule, QueueClaim,
+    RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError,
+    StoredCommand, SummaryPage, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -171,5 +171,9 @@ impl Store for MeteredStore {
 
     fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
         self.timed("take_commands", |s| s.take_commands(owner_id))
+    }
+
+    fn purge_finished(&self, rule: PurgeRule) -> Answer<PurgeReport> {
+        self.timed("purge_finished", |s| s.purge_finished(rule))
     }
 }

@@ -20,6 +20,20 @@ pub struct SledConfig {
     /// durable in any mode.
     #[serde(default)]
     pub temporary: bool,
+    /// The most memory sled's page cache may hold, in bytes (default
+    /// [`DEFAULT_CACHE_CAPACITY`]; sled's own default is 1 GiB, which a
+    /// busy executor's cache grows into).
+    #[serde(default = "default_cache_capacity")]
+    pub cache_capacity: u64,
+}
+
+/// The default bound of sled's page cache: 64 MiB, room for the records
+/// of every live run of an executor and the recent events its streams
+/// read, not the whole history.
+pub const DEFAULT_CACHE_CAPACITY: u64 = 64 << 20;
+
+fn default_cache_capacity() -> u64 {
+    DEFAULT_CACHE_CAPACITY
 }
 
 impl SledConfig {
@@ -29,7 +43,15 @@ impl SledConfig {
             path: path.into(),
             durability: Durability::default(),
             temporary: false,
+            cache_capacity: DEFAULT_CACHE_CAPACITY,
         }
+    }
+
+    /// The same with sled's page cache bounded to `bytes`.
+    #[must_use]
+    pub fn with_cache_capacity(mut self, bytes: u64) -> Self {
+        self.cache_capacity = bytes;
+        self
     }
 
     /// The same with `durability`.

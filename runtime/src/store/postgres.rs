@@ -50,6 +50,7 @@ mod commands;
 mod config;
 mod listen;
 mod listing;
+mod purge;
 mod rows;
 mod schema;
 mod tls;
@@ -61,9 +62,9 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage,
-    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
-    StoredCommand, SummaryPage, ToolCallRecord, fencing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, PurgeReport, PurgeRule,
+    QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
+    StoreChange, StoreError, StoredCommand, SummaryPage, ToolCallRecord, fencing,
 };
 use tokio::sync::{OnceCell, watch};
 use tokio_postgres::types::ToSql;
@@ -446,15 +447,17 @@ impl Inner {
         if record.status == RunStatus::Queued {
             payloads.push(notice(&StoreChange::Queued)?);
         }
+        let retention_ms = purge::retention_ms(&record.flow)?;
         let mut values = params.values().to_vec();
         values.push(&payloads);
+        values.push(&retention_ms);
         let created: i64 = self
             .client()
             .await?
             .query_one(
                 &format!(
-                    "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                    "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13) \
                      ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
                      notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
                      FROM created, unnest($12::text[]) AS payload) \
@@ -872,5 +875,12 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
         let owner_id = owner_id.to_owned();
         self.with(move |inner| async move { inner.take_commands(&owner_id).await })
+    }
+
+    fn purge_finished(
+        &self,
+        rule: PurgeRule,
+    ) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
+        self.with(move |inner| async move { inner.purge_finished(&rule).await })
     }
 }

@@ -128,6 +128,20 @@ impl RunIndexes {
         Ok(())
     }
 
+    /// Removes every entry of a deleted run's record.
+    pub(crate) fn forget(&self, entries: &IndexEntries) -> Result<(), StoreError> {
+        let doing = "unindexing a deleted run";
+        self.by_status
+            .remove(entries.status.as_slice())
+            .map_err(|e| failed(doing, &e))?;
+        if let Some(flow) = &entries.flow {
+            self.by_flow
+                .remove(flow.as_slice())
+                .map_err(|e| failed(doing, &e))?;
+        }
+        Ok(())
+    }
+
     /// The ids of the runs indexed under `status`, ascending (oldest
     /// first): a superset of the runs in that status (see the module).
     pub(crate) fn ids_in(&self, status: RunStatus) -> Result<Candidates<'_>, StoreError> {

@@ -65,3 +65,18 @@ pub(super) fn take(
     }
     Ok(taken)
 }
+
+/// Removes the commands waiting for `run_id` (a run deleted): every
+/// waiting command is read, as [`count`] does.
+pub(super) fn remove_of(commands: &Tree, run_id: &str) -> Result<(), StoreError> {
+    let failed =
+        |e: sled::Error| StoreError::new(format!("removing the commands of `{run_id}`: {e}"));
+    for entry in commands {
+        let (key, value) = entry.map_err(failed)?;
+        let command: StoredCommand = decode(&value, &"a stored command")?;
+        if command.run_id == run_id {
+            commands.remove(&key).map_err(failed)?;
+        }
+    }
+    Ok(())
+}

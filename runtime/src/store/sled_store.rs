@@ -33,13 +33,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, QueueClaim, RunCommand, RunPage,
-    RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange, StoreError,
-    StoredCommand, SummaryPage, ToolCallRecord, fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, PurgeReport, PurgeRule,
+    QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
+    StoreChange, StoreError, StoredCommand, SummaryPage, ToolCallRecord, fencing, listing,
 };
 use sled::{IVec, Tree};
 
@@ -49,7 +49,10 @@ use super::manifest::Manifest;
 use super::run_index::{IndexEntries, RunIndexes};
 use super::run_locks::RunLocks;
 use super::sled_commands;
+use super::sled_retention::{self, FinishedEntries, FinishedRuns};
 use super::{Durability, SledConfig};
+
+mod purge;
 
 /// The [`Store`] port on a sled database. Cheap to clone; clones share the
 /// database. Dropping the last clone closes it: sled flushes and syncs it
@@ -84,6 +87,10 @@ struct Inner {
     /// allows one process per database).
     changes: ChangeHub,
     indexes: RunIndexes,
+    /// The finished runs, in the order they come due for deletion.
+    finished: FinishedRuns,
+    /// Where the purge's sweep of `run_order` goes on from.
+    order_cursor: Mutex<u64>,
     /// The next key of `run_order`.
     next_order: AtomicU64,
     locks: RunLocks,
@@ -131,6 +138,7 @@ impl SledStore {
         let db = sled::Config::new()
             .path(&path)
             .temporary(config.temporary)
+            .cache_capacity(config.cache_capacity)
             .open()
             .map_err(|e| open_error(&path, &e))?;
         let tree = |name: &str| {
@@ -152,6 +160,15 @@ impl SledStore {
         let indexes = RunIndexes::open(
             tree(codec::RUNS_BY_STATUS)?,
             tree(codec::RUNS_BY_FLOW)?,
+            &runs,
+            &meta,
+        )
+        .map_err(|e| {
+            StoreError::new(format!("the store at `{}`: {}", path.display(), e.message))
+        })?;
+        let finished = FinishedRuns::open(
+            tree(sled_retention::FINISHED)?,
+            tree(sled_retention::FINISHED_BY_FLOW)?,
             &runs,
             &meta,
         )
@@ -188,6 +205,8 @@ impl SledStore {
                 commands,
                 changes: ChangeHub::new(),
                 indexes,
+                finished,
+                order_cursor: Mutex::new(0),
                 next_order: AtomicU64::new(next_order),
                 locks: RunLocks::new(),
                 path,
@@ -427,15 +446,19 @@ impl Inner {
         loop {
             let (old, record) = self.read_run(run_id)?.unzip();
             let old_entries = record.as_ref().map(IndexEntries::of).transpose()?;
+            let old_finished = record.as_ref().and_then(FinishedEntries::of);
             let (value, changed) = change(record)?;
             let Some(changed) = changed else {
                 return Ok((value, false));
             };
             let new_entries = IndexEntries::of(&changed)?;
+            let new_finished = FinishedEntries::of(&changed);
             let new = encode(&changed, &RunName(run_id))?;
             // The new entries before the record, the old ones removed after
             // it: the indexes never miss the record's current entries.
             self.indexes.add(old_entries.as_ref(), &new_entries)?;
+            self.finished
+                .add(old_finished.as_ref(), new_finished.as_ref())?;
             match self
                 .runs
                 .compare_and_swap(run_id.as_bytes(), old, Some(new))
@@ -445,6 +468,8 @@ impl Inner {
                     if let Some(old_entries) = &old_entries {
                         self.indexes.remove(old_entries, &new_entries)?;
                     }
+                    self.finished
+                        .remove(old_finished.as_ref(), new_finished.as_ref())?;
                     return Ok((value, true));
                 }
                 // Moved since it was read: apply the rule to what is there
@@ -476,6 +501,8 @@ impl Inner {
             .insert(order.to_be_bytes(), order_value)
             .map_err(|e| failed(&doing, &e))?;
         self.indexes.add(None, &IndexEntries::of(record)?)?;
+        self.finished
+            .add(None, FinishedEntries::of(record).as_ref())?;
         match self
             .runs
             .compare_and_swap(run_id.as_bytes(), None::<&[u8]>, Some(bytes))
@@ -913,6 +940,25 @@ impl Store for SledStore {
                 })
                 .await;
             store.settle(taken).await
+        })
+    }
+
+    fn purge_finished(
+        &self,
+        rule: PurgeRule,
+    ) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
+        let store = self.clone();
+        Box::pin(async move {
+            let report = store
+                .scan_and_settle(move |inner| inner.purge_finished(&rule))
+                .await?;
+            // A follower of a deleted run looks again and finds it gone.
+            for run_id in &report.purged {
+                store.inner.changes.publish(StoreChange::Run {
+                    run_id: run_id.clone(),
+                });
+            }
+            Ok(report)
         })
     }
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migrations/0002_listing.sql")),
     (3, include_str!("migrations/0003_queue.sql")),
     (4, include_str!("migrations/0004_commands.sql")),
+    (5, include_str!("migrations/0005_retention.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).

@@ -1,0 +1,146 @@
+//! Deleting the sled store's finished runs past their retention
+//! ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)).
+//!
+//! The purge walks the finished runs due ([`FinishedRuns::due`]), and for
+//! each takes the run's lock, reads its record again and, if it is still
+//! due ([`retention::expired`]), deletes what is kept under it — events,
+//! snapshots of every loop (its workers' too), tool-call records, waiting
+//! commands — then its record, then its index and retention entries. In
+//! that order a crash part-way leaves the record and its entries, so the
+//! next purge finishes the run; a record never outlives nothing but its
+//! own leftovers.
+//!
+//! The creation order (`run_order`) is swept behind the purge a bounded
+//! slice at a time from a cursor: an entry whose run is gone is removed,
+//! except the last one, which the [manifest](super::super::manifest)
+//! counts the runs ever created by — so a store emptied by its retention
+//! opens as what it is, not as a damaged one.
+
+use std::sync::{MutexGuard, PoisonError};
+
+use leasehold_actors::{PurgeReport, PurgeRule, RunRecord, StoreError, retention};
+use sled::Tree;
+
+use super::super::codec::{self, decode};
+use super::super::run_index::IndexEntries;
+use super::super::sled_commands;
+use super::super::sled_retention::FinishedEntries;
+use super::{Inner, failed};
+
+/// How many creation-order entries one purge looks at, per run it may
+/// delete.
+const ORDER_SWEEP_PER_RUN: usize = 4;
+
+impl Inner {
+    /// Deletes up to `rule.limit` finished runs past their retention;
+    /// answers the report and whether anything was written.
+    pub(super) fn purge_finished(
+        &self,
+        rule: &PurgeRule,
+    ) -> Result<(PurgeReport, bool), StoreError> {
+        let limit = rule.limit.max(1);
+        let (due, more) = self.finished.due(rule, limit)?;
+        let mut purged = Vec::new();
+        let mut wrote = false;
+        for entry in &due {
+            let run_id = entry.run_id.as_str();
+            let _run = self.locks.lock(run_id);
+            match self.read_run(run_id)? {
+                Some((_, record)) if retention::expired(&record, rule) => {
+                    self.delete_run(&record)?;
+                    purged.push(record.run_id);
+                }
+                record => {
+                    let current = record.as_ref().and_then(|(_, r)| FinishedEntries::of(r));
+                    self.finished.drop_stale(entry, current.as_ref())?;
+                }
+            }
+            wrote = true;
+        }
+        wrote |= self.sweep_order(limit.saturating_mul(ORDER_SWEEP_PER_RUN))?;
+        let report = PurgeReport {
+            more: more || purged.len() >= limit,
+            purged,
+        };
+        Ok((report, wrote))
+    }
+
+    /// Deletes everything kept of `record`'s run, the record last but for
+    /// its entries. Called under the run's lock.
+    fn delete_run(&self, record: &RunRecord) -> Result<(), StoreError> {
+        let run_id = record.run_id.as_str();
+        let doing = format!("deleting run `{run_id}`");
+        let prefix = codec::run_prefix(run_id)?;
+        for tree in [&self.events, &self.snapshots, &self.tool_calls] {
+            remove_prefix(tree, &prefix, &doing)?;
+        }
+        sled_commands::remove_of(&self.commands, run_id)?;
+        self.runs
+            .remove(run_id.as_bytes())
+            .map_err(|e| failed(&doing, &e))?;
+        self.indexes.forget(&IndexEntries::of(record)?)?;
+        self.finished
+            .remove(FinishedEntries::of(record).as_ref(), None)?;
+        Ok(())
+    }
+
+    /// Removes, from the cursor on, the creation-order entries of runs
+    /// that are gone, looking at `budget` entries at most; wraps to the
+    /// start once past the end. Says whether it removed any.
+    fn sweep_order(&self, budget: usize) -> Result<bool, StoreError> {
+        let doing = "sweeping the run creation order";
+        let last = self
+            .run_order
+            .last()
+            .map_err(|e| failed(&doing, &e))?
+            .map(|(key, _)| key);
+        let mut cursor = self.order_cursor();
+        let mut removed = false;
+        let mut seen = 0;
+        let mut next = 0;
+        for entry in self.run_order.range(cursor.to_be_bytes()..) {
+            if seen == budget {
+                *cursor = next;
+                return Ok(removed);
+            }
+            seen += 1;
+            let (key, value) = entry.map_err(|e| failed(&doing, &e))?;
+            next = codec::decode_u64(&key, &"a key of the run creation order")?.saturating_add(1);
+            // The last entry stays: the manifest counts by it.
+            if last.as_ref() == Some(&key) {
+                break;
+            }
+            let run_id: String = decode(&value, &"an entry of the run creation order")?;
+            // Under the run's lock: a creation writes its order entry
+            // before its record.
+            let _run = self.locks.lock(&run_id);
+            if !self
+                .runs
+                .contains_key(run_id.as_bytes())
+                .map_err(|e| failed(&doing, &e))?
+            {
+                self.run_order
+                    .remove(&key)
+                    .map_err(|e| failed(&doing, &e))?;
+                removed = true;
+            }
+        }
+        *cursor = 0;
+        Ok(removed)
+    }
+
+    fn order_cursor(&self) -> MutexGuard<'_, u64> {
+        self.order_cursor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Removes every entry of `tree` under `prefix`.
+fn remove_prefix(tree: &Tree, prefix: &[u8], doing: &str) -> Result<(), StoreError> {
+    for key in tree.scan_prefix(prefix).keys() {
+        let key = key.map_err(|e| failed(&doing, &e))?;
+        tree.remove(key).map_err(|e| failed(&doing, &e))?;
+    }
+    Ok(())
+}
