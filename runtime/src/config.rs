@@ -147,6 +147,9 @@ pub struct Config {
     /// How often a serving executor claims queued runs
     /// (`LEASEHOLD_EXECUTOR_CLAIM_INTERVAL`).
     pub executor_claim_interval: Setting<Duration>,
+    /// How long a finished run is kept, `None` for ever
+    /// (`LEASEHOLD_EXECUTOR_RETENTION`).
+    pub executor_retention: Setting<Option<Duration>>,
     /// When a store write counts as done (`LEASEHOLD_DURABILITY`).
     pub durability: Setting<Durability>,
     /// The run store's directory (`LEASEHOLD_DATA_DIR`).
@@ -154,6 +157,9 @@ pub struct Config {
     /// The PostgreSQL run store, instead of sled at `data_dir`
     /// (`LEASEHOLD_STORE`).
     pub store_url: Setting<Option<String>>,
+    /// The sled store's page cache, in bytes
+    /// (`LEASEHOLD_SLED_CACHE_CAPACITY`).
+    pub sled_cache_capacity: Setting<u64>,
     /// Restarts allowed within the window (`LEASEHOLD_RESTART_MAX`).
     pub restart_max: Setting<u32>,
     /// The restart intensity's window (`LEASEHOLD_RESTART_WINDOW`).
@@ -335,9 +341,11 @@ impl Default for Config {
             run_lease_ttl: Setting::default(engine.run_lease_ttl),
             resume_on_boot: Setting::default(false),
             executor_claim_interval: Setting::default(crate::executor::DEFAULT_CLAIM_INTERVAL),
+            executor_retention: Setting::default(engine.retention),
             durability: Setting::default(Durability::default()),
             data_dir: Setting::default(PathBuf::from(".leasehold")),
             store_url: Setting::default(None),
+            sled_cache_capacity: Setting::default(crate::store::DEFAULT_CACHE_CAPACITY),
             restart_max: Setting::default(restart.max_restarts),
             restart_window: Setting::default(restart.within),
             restart_backoff_initial: Setting::default(restart.backoff_initial),
@@ -604,6 +612,21 @@ impl Config {
             "executor.claim_interval" => {
                 self.executor_claim_interval = with(duration()?, source);
             }
+            "executor.retention" => {
+                let kept = if trimmed == "forever" {
+                    None
+                } else {
+                    let kept = duration()?;
+                    if kept.is_zero() {
+                        return Err(bad());
+                    }
+                    Some(kept)
+                };
+                self.executor_retention = with(kept, source);
+            }
+            "sled.cache_capacity" => {
+                self.sled_cache_capacity = with(parse_size(trimmed).ok_or_else(bad)?, source);
+            }
             "resume_on_boot" => {
                 let flag = crate::executor::parse_flag(trimmed).map_err(|_| bad())?;
                 self.resume_on_boot = with(flag, source);
@@ -786,6 +809,14 @@ impl Config {
             "spawn.max_depth" => n(&self.spawn_max_depth),
             "run_lease_ttl" => d(&self.run_lease_ttl),
             "executor.claim_interval" => d(&self.executor_claim_interval),
+            "executor.retention" => (
+                self.executor_retention.value.map_or_else(
+                    || "forever".to_owned(),
+                    |kept| humantime::format_duration(kept).to_string(),
+                ),
+                &self.executor_retention.source,
+            ),
+            "sled.cache_capacity" => size(&self.sled_cache_capacity),
             "resume_on_boot" => (
                 self.resume_on_boot.value.to_string(),
                 &self.resume_on_boot.source,

@@ -85,8 +85,9 @@ pub use leasehold_actors::{
 pub use leasehold_actors::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
 };
-// Retention: which finished runs a store deletes.
-pub use leasehold_actors::{PurgeReport, PurgeRule, retention};
+// Retention: which finished runs a store deletes (the rule is in
+// [`retention`], beside the task that deletes them).
+pub use leasehold_actors::{PurgeReport, PurgeRule};
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -103,6 +104,7 @@ pub mod flow_file;
 pub mod metrics;
 pub mod model;
 pub mod printable;
+pub mod retention;
 pub mod run_limits;
 pub mod secret;
 #[cfg(feature = "server")]

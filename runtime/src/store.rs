@@ -64,6 +64,13 @@ mod postgres;
 
 pub use durability::{Durability, ParseDurabilityError};
 
+/// The default bound of the sled store's page cache
+/// (`sled.cache_capacity`): 64 MiB, room for the records of an executor's
+/// live runs and the recent events its streams read, not its whole
+/// history (sled's own default, 1 GiB, is what a busy executor's cache
+/// grows into).
+pub const DEFAULT_CACHE_CAPACITY: u64 = 64 << 20;
+
 /// Whether `url` names a PostgreSQL database (`postgres://…` or
 /// `postgresql://…`): what the `store` key accepts.
 pub fn is_postgres_url(url: &str) -> bool {
@@ -76,7 +83,4 @@ pub use crate::secret::redact_url;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConfig, PostgresStore};
 #[cfg(feature = "store")]
-pub use {
-    config::{DEFAULT_CACHE_CAPACITY, SledConfig},
-    sled_store::SledStore,
-};
+pub use {config::SledConfig, sled_store::SledStore};

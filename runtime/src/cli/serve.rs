@@ -12,7 +12,9 @@
 //! claimer ([`crate::executor::claim_queued`], every
 //! `executor.claim_interval` and whenever one of its runs ends) claims and
 //! resumes them within its limit of live runs, then claims queued runs,
-//! and the API controls them like the runs it started.
+//! and the API controls them like the runs it started. Finished runs past
+//! their retention (`executor.retention`) are deleted in the background
+//! ([`crate::retention`]).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -74,12 +76,20 @@ pub(super) async fn serve(
     // claimer resumes them within its room of live runs, with queued runs.
     let sweeping = CancellationToken::new();
     let sweep = crate::executor::sweep(Arc::clone(app.engine()), false, sweeping.clone(), |_| {});
+    // Finished runs past their retention are deleted in the background.
+    let purging = crate::retention::spawn(
+        Arc::clone(app.engine().store()),
+        Arc::clone(app.engine().clock()),
+        config.executor_retention.value,
+        sweeping.clone(),
+    );
     let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
     let served = serving.await;
     // No sweep may claim a run while the engine stops its runs.
     sweeping.cancel();
     let _ = sweep.await;
+    let _ = purging.await;
     served
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?;

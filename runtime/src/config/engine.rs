@@ -88,7 +88,8 @@ impl Config {
 
     /// Opens the run store: the PostgreSQL store at `store` when it is
     /// set (it connects on its first call), otherwise the sled store at
-    /// `data_dir`, written with `durability`.
+    /// `data_dir`, written with `durability`, its page cache bounded by
+    /// `sled.cache_capacity`.
     ///
     /// First, whichever the store, it kills what the stdio tool servers of
     /// a SIGKILLed process on this data directory left running
@@ -103,7 +104,9 @@ impl Config {
             return open_postgres(url);
         }
         let store = SledStore::open(
-            SledConfig::new(self.data_dir.value.clone()).with_durability(self.durability.value),
+            SledConfig::new(self.data_dir.value.clone())
+                .with_durability(self.durability.value)
+                .with_cache_capacity(self.sled_cache_capacity.value),
         )?;
         Ok(Arc::new(store))
     }

@@ -38,6 +38,8 @@ pub enum ValueKind {
     Share,
     /// A store URL: `postgres://user:password@host/database`.
     StoreUrl,
+    /// How long finished runs are kept: a duration, or `forever`.
+    Retention,
 }
 
 impl ValueKind {
@@ -59,6 +61,7 @@ impl ValueKind {
             Self::Policy => "a verdict policy: leasehold, deadline, idle_kill or always_evaluate",
             Self::Share => "a share from 0 to 1 such as 0.5",
             Self::StoreUrl => "a PostgreSQL URL such as postgres://leasehold@db/runs",
+            Self::Retention => "a duration above 0 such as 7days or 12h, or forever",
         }
     }
 }
@@ -95,7 +98,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 59] = [
+pub(super) const KEYS: [Key; 61] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -230,6 +233,13 @@ pub(super) const KEYS: [Key; 59] = [
         "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least 100ms",
     ),
     key(
+        "LEASEHOLD_EXECUTOR_RETENTION",
+        "executor.retention",
+        "7days",
+        ValueKind::Retention,
+        "how long a finished run (completed, failed, cancelled) is kept before a serving executor deletes it with its events, snapshots and tool calls; forever keeps them all; a flow's retention may shorten it, never lengthen it",
+    ),
+    key(
         "LEASEHOLD_DURABILITY",
         "durability",
         "sync",
@@ -242,6 +252,13 @@ pub(super) const KEYS: [Key; 59] = [
         ".leasehold",
         ValueKind::Path,
         "the directory of the run store",
+    ),
+    key(
+        "LEASEHOLD_SLED_CACHE_CAPACITY",
+        "sled.cache_capacity",
+        "64MiB",
+        ValueKind::Size,
+        "the most memory the sled store's page cache holds (sled's own default is 1GiB)",
     ),
     key(
         "LEASEHOLD_STORE",

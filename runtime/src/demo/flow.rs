@@ -169,6 +169,7 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
         },
         budget: leasehold_actors::BudgetOverrides::default(),
         spawn: leasehold_actors::SpawnOverrides::default(),
+        retention: None,
     }
 }
 

@@ -218,6 +218,7 @@ fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
         supervision: strategy.supervision_overrides(),
         budget: BudgetOverrides::default(),
         spawn: leasehold_actors::SpawnOverrides::default(),
+        retention: None,
     }
 }
 

@@ -32,12 +32,16 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    /// 404: no run of that id.
+    /// 404: no run of that id — never, or no longer: a finished run is
+    /// deleted once its retention has passed, and the message says so.
     pub fn unknown_run(run_id: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            format!("no run {run_id}"),
+            format!(
+                "no run {run_id}: there never was one, or it finished longer ago than its \
+                 retention (executor.retention, or its flow's retention) and was deleted"
+            ),
         )
     }
 

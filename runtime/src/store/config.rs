@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::Durability;
+use super::{DEFAULT_CACHE_CAPACITY, Durability};
 
 /// How to open a [`SledStore`](super::SledStore).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,11 +26,6 @@ pub struct SledConfig {
     #[serde(default = "default_cache_capacity")]
     pub cache_capacity: u64,
 }
-
-/// The default bound of sled's page cache: 64 MiB, room for the records
-/// of every live run of an executor and the recent events its streams
-/// read, not the whole history.
-pub const DEFAULT_CACHE_CAPACITY: u64 = 64 << 20;
 
 fn default_cache_capacity() -> u64 {
     DEFAULT_CACHE_CAPACITY

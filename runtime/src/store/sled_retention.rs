@@ -203,6 +203,12 @@ impl FinishedRuns {
         Ok((due, more))
     }
 
+    /// Whether no finished run is listed.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_end.is_empty() && self.by_flow.is_empty()
+    }
+
     /// Removes `due`'s entry unless it is one of `current`'s (the entries
     /// of the run's record as it is now): an entry left over.
     pub(crate) fn drop_stale(

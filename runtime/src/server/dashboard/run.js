@@ -29,7 +29,8 @@ export async function pollRun(st) {
     setError('run', null);
   } catch (error) {
     if (st !== session.current) return;
-    setError('run', error.status === 404 ? `run ${st.id} was not found` : `run: ${error.message}`);
+    // A 404 says why: no such run, or one deleted past its retention.
+    setError('run', error.status === 404 ? error.message : `run: ${error.message}`);
   }
   if (st !== session.current) return;
   const final = st.view && TERMINAL.has(st.view.status);
