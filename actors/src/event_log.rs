@@ -37,6 +37,10 @@ pub(crate) enum LogItem {
     Register(String, Arc<AtomicU64>),
     Event(Arc<Event>),
     Flush(String, oneshot::Sender<()>),
+    /// The run stopped here without an end of its own (this executor lost
+    /// it to another): forget its fence and its position, if the fence is
+    /// still the one given (a later claim of the run registered its own).
+    Forget(String, Arc<AtomicU64>),
 }
 
 /// The engine's sink: the bus, a user's sink if any, and the log, within
@@ -161,6 +165,13 @@ pub(crate) fn start(store: Arc<dyn Store>, bus: EventBus) -> mpsc::UnboundedSend
                         fences.remove(&run_id);
                         bus.forget_run(&run_id);
                         let _ = done.send(());
+                    }
+                    LogItem::Forget(run_id, fence) => {
+                        let registered = fences.get(&run_id);
+                        if registered.is_some_and(|held| Arc::ptr_eq(held, &fence)) {
+                            fences.remove(&run_id);
+                            bus.forget_run(&run_id);
+                        }
                     }
                 }
             }

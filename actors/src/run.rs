@@ -190,6 +190,11 @@ impl Actor for RunActor {
             client.shutdown().await;
         }
         if let Some(reason) = ctx.lost.get() {
+            // Lost to another executor, it ends without an end of its own
+            // here: what the log and the bus keep of it goes now, or it
+            // would stay for as long as this executor serves.
+            let forget = crate::event_log::LogItem::Forget(ctx.run_id.clone(), ctx.fence.clone());
+            let _ = ctx.log.send(forget);
             let reason = reason.clone();
             state.state.send_modify(|s| s.lost = Some(reason));
         }

@@ -391,6 +391,18 @@ impl App {
         self.lock_runs().get(run_id).cloned()
     }
 
+    /// How many run handles the server holds: its live runs, and for a
+    /// moment a run that just ended. Back to 0 once every run has ended.
+    pub fn held_runs(&self) -> usize {
+        self.lock_runs().len()
+    }
+
+    /// How many runs the event streams follow (one shared look at the
+    /// store each). Back to 0 once no stream is open.
+    pub fn watched_runs(&self) -> usize {
+        self.watches.len()
+    }
+
     /// How many runs go on in this process (not ended, not lost).
     pub fn live_runs(&self) -> usize {
         self.lock_runs()

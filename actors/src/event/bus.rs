@@ -103,6 +103,13 @@ impl EventBus {
         self.positions().remove(run_id);
     }
 
+    /// How many runs the bus holds a position of: those that published
+    /// and have not ended here (nor been forgotten). What a test of
+    /// per-run state reads: it goes back to 0 once every run has ended.
+    pub fn runs_tracked(&self) -> usize {
+        self.positions().len()
+    }
+
     fn positions(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
         self.inner
             .publish

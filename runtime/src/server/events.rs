@@ -59,6 +59,11 @@ pub(super) struct Watches {
 }
 
 impl Watches {
+    /// How many runs are followed.
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<watch::Sender<Seen>>>> {
         self.runs
             .lock()
