@@ -90,10 +90,10 @@ pub use ports::{
     BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
     ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, PurgeReport,
-    PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store,
-    StoreError, SummaryPage, SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest,
-    ToolCallState, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
-    TranscriptMessage, fencing, listing, retention,
+    PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate,
+    SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, SystemClock, TokenCost, TokioClock,
+    ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition, ToolError,
+    ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing, retention,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,

@@ -474,7 +474,10 @@ impl Store for MemoryStore {
         ready(Ok(taken))
     }
 
-    fn purge_finished(&self, rule: PurgeRule) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
+    fn purge_finished(
+        &self,
+        rule: PurgeRule,
+    ) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
         let mut tables = self.lock();
         let due: Vec<String> = tables
             .runs

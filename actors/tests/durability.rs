@@ -185,8 +185,16 @@ async fn takeover_after_ttl_raises_the_fence_and_refuses_the_stale_executor() {
     assert_eq!(snapshot.state["answer"], "from b");
     // Neither executor keeps anything of the run: the one that lost it
     // forgot it as the one that finished it did.
-    assert_eq!(a.engine.events().runs_tracked(), 0, "a's bus forgot the lost run");
-    assert_eq!(b.engine.events().runs_tracked(), 0, "b's bus forgot the ended run");
+    assert_eq!(
+        a.engine.events().runs_tracked(),
+        0,
+        "a's bus forgot the lost run"
+    );
+    assert_eq!(
+        b.engine.events().runs_tracked(),
+        0,
+        "b's bus forgot the ended run"
+    );
     assert!(
         store.events(&run_id).iter().all(
             |e| !matches!(&e.kind, EventKind::RunCompleted { answer, .. } if answer == "from a")

@@ -59,7 +59,13 @@ async fn run(
         state: ToolCallState::Done,
         result: Some("found".to_owned()),
     };
-    assert!(store.record_tool_call(run_id, call, 1).await.unwrap().is_applied());
+    assert!(
+        store
+            .record_tool_call(run_id, call, 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
     let events = (1..=3)
         .map(|seq| Event {
             seq,
@@ -74,7 +80,13 @@ async fn run(
             },
         })
         .collect();
-    assert!(store.append_events(run_id, events, 1).await.unwrap().is_applied());
+    assert!(
+        store
+            .append_events(run_id, events, 1)
+            .await
+            .unwrap()
+            .is_applied()
+    );
     let cancel = RunCommand::Cancel {
         reason: "r".to_owned(),
     };
@@ -92,7 +104,13 @@ async fn run(
         pause,
         at_ms: ended_at_ms,
     };
-    assert!(store.update_run(run_id, 1, update).await.unwrap().is_applied());
+    assert!(
+        store
+            .update_run(run_id, 1, update)
+            .await
+            .unwrap()
+            .is_applied()
+    );
 }
 
 /// Every entry one run of [`run`] leaves: record, order, 2 snapshots, 1
@@ -115,16 +133,29 @@ async fn a_purge_deletes_finished_runs_past_their_retention_with_their_workers_r
     run(&store, "cancelled-old", RunStatus::Cancelled, 1_000, None).await;
     run(&store, "done-new", RunStatus::Completed, 9_500, None).await;
     run(&store, "paused-old", RunStatus::WaitingHuman, 1_000, None).await;
-    run(&store, "reconcile-old", RunStatus::ReconciliationRequired, 1_000, None).await;
+    run(
+        &store,
+        "reconcile-old",
+        RunStatus::ReconciliationRequired,
+        1_000,
+        None,
+    )
+    .await;
     run(&store, "running", RunStatus::Running, 1_000, None).await;
     run(&store, "orphaned-old", RunStatus::Orphaned, 1_000, None).await;
     assert_eq!(store.entries(), 8 * ENTRIES_PER_RUN);
 
     // Two at most per call: the batch says there is more.
-    let first = store.purge_finished(rule(10_000, Some(5_000), 2)).await.unwrap();
+    let first = store
+        .purge_finished(rule(10_000, Some(5_000), 2))
+        .await
+        .unwrap();
     assert_eq!(first.purged.len(), 2);
     assert!(first.more);
-    let second = store.purge_finished(rule(10_000, Some(5_000), 2)).await.unwrap();
+    let second = store
+        .purge_finished(rule(10_000, Some(5_000), 2))
+        .await
+        .unwrap();
     assert_eq!(second.purged.len(), 1);
     assert!(!second.more);
     let mut purged = [first.purged, second.purged].concat();
@@ -133,14 +164,29 @@ async fn a_purge_deletes_finished_runs_past_their_retention_with_their_workers_r
 
     for gone in &purged {
         assert!(store.load_run(gone).await.unwrap().is_none(), "{gone}");
-        assert!(store.load_snapshots(gone).await.unwrap().is_empty(), "{gone}");
-        assert!(store.load_tool_calls(gone).await.unwrap().is_empty(), "{gone}");
-        assert!(store.load_events(gone, 0).await.unwrap().is_empty(), "{gone}");
+        assert!(
+            store.load_snapshots(gone).await.unwrap().is_empty(),
+            "{gone}"
+        );
+        assert!(
+            store.load_tool_calls(gone).await.unwrap().is_empty(),
+            "{gone}"
+        );
+        assert!(
+            store.load_events(gone, 0).await.unwrap().is_empty(),
+            "{gone}"
+        );
         assert_eq!(store.count_commands(gone).await.unwrap(), 0, "{gone}");
     }
     // Nothing of the other five is touched: every entry is still there.
     assert_eq!(store.entries(), 5 * ENTRIES_PER_RUN);
-    for kept in ["done-new", "paused-old", "reconcile-old", "running", "orphaned-old"] {
+    for kept in [
+        "done-new",
+        "paused-old",
+        "reconcile-old",
+        "running",
+        "orphaned-old",
+    ] {
         assert_eq!(store.load_snapshots(kept).await.unwrap().len(), 2, "{kept}");
         assert_eq!(store.load_events(kept, 0).await.unwrap().len(), 3, "{kept}");
     }
@@ -156,7 +202,10 @@ async fn a_flows_retention_shortens_the_servers_and_applies_when_it_keeps_for_ev
     let report = store.purge_finished(rule(2_000, None, 10)).await.unwrap();
     assert_eq!(report.purged, ["short"], "kept for ever but by its flow");
     // The server's retention caps a longer flow's.
-    let report = store.purge_finished(rule(61_000, Some(60_000), 10)).await.unwrap();
+    let report = store
+        .purge_finished(rule(61_000, Some(60_000), 10))
+        .await
+        .unwrap();
     let mut purged = report.purged;
     purged.sort();
     assert_eq!(purged, ["long", "plain"]);

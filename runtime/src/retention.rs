@@ -122,7 +122,10 @@ mod tests {
     #[test]
     fn the_period_is_a_quarter_of_the_retention_within_bounds() {
         assert_eq!(period_of(Some(Duration::from_secs(1))), MIN_PERIOD);
-        assert_eq!(period_of(Some(Duration::from_secs(8))), Duration::from_secs(2));
+        assert_eq!(
+            period_of(Some(Duration::from_secs(8))),
+            Duration::from_secs(2)
+        );
         assert_eq!(period_of(Some(Duration::from_secs(7 * 86_400))), MAX_PERIOD);
         assert_eq!(period_of(None), MAX_PERIOD);
     }

@@ -108,7 +108,10 @@ async fn a_server_keeps_nothing_per_run_once_its_runs_have_ended() {
     until("no run handle is held", || app.held_runs() == 0).await;
     until("no run is followed", || app.watched_runs() == 0).await;
     let bus = app.engine().events();
-    until("the bus holds no run's position", || bus.runs_tracked() == 0).await;
+    until("the bus holds no run's position", || {
+        bus.runs_tracked() == 0
+    })
+    .await;
     assert_eq!(app.live_runs(), 0);
     let _ = stop.send(());
 }

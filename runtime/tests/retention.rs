@@ -128,10 +128,7 @@ async fn until_deleted(http: &reqwest::Client, base: &str, run_id: &str) -> Valu
 /// wave awaited until every run of it is deleted; after each wave,
 /// `measure` says how big the store is. Answers the paused run's id,
 /// one deleted run's id, and the sizes.
-async fn waves(
-    base: &str,
-    mut measure: impl AsyncFnMut() -> u64,
-) -> (String, String, Vec<u64>) {
+async fn waves(base: &str, mut measure: impl AsyncFnMut() -> u64) -> (String, String, Vec<u64>) {
     let http = reqwest::Client::new();
     let paused = support::post_run(&http, base, &flow(FAIL)).await;
     support::view_until(&http, base, &paused, PATIENCE, "waiting_human", |v| {
@@ -235,9 +232,27 @@ async fn finished_runs_are_deleted_past_the_retention_on_postgres_and_a_paused_r
     server.kill().await.expect("killed");
     // The store itself keeps nothing of a deleted run, and all of the
     // paused one.
-    assert!(store.load_events(&deleted, 0).await.expect("events").is_empty());
-    assert!(store.load_snapshots(&deleted).await.expect("snapshots").is_empty());
-    assert!(!store.load_events(&paused, 0).await.expect("events").is_empty());
+    assert!(
+        store
+            .load_events(&deleted, 0)
+            .await
+            .expect("events")
+            .is_empty()
+    );
+    assert!(
+        store
+            .load_snapshots(&deleted)
+            .await
+            .expect("snapshots")
+            .is_empty()
+    );
+    assert!(
+        !store
+            .load_events(&paused, 0)
+            .await
+            .expect("events")
+            .is_empty()
+    );
     let page = store
         .list_runs_page(&RunQuery::first(10))
         .await

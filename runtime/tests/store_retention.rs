@@ -242,7 +242,14 @@ async fn a_sled_store_emptied_by_its_retention_opens_again_and_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_sled(dir.path());
     for n in 0..40 {
-        run(&store, &format!("old-{n:02}"), RunStatus::Completed, 1_000, None).await;
+        run(
+            &store,
+            &format!("old-{n:02}"),
+            RunStatus::Completed,
+            1_000,
+            None,
+        )
+        .await;
     }
     // Written, closed, its manifest recorded with 40 runs.
     drop(store);

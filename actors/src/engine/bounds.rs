@@ -162,15 +162,20 @@ mod tests {
 
     #[test]
     fn a_flow_may_shorten_the_retention_but_not_lengthen_it() {
-        let mut config = EngineConfig::default();
-        config.retention = Some(Duration::from_secs(3600));
+        let mut config = EngineConfig {
+            retention: Some(Duration::from_secs(3600)),
+            ..EngineConfig::default()
+        };
         let shorter = flow(serde_json::json!({"retention": "10m"}));
         within_configuration(&shorter, &config).expect("shortening is allowed");
         let longer = flow(serde_json::json!({"retention": "2h"}));
         let error = within_configuration(&longer, &config).unwrap_err();
         assert_eq!(error.path, "retention", "{error}");
         assert!(error.message.contains("executor.retention"), "{error}");
-        assert!(error.message.contains("1h") && error.message.contains("2h"), "{error}");
+        assert!(
+            error.message.contains("1h") && error.message.contains("2h"),
+            "{error}"
+        );
         // Kept for ever: any retention is shorter.
         config.retention = None;
         within_configuration(&longer, &config).expect("shorter than for ever");

@@ -165,17 +165,23 @@ impl FinishedRuns {
     /// Up to `limit` entries of each tree that are due under `rule`, the
     /// oldest first: ended at least the server's retention ago, or past
     /// their flow's retention. Answers them and whether a tree had more.
-    pub(crate) fn due(&self, rule: &PurgeRule, limit: usize) -> Result<(Vec<Due>, bool), StoreError> {
+    pub(crate) fn due(
+        &self,
+        rule: &PurgeRule,
+        limit: usize,
+    ) -> Result<(Vec<Due>, bool), StoreError> {
         let mut due = Vec::new();
         let mut more = false;
         let ended_by = rule
             .retention_ms
             .and_then(|kept| rule.now_ms.checked_sub(kept));
-        let walks = [(&self.by_end, ended_by, false), (&self.by_flow, Some(rule.now_ms), true)];
+        let walks = [
+            (&self.by_end, ended_by, false),
+            (&self.by_flow, Some(rule.now_ms), true),
+        ];
         for (tree, until, in_flow_tree) in walks {
             let Some(until) = until else { continue };
-            let mut taken = 0;
-            for entry in tree.iter().keys() {
+            for (taken, entry) in tree.iter().keys().enumerate() {
                 let key = entry.map_err(|e| failed("listing the finished runs due", &e))?;
                 let at = key
                     .get(..8)
@@ -192,7 +198,6 @@ impl FinishedRuns {
                     more = true;
                     break;
                 }
-                taken += 1;
                 due.push(Due {
                     run_id: run_id.to_owned(),
                     key: key.to_vec(),

@@ -130,6 +130,9 @@ mod tests {
         assert!(expired(&short, &rule(1_000, None)), "even kept for ever");
         assert!(!expired(&long, &rule(59_999, Some(60_000))));
         assert!(expired(&long, &rule(60_000, Some(60_000))), "the server's");
-        assert_eq!(flow_retention_ms(&serde_json::json!({"retention": 5})), None);
+        assert_eq!(
+            flow_retention_ms(&serde_json::json!({"retention": 5})),
+            None
+        );
     }
 }

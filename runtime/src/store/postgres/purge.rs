@@ -21,7 +21,11 @@ use super::{Inner, failed};
 
 /// The statuses a run never leaves, as the statement spells them: the
 /// only ones purged.
-const FINISHED: [RunStatus; 3] = [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
+const FINISHED: [RunStatus; 3] = [
+    RunStatus::Completed,
+    RunStatus::Failed,
+    RunStatus::Cancelled,
+];
 
 impl Inner {
     pub(super) async fn purge_finished(&self, rule: &PurgeRule) -> Result<PurgeReport, StoreError> {
@@ -29,7 +33,10 @@ impl Inner {
         debug_assert!(FINISHED.iter().all(|status| status.is_terminal()));
         let now = to_i64(rule.now_ms, &"the purge time")?;
         // No run ended before 0: -1 selects none by the server's retention.
-        let ended_by = match rule.retention_ms.and_then(|kept| rule.now_ms.checked_sub(kept)) {
+        let ended_by = match rule
+            .retention_ms
+            .and_then(|kept| rule.now_ms.checked_sub(kept))
+        {
             Some(at) => to_i64(at, &"the purge's cutoff")?,
             None => -1,
         };

@@ -96,14 +96,12 @@ impl Inner {
             .map(|(key, _)| key);
         let mut cursor = self.order_cursor();
         let mut removed = false;
-        let mut seen = 0;
         let mut next = 0;
-        for entry in self.run_order.range(cursor.to_be_bytes()..) {
+        for (seen, entry) in self.run_order.range(cursor.to_be_bytes()..).enumerate() {
             if seen == budget {
                 *cursor = next;
                 return Ok(removed);
             }
-            seen += 1;
             let (key, value) = entry.map_err(|e| failed(&doing, &e))?;
             next = codec::decode_u64(&key, &"a key of the run creation order")?.saturating_add(1);
             // The last entry stays: the manifest counts by it.
