@@ -842,3 +842,51 @@ fn progress_limits_below_their_floor_are_refused_naming_the_key() {
     );
     assert_eq!(limits.max_run_events, 500);
 }
+
+#[test]
+fn retention_is_a_duration_or_forever_and_the_sled_cache_a_size() {
+    let config = Config::load(None, env_of(&[])).expect("loads");
+    assert_eq!(
+        config.executor_retention.value,
+        Some(Duration::from_secs(7 * 24 * 3600))
+    );
+    assert_eq!(
+        config.engine_config().retention,
+        config.executor_retention.value
+    );
+    assert_eq!(config.sled_cache_capacity.value, 64 << 20);
+    let env = env_of(&[
+        ("LEASEHOLD_EXECUTOR_RETENTION", "forever"),
+        ("LEASEHOLD_SLED_CACHE_CAPACITY", "256MiB"),
+    ]);
+    let config = Config::load(None, env).expect("loads");
+    assert_eq!(config.executor_retention.value, None);
+    assert_eq!(config.engine_config().retention, None);
+    assert_eq!(config.sled_cache_capacity.value, 256 << 20);
+    let shown: Vec<String> = config
+        .entries()
+        .into_iter()
+        .filter(|(key, _, _)| key.file == "executor.retention" || key.file == "sled.cache_capacity")
+        .map(|(_, value, _)| value)
+        .collect();
+    assert_eq!(shown, ["forever", "256MiB"]);
+    let env = env_of(&[("LEASEHOLD_EXECUTOR_RETENTION", "12h")]);
+    let config = Config::load(None, env).expect("loads");
+    assert_eq!(
+        config.executor_retention.value,
+        Some(Duration::from_secs(12 * 3600))
+    );
+    for (variable, value) in [
+        ("LEASEHOLD_EXECUTOR_RETENTION", "0s"),
+        ("LEASEHOLD_EXECUTOR_RETENTION", "never"),
+        ("LEASEHOLD_SLED_CACHE_CAPACITY", "2GiB"),
+        ("LEASEHOLD_SLED_CACHE_CAPACITY", "lots"),
+    ] {
+        let error = Config::load(None, env_of(&[(variable, value)])).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains(variable) && message.contains(value),
+            "{message}"
+        );
+    }
+}

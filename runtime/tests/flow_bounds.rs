@@ -198,7 +198,7 @@ async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_
         &base,
         &flow(
             json!({"leases": {"tool_call": "1s", "max_renewals": 2, "free_renewals": 1},
-                     "spawn": {"max_per_answer": 2}}),
+                     "spawn": {"max_per_answer": 2}, "retention": "1h"}),
         ),
     )
     .await;
@@ -242,6 +242,11 @@ async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_
             "spawn.max_depth",
             "at most 2 (the configuration's `spawn.max_depth`)",
         ),
+        (
+            json!({"retention": "30days"}),
+            "retention",
+            "at most 7 days (the configuration's `executor.retention`)",
+        ),
     ] {
         let (status, body) = post_flow(&http, &base, &flow(overrides.clone())).await;
         assert_eq!(status, 422, "{overrides} must be refused: {body}");
@@ -261,6 +266,10 @@ async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_
     let view = support::get_run(&http, &base, &kept).await;
     assert_eq!(view["flow"]["leases"]["max_renewals"], 2, "{view}");
     assert_eq!(view["flow"]["spawn"]["max_per_answer"], 2, "{view}");
+    assert_eq!(
+        view["flow"]["retention"], "1h",
+        "a shorter retention: {view}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
