@@ -5,7 +5,9 @@
 //! (`0005_retention.sql`), their snapshots, tool calls, events and
 //! commands deleted with them by the foreign keys' `ON DELETE CASCADE`.
 //!
-//! The condition is [`retention::expired`]'s, in SQL: a finished status,
+//! The condition is [`retention::expired`]'s, in SQL: a finished status
+//! (the statuses a run never leaves, spelled as the partial indexes of
+//! `0005_retention.sql` spell them, so the planner uses them),
 //! ended at least the server's retention ago or its own retention (the
 //! `retention_ms` its flow gave it when it was created) ago. A row another
 //! transaction holds is skipped, not waited for. A finished run is never
@@ -14,23 +16,14 @@
 //! no live writer; executors sharing the store may purge at once, each
 //! deleting rows the others skip.
 
-use leasehold_actors::{PurgeReport, PurgeRule, RunStatus, StoreError, retention};
+use leasehold_actors::{PurgeReport, PurgeRule, StoreError, retention};
 
 use super::rows::to_i64;
 use super::{Inner, failed};
 
-/// The statuses a run never leaves, as the statement spells them: the
-/// only ones purged.
-const FINISHED: [RunStatus; 3] = [
-    RunStatus::Completed,
-    RunStatus::Failed,
-    RunStatus::Cancelled,
-];
-
 impl Inner {
     pub(super) async fn purge_finished(&self, rule: &PurgeRule) -> Result<PurgeReport, StoreError> {
         let doing = "deleting finished runs past their retention";
-        debug_assert!(FINISHED.iter().all(|status| status.is_terminal()));
         let now = to_i64(rule.now_ms, &"the purge time")?;
         // No run ended before 0: -1 selects none by the server's retention.
         let ended_by = match rule
