@@ -37,6 +37,10 @@
 //! instead of waiting for ever. `--max-renewals` sets the leases' cap
 //! (default: the engine's, 10).
 //!
+//! Built with the `cli` feature (the default), both children allocate with
+//! mimalloc, the `leasehold` binary's allocator; with
+//! `--no-default-features --features store`, with the system's.
+//!
 //! `--part pg` (or the default `--part all`, after the swarm) measures the
 //! PostgreSQL store's snapshot write rate against raw `INSERT`s of the same
 //! rows (`swarm/pg_writes.rs`), on a throwaway cluster; skipped, saying so,
@@ -58,6 +62,11 @@ use leasehold::{
 };
 use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
+
+/// The `leasehold` binary's allocator, so that the figures are the binary's.
+#[cfg(feature = "cli")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/postgres.rs"]
