@@ -38,19 +38,19 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, ControlError, Engine, EngineError, EventKind, PauseRecord,
-    ReconcileDecision, RunCommand, RunHandle, RunRecord, RunStatus, StoreError, fencing,
+    BoxFuture, ClaimOutcome, Engine, EngineError, EventKind, PauseRecord, ReconcileDecision,
+    RunCommand, RunHandle, RunRecord, RunStatus, fencing,
 };
 
 mod follow;
+mod refused;
 mod watch;
 
 pub use follow::follow;
+pub use refused::Refused;
 pub use watch::{Outcome, watch};
 
-/// How many forwarded controls may wait in the store for one run's owner
-/// to take them: more than a person sends a run that does not answer.
-pub const MAX_WAITING_COMMANDS: u64 = 16;
+pub use refused::MAX_WAITING_COMMANDS;
 
 /// An executor as a control sees it: its engine, the runs it runs, and
 /// how it takes a run on.
@@ -97,154 +97,20 @@ pub enum Controlled {
     },
 }
 
-/// A control refused, with the rule's reason; or one that could not be
-/// done. Each message is the same from every place a control comes from.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    /// No such run.
-    #[error("no run {run_id}")]
-    NotFound {
-        /// The run asked for.
-        run_id: String,
-    },
-    /// The run has ended.
-    #[error("run {run_id} has already finished: it is {}", .status.name())]
-    Finished {
-        /// The run.
-        run_id: String,
-        /// How it ended.
-        status: RunStatus,
-    },
-    /// A resume of a run that waits for a decision on a call of unknown
-    /// outcome.
-    #[error(
-        "run {run_id} waits for a decision on a tool call of unknown outcome (key {key}), not a \
-         resume: decide with `leasehold runs reconcile {run_id} --key {key} (--mark-done \
-         [--result TEXT] | --retry | --cancel)` or POST /runs/{run_id}/reconcile with the key \
-         and a decision (mark_done, retry or cancel)"
-    )]
-    AwaitsReconciliation {
-        /// The run.
-        run_id: String,
-        /// The call's idempotency key.
-        key: String,
-    },
-    /// A resume of a run that runs (or waits queued): nothing to resume.
-    #[error("run {run_id} is not paused (it is {}): there is nothing to resume", .status.name())]
-    NotPaused {
-        /// The run.
-        run_id: String,
-        /// What it is.
-        status: RunStatus,
-    },
-    /// A decision on a run that waits for none.
-    #[error("run {run_id} does not wait for a reconciliation: it is {}", .status.name())]
-    NoReconciliation {
-        /// The run.
-        run_id: String,
-        /// What it is.
-        status: RunStatus,
-    },
-    /// A decision on a call that awaits none.
-    #[error(
-        "run {run_id} has no tool call awaiting a decision with key {key}{}",
-        .pending.as_ref().map(|p| format!(": it waits for a decision on the call with key {p}")).unwrap_or_default()
-    )]
-    NoSuchCall {
-        /// The run.
-        run_id: String,
-        /// The key given.
-        key: String,
-        /// The key of the call the run's pause names, where known.
-        pending: Option<String>,
-    },
-    /// Too many controls already wait for the run's owner.
-    #[error(
-        "{waiting} controls for run {run_id} already wait for its owner {owner_id} to take them \
-         (at most {MAX_WAITING_COMMANDS}): nothing was stored; try again once it has taken them, \
-         or once its lease has expired and the run can be claimed"
-    )]
-    CommandsWaiting {
-        /// The run.
-        run_id: String,
-        /// The executor that holds it.
-        owner_id: String,
-        /// How many wait.
-        waiting: u64,
-    },
-    /// This executor cannot take the run on now; nothing was done.
-    #[error("{message}")]
-    CannotTakeOn {
-        /// Why, for a person.
-        message: String,
-        /// Whether it is only busy (at its limit of live runs): try again
-        /// later.
-        busy: bool,
-    },
-    /// The run's actor refused or could not apply the control otherwise
-    /// (this executor lost the run, its actor is gone).
-    #[error(transparent)]
-    Run(ControlError),
-    /// The engine refused or failed.
-    #[error(transparent)]
-    Engine(EngineError),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl From<EngineError> for Refused {
-    fn from(error: EngineError) -> Self {
-        match error {
-            EngineError::NotFound(run_id) => Self::NotFound { run_id },
-            EngineError::Finished { run_id, status } => Self::Finished { run_id, status },
-            EngineError::Store(error) => Self::Store(error),
-            error => Self::Engine(error),
-        }
-    }
-}
-
-impl From<ControlError> for Refused {
-    /// The actor's refusals, said as the rules say them.
-    fn from(error: ControlError) -> Self {
-        match error {
-            ControlError::NotPaused { run_id, status } => Self::NotPaused { run_id, status },
-            ControlError::AlreadyFinished { run_id, status } => Self::Finished { run_id, status },
-            ControlError::NeedsReconciliation { run_id, key } => {
-                Self::AwaitsReconciliation { run_id, key }
-            }
-            ControlError::NoSuchCall { run_id, key } => Self::NoSuchCall {
-                run_id,
-                key,
-                pending: None,
-            },
-            error => Self::Run(error),
-        }
-    }
-}
-
-impl Refused {
-    /// Whether it is a rule's refusal of the control for the run as it is
-    /// (a conflict), not a failure or an unknown run.
-    pub fn is_rule(&self) -> bool {
-        matches!(
-            self,
-            Self::Finished { .. }
-                | Self::AwaitsReconciliation { .. }
-                | Self::NotPaused { .. }
-                | Self::NoReconciliation { .. }
-                | Self::NoSuchCall { .. }
-        )
-    }
-}
-
 /// Who has the run, for a control.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Holder {
     /// This process runs it.
     Here,
     /// Another executor holds it with a live lease.
-    Elsewhere,
+    Elsewhere {
+        /// That executor.
+        owner_id: String,
+        /// When its lease on the run ends unless renewed (Unix ms).
+        until_ms: u64,
+        /// How long that is from now.
+        remaining_ms: u64,
+    },
     /// Nobody: this executor would claim it.
     Nobody,
 }
@@ -261,7 +127,7 @@ pub fn check(
     command: &RunCommand,
     status: RunStatus,
     pause: Option<&PauseRecord>,
-    holder: Holder,
+    holder: &Holder,
 ) -> Result<(), Refused> {
     let run_id = run_id.to_owned();
     let pending = || pause.and_then(|p| p.call.as_ref()).map(|c| c.key.clone());
@@ -271,7 +137,7 @@ pub fn check(
                 return Err(Refused::NoReconciliation { run_id, status });
             }
             let pending = pending();
-            if holder == Holder::Nobody && pending.as_ref().is_some_and(|p| p != key) {
+            if *holder == Holder::Nobody && pending.as_ref().is_some_and(|p| p != key) {
                 return Err(Refused::NoSuchCall {
                     run_id,
                     key: key.clone(),
@@ -288,10 +154,23 @@ pub fn check(
             })
         }
         // A run nobody holds is resumed by being claimed: an orphan, a run
-        // stopped in place, a queued run.
-        RunCommand::Resume { .. } if holder != Holder::Nobody && !status.is_paused() => {
-            Err(Refused::NotPaused { run_id, status })
-        }
+        // stopped in place, a queued run. One another executor holds runs
+        // there, unless that executor died without letting it go: then it
+        // is free once the lease ends.
+        RunCommand::Resume { .. } if !status.is_paused() => match holder {
+            Holder::Nobody => Ok(()),
+            Holder::Here => Err(Refused::NotPaused { run_id, status }),
+            Holder::Elsewhere {
+                owner_id,
+                until_ms,
+                remaining_ms,
+            } => Err(Refused::RunsElsewhere {
+                run_id,
+                owner_id: owner_id.clone(),
+                until_ms: *until_ms,
+                remaining_ms: *remaining_ms,
+            }),
+        },
         RunCommand::Resume { .. } | RunCommand::Cancel { .. } => Ok(()),
     }
 }
@@ -316,13 +195,9 @@ pub async fn control(
 ) -> Result<Controlled, Refused> {
     // A run claimed by someone else between the look and the claim is
     // looked at again, once: it is then held, and the control forwarded.
-    let mut looked = 0;
-    loop {
-        looked += 1;
-        match route(executor, run_id, &command).await {
-            Err(Refused::Engine(EngineError::Held { .. })) if looked < 2 => {}
-            routed => return routed,
-        }
+    match route(executor, run_id, &command).await {
+        Err(Refused::Engine(EngineError::Held { .. })) => route(executor, run_id, &command).await,
+        routed => routed,
     }
 }
 
@@ -339,7 +214,7 @@ async fn route(
                 command,
                 state.status,
                 state.paused.as_ref(),
-                Holder::Here,
+                &Holder::Here,
             )?;
             apply(&handle, command.clone()).await?;
             return Ok(Controlled::Applied {
@@ -360,24 +235,41 @@ async fn route(
     // executor would get now.
     let now_ms = engine.clock().now_unix_ms();
     let holder = match fencing::claim(&record, engine.owner_id(), now_ms, 0) {
-        Err(ClaimOutcome::HeldBy { owner_id, .. }) => Some(owner_id),
-        _ => None,
-    };
-    let seen_as = if holder.is_some() {
-        Holder::Elsewhere
-    } else {
-        Holder::Nobody
+        Err(ClaimOutcome::HeldBy {
+            owner_id,
+            expires_at_ms,
+        }) => Holder::Elsewhere {
+            owner_id,
+            until_ms: expires_at_ms,
+            remaining_ms: expires_at_ms.saturating_sub(now_ms),
+        },
+        _ => Holder::Nobody,
     };
     check(
         run_id,
         command,
         record.status,
         record.pause.as_ref(),
-        seen_as,
+        &holder,
     )?;
     match holder {
-        Some(owner_id) => forward(executor, record, owner_id, command.clone()).await,
-        None => claim_and_apply(executor, record, command.clone()).await,
+        // On a store one process opens at a time, the holder is not in
+        // another live process: it died, and the run is free once its
+        // lease ends. Nobody would take a forwarded command.
+        Holder::Elsewhere {
+            owner_id,
+            until_ms,
+            remaining_ms,
+        } if !store.is_shared() => Err(Refused::Engine(EngineError::Held {
+            run_id: run_id.to_owned(),
+            owner_id,
+            expires_at_ms: until_ms,
+            remaining_ms,
+        })),
+        Holder::Elsewhere { owner_id, .. } => {
+            forward(executor, record, owner_id, command.clone()).await
+        }
+        Holder::Here | Holder::Nobody => claim_and_apply(executor, record, command.clone()).await,
     }
 }
 
@@ -526,6 +418,15 @@ pub(crate) fn refusal_event(command: &RunCommand, refused: &Refused) -> EventKin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasehold_actors::ControlError;
+
+    fn elsewhere() -> Holder {
+        Holder::Elsewhere {
+            owner_id: "leasehold@b".into(),
+            until_ms: 90_000,
+            remaining_ms: 30_000,
+        }
+    }
 
     fn resume() -> RunCommand {
         RunCommand::Resume { guidance: None }
@@ -560,13 +461,13 @@ mod tests {
     #[test]
     fn a_resume_of_a_run_awaiting_a_decision_is_refused_wherever_it_is() {
         let pause = pause_on("k1");
-        for holder in [Holder::Here, Holder::Elsewhere, Holder::Nobody] {
+        for holder in [Holder::Here, elsewhere(), Holder::Nobody] {
             let refused = check(
                 "run-1",
                 &resume(),
                 RunStatus::ReconciliationRequired,
                 Some(&pause),
-                holder,
+                &holder,
             )
             .expect_err("refused");
             assert!(
@@ -584,22 +485,26 @@ mod tests {
 
     #[test]
     fn each_rule_refuses_what_it_should_and_no_more() {
-        let finished = check("r", &resume(), RunStatus::Completed, None, Holder::Nobody);
+        let finished = check("r", &resume(), RunStatus::Completed, None, &Holder::Nobody);
         assert!(matches!(finished, Err(Refused::Finished { .. })));
         let cancel = RunCommand::Cancel { reason: "x".into() };
         assert!(matches!(
-            check("r", &cancel, RunStatus::Cancelled, None, Holder::Elsewhere),
+            check("r", &cancel, RunStatus::Cancelled, None, &elsewhere()),
             Err(Refused::Finished { .. })
         ));
-        assert!(check("r", &cancel, RunStatus::Running, None, Holder::Elsewhere).is_ok());
+        assert!(check("r", &cancel, RunStatus::Running, None, &elsewhere()).is_ok());
         // A running run held by someone has nothing to resume; an orphan
         // nobody holds is resumed by its claim.
         assert!(matches!(
-            check("r", &resume(), RunStatus::Running, None, Holder::Elsewhere),
+            check("r", &resume(), RunStatus::Running, None, &elsewhere()),
+            Err(Refused::RunsElsewhere { .. })
+        ));
+        assert!(matches!(
+            check("r", &resume(), RunStatus::Running, None, &Holder::Here),
             Err(Refused::NotPaused { .. })
         ));
-        assert!(check("r", &resume(), RunStatus::Orphaned, None, Holder::Nobody).is_ok());
-        assert!(check("r", &resume(), RunStatus::WaitingHuman, None, Holder::Here).is_ok());
+        assert!(check("r", &resume(), RunStatus::Orphaned, None, &Holder::Nobody).is_ok());
+        assert!(check("r", &resume(), RunStatus::WaitingHuman, None, &Holder::Here).is_ok());
         // A decision needs a run that waits for one, and for a run nobody
         // runs, the call its pause names.
         let refused = check(
@@ -607,7 +512,7 @@ mod tests {
             &reconcile("k1"),
             RunStatus::Cancelled,
             None,
-            Holder::Nobody,
+            &Holder::Nobody,
         )
         .expect_err("refused");
         assert_eq!(
@@ -620,7 +525,7 @@ mod tests {
             &reconcile("k2"),
             RunStatus::ReconciliationRequired,
             Some(&pause),
-            Holder::Nobody,
+            &Holder::Nobody,
         )
         .expect_err("refused");
         assert!(
@@ -633,7 +538,7 @@ mod tests {
                 &reconcile("k2"),
                 RunStatus::ReconciliationRequired,
                 Some(&pause),
-                Holder::Elsewhere
+                &elsewhere()
             )
             .is_ok(),
             "the owner's actor knows every call that waits"
@@ -651,7 +556,7 @@ mod tests {
             &resume(),
             RunStatus::ReconciliationRequired,
             Some(&pause_on("k")),
-            Holder::Here,
+            &Holder::Here,
         )
         .expect_err("refused");
         assert_eq!(from_actor.to_string(), from_rule.to_string());

@@ -94,7 +94,7 @@ async fn apply_forwarded(executor: &dyn Executor, stored: StoredCommand) {
         &command,
         state.status,
         state.paused.as_ref(),
-        Holder::Here,
+        &Holder::Here,
     ) {
         Ok(()) => super::apply(&handle, command.clone()).await,
         Err(refused) => Err(refused),
