@@ -5,7 +5,9 @@
 //! hanging tool call with it; a resume of a run that waits for a decision
 //! is refused with one message by the command line and by the API; a
 //! decision made on the command line reaches the run's owner; a control
-//! the owner refuses is logged on the run as `control_refused`.
+//! the owner refuses is logged on the run as `control_refused`. On a sled
+//! data directory, a control of a run whose executor was killed is refused
+//! at once with its lease's end.
 //!
 //! The model is the embedded demo's scripted server; the tool server is
 //! the hanging stdio MCP server of `support/hanging_tool.rs`, which never
@@ -424,5 +426,46 @@ async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
     );
     a.start_kill().expect("stop");
     a.wait().await.expect("reaped");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_data_directory_a_cancel_of_a_run_whose_executor_died_says_until_when_at_once() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let mut command = support::hanging_tool::leasehold(&data, &model);
+    command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
+    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
+    let (pgid, _) = last_group(&record);
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &run.id().expect("pid").to_string()])
+        .status();
+    let _ = run.wait().await;
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+
+    // sled is opened by one process at a time: the executor that holds the
+    // run is not running, and nobody would take a forwarded cancel.
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        support::hanging_tool::leasehold(&data, &model)
+            .args(["runs", "cancel", &run_id])
+            .output(),
+    )
+    .await
+    .expect("answered at once, not after a patience")
+    .expect("runs cancel");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("run {run_id} is held by executor")) && said.contains("if it died"),
+        "{said}"
+    );
+    assert!(!said.contains("forwarded"), "{said}");
     stack.shutdown().await;
 }

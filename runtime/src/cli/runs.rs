@@ -1,5 +1,10 @@
-//! `leasehold runs …`: the runs of the data directory, or of a server with
-//! `--server URL`.
+//! `leasehold runs …`: the runs of the data directory (or of the
+//! PostgreSQL store), or of a server with `--server URL`.
+//!
+//! `resume`, `cancel` and `reconcile` translate to and from the executor's
+//! controls ([`crate::executor::control`]), which hold the rules: a run
+//! another executor runs on a shared store is forwarded to it, and followed
+//! here until the control has taken effect.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -34,7 +39,8 @@ pub enum RunsCommand {
     /// Resume a paused run with guidance, or claim and resume an orphan,
     /// and follow it until it ends or pauses again.
     Resume(ResumeArgs),
-    /// Cancel a run.
+    /// Cancel a run; on a shared store, one another executor runs is
+    /// forwarded to it and followed until it is cancelled.
     Cancel(CancelArgs),
     /// Decide about a run's tool call of unknown outcome: mark it done,
     /// call it again, or cancel the run; then follow the run until it ends
