@@ -77,11 +77,17 @@ struct Said {
 /// `leasehold runs ARGS --store STORE` as a process of its own, with no
 /// model configured (forwarding needs none), to its end.
 async fn runs(store: &str, args: &[&str]) -> Said {
+    runs_with(store, args, &[]).await
+}
+
+/// [`runs`] with the variables `env` set too.
+async fn runs_with(store: &str, args: &[&str], env: &[(&str, &str)]) -> Said {
     let out = tokio::time::timeout(
         PATIENCE,
         Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().copied())
             .arg("runs")
             .args(args)
             .args(["--store", store])
@@ -467,5 +473,63 @@ async fn on_a_data_directory_a_cancel_of_a_run_whose_executor_died_says_until_wh
         "{said}"
     );
     assert!(!said.contains("forwarded"), "{said}");
+    stack.shutdown().await;
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &child.id().expect("pid").to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_forwarded_to_a_frozen_owner_is_given_up_on_after_the_patience_and_applied_once_it_goes_on()
+ {
+    let (_cluster, url) = postgres::database().await;
+    let store = open(&url).await;
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let mut a = serve(&url, &stack.model_base_url());
+    let base = support::served_base(&mut a, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let owner = support::owner_id(&http, &base).await;
+    let flow: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
+    let run_id = support::post_run(&http, &base, &flow).await;
+    logged(&store, &run_id, "tool_call_started").await;
+
+    // Frozen with its lease live (90 s by default): it takes nothing. The
+    // command line's patience is its own run-lease TTL, here the floor.
+    signal(&a, "-STOP");
+    let said = runs_with(
+        &url,
+        &["cancel", &run_id],
+        &[("LEASEHOLD_RUN_LEASE_TTL", "3s")],
+    )
+    .await;
+    signal(&a, "-CONT");
+    assert_eq!(said.code, Some(1), "{}", said.stderr);
+    assert!(
+        said.stderr
+            .contains(&format!("run {run_id}: cancel forwarded to {owner}")),
+        "{}",
+        said.stderr
+    );
+    assert!(
+        said.stderr
+            .contains(&format!("{owner} has not applied the cancel within 10s"))
+            && said.stderr.contains("waits in the store"),
+        "says it gave up, after how long, and what became of the cancel: {}",
+        said.stderr
+    );
+    // Once it goes on, the owner takes the cancel that waited.
+    call_cancelled(&store, &run_id, &record).await;
+
+    a.start_kill().expect("stop");
+    a.wait().await.expect("reaped");
     stack.shutdown().await;
 }
