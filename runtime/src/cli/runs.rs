@@ -365,6 +365,8 @@ async fn control(
             after_seq,
             ..
         }) => {
+            // Written by whichever process holds the run: printed as text.
+            let owner_id = printable(&owner_id).into_owned();
             eprintln!("run {run_id}: {name} forwarded to {owner_id}, the executor that runs it");
             let patience = config.run_lease_ttl.value.max(MIN_FORWARD_PATIENCE);
             let output = if json { Output::Json } else { Output::Readable };
