@@ -109,6 +109,14 @@ impl Engine {
         &self.bus
     }
 
+    /// Publishes `kind` at the root of `run_id`, a run this engine runs,
+    /// and logs it under the fence the run holds, like the run's own
+    /// events: what the executor says about the run from outside its
+    /// actors (a person's forwarded control it refused).
+    pub fn note(&self, run_id: &str, kind: crate::event::EventKind) {
+        self.events.emit(run_id, crate::run::ROOT_PATH, kind);
+    }
+
     /// The engine's configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.config

@@ -40,6 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_actors::{Engine, EngineError, RunHandle};
+
+pub mod control;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

@@ -106,5 +106,6 @@ pub fn is_decision(kind: &EventKind) -> bool {
             | EventKind::VerdictDropped { .. }
             | EventKind::Resumed { .. }
             | EventKind::RunResumed { .. }
+            | EventKind::ControlRefused { .. }
     )
 }
