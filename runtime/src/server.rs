@@ -327,6 +327,18 @@ impl App {
         let _admitted = self.admission.lock().await;
         let room = self.room();
         if room == 0 {
+            // Runs waiting while the limit is full: it may grow, if on time.
+            if self.admitted.adapts()
+                && self
+                    .engine
+                    .store()
+                    .count_runs(RunStatus::Queued)
+                    .await
+                    .map_err(EngineError::Store)?
+                    > 0
+            {
+                self.admitted.held_back();
+            }
             return Ok(false);
         }
         let mut resumed = Vec::new();
@@ -336,6 +348,9 @@ impl App {
         let left = room.saturating_sub(resumed.len());
         let claimed = self.engine.claim_queued(left).await?;
         let filled = resumed.len() + claimed.len() >= room;
+        if filled {
+            self.admitted.held_back();
+        }
         for handle in resumed {
             tracing::info!(run_id = handle.run_id(), "orphaned run claimed and resumed");
             self.adopt(handle);
@@ -362,6 +377,7 @@ impl App {
     ) -> Result<Posted, EngineError> {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
+            self.admitted.held_back();
             let queued = self
                 .engine
                 .store()
@@ -396,6 +412,7 @@ impl App {
     {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
+            self.admitted.held_back();
             return None;
         }
         let started = work().await;

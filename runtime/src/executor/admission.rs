@@ -8,7 +8,8 @@
 //! TCP does with its window:
 //!
 //! - while the lag is under the target and the limit held a run back (a
-//!   post or a claim found no room), the limit grows by a step every
+//!   post was queued for want of room, a claim filled its room, or found
+//!   none while runs wait queued), the limit grows by a step every
 //!   [`ADAPT_INTERVAL`] — a 64th of the ceiling, at least one run, so that
 //!   from the floor to the ceiling takes 64 on-time intervals (6.4 s);
 //! - while the lag is over the target the limit halves, at most once per
@@ -154,16 +155,24 @@ impl Admission {
         self.lag().is_some_and(|lag| lag > self.target)
     }
 
+    /// Whether the limit adapts to a lag (a gauge and a target).
+    pub fn adapts(&self) -> bool {
+        self.gauge.is_some()
+    }
+
     /// How many more runs may start now, with `live` running: up to the
-    /// admitted limit while on time, up to the floor while late. A caller
-    /// that finds none is counted as held back, which lets the limit grow.
+    /// admitted limit while on time, up to the floor while late.
     pub fn room(&self, live: usize) -> usize {
         let limit = if self.late() { FLOOR } else { self.limit() };
-        let room = limit.saturating_sub(live);
-        if room == 0 {
-            self.held_back.store(true, Ordering::Relaxed);
-        }
-        room
+        limit.saturating_sub(live)
+    }
+
+    /// The limit kept a run out (a post queued for want of room, a claim
+    /// that filled its room): while on time, the next interval raises it.
+    /// Only real demand raises the limit, so an idle executor's limit
+    /// stays where its last burst left it.
+    pub fn held_back(&self) {
+        self.held_back.store(true, Ordering::Relaxed);
     }
 
     /// One interval of adaptation; answers whether room may have opened
@@ -260,14 +269,18 @@ mod tests {
     fn a_late_executor_admits_only_up_to_the_floor_and_cuts_its_limit() {
         let gauge = LoadGauge::new();
         let admission = Admission::new(8, DEFAULT_LAG_TARGET, Some(gauge.clone()));
+        assert!(admission.adapts());
         assert_eq!(admission.room(3), 5);
         gauge.set(Duration::from_millis(500));
         assert_eq!(admission.room(0), 1, "an idle executor always takes one");
         assert_eq!(admission.room(1), 0);
+        admission.held_back();
         assert!(!admission.adapt());
         assert_eq!(admission.limit(), 4);
         gauge.set(Duration::from_millis(2));
         assert_eq!(admission.room(4), 0);
+        assert!(!admission.adapt(), "nobody was held back: no growth");
+        admission.held_back();
         assert!(admission.adapt(), "held back on time: it grows");
         assert_eq!(admission.limit(), 5);
         assert!(!admission.adapt(), "nobody held back since");
@@ -282,7 +295,9 @@ mod tests {
             Admission::new(8, Duration::ZERO, Some(gauge)),
         ] {
             assert_eq!(admission.room(2), 6);
+            admission.held_back();
             assert!(!admission.adapt());
+            assert!(!admission.adapts());
             assert_eq!(admission.limit(), 8);
             assert_eq!(admission.target(), None);
         }
