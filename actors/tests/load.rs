@@ -148,6 +148,39 @@ async fn load_renewals_leave_the_evidence_streak_where_it_was() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_lag_below_the_bound_is_taken_off_the_silence_judged() {
+    // Five reports in the first half second, then silence: at the expiry
+    // the last report is 500 ms old, of which the executor says 200 ms
+    // (below the bound) were its own lateness.
+    let evaluator = ScriptedEvaluator::always("RENEW");
+    let gauge = LoadGauge::new();
+    let (supervision, events) = loaded_rig(config(0, 10), &evaluator, &gauge).await;
+    let handle = supervision
+        .leases
+        .supervise(spec(secs(1), 10), |evidence| async move {
+            for _ in 0..5 {
+                sleep(millis(100)).await;
+                evidence.observe();
+            }
+            pending::<()>().await
+        })
+        .expect("started");
+    sleep(millis(900)).await;
+    gauge.set(millis(200));
+    sleep(millis(200)).await;
+    let verdicts = events.verdicts();
+    assert_eq!(verdicts.len(), 1);
+    assert_eq!(verdicts[0].decided_by, DecidedBy::Evidence);
+    assert_eq!(verdicts[0].evidence.last_progress_age_ms, Some(300));
+    // On time, the silence is judged whole.
+    gauge.set(Duration::ZERO);
+    sleep(secs(1)).await;
+    let verdicts = events.verdicts();
+    assert_eq!(verdicts[1].evidence.last_progress_age_ms, Some(1_500));
+    drop(handle);
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_engine_built_with_a_gauge_renews_its_runs_leases_by_load() {
     // A run whose model call hangs, on an engine whose executor is late:
     // its lease renews by load, past the cap; on time, the cap cuts.
