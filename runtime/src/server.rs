@@ -127,10 +127,8 @@ pub struct ServerOptions {
     /// claims queued runs, within the same room, orphans first
     /// (`resume_on_boot`).
     pub resume_orphans: bool,
-    /// The lag under which the executor admits runs
-    /// (`executor.lag_target`): its admitted limit adapts to its engine's
-    /// [load gauge](Engine::load), between 1 and `max_live_runs`; zero, or
-    /// an engine without a gauge, keeps it at `max_live_runs`.
+    /// The lag under which the executor admits runs (`executor.lag_target`;
+    /// see [`crate::executor::admission`]); zero: `max_live_runs` fixed.
     pub lag_target: Duration,
 }
 
@@ -314,11 +312,6 @@ impl App {
         self.admitted.room(self.live_runs())
     }
 
-    /// This executor's admission: its admitted limit and its lag.
-    pub fn admission(&self) -> &crate::executor::Admission {
-        &self.admitted
-    }
-
     /// Claims as many runs as this executor has room for — orphans first
     /// if it resumes them ([`ServerOptions::resume_orphans`]), then queued
     /// runs, oldest first — starts and adopts them; answers whether it
@@ -327,18 +320,10 @@ impl App {
         let _admitted = self.admission.lock().await;
         let room = self.room();
         if room == 0 {
-            // Runs waiting while the limit is full: it may grow, if on time.
-            if self.admitted.adapts()
-                && self
-                    .engine
-                    .store()
-                    .count_runs(RunStatus::Queued)
-                    .await
-                    .map_err(EngineError::Store)?
-                    > 0
-            {
-                self.admitted.held_back();
-            }
+            self.admitted
+                .full(self.engine.store().as_ref())
+                .await
+                .map_err(EngineError::Store)?;
             return Ok(false);
         }
         let mut resumed = Vec::new();
@@ -509,8 +494,7 @@ pub async fn serve(
     }
     // Controls forwarded by other executors to the runs this one runs.
     commands::follow(Arc::clone(&app));
-    // The admitted limit follows the lag; a limit that grows wakes the
-    // claimer.
+    // The admitted limit follows the lag, and wakes the claimer as it grows.
     let adapting = app
         .admitted
         .drive(Arc::clone(&app.queue_wake), app.shutdown.clone());

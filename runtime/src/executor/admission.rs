@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use leasehold_actors::LoadGauge;
+use leasehold_actors::{LoadGauge, RunStatus, Store, StoreError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -173,6 +173,15 @@ impl Admission {
     /// stays where its last burst left it.
     pub fn held_back(&self) {
         self.held_back.store(true, Ordering::Relaxed);
+    }
+
+    /// The limit was full at a claim: if runs wait queued in `store`, it
+    /// held them back (asked of the store only when the limit adapts).
+    pub async fn full(&self, store: &dyn Store) -> Result<(), StoreError> {
+        if self.adapts() && store.count_runs(RunStatus::Queued).await? > 0 {
+            self.held_back();
+        }
+        Ok(())
     }
 
     /// One interval of adaptation; answers whether room may have opened

@@ -197,7 +197,7 @@ fn too_many_runs(app: &App) -> ApiError {
              server.max_live_runs, LEASEHOLD_SERVER_MAX_LIVE_RUNS, fewer while its lag is over \
              executor.lag_target): try again when one has ended",
             app.live_runs(),
-            app.admission().limit()
+            app.admitted.limit()
         ),
     )
 }
