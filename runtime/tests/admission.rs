@@ -12,6 +12,9 @@
 
 mod support;
 
+#[path = "support/postgres.rs"]
+mod postgres;
+
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -302,6 +305,77 @@ async fn a_late_executor_cuts_its_admitted_limit_queues_a_burst_and_completes_ev
     assert_eq!(drained["admitted_limit"], LIMIT, "{drained}");
     server.start_kill().expect("SIGKILL");
     server.wait().await.expect("reaped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_a_late_executor_cannot_take_are_taken_by_another_on_the_same_postgresql() {
+    let (cluster, url) = postgres::database().await;
+    let (model, gate) = gated_model().await;
+    let (data_a, data_b) = (
+        tempfile::tempdir().expect("a data dir"),
+        tempfile::tempdir().expect("a data dir"),
+    );
+    let env = [
+        ("LEASEHOLD_STORE", url.as_str()),
+        ("LEASEHOLD_SERVER_MAX_LIVE_RUNS", "8"),
+        ("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "10m"),
+    ];
+    let mut a = serve(data_a.path(), &model, &env);
+    let base_a = support::served_base(&mut a, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    // A has room: these start on A, before B is there to claim anything.
+    let mut on_a = Vec::new();
+    for _ in 0..BEFORE {
+        let (run_id, status) = post_flow(&http, &base_a).await;
+        assert_eq!(status, "running");
+        on_a.push(run_id);
+    }
+    let mut b = serve(data_b.path(), &model, &env);
+    let base_b = support::served_base(&mut b, PATIENCE).await;
+    let mut received = gate.received.subscribe();
+    tokio::time::timeout(PATIENCE, received.wait_for(|n| *n >= BEFORE))
+        .await
+        .expect("A's runs call the model")
+        .expect("the gate lives");
+
+    // A is late: what is posted to it now waits queued, and B — on time,
+    // with room — takes it.
+    stall(&a, Duration::from_secs(1)).await;
+    executor_until(&http, &base_a, "A's limit is cut", |x| {
+        x["admitted_limit"].as_u64().is_some_and(|l| l < LIMIT)
+    })
+    .await;
+    let mut burst = Vec::new();
+    for _ in 0..BEFORE {
+        burst.push(post_flow(&http, &base_a).await);
+    }
+    assert_eq!(burst[0].1, "queued", "{burst:?}");
+    tokio::time::timeout(PATIENCE, received.wait_for(|n| *n >= 2 * BEFORE))
+        .await
+        .expect("every run calls the model")
+        .expect("the gate lives");
+    let owner_b = support::owner_id(&http, &base_b).await;
+    let mut taken_by_b = 0;
+    for (run_id, _) in &burst {
+        let view = support::get_run(&http, &base_a, run_id).await;
+        assert_eq!(view["status"], "running", "{view}");
+        taken_by_b += usize::from(view["owner_id"] == owner_b.as_str());
+    }
+    assert!(taken_by_b >= 1, "B took none of the runs A could not");
+
+    gate.open.send_replace(true);
+    for run_id in on_a.iter().chain(burst.iter().map(|(run_id, _)| run_id)) {
+        let view = support::view_until(&http, &base_b, run_id, PATIENCE, "completed", |v| {
+            v["status"] == "completed"
+        })
+        .await;
+        assert_eq!(view["answer"], "done", "{view}");
+    }
+    for server in [&mut a, &mut b] {
+        server.start_kill().expect("SIGKILL");
+        server.wait().await.expect("reaped");
+    }
+    drop(cluster);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
