@@ -370,7 +370,11 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
             e.message
         ))
     })?;
-    let engine = std::sync::Arc::new(config.engine_builder()?.build().await?);
+    let mut builder = config.engine_builder()?;
+    if let Some(gauge) = config.load_gauge() {
+        builder = builder.load(gauge);
+    }
+    let engine = std::sync::Arc::new(builder.build().await?);
     crate::executor::boot(&engine, false).await?;
     let mut events = engine.events().subscribe();
     let handle = engine.start(flow).await?;

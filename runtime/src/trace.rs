@@ -14,7 +14,7 @@ pub struct TraceSummary {
     /// Verdicts in all.
     pub verdicts: usize,
     /// Verdicts by who decided (`ladder`, `evidence`, `evaluator`,
-    /// `breaker`, `cap`).
+    /// `breaker`, `cap`, `policy`, `load`).
     pub verdicts_by_decider: BTreeMap<String, usize>,
     /// Verdicts by verdict (`RENEW`, `NUDGE`, `INTERVENE`, `ESCALATE`).
     pub verdicts_by_verdict: BTreeMap<String, usize>,

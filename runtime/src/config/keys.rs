@@ -9,6 +9,8 @@ use super::ENV_CONFIG;
 pub enum ValueKind {
     /// A duration in human form: `250ms`, `90s`, `5m`.
     Duration,
+    /// A duration that may be `0` (or `off`) to turn its rule off.
+    DurationOrOff,
     /// A whole number from 0 to 4294967295.
     Count,
     /// `true` or `false` (also `1`, `0`, `yes`, `no`, `on`, `off`).
@@ -45,6 +47,7 @@ impl ValueKind {
     pub fn expected(self) -> &'static str {
         match self {
             Self::Duration => "a duration such as 250ms, 90s or 5m",
+            Self::DurationOrOff => "a duration such as 250ms, or 0 (off)",
             Self::Count => "a whole number from 0 to 4294967295",
             Self::Flag => "true or false (or 1, 0, yes, no, on, off)",
             Self::Role => "a model role: default or fast",
@@ -95,7 +98,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 59] = [
+pub(super) const KEYS: [Key; 61] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -228,6 +231,20 @@ pub(super) const KEYS: [Key; 59] = [
         "1s",
         ValueKind::Duration,
         "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least 100ms",
+    ),
+    key(
+        "LEASEHOLD_EXECUTOR_LOAD_BOUND",
+        "executor.load_bound",
+        "250ms",
+        ValueKind::DurationOrOff,
+        "the executor's lag above which a lease that expires is renewed by `load`, counted neither toward the renewal cap nor the ladder nor the evidence streak (`run` and `serve` measure the lag); at least 10ms, or 0: off",
+    ),
+    key(
+        "LEASEHOLD_EXECUTOR_LAG_TARGET",
+        "executor.lag_target",
+        "100ms",
+        ValueKind::DurationOrOff,
+        "the lag under which a serving executor admits runs: its admitted limit grows while the lag stays under it and halves when it does not, between 1 and `server.max_live_runs`; at most `executor.load_bound`; at least 10ms, or 0: the limit is `server.max_live_runs`",
     ),
     key(
         "LEASEHOLD_DURABILITY",

@@ -71,6 +71,7 @@ impl Config {
                 progress_interval: self.limits_progress_interval.value,
                 max_run_events: u64::from(self.limits_run_events.value),
             },
+            load_bound: self.executor_load_bound.value,
         }
     }
 
