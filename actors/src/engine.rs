@@ -88,6 +88,8 @@ pub struct Engine {
     shut_down: std::sync::atomic::AtomicBool,
     /// How many leases the runs of this engine hold.
     live_leases: Arc<AtomicU64>,
+    /// The executor's lag, if measured ([`EngineBuilder::load`]).
+    load: Option<crate::load::LoadGauge>,
 }
 
 impl Engine {
@@ -109,6 +111,14 @@ impl Engine {
         &self.bus
     }
 
+    /// Publishes `kind` at the root of `run_id`, a run this engine runs,
+    /// and logs it under the fence the run holds, like the run's own
+    /// events: what the executor says about the run from outside its
+    /// actors (a person's forwarded control it refused).
+    pub fn note(&self, run_id: &str, kind: crate::event::EventKind) {
+        self.events.emit(run_id, crate::run::ROOT_PATH, kind);
+    }
+
     /// The engine's configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.config
@@ -123,6 +133,12 @@ impl Engine {
     /// tool calls and worker steps in flight under a lease.
     pub fn live_leases(&self) -> u64 {
         self.live_leases.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The executor's scheduling lag, if the engine was built with a gauge
+    /// ([`EngineBuilder::load`]).
+    pub fn load(&self) -> Option<&crate::load::LoadGauge> {
+        self.load.as_ref()
     }
 
     /// The store.
@@ -206,6 +222,7 @@ impl Engine {
             config: plan.watchdog_config,
             live: self.live_leases.clone(),
             limits: self.config.events,
+            load: crate::load::LoadRule::of(self.load.as_ref(), self.config.load_bound),
         })
         .await?;
         let fence = Arc::new(AtomicU64::new(record.fence));

@@ -4,7 +4,7 @@
 //!
 //! The engine's sink publishes each event on its bus and hands it to one
 //! writer task, which appends events in batches: one store write per run
-//! per batch, the runs' writes at once, so the log keeps up with many runs
+//! per batch, the runs' writes at once (polled together, not a task each), so the log keeps up with many runs
 //! on a store a round trip away. A run's terminal flush goes through the
 //! same task, after the run's last event, and the run records its end only
 //! once it returned, so "the run ended" is never durable before its events.
@@ -153,10 +153,18 @@ pub(crate) fn start(store: Arc<dyn Store>, bus: EventBus) -> mpsc::UnboundedSend
                     LogItem::Register(run_id, fence) => {
                         fences.insert(run_id, fence);
                     }
-                    LogItem::Event(event) => pending
-                        .entry(event.run_id.clone())
-                        .or_default()
-                        .push((*event).clone()),
+                    LogItem::Event(event) => {
+                        // The bus's readers may still hold the event; when
+                        // none does, it is moved, not copied.
+                        let event =
+                            Arc::try_unwrap(event).unwrap_or_else(|shared| (*shared).clone());
+                        match pending.get_mut(&event.run_id) {
+                            Some(events) => events.push(event),
+                            None => {
+                                pending.insert(event.run_id.clone(), vec![event]);
+                            }
+                        }
+                    }
                     LogItem::Flush(run_id, done) => {
                         write(&store, &fences, std::mem::take(&mut pending)).await;
                         if let Err(error) = store.flush().await {
@@ -182,32 +190,29 @@ pub(crate) fn start(store: Arc<dyn Store>, bus: EventBus) -> mpsc::UnboundedSend
 }
 
 /// Appends the batch's events: one write per run, the runs' writes at
-/// once. A run's events stay in the order they were published; a batch is
-/// written whole before the next is read.
+/// once, polled together by this task (no task per run per batch). A run's
+/// events stay in the order they were published; a batch is written whole
+/// before the next is read.
 async fn write(
     store: &Arc<dyn Store>,
     fences: &HashMap<String, Arc<AtomicU64>>,
     pending: HashMap<String, Vec<Event>>,
 ) {
-    let mut writes = tokio::task::JoinSet::new();
-    for (run_id, events) in pending {
+    let writes = pending.into_iter().filter_map(|(run_id, events)| {
         // Events of runs this executor does not (or no longer) own are not logged.
-        let Some(fence) = fences.get(&run_id) else {
-            continue;
-        };
-        let fence = fence.load(Ordering::Acquire);
-        let store = Arc::clone(store);
-        writes.spawn(async move {
-            match store.append_events(&run_id, events, fence).await {
+        let fence = fences.get(&run_id)?.load(Ordering::Acquire);
+        let append = store.append_events(&run_id, events, fence);
+        Some(async move {
+            match append.await {
                 Ok(Fenced::Applied(())) => {}
                 Ok(Fenced::Stale { .. }) => {
                     tracing::warn!(%run_id, "events of a run this executor lost were not logged");
                 }
                 Err(error) => tracing::error!(%run_id, %error, "events not logged"),
             }
-        });
-    }
-    while writes.join_next().await.is_some() {}
+        })
+    });
+    futures_util::future::join_all(writes).await;
 }
 
 #[cfg(test)]

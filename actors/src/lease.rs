@@ -30,6 +30,16 @@
 //! `evidence_renewals`: evidence earns renewals, not immunity. Any verdict
 //! that is not an evidence renewal resets the streak.
 //!
+//! Overload is not the work's fault. With a [`LoadRule`], an expiry is
+//! first compared with the executor's lag — the larger of the load gauge's
+//! reading and how late this lease's own timer fired: above the rule's
+//! bound, the lease is renewed by `load` before any policy judges it, and
+//! that renewal moves nothing — not the renewal count (so neither the cap
+//! nor the ladder), not the evidence streak. Below the bound, the lag is
+//! taken off the silence the evidence is judged on, since the operation's
+//! last report may have been recorded that late. A hung operation is judged
+//! as usual once the executor is on time again.
+//!
 //! One lease actor holds many leases — one per run, or per shard of a swarm —
 //! each an entry in a map and in one timer queue, so a live operation and its
 //! lease cost about a kilobyte, not an actor each. A timer fire carries the
@@ -42,6 +52,7 @@ mod timer;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
@@ -50,6 +61,7 @@ use tokio_util::sync::CancellationToken;
 use crate::duration::deadline_after;
 use crate::event::EventKind;
 use crate::evidence::{Evidence, EvidenceSummary};
+use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
 use crate::ports::EventSink;
 use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
@@ -163,6 +175,9 @@ pub(crate) struct LeaseActorArgs {
     pub live: Arc<AtomicU64>,
     /// What an operation's progress reports may cost the log.
     pub limits: crate::event::EventLimits,
+    /// The executor's load and the lag above which an expiry renews by
+    /// `load`; none turns the rule off.
+    pub load: Option<LoadRule>,
 }
 
 impl LeaseActor {
@@ -187,6 +202,7 @@ pub(crate) struct LeaseState {
     live: Arc<AtomicU64>,
     /// Who waits for the last lease to go ([`LeaseMsg::Drained`]).
     drained: Vec<oneshot::Sender<()>>,
+    load: Option<LoadRule>,
 }
 
 impl Drop for LeaseState {
@@ -207,6 +223,9 @@ struct Entry {
     /// Consecutive renewals decided on evidence alone.
     evidence_renewals: u32,
     generation: u64,
+    /// When the current period ends: how late its timer fired is the
+    /// executor's lateness, seen by this lease.
+    deadline: tokio::time::Instant,
 }
 
 impl Actor for LeaseActor {
@@ -230,6 +249,7 @@ impl Actor for LeaseActor {
             paused: false,
             live: args.live,
             drained: Vec::new(),
+            load: args.load,
         })
     }
 
@@ -297,6 +317,7 @@ impl LeaseState {
                 renewals: 0,
                 evidence_renewals: 0,
                 generation: 0,
+                deadline,
             },
         );
     }
@@ -327,20 +348,13 @@ impl LeaseState {
                 // A fresh generation: any fire or verdict from before the
                 // pause is stale.
                 entry.generation += 1;
-                (*id, entry.generation, entry.meta.clone())
+                entry.deadline = deadline_after(now, entry.meta.duration);
+                (*id, entry.generation, entry.deadline)
             })
             .collect();
-        for (id, generation, meta) in rearm {
-            self.arm(id, generation, &meta);
+        for (id, generation, deadline) in rearm {
+            self.arm_at(id, generation, deadline);
         }
-    }
-
-    fn arm(&self, id: LeaseId, generation: u64, meta: &LeaseMeta) {
-        self.arm_at(
-            id,
-            generation,
-            deadline_after(tokio::time::Instant::now(), meta.duration),
-        );
     }
 
     fn arm_at(&self, id: LeaseId, generation: u64, at: tokio::time::Instant) {
@@ -388,7 +402,11 @@ impl LeaseState {
             // lease is re-armed on resume.
             return;
         }
+        let now = tokio::time::Instant::now();
         let (meta, renewals) = (entry.meta.clone(), entry.renewals);
+        // How late this lease's own timer fired: the executor's lateness as
+        // this lease saw it, beside the gauge's.
+        let seen = now.saturating_duration_since(entry.deadline);
         self.emit(
             &meta,
             EventKind::Wait {
@@ -400,10 +418,34 @@ impl LeaseState {
             },
         );
 
-        let evidence = entry.evidence.summary(
-            tokio::time::Instant::now(),
-            self.config.accrual.for_kind(meta.kind),
-        );
+        let accrual = self.config.accrual.for_kind(meta.kind);
+        if let Some(rule) = &self.load
+            && let Some(lag) = rule.late_by(seen)
+        {
+            let evidence = entry.evidence.summary(now, accrual);
+            let decision = Decision::renew(
+                DecidedBy::Load,
+                format!(
+                    "the executor was {} ms late (load bound {} ms): the time was the \
+                     runtime's, not the operation's; not counted toward the renewal cap",
+                    lag.as_millis(),
+                    rule.bound().as_millis()
+                ),
+            );
+            let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
+            self.emit(&meta, EventKind::Verdict(record));
+            self.decided(id, generation, decision);
+            return;
+        }
+        // The silence is judged without the lag: the operation's last
+        // report may have been recorded that late.
+        let lag = self
+            .load
+            .as_ref()
+            .map_or(Duration::ZERO, |rule| rule.gauge().lag().max(seen));
+        let evidence = entry
+            .evidence
+            .summary(now.checked_sub(lag).unwrap_or(now), accrual);
         let judged = self
             .config
             .expiry(&meta, renewals, entry.evidence_renewals, &evidence);
@@ -467,15 +509,26 @@ impl LeaseState {
         }
         match decision.verdict {
             Verdict::Renew | Verdict::Nudge => {
-                if decision.decided_by == DecidedBy::Evidence {
-                    entry.evidence_renewals += 1;
-                } else {
-                    entry.evidence_renewals = 0;
+                match decision.decided_by {
+                    // The runtime's time: nothing the operation did moves.
+                    DecidedBy::Load => {}
+                    DecidedBy::Evidence => {
+                        entry.evidence_renewals += 1;
+                        entry.renewals += 1;
+                    }
+                    _ => {
+                        entry.evidence_renewals = 0;
+                        entry.renewals += 1;
+                    }
                 }
-                entry.renewals += 1;
                 entry.generation += 1;
-                let (meta, nudges, generation) =
-                    (entry.meta.clone(), entry.nudges.clone(), entry.generation);
+                entry.deadline = deadline_after(tokio::time::Instant::now(), entry.meta.duration);
+                let (meta, nudges, generation, deadline) = (
+                    entry.meta.clone(),
+                    entry.nudges.clone(),
+                    entry.generation,
+                    entry.deadline,
+                );
                 if decision.verdict == Verdict::Nudge
                     && let Some(nudge) = decision.nudge
                 {
@@ -490,7 +543,7 @@ impl LeaseState {
                         },
                     );
                 }
-                self.arm(id, generation, &meta);
+                self.arm_at(id, generation, deadline);
             }
             Verdict::Intervene if decision.decided_by == DecidedBy::Cap => {
                 let meta = entry.meta.clone();

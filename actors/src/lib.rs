@@ -43,6 +43,7 @@ mod event_log;
 mod evidence;
 mod flow;
 mod lease;
+mod load;
 mod memory;
 mod nudge;
 mod ports;
@@ -105,6 +106,7 @@ pub use lease::{
     LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseSpec,
     Leases, MIN_LEASE,
 };
+pub use load::{DEFAULT_LOAD_BOUND, DEFAULT_PROBE_INTERVAL, LoadGauge, LoadRule, MIN_LOAD_BOUND};
 pub use nudge::NudgeQueue;
 pub use supervision::{Supervision, SupervisionConfig};
 

@@ -7,6 +7,7 @@ use ractor::ActorRef;
 
 use crate::error::ConfigError;
 use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, Leases};
+use crate::load::LoadRule;
 use crate::ports::{Evaluator, EventSink};
 use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg};
 
@@ -46,6 +47,8 @@ pub struct Supervision {
     pub watchdog: ActorRef<WatchdogMsg>,
     /// Starts operations under leases.
     pub leases: Leases,
+    /// The load rule of its lease actors, if any.
+    load: Option<LoadRule>,
 }
 
 impl Supervision {
@@ -55,6 +58,18 @@ impl Supervision {
         config: SupervisionConfig,
         evaluator: Option<Arc<dyn Evaluator>>,
         events: Arc<dyn EventSink>,
+    ) -> Result<Self, StartError> {
+        Self::start_with_load(config, evaluator, events, None).await
+    }
+
+    /// [`Supervision::start`] with a [`LoadRule`]: an expiry while the
+    /// executor's lag is above the rule's bound renews by `load`, counted
+    /// neither toward the cap nor on the ladder nor in the evidence streak.
+    pub async fn start_with_load(
+        config: SupervisionConfig,
+        evaluator: Option<Arc<dyn Evaluator>>,
+        events: Arc<dyn EventSink>,
+        load: Option<LoadRule>,
     ) -> Result<Self, StartError> {
         config.validate()?;
         let watchdog = WatchdogActor::start(WatchdogArgs {
@@ -69,12 +84,14 @@ impl Supervision {
             config: config.watchdog,
             live: Arc::default(),
             limits: crate::event::EventLimits::default(),
+            load: load.clone(),
         })
         .await?;
         Ok(Self {
             config,
             watchdog,
             leases,
+            load,
         })
     }
 
@@ -87,6 +104,7 @@ impl Supervision {
             config: self.config.watchdog,
             live: Arc::default(),
             limits: crate::event::EventLimits::default(),
+            load: self.load.clone(),
         })
         .await
     }

@@ -71,6 +71,11 @@ pub enum DecidedBy {
     /// A verdict policy other than the default decided by its own rule (a
     /// deadline, an idle timeout): no evaluator call.
     Policy,
+    /// The executor was late: the lease expired while the runtime's lag
+    /// was above its bound, so the time was the runtime's, not the
+    /// operation's. Renewed without counting toward the cap, the ladder or
+    /// the evidence streak; no evaluator call.
+    Load,
 }
 
 impl DecidedBy {
@@ -83,6 +88,7 @@ impl DecidedBy {
             Self::Breaker => "breaker",
             Self::Cap => "cap",
             Self::Policy => "policy",
+            Self::Load => "load",
         }
     }
 }

@@ -105,10 +105,16 @@ async fn every_event_kind_has_a_stable_snake_case_name() {
             verdict: Verdict::Intervene,
             reason: "the run is paused".into(),
         },
+        EventKind::ControlRefused {
+            command: "resume".into(),
+            reason: "run r is not paused".into(),
+        },
     ];
     for kind in kinds {
         let json = serde_json::to_value(&kind).expect("serializes");
         assert_eq!(json["kind"], kind.name());
+        let back: EventKind = serde_json::from_value(json.clone()).expect("reads back");
+        assert_eq!(back, kind, "{json}");
         assert!(
             kind.name()
                 .chars()

@@ -7,6 +7,7 @@
 //! cargo bench -p leasehold --bench swarm -- --part pg      # PostgreSQL writes only
 //! cargo bench -p leasehold --bench swarm -- --max-renewals 100
 //! cargo bench -p leasehold --bench swarm -- --lease-ms 60000   # no expiry
+//! cargo bench -p leasehold --bench swarm -- --load-bound 0      # no load rule
 //! ```
 //!
 //! Each run's root streams a turn that spawns three workers, each worker
@@ -37,6 +38,15 @@
 //! instead of waiting for ever. `--max-renewals` sets the leases' cap
 //! (default: the engine's, 10).
 //!
+//! The engine measures its own lag with the probe `leasehold run` and
+//! `leasehold serve` start ([`LoadGauge::probe`]), so that a lease expiring
+//! while the runtime is late renews by `load` (counted as `load_renewals`),
+//! as in the binary; `--load-bound MS` sets the bound (`0`: off).
+//!
+//! Built with the `cli` feature (the default), both children allocate with
+//! mimalloc, the `leasehold` binary's allocator; with
+//! `--no-default-features --features store`, with the system's.
+//!
 //! `--part pg` (or the default `--part all`, after the swarm) measures the
 //! PostgreSQL store's snapshot write rate against raw `INSERT`s of the same
 //! rows (`swarm/pg_writes.rs`), on a throwaway cluster; skipped, saying so,
@@ -51,13 +61,19 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, SledConfig, SledStore};
 use leasehold::{
-    BoxFuture, ChangeFeed, ChatRole, ClaimOutcome, Engine, EngineConfig, Event, EventKind,
-    EventSink, Evidence, Fenced, Flow, LeaseKind, MemoryStore, ModelClient, ModelError, ModelReply,
-    ModelRequest, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
-    Snapshot, Store, StoreError, StoredCommand, ToolCallRecord,
+    BoxFuture, ChangeFeed, ChatRole, ClaimOutcome, DEFAULT_PROBE_INTERVAL, DecidedBy, Engine,
+    EngineConfig, Event, EventKind, EventSink, Evidence, Fenced, Flow, LeaseKind, LoadGauge,
+    MemoryStore, ModelClient, ModelError, ModelReply, ModelRequest, QueueClaim, RunCommand,
+    RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, StoredCommand,
+    ToolCallRecord,
 };
 use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
+
+/// The `leasehold` binary's allocator, so that the figures are the binary's.
+#[cfg(feature = "cli")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/postgres.rs"]
@@ -99,6 +115,9 @@ fn main() {
         lease: value("--lease-ms")
             .and_then(|ms| ms.parse().ok())
             .map_or(LEASE, Duration::from_millis),
+        load_bound: value("--load-bound")
+            .and_then(|ms| ms.parse().ok())
+            .map_or(EngineConfig::default().load_bound, Duration::from_millis),
     };
     if let Some(which) = value("--child") {
         let store = value("--store").unwrap_or_else(|| "memory".to_owned());
@@ -218,6 +237,8 @@ struct Knobs {
     max_renewals: u32,
     /// The model-stream lease.
     lease: Duration,
+    /// The load rule's bound (`executor.load_bound`); zero turns it off.
+    load_bound: Duration,
 }
 
 /// A child's `key=value` figures, and its line as printed.
@@ -239,6 +260,7 @@ fn run_child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) -
         .args(["--runs", &runs.to_string(), "--timers", &timers.to_string()])
         .args(["--max-renewals", &knobs.max_renewals.to_string()])
         .args(["--lease-ms", &knobs.lease.as_millis().to_string()])
+        .args(["--load-bound", &knobs.load_bound.as_millis().to_string()])
         .output()
         .expect("the child runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -322,6 +344,7 @@ fn config(knobs: Knobs) -> EngineConfig {
     let mut config = EngineConfig::default();
     config.supervision.lease.model_stream = knobs.lease;
     config.supervision.lease.max_renewals = knobs.max_renewals;
+    config.load_bound = knobs.load_bound;
     config
 }
 
@@ -331,6 +354,7 @@ async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>, knobs: Knobs) -
         .model(Arc::new(SwarmModel))
         .events(sink)
         .store(store)
+        .load(LoadGauge::probe(DEFAULT_PROBE_INTERVAL))
         .build()
         .await
         .expect("engine builds")
@@ -372,10 +396,11 @@ async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
     drop(handles);
     engine.shutdown().await;
     format!(
-        "rss_delta={} cpu_ns={cpu} expiries={} waits={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
+        "rss_delta={} cpu_ns={cpu} expiries={} waits={} load_renewals={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
         peak.saturating_sub(rss_before),
         lateness.len(),
         sink.waits.load(Ordering::Relaxed),
+        sink.load_renewals.load(Ordering::Relaxed),
         percentile(&lateness, 50),
         percentile(&lateness, 99),
         lateness.last().copied().unwrap_or(0),
@@ -526,6 +551,8 @@ struct LatenessSink {
     workers: AtomicU64,
     /// Every `wait`, renewals included.
     waits: AtomicU64,
+    /// Expiries renewed by the load rule.
+    load_renewals: AtomicU64,
 }
 
 impl LatenessSink {
@@ -562,12 +589,13 @@ impl EventSink for LatenessSink {
                 let owner = path
                     .rsplit_once('/')
                     .map_or(path, |(loop_path, _)| loop_path);
+                // Taken out: only a call's first expiry is a sample (a
+                // renewal by load leaves `renewals` at 0).
                 let started = self
                     .started
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .get(&(run_id.to_owned(), owner.to_owned()))
-                    .copied();
+                    .remove(&(run_id.to_owned(), owner.to_owned()));
                 if let Some(started) = started {
                     let due = started + Duration::from_millis(lease_ms);
                     self.lateness
@@ -575,6 +603,9 @@ impl EventSink for LatenessSink {
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(nanos(now.saturating_duration_since(due)));
                 }
+            }
+            EventKind::Verdict(record) if record.decided_by == DecidedBy::Load => {
+                self.load_renewals.fetch_add(1, Ordering::Relaxed);
             }
             EventKind::WorkerSpawned { .. } => {
                 self.workers.fetch_add(1, Ordering::Relaxed);
@@ -597,6 +628,7 @@ pub(crate) async fn recorded_snapshots() -> Pilot {
     let knobs = Knobs {
         max_renewals: EngineConfig::default().supervision.lease.max_renewals,
         lease: LEASE,
+        load_bound: EngineConfig::default().load_bound,
     };
     let engine = engine(store.clone(), sink, knobs).await;
     let mut handle = engine.start(flow()).await.expect("pilot starts");

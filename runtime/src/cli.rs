@@ -370,7 +370,11 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
             e.message
         ))
     })?;
-    let engine = config.engine_builder()?.build().await?;
+    let mut builder = config.engine_builder()?;
+    if let Some(gauge) = config.load_gauge() {
+        builder = builder.load(gauge);
+    }
+    let engine = std::sync::Arc::new(builder.build().await?);
     crate::executor::boot(&engine, false).await?;
     let mut events = engine.events().subscribe();
     let handle = engine.start(flow).await?;
@@ -380,22 +384,30 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
 }
 
-/// Follows the run until it ends, pauses or a signal stops it; then stops
-/// the engine, flushes the store, prints what the log holds beyond what the
-/// bus brought, and answers the exit code.
+/// Follows the run until it ends, pauses or a signal stops it, taking the
+/// controls other executors forward to it meanwhile (a shared store); then
+/// stops the engine, flushes the store, prints what the log holds beyond
+/// what the bus brought, and answers the exit code.
 async fn follow_to_the_end(
-    engine: &leasehold_actors::Engine,
+    engine: &std::sync::Arc<leasehold_actors::Engine>,
     handle: leasehold_actors::RunHandle,
     events: &mut leasehold_actors::EventStream,
     json: bool,
     signals: &signal::Signals,
 ) -> Result<ExitCode, CliError> {
+    use crate::executor::control;
     let output = if json {
         log::Output::Json
     } else {
         log::Output::Readable
     };
+    let executor = control::OneRun::new(std::sync::Arc::clone(engine));
+    executor.runs(handle.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let taking = control::follow(executor, stop.clone(), None);
     let followed = log::follow(handle, events, output, signals).await;
+    stop.cancel();
+    let _ = taking.await;
     engine.shutdown().await;
     engine.store().flush().await?;
     followed.print_rest(engine.store().as_ref()).await?;

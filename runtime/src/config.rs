@@ -150,6 +150,12 @@ pub struct Config {
     /// How long a finished run is kept, `None` for ever
     /// (`LEASEHOLD_EXECUTOR_RETENTION`).
     pub executor_retention: Setting<Option<Duration>>,
+    /// The lag above which an expiring lease renews by `load`; zero: off
+    /// (`LEASEHOLD_EXECUTOR_LOAD_BOUND`).
+    pub executor_load_bound: Setting<Duration>,
+    /// The lag under which a serving executor admits runs; zero: a fixed
+    /// limit (`LEASEHOLD_EXECUTOR_LAG_TARGET`).
+    pub executor_lag_target: Setting<Duration>,
     /// When a store write counts as done (`LEASEHOLD_DURABILITY`).
     pub durability: Setting<Durability>,
     /// The run store's directory (`LEASEHOLD_DATA_DIR`).
@@ -342,6 +348,8 @@ impl Default for Config {
             resume_on_boot: Setting::default(false),
             executor_claim_interval: Setting::default(crate::executor::DEFAULT_CLAIM_INTERVAL),
             executor_retention: Setting::default(engine.retention),
+            executor_load_bound: Setting::default(engine.load_bound),
+            executor_lag_target: Setting::default(crate::executor::DEFAULT_LAG_TARGET),
             durability: Setting::default(Durability::default()),
             data_dir: Setting::default(PathBuf::from(".leasehold")),
             store_url: Setting::default(None),
@@ -627,6 +635,17 @@ impl Config {
             "sled.cache_capacity" => {
                 self.sled_cache_capacity = with(parse_size(trimmed).ok_or_else(bad)?, source);
             }
+            "executor.load_bound" | "executor.lag_target" => {
+                let value = match trimmed {
+                    "0" | "off" => Duration::ZERO,
+                    _ => duration()?,
+                };
+                if key.file == "executor.load_bound" {
+                    self.executor_load_bound = with(value, source);
+                } else {
+                    self.executor_lag_target = with(value, source);
+                }
+            }
             "resume_on_boot" => {
                 let flag = crate::executor::parse_flag(trimmed).map_err(|_| bad())?;
                 self.resume_on_boot = with(flag, source);
@@ -750,6 +769,13 @@ impl Config {
         fn d(s: &Setting<Duration>) -> (String, &Source) {
             (humantime::format_duration(s.value).to_string(), &s.source)
         }
+        fn off(s: &Setting<Duration>) -> (String, &Source) {
+            if s.value.is_zero() {
+                ("off".to_owned(), &s.source)
+            } else {
+                d(s)
+            }
+        }
         fn n(s: &Setting<u32>) -> (String, &Source) {
             (s.value.to_string(), &s.source)
         }
@@ -817,6 +843,8 @@ impl Config {
                 &self.executor_retention.source,
             ),
             "sled.cache_capacity" => size(&self.sled_cache_capacity),
+            "executor.load_bound" => off(&self.executor_load_bound),
+            "executor.lag_target" => off(&self.executor_lag_target),
             "resume_on_boot" => (
                 self.resume_on_boot.value.to_string(),
                 &self.resume_on_boot.source,

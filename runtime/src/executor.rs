@@ -34,14 +34,24 @@
 //! `executor.claim_interval` otherwise. Every reason to look is one
 //! [`Notify`]: whatever learns of a queued run (a run that ended here, a
 //! change feed from the store) wakes the claimer through it.
+//!
+//! How many runs it holds at once is its [`Admission`]: at most
+//! `server.max_live_runs`, fewer while the executor is late (see
+//! [`admission`]).
+
+pub mod admission;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_actors::{Engine, EngineError, RunHandle};
+
+pub mod control;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+pub use admission::{Admission, DEFAULT_LAG_TARGET};
 
 /// How often a serving executor claims queued runs, unless told otherwise
 /// (`LEASEHOLD_EXECUTOR_CLAIM_INTERVAL`).

@@ -14,6 +14,9 @@
 //!   right for every run it holds, those no process runs live included.
 //! - **Live leases** are the engine's own count when scraped
 //!   ([`Engine::live_leases`]).
+//! - **The executor's lag, its admitted limit and its live runs** are read
+//!   from its admission when scraped ([`Metrics::set_admission`]); the
+//!   queue is `leasehold_runs{status="queued"}`, counted in the store.
 //! - **Event-stream clients** go up when a stream opens and down when it
 //!   ends.
 //! - **Store write latency** is timed by [`MeteredStore`], a decorator of
@@ -26,6 +29,8 @@ mod feed;
 mod store;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use leasehold_actors::{CallOutcome, Engine, EventStream, StoreError, Verdict};
 use prometheus_client::encoding::prometheus_text;
@@ -113,6 +118,9 @@ pub struct Metrics {
     registry: Registry,
     runs: Family<Labels<1>, Gauge>,
     leases_live: Gauge,
+    executor_lag: Gauge<f64, AtomicU64>,
+    admitted_limit: Gauge,
+    live_runs: Gauge,
     event_streams: Gauge,
     events: Counters<1>,
     events_missed: Counter,
@@ -146,6 +154,9 @@ impl Metrics {
             registry: Registry::with_prefix("leasehold"),
             runs: Family::default(),
             leases_live: Gauge::default(),
+            executor_lag: Gauge::default(),
+            admitted_limit: Gauge::default(),
+            live_runs: Gauge::default(),
             event_streams: Gauge::default(),
             events: Family::default(),
             events_missed: Counter::default(),
@@ -168,6 +179,23 @@ impl Metrics {
             "leases_live",
             "Leases held now: model calls, tool calls and worker steps in flight",
             metrics.leases_live.clone(),
+        );
+        metrics.registry.register(
+            "executor_lag_seconds",
+            "How late this executor wakes its timers now (its probe's decaying maximum; 0 \
+             without a probe): above executor.load_bound, expiring leases renew by load",
+            metrics.executor_lag.clone(),
+        );
+        metrics.registry.register(
+            "admitted_runs_limit",
+            "Runs this executor admits at once now: server.max_live_runs, cut while its lag \
+             is over executor.lag_target",
+            metrics.admitted_limit.clone(),
+        );
+        metrics.registry.register(
+            "live_runs",
+            "Runs this executor runs now",
+            metrics.live_runs.clone(),
         );
         metrics.registry.register(
             "event_streams_open",
@@ -238,6 +266,17 @@ impl Metrics {
     pub fn follow(self: &Arc<Self>, events: EventStream, stop: CancellationToken) {
         let metrics = Arc::clone(self);
         tokio::spawn(async move { feed::Tally::new(&metrics).run(events, stop).await });
+    }
+
+    /// The executor's figures for the next scrape: its lag (none without a
+    /// probe), its admitted limit and its live runs.
+    pub fn set_admission(&self, lag: Option<Duration>, admitted_limit: usize, live_runs: usize) {
+        self.executor_lag
+            .set(lag.unwrap_or(Duration::ZERO).as_secs_f64());
+        self.admitted_limit
+            .set(i64::try_from(admitted_limit).unwrap_or(i64::MAX));
+        self.live_runs
+            .set(i64::try_from(live_runs).unwrap_or(i64::MAX));
     }
 
     /// Counts an event stream opened until the guard returned is dropped.

@@ -57,6 +57,7 @@ mod assets;
 mod commands;
 mod error;
 mod events;
+mod executor;
 mod guard;
 mod listing;
 mod metrics;
@@ -126,6 +127,9 @@ pub struct ServerOptions {
     /// claims queued runs, within the same room, orphans first
     /// (`resume_on_boot`).
     pub resume_orphans: bool,
+    /// The lag under which the executor admits runs (`executor.lag_target`;
+    /// see [`crate::executor::admission`]); zero: `max_live_runs` fixed.
+    pub lag_target: Duration,
 }
 
 impl Default for ServerOptions {
@@ -143,6 +147,7 @@ impl Default for ServerOptions {
             allow_flow_tools: false,
             claim_interval: crate::executor::DEFAULT_CLAIM_INTERVAL,
             resume_orphans: false,
+            lag_target: crate::executor::DEFAULT_LAG_TARGET,
         }
     }
 }
@@ -219,6 +224,8 @@ pub struct App {
     /// Held from counting the room for a run to adopting the runs claimed
     /// into it, so that claims at once never exceed the limit.
     admission: tokio::sync::Mutex<()>,
+    /// The admitted limit of live runs, adapted to the executor's lag.
+    admitted: Arc<crate::executor::Admission>,
 }
 
 impl App {
@@ -238,7 +245,13 @@ impl App {
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let streams = usize::try_from(options.limits.max_event_streams).unwrap_or(usize::MAX);
+        let admitted = Arc::new(crate::executor::Admission::new(
+            options.limits.max_live_runs,
+            options.lag_target,
+            engine.load().cloned(),
+        ));
         Arc::new(Self {
+            admitted,
             feed: Mutex::new(Some(engine.events().subscribe())),
             metrics,
             engine,
@@ -293,11 +306,10 @@ impl App {
         &self.queue_wake
     }
 
-    /// How many more runs this executor may hold under its limit of live
-    /// runs (`server.max_live_runs`).
+    /// How many more runs this executor may hold under its admitted limit
+    /// (at most `server.max_live_runs`, fewer while it is late).
     fn room(&self) -> usize {
-        let max = usize::try_from(self.options.limits.max_live_runs).unwrap_or(usize::MAX);
-        max.saturating_sub(self.live_runs())
+        self.admitted.room(self.live_runs())
     }
 
     /// Claims as many runs as this executor has room for — orphans first
@@ -308,6 +320,10 @@ impl App {
         let _admitted = self.admission.lock().await;
         let room = self.room();
         if room == 0 {
+            self.admitted
+                .full(self.engine.store().as_ref())
+                .await
+                .map_err(EngineError::Store)?;
             return Ok(false);
         }
         let mut resumed = Vec::new();
@@ -317,6 +333,9 @@ impl App {
         let left = room.saturating_sub(resumed.len());
         let claimed = self.engine.claim_queued(left).await?;
         let filled = resumed.len() + claimed.len() >= room;
+        if filled {
+            self.admitted.held_back();
+        }
         for handle in resumed {
             tracing::info!(run_id = handle.run_id(), "orphaned run claimed and resumed");
             self.adopt(handle);
@@ -343,6 +362,7 @@ impl App {
     ) -> Result<Posted, EngineError> {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
+            self.admitted.held_back();
             let queued = self
                 .engine
                 .store()
@@ -377,6 +397,7 @@ impl App {
     {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
+            self.admitted.held_back();
             return None;
         }
         let started = work().await;
@@ -430,6 +451,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/assets/{name}", get(assets::asset))
         .route("/health", get(api::health))
         .route("/metrics", get(metrics::scrape))
+        .route("/executor", get(executor::status))
         .route("/runs", post(api::create_run).get(api::list_runs))
         .route("/runs/{id}", get(api::show_run))
         .route("/runs/{id}/events", get(events::stream))
@@ -484,6 +506,10 @@ pub async fn serve(
     }
     // Controls forwarded by other executors to the runs this one runs.
     commands::follow(Arc::clone(&app));
+    // The admitted limit follows the lag, and wakes the claimer as it grows.
+    let adapting = app
+        .admitted
+        .drive(Arc::clone(&app.queue_wake), app.shutdown.clone());
     // Stopped with the server, before the engine stops its runs.
     let claimer = Arc::clone(&app);
     let claiming = crate::executor::claim_queued(
@@ -552,6 +578,9 @@ pub async fn serve(
     drop(listener);
     app.begin_shutdown();
     let _ = claiming.await;
+    if let Some(adapting) = adapting {
+        let _ = adapting.await;
+    }
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
         .await
         .is_err()

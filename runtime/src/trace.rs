@@ -14,7 +14,7 @@ pub struct TraceSummary {
     /// Verdicts in all.
     pub verdicts: usize,
     /// Verdicts by who decided (`ladder`, `evidence`, `evaluator`,
-    /// `breaker`, `cap`).
+    /// `breaker`, `cap`, `policy`, `load`).
     pub verdicts_by_decider: BTreeMap<String, usize>,
     /// Verdicts by verdict (`RENEW`, `NUDGE`, `INTERVENE`, `ESCALATE`).
     pub verdicts_by_verdict: BTreeMap<String, usize>,
@@ -106,5 +106,6 @@ pub fn is_decision(kind: &EventKind) -> bool {
             | EventKind::VerdictDropped { .. }
             | EventKind::Resumed { .. }
             | EventKind::RunResumed { .. }
+            | EventKind::ControlRefused { .. }
     )
 }

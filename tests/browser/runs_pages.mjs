@@ -9,7 +9,8 @@
 // order; then keeps only waiting_human runs with the status filter and
 // checks it shows exactly those. The oldest run's task is longer than a
 // listing holds: its row shows the first 200 characters and an ellipsis, a
-// short task shows whole. Prints "runs pages test passed" and exits
+// short task shows whole. Above the list a line says the executor's live
+// runs, admitted limit, lag and queue. Prints "runs pages test passed" and exits
 // 0; exits 1 on a failure, within 60 s.
 import { CHROMIUM_ARGS, chromiumPeer } from './chromium.mjs';
 
@@ -61,6 +62,15 @@ try {
   const first = await rows(tab);
   check(first.length === 50, `one page of 50 runs, got ${first.length}`);
   check(await tab.isVisible('#runs-more'), 'a "more" button under a full page');
+
+  // Above the list, one line on this executor: its live runs under its
+  // admitted limit, its lag against the target and the bound, the queue.
+  await tab.waitForFunction(() => document.getElementById('executor-load').textContent !== '');
+  const load = await tab.textContent('#executor-load');
+  check(
+    /^this executor: 0 live of an admitted limit of 64 \(at most 64\) · lag \d+ ms \(admission target 100 ms, lease load bound 250 ms\) · 0 queued in the store$/.test(load),
+    `the executor's line: ${load}`,
+  );
 
   const pages = 1 + (await pressMoreUntilGone(tab));
   const all = (await rows(tab)).map((r) => r.id);

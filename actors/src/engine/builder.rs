@@ -10,6 +10,7 @@ use crate::error::ConfigError;
 use crate::event::{EventBus, EventLimits};
 use crate::event_log::{self, LoggingSink};
 use crate::flow::FlowError;
+use crate::load::LoadGauge;
 use crate::memory::MemoryStore;
 use crate::ports::{
     Clock, Evaluator, EventSink, ModelClient, RunStatus, Store, StoreError, SystemClock, ToolClient,
@@ -71,6 +72,18 @@ pub struct EngineConfig {
     /// only bounds flows by it: whoever serves the runs deletes them
     /// ([`Store::purge_finished`](crate::Store::purge_finished)).
     pub retention: Option<Duration>,
+    /// The executor's lag above which a lease that expires is renewed by
+    /// `load` — not counted toward the renewal cap, the ladder or the
+    /// evidence streak — instead of judged (default
+    /// [`DEFAULT_LOAD_BOUND`](crate::DEFAULT_LOAD_BOUND), 250 ms; zero
+    /// turns the rule off; otherwise at least
+    /// [`MIN_LOAD_BOUND`](crate::MIN_LOAD_BOUND)). It applies only to an
+    /// engine built with a gauge ([`EngineBuilder::load`]). 250 ms is far
+    /// above a timer's lateness on an executor with time to spare (a
+    /// millisecond or so) and far below the shortest default lease (2
+    /// minutes): a lease that expires while its executor is that late was
+    /// stretched by the runtime, not by the work.
+    pub load_bound: Duration,
 }
 
 /// The default retention of a finished run: 7 days.
@@ -88,6 +101,7 @@ impl Default for EngineConfig {
             spawn: crate::SpawnLimits::default(),
             events: EventLimits::default(),
             retention: Some(DEFAULT_RETENTION),
+            load_bound: crate::DEFAULT_LOAD_BOUND,
         }
     }
 }
@@ -134,6 +148,7 @@ impl EngineConfig {
                 "0s",
             ));
         }
+        crate::load::check_bound("executor.load_bound", self.load_bound)?;
         Ok(())
     }
 }
@@ -242,6 +257,7 @@ pub struct EngineBuilder {
     tools: HashMap<String, Arc<dyn ToolClient>>,
     tool_factory: Option<ToolFactory>,
     strategy: Option<StrategyFactory>,
+    load: Option<LoadGauge>,
 }
 
 impl EngineBuilder {
@@ -318,6 +334,17 @@ impl EngineBuilder {
         self
     }
 
+    /// The executor's scheduling lag: a gauge fed by a probe
+    /// ([`LoadGauge::probe`]) or by the embedder. With one, a lease that
+    /// expires while the lag is above [`EngineConfig::load_bound`] is
+    /// renewed by `load`; without one (the default) leases never look at
+    /// the executor's load. One gauge per process is enough: engines and
+    /// servers may share it.
+    pub fn load(mut self, gauge: LoadGauge) -> Self {
+        self.load = Some(gauge);
+        self
+    }
+
     /// A supervision strategy of your own, instead of the flow's.
     pub fn strategy(mut self, factory: StrategyFactory) -> Self {
         self.strategy = Some(factory);
@@ -365,6 +392,7 @@ impl EngineBuilder {
             prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             live_leases: Arc::default(),
+            load: self.load,
         })
     }
 }

@@ -356,6 +356,15 @@ pub enum EventKind {
         /// Why, if they said.
         reason: String,
     },
+    /// A person's control, forwarded through the store by another
+    /// executor, was refused by the executor that runs the run: the only
+    /// answer the person who sent it can read.
+    ControlRefused {
+        /// `resume`, `cancel` or `reconcile`.
+        command: String,
+        /// Why, as the run's rule says it.
+        reason: String,
+    },
 }
 
 impl EventKind {
@@ -515,6 +524,9 @@ impl EventKind {
             },
             Self::RunCompleted { answer, steps } => format!("after {steps} steps: {answer}"),
             Self::RunFailed { reason } | Self::RunCancelled { reason } => reason.clone(),
+            Self::ControlRefused { command, reason } => {
+                format!("a forwarded {command} was refused: {reason}")
+            }
         }
     }
 }
@@ -621,6 +633,7 @@ impl EventKind {
             Self::RunCompleted { .. } => "run_completed",
             Self::RunFailed { .. } => "run_failed",
             Self::RunCancelled { .. } => "run_cancelled",
+            Self::ControlRefused { .. } => "control_refused",
         }
     }
 }

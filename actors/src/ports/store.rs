@@ -451,6 +451,15 @@ pub trait Store: Send + Sync + 'static {
     /// command is published once it landed; a refused or failed write
     /// publishes nothing.
     fn changes(&self) -> ChangeFeed;
+    /// Whether executors in other processes may use this store at the same
+    /// time (PostgreSQL), so that a run another executor holds may be live
+    /// there and a command forwarded to it may be taken. False (the
+    /// default) for a store one process opens at a time (sled, memory):
+    /// there, a run held by an executor not in this process is held by
+    /// one that died, until its lease ends.
+    fn is_shared(&self) -> bool {
+        false
+    }
     /// Stores `command` for the run (whoever holds it takes it) and
     /// publishes a [`StoreChange::Command`](super::StoreChange::Command);
     /// answers the command's id. Fails if there is no such run.

@@ -1,5 +1,10 @@
-//! `leasehold runs …`: the runs of the data directory, or of a server with
-//! `--server URL`.
+//! `leasehold runs …`: the runs of the data directory (or of the
+//! PostgreSQL store), or of a server with `--server URL`.
+//!
+//! `resume`, `cancel` and `reconcile` translate to and from the executor's
+//! controls ([`crate::executor::control`]), which hold the rules: a run
+//! another executor runs on a shared store is forwarded to it, and followed
+//! here until the control has taken effect.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -7,12 +12,13 @@ use std::sync::Arc;
 use clap::{ArgGroup, Args, Subcommand};
 use leasehold_actors::{
     BoxFuture, Engine, Evidence, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
-    ReconcileDecision, RunQuery, RunStatus, Store,
+    ReconcileDecision, RunCommand, RunHandle, RunQuery, RunStatus, Store,
 };
 
 use super::log::{self, Output};
 use super::{CliError, GlobalArgs, remote};
 use crate::config::{Config, EngineSetupError};
+use crate::executor::control::{self, Controlled, Executor, Refused};
 use crate::printable::printable;
 use crate::run_limits::PersonText;
 use crate::server::{
@@ -33,7 +39,8 @@ pub enum RunsCommand {
     /// Resume a paused run with guidance, or claim and resume an orphan,
     /// and follow it until it ends or pauses again.
     Resume(ResumeArgs),
-    /// Cancel a run.
+    /// Cancel a run; on a shared store, one another executor runs is
+    /// forwarded to it and followed until it is cancelled.
     Cancel(CancelArgs),
     /// Decide about a run's tool call of unknown outcome: mark it done,
     /// call it again, or cancel the run; then follow the run until it ends
@@ -285,111 +292,187 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             }
             Ok(ExitCode::SUCCESS)
         }
-        RunsCommand::Resume(args) => resume(&config, args).await,
+        RunsCommand::Resume(args) => {
+            if let Some(guidance) = &args.guidance {
+                refuse_long(&config, PersonText::Guidance, guidance)?;
+            }
+            let command = RunCommand::Resume {
+                guidance: args.guidance,
+            };
+            control(&config, &args.id, command, args.json).await
+        }
         RunsCommand::Cancel(args) => {
             if let Some(reason) = &args.reason {
                 refuse_long(&config, PersonText::Reason, reason)?;
             }
-            let engine = admin_engine(&config).await?;
             let reason = args
                 .reason
                 .unwrap_or_else(|| "cancelled from the command line".to_owned());
-            engine.cancel_stored(&args.id, &reason).await?;
-            eprintln!("run {} cancelled", args.id);
+            control(&config, &args.id, RunCommand::Cancel { reason }, false).await
+        }
+        RunsCommand::Reconcile(args) => {
+            refuse_long(&config, PersonText::Result, &args.result)?;
+            let command = RunCommand::Reconcile {
+                decision: args.decision(),
+                key: args.key,
+            };
+            control(&config, &args.id, command, args.json).await
+        }
+    }
+}
+
+/// A person's control of a run, through the executor's controls: applied
+/// here (a run nobody holds is claimed: cancelled in place, or resumed in
+/// this process and followed until it ends or pauses again), or forwarded
+/// to the executor that holds it and followed through the store until it
+/// has taken effect there.
+async fn control(
+    config: &Config,
+    run_id: &str,
+    command: RunCommand,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    // Before the run's tool servers start: a signal stops it in place.
+    let signals = super::install_signals()?;
+    let (engine, model_configured) = admin_engine(config).await?;
+    let engine = Arc::new(engine);
+    let mut events = engine.events().subscribe();
+    let executor = CommandLine {
+        engine: Arc::clone(&engine),
+        model_configured,
+    };
+    let controlled = control::control(&executor, run_id, command.clone())
+        .await
+        .map_err(|refused| CliError::other(refused.to_string()));
+    let name = control::name(&command);
+    match controlled {
+        Ok(Controlled::Applied {
+            claimed: Some(handle),
+            ..
+        }) => super::follow_to_the_end(&engine, handle, &mut events, json, &signals).await,
+        Ok(Controlled::Applied {
+            status,
+            claimed: None,
+        }) => {
+            engine.shutdown().await;
+            engine.store().flush().await?;
+            eprintln!("run {run_id}: {name} applied: it is {}", status.name());
             Ok(ExitCode::SUCCESS)
         }
-        RunsCommand::Reconcile(args) => reconcile(&config, args).await,
+        Ok(Controlled::Forwarded {
+            owner_id,
+            record,
+            after_seq,
+            ..
+        }) => {
+            // Written by whichever process holds the run: printed as text.
+            let owner_id = printable(&owner_id).into_owned();
+            eprintln!("run {run_id}: {name} forwarded to {owner_id}, the executor that runs it");
+            let patience = config.run_lease_ttl.value.max(MIN_FORWARD_PATIENCE);
+            let output = if json { Output::Json } else { Output::Readable };
+            let mut origin = None;
+            let watching = control::watch(
+                engine.store().as_ref(),
+                &command,
+                &record,
+                after_seq,
+                patience,
+                |event| log::print(event, output, *origin.get_or_insert(event.at)),
+            );
+            let outcome = tokio::select! {
+                outcome = watching => Ok(outcome?),
+                stop = signals.stopped() => Err(stop),
+            };
+            engine.shutdown().await;
+            forwarded(run_id, name, &owner_id, outcome, patience)
+        }
+        Err(error) => {
+            engine.shutdown().await;
+            Err(error)
+        }
     }
 }
 
-/// Decides about the run's call of unknown outcome: a cancel needs no
-/// loop; otherwise claims the run, answers its pause and follows it.
-async fn reconcile(config: &Config, args: ReconcileArgs) -> Result<ExitCode, CliError> {
-    refuse_long(config, PersonText::Result, &args.result)?;
-    let store = existing_store(config)?;
-    let record = store
-        .load_run(&args.id)
-        .await?
-        .ok_or_else(|| CliError::other(format!("no run {}", args.id)))?;
-    if record.status != RunStatus::ReconciliationRequired {
-        let status = serde_json::to_value(record.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        return Err(CliError::other(format!(
-            "run {} does not wait for a reconciliation: it is {status}",
-            args.id
-        )));
+/// How long a forwarded control is followed at least, whatever the
+/// run-lease TTL: an owner under load takes a moment to apply it.
+const MIN_FORWARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The exit of a forwarded control: what its owner did with it.
+fn forwarded(
+    run_id: &str,
+    name: &str,
+    owner_id: &str,
+    outcome: Result<control::Outcome, super::signal::Stop>,
+    patience: std::time::Duration,
+) -> Result<ExitCode, CliError> {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(stop) => {
+            eprintln!(
+                "leasehold: {}: stopped following run {run_id}; the {name} was forwarded to \
+                 {owner_id} and is its to apply",
+                stop.name()
+            );
+            return Ok(ExitCode::from(stop.exit_code()));
+        }
+    };
+    match outcome {
+        control::Outcome::TookEffect(status) => {
+            eprintln!(
+                "run {run_id}: {name} applied by {owner_id}: it is {}",
+                status.name()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        control::Outcome::Refused(reason) => Err(CliError::other(format!(
+            "run {run_id}: {owner_id} refused the {name}: {reason}"
+        ))),
+        control::Outcome::EndedFirst(status) => Err(CliError::other(format!(
+            "run {run_id} ended {} before the {name} took effect",
+            status.name()
+        ))),
+        control::Outcome::NotSeen => Err(CliError::other(format!(
+            "run {run_id}: {owner_id} has not applied the {name} within {} (the run-lease TTL, \
+             run_lease_ttl, at least {}): it may be hung, or not follow forwarded controls. The \
+             {name} waits in the store for it; if it has died, its lease expires within \
+             run_lease_ttl and the run can then be claimed: run this command again then",
+            humantime::format_duration(patience),
+            humantime::format_duration(MIN_FORWARD_PATIENCE),
+        ))),
     }
-    let pending = record
-        .pause
-        .as_ref()
-        .and_then(|p| p.call.as_ref())
-        .map(|c| c.key.clone())
-        .unwrap_or_default();
-    if pending != args.key {
-        return Err(CliError::other(format!(
-            "run {} waits for a decision on the call with key {pending}, not {}",
-            args.id, args.key
-        )));
-    }
-    let decision = args.decision();
-    if decision == ReconcileDecision::Cancel {
-        drop(store);
-        let engine = admin_engine(config).await?;
-        engine
-            .cancel_stored(
-                &args.id,
-                &format!("cancelled from the command line instead of the call {pending}"),
-            )
-            .await?;
-        eprintln!("run {} cancelled", args.id);
-        return Ok(ExitCode::SUCCESS);
-    }
-    // Before the run's tool servers start: a signal stops it in place.
-    let signals = super::install_signals()?;
-    let engine = config.engine_builder_with_store(store)?.build().await?;
-    let mut events = engine.events().subscribe();
-    let mut handle = engine.resume(&args.id).await?;
-    handle.wait_until(|s| s.status.is_paused()).await;
-    handle
-        .reconcile(args.key, decision)
-        .await
-        .map_err(|e| CliError::other(e.to_string()))?;
-    super::follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
 }
 
-/// Claims the run, answers its pause if it has one, and follows it.
-async fn resume(config: &Config, args: ResumeArgs) -> Result<ExitCode, CliError> {
-    if let Some(guidance) = &args.guidance {
-        refuse_long(config, PersonText::Guidance, guidance)?;
+/// The command line as an executor of controls: it runs no run until it
+/// claims one, and resumes one only with a model configured.
+struct CommandLine {
+    engine: Arc<Engine>,
+    model_configured: bool,
+}
+
+impl Executor for CommandLine {
+    fn engine(&self) -> &Engine {
+        &self.engine
     }
-    // Before the run's tool servers start: a signal stops it in place.
-    let signals = super::install_signals()?;
-    let store = existing_store(config)?;
-    let record = store
-        .load_run(&args.id)
-        .await?
-        .ok_or_else(|| CliError::other(format!("no run {}", args.id)))?;
-    if record.status == RunStatus::ReconciliationRequired {
-        return Err(CliError::other(format!(
-            "run {0} waits for a decision on a tool call of unknown outcome: decide with \
-             `leasehold runs reconcile {0} --key KEY (--mark-done [--result TEXT] | --retry | \
-             --cancel)`",
-            args.id
-        )));
+
+    fn handle(&self, _run_id: &str) -> Option<RunHandle> {
+        None
     }
-    let engine = config.engine_builder_with_store(store)?.build().await?;
-    let mut events = engine.events().subscribe();
-    let mut handle = engine.resume(&args.id).await?;
-    if record.status.is_paused() {
-        handle.wait_until(|s| s.status.is_paused()).await;
-        handle
-            .resume(args.guidance)
-            .await
-            .map_err(|e| CliError::other(e.to_string()))?;
+
+    fn take_on<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunHandle, Refused>> {
+        Box::pin(async move {
+            if !self.model_configured {
+                return Err(Refused::CannotTakeOn {
+                    message: format!(
+                        "run {run_id} is held by no executor, so this command would resume it \
+                         here, but no model is configured: set LEASEHOLD_MODEL_BASE_URL and \
+                         LEASEHOLD_MODEL_NAME, or act on it through a server with --server URL"
+                    ),
+                    busy: false,
+                });
+            }
+            Ok(self.engine.resume(run_id).await?)
+        })
     }
-    super::follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
 }
 
 /// Refuses a person's text longer than `limits.guidance`, before anything
@@ -402,19 +485,23 @@ fn refuse_long(config: &Config, kind: PersonText, text: &str) -> Result<(), CliE
 }
 
 /// An engine for administering runs: the configured model if there is one,
-/// otherwise one that refuses every call (cancelling needs no model).
-async fn admin_engine(config: &Config) -> Result<Engine, CliError> {
+/// otherwise one that refuses every call (cancelling and forwarding need
+/// no model); and whether the model is configured.
+async fn admin_engine(config: &Config) -> Result<(Engine, bool), CliError> {
     let store = existing_store(config)?;
-    let builder = match config.engine_builder_with_store(Arc::clone(&store)) {
-        Ok(builder) => builder,
-        Err(EngineSetupError::Model(_)) => Engine::builder()
-            .config(config.engine_config())
-            .model(Arc::new(Unconfigured))
-            .store(store)
-            .owner_id(crate::executor::owner_id()),
+    let (builder, model) = match config.engine_builder_with_store(Arc::clone(&store)) {
+        Ok(builder) => (builder, true),
+        Err(EngineSetupError::Model(_)) => (
+            Engine::builder()
+                .config(config.engine_config())
+                .model(Arc::new(Unconfigured))
+                .store(store)
+                .owner_id(crate::executor::owner_id()),
+            false,
+        ),
         Err(error) => return Err(error.into()),
     };
-    Ok(builder.build().await?)
+    Ok((builder.build().await?, model))
 }
 
 /// A model client for an engine that only administers runs.

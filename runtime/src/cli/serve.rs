@@ -12,8 +12,10 @@
 //! claimer ([`crate::executor::claim_queued`], every
 //! `executor.claim_interval` and whenever one of its runs ends) claims and
 //! resumes them within its limit of live runs, then claims queued runs,
-//! and the API controls them like the runs it started. Finished runs past
-//! their retention (`executor.retention`) are deleted in the background
+//! and the API controls them like the runs it started. Its limit adapts
+//! to its lag ([`crate::executor::admission`]), measured by the probe its
+//! leases read too. Finished runs past their retention
+//! (`executor.retention`) are deleted in the background
 //! ([`crate::retention`]).
 
 use std::net::SocketAddr;
@@ -59,11 +61,14 @@ pub(super) async fn serve(
         .map_err(|e| CliError::other(e.to_string()))?;
     // Its store's writes are timed into the server's metrics.
     let metrics = Arc::new(Metrics::new());
-    let engine = config
+    let mut builder = config
         .engine_builder()?
-        .wrap_store(|store| MeteredStore::wrap(store, &metrics))
-        .build()
-        .await?;
+        .wrap_store(|store| MeteredStore::wrap(store, &metrics));
+    // Its leases and its admission read the same probe of its lag.
+    if let Some(gauge) = config.load_gauge() {
+        builder = builder.load(gauge);
+    }
+    let engine = builder.build().await?;
     // Orphans are marked here; with resume on boot the claimer resumes
     // them as soon as the server runs, within its limit of live runs.
     let boot = crate::executor::boot(&engine, false).await?;
@@ -126,6 +131,7 @@ pub(super) fn options(config: &Config) -> ServerOptions {
         tools: config.tools.clone(),
         allow_flow_tools: config.server_allow_flow_tools.value,
         claim_interval: config.executor_claim_interval.value,
+        lag_target: config.executor_lag_target.value,
         resume_orphans: config.resume_on_boot.value,
         max_body: run_limits.flow_text(),
         run_limits,

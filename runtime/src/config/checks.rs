@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use leasehold_actors::{
     ConfigError, LeaseKind, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE,
-    MIN_PROGRESS_NOTE_BYTES, describe_duration, max_extensions_expected,
+    MIN_LOAD_BOUND, MIN_PROGRESS_NOTE_BYTES, describe_duration, max_extensions_expected,
 };
 
 use super::idle::MODEL_KINDS;
@@ -139,7 +139,52 @@ impl Config {
                 humantime::format_duration(self.executor_claim_interval.value),
             ));
         }
+        self.validate_load()?;
         self.engine_config().validate()
+    }
+
+    /// `executor.load_bound` and `executor.lag_target` each off or at least
+    /// [`MIN_LOAD_BOUND`] and at most [`MAX_DURATION`], and the target not
+    /// above the bound: an executor that admits runs while its leases are
+    /// renewed by `load` only makes itself later.
+    fn validate_load(&self) -> Result<(), ConfigError> {
+        for file in ["executor.load_bound", "executor.lag_target"] {
+            let setting = if file == "executor.load_bound" {
+                &self.executor_load_bound
+            } else {
+                &self.executor_lag_target
+            };
+            let value = setting.value;
+            if value > MAX_DURATION || (!value.is_zero() && value < MIN_LOAD_BOUND) {
+                return Err(ConfigError::new(
+                    named(key_of(file)),
+                    format!(
+                        "0 (off) or a duration of at least {} and {MAX_DURATION_EXPECTED} \
+                         (from {})",
+                        humantime::format_duration(MIN_LOAD_BOUND),
+                        setting.source
+                    ),
+                    describe_duration(value),
+                ));
+            }
+        }
+        let (bound, target) = (
+            self.executor_load_bound.value,
+            self.executor_lag_target.value,
+        );
+        if !bound.is_zero() && target > bound {
+            return Err(ConfigError::new(
+                named(key_of("executor.lag_target")),
+                format!(
+                    "at most LEASEHOLD_EXECUTOR_LOAD_BOUND ({}, from {}): an executor that \
+                     takes on runs while its leases are renewed by load only makes itself later",
+                    humantime::format_duration(bound),
+                    self.executor_load_bound.source
+                ),
+                humantime::format_duration(target),
+            ));
+        }
+        Ok(())
     }
 
     /// `lease.min` at least [`MIN_LEASE`] and every `lease.*` at least

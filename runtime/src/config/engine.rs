@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use leasehold_actors::{ConfigError, Engine, EngineBuilder, Store, StoreError};
+use leasehold_actors::{
+    ConfigError, DEFAULT_PROBE_INTERVAL, Engine, EngineBuilder, LoadGauge, Store, StoreError,
+};
 
 use super::Config;
 use crate::model::{ModelEvaluator, OpenAiClient, SetupError};
@@ -109,6 +111,22 @@ impl Config {
                 .with_cache_capacity(self.sled_cache_capacity.value),
         )?;
         Ok(Arc::new(store))
+    }
+
+    /// A gauge of this executor's scheduling lag, fed by a probe every
+    /// [`DEFAULT_PROBE_INTERVAL`] (100 ms), when a rule reads it:
+    /// `executor.load_bound` (leases renew by `load` while the executor is
+    /// late) or `executor.lag_target` (a serving executor admits runs only
+    /// while it is on time). `None` when both are off. Give it to the
+    /// engine ([`EngineBuilder::load`]); `leasehold run` and `leasehold
+    /// serve` do. One per process.
+    ///
+    /// The probe is a task of its own, so call this inside a Tokio runtime;
+    /// it stops when the gauge and every clone of it are dropped.
+    pub fn load_gauge(&self) -> Option<LoadGauge> {
+        let used =
+            !self.executor_load_bound.value.is_zero() || !self.executor_lag_target.value.is_zero();
+        used.then(|| LoadGauge::probe(DEFAULT_PROBE_INTERVAL))
     }
 
     fn engine_builder_without_store(&self) -> Result<EngineBuilder, EngineSetupError> {

@@ -9,6 +9,8 @@ use super::ENV_CONFIG;
 pub enum ValueKind {
     /// A duration in human form: `250ms`, `90s`, `5m`.
     Duration,
+    /// A duration that may be `0` (or `off`) to turn its rule off.
+    DurationOrOff,
     /// A whole number from 0 to 4294967295.
     Count,
     /// `true` or `false` (also `1`, `0`, `yes`, `no`, `on`, `off`).
@@ -47,6 +49,7 @@ impl ValueKind {
     pub fn expected(self) -> &'static str {
         match self {
             Self::Duration => "a duration such as 250ms, 90s or 5m",
+            Self::DurationOrOff => "a duration such as 250ms, or 0 (off)",
             Self::Count => "a whole number from 0 to 4294967295",
             Self::Flag => "true or false (or 1, 0, yes, no, on, off)",
             Self::Role => "a model role: default or fast",
@@ -98,7 +101,7 @@ const fn key(
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 61] = [
+pub(super) const KEYS: [Key; 63] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -238,6 +241,20 @@ pub(super) const KEYS: [Key; 61] = [
         "7days",
         ValueKind::Retention,
         "how long a finished run (completed, failed, cancelled) is kept before a serving executor deletes it with its events, snapshots and tool calls; forever keeps them all; a flow's retention may shorten it, never lengthen it",
+    ),
+    key(
+        "LEASEHOLD_EXECUTOR_LOAD_BOUND",
+        "executor.load_bound",
+        "250ms",
+        ValueKind::DurationOrOff,
+        "the executor's lag above which a lease that expires is renewed by `load`, counted neither toward the renewal cap nor the ladder nor the evidence streak (`run` and `serve` measure the lag); at least 10ms, or 0: off",
+    ),
+    key(
+        "LEASEHOLD_EXECUTOR_LAG_TARGET",
+        "executor.lag_target",
+        "100ms",
+        ValueKind::DurationOrOff,
+        "the lag under which a serving executor admits runs: its admitted limit grows while the lag stays under it and halves when it does not, between 1 and `server.max_live_runs`; at most `executor.load_bound`; at least 10ms, or 0: the limit is `server.max_live_runs`",
     ),
     key(
         "LEASEHOLD_DURABILITY",

@@ -165,6 +165,10 @@ impl Store for MeteredStore {
         self.inner.changes()
     }
 
+    fn is_shared(&self) -> bool {
+        self.inner.is_shared()
+    }
+
     fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
         self.timed("send_command", |s| s.send_command(run_id, command))
     }

@@ -8,11 +8,11 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{Flow, ReconcileDecision, RunCommand, RunHandle, RunRecord, RunStatus};
+use leasehold_actors::{Flow, ReconcileDecision, RunCommand};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::commands::forward;
+use super::commands;
 use super::error::ApiError;
 use super::guard;
 use super::listing::{ListParams, RunsPage};
@@ -186,15 +186,18 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     Ok(flow)
 }
 
-/// 429: this executor holds as many live runs as `max_live_runs` allows.
-fn too_many_runs(app: &App) -> ApiError {
+/// 429: this executor holds as many live runs as its admitted limit
+/// allows (`max_live_runs`, fewer while it is late).
+pub(super) fn too_many_runs(app: &App) -> ApiError {
     ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "too_many_runs",
         format!(
-            "this executor already runs {} runs, its limit (server.max_live_runs, \
-             LEASEHOLD_SERVER_MAX_LIVE_RUNS): try again when one has ended",
-            app.live_runs()
+            "this executor already runs {} runs, its admitted limit ({}; at most \
+             server.max_live_runs, LEASEHOLD_SERVER_MAX_LIVE_RUNS, fewer while its lag is over \
+             executor.lag_target): try again when one has ended",
+            app.live_runs(),
+            app.admitted.limit()
         ),
     )
 }
@@ -325,7 +328,6 @@ pub(super) async fn resume(
     control: Control,
 ) -> Result<Response, ApiError> {
     let ResumeBody { guidance } = control.json()?;
-    let run_id = control.run_id;
     let guidance = guidance.filter(|g| !g.trim().is_empty());
     if let Some(guidance) = &guidance {
         app.options
@@ -333,47 +335,7 @@ pub(super) async fn resume(
             .check_text(PersonText::Guidance, guidance)
             .map_err(|e| too_large(&e))?;
     }
-    let refuse = |status| {
-        (status == RunStatus::ReconciliationRequired).then(|| awaits_reconciliation(&run_id))
-    };
-    let resume = || RunCommand::Resume {
-        guidance: guidance.clone(),
-    };
-    if let Some(forwarded) = forward(&app, &run_id, refuse, resume).await? {
-        return Ok(forwarded);
-    }
-    let (handle, was) = match app.handle(&run_id) {
-        Some(handle) => {
-            let status = handle.state().status;
-            (handle, status)
-        }
-        None => {
-            let (handle, record) = take_over(&app, &run_id).await?;
-            if !record.status.is_paused() {
-                // An orphan: claiming and resuming it was the whole request.
-                return Ok(Json(serde_json::json!({
-                    "run_id": run_id,
-                    "status": handle.state().status,
-                    "claimed": true,
-                }))
-                .into_response());
-            }
-            (handle, record.status)
-        }
-    };
-    if was == RunStatus::ReconciliationRequired {
-        return Err(awaits_reconciliation(&run_id));
-    }
-    handle.resume(guidance).await?;
-    Ok(run_status(&run_id, RunStatus::Running).into_response())
-}
-
-/// 409: a resume of a run that waits for a reconciliation.
-fn awaits_reconciliation(run_id: &str) -> ApiError {
-    ApiError::conflict(format!(
-        "run {run_id} waits for a decision on a tool call of unknown outcome: POST \
-         /runs/{run_id}/reconcile with its key and a decision (mark_done, retry or cancel)"
-    ))
+    commands::control(&app, &control.run_id, RunCommand::Resume { guidance }).await
 }
 
 /// `POST /runs/{id}/cancel`; a run another live executor runs is
@@ -389,21 +351,10 @@ pub(super) async fn cancel(
             .check_text(PersonText::Reason, reason)
             .map_err(|e| too_large(&e))?;
     }
-    let run_id = control.run_id;
     let reason = reason
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "cancelled over the API".to_owned());
-    let cancel = || RunCommand::Cancel {
-        reason: reason.clone(),
-    };
-    if let Some(forwarded) = forward(&app, &run_id, |_| None, cancel).await? {
-        return Ok(forwarded);
-    }
-    match app.handle(&run_id) {
-        Some(handle) => handle.cancel(reason).await?,
-        None => app.engine.cancel_stored(&run_id, &reason).await?,
-    }
-    Ok(run_status(&run_id, RunStatus::Cancelled).into_response())
+    commands::control(&app, &control.run_id, RunCommand::Cancel { reason }).await
 }
 
 /// `POST /runs/{id}/reconcile`: `{"key", "decision": "mark_done" |
@@ -421,44 +372,12 @@ pub(super) async fn reconcile(
             .check_text(PersonText::Result, result)
             .map_err(|e| too_large(&e))?;
     }
-    let run_id = control.run_id;
-    let reconcile = || RunCommand::Reconcile {
-        key: key.clone(),
-        decision: decision.clone(),
-    };
-    if let Some(forwarded) = forward(&app, &run_id, |_| None, reconcile).await? {
-        return Ok(forwarded);
-    }
-    let handle = match app.handle(&run_id) {
-        Some(handle) => handle,
-        None => take_over(&app, &run_id).await?.0,
-    };
-    handle.reconcile(key, decision).await?;
-    Ok(run_status(&run_id, handle.state().status).into_response())
-}
-
-/// Claims a run this server does not run (an orphan, or one paused by an
-/// executor that died) and resumes it from its snapshots; with the record
-/// as it was found.
-async fn take_over(app: &Arc<App>, run_id: &str) -> Result<(RunHandle, RunRecord), ApiError> {
-    let record = app
-        .engine
-        .store()
-        .load_run(run_id)
-        .await?
-        .ok_or_else(|| ApiError::unknown_run(run_id))?;
-    let admitting = Arc::clone(app);
-    let id = run_id.to_owned();
-    // On a task of its own, so a panic while resuming is a 500, not a
-    // dropped connection.
-    let handle = tokio::spawn(async move {
-        let engine = Arc::clone(&admitting.engine);
-        admitting.admit(|| engine.resume(&id)).await
-    })
+    commands::control(
+        &app,
+        &control.run_id,
+        RunCommand::Reconcile { key, decision },
+    )
     .await
-    .map_err(|e| ApiError::internal(format!("resuming the run panicked: {e}")))?
-    .ok_or_else(|| too_many_runs(app))??;
-    Ok((handle, record))
 }
 
 /// A person's control of one run: the run id from the path and the JSON
@@ -495,11 +414,6 @@ impl axum::extract::FromRequest<Arc<App>> for Control {
         let body = read_json_body(app, &parts.headers, body).await?;
         Ok(Self { run_id, body })
     }
-}
-
-/// The answer of a control request: the run and its status now.
-fn run_status(run_id: &str, status: RunStatus) -> Json<serde_json::Value> {
-    Json(serde_json::json!({"run_id": run_id, "status": status}))
 }
 
 /// A known path with a method it does not take: a JSON 405.

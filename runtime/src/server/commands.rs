@@ -1,188 +1,132 @@
-//! A person's controls through any executor: `POST /runs/{id}/resume`,
-//! `/cancel` and `/reconcile` on an executor that does not run the run,
-//! while another executor does, reach that owner through the store.
-//!
-//! The executor that got the request stores the command for the run
-//! ([`Store::send_command`](leasehold_actors::Store::send_command)) and
-//! answers `202 Accepted` with `forwarded_to`, the owner. Every executor
-//! follows the store's change feed ([`follow`]): the one whose live run a
-//! command concerns takes its commands
-//! ([`Store::take_commands`](leasehold_actors::Store::take_commands),
-//! each once) and applies each to the run's handle, as if the request had
-//! come to it. Whether the owner could apply it (a resume of a run that is
-//! no longer paused is refused) shows in the run's events and status, not
-//! in the 202.
-//!
-//! A run nobody holds (orphaned, or paused by an executor that died, its
-//! lease expired or released) is not forwarded: the executor that got the
-//! request claims it, as before.
+//! A person's controls over HTTP: `POST /runs/{id}/resume`, `/cancel` and
+//! `/reconcile` translated to and from the executor's controls
+//! ([`crate::executor::control`]), which decide whether the run is
+//! controlled here, claimed by this executor, forwarded to the executor
+//! that holds it (`202 Accepted` with `forwarded_to`), or refused with the
+//! rule's reason. This file holds no rule of its own.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{ClaimOutcome, RunCommand, RunStatus, StoreChange, StoredCommand, fencing};
+use leasehold_actors::{BoxFuture, Engine, RunCommand, RunHandle};
 
 use super::App;
 use super::error::ApiError;
-
-/// How many forwarded controls may wait in the store for one run's owner
-/// to take them: more than a person sends a run that does not answer.
-pub const MAX_WAITING_COMMANDS: u64 = 16;
+use crate::executor::control::{self, Controlled, Executor, Refused};
 
 /// How long a client refused for a run's full command queue is asked to
 /// wait: its owner takes them at once, or loses the run within
 /// `run_lease_ttl`.
 const COMMANDS_RETRY_AFTER_SECS: u64 = 30;
 
-/// 429 with `Retry-After`: `waiting` controls for `run_id` wait already.
-fn commands_waiting(run_id: &str, owner_id: &str, waiting: u64) -> Response {
-    let mut response = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "too_many_commands",
-        format!(
-            "{waiting} controls for run {run_id} already wait for its owner {owner_id} to take \
-             them (at most {MAX_WAITING_COMMANDS}): nothing was stored; try again once it has \
-             taken them, or once its lease has expired and the run can be claimed"
-        ),
-    )
-    .into_response();
-    response.headers_mut().insert(
-        axum::http::header::RETRY_AFTER,
-        axum::http::HeaderValue::from(COMMANDS_RETRY_AFTER_SECS),
-    );
-    response
+/// The server as an executor of controls: its engine, the runs it holds,
+/// and its admission for a run it takes on.
+pub(super) struct Served(pub(super) Arc<App>);
+
+impl Executor for Served {
+    fn engine(&self) -> &Engine {
+        &self.0.engine
+    }
+
+    fn handle(&self, run_id: &str) -> Option<RunHandle> {
+        self.0.handle(run_id)
+    }
+
+    fn take_on<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunHandle, Refused>> {
+        let app = Arc::clone(&self.0);
+        let id = run_id.to_owned();
+        Box::pin(async move {
+            // On a task of its own, so a panic while resuming is a 500,
+            // not a dropped connection.
+            let admitted = tokio::spawn(async move {
+                let engine = Arc::clone(&app.engine);
+                let taken = app.admit(|| engine.resume(&id)).await;
+                (app, taken)
+            })
+            .await;
+            match admitted {
+                Ok((_, Some(taken))) => Ok(taken?),
+                Ok((app, None)) => Err(Refused::CannotTakeOn {
+                    message: super::api::too_many_runs(&app).message,
+                    busy: true,
+                }),
+                Err(error) => Err(Refused::CannotTakeOn {
+                    message: format!("resuming the run panicked: {error}"),
+                    busy: false,
+                }),
+            }
+        })
+    }
 }
 
-/// If another executor holds `run_id` with a live lease (and this one does
-/// not run it), stores `command` for it and answers the 202 — unless
-/// `refuse` refuses the command for the run's status as stored; otherwise
-/// `None`: the request is for this executor to handle.
-pub(super) async fn forward(
+/// Applies `command` to `run_id` through the executor's controls, and
+/// answers as the API does: the run and its status (`claimed` when this
+/// executor took it on), or `202` with `forwarded_to`.
+pub(super) async fn control(
     app: &Arc<App>,
     run_id: &str,
-    refuse: impl FnOnce(RunStatus) -> Option<ApiError>,
-    command: impl FnOnce() -> RunCommand,
-) -> Result<Option<Response>, ApiError> {
-    if app.handle(run_id).is_some() {
-        return Ok(None);
-    }
-    let store = app.engine.store();
-    let Some(record) = store.load_run(run_id).await? else {
-        return Ok(None);
-    };
-    // The claim rule says who holds the run: the same answer a claim by
-    // this executor would get now.
-    let now_ms = app.engine.clock().now_unix_ms();
-    let owner_id = match fencing::claim(&record, app.engine.owner_id(), now_ms, 0) {
-        Err(ClaimOutcome::HeldBy { owner_id, .. }) => owner_id,
-        _ => return Ok(None),
-    };
-    if let Some(refused) = refuse(record.status) {
-        return Err(refused);
-    }
-    // An owner that lives takes its commands at once; one that hangs
-    // keeps its lease for up to `run_lease_ttl`, and what is sent meanwhile
-    // waits in the store: bounded per run.
-    let waiting = store.count_commands(run_id).await?;
-    if waiting >= MAX_WAITING_COMMANDS {
-        return Ok(Some(commands_waiting(run_id, &owner_id, waiting)));
-    }
-    let id = store.send_command(run_id, command()).await?;
-    tracing::info!(%run_id, command = id, owner = %owner_id, "control forwarded to the run's owner");
-    Ok(Some(
-        (
+    command: RunCommand,
+) -> Result<Response, ApiError> {
+    let served = Served(Arc::clone(app));
+    match control::control(&served, run_id, command).await {
+        Ok(Controlled::Applied { status, claimed }) => {
+            let mut body = serde_json::json!({"run_id": run_id, "status": status});
+            if claimed.is_some() {
+                body["claimed"] = serde_json::Value::Bool(true);
+            }
+            Ok(Json(body).into_response())
+        }
+        Ok(Controlled::Forwarded {
+            owner_id, status, ..
+        }) => Ok((
             StatusCode::ACCEPTED,
             Json(serde_json::json!({
                 "run_id": run_id,
-                "status": record.status,
+                "status": status,
                 "forwarded_to": owner_id,
             })),
         )
-            .into_response(),
-    ))
+            .into_response()),
+        Err(refused) => Ok(refusal(refused).into_response()),
+    }
 }
 
-/// Follows the store's changes until the server shuts down: takes and
-/// applies the commands of the runs this executor runs whenever one is
-/// stored for a live run here, and after any gap in the feed; wakes the
-/// claimer of queued runs when a run is queued anywhere (or after a gap).
+/// The API's answer to a refused control.
+fn refusal(refused: Refused) -> Response {
+    match refused {
+        Refused::NotFound { run_id } => ApiError::unknown_run(&run_id).into_response(),
+        Refused::CommandsWaiting { .. } => {
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_commands",
+                refused.to_string(),
+            )
+            .into_response();
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(COMMANDS_RETRY_AFTER_SECS),
+            );
+            response
+        }
+        Refused::CannotTakeOn {
+            busy: true,
+            message,
+        } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_runs", message).into_response(),
+        Refused::CannotTakeOn { message, .. } => ApiError::internal(message).into_response(),
+        Refused::Run(error) => ApiError::from(error).into_response(),
+        Refused::Engine(error) => ApiError::from(error).into_response(),
+        Refused::Store(error) => ApiError::from(error).into_response(),
+        rule => ApiError::conflict(rule.to_string()).into_response(),
+    }
+}
+
+/// Follows the store's changes until the server shuts down: applies the
+/// controls forwarded to the runs this executor runs, and wakes its
+/// claimer of queued runs when a run is queued anywhere.
 pub(super) fn follow(app: Arc<App>) -> tokio::task::JoinHandle<()> {
-    // Subscribed before the first take: a command stored after it wakes
-    // this task.
-    let mut changes = app.engine.store().changes();
-    tokio::spawn(async move {
-        let mut due = true;
-        loop {
-            if due {
-                take_and_apply(&app).await;
-            }
-            let change = tokio::select! {
-                () = app.shutdown.cancelled() => return,
-                change = changes.recv() => change,
-            };
-            due = match change {
-                None => return,
-                Some(StoreChange::Command { run_id }) => app.handle(&run_id).is_some(),
-                // A run queued anywhere: this executor's claimer looks for
-                // room at once instead of at its next interval.
-                Some(StoreChange::Queued) => {
-                    app.queue_wake().notify_one();
-                    false
-                }
-                Some(change) => {
-                    if change.is_gap() {
-                        app.queue_wake().notify_one();
-                    }
-                    change.is_gap()
-                }
-            };
-        }
-    })
-}
-
-/// Takes this executor's commands and applies each to its run.
-async fn take_and_apply(app: &Arc<App>) {
-    let owner_id = app.engine.owner_id();
-    let taken = match app.engine.store().take_commands(owner_id).await {
-        Ok(taken) => taken,
-        Err(error) => {
-            tracing::error!(%error, "the commands for this executor's runs could not be taken");
-            return;
-        }
-    };
-    for command in taken {
-        apply(app, command).await;
-    }
-}
-
-/// Applies one forwarded command to the live run it names.
-async fn apply(app: &Arc<App>, stored: StoredCommand) {
-    let StoredCommand {
-        id,
-        run_id,
-        command,
-    } = stored;
-    let Some(handle) = app.handle(&run_id) else {
-        tracing::warn!(%run_id, command = id, "a forwarded control for a run not live here was dropped");
-        return;
-    };
-    let applied = match command {
-        RunCommand::Resume { guidance } => {
-            if handle.state().status == RunStatus::ReconciliationRequired {
-                tracing::warn!(%run_id, command = id, "a forwarded resume of a run that waits for a reconciliation was refused");
-                return;
-            }
-            handle.resume(guidance).await
-        }
-        RunCommand::Cancel { reason } => handle.cancel(reason).await,
-        RunCommand::Reconcile { key, decision } => handle.reconcile(key, decision).await,
-    };
-    match applied {
-        Ok(()) => tracing::info!(%run_id, command = id, "forwarded control applied"),
-        Err(error) => {
-            tracing::warn!(%run_id, command = id, %error, "a forwarded control was refused");
-        }
-    }
+    let stop = app.shutdown.clone();
+    let wake = Arc::clone(app.queue_wake());
+    control::follow(Arc::new(Served(app)), stop, Some(wake))
 }

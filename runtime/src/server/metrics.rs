@@ -13,6 +13,11 @@ use crate::metrics::{CONTENT_TYPE, ScrapeError};
 
 /// `GET /metrics`.
 pub(super) async fn scrape(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    app.metrics.set_admission(
+        app.engine.load().map(|gauge| gauge.lag()),
+        app.admitted.limit(),
+        app.live_runs(),
+    );
     let text = app
         .metrics
         .scrape(&app.engine)

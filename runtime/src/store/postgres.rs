@@ -845,6 +845,10 @@ impl Store for PostgresStore {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn changes(&self) -> ChangeFeed {
         // Subscribed before the listener starts: its first `Resync` comes
         // after this subscription, so nothing is missed unannounced.

@@ -190,6 +190,9 @@ export function applyEvent(st, e) {
     case 'run_resumed':
       addTraceRow(st, e, 'claimed', `by ${e.owner_id} with fence ${e.fence}, resumed from its snapshots`);
       break;
+    case 'control_refused':
+      addTraceRow(st, e, 'refused', `a forwarded ${e.command} was refused: ${e.reason}`);
+      break;
     case 'run_completed':
     case 'run_failed':
     case 'run_cancelled': {

@@ -50,9 +50,27 @@ async function fetchWanted() {
   return { runs, more: after !== null };
 }
 
+/** One line on this executor: its live runs, admitted limit, lag and queue. */
+export function executorLine(x) {
+  const ms = (v) => (v === null || v === undefined ? 'off' : `${v} ms`);
+  return `this executor: ${x.live_runs} live of an admitted limit of ${x.admitted_limit}`
+    + ` (at most ${x.max_live_runs}) · lag ${ms(x.lag_ms)} (admission target ${ms(x.lag_target_ms)},`
+    + ` lease load bound ${ms(x.load_bound_ms)}) · ${x.queued_runs} queued in the store`;
+}
+
+async function pollExecutor() {
+  try {
+    setText($('executor-load'), executorLine(await api('GET', '/executor')));
+  } catch (_) {
+    // The list says what is wrong with the server; this line only goes blank.
+    setText($('executor-load'), '');
+  }
+}
+
 export async function pollList() {
   clearTimeout(listTimer);
   if (session.current) return;
+  pollExecutor();
   try {
     const asked = { ...wanted };
     const { runs, more } = await fetchWanted();

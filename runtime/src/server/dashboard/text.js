@@ -66,6 +66,7 @@ export function describe(e) {
     case 'resumed': return e.guidance ? `a person answered: ${e.guidance}` : 'a person said to go on';
     case 'run_completed': return `after ${e.steps} steps: ${e.answer}`;
     case 'run_failed': case 'run_cancelled': return e.reason;
+    case 'control_refused': return `a forwarded ${e.command} was refused: ${e.reason}`;
     default: return '';
   }
 }

@@ -36,6 +36,7 @@ const DECIDERS = [
   ['evaluator', 'evaluator'],
   ['breaker', 'breaker (evaluator failed)'],
   ['policy', 'rule of the policy'],
+  ['load', 'load (the executor was late; not counted)'],
   ['cap', 'renewal cap'],
 ];
 /** One mark per decider, centred on (0, 0), within ±5 px. */
@@ -45,6 +46,7 @@ const MARKS = {
   evaluator: 'M0,-6L6,0L0,6L-6,0Z',
   breaker: 'M-5,-1.5H5V1.5H-5Z',
   policy: 'M0,-6L5.5,4.5H-5.5Z',
+  load: 'M-5,-5H5L-5,5H5Z',
   cap: 'M-5,-3.5L-3.5,-5L0,-1.5L3.5,-5L5,-3.5L1.5,0L5,3.5L3.5,5L0,1.5L-3.5,5L-5,3.5L-1.5,0Z',
 };
 
