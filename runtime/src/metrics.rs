@@ -124,6 +124,7 @@ pub struct Metrics {
     event_streams: Gauge,
     events: Counters<1>,
     events_missed: Counter,
+    runs_purged: Counter,
     lease_expiries: Counters<1>,
     verdicts: Counters<3>,
     budget_checkpoints: Counters<2>,
@@ -148,6 +149,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts `runs` finished runs deleted past their retention.
+    pub fn purged(&self, runs: usize) {
+        self.runs_purged
+            .inc_by(u64::try_from(runs).unwrap_or(u64::MAX));
+    }
+
     /// A registry of every metric, all at zero, named `leasehold_…`.
     pub fn new() -> Self {
         let mut metrics = Self {
@@ -160,6 +167,7 @@ impl Metrics {
             event_streams: Gauge::default(),
             events: Family::default(),
             events_missed: Counter::default(),
+            runs_purged: Counter::default(),
             lease_expiries: Family::default(),
             verdicts: Family::default(),
             budget_checkpoints: Family::default(),
@@ -211,6 +219,11 @@ impl Metrics {
             "events_missed",
             "Events the metrics feed fell too far behind the bus to count",
             metrics.events_missed.clone(),
+        );
+        metrics.registry.register(
+            "runs_purged",
+            "Finished runs this executor deleted past their retention (executor.retention)",
+            metrics.runs_purged.clone(),
         );
         metrics.registry.register(
             "lease_expiries",

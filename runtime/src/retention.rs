@@ -74,12 +74,15 @@ pub async fn purge_due(
     }
 }
 
-/// Purges `store` every [`period_of`] `retention` until `stop`.
+/// Purges `store` every [`period_of`] `retention` until `stop`; tells
+/// `purged` how many runs each purge deleted (the server's metrics count
+/// them).
 pub fn spawn(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     retention: Option<Duration>,
     stop: CancellationToken,
+    purged: impl Fn(usize) + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let period = period_of(retention);
     tokio::spawn(async move {
@@ -90,13 +93,16 @@ pub fn spawn(
                 () = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            let purged = tokio::select! {
+            let deleted = tokio::select! {
                 () = stop.cancelled() => return,
-                purged = purge_due(store.as_ref(), clock.as_ref(), retention, PURGE_BATCH) => purged,
+                deleted = purge_due(store.as_ref(), clock.as_ref(), retention, PURGE_BATCH) => deleted,
             };
-            match purged {
+            match deleted {
                 Ok(0) => {}
-                Ok(runs) => tracing::info!(runs, "finished runs past their retention deleted"),
+                Ok(runs) => {
+                    purged(runs);
+                    tracing::info!(runs, "finished runs past their retention deleted");
+                }
                 Err(error) => tracing::error!(%error, "deleting finished runs failed"),
             }
         }

@@ -3,8 +3,9 @@
 //! posted and finished are deleted in the background — their `GET
 //! /runs/ID` and event stream answer 404 saying why, the listing no longer
 //! shows them, the store keeps none of their events — while a run paused
-//! for a person before them, older than any of them, is kept whole; and
-//! on sled the store's files stop growing once retention holds.
+//! for a person before them, older than any of them, is kept whole;
+//! `/metrics` counts every run deleted; and on sled the store's files stop
+//! growing once retention holds.
 //!
 //! The model is written here: it answers at once, except for a task that
 //! asks it to fail, whose run then pauses for a person (its restarts run
@@ -180,6 +181,25 @@ async fn waves(base: &str, mut measure: impl AsyncFnMut() -> u64) -> (String, St
         .filter_map(|run| run["run_id"].as_str())
         .collect();
     assert_eq!(ids, [paused.as_str()], "{listed}");
+    // `/metrics` counts every run deleted.
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text");
+    let purged: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("leasehold_runs_purged_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("leasehold_runs_purged_total in {metrics}"));
+    assert_eq!(
+        purged,
+        u64::try_from(WAVE * WAVES).expect("fits"),
+        "{metrics}"
+    );
     (paused, deleted, sizes)
 }
 

@@ -75,18 +75,20 @@ pub(super) async fn serve(
     if !boot.orphaned.is_empty() {
         tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
     }
-    let app = App::with_metrics(Arc::new(engine), options, metrics);
+    let app = App::with_metrics(Arc::new(engine), options, Arc::clone(&metrics));
     // From here on, orphans are looked for every third of the run-lease TTL
     // too. The sweep only marks them: with resume on boot, the server's
     // claimer resumes them within its room of live runs, with queued runs.
     let sweeping = CancellationToken::new();
     let sweep = crate::executor::sweep(Arc::clone(app.engine()), false, sweeping.clone(), |_| {});
     // Finished runs past their retention are deleted in the background.
+    let counted = Arc::clone(&metrics);
     let purging = crate::retention::spawn(
         Arc::clone(app.engine().store()),
         Arc::clone(app.engine().clock()),
         config.executor_retention.value,
         sweeping.clone(),
+        move |runs| counted.purged(runs),
     );
     let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
