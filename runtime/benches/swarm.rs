@@ -97,6 +97,24 @@ const WORKERS: usize = 3;
 /// Target: leasehold's CPU per run at most this many times the bare work's.
 const CPU_TARGET: f64 = 2.0;
 
+/// The CPU target on sled: at most this many times the bare work's.
+const CPU_TARGET_SLED: f64 = 3.0;
+
+/// The memory target: at most this many bytes per run.
+const MEMORY_TARGET: u64 = 64 * 1024;
+
+/// The lateness target: lease expiries at most this many times as late at
+/// p99 as bare timers under the same load.
+const LATENESS_TARGET: f64 = 2.0;
+
+/// Model calls a run makes when none is restarted: the root's two turns
+/// and one per worker.
+const CALLS_PER_RUN: usize = WORKERS + 2;
+
+fn verdict(pass: bool) -> &'static str {
+    if pass { "PASS" } else { "**MISS**" }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |name: &str| {
@@ -176,28 +194,36 @@ fn parent(runs: usize, knobs: Knobs) {
         let (mem_l, mem_b) = (per_run(leasehold, "rss_delta"), per_run(bare, "rss_delta"));
         let (cpu_l, cpu_b) = (per_run(leasehold, "cpu_ns"), per_run(bare, "cpu_ns"));
         let cpu_ratio = ratio(cpu_l, cpu_b);
+        let cpu_target = if *store == "sled" {
+            CPU_TARGET_SLED
+        } else {
+            CPU_TARGET
+        };
+        let restarted = leasehold.get("restarted");
         println!(
-            "| {store} | memory per run (peak RSS delta / runs) | {mem_l} B | {mem_b} B | {:.2}× | — | |",
-            ratio(mem_l, mem_b)
+            "| {store} | runs completed, model calls restarted | {runs}, {restarted} | {runs}, 0 | — | every run, none restarted | {} |",
+            verdict(restarted == 0)
         );
         println!(
-            "| {store} | CPU per run | {} µs | {} µs | {cpu_ratio:.2}× | ≤ {CPU_TARGET}× | {} |",
+            "| {store} | memory per run (peak RSS delta / runs) | {mem_l} B | {mem_b} B | {:.2}× | ≤ {MEMORY_TARGET} B | {} |",
+            ratio(mem_l, mem_b),
+            verdict(mem_l <= MEMORY_TARGET)
+        );
+        println!(
+            "| {store} | CPU per run | {} µs | {} µs | {cpu_ratio:.2}× | ≤ {cpu_target}× | {} |",
             cpu_l / 1000,
             cpu_b / 1000,
-            if cpu_ratio <= CPU_TARGET {
-                "PASS"
-            } else {
-                "MISS"
-            }
+            verdict(cpu_ratio <= cpu_target)
         );
         let (p99_l, p99_t) = (leasehold.get("p99_ns"), timers.get("p99_ns"));
+        let late_ratio = ratio(p99_l, p99_t);
         println!(
-            "| {store} | lease expiry lateness p99 ({} expiries / {} timers) | {:.2} ms | {:.2} ms | {:.2}× | — | |",
+            "| {store} | lease expiry lateness p99 ({} expiries / {} timers) | {:.2} ms | {:.2} ms | {late_ratio:.2}× | ≤ {LATENESS_TARGET}× | {} |",
             leasehold.get("expiries"),
             timers.get("expiries"),
             to_f64(p99_l) / 1e6,
             to_f64(p99_t) / 1e6,
-            ratio(p99_l, p99_t)
+            verdict(late_ratio <= LATENESS_TARGET)
         );
     }
 }
@@ -388,6 +414,10 @@ async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
     let peak = peak_rss_bytes();
     let lateness = sink.lateness();
     let workers = sink.workers.load(Ordering::Relaxed);
+    let restarted = sink
+        .calls
+        .load(Ordering::Relaxed)
+        .saturating_sub(u64::try_from(runs * CALLS_PER_RUN).unwrap_or(u64::MAX));
     assert_eq!(
         workers,
         u64::try_from(runs * WORKERS).unwrap_or(u64::MAX),
@@ -396,11 +426,12 @@ async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
     drop(handles);
     engine.shutdown().await;
     format!(
-        "rss_delta={} cpu_ns={cpu} expiries={} waits={} load_renewals={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
+        "rss_delta={} cpu_ns={cpu} expiries={} waits={} load_renewals={} restarted={} p50_ns={} p99_ns={} max_ns={} workers={workers}",
         peak.saturating_sub(rss_before),
         lateness.len(),
         sink.waits.load(Ordering::Relaxed),
         sink.load_renewals.load(Ordering::Relaxed),
+        restarted,
         percentile(&lateness, 50),
         percentile(&lateness, 99),
         lateness.last().copied().unwrap_or(0),
@@ -553,6 +584,8 @@ struct LatenessSink {
     waits: AtomicU64,
     /// Expiries renewed by the load rule.
     load_renewals: AtomicU64,
+    /// Model calls started, attempts after a restart included.
+    calls: AtomicU64,
 }
 
 impl LatenessSink {
@@ -575,6 +608,7 @@ impl EventSink for LatenessSink {
         }
         match kind {
             EventKind::ModelCallStarted { .. } => {
+                self.calls.fetch_add(1, Ordering::Relaxed);
                 self.started
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
