@@ -1014,8 +1014,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_filtered_page_of_ten_thousand_runs_decodes_only_its_own_runs() {
+        // A directory of its own: tests of this binary run in parallel,
+        // and a sled directory can be open once at a time.
+        let dir = tempfile::tempdir().expect("a directory");
         let store = SledStore::open(
-            SledConfig::new("unused")
+            SledConfig::new(dir.path())
                 .with_temporary(true)
                 .with_durability(Durability::Exit),
         )

@@ -162,8 +162,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_purge_leaves_no_entry_of_a_deleted_run_but_the_last_creation_order_entry() {
+        // A directory of its own: tests of this binary run in parallel,
+        // and a sled directory can be open once at a time.
+        let dir = tempfile::tempdir().expect("a directory");
         let store = SledStore::open(
-            SledConfig::new("unused")
+            SledConfig::new(dir.path())
                 .with_temporary(true)
                 .with_durability(Durability::Exit),
         )
