@@ -17,8 +17,10 @@
 //! purged) and the defaults otherwise (`server.max_live_runs` 64,
 //! `executor.lag_target` 100 ms). The model is an OpenAI-compatible
 //! endpoint served here on loopback that streams each answer as a few
-//! server-sent chunks a few milliseconds apart (`--chunks`, `--chunk-ms`),
-//! so that a run lasts long enough for its lease timers to matter.
+//! server-sent chunks (`--chunks`, 5, `--chunk-ms`, 50 ms apart): a run
+//! lasts about a quarter of a second, long enough for its lease timers to
+//! matter and for 64 live runs to be fewer than the burst's posts, so that
+//! the burst queues.
 //!
 //! The runs are posted as fast as the server takes them, `--concurrency`
 //! posts in flight; a 429 is waited out after its `Retry-After` and posted
@@ -33,13 +35,13 @@
 //! - the lag the executor reports, sampled once a second while runs are
 //!   live, has its 99th percentile within `executor.lag_target`;
 //! - memory follows the admitted limit, not the burst: the server's peak
-//!   resident set is at most its resident set before the burst plus
+//!   resident set (`VmHWM`) is at most its resident set before the burst plus
 //!   `sled.cache_capacity` (64 MiB, the sled page cache every queued run
 //!   passes through) plus 1 MiB for each run of the highest admitted
 //!   limit — far below what the burst would cost held in memory.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,7 +91,7 @@ fn knobs() -> Knobs {
         runs: 100_000,
         concurrency: 64,
         chunks: 5,
-        chunk: Duration::from_millis(20),
+        chunk: Duration::from_millis(50),
         retention: "5s".to_owned(),
         stall: Duration::from_secs(120),
         store: "sled".to_owned(),
@@ -222,12 +224,38 @@ async fn serve(model: &str, knobs: &Knobs, env: &[(&str, &str)]) -> (Child, Stri
 
 /// The resident set of process `pid`, in bytes.
 fn rss(pid: u32) -> u64 {
+    status_kb(pid, "VmRSS:")
+}
+
+/// The highest resident set process `pid` has had, in bytes: the peak
+/// between two samples too.
+fn hwm(pid: u32) -> u64 {
+    status_kb(pid, "VmHWM:")
+}
+
+/// A `kB` line of `/proc/PID/status`, in bytes.
+fn status_kb(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(key))
         .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// The bytes of every file under `dir`.
+fn size_of(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => size_of(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// The posts' tallies, shared with the posting tasks.
@@ -326,6 +354,8 @@ struct Sample {
     queued: u64,
     lag_ms: Option<u64>,
     rss: u64,
+    /// The store's files, when it is a directory here (sled).
+    disk: Option<u64>,
     /// How long `GET /executor` and `GET /metrics` took, in ms.
     probe_ms: u64,
 }
@@ -334,6 +364,8 @@ struct Sample {
 struct Outcome {
     samples: Vec<Sample>,
     start_rss: u64,
+    /// `VmHWM` at the end: the peak resident set, between samples too.
+    hwm: u64,
     wall: Duration,
     lag_target_ms: Option<u64>,
     max_live_runs: u64,
@@ -347,7 +379,12 @@ struct Outcome {
     slowest_post_ms: u64,
 }
 
-async fn burst(knobs: &Knobs, server: &Child, base: &str) -> Outcome {
+async fn burst(
+    knobs: &Knobs,
+    server: &Child,
+    base: &str,
+    disk: impl Fn() -> Option<u64>,
+) -> Outcome {
     let pid = server.id().expect("the server runs");
     let http = reqwest::Client::new();
     let executor = async || -> Value {
@@ -395,8 +432,20 @@ async fn burst(knobs: &Knobs, server: &Child, base: &str) -> Outcome {
             queued: state["queued_runs"].as_u64().unwrap_or(0),
             lag_ms: state["lag_ms"].as_u64(),
             rss: rss(pid),
+            disk: disk(),
             probe_ms,
         };
+        if samples.len() % 10 == 0 {
+            eprintln!(
+                "burst: {:.0} s: {} taken, {} completed, {} queued, {} live, RSS {} MiB",
+                sample.at,
+                sample.taken,
+                sample.completed,
+                sample.queued,
+                sample.live,
+                mib(sample.rss)
+            );
+        }
         samples.push(sample);
         let bad: Vec<(String, u64)> = [
             "leasehold_events_total{kind=\"run_failed\"}",
@@ -423,6 +472,7 @@ async fn burst(knobs: &Knobs, server: &Child, base: &str) -> Outcome {
     Outcome {
         samples,
         start_rss,
+        hwm: hwm(pid),
         wall,
         lag_target_ms,
         max_live_runs,
@@ -476,15 +526,15 @@ fn report(store: &str, knobs: &Knobs, out: &Outcome) -> bool {
     );
     println!();
     println!(
-        "| t (s) | runs taken | completed | queued | live | admitted | lag (ms) | server RSS (MiB) | probe (ms) |"
+        "| t (s) | runs taken | completed | queued | live | admitted | lag (ms) | server RSS (MiB) | store on disk (MiB) | probe (ms) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // At most about 40 rows: every k-th sample, and the last.
     let every = samples.len().div_ceil(40).max(1);
     for (i, s) in samples.iter().enumerate() {
         if i % every == 0 || i + 1 == samples.len() {
             println!(
-                "| {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 s.at,
                 s.taken,
                 s.completed,
@@ -493,12 +543,18 @@ fn report(store: &str, knobs: &Knobs, out: &Outcome) -> bool {
                 s.admitted,
                 s.lag_ms.map_or("-".to_owned(), |l| l.to_string()),
                 mib(s.rss),
+                s.disk.map_or("-".to_owned(), mib),
                 s.probe_ms
             );
         }
     }
-    let peak = samples.iter().map(|s| s.rss).max().unwrap_or(0);
-    let peak_at = samples.iter().find(|s| s.rss == peak).map_or(0.0, |s| s.at);
+    let sampled_peak = samples.iter().map(|s| s.rss).max().unwrap_or(0);
+    let peak_at = samples
+        .iter()
+        .find(|s| s.rss == sampled_peak)
+        .map_or(0.0, |s| s.at);
+    let peak = out.hwm.max(sampled_peak);
+    let max_disk = samples.iter().filter_map(|s| s.disk).max();
     let max_admitted = samples.iter().map(|s| s.admitted).max().unwrap_or(0);
     let min_admitted = samples.iter().map(|s| s.admitted).min().unwrap_or(0);
     let max_queued = samples.iter().map(|s| s.queued).max().unwrap_or(0);
@@ -550,14 +606,33 @@ fn report(store: &str, knobs: &Knobs, out: &Outcome) -> bool {
             .map_or("off".to_owned(), |t| format!("{t} ms"))
     );
     println!(
-        "RSS: {} MiB at the start, peak {} MiB at {peak_at:.0} s (+{} MiB): {} KiB per admitted run ({max_admitted}), {} KiB per posted run ({})",
+        "RSS: {} MiB at the start, peak (VmHWM) {} MiB, sampled peak {} MiB at {peak_at:.0} s; peak - start {} MiB: {} KiB per admitted run ({max_admitted}), {} KiB per posted run ({})",
         mib(out.start_rss),
         mib(peak),
+        mib(sampled_peak),
         mib(growth),
         kib(growth / max_admitted.max(1)),
         kib(growth / knobs.runs.max(1)),
         knobs.runs
     );
+    let end_rss = samples.last().map_or(0, |s| s.rss);
+    let at_max_queue = samples
+        .iter()
+        .find(|s| s.queued == max_queued)
+        .map_or(0, |s| s.rss);
+    println!(
+        "RSS when the queue was longest ({max_queued}): {} MiB; at the end: {} MiB",
+        mib(at_max_queue),
+        mib(end_rss)
+    );
+    if let Some(max_disk) = max_disk {
+        println!("store on disk: at most {} MiB", mib(max_disk));
+    }
+    if max_queued < knobs.runs / 10 {
+        println!(
+            "note: the queue never held a tenth of the burst: the server took the posts no faster than it ran them"
+        );
+    }
     if !out.bad.is_empty() || out.stalled {
         println!(
             "NOT ALL RUNS COMPLETED: {} of {} completed; {}{}",
@@ -597,7 +672,7 @@ async fn on_sled(knobs: &Knobs, model: &str) -> bool {
     let dir: PathBuf = data.path().join("runs");
     let dir_text = dir.to_str().expect("a UTF-8 path").to_owned();
     let (mut server, base) = serve(model, knobs, &[("LEASEHOLD_DATA_DIR", &dir_text)]).await;
-    let outcome = burst(knobs, &server, &base).await;
+    let outcome = burst(knobs, &server, &base, || Some(size_of(&dir))).await;
     let _ = server.kill().await;
     report("sled", knobs, &outcome)
 }
@@ -610,7 +685,7 @@ async fn on_postgres(knobs: &Knobs, model: &str) -> Option<bool> {
     }
     let (_cluster, url) = cluster::database().await;
     let (mut server, base) = serve(model, knobs, &[("LEASEHOLD_STORE", &url)]).await;
-    let outcome = burst(knobs, &server, &base).await;
+    let outcome = burst(knobs, &server, &base, || None).await;
     let _ = server.kill().await;
     Some(report("PostgreSQL", knobs, &outcome))
 }
