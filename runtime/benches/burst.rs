@@ -25,10 +25,15 @@
 //! The runs are posted as fast as the server takes them, `--concurrency`
 //! posts in flight; a 429 is waited out after its `Retry-After` and posted
 //! again, and counted. Every second it samples the server's resident set
-//! (`VmRSS`), `GET /executor` (live runs, admitted limit, lag, queue) and
-//! `GET /metrics` (`leasehold_events_total{kind="run_completed"}`, and the
-//! runs that failed or paused); it ends when every run has completed, and
-//! fails loudly if one fails, pauses or nothing completes for `--stall`.
+//! (`VmRSS`), `GET /executor` (live runs, admitted limit, lag, queue: a
+//! run taken that is neither queued nor live has ended) and `GET
+//! /runs?status=…&limit=1` (a run failed, cancelled, paused or orphaned
+//! ends the benchmark at once); once nothing is queued or live it reads
+//! `GET /metrics` (`leasehold_events_total{kind="run_completed"}`) and
+//! ends when every run has completed, failing loudly if one did not or
+//! nothing ended for `--stall`. `GET /metrics` is not scraped during the
+//! burst unless `--scrape` asks: on sled it reads every run in the store
+//! to count them by status, which costs memory in proportion to the queue.
 //!
 //! The verdicts:
 //! - every run completes;
@@ -84,6 +89,8 @@ struct Knobs {
     store: String,
     /// `--set KEY=VALUE` given to `leasehold` as they are.
     set: Vec<String>,
+    /// Scrape `GET /metrics` every sample, not only at the end.
+    scrape: bool,
 }
 
 fn knobs() -> Knobs {
@@ -96,6 +103,7 @@ fn knobs() -> Knobs {
         stall: Duration::from_secs(120),
         store: "sled".to_owned(),
         set: Vec::new(),
+        scrape: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -126,6 +134,11 @@ fn knobs() -> Knobs {
             }
             "--store" => knobs.store = value,
             "--set" => knobs.set.extend(["--set".to_owned(), value]),
+            "--scrape" => {
+                knobs.scrape = true;
+                i += 1;
+                continue;
+            }
             // `cargo bench` passes `--bench`.
             _ => {
                 i += 1;
@@ -415,17 +428,56 @@ async fn burst(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut samples: Vec<Sample> = Vec::new();
     let mut last_progress = (0_u64, Instant::now());
+    // A run that is neither queued nor live any more has ended; whether
+    // it completed is read from `/metrics` at the end, or every sample
+    // with `--scrape`.
+    let paused_or_failed = async || -> Vec<(String, u64)> {
+        let mut found = Vec::new();
+        for status in [
+            "failed",
+            "cancelled",
+            "waiting_human",
+            "reconciliation_required",
+            "orphaned",
+        ] {
+            let page: Value = match http
+                .get(format!("{base}/runs?status={status}&limit=1"))
+                .send()
+                .await
+            {
+                Ok(answer) => answer.json().await.unwrap_or_default(),
+                Err(_) => Value::Null,
+            };
+            if page["runs"].as_array().is_some_and(|runs| !runs.is_empty()) {
+                found.push((format!("runs {status} (GET /runs)"), 1));
+            }
+        }
+        found
+    };
     let (completed, bad, stalled) = loop {
         ticks.tick().await;
         let probed = Instant::now();
         let state = executor().await;
-        let figures = metrics().await;
+        let taken = posts.taken.load(Ordering::Relaxed);
+        let queued = state["queued_runs"].as_u64().unwrap_or(0);
+        let live = state["live_runs"].as_u64().unwrap_or(0);
+        let ended = taken.saturating_sub(queued + live);
+        let drained = taken >= knobs.runs && queued == 0 && live == 0;
+        let figures = if knobs.scrape || drained {
+            metrics().await
+        } else {
+            BTreeMap::new()
+        };
         let probe_ms = u64::try_from(probed.elapsed().as_millis()).unwrap_or(0);
         let count = |name: &str| figures.get(name).copied().unwrap_or(0.0) as u64;
-        let completed = count("leasehold_events_total{kind=\"run_completed\"}");
+        let completed = if figures.is_empty() {
+            ended
+        } else {
+            count("leasehold_events_total{kind=\"run_completed\"}")
+        };
         let sample = Sample {
             at: started.elapsed().as_secs_f64(),
-            taken: posts.taken.load(Ordering::Relaxed),
+            taken,
             completed,
             live: state["live_runs"].as_u64().unwrap_or(0),
             admitted: state["admitted_limit"].as_u64().unwrap_or(0),
@@ -447,7 +499,7 @@ async fn burst(
             );
         }
         samples.push(sample);
-        let bad: Vec<(String, u64)> = [
+        let mut bad: Vec<(String, u64)> = [
             "leasehold_events_total{kind=\"run_failed\"}",
             "leasehold_events_total{kind=\"run_cancelled\"}",
             "leasehold_events_total{kind=\"paused\"}",
@@ -459,11 +511,12 @@ async fn burst(
         .map(|name| (name.to_owned(), count(name)))
         .filter(|(_, n)| *n > 0)
         .collect();
+        bad.extend(paused_or_failed().await);
         if completed > last_progress.0 {
             last_progress = (completed, Instant::now());
         }
         let stalled = last_progress.1.elapsed() >= knobs.stall;
-        if completed >= knobs.runs || !bad.is_empty() || stalled {
+        if (!figures.is_empty() && completed >= knobs.runs) || !bad.is_empty() || stalled {
             break (completed, bad, stalled);
         }
     };
@@ -511,7 +564,7 @@ fn report(store: &str, knobs: &Knobs, out: &Outcome) -> bool {
     let samples = &out.samples;
     println!();
     println!(
-        "### {store}: {} runs posted at once, {} posts in flight, answers of {} chunks {} ms apart, retention {}{}",
+        "### {store}: {} runs posted at once, {} posts in flight, answers of {} chunks {} ms apart, retention {}{}{}",
         knobs.runs,
         knobs.concurrency,
         knobs.chunks,
@@ -522,11 +575,16 @@ fn report(store: &str, knobs: &Knobs, out: &Outcome) -> bool {
             .chunks(2)
             .filter_map(|pair| pair.get(1))
             .map(|set| format!(", {set}"))
-            .collect::<String>()
+            .collect::<String>(),
+        if knobs.scrape {
+            ", GET /metrics every second"
+        } else {
+            ""
+        }
     );
     println!();
     println!(
-        "| t (s) | runs taken | completed | queued | live | admitted | lag (ms) | server RSS (MiB) | store on disk (MiB) | probe (ms) |"
+        "| t (s) | runs taken | ended (completed) | queued | live | admitted | lag (ms) | server RSS (MiB) | store on disk (MiB) | probe (ms) |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // At most about 40 rows: every k-th sample, and the last.
@@ -596,8 +654,9 @@ fn report(store: &str, knobs: &Knobs, out: &Outcome) -> bool {
         out.queued_posts, out.refused, out.errors, out.slowest_post_ms
     );
     println!(
-        "executor: max_live_runs {}, admitted limit {min_admitted}..{max_admitted}, at most {max_live} live, queue at most {max_queued}; slowest GET /executor + GET /metrics {max_probe} ms",
-        out.max_live_runs
+        "executor: max_live_runs {}, admitted limit {min_admitted}..{max_admitted}, at most {max_live} live, queue at most {max_queued}; slowest probe (GET /executor{}) {max_probe} ms",
+        out.max_live_runs,
+        if knobs.scrape { " + GET /metrics" } else { "" }
     );
     println!(
         "lag (sampled each second while runs were live, {} samples): p50 {lag_p50} ms, p99 {lag_p99} ms, max {lag_max} ms, {over} over target {}",
