@@ -8,6 +8,7 @@
 //! cargo bench -p leasehold --bench burst -- --runs 20000 --store both
 //! cargo bench --profile dev -p leasehold --bench burst -- --runs 2000   # debug build
 //! cargo bench -p leasehold --bench burst -- --set server.max_live_runs=128
+//! cargo bench -p leasehold --bench burst -- --scrape   # GET /metrics every second too
 //! ```
 //!
 //! It starts a real `leasehold serve` on sled (a temporary data directory;
@@ -345,8 +346,9 @@ fn post_all(knobs: &Knobs, base: &str, posts: Arc<Posts>) -> tokio::task::JoinHa
     })
 }
 
-/// `name{labels} value` lines of a `/metrics` text, by series.
-fn series(text: &str) -> BTreeMap<String, f64> {
+/// The whole-number `name{labels} value` lines of a `/metrics` text (the
+/// counters and counts read here), by series.
+fn series(text: &str) -> BTreeMap<String, u64> {
     text.lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {
@@ -407,7 +409,7 @@ async fn burst(
             Err(_) => Value::Null,
         }
     };
-    let metrics = async || -> BTreeMap<String, f64> {
+    let metrics = async || -> BTreeMap<String, u64> {
         let answer = http.get(format!("{base}/metrics")).send().await;
         match answer {
             Ok(answer) => series(&answer.text().await.unwrap_or_default()),
@@ -469,7 +471,7 @@ async fn burst(
             BTreeMap::new()
         };
         let probe_ms = u64::try_from(probed.elapsed().as_millis()).unwrap_or(0);
-        let count = |name: &str| figures.get(name).copied().unwrap_or(0.0) as u64;
+        let count = |name: &str| figures.get(name).copied().unwrap_or(0);
         let completed = if figures.is_empty() {
             ended
         } else {
@@ -487,7 +489,7 @@ async fn burst(
             disk: disk(),
             probe_ms,
         };
-        if samples.len() % 10 == 0 {
+        if samples.len().is_multiple_of(10) {
             eprintln!(
                 "burst: {:.0} s: {} taken, {} completed, {} queued, {} live, RSS {} MiB",
                 sample.at,
@@ -545,7 +547,8 @@ fn mib(bytes: u64) -> String {
 }
 
 fn kib(bytes: u64) -> String {
-    format!("{:.1}", bytes as f64 / 1024.0)
+    let tenths = bytes.saturating_mul(10) / 1024;
+    format!("{}.{}", tenths / 10, tenths % 10)
 }
 
 /// The `p`th percentile of sorted `values`.
@@ -647,7 +650,7 @@ fn report(store: &str, knobs: &Knobs, out: &Outcome) -> bool {
         knobs.runs,
         out.completed,
         secs,
-        out.completed as f64 / secs.max(f64::EPSILON)
+        f64::from(u32::try_from(out.completed).unwrap_or(u32::MAX)) / secs.max(f64::EPSILON)
     );
     println!(
         "posts: {} answered queued, {} refused (429, retried after Retry-After), {} other errors (retried); slowest post taken {} ms",
