@@ -306,6 +306,7 @@ fn served_port(stdout: std::process::ChildStdout) -> u16 {
 }
 
 /// `leasehold serve` on `store` without a token, its model unreachable,
+/// keeping every finished run,
 /// and the port it listens on.
 fn serve(store: &Path, cwd: &Path) -> (Killed, u16) {
     let spawned = Command::new(CLI)
@@ -316,6 +317,10 @@ fn serve(store: &Path, cwd: &Path) -> (Killed, u16) {
         .env_remove("LEASEHOLD_API_TOKEN")
         .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
         .env("LEASEHOLD_MODEL_NAME", "unused")
+        // The stored runs carry fixed dates, long past by now: kept for
+        // ever, so that the executor's retention does not delete them
+        // while the page is read.
+        .env("LEASEHOLD_EXECUTOR_RETENTION", "forever")
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
