@@ -47,8 +47,7 @@
 //!   limit — far below what the burst would cost held in memory.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -59,13 +58,15 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::time::Instant;
 
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/postgres.rs"]
 mod cluster;
+mod served;
+
+use served::{hwm, rss, size_of};
 
 /// The sled page cache's default bound (`sled.cache_capacity`).
 const SLED_CACHE: u64 = 64 << 20;
@@ -201,75 +202,14 @@ async fn model(chunks: u32, chunk: Duration) -> String {
     format!("http://{addr}/v1")
 }
 
-/// `leasehold serve` on the store `env` names; its base URL.
+/// `leasehold serve` on the store `env` names, its queue bound raised to
+/// hold the whole burst; its base URL.
 async fn serve(model: &str, knobs: &Knobs, env: &[(&str, &str)]) -> (Child, String) {
     let queued = (knobs.runs + 1024).to_string();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "burst")
-        .env("LEASEHOLD_EXECUTOR_RETENTION", &knobs.retention)
-        .env("LEASEHOLD_SERVER_MAX_QUEUED_RUNS", &queued)
-        .envs(env.iter().copied())
-        .args(&knobs.set)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("leasehold serve starts");
-    let mut lines = BufReader::new(server.stdout.take().expect("piped")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("serve says where it listens")
-        .expect("read")
-        .expect("a line");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("a URL")
-        .trim_end_matches('/')
-        .to_owned();
-    (server, base)
-}
-
-/// The resident set of process `pid`, in bytes.
-fn rss(pid: u32) -> u64 {
-    status_kb(pid, "VmRSS:")
-}
-
-/// The highest resident set process `pid` has had, in bytes: the peak
-/// between two samples too.
-fn hwm(pid: u32) -> u64 {
-    status_kb(pid, "VmHWM:")
-}
-
-/// A `kB` line of `/proc/PID/status`, in bytes.
-fn status_kb(pid: u32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(key))
-        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-/// The bytes of every file under `dir`.
-fn size_of(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.metadata() {
-            Ok(meta) if meta.is_dir() => size_of(&entry.path()),
-            Ok(meta) => meta.len(),
-            Err(_) => 0,
-        })
-        .sum()
+    let mut env = env.to_vec();
+    env.push(("LEASEHOLD_EXECUTOR_RETENTION", &knobs.retention));
+    env.push(("LEASEHOLD_SERVER_MAX_QUEUED_RUNS", &queued));
+    served::serve(model, "burst", &knobs.set, &env).await
 }
 
 /// The posts' tallies, shared with the posting tasks.
