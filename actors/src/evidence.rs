@@ -21,6 +21,23 @@
 //! stands for. A server that floods progress renews its lease as before;
 //! it no longer writes the log at its own pace.
 //!
+//! Evidence has a kind ([`EvidenceKind`]): text, reasoning or tool-call
+//! bytes that add to an answer; an MCP progress value that rose toward its
+//! total; a worker's completed step; a note; or a keepalive — an SSE
+//! comment, a chunk that adds nothing (an empty delta, a role- or
+//! usage-only chunk), a progress value that did not advance. A keepalive
+//! proves only that the connection is open: it is counted and shown to the
+//! evaluator, and it is not an arrival — it neither feeds the accrual
+//! history nor makes the evidence fresh, so it earns no renewal. The
+//! summary says how many items of each kind arrived, and where a progress
+//! value stands and whether it rose since the lease's last judged expiry
+//! ([`ProgressSummary::advanced`]), which the default policy renews on
+//! without the evidence-streak limit.
+//!
+//! A worker's steps carry a signature of the tool calls they made
+//! ([`Evidence::step`]): steps that repeat the same calls with the same
+//! arguments count in the repetition signal like repeated text.
+//!
 //! While the run is paused the evidence does not age: the lease actor tells
 //! the cell when a pause starts and ends, and the pause counts neither in the
 //! age of the last item nor in the inter-arrival history phi is computed on.
@@ -29,6 +46,7 @@ mod repetition;
 
 pub use repetition::{MIN_TRIGRAMS, repetition};
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -56,10 +74,150 @@ struct EvidenceInner {
 /// evaluator and measured for repetition (2 KiB, a few hundred words).
 pub const TAIL_BYTES: usize = 2048;
 
+/// What one item of evidence is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceKind {
+    /// Bytes of an answer's text (or of a whole answer being read).
+    Text,
+    /// Bytes of a model's reasoning.
+    Reasoning,
+    /// Bytes of a tool call's name or arguments being streamed.
+    ToolCall,
+    /// A progress value that rose toward its total.
+    Progress,
+    /// A worker's completed step.
+    Step,
+    /// A note from the operation itself (a client waiting out a rate
+    /// limit, a scripted report).
+    Note,
+    /// A sign that the connection is open, and nothing more: an SSE
+    /// comment, a chunk that adds nothing, a progress value that did not
+    /// advance. Not an arrival: it earns no renewal.
+    Keepalive,
+}
+
+impl EvidenceKind {
+    /// Its name, as in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Reasoning => "reasoning",
+            Self::ToolCall => "tool_call",
+            Self::Progress => "progress",
+            Self::Step => "step",
+            Self::Note => "note",
+            Self::Keepalive => "keepalive",
+        }
+    }
+}
+
+/// How many items of each kind a lease's evidence holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceKinds {
+    /// Text items.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub text: u64,
+    /// Reasoning items.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning: u64,
+    /// Tool-call items.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_call: u64,
+    /// Progress values that advanced.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub progress: u64,
+    /// Worker steps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step: u64,
+    /// Notes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub note: u64,
+    /// Keepalives: not arrivals, not counted in [`EvidenceSummary::count`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub keepalive: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl EvidenceKinds {
+    /// Whether no item of any kind arrived.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn add(&mut self, kind: EvidenceKind) {
+        let slot = match kind {
+            EvidenceKind::Text => &mut self.text,
+            EvidenceKind::Reasoning => &mut self.reasoning,
+            EvidenceKind::ToolCall => &mut self.tool_call,
+            EvidenceKind::Progress => &mut self.progress,
+            EvidenceKind::Step => &mut self.step,
+            EvidenceKind::Note => &mut self.note,
+            EvidenceKind::Keepalive => &mut self.keepalive,
+        };
+        *slot = slot.saturating_add(1);
+    }
+
+    /// `kind count` for every kind with items, in a fixed order:
+    /// `"text 12, keepalive 40"`; empty when none arrived.
+    pub fn describe(&self) -> String {
+        [
+            (EvidenceKind::Text, self.text),
+            (EvidenceKind::Reasoning, self.reasoning),
+            (EvidenceKind::ToolCall, self.tool_call),
+            (EvidenceKind::Progress, self.progress),
+            (EvidenceKind::Step, self.step),
+            (EvidenceKind::Note, self.note),
+            (EvidenceKind::Keepalive, self.keepalive),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(kind, n)| format!("{} {n}", kind.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
+/// Where an operation's reported progress stands.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressSummary {
+    /// The highest value reported within its total.
+    pub value: f64,
+    /// The total the last advancing report gave, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// The value at the lease's last judged expiry; `None` before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<f64>,
+    /// Whether the value rose since the lease's last judged expiry (or was
+    /// first reported since the lease started): the strongest evidence
+    /// there is, renewed on without the evidence-streak limit.
+    pub advanced: bool,
+}
+
+/// How many of a worker's recent steps are kept for the repetition signal.
+pub const STEP_WINDOW: usize = 6;
+
+/// Fewer steps with tool calls than this are too few to judge.
+pub const MIN_STEPS: usize = 3;
+
 #[derive(Default)]
 struct EvidenceState {
     count: u64,
+    kinds: EvidenceKinds,
     last: Option<Instant>,
+    last_keepalive: Option<Instant>,
+    /// The highest progress value within its total, and that total.
+    progress: Option<(f64, Option<f64>)>,
+    /// The progress value at the last judged expiry.
+    judged_progress: Option<f64>,
+    /// The signatures of the last [`STEP_WINDOW`] steps that made tool
+    /// calls.
+    steps: VecDeque<u64>,
     window: ArrivalWindow,
     note: Option<String>,
     /// The text reported so far, at most `2 × TAIL_BYTES`: trimmed to
@@ -93,6 +251,16 @@ pub struct EvidenceSummary {
     /// reported too little text to judge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repetition: Option<f64>,
+    /// How many items of each kind arrived, keepalives included.
+    #[serde(default, skip_serializing_if = "EvidenceKinds::is_empty")]
+    pub kinds: EvidenceKinds,
+    /// Milliseconds since the last keepalive, time paused excluded; `None`
+    /// if there was none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_age_ms: Option<u64>,
+    /// Where reported progress stands, if a value was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressSummary>,
 }
 
 impl Evidence {
@@ -127,18 +295,56 @@ impl Evidence {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records one item of evidence without an event: for high-rate signals
-    /// such as stream chunks.
+    /// Records one item of evidence of kind `kind` without an event: for
+    /// high-rate signals such as stream chunks. A [`EvidenceKind::Keepalive`]
+    /// is counted, and is no arrival.
+    pub fn observe_kind(&self, kind: EvidenceKind) {
+        let now = Instant::now();
+        let mut state = self.state();
+        if kind == EvidenceKind::Keepalive {
+            state.keepalive(now);
+        } else {
+            state.arrive(now, kind);
+        }
+    }
+
+    /// Records one item of an answer's bytes (a blocking answer being
+    /// read): [`EvidenceKind::Text`].
     pub fn observe(&self) {
-        self.record(Instant::now());
+        self.observe_kind(EvidenceKind::Text);
+    }
+
+    /// Records a sign that the connection is open and nothing more.
+    pub fn keepalive(&self) {
+        self.observe_kind(EvidenceKind::Keepalive);
     }
 
     /// Records one chunk of a stream with its text, without an event. The
     /// cell keeps the last [`TAIL_BYTES`] of the text, for the evaluator and
-    /// the repetition signal; a chunk with no text is still evidence.
+    /// the repetition signal; a chunk with no text adds nothing to the
+    /// answer and is a keepalive.
     pub fn observe_text(&self, text: &str) {
+        self.observe_delta(text, 0, 0);
+    }
+
+    /// Records what one read of a stream added to the answer: `text`,
+    /// `reasoning` bytes and `tool_call` bytes (name and arguments). One
+    /// arrival, of the kind that added most after text; a read that added
+    /// nothing is a keepalive.
+    pub fn observe_delta(&self, text: &str, reasoning: usize, tool_call: usize) {
+        let now = Instant::now();
         let mut state = self.state();
-        state.arrive(Instant::now());
+        let kind = if !text.is_empty() {
+            EvidenceKind::Text
+        } else if tool_call > 0 && tool_call >= reasoning {
+            EvidenceKind::ToolCall
+        } else if reasoning > 0 {
+            EvidenceKind::Reasoning
+        } else {
+            state.keepalive(now);
+            return;
+        };
+        state.arrive(now, kind);
         state.push_text(text);
     }
 
@@ -164,10 +370,15 @@ impl Evidence {
     /// inter-arrival time.
     pub(crate) fn resume(&self, at: Instant) {
         let mut state = self.state();
-        if let Some(since) = state.paused_since.take()
-            && let Some(last) = state.last
-        {
-            state.last = Some(last + at.saturating_duration_since(since));
+        if let Some(since) = state.paused_since.take() {
+            let paused = at.saturating_duration_since(since);
+            if let Some(last) = state.last {
+                state.last = Some(last + paused);
+            }
+            // A keepalive during the pause is as fresh as the resume.
+            if let Some(keepalive) = state.last_keepalive {
+                state.last_keepalive = Some((keepalive + paused).min(at));
+            }
         }
     }
 
@@ -178,11 +389,65 @@ impl Evidence {
     /// step. A report not published is said by the next event, or by
     /// the last one, published when the operation ends.
     pub fn progress(&self, note: impl Into<String>) {
-        let note = cut_note(note.into(), self.inner.limits.max_progress_note_bytes);
+        self.report(EvidenceKind::Note, note.into(), |_| true);
+    }
+
+    /// Records a progress value reported by the operation (an MCP progress
+    /// notification), with its `total` if it gave one, and publishes it as
+    /// [`Evidence::progress`] does. A value that rose above every earlier
+    /// one, and is within its total, is [`EvidenceKind::Progress`]; one that
+    /// did not advance (or is not a finite number, or is past its total) is
+    /// a keepalive: it is kept as the note and earns nothing.
+    pub fn progress_value(&self, value: f64, total: Option<f64>, note: impl Into<String>) {
+        let advances = |state: &mut EvidenceState| {
+            let within = value.is_finite()
+                && total.is_none_or(|total| !total.is_finite() || value <= total);
+            let rose = state.progress.is_none_or(|(last, _)| value > last);
+            let advances = within && rose;
+            if advances {
+                state.progress = Some((value, total.filter(|t| t.is_finite())));
+            }
+            advances
+        };
+        self.report(EvidenceKind::Progress, note.into(), advances);
+    }
+
+    /// Records a worker's completed step, as [`Evidence::progress`] does,
+    /// with the `signature` of the tool calls it made (`None` when it made
+    /// none): steps that repeat the same calls count in the repetition
+    /// signal.
+    pub fn step(&self, note: impl Into<String>, signature: Option<u64>) {
+        self.report(EvidenceKind::Step, note.into(), |state| {
+            if let Some(signature) = signature {
+                if state.steps.len() == STEP_WINDOW {
+                    state.steps.pop_front();
+                }
+                state.steps.push_back(signature);
+            }
+            true
+        });
+    }
+
+    /// Records a discrete report of `kind` with `note`, an arrival if
+    /// `advances` says so (a keepalive otherwise), and publishes a
+    /// `progress` event unless one was published less than
+    /// `progress_interval` ago.
+    fn report(
+        &self,
+        kind: EvidenceKind,
+        note: String,
+        advances: impl FnOnce(&mut EvidenceState) -> bool,
+    ) {
+        let note = cut_note(note, self.inner.limits.max_progress_note_bytes);
         let now = Instant::now();
         let publish = {
             let mut state = self.state();
-            let count = state.arrive(now);
+            let count = if advances(&mut state) {
+                state.arrive(now, kind)
+            } else {
+                state.keepalive(now);
+                state.count
+            };
             state.note = Some(note);
             state.unsaid += 1;
             let due = state.published.is_none_or(|at| {
@@ -224,8 +489,11 @@ impl Evidence {
         }
     }
 
-    fn record(&self, at: Instant) {
-        self.state().arrive(at);
+    /// The lease's expiry was judged and renewed: the progress value now is
+    /// what the next expiry's must rise above.
+    pub(crate) fn judged(&self) {
+        let mut state = self.state();
+        state.judged_progress = state.progress.map(|(value, _)| value);
     }
 
     /// Evidence items received so far.
@@ -238,18 +506,53 @@ impl Evidence {
         let state = self.state();
         let until = state.paused_since.unwrap_or(now);
         let age = state.last.map(|last| until.saturating_duration_since(last));
+        let millis = |a: std::time::Duration| u64::try_from(a.as_millis()).unwrap_or(u64::MAX);
+        let text = repetition(tail_of(&state.text, TAIL_BYTES));
+        let steps = step_repetition(&state.steps);
         EvidenceSummary {
             count: state.count,
-            last_progress_age_ms: age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
+            last_progress_age_ms: age.map(millis),
             phi: age.map(|a| state.window.phi(a, config)),
             last_note: state.note.clone(),
-            repetition: repetition(tail_of(&state.text, TAIL_BYTES)),
+            repetition: match (text, steps) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+            kinds: state.kinds,
+            keepalive_age_ms: state
+                .last_keepalive
+                .map(|at| millis(until.saturating_duration_since(at))),
+            progress: state.progress.map(|(value, total)| ProgressSummary {
+                value,
+                total,
+                previous: state.judged_progress,
+                advanced: state.judged_progress.is_none_or(|before| value > before),
+            }),
         }
     }
 }
 
+/// The share of a worker's recent steps that repeat the tool calls of an
+/// earlier one in the window (`1 − distinct / total`, as for text); `None`
+/// with fewer than [`MIN_STEPS`] steps that made calls.
+fn step_repetition(steps: &VecDeque<u64>) -> Option<f64> {
+    if steps.len() < MIN_STEPS {
+        return None;
+    }
+    let distinct: std::collections::HashSet<&u64> = steps.iter().collect();
+    let total = steps.len();
+    #[allow(clippy::cast_precision_loss)] // at most STEP_WINDOW
+    Some((total - distinct.len()) as f64 / total as f64)
+}
+
 impl EvidenceState {
-    fn arrive(&mut self, at: Instant) -> u64 {
+    fn keepalive(&mut self, at: Instant) {
+        self.kinds.add(EvidenceKind::Keepalive);
+        self.last_keepalive = Some(at);
+    }
+
+    fn arrive(&mut self, at: Instant, kind: EvidenceKind) -> u64 {
+        self.kinds.add(kind);
         if let Some(last) = self.last {
             // During a pause only the quiet time before it counts.
             let until = self.paused_since.unwrap_or(at);
@@ -469,5 +772,86 @@ mod tests {
         big.observe_text(&"ü".repeat(3 * TAIL_BYTES));
         assert_eq!(big.tail().map(|t| t.len()), Some(TAIL_BYTES));
         assert_eq!(Evidence::detached().tail(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keepalives_are_counted_but_are_no_arrival() {
+        let config = AccrualConfig::PEKKO;
+        let evidence = Evidence::detached();
+        for _ in 0..50 {
+            tokio::time::advance(Duration::from_millis(100)).await;
+            evidence.keepalive();
+            evidence.observe_delta("", 0, 0);
+            evidence.observe_text("");
+        }
+        let summary = evidence.summary(Instant::now(), &config);
+        assert_eq!(summary.count, 0, "a keepalive counted as evidence");
+        assert_eq!(summary.phi, None);
+        assert_eq!(summary.last_progress_age_ms, None);
+        assert_eq!(summary.kinds.keepalive, 150);
+        assert_eq!(summary.keepalive_age_ms, Some(0));
+        assert_eq!(summary.kinds.describe(), "keepalive 150");
+        // One token makes it evidence; reasoning and tool-call bytes too.
+        evidence.observe_delta("Hel", 0, 0);
+        evidence.observe_delta("", 12, 0);
+        evidence.observe_delta("", 0, 30);
+        let summary = evidence.summary(Instant::now(), &config);
+        assert_eq!(summary.count, 3);
+        assert_eq!(
+            (summary.kinds.text, summary.kinds.reasoning, summary.kinds.tool_call),
+            (1, 1, 1)
+        );
+        assert_eq!(summary.last_progress_age_ms, Some(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_progress_value_advances_only_upward_within_its_total_and_since_the_last_expiry() {
+        let config = AccrualConfig::PEKKO;
+        let evidence = Evidence::detached();
+        evidence.progress_value(1.0, Some(3.0), "1/3");
+        let first = evidence.summary(Instant::now(), &config);
+        let progress = first.progress.expect("a value");
+        assert!(progress.advanced && progress.previous.is_none());
+        evidence.judged();
+        // The same value again, a lower one, one past the total, NaN: no
+        // arrival, each a keepalive.
+        evidence.progress_value(1.0, Some(3.0), "1/3");
+        evidence.progress_value(0.5, Some(3.0), "back");
+        evidence.progress_value(4.0, Some(3.0), "past");
+        evidence.progress_value(f64::NAN, None, "nan");
+        let stood = evidence.summary(Instant::now(), &config);
+        assert_eq!(stood.count, 1);
+        assert_eq!(stood.kinds.keepalive, 4);
+        assert_eq!(stood.last_note.as_deref(), Some("nan"), "the note is kept");
+        let progress = stood.progress.expect("a value");
+        assert!(!progress.advanced, "{progress:?}");
+        assert_eq!((progress.value, progress.previous), (1.0, Some(1.0)));
+        evidence.progress_value(2.0, Some(3.0), "2/3");
+        let rose = evidence.summary(Instant::now(), &config);
+        assert!(rose.progress.expect("a value").advanced);
+        assert_eq!(rose.kinds.progress, 2);
+    }
+
+    #[test]
+    fn steps_that_repeat_the_same_calls_are_repetition() {
+        let config = AccrualConfig::PEKKO;
+        let now = Instant::now();
+        let looping = Evidence::detached();
+        for n in 0..4 {
+            looping.step(format!("step {n} done"), Some(42));
+        }
+        let share = looping.summary(now, &config).repetition.expect("a share");
+        assert!(share > 0.5, "{share}");
+        let varied = Evidence::detached();
+        for n in 0..4 {
+            varied.step(format!("step {n} done"), Some(n));
+        }
+        assert_eq!(varied.summary(now, &config).repetition, Some(0.0));
+        let few = Evidence::detached();
+        few.step("step 1 done", Some(1));
+        few.step("step 2 done", None);
+        few.step("step 3 done", Some(1));
+        assert_eq!(few.summary(now, &config).repetition, None, "too few to judge");
+        assert_eq!(few.summary(now, &config).kinds.step, 3);
     }
 }

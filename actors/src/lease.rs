@@ -28,7 +28,10 @@
 //! The lease counts its consecutive renewals on evidence alone and hands the
 //! streak to the watchdog, which asks the evaluator anyway once it reaches
 //! `evidence_renewals`: evidence earns renewals, not immunity. Any verdict
-//! that is not an evidence renewal resets the streak.
+//! that is not an evidence renewal resets the streak — a renewal on
+//! advancing progress too. Each renewal (but a load renewal) marks where
+//! the operation's progress value stood, which the next expiry's must rise
+//! above to renew on progress.
 //!
 //! Overload is not the work's fault. With a [`LoadRule`], an expiry is
 //! first compared with the executor's lag — the larger of the load gauge's
@@ -515,10 +518,12 @@ impl LeaseState {
                     DecidedBy::Evidence => {
                         entry.evidence_renewals += 1;
                         entry.renewals += 1;
+                        entry.evidence.judged();
                     }
                     _ => {
                         entry.evidence_renewals = 0;
                         entry.renewals += 1;
+                        entry.evidence.judged();
                     }
                 }
                 entry.generation += 1;

@@ -101,7 +101,10 @@ pub use ports::{
 };
 
 // Leases and their evidence, for supervising work of your own.
-pub use evidence::{Evidence, EvidenceSummary, MIN_TRIGRAMS, TAIL_BYTES, repetition};
+pub use evidence::{
+    Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, MIN_STEPS, MIN_TRIGRAMS, ProgressSummary,
+    STEP_WINDOW, TAIL_BYTES, repetition,
+};
 pub use lease::{
     LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseSpec,
     Leases, MIN_LEASE,
@@ -149,7 +152,7 @@ pub mod prelude {
     pub use crate::budget::BudgetFigures;
     pub use crate::engine::{Engine, EngineBuilder, EngineConfig, EngineError};
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
-    pub use crate::evidence::{Evidence, EvidenceSummary};
+    pub use crate::evidence::{Evidence, EvidenceKind, EvidenceSummary, ProgressSummary};
     pub use crate::flow::{Flow, FlowError};
     pub use crate::lease::{
         LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,

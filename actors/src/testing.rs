@@ -811,7 +811,11 @@ impl ToolClient for ScriptedTools {
                                 tokio::time::sleep(every).await;
                                 left -= every;
                                 n += 1;
-                                evidence.progress(format!("progress {n}"));
+                                evidence.progress_value(
+                                    f64::from(n),
+                                    None,
+                                    format!("progress {n}"),
+                                );
                             }
                             tokio::time::sleep(left).await;
                         }

@@ -61,6 +61,9 @@ pub enum DecidedBy {
     Ladder,
     /// Fresh evidence (phi below threshold): no evaluator call.
     Evidence,
+    /// A progress value that rose since the last expiry, within its total:
+    /// no evaluator call, and no evidence-streak limit.
+    Progress,
     /// The evaluator's valid answer.
     Evaluator,
     /// The evaluator failed, timed out or answered something invalid (or
@@ -84,6 +87,7 @@ impl DecidedBy {
         match self {
             Self::Ladder => "ladder",
             Self::Evidence => "evidence",
+            Self::Progress => "progress",
             Self::Evaluator => "evaluator",
             Self::Breaker => "breaker",
             Self::Cap => "cap",

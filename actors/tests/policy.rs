@@ -261,3 +261,44 @@ async fn a_leases_own_policy_overrides_the_watchdogs() {
     let handle = supervised(&rig, secs(10), None, secs(25));
     assert_eq!(handle.outcome().await, Ok("finished"));
 }
+
+/// Evidence whose progress value stands at `value` of 12, `previous` at
+/// the last expiry, with a long streak of evidence renewals behind it.
+fn progress(value: f64, previous: Option<f64>) -> EvidenceSummary {
+    EvidenceSummary {
+        progress: Some(ProgressSummary {
+            value,
+            total: Some(12.0),
+            previous,
+            advanced: previous.is_none_or(|before| value > before),
+        }),
+        ..fresh(10, 0.1)
+    }
+}
+
+#[test]
+fn the_leasehold_policy_renews_advancing_progress_past_the_evidence_streak_but_not_the_cap() {
+    let kind = PolicyKind::Leasehold;
+    let rose = progress(7.0, Some(6.0));
+    let streak_spent = Expiry {
+        evidence_renewals: 3,
+        ..expiry(5, &rose)
+    };
+    assert_eq!(
+        decided(judge(kind, &streak_spent)),
+        (Verdict::Renew, DecidedBy::Progress)
+    );
+    // A value that stood still is judged as other evidence: the streak is
+    // spent, the evaluator is asked.
+    let stood = progress(7.0, Some(7.0));
+    let streak_spent = Expiry {
+        evidence_renewals: 3,
+        ..expiry(5, &stood)
+    };
+    assert_eq!(judge(kind, &streak_spent), Judgement::AskEvaluator);
+    // The cap holds.
+    assert_eq!(
+        decided(judge(kind, &expiry(10, &rose))),
+        (Verdict::Intervene, DecidedBy::Cap)
+    );
+}

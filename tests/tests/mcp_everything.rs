@@ -186,12 +186,15 @@ async fn progress_renews_the_lease(transport: Transport) {
     assert!(verdicts.len() >= 3, "expiries: {verdicts:?}");
     assert!(
         verdicts.iter().all(|v| v.verdict == Verdict::Renew
-            && matches!(v.decided_by, DecidedBy::Ladder | DecidedBy::Evidence)),
+            && matches!(
+                v.decided_by,
+                DecidedBy::Ladder | DecidedBy::Evidence | DecidedBy::Progress
+            )),
         "{verdicts:?}"
     );
     assert!(
-        verdicts.iter().any(|v| v.decided_by == DecidedBy::Evidence),
-        "no renewal on evidence: {verdicts:?}"
+        verdicts.iter().any(|v| v.decided_by == DecidedBy::Progress),
+        "no renewal on progress: {verdicts:?}"
     );
     let progress: Vec<(String, u64)> = rig
         .events
@@ -230,6 +233,65 @@ async fn progress_notifications_renew_the_lease_without_the_evaluator_over_stdio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_notifications_renew_the_lease_without_the_evaluator_over_http() {
     progress_renews_the_lease(Transport::Http).await;
+}
+
+/// 3 s of work reporting progress 1 … 12 of 12 under a 200 ms lease, with an
+/// evaluator that would intervene: the counter advancing toward its total
+/// renews every expiry it rose before, past the evidence streak, and the
+/// tool completes with no evaluator call.
+async fn advancing_progress_needs_no_judge(transport: Transport) {
+    let peer = Peer::recorded(transport).await;
+    let client = Arc::new(peer.client().await);
+    let rig = rig().await;
+    let caller = client.clone();
+    let spec = LeaseSpec::new(LeaseKind::ToolCall, LONG_RUNNING, millis(200))
+        .expect("a valid lease")
+        .with_max_renewals(30)
+        .in_run("run-mcp", "run/tool_call:1");
+    let handle = rig
+        .supervision
+        .leases
+        .supervise(spec, move |evidence| {
+            caller.call(
+                invocation(LONG_RUNNING, json!({"duration": 3, "steps": 12}), "long-12"),
+                evidence,
+            )
+        })
+        .expect("started");
+    let output = handle
+        .outcome()
+        .await
+        .expect("not ended by the lease")
+        .expect("the tool answered");
+    assert!(
+        output.content.contains("Long running operation completed"),
+        "{output:?}"
+    );
+    let verdicts = rig.events.verdicts();
+    assert_eq!(rig.evaluator.calls(), 0, "{verdicts:#?}");
+    let by_progress: Vec<_> = verdicts
+        .iter()
+        .filter(|v| v.decided_by == DecidedBy::Progress)
+        .collect();
+    // More expiries than the ladder and a streak of three could renew.
+    assert!(verdicts.len() > 5, "{verdicts:#?}");
+    assert!(by_progress.len() >= 4, "{verdicts:#?}");
+    for verdict in &by_progress {
+        let progress = verdict.evidence.progress.expect("a progress value");
+        assert!(progress.advanced, "{verdict:?}");
+        assert_eq!(progress.total, Some(12.0), "{verdict:?}");
+    }
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advancing_progress_completes_under_a_short_lease_with_no_evaluator_call_over_stdio() {
+    advancing_progress_needs_no_judge(Transport::Stdio).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advancing_progress_completes_under_a_short_lease_with_no_evaluator_call_over_http() {
+    advancing_progress_needs_no_judge(Transport::Http).await;
 }
 
 // ---------------------------------------------------------------------------

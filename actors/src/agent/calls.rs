@@ -408,14 +408,26 @@ impl AgentLoop {
         if self.phase != Phase::Calls || self.state.calls.iter().any(|c| c.result.is_none()) {
             return None;
         }
-        for call in std::mem::take(&mut self.state.calls) {
+        let calls = std::mem::take(&mut self.state.calls);
+        // What the step did, for the repetition signal: a worker whose
+        // steps make the same calls with the same arguments is going round.
+        let signature = (!calls.is_empty()).then(|| {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            for call in &calls {
+                call.request.name.hash(&mut hasher);
+                call.request.arguments.to_string().hash(&mut hasher);
+            }
+            hasher.finish()
+        });
+        for call in calls {
             self.state.transcript.push(ChatMessage::tool(
                 call.request.id,
                 call.result.unwrap_or_default(),
             ));
         }
         if let Some(evidence) = &self.step_evidence {
-            evidence.progress(format!("step {} done", self.state.steps));
+            evidence.step(format!("step {} done", self.state.steps), signature);
         }
         self.phase = Phase::Idle;
         self.save(RunStatus::Running).await;

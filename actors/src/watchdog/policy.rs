@@ -15,7 +15,10 @@
 //! Four ship:
 //!
 //! - [`PolicyKind::Leasehold`], the default: the renewal cap intervenes;
-//!   the first `free_renewals` expiries renew (the ladder); fresh evidence
+//!   the first `free_renewals` expiries renew (the ladder); a progress
+//!   value that rose since the last expiry, within its total, renews
+//!   (`decided_by = progress`, with no streak limit: a counter advancing
+//!   toward its total is the strongest evidence there is); fresh evidence
 //!   (phi below threshold, not repetitive, fewer than `evidence_renewals`
 //!   evidence renewals in a row) renews; anything else asks the evaluator.
 //! - [`PolicyKind::Deadline`]: the first expiry intervenes, as a plain
@@ -128,6 +131,23 @@ impl VerdictPolicy for LeaseholdPolicy {
             ));
         }
         let evidence = expiry.evidence;
+        if let Some(progress) = evidence.progress.filter(|p| p.advanced) {
+            return Judgement::Decided(Decision::renew(
+                DecidedBy::Progress,
+                format!(
+                    "progress advanced{} to {}{}",
+                    progress
+                        .previous
+                        .map(|before| format!(" from {before}"))
+                        .unwrap_or_default(),
+                    progress.value,
+                    progress
+                        .total
+                        .map(|total| format!(" of {total}"))
+                        .unwrap_or_default(),
+                ),
+            ));
+        }
         let repetitive = evidence
             .repetition
             .is_some_and(|share| share > expiry.repetition_threshold);

@@ -573,7 +573,13 @@ impl ToolPlan {
             {
                 since_progress = Duration::ZERO;
                 reports += 1;
-                evidence.progress(format!("progress {reports}"));
+                // A counter toward its total, as an MCP server reports it.
+                let total = (self.work.as_secs_f64() / every.as_secs_f64()).ceil();
+                evidence.progress_value(
+                    f64::from(reports),
+                    Some(total),
+                    format!("{reports}/{total}"),
+                );
             }
         }
         ToolOutput {

@@ -368,10 +368,18 @@ impl ReplyStream {
                             return Err(error);
                         }
                     };
-                    if fed.events > 0 {
+                    if fed.added() {
                         // The text goes with the evidence: the evaluator is
                         // shown its tail, and a looping stream is noticed.
-                        self.evidence.observe_text(&fed.text);
+                        self.evidence.observe_delta(
+                            &fed.text,
+                            fed.reasoning_bytes,
+                            fed.tool_call_bytes,
+                        );
+                    } else if fed.events > 0 || fed.comments > 0 {
+                        // Comments, empty deltas, role- or usage-only
+                        // chunks: the connection is open, nothing more.
+                        self.evidence.keepalive();
                     }
                     if self.parser.is_done() {
                         // Whatever follows `[DONE]` is not waited for.

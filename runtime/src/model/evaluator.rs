@@ -34,7 +34,13 @@ going anywhere: you are asked anyway after a few renewals on evidence alone, \
 and when its text repeats itself. `repetition` is the share of repeated \
 three-word sequences in the tail of its text (near 0 for ordinary prose, \
 near 1 for one phrase over and over); the tail itself is shown when there is \
-one. A stream that loops is a case for NUDGE, INTERVENE or ESCALATE.
+one. A stream that loops is a case for NUDGE, INTERVENE or ESCALATE. \
+Evidence is counted by kind: text, reasoning and tool_call bytes that add \
+to an answer, progress values that rose, worker steps, notes, and \
+keepalives. A keepalive (an empty chunk, a comment, a progress value that \
+did not move) shows only that the connection is open, never that the work \
+advances: an operation that sends nothing but keepalives is wedged until \
+shown otherwise.
 
 Answer with exactly one JSON object and nothing else — no prose, no code \
 fence — with exactly these three keys:
@@ -115,6 +121,25 @@ impl ModelEvaluator {
                 let _ = write!(text, ", the last {age} ms ago");
             }
             _ => text.push_str(", none since the operation started (phi undefined)"),
+        }
+        let kinds = evidence.kinds.describe();
+        if !kinds.is_empty() {
+            let _ = write!(text, "; by kind: {kinds}");
+        }
+        if let Some(age) = evidence.keepalive_age_ms {
+            let _ = write!(text, "; the last keepalive {age} ms ago");
+        }
+        if let Some(progress) = &evidence.progress {
+            let _ = write!(text, "; progress {}", progress.value);
+            if let Some(total) = progress.total {
+                let _ = write!(text, " of {total}");
+            }
+            let moved = if progress.advanced {
+                "rose since the last expiry"
+            } else {
+                "did not move since the last expiry"
+            };
+            let _ = write!(text, " ({moved})");
         }
         if let Some(note) = &evidence.last_note {
             let _ = write!(text, "; last progress note: {note:?}");

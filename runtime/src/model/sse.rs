@@ -31,8 +31,24 @@ pub struct Fed {
     /// Events with data completed by these bytes (keep-alive comments are
     /// not events).
     pub events: u32,
+    /// Comment lines (`:`, the keep-alives of server-sent events) among
+    /// these bytes.
+    pub comments: u32,
     /// The answer's text these events added, in order.
     pub text: String,
+    /// Bytes of reasoning these events added.
+    pub reasoning_bytes: usize,
+    /// Bytes of tool-call names and arguments these events added.
+    pub tool_call_bytes: usize,
+}
+
+impl Fed {
+    /// Whether these bytes added to the answer (text, reasoning or a tool
+    /// call); bytes that did not — comments, empty deltas, role- or
+    /// usage-only chunks — only show that the connection is open.
+    pub fn added(&self) -> bool {
+        !self.text.is_empty() || self.reasoning_bytes > 0 || self.tool_call_bytes > 0
+    }
 }
 
 /// The incremental decoder of a streamed chat completion: server-sent
@@ -242,6 +258,7 @@ impl StreamParser {
             return self.dispatch(fed);
         }
         if line.starts_with(b":") {
+            fed.comments = fed.comments.saturating_add(1);
             return Ok(());
         }
         let line = std::str::from_utf8(line)
@@ -347,6 +364,7 @@ impl StreamParser {
                 // Reasoning is not kept, but it is part of the answer: a
                 // model that reasons forever is stopped at the cap.
                 self.count(length)?;
+                fed.reasoning_bytes = fed.reasoning_bytes.saturating_add(length);
             }
             if let Some(text) = delta.content {
                 self.count(text.len())?;
@@ -354,17 +372,20 @@ impl StreamParser {
                 fed.text.push_str(&text);
             }
             for (position, call) in delta.tool_calls.unwrap_or_default().into_iter().enumerate() {
-                self.tool_call_delta(position, call)?;
+                let added = self.tool_call_delta(position, call)?;
+                fed.tool_call_bytes = fed.tool_call_bytes.saturating_add(added);
             }
         }
         Ok(())
     }
 
+    /// Adds one tool-call delta; returns the bytes of name and arguments it
+    /// added.
     fn tool_call_delta(
         &mut self,
         position: usize,
         call: WireToolCall<'_>,
-    ) -> Result<(), ModelError> {
+    ) -> Result<usize, ModelError> {
         let index = match call.index {
             None => position,
             Some(n) => usize::try_from(n)
@@ -381,19 +402,20 @@ impl StreamParser {
         {
             entry.id = Some(id.into_owned());
         }
-        if let Some(function) = call.function {
-            let added = function.name.as_ref().map_or(0, |n| n.len())
-                + function.arguments.as_ref().map_or(0, |a| a.len());
-            self.count(added)?;
-            let entry = self.calls.entry(index).or_default();
-            if let Some(name) = function.name {
-                entry.name.push_str(&name);
-            }
-            if let Some(arguments) = function.arguments {
-                entry.arguments.push_str(&arguments);
-            }
+        let Some(function) = call.function else {
+            return Ok(0);
+        };
+        let added = function.name.as_ref().map_or(0, |n| n.len())
+            + function.arguments.as_ref().map_or(0, |a| a.len());
+        self.count(added)?;
+        let entry = self.calls.entry(index).or_default();
+        if let Some(name) = function.name {
+            entry.name.push_str(&name);
         }
-        Ok(())
+        if let Some(arguments) = function.arguments {
+            entry.arguments.push_str(&arguments);
+        }
+        Ok(added)
     }
 
     /// The answer, once the body has ended (or `[DONE]` came).

@@ -2,7 +2,9 @@
 //! they belong to.
 //!
 //! Each call registers its progress token with the evidence of its lease;
-//! every notification for that token becomes one item of evidence. A
+//! every notification for that token becomes one item of evidence, with its
+//! value and total: a value that rose is progress, one that did not is a
+//! keepalive (see [`Evidence::progress_value`]). A
 //! notification that arrives before its call has registered (the server can
 //! be quicker than the task that sent the request) is held, a few at most,
 //! and delivered at registration, so no progress is lost to that race; its
@@ -36,10 +38,19 @@ pub(super) struct ProgressRoutes {
     state: Mutex<Routes>,
 }
 
+/// A notification held until its call registers: its value, total and
+/// note (cut).
+#[derive(Clone)]
+struct Early {
+    value: f64,
+    total: Option<f64>,
+    note: String,
+}
+
 #[derive(Default)]
 struct Routes {
     live: HashMap<ProgressToken, Evidence>,
-    early: VecDeque<(ProgressToken, String)>,
+    early: VecDeque<(ProgressToken, Early)>,
 }
 
 impl ProgressRoutes {
@@ -50,12 +61,12 @@ impl ProgressRoutes {
     /// Sends the notifications for `token` to `evidence` from now on, and
     /// delivers those that came early.
     pub(super) fn register(&self, token: ProgressToken, evidence: Evidence) {
-        let early: Vec<String> = {
+        let early: Vec<Early> = {
             let mut routes = self.lock();
             let mut early = Vec::new();
-            routes.early.retain(|(held, note)| {
+            routes.early.retain(|(held, notification)| {
                 if *held == token {
-                    early.push(note.clone());
+                    early.push(notification.clone());
                     false
                 } else {
                     true
@@ -64,8 +75,8 @@ impl ProgressRoutes {
             routes.live.insert(token, evidence.clone());
             early
         };
-        for note in early {
-            evidence.progress(note);
+        for held in early {
+            evidence.progress_value(held.value, held.total, held.note);
         }
     }
 
@@ -88,14 +99,18 @@ impl ProgressRoutes {
                     }
                     routes.early.push_back((
                         params.progress_token.clone(),
-                        cut_note(note, EARLY_NOTE_BYTES),
+                        Early {
+                            value: params.progress,
+                            total: params.total,
+                            note: cut_note(note, EARLY_NOTE_BYTES),
+                        },
                     ));
                     return;
                 }
             }
         };
         // Outside the lock: reporting publishes an event.
-        evidence.progress(note);
+        evidence.progress_value(params.progress, params.total, note);
     }
 }
 
@@ -190,7 +205,12 @@ mod tests {
         for _ in 0..2 * EARLY_CAPACITY {
             routes.deliver(&progress(9, 1.0, None, Some(&huge)));
         }
-        let held: usize = routes.lock().early.iter().map(|(_, note)| note.len()).sum();
+        let held: usize = routes
+            .lock()
+            .early
+            .iter()
+            .map(|(_, held)| held.note.len())
+            .sum();
         assert!(
             held <= EARLY_CAPACITY * (EARLY_NOTE_BYTES + 64),
             "{held} bytes held for calls not yet registered"
