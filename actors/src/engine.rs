@@ -88,6 +88,8 @@ pub struct Engine {
     shut_down: std::sync::atomic::AtomicBool,
     /// How many leases the runs of this engine hold.
     live_leases: Arc<AtomicU64>,
+    /// What every run's leases learned of each pace key.
+    paces: crate::watchdog::PaceBook,
     /// The executor's lag, if measured ([`EngineBuilder::load`]).
     load: Option<crate::load::LoadGauge>,
 }
@@ -127,6 +129,12 @@ impl Engine {
     /// This executor's identity.
     pub fn owner_id(&self) -> &str {
         &self.owner_id
+    }
+
+    /// What this engine's leases learned of each pace key: each model
+    /// endpoint's, tool's and worker kind's normal pace.
+    pub fn paces(&self) -> &crate::watchdog::PaceBook {
+        &self.paces
     }
 
     /// How many leases the runs of this engine hold now: the model calls,
@@ -221,6 +229,7 @@ impl Engine {
             events: self.events.clone(),
             config: plan.watchdog_config,
             live: self.live_leases.clone(),
+            paces: self.paces.clone(),
             limits: self.config.events,
             load: crate::load::LoadRule::of(self.load.as_ref(), self.config.load_bound),
         })

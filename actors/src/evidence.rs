@@ -56,6 +56,7 @@ use crate::event::{EventKind, EventLimits, cut_note};
 use crate::lease::LeaseMeta;
 use crate::ports::EventSink;
 use crate::watchdog::accrual::{AccrualConfig, ArrivalWindow};
+use crate::watchdog::pace::{CallPace, Pace, Spread};
 
 /// The evidence cell of one lease. Cheap to clone; hand a clone to whatever
 /// does the work.
@@ -205,11 +206,24 @@ pub const STEP_WINDOW: usize = 6;
 /// Fewer steps with tool calls than this are too few to judge.
 pub const MIN_STEPS: usize = 3;
 
+/// How many items of its own a lease with no learned pace needs before its
+/// silence may be suspected before the period ends.
+pub const MIN_OWN_SAMPLES: usize = 16;
+
 #[derive(Default)]
 struct EvidenceState {
+    /// When the cell was made: the operation's start.
+    started: Option<Instant>,
+    /// The learned time to a first item, if the lease's pace key had one.
+    first_item: Option<Spread>,
+    /// The silence (its start: the last arrival, or the operation's start)
+    /// an early expiry was already asked for.
+    suspected: Option<Instant>,
     count: u64,
     kinds: EvidenceKinds,
     last: Option<Instant>,
+    /// When the first item arrived.
+    first_arrival: Option<Instant>,
     last_keepalive: Option<Instant>,
     /// The highest progress value within its total, and that total.
     progress: Option<(f64, Option<f64>)>,
@@ -240,8 +254,9 @@ pub struct EvidenceSummary {
     /// Milliseconds since the last item, time paused excluded; `None` if
     /// there was none.
     pub last_progress_age_ms: Option<u64>,
-    /// The accrual detector's suspicion level; `None` if there was no
-    /// evidence at all (silence from the start).
+    /// The accrual detector's suspicion level; with no evidence at all
+    /// (silence from the start), the suspicion of that silence against the
+    /// learned time to a first item, `None` if none was learned.
     pub phi: Option<f64>,
     /// The last progress note, if the operation gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -281,7 +296,10 @@ impl Evidence {
     fn build(announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>, limits: EventLimits) -> Self {
         Self {
             inner: Arc::new(EvidenceInner {
-                state: Mutex::new(EvidenceState::default()),
+                state: Mutex::new(EvidenceState {
+                    started: Some(Instant::now()),
+                    ..EvidenceState::default()
+                }),
                 announce,
                 limits,
             }),
@@ -374,6 +392,9 @@ impl Evidence {
             let paused = at.saturating_duration_since(since);
             if let Some(last) = state.last {
                 state.last = Some(last + paused);
+            } else if let Some(started) = state.started {
+                // Silent from the start: the pause is no part of the wait.
+                state.started = Some(started + paused);
             }
             // A keepalive during the pause is as fresh as the resume.
             if let Some(keepalive) = state.last_keepalive {
@@ -489,6 +510,63 @@ impl Evidence {
         }
     }
 
+    /// Seeds the detector with what earlier calls of the same pace key
+    /// showed: their intervals, and their time to a first item.
+    pub(crate) fn seed(&self, pace: &Pace) {
+        let mut state = self.state();
+        if let Some(interval) = pace.interval {
+            state.window.seed(interval);
+        }
+        state.first_item = pace.first_item;
+    }
+
+    /// When the current silence will be suspicious — phi at the threshold
+    /// — if nothing arrives: after the last item, judged against the
+    /// intervals (learned, or this call's own once it has
+    /// [`MIN_OWN_SAMPLES`]); before the first, against the learned time to
+    /// a first item. `None` with no history to judge by, while paused, or
+    /// once an early expiry was asked for this silence.
+    pub(crate) fn suspicion_at(&self, config: &AccrualConfig) -> Option<Instant> {
+        let state = self.state();
+        if state.paused_since.is_some() {
+            return None;
+        }
+        let (from, after) = match state.last {
+            Some(last) if state.window.is_seeded() || state.window.len() >= MIN_OWN_SAMPLES => {
+                (last, state.window.crossing(config))
+            }
+            Some(_) => return None,
+            None => {
+                let first = state.first_item?;
+                (state.started?, config.crossing(millis_to(first.mean_ms), millis_to(first.std_ms)))
+            }
+        };
+        if state.suspected == Some(from) {
+            return None;
+        }
+        Some(from.checked_add(after).unwrap_or(from + crate::MAX_DURATION))
+    }
+
+    /// Marks the current silence as asked about: no second early expiry
+    /// for it.
+    pub(crate) fn suspect(&self) {
+        let mut state = self.state();
+        state.suspected = state.last.or(state.started);
+    }
+
+    /// What this call showed of its pace: its time to a first item and its
+    /// own inter-arrival samples.
+    pub(crate) fn call_pace(&self) -> CallPace {
+        let state = self.state();
+        CallPace {
+            first_item_ms: state
+                .first_arrival
+                .zip(state.started)
+                .map(|(first, started)| first.saturating_duration_since(started).as_secs_f64() * 1e3),
+            intervals: state.window.own(),
+        }
+    }
+
     /// The lease's expiry was judged and renewed: the progress value now is
     /// what the next expiry's must rise above.
     pub(crate) fn judged(&self) {
@@ -512,7 +590,18 @@ impl Evidence {
         EvidenceSummary {
             count: state.count,
             last_progress_age_ms: age.map(millis),
-            phi: age.map(|a| state.window.phi(a, config)),
+            phi: match age {
+                Some(age) => Some(state.window.phi(age, config)),
+                // Silent from the start: judged against the learned time to
+                // a first item, if there is one.
+                None => state.first_item.zip(state.started).map(|(first, started)| {
+                    config.phi(
+                        until.saturating_duration_since(started),
+                        millis_to(first.mean_ms),
+                        millis_to(first.std_ms),
+                    )
+                }),
+            },
             last_note: state.note.clone(),
             repetition: match (text, steps) {
                 (Some(a), Some(b)) => Some(a.max(b)),
@@ -530,6 +619,14 @@ impl Evidence {
             }),
         }
     }
+}
+
+/// A duration of `ms` milliseconds (0 for nonsense, at most
+/// [`MAX_DURATION`](crate::MAX_DURATION)).
+fn millis_to(ms: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(ms.max(0.0) / 1e3)
+        .unwrap_or(crate::MAX_DURATION)
+        .min(crate::MAX_DURATION)
 }
 
 /// The share of a worker's recent steps that repeat the tool calls of an
@@ -553,6 +650,7 @@ impl EvidenceState {
 
     fn arrive(&mut self, at: Instant, kind: EvidenceKind) -> u64 {
         self.kinds.add(kind);
+        self.first_arrival.get_or_insert(at);
         if let Some(last) = self.last {
             // During a pause only the quiet time before it counts.
             let until = self.paused_since.unwrap_or(at);

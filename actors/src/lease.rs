@@ -69,7 +69,7 @@ use crate::nudge::NudgeQueue;
 use crate::ports::EventSink;
 use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
 use crate::watchdog::{
-    Judgement, LeaseExpiry, StartError, VerdictReply, WatchdogConfig, WatchdogMsg,
+    Judgement, LeaseExpiry, PaceBook, StartError, VerdictReply, WatchdogConfig, WatchdogMsg,
 };
 use timer::TimerCmd;
 
@@ -181,6 +181,9 @@ pub(crate) struct LeaseActorArgs {
     /// The executor's load and the lag above which an expiry renews by
     /// `load`; none turns the rule off.
     pub load: Option<LoadRule>,
+    /// What earlier calls of each pace key showed: seeds new leases, and
+    /// learns from those that end by themselves.
+    pub paces: PaceBook,
 }
 
 impl LeaseActor {
@@ -206,6 +209,7 @@ pub(crate) struct LeaseState {
     /// Who waits for the last lease to go ([`LeaseMsg::Drained`]).
     drained: Vec<oneshot::Sender<()>>,
     load: Option<LoadRule>,
+    paces: PaceBook,
 }
 
 impl Drop for LeaseState {
@@ -253,6 +257,7 @@ impl Actor for LeaseActor {
             live: args.live,
             drained: Vec::new(),
             load: args.load,
+            paces: args.paces,
         })
     }
 
@@ -304,11 +309,14 @@ impl LeaseState {
             end,
             nudges,
         } = registration;
-        self.arm_at(meta.id, 0, deadline);
+        if let Some(pace) = meta.pace_key.as_deref().and_then(|key| self.paces.get(key)) {
+            evidence.seed(&pace);
+        }
         if self.paused {
             evidence.pause(tokio::time::Instant::now());
         }
         self.live.fetch_add(1, Ordering::AcqRel);
+        let id = meta.id;
         self.leases.insert(
             meta.id,
             Entry {
@@ -323,6 +331,7 @@ impl LeaseState {
                 deadline,
             },
         );
+        self.arm(id);
     }
 
     fn pause(&mut self) {
@@ -352,12 +361,35 @@ impl LeaseState {
                 // pause is stale.
                 entry.generation += 1;
                 entry.deadline = deadline_after(now, entry.meta.duration);
-                (*id, entry.generation, entry.deadline)
+                *id
             })
             .collect();
-        for (id, generation, deadline) in rearm {
-            self.arm_at(id, generation, deadline);
+        for id in rearm {
+            self.arm(id);
         }
+    }
+
+    /// Arms the lease's timer for the end of its period or, if its policy
+    /// expires early and its silence will be suspicious before then, for
+    /// that moment.
+    fn arm(&self, id: LeaseId) {
+        let Some(entry) = self.leases.get(&id) else {
+            return;
+        };
+        self.arm_at(id, entry.generation, self.next_check(entry));
+    }
+
+    /// When `entry` must be looked at next: the end of its period, or
+    /// earlier when its evidence will be suspicious before then.
+    fn next_check(&self, entry: &Entry) -> tokio::time::Instant {
+        if !self.config.policy_of(&entry.meta).expires_early() {
+            return entry.deadline;
+        }
+        let accrual = self.config.accrual.for_kind(entry.meta.kind);
+        entry
+            .evidence
+            .suspicion_at(accrual)
+            .map_or(entry.deadline, |at| at.min(entry.deadline))
     }
 
     fn arm_at(&self, id: LeaseId, generation: u64, at: tokio::time::Instant) {
@@ -375,10 +407,13 @@ impl LeaseState {
     }
 
     fn done(&mut self, id: LeaseId, cancelled: bool) {
-        if let Some(entry) = self.remove(id)
-            && cancelled
-        {
-            self.emit(&entry.meta, EventKind::LeaseCancelled { lease_id: id });
+        if let Some(entry) = self.remove(id) {
+            if cancelled {
+                self.emit(&entry.meta, EventKind::LeaseCancelled { lease_id: id });
+            } else if let Some(key) = &entry.meta.pace_key {
+                // Ended by itself: what it showed is the key's normal pace.
+                self.paces.learn(key, &entry.evidence.call_pace());
+            }
         }
         self.tell_drained();
     }
@@ -406,6 +441,31 @@ impl LeaseState {
             return;
         }
         let now = tokio::time::Instant::now();
+        let early = now < entry.deadline;
+        if early {
+            // A check before the period's end: the evidence was to be
+            // suspicious by now. If something arrived since, look again
+            // later; if it is suspicious (and the executor is on time, so
+            // the silence is the operation's), the watchdog is asked now.
+            let on_time = self
+                .load
+                .as_ref()
+                .is_none_or(|rule| rule.late_by(Duration::ZERO).is_none());
+            let due = entry
+                .evidence
+                .suspicion_at(self.config.accrual.for_kind(entry.meta.kind))
+                .is_some_and(|at| at <= now);
+            if !(due && on_time) {
+                let at = if on_time {
+                    self.next_check(entry)
+                } else {
+                    entry.deadline
+                };
+                self.arm_at(id, generation, at);
+                return;
+            }
+            entry.evidence.suspect();
+        }
         let (meta, renewals) = (entry.meta.clone(), entry.renewals);
         // How late this lease's own timer fired: the executor's lateness as
         // this lease saw it, beside the gauge's.
@@ -451,11 +511,11 @@ impl LeaseState {
             .summary(now.checked_sub(lag).unwrap_or(now), accrual);
         let judged = self
             .config
-            .expiry(&meta, renewals, entry.evidence_renewals, &evidence);
+            .expiry(&meta, renewals, entry.evidence_renewals, &evidence, early);
         if let Judgement::Decided(decision) = self.config.policy_of(&meta).judge(&judged) {
             // Settled without a round trip to the watchdog, with the record
             // the watchdog would have written.
-            let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
+            let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
             self.emit(&meta, EventKind::Verdict(record));
             self.decided(id, generation, decision);
             return;
@@ -465,6 +525,7 @@ impl LeaseState {
             renewals,
             evidence_renewals: entry.evidence_renewals,
             evidence: entry.evidence.clone(),
+            early,
         };
         let me = myself.clone();
         let reply = VerdictReply::new(move |decision| {

@@ -120,7 +120,7 @@ pub use verdict::{
 };
 pub use watchdog::{
     AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy,
-    Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, PolicyKind, StartError,
+    Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, Pace, PaceBook, Spread, CallPace, PolicyKind, StartError,
     VerdictPolicy, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
 };
 

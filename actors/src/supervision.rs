@@ -9,7 +9,9 @@ use crate::error::ConfigError;
 use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, Leases};
 use crate::load::LoadRule;
 use crate::ports::{Evaluator, EventSink};
-use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg};
+use crate::watchdog::{
+    PaceBook, StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
+};
 
 /// The lease lengths, the renewal cap and the watchdog's policy, checked
 /// together.
@@ -47,6 +49,8 @@ pub struct Supervision {
     pub watchdog: ActorRef<WatchdogMsg>,
     /// Starts operations under leases.
     pub leases: Leases,
+    /// What its leases learned of each pace key (shared by its shards).
+    pub paces: PaceBook,
     /// The load rule of its lease actors, if any.
     load: Option<LoadRule>,
 }
@@ -78,6 +82,7 @@ impl Supervision {
             events: events.clone(),
         })
         .await?;
+        let paces = PaceBook::new();
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: watchdog.clone(),
             events,
@@ -85,12 +90,14 @@ impl Supervision {
             live: Arc::default(),
             limits: crate::event::EventLimits::default(),
             load: load.clone(),
+            paces: paces.clone(),
         })
         .await?;
         Ok(Self {
             config,
             watchdog,
             leases,
+            paces,
             load,
         })
     }
@@ -105,6 +112,7 @@ impl Supervision {
             live: Arc::default(),
             limits: crate::event::EventLimits::default(),
             load: self.load.clone(),
+            paces: self.paces.clone(),
         })
         .await
     }

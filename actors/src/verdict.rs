@@ -221,6 +221,10 @@ pub struct VerdictRecord {
     /// Present when an evaluator was called (even if it then failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluator: Option<EvaluatorUsage>,
+    /// Whether the lease expired before its period's end, its evidence
+    /// suspicious against its learned pace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early: bool,
 }
 
 impl VerdictRecord {
@@ -244,7 +248,15 @@ impl VerdictRecord {
             nudge: decision.nudge.clone(),
             decided_by: decision.decided_by,
             evaluator,
+            early: false,
         }
+    }
+
+    /// The record of an early expiry if `early`.
+    #[must_use]
+    pub fn early(mut self, early: bool) -> Self {
+        self.early = early;
+        self
     }
 }
 

@@ -35,6 +35,7 @@
 //! attributed to the consumer `engine.watchdog`.
 
 pub mod accrual;
+pub mod pace;
 pub mod policy;
 
 use std::sync::Arc;
@@ -52,8 +53,9 @@ use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
 
 pub use crate::error::StartError;
 pub use crate::evaluation::{Judge, JudgeConfig};
-use crate::verdict::{DecidedBy, Decision, EvaluatorUsage, VerdictRecord, parse_verdict};
+use crate::verdict::{DecidedBy, Decision, VerdictRecord, parse_verdict};
 pub use accrual::{AccrualConfig, AccrualPolicy};
+pub use pace::{CallPace, Pace, PaceBook, Spread};
 pub use policy::{
     AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
     PolicyKind, VerdictPolicy,
@@ -126,8 +128,10 @@ impl WatchdogConfig {
         renewals: u32,
         evidence_renewals: u32,
         evidence: &'a EvidenceSummary,
+        early: bool,
     ) -> Expiry<'a> {
         Expiry {
+            early,
             kind: meta.kind,
             lease: meta.duration,
             renewals,
@@ -165,6 +169,9 @@ pub struct LeaseExpiry {
     pub evidence_renewals: u32,
     /// Its evidence cell.
     pub evidence: Evidence,
+    /// Whether the lease expired before its period's end because its
+    /// evidence became suspicious (see [`Expiry::early`]).
+    pub early: bool,
 }
 
 /// Where a verdict goes. Called exactly once: if it is dropped unanswered
@@ -252,7 +259,7 @@ impl Judge<WatchdogConfig> {
         let renewals = expiry.renewals;
         let judged = self
             .config
-            .expiry(meta, renewals, expiry.evidence_renewals, &evidence);
+            .expiry(meta, renewals, expiry.evidence_renewals, &evidence, expiry.early);
         let evaluator = match self.config.policy_of(meta).judge(&judged) {
             Judgement::Decided(decision) => Err(decision),
             Judgement::AskEvaluator => self
@@ -263,8 +270,9 @@ impl Judge<WatchdogConfig> {
         let evaluator = match evaluator {
             Ok(evaluator) => evaluator,
             Err(decision) => {
-                let events = &*self.events;
-                return publish(events, meta, renewals, evidence, decision, None, reply);
+                let record = VerdictRecord::new(meta, renewals, evidence, &decision, None)
+                    .early(expiry.early);
+                return publish(&*self.events, meta, record, decision, reply);
             }
         };
 
@@ -285,18 +293,13 @@ impl Judge<WatchdogConfig> {
         let timeout = self.config.evaluator_timeout;
         let events = self.events.clone();
         let meta = meta.clone();
+        let early = expiry.early;
         tokio::spawn(async move {
             let evaluation = evaluate(evaluator, request, timeout);
             let (decision, usage) = timed(WATCHDOG_CONSUMER, evaluation).await;
-            publish(
-                &*events,
-                &meta,
-                renewals,
-                evidence,
-                decision,
-                Some(usage),
-                reply,
-            );
+            let record =
+                VerdictRecord::new(&meta, renewals, evidence, &decision, Some(usage)).early(early);
+            publish(&*events, &meta, record, decision, reply);
         });
     }
 }
@@ -339,18 +342,10 @@ async fn evaluate(
 fn publish(
     events: &dyn EventSink,
     meta: &LeaseMeta,
-    renewals: u32,
-    evidence: EvidenceSummary,
+    record: VerdictRecord,
     decision: Decision,
-    evaluator: Option<EvaluatorUsage>,
     reply: VerdictReply,
 ) {
-    events.emit(
-        &meta.run_id,
-        &meta.path,
-        EventKind::Verdict(VerdictRecord::new(
-            meta, renewals, evidence, &decision, evaluator,
-        )),
-    );
+    events.emit(&meta.run_id, &meta.path, EventKind::Verdict(record));
     reply.send(decision);
 }

@@ -13,6 +13,7 @@ use tokio::time::sleep;
 /// renewals, a cap of 10 and `evidence`.
 fn expiry(renewals: u32, evidence: &EvidenceSummary) -> Expiry<'_> {
     Expiry {
+        early: false,
         kind: LeaseKind::ToolCall,
         lease: secs(10),
         renewals,

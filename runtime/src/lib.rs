@@ -62,7 +62,7 @@ pub use leasehold_actors::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_PROBE_INTERVAL, DEFAULT_PROGRESS_INTERVAL,
     DEFAULT_RETENTION, DeadlinePolicy, DecidedBy, Decision, Engine, EngineBuilder, EngineConfig,
     EngineError, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EvaluatorUsage,
-    Event, EventBus, EventKind, EventLimits, EventSink, EventStream, Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, ProgressSummary,
+    Event, EventBus, EventKind, EventLimits, EventSink, EventStream, Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, ProgressSummary, Pace, PaceBook,
     Expiry, FailFast, Fenced, FinishReason, Flow, FlowError, GiveUpScope, HandedTo, IdleKillPolicy,
     Judge, JudgeConfig, Judgement, Lagged, LeaseConfig, LeaseError, LeaseExpiry, LeaseHandle,
     LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseOverrides, LeaseSpec, LeaseholdPolicy, Leases,

@@ -848,6 +848,18 @@ fn the_lease_prompt_shows_every_field_and_demands_the_strict_json() {
         phi: Some(3.456),
         last_note: Some("page 3 of 9".into()),
         repetition: None,
+        kinds: leasehold::EvidenceKinds {
+            progress: 12,
+            keepalive: 7,
+            ..Default::default()
+        },
+        keepalive_age_ms: Some(900),
+        progress: Some(leasehold::ProgressSummary {
+            value: 3.0,
+            total: Some(9.0),
+            previous: Some(3.0),
+            advanced: false,
+        }),
     }));
     let system = &messages[0].content;
     for demanded in [
@@ -859,6 +871,7 @@ fn the_lease_prompt_shows_every_field_and_demands_the_strict_json() {
         "INTERVENE",
         "ESCALATE",
         "no code",
+        "keepalive",
     ] {
         assert!(
             system.contains(demanded),
@@ -877,6 +890,9 @@ fn the_lease_prompt_shows_every_field_and_demands_the_strict_json() {
         "41000 ms ago",
         "phi 3.46",
         "page 3 of 9",
+        "by kind: progress 12, keepalive 7",
+        "the last keepalive 900 ms ago",
+        "progress 3 of 9 (did not move since the last expiry)",
         "[user] Find the failing deploy.",
     ] {
         assert!(user.contains(shown), "{shown:?} missing from {user}");
@@ -1020,6 +1036,7 @@ fn the_lease_prompt_shows_the_streams_tail_its_repetition_and_the_evidence_strea
         phi: Some(0.2),
         last_note: None,
         repetition: Some(0.97),
+        ..EvidenceSummary::default()
     });
     request.evidence_renewals = 3;
     request.stream_tail = Some(looping.clone());

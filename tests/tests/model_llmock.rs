@@ -531,6 +531,7 @@ fn lease_request() -> EvaluationRequest {
             phi: Some(11.25),
             last_note: None,
             repetition: None,
+            ..EvidenceSummary::default()
         },
         evidence_renewals: 0,
         stream_tail: None,

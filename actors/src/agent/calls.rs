@@ -123,6 +123,7 @@ impl AgentLoop {
                 let spec = self
                     .ctx
                     .spec(LeaseKind::ToolCall, name, &path)
+                    .with_pace_key(Some(format!("{}:{name}", LeaseKind::ToolCall)))
                     .with_transcript_tail(self.transcript_tail())
                     .with_nudges(self.nudges.clone())
                     .with_parent(&self.cancel);
@@ -308,6 +309,7 @@ impl AgentLoop {
         let spec = self
             .ctx
             .spec(LeaseKind::WorkerStep, &format!("worker:{kind}"), &path)
+            .with_pace_key(Some(format!("{}:worker:{kind}", LeaseKind::WorkerStep)))
             .with_transcript_tail(self.transcript_tail())
             .with_nudges(self.nudges.clone())
             .with_parent(&self.cancel);

@@ -392,6 +392,7 @@ impl EngineBuilder {
             prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             live_leases: Arc::default(),
+            paces: crate::watchdog::PaceBook::new(),
             load: self.load,
         })
     }

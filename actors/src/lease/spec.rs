@@ -190,6 +190,7 @@ pub struct LeaseSpec {
     pub(crate) free_renewals: Option<u32>,
     pub(crate) evidence_renewals: Option<u32>,
     pub(crate) policy: Option<PolicyKind>,
+    pub(crate) pace_key: Option<String>,
     pub(crate) run_id: String,
     pub(crate) path: String,
     pub(crate) transcript_tail: Arc<[TranscriptMessage]>,
@@ -222,6 +223,7 @@ impl LeaseSpec {
             free_renewals: None,
             evidence_renewals: None,
             policy: None,
+            pace_key: None,
             run_id: String::new(),
             path: String::new(),
             transcript_tail: Arc::from(Vec::new()),
@@ -255,6 +257,15 @@ impl LeaseSpec {
     /// `leases.policy`).
     pub fn with_policy(mut self, policy: Option<PolicyKind>) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Names what the operation calls — a model at its endpoint, a tool, a
+    /// kind of worker — so that its lease is seeded with the pace earlier
+    /// calls of the same key showed, and teaches it back when it ends (see
+    /// [`PaceBook`](crate::watchdog::PaceBook)).
+    pub fn with_pace_key(mut self, key: Option<String>) -> Self {
+        self.pace_key = key;
         self
     }
 
@@ -314,6 +325,9 @@ pub struct LeaseMeta {
     /// This lease's own verdict policy, if it overrides the watchdog's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyKind>,
+    /// What the operation calls, for its learned pace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pace_key: Option<String>,
     /// The last messages of the loop's transcript.
     pub transcript_tail: Arc<[TranscriptMessage]>,
 }
@@ -332,6 +346,7 @@ impl LeaseMeta {
             free_renewals: spec.free_renewals,
             evidence_renewals: spec.evidence_renewals,
             policy: spec.policy,
+            pace_key: spec.pace_key.clone(),
             transcript_tail: spec.transcript_tail.clone(),
         }
     }

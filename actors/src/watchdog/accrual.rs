@@ -18,6 +18,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::pace::{PRIOR_SAMPLES, Spread};
 use crate::error::ConfigError;
 use crate::lease::LeaseKind;
 
@@ -96,6 +97,31 @@ impl AccrualConfig {
         let std_ms = millis(std_deviation.max(self.min_std_deviation));
         phi(millis(elapsed), mean_ms, std_ms)
     }
+
+    /// How long a silence must last for phi to reach the threshold, after a
+    /// history with the given mean and standard deviation: the inverse of
+    /// [`AccrualConfig::phi`].
+    pub fn crossing(&self, mean: Duration, std_deviation: Duration) -> Duration {
+        let mean_ms = millis(mean.saturating_add(self.acceptable_pause));
+        let std_ms = millis(std_deviation.max(self.min_std_deviation));
+        let y = threshold_deviations(self.threshold);
+        Duration::try_from_secs_f64((mean_ms + y * std_ms) / 1e3).unwrap_or(Duration::MAX)
+    }
+}
+
+/// How many standard deviations past the mean phi reaches `threshold`
+/// (phi is increasing in the silence: found by bisection).
+fn threshold_deviations(threshold: f64) -> f64 {
+    let (mut low, mut high) = (0.0_f64, 64.0_f64);
+    for _ in 0..60 {
+        let middle = (low + high) / 2.0;
+        if phi(middle, 0.0, 1.0) < threshold {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    high
 }
 
 /// The accrual parameters per lease kind.
@@ -162,6 +188,9 @@ pub(crate) struct ArrivalWindow {
     intervals: VecDeque<u32>,
     sum: f64,
     sum_squares: f64,
+    /// A learned pace's intervals (mean and deviation, microseconds),
+    /// counted as [`PRIOR_SAMPLES`] samples in place of the first estimate.
+    prior: Option<(f64, f64)>,
 }
 
 impl ArrivalWindow {
@@ -185,27 +214,81 @@ impl ArrivalWindow {
         self.intervals.len()
     }
 
-    /// phi for a silence of `elapsed`, seeding the history as Pekko does with
-    /// two synthetic samples around the first estimate while the window has
-    /// room for them.
-    pub(crate) fn phi(&self, elapsed: Duration, config: &AccrualConfig) -> f64 {
+    /// Seeds the history with a learned pace's intervals.
+    pub(crate) fn seed(&mut self, interval: Spread) {
+        self.prior = Some((interval.mean_ms * 1e3, interval.std_ms * 1e3));
+    }
+
+    /// Whether a learned pace seeds the history.
+    pub(crate) fn is_seeded(&self) -> bool {
+        self.prior.is_some()
+    }
+
+    /// The mean and standard deviation of the history, seeded as Pekko does
+    /// with two synthetic samples around the first estimate (or with a
+    /// learned pace, as [`PRIOR_SAMPLES`] samples) while the window has room
+    /// for them.
+    pub(crate) fn stats(&self, config: &AccrualConfig) -> (Duration, Duration) {
         let (mut n, mut sum, mut sum_squares) = (self.len(), self.sum, self.sum_squares);
-        if n + 2 <= WINDOW_SAMPLES {
-            let estimate = micros(config.first_interval_estimate);
-            let spread = estimate / 4.0;
-            for sample in [estimate - spread, estimate + spread] {
-                n += 1;
-                sum += sample;
-                sum_squares += sample * sample;
+        match self.prior {
+            Some((mean, std)) => {
+                let weight = f64::from(PRIOR_SAMPLES);
+                if n < WINDOW_SAMPLES {
+                    n += PRIOR_SAMPLES as usize;
+                    sum += weight * mean;
+                    sum_squares += weight * (std * std + mean * mean);
+                }
             }
+            None if n + 2 <= WINDOW_SAMPLES => {
+                let estimate = micros(config.first_interval_estimate);
+                let spread = estimate / 4.0;
+                for sample in [estimate - spread, estimate + spread] {
+                    n += 1;
+                    sum += sample;
+                    sum_squares += sample * sample;
+                }
+            }
+            None => {}
         }
         let count = f64::from(u32::try_from(n).unwrap_or(u32::MAX));
         let mean = sum / count;
         let variance = (sum_squares / count - mean * mean).max(0.0);
         // `try_`: an unvalidated, enormous first estimate must not panic.
-        let seconds =
-            |micros: f64| Duration::try_from_secs_f64(micros / 1e6).unwrap_or(Duration::MAX);
-        config.phi(elapsed, seconds(mean), seconds(variance.sqrt()))
+        let seconds = |micros: f64| {
+            Duration::try_from_secs_f64(micros.max(0.0) / 1e6).unwrap_or(Duration::MAX)
+        };
+        (seconds(mean), seconds(variance.sqrt()))
+    }
+
+    /// phi for a silence of `elapsed`.
+    pub(crate) fn phi(&self, elapsed: Duration, config: &AccrualConfig) -> f64 {
+        let (mean, std) = self.stats(config);
+        config.phi(elapsed, mean, std)
+    }
+
+    /// How long a silence must last for phi to reach the threshold.
+    pub(crate) fn crossing(&self, config: &AccrualConfig) -> Duration {
+        let (mean, std) = self.stats(config);
+        config.crossing(mean, std)
+    }
+
+    /// The number of samples, their mean and deviation, in milliseconds:
+    /// what this call teaches its pace (the seed left out).
+    pub(crate) fn own(&self) -> Option<(u64, Spread)> {
+        let n = self.len();
+        if n == 0 {
+            return None;
+        }
+        let count = f64::from(u32::try_from(n).unwrap_or(u32::MAX));
+        let mean = self.sum / count;
+        let variance = (self.sum_squares / count - mean * mean).max(0.0);
+        Some((
+            u64::try_from(n).unwrap_or(u64::MAX),
+            Spread {
+                mean_ms: mean / 1e3,
+                std_ms: variance.sqrt() / 1e3,
+            },
+        ))
     }
 }
 
@@ -283,5 +366,38 @@ mod tests {
         };
         // Only the 10 ms samples remain: a 2 s silence is deeply suspicious.
         assert!(window.phi(Duration::from_secs(2), &config) > 8.0);
+    }
+
+    #[test]
+    fn the_crossing_is_where_phi_reaches_the_threshold() {
+        let config = AccrualConfig::PEKKO;
+        let (mean, std) = (Duration::from_millis(500), Duration::from_millis(50));
+        let at = config.crossing(mean, std);
+        let just_before = at.saturating_sub(Duration::from_millis(5));
+        assert!(config.phi(just_before, mean, std) < config.threshold, "{at:?}");
+        assert!(config.phi(at, mean, std) >= config.threshold, "{at:?}");
+        // mean + pause + about 4.3 floored deviations.
+        assert!(at > Duration::from_millis(3_800) && at < Duration::from_millis(4_000), "{at:?}");
+    }
+
+    #[test]
+    fn a_learned_pace_seeds_the_window_in_place_of_the_first_estimate() {
+        let config = AccrualConfig {
+            acceptable_pause: Duration::ZERO,
+            ..AccrualConfig::PEKKO
+        };
+        let cold = ArrivalWindow::default();
+        let mut warm = ArrivalWindow::default();
+        warm.seed(Spread {
+            mean_ms: 50.0,
+            std_ms: 5.0,
+        });
+        // Cold, 2 s of silence is what the first estimate (1 s) expects
+        // give or take; warm, after a pace of 50 ms, it is death.
+        let silence = Duration::from_secs(2);
+        assert!(cold.phi(silence, &config) < config.threshold);
+        assert!(warm.phi(silence, &config) >= config.threshold);
+        assert!(warm.crossing(&config) < Duration::from_millis(600));
+        assert_eq!(warm.own(), None, "the seed is not the call's own");
     }
 }

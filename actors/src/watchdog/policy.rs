@@ -15,6 +15,8 @@
 //! Four ship:
 //!
 //! - [`PolicyKind::Leasehold`], the default: the renewal cap intervenes;
+//!   a lease whose evidence turns suspicious against its learned pace
+//!   expires early, past the ladder;
 //!   the first `free_renewals` expiries renew (the ladder); a progress
 //!   value that rose since the last expiry, within its total, renews
 //!   (`decided_by = progress`, with no streak limit: a counter advancing
@@ -46,6 +48,11 @@ use crate::verdict::{DecidedBy, Decision, Verdict};
 /// What a verdict policy sees of one expiry.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Expiry<'a> {
+    /// Whether the lease expired before its period's end, because its
+    /// evidence became suspicious against its learned pace (only for a
+    /// policy whose [`VerdictPolicy::expires_early`] says so): the ladder
+    /// does not apply to it.
+    pub early: bool,
     /// What the lease watches.
     pub kind: LeaseKind,
     /// One lease period.
@@ -88,6 +95,16 @@ pub trait VerdictPolicy: Send + Sync + fmt::Debug + 'static {
 
     /// Judges one expiry. Pure: the same expiry gets the same judgement.
     fn judge(&self, expiry: &Expiry<'_>) -> Judgement;
+
+    /// Whether a lease under this policy expires before its period's end
+    /// when its evidence becomes suspicious (phi at its threshold) against
+    /// a history — its pace key's learned pace, or enough items of its own.
+    /// The period stays the bound for operations with no history. `false`
+    /// by default: a baseline (a deadline, an idle timeout) keeps its
+    /// period.
+    fn expires_early(&self) -> bool {
+        false
+    }
 }
 
 /// The renewal cap, shared by every built-in policy: once a lease has been
@@ -116,11 +133,15 @@ impl VerdictPolicy for LeaseholdPolicy {
         PolicyKind::Leasehold.as_str()
     }
 
+    fn expires_early(&self) -> bool {
+        true
+    }
+
     fn judge(&self, expiry: &Expiry<'_>) -> Judgement {
         if let Some(capped) = renewal_cap(expiry) {
             return capped;
         }
-        if expiry.renewals < expiry.free_renewals {
+        if !expiry.early && expiry.renewals < expiry.free_renewals {
             return Judgement::Decided(Decision::renew(
                 DecidedBy::Ladder,
                 format!(
@@ -153,7 +174,12 @@ impl VerdictPolicy for LeaseholdPolicy {
             .is_some_and(|share| share > expiry.repetition_threshold);
         let streak_left = expiry.evidence_renewals < expiry.max_evidence_renewals;
         match evidence.phi {
-            Some(phi) if phi < expiry.phi_threshold && !repetitive && streak_left => {
+            Some(phi)
+                if evidence.count > 0
+                    && phi < expiry.phi_threshold
+                    && !repetitive
+                    && streak_left =>
+            {
                 Judgement::Decided(Decision::renew(
                     DecidedBy::Evidence,
                     format!(

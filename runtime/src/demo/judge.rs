@@ -206,6 +206,7 @@ mod tests {
             phi: Some(0.12),
             last_note: Some("searched shard 9 of 12".into()),
             repetition: None,
+            ..EvidenceSummary::default()
         };
         assert_eq!(verdict(&lease("search_logs", fresh)), Verdict::Renew);
         let silent = EvidenceSummary::default();
@@ -223,6 +224,7 @@ mod tests {
             phi: Some(12.5),
             last_note: None,
             repetition: None,
+            ..EvidenceSummary::default()
         };
         assert_eq!(verdict(&lease("fetch_metrics", stale)), Verdict::Intervene);
     }

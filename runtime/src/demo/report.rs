@@ -146,7 +146,15 @@ impl DemoReport {
                             stream_evaluator +=
                                 usize::from(record.decided_by == DecidedBy::Evaluator);
                         }
-                        LeaseKind::ToolCall => tool_by_progress += usize::from(renewed_on_evidence),
+                        LeaseKind::ToolCall => {
+                            tool_by_progress += usize::from(
+                                record.verdict == Verdict::Renew
+                                    && matches!(
+                                        record.decided_by,
+                                        DecidedBy::Evidence | DecidedBy::Progress
+                                    ),
+                            );
+                        }
                         LeaseKind::ModelBlocking | LeaseKind::WorkerStep => {}
                     }
                 }
