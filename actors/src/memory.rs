@@ -29,6 +29,7 @@ struct Tables {
     snapshot_writes: u64,
     commands: BTreeMap<u64, StoredCommand>,
     next_command: u64,
+    paces: BTreeMap<String, crate::watchdog::Pace>,
     /// How many of the next writes of an end fail (test-util).
     failing_ends: u32,
 }
@@ -443,6 +444,32 @@ impl Store for MemoryStore {
         drop(tables);
         self.changes.publish(StoreChange::Command { run_id });
         ready(Ok(id))
+    }
+
+    fn load_paces(
+        &self,
+    ) -> BoxFuture<'static, Result<Vec<(String, crate::watchdog::Pace)>, StoreError>> {
+        let tables = self.lock();
+        let paces = tables
+            .paces
+            .iter()
+            .map(|(key, pace)| (key.clone(), *pace))
+            .collect();
+        ready(Ok(paces))
+    }
+
+    fn save_paces(
+        &self,
+        paces: Vec<(String, Option<crate::watchdog::Pace>)>,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        let mut tables = self.lock();
+        for (key, pace) in paces {
+            match pace {
+                Some(pace) => tables.paces.insert(key, pace),
+                None => tables.paces.remove(&key),
+            };
+        }
+        ready(Ok(()))
     }
 
     fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {

@@ -758,6 +758,14 @@ impl Store for Recording {
     fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
         self.inner.send_command(run_id, command)
     }
+    fn load_paces(&self) -> Answer<Vec<(String, leasehold::Pace)>> {
+        self.inner.load_paces()
+    }
+
+    fn save_paces(&self, paces: Vec<(String, Option<leasehold::Pace>)>) -> Answer<()> {
+        self.inner.save_paces(paces)
+    }
+
     fn count_commands(&self, run_id: &str) -> Answer<u64> {
         self.inner.count_commands(run_id)
     }

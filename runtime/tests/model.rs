@@ -678,10 +678,14 @@ async fn each_chunk_of_a_stream_is_evidence_and_keep_alives_reset_the_idle_timer
         .await
         .expect("a whole answer");
     assert_eq!(reply.content, "abc");
+    assert_eq!(evidence.count(), 3, "three text chunks");
+    let kinds = evidence
+        .summary(tokio::time::Instant::now(), &leasehold::AccrualConfig::PEKKO)
+        .kinds;
+    assert_eq!(kinds.text, 3, "{kinds:?}");
     assert_eq!(
-        evidence.count(),
-        5,
-        "three text chunks, the finish and [DONE]"
+        kinds.keepalive, 5,
+        "three comments, the finish and [DONE] add nothing to the answer: {kinds:?}"
     );
 }
 

@@ -404,7 +404,14 @@ async fn a_progress_flood_is_cut_and_coalesced_and_still_renews_the_lease() {
     let last = progress.last().expect("a progress event")["count"]
         .as_u64()
         .expect("a count");
-    assert_eq!(reports, last, "the coalesced reports do not add up");
+    // Reports whose value did not rise (a notification handled after a
+    // later one) are said, and are keepalives, not evidence: at least as
+    // many reports as items of evidence.
+    assert!(
+        reports >= last && reports <= flooded.sent,
+        "the coalesced reports do not add up: {reports} reports, {last} items, {} sent",
+        flooded.sent
+    );
     assert!(
         reports * 2 >= flooded.sent,
         "{reports} reports of {} notifications sent",

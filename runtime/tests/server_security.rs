@@ -716,6 +716,15 @@ impl Store for CountingStore {
     ) -> BoxFuture<'static, Result<u64, StoreError>> {
         self.inner.send_command(run_id, command)
     }
+    fn load_paces(&self) -> BoxFuture<'static, Result<Vec<(String, leasehold::Pace)>, StoreError>> {
+        self.inner.load_paces()
+    }
+    fn save_paces(
+        &self,
+        paces: Vec<(String, Option<leasehold::Pace>)>,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        self.inner.save_paces(paces)
+    }
     fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
         self.inner.count_commands(run_id)
     }

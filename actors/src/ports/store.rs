@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::BoxFuture;
 use super::changes::{ChangeFeed, RunCommand, StoredCommand};
 use crate::event::Event;
+use crate::watchdog::Pace;
 
 pub mod retention;
 mod summary;
@@ -479,6 +480,14 @@ pub trait Store: Send + Sync + 'static {
     /// was full. A run that is not finished is never touched. A deleted
     /// run is as if it never was: [`Store::load_run`] answers `None`.
     fn purge_finished(&self, rule: PurgeRule) -> Answer<PurgeReport>;
+    /// Every pace key's learned pace ([`PaceBook`](crate::PaceBook)), in
+    /// key order: what an engine starts from, so that what earlier runs
+    /// learned of each endpoint carries to the next, across restarts and
+    /// executors.
+    fn load_paces(&self) -> Answer<Vec<(String, Pace)>>;
+    /// Writes learned paces: each key's pace replaces what was kept, and a
+    /// `None` deletes the key's (a reset).
+    fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> Answer<()>;
 }
 
 /// Which runs a [`RunQuery`] selects and how a page of them is cut, as pure

@@ -381,6 +381,9 @@ fn measure(
                 if watches(operation.kind, record.lease_kind, in_worker) =>
             {
                 outcome.evaluated(record.evaluator.as_ref());
+                if std::env::var_os("LH_DEBUG_VERDICTS").is_some() {
+                    eprintln!("DEBUG {at:?} {record:?}");
+                }
                 if !matches!(record.verdict, Verdict::Intervene | Verdict::Escalate) {
                     continue;
                 }
@@ -735,8 +738,12 @@ impl WorkerPlan {
         if wrapping_up {
             return Turn::answer("what was done so far").with_chunks(1, self.interval);
         }
-        let turn = if self.loops || step < self.steps {
+        // A worker getting somewhere notes something new at each step; one
+        // going round in circles makes the same call again and again.
+        let turn = if self.loops {
             Turn::tools([(NOTE, serde_json::json!({"note": "checking again"}))])
+        } else if step < self.steps {
+            Turn::tools([(NOTE, serde_json::json!({"note": format!("step {step} done")}))])
         } else {
             Turn::answer("done")
         };

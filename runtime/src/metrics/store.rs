@@ -133,6 +133,14 @@ impl Store for MeteredStore {
         self.inner.list_runs_page(query)
     }
 
+    fn load_paces(&self) -> Answer<Vec<(String, leasehold_actors::Pace)>> {
+        self.inner.load_paces()
+    }
+
+    fn save_paces(&self, paces: Vec<(String, Option<leasehold_actors::Pace>)>) -> Answer<()> {
+        self.inner.save_paces(paces)
+    }
+
     fn count_commands(&self, run_id: &str) -> Answer<u64> {
         self.inner.count_commands(run_id)
     }

@@ -50,6 +50,7 @@ mod commands;
 mod config;
 mod listen;
 mod listing;
+mod paces;
 mod purge;
 mod rows;
 mod schema;
@@ -62,7 +63,7 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, PurgeReport, PurgeRule,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, Pace, PurgeReport, PurgeRule,
     QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
     StoreChange, StoreError, StoredCommand, SummaryPage, ToolCallRecord, fencing,
 };
@@ -886,5 +887,16 @@ impl Store for PostgresStore {
         rule: PurgeRule,
     ) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
         self.with(move |inner| async move { inner.purge_finished(&rule).await })
+    }
+
+    fn load_paces(&self) -> BoxFuture<'static, Result<Vec<(String, Pace)>, StoreError>> {
+        self.with(move |inner| async move { inner.load_paces().await })
+    }
+
+    fn save_paces(
+        &self,
+        paces: Vec<(String, Option<Pace>)>,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        self.with(move |inner| async move { inner.save_paces(&paces).await })
     }
 }

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, PurgeReport, PurgeRule,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, Pace, PurgeReport, PurgeRule,
     QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
     StoreChange, StoreError, StoredCommand, SummaryPage, ToolCallRecord, fencing, listing,
 };
@@ -83,6 +83,8 @@ struct Inner {
     tool_calls: Tree,
     events: Tree,
     commands: Tree,
+    /// Each pace key's learned pace, as JSON ([`PACES`]).
+    paces: Tree,
     /// Tells subscribers of writes that landed (in this process: sled
     /// allows one process per database).
     changes: ChangeHub,
@@ -157,6 +159,7 @@ impl SledStore {
         let tool_calls = tree(codec::TOOL_CALLS)?;
         let events = tree(codec::EVENTS)?;
         let commands = tree(sled_commands::COMMANDS)?;
+        let paces = tree(PACES)?;
         let indexes = RunIndexes::open(
             tree(codec::RUNS_BY_STATUS)?,
             tree(codec::RUNS_BY_FLOW)?,
@@ -203,6 +206,7 @@ impl SledStore {
                 tool_calls,
                 events,
                 commands,
+                paces,
                 changes: ChangeHub::new(),
                 indexes,
                 finished,
@@ -318,6 +322,9 @@ impl SledStore {
         })
     }
 }
+
+/// The tree of learned paces: a pace key's bytes to its pace as JSON.
+const PACES: &str = "paces";
 
 /// Run records read one at a time, in listing order.
 type Records<'a> = Box<dyn Iterator<Item = Result<RunRecord, StoreError>> + 'a>;
@@ -913,6 +920,51 @@ impl Store for SledStore {
         let run_id = run_id.to_owned();
         self.settle_publishing(sent.map(|id| (id, true)), |_| {
             Some(StoreChange::Command { run_id })
+        })
+    }
+
+    fn load_paces(&self) -> BoxFuture<'static, Result<Vec<(String, Pace)>, StoreError>> {
+        self.scan(|inner| {
+            let mut paces = Vec::new();
+            for entry in &inner.paces {
+                let (key, value) = entry.map_err(|e| {
+                    StoreError::new(format!("cannot read the learned paces: {e}"))
+                })?;
+                let key = String::from_utf8_lossy(&key).into_owned();
+                // A pace is what was learned, not what was done: one that
+                // cannot be read is learned again, not a reason to refuse
+                // the store.
+                match serde_json::from_slice(&value) {
+                    Ok(pace) => paces.push((key, pace)),
+                    Err(error) => {
+                        tracing::warn!(%key, %error, "a learned pace in the store is unreadable: ignored");
+                    }
+                }
+            }
+            Ok(paces)
+        })
+    }
+
+    fn save_paces(
+        &self,
+        paces: Vec<(String, Option<Pace>)>,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        self.scan_and_settle(move |inner| {
+            let failed = |e: sled::Error| StoreError::new(format!("cannot save the learned paces: {e}"));
+            for (key, pace) in &paces {
+                match pace {
+                    Some(pace) => {
+                        let value = serde_json::to_vec(pace).map_err(|e| {
+                            StoreError::new(format!("cannot encode the pace of `{key}`: {e}"))
+                        })?;
+                        inner.paces.insert(key.as_bytes(), value).map_err(failed)?;
+                    }
+                    None => {
+                        inner.paces.remove(key.as_bytes()).map_err(failed)?;
+                    }
+                }
+            }
+            Ok(((), !paces.is_empty()))
         })
     }
 

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("migrations/0003_queue.sql")),
     (4, include_str!("migrations/0004_commands.sql")),
     (5, include_str!("migrations/0005_retention.sql")),
+    (6, include_str!("migrations/0006_paces.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).
