@@ -786,6 +786,7 @@ fn bench_rtt(multi_thread: bool) -> Rtt {
                 renewals: 0,
                 evidence_renewals: 0,
                 evidence: Evidence::detached(),
+                early: false,
             };
             for _ in 0..RTT_WARMUP {
                 black_box(assess_once(&watchdog, &expiry).await);

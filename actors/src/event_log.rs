@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::event::{Event, EventBus, EventKind};
 use crate::ports::{EventSink, Fenced, Store};
+use crate::watchdog::PaceBook;
 
 /// What the writer task is told.
 pub(crate) enum LogItem {
@@ -134,7 +135,11 @@ impl EventSink for LoggingSink {
 
 /// Starts the writer task; it ends when every sender is gone. A run's
 /// terminal flush also makes `bus` forget the run's position.
-pub(crate) fn start(store: Arc<dyn Store>, bus: EventBus) -> mpsc::UnboundedSender<LogItem> {
+pub(crate) fn start(
+    store: Arc<dyn Store>,
+    bus: EventBus,
+    paces: PaceBook,
+) -> mpsc::UnboundedSender<LogItem> {
     let (log, mut items) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut fences: HashMap<String, Arc<AtomicU64>> = HashMap::new();
@@ -167,6 +172,7 @@ pub(crate) fn start(store: Arc<dyn Store>, bus: EventBus) -> mpsc::UnboundedSend
                     }
                     LogItem::Flush(run_id, done) => {
                         write(&store, &fences, std::mem::take(&mut pending)).await;
+                        save_paces(&store, &paces).await;
                         if let Err(error) = store.flush().await {
                             tracing::error!(%run_id, %error, "event log not flushed");
                         }
@@ -184,9 +190,24 @@ pub(crate) fn start(store: Arc<dyn Store>, bus: EventBus) -> mpsc::UnboundedSend
                 }
             }
             write(&store, &fences, pending).await;
+            save_paces(&store, &paces).await;
         }
+        save_paces(&store, &paces).await;
     });
     log
+}
+
+/// Writes what the engine's leases learned since the last time: with the
+/// events of the batch that learned it, so what a run learned is kept by
+/// the time its end is. A failed write is logged and learned again.
+async fn save_paces(store: &Arc<dyn Store>, paces: &PaceBook) {
+    let changed = paces.take_changed();
+    if changed.is_empty() {
+        return;
+    }
+    if let Err(error) = store.save_paces(changed).await {
+        tracing::warn!(%error, "learned paces not saved");
+    }
 }
 
 /// Appends the batch's events: one write per run, the runs' writes at

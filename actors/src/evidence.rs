@@ -67,6 +67,9 @@ pub struct Evidence {
 
 struct EvidenceInner {
     state: Mutex<EvidenceState>,
+    /// Told once when the evidence turns repetitive (text or steps above
+    /// the threshold), so that the lease is judged then.
+    repetition_watch: std::sync::OnceLock<(f64, Waker)>,
     announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
     limits: EventLimits,
 }
@@ -206,6 +209,13 @@ pub const STEP_WINDOW: usize = 6;
 /// Fewer steps with tool calls than this are too few to judge.
 pub const MIN_STEPS: usize = 3;
 
+/// What an evidence cell calls to wake its lease.
+pub(crate) type Waker = Box<dyn Fn() + Send + Sync>;
+
+/// How much new text a stream reports between two measures of its
+/// repetition (the measure costs a few microseconds on the 2 KiB tail).
+pub const REPETITION_CHECK_BYTES: usize = 256;
+
 /// How many items of its own a lease with no learned pace needs before its
 /// silence may be suspected before the period ends.
 pub const MIN_OWN_SAMPLES: usize = 16;
@@ -232,6 +242,11 @@ struct EvidenceState {
     /// The signatures of the last [`STEP_WINDOW`] steps that made tool
     /// calls.
     steps: VecDeque<u64>,
+    /// Text reported since repetition was last measured.
+    unmeasured: usize,
+    /// Whether the lease was told the evidence is repetitive (and it has
+    /// not stopped being so since).
+    told_repetitive: bool,
     window: ArrivalWindow,
     note: Option<String>,
     /// The text reported so far, at most `2 × TAIL_BYTES`: trimmed to
@@ -302,6 +317,7 @@ impl Evidence {
                 }),
                 announce,
                 limits,
+                repetition_watch: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -364,6 +380,37 @@ impl Evidence {
         };
         state.arrive(now, kind);
         state.push_text(text);
+        state.unmeasured = state.unmeasured.saturating_add(text.len());
+        if state.unmeasured >= REPETITION_CHECK_BYTES {
+            state.unmeasured = 0;
+            self.watch_repetition(state);
+        }
+    }
+
+    /// Asks the lease to be judged now if the evidence just turned
+    /// repetitive (and a watch is set); the lock is released first.
+    fn watch_repetition(&self, mut state: MutexGuard<'_, EvidenceState>) {
+        let Some((threshold, wake)) = self.inner.repetition_watch.get() else {
+            return;
+        };
+        let text = repetition(tail_of(&state.text, TAIL_BYTES));
+        let steps = step_repetition(&state.steps);
+        let repetitive = [text, steps]
+            .into_iter()
+            .flatten()
+            .any(|share| share > *threshold);
+        let tell = repetitive && !state.told_repetitive;
+        state.told_repetitive = repetitive;
+        drop(state);
+        if tell {
+            wake();
+        }
+    }
+
+    /// Wakes the lease with `wake` whenever the evidence turns repetitive
+    /// (its text's or its steps' repetition above `threshold`).
+    pub(crate) fn on_repetition(&self, threshold: f64, wake: Waker) {
+        let _ = self.inner.repetition_watch.set((threshold, wake));
     }
 
     /// The last [`TAIL_BYTES`] (or fewer) of the text reported with
@@ -421,8 +468,8 @@ impl Evidence {
     /// a keepalive: it is kept as the note and earns nothing.
     pub fn progress_value(&self, value: f64, total: Option<f64>, note: impl Into<String>) {
         let advances = |state: &mut EvidenceState| {
-            let within = value.is_finite()
-                && total.is_none_or(|total| !total.is_finite() || value <= total);
+            let within =
+                value.is_finite() && total.is_none_or(|total| !total.is_finite() || value <= total);
             let rose = state.progress.is_none_or(|(last, _)| value > last);
             let advances = within && rose;
             if advances {
@@ -447,6 +494,7 @@ impl Evidence {
             }
             true
         });
+        self.watch_repetition(self.state());
     }
 
     /// Records a discrete report of `kind` with `note`, an arrival if
@@ -538,13 +586,19 @@ impl Evidence {
             Some(_) => return None,
             None => {
                 let first = state.first_item?;
-                (state.started?, config.crossing(millis_to(first.mean_ms), millis_to(first.std_ms)))
+                (
+                    state.started?,
+                    config.crossing(millis_to(first.mean_ms), millis_to(first.std_ms)),
+                )
             }
         };
         if state.suspected == Some(from) {
             return None;
         }
-        Some(from.checked_add(after).unwrap_or(from + crate::MAX_DURATION))
+        Some(
+            from.checked_add(after)
+                .unwrap_or(from + crate::MAX_DURATION),
+        )
     }
 
     /// Marks the current silence as asked about: no second early expiry
@@ -562,7 +616,9 @@ impl Evidence {
             first_item_ms: state
                 .first_arrival
                 .zip(state.started)
-                .map(|(first, started)| first.saturating_duration_since(started).as_secs_f64() * 1e3),
+                .map(|(first, started)| {
+                    first.saturating_duration_since(started).as_secs_f64() * 1e3
+                }),
             intervals: state.window.own(),
         }
     }
@@ -896,7 +952,11 @@ mod tests {
         let summary = evidence.summary(Instant::now(), &config);
         assert_eq!(summary.count, 3);
         assert_eq!(
-            (summary.kinds.text, summary.kinds.reasoning, summary.kinds.tool_call),
+            (
+                summary.kinds.text,
+                summary.kinds.reasoning,
+                summary.kinds.tool_call
+            ),
             (1, 1, 1)
         );
         assert_eq!(summary.last_progress_age_ms, Some(0));
@@ -949,7 +1009,11 @@ mod tests {
         few.step("step 1 done", Some(1));
         few.step("step 2 done", None);
         few.step("step 3 done", Some(1));
-        assert_eq!(few.summary(now, &config).repetition, None, "too few to judge");
+        assert_eq!(
+            few.summary(now, &config).repetition,
+            None,
+            "too few to judge"
+        );
         assert_eq!(few.summary(now, &config).kinds.step, 3);
     }
 }

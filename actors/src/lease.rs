@@ -89,7 +89,10 @@ impl From<LeaseEnd> for LeaseError {
     fn from(end: LeaseEnd) -> Self {
         match end {
             LeaseEnd::Intervened(reason) => Self::Intervened { reason },
-            LeaseEnd::Escalated(reason, evidence) => Self::Escalated { reason, evidence },
+            LeaseEnd::Escalated(reason, evidence) => Self::Escalated {
+                reason,
+                evidence: Box::new(evidence),
+            },
             LeaseEnd::RenewalCapReached(max_renewals) => Self::RenewalCapReached { max_renewals },
         }
     }
@@ -135,6 +138,10 @@ pub enum LeaseMsg {
         /// The generation the timer was armed with.
         generation: u64,
     },
+    /// The operation's evidence turned suspicious by itself — its text or
+    /// its steps began to repeat: under a policy that expires early, the
+    /// lease is judged now rather than at its period's end.
+    Suspect(LeaseId),
     /// Stop every clock: disarm all timers until [`LeaseMsg::Resume`]. No
     /// lease expires while paused, new leases start disarmed, evidence does
     /// not age, and verdicts that arrive are dropped.
@@ -210,6 +217,8 @@ pub(crate) struct LeaseState {
     drained: Vec<oneshot::Sender<()>>,
     load: Option<LoadRule>,
     paces: PaceBook,
+    /// This actor, for the evidence cells to wake it.
+    myself: ActorRef<LeaseMsg>,
 }
 
 impl Drop for LeaseState {
@@ -246,7 +255,7 @@ impl Actor for LeaseActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let (timers, commands) = mpsc::unbounded_channel();
-        tokio::spawn(timer::drive(commands, myself));
+        tokio::spawn(timer::drive(commands, myself.clone()));
         Ok(LeaseState {
             leases: HashMap::new(),
             timers,
@@ -258,6 +267,7 @@ impl Actor for LeaseActor {
             drained: Vec::new(),
             load: args.load,
             paces: args.paces,
+            myself: myself.clone(),
         })
     }
 
@@ -283,6 +293,7 @@ impl Actor for LeaseActor {
             LeaseMsg::Register(registration) => state.register(*registration),
             LeaseMsg::Done { id, cancelled } => state.done(id, cancelled),
             LeaseMsg::Expired { id, generation } => state.expired(&myself, id, generation),
+            LeaseMsg::Suspect(id) => state.suspect(&myself, id),
             LeaseMsg::Pause => state.pause(),
             LeaseMsg::Resume => state.resume(),
             LeaseMsg::Drained(reply) => {
@@ -311,6 +322,15 @@ impl LeaseState {
         } = registration;
         if let Some(pace) = meta.pace_key.as_deref().and_then(|key| self.paces.get(key)) {
             evidence.seed(&pace);
+        }
+        if self.config.policy_of(&meta).expires_early() {
+            let (actor, id) = (self.myself.clone(), meta.id);
+            evidence.on_repetition(
+                self.config.repetition_threshold,
+                Box::new(move || {
+                    let _ = actor.send_message(LeaseMsg::Suspect(id));
+                }),
+            );
         }
         if self.paused {
             evidence.pause(tokio::time::Instant::now());
@@ -466,6 +486,32 @@ impl LeaseState {
             }
             entry.evidence.suspect();
         }
+        self.judge(myself, id, generation, early);
+    }
+
+    /// The evidence of `id` told it turned repetitive: judged at once, as
+    /// an early expiry, if its policy expires early and the run is not
+    /// paused.
+    fn suspect(&mut self, myself: &ActorRef<LeaseMsg>, id: LeaseId) {
+        let Some(entry) = self.leases.get(&id) else {
+            return;
+        };
+        if entry.token.is_cancelled()
+            || self.paused
+            || !self.config.policy_of(&entry.meta).expires_early()
+        {
+            return;
+        }
+        let generation = entry.generation;
+        self.judge(myself, id, generation, true);
+    }
+
+    /// Judges an expiry of `id` (`early`: before its period's end).
+    fn judge(&mut self, myself: &ActorRef<LeaseMsg>, id: LeaseId, generation: u64, early: bool) {
+        let Some(entry) = self.leases.get(&id) else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
         let (meta, renewals) = (entry.meta.clone(), entry.renewals);
         // How late this lease's own timer fired: the executor's lateness as
         // this lease saw it, beside the gauge's.
@@ -515,7 +561,8 @@ impl LeaseState {
         if let Judgement::Decided(decision) = self.config.policy_of(&meta).judge(&judged) {
             // Settled without a round trip to the watchdog, with the record
             // the watchdog would have written.
-            let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
+            let record =
+                VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
             self.emit(&meta, EventKind::Verdict(record));
             self.decided(id, generation, decision);
             return;

@@ -102,8 +102,8 @@ pub use ports::{
 
 // Leases and their evidence, for supervising work of your own.
 pub use evidence::{
-    Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, MIN_STEPS, MIN_TRIGRAMS, ProgressSummary,
-    STEP_WINDOW, TAIL_BYTES, repetition,
+    Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, MIN_STEPS, MIN_TRIGRAMS,
+    ProgressSummary, STEP_WINDOW, TAIL_BYTES, repetition,
 };
 pub use lease::{
     LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseSpec,
@@ -119,9 +119,10 @@ pub use verdict::{
     parse_verdict,
 };
 pub use watchdog::{
-    AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy,
-    Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, Pace, PaceBook, Spread, CallPace, PolicyKind, StartError,
-    VerdictPolicy, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
+    AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, CallPace, DeadlinePolicy, Expiry,
+    IdleKillPolicy, Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, Pace, PaceBook,
+    PolicyKind, Spread, StartError, VerdictPolicy, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs,
+    WatchdogConfig, WatchdogMsg,
 };
 
 // Step budgets and their checkpoint.

@@ -257,9 +257,13 @@ impl Judge<WatchdogConfig> {
         let accrual = self.config.accrual.for_kind(meta.kind);
         let evidence = expiry.evidence.summary(Instant::now(), accrual);
         let renewals = expiry.renewals;
-        let judged = self
-            .config
-            .expiry(meta, renewals, expiry.evidence_renewals, &evidence, expiry.early);
+        let judged = self.config.expiry(
+            meta,
+            renewals,
+            expiry.evidence_renewals,
+            &evidence,
+            expiry.early,
+        );
         let evaluator = match self.config.policy_of(meta).judge(&judged) {
             Judgement::Decided(decision) => Err(decision),
             Judgement::AskEvaluator => self

@@ -133,7 +133,11 @@ async fn a_silent_start_is_judged_against_the_learned_time_to_a_first_chunk() {
         matches!(outcome, Err(LeaseError::Intervened { .. })),
         "{outcome:?}"
     );
-    assert!(begun.elapsed() < secs(6), "found after {:?}", begun.elapsed());
+    assert!(
+        begun.elapsed() < secs(6),
+        "found after {:?}",
+        begun.elapsed()
+    );
     let verdict = last_verdict(&rig);
     assert!(verdict.early && verdict.evidence.count == 0, "{verdict:?}");
 }
@@ -148,7 +152,11 @@ async fn a_slow_models_normal_pauses_raise_no_suspicion_and_no_history_keeps_the
     learned.outcome().await.expect("ends by itself");
     let again = stream(&rig, Some(slow), secs(5), secs(5), 4, false);
     again.outcome().await.expect("ends by itself");
-    assert!(rig.events.verdicts().is_empty(), "{:?}", rig.events.verdicts());
+    assert!(
+        rig.events.verdicts().is_empty(),
+        "{:?}",
+        rig.events.verdicts()
+    );
 
     // With no history (no pace key), a hang waits for the period and the
     // ladder, as before.

@@ -432,6 +432,7 @@ async fn watchdog_answers_direct_assessments() {
         renewals,
         evidence_renewals: 0,
         evidence: Evidence::detached(),
+        early: false,
     };
     let ladder = WatchdogActor::assess(&watchdog, expiry(0)).await;
     assert_eq!(

@@ -208,7 +208,11 @@ async fn a_stream_of_keepalives_earns_no_renewal_on_evidence_and_reaches_the_eva
     assert!(shown.kinds.keepalive >= 6, "{shown:?}");
     assert!(shown.keepalive_age_ms.is_some(), "{shown:?}");
     assert_eq!(
-        (shown.kinds.text, shown.kinds.reasoning, shown.kinds.tool_call),
+        (
+            shown.kinds.text,
+            shown.kinds.reasoning,
+            shown.kinds.tool_call
+        ),
         (0, 0, 0),
         "{shown:?}"
     );

@@ -140,20 +140,29 @@ fn a_looping_worker_is_wrapped_up_at_its_checkpoint_and_a_wrong_evaluator_extend
 }
 
 #[test]
-fn a_worker_whose_step_hangs_is_cut_and_its_failure_goes_up_the_tree() {
+fn a_worker_whose_step_hangs_is_cut_and_its_failure_goes_up_the_tree_or_to_a_person() {
     let hanging = workers(1, 4, 0, "5s", "hang_probability = 1.0");
     let report = experiment(&hanging, &["leasehold", "deadline"]);
     for strategy in &report.strategies {
         assert_eq!(strategy.hangs, 1, "{strategy:?}");
         assert_eq!(strategy.hangs_detected, 1, "{strategy:?}");
-        // The step's model call is restarted, then the worker, and the
-        // attempts are cut again: more than one cut.
+        // Each attempt is cut again: more than one cut.
         assert!(strategy.kills > 1, "{strategy:?}");
     }
-    // Given up, the worker's failure reaches the root as the spawn's
-    // result, and the root's model answers without it: the run completes.
+    // Under the deadline the worker's own lease cuts the whole worker
+    // first; given up, its failure reaches the root as the spawn's result,
+    // and the root's model answers without it: the run completes.
+    let deadline = by_name(&report, "deadline");
+    assert_eq!(deadline.runs_completed, 1, "{deadline:?}");
+    // leasehold finds the hung model call itself within seconds (its
+    // silence, judged against the pace of the worker's earlier steps) and
+    // restarts it; when its restarts are spent, the run waits for a person.
     let leasehold = by_name(&report, "leasehold");
-    assert_eq!(leasehold.runs_completed, 1, "{leasehold:?}");
+    assert!(
+        leasehold.detect_p50_ms.is_some_and(|ms| ms < 10_000),
+        "{leasehold:?}"
+    );
+    assert_eq!(leasehold.runs_paused, 1, "{leasehold:?}");
     // Under fail-fast the first cut fails the run.
     let report = experiment(
         &format!("{hanging}supervision = \"fail_fast\"\non_exhausted = \"fail\"\n"),
@@ -176,6 +185,8 @@ duration = { dist = "fixed", value = "5s" }
 chunk_interval = "500ms"
 dead_probability = 1.0
 dead_for = { dist = "fixed", value = "45s" }
+[strategy]
+backoff = "1s"
 "#,
         &["deadline", "deadline@30s", "leasehold"],
     );
@@ -196,6 +207,27 @@ dead_for = { dist = "fixed", value = "45s" }
     // Cut at 30 s, the second is lost too (sent at 31 s), the third streams.
     assert_eq!(long.dead_endpoints_answered, 2, "{long:?}");
     assert_eq!(long.kills, 4, "{long:?}");
+    // leasehold learns from the first stream (which ends once the endpoint
+    // is back) how soon this endpoint sends a first chunk; the second
+    // stream's silence is suspicious within seconds, and restarts 1, 2
+    // and 4 s apart are all sent while it is still down: found fast, the
+    // call needs restarts that span the outage.
+    assert_eq!(leasehold.dead_endpoints_answered, 1, "{leasehold:?}");
+    let spaced = experiment(
+        r#"
+seed = 10
+[model_streams]
+count = 2
+duration = { dist = "fixed", value = "5s" }
+chunk_interval = "500ms"
+dead_probability = 1.0
+dead_for = { dist = "fixed", value = "45s" }
+[strategy]
+backoff = "20s"
+"#,
+        &["leasehold"],
+    );
+    let leasehold = &spaced.strategies[0];
     assert_eq!(leasehold.dead_endpoints_answered, 2, "{leasehold:?}");
     assert_eq!(leasehold.runs_completed, 2, "{leasehold:?}");
 }

@@ -680,7 +680,10 @@ async fn each_chunk_of_a_stream_is_evidence_and_keep_alives_reset_the_idle_timer
     assert_eq!(reply.content, "abc");
     assert_eq!(evidence.count(), 3, "three text chunks");
     let kinds = evidence
-        .summary(tokio::time::Instant::now(), &leasehold::AccrualConfig::PEKKO)
+        .summary(
+            tokio::time::Instant::now(),
+            &leasehold::AccrualConfig::PEKKO,
+        )
         .kinds;
     assert_eq!(kinds.text, 3, "{kinds:?}");
     assert_eq!(

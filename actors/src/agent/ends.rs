@@ -36,7 +36,7 @@ pub(crate) fn lease_end(error: LeaseError) -> Option<ChildEnd> {
         LeaseError::Intervened { reason } => Some(ChildEnd::Intervened { reason }),
         LeaseError::Escalated { reason, evidence } => Some(ChildEnd::Escalated {
             reason,
-            evidence: Some(evidence),
+            evidence: Some(*evidence),
         }),
         LeaseError::RenewalCapReached { max_renewals } => Some(ChildEnd::Capped { max_renewals }),
         LeaseError::Panicked { message } => Some(ChildEnd::Panicked { message }),

@@ -358,7 +358,18 @@ impl EngineBuilder {
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let bus = EventBus::with_clock(EventBus::DEFAULT_CAPACITY, clock.clone());
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
-        let log = event_log::start(store.clone(), bus.clone());
+        // What earlier runs learned of each endpoint's pace: a store that
+        // cannot say starts this engine cold, which costs no run anything.
+        let paces = crate::watchdog::PaceBook::new();
+        match store.load_paces().await {
+            Ok(loaded) => {
+                for (key, pace) in loaded {
+                    paces.set(&key, pace, false);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "the learned paces were not read: starting cold"),
+        }
+        let log = event_log::start(store.clone(), bus.clone(), paces.clone());
         let events: Arc<dyn EventSink> = Arc::new(LoggingSink::new(
             bus.clone(),
             self.events,
@@ -392,7 +403,7 @@ impl EngineBuilder {
             prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             live_leases: Arc::default(),
-            paces: crate::watchdog::PaceBook::new(),
+            paces,
             load: self.load,
         })
     }

@@ -31,7 +31,7 @@ pub enum LeaseError {
         /// The verdict's reason.
         reason: String,
         /// The evidence when it escalated: what a person is shown.
-        evidence: crate::evidence::EvidenceSummary,
+        evidence: Box<crate::evidence::EvidenceSummary>,
     },
     /// The lease was renewed `max_renewals` times and expired again.
     #[error(

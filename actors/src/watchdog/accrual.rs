@@ -374,10 +374,16 @@ mod tests {
         let (mean, std) = (Duration::from_millis(500), Duration::from_millis(50));
         let at = config.crossing(mean, std);
         let just_before = at.saturating_sub(Duration::from_millis(5));
-        assert!(config.phi(just_before, mean, std) < config.threshold, "{at:?}");
+        assert!(
+            config.phi(just_before, mean, std) < config.threshold,
+            "{at:?}"
+        );
         assert!(config.phi(at, mean, std) >= config.threshold, "{at:?}");
         // mean + pause + about 4.3 floored deviations.
-        assert!(at > Duration::from_millis(3_800) && at < Duration::from_millis(4_000), "{at:?}");
+        assert!(
+            at > Duration::from_millis(3_800) && at < Duration::from_millis(4_000),
+            "{at:?}"
+        );
     }
 
     #[test]

@@ -82,7 +82,10 @@ impl Spread {
     }
 
     fn is_valid(self) -> bool {
-        self.mean_ms.is_finite() && self.std_ms.is_finite() && self.mean_ms >= 0.0 && self.std_ms >= 0.0
+        self.mean_ms.is_finite()
+            && self.std_ms.is_finite()
+            && self.mean_ms >= 0.0
+            && self.std_ms >= 0.0
     }
 }
 
@@ -102,12 +105,15 @@ impl Pace {
         if self.pinned {
             return self;
         }
-        let first = call.first_item_ms.filter(|ms| ms.is_finite() && *ms >= 0.0).map(|ms| Spread {
-            mean_ms: ms,
-            // One figure has no deviation of its own: a quarter of it, as
-            // the detector's first estimate assumes.
-            std_ms: ms / 4.0,
-        });
+        let first = call
+            .first_item_ms
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map(|ms| Spread {
+                mean_ms: ms,
+                // One figure has no deviation of its own: a quarter of it, as
+                // the detector's first estimate assumes.
+                std_ms: ms / 4.0,
+            });
         let intervals = call
             .intervals
             .filter(|(n, spread)| *n >= MIN_CALL_SAMPLES && spread.is_valid())
@@ -157,7 +163,12 @@ impl PaceBook {
     /// Learns `call` into the pace of `key`.
     pub fn learn(&self, key: &str, call: &CallPace) {
         let mut state = self.state();
-        let pace = state.paces.get(key).copied().unwrap_or_default().learn(call);
+        let pace = state
+            .paces
+            .get(key)
+            .copied()
+            .unwrap_or_default()
+            .learn(call);
         state.paces.insert(key.to_owned(), pace);
         state.changed.insert(key.to_owned());
     }
@@ -215,7 +226,13 @@ mod tests {
     fn call(first: f64, mean: f64) -> CallPace {
         CallPace {
             first_item_ms: Some(first),
-            intervals: Some((20, Spread { mean_ms: mean, std_ms: mean / 10.0 })),
+            intervals: Some((
+                20,
+                Spread {
+                    mean_ms: mean,
+                    std_ms: mean / 10.0,
+                },
+            )),
         }
     }
 
@@ -245,7 +262,13 @@ mod tests {
         assert_eq!(pinned.learn(&call(5.0, 5.0)), pinned);
         let pace = Pace::default().learn(&CallPace {
             first_item_ms: Some(f64::NAN),
-            intervals: Some((1, Spread { mean_ms: 10.0, std_ms: 1.0 })),
+            intervals: Some((
+                1,
+                Spread {
+                    mean_ms: 10.0,
+                    std_ms: 1.0,
+                },
+            )),
         });
         assert_eq!((pace.first_item, pace.interval), (None, None));
     }

@@ -152,9 +152,6 @@ impl StrategyReport {
                 report.slow_alive_killed += u32::from(outcome.cut());
             } else {
                 report.hangs += 1;
-                if std::env::var_os("LH_DEBUG_HANGS").is_some() {
-                    eprintln!("HANG {:?} loops={:?} after={:?}", operation.kind, operation.loops, outcome.detected_after);
-                }
                 if let Some(after) = outcome.detected_after {
                     report.hangs_detected += 1;
                     detections.push(millis(after));

@@ -381,9 +381,6 @@ fn measure(
                 if watches(operation.kind, record.lease_kind, in_worker) =>
             {
                 outcome.evaluated(record.evaluator.as_ref());
-                if std::env::var_os("LH_DEBUG_VERDICTS").is_some() {
-                    eprintln!("DEBUG {at:?} {record:?}");
-                }
                 if !matches!(record.verdict, Verdict::Intervene | Verdict::Escalate) {
                     continue;
                 }
@@ -743,7 +740,10 @@ impl WorkerPlan {
         let turn = if self.loops {
             Turn::tools([(NOTE, serde_json::json!({"note": "checking again"}))])
         } else if step < self.steps {
-            Turn::tools([(NOTE, serde_json::json!({"note": format!("step {step} done")}))])
+            Turn::tools([(
+                NOTE,
+                serde_json::json!({"note": format!("step {step} done")}),
+            )])
         } else {
             Turn::answer("done")
         };

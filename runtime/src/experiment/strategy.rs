@@ -44,6 +44,13 @@ pub struct StrategySettings {
     pub free_renewals: u32,
     /// Restarts of one call (default 3).
     pub max_restarts: u32,
+    /// The backoff before the first restart, doubling at each one up to
+    /// 30 s (or to itself, if longer); default the engine's, 1 s. A call
+    /// cut because its endpoint is down is answered only if it is sent
+    /// again after the endpoint came back: the restarts must span the
+    /// outage, however fast the cut.
+    #[serde(deserialize_with = "human_option")]
+    pub backoff: Option<Duration>,
     /// Restart the failed call (`restart`, the default) or fail at once
     /// (`fail_fast`).
     pub supervision: StrategyKind,
@@ -61,6 +68,7 @@ impl Default for StrategySettings {
             max_renewals: 10,
             free_renewals: 2,
             max_restarts: 3,
+            backoff: None,
             supervision: StrategyKind::Restart,
             on_exhausted: OnExhausted::Pause,
             sweep: None,
@@ -133,6 +141,11 @@ impl StrategySettings {
     pub fn validate(&self, defined: &[StrategyDefinition]) -> Result<(), WorkloadError> {
         check_lease("strategy.lease", self.lease)?;
         check_renewals("strategy", self)?;
+        if let Some(backoff) = self.backoff {
+            leasehold_actors::check_positive_duration("strategy.backoff", backoff).map_err(
+                |e| WorkloadError::new("strategy.backoff", format!("expected {}", e.expected)),
+            )?;
+        }
         if let Some(sweep) = &self.sweep {
             let points = sweep.points();
             if points > MAX_STRATEGIES {
@@ -283,6 +296,7 @@ impl StrategyDefinition {
             max_renewals: self.max_renewals.unwrap_or(shared.max_renewals),
             free_renewals: self.free_renewals.unwrap_or(shared.free_renewals),
             max_restarts: self.max_restarts.unwrap_or(shared.max_restarts),
+            backoff: shared.backoff,
             supervision: self.supervision.unwrap_or(shared.supervision),
             on_exhausted: self.on_exhausted.unwrap_or(shared.on_exhausted),
             sweep: None,
@@ -362,6 +376,11 @@ impl Strategy {
         SupervisionOverrides {
             strategy: Some(self.shared.supervision),
             max_restarts: Some(self.shared.max_restarts),
+            backoff_initial: self.shared.backoff,
+            backoff_max: self
+                .shared
+                .backoff
+                .map(|backoff| backoff.max(leasehold_actors::RestartPolicy::default().backoff_max)),
             jitter: Some(0.0),
             on_exhausted: Some(self.shared.on_exhausted),
             ..SupervisionOverrides::default()

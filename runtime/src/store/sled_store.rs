@@ -950,7 +950,8 @@ impl Store for SledStore {
         paces: Vec<(String, Option<Pace>)>,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         self.scan_and_settle(move |inner| {
-            let failed = |e: sled::Error| StoreError::new(format!("cannot save the learned paces: {e}"));
+            let failed =
+                |e: sled::Error| StoreError::new(format!("cannot save the learned paces: {e}"));
             for (key, pace) in &paces {
                 match pace {
                     Some(pace) => {
