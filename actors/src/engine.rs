@@ -89,7 +89,7 @@ pub struct Engine {
     /// How many leases the runs of this engine hold.
     live_leases: Arc<AtomicU64>,
     /// What every run's leases learned of each pace key.
-    paces: crate::watchdog::PaceBook,
+    paces: crate::pace::PaceBook,
     /// The executor's lag, if measured ([`EngineBuilder::load`]).
     load: Option<crate::load::LoadGauge>,
 }
@@ -133,7 +133,7 @@ impl Engine {
 
     /// What this engine's leases learned of each pace key: each model
     /// endpoint's, tool's and worker kind's normal pace.
-    pub fn paces(&self) -> &crate::watchdog::PaceBook {
+    pub fn paces(&self) -> &crate::pace::PaceBook {
         &self.paces
     }
 

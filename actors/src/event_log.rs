@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::event::{Event, EventBus, EventKind};
+use crate::pace::PaceBook;
 use crate::ports::{EventSink, Fenced, Store};
-use crate::watchdog::PaceBook;
 
 /// What the writer task is told.
 pub(crate) enum LogItem {

@@ -54,9 +54,9 @@ use tokio::time::Instant;
 
 use crate::event::{EventKind, EventLimits, cut_note};
 use crate::lease::LeaseMeta;
+use crate::pace::{CallPace, Pace, Spread};
 use crate::ports::EventSink;
 use crate::watchdog::accrual::{AccrualConfig, ArrivalWindow};
-use crate::watchdog::pace::{CallPace, Pace, Spread};
 
 /// The evidence cell of one lease. Cheap to clone; hand a clone to whatever
 /// does the work.

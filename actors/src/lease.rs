@@ -66,10 +66,11 @@ use crate::event::EventKind;
 use crate::evidence::{Evidence, EvidenceSummary};
 use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
+use crate::pace::PaceBook;
 use crate::ports::EventSink;
 use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
 use crate::watchdog::{
-    Judgement, LeaseExpiry, PaceBook, StartError, VerdictReply, WatchdogConfig, WatchdogMsg,
+    Judgement, LeaseExpiry, StartError, VerdictReply, WatchdogConfig, WatchdogMsg,
 };
 use timer::TimerCmd;
 

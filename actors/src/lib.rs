@@ -46,6 +46,7 @@ mod lease;
 mod load;
 mod memory;
 mod nudge;
+mod pace;
 mod ports;
 mod reply;
 mod run;
@@ -114,15 +115,15 @@ pub use nudge::NudgeQueue;
 pub use supervision::{Supervision, SupervisionConfig};
 
 // Verdicts: their vocabulary, the policy that decides them, the watchdog.
+pub use pace::{CallPace, DECAY, PRIOR_SAMPLES, Pace, PaceBook, Spread};
 pub use verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
     parse_verdict,
 };
 pub use watchdog::{
-    AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, CallPace, DeadlinePolicy, Expiry,
-    IdleKillPolicy, Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, Pace, PaceBook,
-    PolicyKind, Spread, StartError, VerdictPolicy, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs,
-    WatchdogConfig, WatchdogMsg,
+    AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy,
+    Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, PolicyKind, StartError,
+    VerdictPolicy, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
 };
 
 // Step budgets and their checkpoint.

@@ -29,7 +29,7 @@ struct Tables {
     snapshot_writes: u64,
     commands: BTreeMap<u64, StoredCommand>,
     next_command: u64,
-    paces: BTreeMap<String, crate::watchdog::Pace>,
+    paces: BTreeMap<String, crate::pace::Pace>,
     /// How many of the next writes of an end fail (test-util).
     failing_ends: u32,
 }
@@ -448,7 +448,7 @@ impl Store for MemoryStore {
 
     fn load_paces(
         &self,
-    ) -> BoxFuture<'static, Result<Vec<(String, crate::watchdog::Pace)>, StoreError>> {
+    ) -> BoxFuture<'static, Result<Vec<(String, crate::pace::Pace)>, StoreError>> {
         let tables = self.lock();
         let paces = tables
             .paces
@@ -460,7 +460,7 @@ impl Store for MemoryStore {
 
     fn save_paces(
         &self,
-        paces: Vec<(String, Option<crate::watchdog::Pace>)>,
+        paces: Vec<(String, Option<crate::pace::Pace>)>,
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         let mut tables = self.lock();
         for (key, pace) in paces {

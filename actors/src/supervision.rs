@@ -8,10 +8,9 @@ use ractor::ActorRef;
 use crate::error::ConfigError;
 use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, Leases};
 use crate::load::LoadRule;
+use crate::pace::PaceBook;
 use crate::ports::{Evaluator, EventSink};
-use crate::watchdog::{
-    PaceBook, StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
-};
+use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg};
 
 /// The lease lengths, the renewal cap and the watchdog's policy, checked
 /// together.

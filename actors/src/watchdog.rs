@@ -35,7 +35,6 @@
 //! attributed to the consumer `engine.watchdog`.
 
 pub mod accrual;
-pub mod pace;
 pub mod policy;
 
 use std::sync::Arc;
@@ -55,7 +54,6 @@ pub use crate::error::StartError;
 pub use crate::evaluation::{Judge, JudgeConfig};
 use crate::verdict::{DecidedBy, Decision, VerdictRecord, parse_verdict};
 pub use accrual::{AccrualConfig, AccrualPolicy};
-pub use pace::{CallPace, Pace, PaceBook, Spread};
 pub use policy::{
     AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
     PolicyKind, VerdictPolicy,

@@ -977,12 +977,12 @@ async fn a_model_stuck_repeating_itself_is_shown_to_the_evaluator_and_escalated_
             .is_some_and(|p| p.reason.contains("the same sentence")),
         "{state:?}"
     );
-    // Asked at the first expiry past the free renewals, long before the
-    // renewal cap, and shown what the stream was saying.
+    // Asked as soon as the stream repeats itself, before any expiry, and
+    // shown what the stream was saying.
     let requests = evaluator.requests();
     assert_eq!(requests.len(), 1);
     let request = &requests[0];
-    assert_eq!(request.renewals, 2);
+    assert_eq!(request.renewals, 0);
     assert!(
         request
             .stream_tail

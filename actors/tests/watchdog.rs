@@ -489,10 +489,12 @@ fn stream_with(
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_looping_stream_reaches_the_evaluator_with_its_tail_well_before_the_cap() {
+async fn a_looping_stream_reaches_the_evaluator_with_its_tail_as_soon_as_it_repeats_itself() {
     // The same sentence every 300 ms, forever: alive, and going nowhere.
-    // Past the free renewals its repetition makes the evidence suspicious,
-    // and the evaluator, shown the tail, can stop it either way.
+    // Its repetition, measured as it streams, makes the evidence
+    // suspicious as soon as the tail repeats itself: the lease is judged
+    // then (early, past the ladder), and the evaluator, shown the tail, can
+    // stop it either way.
     for (verdict, stopped_as) in [("INTERVENE", "intervened"), ("ESCALATE", "escalated")] {
         let rig = rig(config(2, 30), Some(ScriptedEvaluator::always(verdict))).await;
         let begun = Instant::now();
@@ -503,12 +505,14 @@ async fn a_looping_stream_reaches_the_evaluator_with_its_tail_well_before_the_ca
             _ => assert!(matches!(outcome, Err(LeaseError::Escalated { .. }))),
         }
         assert_eq!(rig.events.count(stopped_as), 1);
-        // The third expiry, the first after the ladder: 6 s, not the cap's 62.
-        assert_eq!(begun.elapsed(), secs(6));
+        // Six sentences in, before the first expiry (2 s), let alone the
+        // cap's 62 s.
+        assert_eq!(begun.elapsed(), millis(1_800));
         let requests = rig.evaluator.requests();
         assert_eq!(requests.len(), 1);
         let request = &requests[0];
-        assert_eq!(request.renewals, 2);
+        assert_eq!(request.renewals, 0);
+        assert!(rig.events.verdicts().iter().all(|v| v.early));
         let repetition = request.evidence.repetition.expect("a repetition signal");
         assert!(repetition > 0.5, "repetition {repetition}");
         let phi = request.evidence.phi.expect("evidence");

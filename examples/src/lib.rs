@@ -257,7 +257,8 @@ impl DemoReport {
             extensions: count("budget_extended"),
             restarts: count("restarted"),
             pauses: count("paused"),
-            search_renewed_by_evidence: search_verdicts(DecidedBy::Evidence),
+            search_renewed_by_evidence: search_verdicts(DecidedBy::Evidence)
+                + search_verdicts(DecidedBy::Progress),
             search_evaluator_calls: search_verdicts(DecidedBy::Evaluator),
         }
     }

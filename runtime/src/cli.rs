@@ -27,6 +27,7 @@ mod demo;
 #[cfg(feature = "experiment")]
 mod experiment;
 mod log;
+mod paces;
 mod remote;
 mod runs;
 mod scrubbed_log;
@@ -97,6 +98,10 @@ enum Command {
     /// Print the effective configuration, where each value came from, the
     /// timing arithmetic of every lease kind and any warnings.
     Config,
+    /// What the store learned of each endpoint's normal pace (a model at
+    /// its URL, a tool, a kind of worker), which seeds every new call's
+    /// failure detector; --reset forgets a key's.
+    Paces(paces::PacesArgs),
     /// Run a seeded workload under several supervision strategies, through
     /// the real actors on paused time, and report what each cost.
     #[cfg(feature = "experiment")]
@@ -270,6 +275,7 @@ impl Cli {
                 serve::serve(&self.global, args.addr, args.allow_flow_tools).await
             }
             Command::Runs(command) => runs::run(&self.global, command).await,
+            Command::Paces(args) => paces::run(&self.global, args).await,
             Command::Demo(args) => demo::run(&self.global, args).await,
             #[cfg(feature = "experiment")]
             Command::Experiment(args) => experiment::run(args).await,

@@ -608,3 +608,49 @@ fn a_defined_strategy_that_is_wrong_is_refused_naming_its_key() {
     assert_eq!(error.key, "strategy.sweep.policies[0]");
     assert!(error.message.contains("mine"), "{error}");
 }
+
+/// The `y` of the `<text>` element whose content is exactly `content`.
+fn text_y(svg: &str, content: &str) -> Option<f64> {
+    let end = [
+        format!(">{content}</text>"),
+        format!(">\n{content}\n</text>"),
+    ]
+    .iter()
+    .find_map(|pattern| svg.find(pattern.as_str()))?;
+    let start = svg[..end].rfind("<text")?;
+    let tag = &svg[start..end];
+    let y = tag.split(" y=\"").nth(1)?.split('"').next()?;
+    y.parse().ok()
+}
+
+#[test]
+fn the_trade_off_plot_colours_strategies_by_family_with_a_legend_and_labels_that_do_not_overlap() {
+    let svg = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/experiments/essay-report/tradeoff.svg"),
+    )
+    .expect("the essay's plot");
+    // leasehold and leasehold-fail-fast lie on the same point: their labels
+    // are stacked, not drawn over each other.
+    let (a, b) = (
+        text_y(&svg, "leasehold-fail-fast").expect("its label"),
+        text_y(&svg, "leasehold").expect("its label (or legend)"),
+    );
+    assert!((a - b).abs() >= 12.0, "labels at {a} and {b}");
+    // A legend line per family, each in its family's colour.
+    for family in ["deadline", "idle_kill"] {
+        assert!(text_y(&svg, family).is_some(), "no legend for {family}");
+    }
+    for colour in ["#008C46", "#285AC8", "#E67800"] {
+        assert!(
+            svg.to_ascii_uppercase().contains(colour),
+            "no {colour} in the plot"
+        );
+    }
+    // The share axis ends at 100 %.
+    assert!(
+        text_y(&svg, "100").is_some(),
+        "the share axis does not end at 100"
+    );
+    assert!(text_y(&svg, "110").is_none() && text_y(&svg, "120").is_none());
+}

@@ -686,8 +686,10 @@ async fn each_chunk_of_a_stream_is_evidence_and_keep_alives_reset_the_idle_timer
         )
         .kinds;
     assert_eq!(kinds.text, 3, "{kinds:?}");
-    assert_eq!(
-        kinds.keepalive, 5,
+    // One keepalive a read: the finish and [DONE], 30 ms apart, may come
+    // in one.
+    assert!(
+        (4..=5).contains(&kinds.keepalive),
         "three comments, the finish and [DONE] add nothing to the answer: {kinds:?}"
     );
 }

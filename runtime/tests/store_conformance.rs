@@ -160,7 +160,43 @@ conformance! {
     fixture: [
         a_terminal_write_and_everything_before_it_survive_a_reopen,
         claimers_racing_claim_each_queued_run_exactly_once,
+        learned_paces_are_kept_replaced_reset_and_survive_a_reopen,
     ],
+}
+
+async fn learned_paces_are_kept_replaced_reset_and_survive_a_reopen(fixture: Fixture) {
+    use leasehold::{Pace, PaceBook};
+    let book = PaceBook::new();
+    let call = |first: f64, interval: f64| leasehold::CallPace {
+        first_item_ms: Some(first),
+        intervals: Some((
+            10,
+            leasehold::Spread {
+                mean_ms: interval,
+                std_ms: interval / 10.0,
+            },
+        )),
+    };
+    book.learn(
+        "model_stream:model a at http://127.0.0.1:1/v1",
+        &call(300.0, 50.0),
+    );
+    book.learn("tool_call:search", &call(2_000.0, 1_000.0));
+    book.learn("worker_step:worker:w", &call(10_000.0, 10_000.0));
+    let store = Arc::clone(&fixture.store);
+    store.save_paces(book.take_changed()).await.unwrap();
+    // Learned again: replaced, not added. Reset: gone.
+    book.learn("tool_call:search", &call(1_000.0, 500.0));
+    book.reset("worker_step:worker:w");
+    store.save_paces(book.take_changed()).await.unwrap();
+    store.flush().await.unwrap();
+    drop(store);
+    let fixture = fixture.reopened().await;
+    let kept: Vec<(String, Pace)> = fixture.store.load_paces().await.unwrap();
+    let expected: Vec<(String, Pace)> = book.all().into_iter().collect();
+    assert_eq!(kept, expected);
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(kept[1].1.calls, 2, "{kept:?}");
 }
 
 async fn runs_are_counted_by_status_as_they_are_recorded(store: Arc<dyn Store>) {

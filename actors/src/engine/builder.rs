@@ -360,7 +360,7 @@ impl EngineBuilder {
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));
         // What earlier runs learned of each endpoint's pace: a store that
         // cannot say starts this engine cold, which costs no run anything.
-        let paces = crate::watchdog::PaceBook::new();
+        let paces = crate::pace::PaceBook::new();
         match store.load_paces().await {
             Ok(loaded) => {
                 for (key, pace) in loaded {

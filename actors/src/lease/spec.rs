@@ -263,7 +263,7 @@ impl LeaseSpec {
     /// Names what the operation calls — a model at its endpoint, a tool, a
     /// kind of worker — so that its lease is seeded with the pace earlier
     /// calls of the same key showed, and teaches it back when it ends (see
-    /// [`PaceBook`](crate::watchdog::PaceBook)).
+    /// [`PaceBook`](crate::pace::PaceBook)).
     pub fn with_pace_key(mut self, key: Option<String>) -> Self {
         self.pace_key = key;
         self

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::BoxFuture;
 use super::changes::{ChangeFeed, RunCommand, StoredCommand};
 use crate::event::Event;
-use crate::watchdog::Pace;
+use crate::pace::Pace;
 
 pub mod retention;
 mod summary;

@@ -18,9 +18,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::pace::{PRIOR_SAMPLES, Spread};
 use crate::error::ConfigError;
 use crate::lease::LeaseKind;
+use crate::pace::{PRIOR_SAMPLES, Spread};
 
 /// How many inter-arrival samples a lease keeps (Pekko's `max-sample-size`).
 pub const WINDOW_SAMPLES: usize = 1000;
@@ -105,7 +105,9 @@ impl AccrualConfig {
         let mean_ms = millis(mean.saturating_add(self.acceptable_pause));
         let std_ms = millis(std_deviation.max(self.min_std_deviation));
         let y = threshold_deviations(self.threshold);
-        Duration::try_from_secs_f64((mean_ms + y * std_ms) / 1e3).unwrap_or(Duration::MAX)
+        // A millisecond past the crossing: phi computed there again, after
+        // the rounding of durations, is at the threshold, not a hair below.
+        Duration::try_from_secs_f64((mean_ms + y * std_ms + 1.0) / 1e3).unwrap_or(Duration::MAX)
     }
 }
 
@@ -373,15 +375,15 @@ mod tests {
         let config = AccrualConfig::PEKKO;
         let (mean, std) = (Duration::from_millis(500), Duration::from_millis(50));
         let at = config.crossing(mean, std);
-        let just_before = at.saturating_sub(Duration::from_millis(5));
+        let just_before = at.saturating_sub(Duration::from_millis(2));
         assert!(
             config.phi(just_before, mean, std) < config.threshold,
             "{at:?}"
         );
         assert!(config.phi(at, mean, std) >= config.threshold, "{at:?}");
-        // mean + pause + about 4.3 floored deviations.
+        // mean + pause + about 5.2 floored deviations.
         assert!(
-            at > Duration::from_millis(3_800) && at < Duration::from_millis(4_000),
+            at > Duration::from_millis(3_900) && at < Duration::from_millis(4_100),
             "{at:?}"
         );
     }

@@ -214,7 +214,7 @@ impl RunsCommand {
 /// data directory that exists. A `runs` command never makes a store: a
 /// mistyped `--data-dir` would otherwise be a new, empty store, and its
 /// "no runs" a lie.
-fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError> {
+pub(super) fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError> {
     let dir = &config.data_dir;
     if config.store_url.value.is_none() && !dir.value.exists() {
         return Err(CliError::other(format!(

@@ -21,20 +21,45 @@ pub const MAX_LABEL: usize = 40;
 /// A plot that could not be drawn.
 pub type PlotError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A strategy's family: its policy, which gives its colour and its line
+/// in the legend.
+fn family_colour(policy: &str) -> RGBColor {
+    match policy {
+        "leasehold" => RGBColor(0, 140, 70),
+        "deadline" => RGBColor(40, 90, 200),
+        "idle_kill" => RGBColor(230, 120, 0),
+        "always_evaluate" => RGBColor(150, 60, 170),
+        _ => RGBColor(90, 90, 90),
+    }
+}
+
+/// The pixels between two stacked labels.
+const LABEL_STEP: i32 = 16;
+
 /// Detection time (p50, seconds) against the share of slow-but-alive
-/// operations cut by mistake, one labelled point per strategy; the points
-/// of one policy at several leases (a sweep) are joined in lease order.
+/// operations cut by mistake, one labelled point per strategy, coloured by
+/// family (its policy) with a legend; the points of one policy at several
+/// leases (a sweep) are joined in lease order. Strategies at the same point
+/// (leasehold and leasehold-fail-fast often are) share one marker and their
+/// labels are stacked, not drawn over each other; the share axis ends at
+/// 100 %.
 pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
-    let points: Vec<(String, f64, f64)> = report
+    struct Point {
+        name: String,
+        policy: String,
+        x: f64,
+        y: f64,
+    }
+    let points: Vec<Point> = report
         .strategies
         .iter()
         .filter_map(|s| {
-            let p50 = s.detect_p50_ms?;
-            Some((
-                label(&s.name),
-                s.slow_alive_killed_share * 100.0,
-                seconds(p50),
-            ))
+            Some(Point {
+                name: label(&s.name),
+                policy: s.policy.clone(),
+                x: s.slow_alive_killed_share * 100.0,
+                y: seconds(s.detect_p50_ms?),
+            })
         })
         .collect();
     let mut curves: std::collections::BTreeMap<&str, Vec<(u64, f64, f64)>> =
@@ -48,7 +73,21 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
             ));
         }
     }
-    let top = points.iter().map(|p| p.2).fold(1.0, f64::max) * 1.15;
+    let top = points.iter().map(|p| p.y).fold(1.0, f64::max) * 1.15;
+    // Labels of points closer than a label's height are stacked: each is
+    // given the next free line below the point it would overlap.
+    let close = |a: &Point, b: &Point| (a.x - b.x).abs() < 6.0 && (a.y - b.y).abs() < top / 30.0;
+    let offsets: Vec<i32> = points
+        .iter()
+        .enumerate()
+        .map(|(i, point)| {
+            let before = points[..i]
+                .iter()
+                .filter(|other| close(other, point))
+                .count();
+            i32::try_from(before).unwrap_or(i32::MAX / LABEL_STEP) * LABEL_STEP
+        })
+        .collect();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -61,30 +100,65 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
             .margin(20)
             .x_label_area_size(45)
             .y_label_area_size(60)
-            .build_cartesian_2d(-5.0..125.0, 0.0..top)?;
+            .build_cartesian_2d(0.0..100.0, 0.0..top)?;
         chart
             .configure_mesh()
             .x_desc("slow-but-alive operations cut (%)")
             .y_desc("hang detected after, p50 (s)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
-        for curve in curves.values_mut().filter(|c| c.len() > 1) {
+        for (policy, curve) in curves.iter_mut().filter(|(_, c)| c.len() > 1) {
             curve.sort_by_key(|point| point.0);
+            let colour = family_colour(policy);
             chart.draw_series(LineSeries::new(
                 curve.iter().map(|&(_, x, y)| (x, y)),
-                BLUE.mix(0.4).stroke_width(2),
+                colour.mix(0.4).stroke_width(2),
             ))?;
         }
-        chart.draw_series(points.iter().map(|(name, x, y)| {
-            EmptyElement::at((*x, *y))
-                + Circle::new((0, 0), 5, BLUE.filled())
-                + Text::new(name.clone(), (8, -12), ("sans-serif", 14))
+        // One legend line per family, in the order of the report.
+        let mut families: Vec<&str> = Vec::new();
+        for point in &points {
+            if !families.contains(&point.policy.as_str()) {
+                families.push(&point.policy);
+            }
+        }
+        for family in families {
+            let colour = family_colour(family);
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .filter(|p| p.policy == family)
+                        .map(|p| Circle::new((p.x, p.y), 5, colour.filled())),
+                )?
+                .label(label(family))
+                .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
+        }
+        chart.draw_series(points.iter().zip(&offsets).map(|(point, offset)| {
+            EmptyElement::at((point.x, point.y))
+                + Text::new(
+                    point.name.clone(),
+                    (8, offset - 12),
+                    ("sans-serif", 14)
+                        .into_font()
+                        .color(&family_colour(&point.policy)),
+                )
         }))?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.3))
+            .label_font(("sans-serif", 14))
+            .draw()?;
         root.present()?;
     }
     Ok(svg)
 }
 
-/// Tokens of cut streams and workers per strategy, as bars.
+/// Tokens of cut streams and workers per strategy, as bars coloured by
+/// family.
 pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
     let names: Vec<String> = report.strategies.iter().map(|s| label(&s.name)).collect();
     let count = u32::try_from(names.len()).unwrap_or(u32::MAX).max(1);
@@ -128,7 +202,7 @@ pub fn wasted_svg(report: &Report) -> Result<String, PlotError> {
                     (SegmentValue::Exact(i), 0),
                     (SegmentValue::Exact(i + 1), s.wasted_tokens),
                 ],
-                RED.mix(0.6).filled(),
+                family_colour(&s.policy).mix(0.7).filled(),
             );
             bar.set_margin(0, 0, 12, 12);
             bar

@@ -245,7 +245,7 @@ mod tests {
         // The model got faster: after a few calls its old pace no longer
         // excuses it.
         let mut faster = pace;
-        for _ in 0..10 {
+        for _ in 0..15 {
             faster = faster.learn(&call(500.0, 50.0));
         }
         let interval = faster.interval.expect("learned");

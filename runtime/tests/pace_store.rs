@@ -1,0 +1,210 @@
+//! A model's learned pace is carried from one run to the next through the
+//! store, between two real `leasehold run` processes on one data directory,
+//! and a new silence is judged against it before the lease period ends.
+//!
+//! The model is a small OpenAI-compatible server in Python (a child
+//! process): its first chat completion streams 40 tokens 50 ms apart and
+//! ends; every later one streams 5 tokens, then falls silent for good. An
+//! evaluation (a request with `response_format`) is answered INTERVENE.
+//!
+//! The first run completes, and its model call teaches the store the
+//! endpoint's pace (`leasehold paces` shows it). The second run, a new
+//! process, starts from what the store kept: its call's silence after 50 ms
+//! chunks is suspicious within seconds, and its lease — 60 s long — expires
+//! early, recorded as such, long before the period ends.
+
+use std::io::{BufRead, BufReader as StdBufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// Generous for a loaded 2-core machine, and far below the 60 s period.
+const EARLY_WITHIN: Duration = Duration::from_secs(30);
+
+const SERVER: &str = r#"
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+calls = {"n": 0}
+
+def event(chunk):
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+        if "response_format" in body:
+            verdict = json.dumps({"verdict": "INTERVENE", "reason": "silent", "nudge": None})
+            answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": verdict},
+                                   "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 10, "completion_tokens": 10}}
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        calls["n"] += 1
+        first = calls["n"] == 1
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        try:
+            for n in range(40 if first else 5):
+                self.wfile.write(event({"choices": [{"index": 0, "delta": {"content": f"w{n} "}}]}))
+                self.wfile.flush()
+                time.sleep(0.05)
+            if first:
+                self.wfile.write(event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                return
+            while True:
+                time.sleep(1)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+struct Model {
+    child: Child,
+    base: String,
+}
+
+impl Model {
+    fn start(dir: &Path) -> Self {
+        let script = dir.join("model.py");
+        std::fs::write(&script, SERVER).expect("write the server");
+        let mut child = std::process::Command::new("python3")
+            .arg(&script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs (the model server is a Python script)");
+        let mut port = String::new();
+        StdBufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut port)
+            .expect("the server prints its port");
+        Self {
+            child,
+            base: format!("http://127.0.0.1:{}/v1", port.trim()),
+        }
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn leasehold(data: &Path, base: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_DATA_DIR", data)
+        .env("LEASEHOLD_MODEL_BASE_URL", base)
+        .env("LEASEHOLD_MODEL_NAME", "paced")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+fn write_flow(dir: &Path) -> std::path::PathBuf {
+    let flow = json!({
+        "name": "paced",
+        "task": "Say something.",
+        "max_steps": 2,
+        "stream": true,
+        "leases": {"model_stream": "60s"},
+    });
+    let path = dir.join("paced.json");
+    std::fs::write(&path, flow.to_string()).expect("write the flow");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_models_pace_learned_in_one_run_judges_the_next_runs_silence_before_its_period_ends() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let model = Model::start(dir.path());
+    let flow = write_flow(dir.path());
+    let flow = flow.to_str().expect("a path");
+
+    // The first run completes, and teaches the store the endpoint's pace.
+    let first = leasehold(&data, &model.base)
+        .args(["run", flow])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .await
+        .expect("leasehold run");
+    assert!(first.success(), "the first run: {first}");
+    let paces = leasehold(&data, &model.base)
+        .args(["paces", "--json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("leasehold paces");
+    assert!(paces.status.success(), "{paces:?}");
+    let paces: Value = serde_json::from_slice(&paces.stdout).expect("JSON");
+    let (key, pace) = paces
+        .as_object()
+        .and_then(|all| all.iter().find(|(key, _)| key.starts_with("model_stream:")))
+        .unwrap_or_else(|| panic!("no model stream pace in {paces}"));
+    assert!(key.contains(&model.base), "{key}");
+    let interval = pace["interval"]["mean_ms"].as_f64().expect("an interval");
+    assert!((40.0..200.0).contains(&interval), "{pace}");
+
+    // The second run, a new process: 5 chunks 50 ms apart, then silence.
+    let begun = Instant::now();
+    let mut second = leasehold(&data, &model.base)
+        .args(["run", flow, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("leasehold run starts");
+    let mut lines = BufReader::new(second.stdout.take().expect("stdout")).lines();
+    let early = tokio::time::timeout(EARLY_WITHIN, async {
+        while let Some(line) = lines.next_line().await.expect("stdout reads") {
+            let event: Value = serde_json::from_str(&line).expect("one JSON event per line");
+            if event["kind"] == "verdict" {
+                return event;
+            }
+        }
+        panic!("the run ended without a verdict");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no verdict within {EARLY_WITHIN:?} of a 60 s lease"));
+    let took = begun.elapsed();
+    let _ = second.start_kill();
+    let _ = second.wait().await;
+    assert_eq!(early["early"], true, "{early}");
+    assert_eq!(early["lease_kind"], "model_stream", "{early}");
+    assert_eq!(early["renewals"], 0, "{early}");
+    assert_eq!(early["decided_by"], "evaluator", "{early}");
+    assert_eq!(early["verdict"], "INTERVENE", "{early}");
+    assert!(
+        early["evidence"]["phi"]
+            .as_f64()
+            .is_some_and(|phi| phi >= 8.0),
+        "{early}"
+    );
+    assert!(took < Duration::from_secs(60), "judged after {took:?}");
+}
