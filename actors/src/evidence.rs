@@ -210,7 +210,19 @@ pub const STEP_WINDOW: usize = 6;
 pub const MIN_STEPS: usize = 3;
 
 /// What an evidence cell calls to wake its lease.
-pub(crate) type Waker = Box<dyn Fn() + Send + Sync>;
+pub(crate) type Waker = Box<dyn Fn(Wake) + Send + Sync>;
+
+/// Why an evidence cell wakes its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The evidence just turned repetitive: judge it now.
+    Repetitive,
+    /// The evidence just got a history to judge its silences by (its
+    /// first item after a learned pace seeded it, or its
+    /// [`MIN_OWN_SAMPLES`]-th item of its own): look for suspicion from
+    /// now on, not only at the period's end.
+    History,
+}
 
 /// How much new text a stream reports between two measures of its
 /// repetition (the measure costs a few microseconds on the 2 KiB tail).
@@ -247,6 +259,8 @@ struct EvidenceState {
     /// Whether the lease was told the evidence is repetitive (and it has
     /// not stopped being so since).
     told_repetitive: bool,
+    /// Whether the lease was told the evidence has a history.
+    told_history: bool,
     window: ArrivalWindow,
     note: Option<String>,
     /// The text reported so far, at most `2 × TAIL_BYTES`: trimmed to
@@ -339,6 +353,22 @@ impl Evidence {
             state.keepalive(now);
         } else {
             state.arrive(now, kind);
+            self.watch_history(state);
+        }
+    }
+
+    /// Tells the lease once that the evidence has a history to judge its
+    /// silences by; the lock is released first.
+    fn watch_history(&self, mut state: MutexGuard<'_, EvidenceState>) {
+        let reached = !state.told_history
+            && (state.window.is_seeded() || state.window.len() >= MIN_OWN_SAMPLES);
+        if !reached {
+            return;
+        }
+        state.told_history = true;
+        drop(state);
+        if let Some((_, wake)) = self.inner.repetition_watch.get() {
+            wake(Wake::History);
         }
     }
 
@@ -384,6 +414,8 @@ impl Evidence {
         if state.unmeasured >= REPETITION_CHECK_BYTES {
             state.unmeasured = 0;
             self.watch_repetition(state);
+        } else {
+            self.watch_history(state);
         }
     }
 
@@ -401,15 +433,18 @@ impl Evidence {
             .any(|share| share > *threshold);
         let tell = repetitive && !state.told_repetitive;
         state.told_repetitive = repetitive;
-        drop(state);
         if tell {
-            wake();
+            drop(state);
+            wake(Wake::Repetitive);
+        } else {
+            self.watch_history(state);
         }
     }
 
     /// Wakes the lease with `wake` whenever the evidence turns repetitive
-    /// (its text's or its steps' repetition above `threshold`).
-    pub(crate) fn on_repetition(&self, threshold: f64, wake: Waker) {
+    /// (its text's or its steps' repetition above `threshold`), and once
+    /// when it gets a history to judge its silences by.
+    pub(crate) fn on_suspicion(&self, threshold: f64, wake: Waker) {
         let _ = self.inner.repetition_watch.set((threshold, wake));
     }
 
@@ -527,6 +562,7 @@ impl Evidence {
         if let Some((count, reports, note)) = publish {
             self.publish(count, reports, note);
         }
+        self.watch_history(self.state());
     }
 
     /// Publishes the reports no event has said yet, as one `progress`

@@ -63,7 +63,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::duration::deadline_after;
 use crate::event::EventKind;
-use crate::evidence::{Evidence, EvidenceSummary};
+use crate::evidence::{Evidence, EvidenceSummary, Wake};
 use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
 use crate::pace::PaceBook;
@@ -143,6 +143,10 @@ pub enum LeaseMsg {
     /// its steps began to repeat: under a policy that expires early, the
     /// lease is judged now rather than at its period's end.
     Suspect(LeaseId),
+    /// The operation's evidence got a history to judge its silences by:
+    /// the lease's next check moves to when its silence would turn
+    /// suspicious, if that is before its period's end.
+    Rearm(LeaseId),
     /// Stop every clock: disarm all timers until [`LeaseMsg::Resume`]. No
     /// lease expires while paused, new leases start disarmed, evidence does
     /// not age, and verdicts that arrive are dropped.
@@ -295,6 +299,7 @@ impl Actor for LeaseActor {
             LeaseMsg::Done { id, cancelled } => state.done(id, cancelled),
             LeaseMsg::Expired { id, generation } => state.expired(&myself, id, generation),
             LeaseMsg::Suspect(id) => state.suspect(&myself, id),
+            LeaseMsg::Rearm(id) => state.arm(id),
             LeaseMsg::Pause => state.pause(),
             LeaseMsg::Resume => state.resume(),
             LeaseMsg::Drained(reply) => {
@@ -326,10 +331,13 @@ impl LeaseState {
         }
         if self.config.policy_of(&meta).expires_early() {
             let (actor, id) = (self.myself.clone(), meta.id);
-            evidence.on_repetition(
+            evidence.on_suspicion(
                 self.config.repetition_threshold,
-                Box::new(move || {
-                    let _ = actor.send_message(LeaseMsg::Suspect(id));
+                Box::new(move |wake| {
+                    let _ = actor.send_message(match wake {
+                        Wake::Repetitive => LeaseMsg::Suspect(id),
+                        Wake::History => LeaseMsg::Rearm(id),
+                    });
                 }),
             );
         }
@@ -462,8 +470,15 @@ impl LeaseState {
             return;
         }
         let now = tokio::time::Instant::now();
-        let early = now < entry.deadline;
-        if early {
+        let suspicious = self.config.policy_of(&entry.meta).expires_early()
+            && entry
+                .evidence
+                .suspicion_at(self.config.accrual.for_kind(entry.meta.kind))
+                .is_some_and(|at| at <= now);
+        // At the period's end, evidence already suspicious against its
+        // history is judged as an early expiry would be: past the ladder.
+        let early = now < entry.deadline || suspicious;
+        if early && now < entry.deadline {
             // A check before the period's end: the evidence was to be
             // suspicious by now. If something arrived since, look again
             // later; if it is suspicious (and the executor is on time, so
@@ -472,11 +487,7 @@ impl LeaseState {
                 .load
                 .as_ref()
                 .is_none_or(|rule| rule.late_by(Duration::ZERO).is_none());
-            let due = entry
-                .evidence
-                .suspicion_at(self.config.accrual.for_kind(entry.meta.kind))
-                .is_some_and(|at| at <= now);
-            if !(due && on_time) {
+            if !(suspicious && on_time) {
                 let at = if on_time {
                     self.next_check(entry)
                 } else {
@@ -485,6 +496,8 @@ impl LeaseState {
                 self.arm_at(id, generation, at);
                 return;
             }
+        }
+        if early {
             entry.evidence.suspect();
         }
         self.judge(myself, id, generation, early);
@@ -637,12 +650,7 @@ impl LeaseState {
                 }
                 entry.generation += 1;
                 entry.deadline = deadline_after(tokio::time::Instant::now(), entry.meta.duration);
-                let (meta, nudges, generation, deadline) = (
-                    entry.meta.clone(),
-                    entry.nudges.clone(),
-                    entry.generation,
-                    entry.deadline,
-                );
+                let (meta, nudges) = (entry.meta.clone(), entry.nudges.clone());
                 if decision.verdict == Verdict::Nudge
                     && let Some(nudge) = decision.nudge
                 {
@@ -657,7 +665,7 @@ impl LeaseState {
                         },
                     );
                 }
-                self.arm_at(id, generation, deadline);
+                self.arm(id);
             }
             Verdict::Intervene if decision.decided_by == DecidedBy::Cap => {
                 let meta = entry.meta.clone();

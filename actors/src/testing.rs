@@ -303,6 +303,13 @@ pub struct Turn {
     pub usage: TokenCost,
     /// Why the model stopped, as the server would say.
     pub finish_reason: Option<crate::ports::FinishReason>,
+    /// The time before the first chunk, if not `chunk_interval` (a
+    /// reasoning model thinking silently).
+    pub first_chunk: Option<Duration>,
+    /// While silent — before the first chunk, in a stall, hung — send a
+    /// keepalive this often (an SSE comment: the connection is open, and
+    /// nothing more).
+    pub keepalive: Option<Duration>,
 }
 
 impl Turn {
@@ -322,6 +329,8 @@ impl Turn {
                 output_tokens: 50,
             },
             finish_reason: None,
+            first_chunk: None,
+            keepalive: None,
         }
     }
 
@@ -405,6 +414,18 @@ impl Turn {
             hang: true,
             ..Self::answer("").with_chunks(u32::MAX, interval)
         }
+    }
+
+    /// The first chunk after `first` instead of one chunk interval.
+    pub fn first_chunk_after(mut self, first: Duration) -> Self {
+        self.first_chunk = Some(first);
+        self
+    }
+
+    /// A keepalive every `every` while the stream is silent.
+    pub fn with_keepalives(mut self, every: Duration) -> Self {
+        self.keepalive = Some(every);
+        self
     }
 
     /// Falls silent for `silence` after `after_chunks` chunks.
@@ -605,20 +626,24 @@ impl ModelClient for ScriptedModel {
             for chunk in 0..turn.chunks {
                 if turn.stall.is_some_and(|(after, _)| after == chunk) {
                     if turn.hang {
-                        std::future::pending::<()>().await;
+                        silent(None, turn.keepalive, &evidence).await;
                     }
                     if let Some((_, silence)) = turn.stall {
-                        tokio::time::sleep(silence).await;
+                        silent(Some(silence), turn.keepalive, &evidence).await;
                     }
                 }
-                tokio::time::sleep(turn.chunk_interval).await;
+                let wait = match (chunk, turn.first_chunk) {
+                    (0, Some(first)) => first,
+                    _ => turn.chunk_interval,
+                };
+                silent(Some(wait), turn.keepalive, &evidence).await;
                 match &turn.stream_text {
                     Some(text) => evidence.observe_text(&text.chunk(chunk)),
                     None => evidence.observe(),
                 }
             }
             if turn.hang {
-                std::future::pending::<()>().await;
+                silent(None, turn.keepalive, &evidence).await;
             }
             Ok(ModelReply {
                 content: turn.content,
@@ -627,6 +652,29 @@ impl ModelClient for ScriptedModel {
                 finish_reason: turn.finish_reason,
             })
         })
+    }
+}
+
+/// Silence for `length` (for ever if `None`), with a keepalive every
+/// `keepalive` if given.
+async fn silent(length: Option<Duration>, keepalive: Option<Duration>, evidence: &Evidence) {
+    let Some(every) = keepalive.filter(|every| !every.is_zero()) else {
+        match length {
+            Some(length) => tokio::time::sleep(length).await,
+            None => std::future::pending::<()>().await,
+        }
+        return;
+    };
+    let mut left = length;
+    loop {
+        let step = left.map_or(every, |left| left.min(every));
+        tokio::time::sleep(step).await;
+        match &mut left {
+            Some(left) if *left <= step => return,
+            Some(left) => *left -= step,
+            None => {}
+        }
+        evidence.keepalive();
     }
 }
 

@@ -303,3 +303,34 @@ fn the_leasehold_policy_renews_advancing_progress_past_the_evidence_streak_but_n
         (Verdict::Intervene, DecidedBy::Cap)
     );
 }
+
+#[test]
+fn the_idle_kill_policy_is_reset_by_a_keepalive_as_a_read_timeout_is_and_leasehold_is_not() {
+    // No progress for 60 s, a keep-alive 1 s ago: a wedged provider.
+    let wedged = EvidenceSummary {
+        keepalive_age_ms: Some(1_000),
+        ..fresh(60_000, 20.0)
+    };
+    assert_eq!(
+        decided(judge(PolicyKind::IdleKill, &expiry(3, &wedged))),
+        (Verdict::Renew, DecidedBy::Policy)
+    );
+    // Only keep-alives, never an item: still renewed by the idle timeout.
+    let only_keepalives = EvidenceSummary {
+        keepalive_age_ms: Some(1_000),
+        ..silent()
+    };
+    assert_eq!(
+        decided(judge(PolicyKind::IdleKill, &expiry(3, &only_keepalives))),
+        (Verdict::Renew, DecidedBy::Policy)
+    );
+    // leasehold judges the progress, not the connection.
+    assert_eq!(
+        judge(PolicyKind::Leasehold, &expiry(3, &wedged)),
+        Judgement::AskEvaluator
+    );
+    assert_eq!(
+        judge(PolicyKind::Leasehold, &expiry(3, &only_keepalives)),
+        Judgement::AskEvaluator
+    );
+}

@@ -452,6 +452,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/health", get(api::health))
         .route("/metrics", get(metrics::scrape))
         .route("/executor", get(executor::status))
+        .route("/paces", get(api::paces))
         .route("/runs", post(api::create_run).get(api::list_runs))
         .route("/runs/{id}", get(api::show_run))
         .route("/runs/{id}/events", get(events::stream))

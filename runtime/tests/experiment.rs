@@ -654,3 +654,75 @@ fn the_trade_off_plot_colours_strategies_by_family_with_a_legend_and_labels_that
     );
     assert!(text_y(&svg, "110").is_none() && text_y(&svg, "120").is_none());
 }
+
+/// The incident library: each workload and the strategies its table runs.
+const INCIDENTS: [(&str, &str); 5] = [
+    (
+        "long-tool-argument",
+        "leasehold,deadline,idle-kill,always-evaluate,deadline@2m",
+    ),
+    (
+        "silent-reasoning",
+        "leasehold,deadline,idle-kill,always-evaluate",
+    ),
+    (
+        "wedged-keepalives",
+        "leasehold,deadline,idle-kill,always-evaluate",
+    ),
+    (
+        "tools-list-hangs",
+        "leasehold,deadline,idle-kill,always-evaluate",
+    ),
+    (
+        "stall-recovers",
+        "leasehold,deadline,idle-kill,always-evaluate",
+    ),
+];
+
+#[test]
+fn the_incident_librarys_report_in_experiments_md_is_what_its_workloads_give() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("docs/experiments.md")).expect("the doc");
+    let mut reports = Vec::new();
+    for (name, strategies) in INCIDENTS {
+        let path = root.join(format!("examples/experiments/incidents/{name}.toml"));
+        let workload = Workload::load(&path).expect("the incident loads");
+        let report = run(
+            &workload,
+            &Options {
+                strategies: Some(strategies.split(',').map(str::to_owned).collect()),
+                ..Options::default()
+            },
+        )
+        .expect("runs");
+        let table = report.to_table();
+        assert!(
+            doc.contains(table.trim_end()),
+            "docs/experiments.md does not show what {name}.toml gives:\n{table}"
+        );
+        reports.push((name, report));
+    }
+    let by = |incident: &str, strategy: &str| {
+        reports
+            .iter()
+            .find(|(name, _)| *name == incident)
+            .and_then(|(_, report)| report.strategies.iter().find(|s| s.name == strategy))
+            .cloned()
+            .unwrap_or_else(|| panic!("{strategy} on {incident}"))
+    };
+    // A wedged provider's keep-alives fool the read timeout until the cap;
+    // leasehold finds the hang within seconds.
+    let (leasehold, idle) = (
+        by("wedged-keepalives", "leasehold"),
+        by("wedged-keepalives", "idle-kill"),
+    );
+    assert!(leasehold.detect_p50_ms < Some(10_000), "{leasehold:?}");
+    assert!(idle.detect_p50_ms > Some(600_000), "{idle:?}");
+    // Live work is never cut by leasehold, where a deadline shorter than
+    // it, or an idle timeout shorter than its silence, cuts it.
+    for incident in ["long-tool-argument", "silent-reasoning", "stall-recovers"] {
+        assert_eq!(by(incident, "leasehold").slow_alive_killed, 0, "{incident}");
+    }
+    assert_eq!(by("silent-reasoning", "idle-kill").slow_alive_killed, 6);
+    assert_eq!(by("long-tool-argument", "deadline@2m").slow_alive_killed, 4);
+}

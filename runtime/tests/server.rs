@@ -905,3 +905,50 @@ async fn runs_reconcile_with_server_marks_the_call_done_over_the_api() {
     });
     assert!(saw, "the model saw the result given on the command line");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_paces_the_store_kept_and_the_runs_learned_are_served() {
+    // What an earlier executor learned, kept by the store.
+    let store = MemoryStore::new();
+    let kept = leasehold::Pace {
+        calls: 7,
+        first_item: Some(leasehold::Spread {
+            mean_ms: 60_000.0,
+            std_ms: 5_000.0,
+        }),
+        interval: None,
+        pinned: false,
+    };
+    store
+        .save_paces(vec![("model_stream:a slow thinker".to_owned(), Some(kept))])
+        .await
+        .expect("saved");
+    let engine = searching_engine(store).await;
+    let server = Server::start(engine, ServerOptions::default()).await;
+    let (status, paces) = server.get("/paces").await;
+    assert_eq!(status, 200, "{paces}");
+    assert_eq!(paces["model_stream:a slow thinker"]["calls"], 7, "{paces}");
+    assert_eq!(
+        paces["model_stream:a slow thinker"]["first_item"]["mean_ms"], 60_000.0,
+        "{paces}"
+    );
+    // A run's calls that end by themselves teach their keys: followed to
+    // its end on its event stream.
+    let run_id = server.start_run(&searching_flow()).await;
+    let (events, ended) = Frames::new(server.events(&run_id, "").await).all().await;
+    assert!(ended);
+    assert_eq!(events.last().map(|e| e.kind.name()), Some("run_completed"));
+    let (_, learned) = server.get("/paces").await;
+    let keys: Vec<&String> = learned
+        .as_object()
+        .map(|all| all.keys().collect())
+        .unwrap_or_default();
+    assert!(
+        keys.iter().any(|key| key.starts_with("model_")),
+        "no model pace learned: {learned}"
+    );
+    assert!(
+        keys.iter().any(|key| key.as_str() == "tool_call:search"),
+        "no tool pace learned: {learned}"
+    );
+}

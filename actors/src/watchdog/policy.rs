@@ -25,10 +25,11 @@
 //!   evidence renewals in a row) renews; anything else asks the evaluator.
 //! - [`PolicyKind::Deadline`]: the first expiry intervenes, as a plain
 //!   timeout would. The baseline every deadline-based runtime stands for.
-//! - [`PolicyKind::IdleKill`]: an expiry intervenes when the operation's
-//!   evidence has been silent for a whole lease (or there was none), and
-//!   renews otherwise, without ever asking the evaluator: an idle timeout
-//!   that progress resets, as LangGraph's is.
+//! - [`PolicyKind::IdleKill`]: an expiry intervenes when the operation has
+//!   been silent for a whole lease (or said nothing at all), and renews
+//!   otherwise, without ever asking the evaluator: an idle timeout that any
+//!   sign from the peer resets — progress, or a keep-alive — as a read
+//!   timeout, or LangGraph's idle timeout with a heartbeat per chunk, is.
 //! - [`PolicyKind::AlwaysEvaluate`]: no free renewals, no evidence rung;
 //!   every expiry below the cap asks the evaluator.
 //!
@@ -238,7 +239,14 @@ impl VerdictPolicy for IdleKillPolicy {
             return capped;
         }
         let lease_ms = u64::try_from(expiry.lease.as_millis()).unwrap_or(u64::MAX);
-        let decision = match expiry.evidence.last_progress_age_ms {
+        // Any sign from the peer resets an idle timeout, a keep-alive too:
+        // as a socket's read timeout, or a heartbeat per chunk, would.
+        let evidence = expiry.evidence;
+        let heard = match (evidence.last_progress_age_ms, evidence.keepalive_age_ms) {
+            (Some(progress), Some(keepalive)) => Some(progress.min(keepalive)),
+            (progress, keepalive) => progress.or(keepalive),
+        };
+        let decision = match heard {
             Some(age) if age < lease_ms => Decision::renew(
                 DecidedBy::Policy,
                 format!("idle-kill: progress {age} ms ago, within the {lease_ms} ms lease"),

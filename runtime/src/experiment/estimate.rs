@@ -196,7 +196,18 @@ impl Bounds {
                 .saturating_add(per(time, self.lease).min(self.leases))
                 .saturating_add(ATTEMPT_EVENTS)
         };
-        let ends = attempt(operation.work, evidence(operation.work));
+        // A stream's keep-alives while it is silent: at most one every
+        // `keepalive` of the attempt's life.
+        let keepalives = |time: Duration| operation.keepalive.map_or(0, |every| per(time, every));
+        let stalled = operation.work.saturating_add(
+            operation
+                .stall
+                .map_or(Duration::ZERO, |(_, silence)| silence),
+        );
+        let ends = attempt(
+            operation.work,
+            evidence(operation.work).saturating_add(keepalives(stalled)),
+        );
         let events = match (operation.hangs_at, operation.loops, operation.dead_until) {
             (None, _, None) => ends,
             // Lost attempts, silent until cut, then the one that answers.
@@ -210,8 +221,10 @@ impl Bounds {
                 } else {
                     at.min(self.longest)
                 };
-                self.attempts
-                    .saturating_mul(attempt(self.longest, evidence(until)))
+                self.attempts.saturating_mul(attempt(
+                    self.longest,
+                    evidence(until).saturating_add(keepalives(self.longest)),
+                ))
             }
         };
         events.saturating_add(RUN_EVENTS)

@@ -253,11 +253,23 @@ fn stream_turn(operation: &Operation, chunks: u32, interval: Duration, first: bo
     if operation.loops {
         return Turn::looping(LOOP, interval);
     }
+    // The chunks streamed before the hang: its last came at `hangs_at`.
     let hang_at = operation.hangs_at.map(|at| {
-        let at = at.as_millis() / interval.as_millis().max(1);
-        u32::try_from(at).unwrap_or(u32::MAX)
+        let interval_ms = interval.as_millis().max(1);
+        let before = match operation.first_chunk {
+            Some(_) if at.is_zero() => 0,
+            Some(first) => at.saturating_sub(first).as_millis() / interval_ms + 1,
+            None => at.as_millis() / interval_ms,
+        };
+        u32::try_from(before).unwrap_or(u32::MAX)
     });
-    let turn = streamed(Turn::answer("done"), chunks, interval);
+    let mut turn = streamed(Turn::answer("done"), chunks, interval);
+    if let Some(first) = operation.first_chunk {
+        turn = turn.first_chunk_after(first);
+    }
+    if let Some(every) = operation.keepalive {
+        turn = turn.with_keepalives(every);
+    }
     match (hang_at, operation.stall) {
         (Some(at), _) => hang_after(turn, at),
         (None, Some((after, silence))) if first => turn.stall_after(after, silence),

@@ -179,6 +179,15 @@ pub struct StreamLoad {
     /// `dead_probability` is above 0).
     #[serde(default)]
     pub dead_for: Option<Distribution>,
+    /// The time from the request to the first chunk (a reasoning model
+    /// thinking silently before it answers); default one chunk interval.
+    #[serde(default)]
+    pub first_chunk: Option<Distribution>,
+    /// While a stream is silent — before its first chunk, in a stall, hung
+    /// — its server sends a keep-alive this often (an SSE comment): proof
+    /// that the connection is open, and nothing more.
+    #[serde(default, deserialize_with = "human_option")]
+    pub keepalive_interval: Option<Duration>,
 }
 
 /// The tool calls of a workload.
@@ -370,6 +379,12 @@ impl Workload {
                 streams.dead_for,
                 streams.dead_probability,
             )?;
+            if let Some(first) = &streams.first_chunk {
+                first.validate("model_streams.first_chunk")?;
+            }
+            if let Some(every) = streams.keepalive_interval {
+                check_interval("model_streams.keepalive_interval", every)?;
+            }
         }
         if let Some(tools) = &self.tool_calls {
             check_count("tool_calls.count", tools.count)?;
@@ -493,6 +508,11 @@ pub struct Operation {
     /// the run starts: a call sent before then is lost, one sent after
     /// works. `None` for an endpoint that is up.
     pub dead_until: Option<Duration>,
+    /// A stream's first chunk comes this long after the request, instead
+    /// of one chunk interval.
+    pub first_chunk: Option<Duration>,
+    /// A stream's server sends a keep-alive this often while it is silent.
+    pub keepalive: Option<Duration>,
     /// Whether each evaluator answer about it is right, in call order.
     pub evaluator_right: Vec<bool>,
     /// Whether each budget checkpoint's answer about it is right, in call
@@ -527,10 +547,21 @@ fn stream_operation(
         (Some(length), true) => Some((at_chunk, length.sample(rng))),
         _ => None,
     };
-    let hangs_at = match (hangs, loops) {
-        (true, _) => Some(interval.saturating_mul(at_chunk)),
-        (false, true) => Some(Duration::ZERO),
-        (false, false) => None,
+    // Drawn only when asked for, so that a workload without it draws what
+    // it drew before it existed.
+    let first_chunk = load.first_chunk.as_ref().map(|first| first.sample(rng));
+    // The last chunk before a hang comes at `first + (k − 1) × interval`:
+    // the time the stream stops making progress for good.
+    let hangs_at = match (hangs, loops, first_chunk) {
+        (true, _, None) => Some(interval.saturating_mul(at_chunk)),
+        (true, _, Some(_)) if at_chunk == 0 => Some(Duration::ZERO),
+        (true, _, Some(first)) => Some(first.saturating_add(interval.saturating_mul(at_chunk - 1))),
+        (false, true, _) => Some(Duration::ZERO),
+        (false, false, _) => None,
+    };
+    let work = match first_chunk {
+        Some(first) => work.saturating_sub(interval).saturating_add(first),
+        None => work,
     };
     // Drawn only when asked for, so that a workload without dead model
     // endpoints draws what it drew before they existed.
@@ -548,6 +579,8 @@ fn stream_operation(
         hangs_at,
         loops,
         dead_until,
+        first_chunk,
+        keepalive: load.keepalive_interval,
         evaluator_right: evaluator_answers(evaluator, rng),
         budget_right: Vec::new(),
     }
@@ -592,6 +625,8 @@ fn tool_operation(load: &ToolLoad, evaluator: &EvaluatorLoad, rng: &mut ChaCha8R
         hangs_at,
         loops: false,
         dead_until,
+        first_chunk: None,
+        keepalive: None,
         evaluator_right: evaluator_answers(evaluator, rng),
         budget_right: Vec::new(),
     }
@@ -637,6 +672,8 @@ fn worker_operation(
         hangs_at,
         loops,
         dead_until: None,
+        first_chunk: None,
+        keepalive: None,
         evaluator_right: evaluator_answers(evaluator, rng),
         budget_right: evaluator_answers(evaluator, rng),
     }

@@ -35,6 +35,15 @@ pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> i
     }))
 }
 
+/// `GET /paces`: what this executor knows of each endpoint's normal pace
+/// (a model at its URL, a tool, a kind of worker): what its store held
+/// when it started, and what its runs have learned since.
+pub(super) async fn paces(
+    State(app): State<Arc<App>>,
+) -> Json<std::collections::BTreeMap<String, leasehold_actors::Pace>> {
+    Json(app.engine.paces().all())
+}
+
 /// `POST /runs`: a flow as JSON or TOML; answers at once with the run id
 /// and its status: `running` when this executor had room and started it,
 /// `queued` when it waits for an executor with room (any executor sharing
