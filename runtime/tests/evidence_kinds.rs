@@ -12,10 +12,10 @@
 //!
 //! Real I/O on real time with short leases (400 ms).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod support;
 
 use leasehold::{
     ChatMessage, DecidedBy, LeaseError, LeaseKind, LeaseSpec, ModelClient, ModelRequest,
@@ -23,6 +23,7 @@ use leasehold::{
     model::{ModelEndpoint, ModelSettings, OpenAiClient},
     testing::{RecordingSink, ScriptedEvaluator},
 };
+use support::PythonPeer;
 
 /// An OpenAI-compatible server that answers every chat completion with a
 /// stream of keepalives, one every 100 ms, cycling through an SSE comment,
@@ -82,45 +83,6 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-/// The server, killed when dropped.
-struct KeepaliveServer {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl KeepaliveServer {
-    fn start(tokens_after: u32) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let script = dir.path().join("keepalive.py");
-        std::fs::write(&script, KEEPALIVE_SERVER).expect("write the server");
-        let mut child = Command::new("python3")
-            .arg(&script)
-            .arg(tokens_after.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs (the keepalive server is a Python script)");
-        let mut port = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut port)
-            .expect("the server prints its port");
-        let base = format!("http://127.0.0.1:{}/v1", port.trim());
-        Self {
-            child,
-            base,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for KeepaliveServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 struct Rig {
     supervision: Supervision,
     events: RecordingSink,
@@ -176,7 +138,7 @@ fn decided(verdicts: &[VerdictRecord]) -> Vec<(Verdict, DecidedBy)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_of_keepalives_earns_no_renewal_on_evidence_and_reaches_the_evaluator_past_the_ladder()
  {
-    let server = KeepaliveServer::start(0);
+    let server = PythonPeer::start(KEEPALIVE_SERVER, &["0"]);
     let rig = rig().await;
     let (client, request) = streamed(&server.base);
     let handle = rig
@@ -223,7 +185,7 @@ async fn the_same_stream_once_it_sends_tokens_is_renewed_on_its_text() {
     // Eight keepalives (800 ms), then 30 tokens 100 ms apart (3 s) under
     // the 400 ms lease: the ladder, then renewals on the text's evidence,
     // and the answer whole.
-    let server = KeepaliveServer::start(8);
+    let server = PythonPeer::start(KEEPALIVE_SERVER, &["8"]);
     let rig = rig().await;
     let (client, request) = streamed(&server.base);
     let handle = rig

@@ -13,12 +13,14 @@
 //! chunks is suspicious within seconds, and its lease — 60 s long — expires
 //! early, recorded as such, long before the period ends.
 
-use std::io::{BufRead, BufReader as StdBufReader};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+mod support;
+
 use serde_json::{Value, json};
+use support::PythonPeer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -80,39 +82,6 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-struct Model {
-    child: Child,
-    base: String,
-}
-
-impl Model {
-    fn start(dir: &Path) -> Self {
-        let script = dir.join("model.py");
-        std::fs::write(&script, SERVER).expect("write the server");
-        let mut child = std::process::Command::new("python3")
-            .arg(&script)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs (the model server is a Python script)");
-        let mut port = String::new();
-        StdBufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut port)
-            .expect("the server prints its port");
-        Self {
-            child,
-            base: format!("http://127.0.0.1:{}/v1", port.trim()),
-        }
-    }
-}
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn leasehold(data: &Path, base: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
@@ -143,7 +112,7 @@ fn write_flow(dir: &Path) -> std::path::PathBuf {
 async fn a_models_pace_learned_in_one_run_judges_the_next_runs_silence_before_its_period_ends() {
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let model = Model::start(dir.path());
+    let model = PythonPeer::start(SERVER, &[]);
     let flow = write_flow(dir.path());
     let flow = flow.to_str().expect("a path");
 

@@ -146,7 +146,12 @@ async fn rig() -> Rig {
 
 /// A 400 ms tool-call lease.
 fn lease(subject: &str) -> LeaseSpec {
-    LeaseSpec::new(LeaseKind::ToolCall, subject, millis(400))
+    lease_of(subject, 400)
+}
+
+/// A tool-call lease of `ms` milliseconds, renewed at most 30 times.
+fn lease_of(subject: &str, ms: u64) -> LeaseSpec {
+    LeaseSpec::new(LeaseKind::ToolCall, subject, millis(ms))
         .expect("a valid lease")
         .with_max_renewals(30)
         .in_run("run-mcp", "run/tool_call:1")
@@ -244,14 +249,10 @@ async fn advancing_progress_needs_no_judge(transport: Transport) {
     let client = Arc::new(peer.client().await);
     let rig = rig().await;
     let caller = client.clone();
-    let spec = LeaseSpec::new(LeaseKind::ToolCall, LONG_RUNNING, millis(200))
-        .expect("a valid lease")
-        .with_max_renewals(30)
-        .in_run("run-mcp", "run/tool_call:1");
     let handle = rig
         .supervision
         .leases
-        .supervise(spec, move |evidence| {
+        .supervise(lease_of(LONG_RUNNING, 200), move |evidence| {
             caller.call(
                 invocation(LONG_RUNNING, json!({"duration": 3, "steps": 12}), "long-12"),
                 evidence,
