@@ -349,6 +349,7 @@ impl Flow {
                 .evidence_renewals
                 .unwrap_or(base.evidence_renewals),
             policy: self.leases.policy.unwrap_or(base.policy),
+            pace: self.leases.pace.unwrap_or(base.pace),
             ..base
         }
     }

@@ -66,7 +66,7 @@ use crate::event::EventKind;
 use crate::evidence::{Evidence, EvidenceSummary, Wake};
 use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
-use crate::pace::PaceBook;
+use crate::pace::{PaceBook, PaceMode};
 use crate::ports::EventSink;
 use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
 use crate::watchdog::{
@@ -222,6 +222,8 @@ pub(crate) struct LeaseState {
     drained: Vec<oneshot::Sender<()>>,
     load: Option<LoadRule>,
     paces: PaceBook,
+    /// The pace keys a `reset` lease of this actor already reset.
+    reset: std::collections::HashSet<String>,
     /// This actor, for the evidence cells to wake it.
     myself: ActorRef<LeaseMsg>,
 }
@@ -272,6 +274,7 @@ impl Actor for LeaseActor {
             drained: Vec::new(),
             load: args.load,
             paces: args.paces,
+            reset: std::collections::HashSet::new(),
             myself: myself.clone(),
         })
     }
@@ -326,8 +329,19 @@ impl LeaseState {
             end,
             nudges,
         } = registration;
-        if let Some(pace) = meta.pace_key.as_deref().and_then(|key| self.paces.get(key)) {
-            evidence.seed(&pace);
+        if let Some(key) = meta.pace_key.as_deref() {
+            if meta.pace_mode == PaceMode::Reset && self.reset.insert(key.to_owned()) {
+                // This run's first call of the key: what was learned before
+                // is forgotten, and this run learns it anew.
+                self.paces.reset(key);
+            }
+            if let Some(pace) = self
+                .paces
+                .get(key)
+                .filter(|_| meta.pace_mode != PaceMode::Off)
+            {
+                evidence.seed(&pace);
+            }
         }
         if self.config.policy_of(&meta).expires_early() {
             let (actor, id) = (self.myself.clone(), meta.id);
@@ -439,7 +453,9 @@ impl LeaseState {
         if let Some(entry) = self.remove(id) {
             if cancelled {
                 self.emit(&entry.meta, EventKind::LeaseCancelled { lease_id: id });
-            } else if let Some(key) = &entry.meta.pace_key {
+            } else if let Some(key) = &entry.meta.pace_key
+                && entry.meta.pace_mode != PaceMode::Off
+            {
                 // Ended by itself: what it showed is the key's normal pace.
                 self.paces.learn(key, &entry.evidence.call_pace());
             }

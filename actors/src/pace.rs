@@ -41,6 +41,35 @@ pub const PRIOR_SAMPLES: u32 = 8;
 /// its intervals (its time to the first item still counts).
 pub const MIN_CALL_SAMPLES: u64 = 2;
 
+/// What a run's leases do with each endpoint's learned pace (a flow's
+/// `leases.pace`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PaceMode {
+    /// Seed each lease with what earlier calls of its key showed, and
+    /// learn from the calls that end by themselves (the default).
+    #[default]
+    Learn,
+    /// Forget what was learned of each key at the run's first call of it,
+    /// then learn anew: for an endpoint that changed (a new model behind
+    /// the same URL, a tool that got faster).
+    Reset,
+    /// Neither use nor teach a learned pace: each call starts cold, and
+    /// only its own items give it a history.
+    Off,
+}
+
+impl PaceMode {
+    /// Its name, as in flows: `learn`, `reset` or `off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Learn => "learn",
+            Self::Reset => "reset",
+            Self::Off => "off",
+        }
+    }
+}
+
 /// What is normal for one pace key, learned over its calls. Milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pace {

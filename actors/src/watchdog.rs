@@ -85,6 +85,9 @@ pub struct WatchdogConfig {
     /// The verdict policy of leases whose flow names none (default
     /// [`PolicyKind::Leasehold`]).
     pub policy: PolicyKind,
+    /// What leases do with each endpoint's learned pace (a flow's
+    /// `leases.pace`; `learn` by default).
+    pub pace: crate::pace::PaceMode,
 }
 
 impl Default for WatchdogConfig {
@@ -95,6 +98,7 @@ impl Default for WatchdogConfig {
             accrual: AccrualPolicy::default(),
             evidence_renewals: 3,
             repetition_threshold: 0.5,
+            pace: crate::pace::PaceMode::Learn,
             policy: PolicyKind::Leasehold,
         }
     }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use leasehold_actors::{
-    Evidence, LeaseError, LeaseHandle, PaceBook, Supervision, SupervisionConfig, VerdictRecord,
-    prelude::*, testing::ScriptedEvaluator,
+    Evidence, LeaseError, LeaseHandle, PaceBook, PaceMode, Supervision, SupervisionConfig,
+    VerdictRecord, prelude::*, testing::ScriptedEvaluator,
 };
 use tokio::time::{Instant, sleep};
 
@@ -50,6 +50,31 @@ fn spec(key: Option<&str>) -> LeaseSpec {
         .with_max_renewals(10)
         .with_pace_key(key.map(str::to_owned))
         .in_run("run-pace", "run/model_call:1")
+}
+
+/// A stream as [`stream`] plays it, under `mode`.
+fn stream_in(
+    rig: &Rig,
+    mode: PaceMode,
+    (first, every, chunks): (Duration, Duration, u32),
+    hang: bool,
+) -> LeaseHandle<()> {
+    rig.supervision
+        .leases
+        .supervise(
+            spec(Some(KEY)).with_pace_mode(mode),
+            move |evidence: Evidence| async move {
+                sleep(first).await;
+                for _ in 0..chunks {
+                    evidence.observe_text("token ");
+                    sleep(every).await;
+                }
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+            },
+        )
+        .expect("started")
 }
 
 /// A stream: `chunks` chunks `every` apart after `first`, then, if `hang`,
@@ -182,4 +207,58 @@ async fn a_baseline_policy_never_expires_early() {
     assert!(matches!(outcome, Err(LeaseError::Intervened { .. })));
     assert_eq!(begun.elapsed().as_secs(), 30, "the deadline is its period");
     assert!(!last_verdict(&rig).early);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_with_pace_off_neither_uses_nor_teaches_the_learned_pace() {
+    let rig = rig(PolicyKind::Leasehold).await;
+    stream(&rig, Some(KEY), millis(200), millis(50), 40, false)
+        .outcome()
+        .await
+        .expect("ends by itself");
+    let learned = rig.supervision.paces.get(KEY).expect("learned");
+    // Off: ten chunks, then silence; with no pace and too few items of its
+    // own, the period and the ladder are its bound, as for a cold call.
+    let begun = Instant::now();
+    let outcome = stream_in(&rig, PaceMode::Off, (millis(200), millis(50), 10), true)
+        .outcome()
+        .await;
+    assert!(matches!(outcome, Err(LeaseError::Intervened { .. })));
+    assert!(begun.elapsed() >= secs(90), "{:?}", begun.elapsed());
+    assert!(rig.events.verdicts().iter().all(|v| !v.early));
+    // And a call that ends teaches nothing.
+    stream_in(&rig, PaceMode::Off, (secs(2), secs(1), 5), false)
+        .outcome()
+        .await
+        .expect("ends by itself");
+    assert_eq!(rig.supervision.paces.get(KEY), Some(learned));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_with_pace_reset_forgets_the_learned_pace_and_learns_it_anew() {
+    let rig = rig(PolicyKind::Leasehold).await;
+    // The endpoint used to be slow: a chunk every 2 s.
+    for _ in 0..3 {
+        stream(&rig, Some(KEY), secs(2), secs(2), 5, false)
+            .outcome()
+            .await
+            .expect("ends by itself");
+    }
+    assert_eq!(rig.supervision.paces.get(KEY).map(|p| p.calls), Some(3));
+    // A new model behind it streams every 50 ms; the run resets its pace.
+    stream_in(&rig, PaceMode::Reset, (millis(100), millis(50), 40), false)
+        .outcome()
+        .await
+        .expect("ends by itself");
+    let pace = rig.supervision.paces.get(KEY).expect("learned anew");
+    assert_eq!(pace.calls, 1, "{pace:?}");
+    let interval = pace.interval.expect("intervals").mean_ms;
+    assert!((interval - 50.0).abs() < 1.0, "{pace:?}");
+    // Within the same run (lease actor), a second reset lease does not
+    // forget what the first just learned.
+    stream_in(&rig, PaceMode::Reset, (millis(100), millis(50), 40), false)
+        .outcome()
+        .await
+        .expect("ends by itself");
+    assert_eq!(rig.supervision.paces.get(KEY).map(|p| p.calls), Some(2));
 }

@@ -242,6 +242,7 @@ impl RunContext {
             .with_free_renewals(Some(self.watchdog_config.free_renewals))
             .with_evidence_renewals(Some(self.watchdog_config.evidence_renewals))
             .with_policy(Some(self.watchdog_config.policy))
+            .with_pace_mode(self.watchdog_config.pace)
             .in_run(self.run_id.clone(), path)
     }
 

@@ -225,7 +225,7 @@ mod tests {
             .plan(flow(serde_json::json!({
                 "tools": [{"name": "fs", "idempotent": {"read": true, "write": false}}],
                 "leases": {"tool_call": "90s", "max_renewals": 4, "free_renewals": 1,
-                           "evidence_renewals": 2, "policy": "deadline"},
+                           "evidence_renewals": 2, "policy": "deadline", "pace": "reset"},
                 "budget": {"max_extensions": 1},
             })))
             .expect("a valid flow is planned");
@@ -239,6 +239,7 @@ mod tests {
         assert_eq!(plan.watchdog_config.free_renewals, 1);
         assert_eq!(plan.watchdog_config.evidence_renewals, 2);
         assert_eq!(plan.watchdog_config.policy, PolicyKind::Deadline);
+        assert_eq!(plan.watchdog_config.pace, crate::pace::PaceMode::Reset);
         assert_eq!(
             plan.watchdog_config.evaluator_timeout,
             base.supervision.watchdog.evaluator_timeout

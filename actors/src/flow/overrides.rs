@@ -65,6 +65,10 @@ pub struct LeaseOverrides {
     /// `idle_kill` or `always_evaluate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::watchdog::PolicyKind>,
+    /// What the run's leases do with each endpoint's learned pace:
+    /// `learn` (the default), `reset` or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace: Option<crate::pace::PaceMode>,
 }
 
 /// What a supervisor does when a child fails.

@@ -191,6 +191,7 @@ pub struct LeaseSpec {
     pub(crate) evidence_renewals: Option<u32>,
     pub(crate) policy: Option<PolicyKind>,
     pub(crate) pace_key: Option<String>,
+    pub(crate) pace_mode: crate::pace::PaceMode,
     pub(crate) run_id: String,
     pub(crate) path: String,
     pub(crate) transcript_tail: Arc<[TranscriptMessage]>,
@@ -224,6 +225,7 @@ impl LeaseSpec {
             evidence_renewals: None,
             policy: None,
             pace_key: None,
+            pace_mode: crate::pace::PaceMode::Learn,
             run_id: String::new(),
             path: String::new(),
             transcript_tail: Arc::from(Vec::new()),
@@ -266,6 +268,12 @@ impl LeaseSpec {
     /// [`PaceBook`](crate::pace::PaceBook)).
     pub fn with_pace_key(mut self, key: Option<String>) -> Self {
         self.pace_key = key;
+        self
+    }
+
+    /// What the lease does with its key's learned pace (default `learn`).
+    pub fn with_pace_mode(mut self, mode: crate::pace::PaceMode) -> Self {
+        self.pace_mode = mode;
         self
     }
 
@@ -328,6 +336,8 @@ pub struct LeaseMeta {
     /// What the operation calls, for its learned pace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pace_key: Option<String>,
+    /// What the lease does with its key's learned pace.
+    pub pace_mode: crate::pace::PaceMode,
     /// The last messages of the loop's transcript.
     pub transcript_tail: Arc<[TranscriptMessage]>,
 }
@@ -347,6 +357,7 @@ impl LeaseMeta {
             evidence_renewals: spec.evidence_renewals,
             policy: spec.policy,
             pace_key: spec.pace_key.clone(),
+            pace_mode: spec.pace_mode,
             transcript_tail: spec.transcript_tail.clone(),
         }
     }

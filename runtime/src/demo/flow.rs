@@ -161,6 +161,9 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
             free_renewals: Some(TIMINGS.free_renewals),
             evidence_renewals: None,
             policy: None,
+            // The demo shows the same thing each time it runs on the same
+            // data directory: no pace learned by an earlier demo.
+            pace: Some(leasehold_actors::PaceMode::Off),
         },
         supervision: SupervisionOverrides {
             backoff_initial: Some(TIMINGS.backoff_initial),

@@ -367,6 +367,7 @@ impl Strategy {
             free_renewals: Some(self.shared.free_renewals),
             evidence_renewals: None,
             policy: Some(self.policy),
+            pace: None,
         }
     }
 
