@@ -69,7 +69,7 @@ struct EvidenceInner {
     state: Mutex<EvidenceState>,
     /// Told once when the evidence turns repetitive (text or steps above
     /// the threshold), so that the lease is judged then.
-    repetition_watch: std::sync::OnceLock<(f64, Waker)>,
+    watch: std::sync::OnceLock<(f64, Waker)>,
     announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
     limits: EventLimits,
 }
@@ -331,7 +331,7 @@ impl Evidence {
                 }),
                 announce,
                 limits,
-                repetition_watch: std::sync::OnceLock::new(),
+                watch: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -367,7 +367,7 @@ impl Evidence {
         }
         state.told_history = true;
         drop(state);
-        if let Some((_, wake)) = self.inner.repetition_watch.get() {
+        if let Some((_, wake)) = self.inner.watch.get() {
             wake(Wake::History);
         }
     }
@@ -422,15 +422,10 @@ impl Evidence {
     /// Asks the lease to be judged now if the evidence just turned
     /// repetitive (and a watch is set); the lock is released first.
     fn watch_repetition(&self, mut state: MutexGuard<'_, EvidenceState>) {
-        let Some((threshold, wake)) = self.inner.repetition_watch.get() else {
+        let Some((threshold, wake)) = self.inner.watch.get() else {
             return;
         };
-        let text = repetition(tail_of(&state.text, TAIL_BYTES));
-        let steps = step_repetition(&state.steps);
-        let repetitive = [text, steps]
-            .into_iter()
-            .flatten()
-            .any(|share| share > *threshold);
+        let repetitive = state.repetition().is_some_and(|share| share > *threshold);
         let tell = repetitive && !state.told_repetitive;
         state.told_repetitive = repetitive;
         if tell {
@@ -445,7 +440,7 @@ impl Evidence {
     /// (its text's or its steps' repetition above `threshold`), and once
     /// when it gets a history to judge its silences by.
     pub(crate) fn on_suspicion(&self, threshold: f64, wake: Waker) {
-        let _ = self.inner.repetition_watch.set((threshold, wake));
+        let _ = self.inner.watch.set((threshold, wake));
     }
 
     /// The last [`TAIL_BYTES`] (or fewer) of the text reported with
@@ -677,8 +672,6 @@ impl Evidence {
         let until = state.paused_since.unwrap_or(now);
         let age = state.last.map(|last| until.saturating_duration_since(last));
         let millis = |a: std::time::Duration| u64::try_from(a.as_millis()).unwrap_or(u64::MAX);
-        let text = repetition(tail_of(&state.text, TAIL_BYTES));
-        let steps = step_repetition(&state.steps);
         EvidenceSummary {
             count: state.count,
             last_progress_age_ms: age.map(millis),
@@ -695,10 +688,7 @@ impl Evidence {
                 }),
             },
             last_note: state.note.clone(),
-            repetition: match (text, steps) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            },
+            repetition: state.repetition(),
             kinds: state.kinds,
             keepalive_age_ms: state
                 .last_keepalive
@@ -735,6 +725,17 @@ fn step_repetition(steps: &VecDeque<u64>) -> Option<f64> {
 }
 
 impl EvidenceState {
+    /// The larger of the text's and the steps' repetition, where either
+    /// has enough to judge.
+    fn repetition(&self) -> Option<f64> {
+        let text = repetition(tail_of(&self.text, TAIL_BYTES));
+        let steps = step_repetition(&self.steps);
+        match (text, steps) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     fn keepalive(&mut self, at: Instant) {
         self.kinds.add(EvidenceKind::Keepalive);
         self.last_keepalive = Some(at);

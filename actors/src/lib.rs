@@ -115,7 +115,7 @@ pub use nudge::NudgeQueue;
 pub use supervision::{Supervision, SupervisionConfig};
 
 // Verdicts: their vocabulary, the policy that decides them, the watchdog.
-pub use pace::{CallPace, DECAY, PRIOR_SAMPLES, Pace, PaceBook, PaceMode, Spread};
+pub use pace::{CallPace, DECAY, MAX_PACE_KEYS, PRIOR_SAMPLES, Pace, PaceBook, PaceMode, Spread};
 pub use verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
     parse_verdict,

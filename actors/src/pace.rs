@@ -37,6 +37,13 @@ pub const DECAY: f64 = 0.3;
 /// a new lease's detector.
 pub const PRIOR_SAMPLES: u32 = 8;
 
+/// The most pace keys a book holds: keys come from what flows name (a
+/// worker kind, a tool), so a client posting flows with ever new names
+/// must not grow the book, and the store beside it, without bound. Once
+/// full, a new key is not learned (its calls start cold); known keys go on
+/// learning.
+pub const MAX_PACE_KEYS: usize = 4096;
+
 /// Fewer inter-arrival samples than this in one call teach nothing about
 /// its intervals (its time to the first item still counts).
 pub const MIN_CALL_SAMPLES: u64 = 2;
@@ -192,6 +199,10 @@ impl PaceBook {
     /// Learns `call` into the pace of `key`.
     pub fn learn(&self, key: &str, call: &CallPace) {
         let mut state = self.state();
+        if !state.paces.contains_key(key) && state.paces.len() >= MAX_PACE_KEYS {
+            tracing::debug!(%key, "the pace book is full: a new key is not learned");
+            return;
+        }
         let pace = state
             .paces
             .get(key)
@@ -300,6 +311,18 @@ mod tests {
             )),
         });
         assert_eq!((pace.first_item, pace.interval), (None, None));
+    }
+
+    #[test]
+    fn a_full_book_learns_no_new_key_and_goes_on_learning_the_known_ones() {
+        let book = PaceBook::new();
+        for n in 0..MAX_PACE_KEYS + 10 {
+            book.learn(&format!("worker_step:worker:kind-{n}"), &call(100.0, 10.0));
+        }
+        assert_eq!(book.all().len(), MAX_PACE_KEYS);
+        assert_eq!(book.get("worker_step:worker:kind-5000"), None);
+        book.learn("worker_step:worker:kind-0", &call(100.0, 10.0));
+        assert_eq!(book.get("worker_step:worker:kind-0").map(|p| p.calls), Some(2));
     }
 
     #[test]

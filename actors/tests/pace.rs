@@ -52,9 +52,23 @@ fn spec(key: Option<&str>) -> LeaseSpec {
         .in_run("run-pace", "run/model_call:1")
 }
 
-/// A stream as [`stream`] plays it, under `mode`.
-fn stream_in(
+/// A stream: `chunks` chunks `every` apart after `first`, then, if `hang`,
+/// silence for good.
+fn stream(
     rig: &Rig,
+    key: Option<&str>,
+    first: Duration,
+    every: Duration,
+    chunks: u32,
+    hang: bool,
+) -> LeaseHandle<()> {
+    stream_with(rig, key, PaceMode::Learn, (first, every, chunks), hang)
+}
+
+/// [`stream`] under the pace mode `mode`.
+fn stream_with(
+    rig: &Rig,
+    key: Option<&str>,
     mode: PaceMode,
     (first, every, chunks): (Duration, Duration, u32),
     hang: bool,
@@ -62,7 +76,7 @@ fn stream_in(
     rig.supervision
         .leases
         .supervise(
-            spec(Some(KEY)).with_pace_mode(mode),
+            spec(key).with_pace_mode(mode),
             move |evidence: Evidence| async move {
                 sleep(first).await;
                 for _ in 0..chunks {
@@ -74,31 +88,6 @@ fn stream_in(
                 }
             },
         )
-        .expect("started")
-}
-
-/// A stream: `chunks` chunks `every` apart after `first`, then, if `hang`,
-/// silence for good.
-fn stream(
-    rig: &Rig,
-    key: Option<&str>,
-    first: Duration,
-    every: Duration,
-    chunks: u32,
-    hang: bool,
-) -> LeaseHandle<()> {
-    rig.supervision
-        .leases
-        .supervise(spec(key), move |evidence: Evidence| async move {
-            sleep(first).await;
-            for _ in 0..chunks {
-                evidence.observe_text("token ");
-                sleep(every).await;
-            }
-            if hang {
-                std::future::pending::<()>().await;
-            }
-        })
         .expect("started")
 }
 
@@ -220,14 +209,14 @@ async fn a_lease_with_pace_off_neither_uses_nor_teaches_the_learned_pace() {
     // Off: ten chunks, then silence; with no pace and too few items of its
     // own, the period and the ladder are its bound, as for a cold call.
     let begun = Instant::now();
-    let outcome = stream_in(&rig, PaceMode::Off, (millis(200), millis(50), 10), true)
+    let outcome = stream_with(&rig, Some(KEY), PaceMode::Off, (millis(200), millis(50), 10), true)
         .outcome()
         .await;
     assert!(matches!(outcome, Err(LeaseError::Intervened { .. })));
     assert!(begun.elapsed() >= secs(90), "{:?}", begun.elapsed());
     assert!(rig.events.verdicts().iter().all(|v| !v.early));
     // And a call that ends teaches nothing.
-    stream_in(&rig, PaceMode::Off, (secs(2), secs(1), 5), false)
+    stream_with(&rig, Some(KEY), PaceMode::Off, (secs(2), secs(1), 5), false)
         .outcome()
         .await
         .expect("ends by itself");
@@ -246,7 +235,7 @@ async fn a_lease_with_pace_reset_forgets_the_learned_pace_and_learns_it_anew() {
     }
     assert_eq!(rig.supervision.paces.get(KEY).map(|p| p.calls), Some(3));
     // A new model behind it streams every 50 ms; the run resets its pace.
-    stream_in(&rig, PaceMode::Reset, (millis(100), millis(50), 40), false)
+    stream_with(&rig, Some(KEY), PaceMode::Reset, (millis(100), millis(50), 40), false)
         .outcome()
         .await
         .expect("ends by itself");
@@ -256,7 +245,7 @@ async fn a_lease_with_pace_reset_forgets_the_learned_pace_and_learns_it_anew() {
     assert!((interval - 50.0).abs() < 1.0, "{pace:?}");
     // Within the same run (lease actor), a second reset lease does not
     // forget what the first just learned.
-    stream_in(&rig, PaceMode::Reset, (millis(100), millis(50), 40), false)
+    stream_with(&rig, Some(KEY), PaceMode::Reset, (millis(100), millis(50), 40), false)
         .outcome()
         .await
         .expect("ends by itself");

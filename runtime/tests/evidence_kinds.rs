@@ -18,7 +18,7 @@ use std::time::Duration;
 mod support;
 
 use leasehold::{
-    ChatMessage, DecidedBy, LeaseError, LeaseKind, LeaseSpec, ModelClient, ModelRequest,
+    ChatMessage, DecidedBy, LeaseError, LeaseHandle, LeaseKind, LeaseSpec, ModelClient, ModelRequest,
     Supervision, SupervisionConfig, Verdict, VerdictRecord,
     model::{ModelEndpoint, ModelSettings, OpenAiClient},
     testing::{RecordingSink, ScriptedEvaluator},
@@ -112,7 +112,12 @@ async fn rig() -> Rig {
     }
 }
 
-fn streamed(base: &str) -> (OpenAiClient, ModelRequest) {
+/// One streamed call to the server at `base`, supervised by `rig` under
+/// a 400 ms lease.
+fn supervised(
+    rig: &Rig,
+    base: &str,
+) -> LeaseHandle<Result<leasehold::ModelReply, leasehold::ModelError>> {
     let client = OpenAiClient::new(ModelSettings::new(ModelEndpoint::new(base, "wedged")))
         .expect("a client");
     let request = ModelRequest {
@@ -121,7 +126,10 @@ fn streamed(base: &str) -> (OpenAiClient, ModelRequest) {
         stream: true,
         consumer: "run".into(),
     };
-    (client, request)
+    rig.supervision
+        .leases
+        .supervise(lease(), move |evidence| client.complete(request, evidence))
+        .expect("started")
 }
 
 fn lease() -> LeaseSpec {
@@ -140,12 +148,7 @@ async fn a_stream_of_keepalives_earns_no_renewal_on_evidence_and_reaches_the_eva
  {
     let server = PythonPeer::start(KEEPALIVE_SERVER, &["0"]);
     let rig = rig().await;
-    let (client, request) = streamed(&server.base);
-    let handle = rig
-        .supervision
-        .leases
-        .supervise(lease(), move |evidence| client.complete(request, evidence))
-        .expect("started");
+    let handle = supervised(&rig, &server.base);
     let outcome = handle.outcome().await;
     assert!(
         matches!(outcome, Err(LeaseError::Intervened { .. })),
@@ -187,12 +190,7 @@ async fn the_same_stream_once_it_sends_tokens_is_renewed_on_its_text() {
     // and the answer whole.
     let server = PythonPeer::start(KEEPALIVE_SERVER, &["8"]);
     let rig = rig().await;
-    let (client, request) = streamed(&server.base);
-    let handle = rig
-        .supervision
-        .leases
-        .supervise(lease(), move |evidence| client.complete(request, evidence))
-        .expect("started");
+    let handle = supervised(&rig, &server.base);
     let reply = handle
         .outcome()
         .await

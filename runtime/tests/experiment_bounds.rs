@@ -199,6 +199,30 @@ fn the_estimate_counts_every_kind_and_the_limit_is_the_estimate() {
 }
 
 #[test]
+fn a_hung_streams_keepalives_count_in_the_estimate() {
+    // Ten streams that hang at once and send a keep-alive every
+    // millisecond until their attempts are cut: the keep-alives are events
+    // like any chunk, and a workload of too many is refused before it runs.
+    let quiet = "seed = 3\n[model_streams]\ncount = 10\n\
+                 duration = { dist = \"fixed\", value = \"50s\" }\nchunk_interval = \"500ms\"\n\
+                 hang_probability = 1.0\n";
+    let estimate = |text: &str| {
+        let workload = Workload::parse(text).expect("valid");
+        let leasehold = workload.resolve("leasehold").expect("built in");
+        Plan::new(&workload, vec![leasehold], None, None)
+            .expect("planned")
+            .estimate()
+    };
+    let without = estimate(quiet);
+    let with = estimate(&format!("{quiet}keepalive_interval = \"1ms\"\n"));
+    // Each attempt lives at most 11 leases of 10 s: 110 000 keep-alives.
+    assert!(
+        with.model_streams >= without.model_streams + 10 * 110_000,
+        "{with:?} against {without:?}"
+    );
+}
+
+#[test]
 fn a_workload_within_its_bounds_prints_its_estimate_and_progress_on_stderr_and_only_its_report_on_stdout()
  {
     let dir = tempfile::tempdir().expect("dir");

@@ -173,21 +173,22 @@ fn a_worker_whose_step_hangs_is_cut_and_its_failure_goes_up_the_tree_or_to_a_per
     assert_eq!(fail_fast.kills, 1, "{fail_fast:?}");
 }
 
+/// Two 5 s streams sent to a model server down for 45 s, restarted
+/// `backoff` apart (doubling).
+fn dead_streams(backoff: &str) -> String {
+    format!(
+        "seed = 10\n[model_streams]\ncount = 2\n\
+         duration = {{ dist = \"fixed\", value = \"5s\" }}\nchunk_interval = \"500ms\"\n\
+         dead_probability = 1.0\ndead_for = {{ dist = \"fixed\", value = \"45s\" }}\n\
+         [strategy]\nbackoff = \"{backoff}\"\n"
+    )
+}
+
 #[test]
 fn a_stream_sent_to_a_dead_model_endpoint_streams_only_when_sent_again_after_it_came_back() {
     // The model server is down for 45 s; a stream takes 5 s.
     let report = experiment(
-        r#"
-seed = 10
-[model_streams]
-count = 2
-duration = { dist = "fixed", value = "5s" }
-chunk_interval = "500ms"
-dead_probability = 1.0
-dead_for = { dist = "fixed", value = "45s" }
-[strategy]
-backoff = "1s"
-"#,
+        &dead_streams("1s"),
         &["deadline", "deadline@30s", "leasehold"],
     );
     let [short, long, leasehold] = [
@@ -213,20 +214,7 @@ backoff = "1s"
     // and 4 s apart are all sent while it is still down: found fast, the
     // call needs restarts that span the outage.
     assert_eq!(leasehold.dead_endpoints_answered, 1, "{leasehold:?}");
-    let spaced = experiment(
-        r#"
-seed = 10
-[model_streams]
-count = 2
-duration = { dist = "fixed", value = "5s" }
-chunk_interval = "500ms"
-dead_probability = 1.0
-dead_for = { dist = "fixed", value = "45s" }
-[strategy]
-backoff = "20s"
-"#,
-        &["leasehold"],
-    );
+    let spaced = experiment(&dead_streams("20s"), &["leasehold"]);
     let leasehold = &spaced.strategies[0];
     assert_eq!(leasehold.dead_endpoints_answered, 2, "{leasehold:?}");
     assert_eq!(leasehold.runs_completed, 2, "{leasehold:?}");

@@ -62,6 +62,9 @@ pub(crate) struct RunContext {
     saved: std::sync::OnceLock<Arc<super::Saved>>,
     /// The run's tracing span: every step and call span is its child.
     pub(crate) span: tracing::Span,
+    /// What the model client calls (`model X at URL`), said once per run:
+    /// the model calls' pace key.
+    pub(crate) model_described: String,
 }
 
 /// The plan's parts read as the context's own (`ctx.model`, `ctx.store`,
@@ -92,8 +95,10 @@ impl RunContext {
             flow = %plan.flow.name,
             owner_id = %plan.owner_id
         );
+        let model_described = plan.model.describe();
         Self {
             plan,
+            model_described,
             run_id,
             fence,
             leases,

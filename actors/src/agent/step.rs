@@ -145,7 +145,7 @@ impl AgentLoop {
         let spec = self
             .ctx
             .spec(kind, &request.consumer, &path)
-            .with_pace_key(Some(format!("{kind}:{}", self.ctx.model.describe())))
+            .with_pace_key(Some(format!("{kind}:{}", self.ctx.model_described)))
             .with_transcript_tail(self.transcript_tail())
             .with_nudges(self.nudges.clone())
             .with_parent(&self.cancel);
