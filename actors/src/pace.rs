@@ -322,7 +322,10 @@ mod tests {
         assert_eq!(book.all().len(), MAX_PACE_KEYS);
         assert_eq!(book.get("worker_step:worker:kind-5000"), None);
         book.learn("worker_step:worker:kind-0", &call(100.0, 10.0));
-        assert_eq!(book.get("worker_step:worker:kind-0").map(|p| p.calls), Some(2));
+        assert_eq!(
+            book.get("worker_step:worker:kind-0").map(|p| p.calls),
+            Some(2)
+        );
     }
 
     #[test]

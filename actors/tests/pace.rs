@@ -209,9 +209,15 @@ async fn a_lease_with_pace_off_neither_uses_nor_teaches_the_learned_pace() {
     // Off: ten chunks, then silence; with no pace and too few items of its
     // own, the period and the ladder are its bound, as for a cold call.
     let begun = Instant::now();
-    let outcome = stream_with(&rig, Some(KEY), PaceMode::Off, (millis(200), millis(50), 10), true)
-        .outcome()
-        .await;
+    let outcome = stream_with(
+        &rig,
+        Some(KEY),
+        PaceMode::Off,
+        (millis(200), millis(50), 10),
+        true,
+    )
+    .outcome()
+    .await;
     assert!(matches!(outcome, Err(LeaseError::Intervened { .. })));
     assert!(begun.elapsed() >= secs(90), "{:?}", begun.elapsed());
     assert!(rig.events.verdicts().iter().all(|v| !v.early));
@@ -235,19 +241,31 @@ async fn a_lease_with_pace_reset_forgets_the_learned_pace_and_learns_it_anew() {
     }
     assert_eq!(rig.supervision.paces.get(KEY).map(|p| p.calls), Some(3));
     // A new model behind it streams every 50 ms; the run resets its pace.
-    stream_with(&rig, Some(KEY), PaceMode::Reset, (millis(100), millis(50), 40), false)
-        .outcome()
-        .await
-        .expect("ends by itself");
+    stream_with(
+        &rig,
+        Some(KEY),
+        PaceMode::Reset,
+        (millis(100), millis(50), 40),
+        false,
+    )
+    .outcome()
+    .await
+    .expect("ends by itself");
     let pace = rig.supervision.paces.get(KEY).expect("learned anew");
     assert_eq!(pace.calls, 1, "{pace:?}");
     let interval = pace.interval.expect("intervals").mean_ms;
     assert!((interval - 50.0).abs() < 1.0, "{pace:?}");
     // Within the same run (lease actor), a second reset lease does not
     // forget what the first just learned.
-    stream_with(&rig, Some(KEY), PaceMode::Reset, (millis(100), millis(50), 40), false)
-        .outcome()
-        .await
-        .expect("ends by itself");
+    stream_with(
+        &rig,
+        Some(KEY),
+        PaceMode::Reset,
+        (millis(100), millis(50), 40),
+        false,
+    )
+    .outcome()
+    .await
+    .expect("ends by itself");
     assert_eq!(rig.supervision.paces.get(KEY).map(|p| p.calls), Some(2));
 }

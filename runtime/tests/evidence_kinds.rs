@@ -18,8 +18,8 @@ use std::time::Duration;
 mod support;
 
 use leasehold::{
-    ChatMessage, DecidedBy, LeaseError, LeaseHandle, LeaseKind, LeaseSpec, ModelClient, ModelRequest,
-    Supervision, SupervisionConfig, Verdict, VerdictRecord,
+    ChatMessage, DecidedBy, LeaseError, LeaseHandle, LeaseKind, LeaseSpec, ModelClient,
+    ModelRequest, Supervision, SupervisionConfig, Verdict, VerdictRecord,
     model::{ModelEndpoint, ModelSettings, OpenAiClient},
     testing::{RecordingSink, ScriptedEvaluator},
 };
