@@ -36,9 +36,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold_actors::{
-    EventKind, EventSink, Evidence, LeaseExpiry, LeaseHandle, LeaseId, LeaseKind, LeaseMeta,
-    LeaseSpec, Leases, Supervision, SupervisionConfig, Verdict, WatchdogActor, WatchdogArgs,
-    WatchdogConfig, WatchdogMsg,
+    EventKind, EventSink, EvidenceSummary, LeaseExpiry, LeaseHandle, LeaseId, LeaseKind, LeaseMeta,
+    LeaseSpec, LeaseTerms, Leases, Supervision, SupervisionConfig, Verdict, WatchdogActor,
+    WatchdogArgs, WatchdogConfig, WatchdogMsg,
 };
 use ractor::ActorRef;
 use tokio::runtime::Runtime;
@@ -781,11 +781,13 @@ fn bench_rtt(multi_thread: bool) -> Rtt {
             });
             let spec = LeaseSpec::new(LeaseKind::ToolCall, "bench", Duration::from_secs(60))
                 .expect("spec");
+            let terms = LeaseTerms::new(LeaseKind::ToolCall);
             let expiry = LeaseExpiry {
-                meta: Arc::new(LeaseMeta::new(LeaseId(1), &spec)),
+                meta: Arc::new(LeaseMeta::new(LeaseId(1), &spec, &terms)),
                 renewals: 0,
                 evidence_renewals: 0,
-                evidence: Evidence::detached(),
+                evidence: EvidenceSummary::default(),
+                stream_tail: None,
                 early: false,
             };
             for _ in 0..RTT_WARMUP {

@@ -75,6 +75,9 @@ pub struct Engine {
     tools: HashMap<String, Arc<dyn ToolClient>>,
     tool_factory: Option<ToolFactory>,
     strategy: Option<StrategyFactory>,
+    /// The verdict policies flows may name: the built-ins and the
+    /// embedder's ([`EngineBuilder::policy`]).
+    policies: crate::policy::Policies,
     watchdog: ActorRef<WatchdogMsg>,
     /// The runs this engine started or resumed, while their actors live,
     /// with the fence each holds.
@@ -101,6 +104,11 @@ impl Engine {
     /// [`tool_server`]: EngineBuilder::tool_server
     pub fn serves_tool(&self, name: &str) -> bool {
         self.tools.contains_key(name)
+    }
+
+    /// The verdict policies this engine's flows may name.
+    pub fn policies(&self) -> &crate::policy::Policies {
+        &self.policies
     }
 
     /// A builder.
@@ -227,7 +235,7 @@ impl Engine {
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: self.watchdog.clone(),
             events: self.events.clone(),
-            config: plan.watchdog_config,
+            terms: plan.terms.clone(),
             live: self.live_leases.clone(),
             paces: self.paces.clone(),
             limits: self.config.events,

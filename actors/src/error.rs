@@ -23,6 +23,12 @@ impl ConfigError {
             got: got.to_string(),
         }
     }
+
+    /// "expected …, got …", without the key: for a message that names the
+    /// key some other way (serde's path to the field).
+    pub fn expected_got(&self) -> String {
+        format!("expected {}, got {}", self.expected, self.got)
+    }
 }
 
 /// An actor that could not be started.

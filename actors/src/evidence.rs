@@ -904,7 +904,8 @@ mod tests {
         )
         .expect("a spec")
         .in_run("run-1", "run/tool_call:1");
-        let meta = Arc::new(LeaseMeta::new(crate::lease::LeaseId(1), &spec));
+        let terms = crate::lease::terms::LeaseTerms::new(spec.kind);
+        let meta = Arc::new(LeaseMeta::new(crate::lease::LeaseId(1), &spec, &terms));
         let limits = EventLimits {
             max_progress_note_bytes: 64,
             progress_interval: Duration::from_secs(1),

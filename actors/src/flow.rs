@@ -341,16 +341,19 @@ impl Flow {
 
     /// The watchdog configuration with `free_renewals` and
     /// `evidence_renewals` overridden.
-    pub fn watchdog_config(&self, base: WatchdogConfig) -> WatchdogConfig {
+    pub fn watchdog_config(&self, base: &WatchdogConfig) -> WatchdogConfig {
         WatchdogConfig {
             free_renewals: self.leases.free_renewals.unwrap_or(base.free_renewals),
             evidence_renewals: self
                 .leases
                 .evidence_renewals
                 .unwrap_or(base.evidence_renewals),
-            policy: self.leases.policy.unwrap_or(base.policy),
+            policy: match &self.leases.policy {
+                Some(choice) => choice.over(&base.policy),
+                None => base.policy.clone(),
+            },
             pace: self.leases.pace.unwrap_or(base.pace),
-            ..base
+            ..base.clone()
         }
     }
 
@@ -430,7 +433,7 @@ mod tests {
             LeaseConfig::default()
         );
         assert_eq!(
-            flow.watchdog_config(WatchdogConfig::default()),
+            flow.watchdog_config(&WatchdogConfig::default()),
             WatchdogConfig::default()
         );
     }

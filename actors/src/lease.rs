@@ -50,6 +50,7 @@
 
 mod handle;
 pub(crate) mod spec;
+pub(crate) mod terms;
 mod timer;
 
 use std::collections::HashMap;
@@ -67,16 +68,20 @@ use crate::evidence::{Evidence, EvidenceSummary, Wake};
 use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
 use crate::pace::{PaceBook, PaceMode};
+use crate::policy::Judgement;
 use crate::ports::EventSink;
 use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
-use crate::watchdog::{
-    Judgement, LeaseExpiry, StartError, VerdictReply, WatchdogConfig, WatchdogMsg,
-};
+use crate::watchdog::{LeaseExpiry, StartError, VerdictReply, WatchdogMsg};
+use terms::{LeaseTerms, TermsByKind};
 use timer::TimerCmd;
 
 pub use handle::{LeaseError, LeaseHandle, Leases};
 pub(crate) use spec::min_lease_expected;
 pub use spec::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, LeaseSpec, MIN_LEASE};
+pub use terms::{
+    DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
+    DEFAULT_REPETITION_THRESHOLD,
+};
 
 /// Why the lease, not the operation, ended it.
 #[derive(Debug)]
@@ -102,6 +107,8 @@ impl From<LeaseEnd> for LeaseError {
 /// A new lease, as sent by [`Leases::supervise`].
 pub struct Registration {
     meta: Arc<LeaseMeta>,
+    /// What its expiries are judged by, settled when it was started.
+    terms: Arc<LeaseTerms>,
     /// When the first period ends: taken when the operation was started, so
     /// a busy mailbox does not lengthen the lease.
     deadline: tokio::time::Instant,
@@ -180,11 +187,10 @@ pub(crate) struct LeaseActorArgs {
     pub watchdog: ActorRef<WatchdogMsg>,
     /// Where `wait`, `nudge_queued`, `intervened`, … go.
     pub events: Arc<dyn EventSink>,
-    /// The watchdog's configuration: each expiry is judged here first by
-    /// the lease's verdict policy, as the watchdog would judge it, and only
-    /// what the policy cannot tell goes to the watchdog — the ladder and
-    /// the cap cost no round trip.
-    pub config: WatchdogConfig,
+    /// The terms of leases started without their own, per kind. Each
+    /// expiry is judged here, by its lease's terms; only what the policy
+    /// leaves to the evaluator goes to the watchdog.
+    pub terms: TermsByKind,
     /// How many leases are held: up by one on each registration, down by
     /// one when a lease ends, shared by every lease actor of an engine.
     pub live: Arc<AtomicU64>,
@@ -201,11 +207,11 @@ pub(crate) struct LeaseActorArgs {
 impl LeaseActor {
     /// Spawns a lease actor and returns its client.
     pub async fn start(args: LeaseActorArgs) -> Result<Leases, StartError> {
-        let (events, limits) = (args.events.clone(), args.limits);
+        let (events, limits, terms) = (args.events.clone(), args.limits, args.terms.clone());
         let (actor, _) = Actor::spawn(None, LeaseActor, args)
             .await
             .map_err(|e| StartError::Spawn(e.to_string()))?;
-        Ok(Leases::new(actor, events, limits))
+        Ok(Leases::new(actor, events, limits, terms))
     }
 }
 
@@ -215,7 +221,6 @@ pub(crate) struct LeaseState {
     timers: mpsc::UnboundedSender<TimerCmd>,
     watchdog: ActorRef<WatchdogMsg>,
     events: Arc<dyn EventSink>,
-    config: WatchdogConfig,
     paused: bool,
     live: Arc<AtomicU64>,
     /// Who waits for the last lease to go ([`LeaseMsg::Drained`]).
@@ -238,6 +243,7 @@ impl Drop for LeaseState {
 
 struct Entry {
     meta: Arc<LeaseMeta>,
+    terms: Arc<LeaseTerms>,
     evidence: Evidence,
     token: CancellationToken,
     end: oneshot::Sender<LeaseEnd>,
@@ -268,7 +274,6 @@ impl Actor for LeaseActor {
             timers,
             watchdog: args.watchdog,
             events: args.events,
-            config: args.config,
             paused: false,
             live: args.live,
             drained: Vec::new(),
@@ -323,6 +328,7 @@ impl LeaseState {
     fn register(&mut self, registration: Registration) {
         let Registration {
             meta,
+            terms,
             deadline,
             evidence,
             token,
@@ -343,10 +349,10 @@ impl LeaseState {
                 evidence.seed(&pace);
             }
         }
-        if self.config.policy_of(&meta).expires_early() {
+        if terms.policy.expires_early() {
             let (actor, id) = (self.myself.clone(), meta.id);
             evidence.on_suspicion(
-                self.config.repetition_threshold,
+                terms.repetition_threshold,
                 Box::new(move |wake| {
                     let _ = actor.send_message(match wake {
                         Wake::Repetitive => LeaseMsg::Suspect(id),
@@ -364,6 +370,7 @@ impl LeaseState {
             meta.id,
             Entry {
                 meta,
+                terms,
                 evidence,
                 token,
                 end,
@@ -425,13 +432,12 @@ impl LeaseState {
     /// When `entry` must be looked at next: the end of its period, or
     /// earlier when its evidence will be suspicious before then.
     fn next_check(&self, entry: &Entry) -> tokio::time::Instant {
-        if !self.config.policy_of(&entry.meta).expires_early() {
+        if !entry.terms.policy.expires_early() {
             return entry.deadline;
         }
-        let accrual = self.config.accrual.for_kind(entry.meta.kind);
         entry
             .evidence
-            .suspicion_at(accrual)
+            .suspicion_at(&entry.terms.accrual)
             .map_or(entry.deadline, |at| at.min(entry.deadline))
     }
 
@@ -486,10 +492,10 @@ impl LeaseState {
             return;
         }
         let now = tokio::time::Instant::now();
-        let suspicious = self.config.policy_of(&entry.meta).expires_early()
+        let suspicious = entry.terms.policy.expires_early()
             && entry
                 .evidence
-                .suspicion_at(self.config.accrual.for_kind(entry.meta.kind))
+                .suspicion_at(&entry.terms.accrual)
                 .is_some_and(|at| at <= now);
         // At the period's end, evidence already suspicious against its
         // history is judged as an early expiry would be: past the ladder.
@@ -526,10 +532,7 @@ impl LeaseState {
         let Some(entry) = self.leases.get(&id) else {
             return;
         };
-        if entry.token.is_cancelled()
-            || self.paused
-            || !self.config.policy_of(&entry.meta).expires_early()
-        {
+        if entry.token.is_cancelled() || self.paused || !entry.terms.policy.expires_early() {
             return;
         }
         let generation = entry.generation;
@@ -557,7 +560,7 @@ impl LeaseState {
             },
         );
 
-        let accrual = self.config.accrual.for_kind(meta.kind);
+        let accrual = &entry.terms.accrual;
         if let Some(rule) = &self.load
             && let Some(lag) = rule.late_by(seen)
         {
@@ -585,23 +588,27 @@ impl LeaseState {
         let evidence = entry
             .evidence
             .summary(now.checked_sub(lag).unwrap_or(now), accrual);
-        let judged = self
-            .config
-            .expiry(&meta, renewals, entry.evidence_renewals, &evidence, early);
-        if let Judgement::Decided(decision) = self.config.policy_of(&meta).judge(&judged) {
-            // Settled without a round trip to the watchdog, with the record
-            // the watchdog would have written.
+        let terms = &entry.terms;
+        let judged = terms.expiry(&meta, renewals, entry.evidence_renewals, &evidence, early);
+        // The cap holds whatever the policy: one of an embedder's own that
+        // forgets it is bounded all the same.
+        let judgement =
+            crate::policy::renewal_cap(&judged).unwrap_or_else(|| terms.policy.judge(&judged));
+        if let Judgement::Decided(decision) = judgement {
             let record =
                 VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
             self.emit(&meta, EventKind::Verdict(record));
             self.decided(id, generation, decision);
             return;
         }
+        // The policy leaves it to the evaluator: the watchdog asks it, shown
+        // the evidence as it was judged here.
         let expiry = LeaseExpiry {
             meta,
             renewals,
             evidence_renewals: entry.evidence_renewals,
-            evidence: entry.evidence.clone(),
+            stream_tail: entry.evidence.tail(),
+            evidence,
             early,
         };
         let me = myself.clone();
@@ -707,10 +714,9 @@ impl LeaseState {
             }
             Verdict::Escalate => {
                 let meta = entry.meta.clone();
-                let evidence = entry.evidence.summary(
-                    tokio::time::Instant::now(),
-                    self.config.accrual.for_kind(meta.kind),
-                );
+                let evidence = entry
+                    .evidence
+                    .summary(tokio::time::Instant::now(), &entry.terms.accrual);
                 self.emit(
                     &meta,
                     EventKind::Escalated {

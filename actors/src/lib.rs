@@ -47,6 +47,7 @@ mod load;
 mod memory;
 mod nudge;
 mod pace;
+mod policy;
 mod ports;
 mod reply;
 mod run;
@@ -106,9 +107,11 @@ pub use evidence::{
     Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, MIN_STEPS, MIN_TRIGRAMS,
     ProgressSummary, STEP_WINDOW, TAIL_BYTES, repetition,
 };
+pub use lease::terms::{LeaseTerms, TermsByKind};
 pub use lease::{
-    LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseSpec,
-    Leases, MIN_LEASE,
+    DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
+    DEFAULT_REPETITION_THRESHOLD, LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind,
+    LeaseMeta, LeaseMsg, LeaseSpec, Leases, MIN_LEASE,
 };
 pub use load::{DEFAULT_LOAD_BOUND, DEFAULT_PROBE_INTERVAL, LoadGauge, LoadRule, MIN_LOAD_BOUND};
 pub use nudge::NudgeQueue;
@@ -116,14 +119,17 @@ pub use supervision::{Supervision, SupervisionConfig};
 
 // Verdicts: their vocabulary, the policy that decides them, the watchdog.
 pub use pace::{CallPace, DECAY, MAX_PACE_KEYS, PRIOR_SAMPLES, Pace, PaceBook, PaceMode, Spread};
+pub use policy::{
+    AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
+    Policies, PolicyChoice, PolicyName, VerdictPolicy, renewal_cap,
+};
 pub use verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
     parse_verdict,
 };
 pub use watchdog::{
-    AccrualConfig, AccrualPolicy, AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy,
-    Judge, JudgeConfig, Judgement, LeaseExpiry, LeaseholdPolicy, PolicyKind, StartError,
-    VerdictPolicy, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
+    AccrualConfig, AccrualPolicy, Judge, JudgeConfig, LeaseExpiry, StartError, WATCHDOG_CONSUMER,
+    WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
 };
 
 // Step budgets and their checkpoint.
@@ -146,9 +152,10 @@ pub use duration::{
 };
 pub use error::ConfigError;
 
-/// The names most users need: the engine and its runs, flows, events, the
-/// ports to implement, supervision strategies and verdict policies, and
-/// leases for supervising work of your own.
+/// The names most users need: the engine and its runs, flows, events,
+/// every port to implement with the records it takes and gives (a model
+/// client, a tool client, an evaluator, a store), supervision strategies
+/// and verdict policies, and leases for supervising work of your own.
 pub mod prelude {
     pub use crate::agent::{ControlError, ReconcileDecision};
     pub use crate::budget::BudgetFigures;
@@ -156,14 +163,20 @@ pub mod prelude {
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
     pub use crate::evidence::{Evidence, EvidenceKind, EvidenceSummary, ProgressSummary};
     pub use crate::flow::{Flow, FlowError};
+    pub use crate::lease::terms::LeaseTerms;
     pub use crate::lease::{
         LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,
     };
     pub use crate::nudge::NudgeQueue;
+    pub use crate::policy::{
+        Expiry, Judgement, Policies, PolicyChoice, PolicyName, VerdictPolicy, renewal_cap,
+    };
     pub use crate::ports::{
-        BoxFuture, BudgetEvaluationRequest, Clock, EvaluationRequest, Evaluator, EvaluatorAnswer,
-        EvaluatorError, EventSink, ModelClient, RunStatus, Store, SystemClock, TokenCost,
-        ToolClient, TranscriptMessage,
+        BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, Clock, EvaluationRequest,
+        Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, FinishReason, ModelClient,
+        ModelError, ModelErrorKind, ModelReply, ModelRequest, RunStatus, Store, SystemClock,
+        TokenCost, ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation,
+        ToolOutput, TranscriptMessage,
     };
     pub use crate::run::{RunHandle, RunState};
     pub use crate::strategy::{
@@ -171,6 +184,6 @@ pub mod prelude {
         SupervisionAction, SupervisionStrategy,
     };
     pub use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
-    pub use crate::watchdog::{PolicyKind, VerdictPolicy, WatchdogConfig};
+    pub use crate::watchdog::WatchdogConfig;
     pub use crate::{ConfigError, MAX_DURATION, Supervision, SupervisionConfig};
 }

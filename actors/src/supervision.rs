@@ -9,12 +9,13 @@ use crate::error::ConfigError;
 use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, Leases};
 use crate::load::LoadRule;
 use crate::pace::PaceBook;
+use crate::policy::Policies;
 use crate::ports::{Evaluator, EventSink};
 use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg};
 
 /// The lease lengths, the renewal cap and the watchdog's policy, checked
 /// together.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SupervisionConfig {
     /// Lease lengths per kind and the renewal cap.
     pub lease: LeaseConfig,
@@ -48,6 +49,8 @@ pub struct Supervision {
     pub watchdog: ActorRef<WatchdogMsg>,
     /// Starts operations under leases.
     pub leases: Leases,
+    /// The terms of its leases per kind, resolved from `config`.
+    pub terms: crate::lease::terms::TermsByKind,
     /// What its leases learned of each pace key (shared by its shards).
     pub paces: PaceBook,
     /// The load rule of its lease actors, if any.
@@ -74,9 +77,25 @@ impl Supervision {
         events: Arc<dyn EventSink>,
         load: Option<LoadRule>,
     ) -> Result<Self, StartError> {
+        Self::start_with(config, &Policies::builtin(), evaluator, events, load).await
+    }
+
+    /// [`Supervision::start_with_load`] with the verdict policies
+    /// `policies` knows (the built-ins and policies of your own), which
+    /// `config.watchdog.policy` names.
+    pub async fn start_with(
+        config: SupervisionConfig,
+        policies: &Policies,
+        evaluator: Option<Arc<dyn Evaluator>>,
+        events: Arc<dyn EventSink>,
+        load: Option<LoadRule>,
+    ) -> Result<Self, StartError> {
         config.validate()?;
+        let terms = config
+            .watchdog
+            .terms(&config.lease, policies, "watchdog.policy")?;
         let watchdog = WatchdogActor::start(WatchdogArgs {
-            config: config.watchdog,
+            config: config.watchdog.clone(),
             evaluator,
             events: events.clone(),
         })
@@ -85,7 +104,7 @@ impl Supervision {
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: watchdog.clone(),
             events,
-            config: config.watchdog,
+            terms: terms.clone(),
             live: Arc::default(),
             limits: crate::event::EventLimits::default(),
             load: load.clone(),
@@ -96,6 +115,7 @@ impl Supervision {
             config,
             watchdog,
             leases,
+            terms,
             paces,
             load,
         })
@@ -107,7 +127,7 @@ impl Supervision {
         LeaseActor::start(LeaseActorArgs {
             watchdog: self.watchdog.clone(),
             events,
-            config: self.config.watchdog,
+            terms: self.terms.clone(),
             live: Arc::default(),
             limits: crate::event::EventLimits::default(),
             load: self.load.clone(),

@@ -1,29 +1,18 @@
-//! The watchdog: answers expired leases with a verdict.
+//! The watchdog: asks the evaluator about the expiries a lease's policy
+//! leaves to it.
 //!
-//! What an expiry gets is its lease's [`VerdictPolicy`] (the flow's
-//! `leases.policy`, else `watchdog.policy`), judged on the evidence now; see
-//! [`policy`]. The default, [`PolicyKind::Leasehold`], in order, for a lease
-//! renewed `renewals` times:
+//! A verdict is decided in one place, the lease actor: each expiry is
+//! judged there by its lease's [`VerdictPolicy`](crate::VerdictPolicy),
+//! on the evidence of that instant. What the policy cannot tell reaches the
+//! watchdog as a [`LeaseExpiry`] carrying that evidence, and the watchdog
+//! does one thing with it:
 //!
-//! 0. **Cap.** At `max_renewals`, `INTERVENE` (`decided_by = cap`).
-//! 1. **Cost ladder.** While `renewals < free_renewals` (default 2): `RENEW`,
-//!    no evaluator call (`decided_by = ladder`).
-//! 2. **Evidence.** If the lease's evidence is fresh — its phi accrual
-//!    detector is below threshold — and not suspicious — the share of
-//!    repeated 3-grams in a stream's text is at most `repetition_threshold`
-//!    — `RENEW`, no evaluator call (`decided_by = evidence`), at most
-//!    `evidence_renewals` times in a row: evidence earns renewals, not
-//!    immunity. Only silent, suspicious or long-renewed leases cost a model
-//!    call.
-//!
-//! When the policy cannot tell:
-//!
-//! 3. **Evaluator.** The evaluator is asked, shown the evidence
+//! 1. **Evaluator.** The evaluator is asked, shown the evidence
 //!    (phi and repetition included), the tail of the stream's text and the
 //!    transcript tail, under a flat timeout (default
 //!    15 s) that is a deadline on purpose and never a lease. Its answer must
 //!    be the strict JSON of [`parse_verdict`].
-//! 4. **Breaker.** Any failure of step 3 — transport error, timeout, panic,
+//! 2. **Breaker.** Any failure of step 1 — transport error, timeout, panic,
 //!    an answer that is not exactly the JSON — and a watchdog with no
 //!    evaluator yield `RENEW` (`decided_by = breaker`): the watchdog never
 //!    kills by accident.
@@ -33,37 +22,40 @@
 //! another lease's verdict. Every verdict is published as a `verdict` event
 //! carrying its [`VerdictRecord`], the audit trail, with evaluator calls
 //! attributed to the consumer `engine.watchdog`.
+//!
+//! [`WatchdogConfig`] holds the settings leases' terms are resolved from
+//! ([`WatchdogConfig::terms`]) beside the evaluator's timeout.
 
 pub mod accrual;
-pub mod policy;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::time::Instant;
 
 use crate::error::ConfigError;
 use crate::evaluation::timed;
 use crate::event::EventKind;
-use crate::evidence::{Evidence, EvidenceSummary};
-use crate::lease::LeaseMeta;
+use crate::evidence::EvidenceSummary;
+use crate::lease::spec::{LeaseConfig, LeaseKind, LeaseMeta};
+use crate::lease::terms::{
+    DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_REPETITION_THRESHOLD, LeaseTerms,
+    TermsByKind,
+};
+use crate::policy::{Policies, PolicyChoice};
 use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
 
 pub use crate::error::StartError;
 pub use crate::evaluation::{Judge, JudgeConfig};
 use crate::verdict::{DecidedBy, Decision, VerdictRecord, parse_verdict};
 pub use accrual::{AccrualConfig, AccrualPolicy};
-pub use policy::{
-    AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
-    PolicyKind, VerdictPolicy,
-};
 
 /// The consumer that evaluator calls of the watchdog are attributed to.
 pub const WATCHDOG_CONSUMER: &str = "engine.watchdog";
 
-/// The watchdog's policy parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The verdict policy of each lease kind and the numbers it judges by —
+/// what leases' terms are resolved from — and the evaluator's timeout.
+#[derive(Clone, Debug, PartialEq)]
 pub struct WatchdogConfig {
     /// Expiries renewed without any evaluator call (default 2).
     pub free_renewals: u32,
@@ -82,9 +74,9 @@ pub struct WatchdogConfig {
     /// (from 0 to 1; default 0.5, a phrase said more than twice over), its
     /// evidence is suspicious and does not renew by itself.
     pub repetition_threshold: f64,
-    /// The verdict policy of leases whose flow names none (default
-    /// [`PolicyKind::Leasehold`]).
-    pub policy: PolicyKind,
+    /// The verdict policy of each lease kind whose flow names none
+    /// (default `leasehold` for every kind).
+    pub policy: PolicyChoice,
     /// What leases do with each endpoint's learned pace (a flow's
     /// `leases.pace`; `learn` by default).
     pub pace: crate::pace::PaceMode,
@@ -93,13 +85,13 @@ pub struct WatchdogConfig {
 impl Default for WatchdogConfig {
     fn default() -> Self {
         Self {
-            free_renewals: 2,
+            free_renewals: DEFAULT_FREE_RENEWALS,
             evaluator_timeout: Duration::from_secs(15),
             accrual: AccrualPolicy::default(),
-            evidence_renewals: 3,
-            repetition_threshold: 0.5,
+            evidence_renewals: DEFAULT_EVIDENCE_RENEWALS,
+            repetition_threshold: DEFAULT_REPETITION_THRESHOLD,
             pace: crate::pace::PaceMode::Learn,
-            policy: PolicyKind::Leasehold,
+            policy: PolicyChoice::all(crate::policy::PolicyName::LEASEHOLD),
         }
     }
 }
@@ -120,37 +112,26 @@ impl WatchdogConfig {
         self.accrual.validate()
     }
 
-    /// What `policy` sees of an expiry of the lease `meta`, renewed
-    /// `renewals` times, `evidence_renewals` of them in a row on evidence,
-    /// with `evidence` judged now: the lease's own overrides, else this
-    /// configuration's.
-    pub fn expiry<'a>(
+    /// The terms of each lease kind: its policy looked up in `policies`,
+    /// the renewal cap of `lease`, this configuration's ladder, evidence
+    /// streak and thresholds. A policy name that `policies` does not know
+    /// is refused, naming `key` (`watchdog.policy`, `leases.policy.tool_call`)
+    /// and the names it knows.
+    pub fn terms(
         &self,
-        meta: &LeaseMeta,
-        renewals: u32,
-        evidence_renewals: u32,
-        evidence: &'a EvidenceSummary,
-        early: bool,
-    ) -> Expiry<'a> {
-        Expiry {
-            early,
-            kind: meta.kind,
-            lease: meta.duration,
-            renewals,
-            max_renewals: meta.max_renewals,
-            free_renewals: meta.free_renewals.unwrap_or(self.free_renewals),
-            evidence,
-            phi_threshold: self.accrual.for_kind(meta.kind).threshold,
-            evidence_renewals,
-            max_evidence_renewals: meta.evidence_renewals.unwrap_or(self.evidence_renewals),
+        lease: &LeaseConfig,
+        policies: &Policies,
+        key: &str,
+    ) -> Result<TermsByKind, ConfigError> {
+        policies.check(&self.policy, key)?;
+        Ok(TermsByKind::from_fn(|kind: LeaseKind| LeaseTerms {
+            policy: policies.resolve(&self.policy, kind),
+            max_renewals: lease.max_renewals,
+            free_renewals: self.free_renewals,
+            evidence_renewals: self.evidence_renewals,
+            accrual: *self.accrual.for_kind(kind),
             repetition_threshold: self.repetition_threshold,
-        }
-    }
-
-    /// The verdict policy of the lease `meta`: its flow's, else this
-    /// configuration's.
-    pub fn policy_of(&self, meta: &LeaseMeta) -> &'static dyn VerdictPolicy {
-        meta.policy.unwrap_or(self.policy).policy()
+        }))
     }
 }
 
@@ -160,7 +141,7 @@ impl JudgeConfig for WatchdogConfig {
     }
 }
 
-/// A lease that expired and wants a verdict.
+/// A lease that expired, whose policy left the verdict to the evaluator.
 #[derive(Clone, Debug)]
 pub struct LeaseExpiry {
     /// The lease's identity and settings.
@@ -169,10 +150,13 @@ pub struct LeaseExpiry {
     pub renewals: u32,
     /// Consecutive renewals so far decided on evidence alone.
     pub evidence_renewals: u32,
-    /// Its evidence cell.
-    pub evidence: Evidence,
+    /// The evidence as the lease judged it.
+    pub evidence: EvidenceSummary,
+    /// The tail of a stream's text, if the operation streams.
+    pub stream_tail: Option<String>,
     /// Whether the lease expired before its period's end because its
-    /// evidence became suspicious (see [`Expiry::early`]).
+    /// evidence became suspicious (see
+    /// [`Expiry::early`](crate::policy::Expiry::early)).
     pub early: bool,
 }
 
@@ -193,13 +177,13 @@ impl crate::reply::Unanswered for Decision {
 /// The watchdog's messages.
 #[derive(Debug)]
 pub enum WatchdogMsg {
-    /// Judge an expired lease and reply with a verdict.
+    /// Ask the evaluator about an expired lease and reply with its verdict.
     Assess(Box<(LeaseExpiry, VerdictReply)>),
 }
 
-/// What the watchdog is started with, and keeps: its policy, its evaluator
-/// (with none, every expiry its policy cannot settle renews by the breaker)
-/// and where its verdict records go.
+/// What the watchdog is started with, and keeps: its configuration (of
+/// which it uses the evaluator's timeout), its evaluator (with none, every
+/// expiry renews by the breaker) and where its verdict records go.
 pub type WatchdogArgs = Judge<WatchdogConfig>;
 
 /// The watchdog actor. One per runtime is enough: it never blocks, and its
@@ -255,33 +239,20 @@ impl Actor for WatchdogActor {
 
 impl Judge<WatchdogConfig> {
     fn assess(&self, expiry: LeaseExpiry, reply: VerdictReply) {
-        let meta = &expiry.meta;
-        let accrual = self.config.accrual.for_kind(meta.kind);
-        let evidence = expiry.evidence.summary(Instant::now(), accrual);
-        let renewals = expiry.renewals;
-        let judged = self.config.expiry(
+        let LeaseExpiry {
             meta,
             renewals,
-            expiry.evidence_renewals,
-            &evidence,
-            expiry.early,
-        );
-        let evaluator = match self.config.policy_of(meta).judge(&judged) {
-            Judgement::Decided(decision) => Err(decision),
-            Judgement::AskEvaluator => self
-                .evaluator
-                .clone()
-                .ok_or_else(|| Decision::renew(DecidedBy::Breaker, "no evaluator is configured")),
+            evidence_renewals,
+            evidence,
+            stream_tail,
+            early,
+        } = expiry;
+        let Some(evaluator) = self.evaluator.clone() else {
+            let decision = Decision::renew(DecidedBy::Breaker, "no evaluator is configured");
+            let record =
+                VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
+            return publish(&*self.events, &meta, record, decision, reply);
         };
-        let evaluator = match evaluator {
-            Ok(evaluator) => evaluator,
-            Err(decision) => {
-                let record = VerdictRecord::new(meta, renewals, evidence, &decision, None)
-                    .early(expiry.early);
-                return publish(&*self.events, meta, record, decision, reply);
-            }
-        };
-
         let request = EvaluationRequest {
             lease_id: meta.id,
             run_id: meta.run_id.clone(),
@@ -292,14 +263,12 @@ impl Judge<WatchdogConfig> {
             max_renewals: meta.max_renewals,
             lease: meta.duration,
             evidence: evidence.clone(),
-            evidence_renewals: expiry.evidence_renewals,
-            stream_tail: expiry.evidence.tail(),
+            evidence_renewals,
+            stream_tail,
             transcript_tail: meta.transcript_tail.clone(),
         };
         let timeout = self.config.evaluator_timeout;
         let events = self.events.clone();
-        let meta = meta.clone();
-        let early = expiry.early;
         tokio::spawn(async move {
             let evaluation = evaluate(evaluator, request, timeout);
             let (decision, usage) = timed(WATCHDOG_CONSUMER, evaluation).await;

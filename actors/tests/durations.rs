@@ -152,8 +152,11 @@ proptest! {
             let work = work.min(lease.min(MAX_DURATION) * 20);
             let spec = LeaseSpec::new(LeaseKind::ToolCall, "search", lease.max(Duration::from_nanos(1)))
                 .expect("a positive lease")
-                .with_max_renewals(max_renewals)
-                .with_free_renewals(Some(free_renewals))
+                .with_terms(std::sync::Arc::new(
+                    LeaseTerms::new(LeaseKind::ToolCall)
+                        .with_max_renewals(max_renewals)
+                        .with_free_renewals(free_renewals),
+                ))
                 .in_run(RUN, PATH);
             let handle = rig
                 .leases()

@@ -24,12 +24,12 @@ struct Rig {
 }
 
 /// A 30 s stream lease, two free renewals, an evaluator that intervenes.
-async fn rig(policy: PolicyKind) -> Rig {
+async fn rig(policy: PolicyName) -> Rig {
     let events = leasehold_actors::testing::RecordingSink::new();
     let evaluator = ScriptedEvaluator::always("INTERVENE");
     let mut config = SupervisionConfig::default();
     config.watchdog.free_renewals = 2;
-    config.watchdog.policy = policy;
+    config.watchdog.policy = policy.into();
     let supervision = Supervision::start(
         config,
         Some(Arc::new(evaluator.clone())),
@@ -97,7 +97,7 @@ fn last_verdict(rig: &Rig) -> VerdictRecord {
 
 #[tokio::test(start_paused = true)]
 async fn a_pace_learned_from_one_call_judges_the_next_calls_silence_before_its_period_ends() {
-    let rig = rig(PolicyKind::Leasehold).await;
+    let rig = rig(PolicyName::LEASEHOLD).await;
     // A fast model: its first chunk after 200 ms, then one every 50 ms.
     let learned = stream(&rig, Some(KEY), millis(200), millis(50), 40, false);
     learned.outcome().await.expect("the stream ends by itself");
@@ -136,7 +136,7 @@ async fn a_pace_learned_from_one_call_judges_the_next_calls_silence_before_its_p
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_start_is_judged_against_the_learned_time_to_a_first_chunk() {
-    let rig = rig(PolicyKind::Leasehold).await;
+    let rig = rig(PolicyName::LEASEHOLD).await;
     let learned = stream(&rig, Some(KEY), millis(300), millis(50), 20, false);
     learned.outcome().await.expect("the stream ends by itself");
     // The endpoint is wedged: nothing at all comes back.
@@ -158,7 +158,7 @@ async fn a_silent_start_is_judged_against_the_learned_time_to_a_first_chunk() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_models_normal_pauses_raise_no_suspicion_and_no_history_keeps_the_period() {
-    let rig = rig(PolicyKind::Leasehold).await;
+    let rig = rig(PolicyName::LEASEHOLD).await;
     // A slow model: a chunk every 5 s. Learned, its next call's 5 s pauses
     // are normal: no early expiry, no evaluator call.
     let slow = "model_stream:model slow";
@@ -185,7 +185,7 @@ async fn a_slow_models_normal_pauses_raise_no_suspicion_and_no_history_keeps_the
 
 #[tokio::test(start_paused = true)]
 async fn a_baseline_policy_never_expires_early() {
-    let rig = rig(PolicyKind::Deadline).await;
+    let rig = rig(PolicyName::DEADLINE).await;
     let learned = stream(&rig, Some(KEY), millis(200), millis(50), 40, false);
     // Under a deadline, the 2.2 s stream ends within its period.
     learned.outcome().await.expect("ends by itself");
@@ -200,7 +200,7 @@ async fn a_baseline_policy_never_expires_early() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_with_pace_off_neither_uses_nor_teaches_the_learned_pace() {
-    let rig = rig(PolicyKind::Leasehold).await;
+    let rig = rig(PolicyName::LEASEHOLD).await;
     stream(&rig, Some(KEY), millis(200), millis(50), 40, false)
         .outcome()
         .await
@@ -231,7 +231,7 @@ async fn a_lease_with_pace_off_neither_uses_nor_teaches_the_learned_pace() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_with_pace_reset_forgets_the_learned_pace_and_learns_it_anew() {
-    let rig = rig(PolicyKind::Leasehold).await;
+    let rig = rig(PolicyName::LEASEHOLD).await;
     // The endpoint used to be slow: a chunk every 2 s.
     for _ in 0..3 {
         stream(&rig, Some(KEY), secs(2), secs(2), 5, false)

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold_actors::{
     BudgetConfig, CallOutcome, ChatRole, DecidedBy, Engine, EngineConfig, EngineError, Event,
-    EventKind, FinishReason, Flow, HandedTo, ModelError, ModelErrorKind, OnExhausted, PolicyKind,
+    EventKind, FinishReason, Flow, HandedTo, ModelError, ModelErrorKind, OnExhausted, PolicyName,
     ReconcileDecision, RestartPolicy, RunHandle, RunStatus,
     testing::{
         MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools,
@@ -1014,7 +1014,7 @@ async fn a_flow_that_names_the_deadline_policy_has_its_slow_tool_cut_at_the_firs
     let tools = ScriptedTools::new().tool("search", Some(true), [slow]);
     let rig = rig(&model, &tools, None, config()).await;
     let mut flow = flow(5, 3);
-    flow.leases.policy = Some(PolicyKind::Deadline);
+    flow.leases.policy = Some(PolicyName::DEADLINE.into());
     let mut run = start(&rig, flow).await;
     let state = run.wait().await;
     assert_eq!(state.status, RunStatus::Completed, "{state:?}");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::*;
 use leasehold_actors::{
-    ChatMessage, Evidence, LeaseExpiry, LeaseId, LeaseMeta, ModelClient, ModelError, ModelReply,
+    ChatMessage, LeaseExpiry, LeaseId, LeaseMeta, ModelClient, ModelError, ModelReply,
     ModelRequest, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs,
     prelude::*,
     testing::{RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, Turn},
@@ -415,31 +415,46 @@ async fn slow_evaluation_does_not_delay_another_lease() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn watchdog_answers_direct_assessments() {
+async fn the_watchdog_only_asks_the_evaluator_and_answers_direct_assessments() {
     // The watchdog as a plain RPC, the way the benchmark and other
-    // supervisors use it.
+    // supervisors use it. It decides nothing itself: an expiry that
+    // reaches it is one its lease's policy left to the evaluator, so even
+    // a first expiry (which the ladder would renew in the lease actor) is
+    // the evaluator's to answer.
     let events = RecordingSink::new();
-    let watchdog = WatchdogActor::start(WatchdogArgs {
-        config: WatchdogConfig::default(),
-        evaluator: None,
-        events: Arc::new(events.clone()),
-    })
-    .await
-    .expect("started");
+    let evaluator = ScriptedEvaluator::always("INTERVENE");
+    let start = |evaluator: Option<ScriptedEvaluator>| {
+        let events = events.clone();
+        async move {
+            WatchdogActor::start(WatchdogArgs {
+                config: WatchdogConfig::default(),
+                evaluator: evaluator.map(|e| Arc::new(e) as Arc<dyn Evaluator>),
+                events: Arc::new(events),
+            })
+            .await
+            .expect("started")
+        }
+    };
     let spec = spec(secs(1), 10);
+    let terms = LeaseTerms::new(LeaseKind::ToolCall);
     let expiry = |renewals| LeaseExpiry {
-        meta: Arc::new(LeaseMeta::new(LeaseId(7), &spec)),
+        meta: Arc::new(LeaseMeta::new(LeaseId(7), &spec, &terms)),
         renewals,
         evidence_renewals: 0,
-        evidence: Evidence::detached(),
+        evidence: EvidenceSummary::default(),
+        stream_tail: None,
         early: false,
     };
-    let ladder = WatchdogActor::assess(&watchdog, expiry(0)).await;
+    let judged = start(Some(evaluator.clone())).await;
+    let answer = WatchdogActor::assess(&judged, expiry(0)).await;
     assert_eq!(
-        (ladder.verdict, ladder.decided_by),
-        (Verdict::Renew, DecidedBy::Ladder)
+        (answer.verdict, answer.decided_by),
+        (Verdict::Intervene, DecidedBy::Evaluator)
     );
-    let breaker = WatchdogActor::assess(&watchdog, expiry(2)).await;
+    assert_eq!(evaluator.calls(), 1);
+
+    let watchdog = start(None).await;
+    let breaker = WatchdogActor::assess(&watchdog, expiry(0)).await;
     assert_eq!(
         (breaker.verdict, breaker.decided_by),
         (Verdict::Renew, DecidedBy::Breaker)
@@ -478,11 +493,17 @@ fn stream_with(
         stream: true,
         consumer: "run".into(),
     };
-    let spec = LeaseSpec::new(LeaseKind::ModelStream, "chat", secs(2))
+    let mut spec = LeaseSpec::new(LeaseKind::ModelStream, "chat", secs(2))
         .expect("valid spec")
         .with_max_renewals(30)
-        .with_evidence_renewals(evidence_renewals)
         .in_run(RUN, PATH);
+    if let Some(evidence_renewals) = evidence_renewals {
+        spec = spec.with_terms(Arc::new(
+            LeaseTerms::new(LeaseKind::ModelStream)
+                .with_max_renewals(30)
+                .with_evidence_renewals(evidence_renewals),
+        ));
+    }
     rig.leases()
         .supervise(spec, move |evidence| model.complete(request, evidence))
         .expect("started")

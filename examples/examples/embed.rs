@@ -11,8 +11,10 @@ use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Your model client, tool servers and evaluator implement the ports in
-    // `leasehold::ports`; these are the scripted ones.
+    // Your model client, tool servers and evaluator implement the ports of
+    // `leasehold::prelude` (`ModelClient`, `ToolClient`, `Evaluator`; see
+    // the `own_policy` example for one written from scratch); these are
+    // the scripted ones.
     let model = ScriptedModel::new().script(
         "run",
         [
@@ -39,7 +41,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "name": "support",
         "task": "Where is order 1042?",
         "max_steps": 4,
-        "tools": [{"name": "orders", "url": "http://127.0.0.1:9/mcp"}]
+        // A server given to the builder is named alone: no command, no URL.
+        "tools": [{"name": "orders"}]
     }))?;
 
     let mut events = engine.events().subscribe();

@@ -31,7 +31,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_actors::{ConfigError, EngineConfig, OnExhausted, PolicyKind, ToolServer};
+use leasehold_actors::{ConfigError, EngineConfig, OnExhausted, PolicyChoice, ToolServer};
 
 use crate::model::ModelRole;
 use crate::store::Durability;
@@ -124,7 +124,7 @@ pub struct Config {
     /// anyway (`LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS`).
     pub evidence_renewals: Setting<u32>,
     /// The verdict policy (`LEASEHOLD_WATCHDOG_POLICY`).
-    pub watchdog_policy: Setting<PolicyKind>,
+    pub watchdog_policy: Setting<PolicyChoice>,
     /// The share of repeated 3-grams above which a stream's evidence is
     /// suspicious (`LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD`).
     pub repetition_threshold: Setting<Share>,
@@ -334,7 +334,7 @@ impl Default for Config {
             free_renewals: Setting::default(engine.supervision.watchdog.free_renewals),
             max_renewals: Setting::default(lease.max_renewals),
             evidence_renewals: Setting::default(engine.supervision.watchdog.evidence_renewals),
-            watchdog_policy: Setting::default(engine.supervision.watchdog.policy),
+            watchdog_policy: Setting::default(engine.supervision.watchdog.policy.clone()),
             repetition_threshold: Setting::default(
                 Share::new(engine.supervision.watchdog.repetition_threshold).unwrap_or(Share::HALF),
             ),
@@ -596,7 +596,7 @@ impl Config {
             "watchdog.max_renewals" => self.max_renewals = with(count()?, source),
             "watchdog.evidence_renewals" => self.evidence_renewals = with(count()?, source),
             "watchdog.policy" => {
-                let policy = trimmed.parse::<PolicyKind>().map_err(|_| bad())?;
+                let policy = PolicyChoice::parse_at(key.file, trimmed).map_err(|_| bad())?;
                 self.watchdog_policy = with(policy, source);
             }
             "watchdog.repetition_threshold" => {

@@ -66,22 +66,22 @@ pub use leasehold_actors::{
     EvidenceKinds, EvidenceSummary, Expiry, FailFast, Fenced, FinishReason, Flow, FlowError,
     GiveUpScope, HandedTo, IdleKillPolicy, Judge, JudgeConfig, Judgement, Lagged, LeaseConfig,
     LeaseError, LeaseExpiry, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseMsg, LeaseOverrides,
-    LeaseSpec, LeaseholdPolicy, Leases, LoadGauge, LoadRule, MAX_DURATION, MAX_DURATION_EXPECTED,
-    MAX_EXTENSIONS, MIN_PROGRESS_NOTE_BYTES, MIN_TRIGRAMS, MemoryStore, ModelClient, ModelError,
-    ModelErrorKind, ModelReply, ModelRequest, NudgeQueue, OnExhausted, Pace, PaceBook,
-    ParsedBudgetDecision, ParsedVerdict, PauseRecord, PolicyKind, ProgressSummary, QueueClaim,
-    RUN_STOP_GRACE, ReconcileDecision, RestartOnIntervene, RestartPolicy, RunHandle, RunPage,
-    RunQuery, RunRecord, RunState, RunStatus, RunSummary, RunUpdate, SPAWN_WORKER_TOOL,
-    SUMMARY_CHARS, Snapshot, Spread, StartError, Store, StoreError, StrategyFactory, StrategyKind,
-    SummaryPage, Supervision, SupervisionAction, SupervisionConfig, SupervisionOverrides,
-    SupervisionStrategy, SystemClock, TAIL_BYTES, TokenCost, TokioClock, ToolCallRecord,
-    ToolCallRequest, ToolCallState, ToolClient, ToolDefinition, ToolError, ToolFactory,
-    ToolInvocation, ToolOutput, ToolServer, TranscriptMessage, Verdict, VerdictParseError,
-    VerdictPolicy, VerdictRecord, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs, WatchdogConfig,
-    WatchdogMsg, WorkerKind, check_duration, check_positive_duration, checkpoint_due,
-    clamp_duration, cut_note, deadline_after, describe_duration, fencing, listing,
-    max_extensions_expected, parse_budget_decision, parse_verdict, prelude, proportional_extension,
-    repetition,
+    LeaseSpec, LeaseTerms, LeaseholdPolicy, Leases, LoadGauge, LoadRule, MAX_DURATION,
+    MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_PROGRESS_NOTE_BYTES, MIN_TRIGRAMS, MemoryStore,
+    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, NudgeQueue, OnExhausted,
+    Pace, PaceBook, ParsedBudgetDecision, ParsedVerdict, PauseRecord, Policies, PolicyChoice,
+    PolicyName, ProgressSummary, QueueClaim, RUN_STOP_GRACE, ReconcileDecision, RestartOnIntervene,
+    RestartPolicy, RunHandle, RunPage, RunQuery, RunRecord, RunState, RunStatus, RunSummary,
+    RunUpdate, SPAWN_WORKER_TOOL, SUMMARY_CHARS, Snapshot, Spread, StartError, Store, StoreError,
+    StrategyFactory, StrategyKind, SummaryPage, Supervision, SupervisionAction, SupervisionConfig,
+    SupervisionOverrides, SupervisionStrategy, SystemClock, TAIL_BYTES, TermsByKind, TokenCost,
+    TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition,
+    ToolError, ToolFactory, ToolInvocation, ToolOutput, ToolServer, TranscriptMessage, Verdict,
+    VerdictParseError, VerdictPolicy, VerdictRecord, WATCHDOG_CONSUMER, WatchdogActor,
+    WatchdogArgs, WatchdogConfig, WatchdogMsg, WorkerKind, check_duration, check_positive_duration,
+    checkpoint_due, clamp_duration, cut_note, deadline_after, describe_duration, fencing, listing,
+    max_extensions_expected, parse_budget_decision, parse_verdict, proportional_extension,
+    renewal_cap, repetition,
 };
 // The store's change feed and the commands forwarded to a run's owner.
 pub use leasehold_actors::{
@@ -115,3 +115,12 @@ mod server_limits;
 pub mod store;
 pub mod tools;
 pub mod trace;
+
+/// The names most users need: the engine and its runs, flows, events,
+/// every port to implement with the records it takes and gives, supervision
+/// strategies and verdict policies, leases for supervising work of your
+/// own, and a run's trace.
+pub mod prelude {
+    pub use crate::trace::TraceSummary;
+    pub use leasehold_actors::prelude::*;
+}

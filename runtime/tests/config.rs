@@ -771,21 +771,69 @@ fn a_repetition_threshold_outside_0_to_1_is_refused_naming_the_variable() {
 
 #[test]
 fn the_verdict_policy_is_read_refused_when_unknown_and_changes_the_timing_arithmetic() {
-    use leasehold::PolicyKind;
+    use leasehold::{PolicyChoice, PolicyName};
     assert_eq!(
         Config::default()
             .engine_config()
             .supervision
             .watchdog
             .policy,
-        PolicyKind::Leasehold
+        PolicyChoice::all(PolicyName::LEASEHOLD)
     );
-    let error = Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_POLICY", "timeout")]))
-        .expect_err("refused");
-    let text = error.to_string();
+    // What is not a policy name is refused as the configuration is read.
+    for bad in [
+        "idle-kill",
+        "Deadline",
+        "leasehold, leasehold",
+        "tool = deadline",
+    ] {
+        let error =
+            Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_POLICY", bad)])).expect_err("refused");
+        let text = error.to_string();
+        assert!(
+            text.contains("LEASEHOLD_WATCHDOG_POLICY") && text.contains("idle_kill"),
+            "{bad}: {text}"
+        );
+    }
+    // A name no policy has — an embedder registers its own — is refused
+    // when the engine is built, naming the key and the known names.
+    let unknown = Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_POLICY", "timeout")]))
+        .expect("a well-formed name");
+    let refused = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(
+            leasehold::Engine::builder()
+                .config(unknown.engine_config())
+                .model(std::sync::Arc::new(leasehold::testing::ScriptedModel::new()))
+                .build(),
+        )
+        .err()
+        .expect("refused");
+    let text = refused.to_string();
     assert!(
-        text.contains("LEASEHOLD_WATCHDOG_POLICY") && text.contains("idle_kill"),
+        text.contains("watchdog.policy")
+            && text.contains("\"timeout\"")
+            && text.contains("idle_kill"),
         "{text}"
+    );
+    // Per kind: the arithmetic of each kind follows its own policy.
+    let mixed = Config::load(
+        None,
+        env_of(&[(
+            "LEASEHOLD_WATCHDOG_POLICY",
+            "leasehold, tool_call = deadline",
+        )]),
+    )
+    .expect("loads");
+    assert_eq!(
+        mixed.timing(LeaseKind::ToolCall).policy,
+        PolicyName::DEADLINE
+    );
+    assert_eq!(
+        mixed.timing(LeaseKind::ModelStream).policy,
+        PolicyName::LEASEHOLD
     );
     let timing = |policy: &str| {
         Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_POLICY", policy)]))

@@ -100,7 +100,7 @@ fn an_unknown_strategy_is_refused_naming_the_known_ones() {
     let message = error.to_string();
     assert!(message.contains("`timeout`"), "{message}");
     assert!(
-        message.contains("leasehold, deadline, idle-kill"),
+        message.contains("leasehold, deadline, idle_kill"),
         "{message}"
     );
 }
@@ -132,7 +132,7 @@ const STALLS: &str = "stall_probability = 1.0\nstall = { dist = \"fixed\", value
 fn a_stall_that_recovers_is_kept_by_leasehold_and_cut_by_idle_kill() {
     let report = experiment(
         &fixed_streams(3, "5s", "500ms", STALLS),
-        &["leasehold", "idle-kill"],
+        &["leasehold", "idle_kill"],
     );
     let [leasehold, idle_kill] = strategies(&report);
     assert_eq!(leasehold.slow_alive_killed, 0);
@@ -181,12 +181,12 @@ fn a_looping_stream_is_cut_by_leasehold_on_its_repetition_before_any_expiry_and_
  {
     let report = experiment(
         &fixed_streams(2, "5s", "1s", "loop_probability = 1.0\n"),
-        &["leasehold", "deadline", "idle-kill"],
+        &["leasehold", "deadline", "idle_kill"],
     );
     let [leasehold, deadline, idle_kill] = strategies(&report);
     assert_eq!(leasehold.hangs, 2);
     assert_eq!(deadline.detect_p99_ms, Some(10_000));
-    // Chunks keep coming, so idle-kill renews until the cap: 11 leases.
+    // Chunks keep coming, so idle_kill renews until the cap: 11 leases.
     assert_eq!(idle_kill.detect_p50_ms, Some(110_000));
     assert_eq!(idle_kill.evaluator_calls, 0);
     // The repetition of its text, measured as it streams, sends the stream
@@ -232,7 +232,7 @@ fn the_same_seed_gives_a_byte_identical_report() {
         [
             "leasehold",
             "deadline",
-            "idle-kill",
+            "idle_kill",
             "deadline@5s",
             "deadline@1m"
         ]
@@ -330,7 +330,7 @@ fn on_the_essay_workload_leasehold_cuts_no_live_operation_and_finds_hangs_as_fas
         );
     }
     assert!(by_name("deadline").slow_alive_killed > 0);
-    assert!(by_name("idle-kill").slow_alive_killed > 0);
+    assert!(by_name("idle_kill").slow_alive_killed > 0);
     // The sweep: a longer deadline cuts fewer live operations and takes
     // longer to cut a hang.
     let sweep: Vec<_> = ["deadline@10s", "deadline@1m", "deadline@2m", "deadline@5m"]
@@ -529,7 +529,7 @@ fn a_workload_defines_strategies_of_its_own_and_sweeps_them() {
         [
             "leasehold",
             "deadline",
-            "idle-kill",
+            "idle_kill",
             "deadline-fail-fast",
             "capped",
             "capped@20s",
@@ -659,23 +659,23 @@ fn the_trade_off_plot_colours_strategies_by_family_with_a_legend_and_labels_that
 const INCIDENTS: [(&str, &str); 5] = [
     (
         "long-tool-argument",
-        "leasehold,deadline,idle-kill,always-evaluate,deadline@2m",
+        "leasehold,deadline,idle_kill,always_evaluate,deadline@2m",
     ),
     (
         "silent-reasoning",
-        "leasehold,deadline,idle-kill,always-evaluate",
+        "leasehold,deadline,idle_kill,always_evaluate",
     ),
     (
         "wedged-keepalives",
-        "leasehold,deadline,idle-kill,always-evaluate",
+        "leasehold,deadline,idle_kill,always_evaluate",
     ),
     (
         "tools-list-hangs",
-        "leasehold,deadline,idle-kill,always-evaluate",
+        "leasehold,deadline,idle_kill,always_evaluate",
     ),
     (
         "stall-recovers",
-        "leasehold,deadline,idle-kill,always-evaluate",
+        "leasehold,deadline,idle_kill,always_evaluate",
     ),
 ];
 
@@ -714,7 +714,7 @@ fn the_incident_librarys_report_in_experiments_md_is_what_its_workloads_give() {
     // leasehold finds the hang within seconds.
     let (leasehold, idle) = (
         by("wedged-keepalives", "leasehold"),
-        by("wedged-keepalives", "idle-kill"),
+        by("wedged-keepalives", "idle_kill"),
     );
     assert!(leasehold.detect_p50_ms < Some(10_000), "{leasehold:?}");
     assert!(idle.detect_p50_ms > Some(600_000), "{idle:?}");
@@ -723,6 +723,6 @@ fn the_incident_librarys_report_in_experiments_md_is_what_its_workloads_give() {
     for incident in ["long-tool-argument", "silent-reasoning", "stall-recovers"] {
         assert_eq!(by(incident, "leasehold").slow_alive_killed, 0, "{incident}");
     }
-    assert_eq!(by("silent-reasoning", "idle-kill").slow_alive_killed, 6);
+    assert_eq!(by("silent-reasoning", "idle_kill").slow_alive_killed, 6);
     assert_eq!(by("long-tool-argument", "deadline@2m").slow_alive_killed, 4);
 }

@@ -233,7 +233,7 @@ progress_interval = "1s"
 stall_probability = 1.0
 stall = { dist = "fixed", value = "25s" }
 "#,
-        &["leasehold", "idle-kill"],
+        &["leasehold", "idle_kill"],
     );
     let leasehold = by_name(&report, "leasehold");
     assert_eq!(leasehold.alive, 3, "{leasehold:?}");
@@ -241,7 +241,7 @@ stall = { dist = "fixed", value = "25s" }
     assert_eq!(leasehold.runs_completed, 3, "{leasehold:?}");
     // A whole 10 s lease without progress: cut, and the retry (which does
     // not stall: a stall is transient) answers.
-    let idle = by_name(&report, "idle-kill");
+    let idle = by_name(&report, "idle_kill");
     assert_eq!(idle.slow_alive_killed, 3, "{idle:?}");
     assert_eq!(idle.kills, 3, "{idle:?}");
     assert!(idle.wasted_tool_ms > 0, "{idle:?}");
@@ -271,10 +271,10 @@ hang_probability = 1.0
         operations[0].kind,
         OperationKind::ToolCall { progress: Some(_) }
     ));
-    let report = experiment(text, &["idle-kill", "leasehold"]);
+    let report = experiment(text, &["idle_kill", "leasehold"]);
     // Progress renews the idle timeout until the call falls silent; the
     // next expiry that saw none cuts it, one or two 10 s leases later.
-    let idle = by_name(&report, "idle-kill");
+    let idle = by_name(&report, "idle_kill");
     assert_eq!(idle.hangs_detected, 12, "{idle:?}");
     assert!(idle.detect_p99_ms.expect("detected") <= 20_000, "{idle:?}");
     assert!(idle.detect_p50_ms.expect("detected") >= 10_000, "{idle:?}");

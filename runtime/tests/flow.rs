@@ -268,7 +268,7 @@ fn overrides_apply_on_the_runtime_configuration() {
     assert_eq!(lease.model_blocking, base.model_blocking);
     assert_eq!(lease.worker_step, base.worker_step);
 
-    let watchdog = flow.watchdog_config(WatchdogConfig::default());
+    let watchdog = flow.watchdog_config(&WatchdogConfig::default());
     assert_eq!(watchdog.free_renewals, 1);
     assert_eq!(
         watchdog.evaluator_timeout,
@@ -278,7 +278,7 @@ fn overrides_apply_on_the_runtime_configuration() {
     let plain = parse_toml(&toml_with("")).unwrap();
     assert_eq!(plain.lease_config(base), base);
     assert_eq!(
-        plain.watchdog_config(WatchdogConfig::default()),
+        plain.watchdog_config(&WatchdogConfig::default()),
         WatchdogConfig::default()
     );
 }
@@ -381,7 +381,7 @@ fn a_flow_sets_its_evidence_renewals_for_the_watchdog() {
     let flow = parse_toml(&toml_with("[leases]\nevidence_renewals = 1\n")).expect("parses");
     assert_eq!(flow.leases.evidence_renewals, Some(1));
     let base = leasehold::WatchdogConfig::default();
-    assert_eq!(flow.watchdog_config(base).evidence_renewals, 1);
+    assert_eq!(flow.watchdog_config(&base).evidence_renewals, 1);
     let unset = parse_toml(&toml_with("")).expect("parses");
-    assert_eq!(unset.watchdog_config(base).evidence_renewals, 3);
+    assert_eq!(unset.watchdog_config(&base).evidence_renewals, 3);
 }

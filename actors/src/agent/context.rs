@@ -243,10 +243,7 @@ impl RunContext {
         let duration = self.lease_config.duration(kind).max(crate::MIN_LEASE);
         LeaseSpec::new(kind, subject, duration)
             .unwrap_or_else(|_| unreachable_spec(kind, subject))
-            .with_max_renewals(self.lease_config.max_renewals)
-            .with_free_renewals(Some(self.watchdog_config.free_renewals))
-            .with_evidence_renewals(Some(self.watchdog_config.evidence_renewals))
-            .with_policy(Some(self.watchdog_config.policy))
+            .with_terms(self.terms.get(kind).clone())
             .with_pace_mode(self.watchdog_config.pace)
             .in_run(self.run_id.clone(), path)
     }

@@ -12,6 +12,7 @@ use crate::event_log::{self, LoggingSink};
 use crate::flow::FlowError;
 use crate::load::LoadGauge;
 use crate::memory::MemoryStore;
+use crate::policy::{Policies, VerdictPolicy};
 use crate::ports::{
     Clock, Evaluator, EventSink, ModelClient, RunStatus, Store, StoreError, SystemClock, ToolClient,
 };
@@ -37,7 +38,7 @@ pub const RUN_STOP_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_TOOL_RESULT_BYTES: usize = 1024 * 1024;
 
 /// Everything the engine's policies need, validated together.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
     /// Leases and the watchdog.
     pub supervision: SupervisionConfig,
@@ -258,6 +259,9 @@ pub struct EngineBuilder {
     tool_factory: Option<ToolFactory>,
     strategy: Option<StrategyFactory>,
     load: Option<LoadGauge>,
+    policies: Policies,
+    /// The first policy refused by [`Self::policy`], reported by `build`.
+    refused_policy: Option<ConfigError>,
 }
 
 impl EngineBuilder {
@@ -351,9 +355,32 @@ impl EngineBuilder {
         self
     }
 
+    /// Registers a verdict policy of your own under its name, beside the
+    /// built-ins: the configuration (`watchdog.policy`) and flows
+    /// (`leases.policy`) may then name it, for every lease kind or for one.
+    /// A name that is not one ([`PolicyName`](crate::PolicyName)) or is
+    /// already taken is refused by [`Self::build`].
+    pub fn policy(mut self, policy: Arc<dyn VerdictPolicy>) -> Self {
+        if let Err(refused) = self.policies.register(policy)
+            && self.refused_policy.is_none()
+        {
+            self.refused_policy = Some(refused);
+        }
+        self
+    }
+
     /// Validates the configuration and starts the watchdog.
     pub async fn build(self) -> Result<Engine, EngineError> {
+        if let Some(refused) = self.refused_policy {
+            return Err(refused.into());
+        }
         self.config.validate()?;
+        // Every policy the configuration names is registered.
+        self.config.supervision.watchdog.terms(
+            &self.config.supervision.lease,
+            &self.policies,
+            "watchdog.policy",
+        )?;
         let model = self.model.ok_or(EngineError::NoModel)?;
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let bus = EventBus::with_clock(EventBus::DEFAULT_CAPACITY, clock.clone());
@@ -377,7 +404,7 @@ impl EngineBuilder {
             self.config.events.max_run_events,
         ));
         let watchdog = WatchdogActor::start(WatchdogArgs {
-            config: self.config.supervision.watchdog,
+            config: self.config.supervision.watchdog.clone(),
             evaluator: self.evaluator.clone(),
             events: events.clone(),
         })
@@ -397,6 +424,7 @@ impl EngineBuilder {
             tools: self.tools,
             tool_factory: self.tool_factory,
             strategy: self.strategy,
+            policies: self.policies,
             watchdog,
             live: std::sync::Mutex::new(HashMap::new()),
             taking_on: std::sync::Mutex::new(std::collections::HashSet::new()),

@@ -32,7 +32,19 @@ impl Engine {
     pub(super) fn plan(&self, flow: Flow) -> Result<RunPlan, EngineError> {
         flow.validate()?;
         within_configuration(&flow, &self.config)?;
-        let supervision = supervision_of(&flow, self.config.supervision)?;
+        let supervision = supervision_of(&flow, &self.config.supervision)?;
+        // The terms of the run's leases, per kind, resolved once here: the
+        // flow's policy names are checked against the registered policies
+        // under the flow's key; the configuration's were at build.
+        if let Some(choice) = &flow.leases.policy {
+            self.policies
+                .check(choice, "leases.policy")
+                .map_err(|e| FlowError::new(e.field.clone(), e.expected_got()))?;
+        }
+        let terms =
+            supervision
+                .watchdog
+                .terms(&supervision.lease, &self.policies, "watchdog.policy")?;
         let budget_config = budget_of(&flow, self.config.budget)?;
         let strategy = match &self.strategy {
             Some(factory) => factory.clone(),
@@ -51,6 +63,7 @@ impl Engine {
             log: self.log.clone(),
             lease_config: supervision.lease,
             watchdog_config: supervision.watchdog,
+            terms,
             budget_config,
             strategy,
             tool_servers,
@@ -97,10 +110,10 @@ type ToolsOfRun = (Vec<ServerClient>, Vec<Arc<dyn ToolClient>>);
 
 /// The leases and the watchdog's ladder and policy of a run of `flow`: its
 /// `leases` overrides applied on `base`, checked together.
-fn supervision_of(flow: &Flow, base: SupervisionConfig) -> Result<SupervisionConfig, FlowError> {
+fn supervision_of(flow: &Flow, base: &SupervisionConfig) -> Result<SupervisionConfig, FlowError> {
     let supervision = SupervisionConfig {
         lease: flow.lease_config(base.lease),
-        watchdog: flow.watchdog_config(base.watchdog),
+        watchdog: flow.watchdog_config(&base.watchdog),
     };
     supervision
         .validate()
@@ -188,8 +201,8 @@ fn flow_keys(field: &str) -> (String, Option<&'static str>) {
 mod tests {
     use std::time::Duration;
 
+    use crate::lease::LeaseKind;
     use crate::testing::{ScriptedModel, ScriptedTools};
-    use crate::watchdog::PolicyKind;
 
     use super::*;
 
@@ -219,6 +232,62 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_flow_names_registered_policies_only_per_kind_and_is_refused_naming_the_key() {
+        #[derive(Debug)]
+        struct Mine;
+        impl crate::policy::VerdictPolicy for Mine {
+            fn name(&self) -> &str {
+                "mine"
+            }
+            fn judge(&self, _: &crate::policy::Expiry<'_>) -> crate::policy::Judgement {
+                crate::policy::Judgement::AskEvaluator
+            }
+        }
+        let engine = Engine::builder()
+            .model(Arc::new(ScriptedModel::new()))
+            .policy(Arc::new(Mine))
+            .build()
+            .await
+            .expect("built");
+        let plan = engine
+            .plan(flow(
+                serde_json::json!({"leases": {"policy": "deadline, tool_call = mine"}}),
+            ))
+            .expect("planned");
+        assert_eq!(plan.terms.get(LeaseKind::ToolCall).policy.name(), "mine");
+        assert_eq!(
+            plan.terms.get(LeaseKind::ModelStream).policy.name(),
+            "deadline"
+        );
+        let table = engine
+            .plan(flow(
+                serde_json::json!({"leases": {"policy": {"worker_step": "mine"}}}),
+            ))
+            .expect("planned");
+        assert_eq!(table.terms.get(LeaseKind::WorkerStep).policy.name(), "mine");
+        assert_eq!(
+            table.terms.get(LeaseKind::ToolCall).policy.name(),
+            "leasehold"
+        );
+
+        let refused = refusal(engine.plan(flow(
+            serde_json::json!({"leases": {"policy": "leasehold, tool_call = yours"}}),
+        )));
+        assert_eq!(refused.path, "leases.policy.tool_call");
+        assert!(refused.message.contains("mine"), "{refused}");
+        // A policy under a taken name is refused when the engine is built.
+        let taken = Engine::builder()
+            .model(Arc::new(ScriptedModel::new()))
+            .policy(Arc::new(Mine))
+            .policy(Arc::new(Mine))
+            .build()
+            .await
+            .err()
+            .expect("refused");
+        assert!(taken.to_string().contains("already registered"), "{taken}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_flows_overrides_reach_its_plan() {
         let engine = engine().await;
         let plan = engine
@@ -238,7 +307,14 @@ mod tests {
         );
         assert_eq!(plan.watchdog_config.free_renewals, 1);
         assert_eq!(plan.watchdog_config.evidence_renewals, 2);
-        assert_eq!(plan.watchdog_config.policy, PolicyKind::Deadline);
+        // The terms of the run's leases are resolved once, here.
+        for kind in LeaseKind::ALL {
+            let terms = plan.terms.get(kind);
+            assert_eq!(terms.policy.name(), "deadline");
+            assert_eq!(terms.max_renewals, 4);
+            assert_eq!(terms.free_renewals, 1);
+            assert_eq!(terms.evidence_renewals, 2);
+        }
         assert_eq!(plan.watchdog_config.pace, crate::pace::PaceMode::Reset);
         assert_eq!(
             plan.watchdog_config.evaluator_timeout,
@@ -272,7 +348,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_override_the_configuration_refuses_is_named_at_its_flow_key() {
         let engine = engine().await;
-        let base = engine.config().supervision;
+        let base = engine.config().supervision.clone();
         // Above the engine's renewal cap: the flow's own key.
         let above = base.lease.max_renewals + 1;
         let error = refusal(engine.plan(flow(

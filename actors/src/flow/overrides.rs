@@ -20,7 +20,7 @@ use crate::lease::{MIN_LEASE, min_lease_expected};
 use crate::serde_time::human_duration;
 
 /// Per-flow lease overrides; `None` keeps the runtime's configuration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseOverrides {
     /// Lease of a streaming model call.
@@ -61,10 +61,13 @@ pub struct LeaseOverrides {
     /// anyway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence_renewals: Option<u32>,
-    /// The verdict policy: `leasehold` (the default), `deadline`,
-    /// `idle_kill` or `always_evaluate`.
+    /// The verdict policy, for every lease kind or per kind: a built-in
+    /// (`leasehold`, `deadline`, `idle_kill`, `always_evaluate`) or one
+    /// registered with the engine, as `"deadline"`, `"leasehold, tool_call
+    /// = idle_kill"` or `{ default = "leasehold", tool_call = "idle_kill" }`.
+    /// Kinds it does not name keep the configuration's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<crate::watchdog::PolicyKind>,
+    pub policy: Option<crate::policy::PolicyChoice>,
     /// What the run's leases do with each endpoint's learned pace:
     /// `learn` (the default), `reset` or `off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

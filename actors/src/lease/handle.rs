@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::terms::TermsByKind;
 use super::{LeaseId, LeaseMeta, LeaseMsg, LeaseSpec, Registration};
 use crate::duration::deadline_after;
 use crate::event::EventLimits;
@@ -61,6 +62,8 @@ pub struct Leases {
     actor: ActorRef<LeaseMsg>,
     events: Arc<dyn EventSink>,
     limits: EventLimits,
+    /// The terms of leases started without their own, per kind.
+    terms: TermsByKind,
 }
 
 impl std::fmt::Debug for Leases {
@@ -76,11 +79,13 @@ impl Leases {
         actor: ActorRef<LeaseMsg>,
         events: Arc<dyn EventSink>,
         limits: EventLimits,
+        terms: TermsByKind,
     ) -> Self {
         Self {
             actor,
             events,
             limits,
+            terms,
         }
     }
 
@@ -113,7 +118,13 @@ impl Leases {
         Fut: Future<Output = T> + Send + 'static,
     {
         let id = LeaseId::next();
-        let meta = Arc::new(LeaseMeta::new(id, &spec));
+        // The lease's terms are settled here, once: its own, else this
+        // actor's for its kind, with its cap.
+        let terms = spec
+            .terms
+            .clone()
+            .unwrap_or_else(|| self.terms.capped(spec.kind, spec.max_renewals));
+        let meta = Arc::new(LeaseMeta::new(id, &spec, &terms));
         let evidence = Evidence::for_lease(meta.clone(), self.events.clone(), self.limits);
         let token = spec
             .parent
@@ -129,6 +140,7 @@ impl Leases {
             .send_message(LeaseMsg::Register(Box::new(Registration {
                 deadline: deadline_after(tokio::time::Instant::now(), meta.duration),
                 meta,
+                terms,
                 evidence: evidence.clone(),
                 token: token.clone(),
                 end: end_tx,

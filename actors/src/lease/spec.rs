@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::terms::LeaseTerms;
 use crate::duration::{check_positive_duration, clamp_duration};
 use crate::error::ConfigError;
 use crate::nudge::NudgeQueue;
 use crate::ports::TranscriptMessage;
-use crate::watchdog::PolicyKind;
 
 /// The kind of operation a lease watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -187,9 +187,7 @@ pub struct LeaseSpec {
     pub(crate) subject: String,
     pub(crate) duration: Duration,
     pub(crate) max_renewals: u32,
-    pub(crate) free_renewals: Option<u32>,
-    pub(crate) evidence_renewals: Option<u32>,
-    pub(crate) policy: Option<PolicyKind>,
+    pub(crate) terms: Option<Arc<LeaseTerms>>,
     pub(crate) pace_key: Option<String>,
     pub(crate) pace_mode: crate::pace::PaceMode,
     pub(crate) run_id: String,
@@ -221,9 +219,7 @@ impl LeaseSpec {
             subject: subject.into(),
             duration: clamp_duration(duration).max(MIN_LEASE),
             max_renewals: LeaseConfig::default().max_renewals,
-            free_renewals: None,
-            evidence_renewals: None,
-            policy: None,
+            terms: None,
             pace_key: None,
             pace_mode: crate::pace::PaceMode::Learn,
             run_id: String::new(),
@@ -235,30 +231,23 @@ impl LeaseSpec {
     }
 
     /// Caps renewals: the expiry after the `max_renewals`-th renewal stops
-    /// the operation.
+    /// the operation. Over terms given with [`LeaseSpec::with_terms`], this
+    /// cap wins.
     pub fn with_max_renewals(mut self, max_renewals: u32) -> Self {
         self.max_renewals = max_renewals;
+        self.terms = self
+            .terms
+            .map(|terms| Arc::new(LeaseTerms::clone(&terms).with_max_renewals(max_renewals)));
         self
     }
 
-    /// Overrides the watchdog's `free_renewals` for this lease (a flow's
-    /// override).
-    pub fn with_free_renewals(mut self, free_renewals: Option<u32>) -> Self {
-        self.free_renewals = free_renewals;
-        self
-    }
-
-    /// Overrides the watchdog's `evidence_renewals` for this lease (a
-    /// flow's override).
-    pub fn with_evidence_renewals(mut self, evidence_renewals: Option<u32>) -> Self {
-        self.evidence_renewals = evidence_renewals;
-        self
-    }
-
-    /// Judges this lease by `policy` instead of the watchdog's (a flow's
-    /// `leases.policy`).
-    pub fn with_policy(mut self, policy: Option<PolicyKind>) -> Self {
-        self.policy = policy;
+    /// Judges this lease by `terms` — its policy, cap, ladder, evidence
+    /// streak and thresholds — instead of its lease actor's terms for its
+    /// kind. The engine gives each run's leases the terms it resolved for
+    /// the run and kind.
+    pub fn with_terms(mut self, terms: Arc<LeaseTerms>) -> Self {
+        self.max_renewals = terms.max_renewals;
+        self.terms = Some(terms);
         self
     }
 
@@ -321,18 +310,10 @@ pub struct LeaseMeta {
     /// One lease period.
     #[serde(with = "crate::serde_time::millis")]
     pub duration: Duration,
-    /// The renewal cap.
+    /// The renewal cap, from its terms.
     pub max_renewals: u32,
-    /// This lease's own free renewals, if it overrides the watchdog's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub free_renewals: Option<u32>,
-    /// This lease's own evidence renewals in a row, if it overrides the
-    /// watchdog's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub evidence_renewals: Option<u32>,
-    /// This lease's own verdict policy, if it overrides the watchdog's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<PolicyKind>,
+    /// The name of the verdict policy that judges it, from its terms.
+    pub policy: String,
     /// What the operation calls, for its learned pace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pace_key: Option<String>,
@@ -343,8 +324,8 @@ pub struct LeaseMeta {
 }
 
 impl LeaseMeta {
-    /// The identity of a lease built from `spec`.
-    pub fn new(id: LeaseId, spec: &LeaseSpec) -> Self {
+    /// The identity of a lease built from `spec`, judged by `terms`.
+    pub fn new(id: LeaseId, spec: &LeaseSpec, terms: &LeaseTerms) -> Self {
         Self {
             id,
             run_id: spec.run_id.clone(),
@@ -352,10 +333,8 @@ impl LeaseMeta {
             kind: spec.kind,
             subject: spec.subject.clone(),
             duration: spec.duration,
-            max_renewals: spec.max_renewals,
-            free_renewals: spec.free_renewals,
-            evidence_renewals: spec.evidence_renewals,
-            policy: spec.policy,
+            max_renewals: terms.max_renewals,
+            policy: terms.policy.name().to_owned(),
             pace_key: spec.pace_key.clone(),
             pace_mode: spec.pace_mode,
             transcript_tail: spec.transcript_tail.clone(),

@@ -45,6 +45,9 @@ pub(crate) struct RunPlan {
     /// The watchdog's ladder and policy for this run's leases, with the
     /// flow's overrides.
     pub(crate) watchdog_config: WatchdogConfig,
+    /// The terms of the run's leases per kind — policy, cap, ladder,
+    /// evidence streak, thresholds — resolved once for the run.
+    pub(crate) terms: crate::lease::terms::TermsByKind,
     /// The budget checkpoints' configuration, with the flow's overrides.
     pub(crate) budget_config: BudgetConfig,
     /// Makes each loop's supervision strategy.

@@ -28,9 +28,9 @@ pub(super) struct ExperimentArgs {
     /// The workload file (TOML).
     workload: PathBuf,
     /// The strategies to compare, comma-separated: leasehold, deadline,
-    /// idle-kill, always-evaluate or one the workload defines in
+    /// idle_kill, always_evaluate or one the workload defines in
     /// [[strategies]], each optionally with @LEASE (deadline@30s).
-    /// Default: leasehold, deadline, idle-kill, the workload's own and its
+    /// Default: leasehold, deadline, idle_kill, the workload's own and its
     /// sweep.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     strategies: Option<Vec<String>>,

@@ -33,8 +33,8 @@ pub enum ValueKind {
     List,
     /// What a failure at the top of the tree does: `pause` or `fail`.
     OnExhausted,
-    /// A verdict policy: `leasehold`, `deadline`, `idle_kill` or
-    /// `always_evaluate`.
+    /// A verdict policy for every lease kind, or per kind: `leasehold`,
+    /// `deadline, tool_call = idle_kill`.
     Policy,
     /// A share from 0 to 1: `0.5`.
     Share,
@@ -61,7 +61,11 @@ impl ValueKind {
             Self::Size => "a size such as 65536, 512KiB or 4MiB, from 1 byte to 1GiB",
             Self::List => "a comma-separated list such as example.com,10.0.0.5:7878",
             Self::OnExhausted => "pause or fail",
-            Self::Policy => "a verdict policy: leasehold, deadline, idle_kill or always_evaluate",
+            Self::Policy => {
+                "a verdict policy (leasehold, deadline, idle_kill, always_evaluate or one \
+                 registered by the embedder), for every lease kind, or per kind as \
+                 `leasehold, tool_call = idle_kill`"
+            }
             Self::Share => "a share from 0 to 1 such as 0.5",
             Self::StoreUrl => "a PostgreSQL URL such as postgres://leasehold@db/runs",
             Self::Retention => "a duration above 0 such as 7days or 12h, or forever",
@@ -170,7 +174,7 @@ pub(super) const KEYS: [Key; 63] = [
         "watchdog.policy",
         "leasehold",
         ValueKind::Policy,
-        "the verdict policy: `leasehold` (cap, ladder, evidence, evaluator), `deadline` (the first expiry intervenes), `idle_kill` (intervene after a whole lease without evidence) or `always_evaluate` (every expiry below the cap asks the evaluator); a flow's `leases.policy` overrides it",
+        "the verdict policy, for every lease kind or per kind (`leasehold, tool_call = idle_kill`): `leasehold` (cap, ladder, evidence, evaluator), `deadline` (the first expiry intervenes), `idle_kill` (intervene after a whole lease without evidence), `always_evaluate` (every expiry below the cap asks the evaluator) or a policy the embedder registered; a flow's `leases.policy` overrides it, kind by kind",
     ),
     key(
         "LEASEHOLD_WATCHDOG_ROLE",

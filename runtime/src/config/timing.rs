@@ -23,7 +23,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use leasehold_actors::{LeaseKind, PolicyKind, RestartPolicy};
+use leasehold_actors::{LeaseKind, Policies, PolicyName, RestartPolicy};
 
 /// The worst case in words, as `leasehold config` prints it once above the
 /// timing lines, so that a reader can check each line by hand.
@@ -35,12 +35,13 @@ pub const WORST_CASE_FORMULA: &str = "worst case = attempts × renewal cap + bac
 
 /// The arithmetic of one lease kind: what happens when, and how long an
 /// operation of that kind can take at worst before the run fails or pauses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timing {
     /// The lease kind.
     pub kind: LeaseKind,
-    /// The verdict policy the arithmetic follows.
-    pub policy: PolicyKind,
+    /// The verdict policy the arithmetic follows (a policy this binary does
+    /// not know is counted as `leasehold` is: it may ask the evaluator).
+    pub policy: PolicyName,
     /// The lease length.
     pub lease: Duration,
     /// Until when expiries are renewed on evidence alone:
@@ -73,7 +74,7 @@ pub struct Timing {
 
 impl fmt::Display for Timing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.policy.asks_the_evaluator() {
+        if !asks_the_evaluator(&self.policy) {
             return write!(
                 f,
                 "{}: lease {} · policy {}, never evaluated · cut at {} ({} lease{}) · {} attempt{} \
@@ -167,26 +168,35 @@ pub(super) fn longest_backoffs(policy: &RestartPolicy) -> Duration {
     total
 }
 
+/// Whether `policy` may ask the evaluator: a built-in says; any other may.
+fn asks_the_evaluator(policy: &PolicyName) -> bool {
+    Policies::builtin()
+        .get(policy.as_str())
+        .is_none_or(|policy| policy.asks_the_evaluator())
+}
+
 impl super::Config {
     /// The timing arithmetic of a `kind` operation under this configuration.
     pub fn timing(&self, kind: LeaseKind) -> Timing {
         let lease = self.lease(kind);
         let restart = self.engine_config().restart;
-        let policy = self.watchdog_policy.value;
-        let free = match policy {
-            PolicyKind::AlwaysEvaluate => 0,
-            _ => self.free_renewals.value,
+        let policy = self.watchdog_policy.value.name_for(kind).clone();
+        let free = if policy == PolicyName::ALWAYS_EVALUATE {
+            0
+        } else {
+            self.free_renewals.value
         };
         // A deadline cuts at the first expiry: the cap of one lease.
-        let max = match policy {
-            PolicyKind::Deadline => 0,
-            _ => self.max_renewals.value,
+        let max = if policy == PolicyName::DEADLINE {
+            0
+        } else {
+            self.max_renewals.value
         };
         let first_evaluation = one_more_than(free, lease);
         let lease_periods = u64::from(max) + 1;
         // The expiries numbered `free` to `max - 1` (counting from 0) ask the
         // evaluator; expiry `max` is the cap's, and earlier ones are free.
-        let evaluations = if policy.asks_the_evaluator() {
+        let evaluations = if asks_the_evaluator(&policy) {
             max.saturating_sub(free)
         } else {
             0

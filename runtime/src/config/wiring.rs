@@ -41,7 +41,7 @@ impl Config {
                     evaluator_timeout: self.evaluator_timeout.value,
                     evidence_renewals: self.evidence_renewals.value,
                     repetition_threshold: self.repetition_threshold.value.get(),
-                    policy: self.watchdog_policy.value,
+                    policy: self.watchdog_policy.value.clone(),
                     ..defaults.supervision.watchdog
                 },
             },

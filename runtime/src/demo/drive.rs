@@ -168,7 +168,7 @@ fn header(
 ) -> Result<(), DemoError> {
     let config = engine.config();
     let lease = flow.lease_config(config.supervision.lease);
-    let watchdog = flow.watchdog_config(config.supervision.watchdog);
+    let watchdog = flow.watchdog_config(&config.supervision.watchdog);
     let tools: Vec<String> = flow
         .tools
         .iter()

@@ -109,7 +109,7 @@ impl StrategyReport {
     ) -> Self {
         let mut report = Self {
             name: strategy.name.clone(),
-            policy: strategy.policy.as_str().to_owned(),
+            policy: strategy.policy.to_string(),
             lease_ms: millis(strategy.lease),
             max_renewals: strategy.shared.max_renewals,
             free_renewals: strategy.shared.free_renewals,

@@ -129,6 +129,9 @@ pub(super) async fn play(
     if let Some(supervisor) = &strategy.supervisor {
         builder = builder.strategy(supervisor.0.clone());
     }
+    if let Some(judge) = &strategy.judge {
+        builder = builder.policy(judge.0.clone());
+    }
     let engine = builder.build().await?;
     let worker_steps = operations.iter().find_map(|o| match o.kind {
         OperationKind::Worker { max_steps, .. } => Some(max_steps),

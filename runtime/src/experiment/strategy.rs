@@ -3,33 +3,34 @@
 //! makes several of them from one parameter (the lease length).
 //!
 //! A strategy is named `NAME` or `NAME@LEASE` (`deadline@30s`): the name
-//! is one of the built-ins ([`BUILT_IN`]), each a verdict policy with the
-//! workload's `[strategy]` settings, or one the workload defines in
-//! `[[strategies]]` — a verdict policy with its own lease, renewal cap,
-//! free renewals, restarts and supervision, each defaulting to
-//! `[strategy]`'s. `@LEASE` overrides the lease. Two strategies differ only
-//! where their names and definitions say.
+//! is one of the built-in verdict policies ([`BUILT_IN`]: `leasehold`,
+//! `deadline`, `idle_kill`, `always_evaluate`, spelled as configuration and
+//! flows spell them) with the workload's `[strategy]` settings, or one the
+//! workload defines in `[[strategies]]` — a verdict policy with its own
+//! lease, renewal cap, free renewals, restarts and supervision, each
+//! defaulting to `[strategy]`'s. `@LEASE` overrides the lease. Two
+//! strategies differ only where their names and definitions say. From
+//! Rust, a strategy may be judged by a verdict policy of the embedder's own
+//! ([`Strategy::judged_by`]), compared beside the built-ins.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_actors::{
-    LeaseOverrides, OnExhausted, PolicyKind, StrategyFactory, StrategyKind, SupervisionOverrides,
+    LeaseOverrides, OnExhausted, PolicyChoice, PolicyName, StrategyFactory, StrategyKind,
+    SupervisionOverrides, VerdictPolicy,
 };
 use serde::{Deserialize, Deserializer};
 
 use super::workload::{WorkloadError, human, human_option, parse_human};
 
-/// The built-in strategy names and their policies, in report order.
-pub const BUILT_IN: [(&str, PolicyKind); 4] = [
-    ("leasehold", PolicyKind::Leasehold),
-    ("deadline", PolicyKind::Deadline),
-    ("idle-kill", PolicyKind::IdleKill),
-    ("always-evaluate", PolicyKind::AlwaysEvaluate),
-];
+/// The built-in strategies, in report order: one per built-in verdict
+/// policy, named as the policy is.
+pub const BUILT_IN: [PolicyName; 4] = PolicyName::BUILT_IN;
 
 /// The strategies run when none are named: the first three built-ins, then
 /// the sweep's points.
-pub const DEFAULT_STRATEGIES: [&str; 3] = ["leasehold", "deadline", "idle-kill"];
+pub const DEFAULT_STRATEGIES: [&str; 3] = ["leasehold", "deadline", "idle_kill"];
 
 /// What every strategy of a workload shares (`[strategy]`), and its sweep.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -102,8 +103,8 @@ impl Sweep {
 pub struct StrategyDefinition {
     /// Its name, as `--strategies` and the report say it.
     pub name: String,
-    /// Its verdict policy, by built-in strategy name (`leasehold`,
-    /// `deadline`, `idle-kill`, `always-evaluate`).
+    /// Its verdict policy, a built-in's name (`leasehold`, `deadline`,
+    /// `idle_kill`, `always_evaluate`).
     pub policy: String,
     /// Its lease.
     #[serde(default, deserialize_with = "human_option")]
@@ -230,6 +231,7 @@ impl StrategySettings {
         Ok(Strategy {
             name: name.to_owned(),
             policy,
+            judge: None,
             lease: lease.unwrap_or(settings.lease),
             shared: settings,
             supervisor: None,
@@ -309,8 +311,12 @@ impl StrategyDefinition {
 pub struct Strategy {
     /// Its name, as given.
     pub name: String,
-    /// The verdict policy.
-    pub policy: PolicyKind,
+    /// The verdict policy's name: a built-in's, or that of
+    /// [`Strategy::judge`].
+    pub policy: PolicyName,
+    /// A verdict policy of the embedder's own ([`Strategy::judged_by`]),
+    /// registered with the engine the strategy runs on.
+    pub judge: Option<Judge>,
     /// The lease of model streams, tool calls and workers (which wins
     /// over `shared.lease`).
     pub lease: Duration,
@@ -321,6 +327,24 @@ pub struct Strategy {
     /// A supervision strategy of the embedder's own, instead of
     /// `shared.supervision` ([`Strategy::supervised_by`]).
     pub supervisor: Option<Supervisor>,
+}
+
+/// A verdict policy of an embedder's own, as the engine takes it
+/// ([`EngineBuilder::policy`](leasehold_actors::EngineBuilder::policy)).
+/// Two are equal when they are the same policy.
+#[derive(Clone)]
+pub struct Judge(pub Arc<dyn VerdictPolicy>);
+
+impl std::fmt::Debug for Judge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Judge({})", self.0.name())
+    }
+}
+
+impl PartialEq for Judge {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// A supervision strategy of an embedder's own, as the engine takes it
@@ -356,6 +380,20 @@ impl Strategy {
         }
     }
 
+    /// This strategy, renamed `name`, judged by `policy` — a verdict policy
+    /// of yours — instead of its own: to compare it with the built-ins
+    /// under the same leases, renewals and restarts. The report names its
+    /// policy by `policy`'s name.
+    #[must_use]
+    pub fn judged_by(self, name: impl Into<String>, policy: Arc<dyn VerdictPolicy>) -> Self {
+        Self {
+            name: name.into(),
+            policy: PolicyName::new("policy", policy.name()).unwrap_or(PolicyName::LEASEHOLD),
+            judge: Some(Judge(policy)),
+            ..self
+        }
+    }
+
     /// The flow's lease overrides that apply it.
     pub fn lease_overrides(&self) -> LeaseOverrides {
         LeaseOverrides {
@@ -366,7 +404,7 @@ impl Strategy {
             max_renewals: Some(self.shared.max_renewals),
             free_renewals: Some(self.shared.free_renewals),
             evidence_renewals: None,
-            policy: Some(self.policy),
+            policy: Some(PolicyChoice::all(self.policy.clone())),
             pace: None,
         }
     }
@@ -389,17 +427,14 @@ impl Strategy {
     }
 }
 
-fn policy_named(name: &str) -> Option<PolicyKind> {
-    BUILT_IN
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, policy)| *policy)
+fn policy_named(name: &str) -> Option<PolicyName> {
+    BUILT_IN.into_iter().find(|policy| policy.as_str() == name)
 }
 
 fn unknown(key: impl Into<String>, name: &str, defined: &[StrategyDefinition]) -> WorkloadError {
     let known: Vec<&str> = BUILT_IN
         .iter()
-        .map(|(n, _)| *n)
+        .map(PolicyName::as_str)
         .chain(defined.iter().map(|d| d.name.as_str()))
         .collect();
     WorkloadError::new(
