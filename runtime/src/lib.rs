@@ -16,16 +16,21 @@
 //!
 //! The default features build today's `leasehold` binary. An embedder that
 //! needs only the engine turns them off (`default-features = false`) and
-//! keeps the engine, flows, configuration, the model client and the MCP
-//! client, without clap, axum or rmcp's server side.
+//! keeps the engine, flows and configuration (`[model]` and `[[tools]]`
+//! included), without reqwest, rmcp, hyper, clap or axum; it brings a model
+//! client and a tool client of its own, or turns `openai` and `mcp` back
+//! on.
 //!
 //! | feature | what it adds | on by default |
 //! |---|---|---|
+//! | `openai` | the model client for OpenAI-compatible servers and the evaluator on it (`model::OpenAiClient`, `model::ModelEvaluator`; `model::ModelSettings` is in every build): reqwest over rustls | yes |
+//! | `mcp` | the MCP tool client (`tools::McpToolClient`): rmcp, process-wrap, nix | yes |
 //! | `store` | the embedded sled run store (`store::SledStore`; `store::Durability`, a setting, is in every build) | yes |
 //! | `postgres` | the PostgreSQL run store many executors share (`store::PostgresStore`; see `docs/deployment.md`) | yes |
 //! | `server` | the HTTP API, its event stream, `/metrics` and the dashboard (`server`, `metrics`) | yes |
-//! | `demo` | the embedded demo (`demo`): its scripted model server and its MCP tool server | yes |
-//! | `cli` | the command line (`cli`) and the `leasehold` binary; needs `store`, `server` and `demo` | yes |
+//! | `demo` | the embedded demo (`demo`): its scripted model server and its MCP tool server; needs `openai` and `mcp` | yes |
+//! | `cli` | the command line (`cli`) and the `leasehold` binary; needs `store`, `server`, `demo`, `openai` and `mcp` | yes |
+//! | `experiment` | seeded workloads under several supervision strategies (`experiment`, `leasehold experiment`), on paused tokio time with the scripted fakes (`tokio/test-util`, `test-util`) | yes |
 //! | `test-util` | scripted fakes of every port (`testing`) | no |
 //!
 //! The library only emits `tracing` events and spans; it installs no

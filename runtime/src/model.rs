@@ -1,6 +1,13 @@
 //! The model client: chat completions against any OpenAI-compatible server,
 //! and the evaluator built on it.
 //!
+//! The client, the evaluator, the stream parser and the classification of
+//! failures need the `openai` feature (on by default; reqwest over rustls).
+//! The settings they read — [`ModelSettings`], its [`ModelEndpoint`]s and
+//! [`ModelRole`]s, parsed from `[model]` and `[fast_model]` — and the
+//! [`UsageLedger`] are in every build, for an embedder that brings a model
+//! client of its own.
+//!
 //! What it guarantees:
 //!
 //! - **The model path hides no deadline.** There is a connect timeout and an
@@ -70,16 +77,24 @@
 //! # }
 //! ```
 
+#[cfg(feature = "openai")]
 mod classify;
+#[cfg(feature = "openai")]
 mod client;
+#[cfg(feature = "openai")]
 mod evaluator;
 mod ledger;
 mod settings;
+#[cfg(feature = "openai")]
 mod sse;
+#[cfg(feature = "openai")]
 mod wire;
 
+#[cfg(feature = "openai")]
 pub use classify::{classify_status, parse_retry_after};
+#[cfg(feature = "openai")]
 pub use client::{OpenAiClient, ReplyStream, SetupError};
+#[cfg(feature = "openai")]
 pub use evaluator::ModelEvaluator;
 pub use ledger::UsageLedger;
 pub use settings::{
@@ -88,4 +103,5 @@ pub use settings::{
     ENV_MAX_ANSWER, ENV_MAX_BODY, ENV_NAME, ENV_RATE_LIMIT_RETRIES, KEY_MAX_ANSWER, KEY_MAX_BODY,
     ModelEndpoint, ModelRole, ModelSettings,
 };
+#[cfg(feature = "openai")]
 pub use sse::{Fed, STREAM_ENVELOPE_BYTES, StreamParser};

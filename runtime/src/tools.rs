@@ -2,6 +2,12 @@
 //! streamable-HTTP endpoint — behind the [`ToolClient`](leasehold_actors::ToolClient)
 //! port, on `rmcp`.
 //!
+//! The client needs the `mcp` feature (on by default; rmcp, process-wrap
+//! and, on Linux, nix). The flow's [`ToolServer`](leasehold_actors::ToolServer)
+//! declarations, `[[tools]]` in the configuration, [`DEFAULT_HANDSHAKE_TIMEOUT`]
+//! and [`IDEMPOTENCY_KEY_META`] are in every build, for an embedder that
+//! brings a tool client of its own.
+//!
 //! [`McpToolClient::for_server`] builds a client from a flow's
 //! [`ToolServer`](leasehold_actors::ToolServer); nothing is started until the first
 //! use (or [`McpToolClient::connect`]). What it guarantees:
@@ -108,18 +114,37 @@
 //! # }
 //! ```
 
+use std::time::Duration;
+
+#[cfg(feature = "mcp")]
 mod bounded;
+#[cfg(feature = "mcp")]
 mod client;
+#[cfg(feature = "mcp")]
 mod connection;
+#[cfg(feature = "mcp")]
 mod convert;
+#[cfg(feature = "mcp")]
 mod groups;
+#[cfg(feature = "mcp")]
 mod http;
+#[cfg(feature = "mcp")]
 mod progress;
+#[cfg(feature = "mcp")]
 mod spawner;
 
+#[cfg(feature = "mcp")]
 pub use bounded::MAX_MESSAGE_BYTES;
-pub use client::{DEFAULT_HANDSHAKE_TIMEOUT, McpConfigError, McpToolClient};
+#[cfg(feature = "mcp")]
+pub use client::{McpConfigError, McpToolClient};
+#[cfg(feature = "mcp")]
 pub use groups::{Reaped, ToolGroups, reap_leftover_groups};
+
+/// How long a new server has to complete the MCP handshake, and to answer
+/// `tools/list`, unless set with `McpToolClient::with_handshake_timeout`.
+/// The default of `mcp.handshake_timeout`, which the configuration parses
+/// in every build.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The `_meta` key that carries a call's idempotency key to the tool server.
 pub const IDEMPOTENCY_KEY_META: &str = "leasehold/idempotency_key";

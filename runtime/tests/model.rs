@@ -2,6 +2,7 @@
 //! SSE decoder and tool-call assembly on byte fixtures, the classification
 //! of failures, the evaluator's prompts — and, against tiny hand-written
 //! HTTP peers on 127.0.0.1, the timeouts and the wire format.
+#![cfg(feature = "openai")]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

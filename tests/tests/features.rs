@@ -1,7 +1,9 @@
 //! `leasehold`'s cargo features: an embedder that turns the default features
-//! off gets the engine without the command line, the HTTP server or the
-//! demo — no clap, no axum, and rmcp without its server side. The dependency
-//! tree is read with `cargo tree`, offline, from the lock file.
+//! off gets the engine without the command line, the HTTP server, the demo,
+//! the model client or the MCP client — no clap, no axum, no reqwest, no
+//! hyper, no rmcp. `openai` brings the model client (reqwest) alone, `mcp`
+//! the MCP client (rmcp) without its server side. The dependency tree is
+//! read with `cargo tree`, offline, from the lock file.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +15,10 @@ const RMCP_SERVER_FEATURES: [&str; 3] = [
     "server-side-http",
     "transport-streamable-http-server",
 ];
+
+/// What an embedder that brings its own model client and tool client must
+/// not compile: the HTTP clients and servers, the MCP SDK, the command line.
+const HEAVY: [&str; 6] = ["rmcp", "reqwest", "hyper", "hyper-util", "clap", "axum"];
 
 /// Each package of `leasehold`'s normal dependency tree, by name, with its
 /// enabled features.
@@ -67,21 +73,37 @@ fn rmcp_server_features(tree: &BTreeMap<String, Vec<String>>) -> Vec<&str> {
 }
 
 #[test]
-fn without_default_features_leasehold_pulls_in_no_clap_axum_or_mcp_server() {
+fn without_default_features_leasehold_pulls_in_no_http_client_mcp_clap_or_axum() {
     let tree = normal_tree(&["--no-default-features"]);
     assert!(
         tree.contains_key("leasehold"),
         "the tree was read: {tree:?}"
     );
-    assert!(tree.contains_key("rmcp"), "the MCP client stays: {tree:?}");
-    assert!(tree.contains_key("reqwest"), "the model client stays");
-    for absent in [
-        "clap",
-        "axum",
+    for absent in HEAVY.into_iter().chain([
         "sled",
         "tracing-subscriber",
         "prometheus-client",
-    ] {
+        "process-wrap",
+        "rustls",
+    ]) {
+        assert!(!tree.contains_key(absent), "{absent} is in the tree");
+    }
+}
+
+#[test]
+fn openai_alone_brings_the_model_client_without_the_mcp_client() {
+    let tree = normal_tree(&["--no-default-features", "--features", "openai"]);
+    assert!(tree.contains_key("reqwest"), "the model client: {tree:?}");
+    for absent in ["rmcp", "process-wrap", "clap", "axum"] {
+        assert!(!tree.contains_key(absent), "{absent} is in the tree");
+    }
+}
+
+#[test]
+fn mcp_alone_brings_the_mcp_client_without_its_server_side() {
+    let tree = normal_tree(&["--no-default-features", "--features", "mcp"]);
+    assert!(tree.contains_key("rmcp"), "the MCP client: {tree:?}");
+    for absent in ["clap", "axum"] {
         assert!(!tree.contains_key(absent), "{absent} is in the tree");
     }
     assert_eq!(rmcp_server_features(&tree), Vec::<&str>::new());
@@ -90,7 +112,7 @@ fn without_default_features_leasehold_pulls_in_no_clap_axum_or_mcp_server() {
 #[test]
 fn the_default_features_build_the_binary_with_its_command_line_server_and_demo() {
     let tree = normal_tree(&[]);
-    for present in ["clap", "axum", "sled", "tracing-subscriber"] {
+    for present in HEAVY.into_iter().chain(["sled", "tracing-subscriber"]) {
         assert!(tree.contains_key(present), "{present} is not in the tree");
     }
     assert!(rmcp_server_features(&tree).contains(&"server"));

@@ -4,6 +4,10 @@
 //! one place the command line, the demo and embedders build an engine from
 //! configuration.
 //!
+//! The model client and the evaluator come with the `openai` feature, the
+//! MCP clients with the `mcp` feature; a build without one leaves that part
+//! of the builder to its caller.
+//!
 //! The supervision strategy comes with the engine's configuration: the
 //! restart policy of `restart.*`, which each flow may override or replace
 //! with its own `supervision.strategy`. Nothing here picks one of its own.
@@ -15,7 +19,9 @@ use leasehold_actors::{
 };
 
 use super::Config;
+#[cfg(feature = "openai")]
 use crate::model::{ModelEvaluator, OpenAiClient, SetupError};
+#[cfg(feature = "mcp")]
 use crate::tools::{McpToolClient, ToolGroups};
 
 /// Why an engine could not be set up from a [`Config`].
@@ -28,6 +34,7 @@ pub enum EngineSetupError {
     Model(#[from] ConfigError),
     /// The model client could not be built from valid settings (its HTTP
     /// client could not start).
+    #[cfg(feature = "openai")]
     #[error("the model client cannot be built: {0}")]
     ModelClient(#[from] SetupError),
     /// The run store at `data_dir` could not be opened (another process
@@ -44,6 +51,12 @@ impl Config {
     /// server's handshake bounded by `mcp.handshake_timeout`) and this
     /// process's [owner id](crate::executor::owner_id). Add an event sink,
     /// tool servers or a clock of your own, then build.
+    ///
+    /// Without the `openai` feature the builder has no model client and no
+    /// evaluator, and `model.*` is neither read nor required: give it yours
+    /// ([`EngineBuilder::model`], [`EngineBuilder::evaluator`]). Without
+    /// the `mcp` feature it has no factory of tool clients: give it yours
+    /// ([`EngineBuilder::tool_factory`]).
     ///
     /// With the `store` feature the store is the sled store at `data_dir`,
     /// written with `durability` ([`Config::open_store`]); without it the
@@ -95,12 +108,15 @@ impl Config {
     ///
     /// First, whichever the store, it kills what the stdio tool servers of
     /// a SIGKILLed process on this data directory left running
-    /// ([`reap_leftover_groups`](crate::tools::reap_leftover_groups)).
+    /// (`leasehold::tools::reap_leftover_groups`, with the `mcp` feature).
     #[cfg(feature = "store")]
     pub fn open_store(&self) -> Result<Arc<dyn Store>, EngineSetupError> {
         use crate::store::{SledConfig, SledStore};
         // Before anything else: what a killed process's tool servers left
-        // running is killed, whichever store the runs are in.
+        // running is killed, whichever store the runs are in. A build
+        // without the MCP client starts no tool servers and keeps no ledger
+        // of their process groups to reap from.
+        #[cfg(feature = "mcp")]
         crate::tools::reap_leftover_groups(&self.data_dir.value);
         if let Some(url) = &self.store_url.value {
             return open_postgres(url);
@@ -130,17 +146,26 @@ impl Config {
     }
 
     fn engine_builder_without_store(&self) -> Result<EngineBuilder, EngineSetupError> {
+        // The model endpoint is checked first: a configuration without one
+        // fails before anything else is built.
+        #[cfg(feature = "openai")]
         let client = OpenAiClient::new(self.model_settings()?)?;
-        let evaluator = ModelEvaluator::with_role(&client, self.watchdog_role.value);
-        Ok(Engine::builder()
+        let builder = Engine::builder()
             .config(self.engine_config())
-            .model(Arc::new(client))
-            .evaluator(Arc::new(evaluator))
-            .tool_factory(McpToolClient::factory_recorded(
-                self.mcp_handshake_timeout.value,
-                Some(Arc::new(ToolGroups::in_data_dir(&self.data_dir.value))),
-            ))
-            .owner_id(crate::executor::owner_id()))
+            .owner_id(crate::executor::owner_id());
+        #[cfg(feature = "openai")]
+        let builder = {
+            let evaluator = ModelEvaluator::with_role(&client, self.watchdog_role.value);
+            builder
+                .model(Arc::new(client))
+                .evaluator(Arc::new(evaluator))
+        };
+        #[cfg(feature = "mcp")]
+        let builder = builder.tool_factory(McpToolClient::factory_recorded(
+            self.mcp_handshake_timeout.value,
+            Some(Arc::new(ToolGroups::in_data_dir(&self.data_dir.value))),
+        ));
+        Ok(builder)
     }
 }
 

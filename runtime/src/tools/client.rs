@@ -17,16 +17,12 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 
-use super::IDEMPOTENCY_KEY_META;
 use super::connection::{Connection, Endpoint, Target};
 use super::convert::{Failure, classify, tool_definition, tool_output};
 use super::groups::ToolGroups;
 use super::progress::ProgressRoutes;
+use super::{DEFAULT_HANDSHAKE_TIMEOUT, IDEMPOTENCY_KEY_META};
 use crate::secret::Secrets;
-
-/// How long a new server has to complete the MCP handshake, and to answer
-/// `tools/list`, unless set with [`McpToolClient::with_handshake_timeout`].
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reason sent with `notifications/cancelled`.
 const CANCEL_REASON: &str = "cancelled by leasehold: the call's lease or its run ended it";
