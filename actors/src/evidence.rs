@@ -42,21 +42,23 @@
 //! the cell when a pause starts and ends, and the pause counts neither in the
 //! age of the last item nor in the inter-arrival history phi is computed on.
 
+pub(crate) mod accrual;
 mod repetition;
+pub(crate) mod summary;
 
 pub use repetition::{MIN_TRIGRAMS, repetition};
+pub use summary::{EvidenceKind, EvidenceKinds, EvidenceSummary, ProgressSummary};
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::event::{EventKind, EventLimits, cut_note};
-use crate::lease::LeaseMeta;
+use crate::lease::meta::LeaseMeta;
 use crate::pace::{CallPace, Pace, Spread};
 use crate::ports::EventSink;
-use crate::watchdog::accrual::{AccrualConfig, ArrivalWindow};
+use accrual::{AccrualConfig, ArrivalWindow};
 
 /// The evidence cell of one lease. Cheap to clone; hand a clone to whatever
 /// does the work.
@@ -77,131 +79,6 @@ struct EvidenceInner {
 /// How much of a stream's text the cell keeps: the tail shown to the
 /// evaluator and measured for repetition (2 KiB, a few hundred words).
 pub const TAIL_BYTES: usize = 2048;
-
-/// What one item of evidence is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EvidenceKind {
-    /// Bytes of an answer's text (or of a whole answer being read).
-    Text,
-    /// Bytes of a model's reasoning.
-    Reasoning,
-    /// Bytes of a tool call's name or arguments being streamed.
-    ToolCall,
-    /// A progress value that rose toward its total.
-    Progress,
-    /// A worker's completed step.
-    Step,
-    /// A note from the operation itself (a client waiting out a rate
-    /// limit, a scripted report).
-    Note,
-    /// A sign that the connection is open, and nothing more: an SSE
-    /// comment, a chunk that adds nothing, a progress value that did not
-    /// advance. Not an arrival: it earns no renewal.
-    Keepalive,
-}
-
-impl EvidenceKind {
-    /// Its name, as in events.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Text => "text",
-            Self::Reasoning => "reasoning",
-            Self::ToolCall => "tool_call",
-            Self::Progress => "progress",
-            Self::Step => "step",
-            Self::Note => "note",
-            Self::Keepalive => "keepalive",
-        }
-    }
-}
-
-/// How many items of each kind a lease's evidence holds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EvidenceKinds {
-    /// Text items.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub text: u64,
-    /// Reasoning items.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub reasoning: u64,
-    /// Tool-call items.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub tool_call: u64,
-    /// Progress values that advanced.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub progress: u64,
-    /// Worker steps.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub step: u64,
-    /// Notes.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub note: u64,
-    /// Keepalives: not arrivals, not counted in [`EvidenceSummary::count`].
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub keepalive: u64,
-}
-
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-impl EvidenceKinds {
-    /// Whether no item of any kind arrived.
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-
-    fn add(&mut self, kind: EvidenceKind) {
-        let slot = match kind {
-            EvidenceKind::Text => &mut self.text,
-            EvidenceKind::Reasoning => &mut self.reasoning,
-            EvidenceKind::ToolCall => &mut self.tool_call,
-            EvidenceKind::Progress => &mut self.progress,
-            EvidenceKind::Step => &mut self.step,
-            EvidenceKind::Note => &mut self.note,
-            EvidenceKind::Keepalive => &mut self.keepalive,
-        };
-        *slot = slot.saturating_add(1);
-    }
-
-    /// `kind count` for every kind with items, in a fixed order:
-    /// `"text 12, keepalive 40"`; empty when none arrived.
-    pub fn describe(&self) -> String {
-        [
-            (EvidenceKind::Text, self.text),
-            (EvidenceKind::Reasoning, self.reasoning),
-            (EvidenceKind::ToolCall, self.tool_call),
-            (EvidenceKind::Progress, self.progress),
-            (EvidenceKind::Step, self.step),
-            (EvidenceKind::Note, self.note),
-            (EvidenceKind::Keepalive, self.keepalive),
-        ]
-        .into_iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(kind, n)| format!("{} {n}", kind.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ")
-    }
-}
-
-/// Where an operation's reported progress stands.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ProgressSummary {
-    /// The highest value reported within its total.
-    pub value: f64,
-    /// The total the last advancing report gave, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total: Option<f64>,
-    /// The value at the lease's last judged expiry; `None` before the first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous: Option<f64>,
-    /// Whether the value rose since the lease's last judged expiry (or was
-    /// first reported since the lease started): the strongest evidence
-    /// there is, renewed on without the evidence-streak limit.
-    pub advanced: bool,
-}
 
 /// How many of a worker's recent steps are kept for the repetition signal.
 pub const STEP_WINDOW: usize = 6;
@@ -273,38 +150,6 @@ struct EvidenceState {
     published: Option<Instant>,
     /// Progress reports since then that no event has said yet.
     unsaid: u64,
-}
-
-/// What the watchdog knows of a lease's liveness when it expires.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct EvidenceSummary {
-    /// Evidence items received since the operation started.
-    pub count: u64,
-    /// Milliseconds since the last item, time paused excluded; `None` if
-    /// there was none.
-    pub last_progress_age_ms: Option<u64>,
-    /// The accrual detector's suspicion level; with no evidence at all
-    /// (silence from the start), the suspicion of that silence against the
-    /// learned time to a first item, `None` if none was learned.
-    pub phi: Option<f64>,
-    /// The last progress note, if the operation gave one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_note: Option<String>,
-    /// The share of repeated word 3-grams in the tail of a stream's text,
-    /// from 0 to almost 1 (see [`repetition`]); `None` when the operation
-    /// reported too little text to judge.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repetition: Option<f64>,
-    /// How many items of each kind arrived, keepalives included.
-    #[serde(default, skip_serializing_if = "EvidenceKinds::is_empty")]
-    pub kinds: EvidenceKinds,
-    /// Milliseconds since the last keepalive, time paused excluded; `None`
-    /// if there was none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keepalive_age_ms: Option<u64>,
-    /// Where reported progress stands, if a value was reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<ProgressSummary>,
 }
 
 impl Evidence {

@@ -49,6 +49,8 @@
 //! generation it was armed with; a fire made stale by a renewal is ignored.
 
 mod handle;
+pub(crate) mod meta;
+mod protocol;
 pub(crate) mod spec;
 pub(crate) mod terms;
 mod timer;
@@ -64,7 +66,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::duration::deadline_after;
 use crate::event::EventKind;
-use crate::evidence::{Evidence, EvidenceSummary, Wake};
+use crate::evidence::{Evidence, Wake};
 use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
 use crate::pace::{PaceBook, PaceMode};
@@ -76,106 +78,15 @@ use terms::{LeaseTerms, TermsByKind};
 use timer::TimerCmd;
 
 pub use handle::{LeaseError, LeaseHandle, Leases};
-pub(crate) use spec::min_lease_expected;
-pub use spec::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, LeaseSpec, MIN_LEASE};
+pub(crate) use meta::min_lease_expected;
+pub use meta::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, MIN_LEASE};
+pub(crate) use protocol::LeaseEnd;
+pub use protocol::{LeaseMsg, Registration};
+pub use spec::LeaseSpec;
 pub use terms::{
     DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
     DEFAULT_REPETITION_THRESHOLD,
 };
-
-/// Why the lease, not the operation, ended it.
-#[derive(Debug)]
-pub(crate) enum LeaseEnd {
-    Intervened(String),
-    Escalated(String, EvidenceSummary),
-    RenewalCapReached(u32),
-}
-
-impl From<LeaseEnd> for LeaseError {
-    fn from(end: LeaseEnd) -> Self {
-        match end {
-            LeaseEnd::Intervened(reason) => Self::Intervened { reason },
-            LeaseEnd::Escalated(reason, evidence) => Self::Escalated {
-                reason,
-                evidence: Box::new(evidence),
-            },
-            LeaseEnd::RenewalCapReached(max_renewals) => Self::RenewalCapReached { max_renewals },
-        }
-    }
-}
-
-/// A new lease, as sent by [`Leases::supervise`].
-pub struct Registration {
-    meta: Arc<LeaseMeta>,
-    /// What its expiries are judged by, settled when it was started.
-    terms: Arc<LeaseTerms>,
-    /// When the first period ends: taken when the operation was started, so
-    /// a busy mailbox does not lengthen the lease.
-    deadline: tokio::time::Instant,
-    evidence: Evidence,
-    token: CancellationToken,
-    end: oneshot::Sender<LeaseEnd>,
-    nudges: Option<NudgeQueue>,
-}
-
-impl std::fmt::Debug for Registration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registration")
-            .field("meta", &self.meta)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The lease actor's messages.
-#[derive(Debug)]
-pub enum LeaseMsg {
-    /// Start watching an operation.
-    Register(Box<Registration>),
-    /// The operation is over: it returned, panicked, or (`cancelled`) its
-    /// parent cancelled it.
-    Done {
-        /// The lease.
-        id: LeaseId,
-        /// Whether it was cancelled rather than finished.
-        cancelled: bool,
-    },
-    /// A timer fired. Ignored unless `generation` is the lease's current one.
-    Expired {
-        /// The lease.
-        id: LeaseId,
-        /// The generation the timer was armed with.
-        generation: u64,
-    },
-    /// The operation's evidence turned suspicious by itself — its text or
-    /// its steps began to repeat: under a policy that expires early, the
-    /// lease is judged now rather than at its period's end.
-    Suspect(LeaseId),
-    /// The operation's evidence got a history to judge its silences by:
-    /// the lease's next check moves to when its silence would turn
-    /// suspicious, if that is before its period's end.
-    Rearm(LeaseId),
-    /// Stop every clock: disarm all timers until [`LeaseMsg::Resume`]. No
-    /// lease expires while paused, new leases start disarmed, evidence does
-    /// not age, and verdicts that arrive are dropped.
-    Pause,
-    /// Restart every clock: each lease gets a full, fresh period, and its
-    /// evidence's age goes on from where the pause found it.
-    Resume,
-    /// Answer once no lease is held, at once if none is: a run that ends
-    /// waits for its cancelled operations to be let go (and their
-    /// `lease_cancelled` events published) before its end event, so the
-    /// end is its log's last event.
-    Drained(oneshot::Sender<()>),
-    /// The watchdog's verdict on an expiry of `generation`.
-    Decided {
-        /// The lease.
-        id: LeaseId,
-        /// The generation of the expiry it answers.
-        generation: u64,
-        /// The verdict.
-        decision: Decision,
-    },
-}
 
 /// The lease actor.
 #[derive(Debug, Default, Clone, Copy)]

@@ -55,8 +55,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::ConfigError;
-use crate::evidence::EvidenceSummary;
-use crate::lease::spec::LeaseKind;
+use crate::evidence::summary::EvidenceSummary;
+use crate::lease::meta::LeaseKind;
 use crate::verdict::{DecidedBy, Decision, Verdict};
 
 /// What a verdict policy sees of one expiry.

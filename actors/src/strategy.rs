@@ -137,7 +137,7 @@ pub enum ChildEnd {
         /// The watchdog's reason.
         reason: String,
         /// The evidence when it escalated, if a lease escalated it.
-        evidence: Option<crate::evidence::EvidenceSummary>,
+        evidence: Option<crate::evidence::summary::EvidenceSummary>,
     },
     /// It returned an error.
     Failed {

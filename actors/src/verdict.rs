@@ -16,8 +16,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::evidence::EvidenceSummary;
-use crate::lease::spec::{LeaseId, LeaseKind, LeaseMeta};
+use crate::evidence::summary::EvidenceSummary;
+use crate::lease::meta::{LeaseId, LeaseKind, LeaseMeta};
 use crate::ports::TokenCost;
 use crate::strict_json::{self, kind_of, string_field};
 

@@ -26,8 +26,6 @@
 //! [`WatchdogConfig`] holds the settings leases' terms are resolved from
 //! ([`WatchdogConfig::terms`]) beside the evaluator's timeout.
 
-pub mod accrual;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,8 +34,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::error::ConfigError;
 use crate::evaluation::timed;
 use crate::event::EventKind;
-use crate::evidence::EvidenceSummary;
-use crate::lease::spec::{LeaseConfig, LeaseKind, LeaseMeta};
+use crate::evidence::summary::EvidenceSummary;
+use crate::lease::meta::{LeaseConfig, LeaseKind, LeaseMeta};
 use crate::lease::terms::{
     DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_REPETITION_THRESHOLD, LeaseTerms,
     TermsByKind,
@@ -47,8 +45,8 @@ use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
 
 pub use crate::error::StartError;
 pub use crate::evaluation::{Judge, JudgeConfig};
+pub use crate::evidence::accrual::{AccrualConfig, AccrualPolicy};
 use crate::verdict::{DecidedBy, Decision, VerdictRecord, parse_verdict};
-pub use accrual::{AccrualConfig, AccrualPolicy};
 
 /// The consumer that evaluator calls of the watchdog are attributed to.
 pub const WATCHDOG_CONSUMER: &str = "engine.watchdog";

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The modules whose file holds an actor (or spawns the tree). `lease/spec.rs`
+/// The modules whose file holds an actor (or spawns the tree). `lease/meta.rs`
 /// and `budget/figures.rs` are not: they hold the lease's identity and
 /// settings and a loop's budget figures, no actor.
 const ACTOR_MODULES: &[&str] = &[
@@ -79,7 +79,7 @@ fn actor_paths(file: &Path) -> Vec<String> {
             let second = path.get(1).map(String::as_str);
             let leaf = matches!(
                 (first, second),
-                ("lease", Some("spec")) | ("budget", Some("figures" | "BudgetFigures"))
+                ("lease", Some("meta")) | ("budget", Some("figures" | "BudgetFigures"))
             );
             ACTOR_MODULES.contains(&first) && !leaf
         })
@@ -90,9 +90,9 @@ fn actor_paths(file: &Path) -> Vec<String> {
 #[test]
 fn crate_paths_finds_each_path_named() {
     assert_eq!(
-        crate_paths("use crate::lease::spec::{LeaseId};\n[`x`](crate::watchdog::Verdict)"),
+        crate_paths("use crate::lease::meta::{LeaseId};\n[`x`](crate::watchdog::Verdict)"),
         vec![
-            vec!["lease".to_owned(), "spec".to_owned()],
+            vec!["lease".to_owned(), "meta".to_owned()],
             vec!["watchdog".to_owned(), "Verdict".to_owned()],
         ]
     );

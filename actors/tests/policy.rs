@@ -162,7 +162,7 @@ fn policies_are_named_in_configuration_and_flows_and_a_wrong_name_is_refused() {
     assert!(error.to_string().contains("idle_kill"), "{error}");
     assert!(error.to_string().contains("\"timeout\""), "{error}");
     // A name that is not one is refused before any lookup.
-    for bad in ["Deadline", "idle_kill", "", "9lives", "a b"] {
+    for bad in ["Deadline", "idle-kill", "", "9lives", "a b"] {
         let error = PolicyChoice::parse_at("leases.policy", bad).expect_err(bad);
         assert!(error.field.starts_with("leases.policy"), "{error}");
     }

@@ -3,7 +3,7 @@
 use ractor::{ActorRef, RpcReplyPort};
 
 use crate::budget::BudgetDecision;
-use crate::evidence::EvidenceSummary;
+use crate::evidence::summary::EvidenceSummary;
 pub use crate::ports::ReconcileDecision;
 use crate::ports::{ModelReply, RunStatus, ToolCallRecord};
 use crate::strategy::ChildEnd;

@@ -13,7 +13,7 @@ use super::{
     SPAWN_WORKER_TOOL, describe_end,
 };
 use crate::event::{EventKind, HandedTo};
-use crate::evidence::EvidenceSummary;
+use crate::evidence::summary::EvidenceSummary;
 use crate::ports::ToolCallState;
 use crate::strategy::{
     ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, SupervisionAction,

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::figures::BudgetFigures;
 
-use crate::evidence::EvidenceSummary;
-use crate::lease::spec::{LeaseId, LeaseKind};
+use crate::evidence::summary::EvidenceSummary;
+use crate::lease::meta::{LeaseId, LeaseKind};
 use crate::ports::TokenCost;
 use crate::verdict::{DecidedBy, EvaluatorUsage, Verdict, VerdictRecord};
 

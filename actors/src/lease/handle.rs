@@ -8,8 +8,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::meta::{LeaseId, LeaseMeta};
+use super::protocol::{LeaseEnd, LeaseMsg, Registration};
+use super::spec::LeaseSpec;
 use super::terms::TermsByKind;
-use super::{LeaseId, LeaseMeta, LeaseMsg, LeaseSpec, Registration};
 use crate::duration::deadline_after;
 use crate::event::EventLimits;
 use crate::evidence::Evidence;
@@ -32,7 +34,7 @@ pub enum LeaseError {
         /// The verdict's reason.
         reason: String,
         /// The evidence when it escalated: what a person is shown.
-        evidence: Box<crate::evidence::EvidenceSummary>,
+        evidence: Box<crate::evidence::summary::EvidenceSummary>,
     },
     /// The lease was renewed `max_renewals` times and expired again.
     #[error(
@@ -290,5 +292,18 @@ fn panic_message(join: tokio::task::JoinError) -> String {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a non-string panic payload".to_owned()),
         Err(join) => join.to_string(),
+    }
+}
+
+impl From<LeaseEnd> for LeaseError {
+    fn from(end: LeaseEnd) -> Self {
+        match end {
+            LeaseEnd::Intervened(reason) => Self::Intervened { reason },
+            LeaseEnd::Escalated(reason, evidence) => Self::Escalated {
+                reason,
+                evidence: Box::new(evidence),
+            },
+            LeaseEnd::RenewalCapReached(max_renewals) => Self::RenewalCapReached { max_renewals },
+        }
     }
 }

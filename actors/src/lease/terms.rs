@@ -4,10 +4,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::spec::{LeaseKind, LeaseMeta};
-use crate::evidence::EvidenceSummary;
+use super::meta::{LeaseKind, LeaseMeta};
+use crate::evidence::accrual::{AccrualConfig, AccrualPolicy};
+use crate::evidence::summary::EvidenceSummary;
 use crate::policy::{Expiry, LeaseholdPolicy, VerdictPolicy};
-use crate::watchdog::accrual::{AccrualConfig, AccrualPolicy};
 
 /// The renewal cap by default (`lease.max_renewals`).
 pub const DEFAULT_MAX_RENEWALS: u32 = 10;

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::{BoxFuture, TokenCost, TranscriptMessage};
 use crate::budget::figures::BudgetFigures;
-use crate::evidence::EvidenceSummary;
-use crate::lease::spec::{LeaseId, LeaseKind};
+use crate::evidence::summary::EvidenceSummary;
+use crate::lease::meta::{LeaseId, LeaseKind};
 
 /// What the watchdog shows an evaluator when a lease has expired and neither
 /// the free ladder nor fresh evidence settled it.

@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::lease::LeaseKind;
+use crate::lease::meta::LeaseKind;
 use crate::pace::{PRIOR_SAMPLES, Spread};
 
 /// How many inter-arrival samples a lease keeps (Pekko's `max-sample-size`).
