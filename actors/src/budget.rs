@@ -188,6 +188,7 @@ impl JudgeConfig for BudgetConfig {
 
 /// A checkpoint's decision.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum BudgetDecision {
     /// Keep stepping: the limit grew by `granted` to `new_limit`.
     Extend {

@@ -33,6 +33,7 @@ impl ConfigError {
 
 /// An actor that could not be started.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// Its configuration was refused.
     #[error(transparent)]

@@ -100,6 +100,7 @@ pub type StrategyFactory = std::sync::Arc<dyn Fn() -> Box<dyn SupervisionStrateg
 /// What kind of child ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ChildKind {
     /// A call to the model.
     ModelCall,
@@ -124,6 +125,7 @@ pub struct ChildInfo {
 
 /// How a child ended.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ChildEnd {
     /// It finished its work.
     Completed,
@@ -177,6 +179,7 @@ impl ChildEnd {
 
 /// What the supervisor does about a child that ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SupervisionAction {
     /// Start the child again after this delay.
     Restart {

@@ -56,6 +56,7 @@ impl std::fmt::Display for Verdict {
 /// Who decided a verdict: the audit trail's answer to "why did this happen".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DecidedBy {
     /// A free renewal of the cost ladder: no evaluator call.
     Ladder,

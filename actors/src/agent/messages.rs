@@ -125,6 +125,7 @@ pub struct Reconciliation {
 
 /// A control that does not apply to the run as it is.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControlError {
     /// Resume of a run that is not paused.
     #[error("run {run_id} is not paused (it is {status:?}): there is nothing to resume")]

@@ -156,6 +156,7 @@ impl EngineConfig {
 
 /// Why the engine could not start, or could not start a run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// A configuration value was refused.
     #[error(transparent)]

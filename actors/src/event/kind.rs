@@ -59,6 +59,7 @@ fn one() -> u64 {
 /// Who a failure given up by a supervisor went to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HandedTo {
     /// The loop's model, as the call's error result.
     Model,
@@ -81,6 +82,7 @@ impl std::fmt::Display for HandedTo {
 /// What happened, with its own fields. Serialized with a `kind` tag.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EventKind {
     /// A lease expired; the watchdog is being asked for a verdict.
     Wait {

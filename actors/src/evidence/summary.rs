@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 /// What one item of evidence is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EvidenceKind {
     /// Bytes of an answer's text (or of a whole answer being read).
     Text,

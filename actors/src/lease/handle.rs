@@ -19,6 +19,7 @@ use crate::ports::EventSink;
 
 /// How a supervised operation ended, when it did not return its own result.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeaseError {
     /// The watchdog said `INTERVENE`: the operation was cancelled and goes to
     /// the restart strategy.

@@ -35,6 +35,7 @@ pub const CHANGE_FEED_CAPACITY: usize = 1024;
 /// how.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "change", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StoreChange {
     /// Events were appended to a run's log.
     Events {

@@ -128,6 +128,7 @@ pub struct ModelReply {
 /// Why a model stopped answering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FinishReason {
     /// It finished its answer.
     Stop,
@@ -159,6 +160,7 @@ impl FinishReason {
 /// What kind of failure a model call had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ModelErrorKind {
     /// Nothing listens at the endpoint.
     ConnectionRefused,

@@ -35,6 +35,7 @@ pub use summary::{RunSummary, SUMMARY_CHARS, SummaryPage};
 /// Where a run is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunStatus {
     /// Posted, waiting in the queue: no executor owns it yet. The first
     /// executor with room claims it ([`Store::claim_queued`]) and starts it.
@@ -129,6 +130,7 @@ pub struct PauseRecord {
 /// Where a tool call is, as far as the store knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolCallState {
     /// Sent to the tool; no result recorded yet.
     Sent,
@@ -193,6 +195,7 @@ pub struct RunRecord {
 /// What a person decides about a tool call of unknown outcome.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "decision")]
+#[non_exhaustive]
 pub enum ReconcileDecision {
     /// It took effect: this is its result.
     MarkDone {
