@@ -62,6 +62,30 @@ pub use builder::{
 use ownership::{LiveRun, heartbeat};
 
 /// Runs flows: one executor, owning the runs it starts or resumes.
+///
+/// Built on ports you give it ([`EngineBuilder`]): a model client, tool
+/// servers, an evaluator, a store (in memory by default). Each run is a
+/// supervision tree of its own; [`Engine::start`] returns a [`RunHandle`]
+/// to follow it, pause it, answer it or cancel it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use leasehold_actors::prelude::*;
+/// use leasehold_actors::testing::{ScriptedModel, Turn};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let model = ScriptedModel::new().script("run", [Turn::answer("Shipped yesterday.")]);
+/// let engine = Engine::builder().model(Arc::new(model)).build().await?;
+/// let flow = Flow::builder("support", "Where is order 1042?").max_steps(3).build()?;
+/// let mut run = engine.start(flow).await?;
+/// let state = run.wait().await;
+/// assert_eq!(state.status, RunStatus::Completed);
+/// assert_eq!(state.answer.as_deref(), Some("Shipped yesterday."));
+/// engine.shutdown().await;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Engine {
     config: EngineConfig,
     model: Arc<dyn ModelClient>,

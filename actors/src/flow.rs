@@ -24,26 +24,8 @@
 //! shorter than [`MIN_LEASE`](crate::MIN_LEASE) (10 ms). Overrides left out
 //! keep the runtime's configuration; [`Flow::lease_config`] and
 //! [`Flow::watchdog_config`] apply them.
-//!
-//! ```
-//! use std::time::Duration;
-//! use leasehold_actors::Flow;
-//! use leasehold_actors::LeaseConfig;
-//!
-//! let flow: Flow = serde_json::from_str(r#"{
-//!     "name": "triage",
-//!     "task": "Sort the open issues by urgency.",
-//!     "max_steps": 20,
-//!     "leases": { "tool_call": "90s" }
-//! }"#)?;
-//! flow.validate()?;
-//! assert!(flow.stream);
-//! let lease = flow.lease_config(LeaseConfig::default());
-//! assert_eq!(lease.tool_call, Duration::from_secs(90));
-//! assert_eq!(lease.worker_step, LeaseConfig::default().worker_step);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
 
+mod builder;
 mod command_arg;
 mod overrides;
 
@@ -54,12 +36,33 @@ use serde::{Deserialize, Serialize};
 use crate::lease::LeaseConfig;
 use crate::watchdog::WatchdogConfig;
 
+pub use builder::FlowBuilder;
 pub use command_arg::CommandArg;
 pub use overrides::{
     BudgetOverrides, LeaseOverrides, SpawnOverrides, StrategyKind, SupervisionOverrides,
 };
 
-/// A flow: what one run does. TOML or JSON.
+/// A flow: what one run does. TOML or JSON, or built in Rust with
+/// [`Flow::builder`]; read from a JSON value with [`Flow::from_json`].
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_actors::Flow;
+/// use leasehold_actors::LeaseConfig;
+///
+/// let flow: Flow = serde_json::from_str(r#"{
+///     "name": "triage",
+///     "task": "Sort the open issues by urgency.",
+///     "max_steps": 20,
+///     "leases": { "tool_call": "90s" }
+/// }"#)?;
+/// flow.validate()?;
+/// assert!(flow.stream);
+/// let lease = flow.lease_config(LeaseConfig::default());
+/// assert_eq!(lease.tool_call, Duration::from_secs(90));
+/// assert_eq!(lease.worker_step, LeaseConfig::default().worker_step);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Flow {

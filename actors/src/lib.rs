@@ -75,8 +75,8 @@ pub use run::{RunHandle, RunState};
 
 // Flows.
 pub use flow::{
-    BudgetOverrides, CommandArg, Flow, FlowError, LeaseOverrides, SpawnOverrides, StrategyKind,
-    SupervisionOverrides, ToolServer, WorkerKind,
+    BudgetOverrides, CommandArg, Flow, FlowBuilder, FlowError, LeaseOverrides, SpawnOverrides,
+    StrategyKind, SupervisionOverrides, ToolServer, WorkerKind,
 };
 pub use spawn::{SpawnLimits, SpawnRefusal};
 
@@ -162,7 +162,7 @@ pub mod prelude {
     pub use crate::engine::{Engine, EngineBuilder, EngineConfig, EngineError};
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
     pub use crate::evidence::{Evidence, EvidenceKind, EvidenceSummary, ProgressSummary};
-    pub use crate::flow::{Flow, FlowError};
+    pub use crate::flow::{Flow, FlowBuilder, FlowError, ToolServer, WorkerKind};
     pub use crate::lease::terms::LeaseTerms;
     pub use crate::lease::{
         LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,

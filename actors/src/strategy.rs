@@ -279,7 +279,40 @@ impl std::str::FromStr for OnExhausted {
 /// A strategy is told of every child that ends, with the current time from
 /// tokio, and answers what to do. It may keep state (restart history, a
 /// random generator) across calls; the supervisor holds one instance for all
-/// its children.
+/// its children. Give one to the engine with
+/// [`EngineBuilder::strategy`](crate::EngineBuilder::strategy).
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use leasehold_actors::prelude::*;
+///
+/// /// Restarts a failed child once, after a second; pauses the run for a
+/// /// person at its second failure.
+/// struct OnceThenAsk;
+///
+/// impl SupervisionStrategy for OnceThenAsk {
+///     fn decide(
+///         &mut self,
+///         child: &ChildInfo,
+///         end: &ChildEnd,
+///         _now: tokio::time::Instant,
+///     ) -> SupervisionAction {
+///         match end {
+///             ChildEnd::Completed => SupervisionAction::Ignore,
+///             _ if child.attempt < 2 => SupervisionAction::Restart {
+///                 after: Duration::from_secs(1),
+///             },
+///             _ => SupervisionAction::Pause {
+///                 reason: format!("{} failed twice", child.subject),
+///             },
+///         }
+///     }
+/// }
+///
+/// let factory: StrategyFactory = Arc::new(|| Box::new(OnceThenAsk));
+/// # let _ = factory;
+/// ```
 pub trait SupervisionStrategy: Send + 'static {
     /// Decides what to do about `child`, which just ended as `end`, at `now`.
     fn decide(&mut self, child: &ChildInfo, end: &ChildEnd, now: Instant) -> SupervisionAction;

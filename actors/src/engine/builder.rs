@@ -246,7 +246,31 @@ fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: 
     )
 }
 
-/// Builds an [`Engine`].
+/// Builds an [`Engine`]: its ports, its configuration, and what you bring
+/// of your own — a supervision strategy, verdict policies, a load gauge.
+/// Only the model is required.
+///
+/// ```
+/// use std::sync::Arc;
+/// use leasehold_actors::prelude::*;
+/// use leasehold_actors::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut config = EngineConfig::default();
+/// config.supervision.lease.tool_call = std::time::Duration::from_secs(60);
+/// let engine = Engine::builder()
+///     .config(config)
+///     .model(Arc::new(ScriptedModel::new()))
+///     .evaluator(Arc::new(ScriptedEvaluator::always("RENEW")))
+///     .tool_server("orders", Arc::new(ScriptedTools::new()))
+///     .owner_id("executor-eu-1")
+///     .build()
+///     .await?;
+/// assert!(engine.serves_tool("orders"));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Default)]
 pub struct EngineBuilder {
     config: EngineConfig,

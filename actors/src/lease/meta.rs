@@ -80,7 +80,7 @@ impl fmt::Display for LeaseId {
 /// ticks of tokio's timer and far below any lease a person would choose
 /// (the defaults are minutes), so no real operation is refused for it.
 /// Configuration and flows refuse a shorter lease, naming the key (an
-/// operator may raise the floor with `lease.min`); [`LeaseSpec::new`] lengthens
+/// operator may raise the floor with `lease.min`); [`LeaseSpec::new`](crate::LeaseSpec::new) lengthens
 /// a shorter one to it, so the floor holds for leases made through the Rust
 /// API too.
 pub const MIN_LEASE: Duration = Duration::from_millis(10);

@@ -82,6 +82,31 @@ impl EvaluatorError {
 /// The watchdog runs it in a task of its own under a flat timeout, so an
 /// implementation may take as long as it likes; whatever it returns that is
 /// not exactly that JSON trips the breaker and renews.
+///
+/// ```
+/// use leasehold_actors::prelude::*;
+///
+/// /// Intervenes on what said nothing for a whole lease; renews the rest.
+/// struct Strict;
+///
+/// impl Evaluator for Strict {
+///     fn evaluate(
+///         &self,
+///         request: EvaluationRequest,
+///     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
+///         let lease_ms = request.lease.as_millis() as u64;
+///         let silent = request.evidence.last_progress_age_ms.is_none_or(|age| age >= lease_ms);
+///         let verdict = if silent { "INTERVENE" } else { "RENEW" };
+///         Box::pin(async move {
+///             Ok(EvaluatorAnswer {
+///                 text: serde_json::json!({"verdict": verdict, "reason": "by silence", "nudge": null})
+///                     .to_string(),
+///                 cost: TokenCost::default(),
+///             })
+///         })
+///     }
+/// }
+/// ```
 pub trait Evaluator: Send + Sync + 'static {
     /// Judges one expired lease.
     fn evaluate(

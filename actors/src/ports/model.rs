@@ -209,6 +209,37 @@ impl ModelError {
 /// A chat-completion client. Implementations report each received chunk
 /// into `evidence` and have no request-wide deadline: the lease decides how
 /// long a live call may take.
+///
+/// ```
+/// use leasehold_actors::prelude::*;
+///
+/// /// Answers every request with its last message, backwards, one word at
+/// /// a time: each word is evidence for the call's lease.
+/// struct Backwards;
+///
+/// impl ModelClient for Backwards {
+///     fn complete(
+///         &self,
+///         request: ModelRequest,
+///         evidence: Evidence,
+///     ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+///         Box::pin(async move {
+///             let last = request.messages.last().map(|m| m.content.clone()).unwrap_or_default();
+///             let mut content = String::new();
+///             for word in last.split_whitespace().rev() {
+///                 evidence.observe_text(word);
+///                 content.push_str(word);
+///                 content.push(' ');
+///             }
+///             Ok(ModelReply {
+///                 content: content.trim_end().to_owned(),
+///                 finish_reason: Some(FinishReason::Stop),
+///                 ..ModelReply::default()
+///             })
+///         })
+///     }
+/// }
+/// ```
 pub trait ModelClient: Send + Sync + 'static {
     /// Runs one chat completion.
     fn complete(

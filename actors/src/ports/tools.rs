@@ -61,7 +61,46 @@ impl ToolError {
 }
 
 /// A tool client (an MCP server, or in-process tools). Implementations report
-/// each progress notification into `evidence`.
+/// each progress notification into `evidence`: it is what renews the call's
+/// lease. The `leasehold` crate has an MCP client; the `own_ports` example
+/// writes one from scratch.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_actors::prelude::*;
+///
+/// /// One tool, `count`, that counts to its argument, a second a step.
+/// struct Counter;
+///
+/// impl ToolClient for Counter {
+///     fn list_tools(&self) -> BoxFuture<'static, Result<Vec<ToolDefinition>, ToolError>> {
+///         Box::pin(async {
+///             Ok(vec![ToolDefinition {
+///                 name: "count".to_owned(),
+///                 description: "Counts to n, a second a step.".to_owned(),
+///                 input_schema: serde_json::json!({"type": "object"}),
+///                 idempotent: Some(true),
+///             }])
+///         })
+///     }
+///
+///     fn call(
+///         &self,
+///         invocation: ToolInvocation,
+///         evidence: Evidence,
+///     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+///         Box::pin(async move {
+///             let n = invocation.arguments["n"].as_u64().ok_or_else(|| ToolError::new("no n", false))?;
+///             for i in 1..=n {
+///                 tokio::time::sleep(Duration::from_secs(1)).await;
+///                 // Advancing progress renews the lease without a judge.
+///                 evidence.progress_value(i as f64, Some(n as f64), format!("{i} of {n}"));
+///             }
+///             Ok(ToolOutput { content: format!("counted to {n}"), is_error: false })
+///         })
+///     }
+/// }
+/// ```
 pub trait ToolClient: Send + Sync + 'static {
     /// The tools it offers.
     fn list_tools(&self) -> BoxFuture<'static, Result<Vec<ToolDefinition>, ToolError>>;
