@@ -35,10 +35,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use leasehold_actors::testing::actors::{LeaseExpiry, WatchdogActor, WatchdogArgs, WatchdogMsg};
 use leasehold_actors::{
-    EventKind, EventSink, EvidenceSummary, LeaseExpiry, LeaseHandle, LeaseId, LeaseKind, LeaseMeta,
-    LeaseSpec, LeaseTerms, Leases, Supervision, SupervisionConfig, Verdict, WatchdogActor,
-    WatchdogArgs, WatchdogConfig, WatchdogMsg,
+    EventKind, EventSink, EvidenceSummary, LeaseHandle, LeaseId, LeaseKind, LeaseMeta, LeaseSpec,
+    LeaseTerms, Leases, Supervision, SupervisionConfig, Verdict, WatchdogConfig,
 };
 use ractor::ActorRef;
 use tokio::runtime::Runtime;

@@ -56,9 +56,8 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use leasehold_actors::{
-//!     BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision, BudgetFigures,
-//! };
+//! use leasehold_actors::testing::actors::{BudgetCheckpointActor, BudgetCheckpointArgs};
+//! use leasehold_actors::{BudgetConfig, BudgetDecision, BudgetFigures};
 //! use leasehold_actors::EventBus;
 //! use leasehold_actors::BudgetEvaluationRequest;
 //!
@@ -107,7 +106,6 @@ use crate::evaluation::{Judge, JudgeConfig, timed};
 use crate::event::{BudgetRecord, EventKind};
 use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
 use crate::verdict::{DecidedBy, EvaluatorUsage};
-use crate::watchdog::StartError;
 
 pub use extension::{checkpoint_due, proportional_extension};
 pub use figures::BudgetFigures;
@@ -243,7 +241,10 @@ impl BudgetCheckpointActor {
     /// Validates `args.config` and spawns an unlinked checkpoint. (Linked
     /// spawning through [`Actor::spawn_linked`] validates the same way, in
     /// `pre_start`.)
-    pub async fn start(args: BudgetCheckpointArgs) -> Result<ActorRef<BudgetMsg>, StartError> {
+    #[cfg(any(test, feature = "test-util"))]
+    pub async fn start(
+        args: BudgetCheckpointArgs,
+    ) -> Result<ActorRef<BudgetMsg>, crate::error::StartError> {
         args.spawn(BudgetCheckpointActor).await
     }
 

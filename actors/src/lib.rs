@@ -111,7 +111,7 @@ pub use lease::terms::{LeaseTerms, TermsByKind};
 pub use lease::{
     DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
     DEFAULT_REPETITION_THRESHOLD, LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind,
-    LeaseMeta, LeaseMsg, LeaseSpec, Leases, MIN_LEASE,
+    LeaseMeta, LeaseSpec, Leases, MIN_LEASE,
 };
 pub use load::{DEFAULT_LOAD_BOUND, DEFAULT_PROBE_INTERVAL, LoadGauge, LoadRule, MIN_LOAD_BOUND};
 pub use nudge::NudgeQueue;
@@ -127,16 +127,13 @@ pub use verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
     parse_verdict,
 };
-pub use watchdog::{
-    AccrualConfig, AccrualPolicy, Judge, JudgeConfig, LeaseExpiry, StartError, WATCHDOG_CONSUMER,
-    WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
-};
+pub use watchdog::{AccrualConfig, AccrualPolicy, StartError, WATCHDOG_CONSUMER, WatchdogConfig};
 
 // Step budgets and their checkpoint.
 pub use budget::{
-    BUDGET_CONSUMER, BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
-    BudgetFigures, BudgetMsg, BudgetParseError, BudgetReply, MAX_EXTENSIONS, ParsedBudgetDecision,
-    checkpoint_due, max_extensions_expected, parse_budget_decision, proportional_extension,
+    BUDGET_CONSUMER, BudgetConfig, BudgetDecision, BudgetFigures, BudgetParseError, MAX_EXTENSIONS,
+    ParsedBudgetDecision, checkpoint_due, max_extensions_expected, parse_budget_decision,
+    proportional_extension,
 };
 
 // Supervision strategies.

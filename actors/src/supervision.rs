@@ -46,7 +46,7 @@ pub struct Supervision {
     /// The configuration it was started with.
     pub config: SupervisionConfig,
     /// The watchdog.
-    pub watchdog: ActorRef<WatchdogMsg>,
+    pub(crate) watchdog: ActorRef<WatchdogMsg>,
     /// Starts operations under leases.
     pub leases: Leases,
     /// The terms of its leases per kind, resolved from `config`.

@@ -1,6 +1,20 @@
 //! Test doubles (feature `test-util`): a scripted evaluator and an event sink
 //! that records synchronously, for fast, deterministic tests of the actors on
 //! paused time.
+//!
+//! [`actors`] opens the actors' own protocols — their messages and how to
+//! start them alone — to tests and benchmarks of the actors; they are not
+//! the public API, and change without notice.
+
+/// The actors' protocols, for tests and benchmarks of the actors alone.
+pub mod actors {
+    pub use crate::budget::{BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg, BudgetReply};
+    pub use crate::evaluation::{Judge, JudgeConfig};
+    pub use crate::lease::{LeaseMsg, Registration};
+    pub use crate::watchdog::{
+        LeaseExpiry, VerdictReply, WatchdogActor, WatchdogArgs, WatchdogMsg,
+    };
+}
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};

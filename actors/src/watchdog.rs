@@ -196,6 +196,7 @@ impl WatchdogActor {
     }
 
     /// Asks `watchdog` for a verdict and waits for it.
+    #[cfg(any(test, feature = "test-util"))]
     pub async fn assess(watchdog: &ActorRef<WatchdogMsg>, expiry: LeaseExpiry) -> Decision {
         let (reply, rx) = VerdictReply::oneshot();
         // If the send fails the reply is dropped, which answers the breaker's RENEW.

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_actors::testing::actors::{
+    BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg, BudgetReply,
+};
 use leasehold_actors::{
-    BUDGET_CONSUMER, BudgetCheckpointActor, BudgetCheckpointArgs, BudgetConfig, BudgetDecision,
-    BudgetEvaluationRequest, BudgetFigures, BudgetMsg, BudgetRecord, BudgetReply, DecidedBy,
-    Evaluator, EvaluatorUsage, Event, EventKind, MAX_EXTENSIONS, StartError, TokenCost,
-    TranscriptMessage, checkpoint_due, proportional_extension,
+    BUDGET_CONSUMER, BudgetConfig, BudgetDecision, BudgetEvaluationRequest, BudgetFigures,
+    BudgetRecord, DecidedBy, Evaluator, EvaluatorUsage, Event, EventKind, MAX_EXTENSIONS,
+    StartError, TokenCost, TranscriptMessage, checkpoint_due, proportional_extension,
     testing::{RecordingSink, Scripted, ScriptedEvaluator},
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};

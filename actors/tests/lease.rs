@@ -5,8 +5,8 @@ mod common;
 use std::future::pending;
 
 use common::*;
+use leasehold_actors::testing::actors::LeaseMsg;
 use leasehold_actors::{
-    LeaseMsg,
     prelude::*,
     testing::{RecordingSink, Scripted, ScriptedEvaluator},
 };

@@ -6,9 +6,10 @@ use std::future::pending;
 use std::sync::Arc;
 
 use common::*;
+use leasehold_actors::testing::actors::{LeaseExpiry, WatchdogActor, WatchdogArgs};
 use leasehold_actors::{
-    ChatMessage, LeaseExpiry, LeaseId, LeaseMeta, ModelClient, ModelError, ModelReply,
-    ModelRequest, WATCHDOG_CONSUMER, WatchdogActor, WatchdogArgs,
+    ChatMessage, LeaseId, LeaseMeta, ModelClient, ModelError, ModelReply, ModelRequest,
+    WATCHDOG_CONSUMER,
     prelude::*,
     testing::{RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, Turn},
 };

@@ -56,7 +56,7 @@ pub use plot::{MAX_LABEL, PlotError, tradeoff_svg, wasted_svg};
 pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{
-    BUILT_IN, DEFAULT_STRATEGIES, Judge, MAX_DEFINED_STRATEGIES, MAX_STRATEGIES, Strategy,
+    BUILT_IN, DEFAULT_STRATEGIES, MAX_DEFINED_STRATEGIES, MAX_STRATEGIES, OwnPolicy, Strategy,
     StrategyDefinition, StrategySettings, Supervisor, Sweep,
 };
 pub use workload::{

@@ -92,9 +92,29 @@ impl Leases {
         }
     }
 
-    /// The lease actor.
+    /// The lease actor, for tests of the actors alone (feature
+    /// `test-util`): its protocol is not the public API.
+    #[cfg(feature = "test-util")]
     pub fn actor(&self) -> &ActorRef<LeaseMsg> {
         &self.actor
+    }
+
+    /// The lease actor.
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) fn actor(&self) -> &ActorRef<LeaseMsg> {
+        &self.actor
+    }
+
+    /// Stops every clock of this actor's leases: no lease expires, new
+    /// leases start disarmed, evidence does not age and verdicts that
+    /// arrive are dropped, until [`Self::resume`].
+    pub fn pause(&self) {
+        let _ = self.actor.send_message(LeaseMsg::Pause);
+    }
+
+    /// Restarts every clock: each lease gets a full, fresh period.
+    pub fn resume(&self) {
+        let _ = self.actor.send_message(LeaseMsg::Resume);
     }
 
     /// Waits until the lease actor holds no lease (at once if it holds

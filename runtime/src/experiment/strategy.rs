@@ -316,7 +316,7 @@ pub struct Strategy {
     pub policy: PolicyName,
     /// A verdict policy of the embedder's own ([`Strategy::judged_by`]),
     /// registered with the engine the strategy runs on.
-    pub judge: Option<Judge>,
+    pub judge: Option<OwnPolicy>,
     /// The lease of model streams, tool calls and workers (which wins
     /// over `shared.lease`).
     pub lease: Duration,
@@ -333,15 +333,15 @@ pub struct Strategy {
 /// ([`EngineBuilder::policy`](leasehold_actors::EngineBuilder::policy)).
 /// Two are equal when they are the same policy.
 #[derive(Clone)]
-pub struct Judge(pub Arc<dyn VerdictPolicy>);
+pub struct OwnPolicy(pub Arc<dyn VerdictPolicy>);
 
-impl std::fmt::Debug for Judge {
+impl std::fmt::Debug for OwnPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Judge({})", self.0.name())
+        write!(f, "OwnPolicy({})", self.0.name())
     }
 }
 
-impl PartialEq for Judge {
+impl PartialEq for OwnPolicy {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
@@ -389,7 +389,7 @@ impl Strategy {
         Self {
             name: name.into(),
             policy: PolicyName::new("policy", policy.name()).unwrap_or(PolicyName::LEASEHOLD),
-            judge: Some(Judge(policy)),
+            judge: Some(OwnPolicy(policy)),
             ..self
         }
     }
