@@ -43,6 +43,7 @@
 mod estimate;
 mod plan;
 mod plot;
+mod read;
 mod report;
 mod runner;
 mod strategy;
@@ -53,6 +54,7 @@ pub use plan::{Plan, Progress, plan};
 #[cfg(feature = "cli")]
 pub(crate) use plot::label;
 pub use plot::{MAX_LABEL, PlotError, tradeoff_svg, wasted_svg};
+pub use read::WorkloadError;
 pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{
@@ -62,7 +64,7 @@ pub use strategy::{
 pub use workload::{
     Distribution, EVALUATOR_ANSWERS, EvaluatorLoad, MAX_CHUNKS, MAX_OPERATION_DURATION,
     MAX_OPERATIONS, MAX_WORKER_STEPS, Operation, OperationKind, StepRange, StreamLoad, ToolLoad,
-    WorkerLoad, Workload, WorkloadError, WorkloadFileError,
+    WorkerLoad, Workload, WorkloadFileError,
 };
 
 use leasehold_actors::EngineError;

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use leasehold_actors::StrategyKind;
 
+use super::read::WorkloadError;
 use super::strategy::Strategy;
-use super::workload::{Operation, OperationKind, WorkloadError};
+use super::workload::{Operation, OperationKind};
 
 /// The most simulated events an experiment plays unless told otherwise
 /// (`--max-events`, [`Options::max_events`](super::Options::max_events)):

@@ -6,10 +6,11 @@
 //! ([`Progress`]) while it runs.
 
 use super::estimate::{DEFAULT_MAX_EVENTS, Estimate};
+use super::read::WorkloadError;
 use super::report::{Report, StrategyReport};
 use super::runner::play;
 use super::strategy::{MAX_STRATEGIES, Strategy};
-use super::workload::{EvaluatorLoad, Operation, Workload, WorkloadError};
+use super::workload::{EvaluatorLoad, Operation, Workload};
 use super::{ExperimentError, Options};
 
 /// Where a running experiment is: told when each strategy starts (`done`

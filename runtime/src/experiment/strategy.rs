@@ -22,7 +22,7 @@ use leasehold_actors::{
 };
 use serde::{Deserialize, Deserializer};
 
-use super::workload::{WorkloadError, human, human_option, parse_human};
+use super::read::{WorkloadError, human, human_option, parse_human};
 
 /// The built-in strategies, in report order: one per built-in verdict
 /// policy, named as the policy is.

@@ -12,7 +12,9 @@ use std::time::Duration;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution as _, LogNormal, Pareto};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
+
+use super::read::{WorkloadError, human, human_option};
 
 /// The most operations of one kind a workload may ask for.
 pub const MAX_OPERATIONS: u32 = 100_000;
@@ -28,27 +30,6 @@ pub const MAX_CHUNKS: u32 = 100_000;
 /// How many evaluator answers are drawn for each operation: later calls
 /// about the same operation repeat the last one.
 pub const EVALUATOR_ANSWERS: usize = 16;
-
-/// A workload file that was refused: the offending key and what was wrong.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("workload refused at `{key}`: {message}")]
-pub struct WorkloadError {
-    /// The key's path, as `model_streams.duration.sigma` (`.` for the
-    /// document).
-    pub key: String,
-    /// What was wrong.
-    pub message: String,
-}
-
-impl WorkloadError {
-    /// A refusal at `key`.
-    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            key: key.into(),
-            message: message.into(),
-        }
-    }
-}
 
 /// A workload file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -767,20 +748,4 @@ fn check_probability(key: &str, p: f64) -> Result<(), WorkloadError> {
         ));
     }
     Ok(())
-}
-
-/// A humantime duration: `"250ms"`, `"2s"`, `"5m"`.
-pub(super) fn human<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    parse_human(&String::deserialize(d)?).map_err(serde::de::Error::custom)
-}
-
-/// Reads a humantime duration, or says what was expected.
-pub(super) fn parse_human(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        format!(r#"expected a duration such as "250ms", "2s" or "5m", got "{text}" ({e})"#)
-    })
-}
-
-pub(super) fn human_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    human(d).map(Some)
 }
