@@ -44,6 +44,7 @@ mod estimate;
 mod plan;
 mod plot;
 mod report;
+mod report_files;
 mod runner;
 mod strategy;
 mod workload;
