@@ -50,7 +50,7 @@ pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconci
 pub(crate) use restore::Saved;
 
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
-pub(crate) use context::{Gate, RunContext, ToolRoute};
+pub(crate) use context::{Gate, RunContext};
 pub(crate) use ends::{call_outcome, describe_end, lease_end};
 
 /// Whether a loop is the run's root or a worker.

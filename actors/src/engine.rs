@@ -45,7 +45,8 @@ use crate::lease::{LeaseActor, LeaseActorArgs};
 use crate::ports::{
     Clock, Evaluator, EventSink, ModelClient, RunRecord, Store, StoreError, ToolClient,
 };
-use crate::run::{RunActor, RunArgs, RunHandle, RunPlan, RunState};
+use crate::run::plan::RunPlan;
+use crate::run::{RunActor, RunArgs, RunHandle, RunState};
 use crate::strategy::StrategyFactory;
 use crate::watchdog::{StartError, WatchdogMsg};
 

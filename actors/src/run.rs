@@ -40,10 +40,11 @@ use crate::event::EventKind;
 use crate::lease::LeaseMsg;
 use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};
 
-mod plan;
+// The run's plan and its tools are leaves: every loop of the run reads
+// them through its `RunContext` (`agent/context.rs`), so they name nothing
+// of the loop or of this actor.
+pub(crate) mod plan;
 pub(crate) mod tools;
-
-pub(crate) use plan::RunPlan;
 
 /// The path of a run's root loop.
 pub const ROOT_PATH: &str = "run";

@@ -45,6 +45,7 @@ mod plan;
 mod plot;
 mod read;
 mod report;
+mod report_files;
 mod runner;
 mod strategy;
 mod workload;

@@ -15,8 +15,9 @@ use super::LoopMsg;
 use crate::event::EventKind;
 use crate::lease::{LeaseKind, LeaseSpec, Leases};
 use crate::nudge::NudgeQueue;
-use crate::ports::{Fenced, StoreError, ToolCallRecord, ToolClient};
-use crate::run::RunPlan;
+use crate::ports::{Fenced, StoreError, ToolCallRecord};
+use crate::run::plan::RunPlan;
+use crate::run::tools::RunTools;
 
 /// Whether the run may make progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,16 +25,6 @@ pub(crate) enum Gate {
     Open,
     Paused,
     Closed,
-}
-
-/// A tool's server.
-#[derive(Clone)]
-pub(crate) struct ToolRoute {
-    pub(crate) client: Arc<dyn ToolClient>,
-    pub(crate) server: String,
-    /// Whether calling it twice is harmless: the flow's word, else the
-    /// tool's own hint; `None` if unknown.
-    pub(crate) idempotent: Option<bool>,
 }
 
 /// What every loop of one run shares: the run's plan, fixed at launch, and
@@ -48,7 +39,7 @@ pub(crate) struct RunContext {
     /// The run's lease actor.
     pub(crate) leases: Leases,
     /// The run's tools, empty until its servers are connected.
-    pub(crate) tools: crate::run::tools::RunTools,
+    pub(crate) tools: RunTools,
     pub(crate) gate: watch::Sender<Gate>,
     pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
     pub(crate) cancel: CancellationToken,
@@ -102,7 +93,7 @@ impl RunContext {
             run_id,
             fence,
             leases,
-            tools: crate::run::tools::RunTools::default(),
+            tools: RunTools::default(),
             gate: watch::Sender::new(Gate::Open),
             root: std::sync::OnceLock::new(),
             cancel: CancellationToken::new(),

@@ -18,7 +18,7 @@ use crate::budget::BudgetConfig;
 use crate::error::ConfigError;
 use crate::flow::{Flow, FlowError, StrategyKind};
 use crate::ports::ToolClient;
-use crate::run::RunPlan;
+use crate::run::plan::RunPlan;
 use crate::run::tools::ServerClient;
 use crate::strategy::{FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory};
 use crate::supervision::SupervisionConfig;

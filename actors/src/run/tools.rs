@@ -17,8 +17,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
-use crate::agent::ToolRoute;
 use crate::ports::{ToolClient, ToolDefinition};
+
+/// A tool's server.
+#[derive(Clone)]
+pub(crate) struct ToolRoute {
+    pub(crate) client: Arc<dyn ToolClient>,
+    pub(crate) server: String,
+    /// Whether calling it twice is harmless: the flow's word, else the
+    /// tool's own hint; `None` if unknown.
+    pub(crate) idempotent: Option<bool>,
+}
 
 /// A client of one tool server a run's flow names, not yet asked for its
 /// tools.

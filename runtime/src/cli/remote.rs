@@ -1,15 +1,16 @@
-//! `leasehold runs … --server URL`: the same commands over the HTTP API.
+//! `leasehold runs … --server URL`: a client of a leasehold server's HTTP
+//! API. It asks and answers; `runs.rs` reads the command line and prints
+//! the answers the same way as a data directory's.
 
 use std::process::ExitCode;
 
 use futures_util::StreamExt;
-use leasehold_actors::Event;
+use leasehold_actors::{Event, RunQuery};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 
 use super::CliError;
 use super::log::{self, Output};
-use super::runs::{RunsCommand, print_json, print_page, print_trace};
 use crate::server::{RunView, RunsPage, TraceView};
 
 /// A client of a leasehold server.
@@ -69,94 +70,66 @@ impl Remote {
         })
     }
 
-    pub(super) async fn run(&self, command: RunsCommand) -> Result<ExitCode, CliError> {
-        match command {
-            RunsCommand::List(args) => {
-                let query = args.query();
-                let mut pairs = vec![("limit", query.limit.to_string())];
-                if let Some(status) = query.status {
-                    let name = serde_json::to_value(status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default();
-                    pairs.push(("status", name));
-                }
-                let texts = [("after", query.after), ("flow", query.flow)];
-                pairs.extend(texts.into_iter().filter_map(|(k, v)| Some((k, v?))));
-                let instants = [
-                    ("since", query.created_from_ms),
-                    ("until", query.created_before_ms),
-                ];
-                pairs.extend(
-                    instants
-                        .into_iter()
-                        .filter_map(|(k, v)| Some((k, v?.to_string()))),
-                );
-                let query = form_urlencoded::Serializer::new(String::new())
-                    .extend_pairs(pairs)
-                    .finish();
-                let request = self.request(Method::GET, &format!("/runs?{query}"));
-                let page: RunsPage = self.send(request).await?;
-                print_page(&page);
-            }
-            RunsCommand::Show(args) => {
-                let view: RunView = self
-                    .send(self.request(Method::GET, &format!("/runs/{}", args.id)))
-                    .await?;
-                print_json(&view);
-            }
-            RunsCommand::Trace(args) => {
-                let trace: TraceView = self
-                    .send(self.request(Method::GET, &format!("/runs/{}/trace", args.id)))
-                    .await?;
-                print_trace(&trace);
-            }
-            RunsCommand::Events(args) => {
-                let output = if args.json {
-                    Output::Json
-                } else {
-                    Output::Readable
-                };
-                return self.follow(&args.id, args.after, output).await;
-            }
-            RunsCommand::Resume(args) => {
-                let body = serde_json::json!({ "guidance": args.guidance });
-                let answer: serde_json::Value = self
-                    .send(
-                        self.request(Method::POST, &format!("/runs/{}/resume", args.id))
-                            .json(&body),
-                    )
-                    .await?;
-                print_json(&answer);
-            }
-            RunsCommand::Cancel(args) => {
-                let body = serde_json::json!({ "reason": args.reason });
-                let answer: serde_json::Value = self
-                    .send(
-                        self.request(Method::POST, &format!("/runs/{}/cancel", args.id))
-                            .json(&body),
-                    )
-                    .await?;
-                print_json(&answer);
-            }
-            RunsCommand::Reconcile(args) => {
-                let mut body = serde_json::to_value(args.decision())
-                    .map_err(|e| CliError::other(format!("cannot encode the decision: {e}")))?;
-                body["key"] = serde_json::Value::String(args.key);
-                let answer: serde_json::Value = self
-                    .send(
-                        self.request(Method::POST, &format!("/runs/{}/reconcile", args.id))
-                            .json(&body),
-                    )
-                    .await?;
-                print_json(&answer);
-            }
+    /// `GET /runs`: one page of the runs `query` asks for.
+    pub(super) async fn list(&self, query: RunQuery) -> Result<RunsPage, CliError> {
+        let mut pairs = vec![("limit", query.limit.to_string())];
+        if let Some(status) = query.status {
+            let name = serde_json::to_value(status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            pairs.push(("status", name));
         }
-        Ok(ExitCode::SUCCESS)
+        let texts = [("after", query.after), ("flow", query.flow)];
+        pairs.extend(texts.into_iter().filter_map(|(k, v)| Some((k, v?))));
+        let instants = [
+            ("since", query.created_from_ms),
+            ("until", query.created_before_ms),
+        ];
+        pairs.extend(
+            instants
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, v?.to_string()))),
+        );
+        let query = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(pairs)
+            .finish();
+        self.send(self.request(Method::GET, &format!("/runs?{query}")))
+            .await
+    }
+
+    /// `GET /runs/{id}`: one run.
+    pub(super) async fn show(&self, run_id: &str) -> Result<RunView, CliError> {
+        self.send(self.request(Method::GET, &format!("/runs/{run_id}")))
+            .await
+    }
+
+    /// `GET /runs/{id}/trace`: a run's verdict trace.
+    pub(super) async fn trace(&self, run_id: &str) -> Result<TraceView, CliError> {
+        self.send(self.request(Method::GET, &format!("/runs/{run_id}/trace")))
+            .await
+    }
+
+    /// `POST /runs/{id}/{control}` with `body` (`resume`, `cancel` or
+    /// `reconcile`): the server's answer.
+    pub(super) async fn control(
+        &self,
+        run_id: &str,
+        control: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, CliError> {
+        let path = format!("/runs/{run_id}/{control}");
+        self.send(self.request(Method::POST, &path).json(body))
+            .await
     }
 
     /// Prints the run's event stream until the server says it ended.
-    async fn follow(&self, run_id: &str, after: u64, output: Output) -> Result<ExitCode, CliError> {
+    pub(super) async fn follow(
+        &self,
+        run_id: &str,
+        after: u64,
+        output: Output,
+    ) -> Result<ExitCode, CliError> {
         let response = self
             .request(Method::GET, &format!("/runs/{run_id}/events?after={after}"))
             .send()

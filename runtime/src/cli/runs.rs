@@ -16,7 +16,8 @@ use leasehold_actors::{
 };
 
 use super::log::{self, Output};
-use super::{CliError, GlobalArgs, remote};
+use super::remote::Remote;
+use super::{CliError, GlobalArgs};
 use crate::config::{Config, EngineSetupError};
 use crate::executor::control::{self, Controlled, Executor, Refused};
 use crate::printable::printable;
@@ -232,8 +233,8 @@ pub(super) fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError
 pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<ExitCode, CliError> {
     let config = global.load(&[])?;
     if let Some(url) = command.server() {
-        let client = remote::Remote::new(url, config.api_token.value.clone())?;
-        return client.run(command).await;
+        let client = Remote::new(url, config.api_token.value.clone())?;
+        return run_remote(&client, command).await;
     }
     match command {
         RunsCommand::List(args) => {
@@ -319,6 +320,39 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             control(&config, &args.id, command, args.json).await
         }
     }
+}
+
+/// Runs the command against the server `client` asks: the same commands,
+/// answered over the HTTP API and printed as a data directory's are.
+async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, CliError> {
+    match command {
+        RunsCommand::List(args) => print_page(&client.list(args.query()).await?),
+        RunsCommand::Show(args) => print_json(&client.show(&args.id).await?),
+        RunsCommand::Trace(args) => print_trace(&client.trace(&args.id).await?),
+        RunsCommand::Events(args) => {
+            let output = if args.json {
+                Output::Json
+            } else {
+                Output::Readable
+            };
+            return client.follow(&args.id, args.after, output).await;
+        }
+        RunsCommand::Resume(args) => {
+            let body = serde_json::json!({ "guidance": args.guidance });
+            print_json(&client.control(&args.id, "resume", &body).await?);
+        }
+        RunsCommand::Cancel(args) => {
+            let body = serde_json::json!({ "reason": args.reason });
+            print_json(&client.control(&args.id, "cancel", &body).await?);
+        }
+        RunsCommand::Reconcile(args) => {
+            let mut body = serde_json::to_value(args.decision())
+                .map_err(|e| CliError::other(format!("cannot encode the decision: {e}")))?;
+            body["key"] = serde_json::Value::String(args.key);
+            print_json(&client.control(&args.id, "reconcile", &body).await?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A person's control of a run, through the executor's controls: applied
@@ -524,7 +558,7 @@ impl ModelClient for Unconfigured {
 }
 
 /// A page of runs, then, on stderr, how to ask for the next one.
-pub(super) fn print_page(page: &RunsPage) {
+fn print_page(page: &RunsPage) {
     print_list(&page.runs);
     if let Some(next) = &page.next {
         eprintln!("more runs: add --after {next}");
@@ -573,7 +607,7 @@ fn print_list(views: &[RunView]) {
 }
 
 /// A run's trace, one decision per line, then the counts.
-pub(super) fn print_trace(trace: &TraceView) {
+fn print_trace(trace: &TraceView) {
     let origin = trace.entries.first().map_or(0, |e| e.at);
     for event in &trace.entries {
         println!("{}", log::line(event, origin));
@@ -583,7 +617,7 @@ pub(super) fn print_trace(trace: &TraceView) {
 }
 
 /// Pretty JSON on stdout.
-pub(super) fn print_json(value: &impl serde::Serialize) {
+fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => println!("{}", crate::printable::printable_json(&text)),
         Err(error) => eprintln!("leasehold: cannot print: {error}"),

@@ -1,12 +1,13 @@
 //! The report: one row per strategy, measured against the workload's
-//! ground truth, as a table, JSON and CSV.
+//! ground truth, as a table, JSON and CSV. Its pictures are drawn from it
+//! (`plot.rs`), and all of it is written into a folder by
+//! `report_files.rs`.
 //!
 //! Every figure is an integer or a share rounded to four places, computed
 //! from virtual time in whole milliseconds, so one seed gives one report,
 //! byte for byte.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::Duration;
 
 use leasehold_actors::{RunStatus, StrategyKind};
@@ -205,19 +206,6 @@ impl Report {
             .into_inner()
             .map_err(|e| csv::Error::from(e.into_error()))?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    /// Writes `report.json`, `report.csv` and the plots `tradeoff.svg` and
-    /// `wasted.svg` into `dir`, creating it.
-    pub fn write_to(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("report.json"), self.to_json())?;
-        let csv = self.to_csv().map_err(std::io::Error::other)?;
-        std::fs::write(dir.join("report.csv"), csv)?;
-        let tradeoff = super::plot::tradeoff_svg(self).map_err(std::io::Error::other)?;
-        std::fs::write(dir.join("tradeoff.svg"), tradeoff)?;
-        let wasted = super::plot::wasted_svg(self).map_err(std::io::Error::other)?;
-        std::fs::write(dir.join("wasted.svg"), wasted)
     }
 
     /// The report as a table for the terminal.

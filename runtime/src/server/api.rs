@@ -195,22 +195,6 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     Ok(flow)
 }
 
-/// 429: this executor holds as many live runs as its admitted limit
-/// allows (`max_live_runs`, fewer while it is late).
-pub(super) fn too_many_runs(app: &App) -> ApiError {
-    ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "too_many_runs",
-        format!(
-            "this executor already runs {} runs, its admitted limit ({}; at most \
-             server.max_live_runs, LEASEHOLD_SERVER_MAX_LIVE_RUNS, fewer while its lag is over \
-             executor.lag_target): try again when one has ended",
-            app.live_runs(),
-            app.admitted.limit()
-        ),
-    )
-}
-
 /// The request's media type, lower case, without parameters.
 fn media_type(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;

@@ -49,7 +49,7 @@ impl Executor for Served {
             match admitted {
                 Ok((_, Some(taken))) => Ok(taken?),
                 Ok((app, None)) => Err(Refused::CannotTakeOn {
-                    message: super::api::too_many_runs(&app).message,
+                    message: too_many_runs(&app),
                     busy: true,
                 }),
                 Err(error) => Err(Refused::CannotTakeOn {
@@ -59,6 +59,19 @@ impl Executor for Served {
             }
         })
     }
+}
+
+/// Why a run cannot be taken on now: this executor holds as many live runs
+/// as its admitted limit allows (`max_live_runs`, fewer while it is late).
+/// The client is answered 429 `too_many_runs` ([`refusal`]).
+fn too_many_runs(app: &App) -> String {
+    format!(
+        "this executor already runs {} runs, its admitted limit ({}; at most \
+         server.max_live_runs, LEASEHOLD_SERVER_MAX_LIVE_RUNS, fewer while its lag is over \
+         executor.lag_target): try again when one has ended",
+        app.live_runs(),
+        app.admitted.limit()
+    )
 }
 
 /// Applies `command` to `run_id` through the executor's controls, and
