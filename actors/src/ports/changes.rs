@@ -24,7 +24,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ReconcileDecision;
 use tokio::sync::broadcast;
 
 /// How many changes a subscriber may fall behind before it is told it
@@ -181,4 +180,20 @@ pub struct StoredCommand {
     pub run_id: String,
     /// The command.
     pub command: RunCommand,
+}
+
+/// What a person decides about a tool call of unknown outcome.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "decision")]
+#[non_exhaustive]
+pub enum ReconcileDecision {
+    /// It took effect: this is its result.
+    MarkDone {
+        /// The result the model will see.
+        result: String,
+    },
+    /// Call it again, with the same idempotency key.
+    Retry,
+    /// Cancel the run.
+    Cancel,
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BoxFuture, TokenCost, ToolDefinition, TranscriptMessage};
+use super::{BoxFuture, FinishReason, TokenCost, ToolDefinition, TranscriptMessage};
 
 /// Who wrote a chat message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -123,38 +123,6 @@ pub struct ModelReply {
     /// Why the model stopped, when the server said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,
-}
-
-/// Why a model stopped answering.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum FinishReason {
-    /// It finished its answer.
-    Stop,
-    /// It stopped to call tools.
-    ToolCalls,
-    /// It was cut off at its length limit: the answer is not whole.
-    Length,
-    /// A content filter stopped it.
-    ContentFilter,
-    /// A reason this runtime does not know.
-    #[serde(other)]
-    Other,
-}
-
-impl FinishReason {
-    /// The reason an OpenAI-compatible server names (`stop`, `tool_calls`,
-    /// `length`, `content_filter`; `function_call` counts as `tool_calls`).
-    pub fn from_openai(name: &str) -> Self {
-        match name {
-            "stop" | "end_turn" => Self::Stop,
-            "tool_calls" | "function_call" => Self::ToolCalls,
-            "length" | "max_tokens" => Self::Length,
-            "content_filter" => Self::ContentFilter,
-            _ => Self::Other,
-        }
-    }
 }
 
 /// What kind of failure a model call had.

@@ -192,22 +192,6 @@ pub struct RunRecord {
     pub updated_at_ms: u64,
 }
 
-/// What a person decides about a tool call of unknown outcome.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case", tag = "decision")]
-#[non_exhaustive]
-pub enum ReconcileDecision {
-    /// It took effect: this is its result.
-    MarkDone {
-        /// The result the model will see.
-        result: String,
-    },
-    /// Call it again, with the same idempotency key.
-    Retry,
-    /// Cancel the run.
-    Cancel,
-}
-
 /// A change of a run's status.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunUpdate {
