@@ -58,7 +58,7 @@ mod queue;
 
 pub use builder::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, EngineBuilder, EngineConfig, EngineError,
-    RUN_STOP_GRACE, ToolFactory,
+    RUN_STOP_GRACE, ToolFactory, default_owner_id,
 };
 use ownership::{LiveRun, heartbeat};
 
@@ -279,14 +279,20 @@ impl Engine {
             leases.clone(),
             workers_spawned,
         ));
+        // A run resumed paused says why it waits, as it did before the
+        // restart: its pause is read back from the store.
+        let paused = record.pause.clone().filter(|_| record.status.is_paused());
         let (state, watcher) = watch::channel(RunState {
             status: record.status,
             answer: None,
-            reason: None,
-            paused: None,
+            reason: paused.as_ref().and(record.reason.clone()),
+            paused,
             lost: None,
         });
         heartbeat(ctx.clone(), self.config.run_lease_ttl);
+        // Subscribed before the run actor starts, so that the handle's
+        // first event stream misses none of the run's events.
+        let events = self.bus.subscribe();
         let args = RunArgs {
             ctx: ctx.clone(),
             state,
@@ -307,7 +313,12 @@ impl Engine {
                     },
                 );
                 drop(live);
-                Ok(RunHandle::new(run_id, actor, watcher))
+                Ok(RunHandle::new(
+                    run_id,
+                    actor,
+                    watcher,
+                    crate::run::RunEventSource::new(self.bus.clone(), events),
+                ))
             }
             Err(error) => {
                 ctx.cancel.cancel();

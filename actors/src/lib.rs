@@ -69,9 +69,9 @@ pub mod testing;
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
-    EngineError, RUN_STOP_GRACE, ToolFactory,
+    EngineError, RUN_STOP_GRACE, ToolFactory, default_owner_id,
 };
-pub use run::{RunHandle, RunState};
+pub use run::{RunEvents, RunHandle, RunState};
 
 // Flows.
 pub use flow::{
@@ -175,7 +175,7 @@ pub mod prelude {
         TokenCost, ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation,
         ToolOutput, TranscriptMessage,
     };
-    pub use crate::run::{RunHandle, RunState};
+    pub use crate::run::{RunEvents, RunHandle, RunState};
     pub use crate::strategy::{
         ChildEnd, ChildInfo, ChildKind, OnExhausted, RestartPolicy, StrategyFactory,
         SupervisionAction, SupervisionStrategy,

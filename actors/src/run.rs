@@ -36,7 +36,7 @@ use crate::agent::{
     Role, RunContext,
 };
 use crate::budget::BudgetMsg;
-use crate::event::EventKind;
+use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::lease::LeaseMsg;
 use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};
 
@@ -630,12 +630,72 @@ async fn record_end(ctx: &RunContext, update: RunUpdate) {
     }
 }
 
-/// A handle on a running run: its state, and the person's controls.
+/// A handle on a running run: its state, its events, and the person's
+/// controls.
 #[derive(Clone, Debug)]
 pub struct RunHandle {
     run_id: String,
     actor: ActorRef<LoopMsg>,
     state: watch::Receiver<RunState>,
+    events: RunEventSource,
+}
+
+/// Where a handle's event streams come from: the engine's bus, and the
+/// subscription taken before the run started, for the first stream.
+#[derive(Clone)]
+pub(crate) struct RunEventSource {
+    bus: EventBus,
+    first: Arc<std::sync::Mutex<Option<EventStream>>>,
+}
+
+impl RunEventSource {
+    pub(crate) fn new(bus: EventBus, first: EventStream) -> Self {
+        Self {
+            bus,
+            first: Arc::new(std::sync::Mutex::new(Some(first))),
+        }
+    }
+}
+
+impl std::fmt::Debug for RunEventSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunEventSource")
+    }
+}
+
+/// The events of one run, in order, ending after the run's end: what
+/// [`RunHandle::events`] gives.
+#[derive(Debug)]
+pub struct RunEvents {
+    run_id: String,
+    stream: EventStream,
+    ended: bool,
+}
+
+impl RunEvents {
+    /// The run's next event; [`Lagged`] if this reader fell behind the
+    /// engine's bus and lost some (the store's event log has them all);
+    /// `None` once the run's end event was read, or the engine is gone.
+    pub async fn recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            match self.stream.recv().await? {
+                Ok(event) if event.run_id != self.run_id => continue,
+                Ok(event) => {
+                    self.ended = matches!(
+                        event.kind,
+                        EventKind::RunCompleted { .. }
+                            | EventKind::RunFailed { .. }
+                            | EventKind::RunCancelled { .. }
+                    );
+                    return Some(Ok(event));
+                }
+                Err(lagged) => return Some(Err(lagged)),
+            }
+        }
+    }
 }
 
 impl RunHandle {
@@ -643,11 +703,52 @@ impl RunHandle {
         run_id: String,
         actor: ActorRef<LoopMsg>,
         state: watch::Receiver<RunState>,
+        events: RunEventSource,
     ) -> Self {
         Self {
             run_id,
             actor,
             state,
+            events,
+        }
+    }
+
+    /// This run's events, and no other run's. The first stream taken from
+    /// the handle an engine returned starts at the run's first event (it
+    /// was subscribed before the run started); any later one, or one of a
+    /// clone, starts now. It ends after the run's end event.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use leasehold_actors::prelude::*;
+    /// use leasehold_actors::testing::{ScriptedModel, Turn};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let model = ScriptedModel::new().script("run", [Turn::answer("Done.")]);
+    /// let engine = Engine::builder().model(Arc::new(model)).build().await?;
+    /// let run = engine.start(Flow::builder("n", "Do it.").build()?).await?;
+    /// let mut events = run.events();
+    /// let mut names = Vec::new();
+    /// while let Some(Ok(event)) = events.recv().await {
+    ///     names.push(event.kind.name());
+    /// }
+    /// assert_eq!(names.first(), Some(&"run_started"));
+    /// assert_eq!(names.last(), Some(&"run_completed"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(&self) -> RunEvents {
+        let first = self
+            .events
+            .first
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        RunEvents {
+            run_id: self.run_id.clone(),
+            stream: first.unwrap_or_else(|| self.events.bus.subscribe()),
+            ended: false,
         }
     }
 

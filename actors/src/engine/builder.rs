@@ -351,7 +351,14 @@ impl EngineBuilder {
         self
     }
 
-    /// This executor's identity in run ownership (default: a random one).
+    /// This executor's identity in run ownership. The default,
+    /// [`default_owner_id`], is the same across restarts of one program on
+    /// one host, so a restarted process resumes its runs at once rather
+    /// than waiting for their run leases to expire. Engines that share a
+    /// store each need an id of their own: give one to each when one
+    /// program runs several engines on a shared store (two processes of it
+    /// on one host, or two engines in one process), else each takes the
+    /// other's runs away as it claims them.
     pub fn owner_id(mut self, owner_id: impl Into<String>) -> Self {
         self.owner_id = Some(owner_id.into());
         self
@@ -443,9 +450,7 @@ impl EngineBuilder {
             log,
             store,
             clock,
-            owner_id: self
-                .owner_id
-                .unwrap_or_else(|| format!("executor-{:08x}", fastrand::u32(..))),
+            owner_id: self.owner_id.unwrap_or_else(default_owner_id),
             tools: self.tools,
             tool_factory: self.tool_factory,
             strategy: self.strategy,
@@ -460,4 +465,25 @@ impl EngineBuilder {
             load: self.load,
         })
     }
+}
+
+/// The owner id of an engine given none: `PROGRAM@HOST`, the program's
+/// file name and the host's name, the same across restarts so that a
+/// restarted process claims the runs it held at once (a claim by the run's
+/// own owner is granted whatever its lease says; the fence still rises, so
+/// nothing the dead process might still write lands).
+pub fn default_owner_id() -> String {
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|path| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "leasehold".to_owned());
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{program}@{host}")
 }
