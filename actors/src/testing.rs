@@ -5,6 +5,12 @@
 //! [`actors`] opens the actors' own protocols — their messages and how to
 //! start them alone — to tests and benchmarks of the actors; they are not
 //! the public API, and change without notice.
+//!
+//! [`conformance`] is the conformance suite of the [`Store`](crate::Store)
+//! port: a store of one's own checked against every rule of the port with
+//! one call.
+
+pub mod conformance;
 
 /// The actors' protocols, for tests and benchmarks of the actors alone.
 pub mod actors {

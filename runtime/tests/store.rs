@@ -1,6 +1,8 @@
 //! What only the sled store has: the on-disk format, durability modes,
 //! crashes and the directory lock. The rules every store shares (fencing,
-//! claims, orphans, the event log) are in `store_conformance.rs`.
+//! claims, orphans, the event log) are the store port's conformance suite
+//! (`leasehold::testing::conformance`), run on every store by
+//! `store_conformance.rs`.
 //!
 //! Times are Unix milliseconds given to the store: a lease "expires" by
 //! passing a later `now_ms`, never by sleeping. The tests that need a second

@@ -22,7 +22,7 @@ pub(crate) enum LeaseEnd {
     RenewalCapReached(u32),
 }
 
-/// A new lease, as sent by [`Leases::supervise`].
+/// A new lease, as sent by [`Leases::supervise`](super::Leases::supervise).
 pub struct Registration {
     pub(super) meta: Arc<LeaseMeta>,
     /// What its expiries are judged by, settled when it was started.
