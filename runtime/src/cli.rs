@@ -19,7 +19,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use leasehold_actors::{EngineError, RunStatus};
+use std::sync::Arc;
+
+use leasehold_actors::{EngineBuilder, EngineError, RunStatus, VerdictPolicy};
 
 use crate::config::{Config, EngineSetupError, Flag, LoadError};
 
@@ -81,6 +83,11 @@ struct GlobalArgs {
     /// Any configuration key, as in the file: `--set lease.tool_call=90s`.
     #[arg(long = "set", global = true, value_name = "KEY=VALUE", value_parser = Flag::parse_set)]
     set: Vec<Flag>,
+    /// Verdict policies of the embedder's own ([`Cli::with_policy`]): the
+    /// engines of `run`, `serve` and `runs` register them, and
+    /// `experiment` compares them beside the built-ins.
+    #[arg(skip)]
+    policies: Vec<Arc<dyn VerdictPolicy>>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -178,6 +185,13 @@ fn write_stdout(text: &str) -> Result<(), CliError> {
 }
 
 impl GlobalArgs {
+    /// `builder` with the embedder's verdict policies registered.
+    fn register(&self, builder: EngineBuilder) -> EngineBuilder {
+        self.policies.iter().fold(builder, |builder, policy| {
+            builder.policy(Arc::clone(policy))
+        })
+    }
+
     fn flags(&self) -> Vec<Flag> {
         let mut flags = Vec::new();
         if let Some(dir) = &self.data_dir {
@@ -231,6 +245,32 @@ impl Cli {
         }
     }
 
+    /// This command line with a verdict policy of your own, for a
+    /// `leasehold` binary of your own: `run`, `serve` and `runs` register
+    /// it with their engines, so configuration and flows may name it, and
+    /// `experiment --strategies leasehold,NAME` compares it beside the
+    /// built-ins.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use clap::Parser;
+    /// use leasehold::cli::Cli;
+    /// # #[derive(Debug)] struct Mine;
+    /// # impl leasehold::VerdictPolicy for Mine {
+    /// #     fn name(&self) -> &str { "mine" }
+    /// #     fn judge(&self, _: &leasehold::Expiry<'_>) -> leasehold::Judgement { leasehold::Judgement::AskEvaluator }
+    /// # }
+    ///
+    /// fn main() -> std::process::ExitCode {
+    ///     Cli::parse().with_policy(Arc::new(Mine)).run_to_exit()
+    /// }
+    /// ```
+    #[must_use]
+    pub fn with_policy(mut self, policy: Arc<dyn VerdictPolicy>) -> Self {
+        self.global.policies.push(policy);
+        self
+    }
+
     /// Runs the command on a runtime of its own and ends that runtime: what
     /// the binary does once it has installed its tracing subscriber (the
     /// library installs none).
@@ -278,7 +318,7 @@ impl Cli {
             Command::Paces(args) => paces::run(&self.global, args).await,
             Command::Demo(args) => demo::run(&self.global, args).await,
             #[cfg(feature = "experiment")]
-            Command::Experiment(args) => experiment::run(args).await,
+            Command::Experiment(args) => experiment::run(args, &self.global.policies).await,
         }
     }
 }
@@ -376,7 +416,7 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
             e.message
         ))
     })?;
-    let mut builder = config.engine_builder()?;
+    let mut builder = global.register(config.engine_builder()?);
     if let Some(gauge) = config.load_gauge() {
         builder = builder.load(gauge);
     }

@@ -71,7 +71,7 @@ pub use workload::{
 use leasehold_actors::EngineError;
 
 /// What to run of a workload.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// The strategies, by name; `None` runs the defaults, the workload's
     /// own and the sweep ([`StrategySettings::default_names`]).
@@ -81,6 +81,10 @@ pub struct Options {
     /// The most simulated events to play ([`Estimate`]); `None` is
     /// [`DEFAULT_MAX_EVENTS`].
     pub max_events: Option<u64>,
+    /// Verdict policies of your own: a strategy named as one of them
+    /// (`NAME` or `NAME@LEASE`) is the workload's `[strategy]` judged by
+    /// it ([`Strategy::judged_by`]), beside the built-ins.
+    pub policies: Vec<std::sync::Arc<dyn leasehold_actors::VerdictPolicy>>,
 }
 
 /// An experiment that could not be run.

@@ -726,3 +726,109 @@ fn the_incident_librarys_report_in_experiments_md_is_what_its_workloads_give() {
     assert_eq!(by("silent-reasoning", "idle_kill").slow_alive_killed, 6);
     assert_eq!(by("long-tool-argument", "deadline@2m").slow_alive_killed, 4);
 }
+
+/// Intervenes at the first expiry unless progress arrived in the last
+/// half lease: a stricter idle timeout, of an embedder's own.
+#[derive(Debug)]
+struct HalfLease;
+
+impl leasehold::VerdictPolicy for HalfLease {
+    fn name(&self) -> &str {
+        "half_lease"
+    }
+
+    fn judge(&self, expiry: &leasehold::Expiry<'_>) -> leasehold::Judgement {
+        if let Some(capped) = leasehold::renewal_cap(expiry) {
+            return capped;
+        }
+        let half = u64::try_from(expiry.lease.as_millis() / 2).unwrap_or(u64::MAX);
+        let decision = match expiry.evidence.last_progress_age_ms {
+            Some(age) if age < half => {
+                leasehold::Decision::renew(leasehold::DecidedBy::Policy, "half_lease: recent")
+            }
+            _ => leasehold::Decision {
+                verdict: leasehold::Verdict::Intervene,
+                reason: "half_lease: quiet".to_owned(),
+                nudge: None,
+                decided_by: leasehold::DecidedBy::Policy,
+            },
+        };
+        leasehold::Judgement::Decided(decision)
+    }
+}
+
+const TOOLS_WITH_PROGRESS: &str = r#"
+seed = 11
+
+[tool_calls]
+count = 6
+duration = { dist = "fixed", value = "20s" }
+progress_interval = "2s"
+hang_probability = 0.5
+
+[strategy]
+lease = "5s"
+"#;
+
+#[test]
+fn an_embedders_verdict_policy_is_compared_beside_the_built_ins_from_rust_and_from_its_own_binary()
+{
+    // From Rust: a strategy named as the policy, at a lease of its own too.
+    let workload = Workload::parse(TOOLS_WITH_PROGRESS).expect("valid workload");
+    let with_policy = Options {
+        strategies: Some(vec![
+            "leasehold".into(),
+            "half_lease".into(),
+            "half_lease@10s".into(),
+        ]),
+        policies: vec![std::sync::Arc::new(HalfLease)],
+        ..Options::default()
+    };
+    let report = run(&workload, &with_policy).expect("runs");
+    let [leasehold, half, longer] = strategies::<3>(&report);
+    assert_eq!(leasehold.policy, "leasehold");
+    assert_eq!(
+        (half.name.as_str(), half.policy.as_str()),
+        ("half_lease", "half_lease")
+    );
+    assert_eq!(longer.lease_ms, 10_000);
+    assert_eq!(half.hangs_detected, half.hangs, "a quiet call is cut");
+    // Unregistered, the same name is refused naming what is known.
+    let refused = run(&workload, &options(&["half_lease"])).expect_err("unknown");
+    assert!(refused.to_string().contains("half_lease"), "{refused}");
+
+    // From a `leasehold` binary of one's own: the command line with the
+    // policy registered runs the same comparison.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("tools.toml");
+    std::fs::write(&path, TOOLS_WITH_PROGRESS).expect("written");
+    let out = dir.path().join("report");
+    let cli = <leasehold::cli::Cli as clap::Parser>::try_parse_from([
+        "leasehold",
+        "experiment",
+        path.to_str().expect("utf-8"),
+        "--strategies",
+        "leasehold,half_lease",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ])
+    .expect("parses")
+    .with_policy(std::sync::Arc::new(HalfLease));
+    let code = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(cli.run())
+        .expect("the command runs");
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("read"))
+            .expect("json");
+    let policies: Vec<&str> = written["strategies"]
+        .as_array()
+        .expect("strategies")
+        .iter()
+        .filter_map(|s| s["policy"].as_str())
+        .collect();
+    assert_eq!(policies, ["leasehold", "half_lease"]);
+}

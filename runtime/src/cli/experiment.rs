@@ -28,8 +28,9 @@ pub(super) struct ExperimentArgs {
     /// The workload file (TOML).
     workload: PathBuf,
     /// The strategies to compare, comma-separated: leasehold, deadline,
-    /// idle_kill, always_evaluate or one the workload defines in
-    /// [[strategies]], each optionally with @LEASE (deadline@30s).
+    /// idle_kill, always_evaluate, one the workload defines in
+    /// [[strategies]] or a verdict policy this binary registers, each
+    /// optionally with @LEASE (deadline@30s).
     /// Default: leasehold, deadline, idle_kill, the workload's own and its
     /// sweep.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
@@ -60,12 +61,16 @@ fn default_out(workload: &Path) -> PathBuf {
     workload.with_file_name(format!("{stem}-report"))
 }
 
-pub(super) async fn run(args: ExperimentArgs) -> Result<ExitCode, CliError> {
+pub(super) async fn run(
+    args: ExperimentArgs,
+    policies: &[std::sync::Arc<dyn leasehold_actors::VerdictPolicy>],
+) -> Result<ExitCode, CliError> {
     let workload = Workload::load(&args.workload).map_err(|e| CliError::other(e.to_string()))?;
     let options = Options {
         strategies: args.strategies,
         seed: args.seed,
         max_events: Some(args.max_events),
+        policies: policies.to_vec(),
     };
     // The experiment runs its own paused runtime, which cannot live inside
     // this one; drawing the operations and estimating them is work too.

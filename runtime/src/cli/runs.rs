@@ -300,7 +300,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             let command = RunCommand::Resume {
                 guidance: args.guidance,
             };
-            control(&config, &args.id, command, args.json).await
+            control(global, &config, &args.id, command, args.json).await
         }
         RunsCommand::Cancel(args) => {
             if let Some(reason) = &args.reason {
@@ -309,7 +309,14 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             let reason = args
                 .reason
                 .unwrap_or_else(|| "cancelled from the command line".to_owned());
-            control(&config, &args.id, RunCommand::Cancel { reason }, false).await
+            control(
+                global,
+                &config,
+                &args.id,
+                RunCommand::Cancel { reason },
+                false,
+            )
+            .await
         }
         RunsCommand::Reconcile(args) => {
             refuse_long(&config, PersonText::Result, &args.result)?;
@@ -317,7 +324,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
                 decision: args.decision(),
                 key: args.key,
             };
-            control(&config, &args.id, command, args.json).await
+            control(global, &config, &args.id, command, args.json).await
         }
     }
 }
@@ -361,6 +368,7 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
 /// to the executor that holds it and followed through the store until it
 /// has taken effect there.
 async fn control(
+    global: &GlobalArgs,
     config: &Config,
     run_id: &str,
     command: RunCommand,
@@ -368,7 +376,7 @@ async fn control(
 ) -> Result<ExitCode, CliError> {
     // Before the run's tool servers start: a signal stops it in place.
     let signals = super::install_signals()?;
-    let (engine, model_configured) = admin_engine(config).await?;
+    let (engine, model_configured) = admin_engine(global, config).await?;
     let engine = Arc::new(engine);
     let mut events = engine.events().subscribe();
     let executor = CommandLine {
@@ -521,7 +529,7 @@ fn refuse_long(config: &Config, kind: PersonText, text: &str) -> Result<(), CliE
 /// An engine for administering runs: the configured model if there is one,
 /// otherwise one that refuses every call (cancelling and forwarding need
 /// no model); and whether the model is configured.
-async fn admin_engine(config: &Config) -> Result<(Engine, bool), CliError> {
+async fn admin_engine(global: &GlobalArgs, config: &Config) -> Result<(Engine, bool), CliError> {
     let store = existing_store(config)?;
     let (builder, model) = match config.engine_builder_with_store(Arc::clone(&store)) {
         Ok(builder) => (builder, true),
@@ -535,7 +543,7 @@ async fn admin_engine(config: &Config) -> Result<(Engine, bool), CliError> {
         ),
         Err(error) => return Err(error.into()),
     };
-    Ok((builder.build().await?, model))
+    Ok((global.register(builder).build().await?, model))
 }
 
 /// A model client for an engine that only administers runs.

@@ -61,8 +61,8 @@ pub(super) async fn serve(
         .map_err(|e| CliError::other(e.to_string()))?;
     // Its store's writes are timed into the server's metrics.
     let metrics = Arc::new(Metrics::new());
-    let mut builder = config
-        .engine_builder()?
+    let mut builder = global
+        .register(config.engine_builder()?)
         .wrap_store(|store| MeteredStore::wrap(store, &metrics));
     // Its leases and its admission read the same probe of its lag.
     if let Some(gauge) = config.load_gauge() {

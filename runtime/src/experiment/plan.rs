@@ -67,7 +67,7 @@ pub fn plan(workload: &Workload, options: &Options) -> Result<Plan, ExperimentEr
     };
     let strategies = names
         .iter()
-        .map(|name| workload.resolve(name.trim()))
+        .map(|name| resolve(workload, name.trim(), &options.policies))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Plan::new(
         workload,
@@ -75,6 +75,33 @@ pub fn plan(workload: &Workload, options: &Options) -> Result<Plan, ExperimentEr
         options.seed,
         options.max_events,
     )?)
+}
+
+/// The strategy `name`: the workload's (built in or defined), else, when
+/// its name before `@` is that of one of `policies`, the workload's
+/// `[strategy]` at its lease judged by that policy.
+fn resolve(
+    workload: &Workload,
+    name: &str,
+    policies: &[std::sync::Arc<dyn leasehold_actors::VerdictPolicy>],
+) -> Result<Strategy, WorkloadError> {
+    let (base, lease) = name
+        .split_once('@')
+        .map_or((name, None), |(base, lease)| (base, Some(lease)));
+    let own = policies.iter().find(|policy| policy.name() == base);
+    match (workload.resolve(name), own) {
+        (Ok(strategy), _) => Ok(strategy),
+        (Err(_), Some(policy)) => {
+            let under = match lease {
+                Some(lease) => format!("leasehold@{lease}"),
+                None => "leasehold".to_owned(),
+            };
+            Ok(workload
+                .resolve(&under)?
+                .judged_by(name, std::sync::Arc::clone(policy)))
+        }
+        (Err(refused), None) => Err(refused),
+    }
 }
 
 fn check_count(key: &str, count: usize, which: &str) -> Result<(), WorkloadError> {
