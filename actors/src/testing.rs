@@ -11,6 +11,7 @@
 //! one call.
 
 pub mod conformance;
+pub mod records;
 
 /// The actors' protocols, for tests and benchmarks of the actors alone.
 pub mod actors {

@@ -129,6 +129,11 @@ lease = "5s"
 "#;
 
 /// Runs the flow under `steady`, then the experiment, checking each.
+///
+/// On paused tokio time, so that its minutes of leases pass at once: that
+/// needs tokio's `test-util` feature, which this crate's tests turn on. In
+/// a program of your own, leave `start_paused` out and the leases run on
+/// the wall clock.
 #[tokio::main(flavor = "current_thread", start_paused = true)]
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (verdicts, state) = run_under_steady().await?;

@@ -25,16 +25,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use serde_json::json;
 
-use crate::event::{Event, EventKind};
+use super::records::*;
 use crate::memory::MemoryStore;
 use crate::pace::{CallPace, Pace, PaceBook, Spread};
 use crate::ports::{
-    BoxFuture, ChangeFeed, ClaimOutcome, Fenced, PauseRecord, PurgeRule, QueueClaim,
-    ReconcileDecision, RunCommand, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate,
-    SUMMARY_CHARS, Snapshot, Store, StoreChange, StoreError, SummaryPage, ToolCallRecord,
-    ToolCallState, fencing, listing,
+    BoxFuture, ChangeFeed, ClaimOutcome, PauseRecord, PurgeRule, QueueClaim, ReconcileDecision,
+    RunCommand, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot,
+    Store, StoreChange, StoreError, SummaryPage, ToolCallState, fencing, listing,
 };
 
 /// What the suite needs of a store of one's own: fresh, empty stores, one
@@ -1632,60 +1630,6 @@ async fn learned_paces_are_kept_replaced_reset_and_survive_a_reopen(subject: Sub
     assert_eq!(kept[1].1.calls, 2, "{kept:?}");
 }
 
-/// The loops of every run: the root and a worker.
-const LOOPS: [&str; 2] = ["run", "run/worker:research:1"];
-
-/// Records `run_id` owned by `a` at fence 1 with a snapshot of each loop,
-/// a tool call, three events and a waiting command, then moves it to
-/// `status` at `ended_at_ms`; its flow says `retention` if given.
-async fn record_run(
-    store: &dyn Store,
-    run_id: &str,
-    status: RunStatus,
-    ended_at_ms: u64,
-    retention: Option<&str>,
-) {
-    let mut record = run_record(run_id, Some("a"), 1, 1 << 40, RunStatus::Running);
-    if let Some(retention) = retention {
-        record.flow["retention"] = serde_json::json!(retention);
-    }
-    store.create_run(record).await.unwrap();
-    for path in LOOPS {
-        let applied = store.save_snapshot(snapshot(run_id, path, 1, "n"), 1);
-        assert!(applied.await.unwrap().is_applied());
-    }
-    let call = tool_call(&format!("{run_id}/1/0"), 1, ToolCallState::Done);
-    assert!(
-        store
-            .record_tool_call(run_id, call, 1)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    let appended = store.append_events(run_id, events(run_id, 1..=3), 1);
-    assert!(appended.await.unwrap().is_applied());
-    let cancel = RunCommand::Cancel {
-        reason: "r".to_owned(),
-    };
-    store.send_command(run_id, cancel).await.unwrap();
-    let update = RunUpdate {
-        pause: status.is_paused().then(|| PauseRecord {
-            reason: "asked".to_owned(),
-            subject: "s".to_owned(),
-            path: "run".to_owned(),
-            call: None,
-        }),
-        ..update(status, ended_at_ms)
-    };
-    assert!(
-        store
-            .update_run(run_id, 1, update)
-            .await
-            .unwrap()
-            .is_applied()
-    );
-}
-
 fn purge_rule(now_ms: u64, retention_ms: Option<u64>, limit: usize) -> PurgeRule {
     PurgeRule {
         now_ms,
@@ -1814,111 +1758,4 @@ async fn a_flows_retention_shortens_the_servers(store: Arc<dyn Store>) {
     purged.sort();
     assert_eq!(purged, ["f2-long", "f3-plain"]);
     assert!(listed(store).await.is_empty());
-}
-
-// The records the rules write.
-
-/// The run-lease TTL the rules claim with (ms).
-const TTL: u64 = 500;
-
-/// A run of the flow `research`, created at 1 000.
-fn run_record(
-    run_id: &str,
-    owner_id: Option<&str>,
-    fence: u64,
-    expires_at_ms: u64,
-    status: RunStatus,
-) -> RunRecord {
-    RunRecord {
-        run_id: run_id.to_owned(),
-        flow: json!({"name": "research", "max_steps": 8}),
-        status,
-        owner_id: owner_id.map(str::to_owned),
-        fence,
-        lease_expires_at_ms: expires_at_ms,
-        reason: None,
-        answer: None,
-        pause: None,
-        created_at_ms: 1_000,
-        updated_at_ms: 1_000,
-    }
-}
-
-/// An unowned running run, ready to be claimed.
-fn unowned(run_id: &str) -> RunRecord {
-    run_record(run_id, None, 0, 0, RunStatus::Running)
-}
-
-/// A snapshot of the loop `path` whose transcript holds `note`.
-fn snapshot(run_id: &str, path: &str, step: u32, note: &str) -> Snapshot {
-    Snapshot {
-        run_id: run_id.to_owned(),
-        path: path.to_owned(),
-        step,
-        status: RunStatus::Running,
-        state: json!({"transcript": [{"role": "user", "content": note}], "budget": {"limit": 8}}),
-    }
-}
-
-/// A record of the call `key` in `state` (done: with a result).
-fn tool_call(key: &str, step: u32, state: ToolCallState) -> ToolCallRecord {
-    ToolCallRecord {
-        key: key.to_owned(),
-        path: "run".to_owned(),
-        step,
-        index: 0,
-        tool: "search".to_owned(),
-        arguments: json!({"query": "leases"}),
-        idempotent: Some(true),
-        state,
-        result: (state == ToolCallState::Done).then(|| "found".to_owned()),
-    }
-}
-
-/// An event of the run at `seq`.
-fn event(run_id: &str, seq: u64) -> Event {
-    Event {
-        seq,
-        position: seq,
-        at: 1_000 + seq,
-        run_id: run_id.to_owned(),
-        path: "run".to_owned(),
-        kind: EventKind::StepStarted {
-            step: u32::try_from(seq).unwrap_or(u32::MAX),
-            limit: 8,
-            nudges: 0,
-        },
-    }
-}
-
-/// The events of the run at each of `seqs`.
-fn events(run_id: &str, seqs: impl IntoIterator<Item = u64>) -> Vec<Event> {
-    seqs.into_iter().map(|seq| event(run_id, seq)).collect()
-}
-
-/// A change to `status` at `at_ms`.
-fn update(status: RunStatus, at_ms: u64) -> RunUpdate {
-    RunUpdate {
-        status,
-        reason: None,
-        answer: None,
-        pause: None,
-        at_ms,
-    }
-}
-
-/// The record a claim made; panics if the claim was refused.
-fn claimed(outcome: ClaimOutcome) -> RunRecord {
-    match outcome {
-        ClaimOutcome::Claimed(record) => record,
-        other => panic!("expected a claim, got {other:?}"),
-    }
-}
-
-/// The refusal of a write to a run at `fence` owned by `owner_id`.
-fn stale(fence: u64, owner_id: &str) -> Fenced<()> {
-    Fenced::Stale {
-        fence,
-        owner_id: Some(owner_id.to_owned()),
-    }
 }
