@@ -25,14 +25,6 @@ impl Config {
     /// heartbeat, a claim interval below 100 ms.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value, source) in self.durations() {
-            let Some(value) = value else {
-                // Only a key that `value_of` does not know reads back empty.
-                return Err(ConfigError::new(
-                    named(key),
-                    "a duration key that Config::value_of reads",
-                    "no value",
-                ));
-            };
             if value.is_zero() {
                 return Err(ConfigError::new(
                     named(key),
@@ -220,24 +212,19 @@ impl Config {
     }
 
     /// Every duration key (`ValueKind::Duration` in the key table) with its
-    /// value and source. Read through [`Config::value_of`], which every key
-    /// must answer for `leasehold config` to print it, so a new duration key
-    /// is checked here as soon as it is in the table and printed: no list of
-    /// keys to keep in step.
-    /// `None` for a key `value_of` does not know.
-    fn durations(&self) -> Vec<(&'static Key, Option<Duration>, &Source)> {
+    /// value and source, read through its row as `leasehold config` prints
+    /// it, so a new duration key is checked here as soon as it is in the
+    /// table: no list of keys to keep in step.
+    fn durations(&self) -> Vec<(&'static Key, Duration, &Source)> {
         KEYS.iter()
             .filter(|k| k.kind == ValueKind::Duration)
             .map(|key| {
                 let (text, source) = self.value_of(key);
-                if text.is_empty() {
-                    return (key, None, source);
-                }
-                // `value_of` writes a duration with humantime, which reads
-                // back exactly; only a duration too long for humantime to
-                // read back fails, and it is over the maximum.
+                // A duration is printed by humantime, which reads it back
+                // exactly; only one too long for humantime to read back
+                // fails, and it is over the maximum.
                 let value = humantime::parse_duration(&text).unwrap_or(Duration::MAX);
-                (key, Some(value), source)
+                (key, value, source)
             })
             .collect()
     }

@@ -1,8 +1,14 @@
-//! The table of every configuration key: its variable, file key, default
-//! and meaning. `docs/configuration.md` is this table written out, and a
-//! test holds the two together.
+//! The table of every configuration key: its variable, file key, default,
+//! meaning, and the field of [`Config`](super::Config) it sets and reads.
+//! It is the one home of a key: loading (the file, the environment,
+//! `--set`), the entries `leasehold config` prints and the duration checks
+//! all go through its row, and `docs/configuration.md` is this table
+//! written out, which a test holds together.
+
+use std::fmt;
 
 use super::ENV_CONFIG;
+use super::fields::{Field, IdleTimeout, Kind, NoField, Slot, field};
 
 /// What a key's value is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,8 +79,9 @@ impl ValueKind {
     }
 }
 
-/// One configuration key: its names, default and meaning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One configuration key: its names, default and meaning, and the field of
+/// [`Config`](super::Config) it sets and reads.
+#[derive(Clone, Copy)]
 pub struct Key {
     /// The environment variable, e.g. `LEASEHOLD_LEASE_TOOL_CALL`.
     pub env: &'static str,
@@ -86,13 +93,50 @@ pub struct Key {
     pub meaning: &'static str,
     /// What the value is.
     pub kind: ValueKind,
+    /// Where the value lives: how it is set from text and read back.
+    pub(super) slot: &'static dyn Slot,
 }
 
-const fn key(
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Key")
+            .field("env", &self.env)
+            .field("file", &self.file)
+            .field("default", &self.default)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two keys are the same key when they have the same names: no two rows
+/// share one.
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.env == other.env && self.file == other.file
+    }
+}
+
+impl Eq for Key {}
+
+/// A row whose value is the field `field`, of the kind it holds.
+const fn key<K: Kind>(
+    env: &'static str,
+    file: &'static str,
+    default: &'static str,
+    field: &'static Field<K>,
+    meaning: &'static str,
+) -> Key {
+    key_at(env, file, default, K::KIND, field, meaning)
+}
+
+/// A row whose value is more than one field, or none: its slot says how it
+/// is set and read.
+const fn key_at(
     env: &'static str,
     file: &'static str,
     default: &'static str,
     kind: ValueKind,
+    slot: &'static dyn Slot,
     meaning: &'static str,
 ) -> Key {
     Key {
@@ -101,450 +145,553 @@ const fn key(
         default,
         meaning,
         kind,
+        slot,
     }
 }
 
 /// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 63] = [
+pub(super) static KEYS: [Key; 63] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
         "2m",
-        ValueKind::Duration,
+        field!(Duration, lease_model_stream),
         "lease of a streaming model call; each chunk is evidence",
     ),
     key(
         "LEASEHOLD_LEASE_MODEL_BLOCKING",
         "lease.model_blocking",
         "5m",
-        ValueKind::Duration,
+        field!(Duration, lease_model_blocking),
         "lease of a blocking model call",
     ),
     key(
         "LEASEHOLD_LEASE_TOOL_CALL",
         "lease.tool_call",
         "5m",
-        ValueKind::Duration,
+        field!(Duration, lease_tool_call),
         "lease of a tool call; each MCP progress notification is evidence",
     ),
     key(
         "LEASEHOLD_LEASE_WORKER_STEP",
         "lease.worker_step",
         "10m",
-        ValueKind::Duration,
+        field!(Duration, lease_worker_step),
         "lease of one worker step; each completed step is evidence",
     ),
     key(
         "LEASEHOLD_LEASE_MIN",
         "lease.min",
         "10ms",
-        ValueKind::Duration,
+        field!(Duration, lease_min),
         "the shortest lease: each `lease.*` above and every flow's `leases.*` must be at least this long (at least 10ms, the floor of any lease)",
     ),
     key(
         "LEASEHOLD_WATCHDOG_FREE_RENEWALS",
         "watchdog.free_renewals",
         "2",
-        ValueKind::Count,
+        field!(Count, free_renewals),
         "expiries renewed on evidence alone, without asking the evaluator",
     ),
     key(
         "LEASEHOLD_WATCHDOG_MAX_RENEWALS",
         "watchdog.max_renewals",
         "10",
-        ValueKind::Count,
+        field!(Count, max_renewals),
         "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
     ),
     key(
         "LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS",
         "watchdog.evidence_renewals",
         "3",
-        ValueKind::Count,
+        field!(Count, evidence_renewals),
         "consecutive renewals on fresh evidence alone; at the next expiry the evaluator is asked anyway, shown the tail of a stream's text (0: never renew on evidence alone)",
     ),
     key(
         "LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD",
         "watchdog.repetition_threshold",
         "0.5",
-        ValueKind::Share,
+        field!(Share, repetition_threshold),
         "above this share of repeated word 3-grams in a stream's recent text, its evidence is suspicious and the evaluator is asked",
     ),
     key(
         "LEASEHOLD_WATCHDOG_POLICY",
         "watchdog.policy",
         "leasehold",
-        ValueKind::Policy,
+        field!(Policy, watchdog_policy),
         "the verdict policy, for every lease kind or per kind (`leasehold, tool_call = idle_kill`): `leasehold` (cap, ladder, evidence, evaluator), `deadline` (the first expiry intervenes), `idle_kill` (intervene after a whole lease without evidence), `always_evaluate` (every expiry below the cap asks the evaluator) or a policy the embedder registered; a flow's `leases.policy` overrides it, kind by kind",
     ),
     key(
         "LEASEHOLD_WATCHDOG_ROLE",
         "watchdog.role",
         "fast",
-        ValueKind::Role,
+        field!(Role, watchdog_role),
         "the model role the watchdog and budget checkpoints ask",
     ),
     key(
         "LEASEHOLD_EVALUATOR_TIMEOUT",
         "evaluator_timeout",
         "15s",
-        ValueKind::Duration,
+        field!(Duration, evaluator_timeout),
         "flat timeout of one evaluation, by the watchdog or a budget checkpoint",
     ),
     key(
         "LEASEHOLD_BUDGET_MAX_EXTENSIONS",
         "budget.max_extensions",
         "3",
-        ValueKind::Count,
+        field!(Count, budget_max_extensions),
         "budget extensions one loop may get in all, whatever the evaluator says",
     ),
     key(
         "LEASEHOLD_SPAWN_MAX_PER_ANSWER",
         "spawn.max_per_answer",
         "16",
-        ValueKind::Count,
+        field!(Count, spawn_max_per_answer),
         "workers one model answer may spawn; its further `spawn_worker` calls get an error result the model sees, and a `spawn_refused` event",
     ),
     key(
         "LEASEHOLD_SPAWN_MAX_PER_RUN",
         "spawn.max_per_run",
         "256",
-        ValueKind::Count,
+        field!(Count, spawn_max_per_run),
         "workers one run may start in all, restarts included; past it a spawn gets an error result",
     ),
     key(
         "LEASEHOLD_SPAWN_MAX_DEPTH",
         "spawn.max_depth",
         "4",
-        ValueKind::Count,
+        field!(Count, spawn_max_depth),
         "how deep workers may nest below the root (1: the root's workers spawn none; 0: no loop spawns)",
     ),
     key(
         "LEASEHOLD_RUN_LEASE_TTL",
         "run_lease_ttl",
         "1m 30s",
-        ValueKind::Duration,
+        field!(Duration, run_lease_ttl),
         "how long an executor owns a run without a heartbeat (heartbeats every third of it)",
     ),
     key(
         "LEASEHOLD_RESUME_ON_BOOT",
         "resume_on_boot",
         "false",
-        ValueKind::Flag,
+        field!(Flag, resume_on_boot),
         "whether the executor claims and resumes orphaned runs, at boot and in its sweep every third of the run-lease TTL",
     ),
     key(
         "LEASEHOLD_EXECUTOR_CLAIM_INTERVAL",
         "executor.claim_interval",
         "1s",
-        ValueKind::Duration,
+        field!(Duration, executor_claim_interval),
         "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least 100ms",
     ),
     key(
         "LEASEHOLD_EXECUTOR_RETENTION",
         "executor.retention",
         "7days",
-        ValueKind::Retention,
+        field!(Retention, executor_retention),
         "how long a finished run (completed, failed, cancelled) is kept before a serving executor deletes it with its events, snapshots and tool calls; forever keeps them all; a flow's retention may shorten it, never lengthen it",
     ),
     key(
         "LEASEHOLD_EXECUTOR_LOAD_BOUND",
         "executor.load_bound",
         "250ms",
-        ValueKind::DurationOrOff,
+        field!(DurationOrOff, executor_load_bound),
         "the executor's lag above which a lease that expires is renewed by `load`, counted neither toward the renewal cap nor the ladder nor the evidence streak (`run` and `serve` measure the lag); at least 10ms, or 0: off",
     ),
     key(
         "LEASEHOLD_EXECUTOR_LAG_TARGET",
         "executor.lag_target",
         "100ms",
-        ValueKind::DurationOrOff,
+        field!(DurationOrOff, executor_lag_target),
         "the lag under which a serving executor admits runs: its admitted limit grows while the lag stays under it and halves when it does not, between 1 and `server.max_live_runs`; at most `executor.load_bound`; at least 10ms, or 0: the limit is `server.max_live_runs`",
     ),
     key(
         "LEASEHOLD_DURABILITY",
         "durability",
         "sync",
-        ValueKind::Durability,
+        field!(Durability, durability),
         "when a store write counts as done: sync, async or exit",
     ),
     key(
         "LEASEHOLD_DATA_DIR",
         "data_dir",
         ".leasehold",
-        ValueKind::Path,
+        field!(Path, data_dir),
         "the directory of the run store",
     ),
     key(
         "LEASEHOLD_SLED_CACHE_CAPACITY",
         "sled.cache_capacity",
         "64MiB",
-        ValueKind::Size,
+        field!(Size, sled_cache_capacity),
         "the most memory the sled store's page cache holds (sled's own default is 1GiB)",
     ),
     key(
         "LEASEHOLD_STORE",
         "store",
         "(none)",
-        ValueKind::StoreUrl,
+        field!(StoreUrl, store_url),
         "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed",
     ),
     key(
         "LEASEHOLD_RESTART_MAX",
         "restart.max",
         "3",
-        ValueKind::Count,
+        field!(Count, restart_max),
         "at most this many restarts of any one call, and ...",
     ),
     key(
         "LEASEHOLD_RESTART_WINDOW",
         "restart.window",
         "1m",
-        ValueKind::Duration,
+        field!(Duration, restart_window),
         "... of all the calls of a loop within this sliding window (the restart intensity); past either the call is given up and its failure goes up the tree",
     ),
     key(
         "LEASEHOLD_RESTART_BACKOFF_INITIAL",
         "restart.backoff_initial",
         "1s",
-        ValueKind::Duration,
+        field!(Duration, restart_backoff_initial),
         "backoff before the first restart, doubling after each",
     ),
     key(
         "LEASEHOLD_RESTART_BACKOFF_MAX",
         "restart.backoff_max",
         "30s",
-        ValueKind::Duration,
+        field!(Duration, restart_backoff_max),
         "the longest backoff, before a jitter of ±10 %",
     ),
     key(
         "LEASEHOLD_RESTART_ON_EXHAUSTED",
         "restart.on_exhausted",
         "pause",
-        ValueKind::OnExhausted,
+        field!(OnExhausted, restart_on_exhausted),
         "what a failure that reaches the top of the tree does (a model call out of restarts, the root loop past its intensity): `pause` the run for a person, who resumes it, or `fail` it",
     ),
     key(
         "LEASEHOLD_MODEL_BASE_URL",
         "model.base_url",
         "(none)",
-        ValueKind::Text,
+        field!(Url, model_base_url),
         "base URL of the OpenAI-compatible API of role `default`, e.g. http://127.0.0.1:8000/v1",
     ),
     key(
         "LEASEHOLD_MODEL_NAME",
         "model.name",
         "(none)",
-        ValueKind::Text,
+        field!(Text, model_name),
         "the model of role `default`",
     ),
     key(
         "LEASEHOLD_MODEL_API_KEY",
         "model.api_key",
         "(none)",
-        ValueKind::Secret,
+        field!(Secret, model_api_key),
         "its API key, sent as a bearer token; never printed",
     ),
     key(
         "LEASEHOLD_FAST_MODEL_BASE_URL",
         "fast_model.base_url",
         "(the default's)",
-        ValueKind::Text,
+        field!(Url, fast_model_base_url),
         "base URL of role `fast`, which the watchdog and budget checkpoints ask",
     ),
     key(
         "LEASEHOLD_FAST_MODEL_NAME",
         "fast_model.name",
         "(the default's)",
-        ValueKind::Text,
+        field!(Text, fast_model_name),
         "the model of role `fast`",
     ),
     key(
         "LEASEHOLD_FAST_MODEL_API_KEY",
         "fast_model.api_key",
         "(the default's)",
-        ValueKind::Secret,
+        field!(Secret, fast_model_api_key),
         "its API key; never printed",
     ),
     key(
         "LEASEHOLD_MODEL_CONNECT_TIMEOUT",
         "model.connect_timeout",
         "10s",
-        ValueKind::Duration,
+        field!(Duration, model_connect_timeout),
         "how long connecting to a model endpoint may take",
     ),
-    key(
+    key_at(
         "LEASEHOLD_MODEL_IDLE_TIMEOUT",
         "model.idle_timeout",
         "(derived)",
         ValueKind::Duration,
+        &IdleTimeout,
         "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout` (15m15s with the defaults)",
     ),
     key(
         "LEASEHOLD_MODEL_RATE_LIMIT_RETRIES",
         "model.rate_limit_retries",
         "3",
-        ValueKind::Count,
+        field!(Count, model_rate_limit_retries),
         "retries of a call answered 429, each after the wait the server asked for",
     ),
     key(
         "LEASEHOLD_MCP_HANDSHAKE_TIMEOUT",
         "mcp.handshake_timeout",
         "30s",
-        ValueKind::Duration,
+        field!(Duration, mcp_handshake_timeout),
         "how long a new MCP tool server may take to start and complete the handshake, and then to answer `tools/list`; a server that does not fails its run with a reason naming it (never a bound on a tool call)",
     ),
     key(
         "LEASEHOLD_SERVER_ADDR",
         "server.addr",
         "127.0.0.1:7878",
-        ValueKind::Address,
+        field!(Address, server_addr),
         "where `leasehold serve` listens",
     ),
     key(
         "LEASEHOLD_API_TOKEN",
         "api_token",
         "(none)",
-        ValueKind::Secret,
+        field!(Secret, api_token),
         "the bearer token the HTTP API requires; needed to listen beyond loopback; never printed",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOWED_HOSTS",
         "server.allowed_hosts",
         "(none)",
-        ValueKind::List,
+        field!(List, server_allowed_hosts),
         "`Host` values accepted without a token besides the bound loopback address (against DNS rebinding)",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOWED_ORIGINS",
         "server.allowed_origins",
         "(none)",
-        ValueKind::List,
+        field!(List, server_allowed_origins),
         "origins (`https://ops.example.com`) a browser request may come from besides the server's own",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOW_FLOW_TOOLS",
         "server.allow_flow_tools",
         "false",
-        ValueKind::Flag,
+        field!(Flag, server_allow_flow_tools),
         "let posted flows carry a tool server's `command`, `url` or `env` (needs a token; `serve --allow-flow-tools`)",
     ),
     key(
         "LEASEHOLD_SERVER_HEADER_TIMEOUT",
         "server.header_timeout",
         "10s",
-        ValueKind::Duration,
+        field!(Duration, server_header_timeout),
         "how long a client may take to send a request's headers",
     ),
     key(
         "LEASEHOLD_SERVER_BODY_TIMEOUT",
         "server.body_timeout",
         "30s",
-        ValueKind::Duration,
+        field!(Duration, server_body_timeout),
         "how long a client may take to send a request's body (never a bound on an event stream or a run)",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_CONNECTIONS",
         "server.max_connections",
         "512",
-        ValueKind::Count,
+        field!(Count, server_max_connections),
         "open connections at once; further clients wait to be accepted",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_EVENT_STREAMS",
         "server.max_event_streams",
         "128",
-        ValueKind::Count,
+        field!(Count, server_max_event_streams),
         "event streams open at once; past it a 503 with `Retry-After`",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_LIVE_RUNS",
         "server.max_live_runs",
         "64",
-        ValueKind::Count,
+        field!(Count, server_max_live_runs),
         "runs this executor runs at once; past it a posted run waits queued, and resuming one is a 429",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_QUEUED_RUNS",
         "server.max_queued_runs",
         "1024",
-        ValueKind::Count,
+        field!(Count, server_max_queued_runs),
         "runs waiting `queued` in the store (counted over every executor sharing it); past it `POST /runs` is a 429 `queue_full` with `Retry-After`, and nothing is stored (0: never queue)",
     ),
     key(
         "LEASEHOLD_SERVER_SHUTDOWN_GRACE",
         "server.shutdown_grace",
         "5s",
-        ValueKind::Duration,
+        field!(Duration, server_shutdown_grace),
         "on SIGINT or SIGTERM, how long requests may take to finish before the server closes them",
     ),
     key(
         "LEASEHOLD_LIMITS_MODEL_ANSWER",
         "limits.model_answer",
         "4MiB",
-        ValueKind::Size,
+        field!(Size, limits_model_answer),
         "one model answer: content, reasoning and tool-call arguments together; past it the call fails",
     ),
     key(
         "LEASEHOLD_LIMITS_MODEL_BODY",
         "limits.model_body",
         "8MiB",
-        ValueKind::Size,
+        field!(Size, limits_model_body),
         "one non-streamed model response body; past it the call fails",
     ),
     key(
         "LEASEHOLD_LIMITS_TOOL_RESULT",
         "limits.tool_result",
         "1MiB",
-        ValueKind::Size,
+        field!(Size, limits_tool_result),
         "one tool result; a larger one is truncated with a marker, and an event says so",
     ),
     key(
         "LEASEHOLD_LIMITS_PROGRESS_NOTE",
         "limits.progress_note",
         "1KiB",
-        ValueKind::Size,
+        field!(Size, limits_progress_note),
         "one progress note (an MCP progress message, a worker's step); a longer one is cut with a marker, in the evidence and in the stored event; at least 64B",
     ),
     key(
         "LEASEHOLD_LIMITS_PROGRESS_INTERVAL",
         "limits.progress_interval",
         "1s",
-        ValueKind::Duration,
+        field!(Duration, limits_progress_interval),
         "at most one stored `progress` event per operation per interval, saying how many reports it stands for; every report still counts as evidence for the lease",
     ),
     key(
         "LEASEHOLD_LIMITS_RUN_EVENTS",
         "limits.run_events",
         "10000",
-        ValueKind::Count,
+        field!(Count, limits_run_events),
         "events a run's log holds before its `progress` events are counted instead of stored (an `events_dropped` event says how many); lifecycle events are stored past it",
     ),
     key(
         "LEASEHOLD_LIMITS_TASK",
         "limits.task",
         "64KiB",
-        ValueKind::Size,
+        field!(Size, limits_task),
         "a flow's task, posted or in a file; past it the flow is refused (413 `too_large` over the API), nothing stored",
     ),
     key(
         "LEASEHOLD_LIMITS_FLOW",
         "limits.flow",
         "256KiB",
-        ValueKind::Size,
+        field!(Size, limits_flow),
         "a whole flow, as the JSON the store keeps; past it the flow is refused, nothing stored (a posted body may be twice as long, at least 1 MiB)",
     ),
     key(
         "LEASEHOLD_LIMITS_GUIDANCE",
         "limits.guidance",
         "64KiB",
-        ValueKind::Size,
+        field!(Size, limits_guidance),
         "one text from a person: guidance on resume, a reconciliation's result, a cancel's reason; past it the request is refused",
     ),
-    key(
+    key_at(
         ENV_CONFIG,
         "",
         "(none)",
         ValueKind::Path,
+        &NoField,
         "the TOML file read between the defaults and the environment",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, Source};
+    use super::{KEYS, Key, ValueKind};
+
+    /// A value of `kind` that parses, whatever the key.
+    fn sample(kind: ValueKind) -> &'static str {
+        match kind {
+            ValueKind::Duration => "7s",
+            ValueKind::DurationOrOff => "off",
+            ValueKind::Count => "7",
+            ValueKind::Flag => "true",
+            ValueKind::Role => "default",
+            ValueKind::Durability => "async",
+            ValueKind::Path => "/var/lib/leasehold",
+            ValueKind::Text => "http://127.0.0.1:8000/v1",
+            ValueKind::Secret => "sk-secret",
+            ValueKind::Address => "127.0.0.1:1",
+            ValueKind::Size => "1KiB",
+            ValueKind::List => "a.example",
+            ValueKind::OnExhausted => "fail",
+            ValueKind::Policy => "deadline",
+            ValueKind::Share => "0.25",
+            ValueKind::StoreUrl => "postgres://leasehold@db/runs",
+            ValueKind::Retention => "forever",
+        }
+    }
+
+    fn settable() -> impl Iterator<Item = &'static Key> {
+        KEYS.iter().filter(|k| !k.file.is_empty())
+    }
+
+    #[test]
+    fn each_row_sets_the_field_it_reads_and_no_other_row_reads_it() {
+        for key in settable() {
+            let mut config = Config::default();
+            let source = Source::Flag(format!("--set {}", key.file));
+            config
+                .set(key, sample(key.kind), source.clone(), key.file)
+                .unwrap_or_else(|e| panic!("{}: {e}", key.file));
+            let changed: Vec<&str> = config
+                .entries()
+                .into_iter()
+                .filter(|(_, _, from)| *from == source)
+                .map(|(other, _, _)| other.file)
+                .collect();
+            assert_eq!(
+                changed,
+                [key.file],
+                "the rows that read what {} set",
+                key.file
+            );
+        }
+    }
+
+    #[test]
+    fn a_printed_value_reads_back_as_itself() {
+        let mut config = Config::default();
+        for key in settable() {
+            let source = Source::Flag(format!("--set {}", key.file));
+            config
+                .set(key, sample(key.kind), source, key.file)
+                .unwrap_or_else(|e| panic!("{}: {e}", key.file));
+        }
+        for key in settable() {
+            let (printed, _) = config.value_of(key);
+            let mut again = config.clone();
+            again
+                .set(key, &printed, Source::Default, key.file)
+                .unwrap_or_else(|e| panic!("{} printed {printed:?}: {e}", key.file));
+            // A secret prints as `(set)`, which is not the secret.
+            if key.kind != ValueKind::Secret {
+                assert_eq!(again.value_of(key).0, printed, "{}", key.file);
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_is_refused_as_its_kind_expects() {
+        // Any text but a blank one is a name, a path or a list.
+        let free = [
+            ValueKind::Text,
+            ValueKind::Secret,
+            ValueKind::Path,
+            ValueKind::List,
+        ];
+        for key in settable().filter(|k| !free.contains(&k.kind)) {
+            let mut config = Config::default();
+            let error = config
+                .set(key, "\u{1}", Source::Default, key.env)
+                .expect_err(key.file);
+            assert!(
+                error.to_string().contains(key.kind.expected()),
+                "{}: {error}",
+                key.file
+            );
+        }
+    }
+}
