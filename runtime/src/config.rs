@@ -4,7 +4,8 @@
 //!
 //! Every key has a file key (`lease.tool_call`) and an environment variable
 //! named after it (`LEASEHOLD_LEASE_TOOL_CALL`); [`Config::keys`] lists them
-//! all, and `docs/configuration.md` documents each one. Durations are written
+//! all, each with the field it sets, and `docs/configuration.md` holds the
+//! table [`Config::keys_table`] writes from them. Durations are written
 //! in human form (`250ms`, `90s`, `5m`). Every refusal names the variable or
 //! the file key and what it expected; the file refuses unknown keys, so a
 //! misspelt key is an error rather than a silently ignored default.
@@ -46,7 +47,7 @@ mod timing;
 mod wiring;
 
 use keys::KEYS;
-pub use keys::{Key, ValueKind};
+pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, ValueKind};
 
 pub use engine::EngineSetupError;
 pub use idle::IDLE_TIMEOUT_FORMULA;
@@ -474,6 +475,13 @@ impl Config {
     /// last is `LEASEHOLD_CONFIG`, which has no file key.
     pub fn keys() -> &'static [Key] {
         &KEYS
+    }
+
+    /// Every key as the Markdown table `docs/configuration.md` holds
+    /// between [`KEYS_TABLE_START`] and [`KEYS_TABLE_END`]: the doc's table
+    /// is this output, and a test fails when the two differ.
+    pub fn keys_table() -> String {
+        keys::markdown_table()
     }
 
     /// Loads defaults, then the TOML `file` (or, without one, the file named

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use leasehold::{
     EngineConfig, LeaseKind,
-    config::{Config, Flag, IDLE_TIMEOUT_FORMULA, LoadError, Source},
+    config::{
+        Config, Flag, IDLE_TIMEOUT_FORMULA, KEYS_TABLE_END, KEYS_TABLE_START, LoadError, Source,
+    },
     model::ModelRole,
     store::Durability,
 };
@@ -407,23 +409,38 @@ fn backoffs_past_the_maximum_are_summed_without_looping_per_restart() {
 }
 
 #[test]
-fn every_key_appears_in_docs_configuration_md() {
+fn the_key_table_of_docs_configuration_md_is_the_one_the_code_writes() {
     let doc = include_str!("../../docs/configuration.md");
-    for key in Config::keys() {
-        assert!(
-            doc.contains(&format!("`{}`", key.env)),
-            "{} missing from docs/configuration.md",
-            key.env
+    let written = Config::keys_table();
+    let (start, end) = (
+        doc.find(KEYS_TABLE_START)
+            .expect("docs/configuration.md marks where its key table starts"),
+        doc.find(KEYS_TABLE_END)
+            .expect("docs/configuration.md marks where its key table ends"),
+    );
+    let table = doc[start + KEYS_TABLE_START.len()..end].trim_start_matches('\n');
+    if let Some((line, (documented, generated))) = table
+        .lines()
+        .chain(std::iter::repeat(""))
+        .zip(written.lines().chain(std::iter::repeat("")))
+        .take(table.lines().count().max(written.lines().count()))
+        .enumerate()
+        .find(|(_, (documented, generated))| documented != generated)
+    {
+        panic!(
+            "docs/configuration.md's key table differs from runtime/src/config/keys.rs \
+             at its line {}:\n  doc:  {documented}\n  code: {generated}\n\
+             Put the table Config::keys_table() writes between the markers:\n{written}",
+            line + 1
         );
-        if !key.file.is_empty() {
-            assert!(
-                doc.contains(&format!("`{}`", key.file)),
-                "file key {} missing from docs/configuration.md",
-                key.file
-            );
-            let derived = format!("LEASEHOLD_{}", key.file.replace('.', "_").to_uppercase());
-            assert_eq!(key.env, derived, "variable named after its file key");
-        }
+    }
+}
+
+#[test]
+fn every_variable_is_named_after_its_file_key() {
+    for key in Config::keys().iter().filter(|k| !k.file.is_empty()) {
+        let derived = format!("LEASEHOLD_{}", key.file.replace('.', "_").to_uppercase());
+        assert_eq!(key.env, derived, "variable named after its file key");
     }
     let entries = Config::default().entries();
     assert_eq!(entries.len() + 1, Config::keys().len());

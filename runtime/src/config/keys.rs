@@ -89,7 +89,8 @@ pub struct Key {
     pub file: &'static str,
     /// The default, as it would be written.
     pub default: &'static str,
-    /// What the value means.
+    /// What the value means, in Markdown: the last column of the table in
+    /// `docs/configuration.md`.
     pub meaning: &'static str,
     /// What the value is.
     pub kind: ValueKind,
@@ -117,6 +118,45 @@ impl PartialEq for Key {
 }
 
 impl Eq for Key {}
+
+/// The first line of the key table in `docs/configuration.md`.
+pub const KEYS_TABLE_START: &str =
+    "<!-- keys: generated from runtime/src/config/keys.rs; a test checks it -->";
+
+/// The line after the key table in `docs/configuration.md`.
+pub const KEYS_TABLE_END: &str = "<!-- end keys -->";
+
+/// Every key as a Markdown table — variable, file key, default, meaning —
+/// exactly as `docs/configuration.md` holds it between [`KEYS_TABLE_START`] and
+/// [`KEYS_TABLE_END`].
+pub(super) fn markdown_table() -> String {
+    let mut out = String::from("| variable | file key | default | meaning |\n|---|---|---|---|\n");
+    for key in &KEYS {
+        let file = if key.file.is_empty() {
+            "—".to_owned()
+        } else {
+            format!("`{}`", key.file)
+        };
+        // A default in parentheses says what stands there instead of a
+        // value, `(none)`, `(derived)`: it is not written as code.
+        let default = if key.default.starts_with('(') {
+            key.default.to_owned()
+        } else {
+            format!("`{}`", key.default)
+        };
+        out.push_str(&format!(
+            "| `{}` | {file} | {default} | {} |\n",
+            key.env,
+            cell(key.meaning)
+        ));
+    }
+    out
+}
+
+/// `text` as a table cell: a `|` would end the cell, even in code.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
 
 /// A row whose value is the field `field`, of the kind it holds.
 const fn key<K: Kind>(
@@ -149,7 +189,7 @@ const fn key_at(
     }
 }
 
-/// Every key, in the order of `docs/configuration.md`.
+/// Every key, in the order of the table `docs/configuration.md` holds.
 pub(super) static KEYS: [Key; 63] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
@@ -184,7 +224,7 @@ pub(super) static KEYS: [Key; 63] = [
         "lease.min",
         "10ms",
         field!(Duration, lease_min),
-        "the shortest lease: each `lease.*` above and every flow's `leases.*` must be at least this long (at least 10ms, the floor of any lease)",
+        "the shortest lease: each `lease.*` above and every flow's `leases.*` must be at least this long; itself at least `10ms`, the floor of any lease (see \"A flow can only tighten the configuration\" below)",
     ),
     key(
         "LEASEHOLD_WATCHDOG_FREE_RENEWALS",
@@ -226,7 +266,7 @@ pub(super) static KEYS: [Key; 63] = [
         "watchdog.role",
         "fast",
         field!(Role, watchdog_role),
-        "the model role the watchdog and budget checkpoints ask",
+        "the model role (`default` or `fast`) the watchdog and budget checkpoints ask",
     ),
     key(
         "LEASEHOLD_EVALUATOR_TIMEOUT",
@@ -240,7 +280,7 @@ pub(super) static KEYS: [Key; 63] = [
         "budget.max_extensions",
         "3",
         field!(Count, budget_max_extensions),
-        "budget extensions one loop may get in all, whatever the evaluator says",
+        "budget extensions one loop may get in all, whatever the evaluator says; at most 3 (it may be lowered, never raised)",
     ),
     key(
         "LEASEHOLD_SPAWN_MAX_PER_ANSWER",
@@ -268,49 +308,49 @@ pub(super) static KEYS: [Key; 63] = [
         "run_lease_ttl",
         "1m 30s",
         field!(Duration, run_lease_ttl),
-        "how long an executor owns a run without a heartbeat (heartbeats every third of it)",
+        "how long an executor owns a run without a heartbeat (heartbeats every third of it); also how long `leasehold runs resume|cancel|reconcile` wait, at least 10 s, for a control forwarded to the run's owner to take effect",
     ),
     key(
         "LEASEHOLD_RESUME_ON_BOOT",
         "resume_on_boot",
         "false",
         field!(Flag, resume_on_boot),
-        "whether the executor claims and resumes orphaned runs, at boot and in its sweep every third of the run-lease TTL",
+        "whether the executor claims and resumes orphaned runs, at boot and in its sweep every third of the run-lease TTL (`serve`)",
     ),
     key(
         "LEASEHOLD_EXECUTOR_CLAIM_INTERVAL",
         "executor.claim_interval",
         "1s",
         field!(Duration, executor_claim_interval),
-        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least 100ms",
+        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least `100ms`, since a shorter interval only makes an idle server spin on the store; see `durability.md`",
     ),
     key(
         "LEASEHOLD_EXECUTOR_RETENTION",
         "executor.retention",
         "7days",
         field!(Retention, executor_retention),
-        "how long a finished run (completed, failed, cancelled) is kept before a serving executor deletes it with its events, snapshots and tool calls; forever keeps them all; a flow's retention may shorten it, never lengthen it",
+        "how long a finished run (`completed`, `failed`, `cancelled`) is kept before a serving executor deletes it with everything kept of it (events, snapshots of every loop, tool-call records, waiting commands); `forever` keeps every run; a paused, queued, running or orphaned run is never deleted. A flow's `retention` may shorten it for its runs, never lengthen it (a longer one is refused when the run is planned). `GET /runs/ID` of a deleted run answers 404; see `deployment.md` for sizing the disk by it",
     ),
     key(
         "LEASEHOLD_EXECUTOR_LOAD_BOUND",
         "executor.load_bound",
         "250ms",
         field!(DurationOrOff, executor_load_bound),
-        "the executor's lag above which a lease that expires is renewed by `load`, counted neither toward the renewal cap nor the ladder nor the evidence streak (`run` and `serve` measure the lag); at least 10ms, or 0: off",
+        "the executor's lag (how late it wakes its timers, measured by a probe every 100 ms in `run` and `serve`) above which a lease that expires is renewed by `load` instead of judged; such a renewal counts neither toward the renewal cap, nor on the ladder, nor in the evidence streak; at least `10ms`, or `0` (`off`) to judge every expiry whatever the load; see \"The executor at swarm scale: load and admission\" in `runtime-semantics.md` and \"Sizing an executor\" in `deployment.md`",
     ),
     key(
         "LEASEHOLD_EXECUTOR_LAG_TARGET",
         "executor.lag_target",
         "100ms",
         field!(DurationOrOff, executor_lag_target),
-        "the lag under which a serving executor admits runs: its admitted limit grows while the lag stays under it and halves when it does not, between 1 and `server.max_live_runs`; at most `executor.load_bound`; at least 10ms, or 0: the limit is `server.max_live_runs`",
+        "the lag under which `serve` admits runs: its admitted limit of live runs halves (at most once a second) while the lag is over it, and grows by a 64th of `server.max_live_runs` every 100 ms while it is under it and runs wait; between 1 and `server.max_live_runs`; at most `executor.load_bound`; at least `10ms`, or `0` (`off`) for a fixed limit of `server.max_live_runs`",
     ),
     key(
         "LEASEHOLD_DURABILITY",
         "durability",
         "sync",
         field!(Durability, durability),
-        "when a store write counts as done: sync, async or exit",
+        "when a store write counts as done: `sync`, `async` or `exit` (see `durability.md`)",
     ),
     key(
         "LEASEHOLD_DATA_DIR",
@@ -324,14 +364,14 @@ pub(super) static KEYS: [Key; 63] = [
         "sled.cache_capacity",
         "64MiB",
         field!(Size, sled_cache_capacity),
-        "the most memory the sled store's page cache holds (sled's own default is 1GiB)",
+        "the most memory the sled store's page cache holds (sled's own default is `1GiB`, which a busy executor's cache grows into); a size such as `256MiB`, at most `1GiB`. Not used with `store` (PostgreSQL)",
     ),
     key(
         "LEASEHOLD_STORE",
         "store",
         "(none)",
         field!(StoreUrl, store_url),
-        "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed",
+        "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed. `?sslmode=` says how connections are secured, as libpq reads it: `disable`, `prefer` (the default: TLS if the server offers it, certificate unchecked), `require` (always TLS), `verify-ca` (and the certificate signed by a trusted root), `verify-full` (and issued for the host); `&sslrootcert=PATH` is a PEM file of the trusted roots (a private CA), otherwise the platform's are used. Any other `sslmode` (`allow` included) is refused at start, naming it; see `deployment.md`",
     ),
     key(
         "LEASEHOLD_RESTART_MAX",
@@ -373,7 +413,7 @@ pub(super) static KEYS: [Key; 63] = [
         "model.base_url",
         "(none)",
         field!(Url, model_base_url),
-        "base URL of the OpenAI-compatible API of role `default`, e.g. http://127.0.0.1:8000/v1",
+        "base URL of the OpenAI-compatible API of role `default`, e.g. `http://127.0.0.1:8000/v1`",
     ),
     key(
         "LEASEHOLD_MODEL_NAME",
@@ -458,28 +498,28 @@ pub(super) static KEYS: [Key; 63] = [
         "server.allowed_hosts",
         "(none)",
         field!(List, server_allowed_hosts),
-        "`Host` values accepted without a token besides the bound loopback address (against DNS rebinding)",
+        "`Host` values accepted without a token besides the bound loopback address (against DNS rebinding); comma-separated",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOWED_ORIGINS",
         "server.allowed_origins",
         "(none)",
         field!(List, server_allowed_origins),
-        "origins (`https://ops.example.com`) a browser request may come from besides the server's own",
+        "origins (`https://ops.example.com`) a browser request may come from besides the server's own; comma-separated",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOW_FLOW_TOOLS",
         "server.allow_flow_tools",
         "false",
         field!(Flag, server_allow_flow_tools),
-        "let posted flows carry a tool server's `command`, `url` or `env` (needs a token; `serve --allow-flow-tools`)",
+        "let posted flows carry a tool server's `command`, `url` or `env` (needs a token; also `serve --allow-flow-tools`)",
     ),
     key(
         "LEASEHOLD_SERVER_HEADER_TIMEOUT",
         "server.header_timeout",
         "10s",
         field!(Duration, server_header_timeout),
-        "how long a client may take to send a request's headers",
+        "how long a client may take to send a request's headers; an idle kept-alive connection is closed after as long",
     ),
     key(
         "LEASEHOLD_SERVER_BODY_TIMEOUT",
@@ -507,14 +547,14 @@ pub(super) static KEYS: [Key; 63] = [
         "server.max_live_runs",
         "64",
         field!(Count, server_max_live_runs),
-        "runs this executor runs at once; past it a posted run waits queued, and resuming one is a 429",
+        "runs this executor runs at once, at most (its admitted limit is lower while it is late: `executor.lag_target`); past it a posted run waits queued, and resuming one is a 429",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_QUEUED_RUNS",
         "server.max_queued_runs",
         "1024",
         field!(Count, server_max_queued_runs),
-        "runs waiting `queued` in the store (counted over every executor sharing it); past it `POST /runs` is a 429 `queue_full` with `Retry-After`, and nothing is stored (0: never queue)",
+        "runs waiting `queued` in the store, counted over every executor sharing it; past it `POST /runs` is a 429 `queue_full` with `Retry-After` and nothing is stored (`0`: never queue, refuse when this executor is full)",
     ),
     key(
         "LEASEHOLD_SERVER_SHUTDOWN_GRACE",
@@ -528,7 +568,7 @@ pub(super) static KEYS: [Key; 63] = [
         "limits.model_answer",
         "4MiB",
         field!(Size, limits_model_answer),
-        "one model answer: content, reasoning and tool-call arguments together; past it the call fails",
+        "one model answer: content, reasoning and tool-call arguments together; past it the call fails, naming the cap and the endpoint",
     ),
     key(
         "LEASEHOLD_LIMITS_MODEL_BODY",
@@ -542,49 +582,49 @@ pub(super) static KEYS: [Key; 63] = [
         "limits.tool_result",
         "1MiB",
         field!(Size, limits_tool_result),
-        "one tool result; a larger one is truncated with a marker, and an event says so",
+        "one tool result; a larger one is truncated with a visible marker, an event says so, and the store keeps the truncated form",
     ),
     key(
         "LEASEHOLD_LIMITS_PROGRESS_NOTE",
         "limits.progress_note",
         "1KiB",
         field!(Size, limits_progress_note),
-        "one progress note (an MCP progress message, a worker's step); a longer one is cut with a marker, in the evidence and in the stored event; at least 64B",
+        "one progress note (an MCP progress message, a worker's step): a longer one is cut at a character boundary with a marker, in the evidence the watchdog and the evaluator see and in the stored event; at least `64B`",
     ),
     key(
         "LEASEHOLD_LIMITS_PROGRESS_INTERVAL",
         "limits.progress_interval",
         "1s",
         field!(Duration, limits_progress_interval),
-        "at most one stored `progress` event per operation per interval, saying how many reports it stands for; every report still counts as evidence for the lease",
+        "at most one stored `progress` event per operation per interval: reports in between are coalesced and the next event says how many in `reports`; every report still counts as evidence for the lease",
     ),
     key(
         "LEASEHOLD_LIMITS_RUN_EVENTS",
         "limits.run_events",
         "10000",
         field!(Count, limits_run_events),
-        "events a run's log holds before its `progress` events are counted instead of stored (an `events_dropped` event says how many); lifecycle events are stored past it",
+        "events a run's log holds before its `progress` events are counted instead of stored; `events_dropped` events say how many, and `runs show` adds them up; every other event is stored past it; at least 1",
     ),
     key(
         "LEASEHOLD_LIMITS_TASK",
         "limits.task",
         "64KiB",
         field!(Size, limits_task),
-        "a flow's task, posted or in a file; past it the flow is refused (413 `too_large` over the API), nothing stored",
+        "a flow's task, posted or in a `leasehold run` file; past it the flow is refused (a 413 `too_large` over the API) naming this key, and nothing is stored",
     ),
     key(
         "LEASEHOLD_LIMITS_FLOW",
         "limits.flow",
         "256KiB",
         field!(Size, limits_flow),
-        "a whole flow, as the JSON the store keeps; past it the flow is refused, nothing stored (a posted body may be twice as long, at least 1 MiB)",
+        "a whole flow, measured as the JSON the store keeps (before the configuration completes its tool servers); past it the flow is refused likewise. A posted body, and a flow file, may be up to twice as long (at least 1 MiB) before it is read at all",
     ),
     key(
         "LEASEHOLD_LIMITS_GUIDANCE",
         "limits.guidance",
         "64KiB",
         field!(Size, limits_guidance),
-        "one text from a person: guidance on resume, a reconciliation's result, a cancel's reason; past it the request is refused",
+        "one text from a person: guidance on resume, the result given to a reconciliation, a cancel's reason, over the API or on the command line; past it the request is refused, nothing changed",
     ),
     key_at(
         ENV_CONFIG,
