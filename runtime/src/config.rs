@@ -47,7 +47,7 @@ mod timing;
 mod wiring;
 
 use keys::KEYS;
-pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, ValueKind};
+pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName, ValueKind};
 
 pub use engine::EngineSetupError;
 pub use idle::IDLE_TIMEOUT_FORMULA;
@@ -80,6 +80,42 @@ impl fmt::Display for Source {
             Self::Env(name) => write!(f, "env {name}"),
             Self::Flag(flag) => write!(f, "flag {flag}"),
             Self::Derived(formula) => write!(f, "derived: {formula}"),
+        }
+    }
+}
+
+/// A key given by its old name ([`Key::old`]): read all the same, and
+/// warned about by [`Config::warnings`], naming the new name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renamed {
+    /// The old name as it was given: a variable, or a file key (in the file
+    /// or after `--set`).
+    pub old: &'static str,
+    /// The new name, of the same sort.
+    pub new: &'static str,
+    /// Where the old name was given.
+    pub source: Source,
+    /// Whether the new name was given there too: then the old one is
+    /// ignored.
+    pub ignored: bool,
+}
+
+impl fmt::Display for Renamed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (old, new) = (self.old, self.new);
+        if self.ignored {
+            write!(
+                f,
+                "{old} ({}) is the old name of {new}, which is given there too: {old} is \
+                 ignored; remove it",
+                self.source
+            )
+        } else {
+            write!(
+                f,
+                "{old} ({}) is the old name of {new}: it is read as {new}, but write {new}",
+                self.source
+            )
         }
     }
 }
@@ -124,7 +160,7 @@ pub struct Config {
     /// Expiries renewed without the evaluator
     /// (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
     pub free_renewals: Setting<u32>,
-    /// The renewal cap (`LEASEHOLD_WATCHDOG_MAX_RENEWALS`).
+    /// The renewal cap (`LEASEHOLD_LEASE_MAX_RENEWALS`).
     pub max_renewals: Setting<u32>,
     /// Consecutive renewals on evidence alone before the evaluator is asked
     /// anyway (`LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS`).
@@ -172,7 +208,8 @@ pub struct Config {
     /// The sled store's page cache, in bytes
     /// (`LEASEHOLD_SLED_CACHE_CAPACITY`).
     pub sled_cache_capacity: Setting<u64>,
-    /// Restarts allowed within the window (`LEASEHOLD_RESTART_MAX`).
+    /// Restarts allowed within the window, and of any one call
+    /// (`LEASEHOLD_RESTART_MAX_RESTARTS`).
     pub restart_max: Setting<u32>,
     /// The restart intensity's window (`LEASEHOLD_RESTART_WINDOW`).
     pub restart_window: Setting<Duration>,
@@ -259,6 +296,8 @@ pub struct Config {
     pub tools: Vec<ToolServer>,
     /// The file that was read, if any (`LEASEHOLD_CONFIG`).
     pub file: Option<PathBuf>,
+    /// The keys given by an old name, each warned about.
+    pub renamed: Vec<Renamed>,
 }
 
 /// A share from 0 to 1, such as `watchdog.repetition_threshold`. Never NaN,
@@ -361,7 +400,7 @@ impl Default for Config {
             store_url: Setting::default(None),
             sled_cache_capacity: Setting::default(crate::store::DEFAULT_CACHE_CAPACITY),
             restart_max: Setting::default(restart.max_restarts),
-            restart_window: Setting::default(restart.within),
+            restart_window: Setting::default(restart.window),
             restart_backoff_initial: Setting::default(restart.backoff_initial),
             restart_backoff_max: Setting::default(restart.backoff_max),
             restart_on_exhausted: Setting::default(restart.on_exhausted),
@@ -400,6 +439,7 @@ impl Default for Config {
             limits_guidance: Setting::default(size(run.guidance)),
             tools: Vec::new(),
             file: None,
+            renamed: Vec::new(),
         }
     }
 }
@@ -515,21 +555,41 @@ impl Config {
             config.file = Some(path);
         }
         for key in KEYS.iter().filter(|k| !k.file.is_empty()) {
-            if let Some(value) = env(key.env) {
+            let value = env(key.env);
+            if let Some(old) = key.old
+                && let Some(old_value) = env(old.env)
+            {
+                let source = Source::Env(old.env.to_owned());
+                config.renamed.push(Renamed {
+                    old: old.env,
+                    new: key.env,
+                    source: source.clone(),
+                    ignored: value.is_some(),
+                });
+                if value.is_none() {
+                    config.set(key, &old_value, source, old.env)?;
+                }
+            }
+            if let Some(value) = value {
                 config.set(key, &value, Source::Env(key.env.to_owned()), key.env)?;
             }
         }
         for flag in flags {
-            let Some(key) = KEYS
-                .iter()
-                .find(|k| !k.file.is_empty() && k.file == flag.key)
-            else {
+            let Some((key, by_old_name)) = keys::by_file_key(&flag.key) else {
                 return Err(LoadError::UnknownFlagKey {
                     given_as: flag.given_as.clone(),
                     key: flag.key.clone(),
                 });
             };
             let source = Source::Flag(flag.given_as.clone());
+            if by_old_name && let Some(old) = key.old {
+                config.renamed.push(Renamed {
+                    old: old.file,
+                    new: key.file,
+                    source: source.clone(),
+                    ignored: false,
+                });
+            }
             config.set(key, &flag.value, source, &flag.given_as)?;
         }
         config.validate()?;
@@ -556,14 +616,27 @@ impl Config {
         }
         let mut leaves = Vec::new();
         flatten("", &table, &mut leaves);
-        for (name, value) in leaves {
-            let Some(key) = KEYS.iter().find(|k| !k.file.is_empty() && k.file == name) else {
+        let source = Source::File(path.to_path_buf());
+        for (name, value) in &leaves {
+            let Some((key, by_old_name)) = keys::by_file_key(name) else {
                 return Err(LoadError::UnknownKey {
                     path: path.to_path_buf(),
-                    key: name,
+                    key: name.clone(),
                 });
             };
-            let origin = format!("{}: {}", path.display(), key.file);
+            if by_old_name && let Some(old) = key.old {
+                let ignored = leaves.iter().any(|(other, _)| other == key.file);
+                self.renamed.push(Renamed {
+                    old: old.file,
+                    new: key.file,
+                    source: source.clone(),
+                    ignored,
+                });
+                if ignored {
+                    continue;
+                }
+            }
+            let origin = format!("{}: {name}", path.display());
             let text = match value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
@@ -577,7 +650,7 @@ impl Config {
                     });
                 }
             };
-            self.set(key, &text, Source::File(path.to_path_buf()), &origin)?;
+            self.set(key, &text, source.clone(), &origin)?;
         }
         Ok(())
     }

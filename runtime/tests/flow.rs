@@ -187,8 +187,28 @@ fn zero_durations_are_refused_with_their_path() {
     let error = toml_refusal("[leases]\nworker_step = \"0s\"\n");
     assert_eq!(error.path, "leases.worker_step");
     assert_eq!(error.message, "expected a duration above 0, got 0s");
-    let error = toml_refusal("[supervision]\nrestart_window = \"0ms\"\n");
-    assert_eq!(error.path, "supervision.restart_window");
+    let error = toml_refusal("[supervision]\nwindow = \"0ms\"\n");
+    assert_eq!(error.path, "supervision.window");
+}
+
+#[test]
+fn a_flows_restart_window_under_its_old_name_is_read_and_written_back_as_window() {
+    for (text, json) in [
+        (
+            "[supervision]\nrestart_window = \"10m\"\n",
+            r#"{"name":"n","task":"t","max_steps":5,"supervision":{"restart_window":"10m"}}"#,
+        ),
+        (
+            "[supervision]\nwindow = \"10m\"\n",
+            r#"{"name":"n","task":"t","max_steps":5,"supervision":{"window":"10m"}}"#,
+        ),
+    ] {
+        let flow = parse_toml(&toml_with(text)).expect("read");
+        assert_eq!(flow.supervision.window, Some(Duration::from_secs(600)));
+        assert_eq!(parse_json(json).expect("read"), flow);
+        let written = serde_json::to_value(&flow).expect("written");
+        assert_eq!(written["supervision"], serde_json::json!({"window": "10m"}));
+    }
 }
 
 #[test]

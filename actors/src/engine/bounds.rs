@@ -55,7 +55,7 @@ pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result
         (
             "leases.max_renewals",
             flow.leases.max_renewals,
-            "watchdog.max_renewals",
+            "lease.max_renewals",
             supervision.lease.max_renewals,
         ),
         (
@@ -73,7 +73,7 @@ pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result
         (
             "supervision.max_restarts",
             flow.supervision.max_restarts,
-            "restart.max",
+            "restart.max_restarts",
             config.restart.max_restarts,
         ),
         (
@@ -193,7 +193,7 @@ mod tests {
             (
                 serde_json::json!({"leases": {"max_renewals": u32::MAX}}),
                 "leases.max_renewals",
-                "watchdog.max_renewals",
+                "lease.max_renewals",
             ),
             (
                 serde_json::json!({"leases": {"free_renewals": 3}}),
@@ -203,7 +203,7 @@ mod tests {
             (
                 serde_json::json!({"supervision": {"max_restarts": 4}}),
                 "supervision.max_restarts",
-                "restart.max",
+                "restart.max_restarts",
             ),
             (
                 serde_json::json!({"spawn": {"max_per_answer": 17}}),

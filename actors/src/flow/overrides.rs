@@ -91,16 +91,18 @@ pub struct SupervisionOverrides {
     /// The restart strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<StrategyKind>,
-    /// Restarts allowed within `restart_window`.
+    /// Restarts allowed within `window`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
-    /// The window `max_restarts` counts over.
+    /// The window `max_restarts` counts over (formerly `restart_window`,
+    /// still read).
     #[serde(
         default,
+        alias = "restart_window",
         with = "human_duration",
         skip_serializing_if = "Option::is_none"
     )]
-    pub restart_window: Option<Duration>,
+    pub window: Option<Duration>,
     /// The first restart's backoff.
     #[serde(
         default,
@@ -221,7 +223,7 @@ impl BudgetOverrides {
 
 impl SupervisionOverrides {
     pub(super) fn validate(&self) -> Result<(), FlowError> {
-        in_range("supervision.restart_window", self.restart_window)?;
+        in_range("supervision.window", self.window)?;
         in_range("supervision.backoff_initial", self.backoff_initial)?;
         in_range("supervision.backoff_max", self.backoff_max)?;
         if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)

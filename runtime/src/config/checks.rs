@@ -83,7 +83,7 @@ impl Config {
             return Err(ConfigError::new(
                 named(key_of("watchdog.free_renewals")),
                 format!(
-                    "at most LEASEHOLD_WATCHDOG_MAX_RENEWALS ({}): free renewals above the \
+                    "at most LEASEHOLD_LEASE_MAX_RENEWALS ({}): free renewals above the \
                      renewal cap are never reached",
                     self.max_renewals.value
                 ),
@@ -229,13 +229,14 @@ impl Config {
             .collect()
     }
 
-    /// Combinations that are allowed but work against themselves, each as
-    /// one sentence naming the variables. Among them: an idle timeout that
+    /// Keys given by their old names, then combinations that are allowed
+    /// but work against themselves, each as one sentence naming the
+    /// variables. Among them: an idle timeout that
     /// cuts a silent model call before the watchdog has judged it (before
     /// [`Config::first_judgment`]), the hidden deadline leases exist to
     /// avoid.
     pub fn warnings(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
+        let mut warnings: Vec<String> = self.renamed.iter().map(ToString::to_string).collect();
         let idle = self.idle_timeout();
         let derived = matches!(idle.source, Source::Derived(_));
         for (kind, variable) in MODEL_KINDS {
@@ -269,7 +270,7 @@ impl Config {
         }
         if self.free_renewals.value == self.max_renewals.value {
             warnings.push(format!(
-                "LEASEHOLD_WATCHDOG_FREE_RENEWALS equals LEASEHOLD_WATCHDOG_MAX_RENEWALS ({}): the \
+                "LEASEHOLD_WATCHDOG_FREE_RENEWALS equals LEASEHOLD_LEASE_MAX_RENEWALS ({}): the \
                  evaluator is never asked; every lease renews on the ladder until the cap cuts it",
                 self.max_renewals.value
             ));

@@ -94,8 +94,44 @@ pub struct Key {
     pub meaning: &'static str,
     /// What the value is.
     pub kind: ValueKind,
+    /// The names the key had before it was renamed, if it was: still read,
+    /// with a warning naming the new ones.
+    pub old: Option<OldName>,
     /// Where the value lives: how it is set from text and read back.
     pub(super) slot: &'static dyn Slot,
+}
+
+/// A key's names before it was renamed. The file, the environment and
+/// `--set` still take them, and `leasehold config` warns each time,
+/// naming the new name; where both are given in one layer, the new one
+/// wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OldName {
+    /// The old variable, e.g. `LEASEHOLD_WATCHDOG_MAX_RENEWALS`.
+    pub env: &'static str,
+    /// The old file key, e.g. `watchdog.max_renewals`.
+    pub file: &'static str,
+}
+
+impl Key {
+    /// This key, formerly named `env` and `file`.
+    const fn was(self, env: &'static str, file: &'static str) -> Self {
+        Self {
+            old: Some(OldName { env, file }),
+            ..self
+        }
+    }
+}
+
+/// The key that the file key `name` names, and whether by its old name.
+pub(super) fn by_file_key(name: &str) -> Option<(&'static Key, bool)> {
+    KEYS.iter().filter(|k| !k.file.is_empty()).find_map(|key| {
+        if key.file == name {
+            Some((key, false))
+        } else {
+            key.old.filter(|old| old.file == name).map(|_| (key, true))
+        }
+    })
 }
 
 impl fmt::Debug for Key {
@@ -105,6 +141,7 @@ impl fmt::Debug for Key {
             .field("file", &self.file)
             .field("default", &self.default)
             .field("kind", &self.kind)
+            .field("old", &self.old)
             .finish_non_exhaustive()
     }
 }
@@ -144,10 +181,16 @@ pub(super) fn markdown_table() -> String {
         } else {
             format!("`{}`", key.default)
         };
+        let mut meaning = cell(key.meaning);
+        if let Some(old) = key.old {
+            meaning.push_str(&format!(
+                " (formerly `{}`, `{}`: still read, with a warning)",
+                old.file, old.env
+            ));
+        }
         out.push_str(&format!(
-            "| `{}` | {file} | {default} | {} |\n",
-            key.env,
-            cell(key.meaning)
+            "| `{}` | {file} | {default} | {meaning} |\n",
+            key.env
         ));
     }
     out
@@ -185,6 +228,7 @@ const fn key_at(
         default,
         meaning,
         kind,
+        old: None,
         slot,
     }
 }
@@ -227,18 +271,19 @@ pub(super) static KEYS: [Key; 63] = [
         "the shortest lease: each `lease.*` above and every flow's `leases.*` must be at least this long; itself at least `10ms`, the floor of any lease (see \"A flow can only tighten the configuration\" below)",
     ),
     key(
+        "LEASEHOLD_LEASE_MAX_RENEWALS",
+        "lease.max_renewals",
+        "10",
+        field!(Count, max_renewals),
+        "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
+    )
+    .was("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "watchdog.max_renewals"),
+    key(
         "LEASEHOLD_WATCHDOG_FREE_RENEWALS",
         "watchdog.free_renewals",
         "2",
         field!(Count, free_renewals),
         "expiries renewed on evidence alone, without asking the evaluator",
-    ),
-    key(
-        "LEASEHOLD_WATCHDOG_MAX_RENEWALS",
-        "watchdog.max_renewals",
-        "10",
-        field!(Count, max_renewals),
-        "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
     ),
     key(
         "LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS",
@@ -374,12 +419,13 @@ pub(super) static KEYS: [Key; 63] = [
         "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed. `?sslmode=` says how connections are secured, as libpq reads it: `disable`, `prefer` (the default: TLS if the server offers it, certificate unchecked), `require` (always TLS), `verify-ca` (and the certificate signed by a trusted root), `verify-full` (and issued for the host); `&sslrootcert=PATH` is a PEM file of the trusted roots (a private CA), otherwise the platform's are used. Any other `sslmode` (`allow` included) is refused at start, naming it; see `deployment.md`",
     ),
     key(
-        "LEASEHOLD_RESTART_MAX",
-        "restart.max",
+        "LEASEHOLD_RESTART_MAX_RESTARTS",
+        "restart.max_restarts",
         "3",
         field!(Count, restart_max),
         "at most this many restarts of any one call, and ...",
-    ),
+    )
+    .was("LEASEHOLD_RESTART_MAX", "restart.max"),
     key(
         "LEASEHOLD_RESTART_WINDOW",
         "restart.window",
