@@ -344,22 +344,14 @@ impl RestartPolicy {
     /// (`restart.<field>`; a flow's `supervision.<field>`): a zero
     /// `window`, a zero `backoff_initial`, any of the three durations above
     /// [`MAX_DURATION`](crate::MAX_DURATION), a `backoff_max` below
-    /// `backoff_initial`, a `multiplier` below 1 or not finite, a `jitter`
+    /// `backoff_initial` ([`rules::backoffs_in_order`](crate::rules::backoffs_in_order)),
+    /// a `multiplier` below 1 or not finite, a `jitter`
     /// outside `[0, 1]` or not finite.
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_positive_duration("restart.window", self.window)?;
         check_positive_duration("restart.backoff_initial", self.backoff_initial)?;
         check_duration("restart.backoff_max", self.backoff_max)?;
-        if self.backoff_max < self.backoff_initial {
-            return Err(ConfigError::new(
-                "restart.backoff_max",
-                format!(
-                    "a duration of at least backoff_initial ({:?})",
-                    self.backoff_initial
-                ),
-                format_args!("{:?}", self.backoff_max),
-            ));
-        }
+        crate::rules::backoffs_in_order(self.backoff_initial, self.backoff_max)?;
         if !self.multiplier.is_finite() || self.multiplier < 1.0 {
             return Err(ConfigError::new(
                 "restart.multiplier",

@@ -92,6 +92,9 @@ pub use leasehold_actors::{
 pub use leasehold_actors::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
 };
+// The rules between settings, each checked once: by the configuration,
+// the engine's, a flow and an experiment alike.
+pub use leasehold_actors::rules;
 // Retention: which finished runs a store deletes (the rule is in
 // [`retention`], beside the task that deletes them).
 pub use leasehold_actors::{PurgeReport, PurgeRule};

@@ -274,6 +274,31 @@ fn free_renewals_above_the_renewal_cap_are_refused() {
 }
 
 #[test]
+fn a_lease_below_lease_min_and_a_longest_backoff_below_the_first_are_refused_naming_both() {
+    let error = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_LEASE_MIN", "1s"),
+            ("LEASEHOLD_LEASE_TOOL_CALL", "500ms"),
+        ]),
+    )
+    .expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "invalid `LEASEHOLD_LEASE_TOOL_CALL (lease.tool_call)`: expected at least \
+         LEASEHOLD_LEASE_MIN (1s): no lease may be shorter, got 500ms"
+    );
+    let error = Config::load(None, env_of(&[("LEASEHOLD_RESTART_BACKOFF_INITIAL", "1m")]))
+        .expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "invalid `LEASEHOLD_RESTART_BACKOFF_MAX (restart.backoff_max)`: expected at least \
+         LEASEHOLD_RESTART_BACKOFF_INITIAL (1m): the backoff grows from the first to the \
+         longest, got 30s"
+    );
+}
+
+#[test]
 fn a_renamed_key_is_read_under_its_old_name_and_warned_about_naming_the_new_one() {
     // From the environment.
     let config = Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "7")]))

@@ -217,7 +217,8 @@ fn free_renewals_above_max_renewals_in_flow_is_refused() {
     assert_eq!(error.path, "leases.free_renewals");
     assert_eq!(
         error.message,
-        "expected at most `leases.max_renewals` (2), got 3"
+        "expected at most `leases.max_renewals` (2): free renewals above the renewal cap are \
+         never reached, got 3"
     );
     parse_toml(&toml_with(
         "[leases]\nmax_renewals = 3\nfree_renewals = 3\n",
@@ -239,7 +240,8 @@ fn backoff_max_below_backoff_initial_is_refused() {
     assert_eq!(error.path, "supervision.backoff_max");
     assert_eq!(
         error.message,
-        "expected at least `supervision.backoff_initial` (2s), got 1s"
+        "expected at least `supervision.backoff_initial` (2s): the backoff grows from the first \
+         to the longest, got 1s"
     );
 }
 

@@ -23,19 +23,18 @@ use super::EngineConfig;
 
 /// Refuses the first override of `flow` that loosens `config`, naming it.
 pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result<(), FlowError> {
-    for (path, lease) in flow.leases.leases() {
-        if let Some(lease) = lease
-            && lease < config.min_lease
-        {
-            return Err(FlowError::new(
+    for (kind, path, lease) in flow.leases.leases() {
+        let Some(lease) = lease else { continue };
+        crate::rules::lease_above_floor(kind, lease, config.min_lease).map_err(|broken| {
+            FlowError::new(
                 path,
                 format!(
                     "expected {}: a flow may only tighten the configuration, got {}",
                     crate::lease::min_lease_expected(config.min_lease, "lease.min"),
-                    crate::describe_duration(lease)
+                    broken.got
                 ),
-            ));
-        }
+            )
+        })?;
     }
     if let (Some(asked), Some(kept)) = (flow.retention, config.retention)
         && asked > kept

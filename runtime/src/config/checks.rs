@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use leasehold_actors::rules::{self, Broken};
 use leasehold_actors::{
     ConfigError, LeaseKind, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE,
     MIN_LOAD_BOUND, MIN_PROGRESS_NOTE_BYTES, describe_duration, max_extensions_expected,
@@ -11,6 +12,12 @@ use leasehold_actors::{
 use super::idle::MODEL_KINDS;
 use super::keys::{KEYS, Key, ValueKind};
 use super::{Config, Source, compact, key_of, named};
+
+/// A rule between two keys, broken ([`rules`]): refused naming the
+/// refused key's variable and file key, and the other key's variable.
+fn refused(broken: &Broken) -> ConfigError {
+    broken.named(named(key_of(&broken.key)), key_of(broken.against).env)
+}
 
 /// The shortest `executor.claim_interval`: the interval is only the
 /// fallback of an executor that claims on each queued run and each ended
@@ -79,27 +86,13 @@ impl Config {
             }
         }
         self.validate_lease_floor()?;
-        if self.free_renewals.value > self.max_renewals.value {
-            return Err(ConfigError::new(
-                named(key_of("watchdog.free_renewals")),
-                format!(
-                    "at most LEASEHOLD_LEASE_MAX_RENEWALS ({}): free renewals above the \
-                     renewal cap are never reached",
-                    self.max_renewals.value
-                ),
-                self.free_renewals.value,
-            ));
-        }
-        if self.restart_backoff_max.value < self.restart_backoff_initial.value {
-            return Err(ConfigError::new(
-                named(key_of("restart.backoff_max")),
-                format!(
-                    "a duration of at least LEASEHOLD_RESTART_BACKOFF_INITIAL ({})",
-                    humantime::format_duration(self.restart_backoff_initial.value)
-                ),
-                humantime::format_duration(self.restart_backoff_max.value),
-            ));
-        }
+        rules::free_renewals_within_cap(self.free_renewals.value, self.max_renewals.value)
+            .map_err(|b| refused(&b))?;
+        rules::backoffs_in_order(
+            self.restart_backoff_initial.value,
+            self.restart_backoff_max.value,
+        )
+        .map_err(|b| refused(&b))?;
         if self.budget_max_extensions.value > MAX_EXTENSIONS {
             return Err(ConfigError::new(
                 named(key_of("budget.max_extensions")),
@@ -195,18 +188,8 @@ impl Config {
             ));
         }
         for kind in LeaseKind::ALL {
-            let lease = self.lease(kind);
-            if lease < floor.value {
-                return Err(ConfigError::new(
-                    named(key_of(&format!("lease.{kind}"))),
-                    format!(
-                        "a duration of at least LEASEHOLD_LEASE_MIN ({}, from {})",
-                        humantime::format_duration(floor.value),
-                        floor.source
-                    ),
-                    describe_duration(lease),
-                ));
-            }
+            rules::lease_above_floor(kind, self.lease(kind), floor.value)
+                .map_err(|b| refused(&b))?;
         }
         Ok(())
     }
@@ -300,5 +283,34 @@ impl Config {
             ));
         }
         warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leasehold_actors::LeaseKind;
+    use leasehold_actors::rules;
+
+    use super::KEYS;
+
+    #[test]
+    fn every_rule_between_keys_names_keys_of_the_configuration() {
+        let second = Duration::from_secs(1);
+        for broken in [
+            rules::free_renewals_within_cap(1, 0),
+            rules::backoffs_in_order(second, Duration::ZERO),
+            rules::lease_above_floor(LeaseKind::WorkerStep, Duration::ZERO, second),
+        ]
+        .map(Result::unwrap_err)
+        {
+            for name in [broken.key.as_str(), broken.against] {
+                assert!(
+                    KEYS.iter().any(|k| k.file == name),
+                    "{name} is no key of the configuration"
+                );
+            }
+        }
     }
 }
