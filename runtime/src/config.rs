@@ -157,8 +157,8 @@ pub struct Config {
     /// The shortest lease, of this configuration or a flow
     /// (`LEASEHOLD_LEASE_MIN`).
     pub lease_min: Setting<Duration>,
-    /// Expiries renewed without the evaluator
-    /// (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
+    /// Expiries renewed on the ladder, whatever the evidence and without
+    /// the evaluator (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
     pub free_renewals: Setting<u32>,
     /// The renewal cap (`LEASEHOLD_LEASE_MAX_RENEWALS`).
     pub max_renewals: Setting<u32>,

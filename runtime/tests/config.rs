@@ -119,6 +119,22 @@ fn the_idle_timeout_unset_is_derived_so_the_watchdog_judges_a_silent_call_first(
 }
 
 #[test]
+fn the_derived_idle_timeout_counts_no_free_renewals_under_always_evaluate() {
+    let config = Config::load(
+        None,
+        env_of(&[("LEASEHOLD_WATCHDOG_POLICY", "always_evaluate")]),
+    )
+    .expect("loads");
+    // The longer model lease (5m, blocking) once, then the evaluator's 15s:
+    // the first expiry already asks the evaluator.
+    let idle = config.idle_timeout();
+    assert_eq!(idle.value, Duration::from_secs(5 * 60 + 15));
+    assert_eq!(idle.source, Source::Derived(IDLE_TIMEOUT_FORMULA));
+    assert!(IDLE_TIMEOUT_FORMULA.contains("always_evaluate"));
+    assert_eq!(config.warnings(), Vec::<String>::new());
+}
+
+#[test]
 fn an_idle_timeout_that_cuts_a_model_call_before_its_first_judgment_is_warned_about() {
     // 1m against a stream judged at 6m15s and a blocking call at 15m15s.
     let config =

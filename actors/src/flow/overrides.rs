@@ -55,7 +55,8 @@ pub struct LeaseOverrides {
     /// Renewals a lease may have before its next expiry stops the operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_renewals: Option<u32>,
-    /// Expiries the watchdog renews without asking the evaluator.
+    /// Expiries renewed on the ladder, whatever the evidence and without
+    /// asking the evaluator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_renewals: Option<u32>,
     /// Consecutive renewals on evidence alone before the evaluator is asked

@@ -268,7 +268,7 @@ pub(super) static KEYS: [Key; 63] = [
         "lease.min",
         "10ms",
         field!(Duration, lease_min),
-        "the shortest lease: each `lease.*` above and every flow's `leases.*` must be at least this long; itself at least `10ms`, the floor of any lease (see \"A flow can only tighten the configuration\" below)",
+        "the shortest lease: each lease length above (`lease.model_stream` to `lease.worker_step`) and every flow's `leases.*` must be at least this long; itself at least `10ms`, the floor of any lease (see \"A flow can only tighten the configuration\" below)",
     ),
     key(
         "LEASEHOLD_LEASE_MAX_RENEWALS",
@@ -283,21 +283,21 @@ pub(super) static KEYS: [Key; 63] = [
         "watchdog.free_renewals",
         "2",
         field!(Count, free_renewals),
-        "expiries renewed on evidence alone, without asking the evaluator",
+        "expiries renewed on the ladder, whatever the evidence and without asking the evaluator: the first this many of each lease (`decided_by = ladder`) under the `leasehold` policy; evidence that turns suspicious expires a lease early, past the ladder; at most `lease.max_renewals`",
     ),
     key(
         "LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS",
         "watchdog.evidence_renewals",
         "3",
         field!(Count, evidence_renewals),
-        "consecutive renewals on fresh evidence alone; at the next expiry the evaluator is asked anyway, shown the tail of a stream's text (0: never renew on evidence alone)",
+        "consecutive renewals on fresh evidence alone, once past the ladder; at the next expiry the evaluator is asked anyway, shown the tail of a stream's text (0: never renew on evidence alone). A progress value that advances renews without this limit",
     ),
     key(
         "LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD",
         "watchdog.repetition_threshold",
         "0.5",
         field!(Share, repetition_threshold),
-        "above this share of repeated word 3-grams in a stream's recent text, its evidence is suspicious and the evaluator is asked",
+        "above this share of repetition in an operation's recent evidence — repeated word 3-grams in a stream's text, or a worker's steps repeating the same tool calls — its evidence is suspicious: it earns no evidence renewal, and under the `leasehold` policy the lease expires at once, past the ladder, and the evaluator is asked",
     ),
     key(
         "LEASEHOLD_WATCHDOG_POLICY",
@@ -360,7 +360,7 @@ pub(super) static KEYS: [Key; 63] = [
         "resume_on_boot",
         "false",
         field!(Flag, resume_on_boot),
-        "whether the executor claims and resumes orphaned runs, at boot and in its sweep every third of the run-lease TTL (`serve`)",
+        "whether `serve` resumes orphaned runs (those whose executor stopped heartbeating), found at boot and by its sweep every third of the run-lease TTL: it claims them as it claims queued runs, within its limit of live runs; `leasehold run` never resumes them",
     ),
     key(
         "LEASEHOLD_EXECUTOR_CLAIM_INTERVAL",
@@ -423,7 +423,7 @@ pub(super) static KEYS: [Key; 63] = [
         "restart.max_restarts",
         "3",
         field!(Count, restart_max),
-        "at most this many restarts of any one call, and ...",
+        "restarts of any one call, however far apart (a call gets at most `1 +` this many attempts), and of all the calls of a loop within `restart.window` (the restart intensity); past either the call is given up and its failure goes up the tree",
     )
     .was("LEASEHOLD_RESTART_MAX", "restart.max"),
     key(
@@ -431,7 +431,7 @@ pub(super) static KEYS: [Key; 63] = [
         "restart.window",
         "1m",
         field!(Duration, restart_window),
-        "... of all the calls of a loop within this sliding window (the restart intensity); past either the call is given up and its failure goes up the tree",
+        "the sliding window within which a loop's calls may restart `restart.max_restarts` times in all (the restart intensity, which stops a crash loop early)",
     ),
     key(
         "LEASEHOLD_RESTART_BACKOFF_INITIAL",
@@ -509,14 +509,14 @@ pub(super) static KEYS: [Key; 63] = [
         "(derived)",
         ValueKind::Duration,
         &IdleTimeout,
-        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout` (15m15s with the defaults)",
+        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout`, with no free renewals for a kind whose `watchdog.policy` is `always_evaluate` (15m15s with the defaults)",
     ),
     key(
         "LEASEHOLD_MODEL_RATE_LIMIT_RETRIES",
         "model.rate_limit_retries",
         "3",
         field!(Count, model_rate_limit_retries),
-        "retries of a call answered 429, each after the wait the server asked for",
+        "retries of a call answered 429, each after the wait the server asked for (`retry-after-ms` or `Retry-After`; 1s, 2s, 4s … when it named none) and a random extra of up to a tenth of it; past them the call fails, with the server's wait",
     ),
     key(
         "LEASEHOLD_MCP_HANDSHAKE_TIMEOUT",

@@ -44,7 +44,7 @@ pub struct Timing {
     pub policy: PolicyName,
     /// The lease length.
     pub lease: Duration,
-    /// Until when expiries are renewed on evidence alone:
+    /// Until when expiries are renewed on the ladder, whatever the evidence:
     /// `(free_renewals + 1) × lease`.
     pub free_renewals_until: Duration,
     /// When the evaluator is first asked, if the operation is still going:
