@@ -46,8 +46,9 @@ mod text;
 mod timing;
 mod wiring;
 
+pub use fields::ValueKind;
 use keys::KEYS;
-pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName, ValueKind};
+pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName};
 
 pub use engine::EngineSetupError;
 pub use idle::IDLE_TIMEOUT_FORMULA;
@@ -640,7 +641,7 @@ impl Config {
             let text = match value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Float(f) if key.kind == keys::ValueKind::Share => f.to_string(),
+                toml::Value::Float(f) if key.kind == ValueKind::Share => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
                 other => {
                     return Err(LoadError::BadValue {

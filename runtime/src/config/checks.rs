@@ -9,8 +9,9 @@ use leasehold_actors::{
     MIN_LOAD_BOUND, MIN_PROGRESS_NOTE_BYTES, describe_duration, max_extensions_expected,
 };
 
+use super::ValueKind;
 use super::idle::MODEL_KINDS;
-use super::keys::{KEYS, Key, ValueKind};
+use super::keys::{KEYS, Key};
 use super::{Config, Source, compact, key_of, named};
 
 /// A rule between two keys, broken ([`rules`]): refused naming the

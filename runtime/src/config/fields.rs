@@ -1,6 +1,7 @@
-//! How a key's value is read from text, kept in its field of [`Config`] and
-//! written back: one [`Kind`] per [`ValueKind`], and a [`Field`] that ties a
-//! key's row in the table to the field it sets and reads.
+//! What a key's value is ([`ValueKind`]), and how it is read from text,
+//! kept in its field of [`Config`] and written back: one [`Kind`] per
+//! [`ValueKind`], and a [`Field`] that ties a key's row in the table to the
+//! field it sets and reads.
 //!
 //! A row names its kind and its field once (`field!(Duration,
 //! lease_tool_call)`), and everything that reads or prints the key goes
@@ -9,8 +10,76 @@
 //! duration checks. A kind and a field of another type do not compile
 //! together, so a row cannot read one type and store another.
 
-use super::keys::ValueKind;
 use super::{Config, Setting, Source};
+
+/// What a key's value is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    /// A duration in human form: `250ms`, `90s`, `5m`.
+    Duration,
+    /// A duration that may be `0` (or `off`) to turn its rule off.
+    DurationOrOff,
+    /// A whole number from 0 to 4294967295.
+    Count,
+    /// `true` or `false` (also `1`, `0`, `yes`, `no`, `on`, `off`).
+    Flag,
+    /// A model role: `default` or `fast`.
+    Role,
+    /// A durability mode: `sync`, `async` or `exit`.
+    Durability,
+    /// A filesystem path.
+    Path,
+    /// A piece of text: a URL, a model name.
+    Text,
+    /// A secret: an API key or token. Its value is never printed.
+    Secret,
+    /// A socket address: `127.0.0.1:7878`.
+    Address,
+    /// A size in bytes, with an optional unit: `65536`, `512KiB`, `4MiB`.
+    Size,
+    /// A comma-separated list, e.g. of host names.
+    List,
+    /// What a failure at the top of the tree does: `pause` or `fail`.
+    OnExhausted,
+    /// A verdict policy for every lease kind, or per kind: `leasehold`,
+    /// `deadline, tool_call = idle_kill`.
+    Policy,
+    /// A share from 0 to 1: `0.5`.
+    Share,
+    /// A store URL: `postgres://user:password@host/database`.
+    StoreUrl,
+    /// How long finished runs are kept: a duration, or `forever`.
+    Retention,
+}
+
+impl ValueKind {
+    /// What a value of this kind looks like, for error messages.
+    pub fn expected(self) -> &'static str {
+        match self {
+            Self::Duration => "a duration such as 250ms, 90s or 5m",
+            Self::DurationOrOff => "a duration such as 250ms, or 0 (off)",
+            Self::Count => "a whole number from 0 to 4294967295",
+            Self::Flag => "true or false (or 1, 0, yes, no, on, off)",
+            Self::Role => "a model role: default or fast",
+            Self::Durability => "a durability mode: sync, async or exit",
+            Self::Path => "a non-empty path",
+            Self::Text => "a non-empty string",
+            Self::Secret => "a non-empty string",
+            Self::Address => "a socket address such as 127.0.0.1:7878",
+            Self::Size => "a size such as 65536, 512KiB or 4MiB, from 1 byte to 1GiB",
+            Self::List => "a comma-separated list such as example.com,10.0.0.5:7878",
+            Self::OnExhausted => "pause or fail",
+            Self::Policy => {
+                "a verdict policy (leasehold, deadline, idle_kill, always_evaluate or one \
+                 registered by the embedder), for every lease kind, or per kind as \
+                 `leasehold, tool_call = idle_kill`"
+            }
+            Self::Share => "a share from 0 to 1 such as 0.5",
+            Self::StoreUrl => "a PostgreSQL URL such as postgres://leasehold@db/runs",
+            Self::Retention => "a duration above 0 such as 7days or 12h, or forever",
+        }
+    }
+}
 
 /// A kind of value: the type its field holds, how text becomes a value and
 /// how a value is written back as it would be configured.
