@@ -444,12 +444,9 @@ mod tests {
     #[test]
     fn zero_durations_and_bad_jitter_are_refused_by_path() {
         let mut flow = minimal();
-        flow.supervision.restart_window = Some(Duration::ZERO);
-        assert_eq!(
-            flow.validate().unwrap_err().path,
-            "supervision.restart_window"
-        );
-        flow.supervision.restart_window = None;
+        flow.supervision.window = Some(Duration::ZERO);
+        assert_eq!(flow.validate().unwrap_err().path, "supervision.window");
+        flow.supervision.window = None;
         flow.supervision.jitter = Some(f64::NAN);
         assert_eq!(flow.validate().unwrap_err().path, "supervision.jitter");
         flow.supervision.jitter = Some(1.0);

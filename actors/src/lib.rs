@@ -50,6 +50,7 @@ mod pace;
 mod policy;
 mod ports;
 mod reply;
+pub mod rules;
 mod run;
 mod serde_time;
 mod spawn;

@@ -331,7 +331,7 @@ pub trait SupervisionStrategy: Send + 'static {
 /// Restart parameters: the restart intensity and the backoff between
 /// restarts.
 ///
-/// `max_restarts` bounds restarts twice: at most that many within `within`
+/// `max_restarts` bounds restarts twice: at most that many within `window`
 /// over all the supervisor's children (the intensity, in the Erlang sense,
 /// which stops a crash loop), and at most that many for any one call, however
 /// far apart (which stops a call that fails slowly — an attempt cut by its
@@ -346,7 +346,7 @@ pub struct RestartPolicy {
     /// any one call.
     pub max_restarts: u32,
     /// ... within this window (default 60 s).
-    pub within: Duration,
+    pub window: Duration,
     /// The backoff before the first restart (default 1 s).
     pub backoff_initial: Duration,
     /// The longest backoff, before jitter (default 30 s).
@@ -365,7 +365,7 @@ impl Default for RestartPolicy {
     fn default() -> Self {
         Self {
             max_restarts: 3,
-            within: Duration::from_secs(60),
+            window: Duration::from_secs(60),
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             multiplier: 2.0,
@@ -376,35 +376,28 @@ impl Default for RestartPolicy {
 }
 
 impl RestartPolicy {
-    /// Refuses nonsense, naming the field as `supervision.<field>`: a zero
-    /// `within`, a zero `backoff_initial`, any of the three durations above
+    /// Refuses nonsense, naming the field by its configuration key
+    /// (`restart.<field>`; a flow's `supervision.<field>`): a zero
+    /// `window`, a zero `backoff_initial`, any of the three durations above
     /// [`MAX_DURATION`](crate::MAX_DURATION), a `backoff_max` below
-    /// `backoff_initial`, a `multiplier` below 1 or not finite, a `jitter`
+    /// `backoff_initial` ([`rules::backoffs_in_order`](crate::rules::backoffs_in_order)),
+    /// a `multiplier` below 1 or not finite, a `jitter`
     /// outside `[0, 1]` or not finite.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_positive_duration("supervision.within", self.within)?;
-        check_positive_duration("supervision.backoff_initial", self.backoff_initial)?;
-        check_duration("supervision.backoff_max", self.backoff_max)?;
-        if self.backoff_max < self.backoff_initial {
-            return Err(ConfigError::new(
-                "supervision.backoff_max",
-                format!(
-                    "a duration of at least backoff_initial ({:?})",
-                    self.backoff_initial
-                ),
-                format_args!("{:?}", self.backoff_max),
-            ));
-        }
+        check_positive_duration("restart.window", self.window)?;
+        check_positive_duration("restart.backoff_initial", self.backoff_initial)?;
+        check_duration("restart.backoff_max", self.backoff_max)?;
+        crate::rules::backoffs_in_order(self.backoff_initial, self.backoff_max)?;
         if !self.multiplier.is_finite() || self.multiplier < 1.0 {
             return Err(ConfigError::new(
-                "supervision.multiplier",
+                "restart.multiplier",
                 "a finite number of at least 1.0",
                 self.multiplier,
             ));
         }
         if !self.jitter.is_finite() || !(0.0..=1.0).contains(&self.jitter) {
             return Err(ConfigError::new(
-                "supervision.jitter",
+                "restart.jitter",
                 "a number between 0.0 and 1.0",
                 self.jitter,
             ));
@@ -453,7 +446,7 @@ impl RestartPolicy {
         format!(
             "restart intensity exceeded: more than {} restarts in {}",
             self.max_restarts,
-            format_window(self.within)
+            format_window(self.window)
         )
     }
 }
@@ -535,7 +528,7 @@ impl RestartOnIntervene {
     /// A restart of `child` if the limits allow one, else the failure naming
     /// the limit: the intensity first, then the call's own attempts.
     fn restart(&mut self, child: &ChildInfo, now: Instant) -> SupervisionAction {
-        let within = self.policy.within;
+        let within = self.policy.window;
         while let Some(&oldest) = self.restarts.front() {
             if now.saturating_duration_since(oldest) > within {
                 self.restarts.pop_front();

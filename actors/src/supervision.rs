@@ -24,18 +24,16 @@ pub struct SupervisionConfig {
 }
 
 impl SupervisionConfig {
-    /// Refuses zero durations and a `free_renewals` above `max_renewals`,
+    /// Refuses zero durations and a `free_renewals` above `max_renewals`
+    /// ([`rules::free_renewals_within_cap`](crate::rules::free_renewals_within_cap)),
     /// naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.lease.validate()?;
         self.watchdog.validate()?;
-        if self.watchdog.free_renewals > self.lease.max_renewals {
-            return Err(ConfigError::new(
-                "watchdog.free_renewals",
-                format!("at most lease.max_renewals ({})", self.lease.max_renewals),
-                self.watchdog.free_renewals,
-            ));
-        }
+        crate::rules::free_renewals_within_cap(
+            self.watchdog.free_renewals,
+            self.lease.max_renewals,
+        )?;
         Ok(())
     }
 }

@@ -180,7 +180,7 @@ proptest! {
 
     #[test]
     fn backoff_and_restarts_never_panic_and_stay_under_the_ceiling(
-        within in any_duration(),
+        window in any_duration(),
         backoff_initial in any_duration(),
         backoff_max in any_duration(),
         multiplier in any_f64(),
@@ -191,7 +191,7 @@ proptest! {
         seed in any::<u64>(),
         later in any_duration(),
     ) {
-        let policy = RestartPolicy { max_restarts, within, backoff_initial, backoff_max, multiplier, jitter, on_exhausted: Default::default() };
+        let policy = RestartPolicy { max_restarts, window, backoff_initial, backoff_max, multiplier, jitter, on_exhausted: Default::default() };
         prop_assert!(policy.backoff(restart) <= MAX_DURATION);
         let mut strategy = RestartOnIntervene::with_seed(policy, seed);
         let child = ChildInfo {
@@ -256,8 +256,8 @@ proptest! {
             3 => ("lease.worker_step", &mut config.supervision.lease.worker_step),
             4 => ("watchdog.evaluator_timeout", &mut config.supervision.watchdog.evaluator_timeout),
             5 => ("budget.evaluator_timeout", &mut config.budget.evaluator_timeout),
-            6 => ("supervision.within", &mut config.restart.within),
-            7 => ("supervision.backoff_max", &mut config.restart.backoff_max),
+            6 => ("restart.window", &mut config.restart.window),
+            7 => ("restart.backoff_max", &mut config.restart.backoff_max),
             8 => ("run_lease_ttl", &mut config.run_lease_ttl),
             _ => ("accrual.tool_call.acceptable_pause", &mut config.supervision.watchdog.accrual.tool_call.acceptable_pause),
         };
@@ -275,7 +275,7 @@ fn the_maximum_itself_is_accepted_everywhere() {
     config.supervision.lease.tool_call = MAX_DURATION;
     config.supervision.watchdog.evaluator_timeout = MAX_DURATION;
     config.budget.evaluator_timeout = MAX_DURATION;
-    config.restart.within = MAX_DURATION;
+    config.restart.window = MAX_DURATION;
     config.restart.backoff_max = MAX_DURATION;
     config.run_lease_ttl = MAX_DURATION;
     assert_eq!(config.validate(), Ok(()));
@@ -283,6 +283,6 @@ fn the_maximum_itself_is_accepted_everywhere() {
     config.restart.backoff_max = MAX_DURATION + Duration::from_secs(1);
     assert_eq!(
         config.validate().unwrap_err().field,
-        "supervision.backoff_initial"
+        "restart.backoff_initial"
     );
 }

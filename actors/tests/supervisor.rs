@@ -151,7 +151,7 @@ async fn restart_intensity_exceeded_gives_up_naming_the_limit() {
     let mut finer = RestartOnIntervene::with_seed(
         RestartPolicy {
             max_restarts: 1,
-            within: Duration::from_millis(1500),
+            window: Duration::from_millis(1500),
             ..exact()
         },
         1,
@@ -176,7 +176,7 @@ async fn restarts_outside_the_window_are_forgotten() {
             restart_after(secs(expected))
         );
     }
-    // Exactly `within` later the three restarts still count ...
+    // Exactly `window` later the three restarts still count ...
     advance(secs(60)).await;
     assert_eq!(
         strategy.decide(&tool(), &intervened(), Instant::now()),
@@ -337,66 +337,66 @@ fn restart_policy_refuses_nonsense_naming_the_field() {
     let nonsense = [
         (
             RestartPolicy {
-                within: Duration::ZERO,
+                window: Duration::ZERO,
                 ..default
             },
-            "supervision.within",
+            "restart.window",
         ),
         (
             RestartPolicy {
                 backoff_initial: Duration::ZERO,
                 ..default
             },
-            "supervision.backoff_initial",
+            "restart.backoff_initial",
         ),
         (
             RestartPolicy {
                 backoff_max: Duration::from_millis(999),
                 ..default
             },
-            "supervision.backoff_max",
+            "restart.backoff_max",
         ),
         (
             RestartPolicy {
                 multiplier: 0.5,
                 ..default
             },
-            "supervision.multiplier",
+            "restart.multiplier",
         ),
         (
             RestartPolicy {
                 multiplier: f64::INFINITY,
                 ..default
             },
-            "supervision.multiplier",
+            "restart.multiplier",
         ),
         (
             RestartPolicy {
                 multiplier: f64::NAN,
                 ..default
             },
-            "supervision.multiplier",
+            "restart.multiplier",
         ),
         (
             RestartPolicy {
                 jitter: -0.1,
                 ..default
             },
-            "supervision.jitter",
+            "restart.jitter",
         ),
         (
             RestartPolicy {
                 jitter: 1.5,
                 ..default
             },
-            "supervision.jitter",
+            "restart.jitter",
         ),
         (
             RestartPolicy {
                 jitter: f64::NAN,
                 ..default
             },
-            "supervision.jitter",
+            "restart.jitter",
         ),
     ];
     for (policy, field) in nonsense {

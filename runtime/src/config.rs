@@ -4,7 +4,8 @@
 //!
 //! Every key has a file key (`lease.tool_call`) and an environment variable
 //! named after it (`LEASEHOLD_LEASE_TOOL_CALL`); [`Config::keys`] lists them
-//! all, and `docs/configuration.md` documents each one. Durations are written
+//! all, each with the field it sets, and `docs/configuration.md` holds the
+//! table [`Config::keys_table`] writes from them. Durations are written
 //! in human form (`250ms`, `90s`, `5m`). Every refusal names the variable or
 //! the file key and what it expected; the file refuses unknown keys, so a
 //! misspelt key is an error rather than a silently ignored default.
@@ -38,14 +39,16 @@ use crate::store::Durability;
 
 mod checks;
 mod engine;
+mod fields;
 mod idle;
 mod keys;
 mod text;
 mod timing;
 mod wiring;
 
+pub use fields::ValueKind;
 use keys::KEYS;
-pub use keys::{Key, ValueKind};
+pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName};
 
 pub use engine::EngineSetupError;
 pub use idle::IDLE_TIMEOUT_FORMULA;
@@ -82,6 +85,42 @@ impl fmt::Display for Source {
     }
 }
 
+/// A key given by its old name ([`Key::old`]): read all the same, and
+/// warned about by [`Config::warnings`], naming the new name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renamed {
+    /// The old name as it was given: a variable, or a file key (in the file
+    /// or after `--set`).
+    pub old: &'static str,
+    /// The new name, of the same sort.
+    pub new: &'static str,
+    /// Where the old name was given.
+    pub source: Source,
+    /// Whether the new name was given there too: then the old one is
+    /// ignored.
+    pub ignored: bool,
+}
+
+impl fmt::Display for Renamed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (old, new) = (self.old, self.new);
+        if self.ignored {
+            write!(
+                f,
+                "{old} ({}) is the old name of {new}, which is given there too: {old} is \
+                 ignored; remove it",
+                self.source
+            )
+        } else {
+            write!(
+                f,
+                "{old} ({}) is the old name of {new}: it is read as {new}, but write {new}",
+                self.source
+            )
+        }
+    }
+}
+
 /// A value and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Setting<T> {
@@ -102,6 +141,10 @@ impl<T> Setting<T> {
 
 /// The effective configuration: every duration and cap, each with where it
 /// came from.
+///
+/// Each field is set and read through its key's row in the key table
+/// ([`Config::keys`]), which names the field once: a new key is a field
+/// here, its default in [`Default`], and one row there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Lease of a streaming model call (`LEASEHOLD_LEASE_MODEL_STREAM`).
@@ -115,10 +158,10 @@ pub struct Config {
     /// The shortest lease, of this configuration or a flow
     /// (`LEASEHOLD_LEASE_MIN`).
     pub lease_min: Setting<Duration>,
-    /// Expiries renewed without the evaluator
-    /// (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
+    /// Expiries renewed on the ladder, whatever the evidence and without
+    /// the evaluator (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
     pub free_renewals: Setting<u32>,
-    /// The renewal cap (`LEASEHOLD_WATCHDOG_MAX_RENEWALS`).
+    /// The renewal cap (`LEASEHOLD_LEASE_MAX_RENEWALS`).
     pub max_renewals: Setting<u32>,
     /// Consecutive renewals on evidence alone before the evaluator is asked
     /// anyway (`LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS`).
@@ -166,7 +209,8 @@ pub struct Config {
     /// The sled store's page cache, in bytes
     /// (`LEASEHOLD_SLED_CACHE_CAPACITY`).
     pub sled_cache_capacity: Setting<u64>,
-    /// Restarts allowed within the window (`LEASEHOLD_RESTART_MAX`).
+    /// Restarts allowed within the window, and of any one call
+    /// (`LEASEHOLD_RESTART_MAX_RESTARTS`).
     pub restart_max: Setting<u32>,
     /// The restart intensity's window (`LEASEHOLD_RESTART_WINDOW`).
     pub restart_window: Setting<Duration>,
@@ -253,6 +297,8 @@ pub struct Config {
     pub tools: Vec<ToolServer>,
     /// The file that was read, if any (`LEASEHOLD_CONFIG`).
     pub file: Option<PathBuf>,
+    /// The keys given by an old name, each warned about.
+    pub renamed: Vec<Renamed>,
 }
 
 /// A share from 0 to 1, such as `watchdog.repetition_threshold`. Never NaN,
@@ -355,7 +401,7 @@ impl Default for Config {
             store_url: Setting::default(None),
             sled_cache_capacity: Setting::default(crate::store::DEFAULT_CACHE_CAPACITY),
             restart_max: Setting::default(restart.max_restarts),
-            restart_window: Setting::default(restart.within),
+            restart_window: Setting::default(restart.window),
             restart_backoff_initial: Setting::default(restart.backoff_initial),
             restart_backoff_max: Setting::default(restart.backoff_max),
             restart_on_exhausted: Setting::default(restart.on_exhausted),
@@ -394,6 +440,7 @@ impl Default for Config {
             limits_guidance: Setting::default(size(run.guidance)),
             tools: Vec::new(),
             file: None,
+            renamed: Vec::new(),
         }
     }
 }
@@ -471,6 +518,13 @@ impl Config {
         &KEYS
     }
 
+    /// Every key as the Markdown table `docs/configuration.md` holds
+    /// between [`KEYS_TABLE_START`] and [`KEYS_TABLE_END`]: the doc's table
+    /// is this output, and a test fails when the two differ.
+    pub fn keys_table() -> String {
+        keys::markdown_table()
+    }
+
     /// Loads defaults, then the TOML `file` (or, without one, the file named
     /// by `LEASEHOLD_CONFIG`), then the environment as seen through `env`,
     /// and validates the result.
@@ -502,21 +556,41 @@ impl Config {
             config.file = Some(path);
         }
         for key in KEYS.iter().filter(|k| !k.file.is_empty()) {
-            if let Some(value) = env(key.env) {
+            let value = env(key.env);
+            if let Some(old) = key.old
+                && let Some(old_value) = env(old.env)
+            {
+                let source = Source::Env(old.env.to_owned());
+                config.renamed.push(Renamed {
+                    old: old.env,
+                    new: key.env,
+                    source: source.clone(),
+                    ignored: value.is_some(),
+                });
+                if value.is_none() {
+                    config.set(key, &old_value, source, old.env)?;
+                }
+            }
+            if let Some(value) = value {
                 config.set(key, &value, Source::Env(key.env.to_owned()), key.env)?;
             }
         }
         for flag in flags {
-            let Some(key) = KEYS
-                .iter()
-                .find(|k| !k.file.is_empty() && k.file == flag.key)
-            else {
+            let Some((key, by_old_name)) = keys::by_file_key(&flag.key) else {
                 return Err(LoadError::UnknownFlagKey {
                     given_as: flag.given_as.clone(),
                     key: flag.key.clone(),
                 });
             };
             let source = Source::Flag(flag.given_as.clone());
+            if by_old_name && let Some(old) = key.old {
+                config.renamed.push(Renamed {
+                    old: old.file,
+                    new: key.file,
+                    source: source.clone(),
+                    ignored: false,
+                });
+            }
             config.set(key, &flag.value, source, &flag.given_as)?;
         }
         config.validate()?;
@@ -543,18 +617,31 @@ impl Config {
         }
         let mut leaves = Vec::new();
         flatten("", &table, &mut leaves);
-        for (name, value) in leaves {
-            let Some(key) = KEYS.iter().find(|k| !k.file.is_empty() && k.file == name) else {
+        let source = Source::File(path.to_path_buf());
+        for (name, value) in &leaves {
+            let Some((key, by_old_name)) = keys::by_file_key(name) else {
                 return Err(LoadError::UnknownKey {
                     path: path.to_path_buf(),
-                    key: name,
+                    key: name.clone(),
                 });
             };
-            let origin = format!("{}: {}", path.display(), key.file);
+            if by_old_name && let Some(old) = key.old {
+                let ignored = leaves.iter().any(|(other, _)| other == key.file);
+                self.renamed.push(Renamed {
+                    old: old.file,
+                    new: key.file,
+                    source: source.clone(),
+                    ignored,
+                });
+                if ignored {
+                    continue;
+                }
+            }
+            let origin = format!("{}: {name}", path.display());
             let text = match value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Float(f) if key.kind == keys::ValueKind::Share => f.to_string(),
+                toml::Value::Float(f) if key.kind == ValueKind::Share => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
                 other => {
                     return Err(LoadError::BadValue {
@@ -564,13 +651,13 @@ impl Config {
                     });
                 }
             };
-            self.set(key, &text, Source::File(path.to_path_buf()), &origin)?;
+            self.set(key, &text, source.clone(), &origin)?;
         }
         Ok(())
     }
 
-    /// Parses `text` as `key`'s value and stores it with `source`; a bad
-    /// value is refused naming `origin`.
+    /// Parses `text` as `key`'s value and stores it with `source`, in the
+    /// field its row names; a bad value is refused naming `origin`.
     fn set(
         &mut self,
         key: &Key,
@@ -578,179 +665,13 @@ impl Config {
         source: Source,
         origin: &str,
     ) -> Result<(), LoadError> {
-        let bad = || LoadError::BadValue {
-            origin: origin.to_owned(),
-            expected: key.kind.expected(),
-            got: format!("{text:?}"),
-        };
-        let trimmed = text.trim();
-        let duration = || humantime::parse_duration(trimmed).map_err(|_| bad());
-        let count = || trimmed.parse::<u32>().map_err(|_| bad());
-        match key.file {
-            "lease.model_stream" => self.lease_model_stream = with(duration()?, source),
-            "lease.model_blocking" => self.lease_model_blocking = with(duration()?, source),
-            "lease.tool_call" => self.lease_tool_call = with(duration()?, source),
-            "lease.worker_step" => self.lease_worker_step = with(duration()?, source),
-            "lease.min" => self.lease_min = with(duration()?, source),
-            "watchdog.free_renewals" => self.free_renewals = with(count()?, source),
-            "watchdog.max_renewals" => self.max_renewals = with(count()?, source),
-            "watchdog.evidence_renewals" => self.evidence_renewals = with(count()?, source),
-            "watchdog.policy" => {
-                let policy = PolicyChoice::parse_at(key.file, trimmed).map_err(|_| bad())?;
-                self.watchdog_policy = with(policy, source);
-            }
-            "watchdog.repetition_threshold" => {
-                let share = Share::parse(trimmed).ok_or_else(bad)?;
-                self.repetition_threshold = with(share, source);
-            }
-            "watchdog.role" => {
-                let role = match trimmed {
-                    "default" => ModelRole::Default,
-                    "fast" => ModelRole::Fast,
-                    _ => return Err(bad()),
-                };
-                self.watchdog_role = with(role, source);
-            }
-            "evaluator_timeout" => self.evaluator_timeout = with(duration()?, source),
-            "budget.max_extensions" => self.budget_max_extensions = with(count()?, source),
-            "spawn.max_per_answer" => self.spawn_max_per_answer = with(count()?, source),
-            "spawn.max_per_run" => self.spawn_max_per_run = with(count()?, source),
-            "spawn.max_depth" => self.spawn_max_depth = with(count()?, source),
-            "run_lease_ttl" => self.run_lease_ttl = with(duration()?, source),
-            "executor.claim_interval" => {
-                self.executor_claim_interval = with(duration()?, source);
-            }
-            "executor.retention" => {
-                let kept = if trimmed == "forever" {
-                    None
-                } else {
-                    let kept = duration()?;
-                    if kept.is_zero() {
-                        return Err(bad());
-                    }
-                    Some(kept)
-                };
-                self.executor_retention = with(kept, source);
-            }
-            "sled.cache_capacity" => {
-                self.sled_cache_capacity = with(parse_size(trimmed).ok_or_else(bad)?, source);
-            }
-            "executor.load_bound" | "executor.lag_target" => {
-                let value = match trimmed {
-                    "0" | "off" => Duration::ZERO,
-                    _ => duration()?,
-                };
-                if key.file == "executor.load_bound" {
-                    self.executor_load_bound = with(value, source);
-                } else {
-                    self.executor_lag_target = with(value, source);
-                }
-            }
-            "resume_on_boot" => {
-                let flag = crate::executor::parse_flag(trimmed).map_err(|_| bad())?;
-                self.resume_on_boot = with(flag, source);
-            }
-            "durability" => {
-                let mode = trimmed.parse::<Durability>().map_err(|_| bad())?;
-                self.durability = with(mode, source);
-            }
-            "data_dir" => {
-                if trimmed.is_empty() {
-                    return Err(bad());
-                }
-                self.data_dir = with(PathBuf::from(text), source);
-            }
-            "store" => {
-                if !crate::store::is_postgres_url(trimmed) {
-                    // The URL may carry a password: it is not echoed.
-                    return Err(LoadError::BadValue {
-                        origin: origin.to_owned(),
-                        expected: key.kind.expected(),
-                        got: crate::store::redact_url(trimmed),
-                    });
-                }
-                self.store_url = with(Some(trimmed.to_owned()), source);
-            }
-            "restart.max" => self.restart_max = with(count()?, source),
-            "restart.window" => self.restart_window = with(duration()?, source),
-            "restart.backoff_initial" => self.restart_backoff_initial = with(duration()?, source),
-            "restart.backoff_max" => self.restart_backoff_max = with(duration()?, source),
-            "restart.on_exhausted" => {
-                let then = trimmed.parse::<OnExhausted>().map_err(|_| bad())?;
-                self.restart_on_exhausted = with(then, source);
-            }
-            "model.base_url"
-            | "model.name"
-            | "model.api_key"
-            | "fast_model.base_url"
-            | "fast_model.name"
-            | "fast_model.api_key"
-            | "api_token" => {
-                if trimmed.is_empty() {
-                    return Err(bad());
-                }
-                let value = with(Some(trimmed.to_owned()), source);
-                match key.file {
-                    "model.base_url" => self.model_base_url = value,
-                    "model.name" => self.model_name = value,
-                    "model.api_key" => self.model_api_key = value,
-                    "fast_model.base_url" => self.fast_model_base_url = value,
-                    "fast_model.name" => self.fast_model_name = value,
-                    "fast_model.api_key" => self.fast_model_api_key = value,
-                    _ => self.api_token = value,
-                }
-            }
-            "model.connect_timeout" => self.model_connect_timeout = with(duration()?, source),
-            "mcp.handshake_timeout" => {
-                self.mcp_handshake_timeout = with(duration()?, source);
-            }
-            "model.idle_timeout" => self.model_idle_timeout = with(Some(duration()?), source),
-            "model.rate_limit_retries" => self.model_rate_limit_retries = with(count()?, source),
-            "server.addr" => {
-                let addr = trimmed.parse::<SocketAddr>().map_err(|_| bad())?;
-                self.server_addr = with(addr, source);
-            }
-            "server.allowed_hosts" => self.server_allowed_hosts = with(list(trimmed), source),
-            "server.allowed_origins" => {
-                self.server_allowed_origins = with(list(trimmed), source);
-            }
-            "server.allow_flow_tools" => {
-                let flag = crate::executor::parse_flag(trimmed).map_err(|_| bad())?;
-                self.server_allow_flow_tools = with(flag, source);
-            }
-            "server.header_timeout" => self.server_header_timeout = with(duration()?, source),
-            "server.body_timeout" => self.server_body_timeout = with(duration()?, source),
-            "server.max_connections" => self.server_max_connections = with(count()?, source),
-            "server.max_event_streams" => self.server_max_event_streams = with(count()?, source),
-            "server.max_live_runs" => self.server_max_live_runs = with(count()?, source),
-            "server.max_queued_runs" => self.server_max_queued_runs = with(count()?, source),
-            "server.shutdown_grace" => self.server_shutdown_grace = with(duration()?, source),
-            "limits.model_answer"
-            | "limits.model_body"
-            | "limits.tool_result"
-            | "limits.progress_note"
-            | "limits.task"
-            | "limits.flow"
-            | "limits.guidance" => {
-                let size = parse_size(trimmed).ok_or_else(bad)?;
-                let value = with(size, source);
-                match key.file {
-                    "limits.model_answer" => self.limits_model_answer = value,
-                    "limits.model_body" => self.limits_model_body = value,
-                    "limits.progress_note" => self.limits_progress_note = value,
-                    "limits.task" => self.limits_task = value,
-                    "limits.flow" => self.limits_flow = value,
-                    "limits.guidance" => self.limits_guidance = value,
-                    _ => self.limits_tool_result = value,
-                }
-            }
-            "limits.progress_interval" => {
-                self.limits_progress_interval = with(duration()?, source);
-            }
-            "limits.run_events" => self.limits_run_events = with(count()?, source),
-            _ => return Err(bad()),
-        }
-        Ok(())
+        key.slot
+            .set(self, text, source)
+            .map_err(|got| LoadError::BadValue {
+                origin: origin.to_owned(),
+                expected: key.kind.expected(),
+                got,
+            })
     }
 
     /// Every key (but `LEASEHOLD_CONFIG`) with its effective value, written
@@ -765,149 +686,11 @@ impl Config {
             .collect()
     }
 
+    /// `key`'s value as it would be configured, read from the field its
+    /// row names (unset: its default text), and where it came from.
     fn value_of(&self, key: &Key) -> (String, &Source) {
-        fn d(s: &Setting<Duration>) -> (String, &Source) {
-            (humantime::format_duration(s.value).to_string(), &s.source)
-        }
-        fn off(s: &Setting<Duration>) -> (String, &Source) {
-            if s.value.is_zero() {
-                ("off".to_owned(), &s.source)
-            } else {
-                d(s)
-            }
-        }
-        fn n(s: &Setting<u32>) -> (String, &Source) {
-            (s.value.to_string(), &s.source)
-        }
-        fn text<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
-            (
-                s.value.clone().unwrap_or_else(|| unset.to_owned()),
-                &s.source,
-            )
-        }
-        fn listed(s: &Setting<Vec<String>>) -> (String, &Source) {
-            let shown = if s.value.is_empty() {
-                "(none)".to_owned()
-            } else {
-                s.value.join(",")
-            };
-            (shown, &s.source)
-        }
-        fn size(s: &Setting<u64>) -> (String, &Source) {
-            (format_size(s.value), &s.source)
-        }
-        fn url<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
-            let shown = s.value.as_deref().map(crate::secret::redact_url);
-            (shown.unwrap_or_else(|| unset.to_owned()), &s.source)
-        }
-        fn secret<'a>(s: &'a Setting<Option<String>>, unset: &str) -> (String, &'a Source) {
-            let shown = if s.value.is_some() { "(set)" } else { unset };
-            (shown.to_owned(), &s.source)
-        }
-        match key.file {
-            "lease.model_stream" => d(&self.lease_model_stream),
-            "lease.model_blocking" => d(&self.lease_model_blocking),
-            "lease.tool_call" => d(&self.lease_tool_call),
-            "lease.worker_step" => d(&self.lease_worker_step),
-            "lease.min" => d(&self.lease_min),
-            "watchdog.free_renewals" => n(&self.free_renewals),
-            "watchdog.max_renewals" => n(&self.max_renewals),
-            "watchdog.evidence_renewals" => n(&self.evidence_renewals),
-            "watchdog.policy" => (
-                self.watchdog_policy.value.to_string(),
-                &self.watchdog_policy.source,
-            ),
-            "watchdog.repetition_threshold" => (
-                self.repetition_threshold.value.to_string(),
-                &self.repetition_threshold.source,
-            ),
-            "watchdog.role" => {
-                let role = match self.watchdog_role.value {
-                    ModelRole::Default => "default",
-                    ModelRole::Fast => "fast",
-                };
-                (role.to_owned(), &self.watchdog_role.source)
-            }
-            "evaluator_timeout" => d(&self.evaluator_timeout),
-            "budget.max_extensions" => n(&self.budget_max_extensions),
-            "spawn.max_per_answer" => n(&self.spawn_max_per_answer),
-            "spawn.max_per_run" => n(&self.spawn_max_per_run),
-            "spawn.max_depth" => n(&self.spawn_max_depth),
-            "run_lease_ttl" => d(&self.run_lease_ttl),
-            "executor.claim_interval" => d(&self.executor_claim_interval),
-            "executor.retention" => (
-                self.executor_retention.value.map_or_else(
-                    || "forever".to_owned(),
-                    |kept| humantime::format_duration(kept).to_string(),
-                ),
-                &self.executor_retention.source,
-            ),
-            "sled.cache_capacity" => size(&self.sled_cache_capacity),
-            "executor.load_bound" => off(&self.executor_load_bound),
-            "executor.lag_target" => off(&self.executor_lag_target),
-            "resume_on_boot" => (
-                self.resume_on_boot.value.to_string(),
-                &self.resume_on_boot.source,
-            ),
-            "durability" => (self.durability.value.to_string(), &self.durability.source),
-            "data_dir" => (
-                self.data_dir.value.display().to_string(),
-                &self.data_dir.source,
-            ),
-            "store" => (
-                self.store_url
-                    .value
-                    .as_deref()
-                    .map_or_else(|| "(none)".to_owned(), crate::store::redact_url),
-                &self.store_url.source,
-            ),
-            "restart.max" => n(&self.restart_max),
-            "restart.window" => d(&self.restart_window),
-            "restart.backoff_initial" => d(&self.restart_backoff_initial),
-            "restart.backoff_max" => d(&self.restart_backoff_max),
-            "restart.on_exhausted" => (
-                self.restart_on_exhausted.value.to_string(),
-                &self.restart_on_exhausted.source,
-            ),
-            "model.base_url" => url(&self.model_base_url, "(none)"),
-            "model.name" => text(&self.model_name, "(none)"),
-            "model.api_key" => secret(&self.model_api_key, "(none)"),
-            "fast_model.base_url" => url(&self.fast_model_base_url, "(the default's)"),
-            "fast_model.name" => text(&self.fast_model_name, "(the default's)"),
-            "fast_model.api_key" => secret(&self.fast_model_api_key, "(the default's)"),
-            "model.connect_timeout" => d(&self.model_connect_timeout),
-            "mcp.handshake_timeout" => d(&self.mcp_handshake_timeout),
-            "model.idle_timeout" => {
-                let (idle, source) = self.idle_timeout_entry();
-                (humantime::format_duration(idle).to_string(), source)
-            }
-            "model.rate_limit_retries" => n(&self.model_rate_limit_retries),
-            "server.addr" => (self.server_addr.value.to_string(), &self.server_addr.source),
-            "api_token" => secret(&self.api_token, "(none)"),
-            "server.allowed_hosts" => listed(&self.server_allowed_hosts),
-            "server.allowed_origins" => listed(&self.server_allowed_origins),
-            "server.allow_flow_tools" => (
-                self.server_allow_flow_tools.value.to_string(),
-                &self.server_allow_flow_tools.source,
-            ),
-            "server.header_timeout" => d(&self.server_header_timeout),
-            "server.body_timeout" => d(&self.server_body_timeout),
-            "server.max_connections" => n(&self.server_max_connections),
-            "server.max_event_streams" => n(&self.server_max_event_streams),
-            "server.max_live_runs" => n(&self.server_max_live_runs),
-            "server.max_queued_runs" => n(&self.server_max_queued_runs),
-            "server.shutdown_grace" => d(&self.server_shutdown_grace),
-            "limits.model_answer" => size(&self.limits_model_answer),
-            "limits.model_body" => size(&self.limits_model_body),
-            "limits.tool_result" => size(&self.limits_tool_result),
-            "limits.progress_note" => size(&self.limits_progress_note),
-            "limits.progress_interval" => d(&self.limits_progress_interval),
-            "limits.run_events" => n(&self.limits_run_events),
-            "limits.task" => size(&self.limits_task),
-            "limits.flow" => size(&self.limits_flow),
-            "limits.guidance" => size(&self.limits_guidance),
-            _ => (String::new(), &Source::Default),
-        }
+        let (shown, source) = key.slot.show(self);
+        (shown.unwrap_or_else(|| key.default.to_owned()), source)
     }
 }
 
@@ -984,10 +767,6 @@ fn tool_servers(value: toml::Value, file: &Path) -> Result<Vec<ToolServer>, Load
     }
     ToolServer::validate_all(&servers).map_err(|e| bad(e.path, e.message))?;
     Ok(servers)
-}
-
-fn with<T>(value: T, source: Source) -> Setting<T> {
-    Setting { value, source }
 }
 
 fn key_of(file: &str) -> &'static Key {

@@ -389,7 +389,7 @@ async fn a_lease_that_expires_while_the_executor_is_stopped_renews_by_load_not_b
         &[
             ("LEASEHOLD_LEASE_MODEL_BLOCKING", "2s"),
             ("LEASEHOLD_WATCHDOG_FREE_RENEWALS", "0"),
-            ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "0"),
+            ("LEASEHOLD_LEASE_MAX_RENEWALS", "0"),
         ],
     );
     let base = support::served_base(&mut server, PATIENCE).await;

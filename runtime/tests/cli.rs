@@ -95,7 +95,7 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
             .env("LEASEHOLD_LEASE_TOOL_CALL", "90s")
             .env("LEASEHOLD_MODEL_API_KEY", "sk-never-printed")
             .env("LEASEHOLD_MODEL_IDLE_TIMEOUT", "2h")
-            .args(["--set", "watchdog.max_renewals=5", "config"]),
+            .args(["--set", "lease.max_renewals=5", "config"]),
     )
     .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
@@ -105,7 +105,7 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
         out.stdout
     );
     assert!(
-        out.stdout.contains("flag --set watchdog.max_renewals"),
+        out.stdout.contains("flag --set lease.max_renewals"),
         "{}",
         out.stdout
     );

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use leasehold::{
     EngineConfig, LeaseKind,
-    config::{Config, Flag, IDLE_TIMEOUT_FORMULA, LoadError, Source},
+    config::{
+        Config, Flag, IDLE_TIMEOUT_FORMULA, KEYS_TABLE_END, KEYS_TABLE_START, LoadError, Source,
+    },
     model::ModelRole,
     store::Durability,
 };
@@ -114,6 +116,22 @@ fn the_idle_timeout_unset_is_derived_so_the_watchdog_judges_a_silent_call_first(
         set.idle_timeout().source,
         Source::Env("LEASEHOLD_MODEL_IDLE_TIMEOUT".into())
     );
+}
+
+#[test]
+fn the_derived_idle_timeout_counts_no_free_renewals_under_always_evaluate() {
+    let config = Config::load(
+        None,
+        env_of(&[("LEASEHOLD_WATCHDOG_POLICY", "always_evaluate")]),
+    )
+    .expect("loads");
+    // The longer model lease (5m, blocking) once, then the evaluator's 15s:
+    // the first expiry already asks the evaluator.
+    let idle = config.idle_timeout();
+    assert_eq!(idle.value, Duration::from_secs(5 * 60 + 15));
+    assert_eq!(idle.source, Source::Derived(IDLE_TIMEOUT_FORMULA));
+    assert!(IDLE_TIMEOUT_FORMULA.contains("always_evaluate"));
+    assert_eq!(config.warnings(), Vec::<String>::new());
 }
 
 #[test]
@@ -263,14 +281,124 @@ fn an_unknown_file_key_is_refused_with_its_path() {
 fn free_renewals_above_the_renewal_cap_are_refused() {
     let env = env_of(&[
         ("LEASEHOLD_WATCHDOG_FREE_RENEWALS", "5"),
-        ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "4"),
+        ("LEASEHOLD_LEASE_MAX_RENEWALS", "4"),
     ]);
     let error = Config::load(None, env).expect_err("refused");
     let text = error.to_string();
     assert!(text.contains("LEASEHOLD_WATCHDOG_FREE_RENEWALS"), "{text}");
+    assert!(text.contains("LEASEHOLD_LEASE_MAX_RENEWALS (4)"), "{text}");
+}
+
+#[test]
+fn a_lease_below_lease_min_and_a_longest_backoff_below_the_first_are_refused_naming_both() {
+    let error = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_LEASE_MIN", "1s"),
+            ("LEASEHOLD_LEASE_TOOL_CALL", "500ms"),
+        ]),
+    )
+    .expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "invalid `LEASEHOLD_LEASE_TOOL_CALL (lease.tool_call)`: expected at least \
+         LEASEHOLD_LEASE_MIN (1s): no lease may be shorter, got 500ms"
+    );
+    let error = Config::load(None, env_of(&[("LEASEHOLD_RESTART_BACKOFF_INITIAL", "1m")]))
+        .expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "invalid `LEASEHOLD_RESTART_BACKOFF_MAX (restart.backoff_max)`: expected at least \
+         LEASEHOLD_RESTART_BACKOFF_INITIAL (1m): the backoff grows from the first to the \
+         longest, got 30s"
+    );
+}
+
+#[test]
+fn a_renamed_key_is_read_under_its_old_name_and_warned_about_naming_the_new_one() {
+    // From the environment.
+    let config = Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "7")]))
+        .expect("the old variable is read");
+    assert_eq!(config.max_renewals.value, 7);
+    assert_eq!(
+        config.max_renewals.source,
+        Source::Env("LEASEHOLD_WATCHDOG_MAX_RENEWALS".into())
+    );
+    let warnings = config.warnings();
+    assert_eq!(
+        warnings,
+        [
+            "LEASEHOLD_WATCHDOG_MAX_RENEWALS (env LEASEHOLD_WATCHDOG_MAX_RENEWALS) is the old name \
+          of LEASEHOLD_LEASE_MAX_RENEWALS: it is read as LEASEHOLD_LEASE_MAX_RENEWALS, but write \
+          LEASEHOLD_LEASE_MAX_RENEWALS"
+        ]
+    );
+    let described = leasehold::cli::describe_config(&config);
     assert!(
-        text.contains("LEASEHOLD_WATCHDOG_MAX_RENEWALS (4)"),
-        "{text}"
+        described.contains("warning: LEASEHOLD_WATCHDOG_MAX_RENEWALS (env"),
+        "{described}"
+    );
+    // Both names in one layer: the new one wins, and the old is called
+    // ignored.
+    let both = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "7"),
+            ("LEASEHOLD_LEASE_MAX_RENEWALS", "8"),
+        ]),
+    )
+    .expect("loads");
+    assert_eq!(both.max_renewals.value, 8);
+    assert!(
+        both.warnings()[0].contains("is ignored"),
+        "{:?}",
+        both.warnings()
+    );
+
+    // From the file, old names in old tables.
+    let file = temp_toml("[watchdog]\nmax_renewals = 6\n[restart]\nmax = 1\n");
+    let config = Config::load(Some(file.path()), no_env).expect("the old file keys are read");
+    assert_eq!(config.max_renewals.value, 6);
+    assert_eq!(config.restart_max.value, 1);
+    assert_eq!(config.engine_config().restart.max_restarts, 1);
+    let warnings = config.warnings().join("\n");
+    for (old, new) in [
+        ("watchdog.max_renewals", "lease.max_renewals"),
+        ("restart.max", "restart.max_restarts"),
+    ] {
+        assert!(
+            warnings.contains(&format!(
+                "{old} (file {}) is the old name of {new}",
+                file.path().display()
+            )),
+            "{warnings}"
+        );
+    }
+    let both = temp_toml("[watchdog]\nmax_renewals = 6\n[lease]\nmax_renewals = 5\n");
+    let config = Config::load(Some(both.path()), no_env).expect("loads");
+    assert_eq!(config.max_renewals.value, 5);
+    // A bad value under the old name is refused under the name it was given.
+    let bad = Config::from_toml_str("[watchdog]\nmax_renewals = \"many\"\n").unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains(": watchdog.max_renewals: expected a whole number"),
+        "{bad}"
+    );
+
+    // From a flag.
+    let config = Config::load_layers(
+        None,
+        no_env,
+        &[Flag::parse_set("restart.max=2").expect("a flag")],
+    )
+    .expect("the old key is taken by --set");
+    assert_eq!(config.restart_max.value, 2);
+    assert!(
+        config.warnings()[0].starts_with(
+            "restart.max (flag --set restart.max) is the old name of restart.max_restarts"
+        ),
+        "{:?}",
+        config.warnings()
     );
 }
 
@@ -354,8 +482,8 @@ fn the_worst_case_counts_each_evaluation_and_every_backoff_at_the_top_of_its_jit
     // case 18s300ms" and was given up after 21.8 s.
     let env = env_of(&[
         ("LEASEHOLD_LEASE_MODEL_STREAM", "1s"),
-        ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "4"),
-        ("LEASEHOLD_RESTART_MAX", "2"),
+        ("LEASEHOLD_LEASE_MAX_RENEWALS", "4"),
+        ("LEASEHOLD_RESTART_MAX_RESTARTS", "2"),
         ("LEASEHOLD_EVALUATOR_TIMEOUT", "800ms"),
     ]);
     let config = Config::load(None, env).expect("loads");
@@ -387,7 +515,7 @@ fn the_worst_case_counts_each_evaluation_and_every_backoff_at_the_top_of_its_jit
     // A jittered backoff off the whole millisecond waits until the next one,
     // as tokio's timers do: 1003 ms × 1.1 = 1103.3 ms is waited as 1104 ms.
     let env = env_of(&[
-        ("LEASEHOLD_RESTART_MAX", "1"),
+        ("LEASEHOLD_RESTART_MAX_RESTARTS", "1"),
         ("LEASEHOLD_RESTART_BACKOFF_INITIAL", "1003ms"),
     ]);
     let config = Config::load(None, env).expect("loads");
@@ -399,7 +527,7 @@ fn the_worst_case_counts_each_evaluation_and_every_backoff_at_the_top_of_its_jit
 
 #[test]
 fn backoffs_past_the_maximum_are_summed_without_looping_per_restart() {
-    let env = env_of(&[("LEASEHOLD_RESTART_MAX", "4294967295")]);
+    let env = env_of(&[("LEASEHOLD_RESTART_MAX_RESTARTS", "4294967295")]);
     let config = Config::load(None, env).expect("loads");
     let timing = config.timing(LeaseKind::ToolCall);
     assert_eq!(timing.attempts, u32::MAX);
@@ -407,22 +535,50 @@ fn backoffs_past_the_maximum_are_summed_without_looping_per_restart() {
 }
 
 #[test]
-fn every_key_appears_in_docs_configuration_md() {
+fn the_key_table_of_docs_configuration_md_is_the_one_the_code_writes() {
     let doc = include_str!("../../docs/configuration.md");
-    for key in Config::keys() {
-        assert!(
-            doc.contains(&format!("`{}`", key.env)),
-            "{} missing from docs/configuration.md",
-            key.env
+    let written = Config::keys_table();
+    let (start, end) = (
+        doc.find(KEYS_TABLE_START)
+            .expect("docs/configuration.md marks where its key table starts"),
+        doc.find(KEYS_TABLE_END)
+            .expect("docs/configuration.md marks where its key table ends"),
+    );
+    let table = doc[start + KEYS_TABLE_START.len()..end].trim_start_matches('\n');
+    if let Some((line, (documented, generated))) = table
+        .lines()
+        .chain(std::iter::repeat(""))
+        .zip(written.lines().chain(std::iter::repeat("")))
+        .take(table.lines().count().max(written.lines().count()))
+        .enumerate()
+        .find(|(_, (documented, generated))| documented != generated)
+    {
+        panic!(
+            "docs/configuration.md's key table differs from runtime/src/config/keys.rs \
+             at its line {}:\n  doc:  {documented}\n  code: {generated}\n\
+             Put the table Config::keys_table() writes between the markers:\n{written}",
+            line + 1
         );
-        if !key.file.is_empty() {
+    }
+}
+
+#[test]
+fn every_variable_is_named_after_its_file_key() {
+    let variable = |file: &str| format!("LEASEHOLD_{}", file.replace('.', "_").to_uppercase());
+    let keys = Config::keys();
+    for key in keys.iter().filter(|k| !k.file.is_empty()) {
+        assert_eq!(
+            key.env,
+            variable(key.file),
+            "variable named after its file key"
+        );
+        if let Some(old) = key.old {
+            assert_eq!(old.env, variable(old.file), "old variable of {}", key.file);
             assert!(
-                doc.contains(&format!("`{}`", key.file)),
-                "file key {} missing from docs/configuration.md",
+                !keys.iter().any(|k| k.file == old.file || k.env == old.env),
+                "{}'s old name is another key's name",
                 key.file
             );
-            let derived = format!("LEASEHOLD_{}", key.file.replace('.', "_").to_uppercase());
-            assert_eq!(key.env, derived, "variable named after its file key");
         }
     }
     let entries = Config::default().entries();
@@ -541,7 +697,7 @@ fn warnings_name_combinations_that_defeat_themselves() {
         None,
         env_of(&[
             ("LEASEHOLD_LEASE_MODEL_STREAM", "1s"),
-            ("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "2"),
+            ("LEASEHOLD_LEASE_MAX_RENEWALS", "2"),
             ("LEASEHOLD_MODEL_IDLE_TIMEOUT", "1m"),
             ("LEASEHOLD_RESTART_WINDOW", "12h"),
             ("LEASEHOLD_SERVER_ADDR", "0.0.0.0:7878"),

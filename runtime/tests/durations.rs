@@ -79,7 +79,7 @@ fn flow_durations_above_the_maximum_are_refused_naming_the_key() {
         ("leases", "model_blocking"),
         ("leases", "tool_call"),
         ("leases", "worker_step"),
-        ("supervision", "restart_window"),
+        ("supervision", "window"),
         ("supervision", "backoff_initial"),
         ("supervision", "backoff_max"),
     ] {

@@ -187,8 +187,28 @@ fn zero_durations_are_refused_with_their_path() {
     let error = toml_refusal("[leases]\nworker_step = \"0s\"\n");
     assert_eq!(error.path, "leases.worker_step");
     assert_eq!(error.message, "expected a duration above 0, got 0s");
-    let error = toml_refusal("[supervision]\nrestart_window = \"0ms\"\n");
-    assert_eq!(error.path, "supervision.restart_window");
+    let error = toml_refusal("[supervision]\nwindow = \"0ms\"\n");
+    assert_eq!(error.path, "supervision.window");
+}
+
+#[test]
+fn a_flows_restart_window_under_its_old_name_is_read_and_written_back_as_window() {
+    for (text, json) in [
+        (
+            "[supervision]\nrestart_window = \"10m\"\n",
+            r#"{"name":"n","task":"t","max_steps":5,"supervision":{"restart_window":"10m"}}"#,
+        ),
+        (
+            "[supervision]\nwindow = \"10m\"\n",
+            r#"{"name":"n","task":"t","max_steps":5,"supervision":{"window":"10m"}}"#,
+        ),
+    ] {
+        let flow = parse_toml(&toml_with(text)).expect("read");
+        assert_eq!(flow.supervision.window, Some(Duration::from_secs(600)));
+        assert_eq!(parse_json(json).expect("read"), flow);
+        let written = serde_json::to_value(&flow).expect("written");
+        assert_eq!(written["supervision"], serde_json::json!({"window": "10m"}));
+    }
 }
 
 #[test]
@@ -197,7 +217,8 @@ fn free_renewals_above_max_renewals_in_flow_is_refused() {
     assert_eq!(error.path, "leases.free_renewals");
     assert_eq!(
         error.message,
-        "expected at most `leases.max_renewals` (2), got 3"
+        "expected at most `leases.max_renewals` (2): free renewals above the renewal cap are \
+         never reached, got 3"
     );
     parse_toml(&toml_with(
         "[leases]\nmax_renewals = 3\nfree_renewals = 3\n",
@@ -219,7 +240,8 @@ fn backoff_max_below_backoff_initial_is_refused() {
     assert_eq!(error.path, "supervision.backoff_max");
     assert_eq!(
         error.message,
-        "expected at least `supervision.backoff_initial` (2s), got 1s"
+        "expected at least `supervision.backoff_initial` (2s): the backoff grows from the first \
+         to the longest, got 1s"
     );
 }
 

@@ -210,7 +210,7 @@ async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_
         (
             json!({"leases": {"max_renewals": u32_max, "free_renewals": u32_max}}),
             "leases.max_renewals",
-            "at most 10 (the configuration's `watchdog.max_renewals`)",
+            "at most 10 (the configuration's `lease.max_renewals`)",
         ),
         (
             json!({"leases": {"free_renewals": u32_max}}),
@@ -230,7 +230,7 @@ async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_
         (
             json!({"supervision": {"max_restarts": 1000}}),
             "supervision.max_restarts",
-            "at most 3 (the configuration's `restart.max`)",
+            "at most 3 (the configuration's `restart.max_restarts`)",
         ),
         (
             json!({"spawn": {"max_per_answer": 3000}}),
@@ -336,7 +336,7 @@ async fn leasehold_run_holds_a_flow_file_to_the_configuration_too() {
             "cap.json",
             flow(json!({"leases": {"max_renewals": u64::from(u32::MAX)}})),
             "leases.max_renewals",
-            "the configuration's `watchdog.max_renewals`",
+            "the configuration's `lease.max_renewals`",
         ),
     ] {
         let path = dir.path().join(name);

@@ -240,7 +240,7 @@ async fn flood(limits: &[(&str, &str)]) -> Flooded {
             .env("LEASEHOLD_MODEL_NAME", "flood-model")
             // The flow's renewal caps are the configuration's to allow: a
             // flow may only tighten them.
-            .env("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "100")
+            .env("LEASEHOLD_LEASE_MAX_RENEWALS", "100")
             .env("LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS", "100")
             .envs(limits.iter().copied())
             .args(args)

@@ -44,11 +44,12 @@ impl Drawn {
             "evaluator_timeout = \"{}ms\"\n\
              [model]\nbase_url = \"http://127.0.0.1:9/v1\"\nname = \"silent\"\n\
              [lease]\nmodel_stream = \"{stream}ms\"\nmodel_blocking = \"{blocking}ms\"\n\
-             [watchdog]\nfree_renewals = {}\nmax_renewals = {}\n\
-             [restart]\nmax = {}\nwindow = \"1day\"\nbackoff_initial = \"{}ms\"\nbackoff_max = \"{}ms\"\n",
+             max_renewals = {}\n\
+             [watchdog]\nfree_renewals = {}\n\
+             [restart]\nmax_restarts = {}\nwindow = \"1day\"\nbackoff_initial = \"{}ms\"\nbackoff_max = \"{}ms\"\n",
             self.evaluator_timeout_ms,
-            self.free_renewals,
             self.max_renewals,
+            self.free_renewals,
             self.restarts,
             self.backoff_initial_ms,
             self.backoff_max_ms,
@@ -253,7 +254,8 @@ proptest! {
 }
 
 /// The measurement of issue 11: a frozen stream under `lease.model_stream =
-/// 1s`, `max_renewals = 4`, `restart.max = 2` and an 800 ms evaluator timeout
+/// 1s`, `max_renewals = 4`, `restart.max = 2` (now `restart.max_restarts`) and an
+/// 800 ms evaluator timeout
 /// was given up after 21.8 s while "worst case 18s300ms" was printed.
 #[test]
 fn the_frozen_stream_of_the_issue_is_given_up_within_its_printed_worst_case() {

@@ -23,19 +23,18 @@ use super::EngineConfig;
 
 /// Refuses the first override of `flow` that loosens `config`, naming it.
 pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result<(), FlowError> {
-    for (path, lease) in flow.leases.leases() {
-        if let Some(lease) = lease
-            && lease < config.min_lease
-        {
-            return Err(FlowError::new(
+    for (kind, path, lease) in flow.leases.leases() {
+        let Some(lease) = lease else { continue };
+        crate::rules::lease_above_floor(kind, lease, config.min_lease).map_err(|broken| {
+            FlowError::new(
                 path,
                 format!(
                     "expected {}: a flow may only tighten the configuration, got {}",
                     crate::lease::min_lease_expected(config.min_lease, "lease.min"),
-                    crate::describe_duration(lease)
+                    broken.got
                 ),
-            ));
-        }
+            )
+        })?;
     }
     if let (Some(asked), Some(kept)) = (flow.retention, config.retention)
         && asked > kept
@@ -55,7 +54,7 @@ pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result
         (
             "leases.max_renewals",
             flow.leases.max_renewals,
-            "watchdog.max_renewals",
+            "lease.max_renewals",
             supervision.lease.max_renewals,
         ),
         (
@@ -73,7 +72,7 @@ pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result
         (
             "supervision.max_restarts",
             flow.supervision.max_restarts,
-            "restart.max",
+            "restart.max_restarts",
             config.restart.max_restarts,
         ),
         (
@@ -193,7 +192,7 @@ mod tests {
             (
                 serde_json::json!({"leases": {"max_renewals": u32::MAX}}),
                 "leases.max_renewals",
-                "watchdog.max_renewals",
+                "lease.max_renewals",
             ),
             (
                 serde_json::json!({"leases": {"free_renewals": 3}}),
@@ -203,7 +202,7 @@ mod tests {
             (
                 serde_json::json!({"supervision": {"max_restarts": 4}}),
                 "supervision.max_restarts",
-                "restart.max",
+                "restart.max_restarts",
             ),
             (
                 serde_json::json!({"spawn": {"max_per_answer": 17}}),

@@ -140,7 +140,7 @@ fn strategy_for(flow: &Flow, base: RestartPolicy) -> Result<StrategyFactory, Flo
     let overrides = &flow.supervision;
     let policy = RestartPolicy {
         max_restarts: overrides.max_restarts.unwrap_or(base.max_restarts),
-        within: overrides.restart_window.unwrap_or(base.within),
+        window: overrides.window.unwrap_or(base.window),
         backoff_initial: overrides.backoff_initial.unwrap_or(base.backoff_initial),
         backoff_max: overrides.backoff_max.unwrap_or(base.backoff_max),
         jitter: overrides.jitter.unwrap_or(base.jitter),
@@ -180,18 +180,20 @@ fn refused(flow: &Flow, refusal: &ConfigError) -> FlowError {
     )
 }
 
-/// The flow key that overrides the configuration field `field` (the
-/// configuration's `lease.*` and `watchdog.*` are the flow's `leases.*`),
-/// and the flow key it is checked against, if any.
+/// The flow key that overrides the configuration key `field`, and the flow
+/// key it is checked against, if any. A setting has one name in both: the
+/// flow's tables are the configuration's, the configuration's `lease.*` and
+/// `watchdog.*` being the flow's `leases.*` (a flow's leases override all of
+/// its run's leases) and its `restart.*` the flow's `supervision.*`.
 fn flow_keys(field: &str) -> (String, Option<&'static str>) {
     let own = match field.split_once('.') {
         Some(("lease" | "watchdog", key)) => format!("leases.{key}"),
-        Some(("supervision", "within")) => "supervision.restart_window".to_owned(),
+        Some(("restart", key)) => format!("supervision.{key}"),
         _ => field.to_owned(),
     };
     let partner = match field {
         "watchdog.free_renewals" => Some("leases.max_renewals"),
-        "supervision.backoff_max" => Some("supervision.backoff_initial"),
+        "restart.backoff_max" => Some("supervision.backoff_initial"),
         _ => None,
     };
     (own, partner)
@@ -396,8 +398,15 @@ mod tests {
             ("leases.free_renewals".into(), Some("leases.max_renewals"))
         );
         assert_eq!(
-            flow_keys("supervision.within"),
-            ("supervision.restart_window".into(), None)
+            flow_keys("restart.window"),
+            ("supervision.window".into(), None)
+        );
+        assert_eq!(
+            flow_keys("restart.backoff_max"),
+            (
+                "supervision.backoff_max".into(),
+                Some("supervision.backoff_initial")
+            )
         );
         assert_eq!(
             flow_keys("budget.max_extensions"),

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use super::FlowError;
 use crate::budget::{MAX_EXTENSIONS, max_extensions_expected};
 use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
-use crate::lease::{MIN_LEASE, min_lease_expected};
+use crate::lease::{LeaseKind, MIN_LEASE, min_lease_expected};
+use crate::rules::{self, Broken};
 use crate::serde_time::human_duration;
 
 /// Per-flow lease overrides; `None` keeps the runtime's configuration.
@@ -54,7 +55,8 @@ pub struct LeaseOverrides {
     /// Renewals a lease may have before its next expiry stops the operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_renewals: Option<u32>,
-    /// Expiries the watchdog renews without asking the evaluator.
+    /// Expiries renewed on the ladder, whatever the evidence and without
+    /// asking the evaluator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_renewals: Option<u32>,
     /// Consecutive renewals on evidence alone before the evaluator is asked
@@ -91,16 +93,18 @@ pub struct SupervisionOverrides {
     /// The restart strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<StrategyKind>,
-    /// Restarts allowed within `restart_window`.
+    /// Restarts allowed within `window`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
-    /// The window `max_restarts` counts over.
+    /// The window `max_restarts` counts over (formerly `restart_window`,
+    /// still read).
     #[serde(
         default,
+        alias = "restart_window",
         with = "human_duration",
         skip_serializing_if = "Option::is_none"
     )]
-    pub restart_window: Option<Duration>,
+    pub window: Option<Duration>,
     /// The first restart's backoff.
     #[serde(
         default,
@@ -137,9 +141,11 @@ pub struct BudgetOverrides {
 impl LeaseOverrides {
     /// Refuses overrides a flow may not hold, naming the key (`leases.…`):
     /// a lease out of range (below [`MIN_LEASE`], above 30 days), more free
-    /// renewals than the cap.
+    /// renewals than the cap when it gives both
+    /// ([`rules::free_renewals_within_cap`]; the engine holds one it gives
+    /// against the configuration's other when it plans the run).
     pub fn validate(&self) -> Result<(), FlowError> {
-        for (path, lease) in self.leases() {
+        for (_, path, lease) in self.leases() {
             in_range(path, lease)?;
             if let Some(lease) = lease
                 && lease < MIN_LEASE
@@ -154,26 +160,42 @@ impl LeaseOverrides {
                 ));
             }
         }
-        if let (Some(free), Some(max)) = (self.free_renewals, self.max_renewals)
-            && free > max
-        {
-            return Err(FlowError::new(
-                "leases.free_renewals",
-                format!("expected at most `leases.max_renewals` ({max}), got {free}"),
-            ));
+        if let (Some(free), Some(max)) = (self.free_renewals, self.max_renewals) {
+            rules::free_renewals_within_cap(free, max).map_err(|broken| {
+                refused(&broken, "leases.free_renewals", "leases.max_renewals")
+            })?;
         }
         Ok(())
     }
 }
 
+/// A rule between two settings of one flow, broken: refused at `key`,
+/// naming `against`, both as the flow writes them.
+fn refused(broken: &Broken, key: &str, against: &str) -> FlowError {
+    let refusal = broken.named(key, &format!("`{against}`"));
+    FlowError::new(key, refusal.expected_got())
+}
+
 impl LeaseOverrides {
-    /// Each lease override with its flow key.
-    pub(crate) fn leases(&self) -> [(&'static str, Option<Duration>); 4] {
+    /// Each lease override with its kind and flow key.
+    pub(crate) fn leases(&self) -> [(LeaseKind, &'static str, Option<Duration>); 4] {
         [
-            ("leases.model_stream", self.model_stream),
-            ("leases.model_blocking", self.model_blocking),
-            ("leases.tool_call", self.tool_call),
-            ("leases.worker_step", self.worker_step),
+            (
+                LeaseKind::ModelStream,
+                "leases.model_stream",
+                self.model_stream,
+            ),
+            (
+                LeaseKind::ModelBlocking,
+                "leases.model_blocking",
+                self.model_blocking,
+            ),
+            (LeaseKind::ToolCall, "leases.tool_call", self.tool_call),
+            (
+                LeaseKind::WorkerStep,
+                "leases.worker_step",
+                self.worker_step,
+            ),
         ]
     }
 }
@@ -221,20 +243,17 @@ impl BudgetOverrides {
 
 impl SupervisionOverrides {
     pub(super) fn validate(&self) -> Result<(), FlowError> {
-        in_range("supervision.restart_window", self.restart_window)?;
+        in_range("supervision.window", self.window)?;
         in_range("supervision.backoff_initial", self.backoff_initial)?;
         in_range("supervision.backoff_max", self.backoff_max)?;
-        if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max)
-            && max < initial
-        {
-            return Err(FlowError::new(
-                "supervision.backoff_max",
-                format!(
-                    "expected at least `supervision.backoff_initial` ({}), got {}",
-                    humantime::format_duration(initial),
-                    humantime::format_duration(max)
-                ),
-            ));
+        if let (Some(initial), Some(max)) = (self.backoff_initial, self.backoff_max) {
+            rules::backoffs_in_order(initial, max).map_err(|broken| {
+                refused(
+                    &broken,
+                    "supervision.backoff_max",
+                    "supervision.backoff_initial",
+                )
+            })?;
         }
         if let Some(jitter) = self.jitter
             && !(0.0..=1.0).contains(&jitter)

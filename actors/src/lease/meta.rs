@@ -144,13 +144,9 @@ impl LeaseConfig {
             let field = format!("lease.{kind}");
             let duration = self.duration(kind);
             check_positive_duration(field.clone(), duration)?;
-            if duration < floor {
-                return Err(ConfigError::new(
-                    field,
-                    min_lease_expected(floor, floor_key),
-                    crate::describe_duration(duration),
-                ));
-            }
+            crate::rules::lease_above_floor(kind, duration, floor).map_err(|broken| {
+                ConfigError::new(field, min_lease_expected(floor, floor_key), broken.got)
+            })?;
         }
         Ok(())
     }

@@ -3,14 +3,22 @@
 
 use std::time::Duration;
 
+use leasehold_actors::rules::{self, Broken};
 use leasehold_actors::{
     ConfigError, LeaseKind, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE,
     MIN_LOAD_BOUND, MIN_PROGRESS_NOTE_BYTES, describe_duration, max_extensions_expected,
 };
 
+use super::ValueKind;
 use super::idle::MODEL_KINDS;
-use super::keys::{KEYS, Key, ValueKind};
+use super::keys::{KEYS, Key};
 use super::{Config, Source, compact, key_of, named};
+
+/// A rule between two keys, broken ([`rules`]): refused naming the
+/// refused key's variable and file key, and the other key's variable.
+fn refused(broken: &Broken) -> ConfigError {
+    broken.named(named(key_of(&broken.key)), key_of(broken.against).env)
+}
 
 /// The shortest `executor.claim_interval`: the interval is only the
 /// fallback of an executor that claims on each queued run and each ended
@@ -25,14 +33,6 @@ impl Config {
     /// heartbeat, a claim interval below 100 ms.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value, source) in self.durations() {
-            let Some(value) = value else {
-                // Only a key that `value_of` does not know reads back empty.
-                return Err(ConfigError::new(
-                    named(key),
-                    "a duration key that Config::value_of reads",
-                    "no value",
-                ));
-            };
             if value.is_zero() {
                 return Err(ConfigError::new(
                     named(key),
@@ -87,27 +87,13 @@ impl Config {
             }
         }
         self.validate_lease_floor()?;
-        if self.free_renewals.value > self.max_renewals.value {
-            return Err(ConfigError::new(
-                named(key_of("watchdog.free_renewals")),
-                format!(
-                    "at most LEASEHOLD_WATCHDOG_MAX_RENEWALS ({}): free renewals above the \
-                     renewal cap are never reached",
-                    self.max_renewals.value
-                ),
-                self.free_renewals.value,
-            ));
-        }
-        if self.restart_backoff_max.value < self.restart_backoff_initial.value {
-            return Err(ConfigError::new(
-                named(key_of("restart.backoff_max")),
-                format!(
-                    "a duration of at least LEASEHOLD_RESTART_BACKOFF_INITIAL ({})",
-                    humantime::format_duration(self.restart_backoff_initial.value)
-                ),
-                humantime::format_duration(self.restart_backoff_max.value),
-            ));
-        }
+        rules::free_renewals_within_cap(self.free_renewals.value, self.max_renewals.value)
+            .map_err(|b| refused(&b))?;
+        rules::backoffs_in_order(
+            self.restart_backoff_initial.value,
+            self.restart_backoff_max.value,
+        )
+        .map_err(|b| refused(&b))?;
         if self.budget_max_extensions.value > MAX_EXTENSIONS {
             return Err(ConfigError::new(
                 named(key_of("budget.max_extensions")),
@@ -203,52 +189,38 @@ impl Config {
             ));
         }
         for kind in LeaseKind::ALL {
-            let lease = self.lease(kind);
-            if lease < floor.value {
-                return Err(ConfigError::new(
-                    named(key_of(&format!("lease.{kind}"))),
-                    format!(
-                        "a duration of at least LEASEHOLD_LEASE_MIN ({}, from {})",
-                        humantime::format_duration(floor.value),
-                        floor.source
-                    ),
-                    describe_duration(lease),
-                ));
-            }
+            rules::lease_above_floor(kind, self.lease(kind), floor.value)
+                .map_err(|b| refused(&b))?;
         }
         Ok(())
     }
 
     /// Every duration key (`ValueKind::Duration` in the key table) with its
-    /// value and source. Read through [`Config::value_of`], which every key
-    /// must answer for `leasehold config` to print it, so a new duration key
-    /// is checked here as soon as it is in the table and printed: no list of
-    /// keys to keep in step.
-    /// `None` for a key `value_of` does not know.
-    fn durations(&self) -> Vec<(&'static Key, Option<Duration>, &Source)> {
+    /// value and source, read through its row as `leasehold config` prints
+    /// it, so a new duration key is checked here as soon as it is in the
+    /// table: no list of keys to keep in step.
+    fn durations(&self) -> Vec<(&'static Key, Duration, &Source)> {
         KEYS.iter()
             .filter(|k| k.kind == ValueKind::Duration)
             .map(|key| {
                 let (text, source) = self.value_of(key);
-                if text.is_empty() {
-                    return (key, None, source);
-                }
-                // `value_of` writes a duration with humantime, which reads
-                // back exactly; only a duration too long for humantime to
-                // read back fails, and it is over the maximum.
+                // A duration is printed by humantime, which reads it back
+                // exactly; only one too long for humantime to read back
+                // fails, and it is over the maximum.
                 let value = humantime::parse_duration(&text).unwrap_or(Duration::MAX);
-                (key, Some(value), source)
+                (key, value, source)
             })
             .collect()
     }
 
-    /// Combinations that are allowed but work against themselves, each as
-    /// one sentence naming the variables. Among them: an idle timeout that
+    /// Keys given by their old names, then combinations that are allowed
+    /// but work against themselves, each as one sentence naming the
+    /// variables. Among them: an idle timeout that
     /// cuts a silent model call before the watchdog has judged it (before
     /// [`Config::first_judgment`]), the hidden deadline leases exist to
     /// avoid.
     pub fn warnings(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
+        let mut warnings: Vec<String> = self.renamed.iter().map(ToString::to_string).collect();
         let idle = self.idle_timeout();
         let derived = matches!(idle.source, Source::Derived(_));
         for (kind, variable) in MODEL_KINDS {
@@ -282,7 +254,7 @@ impl Config {
         }
         if self.free_renewals.value == self.max_renewals.value {
             warnings.push(format!(
-                "LEASEHOLD_WATCHDOG_FREE_RENEWALS equals LEASEHOLD_WATCHDOG_MAX_RENEWALS ({}): the \
+                "LEASEHOLD_WATCHDOG_FREE_RENEWALS equals LEASEHOLD_LEASE_MAX_RENEWALS ({}): the \
                  evaluator is never asked; every lease renews on the ladder until the cap cuts it",
                 self.max_renewals.value
             ));
@@ -312,5 +284,34 @@ impl Config {
             ));
         }
         warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leasehold_actors::LeaseKind;
+    use leasehold_actors::rules;
+
+    use super::KEYS;
+
+    #[test]
+    fn every_rule_between_keys_names_keys_of_the_configuration() {
+        let second = Duration::from_secs(1);
+        for broken in [
+            rules::free_renewals_within_cap(1, 0),
+            rules::backoffs_in_order(second, Duration::ZERO),
+            rules::lease_above_floor(LeaseKind::WorkerStep, Duration::ZERO, second),
+        ]
+        .map(Result::unwrap_err)
+        {
+            for name in [broken.key.as_str(), broken.against] {
+                assert!(
+                    KEYS.iter().any(|k| k.file == name),
+                    "{name} is no key of the configuration"
+                );
+            }
+        }
     }
 }

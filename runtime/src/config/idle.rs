@@ -10,7 +10,8 @@ use super::{Config, Setting, Source};
 
 /// How the idle timeout is derived when `model.idle_timeout` is not set.
 pub const IDLE_TIMEOUT_FORMULA: &str = "(watchdog.free_renewals + 1) × the longer of \
-     lease.model_stream and lease.model_blocking + evaluator_timeout";
+     lease.model_stream and lease.model_blocking + evaluator_timeout (no free renewals under \
+     always_evaluate)";
 
 /// The source of a derived idle timeout, as `leasehold config` prints it.
 static DERIVED: Source = Source::Derived(IDLE_TIMEOUT_FORMULA);

@@ -1,80 +1,18 @@
-//! The table of every configuration key: its variable, file key, default
-//! and meaning. `docs/configuration.md` is this table written out, and a
-//! test holds the two together.
+//! The table of every configuration key: its variable, file key, default,
+//! meaning, and the field of [`Config`](super::Config) it sets and reads.
+//! It is the one home of a key: loading (the file, the environment,
+//! `--set`), the entries `leasehold config` prints and the duration checks
+//! all go through its row, and `docs/configuration.md` is this table
+//! written out, which a test holds together.
+
+use std::fmt;
 
 use super::ENV_CONFIG;
+use super::fields::{Field, IdleTimeout, Kind, NoField, Slot, ValueKind, field};
 
-/// What a key's value is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ValueKind {
-    /// A duration in human form: `250ms`, `90s`, `5m`.
-    Duration,
-    /// A duration that may be `0` (or `off`) to turn its rule off.
-    DurationOrOff,
-    /// A whole number from 0 to 4294967295.
-    Count,
-    /// `true` or `false` (also `1`, `0`, `yes`, `no`, `on`, `off`).
-    Flag,
-    /// A model role: `default` or `fast`.
-    Role,
-    /// A durability mode: `sync`, `async` or `exit`.
-    Durability,
-    /// A filesystem path.
-    Path,
-    /// A piece of text: a URL, a model name.
-    Text,
-    /// A secret: an API key or token. Its value is never printed.
-    Secret,
-    /// A socket address: `127.0.0.1:7878`.
-    Address,
-    /// A size in bytes, with an optional unit: `65536`, `512KiB`, `4MiB`.
-    Size,
-    /// A comma-separated list, e.g. of host names.
-    List,
-    /// What a failure at the top of the tree does: `pause` or `fail`.
-    OnExhausted,
-    /// A verdict policy for every lease kind, or per kind: `leasehold`,
-    /// `deadline, tool_call = idle_kill`.
-    Policy,
-    /// A share from 0 to 1: `0.5`.
-    Share,
-    /// A store URL: `postgres://user:password@host/database`.
-    StoreUrl,
-    /// How long finished runs are kept: a duration, or `forever`.
-    Retention,
-}
-
-impl ValueKind {
-    /// What a value of this kind looks like, for error messages.
-    pub fn expected(self) -> &'static str {
-        match self {
-            Self::Duration => "a duration such as 250ms, 90s or 5m",
-            Self::DurationOrOff => "a duration such as 250ms, or 0 (off)",
-            Self::Count => "a whole number from 0 to 4294967295",
-            Self::Flag => "true or false (or 1, 0, yes, no, on, off)",
-            Self::Role => "a model role: default or fast",
-            Self::Durability => "a durability mode: sync, async or exit",
-            Self::Path => "a non-empty path",
-            Self::Text => "a non-empty string",
-            Self::Secret => "a non-empty string",
-            Self::Address => "a socket address such as 127.0.0.1:7878",
-            Self::Size => "a size such as 65536, 512KiB or 4MiB, from 1 byte to 1GiB",
-            Self::List => "a comma-separated list such as example.com,10.0.0.5:7878",
-            Self::OnExhausted => "pause or fail",
-            Self::Policy => {
-                "a verdict policy (leasehold, deadline, idle_kill, always_evaluate or one \
-                 registered by the embedder), for every lease kind, or per kind as \
-                 `leasehold, tool_call = idle_kill`"
-            }
-            Self::Share => "a share from 0 to 1 such as 0.5",
-            Self::StoreUrl => "a PostgreSQL URL such as postgres://leasehold@db/runs",
-            Self::Retention => "a duration above 0 such as 7days or 12h, or forever",
-        }
-    }
-}
-
-/// One configuration key: its names, default and meaning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One configuration key: its names, default and meaning, and the field of
+/// [`Config`](super::Config) it sets and reads.
+#[derive(Clone, Copy)]
 pub struct Key {
     /// The environment variable, e.g. `LEASEHOLD_LEASE_TOOL_CALL`.
     pub env: &'static str,
@@ -82,17 +20,137 @@ pub struct Key {
     pub file: &'static str,
     /// The default, as it would be written.
     pub default: &'static str,
-    /// What the value means.
+    /// What the value means, in Markdown: the last column of the table in
+    /// `docs/configuration.md`.
     pub meaning: &'static str,
     /// What the value is.
     pub kind: ValueKind,
+    /// The names the key had before it was renamed, if it was: still read,
+    /// with a warning naming the new ones.
+    pub old: Option<OldName>,
+    /// Where the value lives: how it is set from text and read back.
+    pub(super) slot: &'static dyn Slot,
 }
 
-const fn key(
+/// A key's names before it was renamed. The file, the environment and
+/// `--set` still take them, and `leasehold config` warns each time,
+/// naming the new name; where both are given in one layer, the new one
+/// wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OldName {
+    /// The old variable, e.g. `LEASEHOLD_WATCHDOG_MAX_RENEWALS`.
+    pub env: &'static str,
+    /// The old file key, e.g. `watchdog.max_renewals`.
+    pub file: &'static str,
+}
+
+impl Key {
+    /// This key, formerly named `env` and `file`.
+    const fn was(self, env: &'static str, file: &'static str) -> Self {
+        Self {
+            old: Some(OldName { env, file }),
+            ..self
+        }
+    }
+}
+
+/// The key that the file key `name` names, and whether by its old name.
+pub(super) fn by_file_key(name: &str) -> Option<(&'static Key, bool)> {
+    KEYS.iter().filter(|k| !k.file.is_empty()).find_map(|key| {
+        if key.file == name {
+            Some((key, false))
+        } else {
+            key.old.filter(|old| old.file == name).map(|_| (key, true))
+        }
+    })
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Key")
+            .field("env", &self.env)
+            .field("file", &self.file)
+            .field("default", &self.default)
+            .field("kind", &self.kind)
+            .field("old", &self.old)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two keys are the same key when they have the same names: no two rows
+/// share one.
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.env == other.env && self.file == other.file
+    }
+}
+
+impl Eq for Key {}
+
+/// The first line of the key table in `docs/configuration.md`.
+pub const KEYS_TABLE_START: &str =
+    "<!-- keys: generated from runtime/src/config/keys.rs; a test checks it -->";
+
+/// The line after the key table in `docs/configuration.md`.
+pub const KEYS_TABLE_END: &str = "<!-- end keys -->";
+
+/// Every key as a Markdown table — variable, file key, default, meaning —
+/// exactly as `docs/configuration.md` holds it between [`KEYS_TABLE_START`] and
+/// [`KEYS_TABLE_END`].
+pub(super) fn markdown_table() -> String {
+    let mut out = String::from("| variable | file key | default | meaning |\n|---|---|---|---|\n");
+    for key in &KEYS {
+        let file = if key.file.is_empty() {
+            "—".to_owned()
+        } else {
+            format!("`{}`", key.file)
+        };
+        // A default in parentheses says what stands there instead of a
+        // value, `(none)`, `(derived)`: it is not written as code.
+        let default = if key.default.starts_with('(') {
+            key.default.to_owned()
+        } else {
+            format!("`{}`", key.default)
+        };
+        let mut meaning = cell(key.meaning);
+        if let Some(old) = key.old {
+            meaning.push_str(&format!(
+                " (formerly `{}`, `{}`: still read, with a warning)",
+                old.file, old.env
+            ));
+        }
+        out.push_str(&format!(
+            "| `{}` | {file} | {default} | {meaning} |\n",
+            key.env
+        ));
+    }
+    out
+}
+
+/// `text` as a table cell: a `|` would end the cell, even in code.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// A row whose value is the field `field`, of the kind it holds.
+const fn key<K: Kind>(
+    env: &'static str,
+    file: &'static str,
+    default: &'static str,
+    field: &'static Field<K>,
+    meaning: &'static str,
+) -> Key {
+    key_at(env, file, default, K::KIND, field, meaning)
+}
+
+/// A row whose value is more than one field, or none: its slot says how it
+/// is set and read.
+const fn key_at(
     env: &'static str,
     file: &'static str,
     default: &'static str,
     kind: ValueKind,
+    slot: &'static dyn Slot,
     meaning: &'static str,
 ) -> Key {
     Key {
@@ -101,450 +159,556 @@ const fn key(
         default,
         meaning,
         kind,
+        old: None,
+        slot,
     }
 }
 
-/// Every key, in the order of `docs/configuration.md`.
-pub(super) const KEYS: [Key; 63] = [
+/// Every key, in the order of the table `docs/configuration.md` holds.
+pub(super) static KEYS: [Key; 63] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
         "2m",
-        ValueKind::Duration,
+        field!(Duration, lease_model_stream),
         "lease of a streaming model call; each chunk is evidence",
     ),
     key(
         "LEASEHOLD_LEASE_MODEL_BLOCKING",
         "lease.model_blocking",
         "5m",
-        ValueKind::Duration,
+        field!(Duration, lease_model_blocking),
         "lease of a blocking model call",
     ),
     key(
         "LEASEHOLD_LEASE_TOOL_CALL",
         "lease.tool_call",
         "5m",
-        ValueKind::Duration,
+        field!(Duration, lease_tool_call),
         "lease of a tool call; each MCP progress notification is evidence",
     ),
     key(
         "LEASEHOLD_LEASE_WORKER_STEP",
         "lease.worker_step",
         "10m",
-        ValueKind::Duration,
+        field!(Duration, lease_worker_step),
         "lease of one worker step; each completed step is evidence",
     ),
     key(
         "LEASEHOLD_LEASE_MIN",
         "lease.min",
         "10ms",
-        ValueKind::Duration,
-        "the shortest lease: each `lease.*` above and every flow's `leases.*` must be at least this long (at least 10ms, the floor of any lease)",
+        field!(Duration, lease_min),
+        "the shortest lease: each lease length above (`lease.model_stream` to `lease.worker_step`) and every flow's `leases.*` must be at least this long; itself at least `10ms`, the floor of any lease (see \"A flow can only tighten the configuration\" below)",
     ),
+    key(
+        "LEASEHOLD_LEASE_MAX_RENEWALS",
+        "lease.max_renewals",
+        "10",
+        field!(Count, max_renewals),
+        "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
+    )
+    .was("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "watchdog.max_renewals"),
     key(
         "LEASEHOLD_WATCHDOG_FREE_RENEWALS",
         "watchdog.free_renewals",
         "2",
-        ValueKind::Count,
-        "expiries renewed on evidence alone, without asking the evaluator",
-    ),
-    key(
-        "LEASEHOLD_WATCHDOG_MAX_RENEWALS",
-        "watchdog.max_renewals",
-        "10",
-        ValueKind::Count,
-        "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
+        field!(Count, free_renewals),
+        "expiries renewed on the ladder, whatever the evidence and without asking the evaluator: the first this many of each lease (`decided_by = ladder`) under the `leasehold` policy; evidence that turns suspicious expires a lease early, past the ladder; at most `lease.max_renewals`",
     ),
     key(
         "LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS",
         "watchdog.evidence_renewals",
         "3",
-        ValueKind::Count,
-        "consecutive renewals on fresh evidence alone; at the next expiry the evaluator is asked anyway, shown the tail of a stream's text (0: never renew on evidence alone)",
+        field!(Count, evidence_renewals),
+        "consecutive renewals on fresh evidence alone, once past the ladder; at the next expiry the evaluator is asked anyway, shown the tail of a stream's text (0: never renew on evidence alone). A progress value that advances renews without this limit",
     ),
     key(
         "LEASEHOLD_WATCHDOG_REPETITION_THRESHOLD",
         "watchdog.repetition_threshold",
         "0.5",
-        ValueKind::Share,
-        "above this share of repeated word 3-grams in a stream's recent text, its evidence is suspicious and the evaluator is asked",
+        field!(Share, repetition_threshold),
+        "above this share of repetition in an operation's recent evidence — repeated word 3-grams in a stream's text, or a worker's steps repeating the same tool calls — its evidence is suspicious: it earns no evidence renewal, and under the `leasehold` policy the lease expires at once, past the ladder, and the evaluator is asked",
     ),
     key(
         "LEASEHOLD_WATCHDOG_POLICY",
         "watchdog.policy",
         "leasehold",
-        ValueKind::Policy,
+        field!(Policy, watchdog_policy),
         "the verdict policy, for every lease kind or per kind (`leasehold, tool_call = idle_kill`): `leasehold` (cap, ladder, evidence, evaluator), `deadline` (the first expiry intervenes), `idle_kill` (intervene after a whole lease without evidence), `always_evaluate` (every expiry below the cap asks the evaluator) or a policy the embedder registered; a flow's `leases.policy` overrides it, kind by kind",
     ),
     key(
         "LEASEHOLD_WATCHDOG_ROLE",
         "watchdog.role",
         "fast",
-        ValueKind::Role,
-        "the model role the watchdog and budget checkpoints ask",
+        field!(Role, watchdog_role),
+        "the model role (`default` or `fast`) the watchdog and budget checkpoints ask",
     ),
     key(
         "LEASEHOLD_EVALUATOR_TIMEOUT",
         "evaluator_timeout",
         "15s",
-        ValueKind::Duration,
+        field!(Duration, evaluator_timeout),
         "flat timeout of one evaluation, by the watchdog or a budget checkpoint",
     ),
     key(
         "LEASEHOLD_BUDGET_MAX_EXTENSIONS",
         "budget.max_extensions",
         "3",
-        ValueKind::Count,
-        "budget extensions one loop may get in all, whatever the evaluator says",
+        field!(Count, budget_max_extensions),
+        "budget extensions one loop may get in all, whatever the evaluator says; at most 3 (it may be lowered, never raised)",
     ),
     key(
         "LEASEHOLD_SPAWN_MAX_PER_ANSWER",
         "spawn.max_per_answer",
         "16",
-        ValueKind::Count,
+        field!(Count, spawn_max_per_answer),
         "workers one model answer may spawn; its further `spawn_worker` calls get an error result the model sees, and a `spawn_refused` event",
     ),
     key(
         "LEASEHOLD_SPAWN_MAX_PER_RUN",
         "spawn.max_per_run",
         "256",
-        ValueKind::Count,
+        field!(Count, spawn_max_per_run),
         "workers one run may start in all, restarts included; past it a spawn gets an error result",
     ),
     key(
         "LEASEHOLD_SPAWN_MAX_DEPTH",
         "spawn.max_depth",
         "4",
-        ValueKind::Count,
+        field!(Count, spawn_max_depth),
         "how deep workers may nest below the root (1: the root's workers spawn none; 0: no loop spawns)",
     ),
     key(
         "LEASEHOLD_RUN_LEASE_TTL",
         "run_lease_ttl",
         "1m 30s",
-        ValueKind::Duration,
-        "how long an executor owns a run without a heartbeat (heartbeats every third of it)",
+        field!(Duration, run_lease_ttl),
+        "how long an executor owns a run without a heartbeat (heartbeats every third of it); also how long `leasehold runs resume|cancel|reconcile` wait, at least 10 s, for a control forwarded to the run's owner to take effect",
     ),
     key(
         "LEASEHOLD_RESUME_ON_BOOT",
         "resume_on_boot",
         "false",
-        ValueKind::Flag,
-        "whether the executor claims and resumes orphaned runs, at boot and in its sweep every third of the run-lease TTL",
+        field!(Flag, resume_on_boot),
+        "whether `serve` resumes orphaned runs (those whose executor stopped heartbeating), found at boot and by its sweep every third of the run-lease TTL: it claims them as it claims queued runs, within its limit of live runs; `leasehold run` never resumes them",
     ),
     key(
         "LEASEHOLD_EXECUTOR_CLAIM_INTERVAL",
         "executor.claim_interval",
         "1s",
-        ValueKind::Duration,
-        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least 100ms",
+        field!(Duration, executor_claim_interval),
+        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least `100ms`, since a shorter interval only makes an idle server spin on the store; see `durability.md`",
     ),
     key(
         "LEASEHOLD_EXECUTOR_RETENTION",
         "executor.retention",
         "7days",
-        ValueKind::Retention,
-        "how long a finished run (completed, failed, cancelled) is kept before a serving executor deletes it with its events, snapshots and tool calls; forever keeps them all; a flow's retention may shorten it, never lengthen it",
+        field!(Retention, executor_retention),
+        "how long a finished run (`completed`, `failed`, `cancelled`) is kept before a serving executor deletes it with everything kept of it (events, snapshots of every loop, tool-call records, waiting commands); `forever` keeps every run; a paused, queued, running or orphaned run is never deleted. A flow's `retention` may shorten it for its runs, never lengthen it (a longer one is refused when the run is planned). `GET /runs/ID` of a deleted run answers 404; see `deployment.md` for sizing the disk by it",
     ),
     key(
         "LEASEHOLD_EXECUTOR_LOAD_BOUND",
         "executor.load_bound",
         "250ms",
-        ValueKind::DurationOrOff,
-        "the executor's lag above which a lease that expires is renewed by `load`, counted neither toward the renewal cap nor the ladder nor the evidence streak (`run` and `serve` measure the lag); at least 10ms, or 0: off",
+        field!(DurationOrOff, executor_load_bound),
+        "the executor's lag (how late it wakes its timers, measured by a probe every 100 ms in `run` and `serve`) above which a lease that expires is renewed by `load` instead of judged; such a renewal counts neither toward the renewal cap, nor on the ladder, nor in the evidence streak; at least `10ms`, or `0` (`off`) to judge every expiry whatever the load; see \"The executor at swarm scale: load and admission\" in `runtime-semantics.md` and \"Sizing an executor\" in `deployment.md`",
     ),
     key(
         "LEASEHOLD_EXECUTOR_LAG_TARGET",
         "executor.lag_target",
         "100ms",
-        ValueKind::DurationOrOff,
-        "the lag under which a serving executor admits runs: its admitted limit grows while the lag stays under it and halves when it does not, between 1 and `server.max_live_runs`; at most `executor.load_bound`; at least 10ms, or 0: the limit is `server.max_live_runs`",
+        field!(DurationOrOff, executor_lag_target),
+        "the lag under which `serve` admits runs: its admitted limit of live runs halves (at most once a second) while the lag is over it, and grows by a 64th of `server.max_live_runs` every 100 ms while it is under it and runs wait; between 1 and `server.max_live_runs`; at most `executor.load_bound`; at least `10ms`, or `0` (`off`) for a fixed limit of `server.max_live_runs`",
     ),
     key(
         "LEASEHOLD_DURABILITY",
         "durability",
         "sync",
-        ValueKind::Durability,
-        "when a store write counts as done: sync, async or exit",
+        field!(Durability, durability),
+        "when a store write counts as done: `sync`, `async` or `exit` (see `durability.md`)",
     ),
     key(
         "LEASEHOLD_DATA_DIR",
         "data_dir",
         ".leasehold",
-        ValueKind::Path,
+        field!(Path, data_dir),
         "the directory of the run store",
     ),
     key(
         "LEASEHOLD_SLED_CACHE_CAPACITY",
         "sled.cache_capacity",
         "64MiB",
-        ValueKind::Size,
-        "the most memory the sled store's page cache holds (sled's own default is 1GiB)",
+        field!(Size, sled_cache_capacity),
+        "the most memory the sled store's page cache holds (sled's own default is `1GiB`, which a busy executor's cache grows into); a size such as `256MiB`, at most `1GiB`. Not used with `store` (PostgreSQL)",
     ),
     key(
         "LEASEHOLD_STORE",
         "store",
         "(none)",
-        ValueKind::StoreUrl,
-        "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed",
+        field!(StoreUrl, store_url),
+        "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed. `?sslmode=` says how connections are secured, as libpq reads it: `disable`, `prefer` (the default: TLS if the server offers it, certificate unchecked), `require` (always TLS), `verify-ca` (and the certificate signed by a trusted root), `verify-full` (and issued for the host); `&sslrootcert=PATH` is a PEM file of the trusted roots (a private CA), otherwise the platform's are used. Any other `sslmode` (`allow` included) is refused at start, naming it; see `deployment.md`",
     ),
     key(
-        "LEASEHOLD_RESTART_MAX",
-        "restart.max",
+        "LEASEHOLD_RESTART_MAX_RESTARTS",
+        "restart.max_restarts",
         "3",
-        ValueKind::Count,
-        "at most this many restarts of any one call, and ...",
-    ),
+        field!(Count, restart_max),
+        "restarts of any one call, however far apart (a call gets at most `1 +` this many attempts), and of all the calls of a loop within `restart.window` (the restart intensity); past either the call is given up and its failure goes up the tree",
+    )
+    .was("LEASEHOLD_RESTART_MAX", "restart.max"),
     key(
         "LEASEHOLD_RESTART_WINDOW",
         "restart.window",
         "1m",
-        ValueKind::Duration,
-        "... of all the calls of a loop within this sliding window (the restart intensity); past either the call is given up and its failure goes up the tree",
+        field!(Duration, restart_window),
+        "the sliding window within which a loop's calls may restart `restart.max_restarts` times in all (the restart intensity, which stops a crash loop early)",
     ),
     key(
         "LEASEHOLD_RESTART_BACKOFF_INITIAL",
         "restart.backoff_initial",
         "1s",
-        ValueKind::Duration,
+        field!(Duration, restart_backoff_initial),
         "backoff before the first restart, doubling after each",
     ),
     key(
         "LEASEHOLD_RESTART_BACKOFF_MAX",
         "restart.backoff_max",
         "30s",
-        ValueKind::Duration,
+        field!(Duration, restart_backoff_max),
         "the longest backoff, before a jitter of ±10 %",
     ),
     key(
         "LEASEHOLD_RESTART_ON_EXHAUSTED",
         "restart.on_exhausted",
         "pause",
-        ValueKind::OnExhausted,
+        field!(OnExhausted, restart_on_exhausted),
         "what a failure that reaches the top of the tree does (a model call out of restarts, the root loop past its intensity): `pause` the run for a person, who resumes it, or `fail` it",
     ),
     key(
         "LEASEHOLD_MODEL_BASE_URL",
         "model.base_url",
         "(none)",
-        ValueKind::Text,
-        "base URL of the OpenAI-compatible API of role `default`, e.g. http://127.0.0.1:8000/v1",
+        field!(Url, model_base_url),
+        "base URL of the OpenAI-compatible API of role `default`, e.g. `http://127.0.0.1:8000/v1`",
     ),
     key(
         "LEASEHOLD_MODEL_NAME",
         "model.name",
         "(none)",
-        ValueKind::Text,
+        field!(Text, model_name),
         "the model of role `default`",
     ),
     key(
         "LEASEHOLD_MODEL_API_KEY",
         "model.api_key",
         "(none)",
-        ValueKind::Secret,
+        field!(Secret, model_api_key),
         "its API key, sent as a bearer token; never printed",
     ),
     key(
         "LEASEHOLD_FAST_MODEL_BASE_URL",
         "fast_model.base_url",
         "(the default's)",
-        ValueKind::Text,
+        field!(Url, fast_model_base_url),
         "base URL of role `fast`, which the watchdog and budget checkpoints ask",
     ),
     key(
         "LEASEHOLD_FAST_MODEL_NAME",
         "fast_model.name",
         "(the default's)",
-        ValueKind::Text,
+        field!(Text, fast_model_name),
         "the model of role `fast`",
     ),
     key(
         "LEASEHOLD_FAST_MODEL_API_KEY",
         "fast_model.api_key",
         "(the default's)",
-        ValueKind::Secret,
+        field!(Secret, fast_model_api_key),
         "its API key; never printed",
     ),
     key(
         "LEASEHOLD_MODEL_CONNECT_TIMEOUT",
         "model.connect_timeout",
         "10s",
-        ValueKind::Duration,
+        field!(Duration, model_connect_timeout),
         "how long connecting to a model endpoint may take",
     ),
-    key(
+    key_at(
         "LEASEHOLD_MODEL_IDLE_TIMEOUT",
         "model.idle_timeout",
         "(derived)",
         ValueKind::Duration,
-        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout` (15m15s with the defaults)",
+        &IdleTimeout,
+        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout`, with no free renewals for a kind whose `watchdog.policy` is `always_evaluate` (15m15s with the defaults)",
     ),
     key(
         "LEASEHOLD_MODEL_RATE_LIMIT_RETRIES",
         "model.rate_limit_retries",
         "3",
-        ValueKind::Count,
-        "retries of a call answered 429, each after the wait the server asked for",
+        field!(Count, model_rate_limit_retries),
+        "retries of a call answered 429, each after the wait the server asked for (`retry-after-ms` or `Retry-After`; 1s, 2s, 4s … when it named none) and a random extra of up to a tenth of it; past them the call fails, with the server's wait",
     ),
     key(
         "LEASEHOLD_MCP_HANDSHAKE_TIMEOUT",
         "mcp.handshake_timeout",
         "30s",
-        ValueKind::Duration,
+        field!(Duration, mcp_handshake_timeout),
         "how long a new MCP tool server may take to start and complete the handshake, and then to answer `tools/list`; a server that does not fails its run with a reason naming it (never a bound on a tool call)",
     ),
     key(
         "LEASEHOLD_SERVER_ADDR",
         "server.addr",
         "127.0.0.1:7878",
-        ValueKind::Address,
+        field!(Address, server_addr),
         "where `leasehold serve` listens",
     ),
     key(
         "LEASEHOLD_API_TOKEN",
         "api_token",
         "(none)",
-        ValueKind::Secret,
+        field!(Secret, api_token),
         "the bearer token the HTTP API requires; needed to listen beyond loopback; never printed",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOWED_HOSTS",
         "server.allowed_hosts",
         "(none)",
-        ValueKind::List,
-        "`Host` values accepted without a token besides the bound loopback address (against DNS rebinding)",
+        field!(List, server_allowed_hosts),
+        "`Host` values accepted without a token besides the bound loopback address (against DNS rebinding); comma-separated",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOWED_ORIGINS",
         "server.allowed_origins",
         "(none)",
-        ValueKind::List,
-        "origins (`https://ops.example.com`) a browser request may come from besides the server's own",
+        field!(List, server_allowed_origins),
+        "origins (`https://ops.example.com`) a browser request may come from besides the server's own; comma-separated",
     ),
     key(
         "LEASEHOLD_SERVER_ALLOW_FLOW_TOOLS",
         "server.allow_flow_tools",
         "false",
-        ValueKind::Flag,
-        "let posted flows carry a tool server's `command`, `url` or `env` (needs a token; `serve --allow-flow-tools`)",
+        field!(Flag, server_allow_flow_tools),
+        "let posted flows carry a tool server's `command`, `url` or `env` (needs a token; also `serve --allow-flow-tools`)",
     ),
     key(
         "LEASEHOLD_SERVER_HEADER_TIMEOUT",
         "server.header_timeout",
         "10s",
-        ValueKind::Duration,
-        "how long a client may take to send a request's headers",
+        field!(Duration, server_header_timeout),
+        "how long a client may take to send a request's headers; an idle kept-alive connection is closed after as long",
     ),
     key(
         "LEASEHOLD_SERVER_BODY_TIMEOUT",
         "server.body_timeout",
         "30s",
-        ValueKind::Duration,
+        field!(Duration, server_body_timeout),
         "how long a client may take to send a request's body (never a bound on an event stream or a run)",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_CONNECTIONS",
         "server.max_connections",
         "512",
-        ValueKind::Count,
+        field!(Count, server_max_connections),
         "open connections at once; further clients wait to be accepted",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_EVENT_STREAMS",
         "server.max_event_streams",
         "128",
-        ValueKind::Count,
+        field!(Count, server_max_event_streams),
         "event streams open at once; past it a 503 with `Retry-After`",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_LIVE_RUNS",
         "server.max_live_runs",
         "64",
-        ValueKind::Count,
-        "runs this executor runs at once; past it a posted run waits queued, and resuming one is a 429",
+        field!(Count, server_max_live_runs),
+        "runs this executor runs at once, at most (its admitted limit is lower while it is late: `executor.lag_target`); past it a posted run waits queued, and resuming one is a 429",
     ),
     key(
         "LEASEHOLD_SERVER_MAX_QUEUED_RUNS",
         "server.max_queued_runs",
         "1024",
-        ValueKind::Count,
-        "runs waiting `queued` in the store (counted over every executor sharing it); past it `POST /runs` is a 429 `queue_full` with `Retry-After`, and nothing is stored (0: never queue)",
+        field!(Count, server_max_queued_runs),
+        "runs waiting `queued` in the store, counted over every executor sharing it; past it `POST /runs` is a 429 `queue_full` with `Retry-After` and nothing is stored (`0`: never queue, refuse when this executor is full)",
     ),
     key(
         "LEASEHOLD_SERVER_SHUTDOWN_GRACE",
         "server.shutdown_grace",
         "5s",
-        ValueKind::Duration,
+        field!(Duration, server_shutdown_grace),
         "on SIGINT or SIGTERM, how long requests may take to finish before the server closes them",
     ),
     key(
         "LEASEHOLD_LIMITS_MODEL_ANSWER",
         "limits.model_answer",
         "4MiB",
-        ValueKind::Size,
-        "one model answer: content, reasoning and tool-call arguments together; past it the call fails",
+        field!(Size, limits_model_answer),
+        "one model answer: content, reasoning and tool-call arguments together; past it the call fails, naming the cap and the endpoint",
     ),
     key(
         "LEASEHOLD_LIMITS_MODEL_BODY",
         "limits.model_body",
         "8MiB",
-        ValueKind::Size,
+        field!(Size, limits_model_body),
         "one non-streamed model response body; past it the call fails",
     ),
     key(
         "LEASEHOLD_LIMITS_TOOL_RESULT",
         "limits.tool_result",
         "1MiB",
-        ValueKind::Size,
-        "one tool result; a larger one is truncated with a marker, and an event says so",
+        field!(Size, limits_tool_result),
+        "one tool result; a larger one is truncated with a visible marker, an event says so, and the store keeps the truncated form",
     ),
     key(
         "LEASEHOLD_LIMITS_PROGRESS_NOTE",
         "limits.progress_note",
         "1KiB",
-        ValueKind::Size,
-        "one progress note (an MCP progress message, a worker's step); a longer one is cut with a marker, in the evidence and in the stored event; at least 64B",
+        field!(Size, limits_progress_note),
+        "one progress note (an MCP progress message, a worker's step): a longer one is cut at a character boundary with a marker, in the evidence the watchdog and the evaluator see and in the stored event; at least `64B`",
     ),
     key(
         "LEASEHOLD_LIMITS_PROGRESS_INTERVAL",
         "limits.progress_interval",
         "1s",
-        ValueKind::Duration,
-        "at most one stored `progress` event per operation per interval, saying how many reports it stands for; every report still counts as evidence for the lease",
+        field!(Duration, limits_progress_interval),
+        "at most one stored `progress` event per operation per interval: reports in between are coalesced and the next event says how many in `reports`; every report still counts as evidence for the lease",
     ),
     key(
         "LEASEHOLD_LIMITS_RUN_EVENTS",
         "limits.run_events",
         "10000",
-        ValueKind::Count,
-        "events a run's log holds before its `progress` events are counted instead of stored (an `events_dropped` event says how many); lifecycle events are stored past it",
+        field!(Count, limits_run_events),
+        "events a run's log holds before its `progress` events are counted instead of stored; `events_dropped` events say how many, and `runs show` adds them up; every other event is stored past it; at least 1",
     ),
     key(
         "LEASEHOLD_LIMITS_TASK",
         "limits.task",
         "64KiB",
-        ValueKind::Size,
-        "a flow's task, posted or in a file; past it the flow is refused (413 `too_large` over the API), nothing stored",
+        field!(Size, limits_task),
+        "a flow's task, posted or in a `leasehold run` file; past it the flow is refused (a 413 `too_large` over the API) naming this key, and nothing is stored",
     ),
     key(
         "LEASEHOLD_LIMITS_FLOW",
         "limits.flow",
         "256KiB",
-        ValueKind::Size,
-        "a whole flow, as the JSON the store keeps; past it the flow is refused, nothing stored (a posted body may be twice as long, at least 1 MiB)",
+        field!(Size, limits_flow),
+        "a whole flow, measured as the JSON the store keeps (before the configuration completes its tool servers); past it the flow is refused likewise. A posted body, and a flow file, may be up to twice as long (at least 1 MiB) before it is read at all",
     ),
     key(
         "LEASEHOLD_LIMITS_GUIDANCE",
         "limits.guidance",
         "64KiB",
-        ValueKind::Size,
-        "one text from a person: guidance on resume, a reconciliation's result, a cancel's reason; past it the request is refused",
+        field!(Size, limits_guidance),
+        "one text from a person: guidance on resume, the result given to a reconciliation, a cancel's reason, over the API or on the command line; past it the request is refused, nothing changed",
     ),
-    key(
+    key_at(
         ENV_CONFIG,
         "",
         "(none)",
         ValueKind::Path,
+        &NoField,
         "the TOML file read between the defaults and the environment",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, Source};
+    use super::{KEYS, Key, ValueKind};
+
+    /// A value of `kind` that parses, whatever the key.
+    fn sample(kind: ValueKind) -> &'static str {
+        match kind {
+            ValueKind::Duration => "7s",
+            ValueKind::DurationOrOff => "off",
+            ValueKind::Count => "7",
+            ValueKind::Flag => "true",
+            ValueKind::Role => "default",
+            ValueKind::Durability => "async",
+            ValueKind::Path => "/var/lib/leasehold",
+            ValueKind::Text => "http://127.0.0.1:8000/v1",
+            ValueKind::Secret => "sk-secret",
+            ValueKind::Address => "127.0.0.1:1",
+            ValueKind::Size => "1KiB",
+            ValueKind::List => "a.example",
+            ValueKind::OnExhausted => "fail",
+            ValueKind::Policy => "deadline",
+            ValueKind::Share => "0.25",
+            ValueKind::StoreUrl => "postgres://leasehold@db/runs",
+            ValueKind::Retention => "forever",
+        }
+    }
+
+    fn settable() -> impl Iterator<Item = &'static Key> {
+        KEYS.iter().filter(|k| !k.file.is_empty())
+    }
+
+    #[test]
+    fn each_row_sets_the_field_it_reads_and_no_other_row_reads_it() {
+        for key in settable() {
+            let mut config = Config::default();
+            let source = Source::Flag(format!("--set {}", key.file));
+            config
+                .set(key, sample(key.kind), source.clone(), key.file)
+                .unwrap_or_else(|e| panic!("{}: {e}", key.file));
+            let changed: Vec<&str> = config
+                .entries()
+                .into_iter()
+                .filter(|(_, _, from)| *from == source)
+                .map(|(other, _, _)| other.file)
+                .collect();
+            assert_eq!(
+                changed,
+                [key.file],
+                "the rows that read what {} set",
+                key.file
+            );
+        }
+    }
+
+    #[test]
+    fn a_printed_value_reads_back_as_itself() {
+        let mut config = Config::default();
+        for key in settable() {
+            let source = Source::Flag(format!("--set {}", key.file));
+            config
+                .set(key, sample(key.kind), source, key.file)
+                .unwrap_or_else(|e| panic!("{}: {e}", key.file));
+        }
+        for key in settable() {
+            let (printed, _) = config.value_of(key);
+            let mut again = config.clone();
+            again
+                .set(key, &printed, Source::Default, key.file)
+                .unwrap_or_else(|e| panic!("{} printed {printed:?}: {e}", key.file));
+            // A secret prints as `(set)`, which is not the secret.
+            if key.kind != ValueKind::Secret {
+                assert_eq!(again.value_of(key).0, printed, "{}", key.file);
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_is_refused_as_its_kind_expects() {
+        // Any text but a blank one is a name, a path or a list.
+        let free = [
+            ValueKind::Text,
+            ValueKind::Secret,
+            ValueKind::Path,
+            ValueKind::List,
+        ];
+        for key in settable().filter(|k| !free.contains(&k.kind)) {
+            let mut config = Config::default();
+            let error = config
+                .set(key, "\u{1}", Source::Default, key.env)
+                .expect_err(key.file);
+            assert!(
+                error.to_string().contains(key.kind.expected()),
+                "{}: {error}",
+                key.file
+            );
+        }
+    }
+}

@@ -9,7 +9,7 @@
 //! by the ladder, each later one below the cap waits for the evaluator, up to
 //! `evaluator_timeout`, before the lease is re-armed (the breaker renews on a
 //! timeout); the expiry after the `max_renewals`-th renewal is cut by the cap.
-//! Each of the `1 + restart.max` attempts can run that long, and before each
+//! Each of the `1 + restart.max_restarts` attempts can run that long, and before each
 //! restart the strategy waits its backoff, at most the top of its jitter.
 //! tokio's timers count whole milliseconds, so every wait is rounded up to
 //! one.
@@ -29,7 +29,7 @@ use leasehold_actors::{LeaseKind, Policies, PolicyName, RestartPolicy};
 /// timing lines, so that a reader can check each line by hand.
 pub const WORST_CASE_FORMULA: &str = "worst case = attempts × renewal cap + backoffs, where \
      renewal cap = (max_renewals + 1) × lease + evaluations × evaluator_timeout, evaluations = \
-     max_renewals − free_renewals, attempts = 1 + restart.max, and each backoff is at the top \
+     max_renewals − free_renewals, attempts = 1 + restart.max_restarts, and each backoff is at the top \
      of its ±10 % jitter (the leasehold policy's; always_evaluate has no free renewals, \
      idle_kill no evaluations, deadline one lease per attempt)";
 
@@ -44,7 +44,7 @@ pub struct Timing {
     pub policy: PolicyName,
     /// The lease length.
     pub lease: Duration,
-    /// Until when expiries are renewed on evidence alone:
+    /// Until when expiries are renewed on the ladder, whatever the evidence:
     /// `(free_renewals + 1) × lease`.
     pub free_renewals_until: Duration,
     /// When the evaluator is first asked, if the operation is still going:
@@ -63,7 +63,7 @@ pub struct Timing {
     /// longest an attempt can last: `lease_periods × lease + evaluations ×
     /// evaluator_timeout`.
     pub renewal_cap: Duration,
-    /// Attempts the restart strategy allows: `1 + restart.max`.
+    /// Attempts the restart strategy allows: `1 + restart.max_restarts`.
     pub attempts: u32,
     /// The backoffs between those attempts, each at the top of its jitter.
     pub backoffs: Duration,

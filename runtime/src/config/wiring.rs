@@ -52,7 +52,7 @@ impl Config {
             },
             restart: RestartPolicy {
                 max_restarts: self.restart_max.value,
-                within: self.restart_window.value,
+                window: self.restart_window.value,
                 backoff_initial: self.restart_backoff_initial.value,
                 backoff_max: self.restart_backoff_max.value,
                 on_exhausted: self.restart_on_exhausted.value,

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_actors::rules;
 use leasehold_actors::{
     LeaseOverrides, OnExhausted, PolicyChoice, PolicyName, StrategyFactory, StrategyKind,
     SupervisionOverrides, VerdictPolicy,
@@ -448,16 +449,15 @@ fn unknown(key: impl Into<String>, name: &str, defined: &[StrategyDefinition]) -
 
 /// The flow's rule on renewals (free ones at most the cap), as the engine
 /// would apply it to these settings, naming the workload's key.
+/// The strategy at `at` gives no more free renewals than its cap
+/// ([`rules::free_renewals_within_cap`]), refused at `{at}.free_renewals`.
 fn check_renewals(at: &str, settings: &StrategySettings) -> Result<(), WorkloadError> {
-    let leases = LeaseOverrides {
-        max_renewals: Some(settings.max_renewals),
-        free_renewals: Some(settings.free_renewals),
-        ..LeaseOverrides::default()
-    };
-    leases.validate().map_err(|e| {
-        let key = e.path.strip_prefix("leases.").unwrap_or(&e.path);
-        WorkloadError::new(format!("{at}.{key}"), e.message.replace("`leases.", "`"))
-    })
+    rules::free_renewals_within_cap(settings.free_renewals, settings.max_renewals).map_err(
+        |broken| {
+            let refusal = broken.named(format!("{at}.free_renewals"), "`max_renewals`");
+            WorkloadError::new(refusal.field.clone(), refusal.expected_got())
+        },
+    )
 }
 
 fn check_lease(key: &str, lease: Duration) -> Result<(), WorkloadError> {
