@@ -1,5 +1,7 @@
 //! The examples build on the prelude alone (and the scripted fakes of
-//! `leasehold::testing`): what an embedder needs is one import away.
+//! `leasehold::testing`, and `leasehold::experiment` to compare strategies,
+//! which is the lab, not the engine): what an embedder needs is one import
+//! away.
 
 use std::path::{Path, PathBuf};
 
@@ -28,7 +30,9 @@ fn the_examples_import_leasehold_through_the_prelude_alone() {
                 continue;
             };
             assert!(
-                path == "prelude::*;" || path.starts_with("testing::"),
+                path == "prelude::*;"
+                    || path.starts_with("testing::")
+                    || path.starts_with("experiment::"),
                 "{}: `{line}` reaches past the prelude",
                 file.display()
             );
