@@ -41,45 +41,23 @@
 //! it as a chain of files, each arrow with the names that make it, then
 //! lists every arrow between its files.
 
+#[path = "support/source.rs"]
+mod source;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use source::{item_attrs, path_attr, test_only, workspace};
 use syn::buffer::{Cursor, TokenBuffer};
 use syn::punctuated::Punctuated;
 use syn::visit::{self, Visit};
 
-/// The workspace's root folder.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests package sits in the workspace")
-        .to_path_buf()
-}
-
 /// The root file of every library and binary crate of the workspace, as
 /// `cargo metadata` lists its targets (offline: no dependency is resolved).
 fn crate_roots(workspace: &Path) -> Vec<PathBuf> {
-    let output = Command::new(env!("CARGO"))
-        .current_dir(workspace)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .output()
-        .expect("cargo runs");
-    assert!(
-        output.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let metadata = source::metadata(workspace);
     let mut roots = Vec::new();
     for package in metadata["packages"].as_array().expect("a package list") {
         for target in package["targets"].as_array().expect("a target list") {
@@ -141,48 +119,6 @@ struct Tree {
     modules: Vec<Module>,
 }
 
-/// Whether `attrs` compile their item in unit tests alone: `#[cfg(test)]`
-/// or `#[cfg(all(test, …))]`.
-fn test_only(attrs: &[syn::Attribute]) -> bool {
-    fn under_test(meta: &syn::Meta) -> bool {
-        match meta {
-            syn::Meta::Path(path) => path.is_ident("test"),
-            syn::Meta::List(list) if list.path.is_ident("all") => list
-                .parse_args_with(Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
-                .is_ok_and(|metas| metas.iter().any(under_test)),
-            _ => false,
-        }
-    }
-    attrs.iter().any(|attr| {
-        attr.path().is_ident("cfg")
-            && attr
-                .parse_args::<syn::Meta>()
-                .is_ok_and(|meta| under_test(&meta))
-    })
-}
-
-/// The attributes of `item`, if it has any.
-fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
-    match item {
-        syn::Item::Const(i) => &i.attrs,
-        syn::Item::Enum(i) => &i.attrs,
-        syn::Item::ExternCrate(i) => &i.attrs,
-        syn::Item::Fn(i) => &i.attrs,
-        syn::Item::ForeignMod(i) => &i.attrs,
-        syn::Item::Impl(i) => &i.attrs,
-        syn::Item::Macro(i) => &i.attrs,
-        syn::Item::Mod(i) => &i.attrs,
-        syn::Item::Static(i) => &i.attrs,
-        syn::Item::Struct(i) => &i.attrs,
-        syn::Item::Trait(i) => &i.attrs,
-        syn::Item::TraitAlias(i) => &i.attrs,
-        syn::Item::Type(i) => &i.attrs,
-        syn::Item::Union(i) => &i.attrs,
-        syn::Item::Use(i) => &i.attrs,
-        _ => &[],
-    }
-}
-
 /// The name an item defines in its module's namespace, if any.
 fn defined_name(item: &syn::Item) -> Option<String> {
     let ident = match item {
@@ -200,20 +136,6 @@ fn defined_name(item: &syn::Item) -> Option<String> {
     };
     let name = ident.to_string();
     (name != "_").then_some(name)
-}
-
-/// The `#[path = "…"]` of a module declaration, if it has one.
-fn path_attr(attrs: &[syn::Attribute]) -> Option<String> {
-    attrs.iter().find_map(|attr| match &attr.meta {
-        syn::Meta::NameValue(nv) if nv.path.is_ident("path") => match &nv.value {
-            syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(s),
-                ..
-            }) => Some(s.value()),
-            _ => None,
-        },
-        _ => None,
-    })
 }
 
 /// One leaf of a `use` tree: the name it binds (none for `_` or a glob)

@@ -50,26 +50,21 @@
 //!
 //! Items that `macro_rules!` macros generate are not seen.
 
+#[path = "support/source.rs"]
+mod source;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 use quote::ToTokens;
+use source::{item_attrs, path_attr, test_only, workspace};
 use syn::punctuated::Punctuated;
 
 /// The environment variable that makes the test write the snapshots.
 const ACCEPT: &str = "LEASEHOLD_ACCEPT_API";
-
-/// The workspace's root folder.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests package sits in the workspace")
-        .to_path_buf()
-}
 
 /// One library crate of the workspace.
 struct Library {
@@ -84,24 +79,7 @@ struct Library {
 /// The library crates of the workspace's published packages, as `cargo
 /// metadata` lists them (offline: no dependency is resolved).
 fn libraries(workspace: &Path) -> Vec<Library> {
-    let output = Command::new(env!("CARGO"))
-        .current_dir(workspace)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .output()
-        .expect("cargo runs");
-    assert!(
-        output.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let metadata = source::metadata(workspace);
     let mut libraries = Vec::new();
     for package in metadata["packages"].as_array().expect("a package list") {
         // `publish = false` reads `"publish": []`: tests, examples, fuzz.
@@ -276,26 +254,6 @@ fn text(tokens: &impl ToTokens) -> String {
 // ---------------------------------------------------------------------
 // Attributes.
 
-/// Whether `attrs` compile their item in unit tests alone: `#[cfg(test)]`
-/// or `#[cfg(all(test, …))]`.
-fn test_only(attrs: &[syn::Attribute]) -> bool {
-    fn under_test(meta: &syn::Meta) -> bool {
-        match meta {
-            syn::Meta::Path(path) => path.is_ident("test"),
-            syn::Meta::List(list) if list.path.is_ident("all") => list
-                .parse_args_with(Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
-                .is_ok_and(|metas| metas.iter().any(under_test)),
-            _ => false,
-        }
-    }
-    attrs.iter().any(|attr| {
-        attr.path().is_ident("cfg")
-            && attr
-                .parse_args::<syn::Meta>()
-                .is_ok_and(|meta| under_test(&meta))
-    })
-}
-
 /// The `#[cfg(…)]` attributes among `attrs`, as text.
 fn cfgs(attrs: &[syn::Attribute]) -> Vec<String> {
     attrs
@@ -336,28 +294,6 @@ fn prefix(attrs: &[syn::Attribute], outer: &[String]) -> String {
     out
 }
 
-/// The attributes of `item`, if it has any.
-fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
-    match item {
-        syn::Item::Const(i) => &i.attrs,
-        syn::Item::Enum(i) => &i.attrs,
-        syn::Item::ExternCrate(i) => &i.attrs,
-        syn::Item::Fn(i) => &i.attrs,
-        syn::Item::ForeignMod(i) => &i.attrs,
-        syn::Item::Impl(i) => &i.attrs,
-        syn::Item::Macro(i) => &i.attrs,
-        syn::Item::Mod(i) => &i.attrs,
-        syn::Item::Static(i) => &i.attrs,
-        syn::Item::Struct(i) => &i.attrs,
-        syn::Item::Trait(i) => &i.attrs,
-        syn::Item::TraitAlias(i) => &i.attrs,
-        syn::Item::Type(i) => &i.attrs,
-        syn::Item::Union(i) => &i.attrs,
-        syn::Item::Use(i) => &i.attrs,
-        _ => &[],
-    }
-}
-
 /// The name an item defines in its module, and whether it is `pub`.
 fn defined(item: &syn::Item) -> Option<(String, bool)> {
     let (ident, vis) = match item {
@@ -379,20 +315,6 @@ fn defined(item: &syn::Item) -> Option<(String, bool)> {
 /// Whether `vis` is `pub` itself (not `pub(crate)` and the like).
 fn public(vis: &syn::Visibility) -> bool {
     matches!(vis, syn::Visibility::Public(_))
-}
-
-/// The `#[path = "…"]` of a module declaration, if it has one.
-fn path_attr(attrs: &[syn::Attribute]) -> Option<String> {
-    attrs.iter().find_map(|attr| match &attr.meta {
-        syn::Meta::NameValue(nv) if nv.path.is_ident("path") => match &nv.value {
-            syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(s),
-                ..
-            }) => Some(s.value()),
-            _ => None,
-        },
-        _ => None,
-    })
 }
 
 // ---------------------------------------------------------------------
