@@ -182,8 +182,6 @@ pub struct LeaseMeta {
     pub duration: Duration,
     /// The renewal cap, from its terms.
     pub max_renewals: u32,
-    /// The name of the verdict policy that judges it, from its terms.
-    pub policy: String,
     /// What the operation calls, for its learned pace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pace_key: Option<String>,

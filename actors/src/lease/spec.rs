@@ -151,7 +151,6 @@ impl LeaseMeta {
             subject: spec.subject.clone(),
             duration: spec.duration,
             max_renewals: terms.max_renewals,
-            policy: terms.policy.name().to_owned(),
             pace_key: spec.pace_key.clone(),
             pace_mode: spec.pace_mode,
             transcript_tail: spec.transcript_tail.clone(),
