@@ -13,8 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::experiment::{Workload, run_strategies};
 use leasehold::prelude::*;
+use leasehold_lab::{Workload, run_strategies};
 
 /// Renews while the operation spoke within the last half lease; cuts it
 /// once it went quiet after speaking; asks the evaluator about one that

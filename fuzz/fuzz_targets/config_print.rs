@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
     if let Ok(config) = leasehold::config::Config::from_toml_str(text) {
-        let printed = leasehold::cli::describe_config(&config);
+        let printed = leasehold_cli::cli::describe_config(&config);
         assert!(printed.starts_with("# effective configuration"));
         for line in printed.lines() {
             assert!(!line.contains(char::is_control), "{line:?}");

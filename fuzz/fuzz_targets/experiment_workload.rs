@@ -5,7 +5,7 @@
 //! plots.
 #![no_main]
 
-use leasehold::experiment::{
+use leasehold_lab::{
     DEFAULT_MAX_EVENTS, MAX_STRATEGIES, Options, Report, StrategyReport, Workload, plan,
     tradeoff_svg, wasted_svg,
 };

@@ -71,7 +71,6 @@ use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
 
 /// The `leasehold` binary's allocator, so that the figures are the binary's.
-#[cfg(feature = "cli")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

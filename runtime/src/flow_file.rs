@@ -91,7 +91,7 @@ pub fn read_toml(text: &str) -> Result<Flow, FlowError> {
 /// Parses any serde type written in TOML, refusing as a flow does: the
 /// offending key's path, the line and the column. Other files of the same
 /// shape (experiment workloads) read through it.
-pub(crate) fn read_toml_as<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, FlowError> {
+pub fn read_toml_as<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, FlowError> {
     let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, ROOT.to_owned(), &e))?;
     serde_path_to_error::deserialize(de)
         .map_err(|e| toml_error(text, e.path().to_string(), e.inner()))

@@ -28,9 +28,6 @@
 //! | `store` | the embedded sled run store (`store::SledStore`; `store::Durability`, a setting, is in every build) | yes |
 //! | `postgres` | the PostgreSQL run store many executors share (`store::PostgresStore`; see `docs/deployment.md`) | yes |
 //! | `server` | the HTTP API, its event stream, `/metrics` and the dashboard (`server`, `metrics`) | yes |
-//! | `demo` | the embedded demo (`demo`): its scripted model server and its MCP tool server; needs `openai` and `mcp` | yes |
-//! | `cli` | the command line (`cli`) and the `leasehold` binary; needs `store`, `server`, `demo`, `openai` and `mcp` | yes |
-//! | `experiment` | seeded workloads under several supervision strategies (`experiment`, `leasehold experiment`), on paused tokio time with the scripted fakes (`tokio/test-util`, `test-util`) | yes |
 //! | `test-util` | scripted fakes of every port (`testing`) | no |
 //!
 //! The library only emits `tracing` events and spans; it installs no
@@ -58,16 +55,8 @@
 // public-API snapshot (`tests/api/`), so that every change to it shows.
 pub use leasehold_actors::*;
 
-#[cfg(feature = "cli")]
-pub mod cli;
-#[cfg(any(feature = "cli", feature = "experiment"))]
-mod columns;
 pub mod config;
-#[cfg(feature = "demo")]
-pub mod demo;
 pub mod executor;
-#[cfg(feature = "experiment")]
-pub mod experiment;
 pub mod flow_file;
 #[cfg(feature = "server")]
 pub mod metrics;

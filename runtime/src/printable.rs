@@ -29,6 +29,8 @@
 //! direction marks as they are; it writes them as JSON escapes
 //! (`\u009b`, `\u202e`), which read back as the same text.
 
+pub mod columns;
+
 use std::borrow::Cow;
 use std::fmt::Write as _;
 

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "support/python.rs"]
 mod support;
 
 use leasehold::{

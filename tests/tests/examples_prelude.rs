@@ -1,5 +1,5 @@
 //! The examples build on the prelude alone (and the scripted fakes of
-//! `leasehold::testing`, and `leasehold::experiment` to compare strategies,
+//! `leasehold::testing`, and `leasehold_lab` to compare strategies,
 //! which is the lab, not the engine): what an embedder needs is one import
 //! away.
 

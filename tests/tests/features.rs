@@ -1,7 +1,8 @@
 //! `leasehold`'s cargo features: an embedder that turns the default features
-//! off gets the engine without the command line, the HTTP server, the demo,
-//! the model client or the MCP client — no clap, no axum, no reqwest, no
-//! hyper, no rmcp. `openai` brings the model client (reqwest) alone, `mcp`
+//! off gets the engine without the HTTP server, the model client or the MCP
+//! client — no clap, no axum, no reqwest, no hyper, no rmcp; with them on,
+//! still no command line, demo or test utilities, which live in
+//! `leasehold-cli` and `leasehold-lab`. `openai` brings the model client (reqwest) alone, `mcp`
 //! the MCP client (rmcp) without its server side. The dependency tree is
 //! read with `cargo tree`, offline, from the lock file.
 
@@ -23,20 +24,18 @@ const HEAVY: [&str; 6] = ["rmcp", "reqwest", "hyper", "hyper-util", "clap", "axu
 /// Each package of `leasehold`'s normal dependency tree, by name, with its
 /// enabled features.
 fn normal_tree(feature_args: &[&str]) -> BTreeMap<String, Vec<String>> {
+    tree_of("leasehold", feature_args)
+}
+
+/// Each package of `package`'s normal dependency tree, by name, with its
+/// enabled features.
+fn tree_of(package: &str, feature_args: &[&str]) -> BTreeMap<String, Vec<String>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the tests package sits in the workspace");
     let output = Command::new(env!("CARGO"))
         .current_dir(workspace)
-        .args([
-            "tree",
-            "-p",
-            "leasehold",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
+        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
         .args(["--offline", "--format", "{p} [{f}]"])
         .args(feature_args)
         .output()
@@ -110,9 +109,41 @@ fn mcp_alone_brings_the_mcp_client_without_its_server_side() {
 }
 
 #[test]
-fn the_default_features_build_the_binary_with_its_command_line_server_and_demo() {
+fn the_default_features_carry_no_command_line_demo_or_test_utilities() {
     let tree = normal_tree(&[]);
-    for present in HEAVY.into_iter().chain(["sled", "tracing-subscriber"]) {
+    for present in ["sled", "tokio-postgres", "reqwest", "rmcp", "axum"] {
+        assert!(tree.contains_key(present), "{present} is not in the tree");
+    }
+    for absent in [
+        "clap",
+        "tracing-subscriber",
+        "mimalloc",
+        "leasehold-lab",
+        "rand_distr",
+        "plotters",
+    ] {
+        assert!(!tree.contains_key(absent), "{absent} is in the tree");
+    }
+    assert_eq!(rmcp_server_features(&tree), Vec::<&str>::new());
+    for crate_with_test_utilities in ["tokio", "leasehold-actors"] {
+        assert!(
+            !tree[crate_with_test_utilities]
+                .iter()
+                .any(|f| f == "test-util"),
+            "{crate_with_test_utilities}'s test-util is on: {:?}",
+            tree[crate_with_test_utilities]
+        );
+    }
+}
+
+#[test]
+fn the_binary_brings_its_command_line_server_demo_and_lab() {
+    let tree = tree_of("leasehold-cli", &[]);
+    for present in
+        HEAVY
+            .into_iter()
+            .chain(["sled", "tracing-subscriber", "mimalloc", "leasehold-lab"])
+    {
         assert!(tree.contains_key(present), "{present} is not in the tree");
     }
     assert!(rmcp_server_features(&tree).contains(&"server"));

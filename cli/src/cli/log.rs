@@ -1,0 +1,198 @@
+//! Following a run from the command line: a readable live log, or one JSON
+//! event per line (the event schema, unchanged).
+
+use std::io::Write;
+use std::time::Duration;
+
+use leasehold::{Event, EventKind, EventStream, RunHandle, RunState, Store, StoreError};
+
+use super::signal::{Signals, Stop};
+use leasehold::printable::{printable, printable_block, printable_json};
+
+/// How events are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// One line per event: time, path, kind, what happened.
+    Readable,
+    /// One JSON event per line.
+    Json,
+}
+
+/// One readable line for `event`, its time counted from `origin` (Unix ms).
+/// What a client, a model or a tool wrote in it (a flow's name, a tool's
+/// name, an answer, an error) is printed as text: one event, one line.
+pub(crate) fn line(event: &Event, origin: u64) -> String {
+    let millis = event.at.saturating_sub(origin);
+    format!(
+        "{:>4}.{:02}s  {:<36} {:<22} {}",
+        millis / 1000,
+        (millis % 1000) / 10,
+        printable(&event.path),
+        event.kind.name(),
+        printable(&event.kind.describe())
+    )
+}
+
+/// Prints `event` to stdout as `output` says.
+pub(crate) fn print(event: &Event, output: Output, origin: u64) {
+    let text = match output {
+        Output::Json => {
+            let json = serde_json::to_string(event).unwrap_or_else(|e| {
+                serde_json::json!({"seq": event.seq, "error": e.to_string()}).to_string()
+            });
+            printable_json(&json).into_owned()
+        }
+        Output::Readable => {
+            // Progress is evidence, not news: counted in the verdicts.
+            if matches!(event.kind, EventKind::Progress { .. }) {
+                return;
+            }
+            line(event, origin)
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+}
+
+/// How following a run ended.
+pub(crate) struct Followed {
+    /// The run's last state.
+    pub(crate) state: RunState,
+    /// The signal (SIGINT or SIGTERM) that stopped the following before the
+    /// run ended or paused, if one did.
+    pub(crate) stopped: Option<Stop>,
+    /// The run.
+    run_id: String,
+    /// The seq of the last event printed.
+    last_seq: u64,
+    /// The time of the first event printed (Unix ms).
+    origin: Option<u64>,
+    /// How events were printed.
+    output: Output,
+}
+
+impl Followed {
+    /// Prints what the run's log holds after the last event printed: the
+    /// bus is a live view that a loaded machine can outrun, the log is the
+    /// record. Call it once the engine has written its log out.
+    pub(crate) async fn print_rest(&self, store: &dyn Store) -> Result<(), StoreError> {
+        for event in store.load_events(&self.run_id, self.last_seq).await? {
+            print(&event, self.output, self.origin.unwrap_or(event.at));
+        }
+        Ok(())
+    }
+}
+
+/// Prints the run's events as they happen until it ends, pauses for a
+/// person, is lost to another executor, or SIGINT or SIGTERM arrives.
+pub(crate) async fn follow(
+    mut handle: RunHandle,
+    events: &mut EventStream,
+    output: Output,
+    signals: &Signals,
+) -> Followed {
+    let run_id = handle.run_id().to_owned();
+    let mut origin = None;
+    let mut last_seq = 0;
+    let mut show = |event: &Event| {
+        if event.run_id == run_id && event.seq > last_seq {
+            let start = *origin.get_or_insert(event.at);
+            last_seq = event.seq;
+            print(event, output, start);
+        }
+    };
+    let signalled = signals.stopped();
+    tokio::pin!(signalled);
+    let mut stopped = None;
+    let state = loop {
+        tokio::select! {
+            state = handle.wait_until(|s| s.status.is_paused()) => break state,
+            stop = &mut signalled => {
+                stopped = Some(stop);
+                break handle.state();
+            }
+            received = events.recv() => match received {
+                Some(Ok(event)) => show(&event),
+                Some(Err(lagged)) => eprintln!("leasehold: {lagged}; `leasehold runs events {run_id}` has them all"),
+                None => break handle.wait().await,
+            },
+        }
+    };
+    // The last events are published around the state change: take what
+    // arrives until the bus is quiet.
+    // Not after a signal: whoever sent it wants out, now.
+    while stopped.is_none()
+        && let Ok(Some(Ok(event))) =
+            tokio::time::timeout(Duration::from_millis(200), events.recv()).await
+    {
+        show(&event);
+    }
+    match stopped {
+        Some(stop) => eprintln!(
+            "{}: run {run_id} stays in the store as it is, its tool servers stopped; \
+             `leasehold runs resume {run_id}` picks it up from its last snapshots",
+            stop.name()
+        ),
+        None => report(&run_id, &state, output),
+    }
+    Followed {
+        state,
+        stopped,
+        run_id,
+        last_seq,
+        origin,
+        output,
+    }
+}
+
+/// Says how the run ended, or how to resume it, on stderr (and the answer
+/// on stdout in the readable log).
+fn report(run_id: &str, state: &RunState, output: Output) {
+    if let Some(lost) = &state.lost {
+        eprintln!(
+            "run {run_id} was lost to another executor: {}",
+            printable(lost)
+        );
+        return;
+    }
+    let status = serde_json::to_value(state.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    if state.status.is_paused() {
+        let why = state
+            .paused
+            .as_ref()
+            .map(|p| format!("{} (while {})", p.reason, p.subject))
+            .unwrap_or_default();
+        eprintln!("run {run_id} is paused ({status}): {}", printable(&why));
+        if state.status == leasehold::RunStatus::ReconciliationRequired {
+            let key = state
+                .paused
+                .as_ref()
+                .and_then(|p| p.call.as_ref())
+                .map_or_else(
+                    || "KEY".to_owned(),
+                    |call| printable(&call.key).into_owned(),
+                );
+            eprintln!(
+                "decide about the call with: leasehold runs reconcile {run_id} --key {key} \
+                 (--mark-done [--result TEXT] | --retry | --cancel)"
+            );
+        } else {
+            eprintln!("resume it with: leasehold runs resume {run_id} --guidance \"what to do\"");
+        }
+        return;
+    }
+    if output == Output::Readable
+        && let Some(answer) = &state.answer
+    {
+        println!("\nanswer: {}", printable_block(answer));
+    }
+    let reason = state
+        .reason
+        .as_deref()
+        .map(|r| format!(": {}", printable(r)))
+        .unwrap_or_default();
+    eprintln!("run {run_id} {status}{reason}");
+}

@@ -1,0 +1,633 @@
+//! `leasehold runs …`: the runs of the data directory (or of the
+//! PostgreSQL store), or of a server with `--server URL`.
+//!
+//! `resume`, `cancel` and `reconcile` translate to and from the executor's
+//! controls ([`leasehold::executor::control`]), which hold the rules: a run
+//! another executor runs on a shared store is forwarded to it, and followed
+//! here until the control has taken effect.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{ArgGroup, Args, Subcommand};
+use leasehold::{
+    BoxFuture, Engine, Evidence, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
+    ReconcileDecision, RunCommand, RunHandle, RunQuery, RunStatus, Store,
+};
+
+use super::log::{self, Output};
+use super::remote::Remote;
+use super::{CliError, GlobalArgs};
+use leasehold::config::{Config, EngineSetupError};
+use leasehold::executor::control::{self, Controlled, Executor, Refused};
+use leasehold::printable::printable;
+use leasehold::run_limits::PersonText;
+use leasehold::server::{
+    DEFAULT_PAGE_LIMIT, RunView, RunsPage, TraceView, parse_instant, parse_limit, parse_status,
+};
+
+/// What to do with the runs.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// The runs, newest first.
+    List(ListArgs),
+    /// One run: its status, flow, pause and tool calls, as JSON.
+    Show(RunArg),
+    /// A run's verdict trace: every decision and who made it.
+    Trace(RunArg),
+    /// A run's events, from its log.
+    Events(EventsArgs),
+    /// Resume a paused run with guidance, or claim and resume an orphan,
+    /// and follow it until it ends or pauses again.
+    Resume(ResumeArgs),
+    /// Cancel a run; on a shared store, one another executor runs is
+    /// forwarded to it and followed until it is cancelled.
+    Cancel(CancelArgs),
+    /// Decide about a run's tool call of unknown outcome: mark it done,
+    /// call it again, or cancel the run; then follow the run until it ends
+    /// or pauses again.
+    Reconcile(ReconcileArgs),
+}
+
+/// Where the runs are.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// A leasehold server (`http://127.0.0.1:7878`) instead of the data
+    /// directory; LEASEHOLD_API_TOKEN is sent as its bearer token.
+    #[arg(long, value_name = "URL")]
+    pub(super) server: Option<String>,
+}
+
+/// `runs list`: one page of runs, newest first.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only runs in this status (`queued`, `running`, `waiting_human`,
+    /// `reconciliation_required`, `orphaned`, `completed`, `failed`,
+    /// `cancelled`).
+    #[arg(long, value_parser = parse_status)]
+    pub(super) status: Option<RunStatus>,
+    /// Only runs of the flow of this name.
+    #[arg(long, value_name = "NAME")]
+    pub(super) flow: Option<String>,
+    /// Only runs created at or after this time: Unix milliseconds or RFC
+    /// 3339 in UTC (`2026-01-01T00:00:00Z`).
+    #[arg(long, value_name = "TIME", value_parser = parse_instant)]
+    pub(super) since: Option<u64>,
+    /// Only runs created before this time: Unix milliseconds or RFC 3339 in
+    /// UTC.
+    #[arg(long, value_name = "TIME", value_parser = parse_instant)]
+    pub(super) until: Option<u64>,
+    /// The page after this cursor (printed after the previous page).
+    #[arg(long, value_name = "CURSOR")]
+    pub(super) after: Option<String>,
+    /// At most this many runs in the page (at most 500).
+    #[arg(long, default_value_t = DEFAULT_PAGE_LIMIT, value_parser = parse_limit)]
+    pub(super) limit: usize,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+impl ListArgs {
+    /// The store query these flags ask for.
+    pub(super) fn query(&self) -> RunQuery {
+        RunQuery {
+            after: self.after.clone(),
+            limit: self.limit,
+            status: self.status,
+            flow: self.flow.clone(),
+            created_from_ms: self.since,
+            created_before_ms: self.until,
+        }
+    }
+}
+
+/// One run.
+#[derive(Debug, Args)]
+pub struct RunArg {
+    /// The run's id.
+    pub(super) id: String,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+/// `runs events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// Only the events after this seq.
+    #[arg(long, default_value_t = 0)]
+    pub(super) after: u64,
+    /// One JSON event per line, instead of the readable log.
+    #[arg(long)]
+    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+/// `runs resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// What the person says; the next model call of each loop that
+    /// escalated sees it.
+    #[arg(long)]
+    pub(super) guidance: Option<String>,
+    /// One JSON event per line while following it.
+    #[arg(long)]
+    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+/// `runs cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// Why.
+    #[arg(long)]
+    pub(super) reason: Option<String>,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+/// `runs reconcile`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("decision").required(true).args(["mark_done", "retry", "cancel"])))]
+pub struct ReconcileArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// The idempotency key of the call in question (`runs show` prints it
+    /// under `pause.call.key`).
+    #[arg(long)]
+    pub(super) key: String,
+    /// It took effect: the model sees `--result` as its result.
+    #[arg(long)]
+    pub(super) mark_done: bool,
+    /// With `--mark-done`: the result the model will see.
+    #[arg(long, requires = "mark_done", default_value = "")]
+    pub(super) result: String,
+    /// Call it again, with the same idempotency key.
+    #[arg(long)]
+    pub(super) retry: bool,
+    /// Cancel the run.
+    #[arg(long)]
+    pub(super) cancel: bool,
+    /// One JSON event per line while following it.
+    #[arg(long)]
+    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+impl ReconcileArgs {
+    /// The decision these flags name.
+    pub(super) fn decision(&self) -> ReconcileDecision {
+        if self.mark_done {
+            ReconcileDecision::MarkDone {
+                result: self.result.clone(),
+            }
+        } else if self.retry {
+            ReconcileDecision::Retry
+        } else {
+            ReconcileDecision::Cancel
+        }
+    }
+}
+
+impl RunsCommand {
+    fn server(&self) -> Option<&str> {
+        let target = match self {
+            Self::List(a) => &a.target,
+            Self::Show(a) | Self::Trace(a) => &a.target,
+            Self::Events(a) => &a.target,
+            Self::Resume(a) => &a.target,
+            Self::Cancel(a) => &a.target,
+            Self::Reconcile(a) => &a.target,
+        };
+        target.server.as_deref()
+    }
+}
+
+/// The run store the command reads: PostgreSQL's, or the sled store of a
+/// data directory that exists. A `runs` command never makes a store: a
+/// mistyped `--data-dir` would otherwise be a new, empty store, and its
+/// "no runs" a lie.
+pub(super) fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError> {
+    let dir = &config.data_dir;
+    if config.store_url.value.is_none() && !dir.value.exists() {
+        return Err(CliError::other(format!(
+            "no store at `{}` (data_dir, from {}): the directory does not exist. \
+             `leasehold run` and `leasehold serve` make it; check the path, or give \
+             `--server URL` to ask a running `leasehold serve`",
+            dir.value.display(),
+            dir.source
+        )));
+    }
+    Ok(config.open_store()?)
+}
+
+/// Runs the command against the server, or the data directory.
+pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<ExitCode, CliError> {
+    let config = global.load(&[])?;
+    if let Some(url) = command.server() {
+        let client = Remote::new(url, config.api_token.value.clone())?;
+        return run_remote(&client, command).await;
+    }
+    match command {
+        RunsCommand::List(args) => {
+            let store = existing_store(&config)?;
+            let page = store.list_run_summaries(&args.query()).await?;
+            print_page(&RunsPage {
+                runs: page
+                    .runs
+                    .into_iter()
+                    .map(|r| RunView::summary(r, None))
+                    .collect(),
+                next: page.next,
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Show(RunArg { id, .. }) => {
+            let store = existing_store(&config)?;
+            let record = store.load_run(&id).await?.ok_or_else(|| {
+                CliError::other(format!(
+                    "no run {id} in {}",
+                    config.data_dir.value.display()
+                ))
+            })?;
+            let flow = record.flow.clone();
+            let mut view = RunView::new(record, None);
+            view.flow = Some(leasehold::secret::redact_flow(flow));
+            view.tool_calls = Some(store.load_tool_calls(&id).await?);
+            let events = store.load_events(&id, 0).await?;
+            view.events_dropped = Some(leasehold::trace::TraceSummary::of(&events).events_dropped);
+            print_json(&view);
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Trace(RunArg { id, .. }) => {
+            let store = existing_store(&config)?;
+            if store.load_run(&id).await?.is_none() {
+                return Err(CliError::other(format!("no run {id}")));
+            }
+            let trace = TraceView::new(id.clone(), store.load_events(&id, 0).await?);
+            print_trace(&trace);
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Events(args) => {
+            let store = existing_store(&config)?;
+            if store.load_run(&args.id).await?.is_none() {
+                return Err(CliError::other(format!("no run {}", args.id)));
+            }
+            let events = store.load_events(&args.id, args.after).await?;
+            let output = if args.json {
+                Output::Json
+            } else {
+                Output::Readable
+            };
+            let origin = events.first().map_or(0, |e| e.at);
+            for event in &events {
+                log::print(event, output, origin);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RunsCommand::Resume(args) => {
+            if let Some(guidance) = &args.guidance {
+                refuse_long(&config, PersonText::Guidance, guidance)?;
+            }
+            let command = RunCommand::Resume {
+                guidance: args.guidance,
+            };
+            control(global, &config, &args.id, command, args.json).await
+        }
+        RunsCommand::Cancel(args) => {
+            if let Some(reason) = &args.reason {
+                refuse_long(&config, PersonText::Reason, reason)?;
+            }
+            let reason = args
+                .reason
+                .unwrap_or_else(|| "cancelled from the command line".to_owned());
+            control(
+                global,
+                &config,
+                &args.id,
+                RunCommand::Cancel { reason },
+                false,
+            )
+            .await
+        }
+        RunsCommand::Reconcile(args) => {
+            refuse_long(&config, PersonText::Result, &args.result)?;
+            let command = RunCommand::Reconcile {
+                decision: args.decision(),
+                key: args.key,
+            };
+            control(global, &config, &args.id, command, args.json).await
+        }
+    }
+}
+
+/// Runs the command against the server `client` asks: the same commands,
+/// answered over the HTTP API and printed as a data directory's are.
+async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, CliError> {
+    match command {
+        RunsCommand::List(args) => print_page(&client.list(args.query()).await?),
+        RunsCommand::Show(args) => print_json(&client.show(&args.id).await?),
+        RunsCommand::Trace(args) => print_trace(&client.trace(&args.id).await?),
+        RunsCommand::Events(args) => {
+            let output = if args.json {
+                Output::Json
+            } else {
+                Output::Readable
+            };
+            return client.follow(&args.id, args.after, output).await;
+        }
+        RunsCommand::Resume(args) => {
+            let body = serde_json::json!({ "guidance": args.guidance });
+            print_json(&client.control(&args.id, "resume", &body).await?);
+        }
+        RunsCommand::Cancel(args) => {
+            let body = serde_json::json!({ "reason": args.reason });
+            print_json(&client.control(&args.id, "cancel", &body).await?);
+        }
+        RunsCommand::Reconcile(args) => {
+            let mut body = serde_json::to_value(args.decision())
+                .map_err(|e| CliError::other(format!("cannot encode the decision: {e}")))?;
+            body["key"] = serde_json::Value::String(args.key);
+            print_json(&client.control(&args.id, "reconcile", &body).await?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A person's control of a run, through the executor's controls: applied
+/// here (a run nobody holds is claimed: cancelled in place, or resumed in
+/// this process and followed until it ends or pauses again), or forwarded
+/// to the executor that holds it and followed through the store until it
+/// has taken effect there.
+async fn control(
+    global: &GlobalArgs,
+    config: &Config,
+    run_id: &str,
+    command: RunCommand,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    // Before the run's tool servers start: a signal stops it in place.
+    let signals = super::install_signals()?;
+    let (engine, model_configured) = admin_engine(global, config).await?;
+    let engine = Arc::new(engine);
+    let mut events = engine.events().subscribe();
+    let executor = CommandLine {
+        engine: Arc::clone(&engine),
+        model_configured,
+    };
+    let controlled = control::control(&executor, run_id, command.clone())
+        .await
+        .map_err(|refused| CliError::other(refused.to_string()));
+    let name = control::name(&command);
+    match controlled {
+        Ok(Controlled::Applied {
+            claimed: Some(handle),
+            ..
+        }) => super::follow_to_the_end(&engine, handle, &mut events, json, &signals).await,
+        Ok(Controlled::Applied {
+            status,
+            claimed: None,
+        }) => {
+            engine.shutdown().await;
+            engine.store().flush().await?;
+            eprintln!("run {run_id}: {name} applied: it is {}", status.name());
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Controlled::Forwarded {
+            owner_id,
+            record,
+            after_seq,
+            ..
+        }) => {
+            // Written by whichever process holds the run: printed as text.
+            let owner_id = printable(&owner_id).into_owned();
+            eprintln!("run {run_id}: {name} forwarded to {owner_id}, the executor that runs it");
+            let patience = config.run_lease_ttl.value.max(MIN_FORWARD_PATIENCE);
+            let output = if json { Output::Json } else { Output::Readable };
+            let mut origin = None;
+            let watching = control::watch(
+                engine.store().as_ref(),
+                &command,
+                &record,
+                after_seq,
+                patience,
+                |event| log::print(event, output, *origin.get_or_insert(event.at)),
+            );
+            let outcome = tokio::select! {
+                outcome = watching => Ok(outcome?),
+                stop = signals.stopped() => Err(stop),
+            };
+            engine.shutdown().await;
+            forwarded(run_id, name, &owner_id, outcome, patience)
+        }
+        Err(error) => {
+            engine.shutdown().await;
+            Err(error)
+        }
+    }
+}
+
+/// How long a forwarded control is followed at least, whatever the
+/// run-lease TTL: an owner under load takes a moment to apply it.
+const MIN_FORWARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The exit of a forwarded control: what its owner did with it.
+fn forwarded(
+    run_id: &str,
+    name: &str,
+    owner_id: &str,
+    outcome: Result<control::Outcome, super::signal::Stop>,
+    patience: std::time::Duration,
+) -> Result<ExitCode, CliError> {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(stop) => {
+            eprintln!(
+                "leasehold: {}: stopped following run {run_id}; the {name} was forwarded to \
+                 {owner_id} and is its to apply",
+                stop.name()
+            );
+            return Ok(ExitCode::from(stop.exit_code()));
+        }
+    };
+    match outcome {
+        control::Outcome::TookEffect(status) => {
+            eprintln!(
+                "run {run_id}: {name} applied by {owner_id}: it is {}",
+                status.name()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        control::Outcome::Refused(reason) => Err(CliError::other(format!(
+            "run {run_id}: {owner_id} refused the {name}: {reason}"
+        ))),
+        control::Outcome::EndedFirst(status) => Err(CliError::other(format!(
+            "run {run_id} ended {} before the {name} took effect",
+            status.name()
+        ))),
+        control::Outcome::NotSeen => Err(CliError::other(format!(
+            "run {run_id}: {owner_id} has not applied the {name} within {} (the run-lease TTL, \
+             run_lease_ttl, at least {}): it may be hung, or not follow forwarded controls. The \
+             {name} waits in the store for it; if it has died, its lease expires within \
+             run_lease_ttl and the run can then be claimed: run this command again then",
+            humantime::format_duration(patience),
+            humantime::format_duration(MIN_FORWARD_PATIENCE),
+        ))),
+    }
+}
+
+/// The command line as an executor of controls: it runs no run until it
+/// claims one, and resumes one only with a model configured.
+struct CommandLine {
+    engine: Arc<Engine>,
+    model_configured: bool,
+}
+
+impl Executor for CommandLine {
+    fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn handle(&self, _run_id: &str) -> Option<RunHandle> {
+        None
+    }
+
+    fn take_on<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunHandle, Refused>> {
+        Box::pin(async move {
+            if !self.model_configured {
+                return Err(Refused::CannotTakeOn {
+                    message: format!(
+                        "run {run_id} is held by no executor, so this command would resume it \
+                         here, but no model is configured: set LEASEHOLD_MODEL_BASE_URL and \
+                         LEASEHOLD_MODEL_NAME, or act on it through a server with --server URL"
+                    ),
+                    busy: false,
+                });
+            }
+            Ok(self.engine.resume(run_id).await?)
+        })
+    }
+}
+
+/// Refuses a person's text longer than `limits.guidance`, before anything
+/// is opened or stored.
+fn refuse_long(config: &Config, kind: PersonText, text: &str) -> Result<(), CliError> {
+    config
+        .run_limits()
+        .check_text(kind, text)
+        .map_err(|e| CliError::other(e.to_string()))
+}
+
+/// An engine for administering runs: the configured model if there is one,
+/// otherwise one that refuses every call (cancelling and forwarding need
+/// no model); and whether the model is configured.
+async fn admin_engine(global: &GlobalArgs, config: &Config) -> Result<(Engine, bool), CliError> {
+    let store = existing_store(config)?;
+    let (builder, model) = match config.engine_builder_with_store(Arc::clone(&store)) {
+        Ok(builder) => (builder, true),
+        Err(EngineSetupError::Model(_)) => (
+            Engine::builder()
+                .config(config.engine_config())
+                .model(Arc::new(Unconfigured))
+                .store(store)
+                .owner_id(leasehold::executor::owner_id()),
+            false,
+        ),
+        Err(error) => return Err(error.into()),
+    };
+    Ok((global.register(builder).build().await?, model))
+}
+
+/// A model client for an engine that only administers runs.
+struct Unconfigured;
+
+impl ModelClient for Unconfigured {
+    fn complete(
+        &self,
+        _request: ModelRequest,
+        _evidence: Evidence,
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+        Box::pin(async {
+            Err(ModelError::new(
+                ModelErrorKind::Other,
+                "no model is configured: set LEASEHOLD_MODEL_BASE_URL and LEASEHOLD_MODEL_NAME",
+                false,
+            ))
+        })
+    }
+}
+
+/// A page of runs, then, on stderr, how to ask for the next one.
+fn print_page(page: &RunsPage) {
+    print_list(&page.runs);
+    if let Some(next) = &page.next {
+        eprintln!("more runs: add --after {next}");
+    }
+}
+
+/// A table of runs.
+fn print_list(views: &[RunView]) {
+    if views.is_empty() {
+        println!("no runs");
+        return;
+    }
+    println!(
+        "{:<28} {:<24} {:<20} {:<14} note",
+        "run", "status", "flow", "updated"
+    );
+    for view in views {
+        let status = serde_json::to_value(view.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let note = view
+            .pause
+            .as_ref()
+            .map(|p| p.reason.clone())
+            .or_else(|| view.reason.clone())
+            .or_else(|| view.answer.clone())
+            .unwrap_or_default();
+        // A client named the flow, a peer wrote the note: printed as text,
+        // one run per row.
+        let note: String = note.chars().take(60).collect();
+        let note = printable(&note);
+        println!(
+            "{:<28} {:<24} {:<20} {:<14} {note}",
+            printable(&view.run_id),
+            status,
+            printable(&view.flow_name),
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(view.updated_at_ms)
+            )
+            .to_string()
+            .get(11..19)
+            .unwrap_or_default(),
+        );
+    }
+}
+
+/// A run's trace, one decision per line, then the counts.
+fn print_trace(trace: &TraceView) {
+    let origin = trace.entries.first().map_or(0, |e| e.at);
+    for event in &trace.entries {
+        println!("{}", log::line(event, origin));
+    }
+    println!();
+    print_json(&trace.summary);
+}
+
+/// Pretty JSON on stdout.
+fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{}", leasehold::printable::printable_json(&text)),
+        Err(error) => eprintln!("leasehold: cannot print: {error}"),
+    }
+}

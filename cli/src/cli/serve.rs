@@ -1,0 +1,163 @@
+//! `leasehold serve`: the HTTP API and the dashboard over this process's
+//! engine, until SIGINT or SIGTERM.
+//!
+//! On either signal the server stops taking requests and ends (the server
+//! bounds how long its open event streams may hold it), then the engine
+//! stops every run in place — resumable, their tool servers killed — and
+//! the store is flushed; the exit code is 130 after SIGINT, 143 after
+//! SIGTERM.
+//!
+//! While it serves, the executor sweeps for orphans every third of the
+//! run-lease TTL ([`leasehold::executor::sweep`]); with resume on boot its
+//! claimer ([`leasehold::executor::claim_queued`], every
+//! `executor.claim_interval` and whenever one of its runs ends) claims and
+//! resumes them within its limit of live runs, then claims queued runs,
+//! and the API controls them like the runs it started. Its limit adapts
+//! to its lag ([`leasehold::executor::admission`]), measured by the probe its
+//! leases read too. Finished runs past their retention
+//! (`executor.retention`) are deleted in the background
+//! ([`leasehold::retention`]).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::signal::Signals;
+use super::{CliError, GlobalArgs, install_signals};
+use leasehold::config::{Config, Flag};
+use leasehold::metrics::{MeteredStore, Metrics};
+use leasehold::server::{self, App, ServerLimits, ServerOptions};
+
+/// Serves until SIGINT or SIGTERM.
+pub(super) async fn serve(
+    global: &GlobalArgs,
+    addr: Option<String>,
+    allow_flow_tools: bool,
+) -> Result<ExitCode, CliError> {
+    // Before the runs resumed at boot start their tool servers.
+    let signals = install_signals()?;
+    let mut extra: Vec<Flag> = addr
+        .into_iter()
+        .map(|value| Flag {
+            key: "server.addr".into(),
+            value,
+            given_as: "--addr".into(),
+        })
+        .collect();
+    if allow_flow_tools {
+        extra.push(Flag {
+            key: "server.allow_flow_tools".into(),
+            value: "true".into(),
+            given_as: "--allow-flow-tools".into(),
+        });
+    }
+    let config = global.load(&extra)?;
+    let options = options(&config);
+    options
+        .check(config.server_addr.value)
+        .map_err(|e| CliError::other(e.to_string()))?;
+    // Its store's writes are timed into the server's metrics.
+    let metrics = Arc::new(Metrics::new());
+    let mut builder = global
+        .register(config.engine_builder()?)
+        .wrap_store(|store| MeteredStore::wrap(store, &metrics));
+    // Its leases and its admission read the same probe of its lag.
+    if let Some(gauge) = config.load_gauge() {
+        builder = builder.load(gauge);
+    }
+    let engine = builder.build().await?;
+    // Orphans are marked here; with resume on boot the claimer resumes
+    // them as soon as the server runs, within its limit of live runs.
+    let boot = leasehold::executor::boot(&engine, false).await?;
+    if !boot.orphaned.is_empty() {
+        tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
+    }
+    let app = App::with_metrics(Arc::new(engine), options, Arc::clone(&metrics));
+    // From here on, orphans are looked for every third of the run-lease TTL
+    // too. The sweep only marks them: with resume on boot, the server's
+    // claimer resumes them within its room of live runs, with queued runs.
+    let sweeping = CancellationToken::new();
+    let sweep =
+        leasehold::executor::sweep(Arc::clone(app.engine()), false, sweeping.clone(), |_| {});
+    // Finished runs past their retention are deleted in the background.
+    let counted = Arc::clone(&metrics);
+    let purging = leasehold::retention::spawn(
+        Arc::clone(app.engine().store()),
+        Arc::clone(app.engine().clock()),
+        config.executor_retention.value,
+        sweeping.clone(),
+        move |runs| counted.purged(runs),
+    );
+    let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
+    println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
+    let served = serving.await;
+    // No sweep may claim a run while the engine stops its runs.
+    sweeping.cancel();
+    let _ = sweep.await;
+    let _ = purging.await;
+    served
+        .map_err(|e| CliError::other(format!("the server stopped: {e}")))?
+        .map_err(|e| CliError::other(format!("the server stopped: {e}")))?;
+    app.engine().shutdown().await;
+    app.engine().store().flush().await?;
+    Ok(match signals.heard() {
+        Some(stop) => {
+            eprintln!(
+                "leasehold: {}: the server stopped; its runs stay in the store, resumable",
+                stop.name()
+            );
+            ExitCode::from(stop.exit_code())
+        }
+        None => ExitCode::SUCCESS,
+    })
+}
+
+/// The server's options from the configuration.
+pub(super) fn options(config: &Config) -> ServerOptions {
+    let run_limits = config.run_limits();
+    ServerOptions {
+        token: config.api_token.value.clone(),
+        limits: ServerLimits {
+            header_timeout: config.server_header_timeout.value,
+            body_timeout: config.server_body_timeout.value,
+            max_connections: config.server_max_connections.value,
+            max_event_streams: config.server_max_event_streams.value,
+            max_live_runs: config.server_max_live_runs.value,
+            max_queued_runs: config.server_max_queued_runs.value,
+            shutdown_grace: config.server_shutdown_grace.value,
+        },
+        allowed_hosts: config.server_allowed_hosts.value.clone(),
+        allowed_origins: config.server_allowed_origins.value.clone(),
+        tools: config.tools.clone(),
+        allow_flow_tools: config.server_allow_flow_tools.value,
+        claim_interval: config.executor_claim_interval.value,
+        lag_target: config.executor_lag_target.value,
+        resume_orphans: config.resume_on_boot.value,
+        max_body: run_limits.flow_text(),
+        run_limits,
+        ..ServerOptions::default()
+    }
+}
+
+/// Binds `addr` and serves `app` in a task until SIGINT or SIGTERM;
+/// returns the bound address (useful with port 0).
+pub(super) async fn start(
+    app: Arc<App>,
+    addr: SocketAddr,
+    signals: &Signals,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>), CliError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::other(format!("cannot listen on {addr}: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| CliError::other(format!("cannot listen on {addr}: {e}")))?;
+    let signals = signals.clone();
+    let serving = tokio::spawn(server::serve(listener, app, async move {
+        signals.stopped().await;
+    }));
+    Ok((bound, serving))
+}

@@ -1,0 +1,32 @@
+//! The `leasehold` command; see [`leasehold_cli::cli`].
+//!
+//! The binary, not the library, installs the tracing subscriber: events go
+//! to stderr, filtered by `RUST_LOG` or else by the command's default, each
+//! line scrubbed of secrets.
+//!
+//! The binary, not the library, also picks the allocator: an executor makes
+//! many small allocations on one worker thread and frees them on another
+//! (an event published by a run, written by the log's task), where glibc's
+//! arenas contend; mimalloc's per-thread heaps free them without a lock
+//! (`docs/benchmarks.md`, *Swarm*).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use leasehold_cli::cli::{Cli, ScrubbedStderr};
+use tracing_subscriber::EnvFilter;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(cli.default_log_filter()));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        // Secrets never reach the log, whoever writes the line.
+        .with_writer(ScrubbedStderr)
+        .try_init();
+    cli.run_to_exit()
+}

@@ -1,0 +1,535 @@
+//! A person's controls from anywhere on a shared PostgreSQL store, through
+//! real processes: `leasehold runs cancel ID --store postgres://…`, run as
+//! a process of its own, forwards the cancel to the executor that runs the
+//! run — a `leasehold serve` or a `leasehold run` — which cancels it, its
+//! hanging tool call with it; a resume of a run that waits for a decision
+//! is refused with one message by the command line and by the API; a
+//! decision made on the command line reaches the run's owner; a control
+//! the owner refuses is logged on the run as `control_refused`. On a sled
+//! data directory, a control of a run whose executor was killed is refused
+//! at once with its lease's end.
+//!
+//! The model is the embedded demo's scripted server; the tool server is
+//! the hanging stdio MCP server of `support/hanging_tool.rs`, which never
+//! answers a call and starts a `sleep` in its process group.
+
+mod support;
+
+#[path = "../../runtime/tests/support/postgres.rs"]
+mod postgres;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::executor::control::{self, OneRun};
+use leasehold::store::{PostgresConfig, PostgresStore};
+use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
+use leasehold::{Engine, EngineConfig, RunCommand, RunStatus, Store};
+use leasehold_cli::demo::DemoStack;
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use support::hanging_tool::{group_emptied, last_group, run_until_a_tool_call_hangs, write_flow};
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// The API token (a posted flow may name its tool server only with one).
+const TOKEN: &str = "controls-anywhere-test-token";
+
+/// `leasehold` with nothing of the test's environment but `PATH`, on the
+/// PostgreSQL store `store`, the demo's scripted model at `model`.
+fn leasehold(store: &str, model: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_STORE", store)
+        .env("LEASEHOLD_MODEL_BASE_URL", model)
+        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// `leasehold serve` on `store`, taking flows that name their tool
+/// server's command.
+fn serve(store: &str, model: &str) -> Child {
+    leasehold(store, model)
+        .env("LEASEHOLD_API_TOKEN", TOKEN)
+        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts")
+}
+
+/// What a finished command said.
+struct Said {
+    code: Option<i32>,
+    stderr: String,
+}
+
+/// `leasehold runs ARGS --store STORE` as a process of its own, with no
+/// model configured (forwarding needs none), to its end.
+async fn runs(store: &str, args: &[&str]) -> Said {
+    runs_with(store, args, &[]).await
+}
+
+/// [`runs`] with the variables `env` set too.
+async fn runs_with(store: &str, args: &[&str], env: &[(&str, &str)]) -> Said {
+    let out = tokio::time::timeout(
+        PATIENCE,
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().copied())
+            .arg("runs")
+            .args(args)
+            .args(["--store", store])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("`leasehold runs {args:?}` did not end within {PATIENCE:?}"))
+    .expect("leasehold runs");
+    Said {
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn open(url: &str) -> Arc<PostgresStore> {
+    Arc::new(
+        PostgresStore::connect(PostgresConfig::new(url))
+            .await
+            .expect("the store"),
+    )
+}
+
+/// The names of the run's logged events.
+async fn kinds(store: &PostgresStore, run_id: &str) -> Vec<String> {
+    store
+        .load_events(run_id, 0)
+        .await
+        .expect("events")
+        .iter()
+        .map(|e| e.kind.name().to_owned())
+        .collect()
+}
+
+/// Reads the store until the run's log holds an event of `kind`.
+async fn logged(store: &PostgresStore, run_id: &str, kind: &str) -> Vec<leasehold::Event> {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let events = store.load_events(run_id, 0).await.expect("events");
+            if events.iter().any(|e| e.kind.name() == kind) {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {kind} in the log of {run_id} within {PATIENCE:?}"))
+}
+
+/// Reads the store until the run's status is `status`.
+async fn status_becomes(store: &PostgresStore, run_id: &str, status: RunStatus) {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let record = store.load_run(run_id).await.expect("load").expect("run");
+            if record.status == status {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{run_id} did not become {status:?} within {PATIENCE:?}"));
+}
+
+/// Asserts that `said` is the command line's report of a cancel it
+/// forwarded to `owner`, which applied it.
+fn forwarded_and_applied(said: &Said, run_id: &str, owner: &str) {
+    assert_eq!(said.code, Some(0), "{}", said.stderr);
+    assert!(
+        said.stderr
+            .contains(&format!("run {run_id}: cancel forwarded to {owner}")),
+        "says it forwarded the cancel, and to whom: {}",
+        said.stderr
+    );
+    assert!(
+        said.stderr
+            .contains(&format!("cancel applied by {owner}: it is cancelled")),
+        "says it took effect: {}",
+        said.stderr
+    );
+}
+
+/// The hanging server's process group, once its call hangs, empties once
+/// the run is cancelled: the call was cancelled and its server stopped.
+async fn call_cancelled(store: &PostgresStore, run_id: &str, record: &Path) {
+    let (pgid, _) = last_group(record);
+    status_becomes(store, run_id, RunStatus::Cancelled).await;
+    let kinds = kinds(store, run_id).await;
+    let cancelled = kinds
+        .iter()
+        .position(|k| k == "lease_cancelled")
+        .unwrap_or_else(|| panic!("the hanging call's lease was let go: {kinds:?}"));
+    let end = kinds
+        .iter()
+        .position(|k| k == "run_cancelled")
+        .unwrap_or_else(|| panic!("the run's log ends cancelled: {kinds:?}"));
+    assert!(cancelled < end, "{kinds:?}");
+    assert!(
+        group_emptied(pgid, Duration::from_secs(20)).await,
+        "the hanging tool server's group {pgid} is left after the cancel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
+    let (_cluster, url) = postgres::database().await;
+    let store = open(&url).await;
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let mut a = serve(&url, &stack.model_base_url());
+    let base = support::served_base(&mut a, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let owner = support::owner_id(&http, &base).await;
+    let flow: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
+    let run_id = support::post_run(&http, &base, &flow).await;
+    logged(&store, &run_id, "tool_call_started").await;
+
+    let said = runs(
+        &url,
+        &["cancel", &run_id, "--reason", "cancelled from elsewhere"],
+    )
+    .await;
+    forwarded_and_applied(&said, &run_id, &owner);
+    call_cancelled(&store, &run_id, &record).await;
+    let view = support::get_run(&http, &base, &run_id).await;
+    assert_eq!(view["status"], "cancelled", "{view}");
+    assert_eq!(view["reason"], "cancelled from elsewhere", "{view}");
+
+    // A run that has ended takes no control, from anywhere.
+    let said = runs(&url, &["cancel", &run_id]).await;
+    assert_eq!(said.code, Some(1), "{}", said.stderr);
+    assert!(
+        said.stderr.contains(&format!(
+            "run {run_id} has already finished: it is cancelled"
+        )),
+        "{}",
+        said.stderr
+    );
+
+    a.start_kill().expect("stop");
+    a.wait().await.expect("reaped");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreground_run_takes_a_cancel_forwarded_from_the_command_line() {
+    let (_cluster, url) = postgres::database().await;
+    let store = open(&url).await;
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let (mut a, run_id) =
+        run_until_a_tool_call_hangs(leasehold(&url, &stack.model_base_url()), &flow, PATIENCE)
+            .await;
+    let owner = store
+        .load_run(&run_id)
+        .await
+        .expect("load")
+        .and_then(|r| r.owner_id)
+        .expect("an owner");
+
+    let said = runs(&url, &["cancel", &run_id]).await;
+    forwarded_and_applied(&said, &run_id, &owner);
+    call_cancelled(&store, &run_id, &record).await;
+    // `leasehold run` ends with its run: cancelled is exit code 1.
+    let exit = tokio::time::timeout(PATIENCE, a.wait())
+        .await
+        .expect("leasehold run exits once its run is cancelled")
+        .expect("wait");
+    assert_eq!(exit.code(), Some(1));
+    stack.shutdown().await;
+}
+
+/// An engine in this process on `store` whose run of a non-idempotent
+/// `charge` hung and was intervened: it waits in `reconciliation_required`,
+/// held by this live executor, which follows the controls forwarded to
+/// it. The engine, the run, the call's key, and what stops the follower.
+async fn a_charge_held_waiting_for_a_decision(
+    store: Arc<PostgresStore>,
+) -> (Arc<Engine>, leasehold::RunHandle, String, CancellationToken) {
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("charge", json!({"amount": 5}))]),
+            Turn::answer("charged once"),
+        ],
+    );
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_millis(100);
+    let engine = Engine::builder()
+        .config(config)
+        .model(Arc::new(model))
+        .evaluator(Arc::new(ScriptedEvaluator::always("INTERVENE")))
+        .tool_server(
+            "local",
+            Arc::new(ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang])),
+        )
+        .store(store.clone() as Arc<dyn Store>)
+        .owner_id(leasehold::executor::owner_id())
+        .build()
+        .await
+        .expect("engine");
+    let engine = Arc::new(engine);
+    let flow = serde_json::from_value(json!({
+        "name": "charging", "task": "charge once", "max_steps": 4, "tools": [{"name": "local"}]
+    }))
+    .expect("flow");
+    let mut handle = engine.start(flow).await.expect("started");
+    let state = handle.paused().await;
+    assert_eq!(state.status, RunStatus::ReconciliationRequired);
+    let key = state
+        .paused
+        .and_then(|p| p.call)
+        .map(|c| c.key)
+        .expect("the call in question");
+    let executor = OneRun::new(Arc::clone(&engine));
+    executor.runs(handle.clone());
+    let stop = CancellationToken::new();
+    control::follow(executor, stop.clone(), None);
+    (engine, handle, key, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_awaiting_a_decision_is_refused_alike_by_the_command_line_and_the_api_and_a_decision_reaches_the_owner()
+ {
+    let (_cluster, url) = postgres::database().await;
+    let store = open(&url).await;
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let (engine, mut handle, key, stop) = a_charge_held_waiting_for_a_decision(store.clone()).await;
+    let run_id = handle.run_id().to_owned();
+    let mut b = serve(&url, &stack.model_base_url());
+    let base = support::served_base(&mut b, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+
+    // One rule, one message: from the API of another executor…
+    let response = http
+        .post(format!("{base}/runs/{run_id}/resume"))
+        .json(&json!({"guidance": "go on"}))
+        .send()
+        .await
+        .expect("POST resume");
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    let body: serde_json::Value = response.json().await.expect("JSON");
+    let message = body["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains(&format!("leasehold runs reconcile {run_id} --key {key}"))
+            && message.contains(&format!("POST /runs/{run_id}/reconcile")),
+        "says what to do instead: {message}"
+    );
+    // …and from the command line, on the store.
+    let said = runs(&url, &["resume", &run_id, "--guidance", "go on"]).await;
+    assert_eq!(said.code, Some(1), "{}", said.stderr);
+    assert_eq!(said.stderr.trim_end(), format!("leasehold: {message}"));
+    assert_eq!(
+        handle.state().status,
+        RunStatus::ReconciliationRequired,
+        "nothing was forwarded"
+    );
+
+    // A decision on the command line reaches the run's owner, which
+    // applies it: the call is marked done and the run completes there.
+    let said = runs(
+        &url,
+        &[
+            "reconcile",
+            &run_id,
+            "--key",
+            &key,
+            "--mark-done",
+            "--result",
+            "charged, by hand",
+        ],
+    )
+    .await;
+    assert_eq!(said.code, Some(0), "{}", said.stderr);
+    assert!(
+        said.stderr.contains(&format!(
+            "run {run_id}: reconcile forwarded to {}",
+            engine.owner_id()
+        )),
+        "{}",
+        said.stderr
+    );
+    let state = tokio::time::timeout(PATIENCE, handle.wait())
+        .await
+        .expect("the run ends once decided");
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+
+    stop.cancel();
+    engine.shutdown().await;
+    b.start_kill().expect("stop");
+    b.wait().await.expect("reaped");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
+    let (_cluster, url) = postgres::database().await;
+    let store = open(&url).await;
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let (mut a, run_id) =
+        run_until_a_tool_call_hangs(leasehold(&url, &stack.model_base_url()), &flow, PATIENCE)
+            .await;
+
+    // A resume of a running run, as another executor whose look at the
+    // run was out of date would forward it.
+    store
+        .send_command(&run_id, RunCommand::Resume { guidance: None })
+        .await
+        .expect("stored");
+    let events = logged(&store, &run_id, "control_refused").await;
+    let refused = events
+        .iter()
+        .find(|e| e.kind.name() == "control_refused")
+        .expect("refused");
+    let text = serde_json::to_value(refused).expect("JSON");
+    assert_eq!(text["command"], "resume", "{text}");
+    assert!(
+        text["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is not paused (it is running)"),
+        "{text}"
+    );
+    assert_eq!(
+        store
+            .load_run(&run_id)
+            .await
+            .expect("load")
+            .expect("run")
+            .status,
+        RunStatus::Running,
+        "the run goes on"
+    );
+    a.start_kill().expect("stop");
+    a.wait().await.expect("reaped");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_data_directory_a_cancel_of_a_run_whose_executor_died_says_until_when_at_once() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let mut command = support::hanging_tool::leasehold(&data, &model);
+    command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
+    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
+    let (pgid, _) = last_group(&record);
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &run.id().expect("pid").to_string()])
+        .status();
+    let _ = run.wait().await;
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+
+    // sled is opened by one process at a time: the executor that holds the
+    // run is not running, and nobody would take a forwarded cancel.
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        support::hanging_tool::leasehold(&data, &model)
+            .args(["runs", "cancel", &run_id])
+            .output(),
+    )
+    .await
+    .expect("answered at once, not after a patience")
+    .expect("runs cancel");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("run {run_id} is held by executor")) && said.contains("if it died"),
+        "{said}"
+    );
+    assert!(!said.contains("forwarded"), "{said}");
+    stack.shutdown().await;
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &child.id().expect("pid").to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_forwarded_to_a_frozen_owner_is_given_up_on_after_the_patience_and_applied_once_it_goes_on()
+ {
+    let (_cluster, url) = postgres::database().await;
+    let store = open(&url).await;
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let mut a = serve(&url, &stack.model_base_url());
+    let base = support::served_base(&mut a, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let owner = support::owner_id(&http, &base).await;
+    let flow: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
+    let run_id = support::post_run(&http, &base, &flow).await;
+    logged(&store, &run_id, "tool_call_started").await;
+
+    // Frozen with its lease live (90 s by default): it takes nothing. The
+    // command line's patience is its own run-lease TTL, here the floor.
+    signal(&a, "-STOP");
+    let said = runs_with(
+        &url,
+        &["cancel", &run_id],
+        &[("LEASEHOLD_RUN_LEASE_TTL", "3s")],
+    )
+    .await;
+    signal(&a, "-CONT");
+    assert_eq!(said.code, Some(1), "{}", said.stderr);
+    assert!(
+        said.stderr
+            .contains(&format!("run {run_id}: cancel forwarded to {owner}")),
+        "{}",
+        said.stderr
+    );
+    assert!(
+        said.stderr
+            .contains(&format!("{owner} has not applied the cancel within 10s"))
+            && said.stderr.contains("waits in the store"),
+        "says it gave up, after how long, and what became of the cancel: {}",
+        said.stderr
+    );
+    // Once it goes on, the owner takes the cancel that waited.
+    call_cancelled(&store, &run_id, &record).await;
+
+    a.start_kill().expect("stop");
+    a.wait().await.expect("reaped");
+    stack.shutdown().await;
+}

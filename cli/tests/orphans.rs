@@ -1,0 +1,223 @@
+//! A `leasehold serve` killed with SIGKILL mid-run and started again before
+//! its run lease expired picks the run up once it has: its sweep for
+//! orphans, every third of the TTL, claims the run (the fence goes up),
+//! resumes it where it was — no worker spawned twice, no step done twice —
+//! and adopts it, so the API controls it like a run it started.
+//!
+//! The model and the tool server are the embedded demo's: the run spawns
+//! three workers, one of which escalates and pauses the run for a person;
+//! the test answers over the API and the run completes.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use leasehold::{
+    Event, EventKind, RunStatus, Store,
+    store::{SledConfig, SledStore},
+};
+use leasehold_cli::demo::DemoStack;
+use tokio::process::{Child, Command};
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// The API token (a posted flow may name its tool server only with one).
+const TOKEN: &str = "orphans-test-token";
+
+/// The run-lease TTL of both processes.
+const TTL: Duration = Duration::from_secs(3);
+
+fn serve(data_dir: &Path, stack: &DemoStack) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_DATA_DIR", data_dir)
+        .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
+        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
+        .env("LEASEHOLD_RUN_LEASE_TTL", "3s")
+        .env("LEASEHOLD_RESUME_ON_BOOT", "true")
+        .env("LEASEHOLD_API_TOKEN", TOKEN)
+        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_has_passed() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let http = support::authorized(TOKEN);
+
+    let mut first = serve(&data, &stack);
+    let base = support::served_base(&mut first, PATIENCE).await;
+    let run_id = support::post_run(&http, &base, &stack.flow()).await;
+    let first_owner = support::view_until(&http, &base, &run_id, PATIENCE, "seen", |_| true).await
+        ["owner_id"]
+        .as_str()
+        .expect("an owner")
+        .to_owned();
+
+    // Mid-run: once the root has spawned its three workers.
+    let mut stream = http
+        .get(format!("{base}/runs/{run_id}/events"))
+        .send()
+        .await
+        .expect("GET the event stream")
+        .bytes_stream();
+    let mut received = String::new();
+    tokio::time::timeout(PATIENCE, async {
+        while received.matches("\"kind\":\"worker_spawned\"").count() < 3 {
+            let chunk = stream
+                .next()
+                .await
+                .expect("the stream stays open")
+                .expect("a chunk");
+            received.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .expect("the root spawns its workers");
+    assert!(!received.contains("\"kind\":\"paused\""), "killed mid-run");
+    first.start_kill().expect("SIGKILL");
+    first.wait().await.expect("reaped");
+    let killed = tokio::time::Instant::now();
+
+    let mut second = serve(&data, &stack);
+    let base = support::served_base(&mut second, PATIENCE).await;
+    let booted = killed.elapsed();
+    assert!(
+        booted < TTL,
+        "restarted within the TTL ({booted:?}); the machine is too slow for this test"
+    );
+    // Not claimed at boot: the dead process's lease has not expired yet.
+    let view = support::view_until(&http, &base, &run_id, PATIENCE, "seen", |_| true).await;
+    assert_eq!(view["fence"], 1, "{view}");
+
+    // Claimed by the sweep once the TTL has passed, and adopted.
+    let view = support::view_until(
+        &http,
+        &base,
+        &run_id,
+        PATIENCE,
+        "claimed and adopted",
+        |v| v["fence"] == 2 && v["live"] == true,
+    )
+    .await;
+    assert!(
+        killed.elapsed() >= TTL - Duration::from_millis(100),
+        "claimed {:?} after the kill, before the dead owner's lease expired",
+        killed.elapsed()
+    );
+    let second_owner = view["owner_id"].as_str().expect("an owner").to_owned();
+    assert_ne!(
+        second_owner, first_owner,
+        "owner ids are unique per process"
+    );
+
+    // It goes on to the escalation, which a person answers over the API.
+    support::view_until(&http, &base, &run_id, PATIENCE, "paused", |v| {
+        v["status"] == "waiting_human"
+    })
+    .await;
+    let resumed = http
+        .post(format!("{base}/runs/{run_id}/resume"))
+        .json(&serde_json::json!({"guidance": "Do not roll back; page the owner."}))
+        .send()
+        .await
+        .expect("POST resume");
+    assert!(resumed.status().is_success(), "{}", resumed.status());
+    let view = support::view_until(&http, &base, &run_id, PATIENCE, "completed", |v| {
+        v["status"] == "completed" || v["status"] == "failed" || v["status"] == "cancelled"
+    })
+    .await;
+    assert_eq!(view["status"], "completed", "{view}");
+
+    leasehold_stop(&mut second).await;
+    let store = SledStore::open(SledConfig::new(&data)).expect("the store opens");
+    let record = store
+        .load_run(&run_id)
+        .await
+        .expect("load")
+        .expect("the run");
+    assert_eq!((record.status, record.fence), (RunStatus::Completed, 2));
+    let events = store.load_events(&run_id, 0).await.expect("events");
+    assert_no_step_repeated(&events);
+    let claims: Vec<(String, u64)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RunResumed { owner_id, fence } => Some((owner_id.clone(), *fence)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(claims, [(second_owner, 2)]);
+    stack.shutdown().await;
+}
+
+/// The three workers keep their paths across both processes (a worker
+/// spawned again would get a new number), and no step the first process
+/// went past is started again: the second process starts each loop at the
+/// step that was in flight at the kill, or later. (The second owner's events
+/// are numbered from 2³², its fence being 2.)
+fn assert_no_step_repeated(events: &[Event]) {
+    let second_owner = 1_u64 << 32;
+    let mut workers: BTreeSet<String> = BTreeSet::new();
+    let mut first: BTreeMap<String, u32> = BTreeMap::new();
+    let mut again: Vec<(String, u32)> = Vec::new();
+    let mut seen: BTreeSet<(u64, String, u32)> = BTreeSet::new();
+    for event in events {
+        match &event.kind {
+            EventKind::WorkerSpawned { .. } => {
+                workers.insert(event.path.clone());
+            }
+            EventKind::StepStarted { step, .. } => {
+                let owner = event.seq / second_owner;
+                assert!(
+                    seen.insert((owner, event.path.clone(), *step)),
+                    "{} started step {step} twice in one process",
+                    event.path
+                );
+                if owner == 0 {
+                    let last = first.entry(event.path.clone()).or_default();
+                    *last = (*last).max(*step);
+                } else {
+                    again.push((event.path.clone(), *step));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(workers.len(), 3, "a worker spawned again: {workers:?}");
+    assert!(!again.is_empty(), "the second process ran steps");
+    for (path, step) in again {
+        let last = first.get(&path).copied().unwrap_or(0);
+        assert!(
+            step >= last,
+            "{path} started step {step} again after the first process had reached step {last}"
+        );
+    }
+}
+
+/// SIGTERM, and the exit that follows.
+async fn leasehold_stop(server: &mut Child) {
+    let pid = server.id().expect("pid").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let exit = tokio::time::timeout(PATIENCE, server.wait())
+        .await
+        .expect("serve exits after SIGTERM")
+        .expect("wait");
+    assert_eq!(exit.code(), Some(143));
+}

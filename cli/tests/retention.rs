@@ -1,0 +1,281 @@
+//! Retention through real `leasehold serve` processes, on sled and on a
+//! throwaway PostgreSQL: with `executor.retention` at one second, runs
+//! posted and finished are deleted in the background — their `GET
+//! /runs/ID` and event stream answer 404 saying why, the listing no longer
+//! shows them, the store keeps none of their events — while a run paused
+//! for a person before them, older than any of them, is kept whole;
+//! `/metrics` counts every run deleted; and on sled the store's files stop
+//! growing once retention holds.
+//!
+//! The model is written here: it answers at once, except for a task that
+//! asks it to fail, whose run then pauses for a person (its restarts run
+//! out).
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::{Json, Router};
+use leasehold::store::{PostgresConfig, PostgresStore};
+use leasehold::{RunQuery, Store};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+#[path = "../../runtime/tests/support/postgres.rs"]
+mod postgres;
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// The task the model fails.
+const FAIL: &str = "fail, so that a person is asked";
+
+/// Runs posted in each wave.
+const WAVE: usize = 20;
+
+/// Waves posted: sled writes its log in 512 KiB segments and reuses a
+/// segment once what it holds was deleted, so its files grow for the
+/// first dozen waves (about 2.5 MiB here) and not after.
+const WAVES: usize = 20;
+
+/// The last waves, which must not grow sled's files by a wave's worth.
+const FLAT: usize = 5;
+
+async fn complete(Json(request): Json<Value>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if request.to_string().contains(FAIL) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "failing on purpose").into_response();
+    }
+    Json(json!({
+        "id": "chatcmpl-r", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "done"}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }))
+    .into_response()
+}
+
+/// The model's base URL.
+async fn model() -> String {
+    let app = Router::new().route("/v1/chat/completions", post(complete));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+/// `leasehold serve` keeping finished runs one second, on the store `env`
+/// names; its base URL.
+async fn serve(model: &str, env: &[(&str, &str)]) -> (Child, String) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_MODEL_BASE_URL", model)
+        .env("LEASEHOLD_MODEL_NAME", "m")
+        .env("LEASEHOLD_EXECUTOR_RETENTION", "1s")
+        .env("LEASEHOLD_RESTART_BACKOFF_INITIAL", "10ms")
+        .env("LEASEHOLD_RESTART_BACKOFF_MAX", "20ms")
+        .envs(env.iter().copied())
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let base = support::served_base(&mut server, PATIENCE).await;
+    (server, base)
+}
+
+fn flow(task: &str) -> Value {
+    json!({"name": "retention", "task": task, "max_steps": 2})
+}
+
+/// The status of `GET /runs/ID`, and its body.
+async fn show(http: &reqwest::Client, base: &str, run_id: &str) -> (StatusCode, Value) {
+    let response = http
+        .get(format!("{base}/runs/{run_id}"))
+        .send()
+        .await
+        .expect("GET /runs/ID");
+    let status = response.status();
+    (status, response.json().await.expect("JSON"))
+}
+
+/// Polls `GET /runs/ID` until it answers 404, within the patience; the
+/// answer's body. A run seen before it is gone must have finished.
+async fn until_deleted(http: &reqwest::Client, base: &str, run_id: &str) -> Value {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let (status, body) = show(http, base, run_id).await;
+            if status == StatusCode::NOT_FOUND {
+                return body;
+            }
+            assert_eq!(status, StatusCode::OK, "{body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("run {run_id} was not deleted within {PATIENCE:?}"))
+}
+
+/// Posts the paused run, then `WAVES` waves of runs that finish, each
+/// wave awaited until every run of it is deleted; after each wave,
+/// `measure` says how big the store is. Answers the paused run's id,
+/// one deleted run's id, and the sizes.
+async fn waves(base: &str, mut measure: impl AsyncFnMut() -> u64) -> (String, String, Vec<u64>) {
+    let http = reqwest::Client::new();
+    let paused = support::post_run(&http, base, &flow(FAIL)).await;
+    support::view_until(&http, base, &paused, PATIENCE, "waiting_human", |v| {
+        v["status"] == "waiting_human"
+    })
+    .await;
+    let mut sizes = Vec::new();
+    let mut deleted = String::new();
+    for _ in 0..WAVES {
+        let mut posted = Vec::new();
+        for _ in 0..WAVE {
+            posted.push(support::post_run(&http, base, &flow("say done")).await);
+        }
+        for run_id in &posted {
+            let body = until_deleted(&http, base, run_id).await;
+            let message = body["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains(run_id) && message.contains("executor.retention"),
+                "{body}"
+            );
+        }
+        deleted.clone_from(&posted[0]);
+        sizes.push(measure().await);
+    }
+    // The paused run, older than every deleted one, is kept, still paused.
+    let (status, view) = show(&http, base, &paused).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["status"], "waiting_human", "{view}");
+    // A deleted run's events are gone too; the listing shows the paused
+    // run alone.
+    let events = http
+        .get(format!("{base}/runs/{deleted}/events"))
+        .send()
+        .await
+        .expect("GET /runs/ID/events");
+    assert_eq!(events.status(), StatusCode::NOT_FOUND);
+    let listed: Value = http
+        .get(format!("{base}/runs"))
+        .send()
+        .await
+        .expect("GET /runs")
+        .json()
+        .await
+        .expect("JSON");
+    let ids: Vec<&str> = listed["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(|run| run["run_id"].as_str())
+        .collect();
+    assert_eq!(ids, [paused.as_str()], "{listed}");
+    // `/metrics` counts every run deleted.
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text");
+    let purged: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("leasehold_runs_purged_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("leasehold_runs_purged_total in {metrics}"));
+    assert_eq!(
+        purged,
+        u64::try_from(WAVE * WAVES).expect("fits"),
+        "{metrics}"
+    );
+    (paused, deleted, sizes)
+}
+
+/// The bytes of every file under `dir`.
+fn size_of(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("the data directory") {
+        let entry = entry.expect("an entry");
+        let meta = entry.metadata().expect("metadata");
+        total += if meta.is_dir() {
+            size_of(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_runs_are_deleted_past_the_retention_on_sled_and_a_paused_run_is_kept() {
+    let data = tempfile::tempdir().expect("a data directory");
+    let dir = data.path().join("runs");
+    let model = model().await;
+    let dir_text = dir.to_str().expect("a UTF-8 path");
+    let (mut server, base) = serve(&model, &[("LEASEHOLD_DATA_DIR", dir_text)]).await;
+    let (_, _, sizes) = waves(&base, async || size_of(&dir)).await;
+    server.kill().await.expect("killed");
+    // Each wave writes as much as the one before and deletes it: once
+    // retention holds, the files stop growing. A wave grew them by
+    // `sizes[1] - sizes[0]` at first; the last waves, by less than one.
+    let wave = sizes[1].saturating_sub(sizes[0]);
+    let before = sizes[WAVES - 1 - FLAT];
+    let last = sizes[WAVES - 1];
+    assert!(
+        last.saturating_sub(before) < wave,
+        "the store grew from {before} to {last} bytes over the last {FLAT} waves, a wave \
+         writing about {wave}: {sizes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_runs_are_deleted_past_the_retention_on_postgres_and_a_paused_run_is_kept() {
+    let (_cluster, url) = postgres::database().await;
+    let model = model().await;
+    let (mut server, base) = serve(&model, &[("LEASEHOLD_STORE", &url)]).await;
+    let store = PostgresStore::connect(PostgresConfig::new(&url))
+        .await
+        .expect("the store");
+    let (paused, deleted, _) = waves(&base, async || 0).await;
+    server.kill().await.expect("killed");
+    // The store itself keeps nothing of a deleted run, and all of the
+    // paused one.
+    assert!(
+        store
+            .load_events(&deleted, 0)
+            .await
+            .expect("events")
+            .is_empty()
+    );
+    assert!(
+        store
+            .load_snapshots(&deleted)
+            .await
+            .expect("snapshots")
+            .is_empty()
+    );
+    assert!(
+        !store
+            .load_events(&paused, 0)
+            .await
+            .expect("events")
+            .is_empty()
+    );
+    let page = store
+        .list_runs_page(&RunQuery::first(10))
+        .await
+        .expect("a page");
+    assert_eq!(page.runs.len(), 1);
+}

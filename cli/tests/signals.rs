@@ -1,0 +1,355 @@
+//! SIGINT and SIGTERM stop every command cleanly, sent to the real
+//! `leasehold` process: `run` and `runs resume` with a stdio tool server that
+//! never answers exit 130 or 143, leave no process of the tool server's
+//! process group behind and leave the run resumable; `serve` with an event
+//! stream open exits 143 within seconds, the stream given a final event.
+//!
+//! The model is the embedded demo's scripted server (its workers call
+//! `search_logs`, `fetch_metrics` and `rollback_deploy`); the tool server is
+//! a few lines of Python speaking MCP over stdio that answers the handshake
+//! and the tool list and never answers a call, and that starts a `sleep` in
+//! its process group, as `npx` starts `node`.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use leasehold::fencing;
+use leasehold_cli::demo::DemoStack;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Child;
+
+use support::hanging_tool::{
+    group_emptied, last_group, leasehold, run_until_a_tool_call_hangs, running_in_group,
+    until_a_tool_call_hangs, write_flow,
+};
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long a stopped command may take to exit: its shutdown is bounded by
+/// seconds.
+const EXIT_WITHIN: Duration = Duration::from_secs(20);
+
+fn send(signal: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// Sends `signal` to `child` once a tool call hangs, checks that it exits
+/// with `code` within seconds and that the hanging server's whole process
+/// group is gone; returns the run's id and what the command said on stderr.
+async fn stop_mid_call(
+    mut child: Child,
+    record: &Path,
+    signal: &str,
+    code: i32,
+) -> (String, String) {
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut stderr = child.stderr.take().expect("stderr");
+    let said = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let run_id = until_a_tool_call_hangs(&mut lines, PATIENCE).await;
+    let (pgid, helper) = last_group(record);
+    assert!(
+        running_in_group(pgid).contains(&helper),
+        "the server's helper runs in its group {pgid} while the call hangs"
+    );
+    send(signal, child.id().expect("pid"));
+    let exit = tokio::time::timeout(EXIT_WITHIN, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the command did not exit within {EXIT_WITHIN:?} of {signal}"))
+        .expect("wait");
+    // Drain what is left of stdout so that stderr's reader ends.
+    while let Ok(Some(_)) = lines.next_line().await {}
+    let said = said.await.expect("stderr");
+    assert_eq!(exit.code(), Some(code), "after {signal}; stderr:\n{said}");
+    assert!(
+        group_emptied(pgid, Duration::from_secs(5)).await,
+        "after {signal}, processes of the tool server's group {pgid} are left: {:?}",
+        running_in_group(pgid)
+    );
+    (run_id, said)
+}
+
+/// The run as `leasehold runs show` prints it.
+async fn stored_view(data: &Path, model: &str, run_id: &str) -> serde_json::Value {
+    let out = leasehold(data, model)
+        .args(["runs", "show", run_id])
+        .output()
+        .await
+        .expect("runs show");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The run's stored status, from `leasehold runs show`.
+async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
+    let view = stored_view(data, model, run_id).await;
+    view["status"].as_str().expect("a status").to_owned()
+}
+
+/// `run` stopped by `first` mid tool call, then `runs resume` stopped by
+/// `second`: each exits with its signal's code, kills its tool server's
+/// group, and leaves the run `running` in the store for the next resume.
+async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups.txt");
+    let flow = write_flow(dir.path(), &stack, &record);
+
+    let run = leasehold(&data, &model)
+        .arg("run")
+        .arg(&flow)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let (run_id, said) = stop_mid_call(run, &record, first.0, first.1).await;
+    assert!(
+        said.contains(&format!("leasehold runs resume {run_id}")),
+        "{said}"
+    );
+    let view = stored_view(&data, &model, &run_id).await;
+    assert_eq!(view["status"], "running");
+    assert_eq!(
+        view["reason"],
+        fencing::STOPPED_IN_PLACE,
+        "a run stopped cleanly says so, not that nobody knows why it stopped"
+    );
+
+    let resume = leasehold(&data, &model)
+        .args(["runs", "resume", &run_id, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs resume");
+    let (resumed, _) = stop_mid_call(resume, &record, second.0, second.1).await;
+    assert_eq!(resumed, run_id);
+    let groups = std::fs::read_to_string(&record).expect("record");
+    assert_eq!(
+        groups.lines().count(),
+        2,
+        "the resumed run started its own server:\n{groups}"
+    );
+    assert_eq!(stored_status(&data, &model, &run_id).await, "running");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_run_with_143_killing_its_stdio_tool_group_and_the_run_stays_resumable() {
+    stop_run_then_resume(("TERM", 143), ("INT", 130)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_run_with_130_killing_its_stdio_tool_group_and_the_run_stays_resumable() {
+    stop_run_then_resume(("INT", 130), ("TERM", 143)).await;
+}
+
+/// A model endpoint that accepts connections and never answers: a run on it
+/// stays `running`, its model call in flight.
+async fn silent_model() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    (format!("http://{addr}/v1"), held)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_serve_with_143_within_seconds_and_an_open_event_stream_gets_a_final_event() {
+    let (model, held) = silent_model().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut server = leasehold(dir.path(), &model)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let base = support::served_base(&mut server, PATIENCE).await;
+
+    let http = reqwest::Client::new();
+    let flow = serde_json::json!({"name": "waits", "task": "Wait for the model.", "max_steps": 1});
+    let run_id = support::post_run(&http, &base, &flow).await;
+    let response = http
+        .get(format!("{base}/runs/{run_id}/events"))
+        .send()
+        .await
+        .expect("GET the event stream");
+    assert!(response.status().is_success(), "{}", response.status());
+    let mut stream = response.bytes_stream();
+    let mut received = String::new();
+    // The stream is open and live once the run's first event is through.
+    while !received.contains("run_started") {
+        let chunk = tokio::time::timeout(PATIENCE, stream.next())
+            .await
+            .expect("the run's first event arrives")
+            .expect("the stream stays open")
+            .expect("a chunk");
+        received.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let before = received.len();
+
+    send("TERM", server.id().expect("pid"));
+    let closed = tokio::time::timeout(EXIT_WITHIN, async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            received.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    let after = &received[before..];
+    assert!(
+        closed.is_ok(),
+        "the event stream was not closed within {EXIT_WITHIN:?} of SIGTERM; it got:\n{after}"
+    );
+    assert!(
+        after.lines().any(|l| l.starts_with("event:")),
+        "the stream closed without a final event; after SIGTERM it got:\n{after}"
+    );
+    let exit = tokio::time::timeout(EXIT_WITHIN, server.wait())
+        .await
+        .expect("serve exits within seconds of SIGTERM")
+        .expect("wait");
+    assert_eq!(exit.code(), Some(143));
+    held.abort();
+}
+
+/// `leasehold demo ARGS` stopped by `signal` once a tool call has started
+/// exits with `code` within seconds, without its summary.
+async fn stop_demo(args: &[&str], signal: &str, code: i32) {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut demo = leasehold(dir.path(), "http://127.0.0.1:1/v1")
+        .arg("demo")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("demo");
+    let mut lines = BufReader::new(demo.stdout.take().expect("stdout")).lines();
+    let mut stderr = demo.stderr.take().expect("stderr");
+    let said = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    loop {
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("the demo's log keeps coming until a tool call starts")
+            .expect("read")
+            .expect("the demo ended before a tool call started");
+        if line.contains("tool_call_started") {
+            break;
+        }
+    }
+    send(signal, demo.id().expect("pid"));
+    let exit = tokio::time::timeout(EXIT_WITHIN, demo.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the demo did not exit within {EXIT_WITHIN:?} of {signal}"))
+        .expect("wait");
+    let mut rest = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    let said = said.await.expect("stderr");
+    assert_eq!(
+        exit.code(),
+        Some(code),
+        "demo {args:?} after {signal}; stderr:\n{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "SIG{signal}: the demo stopped before its run ended"
+        )),
+        "{said}"
+    );
+    assert!(!rest.contains("run_completed"), "{rest}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_demo_with_143() {
+    stop_demo(&[], "TERM", 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_the_interactive_demo_with_130() {
+    stop_demo(&["--interactive"], "INT", 130).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_demo_with_its_dashboard_with_143() {
+    stop_demo(&["--serve", "--addr", "127.0.0.1:0"], "TERM", 143).await;
+}
+
+/// A run whose executor was killed (SIGKILL: no clean stop, no lease let
+/// go) is held until its executor lease runs out. `runs resume` says until
+/// when in a readable time, how long that is, and what to do — reach the
+/// executor if it runs, wait if it died — rather than a Unix timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_held_by_a_killed_executor_says_until_when_and_what_to_do() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups.txt");
+    let flow = write_flow(dir.path(), &stack, &record);
+
+    let mut command = leasehold(&data, &model);
+    command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
+    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
+    let (pgid, _) = last_group(&record);
+    send("KILL", run.id().expect("pid"));
+    let _ = run.wait().await;
+    // Whatever the executor left behind is not this test's subject.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+
+    let out = leasehold(&data, &model)
+        .args(["runs", "resume", &run_id])
+        .output()
+        .await
+        .expect("runs resume");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the run is held: {said}");
+    assert!(
+        said.contains(&format!("run {run_id} is held by executor")),
+        "{said}"
+    );
+    assert!(!said.contains("Unix ms"), "a readable time: {said}");
+    let year = said
+        .split_whitespace()
+        .find(|w| w.len() >= 20 && w.as_bytes()[4] == b'-' && w.contains('T'))
+        .unwrap_or_else(|| panic!("an RFC 3339 time: {said}"));
+    assert!(year.ends_with('Z'), "{year}");
+    assert!(said.contains("UTC (in "), "how long to wait: {said}");
+    assert!(
+        said.contains("--server URL"),
+        "how to reach a live executor: {said}"
+    );
+    assert!(said.contains("if it died"), "what to do if it died: {said}");
+    stack.shutdown().await;
+}

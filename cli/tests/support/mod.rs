@@ -1,0 +1,115 @@
+//! What the tests of real `leasehold` processes share. Each test binary
+//! uses a part of it.
+#![allow(dead_code)]
+
+pub mod hanging_tool;
+#[path = "../../../runtime/tests/support/python.rs"]
+mod python;
+
+#[allow(unused_imports, reason = "each test binary uses part of the helper")]
+pub use python::PythonPeer;
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+/// The base URL `leasehold serve` prints on its first line (`leasehold
+/// serving on http://ADDR/ …`), read from its piped stdout within
+/// `patience`. The rest of its stdout is drained in the background.
+pub async fn served_base(server: &mut Child, patience: Duration) -> String {
+    let mut lines = BufReader::new(server.stdout.take().expect("serve's stdout is piped")).lines();
+    let line = tokio::time::timeout(patience, lines.next_line())
+        .await
+        .expect("serve says where it listens")
+        .expect("read")
+        .expect("a line");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a URL")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// `POST {base}/runs` of `flow` as JSON with `http`; the new run's id.
+pub async fn post_run(http: &reqwest::Client, base: &str, flow: &impl serde::Serialize) -> String {
+    let created: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(flow)
+        .send()
+        .await
+        .expect("POST /runs")
+        .json()
+        .await
+        .expect("JSON");
+    created["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a run id: {created}"))
+        .to_owned()
+}
+
+/// `GET {base}/runs/{run_id}` with `http`, as JSON.
+pub async fn get_run(http: &reqwest::Client, base: &str, run_id: &str) -> serde_json::Value {
+    http.get(format!("{base}/runs/{run_id}"))
+        .send()
+        .await
+        .expect("GET /runs/{id}")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+/// [`get_run`] until `done` holds on the view, within `patience`; `what`
+/// names the awaited state for the failure message.
+pub async fn view_until(
+    http: &reqwest::Client,
+    base: &str,
+    run_id: &str,
+    patience: Duration,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    tokio::time::timeout(patience, async {
+        loop {
+            let view = get_run(http, base, run_id).await;
+            if done(&view) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the run did not become {what} within {patience:?}"))
+}
+
+/// An HTTP client that sends `Authorization: Bearer {token}` with every
+/// request.
+pub fn authorized(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("a header"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
+}
+
+/// The identity of the executor serving at `base`, as `GET /health` says
+/// it to a client with the token.
+pub async fn owner_id(http: &reqwest::Client, base: &str) -> String {
+    let health: serde_json::Value = http
+        .get(format!("{base}/health"))
+        .send()
+        .await
+        .expect("GET /health")
+        .json()
+        .await
+        .expect("JSON");
+    health["owner_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an identity: {health}"))
+        .to_owned()
+}
