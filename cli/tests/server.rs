@@ -11,9 +11,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use leasehold::{
     Engine, EngineConfig, Event, MemoryStore, RunRecord, RunStatus, Store,
-    server::{self, App, ServerOptions},
     testing::{ManualClock, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
+use leasehold_server::{self as server, App, ServerOptions};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 

@@ -50,6 +50,7 @@ pub use fields::ValueKind;
 use keys::KEYS;
 pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName};
 
+pub use crate::server_limits::ServerLimits;
 pub use engine::EngineSetupError;
 pub use idle::IDLE_TIMEOUT_FORMULA;
 pub use timing::{Timing, WORST_CASE_FORMULA, compact};

@@ -27,7 +27,6 @@
 //! | `mcp` | the MCP tool client (`tools::McpToolClient`): rmcp, process-wrap, nix | yes |
 //! | `store` | the embedded sled run store (`store::SledStore`; `store::Durability`, a setting, is in every build) | yes |
 //! | `postgres` | the PostgreSQL run store many executors share (`store::PostgresStore`; see `docs/deployment.md`) | yes |
-//! | `server` | the HTTP API, its event stream, `/metrics` and the dashboard (`server`, `metrics`) | yes |
 //! | `test-util` | scripted fakes of every port (`testing`) | no |
 //!
 //! The library only emits `tracing` events and spans; it installs no
@@ -58,15 +57,11 @@ pub use leasehold_actors::*;
 pub mod config;
 pub mod executor;
 pub mod flow_file;
-#[cfg(feature = "server")]
-pub mod metrics;
 pub mod model;
 pub mod printable;
 pub mod retention;
 pub mod run_limits;
 pub mod secret;
-#[cfg(feature = "server")]
-pub mod server;
 mod server_limits;
 pub mod store;
 pub mod tools;

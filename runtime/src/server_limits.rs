@@ -1,7 +1,7 @@
 //! [`ServerLimits`]: what the HTTP server's clients may hold, and for how
-//! long. It lives outside the `server` feature because configuration reads
-//! and prints the `server.*` keys in every build, so one configuration file
-//! serves every set of features; the server re-exports it.
+//! long. It lives here, not in `leasehold-server`, because configuration
+//! reads and prints the `server.*` keys in every build, so one
+//! configuration file serves every build; the server re-exports it.
 
 use std::time::Duration;
 

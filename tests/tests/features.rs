@@ -1,8 +1,8 @@
 //! `leasehold`'s cargo features: an embedder that turns the default features
-//! off gets the engine without the HTTP server, the model client or the MCP
-//! client — no clap, no axum, no reqwest, no hyper, no rmcp; with them on,
-//! still no command line, demo or test utilities, which live in
-//! `leasehold-cli` and `leasehold-lab`. `openai` brings the model client (reqwest) alone, `mcp`
+//! off gets the engine without the stores' databases, the model client or
+//! the MCP client — no reqwest, no hyper, no rmcp; with them on, still no
+//! HTTP server, command line, demo or test utilities, which live in
+//! `leasehold-server`, `leasehold-cli` and `leasehold-lab`. `openai` brings the model client (reqwest) alone, `mcp`
 //! the MCP client (rmcp) without its server side. The dependency tree is
 //! read with `cargo tree`, offline, from the lock file.
 
@@ -109,13 +109,16 @@ fn mcp_alone_brings_the_mcp_client_without_its_server_side() {
 }
 
 #[test]
-fn the_default_features_carry_no_command_line_demo_or_test_utilities() {
+fn the_default_features_carry_no_server_command_line_demo_or_test_utilities() {
     let tree = normal_tree(&[]);
-    for present in ["sled", "tokio-postgres", "reqwest", "rmcp", "axum"] {
+    for present in ["sled", "tokio-postgres", "reqwest", "rmcp"] {
         assert!(tree.contains_key(present), "{present} is not in the tree");
     }
     for absent in [
         "clap",
+        "axum",
+        "prometheus-client",
+        "leasehold-server",
         "tracing-subscriber",
         "mimalloc",
         "leasehold-lab",

@@ -888,6 +888,7 @@ fn no_file_imports_a_file_that_imports_it_back() {
     for root in [
         "actors/src/lib.rs",
         "runtime/src/lib.rs",
+        "server/src/lib.rs",
         "lab/src/lib.rs",
         "cli/src/lib.rs",
         "cli/src/main.rs",

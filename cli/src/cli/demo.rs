@@ -17,7 +17,7 @@ use super::{CliError, GlobalArgs, install_signals};
 use crate::demo::{self, Answer, DemoError, DemoStack};
 use leasehold::Store;
 use leasehold::config::{Config, Source};
-use leasehold::server::{App, ServerOptions};
+use leasehold_server::{App, ServerOptions};
 
 /// `leasehold demo`.
 #[derive(Debug, Args)]
@@ -120,7 +120,7 @@ async fn serve(
     out: &mut std::io::Stdout,
     signals: &Signals,
 ) -> Result<Result<demo::DemoReport, Stop>, CliError> {
-    leasehold::server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
+    leasehold_server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
     let stack = DemoStack::start().await?;
     let engine = stack.engine_builder()?.store(store).build().await?;
     let app = App::new(Arc::new(engine), ServerOptions::default());

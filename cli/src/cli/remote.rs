@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::CliError;
 use super::log::{self, Output};
-use leasehold::server::{RunView, RunsPage, TraceView};
+use leasehold_server::{RunView, RunsPage, TraceView};
 
 /// A client of a leasehold server.
 pub(super) struct Remote {

@@ -22,7 +22,7 @@ use leasehold::config::{Config, EngineSetupError};
 use leasehold::executor::control::{self, Controlled, Executor, Refused};
 use leasehold::printable::printable;
 use leasehold::run_limits::PersonText;
-use leasehold::server::{
+use leasehold_server::{
     DEFAULT_PAGE_LIMIT, RunView, RunsPage, TraceView, parse_instant, parse_limit, parse_status,
 };
 

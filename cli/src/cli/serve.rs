@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use super::signal::Signals;
 use super::{CliError, GlobalArgs, install_signals};
 use leasehold::config::{Config, Flag};
-use leasehold::metrics::{MeteredStore, Metrics};
-use leasehold::server::{self, App, ServerLimits, ServerOptions};
+use leasehold_server::metrics::{MeteredStore, Metrics};
+use leasehold_server::{self as server, App, ServerLimits, ServerOptions};
 
 /// Serves until SIGINT or SIGTERM.
 pub(super) async fn serve(

@@ -7,7 +7,7 @@
 //! as wide as its widest cell up to [`MAX_COLUMN`] characters: a longer
 //! cell is printed whole and overflows its column on its own line only.
 //! Padding is pushed as spaces, whatever the width; a control character
-//! in a cell is shown escaped ([`printable`](super::printable)), so that a name cannot move
+//! in a cell is shown escaped ([`printable`]), so that a name cannot move
 //! the cursor or forge a row.
 
 /// The widest a column gets, in characters: a longer cell overflows it.

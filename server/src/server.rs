@@ -1,35 +1,3 @@
-//! The HTTP API, its live event stream and the dashboard, served by
-//! `leasehold serve`.
-//!
-//! **A run never hangs off a request.** `POST /runs` records the run
-//! `queued` and, when this executor has room under its limit of live runs,
-//! claims it and starts it in the engine's actors; it answers at once with
-//! its id. The request's task only waits for the run to be recorded (and
-//! claimed), and even that is done in a task of its own, so a client that
-//! disconnects mid-request cancels nothing. A run left queued is claimed by
-//! the first executor sharing the store that has room ([`serve`] runs this
-//! executor's claimer, [`crate::executor::claim_queued`]). Event
-//! streams are read from the run's stored log and the engine's bus by a task
-//! per stream: a client that goes away, reads slowly or never reads only ends
-//! or slows its own stream, never the run. Streams have no write timeout and
-//! send keep-alive comments instead.
-//!
-//! **Safe to expose.** A request never names a process to start or an
-//! address to connect to: posted flows name the tool servers of the
-//! configuration (`[[tools]]`, [`ServerOptions::tools`]). The guard
-//! (`guard.rs`) refuses other sites' requests (`Origin`, `Sec-Fetch-Site`),
-//! foreign `Host`s without a token (DNS rebinding) and, with a token, any
-//! request without it. Every client is bounded ([`ServerLimits`]): header
-//! and body time limits, open connections, open event streams, live runs,
-//! runs waiting queued in the store; what one run may hold from a client
-//! (its task, its flow, a person's texts:
-//! [`RunLimits`](crate::run_limits::RunLimits)); a listing's size
-//! (summaries, never whole runs); and shutdown closes every stream with a
-//! last frame within a grace.
-//!
-//! Every refusal is a 4xx with a JSON body `{"error": {"code", "message"}}`.
-//! See `docs/http-api.md`, whose "Security" section is the trust model.
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -44,7 +12,7 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use leasehold_actors::{Engine, EngineError, EventStream, RunHandle, RunStatus, ToolServer};
+use leasehold::{Engine, EngineError, EventStream, RunHandle, RunStatus, ToolServer};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -63,9 +31,9 @@ mod listing;
 mod metrics;
 mod view;
 
-pub use crate::server_limits::ServerLimits;
-pub use crate::trace::TraceSummary;
 pub use error::ApiError;
+pub use leasehold::config::ServerLimits;
+pub use leasehold::trace::TraceSummary;
 pub use listing::{
     DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, RunsPage, parse_instant, parse_limit, parse_status,
 };
@@ -105,7 +73,7 @@ pub struct ServerOptions {
     pub max_body: usize,
     /// What a client may make one run hold: its task, its flow, a
     /// person's texts.
-    pub run_limits: crate::run_limits::RunLimits,
+    pub run_limits: leasehold::run_limits::RunLimits,
     /// What the server's clients may hold, and for how long.
     pub limits: ServerLimits,
     /// `Host` values accepted without a token besides the bound loopback
@@ -128,7 +96,7 @@ pub struct ServerOptions {
     /// (`resume_on_boot`).
     pub resume_orphans: bool,
     /// The lag under which the executor admits runs (`executor.lag_target`;
-    /// see [`crate::executor::admission`]); zero: `max_live_runs` fixed.
+    /// see [`leasehold::executor::admission`]); zero: `max_live_runs` fixed.
     pub lag_target: Duration,
 }
 
@@ -139,15 +107,15 @@ impl Default for ServerOptions {
             keep_alive: Duration::from_secs(15),
             poll: Duration::from_millis(250),
             max_body: MAX_BODY,
-            run_limits: crate::run_limits::RunLimits::default(),
+            run_limits: leasehold::run_limits::RunLimits::default(),
             limits: ServerLimits::default(),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             tools: Vec::new(),
             allow_flow_tools: false,
-            claim_interval: crate::executor::DEFAULT_CLAIM_INTERVAL,
+            claim_interval: leasehold::executor::DEFAULT_CLAIM_INTERVAL,
             resume_orphans: false,
-            lag_target: crate::executor::DEFAULT_LAG_TARGET,
+            lag_target: leasehold::executor::DEFAULT_LAG_TARGET,
         }
     }
 }
@@ -225,7 +193,7 @@ pub struct App {
     /// into it, so that claims at once never exceed the limit.
     admission: tokio::sync::Mutex<()>,
     /// The admitted limit of live runs, adapted to the executor's lag.
-    admitted: Arc<crate::executor::Admission>,
+    admitted: Arc<leasehold::executor::Admission>,
 }
 
 impl App {
@@ -245,7 +213,7 @@ impl App {
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let streams = usize::try_from(options.limits.max_event_streams).unwrap_or(usize::MAX);
-        let admitted = Arc::new(crate::executor::Admission::new(
+        let admitted = Arc::new(leasehold::executor::Admission::new(
             options.limits.max_live_runs,
             options.lag_target,
             engine.load().cloned(),
@@ -358,7 +326,7 @@ impl App {
     /// several executors at the same instant may each pass it once).
     pub(crate) async fn queue_and_start(
         self: &Arc<Self>,
-        flow: leasehold_actors::Flow,
+        flow: leasehold::Flow,
     ) -> Result<Posted, EngineError> {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
@@ -513,7 +481,7 @@ pub async fn serve(
         .drive(Arc::clone(&app.queue_wake), app.shutdown.clone());
     // Stopped with the server, before the engine stops its runs.
     let claimer = Arc::clone(&app);
-    let claiming = crate::executor::claim_queued(
+    let claiming = leasehold::executor::claim_queued(
         Arc::clone(&app.queue_wake),
         app.options.claim_interval,
         app.shutdown.clone(),
@@ -529,7 +497,7 @@ pub async fn serve(
         &mut limits.body_timeout,
         &mut limits.shutdown_grace,
     ] {
-        *limit = leasehold_actors::clamp_duration(*limit);
+        *limit = leasehold::clamp_duration(*limit);
     }
     let service = TowerToHyperService::new(router(Arc::clone(&app)));
     let connections = Arc::new(Semaphore::new(

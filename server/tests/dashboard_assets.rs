@@ -8,11 +8,8 @@ use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
-use leasehold::{
-    Engine, EngineConfig, MemoryStore,
-    server::{self, App, ServerOptions},
-    testing::ScriptedModel,
-};
+use leasehold::{Engine, EngineConfig, MemoryStore, testing::ScriptedModel};
+use leasehold_server::{self as server, App, ServerOptions};
 use tokio::net::TcpListener;
 
 /// Serves a fresh engine on a loopback port until dropped; its base URL.

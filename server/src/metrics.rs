@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use leasehold_actors::{CallOutcome, Engine, EventStream, StoreError, Verdict};
+use leasehold::{CallOutcome, Engine, EventStream, StoreError, Verdict};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -1,6 +1,6 @@
 //! A person's controls over HTTP: `POST /runs/{id}/resume`, `/cancel` and
 //! `/reconcile` translated to and from the executor's controls
-//! ([`crate::executor::control`]), which decide whether the run is
+//! ([`leasehold::executor::control`]), which decide whether the run is
 //! controlled here, claimed by this executor, forwarded to the executor
 //! that holds it (`202 Accepted` with `forwarded_to`), or refused with the
 //! rule's reason. This file holds no rule of its own.
@@ -10,11 +10,11 @@ use std::sync::Arc;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{BoxFuture, Engine, RunCommand, RunHandle};
+use leasehold::{BoxFuture, Engine, RunCommand, RunHandle};
 
 use super::App;
 use super::error::ApiError;
-use crate::executor::control::{self, Controlled, Executor, Refused};
+use leasehold::executor::control::{self, Controlled, Executor, Refused};
 
 /// How long a client refused for a run's full command queue is asked to
 /// wait: its owner takes them at once, or loses the run within

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use leasehold::metrics::{MeteredStore, Metrics};
 use leasehold::{
     CallOutcome, Engine, EngineConfig, Event, EventKind, MemoryStore, RunRecord, RunStatus, Store,
-    server::{self, App, ServerOptions},
     testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
+use leasehold_server::metrics::{MeteredStore, Metrics};
+use leasehold_server::{self as server, App, ServerOptions};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 

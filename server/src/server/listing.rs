@@ -5,7 +5,7 @@
 //! that a status or an instant means the same thing over HTTP and on the
 //! data directory.
 
-use leasehold_actors::{RunQuery, RunStatus};
+use leasehold::{RunQuery, RunStatus};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use leasehold_actors::RunStatus;
+use leasehold::RunStatus;
 use serde_json::{Value, json};
 
 use super::App;

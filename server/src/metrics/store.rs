@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use leasehold_actors::{
+use leasehold::{
     BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, PurgeReport, PurgeRule, QueueClaim,
     RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError,
     StoredCommand, SummaryPage, ToolCallRecord,
@@ -50,7 +50,7 @@ impl MeteredStore {
     }
 
     /// `inner` wrapped, as the port: for
-    /// [`EngineBuilder::wrap_store`](leasehold_actors::EngineBuilder::wrap_store).
+    /// [`EngineBuilder::wrap_store`](leasehold::EngineBuilder::wrap_store).
     pub fn wrap(inner: Arc<dyn Store>, metrics: &Metrics) -> Arc<dyn Store> {
         Arc::new(Self::new(inner, metrics))
     }
@@ -133,11 +133,11 @@ impl Store for MeteredStore {
         self.inner.list_runs_page(query)
     }
 
-    fn load_paces(&self) -> Answer<Vec<(String, leasehold_actors::Pace)>> {
+    fn load_paces(&self) -> Answer<Vec<(String, leasehold::Pace)>> {
         self.inner.load_paces()
     }
 
-    fn save_paces(&self, paces: Vec<(String, Option<leasehold_actors::Pace>)>) -> Answer<()> {
+    fn save_paces(&self, paces: Vec<(String, Option<leasehold::Pace>)>) -> Answer<()> {
         self.inner.save_paces(paces)
     }
 

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{ControlError, EngineError, StoreError};
+use leasehold::{ControlError, EngineError, StoreError};
 
 /// A request the server refuses, or could not serve.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

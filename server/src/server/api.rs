@@ -8,7 +8,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{Flow, ReconcileDecision, RunCommand};
+use leasehold::{Flow, ReconcileDecision, RunCommand};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -18,9 +18,9 @@ use super::guard;
 use super::listing::{ListParams, RunsPage};
 use super::view::{RunView, TraceView};
 use super::{App, Posted};
-use crate::flow_file;
-use crate::run_limits::{PersonText, TooLarge};
-use crate::trace::TraceSummary;
+use leasehold::flow_file;
+use leasehold::run_limits::{PersonText, TooLarge};
+use leasehold::trace::TraceSummary;
 
 /// `GET /health`: that the server is up; with the token, also who it is
 /// and how many runs it holds.
@@ -40,7 +40,7 @@ pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> i
 /// when it started, and what its runs have learned since.
 pub(super) async fn paces(
     State(app): State<Arc<App>>,
-) -> Json<std::collections::BTreeMap<String, leasehold_actors::Pace>> {
+) -> Json<std::collections::BTreeMap<String, leasehold::Pace>> {
     Json(app.engine.paces().all())
 }
 
@@ -132,7 +132,7 @@ enum Format {
 /// Parses the flow, holds its tool servers to the server's trust model,
 /// completes them from the configuration, and validates it.
 fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
-    let invalid = |e: leasehold_actors::FlowError| {
+    let invalid = |e: leasehold::FlowError| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_flow",
@@ -269,7 +269,7 @@ pub(super) async fn show_run(
         .ok_or_else(|| ApiError::unknown_run(&run_id))?;
     let flow = record.flow.clone();
     let mut view = RunView::new(record, app.handle(&run_id).as_ref());
-    view.flow = Some(crate::secret::redact_flow(flow));
+    view.flow = Some(leasehold::secret::redact_flow(flow));
     view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
     view.events_dropped =
         Some(TraceSummary::of(&store.load_events(&run_id, 0).await?).events_dropped);
@@ -431,7 +431,7 @@ pub(super) async fn no_route(uri: Uri) -> ApiError {
 /// than the body timeout to arrive.
 async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let limit = app.options.max_body;
-    let within = leasehold_actors::clamp_duration(app.options.limits.body_timeout);
+    let within = leasehold::clamp_duration(app.options.limits.body_timeout);
     match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(_)) => Err(ApiError::new(

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use leasehold_actors::{
+use leasehold::{
     BUDGET_CONSUMER, BudgetRecord, DecidedBy, EvaluatorUsage, Event, EventKind, EventStream,
     WATCHDOG_CONSUMER,
 };
@@ -192,7 +192,7 @@ fn span(started: u64, ended: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use leasehold_actors::{CallOutcome, TokenCost};
+    use leasehold::{CallOutcome, TokenCost};
 
     use super::*;
 

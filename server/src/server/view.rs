@@ -2,12 +2,10 @@
 //! (`GET /runs/{id}`) or as a listing's summary (`GET /runs`), and
 //! [`TraceView`], its verdict trace.
 
-use leasehold_actors::{
-    Event, PauseRecord, RunHandle, RunRecord, RunStatus, RunSummary, ToolCallRecord,
-};
+use leasehold::{Event, PauseRecord, RunHandle, RunRecord, RunStatus, RunSummary, ToolCallRecord};
 use serde::{Deserialize, Serialize};
 
-use crate::trace::{TraceSummary, is_decision};
+use leasehold::trace::{TraceSummary, is_decision};
 
 /// A run as the API shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::server::{self, App, ServerOptions};
 use leasehold::testing::{ScriptedModel, Turn};
 use leasehold::{Engine, MemoryStore};
+use leasehold_server::{self as server, App, ServerOptions};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 

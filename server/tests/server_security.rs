@@ -19,10 +19,10 @@ use leasehold::{
     ChangeFeed, ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, QueueClaim,
     RunCommand, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError,
     StoredCommand, ToolCallRecord, ToolServer,
-    server::{self, App, ServerLimits, ServerOptions},
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,
 };
+use leasehold_server::{self as server, App, ServerLimits, ServerOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

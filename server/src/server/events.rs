@@ -15,7 +15,7 @@
 //! at by **one shared watch per run** ([`Watches`]), however many streams
 //! follow the run: it reads the run's log and status, then reads them
 //! again each time the store's change feed
-//! ([`Store::changes`](leasehold_actors::Store::changes)) says the run
+//! ([`Store::changes`](leasehold::Store::changes)) says the run
 //! changed (or that changes may have been missed), and wakes the streams
 //! when something changed. No timer polls: a run another executor runs is
 //! followed through its store's feed (on PostgreSQL, `LISTEN/NOTIFY`), and
@@ -34,7 +34,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use leasehold_actors::{Event, EventKind, RunStatus, Store};
+use leasehold::{Event, EventKind, RunStatus, Store};
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
