@@ -9,15 +9,18 @@
 //! tool and a dead tool no longer leave the same trace.
 //!
 //! This crate is the one to depend on. It re-exports the supervision tree
-//! ([`leasehold_actors`]); the real parts (the sled store, the model and MCP
-//! clients, configuration, the server and the command line) live beside it.
+//! ([`leasehold_actors`]) and holds the real parts an engine is built from:
+//! the sled and PostgreSQL stores, the model and MCP clients, flows and
+//! configuration. The HTTP server (`leasehold-server`), the command line
+//! with the demo (`leasehold-cli`) and the experiments (`leasehold-lab`)
+//! are crates of their own, built on this one.
 //!
 //! # Cargo features
 //!
-//! The default features build today's `leasehold` binary. An embedder that
-//! needs only the engine turns them off (`default-features = false`) and
-//! keeps the engine, flows and configuration (`[model]` and `[[tools]]`
-//! included), without reqwest, rmcp, hyper, clap or axum; it brings a model
+//! The default features turn on both stores and both clients. An embedder
+//! that needs only the engine turns them off (`default-features = false`)
+//! and keeps the engine, flows and configuration (`[model]` and
+//! `[[tools]]` included), without reqwest, rmcp or hyper; it brings a model
 //! client and a tool client of its own, or turns `openai` and `mcp` back
 //! on.
 //!
@@ -30,7 +33,7 @@
 //! | `test-util` | scripted fakes of every port (`testing`) | no |
 //!
 //! The library only emits `tracing` events and spans; it installs no
-//! subscriber. The binary installs one (`RUST_LOG` decides); an embedder
+//! subscriber. The `leasehold` binary installs one (`RUST_LOG` decides); an embedder
 //! installs its own.
 //!
 //! ```

@@ -4,7 +4,7 @@
 //   node tests/browser/timeline.mjs PORT RUN_ID HOSTILE
 //
 // The run is the one `the_timeline_draws_a_stored_run_in_a_real_browser`
-// (runtime/tests/dashboard_browser.rs) writes: a streamed model call renewed
+// (cli/tests/dashboard_browser.rs) writes: a streamed model call renewed
 // by the ladder and by evidence and nudged by the evaluator; a tool, named
 // HOSTILE, intervened by its policy's rule, restarted, renewed by the
 // breaker and escalated; a pause of 3 s; a model call stopped by the renewal

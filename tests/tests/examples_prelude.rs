@@ -1,6 +1,6 @@
 //! The examples build on the prelude alone (and the scripted fakes of
-//! `leasehold::testing`, and `leasehold_lab` to compare strategies,
-//! which is the lab, not the engine): what an embedder needs is one import
+//! `leasehold::testing`; `leasehold_lab`, the crate that compares
+//! strategies, is the lab, not the engine): what an embedder needs is one import
 //! away.
 
 use std::path::{Path, PathBuf};
@@ -30,9 +30,7 @@ fn the_examples_import_leasehold_through_the_prelude_alone() {
                 continue;
             };
             assert!(
-                path == "prelude::*;"
-                    || path.starts_with("testing::")
-                    || path.starts_with("experiment::"),
+                path == "prelude::*;" || path.starts_with("testing::"),
                 "{}: `{line}` reaches past the prelude",
                 file.display()
             );

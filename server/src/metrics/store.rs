@@ -23,7 +23,7 @@ type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
 /// ```
 /// use std::sync::Arc;
 /// use leasehold::MemoryStore;
-/// use leasehold::metrics::{MeteredStore, Metrics};
+/// use leasehold_server::metrics::{MeteredStore, Metrics};
 ///
 /// let metrics = Arc::new(Metrics::new());
 /// let store = MeteredStore::new(Arc::new(MemoryStore::new()), &metrics);
