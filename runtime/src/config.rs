@@ -48,7 +48,7 @@ mod wiring;
 
 pub use fields::ValueKind;
 use keys::KEYS;
-pub use keys::{KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName};
+pub use keys::{Bound, KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName};
 
 pub use crate::server_limits::ServerLimits;
 pub use engine::EngineSetupError;

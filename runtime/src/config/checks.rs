@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use leasehold_actors::rules::{self, Broken};
 use leasehold_actors::{
-    ConfigError, LeaseKind, MAX_DURATION, MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE,
-    MIN_LOAD_BOUND, MIN_PROGRESS_NOTE_BYTES, describe_duration, max_extensions_expected,
+    ConfigError, LeaseKind, MAX_DURATION, MAX_DURATION_EXPECTED, MIN_LOAD_BOUND, describe_duration,
 };
 
 use super::ValueKind;
@@ -26,11 +25,12 @@ fn refused(broken: &Broken) -> ConfigError {
 pub const MIN_CLAIM_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Config {
-    /// Refuses combinations that defeat themselves, naming the variables: a
-    /// zero duration or one above [`MAX_DURATION`] (30 days), free renewals
-    /// above the renewal cap, a longest backoff below the first, more than
-    /// [`MAX_EXTENSIONS`] (3) budget extensions, a run lease too short to
-    /// heartbeat, a claim interval below 100 ms.
+    /// Refuses values that defeat themselves, naming the variables: a zero
+    /// duration or one above [`MAX_DURATION`] (30 days), a value outside its
+    /// key's bound (the `checks` column of `docs/configuration.md`: more
+    /// than 3 budget extensions, a run lease too short to heartbeat, a
+    /// claim interval below 100 ms, …), free renewals above the renewal
+    /// cap, a longest backoff below the first.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (key, value, source) in self.durations() {
             if value.is_zero() {
@@ -48,44 +48,7 @@ impl Config {
                 ));
             }
         }
-        if self.limits_run_events.value == 0 {
-            return Err(ConfigError::new(
-                named(key_of("limits.run_events")),
-                format!(
-                    "at least 1 (from {}): a log of 0 events would store no progress at all",
-                    self.limits_run_events.source
-                ),
-                0,
-            ));
-        }
-        let note = &self.limits_progress_note;
-        if note.value < u64::try_from(MIN_PROGRESS_NOTE_BYTES).unwrap_or(u64::MAX) {
-            return Err(ConfigError::new(
-                named(key_of("limits.progress_note")),
-                format!(
-                    "a size of at least {MIN_PROGRESS_NOTE_BYTES}B (from {}): room for the \
-                     start of a note and the marker saying it was cut",
-                    note.source
-                ),
-                format!("{}B", note.value),
-            ));
-        }
-        for (file, setting) in [
-            ("server.max_connections", &self.server_max_connections),
-            ("server.max_event_streams", &self.server_max_event_streams),
-            ("server.max_live_runs", &self.server_max_live_runs),
-        ] {
-            if setting.value == 0 {
-                return Err(ConfigError::new(
-                    named(key_of(file)),
-                    format!(
-                        "at least 1 (from {}): a limit of 0 would refuse every client",
-                        setting.source
-                    ),
-                    0,
-                ));
-            }
-        }
+        self.validate_bounds()?;
         self.validate_lease_floor()?;
         rules::free_renewals_within_cap(self.free_renewals.value, self.max_renewals.value)
             .map_err(|b| refused(&b))?;
@@ -94,37 +57,6 @@ impl Config {
             self.restart_backoff_max.value,
         )
         .map_err(|b| refused(&b))?;
-        if self.budget_max_extensions.value > MAX_EXTENSIONS {
-            return Err(ConfigError::new(
-                named(key_of("budget.max_extensions")),
-                format!(
-                    "{} (from {})",
-                    max_extensions_expected(),
-                    self.budget_max_extensions.source
-                ),
-                self.budget_max_extensions.value,
-            ));
-        }
-        if self.run_lease_ttl.value < Duration::from_millis(3) {
-            return Err(ConfigError::new(
-                named(key_of("run_lease_ttl")),
-                "a duration of at least 3ms",
-                humantime::format_duration(self.run_lease_ttl.value),
-            ));
-        }
-        if self.executor_claim_interval.value < MIN_CLAIM_INTERVAL {
-            return Err(ConfigError::new(
-                named(key_of("executor.claim_interval")),
-                format!(
-                    "a duration of at least {} (from {}): an executor also claims as soon \
-                     as a run is queued and whenever one of its runs ends, so a shorter \
-                     interval only makes an idle server spin on the store",
-                    humantime::format_duration(MIN_CLAIM_INTERVAL),
-                    self.executor_claim_interval.source
-                ),
-                humantime::format_duration(self.executor_claim_interval.value),
-            ));
-        }
         self.validate_load()?;
         self.engine_config().validate()
     }
@@ -173,21 +105,39 @@ impl Config {
         Ok(())
     }
 
-    /// `lease.min` at least [`MIN_LEASE`] and every `lease.*` at least
-    /// `lease.min`, naming the variables.
-    fn validate_lease_floor(&self) -> Result<(), ConfigError> {
-        let floor = &self.lease_min;
-        if floor.value < MIN_LEASE {
+    /// Every key with a [`Bound`](super::keys::Bound) within it: the
+    /// bound is the key's row, so a key's bound is stated and checked in
+    /// one place.
+    fn validate_bounds(&self) -> Result<(), ConfigError> {
+        for key in KEYS.iter() {
+            let Some(bound) = key.bound else { continue };
+            let (text, source) = self.value_of(key);
+            let Some(value) = key.measure(&text) else {
+                continue;
+            };
+            let broken = match (bound.min, bound.max) {
+                (Some(min), _) if value < min => format!("at least {}", key.written(min)),
+                (_, Some(max)) if value > max => format!("at most {}", key.written(max)),
+                _ => continue,
+            };
+            let why = if bound.why.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", bound.why)
+            };
             return Err(ConfigError::new(
-                named(key_of("lease.min")),
-                format!(
-                    "a duration of at least {} (from {}): no lease may be shorter",
-                    humantime::format_duration(MIN_LEASE),
-                    floor.source
-                ),
-                describe_duration(floor.value),
+                named(key),
+                format!("{broken} (from {source}){why}"),
+                key.written(value),
             ));
         }
+        Ok(())
+    }
+
+    /// Every `lease.*` at least `lease.min`, naming the variables
+    /// (`lease.min`'s own floor is its bound).
+    fn validate_lease_floor(&self) -> Result<(), ConfigError> {
+        let floor = &self.lease_min;
         for kind in LeaseKind::ALL {
             rules::lease_above_floor(kind, self.lease(kind), floor.value)
                 .map_err(|b| refused(&b))?;

@@ -6,9 +6,13 @@
 //! written out, which a test holds together.
 
 use std::fmt;
+use std::time::Duration;
 
-use super::ENV_CONFIG;
+use leasehold_actors::{MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE, MIN_PROGRESS_NOTE_BYTES};
+
+use super::checks::MIN_CLAIM_INTERVAL;
 use super::fields::{Field, IdleTimeout, Kind, NoField, Slot, ValueKind, field};
+use super::{ENV_CONFIG, format_size, parse_size};
 
 /// One configuration key: its names, default and meaning, and the field of
 /// [`Config`](super::Config) it sets and reads.
@@ -28,8 +32,25 @@ pub struct Key {
     /// The names the key had before it was renamed, if it was: still read,
     /// with a warning naming the new ones.
     pub old: Option<OldName>,
+    /// The bound the value is checked against on its own, if any (the
+    /// rules between keys are [`rules`](leasehold_actors::rules)).
+    pub bound: Option<Bound>,
     /// Where the value lives: how it is set from text and read back.
     pub(super) slot: &'static dyn Slot,
+}
+
+/// The bound a key's value is checked against on its own, in the unit of
+/// its kind: nanoseconds for a duration, bytes for a size, the number
+/// itself for a count. Loading refuses a value outside it, naming the key;
+/// the table in `docs/configuration.md` shows it in its `checks` column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// The least value allowed.
+    pub min: Option<u128>,
+    /// The greatest value allowed.
+    pub max: Option<u128>,
+    /// Why, said after the bound when a value is refused; may be empty.
+    pub why: &'static str,
 }
 
 /// A key's names before it was renamed. The file, the environment and
@@ -45,6 +66,30 @@ pub struct OldName {
 }
 
 impl Key {
+    /// This key, its value at least `min` (in its kind's unit), for `why`.
+    const fn at_least(self, min: u128, why: &'static str) -> Self {
+        Self {
+            bound: Some(Bound {
+                min: Some(min),
+                max: None,
+                why,
+            }),
+            ..self
+        }
+    }
+
+    /// This key, its value at most `max` (in its kind's unit), for `why`.
+    const fn at_most(self, max: u128, why: &'static str) -> Self {
+        Self {
+            bound: Some(Bound {
+                min: None,
+                max: Some(max),
+                why,
+            }),
+            ..self
+        }
+    }
+
     /// This key, formerly named `env` and `file`.
     const fn was(self, env: &'static str, file: &'static str) -> Self {
         Self {
@@ -94,11 +139,13 @@ pub const KEYS_TABLE_START: &str =
 /// The line after the key table in `docs/configuration.md`.
 pub const KEYS_TABLE_END: &str = "<!-- end keys -->";
 
-/// Every key as a Markdown table — variable, file key, default, meaning —
-/// exactly as `docs/configuration.md` holds it between [`KEYS_TABLE_START`] and
+/// Every key as a Markdown table — variable, file key, default, checks,
+/// meaning — exactly as `docs/configuration.md` holds it between [`KEYS_TABLE_START`] and
 /// [`KEYS_TABLE_END`].
 pub(super) fn markdown_table() -> String {
-    let mut out = String::from("| variable | file key | default | meaning |\n|---|---|---|---|\n");
+    let mut out = String::from(
+        "| variable | file key | default | checks | meaning |\n|---|---|---|---|---|\n",
+    );
     for key in &KEYS {
         let file = if key.file.is_empty() {
             "—".to_owned()
@@ -119,12 +166,73 @@ pub(super) fn markdown_table() -> String {
                 old.file, old.env
             ));
         }
+        let checks = key.checks().unwrap_or_else(|| "—".to_owned());
         out.push_str(&format!(
-            "| `{}` | {file} | {default} | {meaning} |\n",
-            key.env
+            "| `{}` | {file} | {default} | {} | {meaning} |\n",
+            key.env,
+            cell(&checks)
         ));
     }
     out
+}
+
+impl Key {
+    /// What loading checks of this key's value on its own, in words: a
+    /// duration's range (above 0, at most 30 days) and the key's
+    /// [`Bound`]; `None` when nothing is.
+    pub fn checks(&self) -> Option<String> {
+        let mut checks = Vec::new();
+        let bound = self.bound.unwrap_or(Bound {
+            min: None,
+            max: None,
+            why: "",
+        });
+        match bound.min {
+            Some(min) => checks.push(format!("at least {}", self.written(min))),
+            None if self.kind == ValueKind::Duration => checks.push("above 0".to_owned()),
+            None => {}
+        }
+        match bound.max {
+            Some(max) => checks.push(format!("at most {}", self.written(max))),
+            None if self.kind == ValueKind::Duration => {
+                checks.push(MAX_DURATION_EXPECTED.to_owned());
+            }
+            None => {}
+        }
+        (!checks.is_empty()).then(|| checks.join(", "))
+    }
+
+    /// `measure`, in this key's unit, as it would be configured.
+    pub(super) fn written(&self, measure: u128) -> String {
+        let whole = u64::try_from(measure).unwrap_or(u64::MAX);
+        match self.kind {
+            ValueKind::Duration | ValueKind::DurationOrOff => {
+                humantime::format_duration(Duration::from_nanos(whole)).to_string()
+            }
+            ValueKind::Size => {
+                let size = format_size(whole);
+                if size.bytes().all(|b| b.is_ascii_digit()) {
+                    format!("{size}B")
+                } else {
+                    size
+                }
+            }
+            _ => measure.to_string(),
+        }
+    }
+
+    /// `text`, a value of this key as it is configured, in its kind's
+    /// unit; `None` for a kind that has none.
+    pub(super) fn measure(&self, text: &str) -> Option<u128> {
+        match self.kind {
+            ValueKind::Duration | ValueKind::DurationOrOff => {
+                humantime::parse_duration(text).ok().map(|d| d.as_nanos())
+            }
+            ValueKind::Size => parse_size(text).map(u128::from),
+            ValueKind::Count => text.trim().parse().ok(),
+            _ => None,
+        }
+    }
 }
 
 /// `text` as a table cell: a `|` would end the cell, even in code.
@@ -160,6 +268,7 @@ const fn key_at(
         meaning,
         kind,
         old: None,
+        bound: None,
         slot,
     }
 }
@@ -199,8 +308,9 @@ pub(super) static KEYS: [Key; 63] = [
         "lease.min",
         "10ms",
         field!(Duration, lease_min),
-        "the shortest lease: each lease length above (`lease.model_stream` to `lease.worker_step`) and every flow's `leases.*` must be at least this long; itself at least `10ms`, the floor of any lease (see \"A flow can only tighten the configuration\" below)",
-    ),
+        "the shortest lease: each lease length above (`lease.model_stream` to `lease.worker_step`) and every flow's `leases.*` must be at least this long (see \"A flow can only tighten the configuration\" below)",
+    )
+    .at_least(MIN_LEASE.as_nanos(), "no lease may be shorter"),
     key(
         "LEASEHOLD_LEASE_MAX_RENEWALS",
         "lease.max_renewals",
@@ -256,8 +366,9 @@ pub(super) static KEYS: [Key; 63] = [
         "budget.max_extensions",
         "3",
         field!(Count, budget_max_extensions),
-        "budget extensions one loop may get in all, whatever the evaluator says; at most 3 (it may be lowered, never raised)",
-    ),
+        "budget extensions one loop may get in all, whatever the evaluator says",
+    )
+    .at_most(MAX_EXTENSIONS as u128, "a loop is extended at most that many times, whatever the evaluator says: lower it, never raise it"),
     key(
         "LEASEHOLD_SPAWN_MAX_PER_ANSWER",
         "spawn.max_per_answer",
@@ -285,7 +396,8 @@ pub(super) static KEYS: [Key; 63] = [
         "1m 30s",
         field!(Duration, run_lease_ttl),
         "how long an executor owns a run without a heartbeat (heartbeats every third of it); also how long `leasehold runs resume|cancel|reconcile` wait, at least 10 s, for a control forwarded to the run's owner to take effect",
-    ),
+    )
+    .at_least(Duration::from_millis(3).as_nanos(), ""),
     key(
         "LEASEHOLD_RESUME_ON_BOOT",
         "resume_on_boot",
@@ -298,8 +410,9 @@ pub(super) static KEYS: [Key; 63] = [
         "executor.claim_interval",
         "1s",
         field!(Duration, executor_claim_interval),
-        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); at least `100ms`, since a shorter interval only makes an idle server spin on the store; see `durability.md`",
-    ),
+        "how often a serving executor with room claims queued runs (it also claims when one of its runs ends and when it queues one); see `durability.md`",
+    )
+    .at_least(MIN_CLAIM_INTERVAL.as_nanos(), "an executor also claims as soon as a run is queued and whenever one of its runs ends, so a shorter interval only makes an idle server spin on the store"),
     key(
         "LEASEHOLD_EXECUTOR_RETENTION",
         "executor.retention",
@@ -511,21 +624,24 @@ pub(super) static KEYS: [Key; 63] = [
         "512",
         field!(Count, server_max_connections),
         "open connections at once; further clients wait to be accepted",
-    ),
+    )
+    .at_least(1, "a limit of 0 would refuse every client"),
     key(
         "LEASEHOLD_SERVER_MAX_EVENT_STREAMS",
         "server.max_event_streams",
         "128",
         field!(Count, server_max_event_streams),
         "event streams open at once; past it a 503 with `Retry-After`",
-    ),
+    )
+    .at_least(1, "a limit of 0 would refuse every client"),
     key(
         "LEASEHOLD_SERVER_MAX_LIVE_RUNS",
         "server.max_live_runs",
         "64",
         field!(Count, server_max_live_runs),
         "runs this executor runs at once, at most (its admitted limit is lower while it is late: `executor.lag_target`); past it a posted run waits queued, and resuming one is a 429",
-    ),
+    )
+    .at_least(1, "a limit of 0 would refuse every client"),
     key(
         "LEASEHOLD_SERVER_MAX_QUEUED_RUNS",
         "server.max_queued_runs",
@@ -566,8 +682,9 @@ pub(super) static KEYS: [Key; 63] = [
         "limits.progress_note",
         "1KiB",
         field!(Size, limits_progress_note),
-        "one progress note (an MCP progress message, a worker's step): a longer one is cut at a character boundary with a marker, in the evidence the watchdog and the evaluator see and in the stored event; at least `64B`",
-    ),
+        "one progress note (an MCP progress message, a worker's step): a longer one is cut at a character boundary with a marker, in the evidence the watchdog and the evaluator see and in the stored event",
+    )
+    .at_least(MIN_PROGRESS_NOTE_BYTES as u128, "room for the start of a note and the marker saying it was cut"),
     key(
         "LEASEHOLD_LIMITS_PROGRESS_INTERVAL",
         "limits.progress_interval",
@@ -580,8 +697,9 @@ pub(super) static KEYS: [Key; 63] = [
         "limits.run_events",
         "10000",
         field!(Count, limits_run_events),
-        "events a run's log holds before its `progress` events are counted instead of stored; `events_dropped` events say how many, and `runs show` adds them up; every other event is stored past it; at least 1",
-    ),
+        "events a run's log holds before its `progress` events are counted instead of stored; `events_dropped` events say how many, and `runs show` adds them up; every other event is stored past it",
+    )
+    .at_least(1, "a log of 0 events would store no progress at all"),
     key(
         "LEASEHOLD_LIMITS_TASK",
         "limits.task",
