@@ -339,6 +339,7 @@ impl Flow {
             tool_call: o.tool_call.unwrap_or(base.tool_call),
             worker_step: o.worker_step.unwrap_or(base.worker_step),
             max_renewals: o.max_renewals.unwrap_or(base.max_renewals),
+            min: base.min,
         }
     }
 

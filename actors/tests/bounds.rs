@@ -228,10 +228,8 @@ async fn an_engine_configured_below_the_lease_floor_is_refused_naming_the_lease(
         Err(other) => panic!("expected a configuration refusal, got {other}"),
         Ok(_) => panic!("a 1 ns lease must be refused"),
     }
-    let mut config = EngineConfig {
-        min_lease: Duration::from_secs(60),
-        ..EngineConfig::default()
-    };
+    let mut config = EngineConfig::default();
+    config.supervision.lease.min = Duration::from_secs(60);
     config.supervision.lease.model_stream = Duration::from_secs(30);
     let built = Engine::builder()
         .config(config)
@@ -246,4 +244,19 @@ async fn an_engine_configured_below_the_lease_floor_is_refused_naming_the_lease(
         Err(other) => panic!("expected a configuration refusal, got {other}"),
         Ok(_) => panic!("a lease below lease.min must be refused"),
     }
+}
+
+#[test]
+fn the_shortest_lease_is_a_field_of_the_lease_configuration_named_as_its_key() {
+    let mut lease = leasehold_actors::LeaseConfig::default();
+    assert_eq!(lease.min, MIN_LEASE);
+    lease.validate().expect("the defaults hold");
+    lease.min = Duration::from_secs(60);
+    lease.tool_call = Duration::from_secs(30);
+    let error = lease.validate().expect_err("a lease below lease.min");
+    assert_eq!(error.field, "lease.tool_call", "{error}");
+    assert!(error.to_string().contains("`lease.min`"), "{error}");
+    lease.min = Duration::from_millis(1);
+    let error = lease.validate().expect_err("lease.min below the floor");
+    assert_eq!(error.field, "lease.min", "{error}");
 }

@@ -377,7 +377,7 @@ impl Default for Config {
             lease_model_blocking: Setting::default(lease.model_blocking),
             lease_tool_call: Setting::default(lease.tool_call),
             lease_worker_step: Setting::default(lease.worker_step),
-            lease_min: Setting::default(engine.min_lease),
+            lease_min: Setting::default(engine.supervision.lease.min),
             free_renewals: Setting::default(engine.supervision.watchdog.free_renewals),
             max_renewals: Setting::default(lease.max_renewals),
             evidence_renewals: Setting::default(engine.supervision.watchdog.evidence_renewals),

@@ -25,16 +25,18 @@ use super::EngineConfig;
 pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result<(), FlowError> {
     for (kind, path, lease) in flow.leases.leases() {
         let Some(lease) = lease else { continue };
-        crate::rules::lease_above_floor(kind, lease, config.min_lease).map_err(|broken| {
-            FlowError::new(
-                path,
-                format!(
-                    "expected {}: a flow may only tighten the configuration, got {}",
-                    crate::lease::min_lease_expected(config.min_lease, "lease.min"),
-                    broken.got
-                ),
-            )
-        })?;
+        crate::rules::lease_above_floor(kind, lease, config.supervision.lease.min).map_err(
+            |broken| {
+                FlowError::new(
+                    path,
+                    format!(
+                        "expected {}: a flow may only tighten the configuration, got {}",
+                        crate::lease::min_lease_expected(config.supervision.lease.min, "lease.min"),
+                        broken.got
+                    ),
+                )
+            },
+        )?;
     }
     if let (Some(asked), Some(kept)) = (flow.retention, config.retention)
         && asked > kept
@@ -220,7 +222,7 @@ mod tests {
             assert!(error.message.contains(key), "{error}");
         }
         let mut raised = config;
-        raised.min_lease = Duration::from_secs(1);
+        raised.supervision.lease.min = Duration::from_secs(1);
         let error = within_configuration(
             &flow(serde_json::json!({"leases": {"tool_call": "500ms"}})),
             &raised,

@@ -55,11 +55,6 @@ pub struct EngineConfig {
     /// cut is appended, and a `tool_result_truncated` event says so. It
     /// holds for every [`ToolClient`].
     pub max_tool_result_bytes: usize,
-    /// The shortest lease a run may have (default
-    /// [`MIN_LEASE`](crate::MIN_LEASE), 10 ms, which is also the least it
-    /// may be): this configuration's leases and every flow's are refused
-    /// below it.
-    pub min_lease: Duration,
     /// How many workers a run may spawn, per answer, in all and in depth.
     /// A flow's `spawn` table may lower them, never raise them.
     pub spawn: crate::SpawnLimits,
@@ -98,7 +93,6 @@ impl Default for EngineConfig {
             restart: RestartPolicy::default(),
             run_lease_ttl: Duration::from_secs(90),
             max_tool_result_bytes: DEFAULT_MAX_TOOL_RESULT_BYTES,
-            min_lease: crate::MIN_LEASE,
             spawn: crate::SpawnLimits::default(),
             events: EventLimits::default(),
             retention: Some(DEFAULT_RETENTION),
@@ -110,20 +104,19 @@ impl Default for EngineConfig {
 impl EngineConfig {
     /// Refuses nonsense, naming the field; every duration must be at most
     /// [`MAX_DURATION`](crate::MAX_DURATION), every lease at least
-    /// `min_lease`, itself at least [`MIN_LEASE`](crate::MIN_LEASE).
+    /// `lease.min`, itself at least [`MIN_LEASE`](crate::MIN_LEASE).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::check_duration("lease.min", self.min_lease)?;
-        if self.min_lease < crate::MIN_LEASE {
+        let lease = &self.supervision.lease;
+        crate::check_duration("lease.min", lease.min)?;
+        if lease.min < crate::MIN_LEASE {
             return Err(ConfigError::new(
                 "lease.min",
                 crate::lease::min_lease_expected(crate::MIN_LEASE, ""),
-                crate::describe_duration(self.min_lease),
+                crate::describe_duration(lease.min),
             ));
         }
         self.supervision.validate()?;
-        self.supervision
-            .lease
-            .validate_floor(self.min_lease, "lease.min")?;
+        lease.validate_floor(lease.min, "lease.min")?;
         self.budget.validate()?;
         self.restart.validate()?;
         crate::check_duration("run_lease_ttl", self.run_lease_ttl)?;

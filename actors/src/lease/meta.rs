@@ -99,6 +99,10 @@ pub struct LeaseConfig {
     /// Renewals a lease may have before its next expiry stops the operation
     /// (default 10).
     pub max_renewals: u32,
+    /// The shortest lease (`lease.min`; default [`MIN_LEASE`], 10 ms,
+    /// which is also the least it may be): each lease above, and every
+    /// flow's, is refused below it.
+    pub min: Duration,
 }
 
 impl Default for LeaseConfig {
@@ -109,6 +113,7 @@ impl Default for LeaseConfig {
             tool_call: Duration::from_secs(300),
             worker_step: Duration::from_secs(600),
             max_renewals: 10,
+            min: MIN_LEASE,
         }
     }
 }
@@ -128,7 +133,20 @@ impl LeaseConfig {
     /// [`MAX_DURATION`](crate::MAX_DURATION), naming the kind's field
     /// (`lease.tool_call`).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.validate_floor(MIN_LEASE, "")
+        check_positive_duration("lease.min", self.min)?;
+        if self.min < MIN_LEASE {
+            return Err(ConfigError::new(
+                "lease.min",
+                min_lease_expected(MIN_LEASE, ""),
+                crate::describe_duration(self.min),
+            ));
+        }
+        let floor_key = if self.min > MIN_LEASE {
+            "lease.min"
+        } else {
+            ""
+        };
+        self.validate_floor(self.min, floor_key)
     }
 
     /// [`LeaseConfig::validate`] against a floor of `floor` (at least

@@ -35,6 +35,7 @@ impl Config {
                     tool_call: self.lease_tool_call.value,
                     worker_step: self.lease_worker_step.value,
                     max_renewals: self.max_renewals.value,
+                    min: self.lease_min.value,
                 },
                 watchdog: WatchdogConfig {
                     free_renewals: self.free_renewals.value,
@@ -60,7 +61,6 @@ impl Config {
             },
             run_lease_ttl: self.run_lease_ttl.value,
             max_tool_result_bytes: bytes(self.limits_tool_result.value),
-            min_lease: self.lease_min.value,
             spawn: SpawnLimits {
                 max_per_answer: self.spawn_max_per_answer.value,
                 max_per_run: self.spawn_max_per_run.value,
