@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use leasehold_lab::{MAX_CHUNKS, OperationKind, Options, Report, StrategyReport, Workload, run};
+use leasehold_lab::{
+    ExperimentError, MAX_CHUNKS, OperationKind, Options, Report, StrategyReport, Workload, run,
+};
 
 fn options(strategies: &[&str]) -> Options {
     Options {
@@ -584,9 +586,22 @@ fn a_defined_strategy_that_is_wrong_is_refused_naming_its_key() {
         "strategies[0].name"
     );
     assert_eq!(
-        with("[[strategies]]\nname = \"a\"\npolicy = \"timeout\"\n"),
+        with("[[strategies]]\nname = \"a\"\npolicy = \"Time Out\"\n"),
         "strategies[0].policy"
     );
+    // A policy name no built-in has may be an embedder's: the plan, which
+    // knows the registered policies, refuses it before anything runs.
+    let unknown = Workload::parse(&format!(
+        "{base}[[strategies]]\nname = \"a\"\npolicy = \"timeout\"\n"
+    ))
+    .expect("parses");
+    match leasehold_lab::plan(&unknown, &options(&["a"])) {
+        Err(ExperimentError::Workload(error)) => {
+            assert_eq!(error.key, "strategies[0].policy", "{error}");
+            assert!(error.to_string().contains("`timeout`"), "{error}");
+        }
+        other => panic!("expected a refusal naming the policy, got {other:?}"),
+    }
     assert_eq!(
         with("[[strategies]]\nname = \"a\"\npolicy = \"leasehold\"\nmax_renewals = 1\n"),
         "strategies[0].free_renewals",
@@ -827,4 +842,32 @@ fn an_embedders_verdict_policy_is_compared_beside_the_built_ins_from_rust_and_fr
         .filter_map(|s| s["policy"].as_str())
         .collect();
     assert_eq!(policies, ["leasehold", "half_lease"]);
+}
+
+#[test]
+fn a_strategy_a_workload_defines_may_be_judged_by_an_embedders_policy() {
+    let text = format!(
+        "{TOOLS_WITH_PROGRESS}\n[[strategies]]\nname = \"half-10s\"\npolicy = \"half_lease\"\nlease = \"10s\"\n"
+    );
+    let workload = Workload::parse(&text).expect("an embedder's policy may be named");
+    let with_policy = Options {
+        strategies: Some(vec!["deadline".into(), "half-10s".into()]),
+        policies: vec![std::sync::Arc::new(HalfLease)],
+        ..Options::default()
+    };
+    let report = run(&workload, &with_policy).expect("runs");
+    let [_, half] = strategies::<2>(&report);
+    assert_eq!(
+        (half.name.as_str(), half.policy.as_str(), half.lease_ms),
+        ("half-10s", "half_lease", 10_000)
+    );
+    assert_eq!(
+        half.hangs_detected, half.hangs,
+        "its policy cuts a quiet call"
+    );
+    let refused = run(&workload, &options(&["half-10s"])).expect_err("unregistered");
+    assert!(
+        refused.to_string().contains("strategies[0].policy"),
+        "{refused}"
+    );
 }

@@ -9,7 +9,7 @@ use super::estimate::{DEFAULT_MAX_EVENTS, Estimate};
 use super::read::WorkloadError;
 use super::report::{Report, StrategyReport};
 use super::runner::play;
-use super::strategy::{MAX_STRATEGIES, Strategy};
+use super::strategy::{MAX_STRATEGIES, Strategy, StrategyDefinition};
 use super::workload::{EvaluatorLoad, Operation, Workload};
 use super::{ExperimentError, Options};
 
@@ -45,6 +45,7 @@ pub struct Plan {
 /// refused when they are more than [`MAX_STRATEGIES`] or its estimate is
 /// more than `options.max_events` simulated events.
 pub fn plan(workload: &Workload, options: &Options) -> Result<Plan, ExperimentError> {
+    StrategyDefinition::check_policies(&workload.strategies, &options.policies)?;
     let names = match &options.strategies {
         Some(names) => {
             check_count("--strategies", names.len(), "named")?;
@@ -77,7 +78,7 @@ pub fn plan(workload: &Workload, options: &Options) -> Result<Plan, ExperimentEr
     )?)
 }
 
-/// The strategy `name`: the workload's (built in or defined), else, when
+/// The strategy `name`: the workload's (built in or defined), or, when
 /// its name before `@` is that of one of `policies`, the workload's
 /// `[strategy]` at its lease judged by that policy.
 fn resolve(
@@ -85,23 +86,9 @@ fn resolve(
     name: &str,
     policies: &[std::sync::Arc<dyn leasehold_actors::VerdictPolicy>],
 ) -> Result<Strategy, WorkloadError> {
-    let (base, lease) = name
-        .split_once('@')
-        .map_or((name, None), |(base, lease)| (base, Some(lease)));
-    let own = policies.iter().find(|policy| policy.name() == base);
-    match (workload.resolve(name), own) {
-        (Ok(strategy), _) => Ok(strategy),
-        (Err(_), Some(policy)) => {
-            let under = match lease {
-                Some(lease) => format!("leasehold@{lease}"),
-                None => "leasehold".to_owned(),
-            };
-            Ok(workload
-                .resolve(&under)?
-                .judged_by(name, std::sync::Arc::clone(policy)))
-        }
-        (Err(refused), None) => Err(refused),
-    }
+    workload
+        .strategy
+        .strategy_judged(name, &workload.strategies, policies)
 }
 
 fn check_count(key: &str, count: usize, which: &str) -> Result<(), WorkloadError> {

@@ -104,8 +104,9 @@ impl Sweep {
 pub struct StrategyDefinition {
     /// Its name, as `--strategies` and the report say it.
     pub name: String,
-    /// Its verdict policy, a built-in's name (`leasehold`, `deadline`,
-    /// `idle_kill`, `always_evaluate`).
+    /// Its verdict policy: a built-in's name (`leasehold`, `deadline`,
+    /// `idle_kill`, `always_evaluate`), or that of a policy of the
+    /// embedder's own ([`Options::policies`](crate::Options::policies)).
     pub policy: String,
     /// Its lease.
     #[serde(default, deserialize_with = "human_option")]
@@ -209,6 +210,19 @@ impl StrategySettings {
         name: &str,
         defined: &[StrategyDefinition],
     ) -> Result<Strategy, WorkloadError> {
+        self.strategy_judged(name, defined, &[])
+    }
+
+    /// The strategy named `name` as [`StrategySettings::strategy`] finds
+    /// it, where a policy may also be one of `policies`, the embedder's
+    /// own: `NAME` or `NAME@LEASE` for one of them is this `[strategy]`
+    /// judged by it, and a defined strategy may name one as its `policy`.
+    pub fn strategy_judged(
+        &self,
+        name: &str,
+        defined: &[StrategyDefinition],
+        policies: &[Arc<dyn VerdictPolicy>],
+    ) -> Result<Strategy, WorkloadError> {
         let (base, lease) = match name.split_once('@') {
             Some((base, lease)) => {
                 let lease = parse_human(lease)
@@ -218,21 +232,22 @@ impl StrategySettings {
             }
             None => (name, None),
         };
-        let (policy, settings) = match defined.iter().find(|d| d.name == base) {
-            Some(definition) => {
-                let policy = policy_named(&definition.policy)
-                    .ok_or_else(|| unknown("--strategies", name, defined))?;
-                (policy, definition.apply(self))
-            }
+        let ((policy, judge), settings) = match defined.iter().find(|d| d.name == base) {
+            Some(definition) => (
+                judge_named(&definition.policy, policies)
+                    .ok_or_else(|| unknown("--strategies", name, defined))?,
+                definition.apply(self),
+            ),
             None => (
-                policy_named(base).ok_or_else(|| unknown("--strategies", name, defined))?,
+                judge_named(base, policies)
+                    .ok_or_else(|| unknown("--strategies", name, defined))?,
                 self.clone(),
             ),
         };
         Ok(Strategy {
             name: name.to_owned(),
             policy,
-            judge: None,
+            judge,
             lease: lease.unwrap_or(settings.lease),
             shared: settings,
             supervisor: None,
@@ -245,8 +260,10 @@ impl StrategyDefinition {
     /// is empty, holds `@`, `,` or a control character (it is printed in
     /// the table and drawn in the plots), is a built-in's or repeats one
     /// before;
-    /// an unknown policy; a lease that is not positive; more free
-    /// renewals than the cap, once applied over `shared`.
+    /// a policy that is not a policy's name; a lease that is not positive;
+    /// more free renewals than the cap, once applied over `shared`. Whether
+    /// a policy is known is checked when the experiment is planned
+    /// ([`StrategyDefinition::check_policies`]): it may be an embedder's.
     pub fn validate_all(defined: &[Self], shared: &StrategySettings) -> Result<(), WorkloadError> {
         if defined.len() > MAX_DEFINED_STRATEGIES {
             return Err(WorkloadError::new(
@@ -280,13 +297,31 @@ impl StrategyDefinition {
                     format!("`{name}` is already a strategy's name"),
                 ));
             }
-            if policy_named(&definition.policy).is_none() {
-                return Err(unknown(format!("{at}.policy"), &definition.policy, &[]));
+            if PolicyName::new("policy", definition.policy.clone()).is_err() {
+                return Err(unknown_policy(&at, &definition.policy, &[]));
             }
             if let Some(lease) = definition.lease {
                 check_lease(&format!("{at}.lease"), lease)?;
             }
             check_renewals(&at, &definition.apply(shared))?;
+        }
+        Ok(())
+    }
+
+    /// Refuses the first of `defined` whose policy is neither a built-in
+    /// nor one of `policies`, naming its key (`strategies[i].policy`).
+    pub fn check_policies(
+        defined: &[Self],
+        policies: &[Arc<dyn VerdictPolicy>],
+    ) -> Result<(), WorkloadError> {
+        for (i, definition) in defined.iter().enumerate() {
+            if judge_named(&definition.policy, policies).is_none() {
+                return Err(unknown_policy(
+                    &format!("strategies[{i}]"),
+                    &definition.policy,
+                    policies,
+                ));
+            }
         }
         Ok(())
     }
@@ -430,6 +465,37 @@ impl Strategy {
 
 fn policy_named(name: &str) -> Option<PolicyName> {
     BUILT_IN.into_iter().find(|policy| policy.as_str() == name)
+}
+
+/// The verdict policy named `name`: a built-in, or one of `policies` with
+/// the policy that judges for it.
+fn judge_named(
+    name: &str,
+    policies: &[Arc<dyn VerdictPolicy>],
+) -> Option<(PolicyName, Option<OwnPolicy>)> {
+    if let Some(policy) = policy_named(name) {
+        return Some((policy, None));
+    }
+    let own = policies.iter().find(|policy| policy.name() == name)?;
+    let policy = PolicyName::new("policy", own.name()).ok()?;
+    Some((policy, Some(OwnPolicy(Arc::clone(own)))))
+}
+
+/// A defined strategy's `policy` that names no policy, refused at
+/// `{at}.policy` with the names that would do.
+fn unknown_policy(at: &str, name: &str, policies: &[Arc<dyn VerdictPolicy>]) -> WorkloadError {
+    let known: Vec<&str> = BUILT_IN
+        .iter()
+        .map(PolicyName::as_str)
+        .chain(policies.iter().map(|p| p.name()))
+        .collect();
+    WorkloadError::new(
+        format!("{at}.policy"),
+        format!(
+            "unknown verdict policy `{name}`: expected one of {}",
+            known.join(", ")
+        ),
+    )
 }
 
 fn unknown(key: impl Into<String>, name: &str, defined: &[StrategyDefinition]) -> WorkloadError {
