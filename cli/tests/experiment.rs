@@ -73,9 +73,20 @@ fn a_workload_error_names_the_offending_key() {
     );
     assert_eq!(refused_at("seed = 1\n"), ".");
     let error = Workload::parse(&format!(
-        "{STREAMS}[strategy.sweep]\npolicies = [\"deadline\", \"timeout\"]\nleases = [\"5s\"]\n"
+        "{STREAMS}[strategy.sweep]\npolicies = [\"deadline\", \"Time Out\"]\nleases = [\"5s\"]\n"
     ))
     .expect_err("refused");
+    assert_eq!(error.key, "strategy.sweep.policies[1]");
+    // A name no built-in has may be an embedder's policy: the plan, which
+    // knows the registered ones, refuses it.
+    let workload = Workload::parse(&format!(
+        "{STREAMS}[strategy.sweep]\npolicies = [\"deadline\", \"timeout\"]\nleases = [\"5s\"]\n"
+    ))
+    .expect("parses");
+    let Err(ExperimentError::Workload(error)) = leasehold_lab::plan(&workload, &Options::default())
+    else {
+        panic!("an unknown policy in the sweep is refused by the plan");
+    };
     assert_eq!(error.key, "strategy.sweep.policies[1]");
     assert!(error.message.contains("`timeout`"), "{error}");
 }
@@ -611,11 +622,15 @@ fn a_defined_strategy_that_is_wrong_is_refused_naming_its_key() {
         with("[[strategies]]\nname = \"a\"\npolicy = \"leasehold\"\nlease = \"0s\"\n"),
         "strategies[0].lease"
     );
-    let error = Workload::parse(&format!(
+    let workload = Workload::parse(&format!(
         "{base}[[strategies]]\nname = \"mine\"\npolicy = \"leasehold\"\n\
          [strategy.sweep]\npolicies = [\"yours\"]\nleases = [\"5s\"]\n"
     ))
-    .expect_err("refused");
+    .expect("parses: `yours` may be an embedder's policy");
+    let Err(ExperimentError::Workload(error)) = leasehold_lab::plan(&workload, &Options::default())
+    else {
+        panic!("an unknown policy in the sweep is refused by the plan");
+    };
     assert_eq!(error.key, "strategy.sweep.policies[0]");
     assert!(error.message.contains("mine"), "{error}");
 }
@@ -870,4 +885,25 @@ fn a_strategy_a_workload_defines_may_be_judged_by_an_embedders_policy() {
         refused.to_string().contains("strategies[0].policy"),
         "{refused}"
     );
+    // The sweep may name it too: `half_lease@10s` among the defaults.
+    let swept = Workload::parse(&format!(
+        "{TOOLS_WITH_PROGRESS}\n[strategy.sweep]\npolicies = [\"half_lease\"]\nleases = [\"10s\"]\n"
+    ))
+    .expect("an embedder's policy may be swept");
+    let names = swept.strategy.default_names(&swept.strategies);
+    assert!(names.iter().any(|n| n == "half_lease@10s"), "{names:?}");
+    let own: Vec<std::sync::Arc<dyn leasehold::VerdictPolicy>> =
+        vec![std::sync::Arc::new(HalfLease)];
+    let strategy = swept
+        .strategy
+        .strategy_judged("half_lease@10s", &swept.strategies, &own)
+        .expect("resolves");
+    assert_eq!(strategy.policy.as_str(), "half_lease");
+    assert_eq!(strategy.lease, Duration::from_secs(10));
+    assert!(strategy.judge.is_some());
+    let planned = Options {
+        policies: own,
+        ..Options::default()
+    };
+    leasehold_lab::plan(&swept, &planned).expect("planned with the policy registered");
 }

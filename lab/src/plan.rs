@@ -45,7 +45,11 @@ pub struct Plan {
 /// refused when they are more than [`MAX_STRATEGIES`] or its estimate is
 /// more than `options.max_events` simulated events.
 pub fn plan(workload: &Workload, options: &Options) -> Result<Plan, ExperimentError> {
-    StrategyDefinition::check_policies(&workload.strategies, &options.policies)?;
+    StrategyDefinition::check_policies(
+        &workload.strategies,
+        &workload.strategy,
+        &options.policies,
+    )?;
     let names = match &options.strategies {
         Some(names) => {
             check_count("--strategies", names.len(), "named")?;

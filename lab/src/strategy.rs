@@ -165,8 +165,14 @@ impl StrategySettings {
             for (i, lease) in sweep.leases.iter().enumerate() {
                 check_lease(&format!("strategy.sweep.leases[{i}]"), *lease)?;
             }
+            // A name that is neither a built-in nor defined may be an
+            // embedder's policy: the plan checks it against the registered
+            // ones (`check_policies`).
             for (i, name) in sweep.policies.iter().enumerate() {
-                if policy_named(name).is_none() && !defined.iter().any(|d| d.name == *name) {
+                if policy_named(name).is_none()
+                    && !defined.iter().any(|d| d.name == *name)
+                    && PolicyName::new("policy", name.clone()).is_err()
+                {
                     return Err(unknown(
                         format!("strategy.sweep.policies[{i}]"),
                         name,
@@ -298,7 +304,12 @@ impl StrategyDefinition {
                 ));
             }
             if PolicyName::new("policy", definition.policy.clone()).is_err() {
-                return Err(unknown_policy(&at, &definition.policy, &[]));
+                return Err(unknown_policy(
+                    &format!("{at}.policy"),
+                    &definition.policy,
+                    &[],
+                    &[],
+                ));
             }
             if let Some(lease) = definition.lease {
                 check_lease(&format!("{at}.lease"), lease)?;
@@ -309,17 +320,32 @@ impl StrategyDefinition {
     }
 
     /// Refuses the first of `defined` whose policy is neither a built-in
-    /// nor one of `policies`, naming its key (`strategies[i].policy`).
+    /// nor one of `policies`, naming its key (`strategies[i].policy`), then
+    /// the first name of `shared`'s sweep that is none of these nor a
+    /// defined strategy (`strategy.sweep.policies[i]`).
     pub fn check_policies(
         defined: &[Self],
+        shared: &StrategySettings,
         policies: &[Arc<dyn VerdictPolicy>],
     ) -> Result<(), WorkloadError> {
         for (i, definition) in defined.iter().enumerate() {
             if judge_named(&definition.policy, policies).is_none() {
                 return Err(unknown_policy(
-                    &format!("strategies[{i}]"),
+                    &format!("strategies[{i}].policy"),
                     &definition.policy,
                     policies,
+                    &[],
+                ));
+            }
+        }
+        let swept = shared.sweep.iter().flat_map(|sweep| &sweep.policies);
+        for (i, name) in swept.enumerate() {
+            if judge_named(name, policies).is_none() && !defined.iter().any(|d| d.name == *name) {
+                return Err(unknown_policy(
+                    &format!("strategy.sweep.policies[{i}]"),
+                    name,
+                    policies,
+                    defined,
                 ));
             }
         }
@@ -481,16 +507,22 @@ fn judge_named(
     Some((policy, Some(OwnPolicy(Arc::clone(own)))))
 }
 
-/// A defined strategy's `policy` that names no policy, refused at
-/// `{at}.policy` with the names that would do.
-fn unknown_policy(at: &str, name: &str, policies: &[Arc<dyn VerdictPolicy>]) -> WorkloadError {
+/// A policy's name that names none, refused at `key` with the names that
+/// would do: the built-ins, `policies` and the strategies `defined`.
+fn unknown_policy(
+    key: &str,
+    name: &str,
+    policies: &[Arc<dyn VerdictPolicy>],
+    defined: &[StrategyDefinition],
+) -> WorkloadError {
     let known: Vec<&str> = BUILT_IN
         .iter()
         .map(PolicyName::as_str)
         .chain(policies.iter().map(|p| p.name()))
+        .chain(defined.iter().map(|d| d.name.as_str()))
         .collect();
     WorkloadError::new(
-        format!("{at}.policy"),
+        key,
         format!(
             "unknown verdict policy `{name}`: expected one of {}",
             known.join(", ")
