@@ -665,10 +665,18 @@ impl std::fmt::Debug for RunEventSource {
 
 /// The events of one run, in order, ending after the run's end: what
 /// [`RunHandle::events`] gives.
+///
+/// It never waits for an end that cannot come: once it has lagged (its
+/// run's end event may be among what it lost), it ends when the run's state
+/// says the run is over; and it ends when this engine no longer runs the
+/// run (it was lost to another executor, or the engine stopped it), once
+/// every event already sent was read.
 #[derive(Debug)]
 pub struct RunEvents {
     run_id: String,
     stream: EventStream,
+    state: watch::Receiver<RunState>,
+    lagged: bool,
     ended: bool,
 }
 
@@ -681,7 +689,16 @@ impl RunEvents {
             return None;
         }
         loop {
-            match self.stream.recv().await? {
+            let lagged = self.lagged;
+            let next = tokio::select! {
+                biased;
+                next = self.stream.recv() => next?,
+                () = over(&mut self.state, lagged) => {
+                    self.ended = true;
+                    return None;
+                }
+            };
+            match next {
                 Ok(event) if event.run_id != self.run_id => continue,
                 Ok(event) => {
                     self.ended = matches!(
@@ -692,10 +709,23 @@ impl RunEvents {
                     );
                     return Some(Ok(event));
                 }
-                Err(lagged) => return Some(Err(lagged)),
+                Err(lost) => {
+                    self.lagged = true;
+                    return Some(Err(lost));
+                }
             }
         }
     }
+}
+
+/// Resolves when no more events of the run can come: it was lost to
+/// another executor or its actor is gone, or — for a reader that `lagged`
+/// and may have lost the end event — it has ended.
+async fn over(state: &mut watch::Receiver<RunState>, lagged: bool) {
+    // An error is the run's actor gone: nothing more will be sent either.
+    let _ = state
+        .wait_for(|s| s.lost.is_some() || (lagged && s.status.is_terminal()))
+        .await;
 }
 
 impl RunHandle {
@@ -748,6 +778,8 @@ impl RunHandle {
         RunEvents {
             run_id: self.run_id.clone(),
             stream: first.unwrap_or_else(|| self.events.bus.subscribe()),
+            state: self.state.clone(),
+            lagged: false,
             ended: false,
         }
     }

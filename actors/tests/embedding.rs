@@ -158,3 +158,47 @@ async fn a_run_handles_events_are_its_own_runs_from_its_first_to_its_end() {
         assert!(events.recv().await.is_none());
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_run_handles_events_end_even_when_the_reader_lagged_past_the_runs_end() {
+    let model = ScriptedModel::new().script("run", [Turn::answer("done")]);
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .build()
+        .await
+        .expect("builds");
+    let flow = Flow::builder("n", "Answer.")
+        .max_steps(2)
+        .build()
+        .expect("flow");
+    let mut run = engine.start(flow).await.expect("starts");
+    let mut events = run.events();
+    assert!(run.wait().await.status.is_terminal());
+    // Other runs flood the bus past its capacity before this reader reads:
+    // its run's end event is among what it loses.
+    for _ in 0..=leasehold_actors::EventBus::DEFAULT_CAPACITY {
+        engine.events().publish(
+            "another-run",
+            "root",
+            EventKind::RunStarted {
+                flow: "other".into(),
+                task: "flood".into(),
+                max_steps: 0,
+            },
+        );
+    }
+    let first = events.recv().await.expect("the reader is told");
+    assert!(first.is_err(), "it lagged: {first:?}");
+    let rest = tokio::time::timeout(Duration::from_secs(3600), async {
+        let mut own = 0;
+        while let Some(event) = events.recv().await {
+            let event = event.expect("one lag only");
+            assert_eq!(event.run_id, run.run_id());
+            own += 1;
+        }
+        own
+    })
+    .await
+    .expect("the stream ends: the run is over, whatever the reader lost");
+    assert_eq!(rest, 0, "every event of the run was flooded away");
+}
