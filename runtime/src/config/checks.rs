@@ -19,11 +19,6 @@ fn refused(broken: &Broken) -> ConfigError {
     broken.named(named(key_of(&broken.key)), key_of(broken.against).env)
 }
 
-/// The shortest `executor.claim_interval`: the interval is only the
-/// fallback of an executor that claims on each queued run and each ended
-/// one, and a shorter one is an idle loop on the store.
-pub const MIN_CLAIM_INTERVAL: Duration = Duration::from_millis(100);
-
 impl Config {
     /// Refuses values that defeat themselves, naming the variables: a zero
     /// duration or one above [`MAX_DURATION`] (30 days), a value outside its

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use leasehold_actors::{MAX_DURATION_EXPECTED, MAX_EXTENSIONS, MIN_LEASE, MIN_PROGRESS_NOTE_BYTES};
 
-use super::checks::MIN_CLAIM_INTERVAL;
 use super::fields::{Field, IdleTimeout, Kind, NoField, Slot, ValueKind, field};
 use super::{ENV_CONFIG, format_size, parse_size};
 
@@ -38,6 +37,11 @@ pub struct Key {
     /// Where the value lives: how it is set from text and read back.
     pub(super) slot: &'static dyn Slot,
 }
+
+/// The shortest `executor.claim_interval`: the interval is only the
+/// fallback of an executor that claims on each queued run and each ended
+/// one, and a shorter one is an idle loop on the store.
+pub const MIN_CLAIM_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The bound a key's value is checked against on its own, in the unit of
 /// its kind: nanoseconds for a duration, bytes for a size, the number
