@@ -72,7 +72,11 @@ pub fn plan(workload: &Workload, options: &Options) -> Result<Plan, ExperimentEr
     };
     let strategies = names
         .iter()
-        .map(|name| resolve(workload, name.trim(), &options.policies))
+        .map(|name| {
+            workload
+                .strategy
+                .strategy_judged(name.trim(), &workload.strategies, &options.policies)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Plan::new(
         workload,
@@ -80,19 +84,6 @@ pub fn plan(workload: &Workload, options: &Options) -> Result<Plan, ExperimentEr
         options.seed,
         options.max_events,
     )?)
-}
-
-/// The strategy `name`: the workload's (built in or defined), or, when
-/// its name before `@` is that of one of `policies`, the workload's
-/// `[strategy]` at its lease judged by that policy.
-fn resolve(
-    workload: &Workload,
-    name: &str,
-    policies: &[std::sync::Arc<dyn leasehold_actors::VerdictPolicy>],
-) -> Result<Strategy, WorkloadError> {
-    workload
-        .strategy
-        .strategy_judged(name, &workload.strategies, policies)
 }
 
 fn check_count(key: &str, count: usize, which: &str) -> Result<(), WorkloadError> {

@@ -176,6 +176,7 @@ impl StrategySettings {
                     return Err(unknown(
                         format!("strategy.sweep.policies[{i}]"),
                         name,
+                        &[],
                         defined,
                     ));
                 }
@@ -241,12 +242,12 @@ impl StrategySettings {
         let ((policy, judge), settings) = match defined.iter().find(|d| d.name == base) {
             Some(definition) => (
                 judge_named(&definition.policy, policies)
-                    .ok_or_else(|| unknown("--strategies", name, defined))?,
+                    .ok_or_else(|| unknown("--strategies", name, policies, defined))?,
                 definition.apply(self),
             ),
             None => (
                 judge_named(base, policies)
-                    .ok_or_else(|| unknown("--strategies", name, defined))?,
+                    .ok_or_else(|| unknown("--strategies", name, policies, defined))?,
                 self.clone(),
             ),
         };
@@ -507,40 +508,46 @@ fn judge_named(
     Some((policy, Some(OwnPolicy(Arc::clone(own)))))
 }
 
-/// A policy's name that names none, refused at `key` with the names that
-/// would do: the built-ins, `policies` and the strategies `defined`.
-fn unknown_policy(
-    key: &str,
-    name: &str,
-    policies: &[Arc<dyn VerdictPolicy>],
-    defined: &[StrategyDefinition],
-) -> WorkloadError {
+/// The names that would do where `name` was refused: the built-ins,
+/// `policies` (the embedder's own) and the strategies `defined`.
+fn known(policies: &[Arc<dyn VerdictPolicy>], defined: &[StrategyDefinition]) -> String {
     let known: Vec<&str> = BUILT_IN
         .iter()
         .map(PolicyName::as_str)
         .chain(policies.iter().map(|p| p.name()))
         .chain(defined.iter().map(|d| d.name.as_str()))
         .collect();
+    known.join(", ")
+}
+
+/// A policy's name that names none, refused at `key`.
+fn unknown_policy(
+    key: &str,
+    name: &str,
+    policies: &[Arc<dyn VerdictPolicy>],
+    defined: &[StrategyDefinition],
+) -> WorkloadError {
     WorkloadError::new(
         key,
         format!(
             "unknown verdict policy `{name}`: expected one of {}",
-            known.join(", ")
+            known(policies, defined)
         ),
     )
 }
 
-fn unknown(key: impl Into<String>, name: &str, defined: &[StrategyDefinition]) -> WorkloadError {
-    let known: Vec<&str> = BUILT_IN
-        .iter()
-        .map(PolicyName::as_str)
-        .chain(defined.iter().map(|d| d.name.as_str()))
-        .collect();
+/// A strategy's name that names none, refused at `key`.
+fn unknown(
+    key: impl Into<String>,
+    name: &str,
+    policies: &[Arc<dyn VerdictPolicy>],
+    defined: &[StrategyDefinition],
+) -> WorkloadError {
     WorkloadError::new(
         key,
         format!(
             "unknown strategy `{name}`: expected one of {}, optionally with `@LEASE` (as `deadline@30s`)",
-            known.join(", ")
+            known(policies, defined)
         ),
     )
 }

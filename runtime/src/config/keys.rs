@@ -186,17 +186,13 @@ impl Key {
     /// [`Bound`]; `None` when nothing is.
     pub fn checks(&self) -> Option<String> {
         let mut checks = Vec::new();
-        let bound = self.bound.unwrap_or(Bound {
-            min: None,
-            max: None,
-            why: "",
-        });
-        match bound.min {
+        let (min, max) = self.bound.map_or((None, None), |b| (b.min, b.max));
+        match min {
             Some(min) => checks.push(format!("at least {}", self.written(min))),
             None if self.kind == ValueKind::Duration => checks.push("above 0".to_owned()),
             None => {}
         }
-        match bound.max {
+        match max {
             Some(max) => checks.push(format!("at most {}", self.written(max))),
             None if self.kind == ValueKind::Duration => {
                 checks.push(MAX_DURATION_EXPECTED.to_owned());
