@@ -76,6 +76,18 @@ pub(crate) struct CallState {
     /// For a worker: its path, so a resume can find its snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_path: Option<String>,
+    /// Its place in the run's history when it was first recorded as sent
+    /// ([`ToolCallRecord::seq`](crate::ports::ToolCallRecord::seq)).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sent_seq: u64,
+    /// For a call a fork inherited from the run that made it: that run,
+    /// and the call's key there, which it keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_by: Option<(String, String)>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Where a loop is between messages.
@@ -369,6 +381,7 @@ impl AgentLoop {
             step: self.state.steps,
             status,
             state: serde_json::to_value(&self.state).unwrap_or_default(),
+            seq: self.ctx.next_seq(),
         };
         let result = self
             .ctx

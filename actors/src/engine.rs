@@ -52,6 +52,7 @@ use crate::watchdog::{StartError, WatchdogMsg};
 
 mod bounds;
 mod builder;
+mod fork;
 mod ownership;
 mod plan;
 mod queue;
@@ -241,10 +242,13 @@ impl Engine {
         if let Some(end) = self.continue_log(run_id, record.fence).await? {
             return Err(self.record_logged_end(run_id, record.fence, end).await);
         }
-        let saved = Saved {
+        let mut saved = Saved {
             snapshots: self.store.load_snapshots(run_id).await?,
             calls: self.store.load_tool_calls(run_id).await?,
         };
+        if let Some(origin) = &record.fork {
+            saved = self.fork_saved(&record, origin, saved).await?;
+        }
         self.launch(plan, record, Some(saved)).await
     }
 
@@ -271,13 +275,17 @@ impl Engine {
         let _ = self
             .log
             .send(LogItem::Register(run_id.clone(), fence.clone()));
-        let workers_spawned = saved.as_ref().map_or(0, Saved::workers_spawned);
+        // A fork's own history goes on from its fork point.
+        let forked_at = record.fork.as_ref().map_or(0, |origin| origin.seq);
+        let spawned_and_history = saved.as_ref().map_or((0, forked_at), |saved| {
+            (saved.workers_spawned(), saved.history().max(forked_at))
+        });
         let ctx = Arc::new(RunContext::new(
             plan,
             run_id.clone(),
             fence,
             leases.clone(),
-            workers_spawned,
+            spawned_and_history,
         ));
         // A run resumed paused says why it waits, as it did before the
         // restart: its pause is read back from the store.

@@ -47,7 +47,9 @@ mod repetition;
 pub(crate) mod summary;
 
 pub use repetition::{MIN_TRIGRAMS, repetition};
-pub use summary::{EvidenceKind, EvidenceKinds, EvidenceSummary, ProgressSummary};
+pub use summary::{
+    EvidenceKind, EvidenceKinds, EvidenceSummary, OperationTiming, ProgressSummary, TimedEnd,
+};
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -150,6 +152,12 @@ struct EvidenceState {
     published: Option<Instant>,
     /// Progress reports since then that no event has said yet.
     unsaid: u64,
+    /// The longest silence between two items (or before the first), pauses
+    /// excluded, and how many items came before it.
+    longest_silence: (std::time::Duration, u64),
+    /// Time paused in all, so that the operation's recorded length is its
+    /// working time.
+    paused_total: std::time::Duration,
 }
 
 impl Evidence {
@@ -312,6 +320,7 @@ impl Evidence {
         let mut state = self.state();
         if let Some(since) = state.paused_since.take() {
             let paused = at.saturating_duration_since(since);
+            state.paused_total += paused;
             if let Some(last) = state.last {
                 state.last = Some(last + paused);
             } else if let Some(started) = state.started {
@@ -499,6 +508,30 @@ impl Evidence {
         }
     }
 
+    /// How the operation went, from its start to `now`: its working time
+    /// (pauses excluded), its items and their silences; `ended` says how it
+    /// ended and `renewals` how often its lease was renewed.
+    pub(crate) fn timing(&self, now: Instant, ended: TimedEnd, renewals: u32) -> OperationTiming {
+        let state = self.state();
+        let started = state.started.unwrap_or(now);
+        let since = |at: Instant| ms(at.saturating_duration_since(started));
+        let working = now
+            .saturating_duration_since(started)
+            .saturating_sub(state.paused_total);
+        OperationTiming {
+            duration_ms: ms(working),
+            items: state.count,
+            first_item_ms: state.first_arrival.map(since),
+            last_item_ms: state.last.map(since),
+            longest_silence_ms: ms(state.longest_silence.0),
+            silence_after: state.longest_silence.1,
+            keepalives: state.kinds.keepalive,
+            progress: state.progress,
+            ended,
+            renewals,
+        }
+    }
+
     /// The lease's expiry was judged and renewed: the progress value now is
     /// what the next expiry's must rise above.
     pub(crate) fn judged(&self) {
@@ -550,6 +583,11 @@ impl Evidence {
 
 /// A duration of `ms` milliseconds (0 for nonsense, at most
 /// [`MAX_DURATION`](crate::MAX_DURATION)).
+/// `duration` in whole milliseconds.
+fn ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn millis_to(ms: f64) -> std::time::Duration {
     std::time::Duration::try_from_secs_f64(ms.max(0.0) / 1e3)
         .unwrap_or(crate::MAX_DURATION)
@@ -589,10 +627,19 @@ impl EvidenceState {
     fn arrive(&mut self, at: Instant, kind: EvidenceKind) -> u64 {
         self.kinds.add(kind);
         self.first_arrival.get_or_insert(at);
+        // During a pause only the quiet time before it counts.
+        let until = self.paused_since.unwrap_or(at);
         if let Some(last) = self.last {
-            // During a pause only the quiet time before it counts.
-            let until = self.paused_since.unwrap_or(at);
-            self.window.push(until.saturating_duration_since(last));
+            let gap = until.saturating_duration_since(last);
+            self.window.push(gap);
+            if gap > self.longest_silence.0 {
+                self.longest_silence = (gap, self.count);
+            }
+        } else if let Some(started) = self.started {
+            let wait = until.saturating_duration_since(started);
+            if wait > self.longest_silence.0 {
+                self.longest_silence = (wait, 0);
+            }
         }
         self.last = Some(at);
         if self.paused_since.is_some() {

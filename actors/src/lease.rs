@@ -66,7 +66,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::duration::deadline_after;
 use crate::event::EventKind;
-use crate::evidence::{Evidence, Wake};
+use crate::evidence::{Evidence, TimedEnd, Wake};
 use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
 use crate::pace::{PaceBook, PaceMode};
@@ -370,11 +370,15 @@ impl LeaseState {
         if let Some(entry) = self.remove(id) {
             if cancelled {
                 self.emit(&entry.meta, EventKind::LeaseCancelled { lease_id: id });
-            } else if let Some(key) = &entry.meta.pace_key
-                && entry.meta.pace_mode != PaceMode::Off
-            {
-                // Ended by itself: what it showed is the key's normal pace.
-                self.paces.learn(key, &entry.evidence.call_pace());
+                self.timed(&entry, TimedEnd::Cut);
+            } else {
+                self.timed(&entry, TimedEnd::Ended);
+                if let Some(key) = &entry.meta.pace_key
+                    && entry.meta.pace_mode != PaceMode::Off
+                {
+                    // Ended by itself: what it showed is the key's normal pace.
+                    self.paces.learn(key, &entry.evidence.call_pace());
+                }
             }
         }
         self.tell_drained();
@@ -643,9 +647,26 @@ impl LeaseState {
     /// Ends the operation for `end`: tells the owner why, then cancels it.
     fn end(&mut self, id: LeaseId, end: LeaseEnd) {
         if let Some(entry) = self.remove(id) {
+            self.timed(&entry, TimedEnd::Cut);
             let _ = entry.end.send(end);
             entry.token.cancel();
         }
+    }
+
+    /// Says how the operation of `entry` went in time, as it ends.
+    fn timed(&self, entry: &Entry, ended: TimedEnd) {
+        let timing = entry
+            .evidence
+            .timing(tokio::time::Instant::now(), ended, entry.renewals);
+        self.emit(
+            &entry.meta,
+            EventKind::OperationTimed {
+                lease_id: entry.meta.id,
+                lease_kind: entry.meta.kind,
+                subject: entry.meta.subject.clone(),
+                timing,
+            },
+        );
     }
 
     fn emit(&self, meta: &LeaseMeta, kind: EventKind) {

@@ -42,6 +42,7 @@ mod event;
 mod event_log;
 mod evidence;
 mod flow;
+mod fork;
 mod lease;
 mod load;
 mod memory;
@@ -81,6 +82,9 @@ pub use flow::{
 };
 pub use spawn::{SpawnLimits, SpawnRefusal};
 
+// Forks.
+pub use fork::{ForkError, ForkSpec};
+
 // Events.
 pub use event::{
     BudgetRecord, CallOutcome, DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS,
@@ -93,11 +97,11 @@ pub use memory::MemoryStore;
 pub use ports::{
     BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
-    ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord, PurgeReport,
-    PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate,
-    SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, SystemClock, TokenCost, TokioClock,
-    ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition, ToolError,
-    ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing, retention,
+    ForkOrigin, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord,
+    PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
+    RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, SystemClock, TokenCost,
+    TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition,
+    ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing, retention,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
@@ -106,7 +110,7 @@ pub use ports::{
 // Leases and their evidence, for supervising work of your own.
 pub use evidence::{
     Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, MIN_STEPS, MIN_TRIGRAMS,
-    ProgressSummary, STEP_WINDOW, TAIL_BYTES, repetition,
+    OperationTiming, ProgressSummary, STEP_WINDOW, TAIL_BYTES, TimedEnd, repetition,
 };
 pub use lease::terms::{LeaseTerms, TermsByKind};
 pub use lease::{

@@ -24,6 +24,8 @@ struct Tables {
     runs: BTreeMap<String, RunRecord>,
     order: Vec<String>,
     snapshots: HashMap<(String, String), Snapshot>,
+    /// Every snapshot saved, by run, in the order saved.
+    history: HashMap<String, Vec<Snapshot>>,
     tool_calls: HashMap<String, BTreeMap<String, ToolCallRecord>>,
     events: HashMap<String, Vec<Event>>,
     snapshot_writes: u64,
@@ -76,6 +78,7 @@ impl MemoryStore {
             record.pause = None;
         }
         tables.snapshots.retain(|(run, _), _| run != run_id);
+        tables.history.remove(run_id);
         tables.tool_calls.remove(run_id);
         tables.events.remove(run_id);
     }
@@ -119,6 +122,7 @@ impl MemoryStore {
         tables.runs.len()
             + tables.order.len()
             + tables.snapshots.len()
+            + tables.history.values().map(Vec::len).sum::<usize>()
             + tables.tool_calls.values().map(BTreeMap::len).sum::<usize>()
             + tables.events.values().map(Vec::len).sum::<usize>()
             + tables.commands.len()
@@ -296,6 +300,11 @@ impl Store for MemoryStore {
         ready(self.fenced(&run_id, fence, |tables| {
             tables.snapshot_writes += 1;
             tables
+                .history
+                .entry(snapshot.run_id.clone())
+                .or_default()
+                .push(snapshot.clone());
+            tables
                 .snapshots
                 .insert((snapshot.run_id.clone(), snapshot.path.clone()), snapshot);
         }))
@@ -391,6 +400,15 @@ impl Store for MemoryStore {
             .collect();
         snapshots.sort_by(|a, b| a.path.cmp(&b.path));
         ready(Ok(snapshots))
+    }
+
+    fn load_snapshot_history(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+        let mut history = self.lock().history.get(run_id).cloned().unwrap_or_default();
+        history.sort_by_key(|s| s.seq);
+        ready(Ok(history))
     }
 
     fn load_tool_calls(
@@ -519,11 +537,13 @@ impl Store for MemoryStore {
                 runs,
                 order,
                 snapshots,
+                history,
                 tool_calls,
                 events,
                 commands,
                 ..
             } = &mut *tables;
+            history.retain(|run, _| !gone.contains(run.as_str()));
             runs.retain(|id, _| !gone.contains(id.as_str()));
             order.retain(|id| !gone.contains(id.as_str()));
             snapshots.retain(|(run, _), _| !gone.contains(run.as_str()));

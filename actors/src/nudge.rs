@@ -7,6 +7,11 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// What a loop is told when a person answers its pause, before their
+/// words: how a person's answer is found in a transcript (a fork says what
+/// it inherits of them).
+pub(crate) const PERSON_ANSWERED: &str = "A person reviewed the escalation";
+
 /// A loop's queue of pending nudges. Cheap to clone; clones share the queue.
 #[derive(Clone, Debug, Default)]
 pub struct NudgeQueue {

@@ -32,9 +32,9 @@ pub use model::{
 };
 pub use records::{FinishReason, TokenCost, TranscriptMessage};
 pub use store::{
-    ClaimOutcome, Fenced, PauseRecord, PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery,
-    RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError,
-    SummaryPage, ToolCallRecord, ToolCallState, fencing, listing, retention,
+    ClaimOutcome, Fenced, ForkOrigin, PauseRecord, PurgeReport, PurgeRule, QueueClaim, RunPage,
+    RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store,
+    StoreError, SummaryPage, ToolCallRecord, ToolCallState, fencing, listing, retention,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

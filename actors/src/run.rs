@@ -38,7 +38,8 @@ use crate::agent::{
 use crate::budget::BudgetMsg;
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::lease::LeaseMsg;
-use crate::ports::{PauseRecord, RunRecord, RunStatus, RunUpdate};
+use crate::nudge::PERSON_ANSWERED;
+use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate, ToolCallState};
 
 // The run's plan and its tools are leaves: every loop of the run reads
 // them through its `RunContext` (`agent/context.rs`), so they name nothing
@@ -134,7 +135,9 @@ impl Actor for RunActor {
     ) -> Result<(), ActorProcessingErr> {
         let ctx = state.agent.ctx.clone();
         let flow = ctx.flow.clone();
-        if state.saved.is_none() {
+        if let Some(origin) = state.record.fork.clone() {
+            state.forked(&origin);
+        } else if state.saved.is_none() {
             ctx.emit(
                 ROOT_PATH,
                 EventKind::RunStarted {
@@ -278,6 +281,59 @@ impl RunActorState {
 
     fn run_id(&self) -> String {
         self.agent.ctx.run_id.clone()
+    }
+
+    /// A fork starts: it says where it comes from (or, taken on again by
+    /// another executor, that it resumed), and its guidance waits for the
+    /// forked loop's next step if the fork has not yet taken a step of its
+    /// own and the loop has no snapshot to carry it (its first step).
+    fn forked(&mut self, origin: &ForkOrigin) {
+        let ctx = self.agent.ctx.clone();
+        let kind = if self.record.fence <= 1 {
+            EventKind::RunForked {
+                flow: ctx.flow.name.clone(),
+                parent: origin.parent.clone(),
+                loop_path: origin.path.clone(),
+                step: origin.step,
+                guidance: origin.guidance.clone(),
+                changes: origin.changes.clone(),
+                person_answers: origin.person_answers.clone(),
+            }
+        } else {
+            EventKind::RunResumed {
+                owner_id: ctx.owner_id.clone(),
+                fence: ctx.fence(),
+            }
+        };
+        let first = matches!(kind, EventKind::RunForked { .. });
+        ctx.emit(ROOT_PATH, kind);
+        let Some(saved) = &self.saved else { return };
+        // What the parent's calls gave is the fork's: said once, as it
+        // begins, never sent again.
+        for call in saved
+            .calls
+            .iter()
+            .filter(|c| first && c.state == ToolCallState::Done)
+        {
+            let Some(made_by) = &call.made_by else {
+                continue;
+            };
+            ctx.emit(
+                &format!("{}/tool_call:{}.{}", call.path, call.step, call.index),
+                EventKind::ToolCallReplayed {
+                    tool: call.tool.clone(),
+                    idempotency_key: call.key.clone(),
+                    made_by: made_by.clone(),
+                    by_person: call.by_person,
+                },
+            );
+        }
+        if saved.history() <= origin.seq
+            && !saved.snapshots.iter().any(|s| s.path == origin.path)
+            && let Some(guidance) = &origin.guidance
+        {
+            ctx.nudges_for(&origin.path).push(guidance.clone());
+        }
     }
 
     /// Starts the root loop's work: its first step, or where a resumed run
@@ -485,8 +541,8 @@ impl RunActorState {
             return Err(ControlError::NotPaused { run_id, status });
         }
         let note = match &guidance {
-            Some(text) => format!("A person reviewed the escalation and answered: {text}"),
-            None => "A person reviewed the escalation and said to go on.".to_owned(),
+            Some(text) => format!("{PERSON_ANSWERED} and answered: {text}"),
+            None => format!("{PERSON_ANSWERED} and said to go on."),
         };
         self.leave_pause(guidance).await?;
         for path in self.escalations.drain(..) {

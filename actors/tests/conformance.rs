@@ -157,6 +157,7 @@ impl Drop for Spoiling {
             pause: None,
             created_at_ms: 1_000,
             updated_at_ms: 1_000,
+            fork: None,
         };
         // The in-memory store writes when called: the answer is not needed.
         drop(self.0.create_run(stray));
@@ -289,6 +290,13 @@ impl Store for NeverOrphans {
         run_id: &str,
     ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
         self.0.load_snapshots(run_id)
+    }
+
+    fn load_snapshot_history(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+        self.0.load_snapshot_history(run_id)
     }
 
     fn load_tool_calls(

@@ -33,11 +33,24 @@ async fn events_carry_seq_at_run_id_path_and_kind() {
         events.push(event);
     }
     let kinds: Vec<_> = events.iter().map(|e| e.kind.name()).collect();
-    assert_eq!(kinds, ["progress", "wait", "verdict", "intervened"]);
+    assert_eq!(
+        kinds,
+        [
+            "progress",
+            "wait",
+            "verdict",
+            "intervened",
+            "operation_timed"
+        ]
+    );
     let seqs: Vec<_> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, [1, 2, 3, 4]);
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
     let positions: Vec<_> = events.iter().map(|e| e.position).collect();
-    assert_eq!(positions, [1, 2, 3, 4], "the run's own count, with no gap");
+    assert_eq!(
+        positions,
+        [1, 2, 3, 4, 5],
+        "the run's own count, with no gap"
+    );
     assert_eq!(events[1].at, 11_000, "`at` comes from the clock port");
     assert!(events.iter().all(|e| e.run_id == RUN && e.path == PATH));
 
@@ -53,6 +66,24 @@ async fn events_carry_seq_at_run_id_path_and_kind() {
     // And back: the schema round-trips.
     let back: Event = serde_json::from_value(json).expect("deserializes");
     assert_eq!(back, *events[1]);
+
+    // How the operation went, in time: one item at once, then silence
+    // until it was cut at its lease's end.
+    let timed = serde_json::to_value(&*events[4]).expect("serializes");
+    assert_eq!(
+        timed,
+        serde_json::json!({
+            "seq": 5, "position": 5, "at": 11000, "run_id": RUN, "path": PATH,
+            "kind": "operation_timed", "lease_id": handle_id(&events),
+            "lease_kind": "model_stream", "subject": "chat",
+            "timing": {
+                "duration_ms": 10000, "items": 1, "first_item_ms": 0, "last_item_ms": 0,
+                "longest_silence_ms": 0, "silence_after": 0, "ended": "cut", "renewals": 0
+            }
+        })
+    );
+    let back: Event = serde_json::from_value(timed).expect("deserializes");
+    assert_eq!(back, *events[4]);
 }
 
 /// One chunk, then silence far past the stream's acceptable pause.
@@ -109,12 +140,40 @@ async fn every_event_kind_has_a_stable_snake_case_name() {
             command: "resume".into(),
             reason: "run r is not paused".into(),
         },
+        EventKind::RunForked {
+            flow: "f".into(),
+            parent: "run-p".into(),
+            loop_path: "run/worker:w:1".into(),
+            step: 2,
+            guidance: Some("g".into()),
+            changes: vec!["max_steps=3".into()],
+            person_answers: vec!["a".into()],
+        },
+        EventKind::ToolCallReplayed {
+            tool: "charge".into(),
+            idempotency_key: "run-p/run/1/0".into(),
+            made_by: "run-p".into(),
+            by_person: true,
+        },
     ];
     for kind in kinds {
         let json = serde_json::to_value(&kind).expect("serializes");
         assert_eq!(json["kind"], kind.name());
         let back: EventKind = serde_json::from_value(json.clone()).expect("reads back");
         assert_eq!(back, kind, "{json}");
+        // In an event too: no field of the kind is named as one of the
+        // event's own (`seq`, `at`, `run_id`, `path`, …).
+        let event = Event {
+            seq: 1,
+            position: 1,
+            at: 0,
+            run_id: "r".into(),
+            path: "run".into(),
+            kind: kind.clone(),
+        };
+        let text = serde_json::to_string(&event).expect("serializes");
+        let back: Event = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(back, event);
         assert!(
             kind.name()
                 .chars()

@@ -35,6 +35,7 @@ async fn run(
             pause: None,
             created_at_ms: 0,
             updated_at_ms: 0,
+            fork: None,
         })
         .await
         .unwrap();
@@ -45,6 +46,7 @@ async fn run(
             step: 1,
             status: RunStatus::Running,
             state: json!({}),
+            seq: 0,
         };
         assert!(store.save_snapshot(snapshot, 1).await.unwrap().is_applied());
     }
@@ -58,6 +60,9 @@ async fn run(
         idempotent: Some(true),
         state: ToolCallState::Done,
         result: Some("found".to_owned()),
+        by_person: false,
+        made_by: None,
+        seq: 0,
     };
     assert!(
         store
@@ -113,9 +118,9 @@ async fn run(
     );
 }
 
-/// Every entry one run of [`run`] leaves: record, order, 2 snapshots, 1
-/// tool call, 3 events, 1 command.
-const ENTRIES_PER_RUN: usize = 9;
+/// Every entry one run of [`run`] leaves: record, order, 2 snapshots (and
+/// their 2 entries in its history), 1 tool call, 3 events, 1 command.
+const ENTRIES_PER_RUN: usize = 11;
 
 fn rule(now_ms: u64, retention_ms: Option<u64>, limit: usize) -> PurgeRule {
     PurgeRule {

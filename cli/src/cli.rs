@@ -315,7 +315,7 @@ impl Cli {
             Command::Runs(command) => runs::run(&self.global, command).await,
             Command::Paces(args) => paces::run(&self.global, args).await,
             Command::Demo(args) => demo::run(&self.global, args).await,
-            Command::Experiment(args) => experiment::run(args, &self.global.policies).await,
+            Command::Experiment(args) => experiment::run(&self.global, args).await,
         }
     }
 }

@@ -438,6 +438,7 @@ fn the_dashboard_pages_through_more_runs_than_one_page_holds_in_a_real_browser()
                 pause: None,
                 created_at_ms: 1_767_225_600_000 + n,
                 updated_at_ms: 1_767_225_600_000 + n,
+                fork: None,
             };
             store.create_run(record).await.expect("a run");
         }
@@ -681,6 +682,7 @@ fn the_timeline_draws_a_stored_run_and_shows_event_text_as_text_in_a_real_browse
             pause: None,
             created_at_ms: start_ms,
             updated_at_ms: start_ms + 5900,
+            fork: None,
         };
         store.create_run(record).await.expect("a run");
         let appended = store

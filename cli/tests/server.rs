@@ -354,6 +354,7 @@ fn listed_run(n: u64) -> RunRecord {
         pause: None,
         created_at_ms: 1_767_225_600_000 + n * 1_000,
         updated_at_ms: 1_767_225_600_000 + n * 1_000,
+        fork: None,
     }
 }
 

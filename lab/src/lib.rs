@@ -44,6 +44,8 @@ mod estimate;
 mod plan;
 mod plot;
 mod read;
+mod recorded;
+mod replay;
 mod report;
 mod report_files;
 mod runner;
@@ -54,6 +56,10 @@ pub use estimate::{DEFAULT_MAX_EVENTS, Estimate};
 pub use plan::{Plan, Progress, plan};
 pub use plot::{MAX_LABEL, PlotError, label, tradeoff_svg, wasted_svg};
 pub use read::WorkloadError;
+pub use recorded::{
+    Counterfactual, OwnStrategy, RecordedOperation, counterfactual, recorded_operations,
+};
+pub use replay::{Divergence, Recording, ReplayError, ReplayReport};
 pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{

@@ -124,6 +124,28 @@ impl Plan {
         })
     }
 
+    /// The plan of `operations` — recorded from real runs
+    /// ([`recorded_operations`](super::recorded_operations)), or made as
+    /// you like — under `strategies`, with `evaluator`, refused as
+    /// [`Plan::new`] refuses.
+    pub fn of_operations(
+        operations: Vec<Operation>,
+        strategies: Vec<Strategy>,
+        evaluator: EvaluatorLoad,
+        max_events: Option<u64>,
+    ) -> Result<Self, WorkloadError> {
+        check_count("strategies", strategies.len(), "given")?;
+        let estimate = Estimate::new(&operations, &strategies);
+        estimate.check(max_events.unwrap_or(DEFAULT_MAX_EVENTS))?;
+        Ok(Self {
+            seed: 0,
+            strategies,
+            operations,
+            evaluator,
+            estimate,
+        })
+    }
+
     /// What it will cost.
     pub fn estimate(&self) -> Estimate {
         self.estimate

@@ -84,6 +84,7 @@ fn snapshot(run_id: &str, step: u32, state: &Value) -> Snapshot {
         step,
         status: RunStatus::Running,
         state: state.clone(),
+        seq: 0,
     }
 }
 
@@ -100,6 +101,7 @@ fn run_record(run_id: &str) -> RunRecord {
         pause: None,
         created_at_ms: 0,
         updated_at_ms: 0,
+        fork: None,
     }
 }
 

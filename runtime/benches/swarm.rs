@@ -742,6 +742,9 @@ impl Store for Recording {
     fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
         self.inner.load_snapshots(run_id)
     }
+    fn load_snapshot_history(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
+        self.inner.load_snapshot_history(run_id)
+    }
     fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>> {
         self.inner.load_tool_calls(run_id)
     }

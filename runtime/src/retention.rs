@@ -158,6 +158,7 @@ mod tests {
                     pause: None,
                     created_at_ms: 0,
                     updated_at_ms: 1_000,
+                    fork: None,
                 })
                 .await
                 .unwrap();

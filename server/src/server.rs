@@ -428,6 +428,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}/resume", post(api::resume))
         .route("/runs/{id}/cancel", post(api::cancel))
         .route("/runs/{id}/reconcile", post(api::reconcile))
+        .route("/runs/{id}/fork", post(api::fork))
         .fallback(api::no_route)
         .method_not_allowed_fallback(api::wrong_method)
         .layer(middleware::from_fn_with_state(

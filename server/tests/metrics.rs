@@ -343,6 +343,7 @@ async fn metrics_parse_need_the_token_and_match_the_event_logs_and_the_store() {
             pause: None,
             created_at_ms: 1,
             updated_at_ms: 2,
+            fork: None,
         })
         .await
         .expect("created");

@@ -689,6 +689,12 @@ impl Store for CountingStore {
     ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
         self.inner.load_snapshots(run_id)
     }
+    fn load_snapshot_history(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+        self.inner.load_snapshot_history(run_id)
+    }
     fn load_tool_calls(
         &self,
         run_id: &str,

@@ -37,8 +37,14 @@ impl AgentLoop {
     }
 
     /// The idempotency key of call `index` of `step`: the same across
-    /// retries and resumes.
+    /// retries and resumes. A key names its run: a call a fork inherited
+    /// keeps the key of the run that made it.
     pub(super) fn idempotency_key(&self, step: u32, index: usize) -> String {
+        if step == self.state.steps
+            && let Some((_, key)) = self.state.calls.get(index).and_then(|c| c.made_by.as_ref())
+        {
+            return key.clone();
+        }
         format!("{}/{}/{step}/{index}", self.ctx.run_id, self.path)
     }
 
@@ -65,6 +71,9 @@ impl AgentLoop {
                 .and_then(|r| r.idempotent),
             state,
             result,
+            seq: call.sent_seq,
+            by_person: false,
+            made_by: call.made_by.as_ref().map(|(run, _)| run.clone()),
         })
     }
 
@@ -106,6 +115,11 @@ impl AgentLoop {
                 };
                 // Write-ahead: the call is recorded as sent, durably, before
                 // it is sent, so a crash can never hide a call that went out.
+                if let Some(call) = self.state.calls.get_mut(index)
+                    && call.sent_seq == 0
+                {
+                    call.sent_seq = self.ctx.next_seq();
+                }
                 if let Some(record) = self.call_record(index, ToolCallState::Sent, None)
                     && !self.ctx.record_call(record).await
                 {

@@ -46,6 +46,9 @@ pub(crate) struct RunContext {
     /// Why this executor lost the run, once it has.
     pub(crate) lost: std::sync::OnceLock<String>,
     workers_spawned: AtomicU32,
+    /// The run's history so far: its snapshots and first tool-call records
+    /// counted ([`Snapshot::seq`](crate::ports::Snapshot::seq)).
+    history: AtomicU64,
     /// Each loop's nudge queue, by path, so guidance can reach a loop that is
     /// rebuilt after a resume.
     nudge_queues: std::sync::Mutex<HashMap<String, NudgeQueue>>,
@@ -72,13 +75,14 @@ impl std::ops::Deref for RunContext {
 impl RunContext {
     /// The context of run `run_id`, launched from `plan` with `fence` and
     /// its lease actor `leases`; `workers_spawned` counts the workers a
-    /// resumed run had already spawned, so new ones get new numbers.
+    /// resumed run had already spawned, so new ones get new numbers, and
+    /// `history` what it had written of its history.
     pub(crate) fn new(
         plan: RunPlan,
         run_id: String,
         fence: Arc<AtomicU64>,
         leases: Leases,
-        workers_spawned: u32,
+        (workers_spawned, history): (u32, u64),
     ) -> Self {
         let span = tracing::info_span!(
             "run",
@@ -99,6 +103,7 @@ impl RunContext {
             cancel: CancellationToken::new(),
             lost: std::sync::OnceLock::new(),
             workers_spawned: AtomicU32::new(workers_spawned),
+            history: AtomicU64::new(history),
             nudge_queues: std::sync::Mutex::new(HashMap::new()),
             saved: std::sync::OnceLock::new(),
             span,
@@ -142,6 +147,12 @@ impl RunContext {
     /// What a resumed run found in the store, if it was resumed.
     pub(crate) fn saved(&self) -> Option<&Arc<super::Saved>> {
         self.saved.get()
+    }
+
+    /// The next place in the run's history, for a snapshot or a call's
+    /// first record.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.history.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// The fence this executor holds on the run.

@@ -1,7 +1,9 @@
 //! Rebuilding a loop from its snapshot, on resume: what was answered stays
 //! answered, what was in flight starts again, and a tool call sent with no
 //! recorded result is an unknown outcome — made again with the same key if
-//! the tool is idempotent, otherwise put to a person.
+//! the tool is idempotent, otherwise put to a person. A fork starts the
+//! same way from its parent's state, but a call the parent made is never
+//! sent again: its result is replayed, or a person decides.
 
 use ractor::ActorRef;
 
@@ -42,6 +44,14 @@ impl Saved {
             })
             .max()
             .unwrap_or(0)
+    }
+
+    /// How far the run's history went: the highest place of its snapshots
+    /// and tool-call records.
+    pub(crate) fn history(&self) -> u64 {
+        let snapshots = self.snapshots.iter().map(|s| s.seq);
+        let calls = self.calls.iter().map(|c| c.seq);
+        snapshots.chain(calls).max().unwrap_or(0)
     }
 }
 
@@ -102,18 +112,30 @@ impl AgentLoop {
             ) {
                 continue;
             }
-            let key = self.idempotency_key(step, index);
-            let Some(record) = saved.calls.iter().find(|r| r.key == key) else {
+            // Found by where it is, not by its key: a call a fork inherited
+            // has the key of the run that made it.
+            let Some(record) = saved
+                .calls
+                .iter()
+                .find(|r| r.path == self.path && r.step == step && r.index == index)
+            else {
                 // Never sent: it starts like any other call.
                 continue;
             };
+            if let Some(call) = self.state.calls.get_mut(index) {
+                call.sent_seq = record.seq;
+                call.made_by = record.made_by.clone().map(|run| (run, record.key.clone()));
+            }
             if record.state == ToolCallState::Done {
                 if let Some(call) = self.state.calls.get_mut(index) {
                     call.result = Some(record.result.clone().unwrap_or_default());
                 }
+                // A call a fork inherited was said replayed when the fork
+                // began (`RunActor::forked`).
                 continue;
             }
             // Sent, with no recorded result: its outcome is unknown.
+            let key = self.idempotency_key(step, index);
             if let Some(call) = self.state.calls.get_mut(index) {
                 call.attempt = 1;
             }
@@ -135,7 +157,9 @@ impl AgentLoop {
                 reason: "its executor stopped before its result was recorded".to_owned(),
                 retryable: true,
             };
-            if self.tool_is_idempotent(Some(index)) {
+            // A call a fork inherited is its parent's: whether it took
+            // effect is for a person to say, idempotent or not.
+            if record.made_by.is_none() && self.tool_is_idempotent(Some(index)) {
                 self.when_open(
                     myself,
                     LoopMsg::Retry {

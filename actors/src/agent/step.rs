@@ -281,6 +281,8 @@ impl AgentLoop {
                 attempt: 0,
                 running: false,
                 result: None,
+                sent_seq: 0,
+                made_by: None,
             })
             .collect();
         // The model's answer is kept before any call is sent, so a resume

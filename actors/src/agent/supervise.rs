@@ -350,9 +350,12 @@ impl AgentLoop {
         }
         match decision {
             ReconcileDecision::MarkDone { result } => {
-                if let Some(record) =
+                if let Some(mut record) =
                     self.call_record(index, ToolCallState::Done, Some(result.clone()))
-                    && !self.ctx.record_call(record).await
+                    && {
+                        record.by_person = true;
+                        !self.ctx.record_call(record).await
+                    }
                 {
                     return None;
                 }

@@ -10,6 +10,7 @@ use crate::error::ConfigError;
 use crate::event::{EventBus, EventLimits};
 use crate::event_log::{self, LoggingSink};
 use crate::flow::FlowError;
+use crate::fork::ForkError;
 use crate::load::LoadGauge;
 use crate::memory::MemoryStore;
 use crate::policy::{Policies, VerdictPolicy};
@@ -184,6 +185,9 @@ pub enum EngineError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A fork was refused: its point, or its changes of the flow.
+    #[error(transparent)]
+    Fork(#[from] ForkError),
     /// Another executor holds the run, or this one is already running it.
     #[error("{}", held_message(.run_id, .owner_id, *.expires_at_ms, *.remaining_ms))]
     Held {

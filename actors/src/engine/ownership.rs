@@ -48,6 +48,7 @@ impl Engine {
             reason: None,
             answer: None,
             pause: None,
+            fork: None,
             created_at_ms: now,
             updated_at_ms: now,
         }

@@ -162,6 +162,18 @@ pub enum EventKind {
         /// The lease.
         lease_id: LeaseId,
     },
+    /// An operation a lease watched ended, by itself or cut: how it went
+    /// in time, what another strategy can be played on.
+    OperationTimed {
+        /// The lease.
+        lease_id: LeaseId,
+        /// What it watched.
+        lease_kind: LeaseKind,
+        /// What the operation was doing.
+        subject: String,
+        /// Its timing.
+        timing: crate::evidence::OperationTiming,
+    },
     /// The run's log holds its
     /// [`max_run_events`](crate::EventLimits::max_run_events): events of
     /// [droppable](EventKind::is_droppable) kinds were counted, not stored.
@@ -181,6 +193,26 @@ pub enum EventKind {
         task: String,
         /// The declared step budget (0 = unlimited).
         max_steps: u32,
+    },
+    /// A fork began: a run that starts from another run's state at one of
+    /// its step boundaries. Emitted in place of `run_started`.
+    RunForked {
+        /// The flow's name.
+        flow: String,
+        /// The run it was forked from.
+        parent: String,
+        /// The loop whose step it starts at (the event's own `path` is
+        /// the root's).
+        loop_path: String,
+        /// That step.
+        step: u32,
+        /// The guidance given to its first step.
+        guidance: Option<String>,
+        /// The changes made to the flow.
+        changes: Vec<String>,
+        /// What people answered in the parent before the fork point, which
+        /// the fork inherits with the parent's state.
+        person_answers: Vec<String>,
     },
     /// A loop (the root or a worker) began a step.
     StepStarted {
@@ -233,6 +265,19 @@ pub enum EventKind {
         attempt: u32,
         /// How it ended.
         outcome: CallOutcome,
+    },
+    /// A fork did not send a tool call its parent had made before the fork
+    /// point: the parent's recorded result is the fork's.
+    ToolCallReplayed {
+        /// The tool.
+        tool: String,
+        /// The call's idempotency key: the parent's.
+        idempotency_key: String,
+        /// The run that made the call.
+        made_by: String,
+        /// Whether the result was given by a person deciding on the call
+        /// in that run, not by the tool.
+        by_person: bool,
     },
     /// A tool's result was longer than the engine's `max_tool_result_bytes`:
     /// the model sees, and the store keeps, its first `kept_bytes` and a
@@ -421,11 +466,63 @@ impl EventKind {
                 verdict, reason, ..
             } => format!("{verdict} dropped: {reason}"),
             Self::LeaseCancelled { .. } => "cancelled by its parent".to_owned(),
+            Self::OperationTimed {
+                lease_kind,
+                subject,
+                timing,
+                ..
+            } => format!(
+                "{lease_kind} {subject} {} after {} ms: {} items, longest silence {} ms",
+                match timing.ended {
+                    crate::evidence::TimedEnd::Ended => "ended",
+                    crate::evidence::TimedEnd::Cut => "cut",
+                },
+                timing.duration_ms,
+                timing.items,
+                timing.longest_silence_ms
+            ),
             Self::RunStarted {
                 flow,
                 task,
                 max_steps,
             } => format!("flow `{flow}` ({max_steps} steps): {task}"),
+            Self::RunForked {
+                parent,
+                loop_path,
+                step,
+                guidance,
+                changes,
+                person_answers,
+                ..
+            } => {
+                let mut text = format!("forked from {parent} at {loop_path} step {step}");
+                if let Some(guidance) = guidance {
+                    text.push_str(&format!(", guidance: {guidance}"));
+                }
+                if !changes.is_empty() {
+                    text.push_str(&format!(", flow changed: {}", changes.join(", ")));
+                }
+                if !person_answers.is_empty() {
+                    text.push_str(&format!(
+                        ", inheriting {} answer(s) a person gave the parent",
+                        person_answers.len()
+                    ));
+                }
+                text
+            }
+            Self::ToolCallReplayed {
+                tool,
+                idempotency_key,
+                made_by,
+                by_person,
+            } => format!(
+                "{tool} (key {idempotency_key}) not sent again: the result {} recorded in {made_by}",
+                if *by_person {
+                    "a person gave was"
+                } else {
+                    "was"
+                }
+            ),
             Self::StepStarted {
                 step,
                 limit,
@@ -613,8 +710,11 @@ impl EventKind {
             Self::RenewalCapReached { .. } => "renewal_cap_reached",
             Self::VerdictDropped { .. } => "verdict_dropped",
             Self::LeaseCancelled { .. } => "lease_cancelled",
+            Self::OperationTimed { .. } => "operation_timed",
             Self::EventsDropped { .. } => "events_dropped",
             Self::RunStarted { .. } => "run_started",
+            Self::RunForked { .. } => "run_forked",
+            Self::ToolCallReplayed { .. } => "tool_call_replayed",
             Self::StepStarted { .. } => "step_started",
             Self::ModelCallStarted { .. } => "model_call_started",
             Self::ModelCallFinished { .. } => "model_call_finished",

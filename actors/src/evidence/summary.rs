@@ -162,3 +162,48 @@ pub struct EvidenceSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressSummary>,
 }
+
+/// How an operation watched by a lease ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimedEnd {
+    /// It ended by itself: answered, or failed on its own.
+    Ended,
+    /// It was cut: by a verdict (`INTERVENE`, `ESCALATE`, the renewal cap),
+    /// its parent, a pause or the run's end.
+    Cut,
+}
+
+/// How one operation went, in time: what a run's log keeps of each
+/// operation its leases watched (`operation_timed`), so that another
+/// strategy can be played on the same timing (`leasehold experiment
+/// --from-runs`). Times are milliseconds from the operation's start, time
+/// paused excluded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperationTiming {
+    /// From its start to its end.
+    pub duration_ms: u64,
+    /// Evidence items received (keepalives aside).
+    pub items: u64,
+    /// When the first item came, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_item_ms: Option<u64>,
+    /// When the last item came, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_item_ms: Option<u64>,
+    /// The longest silence between two items, or before the first.
+    pub longest_silence_ms: u64,
+    /// How many items came before that silence.
+    pub silence_after: u64,
+    /// Keepalives received.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub keepalives: u64,
+    /// The highest progress value it reported, and the total it was
+    /// reported against, if it reported values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<(f64, Option<f64>)>,
+    /// How it ended.
+    pub ended: TimedEnd,
+    /// How often its lease was renewed.
+    pub renewals: u32,
+}

@@ -111,6 +111,12 @@ pub struct Snapshot {
     pub status: RunStatus,
     /// The loop's state: transcript, budget, pending nudges, pending calls.
     pub state: serde_json::Value,
+    /// Its place in the run's history: the run's snapshots and first
+    /// tool-call records counted in the order they were written, so that a
+    /// fork finds every loop's state as it was at one instant. 0 for a
+    /// snapshot written before they were counted.
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// Why a run waits for a person.
@@ -163,6 +169,19 @@ pub struct ToolCallRecord {
     /// Its result, once `Done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
+    /// Its place in the run's history when it was first recorded (sent):
+    /// the same count as [`Snapshot::seq`]. 0 for a record written before
+    /// it was counted.
+    #[serde(default)]
+    pub seq: u64,
+    /// Whether its result was given by a person deciding on it
+    /// (reconciliation), not by the tool.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_person: bool,
+    /// For a call a fork inherited: the run that made it. Its key is that
+    /// run's, and the fork never sends it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_by: Option<String>,
 }
 
 /// A run as the store keeps it.
@@ -190,6 +209,35 @@ pub struct RunRecord {
     pub created_at_ms: u64,
     /// When it last changed (Unix ms).
     pub updated_at_ms: u64,
+    /// For a fork: the run it was forked from, and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkOrigin>,
+}
+
+/// Where a fork comes from: its parent run and the step boundary it starts
+/// at. The parent is left untouched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    /// The run it was forked from.
+    pub parent: String,
+    /// The loop whose step it starts at (`run`, `run/worker:research:1`).
+    pub path: String,
+    /// The step of that loop it starts at: the parent's state before that
+    /// step began.
+    pub step: u32,
+    /// The parent's history up to which the fork inherits
+    /// ([`Snapshot::seq`]).
+    pub seq: u64,
+    /// The guidance given to the fork's first step, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guidance: Option<String>,
+    /// The changes made to the flow, as given (`leases.tool_call=30s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+    /// What people answered in the parent before the fork point, which the
+    /// fork inherits with its state: said, never replayed silently.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub person_answers: Vec<String>,
 }
 
 /// A change of a run's status.
@@ -346,7 +394,8 @@ pub trait Store: Send + Sync + 'static {
     fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>>;
     /// Changes the run's status, if `fence` is still the run's.
     fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> Answer<Fenced<()>>;
-    /// Keeps `snapshot` as the latest of its loop, if `fence` is the run's.
+    /// Keeps `snapshot` as the latest of its loop, and in the run's history
+    /// ([`Store::load_snapshot_history`]), if `fence` is the run's.
     fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> Answer<Fenced<()>>;
     /// Records a tool call (sent, done, unknown), if `fence` is the run's.
     fn record_tool_call(
@@ -428,6 +477,10 @@ pub trait Store: Send + Sync + 'static {
     fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage>;
     /// The latest snapshot of every loop of a run.
     fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>>;
+    /// Every snapshot ever saved of a run, of every loop, in the order of
+    /// their [`Snapshot::seq`]: what a fork starts from. Purged with the
+    /// run.
+    fn load_snapshot_history(&self, run_id: &str) -> Answer<Vec<Snapshot>>;
     /// Every tool call recorded for a run.
     fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>>;
     /// The run's events with `seq` above `after_seq`, in order.

@@ -334,6 +334,8 @@ suite! {
     // Tool-call records and the event log.
     store: tool_calls_keep_one_record_per_idempotency_key,
     store: events_resume_after_an_event_id,
+    // What a fork starts from.
+    store: snapshot_history_and_a_forks_lineage_are_kept_as_written,
     // Terminal writes, and what survives a reopen.
     reopen: a_terminal_write_and_everything_before_it_survive_a_reopen,
     // Outcome for outcome, as the in-memory store.
@@ -871,6 +873,86 @@ async fn tool_calls_keep_one_record_per_idempotency_key(store: Arc<dyn Store>) {
             tool_call("r/run/1/1", 1, ToolCallState::Unknown),
         ],
         "the latest record of each key, in key order"
+    );
+}
+
+/// Every snapshot saved is kept in its run's history, in the order of its
+/// place ([`Snapshot::seq`]), beside the latest of each loop; a fork's
+/// lineage, and a tool call's place, maker and whether a person gave its
+/// result, read back as written; runs' histories do not mix.
+async fn snapshot_history_and_a_forks_lineage_are_kept_as_written(store: Arc<dyn Store>) {
+    let mut record = unowned("fork");
+    record.fork = Some(crate::ports::ForkOrigin {
+        parent: "parent".to_owned(),
+        path: "run/worker:research:1".to_owned(),
+        step: 2,
+        seq: 7,
+        guidance: Some("cite the sources".to_owned()),
+        changes: vec!["leases.tool_call=30s".to_owned()],
+        person_answers: vec!["A person reviewed the escalation and answered: go".to_owned()],
+    });
+    store.create_run(record.clone()).await.unwrap();
+    store.create_run(unowned("other")).await.unwrap();
+    let run = claimed(store.claim_run("fork", "exec-a", 1_000, TTL).await.unwrap());
+    assert_eq!(run.fork, record.fork, "the lineage, read back from a claim");
+    let other = claimed(
+        store
+            .claim_run("other", "exec-a", 1_000, TTL)
+            .await
+            .unwrap(),
+    );
+    let saves = [
+        ("run", 1, 3),
+        ("run/worker:research:1", 1, 4),
+        ("run", 2, 9),
+    ];
+    // Written out of their order: the history is read in it.
+    for (path, step, seq) in saves.iter().rev() {
+        let mut saved = snapshot("fork", path, *step, &format!("{path} at {step}"));
+        saved.seq = *seq;
+        assert!(
+            store
+                .save_snapshot(saved, run.fence)
+                .await
+                .unwrap()
+                .is_applied()
+        );
+    }
+    assert!(
+        store
+            .save_snapshot(snapshot("other", "run", 1, "elsewhere"), other.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let history = store.load_snapshot_history("fork").await.unwrap();
+    let read: Vec<(&str, u32, u64)> = history
+        .iter()
+        .map(|s| (s.path.as_str(), s.step, s.seq))
+        .collect();
+    assert_eq!(read, saves, "every snapshot, in the order of its place");
+    assert_eq!(history[2].state["transcript"][0]["content"], "run at 2");
+    assert_eq!(
+        store.load_snapshots("fork").await.unwrap().len(),
+        2,
+        "the latest of each loop"
+    );
+    assert_eq!(store.load_snapshot_history("other").await.unwrap().len(), 1);
+    let mut call = tool_call("parent/run/1/0", 1, ToolCallState::Done);
+    call.seq = 2;
+    call.by_person = true;
+    call.made_by = Some("parent".to_owned());
+    assert!(
+        store
+            .record_tool_call("fork", call.clone(), run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(store.load_tool_calls("fork").await.unwrap(), vec![call]);
+    assert_eq!(
+        store.load_run("fork").await.unwrap().unwrap().fork,
+        record.fork
     );
 }
 
@@ -1642,6 +1724,10 @@ fn purge_rule(now_ms: u64, retention_ms: Option<u64>, limit: usize) -> PurgeRule
 async fn gone(store: &dyn Store, run_id: &str) -> bool {
     store.load_run(run_id).await.unwrap().is_none()
         && store.load_snapshots(run_id).await.unwrap().is_empty()
+        && store
+            .load_snapshot_history(run_id)
+            .await
+            .is_ok_and(|history| history.is_empty())
         && store.load_tool_calls(run_id).await.unwrap().is_empty()
         && store.load_events(run_id, 0).await.unwrap().is_empty()
 }

@@ -32,6 +32,7 @@ pub fn run_record(
         pause: None,
         created_at_ms: 1_000,
         updated_at_ms: 1_000,
+        fork: None,
     }
 }
 
@@ -48,6 +49,7 @@ pub fn snapshot(run_id: &str, path: &str, step: u32, note: &str) -> Snapshot {
         step,
         status: RunStatus::Running,
         state: json!({"transcript": [{"role": "user", "content": note}], "budget": {"limit": 8}}),
+        seq: u64::from(step),
     }
 }
 
@@ -63,6 +65,9 @@ pub fn tool_call(key: &str, step: u32, state: ToolCallState) -> ToolCallRecord {
         idempotent: Some(true),
         state,
         result: (state == ToolCallState::Done).then(|| "found".to_owned()),
+        seq: u64::from(step),
+        by_person: false,
+        made_by: None,
     }
 }
 

@@ -47,6 +47,70 @@ pub enum RunsCommand {
     /// call it again, or cancel the run; then follow the run until it ends
     /// or pauses again.
     Reconcile(ReconcileArgs),
+    /// Fork a run: a new run from its state before a step, with guidance
+    /// or changes of its flow; the run forked is left untouched. A tool
+    /// call it made before that step is never sent again. Follows the fork
+    /// until it ends or pauses.
+    Fork(ForkArgs),
+    /// Play a stored run again with what it recorded — its model's
+    /// answers, its tools' results, its evaluator's verdicts, each
+    /// operation's timing, a person's answers — and nothing else: no
+    /// network, no tool server, on paused time. Says whether it did what
+    /// the run did, or where it diverged (exit 1).
+    Replay(ReplayArgs),
+}
+
+/// `runs replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The run to replay.
+    pub(super) id: String,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Also write the run's recording to FILE (JSON): what
+    /// `leasehold_lab::Recording` reads, to replay it in a test.
+    #[arg(long, value_name = "FILE")]
+    pub(super) save: Option<std::path::PathBuf>,
+}
+
+/// `runs fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The run to fork.
+    pub(super) id: String,
+    /// The step to start at, as the trace names it: `N` for the root's
+    /// step N, `PATH:N` for step N of a worker (`run/worker:research:1:2`).
+    /// The fork takes the run's state before that step began.
+    #[arg(long, value_name = "STEP")]
+    pub(super) at: String,
+    /// What the fork's first step is told: its model sees it.
+    #[arg(long)]
+    pub(super) guidance: Option<String>,
+    /// A change of the flow for the fork, `KEY=VALUE` (repeatable): a
+    /// lease (`leases.tool_call=30s`), a policy (`leases.policy=deadline`),
+    /// a budget (`budget.max_extensions=2`), the steps (`max_steps=12`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(super) set: Vec<String>,
+    /// One JSON event per line while following it.
+    #[arg(long)]
+    pub(super) json: bool,
+    #[command(flatten)]
+    pub(super) target: Target,
+}
+
+impl ForkArgs {
+    /// The fork these flags ask for.
+    fn spec(&self) -> Result<leasehold::ForkSpec, CliError> {
+        let (path, step) = leasehold::ForkSpec::parse_point(&self.at)
+            .map_err(|e| CliError::other(format!("--at: {e}")))?;
+        Ok(leasehold::ForkSpec {
+            path,
+            step,
+            guidance: self.guidance.clone().filter(|g| !g.trim().is_empty()),
+            set: self.set.clone(),
+        })
+    }
 }
 
 /// Where the runs are.
@@ -206,6 +270,8 @@ impl RunsCommand {
             Self::Resume(a) => &a.target,
             Self::Cancel(a) => &a.target,
             Self::Reconcile(a) => &a.target,
+            Self::Fork(a) => &a.target,
+            Self::Replay(_) => return None,
         };
         target.server.as_deref()
     }
@@ -326,7 +392,79 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             };
             control(global, &config, &args.id, command, args.json).await
         }
+        RunsCommand::Fork(args) => fork(global, &config, &args).await,
+        RunsCommand::Replay(args) => replay(&config, args).await,
     }
+}
+
+/// `runs replay` on the data directory (or the PostgreSQL store): the
+/// run's recording played again under this configuration, on paused time.
+async fn replay(config: &Config, args: ReplayArgs) -> Result<ExitCode, CliError> {
+    let store = existing_store(config)?;
+    let recording = leasehold_lab::Recording::from_store(store.as_ref(), &args.id)
+        .await?
+        .ok_or_else(|| CliError::other(format!("no run {} in the store", args.id)))?;
+    if let Some(path) = &args.save {
+        let json = serde_json::to_string_pretty(&recording)
+            .map_err(|e| CliError::other(format!("cannot encode the recording: {e}")))?;
+        std::fs::write(path, json).map_err(|e| {
+            CliError::other(format!(
+                "cannot write the recording to `{}`: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    let engine_config = config.engine_config();
+    let report = tokio::task::spawn_blocking(move || recording.replay(engine_config))
+        .await
+        .map_err(|e| CliError::other(format!("the replay stopped: {e}")))?
+        .map_err(|e| CliError::other(e.to_string()))?;
+    if args.json {
+        print_json(&report);
+    } else {
+        println!("{}", printable(&report.describe()));
+    }
+    Ok(if report.reproduced() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `runs fork` on the data directory: the fork runs in this process,
+/// followed until it ends or pauses.
+async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<ExitCode, CliError> {
+    let spec = args.spec()?;
+    if let Some(guidance) = &spec.guidance {
+        refuse_long(config, PersonText::Guidance, guidance)?;
+    }
+    let signals = super::install_signals()?;
+    let (engine, model_configured) = admin_engine(global, config).await?;
+    if !model_configured {
+        engine.shutdown().await;
+        return Err(CliError::other(format!(
+            "forking run {} runs the fork here, but no model is configured: set \
+             LEASEHOLD_MODEL_BASE_URL and LEASEHOLD_MODEL_NAME, or fork it on a server with \
+             --server URL",
+            args.id
+        )));
+    }
+    let engine = Arc::new(engine);
+    let mut events = engine.events().subscribe();
+    let handle = match engine.fork(&args.id, spec).await {
+        Ok(handle) => handle,
+        Err(error) => {
+            engine.shutdown().await;
+            return Err(error.into());
+        }
+    };
+    eprintln!(
+        "run {} forked from {} at {}",
+        handle.run_id(),
+        args.id,
+        printable(&args.at)
+    );
+    super::follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
 }
 
 /// Runs the command against the server `client` asks: the same commands,
@@ -357,6 +495,39 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
                 .map_err(|e| CliError::other(format!("cannot encode the decision: {e}")))?;
             body["key"] = serde_json::Value::String(args.key);
             print_json(&client.control(&args.id, "reconcile", &body).await?);
+        }
+        RunsCommand::Replay(_) => {
+            return Err(CliError::other(
+                "runs replay reads the store itself: run it where the data directory or the \
+                 PostgreSQL store is (`--data-dir`, `--store`), without --server"
+                    .to_owned(),
+            ));
+        }
+        RunsCommand::Fork(args) => {
+            let spec = args.spec()?;
+            let body = serde_json::json!({
+                "at": args.at,
+                "guidance": spec.guidance,
+                "set": spec.set,
+            });
+            let answer = client.control(&args.id, "fork", &body).await?;
+            let fork_id = answer
+                .get("run_id")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            eprintln!(
+                "run {} forked from {} at {}",
+                printable(&fork_id),
+                args.id,
+                printable(&args.at)
+            );
+            let output = if args.json {
+                Output::Json
+            } else {
+                Output::Readable
+            };
+            return client.follow(&fork_id, 0, output).await;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -455,6 +455,9 @@ mod tests {
                 idempotent: Some(false),
                 state: leasehold_actors::ToolCallState::Sent,
                 result: None,
+                by_person: false,
+                made_by: None,
+                seq: 0,
             }),
         }
     }

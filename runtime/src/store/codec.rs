@@ -32,6 +32,12 @@ pub(crate) const RUNS: &str = "runs";
 pub(crate) const RUN_ORDER: &str = "run_order";
 /// Latest snapshot of each loop: run prefix + loop path.
 pub(crate) const SNAPSHOTS: &str = "snapshots";
+/// Every snapshot ever saved, the run's history: run prefix + its place
+/// ([`Snapshot::seq`](leasehold_actors::Snapshot::seq), `u64` big-endian) +
+/// loop path ([`history_key`]). A database written before this tree has it
+/// empty: its runs have no history and cannot be forked, and nothing else
+/// reads it, so the store format stays the same.
+pub(crate) const SNAPSHOT_HISTORY: &str = "snapshot_history";
 /// Tool-call records: run prefix + idempotency key.
 pub(crate) const TOOL_CALLS: &str = "tool_calls";
 /// The event log: run prefix + `u64` big-endian seq.
@@ -106,6 +112,16 @@ pub(crate) fn event_key(run_id: &str, seq: u64) -> Result<Vec<u8>, StoreError> {
     run_key(run_id, &seq.to_be_bytes())
 }
 
+/// The key of a snapshot in `run_id`'s history: its place `seq`
+/// big-endian, then its loop `path`, so that a prefix scan reads the
+/// history in the order of the places, and snapshots of one place in the
+/// order of their paths.
+pub(crate) fn history_key(run_id: &str, seq: u64, path: &str) -> Result<Vec<u8>, StoreError> {
+    let mut key = run_key(run_id, &seq.to_be_bytes())?;
+    key.extend_from_slice(path.as_bytes());
+    Ok(key)
+}
+
 /// The key of `run_id` in a run index, under `name` (a status's or a
 /// flow's): the name length-prefixed, so that one name's entries are
 /// exactly those with its prefix.
@@ -176,6 +192,20 @@ mod tests {
         let b = event_key("r", 10).unwrap();
         let c = event_key("r", 256).unwrap();
         assert!(a < b && b < c);
+    }
+
+    #[test]
+    fn history_keys_sort_by_seq_then_path_within_their_run() {
+        let keys = [
+            history_key("r", 9, "run/worker:b:1").unwrap(),
+            history_key("r", 10, "run").unwrap(),
+            history_key("r", 10, "run/worker:a:1").unwrap(),
+            history_key("r", 256, "run").unwrap(),
+        ];
+        assert!(keys.windows(2).all(|pair| pair[0] < pair[1]));
+        let prefix = run_prefix("r").unwrap();
+        assert!(keys.iter().all(|key| key.starts_with(&prefix)));
+        assert!(!history_key("r1", 0, "run").unwrap().starts_with(&prefix));
     }
 
     #[test]

@@ -345,6 +345,9 @@ impl Inner {
             pause,
             _,
             updated,
+            // A fork's lineage is written when the run is created, and
+            // no rule changes it.
+            _,
         ] = params.values();
         let written = tx
             .execute(
@@ -458,10 +461,10 @@ impl Inner {
             .query_one(
                 &format!(
                     "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14) \
                      ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
                      notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
-                     FROM created, unnest($12::text[]) AS payload) \
+                     FROM created, unnest($13::text[]) AS payload) \
                      SELECT count(DISTINCT run_id) FROM notified"
                 ),
                 &values,
@@ -626,10 +629,16 @@ impl Store for PostgresStore {
                 snapshot.path, snapshot.run_id
             );
             let value = to_json(&snapshot, &doing)?;
+            let seq = to_i64(snapshot.seq, &format_args!("the place of {doing}"))?;
+            // The latest of its loop and its place in the history, from the
+            // same owner row: both land, or neither.
             let statement = format!(
                 "{OWNER}, written AS (INSERT INTO snapshots (run_id, path, snapshot) \
                  SELECT run_id, $3, $4 FROM owner \
-                 ON CONFLICT (run_id, path) DO UPDATE SET snapshot = EXCLUDED.snapshot) \
+                 ON CONFLICT (run_id, path) DO UPDATE SET snapshot = EXCLUDED.snapshot), \
+                 kept AS (INSERT INTO snapshot_history (run_id, seq, path, snapshot) \
+                 SELECT run_id, $5, $3, $4 FROM owner \
+                 ON CONFLICT (run_id, seq, path) DO UPDATE SET snapshot = EXCLUDED.snapshot) \
                  {OWNER_MATCHED}"
             );
             inner
@@ -637,7 +646,7 @@ impl Store for PostgresStore {
                     &snapshot.run_id,
                     fence,
                     &statement,
-                    &[&snapshot.path, &value],
+                    &[&snapshot.path, &value, &seq],
                     &doing,
                 )
                 .await
@@ -796,6 +805,26 @@ impl Store for PostgresStore {
                     "SELECT snapshot FROM snapshots WHERE run_id = $1 ORDER BY path COLLATE \"C\"",
                     &[&run_id],
                     "snapshot",
+                    &run_id,
+                )
+                .await
+        })
+    }
+
+    /// Read by the primary key of `snapshot_history`: the places in order,
+    /// the paths of one place in byte order.
+    fn load_snapshot_history(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move {
+            inner
+                .load_json(
+                    "SELECT snapshot FROM snapshot_history WHERE run_id = $1 \
+                     ORDER BY seq, path COLLATE \"C\"",
+                    &[&run_id],
+                    "history snapshot",
                     &run_id,
                 )
                 .await

@@ -80,6 +80,9 @@ struct Inner {
     runs: Tree,
     run_order: Tree,
     snapshots: Tree,
+    /// Every snapshot saved of each run ([`codec::SNAPSHOT_HISTORY`]): what
+    /// a fork starts from.
+    history: Tree,
     tool_calls: Tree,
     events: Tree,
     commands: Tree,
@@ -156,6 +159,7 @@ impl SledStore {
         let runs = tree(codec::RUNS)?;
         let run_order = tree(codec::RUN_ORDER)?;
         let snapshots = tree(codec::SNAPSHOTS)?;
+        let history = tree(codec::SNAPSHOT_HISTORY)?;
         let tool_calls = tree(codec::TOOL_CALLS)?;
         let events = tree(codec::EVENTS)?;
         let commands = tree(sled_commands::COMMANDS)?;
@@ -203,6 +207,7 @@ impl SledStore {
                 runs,
                 run_order,
                 snapshots,
+                history,
                 tool_calls,
                 events,
                 commands,
@@ -414,14 +419,15 @@ impl Inner {
             .transpose()
     }
 
-    /// Writes `entries` into `tree` if `fence` is the run's, atomically
-    /// with the check; says whether anything was written.
+    /// Writes `entries` (each a tree, a key and a value), in their order,
+    /// if `fence` is the run's, atomically with the check; says whether
+    /// anything was written. sled recovers a prefix of its log, so after a
+    /// crash an entry is kept only with every entry before it.
     fn fenced_put(
         &self,
-        tree: &Tree,
         run_id: &str,
         fence: u64,
-        entries: &[(Vec<u8>, Vec<u8>)],
+        entries: &[(&Tree, Vec<u8>, IVec)],
         doing: &dyn fmt::Display,
     ) -> Result<(Fenced<()>, bool), StoreError> {
         let mut run = self.locks.lock(run_id);
@@ -434,11 +440,33 @@ impl Inner {
         if !checked.is_applied() {
             return Ok((checked, false));
         }
-        for (key, value) in entries {
-            tree.insert(key.as_slice(), value.as_slice())
+        for (tree, key, value) in entries {
+            tree.insert(key.as_slice(), value.clone())
                 .map_err(|e| failed(doing, &e))?;
         }
         Ok((checked, !entries.is_empty()))
+    }
+
+    /// Keeps `snapshot` in its run's history and as the latest of its loop,
+    /// if `fence` is the run's: the history first, so that after a crash
+    /// the latest snapshot of a loop is always in the history.
+    fn save_snapshot(
+        &self,
+        snapshot: &Snapshot,
+        fence: u64,
+    ) -> Result<(Fenced<()>, bool), StoreError> {
+        let doing = format_args!(
+            "saving the snapshot of `{}` in run `{}`",
+            snapshot.path, snapshot.run_id
+        );
+        let value = IVec::from(encode(snapshot, &doing)?);
+        let kept = codec::history_key(&snapshot.run_id, snapshot.seq, &snapshot.path)?;
+        let latest = codec::run_key(&snapshot.run_id, snapshot.path.as_bytes())?;
+        let entries = [
+            (&self.history, kept, value.clone()),
+            (&self.snapshots, latest, value),
+        ];
+        self.fenced_put(&snapshot.run_id, fence, &entries, &doing)
     }
 
     /// Replaces the run's record by what `change` makes of it, by
@@ -743,16 +771,7 @@ impl Store for SledStore {
         snapshot: Snapshot,
         fence: u64,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        let doing = format_args!(
-            "saving the snapshot of `{}` in run `{}`",
-            snapshot.path, snapshot.run_id
-        );
-        let saved = codec::run_key(&snapshot.run_id, snapshot.path.as_bytes())
-            .and_then(|key| Ok([(key, encode(&snapshot, &doing)?)]))
-            .and_then(|entry| {
-                let inner = &self.inner;
-                inner.fenced_put(&inner.snapshots, &snapshot.run_id, fence, &entry, &doing)
-            });
+        let saved = self.inner.save_snapshot(&snapshot, fence);
         self.settle(saved)
     }
 
@@ -763,12 +782,10 @@ impl Store for SledStore {
         fence: u64,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
         let doing = format_args!("recording tool call `{}` of run `{run_id}`", record.key);
+        let inner = &self.inner;
         let recorded = codec::run_key(run_id, record.key.as_bytes())
-            .and_then(|key| Ok([(key, encode(&record, &doing)?)]))
-            .and_then(|entry| {
-                let inner = &self.inner;
-                inner.fenced_put(&inner.tool_calls, run_id, fence, &entry, &doing)
-            });
+            .and_then(|key| Ok([(&inner.tool_calls, key, encode(&record, &doing)?.into())]))
+            .and_then(|entry| inner.fenced_put(run_id, fence, &entry, &doing));
         self.settle(recorded)
     }
 
@@ -779,14 +796,15 @@ impl Store for SledStore {
         fence: u64,
     ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
         let doing = format_args!("appending {} events to run `{run_id}`", events.len());
+        let inner = &self.inner;
         let appended = events
             .iter()
-            .map(|event| Ok((codec::event_key(run_id, event.seq)?, encode(event, &doing)?)))
+            .map(|event| {
+                let key = codec::event_key(run_id, event.seq)?;
+                Ok((&inner.events, key, encode(event, &doing)?.into()))
+            })
             .collect::<Result<Vec<_>, StoreError>>()
-            .and_then(|entries| {
-                let inner = &self.inner;
-                inner.fenced_put(&inner.events, run_id, fence, &entries, &doing)
-            });
+            .and_then(|entries| inner.fenced_put(run_id, fence, &entries, &doing));
         self.settle_publishing(appended, |_| {
             Some(StoreChange::Events {
                 run_id: run_id.to_owned(),
@@ -867,6 +885,23 @@ impl Store for SledStore {
         self.scan(move |inner| {
             let prefix = codec::run_prefix(&run_id)?;
             Inner::load_all(inner.snapshots.scan_prefix(prefix), "snapshot", &run_id)
+        })
+    }
+
+    /// One prefix scan of the history tree: its keys put the snapshots in
+    /// the order of their places, then of their paths.
+    fn load_snapshot_history(
+        &self,
+        run_id: &str,
+    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.scan(move |inner| {
+            let prefix = codec::run_prefix(&run_id)?;
+            Inner::load_all(
+                inner.history.scan_prefix(prefix),
+                "history snapshot",
+                &run_id,
+            )
         })
     }
 

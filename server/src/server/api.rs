@@ -373,6 +373,102 @@ pub(super) async fn reconcile(
     .await
 }
 
+/// The body of `POST /runs/{id}/fork`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkBody {
+    /// The step to fork at, as the trace names it: `N` or `PATH:N`.
+    at: String,
+    guidance: Option<String>,
+    #[serde(default)]
+    set: Vec<String>,
+}
+
+/// `POST /runs/{id}/fork`: `{"at": "3" | "run/worker:research:1:2",
+/// "guidance", "set": ["leases.tool_call=30s", …]}`: a new run, started
+/// here, from the run's state before that step (201, with its id and
+/// lineage). The run forked is only read, whatever its status and
+/// wherever it runs. Refused with 429 and `Retry-After` when this
+/// executor has no room (`server.max_live_runs`), with 422 when the step
+/// is no boundary of the run or a change is refused.
+pub(super) async fn fork(
+    State(app): State<Arc<App>>,
+    control: Control,
+) -> Result<Response, ApiError> {
+    let body: ForkBody = serde_json::from_slice(&control.body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a fork: {e}")))?;
+    let (path, step) = leasehold::ForkSpec::parse_point(&body.at).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_fork",
+            e.to_string(),
+        )
+    })?;
+    let guidance = body.guidance.filter(|g| !g.trim().is_empty());
+    if let Some(guidance) = &guidance {
+        app.options
+            .run_limits
+            .check_text(PersonText::Guidance, guidance)
+            .map_err(|e| too_large(&e))?;
+    }
+    for change in &body.set {
+        app.options
+            .run_limits
+            .check_text(PersonText::Guidance, change)
+            .map_err(|e| too_large(&e))?;
+    }
+    let spec = leasehold::ForkSpec {
+        path,
+        step,
+        guidance,
+        set: body.set,
+    };
+    let forking = Arc::clone(&app);
+    let parent = control.run_id.clone();
+    // In a task of its own: a client that goes away mid-request must not
+    // cancel a fork half-copied.
+    let started = tokio::spawn(async move {
+        let engine = forking.engine.clone();
+        forking
+            .admit(|| async move { engine.fork(&parent, spec).await })
+            .await
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("forking the run panicked: {e}")))?;
+    let Some(started) = started else {
+        let mut response = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "no_room",
+            format!(
+                "this executor runs as many runs as it may (server.max_live_runs = {}): the \
+                 fork was not made; try again when a run has ended",
+                app.options.limits.max_live_runs
+            ),
+        )
+        .into_response();
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            axum::http::HeaderValue::from(QUEUE_FULL_RETRY_AFTER_SECS),
+        );
+        return Ok(response);
+    };
+    let handle = started?;
+    let run_id = handle.run_id().to_owned();
+    let origin = app
+        .engine
+        .store()
+        .load_run(&run_id)
+        .await?
+        .and_then(|record| record.fork);
+    tracing::info!(%run_id, parent = %control.run_id, "run forked over the API");
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/runs/{run_id}"))],
+        Json(serde_json::json!({"run_id": run_id, "status": "running", "fork": origin})),
+    )
+        .into_response())
+}
+
 /// A person's control of one run: the run id from the path and the JSON
 /// body (`application/json`, or nothing), read within the body's bounds.
 pub(super) struct Control {

@@ -101,6 +101,11 @@ impl From<EngineError> for ApiError {
             EngineError::ToolClient { .. } => {
                 Self::new(StatusCode::BAD_GATEWAY, "tool_server", error.to_string())
             }
+            EngineError::Fork(_) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_fork",
+                error.to_string(),
+            ),
             _ => Self::internal(error.to_string()),
         }
     }

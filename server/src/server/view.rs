@@ -50,6 +50,10 @@ pub struct RunView {
     /// were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events_dropped: Option<std::collections::BTreeMap<String, u64>>,
+    /// For a fork, in `GET /runs/{id}`: the run it was forked from, where,
+    /// with what guidance and changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<leasehold::ForkOrigin>,
 }
 
 impl RunView {
@@ -81,6 +85,7 @@ impl RunView {
             tool_calls: None,
             truncated: Vec::new(),
             events_dropped: None,
+            fork: record.fork,
         };
         if let Some(handle) = handle {
             let state = handle.state();
@@ -132,6 +137,7 @@ impl RunView {
             tool_calls: None,
             truncated: summary.truncated.into_iter().map(str::to_owned).collect(),
             events_dropped: None,
+            fork: None,
         }
     }
 }

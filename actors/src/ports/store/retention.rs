@@ -92,6 +92,7 @@ mod tests {
             pause: None,
             created_at_ms: 0,
             updated_at_ms: ended_at_ms,
+            fork: None,
         }
     }
 

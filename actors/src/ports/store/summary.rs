@@ -164,6 +164,7 @@ mod tests {
             }),
             created_at_ms: 1,
             updated_at_ms: 2,
+            fork: None,
         };
         let summary = RunSummary::of(record);
         assert_eq!(summary.task.len(), SUMMARY_CHARS);

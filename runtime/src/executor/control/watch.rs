@@ -141,6 +141,7 @@ mod tests {
             pause: None,
             created_at_ms: 0,
             updated_at_ms: 0,
+            fork: None,
         }
     }
 

@@ -2,8 +2,8 @@
 //! ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)):
 //! one statement per batch, `DELETE … RETURNING` of the rows a `SELECT …
 //! FOR UPDATE SKIP LOCKED` picked through the finished-runs indexes
-//! (`0005_retention.sql`), their snapshots, tool calls, events and
-//! commands deleted with them by the foreign keys' `ON DELETE CASCADE`.
+//! (`0005_retention.sql`), their snapshots, snapshot history
+//! (`0007_fork.sql`), tool calls, events and commands deleted with them by the foreign keys' `ON DELETE CASCADE`.
 //!
 //! The condition is [`retention::expired`]'s, in SQL: a finished status
 //! (the statuses a run never leaves, spelled as the partial indexes of

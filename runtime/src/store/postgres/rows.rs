@@ -13,7 +13,7 @@ use tokio_postgres::Row;
 /// The columns of `runs` that make a [`RunRecord`], in the order
 /// [`run_from_row`] reads them.
 pub(super) const RUN_COLUMNS: &str = "run_id, flow, status, owner_id, fence, lease_expires_at_ms, \
-     reason, answer, pause, created_at_ms, updated_at_ms";
+     reason, answer, pause, created_at_ms, updated_at_ms, fork";
 
 /// `value` as a `bigint`.
 pub(super) fn to_i64(value: u64, what: &dyn Display) -> Result<i64, StoreError> {
@@ -63,6 +63,7 @@ pub(super) fn run_from_row(row: &Row) -> Result<RunRecord, StoreError> {
     let what = |field: &str| format!("the {field} of run `{run_id}`");
     let status: String = get(row, 2)?;
     let pause: Option<serde_json::Value> = get(row, 8)?;
+    let fork: Option<serde_json::Value> = get(row, 11)?;
     Ok(RunRecord {
         flow: from_json(get(row, 1)?, &what("flow"))?,
         status: from_json(serde_json::Value::String(status), &what("status"))?,
@@ -76,6 +77,9 @@ pub(super) fn run_from_row(row: &Row) -> Result<RunRecord, StoreError> {
             .transpose()?,
         created_at_ms: to_u64(get(row, 9)?, &what("creation time"))?,
         updated_at_ms: to_u64(get(row, 10)?, &what("update time"))?,
+        fork: fork
+            .map(|fork| from_json(fork, &what("lineage")))
+            .transpose()?,
         run_id,
     })
 }
@@ -93,6 +97,7 @@ pub(super) struct RunParams {
     pause: Option<serde_json::Value>,
     created_at_ms: i64,
     updated_at_ms: i64,
+    fork: Option<serde_json::Value>,
 }
 
 impl RunParams {
@@ -115,11 +120,16 @@ impl RunParams {
                 .transpose()?,
             created_at_ms: to_i64(record.created_at_ms, &what("creation time"))?,
             updated_at_ms: to_i64(record.updated_at_ms, &what("update time"))?,
+            fork: record
+                .fork
+                .as_ref()
+                .map(|fork| to_json(fork, &what("lineage")))
+                .transpose()?,
         })
     }
 
-    /// The values, in the order of [`RUN_COLUMNS`] (`$1` … `$11`).
-    pub(super) fn values(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 11] {
+    /// The values, in the order of [`RUN_COLUMNS`] (`$1` … `$12`).
+    pub(super) fn values(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 12] {
         [
             &self.run_id,
             &self.flow,
@@ -132,6 +142,7 @@ impl RunParams {
             &self.pause,
             &self.created_at_ms,
             &self.updated_at_ms,
+            &self.fork,
         ]
     }
 }

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("migrations/0004_commands.sql")),
     (5, include_str!("migrations/0005_retention.sql")),
     (6, include_str!("migrations/0006_paces.sql")),
+    (7, include_str!("migrations/0007_fork.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).

@@ -4,8 +4,8 @@
 //! The purge walks the finished runs due ([`FinishedRuns::due`]), and for
 //! each takes the run's lock, reads its record again and, if it is still
 //! due ([`retention::expired`]), deletes what is kept under it — events,
-//! snapshots of every loop (its workers' too), tool-call records, waiting
-//! commands — then its record, then its index and retention entries. In
+//! snapshots of every loop (its workers' too) and its snapshot history,
+//! tool-call records, waiting commands — then its record, then its index and retention entries. In
 //! that order a crash part-way leaves the record and its entries, so the
 //! next purge finishes the run; a record never outlives nothing but its
 //! own leftovers.
@@ -71,7 +71,12 @@ impl Inner {
         let run_id = record.run_id.as_str();
         let doing = format!("deleting run `{run_id}`");
         let prefix = codec::run_prefix(run_id)?;
-        for tree in [&self.events, &self.snapshots, &self.tool_calls] {
+        for tree in [
+            &self.events,
+            &self.snapshots,
+            &self.history,
+            &self.tool_calls,
+        ] {
             remove_prefix(tree, &prefix, &doing)?;
         }
         sled_commands::remove_of(&self.commands, run_id)?;
@@ -191,7 +196,12 @@ mod tests {
         assert!(inner.runs.is_empty());
         assert_eq!(inner.run_order.len(), 1, "the manifest counts by the last");
         assert!(inner.finished.is_empty());
-        for tree in [&inner.events, &inner.snapshots, &inner.tool_calls] {
+        for tree in [
+            &inner.events,
+            &inner.snapshots,
+            &inner.history,
+            &inner.tool_calls,
+        ] {
             assert!(tree.is_empty());
         }
         assert_eq!(inner.count_runs(RunStatus::Completed).expect("counted"), 0);

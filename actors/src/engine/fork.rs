@@ -1,0 +1,118 @@
+//! Forking a run: a new run recorded with its lineage, the parent's state
+//! at the fork point copied into it, then started as a resumed run starts.
+//!
+//! The copy is written before the fork starts: the parent's tool calls
+//! first, then the loops' snapshots, the forked loop's last. A fork whose
+//! executor died before its copy was whole, or before it wrote anything of
+//! its own, is copied again from its parent when it is resumed: the copy
+//! is a pure function of the parent's history, so copying again writes the
+//! same.
+
+use crate::agent::Saved;
+use crate::fork::{self, ForkSpec, ForkStart};
+use crate::ports::{ForkOrigin, RunRecord};
+use crate::run::RunHandle;
+
+use super::{Engine, EngineError};
+
+impl Engine {
+    /// Forks run `run_id` as `spec` says, and starts the fork: a new run
+    /// of the parent's flow (with `spec.set`'s changes) that starts from
+    /// the parent's state before step `spec.step` of its loop `spec.path`,
+    /// with `spec.guidance` for that step. Its record keeps its lineage
+    /// ([`RunRecord::fork`]); the parent is only read, whatever its status
+    /// and wherever it runs. A tool call the parent made before the fork
+    /// point is never sent again: the fork replays its recorded result, or
+    /// waits for a person when its outcome is unknown.
+    pub async fn fork(&self, run_id: &str, spec: ForkSpec) -> Result<RunHandle, EngineError> {
+        self.refuse_if_shut_down()?;
+        let parent = self
+            .store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(run_id.to_owned()))?;
+        // One change at a time, so that a refusal names the change.
+        let mut flow = parent.flow.clone();
+        for change in &spec.set {
+            flow = fork::change_flow(&flow, std::slice::from_ref(change))?;
+            if let Err(error) = serde_json::from_value::<crate::flow::Flow>(flow.clone()) {
+                return Err(fork::ForkError::Change(format!("`{change}`: {error}")).into());
+            }
+        }
+        let flow = serde_json::from_value(flow).map_err(|e| {
+            fork::ForkError::Change(format!("the flow of run {run_id} cannot be read: {e}"))
+        })?;
+        let (plan, stored) = self.plan_stored(flow)?;
+        let mut record = self.new_record(stored);
+        let history = self.store.load_snapshot_history(run_id).await?;
+        let calls = self.store.load_tool_calls(run_id).await?;
+        let start = fork::start(&parent, &history, &calls, &spec, &record.run_id)?;
+        record.fork = Some(start.origin.clone());
+        self.store.create_run(record.clone()).await?;
+        let saved = self.copy(&record, start).await?;
+        self.launch(plan, record, Some(saved)).await
+    }
+
+    /// What a fork resumed by this executor starts from: what it `saved`
+    /// if it wrote anything of its own since its copy, else its copy made
+    /// again from its parent.
+    pub(super) async fn fork_saved(
+        &self,
+        record: &RunRecord,
+        origin: &ForkOrigin,
+        saved: Saved,
+    ) -> Result<Saved, EngineError> {
+        if saved.history() > origin.seq {
+            return Ok(saved);
+        }
+        let parent = self.store.load_run(&origin.parent).await?.ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "{} (the parent of fork {}, whose state was not yet copied whole)",
+                origin.parent, record.run_id
+            ))
+        })?;
+        let spec = ForkSpec {
+            path: origin.path.clone(),
+            step: origin.step,
+            guidance: origin.guidance.clone(),
+            set: origin.changes.clone(),
+        };
+        let history = self.store.load_snapshot_history(&parent.run_id).await?;
+        let calls = self.store.load_tool_calls(&parent.run_id).await?;
+        let start = fork::start(&parent, &history, &calls, &spec, &record.run_id)?;
+        self.copy(record, start).await
+    }
+
+    /// Writes a fork's start into its record, fenced: the parent's calls,
+    /// then the loops' snapshots.
+    async fn copy(&self, record: &RunRecord, start: ForkStart) -> Result<Saved, EngineError> {
+        let stale = |what: &str| {
+            crate::ports::StoreError::new(format!(
+                "fork {}: its {what} could not be written: another executor took it",
+                record.run_id
+            ))
+        };
+        for call in &start.calls {
+            let written = self
+                .store
+                .record_tool_call(&record.run_id, call.clone(), record.fence)
+                .await?;
+            if !written.is_applied() {
+                return Err(stale("parent's tool calls").into());
+            }
+        }
+        for snapshot in &start.snapshots {
+            let written = self
+                .store
+                .save_snapshot(snapshot.clone(), record.fence)
+                .await?;
+            if !written.is_applied() {
+                return Err(stale("snapshots").into());
+            }
+        }
+        Ok(Saved {
+            snapshots: start.snapshots,
+            calls: start.calls,
+        })
+    }
+}

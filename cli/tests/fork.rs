@@ -1,0 +1,465 @@
+//! `leasehold runs fork` against real peers in another language: a Python
+//! OpenAI-compatible model that logs every request, and a Python MCP server
+//! (stdio) that records every call by its idempotency key. A run charges
+//! (a tool that is not idempotent), then answers; a fork after the charge,
+//! with guidance, completes without charging again and its model request
+//! carries the guidance; a fork before the charge charges once more, with a
+//! key of its own; over `serve`, `POST /runs/{id}/fork` does the same.
+
+mod support;
+
+#[path = "../../runtime/tests/support/postgres.rs"]
+mod postgres;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold::Event;
+use serde_json::{Value, json};
+use support::PythonPeer;
+use tokio::process::Command;
+
+/// The model: it asks for `charge` until its conversation holds a tool
+/// result, then answers with the last thing a user said. Every request is
+/// appended, as one JSON line, to the file named by its first argument.
+const MODEL: &str = r#"
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+log = sys.argv[1]
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+        with open(log, "a") as f:
+            f.write(json.dumps(body) + "\n")
+        messages = body.get("messages", [])
+        if any(m.get("role") == "tool" for m in messages):
+            said = [m.get("content") for m in messages if m.get("role") == "user"][-1]
+            message = {"role": "assistant", "content": "settled; last said: " + said}
+        else:
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "charge", "arguments": json.dumps({"order": "7"})}}]}
+        answer = {"id": "x", "object": "chat.completion",
+                  "choices": [{"index": 0, "message": message,
+                               "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                  "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// The MCP server, over stdio, newline-delimited JSON-RPC: one tool,
+/// `charge`, annotated as not idempotent; each call's tool and idempotency
+/// key (in `_meta`) appended, as one JSON line, to the file named by its
+/// first argument before it answers.
+const TOOLS: &str = r#"
+import json, sys
+
+ledger = sys.argv[1]
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    request = json.loads(line)
+    method, rid = request.get("method"), request.get("id")
+    if rid is None:
+        continue
+    params = request.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                  "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "ledger", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "charge", "description": "Charge an order. Takes money.",
+                             "inputSchema": {"type": "object",
+                                             "properties": {"order": {"type": "string"}}},
+                             "annotations": {"idempotentHint": False, "destructiveHint": True,
+                                             "readOnlyHint": False}}]}
+    elif method == "tools/call":
+        key = (params.get("_meta") or {}).get("leasehold/idempotency_key")
+        with open(ledger, "a") as f:
+            f.write(json.dumps({"tool": params.get("name"), "key": key}) + "\n")
+        result = {"content": [{"type": "text", "text": "charged order 7"}], "isError": False}
+    else:
+        result = {}
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+"#;
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+struct Peers {
+    model: PythonPeer,
+    requests: std::path::PathBuf,
+    ledger: std::path::PathBuf,
+    flow: std::path::PathBuf,
+    data: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Peers {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        let requests = dir.path().join("requests.jsonl");
+        let ledger = dir.path().join("ledger.jsonl");
+        let tools = dir.path().join("ledger_mcp.py");
+        std::fs::write(&tools, TOOLS).expect("write the tool server");
+        let model = PythonPeer::start(MODEL, &[requests.to_str().expect("a path")]);
+        let flow = dir.path().join("orders.json");
+        let text = json!({
+            "name": "orders",
+            "task": "Settle order 7.",
+            "max_steps": 6,
+            "stream": false,
+            "tools": [{
+                "name": "ledger",
+                "command": ["python3", tools.to_str().expect("a path"), ledger.to_str().expect("a path")],
+            }],
+        });
+        std::fs::write(&flow, text.to_string()).expect("write the flow");
+        Self {
+            model,
+            requests,
+            ledger,
+            flow,
+            data: dir.path().join("data"),
+            _dir: dir,
+        }
+    }
+
+    fn leasehold(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LEASEHOLD_DATA_DIR", &self.data)
+            .env("LEASEHOLD_MODEL_BASE_URL", &self.model.base)
+            .env("LEASEHOLD_MODEL_NAME", "ledger-model")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// The (tool, key) of every call the tool server received, in order.
+    fn calls(&self) -> Vec<(String, String)> {
+        lines(&self.ledger)
+            .into_iter()
+            .map(|v| (text(&v["tool"]), text(&v["key"])))
+            .collect()
+    }
+
+    /// Every request the model received, in order.
+    fn requests(&self) -> Vec<Value> {
+        lines(&self.requests)
+    }
+}
+
+fn text(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_owned()
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+/// Runs `command`, expecting exit 0; its JSON events.
+async fn events(command: &mut Command) -> Vec<Event> {
+    let run = command
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .output();
+    let out = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("ends in time")
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+fn user_messages(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .map(|m| text(&m["content"]))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_after_a_tool_never_sends_it_again_and_one_before_sends_it_with_its_own_key() {
+    let peers = Peers::start();
+    let run = events(peers.leasehold().arg("run").arg(&peers.flow).arg("--json")).await;
+    let parent = run[0].run_id.clone();
+    assert_eq!(run.last().map(|e| e.kind.name()), Some("run_completed"));
+    assert_eq!(
+        peers.calls(),
+        [("charge".to_owned(), format!("{parent}/run/1/0"))]
+    );
+    let requests_before = peers.requests().len();
+
+    // After the charge, with guidance: the charge is replayed, not sent.
+    let guidance = "Answer in French.";
+    let after = events(peers.leasehold().args([
+        "runs",
+        "fork",
+        &parent,
+        "--at",
+        "2",
+        "--guidance",
+        guidance,
+        "--json",
+    ]))
+    .await;
+    let fork = after[0].run_id.clone();
+    assert_ne!(fork, parent);
+    assert_eq!(after[0].kind.name(), "run_forked", "{:?}", after[0]);
+    assert!(
+        after.iter().any(|e| e.kind.name() == "tool_call_replayed"),
+        "{after:?}"
+    );
+    assert_eq!(after.last().map(|e| e.kind.name()), Some("run_completed"));
+    assert_eq!(peers.calls().len(), 1, "the tool server saw the call once");
+    let requests = peers.requests();
+    assert_eq!(requests.len(), requests_before + 1, "one model step");
+    let users = user_messages(&requests[requests_before]);
+    assert_eq!(
+        users.last().map(String::as_str),
+        Some(guidance),
+        "{users:?}"
+    );
+    assert!(
+        requests[requests_before]["messages"]
+            .as_array()
+            .is_some_and(|m| m
+                .iter()
+                .any(|m| m["role"] == "tool" && m["content"] == "charged order 7")),
+        "the parent's result is in the fork's conversation"
+    );
+
+    // Its lineage is stored and shown; the parent is left as it was.
+    let show = peers
+        .leasehold()
+        .args(["runs", "show", &fork])
+        .output()
+        .await
+        .expect("runs show");
+    assert!(show.status.success());
+    let view: Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    assert_eq!(view["fork"]["parent"], parent.as_str());
+    assert_eq!(view["fork"]["step"], 2);
+    assert_eq!(view["fork"]["guidance"], guidance);
+    assert_eq!(view["status"], "completed");
+    assert_eq!(view["tool_calls"][0]["made_by"], parent.as_str());
+
+    // Before the charge: it is sent once more, with the fork's own key.
+    let before = events(
+        peers
+            .leasehold()
+            .args(["runs", "fork", &parent, "--at", "1", "--json"]),
+    )
+    .await;
+    let second = before[0].run_id.clone();
+    assert_eq!(before.last().map(|e| e.kind.name()), Some("run_completed"));
+    assert_eq!(
+        peers.calls(),
+        [
+            ("charge".to_owned(), format!("{parent}/run/1/0")),
+            ("charge".to_owned(), format!("{second}/run/1/0")),
+        ]
+    );
+
+    // A step that is no boundary of the run is refused, naming its loops.
+    let refused = peers
+        .leasehold()
+        .args(["runs", "fork", &parent, "--at", "9"])
+        .output()
+        .await
+        .expect("runs fork");
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("`run` (steps 1 to 2)"), "{stderr}");
+    assert_eq!(peers.calls().len(), 2);
+}
+
+/// The API token: a posted flow may name its tool server's command only
+/// with one, and `--allow-flow-tools`.
+const TOKEN: &str = "fork-test-token";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_forks_a_run_over_the_api_and_runs_fork_reaches_it_with_server() {
+    let peers = Peers::start();
+    let mut serve = peers
+        .leasehold()
+        .env("LEASEHOLD_API_TOKEN", TOKEN)
+        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let base = support::served_base(&mut serve, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let flow: Value =
+        serde_json::from_str(&std::fs::read_to_string(&peers.flow).expect("the flow"))
+            .expect("JSON");
+    let parent = support::post_run(&http, &base, &flow).await;
+    let done = |v: &Value| v["status"] == "completed";
+    support::view_until(&http, &base, &parent, PATIENCE, "completed", done).await;
+
+    // Refused, naming what is wrong; nothing is made.
+    for (body, status, says) in [
+        (
+            json!({"at": "2", "set": [r#"tools=[{"name":"x","command":["sh"]}]"#]}),
+            422,
+            "tool servers",
+        ),
+        (json!({"at": "second"}), 422, "is not a step"),
+        (json!({"at": "7"}), 422, "`run` (steps 1 to 2)"),
+        (json!({"at": "2", "extra": 1}), 400, "unknown field"),
+    ] {
+        let response = http
+            .post(format!("{base}/runs/{parent}/fork"))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST fork");
+        let got = response.status().as_u16();
+        let text = response.text().await.expect("a body");
+        assert_eq!(got, status, "{body}: {text}");
+        assert!(text.contains(says), "{body}: {text}");
+    }
+    let unknown = http
+        .post(format!("{base}/runs/run-none/fork"))
+        .json(&json!({"at": "1"}))
+        .send()
+        .await
+        .expect("POST fork");
+    assert_eq!(unknown.status().as_u16(), 404);
+
+    let created: Value = http
+        .post(format!("{base}/runs/{parent}/fork"))
+        .json(&json!({"at": "2", "guidance": "Answer in French.", "set": ["leases.tool_call=40s"]}))
+        .send()
+        .await
+        .expect("POST fork")
+        .json()
+        .await
+        .expect("JSON");
+    let fork = text(&created["run_id"]);
+    assert_eq!(created["fork"]["parent"], parent.as_str(), "{created}");
+    let view = support::view_until(&http, &base, &fork, PATIENCE, "completed", done).await;
+    assert_eq!(view["fork"]["changes"][0], "leases.tool_call=40s");
+    assert_eq!(view["flow"]["leases"]["tool_call"], "40s");
+    assert!(
+        text(&view["answer"]).ends_with("Answer in French."),
+        "{view}"
+    );
+    assert_eq!(peers.calls().len(), 1, "the tool server saw the call once");
+
+    // From the command line, through the server: followed to its end.
+    let out = peers
+        .leasehold()
+        .args([
+            "runs", "fork", &parent, "--at", "1", "--json", "--server", &base,
+        ])
+        .env("LEASEHOLD_API_TOKEN", TOKEN)
+        .output();
+    let out = tokio::time::timeout(PATIENCE, out)
+        .await
+        .expect("ends in time")
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("forked from"), "{stderr}");
+    let calls = peers.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        !calls[1].1.starts_with(&parent),
+        "a key of the fork's own: {calls:?}"
+    );
+    let _ = serve.start_kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_one_executor_is_forked_by_another_sharing_postgresql() {
+    let (_cluster, store) = postgres::database().await;
+    let peers = Peers::start();
+    let serve = || {
+        peers
+            .leasehold()
+            .env("LEASEHOLD_STORE", &store)
+            .env("LEASEHOLD_API_TOKEN", TOKEN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve starts")
+    };
+    let mut a = serve();
+    let a_base = support::served_base(&mut a, PATIENCE).await;
+    let mut b = serve();
+    let b_base = support::served_base(&mut b, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let flow: Value =
+        serde_json::from_str(&std::fs::read_to_string(&peers.flow).expect("the flow"))
+            .expect("JSON");
+    let done = |v: &Value| v["status"] == "completed";
+
+    // Run on A; forked on B, after its charge, from PostgreSQL.
+    let parent = support::post_run(&http, &a_base, &flow).await;
+    let view = support::view_until(&http, &a_base, &parent, PATIENCE, "completed", done).await;
+    let a_owner = text(&view["owner_id"]);
+    let created: Value = http
+        .post(format!("{b_base}/runs/{parent}/fork"))
+        .json(&json!({"at": "2", "guidance": "Answer in French."}))
+        .send()
+        .await
+        .expect("POST fork")
+        .json()
+        .await
+        .expect("JSON");
+    let fork = text(&created["run_id"]);
+    assert!(!fork.is_empty(), "{created}");
+    let view = support::view_until(&http, &b_base, &fork, PATIENCE, "completed", done).await;
+    assert_ne!(text(&view["owner_id"]), a_owner, "run by B: {view}");
+    assert!(
+        text(&view["answer"]).ends_with("Answer in French."),
+        "{view}"
+    );
+    assert_eq!(view["fork"]["parent"], parent.as_str());
+    assert_eq!(view["tool_calls"][0]["made_by"], parent.as_str());
+    assert_eq!(peers.calls().len(), 1, "the tool server saw the call once");
+    // A reads the fork, with its lineage, from the same store.
+    let seen_on_a = support::get_run(&http, &a_base, &fork).await;
+    assert_eq!(seen_on_a["fork"]["parent"], parent.as_str());
+    let _ = a.start_kill();
+    let _ = b.start_kill();
+}
