@@ -295,17 +295,25 @@ fn spawns(snapshot: &Snapshot, path: &str) -> bool {
         .any(|c| c.get("worker_path").and_then(serde_json::Value::as_str) == Some(path))
 }
 
-/// What people said in a loop's transcript (`state.transcript`): the
-/// guidance a person gave when answering a pause.
+/// What people said to a loop: the guidance a person gave when answering
+/// a pause, in its transcript (`state.transcript`) or still queued for its
+/// next step (`state.nudges`).
 fn answers_in(state: &serde_json::Value) -> Vec<String> {
     let user = serde_json::to_value(ChatRole::User).unwrap_or_default();
-    state
+    let said = state
         .get("transcript")
         .and_then(serde_json::Value::as_array)
         .into_iter()
         .flatten()
         .filter(|m| m.get("role") == Some(&user))
-        .filter_map(|m| m.get("content").and_then(serde_json::Value::as_str))
+        .filter_map(|m| m.get("content").and_then(serde_json::Value::as_str));
+    let queued = state
+        .get("nudges")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str);
+    said.chain(queued)
         .filter(|text| text.starts_with(PERSON_ANSWERED))
         .map(str::to_owned)
         .collect()

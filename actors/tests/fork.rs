@@ -416,3 +416,112 @@ async fn a_fork_taken_on_before_its_copy_was_whole_copies_it_again_from_its_pare
     );
     assert_eq!(rig.store.tool_calls("run-fork-cut-short").len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn what_people_answered_the_parent_is_inherited_and_said_never_replayed_silently() {
+    use leasehold_actors::testing::{Scripted, ScriptedEvaluator};
+    // The root charges; the charge hangs and is intervened; its outcome is
+    // unknown, and a person says it took effect. Then the root spawns a
+    // worker whose deploy hangs and is escalated; a person answers.
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [
+                Turn::tools([("charge", json!({"order": 7}))]),
+                Turn::spawn([("researcher", "deploy the fix")]),
+                Turn::answer("charged and deployed"),
+            ],
+        )
+        .script(
+            "worker:researcher",
+            [
+                Turn::tools([("deploy", json!({"env": "prod"}))]),
+                Turn::answer("deployed to staging"),
+            ],
+        );
+    let tools = ScriptedTools::new()
+        .tool("charge", Some(false), [ToolAct::Hang])
+        .tool("deploy", Some(false), [ToolAct::Hang]);
+    let evaluator = ScriptedEvaluator::new([
+        Scripted::verdict("INTERVENE", "the charge is silent", ""),
+        Scripted::verdict("ESCALATE", "deploy to prod is silent", ""),
+    ]);
+    let mut config = config();
+    config.supervision.watchdog.free_renewals = 0;
+    let store = MemoryStore::new();
+    let events = RecordingSink::new();
+    let engine = Engine::builder()
+        .config(config)
+        .model(Arc::new(model.clone()))
+        .evaluator(Arc::new(evaluator))
+        .events(Arc::new(events.clone()))
+        .store(Arc::new(store.clone()))
+        .tool_server("local", Arc::new(tools.clone()))
+        .build()
+        .await
+        .expect("engine builds");
+    let mut run = engine.start(flow()).await.expect("starts");
+    let parent = run.run_id().to_owned();
+    let state = run
+        .wait_until(|s| s.status == RunStatus::ReconciliationRequired)
+        .await;
+    let key = state
+        .paused
+        .and_then(|p| p.call)
+        .map(|c| c.key)
+        .expect("the charge");
+    run.reconcile(
+        key.clone(),
+        ReconcileDecision::MarkDone {
+            result: "charged once, says the bank".into(),
+        },
+    )
+    .await
+    .expect("decided");
+    let state = run
+        .wait_until(|s| s.status == RunStatus::WaitingHuman)
+        .await;
+    assert_eq!(state.status, RunStatus::WaitingHuman, "{state:?}");
+    run.resume(Some("deploy to staging instead".into()))
+        .await
+        .expect("resumed");
+    assert_eq!(run.wait().await.status, RunStatus::Completed);
+
+    model.replace_script("run", [Turn::answer("again")]);
+    let mut fork = engine
+        .fork(&parent, ForkSpec::root(3))
+        .await
+        .expect("forks");
+    assert_eq!(fork.wait().await.status, RunStatus::Completed);
+    let forked: Vec<_> = events
+        .events()
+        .into_iter()
+        .filter(|e| e.run_id == fork.run_id())
+        .collect();
+    let EventKind::RunForked { person_answers, .. } = &forked[0].kind else {
+        panic!("{:?}", forked[0]);
+    };
+    assert!(
+        person_answers
+            .iter()
+            .any(|a| a.contains("answered: deploy to staging instead")),
+        "{person_answers:?}"
+    );
+    assert!(
+        person_answers
+            .iter()
+            .any(|a| a.contains(&key) && a.contains("charged once, says the bank")),
+        "{person_answers:?}"
+    );
+    assert!(forked.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::ToolCallReplayed { idempotency_key, by_person: true, .. } if *idempotency_key == key
+    )));
+    let origin = store
+        .run(fork.run_id())
+        .and_then(|r| r.fork)
+        .expect("lineage");
+    assert_eq!(origin.person_answers, *person_answers);
+    assert_eq!(tools.calls("charge"), 1);
+    assert_eq!(tools.calls("deploy"), 1);
+}

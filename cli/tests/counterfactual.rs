@@ -197,6 +197,27 @@ async fn a_run_whose_stream_stalled_and_recovered_is_cut_by_deadline_and_reprodu
         text.contains("the runs' own strategy, leasehold, reproduces what really happened"),
         "{text}"
     );
+    // The runs created since a time: this one.
+    let since = finished(
+        leasehold(&data, &model.base)
+            .args([
+                "experiment",
+                "--from-runs",
+                "--since",
+                "2020-01-01T00:00:00Z",
+                "--json",
+                "--out",
+            ])
+            .arg(&out),
+    )
+    .await;
+    assert!(
+        since.status.success(),
+        "{}",
+        String::from_utf8_lossy(&since.stderr)
+    );
+    let since: Value = serde_json::from_slice(&since.stdout).expect("a JSON report");
+    assert_eq!(since["runs"], serde_json::json!([run_id]));
     // A run that is not there is named.
     let missing =
         finished(leasehold(&data, &model.base).args(["experiment", "--from-runs", "run-none"]))

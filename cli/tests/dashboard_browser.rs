@@ -7,6 +7,12 @@
 //! the list holds, then filters them by status.
 //! `tests/browser/timeline.mjs` replays a stored run on its timeline: bars,
 //! verdict ticks, the pause shaded, and a hostile tool name shown as text.
+//! `tests/browser/fork.mjs` forks a run from a step of its timeline, reads
+//! the fork's lineage and its replayed call, compares it with its parent
+//! side by side, and sees a refused fork's reason as text.
+//! `tests/browser/lineage.mjs` reads a stored fork of a worker's step: what
+//! a person had answered, the changes, a call replayed whose result a person
+//! gave, and the worker's steps beside its parent's.
 //!
 //! Its peers: Node, `playwright-core` (installed by `scripts/peers.sh`, found
 //! through `LEASEHOLD_PEER_PLAYWRIGHT`) and Debian's Chromium
@@ -18,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod support;
 
 /// The `leasehold` command.
 const CLI: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -309,14 +317,24 @@ fn served_port(stdout: std::process::ChildStdout) -> u16 {
 /// keeping every finished run,
 /// and the port it listens on.
 fn serve(store: &Path, cwd: &Path) -> (Killed, u16) {
-    let spawned = Command::new(CLI)
+    serve_with(store, cwd, |command| {
+        command
+            .env_remove("LEASEHOLD_API_TOKEN")
+            .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
+            .env("LEASEHOLD_MODEL_NAME", "unused");
+    })
+}
+
+/// `leasehold serve` on `store`, keeping every finished run, as `configure`
+/// sets it up (its model, its token, more arguments), and the port it
+/// listens on.
+fn serve_with(store: &Path, cwd: &Path, configure: impl FnOnce(&mut Command)) -> (Killed, u16) {
+    let mut command = Command::new(CLI);
+    command
         .arg("--data-dir")
         .arg(store)
         .args(["serve", "--addr", "127.0.0.1:0"])
         .env_remove("LEASEHOLD_CONFIG")
-        .env_remove("LEASEHOLD_API_TOKEN")
-        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
-        .env("LEASEHOLD_MODEL_NAME", "unused")
         // The stored runs carry fixed dates, long past by now: kept for
         // ever, so that the executor's retention does not delete them
         // while the page is read.
@@ -324,9 +342,9 @@ fn serve(store: &Path, cwd: &Path) -> (Killed, u16) {
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the leasehold command starts");
+        .stderr(Stdio::inherit());
+    configure(&mut command);
+    let spawned = command.spawn().expect("the leasehold command starts");
     let mut server = Killed {
         child: spawned,
         stdin: None,
@@ -640,6 +658,17 @@ fn timeline_events(run_id: &str, start_ms: u64) -> Vec<leasehold::Event> {
             json!({"kind": "run_completed", "answer": HOSTILE, "steps": 2}),
         ),
     ];
+    stored_events(run_id, start_ms, lines)
+}
+
+/// A run's stored log from `(ms after the start, path, kind and fields)`
+/// lines, numbered from 1.
+fn stored_events(
+    run_id: &str,
+    start_ms: u64,
+    lines: impl IntoIterator<Item = (u64, &'static str, serde_json::Value)>,
+) -> Vec<leasehold::Event> {
+    use serde_json::json;
     lines
         .into_iter()
         .zip(1_u64..)
@@ -721,4 +750,549 @@ fn the_timeline_draws_a_stored_run_and_shows_event_text_as_text_in_a_real_browse
         "the browser script exited 0 without passing\n{report}"
     );
     drop(server);
+}
+
+/// The worker the stored fork was forked in.
+const WORKER: &str = "run/worker:researcher:1";
+
+/// A verdict event's kind and fields, on a model call's lease.
+fn model_verdict(lease_id: u64, verdict: &str, by: &str) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "verdict", "lease_id": lease_id, "lease_kind": "model_blocking",
+        "subject": "model call", "renewals": 0,
+        "evidence": {"count": 0, "last_progress_age_ms": null, "phi": null},
+        "verdict": verdict, "reason": format!("{verdict} by {by}"), "decided_by": by,
+    })
+}
+
+/// A `model_call_finished` event's kind and fields.
+fn model_finished(step: u32, tool_calls: u32, input: u64, output: u64) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "model_call_finished", "step": step, "outcome": "ok", "tool_calls": tool_calls,
+        "usage": {"input_tokens": input, "output_tokens": output},
+    })
+}
+
+/// The stored parent `tests/browser/lineage.mjs` reads: the root's step 1
+/// spawns a researcher, whose step 1 searches (renewed by the ladder) and
+/// whose step 2 answers (nudged by the evaluator); the root's step 2
+/// answers.
+fn lineage_parent_events(run_id: &str, start_ms: u64) -> Vec<leasehold::Event> {
+    use serde_json::json;
+    let key = format!("{run_id}/{WORKER}/1/0");
+    stored_events(
+        run_id,
+        start_ms,
+        [
+            (
+                0,
+                "run",
+                json!({"kind": "run_started", "flow": "research", "task": "Find the cause.", "max_steps": 6}),
+            ),
+            (
+                10,
+                "run",
+                json!({"kind": "step_started", "step": 1, "limit": 6, "nudges": 0}),
+            ),
+            (100, "run", model_finished(1, 1, 100, 10)),
+            (
+                110,
+                WORKER,
+                json!({"kind": "worker_spawned", "worker": "researcher", "task": "Read the logs."}),
+            ),
+            (
+                120,
+                WORKER,
+                json!({"kind": "step_started", "step": 1, "limit": 4, "nudges": 0}),
+            ),
+            (
+                300,
+                "run/worker:researcher:1/model_call:1",
+                model_verdict(1, "RENEW", "ladder"),
+            ),
+            (400, WORKER, model_finished(1, 1, 50, 5)),
+            (
+                410,
+                "run/worker:researcher:1/tool_call:1.0",
+                json!({"kind": "tool_call_started", "tool": "search", "idempotency_key": key, "attempt": 1}),
+            ),
+            (
+                500,
+                "run/worker:researcher:1/tool_call:1.0",
+                json!({"kind": "tool_call_finished", "tool": "search", "idempotency_key": key, "attempt": 1, "outcome": "ok"}),
+            ),
+            (
+                510,
+                WORKER,
+                json!({"kind": "step_started", "step": 2, "limit": 4, "nudges": 0}),
+            ),
+            (
+                700,
+                "run/worker:researcher:1/model_call:2",
+                model_verdict(2, "NUDGE", "evaluator"),
+            ),
+            (800, WORKER, model_finished(2, 0, 60, 6)),
+            (
+                810,
+                WORKER,
+                json!({"kind": "worker_finished", "worker": "researcher", "outcome": "ok", "result": "the disk is full"}),
+            ),
+            (
+                820,
+                "run",
+                json!({"kind": "step_started", "step": 2, "limit": 6, "nudges": 0}),
+            ),
+            (900, "run", model_finished(2, 0, 120, 12)),
+            (
+                910,
+                "run",
+                json!({"kind": "run_completed", "answer": "The disk is full.", "steps": 2}),
+            ),
+        ],
+    )
+}
+
+/// The stored fork of the researcher's step 2 (with `origin`'s guidance,
+/// changes and what a person had answered): the search its parent made,
+/// whose result a person gave, replayed; the researcher's step 2 again
+/// (intervened by its policy); the root's step 2.
+fn lineage_fork_events(
+    run_id: &str,
+    origin: &leasehold::ForkOrigin,
+    start_ms: u64,
+) -> Vec<leasehold::Event> {
+    use serde_json::json;
+    stored_events(
+        run_id,
+        start_ms,
+        [
+            (
+                0,
+                "run",
+                json!({
+                    "kind": "run_forked", "flow": "research", "parent": origin.parent,
+                    "loop_path": origin.path, "step": origin.step, "guidance": origin.guidance,
+                    "changes": origin.changes, "person_answers": origin.person_answers,
+                }),
+            ),
+            (
+                5,
+                "run/worker:researcher:1/tool_call:1.0",
+                json!({
+                    "kind": "tool_call_replayed", "tool": "search",
+                    "idempotency_key": format!("{}/{WORKER}/1/0", origin.parent),
+                    "made_by": origin.parent, "by_person": true,
+                }),
+            ),
+            (
+                10,
+                WORKER,
+                json!({"kind": "step_started", "step": 2, "limit": 4, "nudges": 1}),
+            ),
+            (
+                200,
+                "run/worker:researcher:1/model_call:2",
+                model_verdict(1, "INTERVENE", "policy"),
+            ),
+            (300, WORKER, model_finished(2, 0, 70, 7)),
+            (
+                310,
+                WORKER,
+                json!({"kind": "worker_finished", "worker": "researcher", "outcome": "ok", "result": "the disk is not full"}),
+            ),
+            (
+                320,
+                "run",
+                json!({"kind": "step_started", "step": 2, "limit": 12, "nudges": 0}),
+            ),
+            (400, "run", model_finished(2, 0, 130, 13)),
+            (
+                410,
+                "run",
+                json!({"kind": "run_completed", "answer": "The disk is not full.", "steps": 2}),
+            ),
+        ],
+    )
+}
+
+#[test]
+fn a_stored_fork_of_a_worker_step_shows_its_lineage_and_its_parent_side_by_side_in_a_real_browser()
+{
+    use leasehold::{
+        ForkOrigin, RunRecord, RunStatus, Store,
+        store::{SledConfig, SledStore},
+    };
+
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let store_dir = data.path().join("store");
+    let (parent, fork) = ("run-lineage-parent", "run-lineage-fork");
+    let start_ms = 1_767_225_600_000;
+    let origin = ForkOrigin {
+        parent: parent.to_owned(),
+        path: WORKER.to_owned(),
+        step: 2,
+        seq: 5,
+        guidance: Some(format!("Check the disk. {HOSTILE}")),
+        changes: vec!["leases.tool_call=30s".to_owned(), "max_steps=12".to_owned()],
+        person_answers: vec!["Use the staging logs.".to_owned(), HOSTILE.to_owned()],
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let store = SledStore::open(SledConfig::new(&store_dir)).expect("the store");
+        for (run_id, answer, created, fork, events) in [
+            (
+                parent,
+                "The disk is full.",
+                start_ms,
+                None,
+                lineage_parent_events(parent, start_ms),
+            ),
+            (
+                fork,
+                "The disk is not full.",
+                start_ms + 60_000,
+                Some(origin.clone()),
+                lineage_fork_events(fork, &origin, start_ms + 60_000),
+            ),
+        ] {
+            let record = RunRecord {
+                run_id: run_id.to_owned(),
+                flow: serde_json::json!({"name": "research", "task": "Find the cause.", "max_steps": 6}),
+                status: RunStatus::Completed,
+                owner_id: None,
+                fence: 1,
+                lease_expires_at_ms: 0,
+                reason: None,
+                answer: Some(answer.to_owned()),
+                pause: None,
+                created_at_ms: created,
+                updated_at_ms: created + 1_000,
+                fork,
+            };
+            store.create_run(record).await.expect("a run");
+            let appended = store
+                .append_events(run_id, events, 1)
+                .await
+                .expect("the events are stored");
+            assert!(appended.is_applied(), "the events carry the run's fence");
+        }
+        store.flush().await.expect("flushed");
+    });
+    drop(runtime);
+
+    // Its model is never called: the runs have ended, and a fork of the
+    // parent is refused (it kept no history to fork from).
+    let (server, port) = serve(&store_dir, data.path());
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/lineage.mjs"))
+        .arg(port.to_string())
+        .arg(parent)
+        .arg(fork)
+        .arg(HOSTILE)
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let (status, output) = run_for(browser, BROWSER);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report = format!(
+        "--- stdout:\n{stdout}\n--- stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the browser script failed ({status:?})\n{report}"
+    );
+    assert!(
+        stdout.contains("lineage test passed"),
+        "the browser script exited 0 without passing\n{report}"
+    );
+    println!("{stdout}");
+    drop(server);
+}
+
+/// The model the fork test's runs call: it asks for `charge` until its
+/// conversation holds a tool result, then answers with the last thing a
+/// user said (the task, or a fork's guidance). Its token counts differ
+/// from request to request (they follow the request's size); each request
+/// is appended, with the usage answered, as one JSON line to the file
+/// named by its first argument.
+const FORK_MODEL: &str = r#"
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+log = sys.argv[1]
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+        body = json.loads(raw)
+        messages = body.get("messages", [])
+        if any(m.get("role") == "tool" for m in messages):
+            said = [m.get("content") for m in messages if m.get("role") == "user"][-1]
+            message = {"role": "assistant", "content": "settled; last said: " + said}
+            completion = 5 + len(said) % 7
+        else:
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "charge", "arguments": json.dumps({"order": "7"})}}]}
+            completion = 3
+        usage = {"prompt_tokens": 10 + len(raw) % 97, "completion_tokens": completion}
+        with open(log, "a") as f:
+            f.write(json.dumps({"messages": len(messages), "usage": usage}) + "\n")
+        answer = {"id": "x", "object": "chat.completion",
+                  "choices": [{"index": 0, "message": message,
+                               "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                  "usage": usage}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// The fork test's tool server, an MCP server over stdio (newline-delimited
+/// JSON-RPC): one tool, `charge`, not idempotent; each call's idempotency
+/// key appended, as one JSON line, to the file named by its first argument
+/// before it answers.
+const FORK_TOOLS: &str = r#"
+import json, sys
+
+ledger = sys.argv[1]
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    request = json.loads(line)
+    method, rid = request.get("method"), request.get("id")
+    if rid is None:
+        continue
+    params = request.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                  "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "ledger", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "charge", "description": "Charge an order. Takes money.",
+                             "inputSchema": {"type": "object",
+                                             "properties": {"order": {"type": "string"}}},
+                             "annotations": {"idempotentHint": False, "destructiveHint": True,
+                                             "readOnlyHint": False}}]}
+    elif method == "tools/call":
+        key = (params.get("_meta") or {}).get("leasehold/idempotency_key")
+        with open(ledger, "a") as f:
+            f.write(json.dumps({"tool": params.get("name"), "key": key}) + "\n")
+        result = {"content": [{"type": "text", "text": "charged order 7"}], "isError": False}
+    else:
+        result = {}
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+"#;
+
+/// Guidance for the fork, with markup no page may make an element of.
+const FORK_GUIDANCE: &str =
+    r#"Answer in French. <img src=x onerror="window.__leaseholdHostile=true">"#;
+
+/// Every JSON line of the file at `path` (none if it does not exist).
+fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+/// The input and output tokens the model answered to `requests`, summed.
+fn tokens(requests: &[serde_json::Value]) -> (u64, u64) {
+    requests.iter().fold((0, 0), |(input, output), r| {
+        (
+            input + r["usage"]["prompt_tokens"].as_u64().expect("prompt tokens"),
+            output
+                + r["usage"]["completion_tokens"]
+                    .as_u64()
+                    .expect("completion tokens"),
+        )
+    })
+}
+
+#[test]
+fn a_run_is_forked_from_its_timeline_and_compared_with_its_parent_in_a_real_browser() {
+    let (playwright, chromium) = peers();
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let requests = data.path().join("requests.jsonl");
+    let ledger = data.path().join("ledger.jsonl");
+    let tools = data.path().join("ledger_mcp.py");
+    std::fs::write(&tools, FORK_TOOLS).expect("write the tool server");
+    let model = support::PythonPeer::start(FORK_MODEL, &[requests.to_str().expect("a path")]);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let token = format!("fork-{}-{nanos}", std::process::id());
+    // A posted flow may name its tool server's command only with a token
+    // and `--allow-flow-tools`.
+    let (server, port) = serve_with(&data.path().join("store"), data.path(), |command| {
+        command
+            .arg("--allow-flow-tools")
+            .env("LEASEHOLD_API_TOKEN", &token)
+            .env("LEASEHOLD_MODEL_BASE_URL", &model.base)
+            .env("LEASEHOLD_MODEL_NAME", "ledger-model");
+    });
+    let base = format!("http://127.0.0.1:{port}");
+
+    // The parent: it charges (a call that takes money), then answers.
+    let flow = serde_json::json!({
+        "name": "orders",
+        "task": "Settle order 7.",
+        "max_steps": 6,
+        "stream": false,
+        "tools": [{
+            "name": "ledger",
+            "command": ["python3", tools.to_str().expect("a path"), ledger.to_str().expect("a path")],
+        }],
+    });
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let http = support::authorized(&token);
+    let completed = |view: &serde_json::Value| view["status"] == "completed";
+    let parent = runtime.block_on(async {
+        let parent = support::post_run(&http, &base, &flow).await;
+        support::view_until(&http, &base, &parent, BROWSER, "completed", completed).await;
+        parent
+    });
+    let parent_requests = json_lines(&requests).len();
+    assert_eq!(parent_requests, 2, "the parent called its model twice");
+    assert_eq!(json_lines(&ledger).len(), 1, "the parent charged once");
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/fork.mjs"))
+        .arg(port.to_string())
+        .arg(&token)
+        .arg(&parent)
+        .arg(FORK_GUIDANCE)
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let (status, output) = run_for(browser, BROWSER);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report = format!(
+        "--- stdout:\n{stdout}\n--- stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the browser script failed ({status:?})\n{report}"
+    );
+    assert!(
+        stdout.contains("fork test passed"),
+        "the browser script exited 0 without passing\n{report}"
+    );
+    println!("{stdout}");
+    let seen: serde_json::Value = stdout
+        .lines()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| panic!("the script printed no result\n{report}"));
+    let fork = seen["fork"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no fork id\n{report}"))
+        .to_owned();
+
+    // The fork the page made is the one asked for, and it ran its step 2
+    // without charging again.
+    let (parent_view, fork_view, runs) = runtime.block_on(async {
+        let listed: serde_json::Value = http
+            .get(format!("{base}/runs"))
+            .send()
+            .await
+            .expect("GET /runs")
+            .json()
+            .await
+            .expect("JSON");
+        (
+            support::get_run(&http, &base, &parent).await,
+            support::get_run(&http, &base, &fork).await,
+            listed["runs"].as_array().map_or(0, Vec::len),
+        )
+    });
+    assert_eq!(fork_view["fork"]["parent"], parent.as_str(), "{fork_view}");
+    assert_eq!(fork_view["fork"]["path"], "run", "{fork_view}");
+    assert_eq!(fork_view["fork"]["step"], 2, "{fork_view}");
+    assert_eq!(fork_view["fork"]["guidance"], FORK_GUIDANCE, "{fork_view}");
+    assert_eq!(fork_view["status"], "completed", "{fork_view}");
+    assert_eq!(
+        fork_view["tool_calls"][0]["made_by"],
+        parent.as_str(),
+        "{fork_view}"
+    );
+    let charges = json_lines(&ledger);
+    assert_eq!(
+        charges.len(),
+        1,
+        "the tool server saw the charge once: {charges:?}"
+    );
+    assert_eq!(
+        charges[0]["key"],
+        format!("{parent}/run/1/0"),
+        "{charges:?}"
+    );
+    assert_eq!(runs, 2, "the refused fork made no run\n{report}");
+
+    // What the comparison showed is what each run did: the answers, the
+    // steps, and the tokens the model answered to each run's requests.
+    let all = json_lines(&requests);
+    assert_eq!(
+        all.len(),
+        parent_requests + 1,
+        "the fork called its model once"
+    );
+    let (parent_in, parent_out) = tokens(&all[..parent_requests]);
+    let (fork_in, fork_out) = tokens(&all[parent_requests..]);
+    let shown = &seen["compare"];
+    for (side, view, steps_run, input, output) in [
+        ("parent", &parent_view, 2, parent_in, parent_out),
+        ("fork", &fork_view, 1, fork_in, fork_out),
+    ] {
+        let column = &shown[side];
+        assert_eq!(column["status"], "completed", "{side}: {shown}");
+        assert_eq!(column["answer"], view["answer"], "{side}: {shown}");
+        assert_eq!(column["steps"], steps_run.to_string(), "{side}: {shown}");
+        assert_eq!(column["root_steps"], "2", "{side}: {shown}");
+        assert_eq!(column["input_tokens"], input.to_string(), "{side}: {shown}");
+        assert_eq!(
+            column["output_tokens"],
+            output.to_string(),
+            "{side}: {shown}"
+        );
+    }
+    assert_eq!(shown["parent"]["calls_sent"], "1", "{shown}");
+    assert_eq!(shown["fork"]["calls_sent"], "0", "{shown}");
+    assert_eq!(shown["fork"]["calls_replayed"], "1", "{shown}");
+    assert!(
+        fork_view["answer"]
+            .as_str()
+            .is_some_and(|a| a.ends_with(FORK_GUIDANCE)),
+        "the fork's model saw the guidance typed in the page: {fork_view}"
+    );
+    let refused = seen["refused"].as_str().unwrap_or_default();
+    assert!(
+        refused.contains("has no loop `run/worker:nobody:1`")
+            && refused.contains("`run` (steps 1 to 2)"),
+        "the refusal shown is the server's: {refused}\n{report}"
+    );
+    drop(server);
+    drop(model);
 }

@@ -23,12 +23,18 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("app.js", JAVASCRIPT, include_str!("dashboard/app.js")),
     ("api.js", JAVASCRIPT, include_str!("dashboard/api.js")),
     (
+        "compare.js",
+        JAVASCRIPT,
+        include_str!("dashboard/compare.js"),
+    ),
+    (
         "controls.js",
         JAVASCRIPT,
         include_str!("dashboard/controls.js"),
     ),
     ("dom.js", JAVASCRIPT, include_str!("dashboard/dom.js")),
     ("events.js", JAVASCRIPT, include_str!("dashboard/events.js")),
+    ("fork.js", JAVASCRIPT, include_str!("dashboard/fork.js")),
     ("run.js", JAVASCRIPT, include_str!("dashboard/run.js")),
     ("runs.js", JAVASCRIPT, include_str!("dashboard/runs.js")),
     ("state.js", JAVASCRIPT, include_str!("dashboard/state.js")),

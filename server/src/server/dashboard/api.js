@@ -1,5 +1,7 @@
 // The server: its JSON API (with the token, if the page was given one) and
 // a run's live event stream, which reconnects after the last event seen.
+// `followEvents` reads another run's events the same way, for a page that
+// shows more than the current run (a fork beside its parent).
 
 import { enc, setError, setStreamState } from './dom.js';
 import { session } from './state.js';
@@ -121,5 +123,63 @@ export function openStream(st, on) {
     } else {
       setStreamState('reconnecting', 'reconnecting…');
     }
+  };
+}
+
+/**
+ * Reads the events of the run `id` from its stream: its stored log, then
+ * live until it ends. Each event goes to `on.event(event)`, in order and
+ * once; the end, with the run's final status if the server said one, to
+ * `on.end(status)`; a cut stream (or an event that could not be shown) to
+ * `on.error(message)`; a cut stream reconnects after the last event seen.
+ * `close()` stops it.
+ */
+export function followEvents(id, on) {
+  const reader = { es: null, lastSeq: 0, closed: false, timer: 0 };
+  const open = () => {
+    if (reader.closed) return;
+    const query = new URLSearchParams();
+    if (token) query.set('token', token);
+    if (reader.lastSeq) query.set('after', String(reader.lastSeq));
+    const qs = query.toString();
+    const es = new EventSource(`/runs/${enc(id)}/events${qs ? `?${qs}` : ''}`);
+    reader.es = es;
+    es.onmessage = (message) => {
+      if (reader.es !== es) return;
+      let event;
+      try { event = JSON.parse(message.data); } catch (_) { return; }
+      if (!event || typeof event.seq !== 'number' || event.seq <= reader.lastSeq) return;
+      reader.lastSeq = event.seq;
+      try {
+        on.event(event);
+      } catch (error) {
+        if (on.error) on.error(`event ${event.seq} of run ${id} could not be shown: ${error.message}`);
+      }
+    };
+    es.addEventListener('end', (message) => {
+      if (reader.es !== es) return;
+      es.close();
+      reader.es = null;
+      reader.closed = true;
+      let status = null;
+      try { status = JSON.parse(message.data).status; } catch (_) { status = null; }
+      on.end(status);
+    });
+    es.onerror = () => {
+      if (reader.es !== es || es.readyState !== EventSource.CLOSED) return;
+      reader.es = null;
+      if (on.error) on.error(`the event stream of run ${id} was closed; reconnecting`);
+      clearTimeout(reader.timer);
+      reader.timer = setTimeout(open, RECONNECT_MS);
+    };
+  };
+  open();
+  return {
+    close() {
+      reader.closed = true;
+      clearTimeout(reader.timer);
+      if (reader.es) reader.es.close();
+      reader.es = null;
+    },
   };
 }

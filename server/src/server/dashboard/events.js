@@ -1,6 +1,7 @@
 // The run's events applied to the page: each event updates its node in the
 // tree, adds its row to the trace and its line to the log, and may change
-// the run's status or pause it.
+// the run's status or pause it. A fork's first event says where it comes
+// from, and each call it inherited is marked replayed, not sent.
 
 import { PAUSED } from './state.js';
 import { renderRun, setStatus } from './run.js';
@@ -89,6 +90,22 @@ export function applyEvent(st, e) {
       node.note = e.task;
       if (e.max_steps) node.limit = e.max_steps;
       setStatus(st, 'running', 'stream');
+      break;
+    case 'run_forked':
+      st.forkEvent = e;
+      st.runStarted = { flow: e.flow, task: '' };
+      node.state = 'running';
+      node.label = e.flow ? `run · ${e.flow}` : 'run';
+      node.note = `forked from ${e.parent} at ${e.loop_path} step ${e.step}`;
+      addTraceRow(st, e, 'forked', `from ${e.parent} at ${e.loop_path} step ${e.step}`);
+      setStatus(st, 'running', 'stream');
+      break;
+    case 'tool_call_replayed':
+      node.label = e.tool;
+      node.state = 'replayed';
+      node.note = `not sent: ${e.by_person ? 'the result a person gave' : 'its result'} was recorded in ${e.made_by} (key ${e.idempotency_key})`;
+      node.dom.label.title = `${e.path} · key ${e.idempotency_key}`;
+      st.replayed.push(e);
       break;
     case 'step_started':
       node.step = e.step;

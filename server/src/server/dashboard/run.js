@@ -1,8 +1,10 @@
-// One run's page: its facts, its answer or reason, and the pause panel a
-// person answers; its view polled from the server until it is final.
+// One run's page: its facts, its answer or reason, its lineage if it is a
+// fork, and the pause panel a person answers; its view polled from the
+// server until it is final.
 
 import { api } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
+import { renderLineage } from './fork.js';
 import { PAUSED, POLL_MS, TERMINAL, session } from './state.js';
 import { clock, duration, phiText } from './text.js';
 
@@ -75,6 +77,7 @@ export function renderRun(st) {
   $('run-reason').hidden = !reason;
   setText($('run-reason-text'), reason || '');
   $('run-controls').hidden = st.status !== 'running';
+  renderLineage(st);
   renderPause(st);
 }
 

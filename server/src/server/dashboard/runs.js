@@ -3,7 +3,7 @@
 
 import { api } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
-import { POLL_MS, session } from './state.js';
+import { POLL_MS, listShown } from './state.js';
 import { clock } from './text.js';
 
 /** Runs per page, as the server's default. */
@@ -69,21 +69,21 @@ async function pollExecutor() {
 
 export async function pollList() {
   clearTimeout(listTimer);
-  if (session.current) return;
+  if (!listShown()) return;
   pollExecutor();
   try {
     const asked = { ...wanted };
     const { runs, more } = await fetchWanted();
     // Dropped if the person changed the question meanwhile.
-    if (session.current || asked.count !== wanted.count || asked.status !== wanted.status) return;
+    if (!listShown() || asked.count !== wanted.count || asked.status !== wanted.status) return;
     renderRuns(runs);
     $('runs-more').hidden = !more;
     setError('list', null);
   } catch (error) {
-    if (session.current) return;
+    if (!listShown()) return;
     setError('list', `runs: ${error.message}`);
   }
-  if (!session.current) listTimer = setTimeout(pollList, POLL_MS);
+  if (listShown()) listTimer = setTimeout(pollList, POLL_MS);
 }
 
 function renderRuns(runs) {

@@ -7,8 +7,14 @@ export const POLL_MS = 2000;
 export const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 export const PAUSED = new Set(['waiting_human', 'reconciliation_required']);
 
-/** The run being shown (`current`), or null for the list. */
-export const session = { current: null };
+/**
+ * The run being shown (`current`), or null; the fork shown beside its
+ * parent (`compare`, `compare.js`), or null. Both null: the list.
+ */
+export const session = { current: null, compare: null };
+
+/** Whether the list of runs is the page shown. */
+export const listShown = () => !session.current && !session.compare;
 
 export function newRunState(id) {
   return {
@@ -34,5 +40,11 @@ export function newRunState(id) {
     reconcileKey: null,
     // The timeline's model and elements (`timeline.js`), made by its first event.
     timeline: null,
+    // For a fork: its `run_forked` event, and the calls it inherited from
+    // its parent (`tool_call_replayed` events), never sent again.
+    forkEvent: null,
+    replayed: [],
+    // What the lineage panel last drew (`fork.js`), to draw it on change only.
+    lineageDrawn: '',
   };
 }

@@ -45,6 +45,17 @@ export function describe(e) {
     case 'verdict_dropped': return `${e.verdict} dropped: ${e.reason}`;
     case 'lease_cancelled': return 'cancelled by its parent';
     case 'run_started': return `flow ${e.flow} (${e.max_steps} steps): ${e.task}`;
+    case 'run_forked': {
+      const parts = [`forked from ${e.parent} at ${e.loop_path} step ${e.step}`];
+      if (e.guidance) parts.push(`guidance: ${e.guidance}`);
+      if (e.changes && e.changes.length) parts.push(`flow changed: ${e.changes.join(', ')}`);
+      if (e.person_answers && e.person_answers.length) {
+        parts.push(`inheriting ${e.person_answers.length} answer(s) a person gave the parent`);
+      }
+      return parts.join(', ');
+    }
+    case 'tool_call_replayed':
+      return `${e.tool} (key ${e.idempotency_key}) not sent again: the result ${e.by_person ? 'a person gave was' : 'was'} recorded in ${e.made_by}`;
     case 'step_started': return `step ${e.step} ${e.limit ? `of ${e.limit}` : 'unlimited'}, ${e.nudges} nudges`;
     case 'model_call_started': return `step ${e.step}, ${e.stream ? 'streaming' : 'blocking'}, attempt ${e.attempt}`;
     case 'model_call_finished': {

@@ -4,7 +4,9 @@
 // nested by its path; a restarted operation gets a new bar for each attempt,
 // after the killed one and its backoff. Each lease expiry is a tick on its
 // operation's bar, coloured by the verdict and shaped by who decided; a
-// pause for a person is shaded across every row.
+// pause for a person is shaded across every row. A call a fork inherited
+// from its parent is marked replayed where the fork began: it was not sent.
+// Each step's row offers "Fork from here" (`fork.js`).
 //
 // Drawn from the same events as the rest of the page (live, or replayed
 // from the stored log), as SVG built with DOM calls: event text goes into
@@ -14,6 +16,7 @@
 // scroll under a fixed axis, which rescales as the run goes on.
 
 import { $, svgEl } from './dom.js';
+import { forkPoint, openForkForm } from './fork.js';
 import { session } from './state.js';
 import { duration } from './text.js';
 import { KIND_NAMES, parseSegment } from './tree.js';
@@ -27,6 +30,8 @@ const RIGHT_MARGIN = 12;
 const LIVE_MS = 1000;
 /** Longest label shown; the whole path is in the row's tooltip. */
 const LABEL_CHARS = 30;
+/** How wide a replayed call's mark is: it took no time in the fork. */
+const REPLAYED_WIDTH = 8;
 
 const VERDICTS = ['RENEW', 'NUDGE', 'INTERVENE', 'ESCALATE'];
 /** Who decided, as `DecidedBy` names it, and how the legend says it. */
@@ -92,6 +97,10 @@ function operation(T, key, kind, label) {
     ticks: [],
     backoffs: [],
     step: null,
+    // A step's loop and number, for "Fork from here"; a replayed call's
+    // maker.
+    forkAt: null,
+    replayed: null,
     dom: null,
   };
   if (parent) parent.children.push(op);
@@ -151,6 +160,7 @@ export function timelineEvent(st, e) {
   const path = e.path || 'run';
   switch (e.kind) {
     case 'run_started':
+    case 'run_forked':
       begin(pathOperation(T, path), at, null);
       break;
     case 'worker_spawned':
@@ -158,9 +168,19 @@ export function timelineEvent(st, e) {
       break;
     case 'step_started': {
       const loop = pathOperation(T, path);
+      // A loop a fork inherited began in its parent: its bar starts here.
+      if (!loop.bars.length) begin(loop, at, null);
       if (loop.step) finish(loop.step, at, 'ok');
       loop.step = operation(T, `${path}#step:${e.step}`, 'step', `step ${e.step}`);
+      loop.step.forkAt = { path, step: e.step };
       begin(loop.step, at, null);
+      break;
+    }
+    case 'tool_call_replayed': {
+      const op = pathOperation(T, path);
+      op.label = `tool ${e.tool} (replayed)`;
+      op.replayed = { madeBy: e.made_by, byPerson: e.by_person };
+      op.bars.push({ start: at, end: at, attempt: null, outcome: 'replayed', dom: null });
       break;
     }
     case 'model_call_started':
@@ -359,8 +379,33 @@ function newRow(op) {
   const ticks = svgEl('g', { class: 'tl-ticks' });
   const g = svgEl('g', { class: 'tl-row', 'data-path': op.key, 'data-kind': op.kind },
     svgEl('rect', { class: 'tl-row-bg', x: 0, y: 0, width: '100%', height: ROW }),
-    title, label, bars, ticks);
+    title, label, bars, ticks, op.forkAt ? forkButton(op.forkAt) : null);
+  if (op.replayed) g.dataset.replayed = 'true';
   return { g, title, label, bars, ticks };
+}
+
+/** "Fork from here" at the right of a step's label: opens the fork form. */
+function forkButton({ path, step }) {
+  const name = `Fork from here: ${path} step ${step}`;
+  const button = svgEl('g', {
+    class: 'tl-fork',
+    role: 'button',
+    tabindex: 0,
+    'aria-label': name,
+    'data-at': forkPoint(path, step),
+  },
+  svgEl('title', { text: `${name} (a new run from the state before this step began)` }),
+  svgEl('rect', { class: 'tl-fork-bg', x: LABEL_WIDTH - 92, y: 2, width: 86, height: ROW - 4, rx: 3 }),
+  svgEl('text', { class: 'tl-fork-text', x: LABEL_WIDTH - 10, y: ROW / 2 + 3.5, text: 'fork from here' }));
+  const open = (event) => {
+    event.preventDefault();
+    openForkForm(path, step);
+  };
+  button.addEventListener('click', open);
+  button.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' || event.key === ' ') open(event);
+  });
+  return button;
 }
 
 function drawBar(row, op, bar, x, now) {
@@ -372,17 +417,20 @@ function drawBar(row, op, bar, x, now) {
   const outcome = running ? 'running' : bar.outcome || 'ok';
   const start = x(bar.start);
   const end = x(running ? now : bar.end);
+  const replayed = outcome === 'replayed' && op.replayed;
   bar.dom.setAttribute('class', `tl-bar tl-bar-${op.kind} outcome-${outcome}`);
   bar.dom.setAttribute('x', start);
-  bar.dom.setAttribute('width', Math.max(end - start, 2));
+  bar.dom.setAttribute('width', Math.max(end - start, replayed ? REPLAYED_WIDTH : 2));
   if (bar.attempt !== null) bar.dom.dataset.attempt = String(bar.attempt);
   bar.dom.dataset.outcome = outcome;
-  const about = [
-    op.label,
-    bar.attempt !== null ? `attempt ${bar.attempt}` : '',
-    `${duration((running ? now : bar.end) - bar.start)}`,
-    outcome,
-  ].filter(Boolean).join(' · ');
+  const about = replayed
+    ? `${op.label} · not sent: ${op.replayed.byPerson ? 'the result a person gave' : 'its result'} was recorded in ${op.replayed.madeBy}`
+    : [
+      op.label,
+      bar.attempt !== null ? `attempt ${bar.attempt}` : '',
+      `${duration((running ? now : bar.end) - bar.start)}`,
+      outcome,
+    ].filter(Boolean).join(' · ');
   if (bar.dom.firstChild.textContent !== about) bar.dom.firstChild.textContent = about;
 }
 
@@ -432,6 +480,7 @@ function drawLegend() {
     item(icon(svgEl('rect', { class: 'tl-bar outcome-running', x: -7, y: -4, width: 14, height: 8 })), 'running'),
     item(icon(svgEl('rect', { class: 'tl-bar outcome-intervened', x: -7, y: -4, width: 14, height: 8 })), 'killed, restarted after its backoff'),
     item(icon(svgEl('rect', { class: 'tl-pause', x: -7, y: -7, width: 14, height: 14 })), 'paused for a person'),
+    item(icon(svgEl('rect', { class: 'tl-bar outcome-replayed', x: -4, y: -4, width: 8, height: 8 })), 'replayed from the parent, not sent'),
     ...VERDICTS.map((verdict) => item(
       icon(svgEl('g', { class: `tl-tick verdict-${verdict}` }, svgEl('line', { class: 'tl-tick-line', x1: 0, x2: 0, y1: -7, y2: 7 }))),
       verdict,
