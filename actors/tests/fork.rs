@@ -34,19 +34,29 @@ struct Rig {
 }
 
 async fn rig(model: &ScriptedModel, tools: &ScriptedTools) -> Rig {
+    judged_rig(model, tools, None, config()).await
+}
+
+/// A rig with `evaluator`, if given, under `config`.
+async fn judged_rig(
+    model: &ScriptedModel,
+    tools: &ScriptedTools,
+    evaluator: Option<leasehold_actors::testing::ScriptedEvaluator>,
+    config: EngineConfig,
+) -> Rig {
     let events = RecordingSink::new();
     let store = MemoryStore::new();
-    let engine = Engine::builder()
-        .config(config())
+    let mut builder = Engine::builder()
+        .config(config)
         .model(Arc::new(model.clone()))
         .events(Arc::new(events.clone()))
         .store(Arc::new(store.clone()))
-        .tool_server("local", Arc::new(tools.clone()))
-        .build()
-        .await
-        .expect("engine builds");
+        .tool_server("local", Arc::new(tools.clone()));
+    if let Some(evaluator) = evaluator {
+        builder = builder.evaluator(Arc::new(evaluator));
+    }
     Rig {
-        engine,
+        engine: builder.build().await.expect("engine builds"),
         events,
         store,
     }
@@ -448,18 +458,11 @@ async fn what_people_answered_the_parent_is_inherited_and_said_never_replayed_si
     ]);
     let mut config = config();
     config.supervision.watchdog.free_renewals = 0;
-    let store = MemoryStore::new();
-    let events = RecordingSink::new();
-    let engine = Engine::builder()
-        .config(config)
-        .model(Arc::new(model.clone()))
-        .evaluator(Arc::new(evaluator))
-        .events(Arc::new(events.clone()))
-        .store(Arc::new(store.clone()))
-        .tool_server("local", Arc::new(tools.clone()))
-        .build()
-        .await
-        .expect("engine builds");
+    let Rig {
+        engine,
+        events,
+        store,
+    } = judged_rig(&model, &tools, Some(evaluator), config).await;
     let mut run = engine.start(flow()).await.expect("starts");
     let parent = run.run_id().to_owned();
     let state = run

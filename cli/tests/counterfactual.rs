@@ -84,10 +84,7 @@ fn leasehold(data: &std::path::Path, base: &str) -> Command {
 }
 
 async fn finished(command: &mut Command) -> std::process::Output {
-    tokio::time::timeout(PATIENCE, command.output())
-        .await
-        .expect("ends in time")
-        .expect("runs")
+    support::output_within(command, PATIENCE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1063,46 +1063,9 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-/// The fork test's tool server, an MCP server over stdio (newline-delimited
-/// JSON-RPC): one tool, `charge`, not idempotent; each call's idempotency
-/// key appended, as one JSON line, to the file named by its first argument
-/// before it answers.
-const FORK_TOOLS: &str = r#"
-import json, sys
-
-ledger = sys.argv[1]
-
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-for line in sys.stdin:
-    if not line.strip():
-        continue
-    request = json.loads(line)
-    method, rid = request.get("method"), request.get("id")
-    if rid is None:
-        continue
-    params = request.get("params") or {}
-    if method == "initialize":
-        result = {"protocolVersion": params.get("protocolVersion", "2025-06-18"),
-                  "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "ledger", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "charge", "description": "Charge an order. Takes money.",
-                             "inputSchema": {"type": "object",
-                                             "properties": {"order": {"type": "string"}}},
-                             "annotations": {"idempotentHint": False, "destructiveHint": True,
-                                             "readOnlyHint": False}}]}
-    elif method == "tools/call":
-        key = (params.get("_meta") or {}).get("leasehold/idempotency_key")
-        with open(ledger, "a") as f:
-            f.write(json.dumps({"tool": params.get("name"), "key": key}) + "\n")
-        result = {"content": [{"type": "text", "text": "charged order 7"}], "isError": False}
-    else:
-        result = {}
-    send({"jsonrpc": "2.0", "id": rid, "result": result})
-"#;
+/// The fork test's tool server: `support/ledger_mcp.py`, an MCP server
+/// over stdio that records each call's idempotency key.
+const FORK_TOOLS: &str = support::LEDGER_MCP_SERVER;
 
 /// Guidance for the fork, with markup no page may make an element of.
 const FORK_GUIDANCE: &str =

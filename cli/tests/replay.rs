@@ -3,6 +3,8 @@
 //! no tool server, on paused time — reproduces its steps and verdicts;
 //! its saved recording replays the same in a test.
 
+mod support;
+
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -23,10 +25,7 @@ fn leasehold(data: &std::path::Path) -> Command {
 }
 
 async fn finished(command: &mut Command) -> std::process::Output {
-    tokio::time::timeout(PATIENCE, command.output())
-        .await
-        .expect("ends in time")
-        .expect("runs")
+    support::output_within(command, PATIENCE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

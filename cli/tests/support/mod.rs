@@ -11,6 +11,22 @@ pub use python::PythonPeer;
 
 use std::time::Duration;
 
+/// An MCP server in Python over stdio that records the idempotency key of
+/// every call it receives (`ledger_mcp.py`): run it as
+/// `python3 FILE LEDGER`, the script written to FILE.
+pub const LEDGER_MCP_SERVER: &str = include_str!("ledger_mcp.py");
+
+/// `command`'s output, once it ended within `patience`.
+pub async fn output_within(
+    command: &mut tokio::process::Command,
+    patience: Duration,
+) -> std::process::Output {
+    tokio::time::timeout(patience, command.output())
+        .await
+        .expect("ends in time")
+        .expect("runs")
+}
+
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
