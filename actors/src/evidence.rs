@@ -155,6 +155,9 @@ struct EvidenceState {
     /// The longest silence between two items (or before the first), pauses
     /// excluded, and how many items came before it.
     longest_silence: (std::time::Duration, u64),
+    /// The [`TIMED_SILENCES`] longest silences between two items, each with
+    /// how many items came before it.
+    silences: Vec<(u64, std::time::Duration)>,
     /// Time paused in all, so that the operation's recorded length is its
     /// working time.
     paused_total: std::time::Duration,
@@ -526,6 +529,15 @@ impl Evidence {
             longest_silence_ms: ms(state.longest_silence.0),
             silence_after: state.longest_silence.1,
             keepalives: state.kinds.keepalive,
+            silences: {
+                let mut silences: Vec<(u64, u64)> = state
+                    .silences
+                    .iter()
+                    .map(|(after, gap)| (*after, ms(*gap)))
+                    .collect();
+                silences.sort_unstable();
+                silences
+            },
             progress: state.progress,
             ended,
             renewals,
@@ -583,6 +595,24 @@ impl Evidence {
 
 /// A duration of `ms` milliseconds (0 for nonsense, at most
 /// [`MAX_DURATION`](crate::MAX_DURATION)).
+/// How many of an operation's longest silences its timing keeps: enough
+/// for a replay to place every stall that mattered, bounded whatever the
+/// operation streams.
+pub const TIMED_SILENCES: usize = 8;
+
+/// Keeps `gap` among `kept` if it is one of the [`TIMED_SILENCES`] longest.
+fn keep_longest(kept: &mut Vec<(u64, std::time::Duration)>, gap: (u64, std::time::Duration)) {
+    if kept.len() < TIMED_SILENCES {
+        kept.push(gap);
+        return;
+    }
+    if let Some(shortest) = kept.iter_mut().min_by_key(|(_, length)| *length)
+        && shortest.1 < gap.1
+    {
+        *shortest = gap;
+    }
+}
+
 /// `duration` in whole milliseconds.
 fn ms(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -635,6 +665,7 @@ impl EvidenceState {
             if gap > self.longest_silence.0 {
                 self.longest_silence = (gap, self.count);
             }
+            keep_longest(&mut self.silences, (self.count, gap));
         } else if let Some(started) = self.started {
             let wait = until.saturating_duration_since(started);
             if wait > self.longest_silence.0 {

@@ -110,7 +110,8 @@ pub use ports::{
 // Leases and their evidence, for supervising work of your own.
 pub use evidence::{
     Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, MIN_STEPS, MIN_TRIGRAMS,
-    OperationTiming, ProgressSummary, STEP_WINDOW, TAIL_BYTES, TimedEnd, repetition,
+    OperationTiming, ProgressSummary, STEP_WINDOW, TAIL_BYTES, TIMED_SILENCES, TimedEnd,
+    repetition,
 };
 pub use lease::terms::{LeaseTerms, TermsByKind};
 pub use lease::{

@@ -410,6 +410,7 @@ mod tests {
             longest_silence_ms: longest,
             silence_after: after,
             keepalives: 0,
+            silences: Vec::new(),
             progress: None,
             ended,
             renewals: 0,

@@ -13,9 +13,9 @@
 //! same conversation in the recording: a request that no recorded
 //! conversation begins with is where the replay diverges (the flow, the
 //! prompts or the code changed). Each answer streams as its call did: as
-//! many items, the first after the same wait, the same longest silence
-//! after the same item, for the same time; an attempt that was cut goes
-//! silent where it went silent. Each tool call answers its recorded result
+//! many items, the first after the same wait, each of its longest
+//! silences after the same item, the other gaps even, for the same time;
+//! an attempt that was cut goes silent where it went silent. Each tool call answers its recorded result
 //! after its recorded time, reporting progress at its cadence; a call with
 //! no recorded result never answers. The evaluator gives, lease by lease,
 //! the verdicts it gave; budget checkpoints, the decisions they made. A
@@ -388,32 +388,32 @@ fn timing_of(
 }
 
 /// Waits as the recorded operation did: `items` items (each told to
-/// `item`), the first after its wait, its longest silence after its item,
-/// until its length; then returns, or never does if it was cut.
+/// `item`), the first after its wait, each recorded silence after the item
+/// it followed, the other gaps even, until its length; then returns, or
+/// never does if it was cut.
 async fn act_out(timing: &OperationTiming, mut item: impl FnMut(u64)) {
     let ms = Duration::from_millis;
     let first = timing.first_item_ms.unwrap_or(timing.duration_ms);
     let last = timing.last_item_ms.unwrap_or(first);
     let gaps = timing.items.saturating_sub(1);
-    let silence = if timing.silence_after > 0 && gaps > 0 {
-        timing.longest_silence_ms
-    } else {
-        0
-    };
-    let spread = if gaps > 1 || silence == 0 {
-        last.saturating_sub(first).saturating_sub(silence)
-            / gaps.saturating_sub(u64::from(silence > 0)).max(1)
-    } else {
-        0
-    };
+    // The silences it kept; a timing without them has its longest.
+    let mut silences: BTreeMap<u64, u64> = timing
+        .silences
+        .iter()
+        .copied()
+        .filter(|(after, _)| *after > 0 && *after < timing.items)
+        .collect();
+    if silences.is_empty() && timing.silence_after > 0 && timing.silence_after < timing.items {
+        silences.insert(timing.silence_after, timing.longest_silence_ms);
+    }
+    let silent: u64 = silences.values().sum();
+    let others = gaps.saturating_sub(silences.len() as u64).max(1);
+    let spread = last.saturating_sub(first).saturating_sub(silent) / others;
     let mut now = 0;
     for n in 0..timing.items {
-        let at = if n == 0 {
-            first
-        } else if n == timing.silence_after && silence > 0 {
-            now + silence
-        } else {
-            now + spread
+        let at = match n {
+            0 => first,
+            n => now + silences.get(&n).copied().unwrap_or(spread),
         };
         tokio::time::sleep(ms(at.saturating_sub(now))).await;
         now = at;

@@ -198,6 +198,11 @@ pub struct OperationTiming {
     /// Keepalives received.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub keepalives: u64,
+    /// Its longest silences between two items (at most
+    /// [`TIMED_SILENCES`](crate::TIMED_SILENCES)), each as how many items
+    /// came before it and its length, in the order they came.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub silences: Vec<(u64, u64)>,
     /// The highest progress value it reported, and the total it was
     /// reported against, if it reported values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
