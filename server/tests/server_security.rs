@@ -602,10 +602,13 @@ fn http_get(url: &str) -> reqwest::RequestBuilder {
     reqwest::Client::new().get(url)
 }
 
-/// A store that counts the reads event streams make.
+/// A store that counts the reads event streams make; while `gaps` is
+/// above zero, a read of two events or more leaves its second out, as a
+/// log read while a batch lands one event at a time can (sled).
 struct CountingStore {
     inner: MemoryStore,
     reads: AtomicU64,
+    gaps: AtomicU64,
 }
 
 impl Store for CountingStore {
@@ -707,7 +710,18 @@ impl Store for CountingStore {
         after_seq: u64,
     ) -> BoxFuture<'static, Result<Vec<Event>, StoreError>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.load_events(run_id, after_seq)
+        let read = self.inner.load_events(run_id, after_seq);
+        let gap = self
+            .gaps
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        Box::pin(async move {
+            let mut events = read.await?;
+            if gap && events.len() >= 2 {
+                events.remove(1);
+            }
+            Ok(events)
+        })
     }
     fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         self.inner.flush()
@@ -750,10 +764,66 @@ impl Store for CountingStore {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_never_skips_an_event_its_log_showed_late() {
+    let store = Arc::new(CountingStore {
+        inner: MemoryStore::new(),
+        reads: AtomicU64::new(0),
+        gaps: AtomicU64::new(0),
+    });
+    let model = ScriptedModel::new().script(
+        "run",
+        [Turn::tools([("wait", json!({}))]), Turn::answer("done")],
+    );
+    let tools = ScriptedTools::new().tool(
+        "wait",
+        Some(true),
+        [ToolAct::returns("waited", Duration::from_millis(10))],
+    );
+    let engine = Engine::builder()
+        .config(EngineConfig::default())
+        .store(store.clone())
+        .model(Arc::new(model))
+        .tool_server("local", Arc::new(tools))
+        .tool_factory(McpToolClient::factory(Duration::from_secs(5)))
+        .build()
+        .await
+        .expect("engine");
+    let served = Served::start(engine, ServerOptions::default()).await;
+    let run_id = served.start_run().await;
+    served.ended(&run_id, None).await;
+    let logged = store.inner.events(&run_id);
+    assert!(logged.len() >= 6, "{logged:?}");
+    // The next reads of the log each leave an event out; the stream
+    // waits for what it has not seen instead of going past it.
+    store.gaps.store(3, Ordering::Release);
+    let body = tokio::time::timeout(
+        Duration::from_secs(30),
+        reqwest::Client::new()
+            .get(served.url(&format!("/runs/{run_id}/events")))
+            .send()
+            .await
+            .expect("stream")
+            .text(),
+    )
+    .await
+    .expect("the stream ends")
+    .expect("a body");
+    let positions: Vec<u64> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Event>(data).ok())
+        .map(|event| event.position)
+        .collect();
+    let expected: Vec<u64> = logged.iter().map(|e| e.position).collect();
+    assert_eq!(positions, expected, "every event, in order, none skipped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_streams_of_one_run_share_one_look_at_the_store() {
     let store = Arc::new(CountingStore {
         inner: MemoryStore::new(),
         reads: AtomicU64::new(0),
+        gaps: AtomicU64::new(0),
     });
     let poll = Duration::from_millis(20);
     let served = Served::start(

@@ -209,6 +209,41 @@ fn ends_in(kind: &EventKind) -> Option<RunStatus> {
     }
 }
 
+/// How long a stream waits before reading the log again when what it read
+/// has a gap: the writer lands the missing events within milliseconds.
+const GAP_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// How many reads a gap is waited for (about two seconds).
+const GAP_READS: u32 = 400;
+
+/// The run's own count (`position`) of the last event a stream sent.
+#[derive(Default)]
+struct Positions {
+    last: Option<u64>,
+}
+
+impl Positions {
+    /// Whether `event` comes right after the last one sent: always for the
+    /// first of a stream that starts after an event it did not send, and
+    /// for events of logs kept before positions were counted (position 0).
+    fn follows(&self, event: &Event) -> bool {
+        match self.last {
+            Some(last) if event.position > 0 => event.position == last + 1,
+            _ => true,
+        }
+    }
+
+    /// A stream from the run's first event: the first it sends is the
+    /// run's first.
+    fn from_the_start() -> Self {
+        Self { last: Some(0) }
+    }
+
+    fn sent(&mut self, event: &Event) {
+        self.last = Some(event.position);
+    }
+}
+
 fn frame(event: &Event) -> Result<SseEvent, Infallible> {
     let data = serde_json::to_string(event).unwrap_or_else(|e| {
         serde_json::json!({"seq": event.seq, "error": format!("unserializable event: {e}")})
@@ -245,6 +280,16 @@ async fn feed(
     let shutdown = app.shutdown.clone();
     // Looks at the store, with the run ended, that found nothing new.
     let mut quiet_after_end = 0u32;
+    // The run's own count of the last event sent: its events are numbered
+    // 1, 2, 3, … with no gap, so a gap is an event not yet seen.
+    let mut position = if after == 0 {
+        Positions::from_the_start()
+    } else {
+        Positions::default()
+    };
+    // Reads that found the same gap: past GAP_READS the gap is taken as
+    // lasting (an event whose write failed) and the stream goes on.
+    let mut gap_reads = 0u32;
     loop {
         // Catch up from the log.
         let logged = match store.load_events(&run_id, after).await {
@@ -257,16 +302,37 @@ async fn feed(
         // The terminal event says how the run ended, even before its
         // status is written (the event lands first).
         let mut ended = None;
+        let mut sent_any = false;
+        let mut gap = false;
         for event in &logged {
+            // A log being appended to may be read with a later event
+            // already there and an earlier one not yet (sled lands a
+            // batch one event at a time): stop before the gap and read
+            // again, rather than skip the event for good.
+            if !position.follows(event) {
+                if gap_reads < GAP_READS {
+                    gap = true;
+                    break;
+                }
+                tracing::warn!(%run_id, seq = event.seq, "event stream: an event of the run is missing from its log; going on without it");
+            }
             if tx.send(frame(event)).await.is_err() {
                 return;
             }
             after = event.seq;
+            position.sent(event);
+            sent_any = true;
             ended = ended.or(ends_in(&event.kind));
         }
-        if !logged.is_empty() {
+        if sent_any {
             quiet_after_end = 0;
         }
+        if gap && ended.is_none() {
+            gap_reads += 1;
+            tokio::time::sleep(GAP_PATIENCE).await;
+            continue;
+        }
+        gap_reads = 0;
         let watched = *seen.borrow_and_update();
         if watched.last_seq > after {
             // The log grew between the read above and this look at the
@@ -303,10 +369,16 @@ async fn feed(
                         if event.run_id != run_id || event.seq <= after {
                             continue;
                         }
+                        // One this stream did not see came before it:
+                        // the log has it, or soon will.
+                        if !position.follows(&event) {
+                            break;
+                        }
                         if tx.send(frame(&event)).await.is_err() {
                             return;
                         }
                         after = event.seq;
+                        position.sent(&event);
                         if let Some(status) = ends_in(&event.kind) {
                             let _ = tx.send(end(status)).await;
                             return;
