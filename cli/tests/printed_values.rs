@@ -8,6 +8,7 @@
 use std::process::{Command, Output};
 
 use leasehold::config::Config;
+use leasehold::printable::{is_unprintable, printable};
 use leasehold_cli::cli::describe_config;
 use leasehold_lab::{MAX_LABEL, Report, StrategyReport, tradeoff_svg, wasted_svg};
 use proptest::prelude::*;
@@ -38,17 +39,10 @@ fn config_text(key: &str, value: &str) -> String {
     }
 }
 
-/// `text` as `leasehold config` prints it: control characters escaped.
+/// `text` as `leasehold config` and the table print it: every character a
+/// terminal acts on (controls, direction marks, line separators) escaped.
 fn printed(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    printable(text).into_owned()
 }
 
 /// The lines of `leasehold config`'s output hold no raw control
@@ -61,7 +55,7 @@ fn check_layout(out: &str, tool: Option<&str>) -> Result<(), TestCaseError> {
     let tool: Option<String> = tool.map(|name| printed(name).chars().take(8).collect());
     let mut long = 0;
     for line in out.lines() {
-        prop_assert!(!line.contains(char::is_control), "{line:?}");
+        prop_assert!(!line.contains(is_unprintable), "{line:?}");
         if line.chars().count() > SHORT_LINE {
             long += 1;
             let the_tools = tool.as_deref().is_some_and(|name| line.starts_with(name));
@@ -125,7 +119,7 @@ fn check_report(report: &Report) -> Result<(), TestCaseError> {
     for (line, strategy) in table.lines().skip(2).zip(&report.strategies) {
         let name = printed(&strategy.name);
         prop_assert!(line.starts_with(name.trim_end()), "{}", strategy.name);
-        prop_assert!(!line.contains(char::is_control));
+        prop_assert!(!line.contains(is_unprintable));
     }
     let header = table.lines().nth(1).unwrap_or_default();
     prop_assert!(header.chars().count() < SHORT_LINE);
@@ -202,6 +196,24 @@ proptest! {
     ) {
         check_report(&report(&names, (lease_ms, wasted_tokens, detect_ms, share)))?;
     }
+}
+
+/// A case found by the property above: a line separator (escaped by the
+/// table, as a terminal would break the line on it) before a character
+/// with a decomposed form.
+#[test]
+fn a_strategy_named_with_a_line_separator_is_printed_escaped_on_its_row() {
+    let names = ["\u{2028}\u{FB1D}".to_owned(), "b\u{2029}".to_owned()];
+    check_report(&report(&names, (1, 2, Some(3), 0.5))).expect("laid out");
+    let table = report(&names, (1, 2, Some(3), 0.5)).to_table();
+    assert!(
+        table
+            .lines()
+            .nth(2)
+            .unwrap()
+            .starts_with("\\u{2028}\u{FB1D}"),
+        "{table}"
+    );
 }
 
 #[test]
