@@ -766,6 +766,7 @@ fn bench_rtt(multi_thread: bool) -> Rtt {
     let rtt = rt.block_on(async {
         tokio::spawn(async {
             let watchdog = WatchdogActor::start(WatchdogArgs {
+                prices: Default::default(),
                 config: WatchdogConfig::default(),
                 evaluator: None,
                 events: Arc::new(NoopSink),

@@ -324,9 +324,11 @@ impl Judge<BudgetConfig> {
         };
         let config = self.config;
         let events = self.events.clone();
+        let prices = self.prices.clone();
         tokio::spawn(async move {
+            let model = evaluator.model_name();
             let evaluation = evaluate(evaluator, request.clone(), config);
-            let (judgement, usage) = timed(BUDGET_CONSUMER, evaluation).await;
+            let (judgement, usage) = timed(BUDGET_CONSUMER, (model, &prices), evaluation).await;
             publish(&*events, &request, judgement, Some(usage), reply);
         });
     }

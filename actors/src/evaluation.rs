@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::error::{ConfigError, StartError};
 use crate::ports::{BoxFuture, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, TokenCost};
+use crate::usage::Prices;
 use crate::verdict::EvaluatorUsage;
 
 /// What a judge — the watchdog, a budget checkpoint — is started with and
@@ -26,6 +27,9 @@ pub struct Judge<C> {
     /// Where its records (`verdict`, `budget_extended`, `budget_exhausted`)
     /// go.
     pub events: Arc<dyn EventSink>,
+    /// What the evaluator's tokens cost, by its
+    /// [model](Evaluator::model_name).
+    pub prices: Prices,
 }
 
 /// A judge's policy, refused before the judge starts if it makes no sense.
@@ -60,6 +64,7 @@ impl<C: JudgeConfig> Judge<C> {
 /// cost, attributed to `consumer`.
 pub(crate) async fn timed<T>(
     consumer: &str,
+    (model, prices): (Option<String>, &Prices),
     evaluation: impl Future<Output = (T, TokenCost)>,
 ) -> (T, EvaluatorUsage) {
     let started = Instant::now();
@@ -68,6 +73,8 @@ pub(crate) async fn timed<T>(
         latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         cost,
         consumer: consumer.to_owned(),
+        spent: prices.spent(model.as_deref(), cost),
+        model,
     };
     (judgement, usage)
 }

@@ -58,6 +58,7 @@ mod spawn;
 mod strategy;
 mod strict_json;
 mod supervision;
+mod usage;
 mod verdict;
 mod watchdog;
 
@@ -141,6 +142,9 @@ pub use budget::{
     ParsedBudgetDecision, checkpoint_due, max_extensions_expected, parse_budget_decision,
     proportional_extension,
 };
+
+// What runs spent.
+pub use usage::{CallUsage, LoopUsage, MAX_PRICE, Price, Prices, Usage, UsageReport, WorkerUsage};
 
 // Supervision strategies.
 pub use strategy::{

@@ -96,6 +96,7 @@ impl Supervision {
             config: config.watchdog.clone(),
             evaluator,
             events: events.clone(),
+            prices: crate::Prices::default(),
         })
         .await?;
         let paces = PaceBook::new();

@@ -95,6 +95,7 @@ fn next_step(script: &mut VecDeque<Scripted>, last: &mut Option<Scripted>) -> Sc
 
 fn play(step: Scripted) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
     let cost = TokenCost {
+        counted: false,
         input_tokens: 100,
         output_tokens: 20,
     };
@@ -346,6 +347,7 @@ impl Turn {
             error: None,
             stream_text: None,
             usage: TokenCost {
+                counted: false,
                 input_tokens: 200,
                 output_tokens: 50,
             },

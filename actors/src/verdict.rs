@@ -187,7 +187,7 @@ pub fn parse_verdict(text: &str) -> Result<ParsedVerdict, VerdictParseError> {
 }
 
 /// The evaluator's share of a verdict: how long it took and what it cost.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvaluatorUsage {
     /// Wall time of the evaluation, in milliseconds.
     pub latency_ms: u64,
@@ -195,6 +195,12 @@ pub struct EvaluatorUsage {
     pub cost: TokenCost,
     /// Who the cost is attributed to (`engine.watchdog`).
     pub consumer: String,
+    /// The evaluator's model, when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// What the call cost at the engine's prices, when the model has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<f64>,
 }
 
 /// The audit-trail record of one verdict.

@@ -268,9 +268,11 @@ impl Judge<WatchdogConfig> {
         };
         let timeout = self.config.evaluator_timeout;
         let events = self.events.clone();
+        let prices = self.prices.clone();
         tokio::spawn(async move {
+            let model = evaluator.model_name();
             let evaluation = evaluate(evaluator, request, timeout);
-            let (decision, usage) = timed(WATCHDOG_CONSUMER, evaluation).await;
+            let (decision, usage) = timed(WATCHDOG_CONSUMER, (model, &prices), evaluation).await;
             let record =
                 VerdictRecord::new(&meta, renewals, evidence, &decision, Some(usage)).early(early);
             publish(&*events, &meta, record, decision, reply);

@@ -80,6 +80,7 @@ async fn rig_with(config: BudgetConfig, evaluator: Option<ScriptedEvaluator>) ->
     let events = RecordingSink::new();
     let script = evaluator.clone().unwrap_or_default();
     let checkpoint = BudgetCheckpointActor::start(BudgetCheckpointArgs {
+        prices: Default::default(),
         config,
         evaluator: evaluator.map(|e| Arc::new(e) as Arc<dyn Evaluator>),
         events: Arc::new(events.clone()),
@@ -361,6 +362,7 @@ async fn invalid_budget_answer_wraps_up() {
         assert_eq!(
             usage.cost,
             TokenCost {
+                counted: false,
                 input_tokens: 100,
                 output_tokens: 20
             }
@@ -405,8 +407,11 @@ async fn checkpoint_emits_budget_extended_with_figures() {
             decided_by: DecidedBy::Evaluator,
             confidence: Some(0.6),
             evaluator: Some(EvaluatorUsage {
+                model: None,
+                spent: None,
                 latency_ms: 0,
                 cost: TokenCost {
+                    counted: false,
                     input_tokens: 100,
                     output_tokens: 20
                 },
@@ -458,8 +463,11 @@ async fn checkpoint_emits_budget_exhausted_with_figures() {
             decided_by: DecidedBy::Evaluator,
             confidence: Some(0.9),
             evaluator: Some(EvaluatorUsage {
+                model: None,
+                spent: None,
                 latency_ms: 0,
                 cost: TokenCost {
+                    counted: false,
                     input_tokens: 100,
                     output_tokens: 20
                 },
@@ -532,6 +540,7 @@ async fn a_budget_config_above_3_extensions_is_refused_and_no_checkpoint_starts(
         assert!(error.expected.starts_with("at most 3"), "{error}");
         assert_eq!(error.got, max_extensions.to_string());
         let started = BudgetCheckpointActor::start(BudgetCheckpointArgs {
+            prices: Default::default(),
             config,
             evaluator: None,
             events: Arc::new(RecordingSink::new()),
@@ -582,6 +591,7 @@ async fn budget_config_refuses_nonsense_naming_the_field() {
 
     // Starting refuses it too, with the same error.
     let started = BudgetCheckpointActor::start(BudgetCheckpointArgs {
+        prices: Default::default(),
         config: BudgetConfig {
             evaluator_timeout: Duration::ZERO,
             ..defaults
@@ -626,6 +636,7 @@ async fn checkpoint_spawns_linked_under_a_supervisor() {
         None,
         BudgetCheckpointActor,
         BudgetCheckpointArgs {
+            prices: Default::default(),
             config: BudgetConfig::default(),
             evaluator: Some(Arc::new(evaluator)),
             events: Arc::new(events.clone()),
@@ -645,6 +656,7 @@ async fn checkpoint_spawns_linked_under_a_supervisor() {
         None,
         BudgetCheckpointActor,
         BudgetCheckpointArgs {
+            prices: Default::default(),
             config: BudgetConfig {
                 min_confidence: 0.0,
                 ..BudgetConfig::default()

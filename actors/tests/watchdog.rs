@@ -428,6 +428,7 @@ async fn the_watchdog_only_asks_the_evaluator_and_answers_direct_assessments() {
         let events = events.clone();
         async move {
             WatchdogActor::start(WatchdogArgs {
+                prices: Default::default(),
                 config: WatchdogConfig::default(),
                 evaluator: evaluator.map(|e| Arc::new(e) as Arc<dyn Evaluator>),
                 events: Arc::new(events),

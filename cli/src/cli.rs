@@ -374,6 +374,16 @@ pub fn describe_config(config: &Config) -> String {
             let _ = writeln!(out, "  {}", leasehold::printable::printable(&target));
         }
     }
+    if !config.prices.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "# prices per million tokens ([prices])");
+        let names: Vec<&str> = config.prices.iter().map(|(m, _)| m).collect();
+        let width = columns::width(names.iter().copied());
+        for (model, price) in config.prices.iter() {
+            columns::push_padded(&mut out, model, width, Align::Left);
+            let _ = writeln!(out, "  input {} · output {}", price.input, price.output);
+        }
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "# timing per lease kind");
     let _ = writeln!(out, "# {}", leasehold::config::WORST_CASE_FORMULA);

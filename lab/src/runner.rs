@@ -284,6 +284,7 @@ fn stream_turn(operation: &Operation, chunks: u32, interval: Duration, first: bo
 fn streamed(mut turn: Turn, chunks: u32, interval: Duration) -> Turn {
     turn = turn.with_chunks(chunks, interval);
     turn.usage = TokenCost {
+        counted: false,
         input_tokens: 200,
         output_tokens: u64::from(chunks),
     };

@@ -146,7 +146,7 @@ impl<T> Setting<T> {
 /// Each field is set and read through its key's row in the key table
 /// ([`Config::keys`]), which names the field once: a new key is a field
 /// here, its default in [`Default`], and one row there.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Lease of a streaming model call (`LEASEHOLD_LEASE_MODEL_STREAM`).
     pub lease_model_stream: Setting<Duration>,
@@ -296,6 +296,10 @@ pub struct Config {
     /// only ones a flow posted to `leasehold serve` may use (unless
     /// `server.allow_flow_tools`).
     pub tools: Vec<ToolServer>,
+    /// What each model's tokens cost, from the file's `[prices."MODEL"]`
+    /// tables (`input` and `output`, per million tokens): every model call
+    /// and evaluator call is priced by its model's name.
+    pub prices: leasehold_actors::Prices,
     /// The file that was read, if any (`LEASEHOLD_CONFIG`).
     pub file: Option<PathBuf>,
     /// The keys given by an old name, each warned about.
@@ -440,6 +444,7 @@ impl Default for Config {
             limits_flow: Setting::default(size(run.flow)),
             limits_guidance: Setting::default(size(run.guidance)),
             tools: Vec::new(),
+            prices: leasehold_actors::Prices::default(),
             file: None,
             renamed: Vec::new(),
         }
@@ -503,6 +508,16 @@ pub enum LoadError {
         /// The file.
         file: PathBuf,
         /// Where in it, e.g. `tools[1].command`.
+        path: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A `[prices]` entry that is not a price.
+    #[error("configuration file {}: {path}: {message}", file.display())]
+    BadPrice {
+        /// The file.
+        file: PathBuf,
+        /// Where in it, e.g. `prices."gpt-4o".input`.
         path: String,
         /// What was wrong.
         message: String,
@@ -615,6 +630,9 @@ impl Config {
         let mut table = table;
         if let Some(tools) = table.remove("tools") {
             self.tools = tool_servers(tools, path)?;
+        }
+        if let Some(prices) = table.remove("prices") {
+            self.prices = prices_of(prices, path)?;
         }
         let mut leaves = Vec::new();
         flatten("", &table, &mut leaves);
@@ -768,6 +786,81 @@ fn tool_servers(value: toml::Value, file: &Path) -> Result<Vec<ToolServer>, Load
     }
     ToolServer::validate_all(&servers).map_err(|e| bad(e.path, e.message))?;
     Ok(servers)
+}
+
+/// The most models `[prices]` may name.
+pub const MAX_PRICED_MODELS: usize = 1024;
+
+/// The file's `[prices."MODEL"]` tables: `input` and `output` per million
+/// tokens, each a number from 0 to [`MAX_PRICE`](leasehold_actors::MAX_PRICE);
+/// errors name the entry.
+fn prices_of(value: toml::Value, file: &Path) -> Result<leasehold_actors::Prices, LoadError> {
+    use leasehold_actors::{MAX_PRICE, Price};
+    let bad = |path: String, message: String| LoadError::BadPrice {
+        file: file.to_path_buf(),
+        path,
+        message,
+    };
+    let toml::Value::Table(models) = value else {
+        return Err(bad(
+            "prices".to_owned(),
+            "expected a table of models (`[prices.\"MODEL\"]` with `input` and `output` per \
+             million tokens)"
+                .to_owned(),
+        ));
+    };
+    if models.len() > MAX_PRICED_MODELS {
+        return Err(bad(
+            "prices".to_owned(),
+            format!("{} models; at most {MAX_PRICED_MODELS}", models.len()),
+        ));
+    }
+    let mut prices = Vec::with_capacity(models.len());
+    for (model, entry) in models {
+        let at = format!("prices.{}", toml::Value::String(model.clone()));
+        let toml::Value::Table(mut entry) = entry else {
+            return Err(bad(
+                at,
+                "expected a table with `input` and `output` per million tokens".to_owned(),
+            ));
+        };
+        let mut figure = |name: &str| -> Result<f64, LoadError> {
+            let value = entry.remove(name).ok_or_else(|| {
+                bad(
+                    at.clone(),
+                    format!("missing `{name}` (the price of a million {name} tokens)"),
+                )
+            })?;
+            let n = match value {
+                toml::Value::Float(f) => f,
+                // Checked against the bound below, far under 2^53.
+                #[allow(clippy::cast_precision_loss)]
+                toml::Value::Integer(i) => i as f64,
+                other => {
+                    return Err(bad(
+                        format!("{at}.{name}"),
+                        format!("expected a number, found {}", other.type_str()),
+                    ));
+                }
+            };
+            if !(n.is_finite() && (0.0..=MAX_PRICE).contains(&n)) {
+                return Err(bad(
+                    format!("{at}.{name}"),
+                    format!("{n} is not a price: expected 0 to {MAX_PRICE} per million tokens"),
+                ));
+            }
+            Ok(n)
+        };
+        let price = Price::per_million(figure("input")?, figure("output")?);
+        if let Some(unknown) = entry.keys().next() {
+            return Err(bad(
+                format!("{at}.{unknown}"),
+                "unknown key: a price has `input` and `output`".to_owned(),
+            ));
+        }
+        prices.push((model, price));
+    }
+    Ok(leasehold_actors::Prices::new(prices))
 }
 
 fn key_of(file: &str) -> &'static Key {

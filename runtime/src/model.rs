@@ -87,6 +87,7 @@ mod ledger;
 mod settings;
 #[cfg(feature = "openai")]
 mod sse;
+pub mod tokens;
 #[cfg(feature = "openai")]
 mod wire;
 

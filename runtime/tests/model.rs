@@ -211,6 +211,7 @@ fn expected_tool_reply() -> ModelReply {
             },
         ],
         usage: TokenCost {
+            counted: false,
             input_tokens: 31,
             output_tokens: 17,
         },
@@ -777,6 +778,7 @@ async fn a_blocking_request_sends_no_stream_options_and_no_key_when_none_is_set(
     assert_eq!(
         reply.usage,
         TokenCost {
+            counted: false,
             input_tokens: 3,
             output_tokens: 4
         }
@@ -974,6 +976,7 @@ fn the_ledger_adds_per_consumer_and_saturates() {
     ledger.record(
         "run",
         TokenCost {
+            counted: false,
             input_tokens: 10,
             output_tokens: 2,
         },
@@ -981,6 +984,7 @@ fn the_ledger_adds_per_consumer_and_saturates() {
     shared.record(
         "run",
         TokenCost {
+            counted: false,
             input_tokens: 5,
             output_tokens: 1,
         },
@@ -988,6 +992,7 @@ fn the_ledger_adds_per_consumer_and_saturates() {
     ledger.record(
         "engine.watchdog",
         TokenCost {
+            counted: false,
             input_tokens: u64::MAX,
             output_tokens: 1,
         },
@@ -995,6 +1000,7 @@ fn the_ledger_adds_per_consumer_and_saturates() {
     ledger.record(
         "engine.watchdog",
         TokenCost {
+            counted: false,
             input_tokens: 1,
             output_tokens: 1,
         },
@@ -1003,6 +1009,7 @@ fn the_ledger_adds_per_consumer_and_saturates() {
     assert_eq!(
         snapshot["run"],
         TokenCost {
+            counted: false,
             input_tokens: 15,
             output_tokens: 3
         }
@@ -1083,4 +1090,60 @@ async fn a_streamed_answers_text_goes_into_its_evidence_tail() {
         .expect("a whole answer");
     assert_eq!(reply.content, "looping looping again");
     assert_eq!(evidence.tail().as_deref(), Some("looping looping again"));
+}
+
+/// A server that reports no usage, streamed or whole: the tokens are
+/// counted here from the text sent and received, and the call says so; a
+/// server that reports usage is taken at its word.
+#[tokio::test]
+async fn a_server_that_reports_no_usage_has_its_tokens_counted_and_the_call_says_so() {
+    let whole = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"twelve chars"},"finish_reason":"stop"}]}"#;
+    let (base, _requests) = peer(vec![json_head(whole.len()), write(whole)]);
+    let reply = client_for(&base, Duration::from_secs(5))
+        .complete(ask(false), Evidence::detached())
+        .await
+        .expect("ok");
+    // "hi" is one token and its message's framing four; the answer's
+    // twelve characters are three.
+    assert_eq!(
+        reply.usage,
+        TokenCost {
+            input_tokens: 5,
+            output_tokens: 3,
+            counted: true,
+        }
+    );
+
+    let (base, _requests) = peer(vec![
+        sse_head(),
+        write(&event(
+            &json!({"choices": [{"index": 0, "delta": {"content": "twelve"}}]}),
+        )),
+        write(&event(
+            &json!({"choices": [{"index": 0, "delta": {"content": " chars"}, "finish_reason": "stop"}]}),
+        )),
+        write("data: [DONE]\n\n"),
+    ]);
+    let client = client_for(&base, Duration::from_secs(5));
+    let reply = client
+        .complete(ask(true), Evidence::detached())
+        .await
+        .expect("ok");
+    assert_eq!(
+        reply.usage,
+        TokenCost {
+            input_tokens: 5,
+            output_tokens: 3,
+            counted: true,
+        }
+    );
+    assert_eq!(client.ledger().total().input_tokens, 5);
+
+    // Reported: as the server says, not counted.
+    let (base, _requests) = peer(vec![json_head(COMPLETION.len()), write(COMPLETION)]);
+    let reply = client_for(&base, Duration::from_secs(5))
+        .complete(ask(false), Evidence::detached())
+        .await
+        .expect("ok");
+    assert!(!reply.usage.counted);
 }

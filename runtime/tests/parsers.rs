@@ -122,3 +122,43 @@ fn deep_nesting_is_refused_not_a_stack_overflow() {
         }
     }
 }
+
+#[test]
+fn prices_are_read_per_model_and_a_figure_that_is_not_a_price_is_refused_naming_it() {
+    let config = Config::from_toml_str(
+        "[prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10\n[prices.free]\ninput = 0\noutput = 0\n",
+    )
+    .expect("prices");
+    let price = config.prices.get("gpt-4o").expect("priced");
+    assert_eq!((price.input, price.output), (2.5, 10.0));
+    assert!(config.prices.get("free").is_some());
+    assert!(config.prices.get("another").is_none());
+    // The engine prices its calls with them.
+    assert_eq!(config.engine_config().prices, config.prices);
+
+    for (text, named) in [
+        ("[prices.m]\ninput = -1\noutput = 1\n", "prices.\"m\".input"),
+        (
+            "[prices.m]\ninput = 1\noutput = 1e300\n",
+            "prices.\"m\".output",
+        ),
+        (
+            "[prices.m]\ninput = nan\noutput = 1\n",
+            "prices.\"m\".input",
+        ),
+        (
+            "[prices.m]\ninput = \"1\"\noutput = 1\n",
+            "prices.\"m\".input",
+        ),
+        ("[prices.m]\ninput = 1\n", "missing `output`"),
+        (
+            "[prices.m]\ninput = 1\noutput = 1\ncurrency = \"EUR\"\n",
+            "prices.\"m\".currency",
+        ),
+        ("[prices]\nm = 3\n", "prices.\"m\""),
+        ("prices = 3\n", "prices"),
+    ] {
+        let refused = Config::from_toml_str(text).expect_err(text).to_string();
+        assert!(refused.contains(named), "{text}: {refused}");
+    }
+}

@@ -134,6 +134,8 @@ pub struct Metrics {
     tool_calls: Counters<1>,
     tool_call_duration: Histograms<1>,
     store_writes: Histograms<1>,
+    tokens: Counters<3>,
+    spent: Family<Labels<1>, Counter<f64, AtomicU64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -177,6 +179,8 @@ impl Metrics {
             tool_calls: Family::default(),
             tool_call_duration: Family::new_with_constructor(call_histogram as fn() -> Histogram),
             store_writes: Family::new_with_constructor(store_histogram as fn() -> Histogram),
+            tokens: Family::default(),
+            spent: Family::default(),
         };
         metrics.registry.register(
             "runs",
@@ -244,6 +248,20 @@ impl Metrics {
             "evaluator_call_duration_seconds",
             "Evaluator calls and their latency, by consumer and outcome (answered, failed)",
             metrics.evaluator_calls.clone(),
+        );
+        metrics.registry.register(
+            "tokens",
+            "Tokens spent, by role (model: the loops' own calls; watchdog and budget: \
+             evaluator calls), direction (input, output) and source (reported by the server, \
+             or counted here when it reported none)",
+            metrics.tokens.clone(),
+        );
+        metrics.registry.register(
+            "spent",
+            "What model and evaluator calls cost at the configured [prices], in their \
+             currency, by role (model, watchdog, budget); calls of a model without a price \
+             add nothing",
+            metrics.spent.clone(),
         );
         metrics.registry.register(
             "model_calls",

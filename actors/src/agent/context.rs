@@ -123,6 +123,7 @@ impl RunContext {
             config: self.budget_config,
             evaluator: self.evaluator.clone(),
             events: self.events.clone(),
+            prices: self.prices.clone(),
         };
         ractor::Actor::spawn_linked(None, crate::budget::BudgetCheckpointActor, args, supervisor)
             .await

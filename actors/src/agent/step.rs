@@ -206,9 +206,15 @@ impl AgentLoop {
             Err(end) => {
                 self.emit(EventKind::ModelCallFinished {
                     step,
+                    attempt,
                     outcome: call_outcome(&end),
                     tool_calls: 0,
                     usage: Default::default(),
+                    model: self.ctx.model_name.clone(),
+                    spent: self
+                        .ctx
+                        .prices
+                        .spent(self.ctx.model_name.as_deref(), Default::default()),
                     finish_reason: None,
                 });
                 return self.child_failed(
@@ -224,9 +230,15 @@ impl AgentLoop {
         };
         self.emit(EventKind::ModelCallFinished {
             step,
+            attempt,
             outcome: CallOutcome::Ok,
             tool_calls: u32::try_from(reply.tool_calls.len()).unwrap_or(u32::MAX),
             usage: reply.usage,
+            model: self.ctx.model_name.clone(),
+            spent: self
+                .ctx
+                .prices
+                .spent(self.ctx.model_name.as_deref(), reply.usage),
             finish_reason: reply.finish_reason,
         });
         let cut_off = reply.finish_reason == Some(FinishReason::Length);

@@ -81,6 +81,10 @@ pub struct EngineConfig {
     /// minutes): a lease that expires while its executor is that late was
     /// stretched by the runtime, not by the work.
     pub load_bound: Duration,
+    /// What each model's tokens cost, for the `spent` of every model call
+    /// and evaluator call (see [`UsageReport`](crate::UsageReport)); a
+    /// model without a price is counted in tokens only. Default: none.
+    pub prices: crate::Prices,
 }
 
 /// The default retention of a finished run: 7 days.
@@ -98,6 +102,7 @@ impl Default for EngineConfig {
             events: EventLimits::default(),
             retention: Some(DEFAULT_RETENTION),
             load_bound: crate::DEFAULT_LOAD_BOUND,
+            prices: crate::Prices::default(),
         }
     }
 }
@@ -436,6 +441,7 @@ impl EngineBuilder {
             config: self.config.supervision.watchdog.clone(),
             evaluator: self.evaluator.clone(),
             events: events.clone(),
+            prices: self.config.prices.clone(),
         })
         .await?;
         Ok(Engine {

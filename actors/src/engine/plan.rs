@@ -70,6 +70,8 @@ impl Engine {
             owned_tools,
             max_tool_result_bytes: self.config.max_tool_result_bytes,
             spawn_limits,
+            prices: self.config.prices.clone(),
+            model_name: self.model.model_name(),
         })
     }
 

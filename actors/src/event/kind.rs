@@ -52,6 +52,14 @@ fn is_one(n: &u64) -> bool {
     *n == 1
 }
 
+fn one_u32() -> u32 {
+    1
+}
+
+fn is_one_u32(n: &u32) -> bool {
+    *n == 1
+}
+
 fn one() -> u64 {
     1
 }
@@ -236,12 +244,22 @@ pub enum EventKind {
     ModelCallFinished {
         /// The loop's step.
         step: u32,
+        /// Which attempt of the step's call (1 for the first).
+        #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+        attempt: u32,
         /// How it ended.
         outcome: CallOutcome,
         /// Tool calls it asked for.
         tool_calls: u32,
-        /// What it cost.
+        /// Its tokens.
         usage: TokenCost,
+        /// The model, when its client names it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// What it cost at the engine's prices when it was made, when the
+        /// model has a price.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spent: Option<f64>,
         /// Why the model stopped, when the server said (`length`: cut off).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finish_reason: Option<crate::ports::FinishReason>,

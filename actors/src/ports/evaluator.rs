@@ -129,6 +129,12 @@ pub trait Evaluator: Send + Sync + 'static {
             ))
         })
     }
+
+    /// The evaluator's model, as prices name it; none when it does not
+    /// say.
+    fn model_name(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What a budget checkpoint shows an evaluator when a loop has used up its

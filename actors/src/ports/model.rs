@@ -221,4 +221,10 @@ pub trait ModelClient: Send + Sync + 'static {
     fn describe(&self) -> String {
         "the model".to_owned()
     }
+
+    /// The model's name, as prices name it (`[prices."NAME"]`); none when
+    /// the client does not say.
+    fn model_name(&self) -> Option<String> {
+        None
+    }
 }

@@ -23,13 +23,17 @@ impl TranscriptMessage {
     }
 }
 
-/// Tokens an evaluator spent, for cost attribution.
+/// Tokens a model call or an evaluator call spent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenCost {
     /// Prompt tokens.
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// The server reported no usage: the tokens were counted here, from
+    /// the text sent and received (an estimate; see the model client).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted: bool,
 }
 
 /// Why a model stopped answering.

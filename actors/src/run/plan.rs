@@ -61,4 +61,8 @@ pub(crate) struct RunPlan {
     pub(crate) max_tool_result_bytes: usize,
     /// How many workers the run may spawn, with the flow's overrides.
     pub(crate) spawn_limits: crate::SpawnLimits,
+    /// What each model's tokens cost.
+    pub(crate) prices: crate::Prices,
+    /// The model's name, as prices name it.
+    pub(crate) model_name: Option<String>,
 }

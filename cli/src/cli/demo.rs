@@ -56,9 +56,11 @@ pub(super) async fn run(global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode,
     let signals = install_signals()?;
     let mut out = std::io::stdout();
     let outcome = if args.serve {
-        serve(args.addr, store, answer, &mut out, &signals).await?
+        let stack = DemoStack::start().await?.priced(config.prices.clone());
+        serve(stack, args.addr, store, answer, &mut out, &signals).await?
     } else {
-        demo::run_until_in(store, answer, &mut out, signals.stopped()).await?
+        let prices = config.prices.clone();
+        demo::run_until_in(store, prices, answer, &mut out, signals.stopped()).await?
     };
     let report = match outcome {
         Ok(report) => report,
@@ -114,6 +116,7 @@ fn kept_in(config: &Config) -> (String, String) {
 /// stays up until SIGINT or SIGTERM; one before the run ends stops
 /// everything (`Err` with the signal).
 async fn serve(
+    stack: DemoStack,
     addr: SocketAddr,
     store: Arc<dyn Store>,
     answer: Answer,
@@ -121,7 +124,6 @@ async fn serve(
     signals: &Signals,
 ) -> Result<Result<demo::DemoReport, Stop>, CliError> {
     leasehold_server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
-    let stack = DemoStack::start().await?;
     let engine = stack.engine_builder()?.store(store).build().await?;
     let app = App::new(Arc::new(engine), ServerOptions::default());
     let (bound, serving) = super::serve::start(Arc::clone(&app), addr, signals).await?;

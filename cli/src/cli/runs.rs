@@ -330,6 +330,7 @@ pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<Exi
             view.tool_calls = Some(store.load_tool_calls(&id).await?);
             let events = store.load_events(&id, 0).await?;
             view.events_dropped = Some(leasehold::trace::TraceSummary::of(&events).events_dropped);
+            view.usage = Some(leasehold::UsageReport::of(&events));
             print_json(&view);
             Ok(ExitCode::SUCCESS)
         }

@@ -162,9 +162,18 @@ pub struct DemoStack {
     keys: Arc<KeyRecord>,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    prices: leasehold::Prices,
 }
 
 impl DemoStack {
+    /// The stack with `prices` for its models ([`MODEL_NAME`] and the
+    /// judge's, `leasehold-demo-judge`) in its configuration: the demo's
+    /// run then says what it cost.
+    pub fn priced(mut self, prices: leasehold::Prices) -> Self {
+        self.prices = prices;
+        self
+    }
+
     /// Starts both servers, each on a free port of 127.0.0.1.
     pub async fn start() -> Result<DemoStack, DemoError> {
         let model = listen("model").await?;
@@ -190,6 +199,7 @@ impl DemoStack {
             keys,
             shutdown,
             tasks,
+            prices: leasehold::Prices::default(),
         })
     }
 
@@ -220,7 +230,10 @@ impl DemoStack {
     /// value's source is `default`: it is set in code, by the demo, not by a
     /// file or a variable.
     pub fn config(&self) -> Config {
-        flow::config(&self.model_base_url())
+        Config {
+            prices: self.prices.clone(),
+            ..flow::config(&self.model_base_url())
+        }
     }
 
     /// An engine builder from the demo's configuration
@@ -313,19 +326,21 @@ pub async fn run_until<T>(
     out: &mut (impl std::io::Write + Send),
     stop: impl Future<Output = T> + Send,
 ) -> Result<Result<DemoReport, T>, DemoError> {
-    run_until_in(Arc::new(MemoryStore::new()), answer, out, stop).await
+    let store = Arc::new(MemoryStore::new());
+    run_until_in(store, leasehold::Prices::default(), answer, out, stop).await
 }
 
 /// [`run_until`] with the run kept in `store` (the command's data
 /// directory, say), where `leasehold runs show` and the dashboard find it
-/// afterwards.
+/// afterwards, and its calls priced at `prices` (the configuration's).
 pub async fn run_until_in<T>(
     store: Arc<dyn Store>,
+    prices: leasehold::Prices,
     answer: Answer,
     out: &mut (impl std::io::Write + Send),
     stop: impl Future<Output = T> + Send,
 ) -> Result<Result<DemoReport, T>, DemoError> {
-    let stack = DemoStack::start().await?;
+    let stack = DemoStack::start().await?.priced(prices);
     let outcome = drive_on(&stack, store, answer, out, stop).await;
     stack.shutdown().await;
     outcome

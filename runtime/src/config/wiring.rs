@@ -72,6 +72,7 @@ impl Config {
                 max_run_events: u64::from(self.limits_run_events.value),
             },
             retention: self.executor_retention.value,
+            prices: self.prices.clone(),
             load_bound: self.executor_load_bound.value,
         }
     }

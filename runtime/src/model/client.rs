@@ -247,6 +247,7 @@ impl OpenAiClient {
             url: crate::secret::redact_url(&url),
             evidence,
             ledger: self.shared.ledger.clone(),
+            sent_tokens: super::tokens::count_request(&request.messages, &request.tools),
             consumer: request.consumer,
         })
     }
@@ -260,6 +261,10 @@ impl ModelClient for OpenAiClient {
     ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
         let client = self.clone();
         Box::pin(async move { client.call(request, evidence, None).await })
+    }
+
+    fn model_name(&self) -> Option<String> {
+        Some(self.shared.settings.endpoint(self.role).model.clone())
     }
 
     fn describe(&self) -> String {
@@ -329,6 +334,9 @@ pub struct ReplyStream {
     evidence: Evidence,
     ledger: UsageLedger,
     consumer: String,
+    /// The request's tokens, counted here, for an answer whose server
+    /// reports no usage.
+    sent_tokens: u64,
 }
 
 impl std::fmt::Debug for ReplyStream {
@@ -444,6 +452,10 @@ impl ReplyStream {
             Some(reply) => reply,
             None => std::mem::take(&mut self.parser).finish()?,
         };
+        let mut reply = reply;
+        if reply.usage.counted {
+            reply.usage = super::tokens::counted(self.sent_tokens, &reply);
+        }
         self.ledger.record(&self.consumer, reply.usage);
         Ok(reply)
     }

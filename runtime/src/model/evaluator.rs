@@ -275,4 +275,8 @@ impl Evaluator for ModelEvaluator {
         let messages = Self::budget_prompt(&request);
         Box::pin(Self::ask(client, messages, BUDGET_CONSUMER))
     }
+
+    fn model_name(&self) -> Option<String> {
+        leasehold_actors::ModelClient::model_name(&self.client)
+    }
 }

@@ -50,6 +50,7 @@ impl UsageLedger {
         self.lock()
             .values()
             .fold(TokenCost::default(), |sum, cost| TokenCost {
+                counted: false,
                 input_tokens: sum.input_tokens.saturating_add(cost.input_tokens),
                 output_tokens: sum.output_tokens.saturating_add(cost.output_tokens),
             })

@@ -339,6 +339,7 @@ impl StreamParser {
         }
         if let Some(usage) = chunk.usage {
             self.usage = Some(TokenCost {
+                counted: false,
                 input_tokens: usage.prompt_tokens.unwrap_or(0),
                 output_tokens: usage.completion_tokens.unwrap_or(0),
             });
@@ -453,7 +454,7 @@ impl StreamParser {
         Ok(ModelReply {
             content: self.content,
             tool_calls,
-            usage: self.usage.unwrap_or_default(),
+            usage: self.usage.unwrap_or(super::wire::NONE_REPORTED),
             finish_reason: self.finish_reason.as_deref().map(FinishReason::from_openai),
         })
     }

@@ -157,7 +157,7 @@ pub(crate) fn parse_completion(
     Ok(ModelReply {
         content: content.to_owned(),
         tool_calls,
-        usage: usage(value.get("usage"))?.unwrap_or_default(),
+        usage: usage(value.get("usage"))?.unwrap_or(NONE_REPORTED),
         finish_reason,
     })
 }
@@ -206,6 +206,14 @@ pub(crate) fn optional_str<'a>(
     }
 }
 
+/// The usage of an answer whose server reported none: marked `counted`,
+/// for the client to count ([`tokens`](super::tokens)).
+pub(crate) const NONE_REPORTED: TokenCost = TokenCost {
+    input_tokens: 0,
+    output_tokens: 0,
+    counted: true,
+};
+
 /// The token counts of a `usage` object, if there is one.
 pub(crate) fn usage(value: Option<&Value>) -> Result<Option<TokenCost>, ModelError> {
     let Some(usage) = value.filter(|u| !u.is_null()) else {
@@ -221,6 +229,7 @@ pub(crate) fn usage(value: Option<&Value>) -> Result<Option<TokenCost>, ModelErr
             .ok_or_else(|| malformed(format!("`usage.{key}` is not a token count: {n}"))),
     };
     Ok(Some(TokenCost {
+        counted: false,
         input_tokens: count("prompt_tokens")?,
         output_tokens: count("completion_tokens")?,
     }))

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use leasehold::{
     BUDGET_CONSUMER, BudgetRecord, DecidedBy, EvaluatorUsage, Event, EventKind, EventStream,
-    WATCHDOG_CONSUMER,
+    TokenCost, WATCHDOG_CONSUMER,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -90,7 +90,13 @@ impl<'a> Tally<'a> {
                 self.model_started
                     .insert((event.run_id.clone(), event.path.clone()), event.at);
             }
-            EventKind::ModelCallFinished { outcome, .. } => {
+            EventKind::ModelCallFinished {
+                outcome,
+                usage,
+                spent,
+                ..
+            } => {
+                self.spent("model", *usage, *spent);
                 let outcome = [("outcome", outcome_name(*outcome))];
                 m.model_calls.get_or_create(&outcome).inc();
                 let key = (event.run_id.clone(), event.path.clone());
@@ -173,6 +179,12 @@ impl<'a> Tally<'a> {
         let Some(usage) = usage else {
             return;
         };
+        let role = if consumer == BUDGET_CONSUMER {
+            "budget"
+        } else {
+            "watchdog"
+        };
+        self.spent(role, usage.cost, usage.spent);
         let outcome = if decided_by == DecidedBy::Evaluator {
             "answered"
         } else {
@@ -182,6 +194,28 @@ impl<'a> Tally<'a> {
             .evaluator_calls
             .get_or_create(&[("consumer", consumer), ("outcome", outcome)])
             .observe(Duration::from_millis(usage.latency_ms).as_secs_f64());
+    }
+}
+
+impl Tally<'_> {
+    /// Counts the tokens and money of one call by `role`.
+    fn spent(&self, role: &'static str, usage: TokenCost, spent: Option<f64>) {
+        let source = if usage.counted { "counted" } else { "reported" };
+        for (direction, tokens) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+        ] {
+            self.metrics
+                .tokens
+                .get_or_create(&[("role", role), ("direction", direction), ("source", source)])
+                .inc_by(tokens);
+        }
+        if let Some(spent) = spent {
+            self.metrics
+                .spent
+                .get_or_create(&[("role", role)])
+                .inc_by(spent);
+        }
     }
 }
 
@@ -209,6 +243,9 @@ mod tests {
 
     fn model_finished(outcome: CallOutcome) -> EventKind {
         EventKind::ModelCallFinished {
+            attempt: 1,
+            model: None,
+            spent: None,
             step: 1,
             outcome,
             tool_calls: 0,

@@ -271,8 +271,9 @@ pub(super) async fn show_run(
     let mut view = RunView::new(record, app.handle(&run_id).as_ref());
     view.flow = Some(leasehold::secret::redact_flow(flow));
     view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
-    view.events_dropped =
-        Some(TraceSummary::of(&store.load_events(&run_id, 0).await?).events_dropped);
+    let events = store.load_events(&run_id, 0).await?;
+    view.events_dropped = Some(TraceSummary::of(&events).events_dropped);
+    view.usage = Some(leasehold::UsageReport::of(&events));
     Ok(Json(view))
 }
 

@@ -50,6 +50,10 @@ pub struct RunView {
     /// were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events_dropped: Option<std::collections::BTreeMap<String, u64>>,
+    /// What it spent, in `GET /runs/{id}`: tokens and money per model call
+    /// attempt, loop, worker and for the run, the evaluator's calls apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<leasehold::UsageReport>,
     /// For a fork, in `GET /runs/{id}`: the run it was forked from, where,
     /// with what guidance and changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +89,7 @@ impl RunView {
             tool_calls: None,
             truncated: Vec::new(),
             events_dropped: None,
+            usage: None,
             fork: record.fork,
         };
         if let Some(handle) = handle {
@@ -137,6 +142,7 @@ impl RunView {
             tool_calls: None,
             truncated: summary.truncated.into_iter().map(str::to_owned).collect(),
             events_dropped: None,
+            usage: None,
             fork: None,
         }
     }

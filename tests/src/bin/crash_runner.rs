@@ -51,6 +51,7 @@ impl ModelClient for StepModel {
                 evidence.observe();
             }
             let usage = TokenCost {
+                counted: false,
                 input_tokens: 100,
                 output_tokens: 10,
             };
