@@ -67,6 +67,7 @@
 //!     config: BudgetConfig::default(),
 //!     evaluator: None,
 //!     events: Arc::new(EventBus::new()),
+//!     prices: Default::default(),
 //! })
 //! .await?;
 //! let request = BudgetEvaluationRequest {
