@@ -148,6 +148,7 @@ impl LoopState {
             milestones_open: self.milestones_open.clone(),
             extensions_used: self.extensions_used,
             extensions_left: max_extensions.saturating_sub(self.extensions_used),
+            spending: None,
         }
     }
 }
@@ -313,6 +314,7 @@ impl AgentLoop {
         match message {
             LoopMsg::Next => self.next(myself),
             LoopMsg::Budget(decision) => self.budget_decided(myself, decision),
+            LoopMsg::Spending(pause) => self.spending_checked(myself, pause),
             LoopMsg::ModelDone {
                 step,
                 attempt,

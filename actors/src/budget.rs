@@ -83,6 +83,7 @@
 //!         milestones_open: vec!["answer".into()],
 //!         extensions_used: 0,
 //!         extensions_left: 3,
+//!         spending: None,
 //!     },
 //!     transcript_tail: Arc::new([]),
 //! };
@@ -96,6 +97,7 @@
 mod extension;
 pub(crate) mod figures;
 mod parse;
+pub(crate) mod spending;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,6 +112,7 @@ use crate::verdict::{DecidedBy, EvaluatorUsage};
 
 pub use extension::{checkpoint_due, proportional_extension};
 pub use figures::BudgetFigures;
+pub use figures::SpendingFigures;
 pub use parse::{BudgetParseError, ParsedBudgetDecision, parse_budget_decision};
 
 /// The consumer that evaluator calls of budget checkpoints are attributed to.
@@ -195,6 +198,9 @@ pub enum BudgetDecision {
         granted: u32,
         /// The loop's limit from now on.
         new_limit: u32,
+        /// At a checkpoint of the run's spending budget: its figures with
+        /// the new limits (the steps are then unchanged).
+        spending: Option<Box<SpendingFigures>>,
     },
     /// Stop stepping and wrap up.
     WrapUp {
@@ -316,7 +322,7 @@ impl Judgement {
 
 impl Judge<BudgetConfig> {
     fn check(&self, request: BudgetEvaluationRequest, reply: BudgetReply) {
-        if request.figures.limit == 0 {
+        if request.figures.limit == 0 && request.figures.spending.is_none() {
             return reply.send(BudgetDecision::Unlimited);
         }
         let evaluator = match self.evaluator_for(&request.figures) {
@@ -365,6 +371,7 @@ async fn evaluate(
     config: BudgetConfig,
 ) -> (Judgement, TokenCost) {
     let limit = request.figures.limit;
+    let spending = request.figures.spending.clone();
     let timeout = config.evaluator_timeout;
     let breaker = |reason: String, cost: TokenCost| {
         (Judgement::wrap_up(DecidedBy::Breaker, reason, None), cost)
@@ -373,15 +380,27 @@ async fn evaluate(
         Err(reason) => breaker(format!("{reason}: wrapping up"), TokenCost::default()),
         Ok(answer) => match parse_budget_decision(&answer.text) {
             Ok(parsed) if parsed.extend => {
-                let new_limit = limit.saturating_add(proportional_extension(
-                    limit,
-                    parsed.confidence,
-                    config.min_confidence,
-                ));
+                let new_limit = if spending.is_some() {
+                    limit
+                } else {
+                    limit.saturating_add(proportional_extension(
+                        limit,
+                        parsed.confidence,
+                        config.min_confidence,
+                    ))
+                };
+                let spending = spending.map(|mut figures| {
+                    let (tokens, cost) =
+                        spending::extended(&figures, parsed.confidence, config.min_confidence);
+                    figures.new_token_limit = tokens;
+                    figures.new_cost_limit = cost;
+                    Box::new(figures)
+                });
                 let judgement = Judgement {
                     decision: BudgetDecision::Extend {
                         granted: new_limit.saturating_sub(limit),
                         new_limit,
+                        spending,
                     },
                     reason: parsed.reason,
                     decided_by: DecidedBy::Evaluator,
@@ -410,12 +429,22 @@ fn publish(
     evaluator: Option<EvaluatorUsage>,
     reply: BudgetReply,
 ) {
-    let (extended, new_limit) = match judgement.decision {
-        BudgetDecision::Extend { new_limit, .. } => (true, new_limit),
+    let mut figures = request.figures.clone();
+    let (extended, new_limit) = match &judgement.decision {
+        BudgetDecision::Extend {
+            new_limit,
+            spending,
+            ..
+        } => {
+            if let Some(spending) = spending {
+                figures.spending = Some(SpendingFigures::clone(spending));
+            }
+            (true, *new_limit)
+        }
         BudgetDecision::WrapUp { .. } | BudgetDecision::Unlimited => (false, request.figures.limit),
     };
     let record = BudgetRecord {
-        figures: request.figures.clone(),
+        figures,
         new_limit,
         reason: judgement.reason,
         decided_by: judgement.decided_by,

@@ -242,9 +242,23 @@ impl Engine {
         if let Some(end) = self.continue_log(run_id, record.fence).await? {
             return Err(self.record_logged_end(run_id, record.fence, end).await);
         }
+        let budget = &plan.flow.budget;
+        // A spending budget is rebuilt from the run's log: what its loops
+        // spent and what its checkpoints decided.
+        let spending = if budget.max_tokens.is_some() || budget.max_cost.is_some() {
+            let events = self.store.load_events(run_id, 0).await?;
+            Some(crate::budget::spending::Spending::restore(
+                budget.max_tokens,
+                budget.max_cost,
+                &events,
+            ))
+        } else {
+            None
+        };
         let mut saved = Saved {
             snapshots: self.store.load_snapshots(run_id).await?,
             calls: self.store.load_tool_calls(run_id).await?,
+            spending,
         };
         if let Some(origin) = &record.fork {
             saved = self.fork_saved(&record, origin, saved).await?;
@@ -280,12 +294,14 @@ impl Engine {
         let spawned_and_history = saved.as_ref().map_or((0, forked_at), |saved| {
             (saved.workers_spawned(), saved.history().max(forked_at))
         });
+        let spending = saved.as_ref().and_then(|saved| saved.spending.clone());
         let ctx = Arc::new(RunContext::new(
             plan,
             run_id.clone(),
             fence,
             leases.clone(),
             spawned_and_history,
+            spending,
         ));
         // A run resumed paused says why it waits, as it did before the
         // restart: its pause is read back from the store.

@@ -139,8 +139,8 @@ pub use watchdog::{AccrualConfig, AccrualPolicy, StartError, WATCHDOG_CONSUMER, 
 // Step budgets and their checkpoint.
 pub use budget::{
     BUDGET_CONSUMER, BudgetConfig, BudgetDecision, BudgetFigures, BudgetParseError, MAX_EXTENSIONS,
-    ParsedBudgetDecision, checkpoint_due, max_extensions_expected, parse_budget_decision,
-    proportional_extension,
+    ParsedBudgetDecision, SpendingFigures, checkpoint_due, max_extensions_expected,
+    parse_budget_decision, proportional_extension,
 };
 
 // What runs spent.

@@ -569,12 +569,19 @@ pub struct ScriptedModel {
 struct ModelScript {
     turns: HashMap<String, VecDeque<Turn>>,
     requests: Vec<ModelRequest>,
+    name: Option<String>,
 }
 
 impl ScriptedModel {
     /// A model with no scripts.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The model named `name`, as prices name it (none by default).
+    pub fn named(self, name: &str) -> Self {
+        self.lock().name = Some(name.to_owned());
+        self
     }
 
     /// Adds `turns` to the script of `consumer`.
@@ -621,6 +628,10 @@ impl ScriptedModel {
 }
 
 impl ModelClient for ScriptedModel {
+    fn model_name(&self) -> Option<String> {
+        self.lock().name.clone()
+    }
+
     fn complete(
         &self,
         request: ModelRequest,

@@ -35,6 +35,9 @@ use crate::verdict::EvaluatorUsage;
 /// mistake (a price per token written as one per million).
 pub const MAX_PRICE: f64 = 1_000_000.0;
 
+/// The most a run's money budget (`budget.max_cost`) may be.
+pub const MAX_COST: f64 = 1e12;
+
 /// What a model's tokens cost, per million, in the currency the prices are
 /// written in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]

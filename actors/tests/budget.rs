@@ -28,6 +28,7 @@ fn request(limit: u32, extensions_used: u32, extensions_left: u32) -> BudgetEval
         run_id: RUN.into(),
         path: PATH.into(),
         figures: BudgetFigures {
+            spending: None,
             steps_used: limit,
             steps_declared: 3,
             limit,
@@ -121,7 +122,11 @@ async fn drive_loop(rig: &Rig, declared: u32, checkpoints: usize) -> Vec<BudgetD
 }
 
 fn extend(granted: u32, new_limit: u32) -> BudgetDecision {
-    BudgetDecision::Extend { granted, new_limit }
+    BudgetDecision::Extend {
+        spending: None,
+        granted,
+        new_limit,
+    }
 }
 
 async fn assert_breaker_wraps_up(answer: Scripted, reason_contains: &str) {
@@ -392,6 +397,7 @@ async fn checkpoint_emits_budget_extended_with_figures() {
         *record,
         BudgetRecord {
             figures: BudgetFigures {
+                spending: None,
                 steps_used: 10,
                 steps_declared: 3,
                 limit: 10,
@@ -448,6 +454,7 @@ async fn checkpoint_emits_budget_exhausted_with_figures() {
         *record,
         BudgetRecord {
             figures: BudgetFigures {
+                spending: None,
                 steps_used: 6,
                 steps_declared: 3,
                 limit: 6,
@@ -724,6 +731,7 @@ fn a_budget_event_stored_by_the_previous_version_decodes_and_reencodes_byte_for_
     assert_eq!(
         record.figures,
         BudgetFigures {
+            spending: None,
             steps_used: 2,
             steps_declared: 2,
             limit: 2,

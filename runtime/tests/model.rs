@@ -929,6 +929,7 @@ fn the_budget_prompt_shows_the_figures_and_demands_the_strict_json() {
         run_id: "run-9".into(),
         path: "run/worker:research#1".into(),
         figures: BudgetFigures {
+            spending: None,
             steps_used: 6,
             steps_declared: 6,
             limit: 6,

@@ -544,6 +544,7 @@ fn budget_request() -> BudgetEvaluationRequest {
         run_id: "run-1".into(),
         path: "run/worker:research#1".into(),
         figures: BudgetFigures {
+            spending: None,
             steps_used: 8,
             steps_declared: 8,
             limit: 8,

@@ -59,6 +59,8 @@ pub(crate) struct RunContext {
     /// What the model client calls (`model X at URL`), said once per run:
     /// the model calls' pace key.
     pub(crate) model_described: String,
+    /// The run's spending budget, shared by its loops.
+    pub(crate) spending: Arc<crate::budget::spending::Spending>,
 }
 
 /// The plan's parts read as the context's own (`ctx.model`, `ctx.store`,
@@ -83,6 +85,7 @@ impl RunContext {
         fence: Arc<AtomicU64>,
         leases: Leases,
         (workers_spawned, history): (u32, u64),
+        spending: Option<Arc<crate::budget::spending::Spending>>,
     ) -> Self {
         let span = tracing::info_span!(
             "run",
@@ -91,7 +94,14 @@ impl RunContext {
             owner_id = %plan.owner_id
         );
         let model_described = plan.model.describe();
+        let spending = spending.unwrap_or_else(|| {
+            crate::budget::spending::Spending::new(
+                plan.flow.budget.max_tokens,
+                plan.flow.budget.max_cost,
+            )
+        });
         Self {
+            spending,
             plan,
             model_described,
             run_id,
@@ -138,6 +148,21 @@ impl RunContext {
             .entry(path.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// Closes the gate and pauses every lease of the run at once.
+    pub(crate) fn stop_clocks(&self) {
+        self.gate.send_if_modified(|gate| {
+            let open = *gate == Gate::Open;
+            if open {
+                *gate = Gate::Paused;
+            }
+            open
+        });
+        let _ = self
+            .leases
+            .actor()
+            .send_message(crate::lease::LeaseMsg::Pause);
     }
 
     /// Keeps what a resumed run found in the store, for its loops.

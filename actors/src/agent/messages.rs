@@ -38,6 +38,9 @@ pub enum LoopMsg {
     },
     /// The budget checkpoint decided.
     Budget(BudgetDecision),
+    /// The run's spending budget was checked: go on, or, with a reason,
+    /// pause the run for a person.
+    Spending(Option<String>),
     /// Start attempt `attempt` of a call (`index`: `None` for the model call).
     Retry {
         /// The step.

@@ -18,6 +18,8 @@ use crate::strategy::ChildEnd;
 pub(crate) struct Saved {
     pub(crate) snapshots: Vec<Snapshot>,
     pub(crate) calls: Vec<ToolCallRecord>,
+    /// The run's spending budget as its log left it, when it has one.
+    pub(crate) spending: Option<std::sync::Arc<crate::budget::spending::Spending>>,
 }
 
 impl Saved {

@@ -33,6 +33,10 @@ impl AgentLoop {
             self.when_open(myself, LoopMsg::Next);
             return None;
         }
+        if !self.state.wrapping_up && self.ctx.spending.reached().is_some() {
+            self.check_spending(myself);
+            return None;
+        }
         if !self.state.wrapping_up && checkpoint_due(self.state.steps, self.state.limit) {
             self.phase = Phase::Budget;
             let request = BudgetEvaluationRequest {
@@ -53,6 +57,80 @@ impl AgentLoop {
         }
         self.start_step(myself);
         None
+    }
+
+    /// Asks the run's checkpoint about its spending budget, one loop at a
+    /// time: an extension raises the budget; anything else grants one more
+    /// budget of the flow's size and pauses the run for a person, who
+    /// decides whether it is spent.
+    fn check_spending(&mut self, myself: &ActorRef<LoopMsg>) {
+        self.phase = Phase::Budget;
+        let mut figures = self
+            .state
+            .budget_figures(self.ctx.budget_config.max_extensions);
+        let budget = self.budget.clone();
+        let ctx = self.ctx.clone();
+        let me = myself.clone();
+        let (run_id, path) = (self.ctx.run_id.clone(), self.path.clone());
+        let transcript_tail = self.transcript_tail();
+        tokio::spawn(async move {
+            let spending = ctx.spending.clone();
+            let _turn = spending.turn().await;
+            // Another loop may have been answered while this one waited.
+            let Some(spent) = spending.reached() else {
+                let _ = me.send_message(LoopMsg::Spending(None));
+                return;
+            };
+            let max = ctx.budget_config.max_extensions;
+            figures.extensions_used = spending.extensions_used();
+            figures.extensions_left = max.saturating_sub(figures.extensions_used);
+            figures.spending = Some(spent.clone());
+            let request = BudgetEvaluationRequest {
+                run_id,
+                path,
+                figures,
+                transcript_tail,
+            };
+            let decision = crate::budget::BudgetCheckpointActor::check(&budget, request).await;
+            let pause = match decision {
+                BudgetDecision::Extend {
+                    spending: Some(after),
+                    ..
+                } => {
+                    spending.extend_to(&after);
+                    None
+                }
+                BudgetDecision::Extend { spending: None, .. } | BudgetDecision::Unlimited => None,
+                BudgetDecision::WrapUp { reason } => {
+                    // The gate closes before the next loop's turn, so no
+                    // loop starts a step on the budget granted here.
+                    ctx.stop_clocks();
+                    spending.grant_tranche();
+                    Some(format!(
+                        "the run's spending budget is reached: {} ({reason}); resuming grants \
+                         another {}",
+                        spent.describe(),
+                        spending.tranche()
+                    ))
+                }
+            };
+            let _ = me.send_message(LoopMsg::Spending(pause));
+        });
+    }
+
+    pub(super) fn spending_checked(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        pause: Option<String>,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Budget {
+            return None;
+        }
+        self.phase = Phase::Idle;
+        if let Some(reason) = pause {
+            self.escalate(reason, "spending budget", None);
+        }
+        self.next(myself)
     }
 
     pub(super) fn budget_decided(
@@ -228,6 +306,11 @@ impl AgentLoop {
                 );
             }
         };
+        let spent = self
+            .ctx
+            .prices
+            .spent(self.ctx.model_name.as_deref(), reply.usage);
+        self.ctx.spending.add(reply.usage, spent);
         self.emit(EventKind::ModelCallFinished {
             step,
             attempt,
@@ -235,10 +318,7 @@ impl AgentLoop {
             tool_calls: u32::try_from(reply.tool_calls.len()).unwrap_or(u32::MAX),
             usage: reply.usage,
             model: self.ctx.model_name.clone(),
-            spent: self
-                .ctx
-                .prices
-                .spent(self.ctx.model_name.as_deref(), reply.usage),
+            spent,
             finish_reason: reply.finish_reason,
         });
         let cut_off = reply.finish_reason == Some(FinishReason::Length);

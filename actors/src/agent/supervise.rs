@@ -315,18 +315,7 @@ impl AgentLoop {
 
     /// Closes the gate and pauses every lease of the run at once.
     pub(super) fn stop_clocks(&self) {
-        self.ctx.gate.send_if_modified(|gate| {
-            let open = *gate == Gate::Open;
-            if open {
-                *gate = Gate::Paused;
-            }
-            open
-        });
-        let _ = self
-            .ctx
-            .leases
-            .actor()
-            .send_message(crate::lease::LeaseMsg::Pause);
+        self.ctx.stop_clocks();
     }
 
     /// A person's decision on a call of unknown outcome.

@@ -11,7 +11,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 /// The real state of a loop's step budget when it has used up its steps.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct BudgetFigures {
     /// Steps taken.
     pub steps_used: u32,
@@ -31,6 +31,12 @@ pub struct BudgetFigures {
     pub extensions_used: u32,
     /// Extensions left.
     pub extensions_left: u32,
+    /// At a checkpoint of the run's spending budget (tokens or money, see
+    /// [`SpendingFigures`]): what the run spent against it. The extensions
+    /// are then the run's spending extensions, and the step figures the
+    /// asking loop's, for context.
+    #[serde(default)]
+    pub spending: Option<SpendingFigures>,
 }
 
 impl BudgetFigures {
@@ -53,7 +59,11 @@ impl BudgetFigures {
         map.serialize_entry("milestones_closed", &self.milestones_closed)?;
         map.serialize_entry("milestones_open", &self.milestones_open)?;
         map.serialize_entry("extensions_used", &self.extensions_used)?;
-        map.serialize_entry("extensions_left", &self.extensions_left)
+        map.serialize_entry("extensions_left", &self.extensions_left)?;
+        if let Some(spending) = &self.spending {
+            map.serialize_entry("spending", spending)?;
+        }
+        Ok(())
     }
 }
 
@@ -62,5 +72,46 @@ impl Serialize for BudgetFigures {
         let mut map = serializer.serialize_map(None)?;
         self.serialize_entries(&mut map, None)?;
         map.end()
+    }
+}
+
+/// A run's spending against its budget, as a checkpoint is shown it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpendingFigures {
+    /// Tokens the loops' model calls spent so far.
+    pub tokens: u64,
+    /// The token budget now, if the run has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_limit: Option<u64>,
+    /// What the loops' model calls cost so far, at the engine's prices.
+    pub cost: f64,
+    /// The money budget now, if the run has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_limit: Option<f64>,
+    /// After the decision: the token budget from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_token_limit: Option<u64>,
+    /// After the decision: the money budget from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_cost_limit: Option<f64>,
+}
+
+impl SpendingFigures {
+    /// Whether either budget is spent.
+    pub fn reached(&self) -> bool {
+        self.token_limit.is_some_and(|limit| self.tokens >= limit)
+            || self.cost_limit.is_some_and(|limit| self.cost >= limit)
+    }
+
+    /// What was spent against which budget, in words.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(limit) = self.token_limit {
+            parts.push(format!("{} tokens of a budget of {limit}", self.tokens));
+        }
+        if let Some(limit) = self.cost_limit {
+            parts.push(format!("{:.4} of a budget of {limit:.4}", self.cost));
+        }
+        parts.join(" and ")
     }
 }

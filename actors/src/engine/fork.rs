@@ -110,9 +110,11 @@ impl Engine {
                 return Err(stale("snapshots").into());
             }
         }
+        // A fork's spending is its own, from nothing.
         Ok(Saved {
             snapshots: start.snapshots,
             calls: start.calls,
+            spending: None,
         })
     }
 }

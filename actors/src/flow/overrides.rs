@@ -129,13 +129,23 @@ pub struct SupervisionOverrides {
 }
 
 /// Per-flow budget overrides; `None` keeps the runtime's configuration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetOverrides {
     /// Budget extensions each loop of the run may be granted: at most
     /// [`MAX_EXTENSIONS`] (3); a flow may lower the cap, never raise it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_extensions: Option<u32>,
+    /// The run's budget of tokens, over its loops' model calls: reaching
+    /// it is a checkpoint (extend on evidence, or pause for a person).
+    /// None: no token budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// The run's budget of money at the engine's prices, over its loops'
+    /// model calls: reaching it is a checkpoint like `max_tokens`'. None:
+    /// no money budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<f64>,
 }
 
 impl LeaseOverrides {
@@ -231,13 +241,33 @@ impl BudgetOverrides {
     /// A flow may lower the extension cap, never raise it past
     /// [`MAX_EXTENSIONS`].
     pub(super) fn validate(&self) -> Result<(), FlowError> {
-        match self.max_extensions {
-            Some(max) if max > MAX_EXTENSIONS => Err(FlowError::new(
+        if let Some(max) = self.max_extensions
+            && max > MAX_EXTENSIONS
+        {
+            return Err(FlowError::new(
                 "budget.max_extensions",
                 format!("expected {}, got {max}", max_extensions_expected()),
-            )),
-            _ => Ok(()),
+            ));
         }
+        if self.max_tokens == Some(0) {
+            return Err(FlowError::new(
+                "budget.max_tokens",
+                "expected at least 1 token (leave it out for no token budget)",
+            ));
+        }
+        if let Some(cost) = self.max_cost
+            && !(cost.is_finite() && cost > 0.0 && cost <= crate::usage::MAX_COST)
+        {
+            return Err(FlowError::new(
+                "budget.max_cost",
+                format!(
+                    "expected more than 0 and at most {} (leave it out for no money budget), \
+                     got {cost}",
+                    crate::usage::MAX_COST
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

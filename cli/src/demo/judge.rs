@@ -246,6 +246,7 @@ mod tests {
             run_id: "run-1".into(),
             path: "run/worker:logs:1".into(),
             figures: BudgetFigures {
+                spending: None,
                 steps_used: 2,
                 steps_declared: 2,
                 limit: 2,

@@ -166,7 +166,7 @@ pub struct DemoStack {
 }
 
 impl DemoStack {
-    /// The stack with `prices` for its models ([`MODEL_NAME`] and the
+    /// The stack with `prices` for its models (`leasehold-demo` and the
     /// judge's, `leasehold-demo-judge`) in its configuration: the demo's
     /// run then says what it cost.
     pub fn priced(mut self, prices: leasehold::Prices) -> Self {

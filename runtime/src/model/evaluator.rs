@@ -169,11 +169,27 @@ impl ModelEvaluator {
     pub fn budget_prompt(request: &BudgetEvaluationRequest) -> Vec<ChatMessage> {
         let figures = &request.figures;
         let mut text = String::new();
-        let _ = writeln!(
-            text,
-            "The loop {} of run {} has used up its steps.",
-            request.path, request.run_id
-        );
+        match &figures.spending {
+            Some(spending) => {
+                let _ = writeln!(
+                    text,
+                    "Run {} has spent its budget: {}. Extending it lets its loops go on \
+                     spending; not extending it pauses the run for a person. Asked by the \
+                     loop {}, whose figures follow; the extensions are the run's spending \
+                     extensions.",
+                    request.run_id,
+                    spending.describe(),
+                    request.path
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    text,
+                    "The loop {} of run {} has used up its steps.",
+                    request.path, request.run_id
+                );
+            }
+        }
         let _ = writeln!(
             text,
             "steps: {} used, {} declared, current limit {}",
