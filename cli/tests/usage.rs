@@ -83,6 +83,13 @@ async fn the_cost_runs_show_prints_is_the_sum_over_the_runs_calls_at_the_configu
         .unwrap_or_else(|| panic!("a run id in {said}"))
         .to_owned();
 
+    // The demo's summary says it too.
+    let line = said
+        .lines()
+        .find(|l| l.trim_start().starts_with("spent "))
+        .unwrap_or_else(|| panic!("a spent line in {said}"));
+    assert!(line.contains("at the configured prices"), "{line}");
+
     let shown: Value = serde_json::from_str(
         &stdout_of(leasehold(dir.path()).args(["runs", "show", &run_id])).await,
     )

@@ -157,11 +157,15 @@ impl Served {
             .tool("charge", Some(false), [ToolAct::Hang]);
         let mut config = EngineConfig::default();
         config.supervision.lease.tool_call = Duration::from_millis(100);
+        config.prices =
+            leasehold::Prices::new([("m".to_owned(), leasehold::Price::per_million(2.0, 8.0))]);
         let engine = Engine::builder()
             .config(config)
             .store(Arc::new(store.clone()))
             .wrap_store(|store| MeteredStore::wrap(store, &metrics))
-            .model(Arc::new(ScriptedModel::new().script("run", turns)))
+            .model(Arc::new(
+                ScriptedModel::new().named("m").script("run", turns),
+            ))
             .evaluator(Arc::new(ScriptedEvaluator::always("ESCALATE")))
             .tool_server("local", Arc::new(tools))
             .build()
@@ -489,6 +493,33 @@ async fn metrics_parse_need_the_token_and_match_the_event_logs_and_the_store() {
         ),
         f64::from(u32::try_from(evaluated).expect("a few"))
     );
+
+    // Tokens and money: the model calls' usage, as the logs record it.
+    let (mut input, mut output, mut spent) = (0.0, 0.0, 0.0);
+    for event in &logged {
+        if let EventKind::ModelCallFinished {
+            usage, spent: cost, ..
+        } = &event.kind
+        {
+            input += f64::from(u32::try_from(usage.input_tokens).expect("a few"));
+            output += f64::from(u32::try_from(usage.output_tokens).expect("a few"));
+            spent += cost.expect("the model has a price");
+        }
+    }
+    assert!(input > 0.0 && output > 0.0);
+    let tokens = |direction| {
+        scrape.get(
+            "leasehold_tokens_total",
+            &[
+                ("role", "model"),
+                ("direction", direction),
+                ("source", "reported"),
+            ],
+        )
+    };
+    assert_eq!((tokens("input"), tokens("output")), (input, output));
+    let counted = scrape.get("leasehold_spent_total", &[("role", "model")]);
+    assert!((counted - spent).abs() < 1e-9, "{counted} against {spent}");
 
     // Model and tool calls by outcome, each timed.
     let model_calls = count(logged.iter().filter_map(|e| match &e.kind {

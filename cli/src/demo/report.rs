@@ -100,6 +100,8 @@ pub struct DemoReport {
     /// verdicts by who decided and by verdict, evaluator calls, extensions,
     /// wrap-ups, restarts, interventions, escalations, pauses.
     pub trace: TraceSummary,
+    /// What the run spent: tokens, and money at the configured prices.
+    pub usage: leasehold::UsageReport,
     /// Model-stream leases renewed on the evidence of their chunks.
     pub stream_renewed_by_evidence: usize,
     /// Model-stream verdicts that needed the evaluator (none, when streams
@@ -207,6 +209,7 @@ impl DemoReport {
             state,
             elapsed_ms,
             trace: TraceSummary::of(events),
+            usage: leasehold::UsageReport::of(events),
             stream_renewed_by_evidence: stream_by_evidence,
             stream_evaluator_calls: stream_evaluator,
             tool_renewed_by_progress: tool_by_progress,
@@ -288,6 +291,7 @@ impl DemoReport {
             tally(&self.trace.verdicts_by_verdict),
             self.trace.evaluator_calls
         )?;
+        writeln!(out, "  spent         {}", spent(&self.usage))?;
         writeln!(
             out,
             "  model stream  renewed {} time(s) on the evidence of its chunks, {} evaluator call(s)",
@@ -395,4 +399,33 @@ fn tally(counts: &BTreeMap<String, usize>) -> String {
         .map(|(name, n)| format!("{name} {n}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What a run spent, in a line: its tokens, the evaluator's apart, and
+/// their price when its calls had one.
+fn spent(usage: &leasehold::UsageReport) -> String {
+    let total = &usage.total;
+    let mut parts = vec![format!(
+        "{} tokens ({} in, {} out) over {} call(s), the evaluator's {} of them",
+        total.tokens(),
+        total.input_tokens,
+        total.output_tokens,
+        total.calls,
+        usage.watchdog.tokens() + usage.budget.tokens()
+    )];
+    if total.counted_calls > 0 {
+        parts.push(format!(
+            "{} call(s) counted here, their server reported no usage",
+            total.counted_calls
+        ));
+    }
+    parts.push(match total.unpriced_calls {
+        0 if total.calls > 0 => format!("cost {:.6} at the configured prices", total.spent),
+        n if n < total.calls => format!(
+            "cost {:.6} at the configured prices, {n} call(s) of a model without one",
+            total.spent
+        ),
+        _ => "no [prices] configured for its models".to_owned(),
+    });
+    parts.join("; ")
 }
