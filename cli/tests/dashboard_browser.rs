@@ -1,5 +1,5 @@
 //! The dashboard in a real browser: the real `leasehold demo --serve
-//! --interactive` serves its run, and `tests/browser/dashboard.mjs` drives
+//! --interactive` serves its run (priced: the page shows what it cost), and `tests/browser/dashboard.mjs` drives
 //! the page in Chromium as a person would — opens the run, sees a wait
 //! banner appear and be cleared by evidence, answers the escalation in the
 //! pause panel and watches the run complete. The demo process then exits 0.
@@ -157,12 +157,20 @@ fn the_dashboard_shows_a_run_live_and_resumes_it_in_a_real_browser() {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let token = format!("dashboard-{}-{nanos}", std::process::id());
+    // Prices for the demo's two models: the page shows what the run cost.
+    let config = data.path().join("leasehold.toml");
+    std::fs::write(
+        &config,
+        "[prices.\"leasehold-demo\"]\ninput = 3\noutput = 15\n\
+         [prices.\"leasehold-demo-judge\"]\ninput = 0.25\noutput = 1.25\n",
+    )
+    .expect("the configuration is written");
 
     let mut spawned = Command::new(CLI)
         .arg("--data-dir")
         .arg(data.path().join("store"))
         .args(["demo", "--serve", "--interactive", "--addr", "127.0.0.1:0"])
-        .env_remove("LEASEHOLD_CONFIG")
+        .env("LEASEHOLD_CONFIG", &config)
         .env("LEASEHOLD_API_TOKEN", &token)
         .current_dir(data.path())
         .stdin(Stdio::piped())

@@ -207,6 +207,31 @@ try {
   log(`banner on ${cleared.path} cleared after ${cleared.shownMs.toFixed(1)} ms; ` +
     `${verdicts} verdicts; answer: ${answer.trim()}`);
 
+  step = 'checking what the run spent';
+  log(step);
+  const view = await page.evaluate(async (id) => {
+    const { api } = await import('/assets/api.js');
+    return api('GET', `/runs/${encodeURIComponent(id)}`);
+  }, runId);
+  const usage = view.usage;
+  if (!usage || !usage.total.calls) throw new Error(`the API gives no usage: ${JSON.stringify(view)}`);
+  const cost = Number(usage.total.spent).toFixed(6);
+  const tokens = (usage.total.input_tokens + usage.total.output_tokens).toLocaleString('en');
+  await page.waitForFunction(([c, t]) => {
+    const text = document.getElementById('run-spent').textContent;
+    return text.includes(`cost ${c}`) && text.includes(`${t} tokens`);
+  }, [cost, tokens], { timeout: left(), polling: 100 }).catch(async () => {
+    const shown = await page.locator('#run-spent').textContent();
+    throw new Error(`the page says it spent "${shown}", the API ${tokens} tokens and ${cost}`);
+  });
+  const watchdogCalls = await page.locator('#usage-roles tr[data-role="watchdog"] td').first().textContent();
+  if (Number(watchdogCalls.replace(/,/g, '')) !== usage.watchdog.calls) {
+    throw new Error(`the watchdog's calls shown ${watchdogCalls}, the API ${usage.watchdog.calls}`);
+  }
+  const workerRows = await page.locator('#usage-loops tr[data-loop^="run/worker:"]').count();
+  if (workerRows < 3) throw new Error(`${workerRows} worker loops in the usage table, 3 expected`);
+  log(`spent: ${await page.locator('#run-spent').textContent()}`);
+
   step = 'checking the timeline';
   log(step);
   await waitForTicks(page, left());

@@ -46,6 +46,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ),
     ("trace.js", JAVASCRIPT, include_str!("dashboard/trace.js")),
     ("tree.js", JAVASCRIPT, include_str!("dashboard/tree.js")),
+    ("usage.js", JAVASCRIPT, include_str!("dashboard/usage.js")),
 ];
 
 /// `GET /`: the dashboard's page.

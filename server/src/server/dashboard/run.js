@@ -5,6 +5,7 @@
 import { api } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
 import { renderLineage } from './fork.js';
+import { renderUsage } from './usage.js';
 import { PAUSED, POLL_MS, TERMINAL, session } from './state.js';
 import { clock, duration, phiText } from './text.js';
 
@@ -78,6 +79,7 @@ export function renderRun(st) {
   setText($('run-reason-text'), reason || '');
   $('run-controls').hidden = st.status !== 'running';
   renderLineage(st);
+  renderUsage(view);
   renderPause(st);
 }
 
