@@ -58,6 +58,7 @@ mod spawn;
 mod strategy;
 mod strict_json;
 mod supervision;
+mod trace_context;
 mod usage;
 mod verdict;
 mod watchdog;
@@ -142,6 +143,9 @@ pub use budget::{
     ParsedBudgetDecision, SpendingFigures, checkpoint_due, max_extensions_expected,
     parse_budget_decision, proportional_extension,
 };
+
+// Traces: the trace a run belongs to, W3C trace context.
+pub use trace_context::{TraceParent, TraceParentError, trace_id_of};
 
 // What runs spent.
 pub use usage::{CallUsage, LoopUsage, MAX_PRICE, Price, Prices, Usage, UsageReport, WorkerUsage};

@@ -104,6 +104,12 @@ impl Actor for RunActor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let ctx = args.ctx;
+        ctx.span.in_scope(|| {
+            tracing::info!(
+                status = args.record.status.name(),
+                "run taken on by this executor"
+            );
+        });
         let _ = ctx.root.set(myself.clone());
         let budget = ctx.spawn_checkpoint(myself.get_cell()).await?;
         let cancel = ctx.cancel.clone();
@@ -412,6 +418,9 @@ impl RunActorState {
     /// Stops the run's clocks and records the pause.
     async fn enter_pause(&mut self, status: RunStatus, pause: PauseRecord) {
         let ctx = self.agent.ctx.clone();
+        ctx.span.in_scope(|| {
+            tracing::info!(status = status.name(), reason = %pause.reason, "run paused for a person");
+        });
         ctx.gate.send_replace(Gate::Paused);
         let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
         let update = RunUpdate {
@@ -513,6 +522,8 @@ impl RunActorState {
                     .unwrap_or_else(|| "the store refused the change".to_owned()),
             });
         }
+        ctx.span
+            .in_scope(|| tracing::info!("run resumed by a person"));
         ctx.emit(ROOT_PATH, EventKind::Resumed { guidance });
         self.state.send_modify(|s| {
             s.status = RunStatus::Running;
@@ -622,6 +633,13 @@ impl RunActorState {
             },
         };
         ctx.emit(ROOT_PATH, event);
+        ctx.span.in_scope(|| {
+            tracing::info!(
+                ?status,
+                reason = reason.as_deref().unwrap_or(""),
+                "run ended"
+            );
+        });
         self.agent.save(status).await;
         let update = RunUpdate {
             status,

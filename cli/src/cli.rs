@@ -63,6 +63,18 @@ pub struct Cli {
     command: Command,
 }
 
+/// How the log is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for a person.
+    #[default]
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `fields`, `target`,
+    /// the current `span` and the list of `spans` it is in (a run's span
+    /// carries `run_id` and `trace_id`).
+    Json,
+}
+
 /// Flags every command takes: the fourth configuration layer.
 #[derive(Debug, Args)]
 struct GlobalArgs {
@@ -82,6 +94,17 @@ struct GlobalArgs {
     /// Any configuration key, as in the file: `--set lease.tool_call=90s`.
     #[arg(long = "set", global = true, value_name = "KEY=VALUE", value_parser = Flag::parse_set)]
     set: Vec<Flag>,
+    /// How the log on standard error is written: `text` for a person, or
+    /// `json`, one object a line, each line within a run carrying its
+    /// `run_id` and `trace_id` (in `spans`) for a log search.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORMAT",
+        env = "LEASEHOLD_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     /// Verdict policies of the embedder's own ([`Cli::with_policy`]): the
     /// engines of `run`, `serve` and `runs` register them, and
     /// `experiment` compares them beside the built-ins.
@@ -231,6 +254,11 @@ impl GlobalArgs {
 }
 
 impl Cli {
+    /// How the log is to be written (`--log-format`).
+    pub fn log_format(&self) -> LogFormat {
+        self.global.log_format
+    }
+
     /// The tracing filter the binary uses when `RUST_LOG` is not set:
     /// warnings, and the server's own info for `serve`. (rmcp logs a warning
     /// for every call leasehold cancels on purpose, an intervention; the

@@ -2,7 +2,7 @@
 //!
 //! The binary, not the library, installs the tracing subscriber: events go
 //! to stderr, filtered by `RUST_LOG` or else by the command's default, each
-//! line scrubbed of secrets.
+//! line scrubbed of secrets, as text or (`--log-format json`) as JSON.
 //!
 //! The binary, not the library, also picks the allocator: an executor makes
 //! many small allocations on one worker thread and frees them on another
@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use leasehold_cli::cli::{Cli, ScrubbedStderr};
+use leasehold_cli::cli::{Cli, LogFormat, ScrubbedStderr};
 use tracing_subscriber::EnvFilter;
 
 #[global_allocator]
@@ -23,10 +23,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(cli.default_log_filter()));
-    let _ = tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Secrets never reach the log, whoever writes the line.
-        .with_writer(ScrubbedStderr)
-        .try_init();
+        .with_writer(ScrubbedStderr);
+    let _ = match cli.log_format() {
+        LogFormat::Text => log.try_init(),
+        // Each line an object, with the spans it is in: a run's carries
+        // its `run_id` and `trace_id`.
+        LogFormat::Json => log
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+    };
     cli.run_to_exit()
 }

@@ -90,6 +90,7 @@ impl RunContext {
         let span = tracing::info_span!(
             "run",
             run_id = %run_id,
+            trace_id = %crate::trace_id_of(&run_id),
             flow = %plan.flow.name,
             owner_id = %plan.owner_id
         );

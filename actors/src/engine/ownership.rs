@@ -211,6 +211,7 @@ impl Engine {
             Ok(Fenced::Applied(())) => {
                 tracing::warn!(
                     run_id,
+                    trace_id = %crate::trace_id_of(run_id),
                     status = status.name(),
                     "the run's log held its end; recorded it"
                 );
@@ -346,10 +347,10 @@ async fn release(store: &dyn Store, run_id: &str, fence: &AtomicU64, now_ms: u64
     match store.renew_run(run_id, fence, now_ms, 0).await {
         Ok(Fenced::Applied(())) => {}
         Ok(Fenced::Stale { owner_id, .. }) => {
-            tracing::debug!(run_id, ?owner_id, "not released: another executor holds it");
+            tracing::debug!(run_id, trace_id = %crate::trace_id_of(run_id), ?owner_id, "not released: another executor holds it");
         }
         Err(error) => {
-            tracing::warn!(run_id, %error, "run lease not released; it will expire");
+            tracing::warn!(run_id, trace_id = %crate::trace_id_of(run_id), %error, "run lease not released; it will expire");
         }
     }
 }
@@ -363,7 +364,7 @@ async fn mark_stopped_in_place(store: &dyn Store, run_id: &str, fence: u64, now_
         Ok(Some(record)) if record.status == RunStatus::Running && record.fence == fence => record,
         Ok(_) => return,
         Err(error) => {
-            tracing::warn!(run_id, %error, "run not marked as stopped in place");
+            tracing::warn!(run_id, trace_id = %crate::trace_id_of(run_id), %error, "run not marked as stopped in place");
             return;
         }
     };
@@ -375,7 +376,7 @@ async fn mark_stopped_in_place(store: &dyn Store, run_id: &str, fence: u64, now_
         at_ms: now_ms,
     };
     if let Err(error) = store.update_run(run_id, fence, update).await {
-        tracing::warn!(run_id, %error, "run not marked as stopped in place");
+        tracing::warn!(run_id, trace_id = %crate::trace_id_of(run_id), %error, "run not marked as stopped in place");
     }
 }
 

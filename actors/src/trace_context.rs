@@ -1,0 +1,133 @@
+//! W3C trace context: the trace a run belongs to, and `traceparent`.
+//!
+//! Every run belongs to one trace, continued across a pause, a resume and
+//! a change of executor: its id is derived from the run's id (a UUID v5 of
+//! it), so every executor and every log line that names the run names the
+//! same trace without storing anything. A `traceparent` header
+//! (`00-TRACEID-SPANID-FLAGS`) is read by [`TraceParent::parse`], refusing
+//! what the W3C specification refuses: another length, upper-case or
+//! non-hex digits, a trace or span id of zeros, version `ff`.
+//!
+//! ```
+//! use leasehold_actors::{TraceParent, trace_id_of};
+//!
+//! let trace = trace_id_of("run-1");
+//! assert_eq!(trace.len(), 32);
+//! assert_eq!(trace, trace_id_of("run-1"));
+//! let parent = TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")?;
+//! assert_eq!(parent.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+//! assert!(parent.sampled);
+//! assert!(TraceParent::parse("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_err());
+//! # Ok::<(), leasehold_actors::TraceParentError>(())
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// The namespace of the UUIDs trace ids are derived from.
+const NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x6c65_6173_6568_6f6c_642d_7472_6163_6573);
+
+/// The trace id of run `run_id`: 32 lower-case hex digits, the same
+/// wherever it is computed.
+pub fn trace_id_of(run_id: &str) -> String {
+    uuid::Uuid::new_v5(&NAMESPACE, run_id.as_bytes())
+        .simple()
+        .to_string()
+}
+
+/// A parsed `traceparent`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceParent {
+    /// The trace: 32 lower-case hex digits, not all zero.
+    pub trace_id: String,
+    /// The caller's span: 16 lower-case hex digits, not all zero.
+    pub span_id: String,
+    /// Whether the caller sampled it.
+    pub sampled: bool,
+}
+
+/// Why a `traceparent` was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a W3C traceparent (`00-<32 hex>-<16 hex>-<2 hex>`): {0}")]
+pub struct TraceParentError(String);
+
+impl TraceParent {
+    /// Reads a `traceparent` header's value.
+    pub fn parse(value: &str) -> Result<Self, TraceParentError> {
+        let refuse = |why: &str| Err(TraceParentError(why.to_owned()));
+        let parts: Vec<&str> = value.trim().split('-').collect();
+        let [version, trace_id, span_id, flags, ..] = parts[..] else {
+            return refuse("expected four fields separated by `-`");
+        };
+        let hex = |s: &str, len: usize| {
+            s.len() == len
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        if !hex(version, 2) || version == "ff" {
+            return refuse("the version is not two lower-case hex digits other than ff");
+        }
+        if version == "00" && parts.len() != 4 {
+            return refuse("version 00 has exactly four fields");
+        }
+        if !hex(trace_id, 32) || trace_id.bytes().all(|b| b == b'0') {
+            return refuse("the trace id is not 32 lower-case hex digits, not all zero");
+        }
+        if !hex(span_id, 16) || span_id.bytes().all(|b| b == b'0') {
+            return refuse("the parent id is not 16 lower-case hex digits, not all zero");
+        }
+        if !hex(flags, 2) {
+            return refuse("the flags are not two lower-case hex digits");
+        }
+        let sampled = u8::from_str_radix(flags, 16).is_ok_and(|f| f & 1 == 1);
+        Ok(Self {
+            trace_id: trace_id.to_owned(),
+            span_id: span_id.to_owned(),
+            sampled,
+        })
+    }
+
+    /// The header's value.
+    pub fn header(&self) -> String {
+        let flags = if self.sampled { "01" } else { "00" };
+        format!("00-{}-{}-{flags}", self.trace_id, self.span_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_is_read_and_written_back_and_bad_ones_are_refused() {
+        let value = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let parsed = TraceParent::parse(value).expect("valid");
+        assert!(!parsed.sampled);
+        assert_eq!(parsed.header(), value);
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-zz",
+        ] {
+            assert!(TraceParent::parse(bad).is_err(), "{bad:?}");
+        }
+        // A later version may carry more fields.
+        assert!(
+            TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x").is_ok()
+        );
+    }
+
+    #[test]
+    fn runs_have_distinct_stable_trace_ids() {
+        assert_ne!(trace_id_of("run-1"), trace_id_of("run-2"));
+        assert!(
+            trace_id_of("run-1")
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+    }
+}
