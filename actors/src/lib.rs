@@ -145,7 +145,7 @@ pub use budget::{
 };
 
 // Traces: the trace a run belongs to, W3C trace context.
-pub use trace_context::{TraceParent, TraceParentError, trace_id_of};
+pub use trace_context::{TraceParent, TraceParentError, span_id_of, trace_id_of, traceparent_of};
 
 // What runs spent.
 pub use usage::{CallUsage, LoopUsage, MAX_PRICE, Price, Prices, Usage, UsageReport, WorkerUsage};

@@ -34,6 +34,31 @@ pub fn trace_id_of(run_id: &str) -> String {
         .to_string()
 }
 
+/// The span id of the operation `key` (a loop's path and what in it, e.g.
+/// `run/model_call:3#1`) in trace `trace_id`: 16 lower-case hex digits,
+/// never all zero, the same wherever it is computed, so the span a model
+/// server or a tool server is told of is the one the run's trace holds.
+pub fn span_id_of(trace_id: &str, key: &str) -> String {
+    let name = format!("{trace_id}/{key}");
+    let bytes = uuid::Uuid::new_v5(&NAMESPACE, name.as_bytes()).into_bytes();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&bytes[..8]);
+    if id == [0; 8] {
+        id[7] = 1;
+    }
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `traceparent` of the operation `key` of trace `trace_id`, sampled.
+pub fn traceparent_of(trace_id: &str, key: &str) -> String {
+    TraceParent {
+        trace_id: trace_id.to_owned(),
+        span_id: span_id_of(trace_id, key),
+        sampled: true,
+    }
+    .header()
+}
+
 /// A parsed `traceparent`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceParent {
@@ -119,6 +144,18 @@ mod tests {
         assert!(
             TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x").is_ok()
         );
+    }
+
+    #[test]
+    fn an_operations_traceparent_is_valid_and_its_own() {
+        let trace = trace_id_of("run-1");
+        let a = traceparent_of(&trace, "run/model_call:1#1");
+        let b = traceparent_of(&trace, "run/model_call:1#2");
+        assert_ne!(a, b);
+        assert_eq!(a, traceparent_of(&trace, "run/model_call:1#1"));
+        let parsed = TraceParent::parse(&a).expect("valid");
+        assert_eq!(parsed.trace_id, trace);
+        assert!(parsed.sampled);
     }
 
     #[test]

@@ -217,6 +217,7 @@ async fn a_streamed_tool_call_of_the_scripted_model_is_read_by_the_real_client()
         idempotent: Some(true),
     };
     let request = ModelRequest {
+        traceparent: None,
         messages: vec![
             ChatMessage::system(worker_prompt(&stack, "logs")),
             ChatMessage::user("Search the checkout logs."),
@@ -243,6 +244,7 @@ async fn a_streamed_tool_call_of_the_scripted_model_is_read_by_the_real_client()
 
     // The same request, blocking, gets the same answer as one JSON object.
     let blocking = ModelRequest {
+        traceparent: None,
         messages: vec![
             ChatMessage::system(worker_prompt(&stack, "metrics")),
             ChatMessage::user("Read the metrics."),
@@ -323,6 +325,7 @@ async fn a_malformed_request_gets_a_400_json_error_naming_what_was_wrong() {
     let error = client(&stack)
         .complete(
             ModelRequest {
+                traceparent: None,
                 messages: Vec::new(),
                 tools: Vec::new(),
                 stream: true,
@@ -364,6 +367,7 @@ async fn the_mcp_server_lists_its_tools_to_the_real_client_and_records_keys() {
     let output = mcp
         .call(
             ToolInvocation {
+                traceparent: None,
                 name: "search_logs".into(),
                 arguments: serde_json::json!({"query": "db pool exhausted"}),
                 idempotency_key: "run-t/run/1/0".into(),
@@ -383,6 +387,7 @@ async fn the_mcp_server_lists_its_tools_to_the_real_client_and_records_keys() {
     let call = |key: &str| {
         mcp.call(
             ToolInvocation {
+                traceparent: None,
                 name: "fetch_metrics".into(),
                 arguments: serde_json::json!({"series": "checkout.p99"}),
                 idempotency_key: key.into(),

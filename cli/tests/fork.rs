@@ -22,7 +22,8 @@ use tokio::process::Command;
 
 /// The model: it asks for `charge` until its conversation holds a tool
 /// result, then answers with the last thing a user said. Every request is
-/// appended, as one JSON line, to the file named by its first argument.
+/// appended, as one JSON line, to the file named by its first argument,
+/// with its `traceparent` header as `_traceparent`.
 const MODEL: &str = r#"
 import json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,7 +39,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
         with open(log, "a") as f:
-            f.write(json.dumps(body) + "\n")
+            f.write(json.dumps(dict(body, _traceparent=self.headers.get("traceparent"))) + "\n")
         messages = body.get("messages", [])
         if any(m.get("role") == "tool" for m in messages):
             said = [m.get("content") for m in messages if m.get("role") == "user"][-1]
@@ -186,6 +187,27 @@ async fn a_fork_after_a_tool_never_sends_it_again_and_one_before_sends_it_with_i
         peers.calls(),
         [("charge".to_owned(), format!("{parent}/run/1/0"))]
     );
+    // Each model request and the tool call carry their place in the run's
+    // trace (W3C trace context: a header, and `_meta` over MCP).
+    let trace = leasehold::trace_id_of(&parent);
+    let traced = |traceparent: &Value| {
+        let parsed = leasehold::TraceParent::parse(traceparent.as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {traceparent}"));
+        assert_eq!(parsed.trace_id, trace);
+        parsed.span_id
+    };
+    let spans: Vec<String> = peers
+        .requests()
+        .iter()
+        .map(|r| traced(&r["_traceparent"]))
+        .chain(
+            lines(&peers.ledger)
+                .iter()
+                .map(|c| traced(&c["traceparent"])),
+        )
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = spans.iter().collect();
+    assert_eq!(distinct.len(), spans.len(), "one span each: {spans:?}");
     let requests_before = peers.requests().len();
 
     // After the charge, with guidance: the charge is replayed, not sent.

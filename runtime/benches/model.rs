@@ -124,6 +124,7 @@ struct Read {
 
 fn request() -> ModelRequest {
     ModelRequest {
+        traceparent: None,
         messages: vec![ChatMessage::user("Say two hundred words.")],
         tools: Vec::new(),
         stream: true,

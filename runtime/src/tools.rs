@@ -103,6 +103,7 @@
 //!             name: "echo".into(),
 //!             arguments: serde_json::json!({"message": "hi"}),
 //!             idempotency_key: "run-1/step-1/0".into(),
+//!             traceparent: None,
 //!         },
 //!         Evidence::detached(),
 //!     )

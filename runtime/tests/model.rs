@@ -575,6 +575,7 @@ fn client_for(base: &str, idle: Duration) -> OpenAiClient {
 
 fn ask(stream: bool) -> ModelRequest {
     ModelRequest {
+        traceparent: None,
         messages: vec![ChatMessage::user("hi")],
         tools: Vec::new(),
         stream,
@@ -709,6 +710,7 @@ async fn the_request_goes_to_chat_completions_with_bearer_auth_tools_and_usage_r
         ModelSettings::new(ModelEndpoint::new(format!("{base}/"), "m").with_api_key("sk-test"));
     let client = OpenAiClient::new(settings).expect("client");
     let request = ModelRequest {
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         messages: vec![
             ChatMessage::system("be brief"),
             ChatMessage::user("find it"),
@@ -766,6 +768,12 @@ async fn the_request_goes_to_chat_completions_with_bearer_auth_tools_and_usage_r
         json!({"role": "tool", "content": "found", "tool_call_id": "call_1"})
     );
     assert!(body.get("response_format").is_none());
+    // Its place in the run's trace, for the server's own tracing.
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n"),
+        "{head}"
+    );
 }
 
 #[tokio::test]
@@ -788,6 +796,7 @@ async fn a_blocking_request_sends_no_stream_options_and_no_key_when_none_is_set(
         !head.to_ascii_lowercase().contains("authorization"),
         "{head}"
     );
+    assert!(!head.to_ascii_lowercase().contains("traceparent"), "{head}");
     assert_eq!(body["stream"], false);
     assert!(body.get("stream_options").is_none());
     assert!(body.get("tools").is_none());

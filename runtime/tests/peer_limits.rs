@@ -120,6 +120,7 @@ fn client(base: &str) -> OpenAiClient {
 
 fn ask(stream: bool) -> ModelRequest {
     ModelRequest {
+        traceparent: None,
         messages: vec![ChatMessage::user("hi")],
         tools: Vec::new(),
         stream,
@@ -378,6 +379,7 @@ async fn call_big(client: &McpToolClient, bytes: usize) -> Result<String, ToolEr
     client
         .call(
             ToolInvocation {
+                traceparent: None,
                 name: "big".into(),
                 arguments: json!({"bytes": bytes}),
                 idempotency_key: format!("big-{bytes}"),

@@ -102,6 +102,7 @@ impl Peer {
 
 fn invocation(name: &str, arguments: Value, key: &str) -> ToolInvocation {
     ToolInvocation {
+        traceparent: None,
         name: name.to_owned(),
         arguments,
         idempotency_key: key.to_owned(),

@@ -37,6 +37,7 @@ fn client(server: &Llmock, idle: Duration) -> OpenAiClient {
 
 fn request(consumer: &str, stream: bool) -> ModelRequest {
     ModelRequest {
+        traceparent: None,
         messages: vec![
             ChatMessage::system("You are terse."),
             ChatMessage::user("Say something long."),

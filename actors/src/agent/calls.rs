@@ -150,6 +150,10 @@ impl AgentLoop {
                         name: name.to_owned(),
                         arguments: request.arguments,
                         idempotency_key: key,
+                        traceparent: Some(crate::traceparent_of(
+                            &self.ctx.trace_id,
+                            &format!("{path}#{attempt}"),
+                        )),
                     },
                     spec,
                     reply_to: myself.clone(),

@@ -59,6 +59,8 @@ pub(crate) struct RunContext {
     /// What the model client calls (`model X at URL`), said once per run:
     /// the model calls' pace key.
     pub(crate) model_described: String,
+    /// The trace the run belongs to: the same on every executor.
+    pub(crate) trace_id: String,
     /// The run's spending budget, shared by its loops.
     pub(crate) spending: Arc<crate::budget::spending::Spending>,
 }
@@ -87,10 +89,11 @@ impl RunContext {
         (workers_spawned, history): (u32, u64),
         spending: Option<Arc<crate::budget::spending::Spending>>,
     ) -> Self {
+        let trace_id = crate::trace_id_of(&run_id);
         let span = tracing::info_span!(
             "run",
             run_id = %run_id,
-            trace_id = %crate::trace_id_of(&run_id),
+            trace_id = %trace_id,
             flow = %plan.flow.name,
             owner_id = %plan.owner_id
         );
@@ -102,6 +105,7 @@ impl RunContext {
             )
         });
         Self {
+            trace_id,
             spending,
             plan,
             model_described,

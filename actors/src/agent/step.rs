@@ -218,8 +218,16 @@ impl AgentLoop {
             },
             stream,
             consumer: self.consumer(),
+            traceparent: None,
         };
         let path = format!("{}/model_call:{step}", self.path);
+        let request = ModelRequest {
+            traceparent: Some(crate::traceparent_of(
+                &self.ctx.trace_id,
+                &format!("{path}#{attempt}"),
+            )),
+            ..request
+        };
         let spec = self
             .ctx
             .spec(kind, &request.consumer, &path)

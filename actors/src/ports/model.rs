@@ -109,6 +109,10 @@ pub struct ModelRequest {
     pub stream: bool,
     /// Who the cost is attributed to: `run`, `worker:NAME`, …
     pub consumer: String,
+    /// The W3C `traceparent` of this call in its run's trace, for the
+    /// model server (sent as the `traceparent` header); none outside a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A model's complete answer.

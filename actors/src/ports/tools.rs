@@ -29,6 +29,11 @@ pub struct ToolInvocation {
     /// The same across retries and resumes of this call, so a tool can
     /// recognise a repeat.
     pub idempotency_key: String,
+    /// The W3C `traceparent` of this attempt in its run's trace, for the
+    /// tool server (an MCP client sends it in `_meta`); none outside a
+    /// run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A tool's result.

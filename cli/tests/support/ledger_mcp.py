@@ -1,6 +1,6 @@
 # An MCP server over stdio (newline-delimited JSON-RPC) in Python, another
 # language than leasehold's client: one tool, `charge`, annotated as not
-# idempotent; each call's tool and idempotency key (in `_meta`) appended,
+# idempotent; each call's tool, idempotency key and traceparent (in `_meta`) appended,
 # as one JSON line, to the file named by its first argument before it
 # answers.
 import json, sys
@@ -30,9 +30,11 @@ for line in sys.stdin:
                              "annotations": {"idempotentHint": False, "destructiveHint": True,
                                              "readOnlyHint": False}}]}
     elif method == "tools/call":
-        key = (params.get("_meta") or {}).get("leasehold/idempotency_key")
+        meta = params.get("_meta") or {}
+        key = meta.get("leasehold/idempotency_key")
         with open(ledger, "a") as f:
-            f.write(json.dumps({"tool": params.get("name"), "key": key}) + "\n")
+            f.write(json.dumps({"tool": params.get("name"), "key": key,
+                                "traceparent": meta.get("traceparent")}) + "\n")
         result = {"content": [{"type": "text", "text": "charged order 7"}], "isError": False}
     else:
         result = {}

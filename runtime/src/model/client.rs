@@ -179,6 +179,10 @@ impl OpenAiClient {
         let mut retries = 0u32;
         let response = loop {
             let mut builder = self.shared.http.post(&url).json(&body);
+            // The call's place in its run's trace, for the server's own.
+            if let Some(traceparent) = &request.traceparent {
+                builder = builder.header("traceparent", traceparent);
+            }
             if let Some(key) = &endpoint.api_key {
                 builder = builder.bearer_auth(key);
             }

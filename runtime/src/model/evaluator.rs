@@ -219,6 +219,7 @@ impl ModelEvaluator {
         consumer: &str,
     ) -> Result<EvaluatorAnswer, EvaluatorError> {
         let request = ModelRequest {
+            traceparent: None,
             messages,
             tools: Vec::new(),
             stream: false,

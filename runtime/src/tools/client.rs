@@ -419,6 +419,7 @@ impl Shared {
             name,
             arguments,
             idempotency_key,
+            traceparent,
         } = invocation;
         let arguments = match arguments {
             serde_json::Value::Object(map) => Some(map),
@@ -438,6 +439,14 @@ impl Shared {
             IDEMPOTENCY_KEY_META.to_owned(),
             serde_json::Value::String(idempotency_key),
         );
+        // The attempt's place in its run's trace (W3C trace context in
+        // `_meta`, as MCP's OpenTelemetry conventions carry it).
+        if let Some(traceparent) = traceparent {
+            meta.insert(
+                "traceparent".to_owned(),
+                serde_json::Value::String(traceparent),
+            );
+        }
         let options = PeerRequestOptions::no_options().with_meta(RequestMetaObject(meta));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let what = format!("the call to tool '{name}'");
