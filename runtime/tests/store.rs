@@ -602,3 +602,46 @@ async fn pages_follow_status_changes_and_a_directory_written_without_indexes_get
         );
     }
 }
+
+/// A batch of events lands in the sled store at once: a reader that loads
+/// the run's log while batches are appended never sees a later event
+/// without every earlier one (sled applies one `Batch` atomically; events
+/// inserted one at a time showed gaps to a scan racing them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_never_sees_a_gap_in_a_log_whose_batches_are_being_appended() {
+    const BATCHES: u64 = 300;
+    const BATCH: u64 = 40;
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(dir.path(), Durability::Async);
+    store.create_run(unowned("r")).await.expect("create");
+    let fence = claimed(store.claim_run("r", "a", 1_000, TTL).await.expect("claim")).fence;
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for batch in 0..BATCHES {
+                let first = batch * BATCH + 1;
+                let appended = store
+                    .append_events("r", events("r", first..first + BATCH), fence)
+                    .await
+                    .expect("appended");
+                assert!(appended.is_applied());
+            }
+        })
+    };
+    let mut reads = 0;
+    while !writer.is_finished() {
+        let seqs: Vec<u64> = store
+            .load_events("r", 0)
+            .await
+            .expect("read")
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+        assert_eq!(seqs, expected, "a read saw a gap after {reads} reads");
+        assert_eq!(seqs.len() as u64 % BATCH, 0, "a read saw half a batch");
+        reads += 1;
+    }
+    writer.await.expect("the writer");
+    assert!(reads > 0);
+}
