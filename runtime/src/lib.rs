@@ -67,6 +67,7 @@ pub mod run_limits;
 pub mod secret;
 mod server_limits;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod trace;
 
