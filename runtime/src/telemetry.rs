@@ -4,8 +4,8 @@
 //! spans are not made on the run's path: [`SpanAssembler`] reads the
 //! events a run publishes, in order, and hands back each span once it has
 //! ended, with the ids every executor derives for it
-//! ([`trace_id_of`](crate::trace_id_of),
-//! [`span_id_of`](crate::span_id_of)). The span of a model call
+//! ([`trace_id_of`],
+//! [`span_id_of`]). The span of a model call
 //! or a tool call attempt is the one whose `traceparent` the model server
 //! or the tool server was sent, so a server's own trace nests under it.
 //!
