@@ -6,6 +6,7 @@
 #   @modelcontextprotocol/server-everything@2026.8.31  (npm)   MCP server
 #   llmock==0.2.2                                      (PyPI)  OpenAI-compatible server with fault injection
 #   playwright-core@1.65.1                             (npm)   drives Chromium for the dashboard's browser test
+#   arize-phoenix==20.26.1                             (PyPI)  OpenTelemetry trace backend the traces are read back from
 set -euo pipefail
 cache="${LEASEHOLD_PEER_CACHE:-$HOME/.cache/leasehold-peers}"
 mkdir -p "$cache/npm"
@@ -29,6 +30,13 @@ if [ ! -x "$llmock" ]; then
   "$cache/venv/bin/pip" install --quiet --disable-pip-version-check llmock==0.2.2 >&2
 fi
 
+phoenix="$cache/phoenix-venv/bin/phoenix"
+if [ ! -x "$phoenix" ]; then
+  python3 -m venv "$cache/phoenix-venv" >&2
+  "$cache/phoenix-venv/bin/pip" install --quiet --disable-pip-version-check arize-phoenix==20.26.1 >&2
+fi
+
 echo "export LEASEHOLD_PEER_SERVER_EVERYTHING='$everything'"
+echo "export LEASEHOLD_PEER_PHOENIX='$phoenix'"
 echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
 echo "export LEASEHOLD_PEER_PLAYWRIGHT='$playwright'"

@@ -34,8 +34,10 @@ mod runs;
 mod scrubbed_log;
 mod serve;
 mod signal;
+mod traces;
 
 pub use scrubbed_log::ScrubbedStderr;
+pub use traces::Traces;
 
 /// Exit code of a run that waits for a person.
 pub const EXIT_PAUSED: u8 = 3;
@@ -484,6 +486,7 @@ async fn follow_to_the_end(
     } else {
         log::Output::Readable
     };
+    let mut traces = Traces::start(engine);
     let executor = control::OneRun::new(std::sync::Arc::clone(engine));
     executor.runs(handle.clone());
     let stop = tokio_util::sync::CancellationToken::new();
@@ -492,6 +495,7 @@ async fn follow_to_the_end(
     stop.cancel();
     let _ = taking.await;
     engine.shutdown().await;
+    traces.finish(engine).await;
     engine.store().flush().await?;
     followed.print_rest(engine.store().as_ref()).await?;
     Ok(followed_code(&followed))

@@ -26,6 +26,9 @@
 //! with who decided and why; a budget checkpoint's evaluator call is a span
 //! of the step it decided.
 
+#[cfg(feature = "otel")]
+pub mod otlp;
+
 use std::collections::HashMap;
 
 use leasehold_actors::{CallOutcome, Event, EventKind, span_id_of, trace_id_of};

@@ -75,6 +75,7 @@ pub(super) async fn serve(
     if !boot.orphaned.is_empty() {
         tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
     }
+    let mut traces = super::Traces::start(&engine);
     let app = App::with_metrics(Arc::new(engine), options, Arc::clone(&metrics));
     // From here on, orphans are looked for every third of the run-lease TTL
     // too. The sweep only marks them: with resume on boot, the server's
@@ -102,6 +103,7 @@ pub(super) async fn serve(
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?;
     app.engine().shutdown().await;
+    traces.finish(app.engine()).await;
     app.engine().store().flush().await?;
     Ok(match signals.heard() {
         Some(stop) => {

@@ -354,11 +354,14 @@ async fn drive_on<T>(
     stop: impl Future<Output = T> + Send,
 ) -> Result<Result<DemoReport, T>, DemoError> {
     let engine = stack.engine_builder()?.store(store).build().await?;
+    // Its trace, to the collector OTEL_EXPORTER_OTLP_ENDPOINT names.
+    let mut traces = crate::cli::Traces::start(&engine);
     let driven = tokio::select! {
         driven = drive(&engine, stack.flow(), answer, &mut *out) => Ok(driven),
         stopped = stop => Err(stopped),
     };
     engine.shutdown().await;
+    traces.finish(&engine).await;
     let mut report = match driven {
         Ok(driven) => driven?,
         Err(stopped) => return Ok(Err(stopped)),
