@@ -635,7 +635,7 @@ impl RunActorState {
         ctx.emit(ROOT_PATH, event);
         ctx.span.in_scope(|| {
             tracing::info!(
-                ?status,
+                status = status.name(),
                 reason = reason.as_deref().unwrap_or(""),
                 "run ended"
             );

@@ -75,7 +75,10 @@ async fn runs_steps_and_calls_have_spans() {
 
     let text = String::from_utf8_lossy(&captured.0.lock().expect("lock")).into_owned();
     assert!(
-        text.contains(&format!("run{{run_id={run_id} flow=traced")),
+        text.contains(&format!(
+            "run{{run_id={run_id} trace_id={} flow=traced",
+            leasehold::trace_id_of(&run_id)
+        )),
         "{text}"
     );
     assert!(text.contains("step{path=run step="), "{text}");
