@@ -136,7 +136,14 @@ pub struct Metrics {
     store_writes: Histograms<1>,
     tokens: Counters<3>,
     spent: Family<Labels<1>, Counter<f64, AtomicU64>>,
+    trace_spans: Counters<1>,
+    /// Where the trace exporter's counts are read when scraped: spans
+    /// exported, failed, dropped.
+    trace_source: std::sync::Mutex<Option<TraceSource>>,
 }
+
+/// Reads a trace exporter's counts: spans exported, failed and dropped.
+pub type TraceSource = Box<dyn Fn() -> [u64; 3] + Send + Sync>;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -181,6 +188,8 @@ impl Metrics {
             store_writes: Family::new_with_constructor(store_histogram as fn() -> Histogram),
             tokens: Family::default(),
             spent: Family::default(),
+            trace_spans: Family::default(),
+            trace_source: std::sync::Mutex::new(None),
         };
         metrics.registry.register(
             "runs",
@@ -250,6 +259,13 @@ impl Metrics {
             metrics.evaluator_calls.clone(),
         );
         metrics.registry.register(
+            "trace_spans",
+            "Spans of the runs' traces by outcome: exported to the OpenTelemetry collector, \
+             failed (refused, or the collector unreachable) or dropped (the exporter's queue \
+             full); none without OTEL_EXPORTER_OTLP_ENDPOINT",
+            metrics.trace_spans.clone(),
+        );
+        metrics.registry.register(
             "tokens",
             "Tokens spent, by role (model: the loops' own calls; watchdog and budget: \
              evaluator calls), direction (input, output) and source (reported by the server, \
@@ -310,6 +326,29 @@ impl Metrics {
             .set(i64::try_from(live_runs).unwrap_or(i64::MAX));
     }
 
+    /// Reads the trace exporter's counts from `source` at each scrape.
+    pub fn trace_source(&self, source: TraceSource) {
+        *self
+            .trace_source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    /// Brings the span counters up to the exporter's counts.
+    fn read_trace_source(&self) {
+        let source = self
+            .trace_source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(source) = source.as_ref() else {
+            return;
+        };
+        for (outcome, count) in ["exported", "failed", "dropped"].into_iter().zip(source()) {
+            let counter = self.trace_spans.get_or_create(&[("outcome", outcome)]);
+            counter.inc_by(count.saturating_sub(counter.get()));
+        }
+    }
+
     /// Counts an event stream opened until the guard returned is dropped.
     pub(crate) fn event_stream_opened(&self) -> OpenStream {
         self.event_streams.inc();
@@ -326,6 +365,7 @@ impl Metrics {
         }
         self.leases_live
             .set(i64::try_from(engine.live_leases()).unwrap_or(i64::MAX));
+        self.read_trace_source();
         let mut text = String::new();
         prometheus_text::encode(&mut text, &self.registry)?;
         Ok(text)
@@ -344,6 +384,25 @@ impl Drop for OpenStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_trace_exporters_counts_are_counters_read_at_each_scrape() {
+        let metrics = Metrics::new();
+        let counts = std::sync::Arc::new(std::sync::Mutex::new([0u64; 3]));
+        let read = counts.clone();
+        metrics.trace_source(Box::new(move || *read.lock().unwrap()));
+        *counts.lock().unwrap() = [5, 2, 1];
+        metrics.read_trace_source();
+        *counts.lock().unwrap() = [7, 2, 4];
+        metrics.read_trace_source();
+        let get = |outcome| {
+            metrics
+                .trace_spans
+                .get_or_create(&[("outcome", outcome)])
+                .get()
+        };
+        assert_eq!((get("exported"), get("failed"), get("dropped")), (7, 2, 4));
+    }
 
     #[test]
     fn the_text_has_the_plain_metrics_at_once_and_a_family_once_it_has_a_member() {

@@ -76,6 +76,9 @@ pub(super) async fn serve(
         tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
     }
     let mut traces = super::Traces::start(&engine);
+    if let Some(counts) = traces.counts() {
+        metrics.trace_source(counts);
+    }
     let app = App::with_metrics(Arc::new(engine), options, Arc::clone(&metrics));
     // From here on, orphans are looked for every third of the run-lease TTL
     // too. The sweep only marks them: with resume on boot, the server's

@@ -35,6 +35,17 @@ impl Traces {
         }
     }
 
+    /// The exporter's counts (spans exported, failed, dropped), read by
+    /// `/metrics` at each scrape; none without an exporter.
+    pub fn counts(&self) -> Option<leasehold_server::metrics::TraceSource> {
+        let (exporter, _) = self.0.as_ref()?;
+        let exporter = exporter.clone();
+        Some(Box::new(move || {
+            let counts = exporter.counts();
+            [counts.exported, counts.failed, counts.dropped]
+        }))
+    }
+
     /// Once every event `engine` published is taken in, sends what is
     /// queued, waiting at most a few seconds in all, and says what could
     /// not be sent.
