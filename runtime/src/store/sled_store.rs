@@ -440,23 +440,9 @@ impl Inner {
         if !checked.is_applied() {
             return Ok((checked, false));
         }
-        // One batch per tree, applied atomically, in the order given: a
-        // reader sees all of a tree's entries or none (a run's events
-        // inserted one by one showed a scan racing them a later event
-        // before an earlier one).
-        let mut rest = entries;
-        while let Some(((tree, _, _), _)) = rest.split_first() {
-            let same = rest
-                .iter()
-                .take_while(|(other, _, _)| std::ptr::eq(*other, *tree))
-                .count();
-            let (these, after) = rest.split_at(same);
-            let mut batch = sled::Batch::default();
-            for (_, key, value) in these {
-                batch.insert(key.as_slice(), value.clone());
-            }
-            tree.apply_batch(batch).map_err(|e| failed(doing, &e))?;
-            rest = after;
+        for (tree, key, value) in entries {
+            tree.insert(key.as_slice(), value.clone())
+                .map_err(|e| failed(doing, &e))?;
         }
         Ok((checked, !entries.is_empty()))
     }
