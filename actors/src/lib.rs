@@ -148,7 +148,9 @@ pub use budget::{
 pub use trace_context::{TraceParent, TraceParentError, span_id_of, trace_id_of, traceparent_of};
 
 // What runs spent.
-pub use usage::{CallUsage, LoopUsage, MAX_PRICE, Price, Prices, Usage, UsageReport, WorkerUsage};
+pub use usage::{
+    CallUsage, LoopUsage, MAX_PRICE, Price, Prices, Usage, UsageReport, WorkerUsage, loop_of,
+};
 
 // Supervision strategies.
 pub use strategy::{

@@ -361,10 +361,11 @@ fn is_worker(path: &str) -> bool {
         .is_some_and(|last| last.starts_with("worker:"))
 }
 
-/// The loop a lease's path belongs to: the path without its last part when
-/// that part names an operation (`run/model_call:3` → `run`), the path
-/// itself when it names a loop.
-fn loop_of(path: &str) -> &str {
+/// The loop an operation's path belongs to: the path without its last part
+/// when that part names an operation (`run/model_call:3` → `run`,
+/// `run/tool_call:2.0` → `run`), the path itself when it names a loop (a
+/// worker's own path).
+pub fn loop_of(path: &str) -> &str {
     match path.rsplit_once('/') {
         Some((parent, last)) if !last.starts_with("worker:") => parent,
         _ => path,

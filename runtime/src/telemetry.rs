@@ -31,7 +31,7 @@ pub mod otlp;
 
 use std::collections::HashMap;
 
-use leasehold_actors::{CallOutcome, Event, EventKind, span_id_of, trace_id_of};
+use leasehold_actors::{CallOutcome, Event, EventKind, loop_of, span_id_of, trace_id_of};
 use serde_json::Value;
 
 /// One attribute's value.
@@ -484,15 +484,6 @@ impl SpanAssembler {
             events: Vec::new(),
             error: None,
         }
-    }
-}
-
-/// The loop a call's path belongs to (`run/tool_call:2.0` → `run`; a
-/// worker's own path is its loop).
-fn loop_of(path: &str) -> &str {
-    match path.rsplit_once('/') {
-        Some((parent, last)) if !last.starts_with("worker:") => parent,
-        _ => path,
     }
 }
 
