@@ -109,7 +109,16 @@ pub struct Flow {
         skip_serializing_if = "Option::is_none"
     )]
     pub retention: Option<std::time::Duration>,
+    /// The webhook receivers, by the name the runtime's configuration
+    /// gives them, told when the run pauses for a person or ends, besides
+    /// those told of every run. A flow names receivers; it never gives a
+    /// URL or a secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<String>,
 }
+
+/// The most receivers a flow's `notify` may name.
+pub const MAX_NOTIFY: usize = 16;
 
 fn stream_by_default() -> bool {
     true
@@ -287,7 +296,8 @@ impl Flow {
     /// both given; `jitter` in `[0, 1]`; `backoff_max` ≥ `backoff_initial`
     /// when both given; milestone names non-empty and unique;
     /// `budget.max_extensions` at most [`MAX_EXTENSIONS`](crate::MAX_EXTENSIONS)
-    /// (3); leases at least [`MIN_LEASE`](crate::MIN_LEASE) (10 ms).
+    /// (3); leases at least [`MIN_LEASE`](crate::MIN_LEASE) (10 ms);
+    /// `notify` names at most [`MAX_NOTIFY`] receivers, each once.
     pub fn validate(&self) -> Result<(), FlowError> {
         not_blank("name", &self.name)?;
         not_blank("task", &self.task)?;
@@ -298,8 +308,30 @@ impl Flow {
         }
         self.leases.validate()?;
         overrides::in_range("retention", self.retention)?;
+        self.validate_notify()?;
         self.supervision.validate()?;
         self.budget.validate()
+    }
+
+    /// `notify`: at most [`MAX_NOTIFY`] receivers, each named once, by a
+    /// name that is not blank.
+    fn validate_notify(&self) -> Result<(), FlowError> {
+        if self.notify.len() > MAX_NOTIFY {
+            return Err(FlowError::new(
+                "notify",
+                format!("{} receivers; at most {MAX_NOTIFY}", self.notify.len()),
+            ));
+        }
+        for (i, name) in self.notify.iter().enumerate() {
+            not_blank(&format!("notify[{i}]"), name)?;
+            if self.notify[..i].contains(name) {
+                return Err(FlowError::new(
+                    format!("notify[{i}]"),
+                    format!("{name:?} is named twice"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_tools(&self) -> Result<(), FlowError> {

@@ -97,13 +97,14 @@ pub use event::{
 // The ports to implement, and the records they carry.
 pub use memory::MemoryStore;
 pub use ports::{
-    BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock,
+    BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock, Delivery,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
-    ForkOrigin, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, PauseRecord,
-    PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
-    RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, SystemClock, TokenCost,
-    TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient, ToolDefinition,
-    ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing, retention,
+    ForkOrigin, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, Notice,
+    NoticeTake, PauseRecord, PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord,
+    RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage,
+    SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient,
+    ToolDefinition, ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing,
+    outbox, retention,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,

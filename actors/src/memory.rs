@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Fenced, PurgeReport, PurgeRule, QueueClaim,
-    RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreChange,
-    StoreError, StoredCommand, ToolCallRecord, fencing, listing, retention,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Delivery, Fenced, Notice, NoticeTake,
+    PurgeReport, PurgeRule, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
+    RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, ToolCallRecord, fencing,
+    listing, outbox, retention,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -31,6 +32,9 @@ struct Tables {
     snapshot_writes: u64,
     commands: BTreeMap<u64, StoredCommand>,
     next_command: u64,
+    /// The outbox: notices by id.
+    notices: BTreeMap<u64, Notice>,
+    next_notice: u64,
     paces: BTreeMap<String, crate::pace::Pace>,
     /// How many of the next writes of an end fail (test-util).
     failing_ends: u32,
@@ -115,7 +119,7 @@ impl MemoryStore {
     }
 
     /// How many entries the store holds in all, of every run: records,
-    /// snapshots, tool-call records, events and commands. What a test of
+    /// snapshots, tool-call records, events, commands and notices. What a test of
     /// retention reads to see that a purge left nothing behind.
     pub fn entries(&self) -> usize {
         let tables = self.lock();
@@ -126,6 +130,7 @@ impl MemoryStore {
             + tables.tool_calls.values().map(BTreeMap::len).sum::<usize>()
             + tables.events.values().map(Vec::len).sum::<usize>()
             + tables.commands.len()
+            + tables.notices.len()
     }
 
     /// Replaces, under one hold of the lock, the records `rule` changes,
@@ -144,7 +149,9 @@ impl MemoryStore {
             .take(max)
             .collect();
         for record in &changed {
-            tables.runs.insert(record.run_id.clone(), record.clone());
+            if let Some(before) = tables.runs.insert(record.run_id.clone(), record.clone()) {
+                tables.keep_notice(before.status, record);
+            }
         }
         drop(tables);
         for record in &changed {
@@ -187,6 +194,17 @@ impl MemoryStore {
             self.changes.publish(change);
         }
         ready(outcome)
+    }
+}
+
+impl Tables {
+    /// Keeps the notice the change from `before` to `after` makes, if any.
+    fn keep_notice(&mut self, before: RunStatus, after: &RunRecord) {
+        if let Some(mut notice) = outbox::notice_of(before, after) {
+            self.next_notice += 1;
+            notice.id = self.next_notice;
+            self.notices.insert(notice.id, notice);
+        }
     }
 }
 
@@ -281,6 +299,8 @@ impl Store for MemoryStore {
         };
         let outcome = match fencing::update(record, fence, &update) {
             Ok(updated) => {
+                let before = record.status;
+                tables.keep_notice(before, &updated);
                 tables.runs.insert(run_id.to_owned(), updated);
                 Fenced::Applied(())
             }
@@ -519,6 +539,55 @@ impl Store for MemoryStore {
         ready(Ok(taken))
     }
 
+    fn take_notices(
+        &self,
+        take: NoticeTake,
+    ) -> BoxFuture<'static, Result<Vec<Notice>, StoreError>> {
+        let mut tables = self.lock();
+        let due: Vec<u64> = tables
+            .notices
+            .values()
+            .filter(|notice| outbox::is_due(notice, &take))
+            .take(take.max)
+            .map(|notice| notice.id)
+            .collect();
+        let mut taken = Vec::with_capacity(due.len());
+        for id in due {
+            if let Some(notice) = tables.notices.remove(&id) {
+                let notice = outbox::held(notice, &take);
+                tables.notices.insert(id, notice.clone());
+                taken.push(notice);
+            }
+        }
+        ready(Ok(taken))
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+        let mut tables = self.lock();
+        let held = tables
+            .notices
+            .get(&id)
+            .is_some_and(|notice| notice.delivery.due_at_ms == held_until_ms);
+        if held {
+            match delivery {
+                None => {
+                    tables.notices.remove(&id);
+                }
+                Some(delivery) => {
+                    if let Some(notice) = tables.notices.get_mut(&id) {
+                        notice.delivery = delivery;
+                    }
+                }
+            }
+        }
+        ready(Ok(held))
+    }
+
     fn purge_finished(
         &self,
         rule: PurgeRule,
@@ -541,8 +610,10 @@ impl Store for MemoryStore {
                 tool_calls,
                 events,
                 commands,
+                notices,
                 ..
             } = &mut *tables;
+            notices.retain(|_, notice| !gone.contains(notice.run_id.as_str()));
             history.retain(|run, _| !gone.contains(run.as_str()));
             runs.retain(|id, _| !gone.contains(id.as_str()));
             order.retain(|id| !gone.contains(id.as_str()));

@@ -74,9 +74,10 @@ async fn a_store_that_cannot_be_reopened_has_the_reopen_rules_skipped_and_says_s
         [
             "a_terminal_write_and_everything_before_it_survive_a_reopen",
             "learned_paces_are_kept_replaced_reset_and_survive_a_reopen",
+            "an_undelivered_notice_and_its_progress_survive_a_reopen",
         ]
     );
-    assert!(report.to_string().contains("2 skipped"), "{report}");
+    assert!(report.to_string().contains("3 skipped"), "{report}");
     assert!(
         report.to_string().contains("cannot be reopened"),
         "{report}"
@@ -339,6 +340,22 @@ impl Store for NeverOrphans {
         owner_id: &str,
     ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
         self.0.take_commands(owner_id)
+    }
+
+    fn take_notices(
+        &self,
+        take: leasehold_actors::NoticeTake,
+    ) -> BoxFuture<'static, Result<Vec<leasehold_actors::Notice>, StoreError>> {
+        self.0.take_notices(take)
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<leasehold_actors::Delivery>,
+    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+        self.0.settle_notice(id, held_until_ms, delivery)
     }
 
     fn purge_finished(

@@ -203,6 +203,7 @@ fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
         })
         .unwrap_or_default();
     Flow {
+        notify: Vec::new(),
         name: "experiment".to_owned(),
         task: "Do the operation.".to_owned(),
         system_prompt: String::new(),

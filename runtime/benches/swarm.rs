@@ -777,6 +777,22 @@ impl Store for Recording {
     fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>> {
         self.inner.claim_queued(claim)
     }
+    fn take_notices(
+        &self,
+        take: leasehold_actors::NoticeTake,
+    ) -> BoxFuture<'static, Result<Vec<leasehold_actors::Notice>, StoreError>> {
+        self.inner.take_notices(take)
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<leasehold_actors::Delivery>,
+    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+        self.inner.settle_notice(id, held_until_ms, delivery)
+    }
+
     fn purge_finished(&self, rule: leasehold::PurgeRule) -> Answer<leasehold::PurgeReport> {
         self.inner.purge_finished(rule)
     }

@@ -55,6 +55,8 @@ mod run_locks;
 #[cfg(feature = "store")]
 mod sled_commands;
 #[cfg(feature = "store")]
+mod sled_outbox;
+#[cfg(feature = "store")]
 mod sled_retention;
 #[cfg(feature = "store")]
 mod sled_store;

@@ -1,7 +1,7 @@
 //! The store port's conformance suite (`leasehold::testing::conformance`:
 //! fencing, claims, orphans, tool-call records, terminal writes, the event
 //! log, what survives a reopen, listing and summaries, commands, the change
-//! feed, the queue, learned paces, retention, and outcome-for-outcome
+//! feed, the queue, learned paces, the outbox, retention, and outcome-for-outcome
 //! agreement with `MemoryStore`) run against the in-memory store, sled and
 //! PostgreSQL (a throwaway cluster, see `support/postgres.rs`): one test per
 //! store and rule, `memory::RULE`, `sled::RULE`, `on_postgres::RULE`. Then
@@ -140,6 +140,8 @@ conformance! {
     queued_runs_are_claimed_oldest_first_at_most_max,
     claimers_racing_claim_each_queued_run_exactly_once,
     learned_paces_are_kept_replaced_reset_and_survive_a_reopen,
+    a_pause_or_an_end_keeps_one_notice_held_by_its_taker_until_settled,
+    an_undelivered_notice_and_its_progress_survive_a_reopen,
     finished_runs_past_their_retention_go_with_everything_kept_of_them,
     a_flows_retention_shortens_the_servers,
 }

@@ -755,6 +755,22 @@ impl Store for CountingStore {
         self.inner.take_commands(owner_id)
     }
 
+    fn take_notices(
+        &self,
+        take: leasehold::NoticeTake,
+    ) -> BoxFuture<'static, Result<Vec<leasehold::Notice>, StoreError>> {
+        self.inner.take_notices(take)
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<leasehold::Delivery>,
+    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+        self.inner.settle_notice(id, held_until_ms, delivery)
+    }
+
     fn purge_finished(
         &self,
         rule: leasehold::PurgeRule,

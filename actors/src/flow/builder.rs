@@ -63,6 +63,7 @@ impl Flow {
                 budget: BudgetOverrides::default(),
                 spawn: SpawnOverrides::default(),
                 retention: None,
+                notify: Vec::new(),
             },
         }
     }
@@ -203,6 +204,13 @@ impl FlowBuilder {
     /// runtime's retention).
     pub fn retention(mut self, retention: Duration) -> Self {
         self.flow.retention = Some(retention);
+        self
+    }
+
+    /// Tells the webhook receiver the runtime's configuration names
+    /// `receiver` when the run pauses for a person or ends.
+    pub fn notify(mut self, receiver: impl Into<String>) -> Self {
+        self.flow.notify.push(receiver.into());
         self
     }
 

@@ -18,6 +18,10 @@
 //!
 //! Finished runs are deleted once their retention has passed
 //! ([`Store::purge_finished`]); which ones is [`retention`]'s rule.
+//!
+//! A run's pauses and ends are kept as notices in an outbox, with the
+//! change that made them, until they are delivered
+//! ([`Store::take_notices`]); which changes make one is [`outbox`]'s rule.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,9 +30,11 @@ use super::changes::{ChangeFeed, RunCommand, StoredCommand};
 use crate::event::Event;
 use crate::pace::Pace;
 
+pub mod outbox;
 pub mod retention;
 mod summary;
 
+pub use outbox::{Delivery, Notice, NoticeTake};
 pub use retention::{PurgeReport, PurgeRule};
 pub use summary::{RunSummary, SUMMARY_CHARS, SummaryPage};
 
@@ -513,10 +519,28 @@ pub trait Store: Send + Sync + 'static {
     /// each is removed as it is taken, so it is taken once, and only by the
     /// run's owner.
     fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>>;
+    /// Takes up to `take.max` notices due at `take.now_ms`
+    /// ([`outbox::is_due`]), oldest first, each held as [`outbox::held`]
+    /// says, and answers them as held: a notice's `delivery.due_at_ms` is
+    /// what settling it names. Every change of a run's record that
+    /// [`outbox::notice_of`] makes a notice of keeps that notice, with
+    /// the change, or neither lands.
+    fn take_notices(&self, take: NoticeTake) -> Answer<Vec<Notice>>;
+    /// Settles a taken notice if it is still held as the take left it
+    /// (its due time is `held_until_ms`: no take since): `None` removes
+    /// it, `Some(delivery)` keeps it with that progress, due again at its
+    /// `due_at_ms`. Answers whether it settled; a notice taken again
+    /// meanwhile, or gone with its run, is left as it is.
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> Answer<bool>;
     /// Deletes up to `rule.limit` finished runs past their retention
     /// ([`retention::expired`]), each with everything kept of it: its
     /// record, snapshots (every loop's, workers' too), tool-call records,
-    /// events and waiting commands; answers which, and whether the batch
+    /// events, waiting commands and undelivered notices; answers which, and whether the batch
     /// was full. A run that is not finished is never touched. A deleted
     /// run is as if it never was: [`Store::load_run`] answers `None`.
     fn purge_finished(&self, rule: PurgeRule) -> Answer<PurgeReport>;

@@ -127,6 +127,7 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
         milestones: milestones.iter().map(|m| (*m).to_owned()).collect(),
     };
     Flow {
+        notify: Vec::new(),
         name: "incident-review".to_owned(),
         task: TASK.to_owned(),
         system_prompt: ROOT_PROMPT.to_owned(),

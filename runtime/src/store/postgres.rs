@@ -50,6 +50,7 @@ mod commands;
 mod config;
 mod listen;
 mod listing;
+mod outbox;
 mod paces;
 mod purge;
 mod rows;
@@ -63,9 +64,10 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, Pace, PurgeReport, PurgeRule,
-    QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
-    StoreChange, StoreError, StoredCommand, SummaryPage, ToolCallRecord, fencing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Delivery, Event, Fenced, Notice, NoticeTake,
+    Pace, PurgeReport, PurgeRule, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
+    RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, SummaryPage,
+    ToolCallRecord, fencing,
 };
 use tokio::sync::{OnceCell, watch};
 use tokio_postgres::types::ToSql;
@@ -327,6 +329,7 @@ impl Inner {
             .map_err(|e| failed(&doing, &e))?;
         let record = row.as_ref().map(run_from_row).transpose()?;
         let old_fence = record.as_ref().map(|record| record.fence);
+        let old_status = record.as_ref().map(|record| record.status);
         let (value, changed) = rule(record)?;
         let (Some(changed), Some(old_fence)) = (changed, old_fence) else {
             return Ok(value);
@@ -364,6 +367,11 @@ impl Inner {
             return Err(StoreError::new(format!(
                 "{doing} failed: the row moved while locked"
             )));
+        }
+        if let Some(kept) =
+            old_status.and_then(|old| leasehold_actors::outbox::notice_of(old, &changed))
+        {
+            outbox::keep(&tx, &kept).await?;
         }
         if announce {
             let payload = notice(&StoreChange::Run {
@@ -909,6 +917,24 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
         let owner_id = owner_id.to_owned();
         self.with(move |inner| async move { inner.take_commands(&owner_id).await })
+    }
+
+    fn take_notices(
+        &self,
+        take: NoticeTake,
+    ) -> BoxFuture<'static, Result<Vec<Notice>, StoreError>> {
+        self.with(move |inner| async move { inner.take_notices(take).await })
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+        self.with(
+            move |inner| async move { inner.settle_notice(id, held_until_ms, delivery).await },
+        )
     }
 
     fn purge_finished(

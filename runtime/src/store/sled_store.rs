@@ -37,9 +37,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Event, Fenced, Pace, PurgeReport, PurgeRule,
-    QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
-    StoreChange, StoreError, StoredCommand, SummaryPage, ToolCallRecord, fencing, listing,
+    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Delivery, Event, Fenced, Notice, NoticeTake,
+    Pace, PurgeReport, PurgeRule, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
+    RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, SummaryPage,
+    ToolCallRecord, fencing, listing,
 };
 use sled::{IVec, Tree};
 
@@ -49,6 +50,7 @@ use super::manifest::Manifest;
 use super::run_index::{IndexEntries, RunIndexes};
 use super::run_locks::RunLocks;
 use super::sled_commands;
+use super::sled_outbox::{self, Outbox};
 use super::sled_retention::{self, FinishedEntries, FinishedRuns};
 use super::{Durability, SledConfig};
 
@@ -86,6 +88,8 @@ struct Inner {
     tool_calls: Tree,
     events: Tree,
     commands: Tree,
+    /// The notices of pauses and ends, until delivered.
+    outbox: Outbox,
     /// Each pace key's learned pace, as JSON ([`PACES`]).
     paces: Tree,
     /// Tells subscribers of writes that landed (in this process: sled
@@ -163,6 +167,7 @@ impl SledStore {
         let tool_calls = tree(codec::TOOL_CALLS)?;
         let events = tree(codec::EVENTS)?;
         let commands = tree(sled_commands::COMMANDS)?;
+        let outbox = Outbox::new(tree(sled_outbox::OUTBOX)?);
         let paces = tree(PACES)?;
         let indexes = RunIndexes::open(
             tree(codec::RUNS_BY_STATUS)?,
@@ -211,6 +216,7 @@ impl SledStore {
                 tool_calls,
                 events,
                 commands,
+                outbox,
                 paces,
                 changes: ChangeHub::new(),
                 indexes,
@@ -482,6 +488,7 @@ impl Inner {
             let (old, record) = self.read_run(run_id)?.unzip();
             let old_entries = record.as_ref().map(IndexEntries::of).transpose()?;
             let old_finished = record.as_ref().and_then(FinishedEntries::of);
+            let old_status = record.as_ref().map(|record| record.status);
             let (value, changed) = change(record)?;
             let Some(changed) = changed else {
                 return Ok((value, false));
@@ -489,6 +496,11 @@ impl Inner {
             let new_entries = IndexEntries::of(&changed)?;
             let new_finished = FinishedEntries::of(&changed);
             let new = encode(&changed, &RunName(run_id))?;
+            // The notice before the record: after a crash, a change that
+            // survives has its notice.
+            if let Some(old_status) = old_status {
+                self.outbox.keep(&self.db, old_status, &changed)?;
+            }
             // The new entries before the record, the old ones removed after
             // it: the indexes never miss the record's current entries.
             self.indexes.add(old_entries.as_ref(), &new_entries)?;
@@ -1031,6 +1043,22 @@ impl Store for SledStore {
         })
     }
 
+    fn take_notices(
+        &self,
+        take: NoticeTake,
+    ) -> BoxFuture<'static, Result<Vec<Notice>, StoreError>> {
+        self.scan_and_settle(move |inner| inner.outbox.take(&take))
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+        self.scan_and_settle(move |inner| inner.outbox.settle(id, held_until_ms, delivery))
+    }
+
     fn purge_finished(
         &self,
         rule: PurgeRule,
@@ -1038,7 +1066,13 @@ impl Store for SledStore {
         let store = self.clone();
         Box::pin(async move {
             let report = store
-                .scan_and_settle(move |inner| inner.purge_finished(&rule))
+                .scan_and_settle(move |inner| {
+                    let (report, wrote) = inner.purge_finished(&rule)?;
+                    if !report.purged.is_empty() {
+                        inner.outbox.remove_of(&report.purged)?;
+                    }
+                    Ok((report, wrote))
+                })
                 .await?;
             // A follower of a deleted run looks again and finds it gone.
             for run_id in &report.purged {

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use leasehold::{
-    BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, PurgeReport, PurgeRule, QueueClaim,
-    RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError,
-    StoredCommand, SummaryPage, ToolCallRecord,
+    BoxFuture, ChangeFeed, ClaimOutcome, Delivery, Event, Fenced, Notice, NoticeTake, PurgeReport,
+    PurgeRule, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
+    Snapshot, Store, StoreError, StoredCommand, SummaryPage, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -187,6 +187,21 @@ impl Store for MeteredStore {
 
     fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
         self.timed("take_commands", |s| s.take_commands(owner_id))
+    }
+
+    fn take_notices(&self, take: NoticeTake) -> Answer<Vec<Notice>> {
+        self.timed("take_notices", |s| s.take_notices(take))
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> Answer<bool> {
+        self.timed("settle_notice", |s| {
+            s.settle_notice(id, held_until_ms, delivery)
+        })
     }
 
     fn purge_finished(&self, rule: PurgeRule) -> Answer<PurgeReport> {

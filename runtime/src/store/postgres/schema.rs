@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, include_str!("migrations/0005_retention.sql")),
     (6, include_str!("migrations/0006_paces.sql")),
     (7, include_str!("migrations/0007_fork.sql")),
+    (8, include_str!("migrations/0008_outbox.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).

@@ -1,0 +1,101 @@
+//! The PostgreSQL store's outbox (`0008_outbox.sql`): a notice is inserted
+//! by the transaction that changes the run's record ([`Inner::change_run`]),
+//! so it lands with the change or not at all. Taking is one `UPDATE` of
+//! the due rows, locked with `SKIP LOCKED`, that moves their due time
+//! forward: of two takers, each holds different notices. Settling is
+//! conditional on the hold the take left.
+//!
+//! [`Inner::change_run`]: super::Inner
+
+use leasehold_actors::{Delivery, Notice, NoticeTake, StoreError};
+use tokio_postgres::Transaction;
+
+use super::rows::{from_json, to_i64, to_json, to_u64};
+use super::{Inner, failed};
+
+/// Inserts `notice` in the transaction `tx`.
+pub(super) async fn keep(tx: &Transaction<'_>, notice: &Notice) -> Result<(), StoreError> {
+    let doing = format!("keeping a notice of run `{}`", notice.run_id);
+    let due = to_i64(
+        notice.delivery.due_at_ms,
+        &format_args!("the due time of {doing}"),
+    )?;
+    let value = to_json(notice, &doing)?;
+    tx.execute(
+        "INSERT INTO outbox (run_id, due_at_ms, notice) VALUES ($1, $2, $3)",
+        &[&notice.run_id, &due, &value],
+    )
+    .await
+    .map_err(|e| failed(&doing, &e))?;
+    Ok(())
+}
+
+impl Inner {
+    pub(super) async fn take_notices(&self, take: NoticeTake) -> Result<Vec<Notice>, StoreError> {
+        let doing = "taking notices";
+        let now = to_i64(take.now_ms, &"the time of a take of notices")?;
+        let until = to_i64(
+            take.now_ms.saturating_add(take.hold_ms),
+            &"the hold of a take of notices",
+        )?;
+        let max = i64::try_from(take.max).unwrap_or(i64::MAX);
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "UPDATE outbox o SET due_at_ms = $2 FROM ( \
+                 SELECT id FROM outbox WHERE due_at_ms <= $1 ORDER BY id LIMIT $3 \
+                 FOR UPDATE SKIP LOCKED) due \
+                 WHERE o.id = due.id RETURNING o.id, o.due_at_ms, o.notice",
+                &[&now, &until, &max],
+            )
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let mut taken = rows
+            .iter()
+            .map(|row| {
+                let mut notice: Notice = from_json(row.get(2), &"a notice")?;
+                notice.id = to_u64(row.get(0), &"a notice's id")?;
+                notice.delivery.due_at_ms = to_u64(row.get(1), &"a notice's due time")?;
+                Ok(notice)
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        taken.sort_by_key(|notice| notice.id);
+        Ok(taken)
+    }
+
+    pub(super) async fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> Result<bool, StoreError> {
+        let doing = format!("settling notice {id}");
+        let id = to_i64(id, &doing)?;
+        let held = to_i64(held_until_ms, &doing)?;
+        let client = self.client().await?;
+        let settled = match delivery {
+            None => client
+                .execute(
+                    "DELETE FROM outbox WHERE id = $1 AND due_at_ms = $2",
+                    &[&id, &held],
+                )
+                .await
+                .map_err(|e| failed(&doing, &e))?,
+            Some(delivery) => {
+                let due = to_i64(delivery.due_at_ms, &doing)?;
+                let value = to_json(&delivery, &doing)?;
+                client
+                    .execute(
+                        "UPDATE outbox SET due_at_ms = $3, \
+                         notice = jsonb_set(notice, '{delivery}', $4) \
+                         WHERE id = $1 AND due_at_ms = $2",
+                        &[&id, &held, &due, &value],
+                    )
+                    .await
+                    .map_err(|e| failed(&doing, &e))?
+            }
+        };
+        Ok(settled == 1)
+    }
+}
