@@ -7,6 +7,7 @@
 #   llmock==0.2.2                                      (PyPI)  OpenAI-compatible server with fault injection
 #   playwright-core@1.65.1                             (npm)   drives Chromium for the dashboard's browser test
 #   arize-phoenix==20.26.1                             (PyPI)  OpenTelemetry trace backend the traces are read back from
+#   standardwebhooks==1.1.0                            (PyPI)  the webhook receiver's signature check (reference library)
 set -euo pipefail
 cache="${LEASEHOLD_PEER_CACHE:-$HOME/.cache/leasehold-peers}"
 mkdir -p "$cache/npm"
@@ -30,6 +31,10 @@ if [ ! -x "$llmock" ]; then
   "$cache/venv/bin/pip" install --quiet --disable-pip-version-check llmock==0.2.2 >&2
 fi
 
+if ! "$cache/venv/bin/python" -c 'import standardwebhooks' 2>/dev/null; then
+  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check standardwebhooks==1.1.0 >&2
+fi
+
 phoenix="$cache/phoenix-venv/bin/phoenix"
 if [ ! -x "$phoenix" ]; then
   python3 -m venv "$cache/phoenix-venv" >&2
@@ -39,4 +44,5 @@ fi
 echo "export LEASEHOLD_PEER_SERVER_EVERYTHING='$everything'"
 echo "export LEASEHOLD_PEER_PHOENIX='$phoenix'"
 echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
+echo "export LEASEHOLD_PEER_WEBHOOK_PYTHON='$cache/venv/bin/python'"
 echo "export LEASEHOLD_PEER_PLAYWRIGHT='$playwright'"

@@ -414,6 +414,29 @@ pub fn describe_config(config: &Config) -> String {
             let _ = writeln!(out, "  input {} · output {}", price.input, price.output);
         }
     }
+    if !config.webhook_receivers.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "# webhook receivers ([webhooks.receivers]), told by `leasehold serve`"
+        );
+        let names = config.webhook_receivers.iter().map(|r| r.name.as_str());
+        let width = columns::width(names);
+        for receiver in &config.webhook_receivers {
+            let events: Vec<&str> = receiver.events.iter().map(|s| s.name()).collect();
+            let runs = match receiver.runs {
+                leasehold::webhooks::ReceiverRuns::All => "every run",
+                leasehold::webhooks::ReceiverRuns::Named => "runs whose flow names it",
+            };
+            let line = format!(
+                "{} · {} · {runs} · secret ***",
+                leasehold::secret::redact_url(&receiver.url),
+                events.join(", ")
+            );
+            columns::push_padded(&mut out, &receiver.name, width, Align::Left);
+            let _ = writeln!(out, "  {}", leasehold::printable::printable(&line));
+        }
+    }
     let _ = writeln!(out);
     let _ = writeln!(out, "# timing per lease kind");
     let _ = writeln!(out, "# {}", leasehold::config::WORST_CASE_FORMULA);
@@ -445,16 +468,19 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     let config = global.load(&[])?;
     let mut flow = leasehold::flow_file::load_within(&args.flow, &config.run_limits())
         .map_err(|e| CliError::other(e.to_string()))?;
-    leasehold::flow_file::resolve_tool_servers(&mut flow, &config.tools, |_| false).map_err(
-        |e| {
-            CliError::other(format!(
-                "flow file `{}` refused at `{}`: {}",
-                args.flow.display(),
-                e.path,
-                e.message
-            ))
-        },
-    )?;
+    let refused = |e: leasehold::FlowError| {
+        CliError::other(format!(
+            "flow file `{}` refused at `{}`: {}",
+            args.flow.display(),
+            e.path,
+            e.message
+        ))
+    };
+    leasehold::flow_file::resolve_tool_servers(&mut flow, &config.tools, |_| false)
+        .map_err(refused)?;
+    // Its pauses and ends are told by a `leasehold serve` on the same
+    // store, from the outbox: only to receivers the configuration has.
+    leasehold::webhooks::check_notify(&config.webhook_receivers, &flow).map_err(refused)?;
     let mut builder = global.register(config.engine_builder()?);
     if let Some(gauge) = config.load_gauge() {
         builder = builder.load(gauge);

@@ -1094,3 +1094,43 @@ fn retention_is_a_duration_or_forever_and_the_sled_cache_a_size() {
         );
     }
 }
+
+#[test]
+fn webhook_receivers_are_read_from_the_file_shown_without_their_secret_and_a_bad_one_is_refused() {
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let file = temp_toml(&format!(
+        "[webhooks]\n\
+         retry_first = \"1s\"\n\
+         [webhooks.receivers.ops]\n\
+         url = \"https://hooks.example.com/leasehold?token=s3cret\"\n\
+         secret = \"{secret}\"\n\
+         events = [\"waiting_human\", \"failed\"]\n\
+         runs = \"named\"\n"
+    ));
+    let config = Config::load(Some(file.path()), no_env).expect("loads");
+    assert_eq!(config.webhook_receivers.len(), 1);
+    assert_eq!(config.webhooks_retry_first.value, Duration::from_secs(1));
+    let described = leasehold_cli::cli::describe_config(&config);
+    assert!(
+        described.contains("ops  https://hooks.example.com/leasehold?token=*** · waiting_human, failed · runs whose flow names it · secret ***"),
+        "{described}"
+    );
+    assert!(!described.contains("MfKQ9r8"), "{described}");
+    assert!(!described.contains("s3cret"), "{described}");
+
+    let bad = temp_toml("[webhooks.receivers.ops]\nurl = \"https://h/\"\nsecret = \"hunter2\"\n");
+    let refused = Config::load(Some(bad.path()), no_env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("webhooks.receivers.\"ops\".secret")
+            && refused.contains("whsec_")
+            && refused.contains(&bad.path().display().to_string()),
+        "{refused}"
+    );
+    let too_quick = temp_toml("[webhooks]\nretry_first = \"1ms\"\n");
+    let refused = Config::load(Some(too_quick.path()), no_env)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("webhooks.retry_first"), "{refused}");
+}

@@ -300,6 +300,22 @@ pub struct Config {
     /// tables (`input` and `output`, per million tokens): every model call
     /// and evaluator call is priced by its model's name.
     pub prices: leasehold_actors::Prices,
+    /// The webhook receivers, from the file's `[webhooks.receivers.NAME]`
+    /// tables (`url`, `secret`, `events`, `runs`): told by a serving
+    /// executor when a run pauses for a person or ends.
+    pub webhook_receivers: Vec<crate::webhooks::Receiver>,
+    /// Where webhooks' links point (`LEASEHOLD_WEBHOOKS_PUBLIC_URL`).
+    pub webhooks_public_url: Setting<Option<String>>,
+    /// One webhook request (`LEASEHOLD_WEBHOOKS_TIMEOUT`).
+    pub webhooks_timeout: Setting<Duration>,
+    /// The first wait before a webhook is retried
+    /// (`LEASEHOLD_WEBHOOKS_RETRY_FIRST`).
+    pub webhooks_retry_first: Setting<Duration>,
+    /// The longest wait between retries (`LEASEHOLD_WEBHOOKS_RETRY_MAX`).
+    pub webhooks_retry_max: Setting<Duration>,
+    /// How old an undelivered notice may grow
+    /// (`LEASEHOLD_WEBHOOKS_GIVE_UP_AFTER`).
+    pub webhooks_give_up_after: Setting<Duration>,
     /// The file that was read, if any (`LEASEHOLD_CONFIG`).
     pub file: Option<PathBuf>,
     /// The keys given by an old name, each warned about.
@@ -445,6 +461,12 @@ impl Default for Config {
             limits_guidance: Setting::default(size(run.guidance)),
             tools: Vec::new(),
             prices: leasehold_actors::Prices::default(),
+            webhook_receivers: Vec::new(),
+            webhooks_public_url: Setting::default(None),
+            webhooks_timeout: Setting::default(Duration::from_secs(10)),
+            webhooks_retry_first: Setting::default(Duration::from_secs(5)),
+            webhooks_retry_max: Setting::default(Duration::from_secs(3600)),
+            webhooks_give_up_after: Setting::default(Duration::from_secs(3 * 24 * 3600)),
             file: None,
             renamed: Vec::new(),
         }
@@ -518,6 +540,16 @@ pub enum LoadError {
         /// The file.
         file: PathBuf,
         /// Where in it, e.g. `prices."gpt-4o".input`.
+        path: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A `[webhooks.receivers]` entry that is not a receiver.
+    #[error("configuration file {}: {path}: {message}", file.display())]
+    BadWebhook {
+        /// The file.
+        file: PathBuf,
+        /// Where in it, e.g. `webhooks.receivers."ops".secret`.
         path: String,
         /// What was wrong.
         message: String,
@@ -633,6 +665,18 @@ impl Config {
         }
         if let Some(prices) = table.remove("prices") {
             self.prices = prices_of(prices, path)?;
+        }
+        if let Some(toml::Value::Table(webhooks)) = table.get_mut("webhooks")
+            && let Some(receivers) = webhooks.remove("receivers")
+        {
+            self.webhook_receivers =
+                crate::webhooks::receivers_of(receivers).map_err(|(at, message)| {
+                    LoadError::BadWebhook {
+                        file: path.to_path_buf(),
+                        path: at,
+                        message,
+                    }
+                })?;
         }
         let mut leaves = Vec::new();
         flatten("", &table, &mut leaves);

@@ -70,6 +70,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod trace;
+pub mod webhooks;
 
 /// The names most users need: the engine and its runs, flows, events,
 /// every port to implement with the records it takes and gives, supervision

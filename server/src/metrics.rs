@@ -136,14 +136,61 @@ pub struct Metrics {
     store_writes: Histograms<1>,
     tokens: Counters<3>,
     spent: Family<Labels<1>, Counter<f64, AtomicU64>>,
-    trace_spans: Counters<1>,
-    /// Where the trace exporter's counts are read when scraped: spans
-    /// exported, failed, dropped.
-    trace_source: std::sync::Mutex<Option<TraceSource>>,
+    /// Spans exported, failed, dropped: the trace exporter's counts.
+    trace_spans: Sourced,
+    /// Webhooks delivered, failed, given up: the deliverer's counts.
+    webhooks: Sourced,
 }
 
+/// Reads three counts kept by a part of its own, in the order of its
+/// outcomes.
+pub type CountSource = Box<dyn Fn() -> [u64; 3] + Send + Sync>;
+
 /// Reads a trace exporter's counts: spans exported, failed and dropped.
-pub type TraceSource = Box<dyn Fn() -> [u64; 3] + Send + Sync>;
+pub type TraceSource = CountSource;
+
+/// Reads a webhook deliverer's counts: delivered, failed and given up.
+pub type WebhookSource = CountSource;
+
+/// Counters by outcome kept by a part of its own, read from it at each
+/// scrape.
+struct Sourced {
+    counters: Counters<1>,
+    outcomes: [&'static str; 3],
+    source: std::sync::Mutex<Option<CountSource>>,
+}
+
+impl Sourced {
+    fn new(outcomes: [&'static str; 3]) -> Self {
+        Self {
+            counters: Family::default(),
+            outcomes,
+            source: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn set(&self, source: CountSource) {
+        *self
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    /// Brings the counters up to the source's counts.
+    fn read(&self) {
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(source) = source.as_ref() else {
+            return;
+        };
+        for (outcome, count) in self.outcomes.into_iter().zip(source()) {
+            let counter = self.counters.get_or_create(&[("outcome", outcome)]);
+            counter.inc_by(count.saturating_sub(counter.get()));
+        }
+    }
+}
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -188,8 +235,8 @@ impl Metrics {
             store_writes: Family::new_with_constructor(store_histogram as fn() -> Histogram),
             tokens: Family::default(),
             spent: Family::default(),
-            trace_spans: Family::default(),
-            trace_source: std::sync::Mutex::new(None),
+            trace_spans: Sourced::new(["exported", "failed", "dropped"]),
+            webhooks: Sourced::new(["delivered", "failed", "given_up"]),
         };
         metrics.registry.register(
             "runs",
@@ -263,7 +310,14 @@ impl Metrics {
             "Spans of the runs' traces by outcome: exported to the OpenTelemetry collector, \
              failed (refused, or the collector unreachable) or dropped (the exporter's queue \
              full); none without OTEL_EXPORTER_OTLP_ENDPOINT",
-            metrics.trace_spans.clone(),
+            metrics.trace_spans.counters.clone(),
+        );
+        metrics.registry.register(
+            "webhooks",
+            "Webhook deliveries by outcome: delivered (a receiver answered 2xx), failed (an \
+             attempt refused or unanswered, retried) or given_up (a notice older than \
+             webhooks.give_up_after, dropped); none without [webhooks.receivers]",
+            metrics.webhooks.counters.clone(),
         );
         metrics.registry.register(
             "tokens",
@@ -328,25 +382,17 @@ impl Metrics {
 
     /// Reads the trace exporter's counts from `source` at each scrape.
     pub fn trace_source(&self, source: TraceSource) {
-        *self
-            .trace_source
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+        self.trace_spans.set(source);
     }
 
-    /// Brings the span counters up to the exporter's counts.
-    fn read_trace_source(&self) {
-        let source = self
-            .trace_source
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(source) = source.as_ref() else {
-            return;
-        };
-        for (outcome, count) in ["exported", "failed", "dropped"].into_iter().zip(source()) {
-            let counter = self.trace_spans.get_or_create(&[("outcome", outcome)]);
-            counter.inc_by(count.saturating_sub(counter.get()));
-        }
+    /// Reads the webhook deliverer's counts from `source` at each scrape.
+    pub fn webhook_source(&self, source: WebhookSource) {
+        self.webhooks.set(source);
+    }
+
+    fn read_sources(&self) {
+        self.trace_spans.read();
+        self.webhooks.read();
     }
 
     /// Counts an event stream opened until the guard returned is dropped.
@@ -365,7 +411,7 @@ impl Metrics {
         }
         self.leases_live
             .set(i64::try_from(engine.live_leases()).unwrap_or(i64::MAX));
-        self.read_trace_source();
+        self.read_sources();
         let mut text = String::new();
         prometheus_text::encode(&mut text, &self.registry)?;
         Ok(text)
@@ -392,12 +438,13 @@ mod tests {
         let read = counts.clone();
         metrics.trace_source(Box::new(move || *read.lock().unwrap()));
         *counts.lock().unwrap() = [5, 2, 1];
-        metrics.read_trace_source();
+        metrics.read_sources();
         *counts.lock().unwrap() = [7, 2, 4];
-        metrics.read_trace_source();
+        metrics.read_sources();
         let get = |outcome| {
             metrics
                 .trace_spans
+                .counters
                 .get_or_create(&[("outcome", outcome)])
                 .get()
         };

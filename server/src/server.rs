@@ -88,6 +88,9 @@ pub struct ServerOptions {
     /// Whether posted flows may carry a tool server's `command`, `url` or
     /// `env` themselves (only with a token).
     pub allow_flow_tools: bool,
+    /// The webhook receivers the configuration declares: the only ones a
+    /// posted flow's `notify` may name.
+    pub receivers: Vec<leasehold::webhooks::Receiver>,
     /// How often the executor claims queued runs while it has room
     /// (`executor.claim_interval`), besides when one of its runs ends.
     pub claim_interval: Duration,
@@ -113,6 +116,7 @@ impl Default for ServerOptions {
             allowed_origins: Vec::new(),
             tools: Vec::new(),
             allow_flow_tools: false,
+            receivers: Vec::new(),
             claim_interval: leasehold::executor::DEFAULT_CLAIM_INTERVAL,
             resume_orphans: false,
             lag_target: leasehold::executor::DEFAULT_LAG_TARGET,

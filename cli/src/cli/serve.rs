@@ -96,8 +96,28 @@ pub(super) async fn serve(
         move |runs| counted.purged(runs),
     );
     let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
+    // Pauses and ends are told to the webhook receivers from the store's
+    // outbox, beside the runs: a receiver never holds one up.
+    let webhooks = if config.webhook_receivers.is_empty() {
+        None
+    } else {
+        let deliverer = leasehold::webhooks::deliver::Deliverer::start(
+            Arc::clone(app.engine().store()),
+            config.webhook_delivery(addr),
+            Arc::clone(app.engine().clock()),
+        )
+        .map_err(CliError::other)?;
+        let counts = deliverer.counts();
+        metrics.webhook_source(Box::new(move || {
+            [counts.delivered(), counts.failed(), counts.given_up()]
+        }));
+        Some(deliverer)
+    };
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
     let served = serving.await;
+    if let Some(webhooks) = webhooks {
+        webhooks.stop().await;
+    }
     // No sweep may claim a run while the engine stops its runs.
     sweeping.cancel();
     let _ = sweep.await;
@@ -138,6 +158,7 @@ pub(super) fn options(config: &Config) -> ServerOptions {
         allowed_origins: config.server_allowed_origins.value.clone(),
         tools: config.tools.clone(),
         allow_flow_tools: config.server_allow_flow_tools.value,
+        receivers: config.webhook_receivers.clone(),
         claim_interval: config.executor_claim_interval.value,
         lag_target: config.executor_lag_target.value,
         resume_orphans: config.resume_on_boot.value,

@@ -274,7 +274,7 @@ const fn key_at(
 }
 
 /// Every key, in the order of the table `docs/configuration.md` holds.
-pub(super) static KEYS: [Key; 63] = [
+pub(super) static KEYS: [Key; 68] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -655,6 +655,44 @@ pub(super) static KEYS: [Key; 63] = [
         "5s",
         field!(Duration, server_shutdown_grace),
         "on SIGINT or SIGTERM, how long requests may take to finish before the server closes them",
+    ),
+    key(
+        "LEASEHOLD_WEBHOOKS_PUBLIC_URL",
+        "webhooks.public_url",
+        "(derived)",
+        field!(Url, webhooks_public_url),
+        "the server's address as the people who answer a webhook reach it (`https://leasehold.example.com`): the links a pause's webhook carries to resume, cancel or reconcile it point there; by default `http://` and `server.addr`. Receivers themselves are declared as `[webhooks.receivers.NAME]` tables (`url`, `secret`, `events`, `runs`), see `deployment.md`",
+    ),
+    key(
+        "LEASEHOLD_WEBHOOKS_TIMEOUT",
+        "webhooks.timeout",
+        "10s",
+        field!(Duration, webhooks_timeout),
+        "how long one webhook request may take, connecting included; a receiver slower than that has the attempt count as failed and retried",
+    )
+    .at_least(Duration::from_millis(100).as_nanos(), ""),
+    key(
+        "LEASEHOLD_WEBHOOKS_RETRY_FIRST",
+        "webhooks.retry_first",
+        "5s",
+        field!(Duration, webhooks_retry_first),
+        "the wait before a webhook a receiver did not take is sent again; it doubles with each attempt, up to `webhooks.retry_max`",
+    )
+    .at_least(Duration::from_millis(100).as_nanos(), "a shorter wait only hammers a receiver that is down"),
+    key(
+        "LEASEHOLD_WEBHOOKS_RETRY_MAX",
+        "webhooks.retry_max",
+        "1h",
+        field!(Duration, webhooks_retry_max),
+        "the longest wait between two attempts of a webhook",
+    )
+    .at_least(Duration::from_millis(100).as_nanos(), ""),
+    key(
+        "LEASEHOLD_WEBHOOKS_GIVE_UP_AFTER",
+        "webhooks.give_up_after",
+        "3days",
+        field!(Duration, webhooks_give_up_after),
+        "how old a pause's or an end's notice may grow while a receiver does not take it; then it is dropped, said in the log and counted in `leasehold_webhooks_total{outcome=\"given_up\"}`. The run is never affected",
     ),
     key(
         "LEASEHOLD_LIMITS_MODEL_ANSWER",

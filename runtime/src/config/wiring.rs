@@ -152,3 +152,28 @@ impl Config {
 fn bytes(size: u64) -> usize {
     usize::try_from(size).unwrap_or(usize::MAX)
 }
+
+#[cfg(feature = "webhooks")]
+impl Config {
+    /// What the webhooks' delivery needs: the receivers, the links'
+    /// address (`webhooks.public_url`, else `http://` and the address the
+    /// server listens on, `bound`), and the bounds of `webhooks.*`.
+    pub fn webhook_delivery(
+        &self,
+        bound: std::net::SocketAddr,
+    ) -> crate::webhooks::deliver::DeliveryConfig {
+        let base = self
+            .webhooks_public_url
+            .value
+            .clone()
+            .unwrap_or_else(|| format!("http://{bound}"));
+        crate::webhooks::deliver::DeliveryConfig {
+            receivers: self.webhook_receivers.clone(),
+            links: crate::webhooks::payload::Links::new(&base, self.api_token.value.is_some()),
+            timeout: self.webhooks_timeout.value,
+            retry_first: self.webhooks_retry_first.value,
+            retry_max: self.webhooks_retry_max.value,
+            give_up_after: self.webhooks_give_up_after.value,
+        }
+    }
+}

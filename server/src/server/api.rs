@@ -192,6 +192,7 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     })
     .map_err(invalid)?;
     flow.validate().map_err(invalid)?;
+    leasehold::webhooks::check_notify(&app.options.receivers, &flow).map_err(invalid)?;
     Ok(flow)
 }
 
