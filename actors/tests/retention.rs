@@ -122,6 +122,10 @@ async fn run(
 /// their 2 entries in its history), 1 tool call, 3 events, 1 command.
 const ENTRIES_PER_RUN: usize = 11;
 
+/// The entry a paused or finished run leaves besides: the notice of its
+/// pause or end, in the outbox until delivered.
+const NOTICE: usize = 1;
+
 fn rule(now_ms: u64, retention_ms: Option<u64>, limit: usize) -> PurgeRule {
     PurgeRule {
         now_ms,
@@ -148,7 +152,8 @@ async fn a_purge_deletes_finished_runs_past_their_retention_with_their_workers_r
     .await;
     run(&store, "running", RunStatus::Running, 1_000, None).await;
     run(&store, "orphaned-old", RunStatus::Orphaned, 1_000, None).await;
-    assert_eq!(store.entries(), 8 * ENTRIES_PER_RUN);
+    // Six of them paused or finished: a notice each.
+    assert_eq!(store.entries(), 8 * ENTRIES_PER_RUN + 6 * NOTICE);
 
     // Two at most per call: the batch says there is more.
     let first = store
@@ -184,7 +189,8 @@ async fn a_purge_deletes_finished_runs_past_their_retention_with_their_workers_r
         assert_eq!(store.count_commands(gone).await.unwrap(), 0, "{gone}");
     }
     // Nothing of the other five is touched: every entry is still there.
-    assert_eq!(store.entries(), 5 * ENTRIES_PER_RUN);
+    // The three left that paused or finished keep their notices.
+    assert_eq!(store.entries(), 5 * ENTRIES_PER_RUN + 3 * NOTICE);
     for kept in [
         "done-new",
         "paused-old",
