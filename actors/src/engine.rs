@@ -63,6 +63,27 @@ pub use builder::{
 };
 use ownership::{LiveRun, heartbeat};
 
+/// How a run is started, besides its flow ([`Engine::start_with`],
+/// [`Engine::queue_with`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// The caller's trace context (a `traceparent`): the run's trace is
+    /// the caller's and its root span a child of the caller's span, on
+    /// every executor that holds it, so a platform's trace continues into
+    /// the run's.
+    pub trace_parent: Option<crate::TraceParent>,
+}
+
+impl RunOptions {
+    /// A run within the caller's trace `parent`.
+    pub fn within_trace(parent: crate::TraceParent) -> Self {
+        Self {
+            trace_parent: Some(parent),
+        }
+    }
+}
+
 /// Runs flows: one executor, owning the runs it starts or resumes.
 ///
 /// Built on ports you give it ([`EngineBuilder`]): a model client, tool
@@ -197,9 +218,18 @@ impl Engine {
     /// Validates `flow`, records a new run owned by this executor (fence 1)
     /// and starts it; returns at once.
     pub async fn start(&self, flow: Flow) -> Result<RunHandle, EngineError> {
+        self.start_with(flow, RunOptions::default()).await
+    }
+
+    /// [`Engine::start`] with `options`: within a caller's trace.
+    pub async fn start_with(
+        &self,
+        flow: Flow,
+        options: RunOptions,
+    ) -> Result<RunHandle, EngineError> {
         self.refuse_if_shut_down()?;
         let (plan, stored) = self.plan_stored(flow)?;
-        let record = self.new_record(stored);
+        let record = self.new_record(stored, options.trace_parent);
         self.store.create_run(record.clone()).await?;
         self.launch(plan, record, None).await
     }
@@ -302,6 +332,7 @@ impl Engine {
             leases.clone(),
             spawned_and_history,
             spending,
+            record.trace_parent.as_ref(),
         ));
         // A run resumed paused says why it waits, as it did before the
         // restart: its pause is read back from the store.

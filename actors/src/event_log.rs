@@ -174,7 +174,7 @@ pub(crate) fn start(
                         write(&store, &fences, std::mem::take(&mut pending)).await;
                         save_paces(&store, &paces).await;
                         if let Err(error) = store.flush().await {
-                            tracing::error!(%run_id, trace_id = %crate::trace_id_of(&run_id), %error, "event log not flushed");
+                            tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "event log not flushed");
                         }
                         fences.remove(&run_id);
                         bus.forget_run(&run_id);
@@ -227,9 +227,9 @@ async fn write(
             match append.await {
                 Ok(Fenced::Applied(())) => {}
                 Ok(Fenced::Stale { .. }) => {
-                    tracing::warn!(%run_id, trace_id = %crate::trace_id_of(&run_id), "events of a run this executor lost were not logged");
+                    tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), "events of a run this executor lost were not logged");
                 }
-                Err(error) => tracing::error!(%run_id, trace_id = %crate::trace_id_of(&run_id), %error, "events not logged"),
+                Err(error) => tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "events not logged"),
             }
         })
     });
@@ -258,6 +258,7 @@ mod tests {
             "run-1",
             "run",
             EventKind::RunStarted {
+                trace_parent: None,
                 flow: "f".to_owned(),
                 task: "t".to_owned(),
                 max_steps: 3,

@@ -73,7 +73,7 @@ pub mod testing;
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
-    EngineError, RUN_STOP_GRACE, ToolFactory, default_owner_id,
+    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, default_owner_id,
 };
 pub use run::{RunEvents, RunHandle, RunState};
 
@@ -146,7 +146,10 @@ pub use budget::{
 };
 
 // Traces: the trace a run belongs to, W3C trace context.
-pub use trace_context::{TraceParent, TraceParentError, span_id_of, trace_id_of, traceparent_of};
+pub use trace_context::{
+    TraceParent, TraceParentError, run_trace_id, span_id_of, trace_id_for, trace_id_of,
+    traceparent_of,
+};
 
 // What runs spent.
 pub use usage::{

@@ -150,6 +150,7 @@ impl Actor for RunActor {
                     flow: flow.name.clone(),
                     task: flow.task.clone(),
                     max_steps: flow.max_steps,
+                    trace_parent: state.record.trace_parent.clone(),
                 },
             );
         } else {
@@ -158,6 +159,8 @@ impl Actor for RunActor {
                 EventKind::RunResumed {
                     owner_id: ctx.owner_id.clone(),
                     fence: ctx.fence(),
+                    created_at_ms: Some(state.record.created_at_ms),
+                    trace_parent: state.record.trace_parent.clone(),
                 },
             );
         }
@@ -309,6 +312,8 @@ impl RunActorState {
             EventKind::RunResumed {
                 owner_id: ctx.owner_id.clone(),
                 fence: ctx.fence(),
+                created_at_ms: Some(self.record.created_at_ms),
+                trace_parent: self.record.trace_parent.clone(),
             }
         };
         let first = matches!(kind, EventKind::RunForked { .. });

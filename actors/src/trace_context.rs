@@ -1,9 +1,12 @@
 //! W3C trace context: the trace a run belongs to, and `traceparent`.
 //!
 //! Every run belongs to one trace, continued across a pause, a resume and
-//! a change of executor: its id is derived from the run's id (a UUID v5 of
-//! it), so every executor and every log line that names the run names the
-//! same trace without storing anything. A `traceparent` header
+//! a change of executor. A run started within a caller's trace (the
+//! `traceparent` of `POST /runs`, kept with the run) belongs to the
+//! caller's, its root span a child of the caller's span; any other run's
+//! trace id is derived from the run's id (a UUID v5 of it), so every
+//! executor and every log line that names the run names the same trace
+//! without storing anything ([`run_trace_id`], [`trace_id_for`]). A `traceparent` header
 //! (`00-TRACEID-SPANID-FLAGS`) is read by [`TraceParent::parse`], refusing
 //! what the W3C specification refuses: another length, upper-case or
 //! non-hex digits, a trace or span id of zeros, version `ff`.
@@ -34,12 +37,53 @@ pub fn trace_id_of(run_id: &str) -> String {
         .to_string()
 }
 
+/// The trace of run `run_id`: its caller's, when it was started within
+/// one (`caller`), else the one derived from its id ([`trace_id_of`]).
+pub fn run_trace_id(run_id: &str, caller: Option<&TraceParent>) -> String {
+    caller.map_or_else(|| trace_id_of(run_id), |caller| caller.trace_id.clone())
+}
+
+/// The live runs started within a caller's trace, and that trace: what
+/// [`trace_id_for`] answers for a log line that has only the run's id.
+static CALLER_TRACES: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, String>>,
+> = std::sync::LazyLock::new(Default::default);
+
+fn caller_traces() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, String>> {
+    CALLER_TRACES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Remembers, while `run_id` is live in this process, that it belongs to
+/// the caller's trace `trace_id`.
+pub(crate) fn remember_caller_trace(run_id: &str, trace_id: &str) {
+    caller_traces().insert(run_id.to_owned(), trace_id.to_owned());
+}
+
+/// Forgets what [`remember_caller_trace`] remembered of `run_id`.
+pub(crate) fn forget_caller_trace(run_id: &str) {
+    caller_traces().remove(run_id);
+}
+
+/// The trace of run `run_id` as this process knows it: its caller's while
+/// it is live here and was started within one, else the one derived from
+/// its id. What a log line about a run outside its span names.
+pub fn trace_id_for(run_id: &str) -> String {
+    caller_traces()
+        .get(run_id)
+        .cloned()
+        .unwrap_or_else(|| trace_id_of(run_id))
+}
+
 /// The span id of the operation `key` (a loop's path and what in it, e.g.
-/// `run/model_call:3#1`) in trace `trace_id`: 16 lower-case hex digits,
-/// never all zero, the same wherever it is computed, so the span a model
-/// server or a tool server is told of is the one the run's trace holds.
-pub fn span_id_of(trace_id: &str, key: &str) -> String {
-    let name = format!("{trace_id}/{key}");
+/// `run/model_call:3#1`) of run `run_id`: 16 lower-case hex digits, never
+/// all zero, the same wherever it is computed, so the span a model server
+/// or a tool server is told of is the one the run's trace holds. Derived
+/// from the run, not the trace, so that runs sharing a caller's trace have
+/// spans of their own.
+pub fn span_id_of(run_id: &str, key: &str) -> String {
+    let name = format!("{run_id}/{key}");
     let bytes = uuid::Uuid::new_v5(&NAMESPACE, name.as_bytes()).into_bytes();
     let mut id = [0u8; 8];
     id.copy_from_slice(&bytes[..8]);
@@ -49,11 +93,12 @@ pub fn span_id_of(trace_id: &str, key: &str) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The `traceparent` of the operation `key` of trace `trace_id`, sampled.
-pub fn traceparent_of(trace_id: &str, key: &str) -> String {
+/// The `traceparent` of the operation `key` of run `run_id` in trace
+/// `trace_id`, sampled.
+pub fn traceparent_of(trace_id: &str, run_id: &str, key: &str) -> String {
     TraceParent {
         trace_id: trace_id.to_owned(),
-        span_id: span_id_of(trace_id, key),
+        span_id: span_id_of(run_id, key),
         sampled: true,
     }
     .header()
@@ -149,10 +194,13 @@ mod tests {
     #[test]
     fn an_operations_traceparent_is_valid_and_its_own() {
         let trace = trace_id_of("run-1");
-        let a = traceparent_of(&trace, "run/model_call:1#1");
-        let b = traceparent_of(&trace, "run/model_call:1#2");
+        let a = traceparent_of(&trace, "run-1", "run/model_call:1#1");
+        let b = traceparent_of(&trace, "run-1", "run/model_call:1#2");
         assert_ne!(a, b);
-        assert_eq!(a, traceparent_of(&trace, "run/model_call:1#1"));
+        assert_eq!(a, traceparent_of(&trace, "run-1", "run/model_call:1#1"));
+        // Two runs in one caller's trace: the same operation, spans of
+        // their own.
+        assert_ne!(a, traceparent_of(&trace, "run-2", "run/model_call:1#1"));
         let parsed = TraceParent::parse(&a).expect("valid");
         assert_eq!(parsed.trace_id, trace);
         assert!(parsed.sampled);

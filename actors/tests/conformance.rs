@@ -147,6 +147,7 @@ struct Spoiling(MemoryStore);
 impl Drop for Spoiling {
     fn drop(&mut self) {
         let stray = RunRecord {
+            trace_parent: None,
             run_id: "stray".to_owned(),
             flow: serde_json::json!({"name": "stray"}),
             status: RunStatus::Queued,

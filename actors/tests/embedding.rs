@@ -181,6 +181,7 @@ async fn a_run_handles_events_end_even_when_the_reader_lagged_past_the_runs_end(
             "another-run",
             "root",
             EventKind::RunStarted {
+                trace_parent: None,
                 flow: "other".into(),
                 task: "flood".into(),
                 max_steps: 0,

@@ -155,7 +155,9 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
     let claims: Vec<(String, u64)> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::RunResumed { owner_id, fence } => Some((owner_id.clone(), *fence)),
+            EventKind::RunResumed {
+                owner_id, fence, ..
+            } => Some((owner_id.clone(), *fence)),
             _ => None,
         })
         .collect();

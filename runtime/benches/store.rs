@@ -90,6 +90,7 @@ fn snapshot(run_id: &str, step: u32, state: &Value) -> Snapshot {
 
 fn run_record(run_id: &str) -> RunRecord {
     RunRecord {
+        trace_parent: None,
         run_id: run_id.to_owned(),
         flow: json!({"name": "bench", "max_steps": 24}),
         status: RunStatus::Running,

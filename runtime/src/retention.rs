@@ -147,6 +147,7 @@ mod tests {
             };
             store
                 .create_run(RunRecord {
+                    trace_parent: None,
                     run_id: format!("run-{n}"),
                     flow: serde_json::json!({"name": "n"}),
                     status,

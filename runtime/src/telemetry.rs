@@ -4,8 +4,11 @@
 //! spans are not made on the run's path: [`SpanAssembler`] reads the
 //! events a run publishes, in order, and hands back each span once it has
 //! ended, with the ids every executor derives for it
-//! ([`trace_id_of`],
-//! [`span_id_of`]). The span of a model call
+//! ([`run_trace_id`],
+//! [`span_id_of`]): a run started within a caller's trace (`POST /runs`
+//! with a `traceparent`) is in the caller's trace, its run span a child of
+//! the caller's span; a resumed run's span begins when the run was
+//! created. The span of a model call
 //! or a tool call attempt is the one whose `traceparent` the model server
 //! or the tool server was sent, so a server's own trace nests under it.
 //!
@@ -31,7 +34,7 @@ pub mod otlp;
 
 use std::collections::HashMap;
 
-use leasehold_actors::{CallOutcome, Event, EventKind, loop_of, span_id_of, trace_id_of};
+use leasehold_actors::{CallOutcome, Event, EventKind, loop_of, run_trace_id, span_id_of};
 use serde_json::Value;
 
 /// One attribute's value.
@@ -87,6 +90,9 @@ pub struct SpanAssembler {
     steps: HashMap<(String, String), String>,
     /// Each operation path's current attempt key, by run and path.
     attempts: HashMap<(String, String), String>,
+    /// The runs started within a caller's trace: that trace, and the
+    /// caller's span, the run span's parent.
+    callers: HashMap<String, leasehold_actors::TraceParent>,
 }
 
 impl SpanAssembler {
@@ -106,8 +112,23 @@ impl SpanAssembler {
         let path = event.path.as_str();
         let mut ended = Vec::new();
         match &event.kind {
-            EventKind::RunStarted { flow, .. } | EventKind::RunForked { flow, .. } => {
+            EventKind::RunStarted {
+                flow, trace_parent, ..
+            } => {
+                self.learn_caller(run, trace_parent.as_ref());
                 self.ensure_run(run, event.at, Some(flow));
+            }
+            EventKind::RunForked { flow, .. } => {
+                self.ensure_run(run, event.at, Some(flow));
+            }
+            EventKind::RunResumed {
+                created_at_ms,
+                trace_parent,
+                ..
+            } => {
+                self.learn_caller(run, trace_parent.as_ref());
+                // The run began when it was created, on whichever executor.
+                self.ensure_run(run, created_at_ms.unwrap_or(event.at), None);
             }
             EventKind::StepStarted { step, .. } => {
                 self.ensure_run(run, event.at, None);
@@ -303,6 +324,18 @@ impl SpanAssembler {
         ended
     }
 
+    /// Remembers that `run` belongs to its caller's trace, if it does.
+    fn learn_caller(&mut self, run: &str, caller: Option<&leasehold_actors::TraceParent>) {
+        if let Some(caller) = caller {
+            self.callers.insert(run.to_owned(), caller.clone());
+        }
+    }
+
+    /// The trace `run` belongs to.
+    fn trace_of(&self, run: &str) -> String {
+        run_trace_id(run, self.callers.get(run))
+    }
+
     fn ensure_run(&mut self, run: &str, at: u64, flow: Option<&String>) {
         let key = (run.to_owned(), "run".to_owned());
         if let Some(open) = self.open.get_mut(&key) {
@@ -325,7 +358,8 @@ impl SpanAssembler {
             || "invoke_agent".to_owned(),
             |f| format!("invoke_agent {f}"),
         );
-        self.start(run, "run", None, name, at, attributes);
+        let parent = self.callers.get(run).map(|caller| caller.span_id.clone());
+        self.start(run, "run", parent, name, at, attributes);
     }
 
     fn start(
@@ -337,9 +371,9 @@ impl SpanAssembler {
         at: u64,
         attributes: Vec<Attribute>,
     ) {
-        let trace_id = trace_id_of(run);
+        let trace_id = self.trace_of(run);
         let span = FinishedSpan {
-            span_id: span_id_of(&trace_id, key),
+            span_id: span_id_of(run, key),
             trace_id,
             parent_span_id: parent,
             name,
@@ -381,6 +415,7 @@ impl SpanAssembler {
         ended.extend(self.end(run, "run", at, error));
         self.steps.retain(|(r, _), _| r != run);
         self.attempts.retain(|(r, _), _| r != run);
+        self.callers.remove(run);
         ended
     }
 
@@ -450,7 +485,7 @@ impl SpanAssembler {
         parent: Option<String>,
         usage: &leasehold_actors::EvaluatorUsage,
     ) -> FinishedSpan {
-        let trace_id = trace_id_of(run);
+        let trace_id = self.trace_of(run);
         let key = format!("{path}/evaluator@{}", event.position.max(event.seq));
         let mut attributes = vec![
             ("gen_ai.operation.name", Value::from("chat")),
@@ -471,7 +506,7 @@ impl SpanAssembler {
             attributes.push(("leasehold.spent", Value::from(spent)));
         }
         FinishedSpan {
-            span_id: span_id_of(&trace_id, &key),
+            span_id: span_id_of(run, &key),
             trace_id,
             parent_span_id: parent,
             name: usage

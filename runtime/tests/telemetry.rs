@@ -194,3 +194,124 @@ async fn a_runs_events_make_one_trace_with_the_tree_and_the_tokens_of_its_calls(
         root_chat.span_id
     );
 }
+
+/// The caller's trace context a platform sends with `POST /runs`.
+const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[tokio::test(start_paused = true)]
+async fn runs_started_within_a_callers_trace_are_in_it_under_its_span_each_with_spans_of_its_own() {
+    let model = ScriptedModel::new()
+        .named("m")
+        .script("run", [Turn::answer("done"), Turn::answer("done again")]);
+    let events = RecordingSink::new();
+    let engine = Engine::builder()
+        .model(Arc::new(model.clone()))
+        .events(Arc::new(events.clone()))
+        .store(Arc::new(MemoryStore::new()))
+        .build()
+        .await
+        .expect("engine");
+    let caller = leasehold::TraceParent::parse(CALLER).expect("valid");
+    let simple = || {
+        Flow::builder("traced", "Answer.")
+            .max_steps(2)
+            .build()
+            .unwrap()
+    };
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let options = leasehold::RunOptions::within_trace(caller.clone());
+        let mut run = engine.start_with(simple(), options).await.expect("starts");
+        assert_eq!(run.wait().await.status, RunStatus::Completed);
+        runs.push(run.run_id().to_owned());
+    }
+    // Its record keeps the caller's context.
+    let record = engine.store().load_run(&runs[0]).await.unwrap().unwrap();
+    assert_eq!(record.trace_parent.as_ref(), Some(&caller));
+
+    // The model server was told of the caller's trace, a span of the run.
+    let sent: Vec<leasehold::TraceParent> = model
+        .requests()
+        .iter()
+        .map(|r| leasehold::TraceParent::parse(r.traceparent.as_deref().unwrap()).unwrap())
+        .collect();
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent.iter().all(|p| p.trace_id == caller.trace_id),
+        "{sent:?}"
+    );
+    assert_ne!(
+        sent[0].span_id, sent[1].span_id,
+        "each run's call its own span"
+    );
+
+    let mut assembler = SpanAssembler::new();
+    let spans: Vec<FinishedSpan> = events
+        .events()
+        .iter()
+        .flat_map(|e| assembler.feed(e))
+        .collect();
+    assert!(spans.iter().all(|s| s.trace_id == caller.trace_id));
+    let ids: BTreeSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        spans.len(),
+        "span ids are unique across the runs"
+    );
+    let roots: Vec<&FinishedSpan> = spans
+        .iter()
+        .filter(|s| s.name == "invoke_agent traced")
+        .collect();
+    assert_eq!(roots.len(), 2);
+    for root in roots {
+        assert_eq!(
+            root.parent_span_id.as_deref(),
+            Some(caller.span_id.as_str())
+        );
+    }
+    assert!(
+        sent.iter().all(|p| ids.contains(p.span_id.as_str())),
+        "the spans the model server was told of are the trace's"
+    );
+}
+
+#[test]
+fn a_run_resumed_elsewhere_has_its_span_begin_when_it_was_created_in_its_callers_trace() {
+    let caller = leasehold::TraceParent::parse(CALLER).expect("valid");
+    let at = |seq: u64, kind: EventKind| leasehold::Event {
+        seq,
+        position: seq,
+        at: 50_000 + seq,
+        run_id: "run-r".to_owned(),
+        path: "run".to_owned(),
+        kind,
+    };
+    let mut assembler = SpanAssembler::new();
+    let fed = [
+        at(
+            10,
+            EventKind::RunResumed {
+                owner_id: "exec-b".to_owned(),
+                fence: 2,
+                created_at_ms: Some(1_000),
+                trace_parent: Some(caller.clone()),
+            },
+        ),
+        at(
+            11,
+            EventKind::RunCompleted {
+                answer: "done".to_owned(),
+                steps: 1,
+            },
+        ),
+    ];
+    let spans: Vec<FinishedSpan> = fed.iter().flat_map(|e| assembler.feed(e)).collect();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    let run = &spans[0];
+    assert_eq!(
+        run.start_ms, 1_000,
+        "from the run's creation, not its resume"
+    );
+    assert_eq!(run.trace_id, caller.trace_id);
+    assert_eq!(run.parent_span_id.as_deref(), Some(caller.span_id.as_str()));
+}

@@ -331,6 +331,7 @@ impl App {
     pub(crate) async fn queue_and_start(
         self: &Arc<Self>,
         flow: leasehold::Flow,
+        options: leasehold::RunOptions,
     ) -> Result<Posted, EngineError> {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
@@ -345,13 +346,13 @@ impl App {
                 return Ok(Posted::QueueFull { queued });
             }
             // It waits for an executor with room, this one included.
-            let run_id = self.engine.queue(flow).await?.run_id;
+            let run_id = self.engine.queue_with(flow, options).await?.run_id;
             return Ok(Posted::Recorded(run_id, RunStatus::Queued));
         }
         // With room, the run is created owned by this executor and started:
         // queued first, any executor woken by the queue could claim it
         // before the one it was posted to.
-        let handle = self.engine.start(flow).await?;
+        let handle = self.engine.start_with(flow, options).await?;
         let run_id = handle.run_id().to_owned();
         self.adopt(handle);
         Ok(Posted::Recorded(run_id, RunStatus::Running))

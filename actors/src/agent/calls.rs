@@ -152,6 +152,7 @@ impl AgentLoop {
                         idempotency_key: key,
                         traceparent: Some(crate::traceparent_of(
                             &self.ctx.trace_id,
+                            &self.ctx.run_id,
                             &format!("{path}#{attempt}"),
                         )),
                     },

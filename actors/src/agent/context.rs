@@ -65,6 +65,16 @@ pub(crate) struct RunContext {
     pub(crate) spending: Arc<crate::budget::spending::Spending>,
 }
 
+impl Drop for RunContext {
+    /// A run started within a caller's trace is forgotten by the log lines
+    /// about it once this executor no longer runs it.
+    fn drop(&mut self) {
+        if self.trace_id != crate::trace_id_of(&self.run_id) {
+            crate::trace_context::forget_caller_trace(&self.run_id);
+        }
+    }
+}
+
 /// The plan's parts read as the context's own (`ctx.model`, `ctx.store`,
 /// `ctx.lease_config`, …): the loop's many call sites keep their short
 /// paths, and the parts are held once, not copied field by field.
@@ -88,8 +98,12 @@ impl RunContext {
         leases: Leases,
         (workers_spawned, history): (u32, u64),
         spending: Option<Arc<crate::budget::spending::Spending>>,
+        caller: Option<&crate::TraceParent>,
     ) -> Self {
-        let trace_id = crate::trace_id_of(&run_id);
+        let trace_id = crate::run_trace_id(&run_id, caller);
+        if caller.is_some() {
+            crate::trace_context::remember_caller_trace(&run_id, &trace_id);
+        }
         let span = tracing::info_span!(
             "run",
             run_id = %run_id,

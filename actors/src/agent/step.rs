@@ -224,6 +224,7 @@ impl AgentLoop {
         let request = ModelRequest {
             traceparent: Some(crate::traceparent_of(
                 &self.ctx.trace_id,
+                &self.ctx.run_id,
                 &format!("{path}#{attempt}"),
             )),
             ..request

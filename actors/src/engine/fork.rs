@@ -43,7 +43,7 @@ impl Engine {
             fork::ForkError::Change(format!("the flow of run {run_id} cannot be read: {e}"))
         })?;
         let (plan, stored) = self.plan_stored(flow)?;
-        let mut record = self.new_record(stored);
+        let mut record = self.new_record(stored, None);
         let history = self.store.load_snapshot_history(run_id).await?;
         let calls = self.store.load_tool_calls(run_id).await?;
         let start = fork::start(&parent, &history, &calls, &spec, &record.run_id)?;

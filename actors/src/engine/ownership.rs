@@ -36,7 +36,11 @@ impl Engine {
 
     /// The record of a new run of `flow` (as stored), owned by this
     /// executor with fence 1 and a lease of one TTL from now.
-    pub(super) fn new_record(&self, flow: serde_json::Value) -> RunRecord {
+    pub(super) fn new_record(
+        &self,
+        flow: serde_json::Value,
+        trace_parent: Option<crate::TraceParent>,
+    ) -> RunRecord {
         let now = self.clock.now_unix_ms();
         RunRecord {
             run_id: new_run_id(),
@@ -51,6 +55,7 @@ impl Engine {
             fork: None,
             created_at_ms: now,
             updated_at_ms: now,
+            trace_parent,
         }
     }
 
@@ -211,7 +216,7 @@ impl Engine {
             Ok(Fenced::Applied(())) => {
                 tracing::warn!(
                     run_id,
-                    trace_id = %crate::trace_id_of(run_id),
+                    trace_id = %crate::trace_context::trace_id_for(run_id),
                     status = status.name(),
                     "the run's log held its end; recorded it"
                 );
@@ -347,10 +352,10 @@ async fn release(store: &dyn Store, run_id: &str, fence: &AtomicU64, now_ms: u64
     match store.renew_run(run_id, fence, now_ms, 0).await {
         Ok(Fenced::Applied(())) => {}
         Ok(Fenced::Stale { owner_id, .. }) => {
-            tracing::debug!(run_id, trace_id = %crate::trace_id_of(run_id), ?owner_id, "not released: another executor holds it");
+            tracing::debug!(run_id, trace_id = %crate::trace_context::trace_id_for(run_id), ?owner_id, "not released: another executor holds it");
         }
         Err(error) => {
-            tracing::warn!(run_id, trace_id = %crate::trace_id_of(run_id), %error, "run lease not released; it will expire");
+            tracing::warn!(run_id, trace_id = %crate::trace_context::trace_id_for(run_id), %error, "run lease not released; it will expire");
         }
     }
 }
@@ -364,7 +369,7 @@ async fn mark_stopped_in_place(store: &dyn Store, run_id: &str, fence: u64, now_
         Ok(Some(record)) if record.status == RunStatus::Running && record.fence == fence => record,
         Ok(_) => return,
         Err(error) => {
-            tracing::warn!(run_id, trace_id = %crate::trace_id_of(run_id), %error, "run not marked as stopped in place");
+            tracing::warn!(run_id, trace_id = %crate::trace_context::trace_id_for(run_id), %error, "run not marked as stopped in place");
             return;
         }
     };
@@ -376,7 +381,7 @@ async fn mark_stopped_in_place(store: &dyn Store, run_id: &str, fence: u64, now_
         at_ms: now_ms,
     };
     if let Err(error) = store.update_run(run_id, fence, update).await {
-        tracing::warn!(run_id, trace_id = %crate::trace_id_of(run_id), %error, "run not marked as stopped in place");
+        tracing::warn!(run_id, trace_id = %crate::trace_context::trace_id_for(run_id), %error, "run not marked as stopped in place");
     }
 }
 

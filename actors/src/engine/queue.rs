@@ -25,6 +25,15 @@ impl Engine {
     /// fence 0, no lease. Nothing starts it here: an executor with room
     /// claims it ([`Engine::claim_queued`], [`Engine::start_queued`]).
     pub async fn queue(&self, flow: Flow) -> Result<RunRecord, EngineError> {
+        self.queue_with(flow, super::RunOptions::default()).await
+    }
+
+    /// [`Engine::queue`] with `options`: within a caller's trace.
+    pub async fn queue_with(
+        &self,
+        flow: Flow,
+        options: super::RunOptions,
+    ) -> Result<RunRecord, EngineError> {
         self.refuse_if_shut_down()?;
         let (_, stored) = self.plan_stored(flow)?;
         let record = RunRecord {
@@ -32,7 +41,7 @@ impl Engine {
             owner_id: None,
             fence: 0,
             lease_expires_at_ms: 0,
-            ..self.new_record(stored)
+            ..self.new_record(stored, options.trace_parent)
         };
         self.store.create_run(record.clone()).await?;
         Ok(record)

@@ -201,6 +201,10 @@ pub enum EventKind {
         task: String,
         /// The declared step budget (0 = unlimited).
         max_steps: u32,
+        /// The caller's trace context, when the run was started within a
+        /// caller's trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace_parent: Option<crate::trace_context::TraceParent>,
     },
     /// A fork began: a run that starts from another run's state at one of
     /// its step boundaries. Emitted in place of `run_started`.
@@ -385,6 +389,14 @@ pub enum EventKind {
         owner_id: String,
         /// Its fence on the run.
         fence: u64,
+        /// When the run was created (Unix ms): where its trace's root span
+        /// begins, whichever executor resumes it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created_at_ms: Option<u64>,
+        /// The caller's trace context, when the run was started within a
+        /// caller's trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace_parent: Option<crate::trace_context::TraceParent>,
     },
     /// A tool call's outcome is unknown and the tool is not known to be
     /// idempotent: the run waits for a person to decide.
@@ -503,6 +515,7 @@ impl EventKind {
                 flow,
                 task,
                 max_steps,
+                ..
             } => format!("flow `{flow}` ({max_steps} steps): {task}"),
             Self::RunForked {
                 parent,
@@ -626,7 +639,9 @@ impl EventKind {
             Self::Paused {
                 reason, subject, ..
             } => format!("waiting for a person about `{subject}`: {reason}"),
-            Self::RunResumed { owner_id, fence } => {
+            Self::RunResumed {
+                owner_id, fence, ..
+            } => {
                 format!("claimed by {owner_id} with fence {fence}, resumed from its snapshots")
             }
             Self::ReconciliationRequired {

@@ -218,6 +218,11 @@ pub struct RunRecord {
     /// For a fork: the run it was forked from, and where.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<ForkOrigin>,
+    /// The caller's trace context, for a run started within a caller's
+    /// trace (the `traceparent` of `POST /runs`): the run's trace is the
+    /// caller's, its root span a child of the caller's span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<crate::trace_context::TraceParent>,
 }
 
 /// Where a fork comes from: its parent run and the step boundary it starts

@@ -895,10 +895,18 @@ async fn snapshot_history_and_a_forks_lineage_are_kept_as_written(store: Arc<dyn
         changes: vec!["leases.tool_call=30s".to_owned()],
         person_answers: vec!["A person reviewed the escalation and answered: go".to_owned()],
     });
+    // Started within a caller's trace, too: kept as written.
+    record.trace_parent = Some(
+        crate::TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .expect("valid"),
+    );
     store.create_run(record.clone()).await.unwrap();
     store.create_run(unowned("other")).await.unwrap();
     let run = claimed(store.claim_run("fork", "exec-a", 1_000, TTL).await.unwrap());
     assert_eq!(run.fork, record.fork, "the lineage, read back from a claim");
+    assert_eq!(run.trace_parent, record.trace_parent, "the caller's trace");
+    let other = store.load_run("other").await.unwrap().unwrap();
+    assert_eq!(other.trace_parent, None);
     let other = claimed(
         store
             .claim_run("other", "exec-a", 1_000, TTL)

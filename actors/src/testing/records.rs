@@ -21,6 +21,7 @@ pub fn run_record(
     status: RunStatus,
 ) -> RunRecord {
     RunRecord {
+        trace_parent: None,
         run_id: run_id.to_owned(),
         flow: json!({"name": "research", "max_steps": 8}),
         status,

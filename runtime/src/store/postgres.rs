@@ -348,8 +348,9 @@ impl Inner {
             pause,
             _,
             updated,
-            // A fork's lineage is written when the run is created, and
-            // no rule changes it.
+            // A fork's lineage and a caller's trace context are written
+            // when the run is created, and no rule changes them.
+            _,
             _,
         ] = params.values();
         let written = tx
@@ -469,10 +470,10 @@ impl Inner {
             .query_one(
                 &format!(
                     "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15) \
                      ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
                      notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
-                     FROM created, unnest($13::text[]) AS payload) \
+                     FROM created, unnest($14::text[]) AS payload) \
                      SELECT count(DISTINCT run_id) FROM notified"
                 ),
                 &values,

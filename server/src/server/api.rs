@@ -70,10 +70,11 @@ pub(super) async fn create_run(
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("the flow is not UTF-8 text"))?;
     let flow = parse_flow(&app, format, text)?;
+    let options = run_options(&headers)?;
     // Queued and started in a task of its own: a client that goes away
     // mid-request must not cancel a run half-recorded.
     let queuing = Arc::clone(&app);
-    let posted = tokio::spawn(async move { queuing.queue_and_start(flow).await })
+    let posted = tokio::spawn(async move { queuing.queue_and_start(flow, options).await })
         .await
         .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))??;
     let (run_id, status) = match posted {
@@ -194,6 +195,27 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     flow.validate().map_err(invalid)?;
     leasehold::webhooks::check_notify(&app.options.receivers, &flow).map_err(invalid)?;
     Ok(flow)
+}
+
+/// How a posted run starts: within the caller's trace when the request
+/// carries a W3C `traceparent`; one that is not a traceparent is a 400
+/// naming the header, rather than a trace silently cut in two.
+fn run_options(headers: &HeaderMap) -> Result<leasehold::RunOptions, ApiError> {
+    let Some(value) = headers.get("traceparent") else {
+        return Ok(leasehold::RunOptions::default());
+    };
+    let parent = value
+        .to_str()
+        .map_err(|_| "it is not ASCII text".to_owned())
+        .and_then(|text| leasehold::TraceParent::parse(text).map_err(|e| e.to_string()))
+        .map_err(|why| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_traceparent",
+                format!("the `traceparent` header was refused: {why}"),
+            )
+        })?;
+    Ok(leasehold::RunOptions::within_trace(parent))
 }
 
 /// The request's media type, lower case, without parameters.

@@ -58,6 +58,10 @@ pub struct RunView {
     /// with what guidance and changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<leasehold::ForkOrigin>,
+    /// The trace it belongs to, in `GET /runs/{id}`: the caller's when it
+    /// was posted with a `traceparent`, else the one derived from its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl RunView {
@@ -72,7 +76,9 @@ impl RunView {
                 .unwrap_or_default()
                 .to_owned()
         };
+        let trace_id = leasehold::run_trace_id(&record.run_id, record.trace_parent.as_ref());
         let mut view = Self {
+            trace_id: Some(trace_id),
             flow_name: text("name"),
             task: text("task"),
             run_id: record.run_id,
@@ -144,6 +150,7 @@ impl RunView {
             events_dropped: None,
             usage: None,
             fork: None,
+            trace_id: None,
         }
     }
 }

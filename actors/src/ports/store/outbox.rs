@@ -193,6 +193,7 @@ mod tests {
 
     fn record(status: RunStatus) -> RunRecord {
         RunRecord {
+            trace_parent: None,
             run_id: "r".to_owned(),
             flow: serde_json::json!({"name": "f", "notify": ["ops", "ops", 3, "audit"]}),
             status,

@@ -148,6 +148,7 @@ mod tests {
     fn a_summary_keeps_the_head_of_each_text_and_names_what_it_cut() {
         let long = "x".repeat(10_000);
         let record = RunRecord {
+            trace_parent: None,
             run_id: "r".to_owned(),
             flow: serde_json::json!({"name": "f", "task": long, "system_prompt": long}),
             status: RunStatus::WaitingHuman,

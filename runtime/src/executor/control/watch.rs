@@ -130,6 +130,7 @@ mod tests {
 
     fn record(status: RunStatus) -> RunRecord {
         RunRecord {
+            trace_parent: None,
             run_id: "r".into(),
             flow: serde_json::json!({}),
             status,

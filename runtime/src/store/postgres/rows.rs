@@ -13,7 +13,7 @@ use tokio_postgres::Row;
 /// The columns of `runs` that make a [`RunRecord`], in the order
 /// [`run_from_row`] reads them.
 pub(super) const RUN_COLUMNS: &str = "run_id, flow, status, owner_id, fence, lease_expires_at_ms, \
-     reason, answer, pause, created_at_ms, updated_at_ms, fork";
+     reason, answer, pause, created_at_ms, updated_at_ms, fork, trace_parent";
 
 /// `value` as a `bigint`.
 pub(super) fn to_i64(value: u64, what: &dyn Display) -> Result<i64, StoreError> {
@@ -64,6 +64,7 @@ pub(super) fn run_from_row(row: &Row) -> Result<RunRecord, StoreError> {
     let status: String = get(row, 2)?;
     let pause: Option<serde_json::Value> = get(row, 8)?;
     let fork: Option<serde_json::Value> = get(row, 11)?;
+    let trace_parent: Option<String> = get(row, 12)?;
     Ok(RunRecord {
         flow: from_json(get(row, 1)?, &what("flow"))?,
         status: from_json(serde_json::Value::String(status), &what("status"))?,
@@ -79,6 +80,13 @@ pub(super) fn run_from_row(row: &Row) -> Result<RunRecord, StoreError> {
         updated_at_ms: to_u64(get(row, 10)?, &what("update time"))?,
         fork: fork
             .map(|fork| from_json(fork, &what("lineage")))
+            .transpose()?,
+        trace_parent: trace_parent
+            .map(|header| {
+                leasehold_actors::TraceParent::parse(&header).map_err(|e| {
+                    StoreError::new(format!("{} cannot be read: {e}", what("trace context")))
+                })
+            })
             .transpose()?,
         run_id,
     })
@@ -98,6 +106,7 @@ pub(super) struct RunParams {
     created_at_ms: i64,
     updated_at_ms: i64,
     fork: Option<serde_json::Value>,
+    trace_parent: Option<String>,
 }
 
 impl RunParams {
@@ -125,11 +134,12 @@ impl RunParams {
                 .as_ref()
                 .map(|fork| to_json(fork, &what("lineage")))
                 .transpose()?,
+            trace_parent: record.trace_parent.as_ref().map(|parent| parent.header()),
         })
     }
 
-    /// The values, in the order of [`RUN_COLUMNS`] (`$1` … `$12`).
-    pub(super) fn values(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 12] {
+    /// The values, in the order of [`RUN_COLUMNS`] (`$1` … `$13`).
+    pub(super) fn values(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 13] {
         [
             &self.run_id,
             &self.flow,
@@ -143,6 +153,7 @@ impl RunParams {
             &self.created_at_ms,
             &self.updated_at_ms,
             &self.fork,
+            &self.trace_parent,
         ]
     }
 }

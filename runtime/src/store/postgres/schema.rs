@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (6, include_str!("migrations/0006_paces.sql")),
     (7, include_str!("migrations/0007_fork.sql")),
     (8, include_str!("migrations/0008_outbox.sql")),
+    (9, include_str!("migrations/0009_trace_parent.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).
