@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -15,14 +14,8 @@ use tokio::process::Command;
 const PATIENCE: Duration = Duration::from_secs(180);
 
 fn leasehold(dir: &std::path::Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", dir.join("data"))
-        .env("RUST_LOG", "leasehold=info")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+    let mut command = support::leasehold(&dir.join("data"));
+    command.env("RUST_LOG", "leasehold=info");
     command
 }
 

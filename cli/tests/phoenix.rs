@@ -17,23 +17,16 @@ use tokio::process::{Child, Command};
 /// Generous for a loaded 2-core machine: Phoenix takes seconds to start.
 const PATIENCE: Duration = Duration::from_secs(180);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// Phoenix on loopback, its data in `dir`; killed when dropped.
 async fn phoenix(dir: &std::path::Path) -> (Child, String) {
     let binary = std::env::var("LEASEHOLD_PEER_PHOENIX")
         .expect("LEASEHOLD_PEER_PHOENIX names Phoenix (scripts/peers.sh installs it)");
-    let port = free_port();
+    let port = support::free_port();
     let child = Command::new(binary)
         .arg("serve")
         .env("PHOENIX_HOST", "127.0.0.1")
         .env("PHOENIX_PORT", port.to_string())
-        .env("PHOENIX_GRPC_PORT", free_port().to_string())
+        .env("PHOENIX_GRPC_PORT", support::free_port().to_string())
         .env("PHOENIX_WORKING_DIR", dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -59,14 +52,7 @@ async fn phoenix(dir: &std::path::Path) -> (Child, String) {
 }
 
 fn leasehold(dir: &std::path::Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", dir.join("data"))
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
+    support::leasehold(&dir.join("data"))
 }
 
 async fn demo(command: &mut Command) -> (String, String) {
@@ -227,7 +213,7 @@ async fn a_demo_run_is_one_trace_in_phoenix_with_its_tree_and_the_token_counts_o
 async fn a_dead_collector_changes_no_runs_outcome() {
     let dir = tempfile::tempdir().expect("dir");
     // Nothing listens there.
-    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let endpoint = format!("http://127.0.0.1:{}", support::free_port());
     let (run_id, stderr) =
         demo(leasehold(dir.path()).env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)).await;
     assert!(

@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 /// Generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -55,21 +54,11 @@ async fn model() -> (String, Seen) {
 }
 
 async fn serve(data: &std::path::Path, model: &str) -> (Child, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
+    let mut command = support::leasehold(data);
+    command
         .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "m")
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut server, PATIENCE).await;
-    (server, base)
+        .env("LEASEHOLD_MODEL_NAME", "m");
+    support::serve(command, &[], PATIENCE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -27,14 +26,8 @@ output = 1.25
 "#;
 
 fn leasehold(dir: &std::path::Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", dir.join("data"))
-        .env("LEASEHOLD_CONFIG", dir.join("leasehold.toml"))
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+    let mut command = support::leasehold(&dir.join("data"));
+    command.env("LEASEHOLD_CONFIG", dir.join("leasehold.toml"));
     command
 }
 

@@ -33,13 +33,6 @@ const TOKEN: &str = "webhooks-test-token";
 /// The receiver's secret: `whsec_` and the base64 of 32 bytes.
 const SECRET: &str = "whsec_QmvvRGLOsJW3CgIDNvrGVDzd2kTCOPyhMzYcLLSIoaA=";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// A configuration file in `dir` declaring the receiver `ops` on `port`.
 fn config(dir: &Path, port: u16) -> PathBuf {
     let path = dir.join("leasehold.toml");
@@ -56,27 +49,17 @@ fn config(dir: &Path, port: u16) -> PathBuf {
 /// `leasehold serve` on the data directory `data` with the configuration
 /// `config`, quick retries, and the demo's model; its base URL.
 async fn serve(data: &Path, config: &Path, stack: &DemoStack) -> (Child, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    let mut command = support::leasehold(data);
+    command
         .env("LEASEHOLD_CONFIG", config)
-        .env("LEASEHOLD_DATA_DIR", data)
         .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
         .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
         .env("LEASEHOLD_API_TOKEN", TOKEN)
         .env("LEASEHOLD_RUN_LEASE_TTL", "3s")
         .env("LEASEHOLD_WEBHOOKS_TIMEOUT", "2s")
         .env("LEASEHOLD_WEBHOOKS_RETRY_FIRST", "200ms")
-        .env("LEASEHOLD_WEBHOOKS_RETRY_MAX", "1s")
-        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut server, PATIENCE).await;
-    (server, base)
+        .env("LEASEHOLD_WEBHOOKS_RETRY_MAX", "1s");
+    support::serve(command, &["--allow-flow-tools"], PATIENCE).await
 }
 
 /// The receiver on `port`, logging to `log`, in `mode` (`ok`, `hang`),
@@ -181,7 +164,7 @@ async fn an_escalated_pause_is_told_once_signed_through_restarts_of_both_sides_a
     let dir = tempfile::tempdir().expect("a directory");
     let data = dir.path().join("data");
     let log = dir.path().join("received.jsonl");
-    let port = free_port();
+    let port = support::free_port();
     let config = config(dir.path(), port);
     let stack = DemoStack::start().await.expect("the demo servers");
     let http = support::authorized(TOKEN);
@@ -315,7 +298,7 @@ async fn a_dead_or_hanging_receiver_changes_no_runs_outcome_and_an_unknown_recei
     for mode in ["dead", "hang"] {
         let place = dir.path().join(mode);
         std::fs::create_dir_all(&place).expect("a directory");
-        let port = free_port();
+        let port = support::free_port();
         let log = place.join("received.jsonl");
         let _receiver = match mode {
             "hang" => Some(receiver(&place, port, &log, "hang").await),

@@ -16,6 +16,46 @@ use std::time::Duration;
 /// `python3 FILE LEDGER`, the script written to FILE.
 pub const LEDGER_MCP_SERVER: &str = include_str!("ledger_mcp.py");
 
+/// The `leasehold` binary with a clean environment (only `PATH`), its data
+/// directory `data`, no stdin, killed when dropped.
+pub fn leasehold(data: &std::path::Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LEASEHOLD_DATA_DIR", data)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// `leasehold serve` from `command` (see [`leasehold`]) on a free loopback
+/// port with the flags `flags`, its log dropped; the process and its base
+/// URL once it listens.
+pub async fn serve(
+    mut command: tokio::process::Command,
+    flags: &[&str],
+    patience: Duration,
+) -> (Child, String) {
+    let mut server = command
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(flags)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let base = served_base(&mut server, patience).await;
+    (server, base)
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// `command`'s output, once it ended within `patience`.
 pub async fn output_within(
     command: &mut tokio::process::Command,
