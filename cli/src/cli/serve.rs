@@ -97,27 +97,23 @@ pub(super) async fn serve(
     );
     let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
     // Pauses and ends are told to the webhook receivers from the store's
-    // outbox, beside the runs: a receiver never holds one up.
-    let webhooks = if config.webhook_receivers.is_empty() {
-        None
-    } else {
-        let deliverer = leasehold::webhooks::deliver::Deliverer::start(
-            Arc::clone(app.engine().store()),
-            config.webhook_delivery(addr),
-            Arc::clone(app.engine().clock()),
-        )
-        .map_err(CliError::other)?;
-        let counts = deliverer.counts();
+    // outbox, beside the runs: a receiver never holds one up. Without
+    // receivers, the outbox is emptied all the same: nobody is to be told.
+    let webhooks = leasehold::webhooks::deliver::Deliverer::start(
+        Arc::clone(app.engine().store()),
+        config.webhook_delivery(addr),
+        Arc::clone(app.engine().clock()),
+    )
+    .map_err(CliError::other)?;
+    if !config.webhook_receivers.is_empty() {
+        let counts = webhooks.counts();
         metrics.webhook_source(Box::new(move || {
             [counts.delivered(), counts.failed(), counts.given_up()]
         }));
-        Some(deliverer)
-    };
+    }
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
     let served = serving.await;
-    if let Some(webhooks) = webhooks {
-        webhooks.stop().await;
-    }
+    webhooks.stop().await;
     // No sweep may claim a run while the engine stops its runs.
     sweeping.cancel();
     let _ = sweep.await;
