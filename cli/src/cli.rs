@@ -123,9 +123,9 @@ enum Command {
     Run(RunArgs),
     /// Serve the HTTP API, its live event streams and the dashboard.
     Serve(ServeArgs),
-    /// The runs in the data directory, or on a server with --server.
-    #[command(subcommand)]
-    Runs(runs::RunsCommand),
+    /// The runs in the data directory or store, or on a server with
+    /// --server URL (LEASEHOLD_SERVER).
+    Runs(runs::RunsArgs),
     /// Print the effective configuration, where each value came from, the
     /// timing arithmetic of every lease kind and any warnings.
     Config,
@@ -259,6 +259,13 @@ impl Cli {
     /// How the log is to be written (`--log-format`).
     pub fn log_format(&self) -> LogFormat {
         self.global.log_format
+    }
+
+    /// Whether the text log is coloured: only when it goes to a terminal
+    /// (`stderr_is_terminal`) and `NO_COLOR` is unset or empty
+    /// (no-color.org); a log written to a file or a pipe holds no escapes.
+    pub fn log_in_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+        stderr_is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
     }
 
     /// The tracing filter the binary uses when `RUST_LOG` is not set:

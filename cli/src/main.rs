@@ -2,7 +2,8 @@
 //!
 //! The binary, not the library, installs the tracing subscriber: events go
 //! to stderr, filtered by `RUST_LOG` or else by the command's default, each
-//! line scrubbed of secrets, as text or (`--log-format json`) as JSON.
+//! line scrubbed of secrets, as text or (`--log-format json`) as JSON; the
+//! text in colour only on a terminal, and never with `NO_COLOR`.
 //!
 //! The binary, not the library, also picks the allocator: an executor makes
 //! many small allocations on one worker thread and frees them on another
@@ -23,8 +24,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(cli.default_log_filter()));
+    let colour = Cli::log_in_colour(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         // Secrets never reach the log, whoever writes the line.
         .with_writer(ScrubbedStderr);
     let _ = match cli.log_format() {

@@ -124,9 +124,30 @@ async fn a_store_locked_by_a_server_points_to_server() {
         stderr.contains("locked by another process") && stderr.contains("--server URL"),
         "the lock's message says how to reach the server's runs: {stderr}"
     );
-    let (code, stdout, stderr) =
+    let (code, after, stderr) =
         output(leasehold(&data).args(["runs", "list", "--server", &base])).await;
-    assert_eq!(code, Some(0), "and that way works: {stdout}{stderr}");
+    assert_eq!(code, Some(0), "and that way works: {after}{stderr}");
+    // Before the subcommand too, and from LEASEHOLD_SERVER: the same page.
+    let (code, before, stderr) =
+        output(leasehold(&data).args(["runs", "--server", &base, "list"])).await;
+    assert_eq!((code, &before), (Some(0), &after), "{stderr}");
+    let (code, from_env, stderr) = output(
+        leasehold(&data)
+            .env("LEASEHOLD_SERVER", &base)
+            .args(["runs", "list"]),
+    )
+    .await;
+    assert_eq!((code, &from_env), (Some(0), &after), "{stderr}");
+    // Listed in the help, and refused where it means nothing.
+    let (_, help, _) = output(leasehold(&data).args(["runs", "--help"])).await;
+    assert!(
+        help.contains("--server") && help.contains("LEASEHOLD_SERVER"),
+        "{help}"
+    );
+    let (code, _, stderr) =
+        output(leasehold(&data).args(["runs", "--server", &base, "replay", "run-x"])).await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("leave --server out"), "{stderr}");
     server.start_kill().expect("stop serve");
     let _ = server.wait().await;
 }

@@ -90,3 +90,26 @@ async fn every_json_log_line_about_a_run_carries_its_run_id_and_trace_id() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("xml"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_log_written_to_a_pipe_holds_no_colour_escapes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let output = support::output_within(
+        leasehold(dir.path()).args(["--log-format", "text", "demo"]),
+        PATIENCE,
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.contains("INFO")),
+        "the demo logs at info: {stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "no escapes: {stderr:?}");
+    // On a terminal, colours; never with NO_COLOR set.
+    let colour = leasehold_cli::cli::Cli::log_in_colour;
+    assert!(colour(true, None));
+    assert!(colour(true, Some(std::ffi::OsStr::new(""))));
+    assert!(!colour(true, Some(std::ffi::OsStr::new("1"))));
+    assert!(!colour(false, None));
+}

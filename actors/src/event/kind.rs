@@ -444,13 +444,26 @@ pub enum EventKind {
     },
 }
 
+/// `n` and `noun`, plural unless `n` is one: `1 renewal`, `2 renewals`.
+pub(crate) fn counted(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 impl EventKind {
     /// One human-readable line describing the event, for logs.
     pub fn describe(&self) -> String {
         match self {
             Self::Wait {
                 subject, renewals, ..
-            } => format!("{subject}: lease expired after {renewals} renewals"),
+            } => format!(
+                "{subject}: lease expired after {}",
+                counted(*renewals, "renewal")
+            ),
             Self::Verdict(r) => {
                 let phi = r
                     .evidence
@@ -469,9 +482,12 @@ impl EventKind {
             } => {
                 let note = note.as_deref().unwrap_or("progress");
                 if *reports > 1 {
-                    format!("{note} ({count} items, {reports} reports in this one)")
+                    format!(
+                        "{note} ({}, {reports} reports in this one)",
+                        counted(*count, "item")
+                    )
                 } else {
-                    format!("{note} ({count} items)")
+                    format!("{note} ({})", counted(*count, "item"))
                 }
             }
             Self::EventsDropped {
@@ -490,7 +506,7 @@ impl EventKind {
             Self::NudgeQueued { nudge, .. } => format!("queued for the next step: {nudge}"),
             Self::Intervened { reason, .. } | Self::Escalated { reason, .. } => reason.clone(),
             Self::RenewalCapReached { max_renewals, .. } => {
-                format!("stopped after {max_renewals} renewals")
+                format!("stopped after {}", counted(*max_renewals, "renewal"))
             }
             Self::VerdictDropped {
                 verdict, reason, ..
@@ -516,7 +532,7 @@ impl EventKind {
                 task,
                 max_steps,
                 ..
-            } => format!("flow `{flow}` ({max_steps} steps): {task}"),
+            } => format!("flow `{flow}` ({}): {task}", counted(*max_steps, "step")),
             Self::RunForked {
                 parent,
                 loop_path,
@@ -564,7 +580,7 @@ impl EventKind {
                 } else {
                     format!("of {limit}")
                 };
-                format!("step {step} {limit}, {nudges} nudges")
+                format!("step {step} {limit}, {}", counted(*nudges, "nudge"))
             }
             Self::ModelCallStarted {
                 step,
@@ -635,7 +651,10 @@ impl EventKind {
                 reason,
                 handed_to,
                 ..
-            } => format!("given up after {attempts} attempts, handed to {handed_to}: {reason}"),
+            } => format!(
+                "given up after {}, handed to {handed_to}: {reason}",
+                counted(*attempts, "attempt")
+            ),
             Self::Paused {
                 reason, subject, ..
             } => format!("waiting for a person about `{subject}`: {reason}"),
@@ -654,7 +673,9 @@ impl EventKind {
                 Some(g) => format!("a person answered: {g}"),
                 None => "a person said to go on".to_owned(),
             },
-            Self::RunCompleted { answer, steps } => format!("after {steps} steps: {answer}"),
+            Self::RunCompleted { answer, steps } => {
+                format!("after {}: {answer}", counted(*steps, "step"))
+            }
             Self::RunFailed { reason } | Self::RunCancelled { reason } => reason.clone(),
             Self::ControlRefused { command, reason } => {
                 format!("a forwarded {command} was refused: {reason}")
@@ -770,5 +791,28 @@ impl EventKind {
             Self::RunCancelled { .. } => "run_cancelled",
             Self::ControlRefused { .. } => "control_refused",
         }
+    }
+}
+
+#[cfg(test)]
+mod plurals {
+    use super::*;
+
+    #[test]
+    fn counts_in_readable_lines_agree_with_their_nouns() {
+        assert_eq!(counted(1_u32, "renewal"), "1 renewal");
+        assert_eq!(counted(0_u32, "renewal"), "0 renewals");
+        assert_eq!(counted(2_u64, "item"), "2 items");
+        let step = EventKind::StepStarted {
+            step: 2,
+            limit: 0,
+            nudges: 1,
+        };
+        assert_eq!(step.describe(), "step 2 unlimited, 1 nudge");
+        let done = EventKind::RunCompleted {
+            answer: "42".to_owned(),
+            steps: 1,
+        };
+        assert_eq!(done.describe(), "after 1 step: 42");
     }
 }

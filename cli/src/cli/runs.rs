@@ -95,8 +95,6 @@ pub struct ForkArgs {
     /// One JSON event per line while following it.
     #[arg(long)]
     pub(super) json: bool,
-    #[command(flatten)]
-    pub(super) target: Target,
 }
 
 impl ForkArgs {
@@ -113,13 +111,17 @@ impl ForkArgs {
     }
 }
 
-/// Where the runs are.
+/// `leasehold runs`: where the runs are, and what to do with them.
 #[derive(Debug, Args)]
-pub struct Target {
+pub struct RunsArgs {
     /// A leasehold server (`http://127.0.0.1:7878`) instead of the data
-    /// directory; LEASEHOLD_API_TOKEN is sent as its bearer token.
-    #[arg(long, value_name = "URL")]
+    /// directory or store, before or after the subcommand
+    /// (LEASEHOLD_SERVER); LEASEHOLD_API_TOKEN is sent as its bearer token.
+    #[arg(long, global = true, value_name = "URL", env = "LEASEHOLD_SERVER")]
     pub(super) server: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub(super) command: RunsCommand,
 }
 
 /// `runs list`: one page of runs, newest first.
@@ -147,8 +149,6 @@ pub struct ListArgs {
     /// At most this many runs in the page (at most 500).
     #[arg(long, default_value_t = DEFAULT_PAGE_LIMIT, value_parser = parse_limit)]
     pub(super) limit: usize,
-    #[command(flatten)]
-    pub(super) target: Target,
 }
 
 impl ListArgs {
@@ -170,8 +170,6 @@ impl ListArgs {
 pub struct RunArg {
     /// The run's id.
     pub(super) id: String,
-    #[command(flatten)]
-    pub(super) target: Target,
 }
 
 /// `runs events`.
@@ -185,8 +183,6 @@ pub struct EventsArgs {
     /// One JSON event per line, instead of the readable log.
     #[arg(long)]
     pub(super) json: bool,
-    #[command(flatten)]
-    pub(super) target: Target,
 }
 
 /// `runs resume`.
@@ -201,8 +197,6 @@ pub struct ResumeArgs {
     /// One JSON event per line while following it.
     #[arg(long)]
     pub(super) json: bool,
-    #[command(flatten)]
-    pub(super) target: Target,
 }
 
 /// `runs cancel`.
@@ -213,8 +207,6 @@ pub struct CancelArgs {
     /// Why.
     #[arg(long)]
     pub(super) reason: Option<String>,
-    #[command(flatten)]
-    pub(super) target: Target,
 }
 
 /// `runs reconcile`.
@@ -242,8 +234,6 @@ pub struct ReconcileArgs {
     /// One JSON event per line while following it.
     #[arg(long)]
     pub(super) json: bool,
-    #[command(flatten)]
-    pub(super) target: Target,
 }
 
 impl ReconcileArgs {
@@ -258,22 +248,6 @@ impl ReconcileArgs {
         } else {
             ReconcileDecision::Cancel
         }
-    }
-}
-
-impl RunsCommand {
-    fn server(&self) -> Option<&str> {
-        let target = match self {
-            Self::List(a) => &a.target,
-            Self::Show(a) | Self::Trace(a) => &a.target,
-            Self::Events(a) => &a.target,
-            Self::Resume(a) => &a.target,
-            Self::Cancel(a) => &a.target,
-            Self::Reconcile(a) => &a.target,
-            Self::Fork(a) => &a.target,
-            Self::Replay(_) => return None,
-        };
-        target.server.as_deref()
     }
 }
 
@@ -296,10 +270,18 @@ pub(super) fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError
 }
 
 /// Runs the command against the server, or the data directory.
-pub(super) async fn run(global: &GlobalArgs, command: RunsCommand) -> Result<ExitCode, CliError> {
+pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode, CliError> {
     let config = global.load(&[])?;
-    if let Some(url) = command.server() {
-        let client = Remote::new(url, config.api_token.value.clone())?;
+    let RunsArgs { server, command } = runs;
+    if let Some(url) = server {
+        if matches!(command, RunsCommand::Replay(_)) {
+            return Err(CliError::other(
+                "`runs replay` plays a stored run here, from the data directory or the store \
+                 (--data-dir, --store); it does not ask a server: leave --server out \
+                 (or LEASEHOLD_SERVER unset)",
+            ));
+        }
+        let client = Remote::new(&url, config.api_token.value.clone())?;
         return run_remote(&client, command).await;
     }
     match command {

@@ -440,10 +440,11 @@ fn line(event: &Event, origin: u64) -> Option<String> {
                 .phi
                 .map_or_else(|| "none".to_owned(), |phi| format!("{phi:.2}"));
             format!(
-                "{} {} after {} renewals → {} by {} (evidence {}, phi {phi}): {}",
+                "{} {} after {} renewal{} → {} by {} (evidence {}, phi {phi}): {}",
                 record.lease_kind,
                 record.subject,
                 record.renewals,
+                if record.renewals == 1 { "" } else { "s" },
                 record.verdict,
                 record.decided_by,
                 record.evidence.count,

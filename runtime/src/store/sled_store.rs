@@ -355,8 +355,8 @@ fn open_error(path: &Path, error: &sled::Error) -> StoreError {
                 "the store directory `{}` is locked by another process: a sled database can be \
                  open in one process (and one store) at a time. If that process is a \
                  `leasehold serve`, act on its runs through it: add `--server URL` to the \
-                 command (`leasehold runs list --server http://127.0.0.1:7878`, with the \
-                 address it printed); otherwise stop the other leasehold or use another \
+                 command (`leasehold runs --server http://127.0.0.1:7878 list`, with the \
+                 address it printed) or set LEASEHOLD_SERVER; otherwise stop the other leasehold or use another \
                  directory ({io})",
                 path.display()
             ));
