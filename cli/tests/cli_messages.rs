@@ -147,7 +147,7 @@ async fn a_store_locked_by_a_server_points_to_server() {
     let (code, _, stderr) =
         output(leasehold(&data).args(["runs", "--server", &base, "replay", "run-x"])).await;
     assert_ne!(code, Some(0));
-    assert!(stderr.contains("leave --server out"), "{stderr}");
+    assert!(stderr.contains("without --server"), "{stderr}");
     server.start_kill().expect("stop serve");
     let _ = server.wait().await;
 }

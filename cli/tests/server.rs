@@ -869,23 +869,28 @@ async fn an_idle_event_stream_gets_keep_alive_comments_not_a_timeout() {
 async fn runs_reconcile_with_server_marks_the_call_done_over_the_api() {
     let (server, model, run_id, key) = a_charge_waiting_for_a_decision().await;
     let dir = tempfile::tempdir().expect("dir");
-    let reconcile = |key: &str| {
+    let reconcile = |key: Option<&str>| {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
         command
             .env_clear()
             .env("LEASEHOLD_DATA_DIR", dir.path())
-            .args(["runs", "reconcile", &run_id, "--key", key])
+            .args(["runs", "reconcile", &run_id])
+            .args(key.map(|key| ["--key", key]).into_iter().flatten())
             .args(["--mark-done", "--result", "charged, by hand"])
             .args(["--server", &server.base])
             .kill_on_drop(true);
         command
     };
 
-    let out = reconcile("not-this-one").output().await.expect("runs");
+    let out = reconcile(Some("not-this-one"))
+        .output()
+        .await
+        .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the server refused (409"), "{stderr}");
-    let out = reconcile(&key).output().await.expect("runs");
+    // Without --key: the one call the run waits on.
+    let out = reconcile(None).output().await.expect("runs");
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -900,6 +905,18 @@ async fn runs_reconcile_with_server_marks_the_call_done_over_the_api() {
         })
         .await;
     assert_eq!(view["status"], "completed", "{view}");
+    // Nothing waits any more: a keyless reconcile says so.
+    let out = reconcile(None).output().await.expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("waits on no call"), "{stderr}");
+    // The call decided was the one waiting.
+    let decided = view["tool_calls"].as_array().is_some_and(|calls| {
+        calls
+            .iter()
+            .any(|c| c["key"] == key.as_str() && c["by_person"] == true)
+    });
+    assert!(decided, "{view}");
     let saw = model.requests_of("run").iter().any(|r| {
         r.messages
             .iter()

@@ -216,9 +216,9 @@ pub struct ReconcileArgs {
     /// The run's id.
     pub(super) id: String,
     /// The idempotency key of the call in question (`runs show` prints it
-    /// under `pause.call.key`).
+    /// under `pause.call.key`); without it, the call the run waits on.
     #[arg(long)]
-    pub(super) key: String,
+    pub(super) key: Option<String>,
     /// It took effect: the model sees `--result` as its result.
     #[arg(long)]
     pub(super) mark_done: bool,
@@ -274,13 +274,6 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
     let config = global.load(&[])?;
     let RunsArgs { server, command } = runs;
     if let Some(url) = server {
-        if matches!(command, RunsCommand::Replay(_)) {
-            return Err(CliError::other(
-                "`runs replay` plays a stored run here, from the data directory or the store \
-                 (--data-dir, --store); it does not ask a server: leave --server out \
-                 (or LEASEHOLD_SERVER unset)",
-            ));
-        }
         let client = Remote::new(&url, config.api_token.value.clone())?;
         return run_remote(&client, command).await;
     }
@@ -369,14 +362,44 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
         }
         RunsCommand::Reconcile(args) => {
             refuse_long(&config, PersonText::Result, &args.result)?;
+            let key = match args.key.clone() {
+                Some(key) => key,
+                None => {
+                    let store = existing_store(&config)?;
+                    let record = store.load_run(&args.id).await?;
+                    waiting_key(
+                        &args.id,
+                        record.as_ref().map(|r| (r.status, r.pause.as_ref())),
+                    )?
+                }
+            };
             let command = RunCommand::Reconcile {
                 decision: args.decision(),
-                key: args.key,
+                key,
             };
             control(global, &config, &args.id, command, args.json).await
         }
         RunsCommand::Fork(args) => fork(global, &config, &args).await,
         RunsCommand::Replay(args) => replay(&config, args).await,
+    }
+}
+
+/// The key of the call run `run_id` waits on for a decision, from its
+/// status and pause: what `runs reconcile` takes when no `--key` is given.
+fn waiting_key(
+    run_id: &str,
+    found: Option<(RunStatus, Option<&leasehold::PauseRecord>)>,
+) -> Result<String, CliError> {
+    let Some((status, pause)) = found else {
+        return Err(CliError::other(format!("no run {run_id}")));
+    };
+    match pause.and_then(|pause| pause.call.as_ref()) {
+        Some(call) if status == RunStatus::ReconciliationRequired => Ok(call.key.clone()),
+        _ => Err(CliError::other(format!(
+            "run {run_id} waits on no call of unknown outcome (it is {}): nothing to \
+             reconcile; `runs show {run_id}` says where it is",
+            status.name()
+        ))),
     }
 }
 
@@ -476,7 +499,14 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
         RunsCommand::Reconcile(args) => {
             let mut body = serde_json::to_value(args.decision())
                 .map_err(|e| CliError::other(format!("cannot encode the decision: {e}")))?;
-            body["key"] = serde_json::Value::String(args.key);
+            let key = match args.key.clone() {
+                Some(key) => key,
+                None => {
+                    let view = client.show(&args.id).await?;
+                    waiting_key(&args.id, Some((view.status, view.pause.as_ref())))?
+                }
+            };
+            body["key"] = serde_json::Value::String(key);
             print_json(&client.control(&args.id, "reconcile", &body).await?);
         }
         RunsCommand::Replay(_) => {
