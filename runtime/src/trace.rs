@@ -26,7 +26,8 @@ pub struct TraceSummary {
     pub wrap_ups: usize,
     /// Restarts.
     pub restarts: usize,
-    /// Operations intervened.
+    /// Operations intervened: by an `INTERVENE` verdict, the renewal cap's
+    /// included, so that it agrees with `verdicts_by_verdict`.
     pub intervened: usize,
     /// Operations escalated.
     pub escalated: usize,
@@ -71,7 +72,9 @@ impl TraceSummary {
                 self.evaluator_calls += usize::from(record.evaluator.is_some());
             }
             EventKind::Restarted { .. } => self.restarts += 1,
-            EventKind::Intervened { .. } => self.intervened += 1,
+            EventKind::Intervened { .. } | EventKind::RenewalCapReached { .. } => {
+                self.intervened += 1;
+            }
             EventKind::Escalated { .. } => self.escalated += 1,
             EventKind::Paused { .. } | EventKind::ReconciliationRequired { .. } => {
                 self.pauses += 1;
