@@ -478,7 +478,7 @@ fn the_timing_arithmetic_of_the_defaults() {
 
 #[test]
 fn the_worst_case_counts_each_evaluation_and_every_backoff_at_the_top_of_its_jitter() {
-    // The configuration of issue 11's frozen stream, which printed "worst
+    // The configuration of a measured frozen stream, which printed "worst
     // case 18s300ms" and was given up after 21.8 s.
     let env = env_of(&[
         ("LEASEHOLD_LEASE_MODEL_STREAM", "1s"),

@@ -253,12 +253,12 @@ proptest! {
     }
 }
 
-/// The measurement of issue 11: a frozen stream under `lease.model_stream =
+/// A measured frozen stream: a frozen stream under `lease.model_stream =
 /// 1s`, `max_renewals = 4`, `restart.max = 2` (now `restart.max_restarts`) and an
 /// 800 ms evaluator timeout
 /// was given up after 21.8 s while "worst case 18s300ms" was printed.
 #[test]
-fn the_frozen_stream_of_the_issue_is_given_up_within_its_printed_worst_case() {
+fn a_measured_frozen_stream_is_given_up_within_its_printed_worst_case() {
     let drawn = Drawn {
         stream: true,
         lease_ms: 1_000,
