@@ -104,7 +104,8 @@ async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
 
 /// `run` stopped by `first` mid tool call, then `runs resume` stopped by
 /// `second`: each exits with its signal's code, kills its tool server's
-/// group, and leaves the run `running` in the store for the next resume.
+/// group, and leaves the run for the next resume: `runs show` says it is
+/// orphaned, stopped cleanly, and how to resume it.
 async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
     let stack = DemoStack::start().await.expect("the demo servers");
     let model = stack.model_base_url();
@@ -126,12 +127,18 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
         said.contains(&format!("leasehold runs resume {run_id}")),
         "{said}"
     );
+    // Nobody runs it: it shows as orphaned, saying it was stopped cleanly
+    // (not that nobody knows why), with the command that resumes it.
     let view = stored_view(&data, &model, &run_id).await;
-    assert_eq!(view["status"], "running");
+    assert_eq!(view["status"], "orphaned", "{view}");
     assert_eq!(
         view["reason"],
-        fencing::STOPPED_IN_PLACE,
+        fencing::ORPHANED_AFTER_STOP,
         "a run stopped cleanly says so, not that nobody knows why it stopped"
+    );
+    assert_eq!(
+        view["resume_with"],
+        format!("leasehold runs resume {run_id}").as_str()
     );
 
     let resume = leasehold(&data, &model)
@@ -148,7 +155,7 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
         2,
         "the resumed run started its own server:\n{groups}"
     );
-    assert_eq!(stored_status(&data, &model, &run_id).await, "running");
+    assert_eq!(stored_status(&data, &model, &run_id).await, "orphaned");
     stack.shutdown().await;
 }
 

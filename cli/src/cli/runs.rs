@@ -300,7 +300,8 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
                 ))
             })?;
             let flow = record.flow.clone();
-            let mut view = RunView::new(record, None);
+            let now = leasehold::Clock::now_unix_ms(&leasehold::SystemClock);
+            let mut view = RunView::new(record, None, now);
             view.flow = Some(leasehold::secret::redact_flow(flow));
             view.tool_calls = Some(store.load_tool_calls(&id).await?);
             let events = store.load_events(&id, 0).await?;

@@ -291,7 +291,8 @@ pub(super) async fn show_run(
         .await?
         .ok_or_else(|| ApiError::unknown_run(&run_id))?;
     let flow = record.flow.clone();
-    let mut view = RunView::new(record, app.handle(&run_id).as_ref());
+    let now = app.engine.clock().now_unix_ms();
+    let mut view = RunView::new(record, app.handle(&run_id).as_ref(), now);
     view.flow = Some(leasehold::secret::redact_flow(flow));
     view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
     let events = store.load_events(&run_id, 0).await?;

@@ -62,12 +62,24 @@ pub struct RunView {
     /// was posted with a `traceparent`, else the one derived from its id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// For a run nobody runs (orphaned, or stopped and let go), in
+    /// `GET /runs/{id}`: the command that resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_with: Option<String>,
 }
 
 impl RunView {
-    /// The view of `record`; a live `handle`'s state is fresher than the
-    /// store's and wins.
-    pub fn new(record: RunRecord, handle: Option<&RunHandle>) -> Self {
+    /// The view of `record` at `now_ms`; a live `handle`'s state is
+    /// fresher than the store's and wins. A run the store says is running
+    /// but whose executor's lease has ended by `now_ms` — it was stopped by
+    /// a signal and let go, or its process died — shows as the sweep will
+    /// mark it, orphaned ([`fencing::orphan`](leasehold::fencing::orphan)),
+    /// with the command that resumes it.
+    pub fn new(record: RunRecord, handle: Option<&RunHandle>, now_ms: u64) -> Self {
+        let record = match handle {
+            None => leasehold::fencing::orphan(&record, now_ms).unwrap_or(record),
+            Some(_) => record,
+        };
         let text = |key: &str| {
             record
                 .flow
@@ -77,8 +89,11 @@ impl RunView {
                 .to_owned()
         };
         let trace_id = leasehold::run_trace_id(&record.run_id, record.trace_parent.as_ref());
+        let resume_with = (record.status == RunStatus::Orphaned)
+            .then(|| format!("leasehold runs resume {}", record.run_id));
         let mut view = Self {
             trace_id: Some(trace_id),
+            resume_with,
             flow_name: text("name"),
             task: text("task"),
             run_id: record.run_id,
@@ -151,6 +166,7 @@ impl RunView {
             usage: None,
             fork: None,
             trace_id: None,
+            resume_with: None,
         }
     }
 }
