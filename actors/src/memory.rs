@@ -553,10 +553,9 @@ impl Store for MemoryStore {
             .collect();
         let mut taken = Vec::with_capacity(due.len());
         for id in due {
-            if let Some(notice) = tables.notices.remove(&id) {
-                let notice = outbox::held(notice, &take);
-                tables.notices.insert(id, notice.clone());
-                taken.push(notice);
+            if let Some(notice) = tables.notices.get_mut(&id) {
+                *notice = outbox::held(notice.clone(), &take);
+                taken.push(notice.clone());
             }
         }
         ready(Ok(taken))

@@ -61,6 +61,9 @@ pub(crate) struct RunContext {
     pub(crate) model_described: String,
     /// The trace the run belongs to: the same on every executor.
     pub(crate) trace_id: String,
+    /// Whether that trace is a caller's (remembered for the log lines
+    /// about the run while it lives here).
+    in_caller_trace: bool,
     /// The run's spending budget, shared by its loops.
     pub(crate) spending: Arc<crate::budget::spending::Spending>,
 }
@@ -69,7 +72,7 @@ impl Drop for RunContext {
     /// A run started within a caller's trace is forgotten by the log lines
     /// about it once this executor no longer runs it.
     fn drop(&mut self) {
-        if self.trace_id != crate::trace_id_of(&self.run_id) {
+        if self.in_caller_trace {
             crate::trace_context::forget_caller_trace(&self.run_id);
         }
     }
@@ -120,6 +123,7 @@ impl RunContext {
         });
         Self {
             trace_id,
+            in_caller_trace: caller.is_some(),
             spending,
             plan,
             model_described,
