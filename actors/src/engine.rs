@@ -111,7 +111,9 @@ impl RunOptions {
 /// ```
 pub struct Engine {
     config: EngineConfig,
-    model: Arc<dyn ModelClient>,
+    /// The model every loop calls, or why this engine has none and runs
+    /// nothing ([`EngineBuilder::without_model`]).
+    model: Result<Arc<dyn ModelClient>, Arc<str>>,
     evaluator: Option<Arc<dyn Evaluator>>,
     events: Arc<dyn EventSink>,
     bus: EventBus,
@@ -151,6 +153,14 @@ impl Engine {
     /// [`tool_server`]: EngineBuilder::tool_server
     pub fn serves_tool(&self, name: &str) -> bool {
         self.tools.contains_key(name)
+    }
+
+    /// Why this engine runs nothing, if it was built without a model
+    /// ([`EngineBuilder::without_model`]): it lists, shows, follows and
+    /// cancels stored runs, and refuses to start, queue, resume, fork or
+    /// claim one with [`EngineError::NoModel`] saying this.
+    pub fn without_model(&self) -> Option<&str> {
+        self.model.as_ref().err().map(|why| &**why)
     }
 
     /// The verdict policies this engine's flows may name.
@@ -227,7 +237,7 @@ impl Engine {
         flow: Flow,
         options: RunOptions,
     ) -> Result<RunHandle, EngineError> {
-        self.refuse_if_shut_down()?;
+        self.refuse_runs()?;
         let (plan, stored) = self.plan_stored(flow)?;
         let record = self.new_record(stored, options.trace_parent);
         self.store.create_run(record.clone()).await?;
@@ -257,7 +267,7 @@ impl Engine {
     /// its owner's lease expired — and resumes it from its last snapshots,
     /// with a higher fence. A run paused for a person stays paused.
     pub async fn resume(&self, run_id: &str) -> Result<RunHandle, EngineError> {
-        self.refuse_if_shut_down()?;
+        self.refuse_runs()?;
         let _taking = self.take_on(run_id)?;
         let now = self.clock.now_unix_ms();
         let record = self.claim(run_id, now).await?;

@@ -410,7 +410,14 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         GUIDANCE,
     ]))
     .await;
+    // Followed over the server as it is locally: until the run ends.
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("resume applied") && out.stderr.contains("ended: completed"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("completed"), "{}", out.stdout);
 
     let out = output(
         leasehold(dir.path(), None).args(["runs", "events", &run_id, "--server", &base, "--json"]),
@@ -443,6 +450,133 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         .expect("serve stops on SIGINT")
         .expect("wait");
     assert_eq!(exit.code(), Some(130));
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming_the_endpoint() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let flow = write_flow(dir.path(), &stack);
+    // A run kept in the data directory, paused for a person.
+    let out = output(
+        leasehold(&data, Some(&stack))
+            .arg("run")
+            .arg(&flow)
+            .arg("--json"),
+    )
+    .await;
+    assert_eq!(out.code, Some(3), "paused: {}", out.stderr);
+    let run_id = events_of(&out.stdout)[0].run_id.clone();
+
+    // No model configured at all: the server starts and says what it will
+    // not do, and why.
+    let mut server = leasehold(&data, None)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout")).lines();
+    let mut said = Vec::new();
+    for _ in 0..2 {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("serve speaks")
+            .expect("read")
+            .expect("a line");
+        said.push(line);
+    }
+    let base = said[0]
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("where it serves")
+        .trim_end_matches('/')
+        .to_owned();
+    assert!(
+        said[1].contains("starts no runs") && said[1].contains("model.base_url"),
+        "{said:?}"
+    );
+
+    // Stored runs are listed, shown, followed, and the dashboard serves.
+    let http = reqwest::Client::new();
+    let out = output(leasehold(&data, None).args(["runs", "list", "--server", &base])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains(&run_id), "{}", out.stdout);
+    let view = support::get_run(&http, &base, &run_id).await;
+    assert_eq!(view["status"], "waiting_human", "{view}");
+    let out = output(
+        leasehold(&data, None).args(["runs", "events", &run_id, "--server", &base, "--json"]),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        events_of(&out.stdout)
+            .iter()
+            .any(|e| e.kind.name() == "paused"),
+        "{}",
+        out.stdout
+    );
+    let page = http.get(format!("{base}/")).send().await.expect("GET /");
+    assert_eq!(page.status().as_u16(), 200);
+
+    // Whatever needs a model is refused, naming the keys to set; nothing
+    // is stored.
+    let refusals = [
+        http.post(format!("{base}/runs")).json(&stack.flow()),
+        http.post(format!("{base}/runs/{run_id}/resume"))
+            .json(&serde_json::json!({"guidance": GUIDANCE})),
+        http.post(format!("{base}/runs/{run_id}/fork"))
+            .json(&serde_json::json!({"at": "1"})),
+    ];
+    for request in refusals {
+        let refused = request.send().await.expect("a request");
+        assert_eq!(refused.status().as_u16(), 503);
+        let body: serde_json::Value = refused.json().await.expect("a JSON error");
+        assert_eq!(body["error"]["code"], "no_model", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("model.base_url")),
+            "{body}"
+        );
+    }
+    let out = output(leasehold(&data, None).args([
+        "runs",
+        "resume",
+        &run_id,
+        "--server",
+        &base,
+        "--guidance",
+        GUIDANCE,
+    ]))
+    .await;
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("model.base_url"), "{}", out.stderr);
+    let listed: serde_json::Value = http
+        .get(format!("{base}/runs"))
+        .send()
+        .await
+        .expect("GET /runs")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(
+        support::get_run(&http, &base, &run_id).await["status"],
+        "waiting_human"
+    );
+
+    // A stored run is still controlled: cancelling needs no model.
+    let out =
+        output(leasehold(&data, None).args(["runs", "cancel", &run_id, "--server", &base])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        support::get_run(&http, &base, &run_id).await["status"],
+        "cancelled"
+    );
+    let _ = server.kill().await;
     stack.shutdown().await;
 }
 

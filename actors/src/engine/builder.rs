@@ -163,9 +163,10 @@ pub enum EngineError {
     /// The flow was refused.
     #[error(transparent)]
     Flow(#[from] FlowError),
-    /// The engine was built without a model client.
-    #[error("the engine has no model client: call `EngineBuilder::model`")]
-    NoModel,
+    /// The engine has no model client: built without one, or on purpose
+    /// ([`EngineBuilder::without_model`], which says why).
+    #[error("{0}")]
+    NoModel(String),
     /// A flow names a tool server the engine does not have.
     #[error(
         "flow names tool server `{0}` without a `command` or `url`, and the engine provides \
@@ -277,6 +278,7 @@ fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: 
 pub struct EngineBuilder {
     config: EngineConfig,
     model: Option<Arc<dyn ModelClient>>,
+    without_model: Option<String>,
     evaluator: Option<Arc<dyn Evaluator>>,
     events: Option<Arc<dyn EventSink>>,
     store: Option<Arc<dyn Store>>,
@@ -310,6 +312,16 @@ impl EngineBuilder {
     /// The model every loop calls.
     pub fn model(mut self, model: Arc<dyn ModelClient>) -> Self {
         self.model = Some(model);
+        self
+    }
+
+    /// Builds an engine without a model, which runs nothing: it lists,
+    /// shows, follows and cancels stored runs, and refuses to start,
+    /// queue, resume, fork or claim one with [`EngineError::NoModel`]
+    /// carrying `why` (say what to configure). A server browsing stored
+    /// runs is one. Ignored when a model is given.
+    pub fn without_model(mut self, why: impl Into<String>) -> Self {
+        self.without_model = Some(why.into());
         self
     }
 
@@ -415,7 +427,17 @@ impl EngineBuilder {
             &self.policies,
             "watchdog.policy",
         )?;
-        let model = self.model.ok_or(EngineError::NoModel)?;
+        let model = match (self.model, self.without_model) {
+            (Some(model), _) => Ok(model),
+            (None, Some(why)) => Err(Arc::from(why)),
+            (None, None) => {
+                return Err(EngineError::NoModel(
+                    "the engine has no model client: call `EngineBuilder::model` (or \
+                     `EngineBuilder::without_model` for an engine that runs nothing)"
+                        .to_owned(),
+                ));
+            }
+        };
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let bus = EventBus::with_clock(EventBus::DEFAULT_CAPACITY, clock.clone());
         let store = self.store.unwrap_or_else(|| Arc::new(MemoryStore::new()));

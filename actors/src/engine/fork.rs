@@ -25,7 +25,7 @@ impl Engine {
     /// point is never sent again: the fork replays its recorded result, or
     /// waits for a person when its outcome is unknown.
     pub async fn fork(&self, run_id: &str, spec: ForkSpec) -> Result<RunHandle, EngineError> {
-        self.refuse_if_shut_down()?;
+        self.refuse_runs()?;
         let parent = self
             .store
             .load_run(run_id)

@@ -116,6 +116,16 @@ impl Engine {
         }
     }
 
+    /// Refuses to take on a run once shut down, or when this engine has no
+    /// model ([`EngineBuilder::without_model`](super::EngineBuilder::without_model)).
+    pub(super) fn refuse_runs(&self) -> Result<(), EngineError> {
+        self.refuse_if_shut_down()?;
+        match &self.model {
+            Ok(_) => Ok(()),
+            Err(why) => Err(EngineError::NoModel(why.to_string())),
+        }
+    }
+
     pub(super) fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
         self.live
             .lock()
@@ -304,7 +314,8 @@ impl Engine {
     /// orphaned (none are reconciled here): what an executor with room for
     /// `max` more runs takes on. Returns the handles of the runs resumed.
     pub async fn resume_orphans_up_to(&self, max: usize) -> Result<Vec<RunHandle>, EngineError> {
-        if max == 0 {
+        // An engine without a model leaves orphans to one that can run them.
+        if max == 0 || self.without_model().is_some() {
             return Ok(Vec::new());
         }
         let mut query = crate::ports::RunQuery::first(max);

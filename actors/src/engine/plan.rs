@@ -30,6 +30,10 @@ impl Engine {
     /// Validates `flow` and works out everything a run of it needs, with
     /// this engine's configuration and ports.
     pub(super) fn plan(&self, flow: Flow) -> Result<RunPlan, EngineError> {
+        let model = self
+            .model
+            .clone()
+            .map_err(|why| EngineError::NoModel(why.to_string()))?;
         flow.validate()?;
         within_configuration(&flow, &self.config)?;
         let supervision = supervision_of(&flow, &self.config.supervision)?;
@@ -54,7 +58,8 @@ impl Engine {
         let spawn_limits = spawn_limits(&flow, self.config.spawn);
         Ok(RunPlan {
             flow: Arc::new(flow),
-            model: self.model.clone(),
+            model_name: model.model_name(),
+            model,
             evaluator: self.evaluator.clone(),
             events: self.events.clone(),
             store: self.store.clone(),
@@ -71,7 +76,6 @@ impl Engine {
             max_tool_result_bytes: self.config.max_tool_result_bytes,
             spawn_limits,
             prices: self.config.prices.clone(),
-            model_name: self.model.model_name(),
         })
     }
 

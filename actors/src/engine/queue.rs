@@ -34,7 +34,7 @@ impl Engine {
         flow: Flow,
         options: super::RunOptions,
     ) -> Result<RunRecord, EngineError> {
-        self.refuse_if_shut_down()?;
+        self.refuse_runs()?;
         let (_, stored) = self.plan_stored(flow)?;
         let record = RunRecord {
             status: RunStatus::Queued,
@@ -54,7 +54,9 @@ impl Engine {
     /// owned and idle; the others start.
     pub async fn claim_queued(&self, max: usize) -> Result<Vec<RunHandle>, EngineError> {
         self.refuse_if_shut_down()?;
-        if max == 0 {
+        // An engine without a model takes on no run: the queue waits for
+        // an executor that can run it.
+        if max == 0 || self.without_model().is_some() {
             return Ok(Vec::new());
         }
         let claim = QueueClaim {
@@ -81,7 +83,7 @@ impl Engine {
     /// like [`Engine::resume`] if another executor holds it; a run another
     /// executor claimed and then lost is resumed from its snapshots.
     pub async fn start_queued(&self, run_id: &str) -> Result<RunHandle, EngineError> {
-        self.refuse_if_shut_down()?;
+        self.refuse_runs()?;
         let _taking = self.take_on(run_id)?;
         let record = self.claim(run_id, self.clock.now_unix_ms()).await?;
         if record.fence == FIRST_FENCE {
@@ -95,7 +97,7 @@ impl Engine {
     /// as the claim answered it), from its flow: it has no snapshot yet, so
     /// it begins at its first step, as [`Engine::start`] begins a new run.
     pub async fn launch_claimed(&self, record: RunRecord) -> Result<RunHandle, EngineError> {
-        self.refuse_if_shut_down()?;
+        self.refuse_runs()?;
         let plan = self.plan_of(&record)?;
         self.launch(plan, record, None).await
     }

@@ -2,15 +2,14 @@
 //! API. It asks and answers; `runs.rs` reads the command line and prints
 //! the answers the same way as a data directory's.
 
-use std::process::ExitCode;
-
-use futures_util::StreamExt;
-use leasehold::{Event, RunQuery};
+use leasehold::RunQuery;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 
 use super::CliError;
-use super::log::{self, Output};
+
+mod follow;
+pub(super) use follow::Until;
 use leasehold_server::{RunView, RunsPage, TraceView};
 
 /// A client of a leasehold server.
@@ -121,89 +120,6 @@ impl Remote {
         let path = format!("/runs/{run_id}/{control}");
         self.send(self.request(Method::POST, &path).json(body))
             .await
-    }
-
-    /// Prints the run's event stream until the server says it ended.
-    pub(super) async fn follow(
-        &self,
-        run_id: &str,
-        after: u64,
-        output: Output,
-    ) -> Result<ExitCode, CliError> {
-        let response = self
-            .request(Method::GET, &format!("/runs/{run_id}/events?after={after}"))
-            .send()
-            .await
-            .map_err(|e| CliError::other(format!("{}: {e}", self.base)))?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            return Err(CliError::other(refusal(status, &body)));
-        }
-        let mut body = response.bytes_stream();
-        let mut pending = String::new();
-        let mut frame = Frame::default();
-        let mut origin = None;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| CliError::other(format!("the stream broke: {e}")))?;
-            pending.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = pending.find('\n') {
-                let line: String = pending.drain(..=end).collect();
-                let line = line.trim_end_matches(['\r', '\n']);
-                if !line.is_empty() {
-                    frame.feed(line);
-                    continue;
-                }
-                let done = std::mem::take(&mut frame);
-                if done.event.as_deref() == Some("end") {
-                    eprintln!(
-                        "run {run_id} ended: {}",
-                        leasehold::printable::printable(&done.data)
-                    );
-                    return Ok(ExitCode::SUCCESS);
-                }
-                if done.data.is_empty() {
-                    continue;
-                }
-                let event: Event = serde_json::from_str(&done.data).map_err(|e| {
-                    CliError::other(format!(
-                        "the server sent an event that is not the schema: {e}"
-                    ))
-                })?;
-                let start = *origin.get_or_insert(event.at);
-                log::print(&event, output, start);
-            }
-        }
-        Err(CliError::other(
-            "the server closed the stream before the run ended",
-        ))
-    }
-}
-
-/// One Server-Sent Event being read.
-#[derive(Debug, Default)]
-struct Frame {
-    event: Option<String>,
-    data: String,
-}
-
-impl Frame {
-    fn feed(&mut self, line: &str) {
-        if line.starts_with(':') {
-            return;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "event" => self.event = Some(value.to_owned()),
-            "data" => {
-                if !self.data.is_empty() {
-                    self.data.push('\n');
-                }
-                self.data.push_str(value);
-            }
-            _ => {}
-        }
     }
 }
 

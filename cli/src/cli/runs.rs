@@ -16,7 +16,7 @@ use leasehold::{
 };
 
 use super::log::{self, Output};
-use super::remote::Remote;
+use super::remote::{Remote, Until};
 use super::{CliError, GlobalArgs};
 use leasehold::config::{Config, EngineSetupError};
 use leasehold::executor::control::{self, Controlled, Executor, Refused};
@@ -487,11 +487,14 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
             } else {
                 Output::Readable
             };
-            return client.follow(&args.id, args.after, output).await;
+            return client
+                .follow(&args.id, args.after, output, Until::Logged)
+                .await;
         }
         RunsCommand::Resume(args) => {
             let body = serde_json::json!({ "guidance": args.guidance });
-            print_json(&client.control(&args.id, "resume", &body).await?);
+            let answer = client.control(&args.id, "resume", &body).await?;
+            return follow_control(client, &args.id, "resume", &answer, args.json).await;
         }
         RunsCommand::Cancel(args) => {
             let body = serde_json::json!({ "reason": args.reason });
@@ -508,7 +511,8 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
                 }
             };
             body["key"] = serde_json::Value::String(key);
-            print_json(&client.control(&args.id, "reconcile", &body).await?);
+            let answer = client.control(&args.id, "reconcile", &body).await?;
+            return follow_control(client, &args.id, "decision", &answer, args.json).await;
         }
         RunsCommand::Replay(_) => {
             return Err(CliError::other(
@@ -541,10 +545,40 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
             } else {
                 Output::Readable
             };
-            return client.follow(&fork_id, 0, output).await;
+            return client.follow(&fork_id, 0, output, Until::EndOrPause).await;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Follows what a control answered by the server `answer` made of the
+/// run, as a local control does: its events from those it had logged
+/// before, until it ends or pauses again; the exit code is the run's.
+async fn follow_control(
+    client: &Remote,
+    run_id: &str,
+    name: &str,
+    answer: &serde_json::Value,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let status = answer["status"].as_str().unwrap_or("unknown");
+    match answer["forwarded_to"].as_str() {
+        Some(owner) => eprintln!(
+            "run {run_id}: {name} forwarded to {}, the executor that runs it",
+            printable(owner)
+        ),
+        None => eprintln!("run {run_id}: {name} applied: it is {}", printable(status)),
+    }
+    let Some(after) = answer["after_seq"].as_u64() else {
+        // A server that does not say where the run was: its answer is
+        // all there is to show.
+        print_json(answer);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let output = if json { Output::Json } else { Output::Readable };
+    client
+        .follow(run_id, after, output, Until::EndOrPause)
+        .await
 }
 
 /// A person's control of a run, through the executor's controls: applied

@@ -62,7 +62,7 @@ pub(super) async fn serve(
     // Its store's writes are timed into the server's metrics.
     let metrics = Arc::new(Metrics::new());
     let mut builder = global
-        .register(config.engine_builder()?)
+        .register(config.engine_builder_for_serving()?)
         .wrap_store(|store| MeteredStore::wrap(store, &metrics));
     // Its leases and its admission read the same probe of its lag.
     if let Some(gauge) = config.load_gauge() {
@@ -112,6 +112,10 @@ pub(super) async fn serve(
         }));
     }
     println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
+    if let Some(why) = app.engine().without_model() {
+        tracing::warn!("{why}");
+        println!("leasehold: {why}");
+    }
     let served = serving.await;
     webhooks.stop().await;
     // No sweep may claim a run while the engine stops its runs.

@@ -92,6 +92,25 @@ impl Config {
         Ok(builder)
     }
 
+    /// [`Config::engine_builder`], except that a configuration naming no
+    /// model endpoint at all (neither `model.base_url` nor `model.name`)
+    /// gives an engine that runs nothing
+    /// ([`EngineBuilder::without_model`]): it lists, shows, follows and
+    /// cancels stored runs, and refuses to start, resume, fork or claim
+    /// one, naming the keys to set. What `leasehold serve` builds, so a
+    /// server can browse stored runs without an endpoint. A half-set
+    /// endpoint is refused as [`Config::engine_builder`] refuses it.
+    pub fn engine_builder_for_serving(&self) -> Result<EngineBuilder, EngineSetupError> {
+        #[cfg(feature = "openai")]
+        if self.model_base_url.value.is_none() && self.model_name.value.is_none() {
+            let builder = self.engine_builder_with_model(None).without_model(NO_MODEL);
+            #[cfg(feature = "store")]
+            let builder = builder.store(self.open_store()?);
+            return Ok(builder);
+        }
+        self.engine_builder()
+    }
+
     /// [`Config::engine_builder`] on `store` instead of the configured one
     /// (which is not opened).
     pub fn engine_builder_with_store(
@@ -149,25 +168,51 @@ impl Config {
         // The model endpoint is checked first: a configuration without one
         // fails before anything else is built.
         #[cfg(feature = "openai")]
-        let client = OpenAiClient::new(self.model_settings()?)?;
+        let client = Some(OpenAiClient::new(self.model_settings()?)?);
+        #[cfg(not(feature = "openai"))]
+        let client = None;
+        Ok(self.engine_builder_with_model(client))
+    }
+
+    /// The builder with `client` (and its evaluator) when there is one.
+    fn engine_builder_with_model(&self, client: Option<ModelClientOf>) -> EngineBuilder {
         let builder = Engine::builder()
             .config(self.engine_config())
             .owner_id(crate::executor::owner_id());
         #[cfg(feature = "openai")]
-        let builder = {
-            let evaluator = ModelEvaluator::with_role(&client, self.watchdog_role.value);
-            builder
-                .model(Arc::new(client))
-                .evaluator(Arc::new(evaluator))
+        let builder = match client {
+            Some(client) => {
+                let evaluator = ModelEvaluator::with_role(&client, self.watchdog_role.value);
+                builder
+                    .model(Arc::new(client))
+                    .evaluator(Arc::new(evaluator))
+            }
+            None => builder,
         };
+        #[cfg(not(feature = "openai"))]
+        let _ = client;
         #[cfg(feature = "mcp")]
         let builder = builder.tool_factory(McpToolClient::factory_recorded(
             self.mcp_handshake_timeout.value,
             Some(Arc::new(ToolGroups::in_data_dir(&self.data_dir.value))),
         ));
-        Ok(builder)
+        builder
     }
 }
+
+/// The model client this build makes from the configuration.
+#[cfg(feature = "openai")]
+type ModelClientOf = OpenAiClient;
+/// This build makes no model client.
+#[cfg(not(feature = "openai"))]
+type ModelClientOf = std::convert::Infallible;
+
+/// Why a server with no model endpoint configured runs nothing.
+#[cfg(feature = "openai")]
+const NO_MODEL: &str = "this server starts no runs: no model endpoint is configured. Set \
+     `model.base_url` and `model.name` (LEASEHOLD_MODEL_BASE_URL and LEASEHOLD_MODEL_NAME, or \
+     `[model]` in leasehold.toml) and restart it; until then it lists, shows, follows and \
+     cancels the stored runs";
 
 /// The PostgreSQL store at `url`.
 #[cfg(all(feature = "store", feature = "postgres"))]

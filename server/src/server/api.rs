@@ -55,12 +55,19 @@ pub(super) async fn paces(
 /// The flow's tool servers are references to the configuration's
 /// `[[tools]]` (or to servers the engine provides); one that carries a
 /// `command`, `url` or `env` is refused with 403, unless the server allows
-/// flow tools.
+/// flow tools. A server without a model refuses every flow with 503
+/// `no_model`, naming the keys to set.
 pub(super) async fn create_run(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    // A server with no model runs nothing: said before the flow is read.
+    if let Some(why) = app.engine.without_model() {
+        return Err(ApiError::from(leasehold::EngineError::NoModel(
+            why.to_owned(),
+        )));
+    }
     let format = match media_type(&headers).as_deref() {
         Some("application/json") => Format::Json,
         Some("application/toml") => Format::Toml,

@@ -83,27 +83,42 @@ pub(super) async fn control(
     command: RunCommand,
 ) -> Result<Response, ApiError> {
     let served = Served(Arc::clone(app));
+    // What the run had logged before the control: a client follows what
+    // the control made of it from there.
+    let after_seq = last_seq(app, run_id).await?;
     match control::control(&served, run_id, command).await {
         Ok(Controlled::Applied { status, claimed }) => {
-            let mut body = serde_json::json!({"run_id": run_id, "status": status});
+            let mut body =
+                serde_json::json!({"run_id": run_id, "status": status, "after_seq": after_seq});
             if claimed.is_some() {
                 body["claimed"] = serde_json::Value::Bool(true);
             }
             Ok(Json(body).into_response())
         }
         Ok(Controlled::Forwarded {
-            owner_id, status, ..
+            owner_id,
+            status,
+            after_seq,
+            ..
         }) => Ok((
             StatusCode::ACCEPTED,
             Json(serde_json::json!({
                 "run_id": run_id,
                 "status": status,
                 "forwarded_to": owner_id,
+                "after_seq": after_seq,
             })),
         )
             .into_response()),
         Err(refused) => Ok(refusal(refused).into_response()),
     }
+}
+
+/// The seq of the last event `run_id` logged (0 before any, or for no
+/// such run: the control says which).
+async fn last_seq(app: &App, run_id: &str) -> Result<u64, ApiError> {
+    let events = app.engine.store().load_events(run_id, 0).await?;
+    Ok(events.last().map_or(0, |event| event.seq))
 }
 
 /// The API's answer to a refused control.

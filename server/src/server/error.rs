@@ -101,6 +101,12 @@ impl From<EngineError> for ApiError {
             EngineError::ToolClient { .. } => {
                 Self::new(StatusCode::BAD_GATEWAY, "tool_server", error.to_string())
             }
+            // This server runs nothing: no model is configured.
+            EngineError::NoModel(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_model",
+                error.to_string(),
+            ),
             EngineError::Fork(_) => Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_fork",

@@ -139,6 +139,9 @@ async fn follow_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<See
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct StreamQuery {
     after: Option<u64>,
+    /// `false`: the events logged so far, then `event: end` with the run's
+    /// status whatever it is, and the stream closes.
+    live: Option<bool>,
 }
 
 /// `GET /runs/{id}/events`.
@@ -151,7 +154,8 @@ pub(super) async fn stream(
     let run_id = super::api::run_id(path)?;
     let Query(query) = query.map_err(|rejection| {
         ApiError::bad_request(format!(
-            "the query is not what this route takes (`after` is an event's seq): {}",
+            "the query is not what this route takes (`after` is an event's seq, `live` true or \
+             false): {}",
             rejection.body_text()
         ))
     })?;
@@ -182,7 +186,8 @@ pub(super) async fn stream(
     }
     let (tx, rx) = mpsc::channel(64);
     let open = app.metrics.event_stream_opened();
-    tokio::spawn(feed(app.clone(), run_id, after, tx, (permit, open)));
+    let live = query.live.unwrap_or(true);
+    tokio::spawn(feed(app.clone(), run_id, after, live, tx, (permit, open)));
     let keep_alive = KeepAlive::new().interval(app.options.keep_alive);
     Ok(Sse::new(ReceiverStream::new(rx))
         .keep_alive(keep_alive)
@@ -265,12 +270,14 @@ fn shutting_down() -> Result<SseEvent, Infallible> {
 }
 
 /// Sends the run's events after `after` until the run ends, the reader
-/// leaves or the server shuts down. Holds `_open`, its place among the
-/// open streams and in their gauge, until then.
+/// leaves or the server shuts down; only those logged so far unless
+/// `live`. Holds `_open`, its place among the open streams and in their
+/// gauge, until then.
 async fn feed(
     app: Arc<App>,
     run_id: String,
     mut after: u64,
+    live_too: bool,
     tx: mpsc::Sender<Result<SseEvent, Infallible>>,
     _open: (OwnedSemaphorePermit, OpenStream),
 ) {
@@ -349,6 +356,10 @@ async fn feed(
         };
         if let Some(ended) = ended {
             let _ = tx.send(end(ended)).await;
+            return;
+        }
+        if !live_too {
+            let _ = tx.send(end(status)).await;
             return;
         }
         if status.is_terminal() {

@@ -1,0 +1,391 @@
+//! A run's event stream on a server, `GET /runs/{id}/events`, read with
+//! `eventsource-client`: the events logged so far (`live=false`), or live
+//! until the run ends or pauses again. A followed stream that breaks — the
+//! server restarts, shuts down (`event: shutdown`), a proxy cuts it — is
+//! opened again with `Last-Event-ID`, so no event is printed twice or
+//! missed; one silent for [`SILENCE`] (not even a keep-alive, no server
+//! answering) is given up, saying how to pick it up again.
+//!
+//! The requests go through the same reqwest client as the other requests
+//! of `--server`, as the stream's [`HttpTransport`].
+
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_client::{self as sse, Client as _, SSE};
+use futures_util::{Stream, StreamExt};
+use launchdarkly_sdk_transport::{
+    ByteStream, HttpTransport, Request, ResponseFuture, TransportError,
+};
+use leasehold::{Event, EventKind, RunStatus};
+use reqwest::StatusCode;
+use tokio::sync::mpsc;
+
+use super::{Remote, refusal};
+use crate::cli::CliError;
+use crate::cli::log::{self, Output};
+
+/// How long a followed stream may bring nothing — no event, no keep-alive,
+/// no answer to a reconnection — before the server is taken as gone.
+const SILENCE: Duration = Duration::from_secs(60);
+
+/// Where reading a run's events stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::cli) enum Until {
+    /// At the last event the run has logged now.
+    Logged,
+    /// When the run ends, or pauses after the events it had logged before
+    /// (a pause it was in before does not count).
+    EndOrPause,
+}
+
+impl Remote {
+    /// Prints run `run_id`'s events after `after` until `until`; the exit
+    /// code is the run's as a local command's (0 completed, 3 paused, 1
+    /// otherwise) when followed, 0 when only the logged events were asked.
+    pub(in crate::cli) async fn follow(
+        &self,
+        run_id: &str,
+        after: u64,
+        output: Output,
+        until: Until,
+    ) -> Result<ExitCode, CliError> {
+        let live = until == Until::EndOrPause;
+        let url = format!("{}/runs/{run_id}/events?live={live}", self.base);
+        let options = sse::ReconnectOptions::reconnect(live)
+            .retry_initial(false)
+            .delay(Duration::from_millis(250))
+            .backoff_factor(2)
+            .delay_max(Duration::from_secs(5))
+            .build();
+        let bad = |e: sse::Error| CliError::other(format!("{url}: {e}"));
+        let mut builder = sse::ClientBuilder::for_url(&url)
+            .map_err(bad)?
+            .last_event_id(after.to_string())
+            .reconnect(options);
+        if let Some(token) = &self.token {
+            builder = builder
+                .header("authorization", &format!("Bearer {token}"))
+                .map_err(bad)?;
+        }
+        let client = builder.build_with_transport(Transport(self.http.clone()));
+        let mut stream = client.stream();
+        let mut origin = None;
+        let mut heard = tokio::time::Instant::now();
+        loop {
+            let next = tokio::time::timeout_at(heard + SILENCE, stream.next()).await;
+            let item = match next {
+                Ok(Some(item)) => item,
+                Ok(None) => {
+                    return Err(CliError::other(format!(
+                        "{}: the event stream of run {run_id} closed before its end",
+                        self.base
+                    )));
+                }
+                Err(_) => {
+                    return Err(CliError::other(format!(
+                        "{}: nothing heard for {} (no event, no keep-alive): the server is gone \
+                         or cut off. Where the run is: `leasehold runs show {run_id} --server {}`",
+                        self.base,
+                        humantime::format_duration(SILENCE),
+                        self.base
+                    )));
+                }
+            };
+            let frame = match item {
+                Ok(SSE::Event(frame)) => frame,
+                Ok(SSE::Connected(_) | SSE::Comment(_)) => {
+                    heard = tokio::time::Instant::now();
+                    continue;
+                }
+                // The first answer was a refusal: it says why.
+                Err(sse::Error::UnexpectedResponse(response, body))
+                    if !live || origin.is_none() =>
+                {
+                    let status = StatusCode::from_u16(response.status())
+                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    let text = read_body(body.into_stream()).await;
+                    return Err(CliError::other(refusal(status, &text)));
+                }
+                Err(sse::Error::Transport(error)) if origin.is_none() && !live => {
+                    return Err(CliError::other(format!("{}: {error}", self.base)));
+                }
+                // The stream broke or was refused on a reconnection: it is
+                // opened again with the last event's id.
+                Err(_) => continue,
+            };
+            heard = tokio::time::Instant::now();
+            match frame.event_type.as_str() {
+                "end" => {
+                    let status = ended_as(&frame.data);
+                    if live {
+                        eprintln!(
+                            "run {run_id} ended: {}",
+                            status.map_or("unknown", RunStatus::name)
+                        );
+                        return Ok(status.map_or(ExitCode::FAILURE, crate::cli::exit_code_of));
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                // The server stops: reconnected to, with the last id.
+                "shutdown" => continue,
+                _ => {}
+            }
+            let event: Event = serde_json::from_str(&frame.data).map_err(|e| {
+                CliError::other(format!(
+                    "{}: the server sent an event that is not the schema: {e}",
+                    self.base
+                ))
+            })?;
+            let start = *origin.get_or_insert(event.at);
+            log::print(&event, output, start);
+            if live && event.seq > after && pauses(&event.kind) {
+                eprintln!("run {run_id} paused for a person");
+                return Ok(ExitCode::from(crate::cli::EXIT_PAUSED));
+            }
+        }
+    }
+}
+
+/// Whether the run waits for a person after `kind`.
+fn pauses(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Paused { .. } | EventKind::ReconciliationRequired { .. }
+    )
+}
+
+/// The status an `event: end` carries (`{"status": "completed"}`).
+fn ended_as(data: &str) -> Option<RunStatus> {
+    #[derive(serde::Deserialize)]
+    struct End {
+        status: RunStatus,
+    }
+    serde_json::from_str::<End>(data).ok().map(|end| end.status)
+}
+
+/// At most 64 KiB of a refusal's body, as text.
+async fn read_body(mut body: ByteStream) -> String {
+    let mut text = Vec::new();
+    while let Some(Ok(chunk)) = body.next().await {
+        text.extend_from_slice(&chunk);
+        if text.len() > 64 * 1024 {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// The event stream's transport: the `--server` requests' reqwest client.
+/// Its body is read by a task of its own into a channel, so that what the
+/// stream holds is `Sync`, as the transport's contract asks.
+#[derive(Clone)]
+struct Transport(reqwest::Client);
+
+impl HttpTransport for Transport {
+    fn request(&self, request: Request<Option<Bytes>>) -> ResponseFuture {
+        let (parts, body) = request.into_parts();
+        let mut outgoing = self.0.request(parts.method, parts.uri.to_string());
+        outgoing = outgoing.headers(parts.headers);
+        if let Some(body) = body {
+            outgoing = outgoing.body(body);
+        }
+        let sent = tokio::spawn(async move {
+            let response = outgoing.send().await.map_err(TransportError::new)?;
+            let mut answer = http::Response::builder().status(response.status());
+            if let Some(headers) = answer.headers_mut() {
+                *headers = response.headers().clone();
+            }
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(pump(response, tx));
+            let body: ByteStream = Box::pin(Channel(rx));
+            answer.body(body).map_err(TransportError::new)
+        });
+        Box::pin(async move {
+            match sent.await {
+                Ok(answer) => answer,
+                Err(joined) => Err(TransportError::new(joined)),
+            }
+        })
+    }
+}
+
+/// Copies `response`'s body into `tx` until it ends or nobody reads.
+async fn pump(response: reqwest::Response, tx: mpsc::Sender<Result<Bytes, TransportError>>) {
+    let mut body = response.bytes_stream();
+    loop {
+        let chunk = tokio::select! {
+            chunk = body.next() => chunk,
+            () = tx.closed() => return,
+        };
+        let Some(chunk) = chunk else { return };
+        if tx.send(chunk.map_err(TransportError::new)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A body read from a channel.
+struct Channel(mpsc::Receiver<Result<Bytes, TransportError>>);
+
+impl Stream for Channel {
+    type Item = Result<Bytes, TransportError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::Router;
+    use axum::extract::State;
+    use axum::http::HeaderMap;
+    use axum::response::sse::{Event as SseEvent, Sse};
+    use axum::routing::get;
+    use futures_util::stream;
+
+    use super::*;
+
+    fn step(seq: u64) -> SseEvent {
+        let event = serde_json::json!({
+            "seq": seq, "position": seq, "at": 1_000 + seq, "run_id": "run-1", "path": "run",
+            "kind": "step_started", "step": seq, "limit": 9, "nudges": 0,
+        });
+        SseEvent::default()
+            .id(seq.to_string())
+            .data(event.to_string())
+    }
+
+    /// A server whose first stream sends two events and breaks off as a
+    /// server that shuts down does, and whose next sends what follows the
+    /// `Last-Event-ID` it is given, then the end.
+    async fn breaking_server(asked: Arc<Mutex<Vec<Option<String>>>>) -> String {
+        let app =
+            Router::new()
+                .route(
+                    "/runs/run-1/events",
+                    get(
+                        |State(asked): State<Arc<Mutex<Vec<Option<String>>>>>,
+                         headers: HeaderMap| async move {
+                            let last = headers
+                                .get("last-event-id")
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_owned);
+                            let first = {
+                                let mut asked = asked.lock().unwrap();
+                                asked.push(last.clone());
+                                asked.len() == 1
+                            };
+                            let frames: Vec<SseEvent> = if first {
+                                vec![
+                                    step(1),
+                                    step(2),
+                                    SseEvent::default().event("shutdown").data("{}"),
+                                ]
+                            } else {
+                                let after: u64 = last.and_then(|l| l.parse().ok()).unwrap_or(0);
+                                let mut frames: Vec<SseEvent> = (after + 1..=3).map(step).collect();
+                                frames.push(
+                                    SseEvent::default()
+                                        .event("end")
+                                        .data(r#"{"status":"completed"}"#),
+                                );
+                                frames
+                            };
+                            Sse::new(stream::iter(
+                                frames.into_iter().map(Ok::<_, std::convert::Infallible>),
+                            ))
+                        },
+                    ),
+                )
+                .with_state(asked);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_stream_broken_off_is_opened_again_after_the_last_event_until_the_run_ends() {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let base = breaking_server(Arc::clone(&asked)).await;
+        let remote = Remote::new(&base, None).unwrap();
+        let code = remote
+            .follow("run-1", 0, Output::Json, Until::EndOrPause)
+            .await
+            .unwrap();
+        assert_eq!(code, ExitCode::SUCCESS);
+        assert_eq!(
+            *asked.lock().unwrap(),
+            vec![Some("0".to_owned()), Some("2".to_owned())],
+            "opened from the start, then again after the last event it got"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_stream_says_why() {
+        let app = Router::new().route(
+            "/runs/nope/events",
+            get(|| async {
+                (
+                    axum::http::StatusCode::NOT_FOUND,
+                    axum::Json(serde_json::json!({"error": {"code": "not_found", "message": "no run nope"}})),
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let remote = Remote::new(&format!("http://{addr}"), None).unwrap();
+        for until in [Until::Logged, Until::EndOrPause] {
+            let refused = remote
+                .follow("nope", 0, Output::Json, until)
+                .await
+                .unwrap_err();
+            assert!(refused.to_string().contains("no run nope"), "{refused}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_followed_run_that_pauses_again_exits_3_and_an_earlier_pause_does_not_count() {
+        let paused = |seq: u64| {
+            let event = serde_json::json!({
+                "seq": seq, "position": seq, "at": 1_000 + seq, "run_id": "run-1",
+                "path": "run", "kind": "paused", "reason": "a person must decide",
+                "subject": "rollback", "evidence": {"count": 0},
+            });
+            SseEvent::default()
+                .id(seq.to_string())
+                .data(event.to_string())
+        };
+        let app = Router::new().route(
+            "/runs/run-1/events",
+            get(move || async move {
+                // Held open after the pause: the client leaves by itself.
+                let frames = stream::iter(
+                    [paused(1), step(2), paused(3)]
+                        .into_iter()
+                        .map(Ok::<_, std::convert::Infallible>),
+                )
+                .chain(stream::pending());
+                Sse::new(frames)
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let remote = Remote::new(&format!("http://{addr}"), None).unwrap();
+        // Resumed after its pause at 1: the pause at 3 is a new one.
+        let code = remote
+            .follow("run-1", 1, Output::Json, Until::EndOrPause)
+            .await
+            .unwrap();
+        assert_eq!(code, ExitCode::from(crate::cli::EXIT_PAUSED));
+    }
+}
