@@ -132,6 +132,10 @@ pub(crate) struct LoopState {
     /// The loop's answer, once it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// Whether that answer was cut off at the model's length limit (its
+    /// wrap-up step had no room to continue it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answer_cut_off: bool,
 }
 
 impl LoopState {

@@ -285,6 +285,7 @@ mod tests {
             EventKind::RunCompleted {
                 answer: "done".to_owned(),
                 steps: 1,
+                cut_off: false,
             },
         );
         let mut events = Vec::new();

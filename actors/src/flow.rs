@@ -115,6 +115,27 @@ pub struct Flow {
     /// URL or a secret.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<String>,
+    /// The most tokens one model answer of this run may hold, sent to the
+    /// model as `max_tokens` (each worker kind may set its own). None: the
+    /// endpoint's `model.max_tokens`, else the model server's own limit.
+    /// An answer cut off there is continued in the next step while the
+    /// step budget lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+/// The most a flow's or a worker kind's `max_tokens` may be.
+pub const MAX_ANSWER_TOKENS: u32 = 1_000_000;
+
+/// `max_tokens` at `key`: at least 1, at most [`MAX_ANSWER_TOKENS`].
+fn answer_tokens_valid(key: &str, max_tokens: Option<u32>) -> Result<(), FlowError> {
+    match max_tokens {
+        Some(n) if n == 0 || n > MAX_ANSWER_TOKENS => Err(FlowError::new(
+            key,
+            format!("expected a number of tokens from 1 to {MAX_ANSWER_TOKENS}, got {n}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The most receivers a flow's `notify` may name.
@@ -261,6 +282,10 @@ pub struct WorkerKind {
     /// Milestones the worker reports as it reaches them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub milestones: Vec<String>,
+    /// The most tokens one model answer of this worker may hold; None: the
+    /// flow's `max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
 }
 
 /// A flow that was refused: names the path of the offending key (e.g.
@@ -297,10 +322,13 @@ impl Flow {
     /// when both given; milestone names non-empty and unique;
     /// `budget.max_extensions` at most [`MAX_EXTENSIONS`](crate::MAX_EXTENSIONS)
     /// (3); leases at least [`MIN_LEASE`](crate::MIN_LEASE) (10 ms);
-    /// `notify` names at most [`MAX_NOTIFY`] receivers, each once.
+    /// `notify` names at most [`MAX_NOTIFY`] receivers, each once;
+    /// `max_tokens` (the flow's and each worker kind's) from 1 to
+    /// [`MAX_ANSWER_TOKENS`].
     pub fn validate(&self) -> Result<(), FlowError> {
         not_blank("name", &self.name)?;
         not_blank("task", &self.task)?;
+        answer_tokens_valid("max_tokens", self.max_tokens)?;
         self.validate_tools()?;
         milestones_valid("milestones", &self.milestones)?;
         for (name, worker) in &self.workers {
@@ -347,6 +375,7 @@ impl Flow {
         }
         let at = format!("workers.{name}");
         not_blank(&format!("{at}.prompt"), &worker.prompt)?;
+        answer_tokens_valid(&format!("{at}.max_tokens"), worker.max_tokens)?;
         if let Some(tools) = &worker.tools {
             for (j, tool) in tools.iter().enumerate() {
                 if !self.tools.iter().any(|server| server.name == *tool) {

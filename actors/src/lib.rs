@@ -79,8 +79,8 @@ pub use run::{RunEvents, RunHandle, RunState};
 
 // Flows.
 pub use flow::{
-    BudgetOverrides, CommandArg, Flow, FlowBuilder, FlowError, LeaseOverrides, MAX_NOTIFY,
-    SpawnOverrides, StrategyKind, SupervisionOverrides, ToolServer, WorkerKind,
+    BudgetOverrides, CommandArg, Flow, FlowBuilder, FlowError, LeaseOverrides, MAX_ANSWER_TOKENS,
+    MAX_NOTIFY, SpawnOverrides, StrategyKind, SupervisionOverrides, ToolServer, WorkerKind,
 };
 pub use spawn::{SpawnLimits, SpawnRefusal};
 

@@ -47,6 +47,10 @@ use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate, Too
 pub(crate) mod plan;
 pub(crate) mod tools;
 
+/// The reason a completed run whose answer was cut off keeps.
+const CUT_OFF_ANSWER: &str = "its answer was cut off at the model's length limit (finish_reason \
+     `length`) in its wrap-up step, with no room to continue it: it may be incomplete";
+
 /// The path of a run's root loop.
 pub const ROOT_PATH: &str = "run";
 
@@ -410,7 +414,13 @@ impl RunActorState {
     async fn ended(&mut self, myself: &ActorRef<LoopMsg>, end: LoopEnd) {
         match end {
             LoopEnd::Answer(answer) => {
-                self.finish(myself, RunStatus::Completed, Some(answer), None)
+                // The record says so too: `runs show`, `GET /runs/{id}`.
+                let reason = self
+                    .agent
+                    .state
+                    .answer_cut_off
+                    .then(|| CUT_OFF_ANSWER.to_owned());
+                self.finish(myself, RunStatus::Completed, Some(answer), reason)
                     .await
             }
             LoopEnd::Failed(reason) => {
@@ -629,6 +639,7 @@ impl RunActorState {
             RunStatus::Completed => EventKind::RunCompleted {
                 answer: answer.clone().unwrap_or_default(),
                 steps: self.agent.state.steps,
+                cut_off: self.agent.state.answer_cut_off,
             },
             RunStatus::Cancelled => EventKind::RunCancelled {
                 reason: reason.clone().unwrap_or_default(),

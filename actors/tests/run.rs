@@ -951,6 +951,108 @@ async fn an_answer_cut_off_at_the_length_limit_is_continued_not_taken() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn max_tokens_of_the_flow_and_of_a_worker_kind_reach_their_loops_requests() {
+    let model = ScriptedModel::new()
+        .script(
+            "run",
+            [Turn::spawn([("researcher", "dig")]), Turn::answer("done")],
+        )
+        .script("worker:researcher", [Turn::answer("dug")]);
+    let tools = ScriptedTools::new();
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut flow = flow(5, 3);
+    flow.max_tokens = Some(300);
+    flow.workers
+        .get_mut("researcher")
+        .expect("a kind")
+        .max_tokens = Some(50);
+    let mut run = start(&rig, flow.clone()).await;
+    assert_eq!(run.wait().await.status, RunStatus::Completed);
+    let root: Vec<_> = model
+        .requests_of("run")
+        .iter()
+        .map(|r| r.max_tokens)
+        .collect();
+    assert_eq!(root, [Some(300), Some(300)]);
+    let worker: Vec<_> = model
+        .requests_of("worker:researcher")
+        .iter()
+        .map(|r| r.max_tokens)
+        .collect();
+    assert_eq!(worker, [Some(50)]);
+
+    // Absurd values are refused, naming the key.
+    flow.workers
+        .get_mut("researcher")
+        .expect("a kind")
+        .max_tokens = Some(0);
+    let Err(refused) = rig.engine.start(flow.clone()).await else {
+        panic!("a worker kind's max_tokens of 0 is refused");
+    };
+    assert!(
+        refused
+            .to_string()
+            .contains("workers.researcher.max_tokens"),
+        "{refused}"
+    );
+    flow.workers
+        .get_mut("researcher")
+        .expect("a kind")
+        .max_tokens = None;
+    flow.max_tokens = Some(2_000_000);
+    let Err(refused) = rig.engine.start(flow).await else {
+        panic!("a flow's max_tokens over the most is refused");
+    };
+    assert!(refused.to_string().contains("`max_tokens`"), "{refused}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wrap_up_answer_cut_off_ends_the_run_saying_it_may_be_incomplete() {
+    // Cut off in its only step, continued past its budget into a wrap-up
+    // that is cut off again: that answer is all there is.
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::answer("The checkout slowdown comes from").cut_off(),
+            Turn::answer("The slowdown comes from the pool").cut_off(),
+        ],
+    );
+    let tools = ScriptedTools::new();
+    let rig = rig(&model, &tools, None, config()).await;
+    let mut run = start(&rig, flow(1, 1)).await;
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(
+        state.answer.as_deref(),
+        Some("The slowdown comes from the pool")
+    );
+    assert!(
+        state
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("cut off")),
+        "{:?}",
+        state.reason
+    );
+    let ended = rig.events.events().into_iter().find_map(|e| match e.kind {
+        EventKind::RunCompleted { cut_off, .. } => Some(cut_off),
+        _ => None,
+    });
+    assert_eq!(ended, Some(true));
+    let record = leasehold_actors::Store::load_run(&rig.store, run.run_id())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        record
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("cut off")),
+        "{record:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_model_stuck_repeating_itself_is_shown_to_the_evaluator_and_escalated_to_a_person() {
     const LOOP: &str = "Let me check the logs again to be sure.";
     let model = ScriptedModel::new().script(

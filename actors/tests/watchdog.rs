@@ -490,6 +490,7 @@ fn stream_with(
 ) -> LeaseHandle<Result<ModelReply, ModelError>> {
     let model = ScriptedModel::new().script("run", [turn]);
     let request = ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![ChatMessage::user("fix the failing test")],
         tools: Vec::new(),

@@ -217,6 +217,7 @@ async fn a_streamed_tool_call_of_the_scripted_model_is_read_by_the_real_client()
         idempotent: Some(true),
     };
     let request = ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![
             ChatMessage::system(worker_prompt(&stack, "logs")),
@@ -244,6 +245,7 @@ async fn a_streamed_tool_call_of_the_scripted_model_is_read_by_the_real_client()
 
     // The same request, blocking, gets the same answer as one JSON object.
     let blocking = ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![
             ChatMessage::system(worker_prompt(&stack, "metrics")),
@@ -325,6 +327,7 @@ async fn a_malformed_request_gets_a_400_json_error_naming_what_was_wrong() {
     let error = client(&stack)
         .complete(
             ModelRequest {
+                max_tokens: None,
                 traceparent: None,
                 messages: Vec::new(),
                 tools: Vec::new(),

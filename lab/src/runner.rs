@@ -194,6 +194,7 @@ fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
     let workers = worker_steps
         .map(|max_steps| {
             let kind = WorkerKind {
+                max_tokens: None,
                 prompt: "Do the task, a step at a time.".to_owned(),
                 max_steps,
                 tools: Some(vec![SERVER.to_owned()]),
@@ -203,6 +204,7 @@ fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
         })
         .unwrap_or_default();
     Flow {
+        max_tokens: None,
         notify: Vec::new(),
         name: "experiment".to_owned(),
         task: "Do the operation.".to_owned(),

@@ -124,6 +124,7 @@ struct Read {
 
 fn request() -> ModelRequest {
     ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![ChatMessage::user("Say two hundred words.")],
         tools: Vec::new(),

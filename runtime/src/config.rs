@@ -234,6 +234,12 @@ pub struct Config {
     pub fast_model_name: Setting<Option<String>>,
     /// Its API key (`LEASEHOLD_FAST_MODEL_API_KEY`).
     pub fast_model_api_key: Setting<Option<String>>,
+    /// The most tokens of an answer of role `default`
+    /// (`LEASEHOLD_MODEL_MAX_TOKENS`); none: the server's own limit.
+    pub model_max_tokens: Setting<Option<u32>>,
+    /// The same for role `fast` (`LEASEHOLD_FAST_MODEL_MAX_TOKENS`);
+    /// none: the default role's.
+    pub fast_model_max_tokens: Setting<Option<u32>>,
     /// Connecting to a model endpoint (`LEASEHOLD_MODEL_CONNECT_TIMEOUT`).
     pub model_connect_timeout: Setting<Duration>,
     /// Starting an MCP tool server and listing its tools, each
@@ -432,6 +438,8 @@ impl Default for Config {
             fast_model_base_url: Setting::default(None),
             fast_model_name: Setting::default(None),
             fast_model_api_key: Setting::default(None),
+            model_max_tokens: Setting::default(None),
+            fast_model_max_tokens: Setting::default(None),
             model_connect_timeout: Setting::default(model.connect_timeout),
             mcp_handshake_timeout: Setting::default(crate::tools::DEFAULT_HANDSHAKE_TIMEOUT),
             model_idle_timeout: Setting::default(None),

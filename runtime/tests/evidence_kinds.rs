@@ -122,6 +122,7 @@ fn supervised(
     let client = OpenAiClient::new(ModelSettings::new(ModelEndpoint::new(base, "wedged")))
         .expect("a client");
     let request = ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![ChatMessage::user("hello")],
         tools: Vec::new(),

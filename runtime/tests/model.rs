@@ -575,6 +575,7 @@ fn client_for(base: &str, idle: Duration) -> OpenAiClient {
 
 fn ask(stream: bool) -> ModelRequest {
     ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![ChatMessage::user("hi")],
         tools: Vec::new(),
@@ -710,6 +711,7 @@ async fn the_request_goes_to_chat_completions_with_bearer_auth_tools_and_usage_r
         ModelSettings::new(ModelEndpoint::new(format!("{base}/"), "m").with_api_key("sk-test"));
     let client = OpenAiClient::new(settings).expect("client");
     let request = ModelRequest {
+        max_tokens: None,
         traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         messages: vec![
             ChatMessage::system("be brief"),
@@ -800,6 +802,29 @@ async fn a_blocking_request_sends_no_stream_options_and_no_key_when_none_is_set(
     assert_eq!(body["stream"], false);
     assert!(body.get("stream_options").is_none());
     assert!(body.get("tools").is_none());
+    assert!(body.get("max_tokens").is_none(), "the server's own limit");
+}
+
+#[tokio::test]
+async fn max_tokens_is_the_requests_else_the_endpoints_else_not_sent() {
+    let mut seen = Vec::new();
+    for (endpoint, request) in [(Some(128), None), (Some(128), Some(64)), (None, Some(32))] {
+        let (base, requests) = peer(vec![json_head(COMPLETION.len()), write(COMPLETION)]);
+        let mut at = ModelEndpoint::new(base, "m");
+        if let Some(n) = endpoint {
+            at = at.with_max_tokens(n);
+        }
+        let client = OpenAiClient::new(ModelSettings::new(at)).expect("client");
+        let mut asked = ask(false);
+        asked.max_tokens = request;
+        client
+            .complete(asked, Evidence::detached())
+            .await
+            .expect("ok");
+        let (_, body) = requests.recv().expect("a request");
+        seen.push(body["max_tokens"].as_u64());
+    }
+    assert_eq!(seen, [Some(128), Some(64), Some(32)]);
 }
 
 #[tokio::test]

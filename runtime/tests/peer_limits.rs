@@ -120,6 +120,7 @@ fn client(base: &str) -> OpenAiClient {
 
 fn ask(stream: bool) -> ModelRequest {
     ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![ChatMessage::user("hi")],
         tools: Vec::new(),

@@ -302,6 +302,7 @@ fn a_run_resumed_elsewhere_has_its_span_begin_when_it_was_created_in_its_callers
             EventKind::RunCompleted {
                 answer: "done".to_owned(),
                 steps: 1,
+                cut_off: false,
             },
         ),
     ];

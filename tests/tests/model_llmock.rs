@@ -37,6 +37,7 @@ fn client(server: &Llmock, idle: Duration) -> OpenAiClient {
 
 fn request(consumer: &str, stream: bool) -> ModelRequest {
     ModelRequest {
+        max_tokens: None,
         traceparent: None,
         messages: vec![
             ChatMessage::system("You are terse."),
@@ -631,25 +632,37 @@ async fn the_evaluator_asks_the_fast_model_for_json_and_returns_its_raw_answer()
 }
 
 #[tokio::test]
-async fn the_evaluator_retries_once_without_response_format_when_the_server_refuses_it() {
+async fn the_evaluator_retries_once_without_response_format_on_any_4xx_and_leaves_it_off_after() {
     let server = Llmock::start().await;
+    // A refusal that does not name the field, as some servers answer.
     server
         .scenario(json!([
-            {"type": "fail", "status": 400, "message": "response_format is not supported by this model"},
+            {"type": "fail", "status": 422, "message": "Unprocessable request"},
             reply_once(r#"{"decision": "EXTEND", "reason": "one milestone left", "confidence": 0.7}"#),
+            reply_once(r#"{"decision": "WRAP_UP", "reason": "nothing left", "confidence": 0.8}"#),
         ]))
         .await;
     let client = client(&server, ms(2_000));
-    let answer = ModelEvaluator::new(&client)
+    let evaluator = ModelEvaluator::new(&client);
+    let answer = evaluator
         .evaluate_budget(budget_request())
         .await
         .expect("the second try answers");
     assert!(answer.text.contains("EXTEND"));
+    let answer = evaluator
+        .evaluate_budget(budget_request())
+        .await
+        .expect("the next evaluation answers at once");
+    assert!(answer.text.contains("WRAP_UP"));
 
     let journal = server.requests().await;
-    assert_eq!(journal.len(), 2);
+    assert_eq!(journal.len(), 3, "one retry, then none");
     assert!(journal[0]["body"].get("response_format").is_some());
     assert!(journal[1]["body"].get("response_format").is_none());
+    assert!(
+        journal[2]["body"].get("response_format").is_none(),
+        "an endpoint that refused JSON mode is not asked for it again"
+    );
     assert!(
         journal[1]["body"]["messages"]
             .to_string()

@@ -193,6 +193,21 @@ impl AgentLoop {
             .into()
     }
 
+    /// The most tokens this loop's answers may hold: its worker kind's
+    /// `max_tokens`, else its flow's.
+    fn max_tokens(&self) -> Option<u32> {
+        let own = match &self.role {
+            super::Role::Worker { kind } => self
+                .ctx
+                .flow
+                .workers
+                .get(kind)
+                .and_then(|worker| worker.max_tokens),
+            super::Role::Root => None,
+        };
+        own.or(self.ctx.flow.max_tokens)
+    }
+
     pub(super) fn start_model_call(&mut self, myself: &ActorRef<LoopMsg>, attempt: u32) {
         self.phase = Phase::Model;
         self.model_attempt = attempt;
@@ -219,6 +234,7 @@ impl AgentLoop {
             stream,
             consumer: self.consumer(),
             traceparent: None,
+            max_tokens: self.max_tokens(),
         };
         let path = format!("{}/model_call:{step}", self.path);
         let request = ModelRequest {
@@ -351,6 +367,9 @@ impl AgentLoop {
                 .push(ChatMessage::assistant(reply.content.clone(), Vec::new()));
             self.phase = Phase::Done;
             self.state.answer = Some(reply.content.clone());
+            // A wrap-up answer cut off is all there is: taken, and said to
+            // be cut off wherever the run's end is shown.
+            self.state.answer_cut_off = cut_off;
             self.save(RunStatus::Running).await;
             return Some(LoopEnd::Answer(reply.content));
         }

@@ -422,6 +422,11 @@ pub enum EventKind {
         answer: String,
         /// Steps the root loop took.
         steps: u32,
+        /// The answer was cut off at the model's length limit: its last
+        /// step (a wrap-up) had no room to continue it, so it may be
+        /// incomplete.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cut_off: bool,
     },
     /// The run failed.
     RunFailed {
@@ -673,9 +678,19 @@ impl EventKind {
                 Some(g) => format!("a person answered: {g}"),
                 None => "a person said to go on".to_owned(),
             },
-            Self::RunCompleted { answer, steps } => {
-                format!("after {}: {answer}", counted(*steps, "step"))
-            }
+            Self::RunCompleted {
+                answer,
+                steps,
+                cut_off,
+            } => format!(
+                "after {}{}: {answer}",
+                counted(*steps, "step"),
+                if *cut_off {
+                    ", its answer cut off at the model's length limit (may be incomplete)"
+                } else {
+                    ""
+                }
+            ),
             Self::RunFailed { reason } | Self::RunCancelled { reason } => reason.clone(),
             Self::ControlRefused { command, reason } => {
                 format!("a forwarded {command} was refused: {reason}")
@@ -812,7 +827,17 @@ mod plurals {
         let done = EventKind::RunCompleted {
             answer: "42".to_owned(),
             steps: 1,
+            cut_off: false,
         };
         assert_eq!(done.describe(), "after 1 step: 42");
+        let cut = EventKind::RunCompleted {
+            answer: "4".to_owned(),
+            steps: 3,
+            cut_off: true,
+        };
+        assert_eq!(
+            cut.describe(),
+            "after 3 steps, its answer cut off at the model's length limit (may be incomplete): 4"
+        );
     }
 }

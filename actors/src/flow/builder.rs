@@ -50,6 +50,7 @@ impl Flow {
     pub fn builder(name: impl Into<String>, task: impl Into<String>) -> FlowBuilder {
         FlowBuilder {
             flow: Flow {
+                max_tokens: None,
                 name: name.into(),
                 task: task.into(),
                 system_prompt: String::new(),
@@ -279,6 +280,7 @@ impl WorkerKind {
     /// unlimited), using all of the flow's tool servers.
     pub fn new(prompt: impl Into<String>, max_steps: u32) -> Self {
         Self {
+            max_tokens: None,
             prompt: prompt.into(),
             max_steps,
             tools: None,

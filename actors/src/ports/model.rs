@@ -113,6 +113,10 @@ pub struct ModelRequest {
     /// model server (sent as the `traceparent` header); none outside a run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The most tokens the answer may hold (sent as `max_tokens`); none:
+    /// the endpoint's setting, else the server's own limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
 }
 
 /// A model's complete answer.

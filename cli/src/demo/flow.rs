@@ -121,12 +121,14 @@ pub(crate) fn config(model_base_url: &str) -> Config {
 /// that it shows the same thing on an engine configured otherwise.
 pub(crate) fn flow(tools_url: &str) -> Flow {
     let worker = |prompt: &str, max_steps: u32, milestones: &[&str]| WorkerKind {
+        max_tokens: None,
         prompt: prompt.to_owned(),
         max_steps,
         tools: Some(vec![TOOL_SERVER.to_owned()]),
         milestones: milestones.iter().map(|m| (*m).to_owned()).collect(),
     };
     Flow {
+        max_tokens: None,
         notify: Vec::new(),
         name: "incident-review".to_owned(),
         task: TASK.to_owned(),

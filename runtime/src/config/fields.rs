@@ -50,6 +50,8 @@ pub enum ValueKind {
     StoreUrl,
     /// How long finished runs are kept: a duration, or `forever`.
     Retention,
+    /// The most tokens of a model's answer, from 1 to 1000000.
+    Tokens,
 }
 
 impl ValueKind {
@@ -77,6 +79,7 @@ impl ValueKind {
             Self::Share => "a share from 0 to 1 such as 0.5",
             Self::StoreUrl => "a PostgreSQL URL such as postgres://leasehold@db/runs",
             Self::Retention => "a duration above 0 such as 7days or 12h, or forever",
+            Self::Tokens => "a number of tokens from 1 to 1000000 such as 4096",
         }
     }
 }
@@ -261,6 +264,22 @@ pub(super) mod kinds {
         }
         fn show(value: &u32) -> Option<String> {
             Some(value.to_string())
+        }
+    }
+
+    /// [`ValueKind::Tokens`]: unset is the model server's own limit.
+    pub struct Tokens;
+    impl Kind for Tokens {
+        type Value = Option<u32>;
+        const KIND: ValueKind = ValueKind::Tokens;
+        fn parse(text: &str) -> Option<Option<u32>> {
+            let n: u32 = text.trim().parse().ok()?;
+            (1..=leasehold_actors::MAX_ANSWER_TOKENS)
+                .contains(&n)
+                .then_some(Some(n))
+        }
+        fn show(value: &Option<u32>) -> Option<String> {
+            value.map(|n| n.to_string())
         }
     }
 

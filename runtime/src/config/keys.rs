@@ -274,7 +274,7 @@ const fn key_at(
 }
 
 /// Every key, in the order of the table `docs/configuration.md` holds.
-pub(super) static KEYS: [Key; 68] = [
+pub(super) static KEYS: [Key; 70] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -541,6 +541,20 @@ pub(super) static KEYS: [Key; 68] = [
         "its API key; never printed",
     ),
     key(
+        "LEASEHOLD_MODEL_MAX_TOKENS",
+        "model.max_tokens",
+        "(the server's)",
+        field!(Tokens, model_max_tokens),
+        "the most tokens one answer of role `default` may hold, sent as `max_tokens` unless the flow (or its worker kind) sets its own; an answer cut off there is continued in the next step",
+    ),
+    key(
+        "LEASEHOLD_FAST_MODEL_MAX_TOKENS",
+        "fast_model.max_tokens",
+        "(the default's)",
+        field!(Tokens, fast_model_max_tokens),
+        "the same for role `fast`: the watchdog's and budget checkpoints' verdicts",
+    ),
+    key(
         "LEASEHOLD_MODEL_CONNECT_TIMEOUT",
         "model.connect_timeout",
         "10s",
@@ -794,6 +808,7 @@ mod tests {
             ValueKind::Share => "0.25",
             ValueKind::StoreUrl => "postgres://leasehold@db/runs",
             ValueKind::Retention => "forever",
+            ValueKind::Tokens => "4096",
         }
     }
 

@@ -109,6 +109,7 @@ impl Config {
                 "a model name, e.g. gpt-4o-mini",
             )?,
             api_key: self.model_api_key.value.clone(),
+            max_tokens: self.model_max_tokens.value,
         };
         let any_fast = [
             &self.fast_model_base_url,
@@ -116,7 +117,8 @@ impl Config {
             &self.fast_model_api_key,
         ]
         .iter()
-        .any(|s| s.value.is_some());
+        .any(|s| s.value.is_some())
+            || self.fast_model_max_tokens.value.is_some();
         let mut settings = ModelSettings::new(default.clone());
         if any_fast {
             settings.fast = Some(ModelEndpoint {
@@ -135,6 +137,7 @@ impl Config {
                     .value
                     .clone()
                     .or_else(|| default.api_key.clone()),
+                max_tokens: self.fast_model_max_tokens.value.or(default.max_tokens),
             });
         }
         settings.connect_timeout = self.model_connect_timeout.value;

@@ -173,7 +173,7 @@ impl OpenAiClient {
     ) -> Result<ReplyStream, ModelError> {
         let settings = &self.shared.settings;
         let endpoint = settings.endpoint(self.role);
-        let body = wire::request_body(&endpoint.model, &request, response_format);
+        let body = wire::request_body(endpoint, &request, response_format);
         let url = endpoint.chat_completions_url();
         let idle = settings.idle_timeout;
         let mut retries = 0u32;

@@ -3,6 +3,8 @@
 //! parsers.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::client::{OpenAiClient, json_object_format};
 use super::settings::ModelRole;
@@ -71,9 +73,12 @@ fence — with exactly these three keys:
 /// ([`parse_verdict`](leasehold_actors::parse_verdict)) and the budget's
 /// ([`parse_budget_decision`](leasehold_actors::parse_budget_decision)) parsers
 /// accept. It asks for `response_format: {"type": "json_object"}`; a server
-/// that refuses that (a 4xx naming `response_format`) is asked once more
-/// without it. The answer's text is returned raw: validating it is the
-/// watchdog's job, so every evaluator is held to one standard.
+/// that refuses the request with any 4xx (whatever its message says: not
+/// every server names the field it cannot take) is asked once more
+/// without it, and, if that answers, is never sent it again by this
+/// evaluator — which says so once in the log, with the refusal. The
+/// answer's text is returned raw: validating it is the watchdog's job, so
+/// every evaluator is held to one standard.
 ///
 /// Calls are attributed to `engine.watchdog` and `engine.budget`. There is
 /// no timeout here: the watchdog and the checkpoint run the evaluator under
@@ -81,6 +86,8 @@ fence — with exactly these three keys:
 #[derive(Clone, Debug)]
 pub struct ModelEvaluator {
     client: OpenAiClient,
+    /// Set once the endpoint refused JSON mode and answered without it.
+    plain: Arc<AtomicBool>,
 }
 
 impl ModelEvaluator {
@@ -94,6 +101,7 @@ impl ModelEvaluator {
     pub fn with_role(client: &OpenAiClient, role: ModelRole) -> Self {
         Self {
             client: client.role(role),
+            plain: Arc::default(),
         }
     }
 
@@ -215,10 +223,12 @@ impl ModelEvaluator {
 
     async fn ask(
         client: OpenAiClient,
+        plain: Arc<AtomicBool>,
         messages: Vec<ChatMessage>,
         consumer: &str,
     ) -> Result<EvaluatorAnswer, EvaluatorError> {
         let request = ModelRequest {
+            max_tokens: None,
             traceparent: None,
             messages,
             tools: Vec::new(),
@@ -226,12 +236,26 @@ impl ModelEvaluator {
             consumer: consumer.to_owned(),
         };
         let format = json_object_format();
+        let json_mode = !plain.load(Ordering::Relaxed);
         let first = client
-            .call(request.clone(), Evidence::detached(), Some(&format))
+            .call(
+                request.clone(),
+                Evidence::detached(),
+                json_mode.then_some(&format),
+            )
             .await;
         let reply = match first {
-            Err(error) if refuses_response_format(&error) => {
-                client.call(request, Evidence::detached(), None).await
+            Err(refused) if json_mode && refused.kind == ModelErrorKind::Client => {
+                let again = client.call(request, Evidence::detached(), None).await;
+                if again.is_ok() && !plain.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        endpoint = %leasehold_actors::ModelClient::describe(&client),
+                        refusal = %refused.message,
+                        "the evaluator's endpoint refused JSON mode (response_format) and \
+                         answered without it: it is asked without it from now on"
+                    );
+                }
+                again
             }
             other => other,
         }
@@ -241,14 +265,6 @@ impl ModelEvaluator {
             cost: reply.usage,
         })
     }
-}
-
-fn refuses_response_format(error: &leasehold_actors::ModelError) -> bool {
-    error.kind == ModelErrorKind::Client
-        && error
-            .message
-            .to_ascii_lowercase()
-            .contains("response_format")
 }
 
 fn list(items: &[String]) -> String {
@@ -281,7 +297,12 @@ impl Evaluator for ModelEvaluator {
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
         let client = self.client.clone();
         let messages = Self::lease_prompt(&request);
-        Box::pin(Self::ask(client, messages, WATCHDOG_CONSUMER))
+        Box::pin(Self::ask(
+            client,
+            Arc::clone(&self.plain),
+            messages,
+            WATCHDOG_CONSUMER,
+        ))
     }
 
     fn evaluate_budget(
@@ -290,7 +311,12 @@ impl Evaluator for ModelEvaluator {
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
         let client = self.client.clone();
         let messages = Self::budget_prompt(&request);
-        Box::pin(Self::ask(client, messages, BUDGET_CONSUMER))
+        Box::pin(Self::ask(
+            client,
+            Arc::clone(&self.plain),
+            messages,
+            BUDGET_CONSUMER,
+        ))
     }
 
     fn model_name(&self) -> Option<String> {

@@ -26,6 +26,10 @@ pub const ENV_FAST_BASE_URL: &str = "LEASEHOLD_FAST_MODEL_BASE_URL";
 pub const ENV_FAST_NAME: &str = "LEASEHOLD_FAST_MODEL_NAME";
 /// The variable of the fast role's API key.
 pub const ENV_FAST_API_KEY: &str = "LEASEHOLD_FAST_MODEL_API_KEY";
+/// The most tokens of an answer of role `default`.
+pub const ENV_MAX_TOKENS: &str = "LEASEHOLD_MODEL_MAX_TOKENS";
+/// The most tokens of an answer of role `fast`.
+pub const ENV_FAST_MAX_TOKENS: &str = "LEASEHOLD_FAST_MODEL_MAX_TOKENS";
 /// The variable of the idle timeout.
 pub const ENV_IDLE_TIMEOUT: &str = "LEASEHOLD_MODEL_IDLE_TIMEOUT";
 /// The variable of the connect timeout.
@@ -68,6 +72,9 @@ pub struct ModelEndpoint {
     pub model: String,
     /// The bearer token, if the server wants one.
     pub api_key: Option<String>,
+    /// The most tokens of an answer, sent as `max_tokens` when a request
+    /// sets none of its own; none: the server's own limit.
+    pub max_tokens: Option<u32>,
 }
 
 impl ModelEndpoint {
@@ -77,7 +84,14 @@ impl ModelEndpoint {
             base_url: base_url.into(),
             model: model.into(),
             api_key: None,
+            max_tokens: None,
         }
+    }
+
+    /// The same endpoint, its answers at most `max_tokens` long.
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
     }
 
     /// The same endpoint, with `api_key`.
@@ -117,6 +131,19 @@ impl ModelEndpoint {
     }
 }
 
+/// A most number of tokens read from `name`, if set.
+fn tokens(name: &str, value: Option<String>) -> Result<Option<u32>, ConfigError> {
+    let Some(value) = value else { return Ok(None) };
+    match value.trim().parse::<u32>() {
+        Ok(n) if (1..=leasehold_actors::MAX_ANSWER_TOKENS).contains(&n) => Ok(Some(n)),
+        _ => Err(ConfigError::new(
+            name,
+            "a number of tokens from 1 to 1000000 such as 4096",
+            format!("{value:?}"),
+        )),
+    }
+}
+
 impl std::fmt::Debug for ModelEndpoint {
     // The key, and the URL's credentials, stay out of logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,6 +151,7 @@ impl std::fmt::Debug for ModelEndpoint {
             .field("base_url", &crate::secret::redact_url(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("max_tokens", &self.max_tokens)
             .finish()
     }
 }
@@ -268,8 +296,15 @@ impl ModelSettings {
             )?,
             model: required(ENV_NAME, "a model name, e.g. gpt-4o-mini")?,
             api_key: get(ENV_API_KEY),
+            max_tokens: tokens(ENV_MAX_TOKENS, get(ENV_MAX_TOKENS))?,
         };
-        let fast_vars = [ENV_FAST_BASE_URL, ENV_FAST_NAME, ENV_FAST_API_KEY];
+        let fast_max_tokens = tokens(ENV_FAST_MAX_TOKENS, get(ENV_FAST_MAX_TOKENS))?;
+        let fast_vars = [
+            ENV_FAST_BASE_URL,
+            ENV_FAST_NAME,
+            ENV_FAST_API_KEY,
+            ENV_FAST_MAX_TOKENS,
+        ];
         let fast = fast_vars
             .iter()
             .any(|name| get(name).is_some())
@@ -277,6 +312,7 @@ impl ModelSettings {
                 base_url: get(ENV_FAST_BASE_URL).unwrap_or_else(|| default.base_url.clone()),
                 model: get(ENV_FAST_NAME).unwrap_or_else(|| default.model.clone()),
                 api_key: get(ENV_FAST_API_KEY).or_else(|| default.api_key.clone()),
+                max_tokens: fast_max_tokens.or(default.max_tokens),
             });
         let mut settings = Self::new(default);
         settings.fast = fast;

@@ -13,14 +13,18 @@ use leasehold_actors::{
     TokenCost, ToolCallRequest,
 };
 
-/// The JSON body of a chat-completions request for `model`.
+/// The JSON body of a chat-completions request to `endpoint`: its
+/// `max_tokens` the request's, else the endpoint's, else none.
 pub(crate) fn request_body(
-    model: &str,
+    endpoint: &super::ModelEndpoint,
     request: &ModelRequest,
     response_format: Option<&Value>,
 ) -> Value {
     let mut body = Map::new();
-    body.insert("model".into(), Value::String(model.to_owned()));
+    body.insert("model".into(), Value::String(endpoint.model.clone()));
+    if let Some(max_tokens) = request.max_tokens.or(endpoint.max_tokens) {
+        body.insert("max_tokens".into(), Value::from(max_tokens));
+    }
     body.insert(
         "messages".into(),
         Value::Array(request.messages.iter().map(message).collect()),
