@@ -367,13 +367,17 @@ pub fn describe_config(config: &Config) -> String {
     // Laid out by `columns`: a value of any length (a long model name,
     // thousands of allowed hosts) overflows its column, not the process,
     // and is printed as text.
+    let file_width = columns::width(entries.iter().map(|(k, _, _)| k.file));
     let width = columns::width(entries.iter().map(|(k, _, _)| k.env));
     let value_width = columns::width(entries.iter().map(|(_, v, _)| v.as_str()));
     let _ = writeln!(
         out,
-        "# effective configuration (value, then where it came from)"
+        "# effective configuration: the key (in leasehold.toml and after --set), its variable, \
+         its value, where the value came from"
     );
     for (key, value, source) in &entries {
+        columns::push_padded(&mut out, key.file, file_width, Align::Left);
+        out.push_str("  ");
         columns::push_padded(&mut out, key.env, width, Align::Left);
         out.push_str("  ");
         columns::push_padded(&mut out, value, value_width, Align::Left);

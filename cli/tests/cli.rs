@@ -127,13 +127,64 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
         "{}",
         out.stdout
     );
+    // Each key by its file name beside its variable.
     assert!(
+        out.stdout.lines().any(|line| {
+            line.starts_with("lease.tool_call ")
+                && line.contains(" LEASEHOLD_LEASE_TOOL_CALL ")
+                && line.contains(" 1m 30s ")
+        }),
+        "{}",
         out.stdout
-            .contains("warning: LEASEHOLD_MODEL_IDLE_TIMEOUT (2h)"),
+    );
+    // Warnings name each key with where its value came from: the
+    // environment, or --set.
+    assert!(
+        out.stdout.contains(
+            "warning: `model.idle_timeout` (LEASEHOLD_MODEL_IDLE_TIMEOUT, from the environment) \
+             is 2h"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "`lease.max_renewals` (LEASEHOLD_LEASE_MAX_RENEWALS, flag --set lease.max_renewals)"
+        ),
         "{}",
         out.stdout
     );
     assert!(!out.stdout.contains("sk-never-printed"), "{}", out.stdout);
+
+    // Every renewal free: no evaluation happens, so none is counted.
+    let out = output(leasehold(dir.path(), None).args([
+        "--set",
+        "lease.max_renewals=5",
+        "--set",
+        "watchdog.free_renewals=5",
+        "config",
+    ]))
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let idle = out
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("model.idle_timeout "))
+        .unwrap_or_default();
+    assert!(idle.contains(" 30m "), "6 blocking leases of 5m: {idle}");
+    assert!(
+        out.stdout.contains(
+            "tool_call: lease 5m · policy leasehold, every renewal free, never evaluated · cut at \
+             30m (6 leases)"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("`evaluator_timeout`"),
+        "{}",
+        out.stdout
+    );
 
     let out = output(
         leasehold(dir.path(), None)

@@ -100,7 +100,9 @@ fn the_idle_timeout_unset_is_derived_so_the_watchdog_judges_a_silent_call_first(
     let described = leasehold_cli::cli::describe_config(&config);
     let line = described
         .lines()
-        .find(|l| l.starts_with("LEASEHOLD_MODEL_IDLE_TIMEOUT "))
+        .find(|l| {
+            l.starts_with("model.idle_timeout ") && l.contains(" LEASEHOLD_MODEL_IDLE_TIMEOUT ")
+        })
         .expect("`leasehold config` lists the idle timeout");
     assert!(line.contains("40m 30s"), "{line}");
     assert!(
@@ -147,7 +149,7 @@ fn an_idle_timeout_that_cuts_a_model_call_before_its_first_judgment_is_warned_ab
     ] {
         assert!(
             warning.starts_with(
-                "LEASEHOLD_MODEL_IDLE_TIMEOUT (1m, from env LEASEHOLD_MODEL_IDLE_TIMEOUT)"
+                "`model.idle_timeout` (LEASEHOLD_MODEL_IDLE_TIMEOUT, from the environment) is 1m"
             ),
             "{warning}"
         );
@@ -160,7 +162,7 @@ fn an_idle_timeout_that_cuts_a_model_call_before_its_first_judgment_is_warned_ab
     }
     let described = leasehold_cli::cli::describe_config(&config);
     assert!(
-        described.contains("warning: LEASEHOLD_MODEL_IDLE_TIMEOUT (1m, from env"),
+        described.contains("warning: `model.idle_timeout` (LEASEHOLD_MODEL_IDLE_TIMEOUT, from the environment) is 1m"),
         "{described}"
     );
     // Just long enough for the blocking call: no warning; a millisecond
@@ -184,7 +186,7 @@ fn an_idle_timeout_that_cuts_a_model_call_before_its_first_judgment_is_warned_ab
     let config = Config::load(Some(file.path()), no_env).expect("loads");
     let warnings = config.warnings().join("\n");
     assert!(
-        warnings.contains("LEASEHOLD_MODEL_IDLE_TIMEOUT (20m, from file"),
+        warnings.contains("`model.idle_timeout` (LEASEHOLD_MODEL_IDLE_TIMEOUT, file "),
         "{warnings}"
     );
     assert!(
@@ -706,18 +708,39 @@ fn warnings_name_combinations_that_defeat_themselves() {
     .expect("loads");
     let warnings = config.warnings().join("\n");
     assert!(
-        warnings.contains("LEASEHOLD_MODEL_IDLE_TIMEOUT (1m)"),
+        warnings.contains(
+            "`model.idle_timeout` (LEASEHOLD_MODEL_IDLE_TIMEOUT, from the environment) is 1m"
+        ),
         "{warnings}"
     );
     assert!(
         warnings.contains("never asked"),
         "free = max = 2: {warnings}"
     );
+    // No evaluation happens: its timeout is beside the point.
     assert!(
-        warnings.contains("LEASEHOLD_EVALUATOR_TIMEOUT"),
+        !warnings.contains("LEASEHOLD_EVALUATOR_TIMEOUT"),
         "{warnings}"
     );
     assert!(warnings.contains("LEASEHOLD_API_TOKEN"), "{warnings}");
+    let asked = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_LEASE_MODEL_STREAM", "1s"),
+            ("LEASEHOLD_LEASE_MAX_RENEWALS", "2"),
+            ("LEASEHOLD_WATCHDOG_FREE_RENEWALS", "1"),
+        ]),
+    )
+    .expect("loads");
+    let warnings = asked.warnings().join("\n");
+    assert!(
+        warnings.contains(
+            "`evaluator_timeout` (LEASEHOLD_EVALUATOR_TIMEOUT, default) is 15s, not shorter than \
+             the shortest lease (1s, `lease.model_stream` (LEASEHOLD_LEASE_MODEL_STREAM, from the \
+             environment))"
+        ),
+        "{warnings}"
+    );
     assert!(!warnings.contains("LEASEHOLD_RESTART_WINDOW"), "{warnings}");
     let error = Config::load(None, env_of(&[("LEASEHOLD_SERVER_ADDR", "localhost")]))
         .expect_err("not a socket address");

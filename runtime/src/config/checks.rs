@@ -168,17 +168,29 @@ impl Config {
         let mut warnings: Vec<String> = self.renamed.iter().map(ToString::to_string).collect();
         let idle = self.idle_timeout();
         let derived = matches!(idle.source, Source::Derived(_));
-        for (kind, variable) in MODEL_KINDS {
+        let idle_key = self.named("model.idle_timeout");
+        for (kind, lease_key) in MODEL_KINDS {
             let judged = self.first_judgment(kind);
             if idle.value < judged {
+                let how = if self.free_renewals.value >= self.max_renewals.value {
+                    format!(
+                        "its renewal cap under {} and {}, every renewal free",
+                        self.named(lease_key),
+                        self.named("lease.max_renewals"),
+                    )
+                } else {
+                    format!(
+                        "its first evaluation under {} and {}, plus {}",
+                        self.named(lease_key),
+                        self.named("watchdog.free_renewals"),
+                        self.named("evaluator_timeout"),
+                    )
+                };
                 warnings.push(format!(
-                    "LEASEHOLD_MODEL_IDLE_TIMEOUT ({}, from {}) is shorter than a silent {kind} \
-                     call takes to be judged ({}: its first evaluation under {variable} and \
-                     LEASEHOLD_WATCHDOG_FREE_RENEWALS, plus LEASEHOLD_EVALUATOR_TIMEOUT): the \
-                     model client cuts the call before the watchdog has judged it; unset \
-                     LEASEHOLD_MODEL_IDLE_TIMEOUT to derive it, or make it at least {}",
+                    "{idle_key} is {}, shorter than a silent {kind} call takes to be judged ({}: \
+                     {how}): the model client cuts the call before the watchdog has judged it; \
+                     unset it to derive it, or make it at least {}",
                     compact(idle.value),
-                    idle.source,
                     compact(judged),
                     compact(judged),
                 ));
@@ -189,46 +201,70 @@ impl Config {
             // pointless there.
             if !derived && idle.value > cap {
                 warnings.push(format!(
-                    "LEASEHOLD_MODEL_IDLE_TIMEOUT ({}) is longer than a {kind} call can last under \
-                     its renewal cap ({}, from {variable}): the idle timeout never fires, the cap \
-                     cuts first",
+                    "{idle_key} is {}, longer than a {kind} call can last under its renewal cap \
+                     ({}, from {} and {}): the idle timeout never fires, the cap cuts first",
                     compact(idle.value),
                     compact(cap),
+                    self.named(lease_key),
+                    self.named("lease.max_renewals"),
                 ));
             }
         }
         if self.free_renewals.value == self.max_renewals.value {
             warnings.push(format!(
-                "LEASEHOLD_WATCHDOG_FREE_RENEWALS equals LEASEHOLD_LEASE_MAX_RENEWALS ({}): the \
-                 evaluator is never asked; every lease renews on the ladder until the cap cuts it",
+                "{} equals {} ({}): the evaluator is never asked; every lease renews on the \
+                 ladder until the cap cuts it",
+                self.named("watchdog.free_renewals"),
+                self.named("lease.max_renewals"),
                 self.max_renewals.value
             ));
         }
-        if self.evaluator_timeout.value
-            >= self
-                .lease_tool_call
-                .value
-                .min(self.lease_model_stream.value)
+        let shortest = self
+            .lease_tool_call
+            .value
+            .min(self.lease_model_stream.value);
+        if self.free_renewals.value < self.max_renewals.value
+            && self.evaluator_timeout.value >= shortest
         {
+            let lease_key = if self.lease_tool_call.value <= self.lease_model_stream.value {
+                "lease.tool_call"
+            } else {
+                "lease.model_stream"
+            };
             warnings.push(format!(
-                "LEASEHOLD_EVALUATOR_TIMEOUT ({}) is not shorter than the shortest lease ({}): an \
-                 evaluation may outlast the lease it judges",
+                "{} is {}, not shorter than the shortest lease ({}, {}): an evaluation may \
+                 outlast the lease it judges",
+                self.named("evaluator_timeout"),
                 compact(self.evaluator_timeout.value),
-                compact(
-                    self.lease_tool_call
-                        .value
-                        .min(self.lease_model_stream.value)
-                ),
+                compact(shortest),
+                self.named(lease_key),
             ));
         }
         if !self.server_addr.value.ip().is_loopback() && self.api_token.value.is_none() {
             warnings.push(format!(
-                "LEASEHOLD_SERVER_ADDR ({}) is not a loopback address and LEASEHOLD_API_TOKEN is \
-                 not set: `leasehold serve` will refuse to start",
-                self.server_addr.value
+                "{} is {}, not a loopback address, and {} is not set: `leasehold serve` will \
+                 refuse to start",
+                self.named("server.addr"),
+                self.server_addr.value,
+                self.named("api_token"),
             ));
         }
         warnings
+    }
+
+    /// The key of the file `file` as a warning names it: the file key, its
+    /// variable, and where its value came from — `lease.max_renewals`
+    /// (LEASEHOLD_LEASE_MAX_RENEWALS, from flag --set lease.max_renewals).
+    fn named(&self, file: &str) -> String {
+        match KEYS.iter().find(|key| key.file == file) {
+            Some(key) => match self.value_of(key).1 {
+                Source::Env(name) if name == key.env => {
+                    format!("`{}` ({name}, from the environment)", key.file)
+                }
+                source => format!("`{}` ({}, {source})", key.file, key.env),
+            },
+            None => format!("`{file}`"),
+        }
     }
 }
 

@@ -11,22 +11,29 @@ use super::{Config, Setting, Source};
 /// How the idle timeout is derived when `model.idle_timeout` is not set.
 pub const IDLE_TIMEOUT_FORMULA: &str = "(watchdog.free_renewals + 1) × the longer of \
      lease.model_stream and lease.model_blocking + evaluator_timeout (no free renewals under \
-     always_evaluate)";
+     always_evaluate; no evaluator_timeout when free_renewals = max_renewals)";
 
 /// The source of a derived idle timeout, as `leasehold config` prints it.
 static DERIVED: Source = Source::Derived(IDLE_TIMEOUT_FORMULA);
 
-/// The model calls a transport timeout can cut, with their lease variables.
+/// The model calls a transport timeout can cut, with their lease keys.
 pub(super) const MODEL_KINDS: [(LeaseKind, &str); 2] = [
-    (LeaseKind::ModelStream, "LEASEHOLD_LEASE_MODEL_STREAM"),
-    (LeaseKind::ModelBlocking, "LEASEHOLD_LEASE_MODEL_BLOCKING"),
+    (LeaseKind::ModelStream, "lease.model_stream"),
+    (LeaseKind::ModelBlocking, "lease.model_blocking"),
 ];
 
 impl Config {
     /// When a silent `kind` operation has been judged at the latest: its
-    /// first evaluation plus the evaluator's flat timeout (saturating).
+    /// first evaluation plus the evaluator's flat timeout (saturating) —
+    /// or, when every renewal before the cap is free
+    /// (`watchdog.free_renewals` = `lease.max_renewals`), the cap's cut
+    /// itself, with no evaluator timeout: no evaluation happens.
     pub fn first_judgment(&self, kind: LeaseKind) -> Duration {
-        self.timing(kind)
+        let timing = self.timing(kind);
+        if timing.evaluations == 0 && self.free_renewals.value >= self.max_renewals.value {
+            return timing.first_evaluation;
+        }
+        timing
             .first_evaluation
             .saturating_add(self.evaluator_timeout.value)
     }

@@ -567,7 +567,7 @@ pub(super) static KEYS: [Key; 70] = [
         "(derived)",
         ValueKind::Duration,
         &IdleTimeout,
-        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout`, with no free renewals for a kind whose `watchdog.policy` is `always_evaluate` (15m15s with the defaults)",
+        "how long a model endpoint may stay silent mid-answer; never a bound on the whole call. Unset, it is derived so that the watchdog judges a silent call first: `(watchdog.free_renewals + 1)` × the longer of `lease.model_stream` and `lease.model_blocking` + `evaluator_timeout`, with no free renewals for a kind whose `watchdog.policy` is `always_evaluate`, and no `evaluator_timeout` when `watchdog.free_renewals` = `lease.max_renewals` (no evaluation happens) (15m15s with the defaults)",
     ),
     key(
         "LEASEHOLD_MODEL_RATE_LIMIT_RETRIES",

@@ -74,14 +74,20 @@ pub struct Timing {
 
 impl fmt::Display for Timing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !asks_the_evaluator(&self.policy) {
+        if !asks_the_evaluator(&self.policy) || self.evaluations == 0 {
+            // No expiry asks the evaluator: its policy never does, or every
+            // renewal before the cap is free.
+            let why = if asks_the_evaluator(&self.policy) {
+                format!("policy {}, every renewal free", self.policy)
+            } else {
+                format!("policy {}", self.policy)
+            };
             return write!(
                 f,
-                "{}: lease {} · policy {}, never evaluated · cut at {} ({} lease{}) · {} attempt{} \
+                "{}: lease {} · {why}, never evaluated · cut at {} ({} lease{}) · {} attempt{} \
                  · backoffs at most {} · worst case {}",
                 self.kind,
                 compact(self.lease),
-                self.policy,
                 compact(self.renewal_cap),
                 self.lease_periods,
                 if self.lease_periods == 1 { "" } else { "s" },
