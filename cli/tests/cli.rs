@@ -239,6 +239,20 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         "{}",
         out.stdout
     );
+    // The run id whole in its column, the status below its heading.
+    let header = out.stdout.lines().next().expect("a heading");
+    let row = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&run_id))
+        .expect("the run's row");
+    assert!(row[run_id.len()..].starts_with("  "), "{}", out.stdout);
+    assert_eq!(
+        header.find("status"),
+        row.find("waiting_human"),
+        "{}",
+        out.stdout
+    );
     let out = output(leasehold(&data, None).args(["runs", "list", "--status", "completed"])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(!out.stdout.contains(&run_id), "{}", out.stdout);
@@ -501,6 +515,46 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         .expect("serve stops on SIGINT")
         .expect("wait");
     assert_eq!(exit.code(), Some(130));
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readable_log_of_run_shows_a_tools_progress_first_then_at_most_one_a_period() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let flow = write_flow(dir.path(), &stack);
+    // The demo's searches report MCP progress as they go.
+    let out = output(
+        leasehold(&dir.path().join("data"), Some(&stack))
+            .arg("run")
+            .arg(&flow),
+    )
+    .await;
+    assert_eq!(out.code, Some(3), "paused: {}", out.stderr);
+    let mut shown: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for line in out.stdout.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(at), Some(path), Some(kind)) = (words.next(), words.next(), words.next()) else {
+            continue;
+        };
+        if kind == "progress" && path.contains("tool_call") {
+            let at: f64 = at.trim_end_matches('s').parse().expect("a time");
+            shown.entry(path.to_owned()).or_default().push(at);
+        }
+    }
+    assert!(
+        !shown.is_empty(),
+        "a search's progress is shown: {}",
+        out.stdout
+    );
+    for (path, times) in &shown {
+        for pair in times.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= 4.99,
+                "{path}: progress shown at {times:?}, more than one a period"
+            );
+        }
+    }
     stack.shutdown().await;
 }
 

@@ -43,8 +43,14 @@ pub(crate) fn print(event: &Event, output: Output, origin: u64) {
             printable_json(&json).into_owned()
         }
         Output::Readable => {
-            // Progress is evidence, not news: counted in the verdicts.
-            if matches!(event.kind, EventKind::Progress { .. }) {
+            // Progress is evidence more than news: an operation's first
+            // report is shown, then at most one a period.
+            if matches!(event.kind, EventKind::Progress { .. })
+                && !PROGRESS_SHOWN
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .show(event)
+            {
                 return;
             }
             line(event, origin)
@@ -52,6 +58,37 @@ pub(crate) fn print(event: &Event, output: Output, origin: u64) {
     };
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{text}");
+}
+
+/// How often, at most, the readable log shows the progress of one
+/// operation (of one path of one run): its first report, then one per
+/// period of the events' own time.
+pub(crate) const PROGRESS_PERIOD_MS: u64 = 5_000;
+
+/// When the readable log last showed each operation's progress.
+static PROGRESS_SHOWN: std::sync::LazyLock<std::sync::Mutex<ProgressPace>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Which progress events the readable log shows: per run and path, the
+/// first, then one at least [`PROGRESS_PERIOD_MS`] after the last shown.
+#[derive(Debug, Default)]
+pub(crate) struct ProgressPace {
+    shown: std::collections::HashMap<(String, String), u64>,
+}
+
+impl ProgressPace {
+    /// Whether `event` (a progress event) is shown; if so, it is the last
+    /// shown of its operation from now on.
+    pub(crate) fn show(&mut self, event: &Event) -> bool {
+        let key = (event.run_id.clone(), event.path.clone());
+        match self.shown.get(&key) {
+            Some(&last) if event.at < last.saturating_add(PROGRESS_PERIOD_MS) => false,
+            _ => {
+                self.shown.insert(key, event.at);
+                true
+            }
+        }
+    }
 }
 
 /// How following a run ended.
@@ -195,4 +232,40 @@ fn report(run_id: &str, state: &RunState, output: Output) {
         .map(|r| format!(": {}", printable(r)))
         .unwrap_or_default();
     eprintln!("run {run_id} {status}{reason}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(path: &str, at: u64) -> Event {
+        Event {
+            seq: 1,
+            position: 1,
+            at,
+            run_id: "run-1".to_owned(),
+            path: path.to_owned(),
+            kind: EventKind::Progress {
+                lease_id: leasehold::LeaseId(1),
+                count: 1,
+                note: Some("shard 1 of 4".to_owned()),
+                reports: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn an_operations_first_progress_is_shown_then_one_a_period() {
+        let mut pace = ProgressPace::default();
+        let search = "run/tool_call:1.0";
+        assert!(pace.show(&progress(search, 1_000)), "the first");
+        assert!(!pace.show(&progress(search, 1_500)));
+        assert!(!pace.show(&progress(search, 5_999)));
+        assert!(pace.show(&progress(search, 6_000)), "a period later");
+        assert!(!pace.show(&progress(search, 7_000)));
+        assert!(
+            pace.show(&progress("run/tool_call:2.0", 7_000)),
+            "another operation's first"
+        );
+    }
 }

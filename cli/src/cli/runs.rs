@@ -792,45 +792,56 @@ fn print_page(page: &RunsPage) {
     }
 }
 
-/// A table of runs.
+/// A table of runs, each column as wide as its widest cell (a run id whole,
+/// a flow's name up to the widest a column gets).
 fn print_list(views: &[RunView]) {
+    use leasehold::printable::columns::{self, Align};
     if views.is_empty() {
         println!("no runs");
         return;
     }
-    println!(
-        "{:<28} {:<24} {:<20} {:<14} note",
-        "run", "status", "flow", "updated"
-    );
-    for view in views {
-        let status = serde_json::to_value(view.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let note = view
-            .pause
-            .as_ref()
-            .map(|p| p.reason.clone())
-            .or_else(|| view.reason.clone())
-            .or_else(|| view.answer.clone())
-            .unwrap_or_default();
-        // A client named the flow, a peer wrote the note: printed as text,
-        // one run per row.
-        let note: String = note.chars().take(60).collect();
-        let note = printable(&note);
-        println!(
-            "{:<28} {:<24} {:<20} {:<14} {note}",
-            printable(&view.run_id),
-            status,
-            printable(&view.flow_name),
-            humantime::format_rfc3339_seconds(
-                std::time::UNIX_EPOCH + std::time::Duration::from_millis(view.updated_at_ms)
+    let rows: Vec<[String; 5]> = views
+        .iter()
+        .map(|view| {
+            let note = view
+                .pause
+                .as_ref()
+                .map(|p| p.reason.clone())
+                .or_else(|| view.reason.clone())
+                .or_else(|| view.answer.clone())
+                .unwrap_or_default();
+            // A client named the flow, a peer wrote the note: printed as
+            // text, one run per row.
+            let note: String = note.chars().take(60).collect();
+            let updated = humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(view.updated_at_ms),
             )
-            .to_string()
-            .get(11..19)
-            .unwrap_or_default(),
-        );
+            .to_string();
+            [
+                view.run_id.clone(),
+                view.status.name().to_owned(),
+                view.flow_name.clone(),
+                updated.get(11..19).unwrap_or_default().to_owned(),
+                note,
+            ]
+        })
+        .collect();
+    let header = ["run", "status", "flow", "updated", "note"];
+    let widths: Vec<usize> = (0..4)
+        .map(|i| {
+            columns::width(std::iter::once(header[i]).chain(rows.iter().map(|row| row[i].as_str())))
+        })
+        .collect();
+    let mut out = String::new();
+    for row in std::iter::once(header.map(str::to_owned)).chain(rows) {
+        for (cell, width) in row.iter().zip(&widths) {
+            columns::push_padded(&mut out, cell, *width, Align::Left);
+            out.push_str("  ");
+        }
+        out.push_str(&printable(&row[4]));
+        out.push('\n');
     }
+    print!("{out}");
 }
 
 /// A run's trace, one decision per line, then the counts.
