@@ -60,6 +60,7 @@ pub use leasehold_actors::*;
 pub mod config;
 pub mod executor;
 pub mod flow_file;
+pub mod flow_keys;
 pub mod model;
 pub mod printable;
 pub mod retention;
