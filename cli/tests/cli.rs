@@ -88,6 +88,21 @@ fn write_flow(dir: &Path, stack: &DemoStack) -> std::path::PathBuf {
     path
 }
 
+/// `leasehold run FLOW --json` of the demo's flow (written into `dir`) on
+/// the data directory `data`: it pauses for a person, exit 3.
+async fn a_paused_run(dir: &Path, data: &Path, stack: &DemoStack) -> Output {
+    let flow = write_flow(dir, stack);
+    let out = output(
+        leasehold(data, Some(stack))
+            .arg("run")
+            .arg(&flow)
+            .arg("--json"),
+    )
+    .await;
+    assert_eq!(out.code, Some(3), "paused: {}", out.stderr);
+    out
+}
+
 #[tokio::test]
 async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warnings() {
     let dir = tempfile::tempdir().expect("dir");
@@ -206,16 +221,7 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
     let stack = DemoStack::start().await.expect("the demo servers");
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let flow = write_flow(dir.path(), &stack);
-
-    let out = output(
-        leasehold(&data, Some(&stack))
-            .arg("run")
-            .arg(&flow)
-            .arg("--json"),
-    )
-    .await;
-    assert_eq!(out.code, Some(3), "paused: {}", out.stderr);
+    let out = a_paused_run(dir.path(), &data, &stack).await;
     let events = events_of(&out.stdout);
     assert_eq!(events.first().map(|e| e.kind.name()), Some("run_started"));
     assert!(
@@ -247,6 +253,12 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         .find(|l| l.starts_with(&run_id))
         .expect("the run's row");
     assert!(row[run_id.len()..].starts_with("  "), "{}", out.stdout);
+    assert_eq!(
+        row.matches("has been silent").count(),
+        1,
+        "the note once, last: {}",
+        out.stdout
+    );
     assert_eq!(
         header.find("status"),
         row.find("waiting_human"),
@@ -563,16 +575,8 @@ async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming
     let stack = DemoStack::start().await.expect("the demo servers");
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let flow = write_flow(dir.path(), &stack);
     // A run kept in the data directory, paused for a person.
-    let out = output(
-        leasehold(&data, Some(&stack))
-            .arg("run")
-            .arg(&flow)
-            .arg("--json"),
-    )
-    .await;
-    assert_eq!(out.code, Some(3), "paused: {}", out.stderr);
+    let out = a_paused_run(dir.path(), &data, &stack).await;
     let run_id = events_of(&out.stdout)[0].run_id.clone();
 
     // No model configured at all: the server starts and says what it will

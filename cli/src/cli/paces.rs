@@ -85,11 +85,7 @@ fn table(paces: &[(String, Pace)]) -> String {
         })
         .collect();
     let header = ["pace key", "calls", "first item", "between items"];
-    let widths: Vec<usize> = (0..4)
-        .map(|i| {
-            columns::width(std::iter::once(header[i]).chain(rows.iter().map(|row| row[i].as_str())))
-        })
-        .collect();
+    let widths = columns::widths(&header, &rows);
     let mut out = String::new();
     for row in std::iter::once(header.map(str::to_owned)).chain(rows) {
         for (i, cell) in row.iter().enumerate() {

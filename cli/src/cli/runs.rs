@@ -827,14 +827,11 @@ fn print_list(views: &[RunView]) {
         })
         .collect();
     let header = ["run", "status", "flow", "updated", "note"];
-    let widths: Vec<usize> = (0..4)
-        .map(|i| {
-            columns::width(std::iter::once(header[i]).chain(rows.iter().map(|row| row[i].as_str())))
-        })
-        .collect();
+    let widths = columns::widths(&header, &rows);
     let mut out = String::new();
     for row in std::iter::once(header.map(str::to_owned)).chain(rows) {
-        for (cell, width) in row.iter().zip(&widths) {
+        // The note last, unpadded.
+        for (cell, width) in row.iter().zip(&widths[..4]) {
             columns::push_padded(&mut out, cell, *width, Align::Left);
             out.push_str("  ");
         }

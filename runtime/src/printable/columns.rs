@@ -33,6 +33,14 @@ pub fn width<'a>(cells: impl IntoIterator<Item = &'a str>) -> usize {
         .min(MAX_COLUMN)
 }
 
+/// The widths of the columns of a table: each as wide as its heading and
+/// its cells ([`width`]).
+pub fn widths<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> [usize; N] {
+    std::array::from_fn(|i| {
+        width(std::iter::once(header[i]).chain(rows.iter().map(|row| row[i].as_str())))
+    })
+}
+
 /// Appends `cell` to `out`, [`printable`], padded with spaces to `width`
 /// characters on the side `align` says; a cell as wide or wider is appended
 /// as it is.
