@@ -24,6 +24,15 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   $sudo apt-get update -qq >/dev/null
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
 fi
+# getting-started.md's commands are run as written, and it posts a flow
+# with curl.
+if ! command -v curl >/dev/null 2>&1; then
+  echo "installing Debian's curl for getting-started.md's commands" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl >/dev/null
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
