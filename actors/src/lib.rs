@@ -73,7 +73,7 @@ pub mod testing;
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
-    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, default_owner_id,
+    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, default_owner_id, serving_url,
 };
 pub use run::{RunEvents, RunHandle, RunState};
 

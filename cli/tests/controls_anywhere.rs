@@ -476,6 +476,60 @@ async fn on_a_data_directory_a_cancel_of_a_run_whose_executor_died_says_until_wh
     stack.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_held_by_a_dead_server_is_refused_naming_the_servers_address() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let mut command = support::hanging_tool::leasehold(&data, &model);
+    command
+        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
+        .env("LEASEHOLD_API_TOKEN", TOKEN);
+    let (mut server, base) = support::serve(command, &["--allow-flow-tools"], PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    // Its identity says where it serves.
+    let owner = support::owner_id(&http, &base).await;
+    assert_eq!(
+        leasehold::serving_url(&owner),
+        Some(base.as_str()),
+        "{owner}"
+    );
+    let posted: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
+    let run_id = support::post_run(&http, &base, &posted).await;
+    support::view_until(&http, &base, &run_id, PATIENCE, "calling a tool", |view| {
+        view["tool_calls"]
+            .as_array()
+            .is_some_and(|calls| !calls.is_empty())
+    })
+    .await;
+    let (pgid, _) = last_group(&record);
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &server.id().expect("pid").to_string()])
+        .status();
+    let _ = server.wait().await;
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+
+    let out = support::output_within(
+        support::hanging_tool::leasehold(&data, &model).args(["runs", "cancel", &run_id]),
+        PATIENCE,
+    )
+    .await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("run {run_id} is held by executor {owner}"))
+            && said.contains(&format!("add `--server {base}`")),
+        "{said}"
+    );
+    stack.shutdown().await;
+}
+
 fn signal(child: &Child, signal: &str) {
     let status = std::process::Command::new("kill")
         .args([signal, &child.id().expect("pid").to_string()])

@@ -102,6 +102,15 @@ pub fn owner_id() -> String {
     )
 }
 
+/// The identity of an executor that serves the HTTP API at `url`:
+/// [`owner_id`] and where it serves (`leasehold@box/4242/9f3a61c2 at
+/// http://10.0.0.5:7878`), so that whoever finds a run held by it — in a
+/// refusal, a forwarded control, a listing — knows which `--server` to
+/// ask ([`serving_url`](crate::serving_url) reads it back).
+pub fn serving_owner_id(url: &str) -> String {
+    format!("{} at {url}", owner_id())
+}
+
 /// What a boot did.
 #[derive(Debug, Default)]
 pub struct Boot {

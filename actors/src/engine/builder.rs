@@ -229,11 +229,13 @@ pub enum EngineError {
 /// readable time, and what to do — reach that executor if it runs, or wait
 /// for its lease to end if it died.
 fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: u64) -> String {
+    // An executor that serves the API says where in its id.
+    let server = serving_url(owner_id).unwrap_or("URL");
     if expires_at_ms == 0 {
         return format!(
             "run {run_id} is held by executor {owner_id}, which is running it or taking it \
              on; act on the run through that executor (for a `leasehold serve`, add \
-             `--server URL` to the `leasehold runs` command)"
+             `--server {server}` to the `leasehold runs` command)"
         );
     }
     let until = std::time::UNIX_EPOCH + std::time::Duration::from_millis(expires_at_ms);
@@ -242,11 +244,21 @@ fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: 
     format!(
         "run {run_id} is held by executor {owner_id}, whose lease on it runs until {} UTC \
          (in {wait}); if that executor is running, act on the run through it (for a \
-         `leasehold serve`, add `--server URL` to the `leasehold runs` command); if it \
+         `leasehold serve`, add `--server {server}` to the `leasehold runs` command); if it \
          died, the run is free once its lease ends: try again after {}",
         humantime::format_rfc3339_seconds(until),
         humantime::format_rfc3339_seconds(until),
     )
+}
+
+/// Where the executor `owner_id` serves the HTTP API, if its id says: an
+/// id that ends ` at http://…` or ` at https://…` (what `leasehold serve`
+/// takes, `leasehold@box/4242/9f3a61c2 at http://10.0.0.5:7878`).
+pub fn serving_url(owner_id: &str) -> Option<&str> {
+    owner_id
+        .rsplit_once(" at ")
+        .map(|(_, url)| url)
+        .filter(|url| url.starts_with("http://") || url.starts_with("https://"))
 }
 
 /// Builds an [`Engine`]: its ports, its configuration, and what you bring

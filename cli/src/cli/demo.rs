@@ -126,7 +126,8 @@ async fn serve(
     leasehold_server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
     let engine = stack.engine_builder()?.store(store).build().await?;
     let app = App::new(Arc::new(engine), ServerOptions::default());
-    let (bound, serving) = super::serve::start(Arc::clone(&app), addr, signals).await?;
+    let listener = super::serve::bind(addr).await?;
+    let (bound, serving) = super::serve::start(Arc::clone(&app), listener, signals)?;
     writeln!(out, "dashboard: http://{bound}/").map_err(DemoError::Io)?;
     out.flush().map_err(DemoError::Io)?;
     let engine = Arc::clone(app.engine());

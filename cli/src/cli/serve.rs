@@ -59,10 +59,25 @@ pub(super) async fn serve(
     options
         .check(config.server_addr.value)
         .map_err(|e| CliError::other(e.to_string()))?;
+    // Bound first, so that this executor's id says where it serves: a
+    // person refused because it holds a run learns the `--server` to use.
+    let listener = bind(config.server_addr.value).await?;
+    let bound = listener.local_addr().map_err(|e| {
+        CliError::other(format!(
+            "cannot listen on {}: {e}",
+            config.server_addr.value
+        ))
+    })?;
+    let url = config
+        .webhooks_public_url
+        .value
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"));
     // Its store's writes are timed into the server's metrics.
     let metrics = Arc::new(Metrics::new());
     let mut builder = global
         .register(config.engine_builder_for_serving()?)
+        .owner_id(leasehold::executor::serving_owner_id(&url))
         .wrap_store(|store| MeteredStore::wrap(store, &metrics));
     // Its leases and its admission read the same probe of its lag.
     if let Some(gauge) = config.load_gauge() {
@@ -95,7 +110,7 @@ pub(super) async fn serve(
         sweeping.clone(),
         move |runs| counted.purged(runs),
     );
-    let (addr, serving) = start(Arc::clone(&app), config.server_addr.value, &signals).await?;
+    let (addr, serving) = start(Arc::clone(&app), listener, &signals)?;
     // Pauses and ends are told to the webhook receivers from the store's
     // outbox, beside the runs: a receiver never holds one up. Without
     // receivers, the outbox is emptied all the same: nobody is to be told.
@@ -168,19 +183,23 @@ pub(super) fn options(config: &Config) -> ServerOptions {
     }
 }
 
-/// Binds `addr` and serves `app` in a task until SIGINT or SIGTERM;
-/// returns the bound address (useful with port 0).
-pub(super) async fn start(
+/// A listener on `addr`.
+pub(super) async fn bind(addr: SocketAddr) -> Result<TcpListener, CliError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::other(format!("cannot listen on {addr}: {e}")))
+}
+
+/// Serves `app` on `listener` in a task until SIGINT or SIGTERM; returns
+/// the bound address (useful with port 0).
+pub(super) fn start(
     app: Arc<App>,
-    addr: SocketAddr,
+    listener: TcpListener,
     signals: &Signals,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>), CliError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| CliError::other(format!("cannot listen on {addr}: {e}")))?;
     let bound = listener
         .local_addr()
-        .map_err(|e| CliError::other(format!("cannot listen on {addr}: {e}")))?;
+        .map_err(|e| CliError::other(format!("cannot listen: {e}")))?;
     let signals = signals.clone();
     let serving = tokio::spawn(server::serve(listener, app, async move {
         signals.stopped().await;
