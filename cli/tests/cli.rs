@@ -663,14 +663,7 @@ async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming
     .await;
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("model.base_url"), "{}", out.stderr);
-    let listed: serde_json::Value = http
-        .get(format!("{base}/runs"))
-        .send()
-        .await
-        .expect("GET /runs")
-        .json()
-        .await
-        .expect("JSON");
+    let listed = support::get_json(&http, &format!("{base}/runs")).await;
     assert_eq!(listed["runs"].as_array().map(Vec::len), Some(1), "{listed}");
     assert_eq!(
         support::get_run(&http, &base, &run_id).await["status"],

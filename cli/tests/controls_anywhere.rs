@@ -446,14 +446,7 @@ async fn on_a_data_directory_a_cancel_of_a_run_whose_executor_died_says_until_wh
     let mut command = support::hanging_tool::leasehold(&data, &model);
     command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
     let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
-    let (pgid, _) = last_group(&record);
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &run.id().expect("pid").to_string()])
-        .status();
-    let _ = run.wait().await;
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .status();
+    kill_with_its_tools(&mut run, &record).await;
 
     // sled is opened by one process at a time: the executor that holds the
     // run is not running, and nobody would take a forwarded cancel.
@@ -506,14 +499,7 @@ async fn a_run_held_by_a_dead_server_is_refused_naming_the_servers_address() {
             .is_some_and(|calls| !calls.is_empty())
     })
     .await;
-    let (pgid, _) = last_group(&record);
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &server.id().expect("pid").to_string()])
-        .status();
-    let _ = server.wait().await;
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .status();
+    kill_with_its_tools(&mut server, &record).await;
 
     let out = support::output_within(
         support::hanging_tool::leasehold(&data, &model).args(["runs", "cancel", &run_id]),
@@ -528,6 +514,20 @@ async fn a_run_held_by_a_dead_server_is_refused_naming_the_servers_address() {
         "{said}"
     );
     stack.shutdown().await;
+}
+
+/// SIGKILLs `executor`, then the process group of the last tool server
+/// it started (tool servers outlive a SIGKILL of their executor), as
+/// `record` names it.
+async fn kill_with_its_tools(executor: &mut Child, record: &Path) {
+    let (pgid, _) = last_group(record);
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &executor.id().expect("pid").to_string()])
+        .status();
+    let _ = executor.wait().await;
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
 }
 
 fn signal(child: &Child, signal: &str) {

@@ -105,15 +105,20 @@ pub async fn post_run(http: &reqwest::Client, base: &str, flow: &impl serde::Ser
         .to_owned()
 }
 
-/// `GET {base}/runs/{run_id}` with `http`, as JSON.
-pub async fn get_run(http: &reqwest::Client, base: &str, run_id: &str) -> serde_json::Value {
-    http.get(format!("{base}/runs/{run_id}"))
+/// `GET {url}` with `http`, its answer as JSON.
+pub async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    http.get(url)
         .send()
         .await
-        .expect("GET /runs/{id}")
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
         .json()
         .await
-        .expect("JSON")
+        .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
+}
+
+/// `GET {base}/runs/{run_id}` with `http`, as JSON.
+pub async fn get_run(http: &reqwest::Client, base: &str, run_id: &str) -> serde_json::Value {
+    get_json(http, &format!("{base}/runs/{run_id}")).await
 }
 
 /// [`get_run`] until `done` holds on the view, within `patience`; `what`

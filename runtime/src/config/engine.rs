@@ -86,10 +86,7 @@ impl Config {
     /// # }
     /// ```
     pub fn engine_builder(&self) -> Result<EngineBuilder, EngineSetupError> {
-        let builder = self.engine_builder_without_store()?;
-        #[cfg(feature = "store")]
-        let builder = builder.store(self.open_store()?);
-        Ok(builder)
+        self.with_configured_store(self.engine_builder_without_store()?)
     }
 
     /// [`Config::engine_builder`], except that a configuration naming no
@@ -104,11 +101,20 @@ impl Config {
         #[cfg(feature = "openai")]
         if self.model_base_url.value.is_none() && self.model_name.value.is_none() {
             let builder = self.engine_builder_with_model(None).without_model(NO_MODEL);
-            #[cfg(feature = "store")]
-            let builder = builder.store(self.open_store()?);
-            return Ok(builder);
+            return self.with_configured_store(builder);
         }
         self.engine_builder()
+    }
+
+    /// `builder` on the configured store ([`Config::open_store`]) when this
+    /// build has one; otherwise as it is (its runs kept in memory).
+    fn with_configured_store(
+        &self,
+        builder: EngineBuilder,
+    ) -> Result<EngineBuilder, EngineSetupError> {
+        #[cfg(feature = "store")]
+        let builder = builder.store(self.open_store()?);
+        Ok(builder)
     }
 
     /// [`Config::engine_builder`] on `store` instead of the configured one

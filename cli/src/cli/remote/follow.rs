@@ -9,20 +9,19 @@
 //! The requests go through the same reqwest client as the other requests
 //! of `--server`, as the stream's [`HttpTransport`].
 
-use std::pin::Pin;
 use std::process::ExitCode;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use eventsource_client::{self as sse, Client as _, SSE};
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use launchdarkly_sdk_transport::{
     ByteStream, HttpTransport, Request, ResponseFuture, TransportError,
 };
 use leasehold::{Event, EventKind, RunStatus};
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
 use super::{Remote, refusal};
 use crate::cli::CliError;
@@ -201,7 +200,7 @@ impl HttpTransport for Transport {
             }
             let (tx, rx) = mpsc::channel(16);
             tokio::spawn(pump(response, tx));
-            let body: ByteStream = Box::pin(Channel(rx));
+            let body: ByteStream = Box::pin(ReceiverStream::new(rx));
             answer.body(body).map_err(TransportError::new)
         });
         Box::pin(async move {
@@ -225,17 +224,6 @@ async fn pump(response: reqwest::Response, tx: mpsc::Sender<Result<Bytes, Transp
         if tx.send(chunk.map_err(TransportError::new)).await.is_err() {
             return;
         }
-    }
-}
-
-/// A body read from a channel.
-struct Channel(mpsc::Receiver<Result<Bytes, TransportError>>);
-
-impl Stream for Channel {
-    type Item = Result<Bytes, TransportError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
     }
 }
 
