@@ -1,7 +1,16 @@
 //! `leasehold runs … --server URL`: a client of a leasehold server's HTTP
 //! API. It asks and answers; `runs.rs` reads the command line and prints
 //! the answers the same way as a data directory's.
+//!
+//! A server is a peer like any other: an answer is read to at most
+//! [`Limits::max_answer`] bytes, an event of its stream to at most
+//! [`Limits::max_event`], and a server silent for [`Limits::silence`] — it
+//! accepted the connection and answers nothing, as one stopped with SIGSTOP
+//! does — is given up, saying so.
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use leasehold::RunQuery;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -17,24 +26,72 @@ pub(super) struct Remote {
     base: String,
     token: Option<String>,
     http: reqwest::Client,
+    limits: Limits,
+}
+
+/// What the client takes from a server before it gives up on it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// How long a server may send nothing — no byte of an answer, no event
+    /// or keep-alive of a stream — before it is taken as gone (60 s; a
+    /// server's stream sends a keep-alive every 15 s).
+    pub silence: Duration,
+    /// The most bytes of one answer (256 MiB).
+    pub max_answer: usize,
+    /// The most bytes of one event of a run's stream (64 MiB; an event
+    /// holds at most a model answer or a tool result, 4 MiB and 1 MiB by
+    /// default).
+    pub max_event: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            silence: Duration::from_secs(60),
+            max_answer: 256 << 20,
+            max_event: 64 << 20,
+        }
+    }
 }
 
 impl Remote {
     pub(super) fn new(url: &str, token: Option<String>) -> Result<Self, CliError> {
+        Self::with_limits(url, token, Limits::default())
+    }
+
+    pub(super) fn with_limits(
+        url: &str,
+        token: Option<String>,
+        limits: Limits,
+    ) -> Result<Self, CliError> {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(CliError::other(format!(
                 "--server {url}: expected an http:// or https:// URL, e.g. http://127.0.0.1:7878"
             )));
         }
         let http = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(limits.silence)
             .build()
             .map_err(|e| CliError::other(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             base: url.trim_end_matches('/').to_owned(),
             token,
             http,
+            limits,
         })
+    }
+
+    /// What a failed request says: a timeout is the server's silence.
+    fn failed(&self, error: &reqwest::Error) -> CliError {
+        if error.is_timeout() {
+            return CliError::other(format!(
+                "{}: nothing heard for {}: the server is stopped, overloaded or cut off",
+                self.base,
+                humantime::format_duration(self.limits.silence)
+            ));
+        }
+        CliError::other(format!("{}: {error}", self.base))
     }
 
     fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
@@ -49,15 +106,21 @@ impl Remote {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<T, CliError> {
-        let response = request
-            .send()
-            .await
-            .map_err(|e| CliError::other(format!("{}: {e}", self.base)))?;
+        let response = request.send().await.map_err(|e| self.failed(&e))?;
         let status = response.status();
-        let body = response
-            .text()
-            .await
-            .map_err(|e| CliError::other(format!("{}: {e}", self.base)))?;
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            body.extend_from_slice(&chunk.map_err(|e| self.failed(&e))?);
+            if body.len() > self.limits.max_answer {
+                return Err(CliError::other(format!(
+                    "{}: an answer of over {}, more than a leasehold server sends: not read",
+                    self.base,
+                    leasehold::config::format_size(self.limits.max_answer as u64)
+                )));
+            }
+        }
+        let body = String::from_utf8_lossy(&body);
         if !status.is_success() {
             return Err(CliError::other(refusal(status, &body)));
         }
@@ -134,4 +197,76 @@ fn refusal(status: StatusCode, body: &str) -> String {
         })
         .unwrap_or_else(|| body.chars().take(300).collect());
     format!("the server refused ({status}): {message}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::routing::get;
+    use bytes::Bytes;
+    use futures_util::stream;
+
+    use super::*;
+    use crate::cli::log::Output;
+
+    #[tokio::test]
+    async fn an_endless_answer_is_refused_at_the_bound() {
+        let app = Router::new().route(
+            "/runs/run-1",
+            get(|| async {
+                let endless = stream::repeat_with(|| {
+                    Ok::<_, std::convert::Infallible>(Bytes::from(vec![b' '; 64 * 1024]))
+                });
+                (
+                    [("content-type", "application/json")],
+                    axum::body::Body::from_stream(endless),
+                )
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let limits = Limits {
+            max_answer: 1 << 20,
+            ..Limits::default()
+        };
+        let remote = Remote::with_limits(&format!("http://{addr}"), None, limits).unwrap();
+        let refused = tokio::time::timeout(Duration::from_secs(60), remote.show("run-1"))
+            .await
+            .expect("read at most the bound")
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("an answer of over 1MiB"),
+            "{refused}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_that_accepts_and_answers_nothing_is_given_up_after_its_silence() {
+        // Connections are accepted by the kernel and never answered, as a
+        // server stopped with SIGSTOP does.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            silence: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let remote = Remote::with_limits(&format!("http://{addr}"), None, limits).unwrap();
+        let refused = remote.show("run-1").await.unwrap_err();
+        assert!(
+            refused.to_string().contains("nothing heard for 300ms"),
+            "{refused}"
+        );
+        let refused = remote
+            .follow("run-1", 0, Output::Json, Until::EndOrPause)
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("nothing heard for 300ms"),
+            "{refused}"
+        );
+        drop(listener);
+    }
 }

@@ -3,8 +3,10 @@
 //! until the run ends or pauses again. A followed stream that breaks — the
 //! server restarts, shuts down (`event: shutdown`), a proxy cuts it — is
 //! opened again with `Last-Event-ID`, so no event is printed twice or
-//! missed; one silent for [`SILENCE`] (not even a keep-alive, no server
-//! answering) is given up, saying how to pick it up again.
+//! missed; one silent for [`Limits::silence`](super::Limits::silence) (not
+//! even a keep-alive, no server answering) is given up, saying how to pick
+//! it up again. An event over [`Limits::max_event`](super::Limits::max_event)
+//! bytes ends the stream: the server is not one to follow.
 //!
 //! The requests go through the same reqwest client as the other requests
 //! of `--server`, as the stream's [`HttpTransport`].
@@ -26,10 +28,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::{Remote, refusal};
 use crate::cli::CliError;
 use crate::cli::log::{self, Output};
-
-/// How long a followed stream may bring nothing — no event, no keep-alive,
-/// no answer to a reconnection — before the server is taken as gone.
-const SILENCE: Duration = Duration::from_secs(60);
 
 /// Where reading a run's events stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,12 +68,16 @@ impl Remote {
                 .header("authorization", &format!("Bearer {token}"))
                 .map_err(bad)?;
         }
-        let client = builder.build_with_transport(Transport(self.http.clone()));
+        let client = builder.build_with_transport(Transport {
+            http: self.http.clone(),
+            max_event: self.limits.max_event,
+        });
         let mut stream = client.stream();
         let mut origin = None;
         let mut heard = tokio::time::Instant::now();
         loop {
-            let next = tokio::time::timeout_at(heard + SILENCE, stream.next()).await;
+            let silence = self.limits.silence;
+            let next = tokio::time::timeout_at(heard + silence, stream.next()).await;
             let item = match next {
                 Ok(Some(item)) => item,
                 Ok(None) => {
@@ -89,7 +91,7 @@ impl Remote {
                         "{}: nothing heard for {} (no event, no keep-alive): the server is gone \
                          or cut off. Where the run is: `leasehold runs show {run_id} --server {}`",
                         self.base,
-                        humantime::format_duration(SILENCE),
+                        humantime::format_duration(silence),
                         self.base
                     )));
                 }
@@ -108,6 +110,15 @@ impl Remote {
                         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                     let text = read_body(body.into_stream()).await;
                     return Err(CliError::other(refusal(status, &text)));
+                }
+                Err(sse::Error::Transport(error))
+                    if std::error::Error::source(&error).is_some_and(|e| e.is::<Oversized>()) =>
+                {
+                    return Err(CliError::other(format!(
+                        "{}: run {run_id}'s event stream: {}",
+                        self.base,
+                        Oversized(self.limits.max_event)
+                    )));
                 }
                 Err(sse::Error::Transport(error)) if origin.is_none() && !live => {
                     return Err(CliError::other(format!("{}: {error}", self.base)));
@@ -180,18 +191,64 @@ async fn read_body(mut body: ByteStream) -> String {
 
 /// The event stream's transport: the `--server` requests' reqwest client.
 /// Its body is read by a task of its own into a channel, so that what the
-/// stream holds is `Sync`, as the transport's contract asks.
+/// stream holds is `Sync`, as the transport's contract asks; that task ends
+/// the body with [`Oversized`] when an event grows over `max_event` bytes.
 #[derive(Clone)]
-struct Transport(reqwest::Client);
+struct Transport {
+    http: reqwest::Client,
+    max_event: usize,
+}
+
+/// An event of more bytes than the stream takes.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "an event of over {}, more than a leasehold server sends: not read",
+    leasehold::config::format_size(*.0 as u64)
+)]
+struct Oversized(usize);
+
+/// The size of the event being received: the bytes of its lines since the
+/// last blank line, which ends an event (a line ends with CRLF, LF or CR).
+#[derive(Default)]
+struct EventSize {
+    bytes: usize,
+    line_start: bool,
+    after_cr: bool,
+}
+
+impl EventSize {
+    /// Counts `chunk`'s bytes; the event's size after it.
+    fn take(&mut self, chunk: &[u8]) -> usize {
+        for &byte in chunk {
+            match byte {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\n' | b'\r' => {
+                    if self.line_start {
+                        self.bytes = 0;
+                    }
+                    self.line_start = true;
+                    self.after_cr = byte == b'\r';
+                }
+                _ => {
+                    self.line_start = false;
+                    self.after_cr = false;
+                    self.bytes += 1;
+                }
+            }
+        }
+        self.bytes
+    }
+}
 
 impl HttpTransport for Transport {
     fn request(&self, request: Request<Option<Bytes>>) -> ResponseFuture {
         let (parts, body) = request.into_parts();
-        let mut outgoing = self.0.request(parts.method, parts.uri.to_string());
+        let mut outgoing = self.http.request(parts.method, parts.uri.to_string());
         outgoing = outgoing.headers(parts.headers);
         if let Some(body) = body {
             outgoing = outgoing.body(body);
         }
+        let max_event = self.max_event;
         let sent = tokio::spawn(async move {
             let response = outgoing.send().await.map_err(TransportError::new)?;
             let mut answer = http::Response::builder().status(response.status());
@@ -199,7 +256,7 @@ impl HttpTransport for Transport {
                 *headers = response.headers().clone();
             }
             let (tx, rx) = mpsc::channel(16);
-            tokio::spawn(pump(response, tx));
+            tokio::spawn(pump(response, tx, max_event));
             let body: ByteStream = Box::pin(ReceiverStream::new(rx));
             answer.body(body).map_err(TransportError::new)
         });
@@ -212,16 +269,30 @@ impl HttpTransport for Transport {
     }
 }
 
-/// Copies `response`'s body into `tx` until it ends or nobody reads.
-async fn pump(response: reqwest::Response, tx: mpsc::Sender<Result<Bytes, TransportError>>) {
+/// Copies `response`'s body into `tx` until it ends, nobody reads, or an
+/// event grows over `max_event` bytes.
+async fn pump(
+    response: reqwest::Response,
+    tx: mpsc::Sender<Result<Bytes, TransportError>>,
+    max_event: usize,
+) {
     let mut body = response.bytes_stream();
+    let mut size = EventSize::default();
     loop {
         let chunk = tokio::select! {
             chunk = body.next() => chunk,
             () = tx.closed() => return,
         };
         let Some(chunk) = chunk else { return };
-        if tx.send(chunk.map_err(TransportError::new)).await.is_err() {
+        let chunk = match chunk {
+            Ok(chunk) if size.take(&chunk) > max_event => {
+                Err(TransportError::new(Oversized(max_event)))
+            }
+            Ok(chunk) => Ok(chunk),
+            Err(error) => Err(TransportError::new(error)),
+        };
+        let last = chunk.is_err();
+        if tx.send(chunk).await.is_err() || last {
             return;
         }
     }
@@ -375,5 +446,80 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(code, ExitCode::from(crate::cli::EXIT_PAUSED));
+    }
+
+    fn small(max_event: usize) -> super::super::Limits {
+        super::super::Limits {
+            max_event,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_event_is_measured_from_the_last_blank_line_whatever_ends_its_lines() {
+        for ending in ["\n", "\r\n", "\r"] {
+            let mut size = EventSize::default();
+            let event = format!("id: 1{ending}data: abc{ending}");
+            assert_eq!(size.take(event.as_bytes()), 14, "{ending:?}");
+            // Split across chunks, the blank line still ends the event.
+            let (a, b) = ending.split_at(ending.len() / 2);
+            size.take(a.as_bytes());
+            assert_eq!(size.take(format!("{b}data: x").as_bytes()), 7, "{ending:?}");
+            assert_eq!(size.take(b"yz"), 9, "{ending:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endless_event_ends_the_stream_at_the_bound_and_many_small_ones_do_not() {
+        let app = Router::new()
+            .route(
+                "/runs/endless/events",
+                get(|| async {
+                    let head = stream::once(async { Ok(Bytes::from_static(b"id: 1\ndata: ")) });
+                    let tail = stream::repeat_with(|| {
+                        Ok::<_, std::convert::Infallible>(Bytes::from(vec![b'x'; 16 * 1024]))
+                    });
+                    (
+                        [("content-type", "text/event-stream")],
+                        axum::body::Body::from_stream(head.chain(tail)),
+                    )
+                }),
+            )
+            .route(
+                "/runs/run-1/events",
+                get(|| async {
+                    let mut frames: Vec<SseEvent> = (1..=300).map(step).collect();
+                    frames.push(
+                        SseEvent::default()
+                            .event("end")
+                            .data(r#"{"status":"completed"}"#),
+                    );
+                    Sse::new(stream::iter(
+                        frames.into_iter().map(Ok::<_, std::convert::Infallible>),
+                    ))
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let base = format!("http://{addr}");
+        // Three hundred events of some 120 bytes each, 36 KB in all.
+        let remote = Remote::with_limits(&base, None, small(4 << 10)).unwrap();
+        let code = remote
+            .follow("run-1", 0, Output::Json, Until::EndOrPause)
+            .await
+            .unwrap();
+        assert_eq!(code, ExitCode::SUCCESS);
+        for until in [Until::Logged, Until::EndOrPause] {
+            let reading = remote.follow("endless", 0, Output::Json, until);
+            let refused = tokio::time::timeout(Duration::from_secs(60), reading)
+                .await
+                .expect("read at most the bound")
+                .unwrap_err();
+            assert!(
+                refused.to_string().contains("an event of over 4KiB"),
+                "{refused}"
+            );
+        }
     }
 }
