@@ -7,8 +7,8 @@
 //! and continued. Every timer it holds then fires late by as long — its
 //! probe's, its leases', its admission's — with no help from the test.
 //!
-//! The model is a gate written here: it holds every chat completion until
-//! the test opens it, so runs stay live exactly as long as the test needs.
+//! The model is a gate ([`support::gate`]): it holds every chat completion
+//! until the test opens it, so runs stay live exactly as long as the test needs.
 
 mod support;
 
@@ -16,59 +16,18 @@ mod support;
 mod postgres;
 
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::routing::post;
-use axum::{Json, Router};
 use leasehold::config::Config;
 use serde_json::{Value, json};
+use support::gate::gated_model;
 use tokio::process::{Child, Command};
-use tokio::sync::watch;
 
 /// Generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The API token.
 const TOKEN: &str = "admission-test-token";
-
-/// A model whose every answer waits until the gate opens.
-struct Gate {
-    /// Chat completions received so far.
-    received: watch::Sender<usize>,
-    /// Whether answers go out.
-    open: watch::Sender<bool>,
-}
-
-async fn complete(State(gate): State<Arc<Gate>>) -> Json<Value> {
-    gate.received.send_modify(|n| *n += 1);
-    let mut open = gate.open.subscribe();
-    let _ = open.wait_for(|open| *open).await;
-    Json(json!({
-        "id": "chatcmpl-gate", "object": "chat.completion", "model": "gate",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "done"}}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }))
-}
-
-/// The gate's base URL and the gate.
-async fn gated_model() -> (String, Arc<Gate>) {
-    let gate = Arc::new(Gate {
-        received: watch::Sender::new(0),
-        open: watch::Sender::new(false),
-    });
-    let app = Router::new()
-        .route("/v1/chat/completions", post(complete))
-        .with_state(Arc::clone(&gate));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), gate)
-}
 
 /// `leasehold serve` on a sled store in `data`, on the gate, with `env`.
 fn serve(data: &std::path::Path, model: &str, env: &[(&str, &str)]) -> Child {

@@ -4,25 +4,21 @@
 //! SIGKILLed with runs in flight and the other finishes them all (its sweep
 //! marks them orphaned, its claimer resumes them within its limit).
 //!
-//! The model is a gate written here: it holds every chat completion until
-//! the test opens it, so the test sees both executors full — two runs each
+//! The model is a gate ([`support::gate`]): it holds every chat completion
+//! until the test opens it, so the test sees both executors full — two runs each
 //! in flight, the rest queued — before anything ends, without timing.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::routing::post;
-use axum::{Json, Router};
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::{EventKind, RunQuery, RunRecord, RunStatus, Store};
 use serde_json::{Value, json};
+use support::gate::gated_model;
 use tokio::process::{Child, Command};
-use tokio::sync::watch;
 
 #[path = "../../runtime/tests/support/postgres.rs"]
 mod postgres;
@@ -38,43 +34,6 @@ const LIMIT: usize = 2;
 
 /// The API token (with it, `/health` says who the executor is).
 const TOKEN: &str = "queue-test-token";
-
-/// A model whose every answer waits until the gate opens.
-struct Gate {
-    /// Chat completions received so far.
-    received: watch::Sender<usize>,
-    /// Whether answers go out.
-    open: watch::Sender<bool>,
-}
-
-async fn complete(State(gate): State<Arc<Gate>>) -> Json<Value> {
-    gate.received.send_modify(|n| *n += 1);
-    let mut open = gate.open.subscribe();
-    let _ = open.wait_for(|open| *open).await;
-    Json(json!({
-        "id": "chatcmpl-gate", "object": "chat.completion", "model": "gate",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "done"}}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }))
-}
-
-/// The gate's base URL and the gate.
-async fn gated_model() -> (String, Arc<Gate>) {
-    let gate = Arc::new(Gate {
-        received: watch::Sender::new(0),
-        open: watch::Sender::new(false),
-    });
-    let app = Router::new()
-        .route("/v1/chat/completions", post(complete))
-        .with_state(Arc::clone(&gate));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), gate)
-}
 
 fn serve(store_url: &str, model: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_leasehold"))

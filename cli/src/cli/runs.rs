@@ -183,6 +183,12 @@ pub struct EventsArgs {
     /// One JSON event per line, instead of the readable log.
     #[arg(long)]
     pub(super) json: bool,
+    /// Go on printing the run's events as they are logged, through its
+    /// pauses, until it ends (exit 0 if it completed, 1 otherwise). It
+    /// follows a run another process runs: with `--server URL`, or on a
+    /// shared store (`--store postgres://…`).
+    #[arg(long, short = 'f')]
+    pub(super) follow: bool,
 }
 
 /// `runs resume`.
@@ -321,15 +327,18 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
         }
         RunsCommand::Events(args) => {
             let store = existing_store(&config)?;
-            if store.load_run(&args.id).await?.is_none() {
-                return Err(CliError::other(format!("no run {}", args.id)));
-            }
-            let events = store.load_events(&args.id, args.after).await?;
             let output = if args.json {
                 Output::Json
             } else {
                 Output::Readable
             };
+            if args.follow {
+                return follow_store(store.as_ref(), &args.id, args.after, output).await;
+            }
+            if store.load_run(&args.id).await?.is_none() {
+                return Err(CliError::other(format!("no run {}", args.id)));
+            }
+            let events = store.load_events(&args.id, args.after).await?;
             let origin = events.first().map_or(0, |e| e.at);
             for event in &events {
                 log::print(event, output, origin);
@@ -487,9 +496,12 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
             } else {
                 Output::Readable
             };
-            return client
-                .follow(&args.id, args.after, output, Until::Logged)
-                .await;
+            let until = if args.follow {
+                Until::End
+            } else {
+                Until::Logged
+            };
+            return client.follow(&args.id, args.after, output, until).await;
         }
         RunsCommand::Resume(args) => {
             let body = serde_json::json!({ "guidance": args.guidance });
@@ -549,6 +561,92 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How often a followed run is read again when its store's change feed
+/// says nothing: a feed that missed a change costs at most this.
+const REREAD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a gap in a run's log is waited for before it is read again:
+/// its writer lands the missing events within milliseconds.
+const GAP_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// How many times a gap is read again before the events after it are
+/// printed without it (about two seconds).
+const GAP_READS: u32 = 400;
+
+/// `runs events ID --follow` on a store: prints the run's events after
+/// `after` as they are logged, through its pauses, until it ends; woken by
+/// the store's change feed. Only a shared store has another process add
+/// to a run while this one reads it: on a data directory (one process at a
+/// time) it is refused, naming `--server`.
+async fn follow_store(
+    store: &dyn Store,
+    run_id: &str,
+    after: u64,
+    output: Output,
+) -> Result<ExitCode, CliError> {
+    if !store.is_shared() {
+        return Err(CliError::other(format!(
+            "--follow follows a run another process runs, and this data directory is opened by              one process at a time: follow it on the `leasehold serve` that runs it,              `leasehold runs events {run_id} --follow --server URL`, or on a shared store              (`--store postgres://…`)"
+        )));
+    }
+    let signals = super::install_signals()?;
+    // Subscribed before the first read: a change after it wakes this.
+    let mut changes = store.changes();
+    let mut seen = after;
+    let mut origin = None;
+    // The position of the last event printed, where it is known: a log
+    // read while it is appended to may hold a later event before an
+    // earlier one, so what follows a gap is read again, not skipped.
+    let mut last_position = (after == 0).then_some(0);
+    let mut gap_reads = 0;
+    loop {
+        // The status first: the events a run logged before it ended (its
+        // terminal event lands before its status) are all read below.
+        let status = store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| CliError::other(format!("no run {run_id}")))?
+            .status;
+        let mut gap = false;
+        for event in store.load_events(run_id, seen).await? {
+            let follows = match last_position {
+                Some(last) if event.position > 0 => event.position == last + 1,
+                _ => true,
+            };
+            if !follows && gap_reads < GAP_READS {
+                gap = true;
+                break;
+            }
+            seen = event.seq;
+            last_position = Some(event.position);
+            log::print(&event, output, *origin.get_or_insert(event.at));
+        }
+        if gap {
+            gap_reads += 1;
+            tokio::time::sleep(GAP_PATIENCE).await;
+            continue;
+        }
+        gap_reads = 0;
+        if status.is_terminal() {
+            eprintln!("run {run_id} ended: {}", status.name());
+            return Ok(super::exit_code_of(status));
+        }
+        tokio::select! {
+            changed = tokio::time::timeout(REREAD, changes.changed(run_id)) => {
+                if let Ok(None) = changed {
+                    return Err(CliError::other(format!(
+                        "the store closed while run {run_id} was followed"
+                    )));
+                }
+            }
+            stop = signals.stopped() => {
+                eprintln!("leasehold: {}: stopped following run {run_id}", stop.name());
+                return Ok(ExitCode::from(stop.exit_code()));
+            }
+        }
+    }
 }
 
 /// Follows what a control answered by the server `answer` made of the

@@ -2,6 +2,7 @@
 //! uses a part of it.
 #![allow(dead_code)]
 
+pub mod gate;
 pub mod hanging_tool;
 #[path = "../../../runtime/tests/support/python.rs"]
 mod python;

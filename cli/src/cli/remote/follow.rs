@@ -37,6 +37,8 @@ pub(in crate::cli) enum Until {
     /// When the run ends, or pauses after the events it had logged before
     /// (a pause it was in before does not count).
     EndOrPause,
+    /// When the run ends: its pauses are printed and followed through.
+    End,
 }
 
 impl Remote {
@@ -50,7 +52,7 @@ impl Remote {
         output: Output,
         until: Until,
     ) -> Result<ExitCode, CliError> {
-        let live = until == Until::EndOrPause;
+        let live = until != Until::Logged;
         let url = format!("{}/runs/{run_id}/events?live={live}", self.base);
         let options = sse::ReconnectOptions::reconnect(live)
             .retry_initial(false)
@@ -152,7 +154,7 @@ impl Remote {
             })?;
             let start = *origin.get_or_insert(event.at);
             log::print(&event, output, start);
-            if live && event.seq > after && pauses(&event.kind) {
+            if until == Until::EndOrPause && event.seq > after && pauses(&event.kind) {
                 eprintln!("run {run_id} paused for a person");
                 return Ok(ExitCode::from(crate::cli::EXIT_PAUSED));
             }
