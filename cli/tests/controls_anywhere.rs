@@ -44,15 +44,11 @@ const TOKEN: &str = "controls-anywhere-test-token";
 /// `leasehold` with nothing of the test's environment but `PATH`, on the
 /// PostgreSQL store `store`, the demo's scripted model at `model`.
 fn leasehold(store: &str, model: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    let mut command = support::clean_leasehold();
     command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("LEASEHOLD_STORE", store)
         .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo");
     command
 }
 

@@ -34,16 +34,12 @@ const TOKEN: &str = "follow-test-token";
 /// `leasehold` with a clean environment on the PostgreSQL store `store`,
 /// the gate `model` and the API token.
 fn leasehold(store: &str, model: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    let mut command = support::clean_leasehold();
     command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("LEASEHOLD_STORE", store)
         .env("LEASEHOLD_MODEL_BASE_URL", model)
         .env("LEASEHOLD_MODEL_NAME", "gate")
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+        .env("LEASEHOLD_API_TOKEN", TOKEN);
     command
 }
 

@@ -17,16 +17,22 @@ use std::time::Duration;
 /// `python3 FILE LEDGER`, the script written to FILE.
 pub const LEDGER_MCP_SERVER: &str = include_str!("ledger_mcp.py");
 
-/// The `leasehold` binary with a clean environment (only `PATH`), its data
-/// directory `data`, no stdin, killed when dropped.
-pub fn leasehold(data: &std::path::Path) -> tokio::process::Command {
+/// The `leasehold` binary with a clean environment (only `PATH`), no
+/// stdin, killed when dropped.
+pub fn clean_leasehold() -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
+    command
+}
+
+/// [`clean_leasehold`] on the data directory `data`.
+pub fn leasehold(data: &std::path::Path) -> tokio::process::Command {
+    let mut command = clean_leasehold();
+    command.env("LEASEHOLD_DATA_DIR", data);
     command
 }
 
