@@ -91,7 +91,7 @@ enum Expect {
 }
 
 fn expectation(command: &str) -> Option<Expect> {
-    let table: [(&str, Expect); 13] = [
+    let table: [(&str, Expect); 14] = [
         (
             "cargo install --path cli",
             Expect::Skipped("it compiles the binary this test runs"),
@@ -103,6 +103,7 @@ fn expectation(command: &str) -> Option<Expect> {
         ("leasehold runs list", Expect::Success),
         ("leasehold runs show", Expect::Success),
         ("leasehold runs trace", Expect::Success),
+        ("leasehold runs events", Expect::Success),
         ("leasehold runs resume", Expect::Refused("is completed")),
         (
             "leasehold runs reconcile",
@@ -307,6 +308,10 @@ async fn getting_started_runs_as_written() {
                                 assert!(stdout.contains("event: end"), "{stdout}");
                                 assert!(stdout.contains("completed"), "{stdout}");
                             }
+                            if line.starts_with("leasehold runs events") {
+                                assert!(stdout.contains("completed"), "{stdout}");
+                                assert!(stderr.contains("ended: completed"), "{stderr}");
+                            }
                         }
                     }
                 }
@@ -319,6 +324,7 @@ async fn getting_started_runs_as_written() {
         "leasehold run my-flow.toml",
         "leasehold --config leasehold.toml serve",
         "curl -N",
+        "leasehold runs events",
     ] {
         assert!(
             ran.iter().any(|c| c.starts_with(must)),
