@@ -144,6 +144,11 @@ pub struct Engine {
     paces: crate::pace::PaceBook,
     /// The executor's lag, if measured ([`EngineBuilder::load`]).
     load: Option<crate::load::LoadGauge>,
+    /// This engine's owner id, known as live in the process while it is.
+    _live_owner: ownership::LiveOwner,
+    /// Whether the runs of holders that died before this engine were
+    /// marked orphaned ([`Engine::reconcile_orphans`]).
+    gone_holders_swept: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {

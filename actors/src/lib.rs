@@ -99,12 +99,12 @@ pub use memory::MemoryStore;
 pub use ports::{
     BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock, Delivery,
     EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
-    ForkOrigin, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, Notice,
-    NoticeTake, PauseRecord, PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord,
-    RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage,
-    SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest, ToolCallState, ToolClient,
-    ToolDefinition, ToolError, ToolInvocation, ToolOutput, TranscriptMessage, fencing, listing,
-    outbox, retention,
+    ForkOrigin, GoneHolder, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
+    Notice, NoticeTake, PauseRecord, PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery,
+    RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError,
+    SummaryPage, SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest,
+    ToolCallState, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+    TranscriptMessage, fencing, listing, outbox, retention,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,

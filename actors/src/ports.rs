@@ -32,10 +32,10 @@ pub use model::{
 };
 pub use records::{FinishReason, TokenCost, TranscriptMessage};
 pub use store::{
-    ClaimOutcome, Delivery, Fenced, ForkOrigin, Notice, NoticeTake, PauseRecord, PurgeReport,
-    PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary, RunUpdate,
-    SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, ToolCallRecord, ToolCallState,
-    fencing, listing, outbox, retention,
+    ClaimOutcome, Delivery, Fenced, ForkOrigin, GoneHolder, Notice, NoticeTake, PauseRecord,
+    PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
+    RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, ToolCallRecord,
+    ToolCallState, fencing, listing, outbox, retention,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

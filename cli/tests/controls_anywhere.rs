@@ -432,7 +432,8 @@ async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_data_directory_a_cancel_of_a_run_whose_executor_died_says_until_when_at_once() {
+async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_once_not_after_its_lease()
+ {
     let stack = DemoStack::start().await.expect("the demo servers");
     let model = stack.model_base_url();
     let dir = tempfile::tempdir().expect("dir");
@@ -445,39 +446,67 @@ async fn on_a_data_directory_a_cancel_of_a_run_whose_executor_died_says_until_wh
     kill_with_its_tools(&mut run, &record).await;
 
     // sled is opened by one process at a time: the executor that holds the
-    // run is not running, and nobody would take a forwarded cancel.
+    // run, not being this one, is dead, and its ten-minute lease holds
+    // nothing up. `runs show` says so, and how to resume it.
+    let shown = support::output_within(
+        support::hanging_tool::leasehold(&data, &model).args(["runs", "show", &run_id]),
+        PATIENCE,
+    )
+    .await;
+    let view: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    assert_eq!(view["status"], "orphaned", "{view}");
+    assert_eq!(
+        view["reason"],
+        leasehold::fencing::ORPHANED_HOLDER_GONE,
+        "{view}"
+    );
+    assert_eq!(
+        view["resume_with"],
+        format!("leasehold runs resume {run_id}"),
+        "{view}"
+    );
     let out = tokio::time::timeout(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         support::hanging_tool::leasehold(&data, &model)
             .args(["runs", "cancel", &run_id])
             .output(),
     )
     .await
-    .expect("answered at once, not after a patience")
+    .expect("applied at once, not after the lease")
     .expect("runs cancel");
     let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(
-        said.contains(&format!("run {run_id} is held by executor")) && said.contains("if it died"),
+        said.contains(&format!("run {run_id}: cancel applied: it is cancelled")),
         "{said}"
     );
     assert!(!said.contains("forwarded"), "{said}");
+    let shown = support::output_within(
+        support::hanging_tool::leasehold(&data, &model).args(["runs", "show", &run_id]),
+        PATIENCE,
+    )
+    .await;
+    let view: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    assert_eq!(view["status"], "cancelled", "{view}");
     stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_held_by_a_dead_server_is_refused_naming_the_servers_address() {
+async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_directory() {
     let stack = DemoStack::start().await.expect("the demo servers");
     let model = stack.model_base_url();
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
     let record = dir.path().join("groups");
     let flow = write_flow(dir.path(), &stack, &record);
-    let mut command = support::hanging_tool::leasehold(&data, &model);
-    command
-        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
-        .env("LEASEHOLD_API_TOKEN", TOKEN);
-    let (mut server, base) = support::serve(command, &["--allow-flow-tools"], PATIENCE).await;
+    let serving = || {
+        let mut command = support::hanging_tool::leasehold(&data, &model);
+        command
+            .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
+            .env("LEASEHOLD_API_TOKEN", TOKEN);
+        command
+    };
+    let (mut server, base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
     let http = support::authorized(TOKEN);
     // Its identity says where it serves.
     let owner = support::owner_id(&http, &base).await;
@@ -497,17 +526,80 @@ async fn a_run_held_by_a_dead_server_is_refused_naming_the_servers_address() {
     .await;
     kill_with_its_tools(&mut server, &record).await;
 
-    let out = support::output_within(
-        support::hanging_tool::leasehold(&data, &model).args(["runs", "cancel", &run_id]),
-        PATIENCE,
-    )
-    .await;
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    // The next server on the directory finds the run orphaned as it boots,
+    // ten minutes before the dead one's lease would have ended, and its
+    // API cancels it.
+    let (mut next, base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
+    let view = support::get_run(&http, &base, &run_id).await;
+    assert_eq!(view["status"], "orphaned", "{view}");
+    assert_eq!(
+        view["reason"],
+        leasehold::fencing::ORPHANED_HOLDER_GONE,
+        "{view}"
+    );
+    let cancelled = http
+        .post(format!("{base}/runs/{run_id}/cancel"))
+        .json(&json!({"reason": "left by a dead server"}))
+        .send()
+        .await
+        .expect("POST cancel");
+    assert!(cancelled.status().is_success(), "{}", cancelled.status());
+    let view = support::get_run(&http, &base, &run_id).await;
+    assert_eq!(view["status"], "cancelled", "{view}");
+    next.start_kill().expect("SIGKILL");
+    next.wait().await.expect("reaped");
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_shared_store_a_resume_of_a_run_a_killed_server_holds_says_whose_until_when_and_what_to_do()
+ {
+    let (_cluster, url) = postgres::database().await;
+    let store = open(&url).await;
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let dir = tempfile::tempdir().expect("dir");
+    let record = dir.path().join("groups");
+    let flow = write_flow(dir.path(), &stack, &record);
+    let mut a = leasehold(&url, &stack.model_base_url())
+        .env("LEASEHOLD_API_TOKEN", TOKEN)
+        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
+        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let base = support::served_base(&mut a, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let owner = support::owner_id(&http, &base).await;
+    let flow: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
+    let run_id = support::post_run(&http, &base, &flow).await;
+    logged(&store, &run_id, "tool_call_started").await;
+    kill_with_its_tools(&mut a, &record).await;
+
+    // Another process may hold a run of a shared store: its lease is
+    // believed, and the refusal says how to reach it and when to retry.
+    let said = runs(&url, &["resume", &run_id]).await;
+    assert_eq!(said.code, Some(1), "{}", said.stderr);
+    let said = said.stderr;
     assert!(
-        said.contains(&format!("run {run_id} is held by executor {owner}"))
-            && said.contains(&format!("add `--server {base}`")),
+        said.contains(&format!("run {run_id} is held by executor {owner}")),
         "{said}"
+    );
+    assert!(said.contains(&format!("--server {base}")), "{said}");
+    assert!(!said.contains("Unix ms"), "a readable time: {said}");
+    let time = said
+        .split_whitespace()
+        .find(|w| w.len() >= 20 && w.as_bytes()[4] == b'-' && w.contains('T'))
+        .unwrap_or_else(|| panic!("an RFC 3339 time: {said}"));
+    assert!(time.ends_with('Z'), "{time}");
+    assert!(
+        said.contains("Z (in 9m") || said.contains("Z (in 10m"),
+        "how long to wait: {said}"
+    );
+    assert!(
+        said.contains("if that executor died"),
+        "what to do if it died: {said}"
     );
     stack.shutdown().await;
 }

@@ -1,8 +1,10 @@
-//! A `leasehold serve` killed with SIGKILL mid-run and started again before
-//! its run lease expired picks the run up once it has: its sweep for
-//! orphans, every third of the TTL, claims the run (the fence goes up),
-//! resumes it where it was — no worker spawned twice, no step done twice —
-//! and adopts it, so the API controls it like a run it started.
+//! A `leasehold serve` killed with SIGKILL mid-run and started again on its
+//! data directory picks the run up at once, ten minutes before the dead
+//! process's run lease would end: sled is opened by one process at a time,
+//! so the run's holder, not being this process, is dead. Its boot marks the
+//! run orphaned, claims it (the fence goes up), resumes it where it was — no worker
+//! spawned twice, no step done twice — and adopts it, so the API controls
+//! it like a run it started.
 //!
 //! The model and the tool server are the embedded demo's: the run spawns
 //! three workers, one of which escalates and pauses the run for a person;
@@ -29,9 +31,6 @@ const PATIENCE: Duration = Duration::from_secs(90);
 /// The API token (a posted flow may name its tool server only with one).
 const TOKEN: &str = "orphans-test-token";
 
-/// The run-lease TTL of both processes.
-const TTL: Duration = Duration::from_secs(3);
-
 fn serve(data_dir: &Path, stack: &DemoStack) -> Child {
     Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .env_clear()
@@ -39,7 +38,7 @@ fn serve(data_dir: &Path, stack: &DemoStack) -> Child {
         .env("LEASEHOLD_DATA_DIR", data_dir)
         .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
         .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .env("LEASEHOLD_RUN_LEASE_TTL", "3s")
+        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
         .env("LEASEHOLD_RESUME_ON_BOOT", "true")
         .env("LEASEHOLD_API_TOKEN", TOKEN)
         .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
@@ -52,7 +51,7 @@ fn serve(data_dir: &Path, stack: &DemoStack) -> Child {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_has_passed() {
+async fn serve_killed_and_restarted_on_its_data_directory_resumes_its_run_at_once() {
     let stack = DemoStack::start().await.expect("the demo servers");
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
@@ -90,20 +89,11 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
     assert!(!received.contains("\"kind\":\"paused\""), "killed mid-run");
     first.start_kill().expect("SIGKILL");
     first.wait().await.expect("reaped");
-    let killed = tokio::time::Instant::now();
 
+    // Orphaned and claimed as the next server boots, and adopted: within
+    // the test's patience, long before the ten-minute lease would end.
     let mut second = serve(&data, &stack);
     let base = support::served_base(&mut second, PATIENCE).await;
-    let booted = killed.elapsed();
-    assert!(
-        booted < TTL,
-        "restarted within the TTL ({booted:?}); the machine is too slow for this test"
-    );
-    // Not claimed at boot: the dead process's lease has not expired yet.
-    let view = support::view_until(&http, &base, &run_id, PATIENCE, "seen", |_| true).await;
-    assert_eq!(view["fence"], 1, "{view}");
-
-    // Claimed by the sweep once the TTL has passed, and adopted.
     let view = support::view_until(
         &http,
         &base,
@@ -113,11 +103,6 @@ async fn serve_killed_and_restarted_within_the_ttl_resumes_its_run_once_the_ttl_
         |v| v["fence"] == 2 && v["live"] == true,
     )
     .await;
-    assert!(
-        killed.elapsed() >= TTL - Duration::from_millis(100),
-        "claimed {:?} after the kill, before the dead owner's lease expired",
-        killed.elapsed()
-    );
     let second_owner = view["owner_id"].as_str().expect("an owner").to_owned();
     assert_ne!(
         second_owner, first_owner,

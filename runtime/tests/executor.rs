@@ -282,3 +282,98 @@ async fn a_claimed_run_its_executor_cannot_start_is_recorded_failed_saying_why()
         "{reason}"
     );
 }
+
+/// On sled, opened by one process at a time, a run held by an owner that
+/// no engine of this process has was left by a process that died (SIGKILL,
+/// a crash): the first boot marks it orphaned at once, whatever its lease
+/// says, and it is resumed. A run an engine of this process holds is left
+/// to it until that engine is gone, and then taken over at once too.
+#[tokio::test(start_paused = true)]
+async fn on_sled_a_run_held_by_no_engine_here_is_orphaned_at_once_and_one_a_live_engine_holds_is_not()
+ {
+    use leasehold::store::{SledConfig, SledStore};
+    use leasehold::testing::records::run_record;
+    use leasehold::{EngineError, Store};
+
+    let dir = tempfile::tempdir().expect("dir");
+    let store: Arc<dyn Store> =
+        Arc::new(SledStore::open(SledConfig::new(dir.path()).with_temporary(true)).expect("sled"));
+    let clock = ManualClock::at(1_800_000_000_000);
+    let an_hour_on = clock.now_unix_ms() + 3_600_000;
+    let running = |run_id: &str, owner: &str| {
+        let mut record = run_record(run_id, Some(owner), 1, an_hour_on, RunStatus::Running);
+        record.flow = serde_json::json!({"name": "left", "task": "t", "max_steps": 3});
+        record
+    };
+    // As a killed process leaves it: running, its lease an hour long.
+    store
+        .create_run(running("run-left", "gone@host/1/00000000"))
+        .await
+        .expect("created");
+    let live = Engine::builder()
+        .config(EngineConfig::default())
+        .owner_id("live@host/2/00000000")
+        .store(Arc::clone(&store))
+        .clock(Arc::new(clock.clone()))
+        .model(Arc::new(ScriptedModel::new()))
+        .build()
+        .await
+        .expect("engine");
+    store
+        .create_run(running("run-held", "live@host/2/00000000"))
+        .await
+        .expect("created");
+
+    let booted = Engine::builder()
+        .config(EngineConfig::default())
+        .owner_id("booted@host/3/00000000")
+        .store(Arc::clone(&store))
+        .clock(Arc::new(clock.clone()))
+        .model(Arc::new(
+            ScriptedModel::new().script("run", [Turn::answer("picked up")]),
+        ))
+        .build()
+        .await
+        .expect("engine");
+    assert!(booted.holder_is_gone("gone@host/1/00000000"));
+    assert!(!booted.holder_is_gone("live@host/2/00000000"));
+    let found = boot(&booted, false).await.expect("boot");
+    assert_eq!(found.orphaned, vec!["run-left".to_owned()]);
+    let left = store.load_run("run-left").await.unwrap().expect("run");
+    assert_eq!(left.status, RunStatus::Orphaned);
+    assert_eq!(left.reason.as_deref(), Some(fencing::ORPHANED_HOLDER_GONE));
+    assert_eq!(
+        (left.fence, left.owner_id.as_deref()),
+        (1, Some("gone@host/1/00000000")),
+        "marked as the store's own sweep marks an orphan: owner and fence as they were"
+    );
+    let mut resumed = booted.resume("run-left").await.expect("resumed at once");
+    assert_eq!(resumed.wait().await.status, RunStatus::Completed);
+    let left = store.load_run("run-left").await.unwrap().expect("run");
+    assert_eq!(left.fence, 2, "the claim raised the fence");
+
+    // The live engine's run is its own, lease and all.
+    let held = store.load_run("run-held").await.unwrap().expect("run");
+    assert_eq!((held.status, held.fence), (RunStatus::Running, 1));
+    let refused = booted.cancel_stored("run-held", "no").await.unwrap_err();
+    assert!(matches!(refused, EngineError::Held { .. }), "{refused}");
+    // Gone from the process, its holder is dead: the run is taken at once.
+    drop(live);
+    assert!(booted.holder_is_gone("live@host/2/00000000"));
+    booted
+        .cancel_stored("run-held", "its engine is gone")
+        .await
+        .expect("taken over at once");
+    let held = store.load_run("run-held").await.unwrap().expect("run");
+    assert_eq!(held.status, RunStatus::Cancelled);
+}
+
+/// The memory store cannot tell a dead holder from one a test simulates:
+/// a run another owner holds is left until its lease ends.
+#[tokio::test(start_paused = true)]
+async fn on_the_memory_store_a_run_another_owner_holds_waits_for_its_lease() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let engine = engine("here", &store, &clock, ScriptedModel::new()).await;
+    assert!(!engine.holder_is_gone("elsewhere"));
+}

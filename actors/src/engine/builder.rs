@@ -242,7 +242,7 @@ fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: 
     let wait =
         humantime::format_duration(std::time::Duration::from_secs(remaining_ms.div_ceil(1000)));
     format!(
-        "run {run_id} is held by executor {owner_id}, whose lease on it runs until {} UTC \
+        "run {run_id} is held by executor {owner_id}, whose lease on it runs until {} \
          (in {wait}); if that executor is running, act on the run through it (for a \
          `leasehold serve`, add `--server {server}` to the `leasehold runs` command); if it \
          died, the run is free once its lease ends: try again after {}",
@@ -478,6 +478,7 @@ impl EngineBuilder {
             prices: self.config.prices.clone(),
         })
         .await?;
+        let owner_id = self.owner_id.unwrap_or_else(default_owner_id);
         Ok(Engine {
             config: self.config,
             model,
@@ -487,7 +488,9 @@ impl EngineBuilder {
             log,
             store,
             clock,
-            owner_id: self.owner_id.unwrap_or_else(default_owner_id),
+            _live_owner: super::ownership::LiveOwner::new(&owner_id),
+            gone_holders_swept: std::sync::atomic::AtomicBool::new(false),
+            owner_id,
             tools: self.tools,
             tool_factory: self.tool_factory,
             strategy: self.strategy,

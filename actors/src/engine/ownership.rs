@@ -160,14 +160,46 @@ impl Engine {
         })
     }
 
+    /// Whether `owner_id`, which holds a run of this engine's store, is
+    /// certainly gone: the store is opened by one process at a time
+    /// ([`Store::is_exclusive`], sled), this process is that one, and no
+    /// engine in it has that id. Its process died without letting its runs
+    /// go (SIGKILL, a crash); nothing can run them, so they are taken over
+    /// at once rather than when the dead process's lease ends.
+    pub fn holder_is_gone(&self, owner_id: &str) -> bool {
+        self.store.is_exclusive() && owner_id != self.owner_id && !LiveOwner::lives(owner_id)
+    }
+
     /// Claims `run_id` for this executor at `now` (a compare-and-set that
-    /// raises its fence), or says why not.
+    /// raises its fence), or says why not. A run whose holder is gone
+    /// ([`Engine::holder_is_gone`]) is claimed as at its lease's end, with
+    /// a lease that ends one TTL from now.
     pub(super) async fn claim(&self, run_id: &str, now: u64) -> Result<RunRecord, EngineError> {
-        match self
+        let ttl = self.ttl_ms();
+        let mut outcome = self
             .store
-            .claim_run(run_id, &self.owner_id, now, self.ttl_ms())
-            .await?
+            .claim_run(run_id, &self.owner_id, now, ttl)
+            .await?;
+        if let ClaimOutcome::HeldBy {
+            owner_id,
+            expires_at_ms,
+        } = &outcome
+            && self.holder_is_gone(owner_id)
         {
+            tracing::warn!(
+                run_id,
+                holder = %owner_id,
+                "the run's executor is gone (its store is opened by this process alone, and no \
+                 executor here is it): taken over without waiting for its lease to end"
+            );
+            let at = (*expires_at_ms).max(now);
+            let left = ttl.saturating_sub(at - now);
+            outcome = self
+                .store
+                .claim_run(run_id, &self.owner_id, at, left)
+                .await?;
+        }
+        match outcome {
             ClaimOutcome::Claimed(record) => Ok(record),
             ClaimOutcome::HeldBy {
                 owner_id,
@@ -247,11 +279,25 @@ impl Engine {
 
     /// Marks every running run whose executor lease expired as orphaned;
     /// returns their ids.
+    ///
+    /// On a store this process alone opens ([`Store::is_exclusive`]), the
+    /// first call marks orphaned, too, every running run whose holder is
+    /// gone ([`Engine::holder_is_gone`]), at once, with
+    /// [`fencing::ORPHANED_HOLDER_GONE`]
+    /// ([`Store::orphan_runs_of_gone_holders`]); its claim raises the fence.
+    /// Only the first: the processes that died are those before this one,
+    /// and later calls (a server's sweep) read no more than the store's own
+    /// rule.
     pub async fn reconcile_orphans(&self) -> Result<Vec<String>, EngineError> {
-        Ok(self
-            .store
-            .reconcile_orphans(self.clock.now_unix_ms())
-            .await?)
+        let now = self.clock.now_unix_ms();
+        let mut orphaned = self.store.reconcile_orphans(now).await?;
+        if self.store.is_exclusive() && !self.gone_holders_swept.swap(true, Ordering::SeqCst) {
+            let own = self.owner_id.clone();
+            let gone: crate::ports::GoneHolder =
+                Arc::new(move |owner: &str| owner != own && !LiveOwner::lives(owner));
+            orphaned.extend(self.store.orphan_runs_of_gone_holders(now, gone).await?);
+        }
+        Ok(orphaned)
     }
 
     /// Cancels a run that no loop of this executor is running — orphaned,
@@ -428,6 +474,45 @@ pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
 /// one after another in this process sort in the order they were made (the
 /// UUID's millisecond timestamp and counter lead its bits), so a listing
 /// sorted by id is one sorted by creation.
+/// An engine's owner id, known as live in this process while the engine
+/// is: what tells an owner that died from one that runs here
+/// ([`Engine::holder_is_gone`]).
+pub(super) struct LiveOwner(String);
+
+/// How many engines of this process have each owner id.
+static LIVE_OWNERS: std::sync::LazyLock<std::sync::Mutex<HashMap<String, usize>>> =
+    std::sync::LazyLock::new(Default::default);
+
+impl LiveOwner {
+    pub(super) fn new(owner_id: &str) -> Self {
+        *LIVE_OWNERS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(owner_id.to_owned())
+            .or_default() += 1;
+        Self(owner_id.to_owned())
+    }
+
+    fn lives(owner_id: &str) -> bool {
+        LIVE_OWNERS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(owner_id)
+    }
+}
+
+impl Drop for LiveOwner {
+    fn drop(&mut self) {
+        let mut owners = LIVE_OWNERS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = owners.get_mut(&self.0) {
+            *count -= 1;
+            if *count == 0 {
+                owners.remove(&self.0);
+            }
+        }
+    }
+}
+
 fn new_run_id() -> String {
     format!("run-{}", uuid::Uuid::now_v7().simple())
 }

@@ -512,6 +512,26 @@ pub trait Store: Send + Sync + 'static {
     fn is_shared(&self) -> bool {
         false
     }
+    /// Whether this store guarantees that one process at a time opens it
+    /// (sled: the lock on its directory). There, a run held by an owner
+    /// that no engine of this process has is held by a process that died,
+    /// whatever its lease says, and is taken over at once
+    /// ([`Engine::holder_is_gone`](crate::Engine::holder_is_gone)). False
+    /// (the default) for a store that cannot tell: a shared one, or the
+    /// memory store, which one process may hand to executors it simulates.
+    fn is_exclusive(&self) -> bool {
+        false
+    }
+    /// On a store one process opens at a time ([`Store::is_exclusive`]):
+    /// marks orphaned each running run whose holder `gone` says is gone
+    /// ([`fencing::orphan_of_a_gone_holder`]), its owner and fence left as
+    /// they are, as [`Store::reconcile_orphans`] does for an expired lease;
+    /// returns their ids. The default, for a store that cannot tell, marks
+    /// none.
+    fn orphan_runs_of_gone_holders(&self, now_ms: u64, gone: GoneHolder) -> Answer<Vec<String>> {
+        let _ = (now_ms, gone);
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
     /// Stores `command` for the run (whoever holds it takes it) and
     /// publishes a [`StoreChange::Command`](super::StoreChange::Command);
     /// answers the command's id. Fails if there is no such run.
@@ -646,6 +666,10 @@ pub mod listing {
     }
 }
 
+/// Whether an owner id is one whose process is gone
+/// ([`Store::orphan_runs_of_gone_holders`]).
+pub type GoneHolder = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// The ownership rules every store applies, as pure functions on a
 /// [`RunRecord`].
 pub mod fencing {
@@ -659,6 +683,13 @@ pub mod fencing {
     /// let it go: nobody runs it, and it is not lost.
     pub const STOPPED_IN_PLACE: &str =
         "stopped in place: its executor shut down cleanly; resume it to go on";
+
+    /// The message of a run orphaned because its executor's process died,
+    /// on a store one process opens at a time
+    /// ([`Store::is_exclusive`](super::Store::is_exclusive)): seen at once,
+    /// not when its lease ends.
+    pub const ORPHANED_HOLDER_GONE: &str =
+        "run orphaned: its executor's process died (this store is opened by one process at a time)";
 
     /// The message of a run orphaned after a clean stop: what happened is
     /// a shutdown, not an executor that died.
@@ -764,6 +795,29 @@ pub mod fencing {
             }
             stale => Err(stale),
         }
+    }
+
+    /// The record of a running run whose holder is known to be gone (a
+    /// store one process opens at a time, read by a process with no
+    /// executor of its own): orphaned whatever its lease says — as stopped
+    /// cleanly if it was, else as its executor's process died; `None` for a
+    /// run that is not running or that nobody holds.
+    pub fn orphan_of_a_gone_holder(record: &RunRecord, now_ms: u64) -> Option<RunRecord> {
+        if record.status != RunStatus::Running || record.owner_id.is_none() {
+            return None;
+        }
+        let mut orphaned = record.clone();
+        orphaned.status = RunStatus::Orphaned;
+        orphaned.reason = Some(
+            if record.reason.as_deref() == Some(STOPPED_IN_PLACE) {
+                ORPHANED_AFTER_STOP
+            } else {
+                ORPHANED_HOLDER_GONE
+            }
+            .to_owned(),
+        );
+        orphaned.updated_at_ms = now_ms;
+        Some(orphaned)
     }
 
     /// The record marked orphaned, if its executor's lease expired at

@@ -236,6 +236,12 @@ async fn route(
     // executor would get now.
     let now_ms = engine.clock().now_unix_ms();
     let holder = match fencing::claim(&record, engine.owner_id(), now_ms, 0) {
+        // On a store this process alone opens, a holder that is not an
+        // engine here died: nobody holds the run, and it is taken over at
+        // once.
+        Err(ClaimOutcome::HeldBy { owner_id, .. }) if engine.holder_is_gone(&owner_id) => {
+            Holder::Nobody
+        }
         Err(ClaimOutcome::HeldBy {
             owner_id,
             expires_at_ms,

@@ -303,6 +303,24 @@ impl SledStore {
 
     /// Runs a scan that may write (say so) on the blocking pool, then
     /// settles the durability of what it wrote.
+    /// Runs an orphaning scan and publishes a change for each run it
+    /// marked.
+    fn orphan_and_tell<F>(&self, work: F) -> BoxFuture<'static, Result<Vec<String>, StoreError>>
+    where
+        F: FnOnce(&Inner) -> Result<(Vec<String>, bool), StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        Box::pin(async move {
+            let orphaned = store.scan_and_settle(work).await?;
+            for run_id in &orphaned {
+                store.inner.changes.publish(StoreChange::Run {
+                    run_id: run_id.clone(),
+                });
+            }
+            Ok(orphaned)
+        })
+    }
+
     fn scan_and_settle<T, F>(&self, work: F) -> BoxFuture<'static, Result<T, StoreError>>
     where
         T: Send + 'static,
@@ -567,13 +585,22 @@ impl Inner {
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> Result<(Vec<String>, bool), StoreError> {
+        self.orphan_where(|record| fencing::orphan(record, now_ms))
+    }
+
+    /// Marks orphaned each run `rule` orphans: found by a scan, changed
+    /// under the run's lock after `rule` is applied again to what is there.
+    fn orphan_where(
+        &self,
+        rule: impl Fn(&RunRecord) -> Option<RunRecord>,
+    ) -> Result<(Vec<String>, bool), StoreError> {
         let doing = "reconciling orphaned runs";
         let mut candidates = Vec::new();
         for entry in &self.runs {
             let (key, bytes) = entry.map_err(|e| failed(&doing, &e))?;
             let run_id = String::from_utf8_lossy(&key).into_owned();
             let record: RunRecord = decode(&bytes, &RunName(&run_id))?;
-            if fencing::orphan(&record, now_ms).is_some() {
+            if rule(&record).is_some() {
                 candidates.push(record.run_id);
             }
         }
@@ -581,12 +608,8 @@ impl Inner {
         for run_id in candidates {
             // Checked again under the run's lock: it may have been renewed
             // or claimed since the scan.
-            let ((), wrote) = self.change_run(&run_id, |record| {
-                Ok((
-                    (),
-                    record.and_then(|record| fencing::orphan(&record, now_ms)),
-                ))
-            })?;
+            let ((), wrote) =
+                self.change_run(&run_id, |record| Ok(((), record.and_then(|r| rule(&r)))))?;
             if wrote {
                 orphaned.push(run_id);
             }
@@ -846,17 +869,21 @@ impl Store for SledStore {
         &self,
         now_ms: u64,
     ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
-        let store = self.clone();
-        Box::pin(async move {
-            let orphaned = store
-                .scan_and_settle(move |inner| inner.reconcile_orphans(now_ms))
-                .await?;
-            for run_id in &orphaned {
-                store.inner.changes.publish(StoreChange::Run {
-                    run_id: run_id.clone(),
-                });
-            }
-            Ok(orphaned)
+        self.orphan_and_tell(move |inner| inner.reconcile_orphans(now_ms))
+    }
+
+    fn orphan_runs_of_gone_holders(
+        &self,
+        now_ms: u64,
+        gone: leasehold_actors::GoneHolder,
+    ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
+        self.orphan_and_tell(move |inner| {
+            inner.orphan_where(|record| {
+                let held_by_the_gone = record.owner_id.as_deref().is_some_and(|o| gone(o));
+                held_by_the_gone
+                    .then(|| fencing::orphan_of_a_gone_holder(record, now_ms))
+                    .flatten()
+            })
         })
     }
 
@@ -951,6 +978,11 @@ impl Store for SledStore {
 
     fn changes(&self) -> ChangeFeed {
         self.inner.changes.subscribe()
+    }
+
+    /// sled locks its directory: one process at a time opens it.
+    fn is_exclusive(&self) -> bool {
+        true
     }
 
     fn send_command(

@@ -181,6 +181,20 @@ impl Store for MeteredStore {
         self.inner.is_shared()
     }
 
+    fn is_exclusive(&self) -> bool {
+        self.inner.is_exclusive()
+    }
+
+    fn orphan_runs_of_gone_holders(
+        &self,
+        now_ms: u64,
+        gone: leasehold::GoneHolder,
+    ) -> Answer<Vec<String>> {
+        self.timed("orphan_runs_of_gone_holders", |s| {
+            s.orphan_runs_of_gone_holders(now_ms, gone)
+        })
+    }
+
     fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
         self.timed("send_command", |s| s.send_command(run_id, command))
     }

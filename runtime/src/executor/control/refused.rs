@@ -172,10 +172,12 @@ fn runs_elsewhere(run_id: &str, owner_id: &str, until_ms: u64, remaining_ms: u64
     );
     let wait =
         humantime::format_duration(std::time::Duration::from_secs(remaining_ms.div_ceil(1000)));
+    // An executor that serves the API says where in its id.
+    let server = leasehold_actors::serving_url(owner_id).unwrap_or("URL");
     format!(
         "run {run_id} is held by executor {owner_id}, which runs it: there is nothing to \
-         resume. Its lease on the run lasts until {until} UTC (in {wait}) unless renewed; if it \
-         died, the run is free once that lease ends: resume it after {until}. (A data directory \
-         is open in one process at a time: reach a live `leasehold serve` with `--server URL`.)"
+         resume (follow it there: `leasehold runs events {run_id} --follow --server {server}`). \
+         Its lease on the run lasts until {until} (in {wait}) unless renewed; if that executor \
+         died, the run is free once the lease ends: resume it after {until}."
     )
 }
