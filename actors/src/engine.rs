@@ -53,6 +53,7 @@ use crate::watchdog::{StartError, WatchdogMsg};
 mod bounds;
 mod builder;
 mod fork;
+mod live_owners;
 mod ownership;
 mod plan;
 mod queue;
@@ -145,7 +146,7 @@ pub struct Engine {
     /// The executor's lag, if measured ([`EngineBuilder::load`]).
     load: Option<crate::load::LoadGauge>,
     /// This engine's owner id, known as live in the process while it is.
-    _live_owner: ownership::LiveOwner,
+    _live_owner: live_owners::LiveOwner,
     /// Whether the runs of holders that died before this engine were
     /// marked orphaned ([`Engine::reconcile_orphans`]).
     gone_holders_swept: std::sync::atomic::AtomicBool,

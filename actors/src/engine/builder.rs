@@ -488,7 +488,7 @@ impl EngineBuilder {
             log,
             store,
             clock,
-            _live_owner: super::ownership::LiveOwner::new(&owner_id),
+            _live_owner: super::live_owners::LiveOwner::new(&owner_id),
             gone_holders_swept: std::sync::atomic::AtomicBool::new(false),
             owner_id,
             tools: self.tools,

@@ -21,6 +21,7 @@ use crate::event_log::LogItem;
 use crate::ports::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate, Store, fencing};
 use crate::run::RunHandle;
 
+use super::live_owners::LiveOwner;
 use super::{Engine, EngineError, RUN_STOP_GRACE};
 
 impl Engine {
@@ -474,45 +475,6 @@ pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
 /// one after another in this process sort in the order they were made (the
 /// UUID's millisecond timestamp and counter lead its bits), so a listing
 /// sorted by id is one sorted by creation.
-/// An engine's owner id, known as live in this process while the engine
-/// is: what tells an owner that died from one that runs here
-/// ([`Engine::holder_is_gone`]).
-pub(super) struct LiveOwner(String);
-
-/// How many engines of this process have each owner id.
-static LIVE_OWNERS: std::sync::LazyLock<std::sync::Mutex<HashMap<String, usize>>> =
-    std::sync::LazyLock::new(Default::default);
-
-impl LiveOwner {
-    pub(super) fn new(owner_id: &str) -> Self {
-        *LIVE_OWNERS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(owner_id.to_owned())
-            .or_default() += 1;
-        Self(owner_id.to_owned())
-    }
-
-    fn lives(owner_id: &str) -> bool {
-        LIVE_OWNERS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(owner_id)
-    }
-}
-
-impl Drop for LiveOwner {
-    fn drop(&mut self) {
-        let mut owners = LIVE_OWNERS.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = owners.get_mut(&self.0) {
-            *count -= 1;
-            if *count == 0 {
-                owners.remove(&self.0);
-            }
-        }
-    }
-}
-
 fn new_run_id() -> String {
     format!("run-{}", uuid::Uuid::now_v7().simple())
 }
