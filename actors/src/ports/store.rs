@@ -803,41 +803,25 @@ pub mod fencing {
     /// cleanly if it was, else as its executor's process died; `None` for a
     /// run that is not running or that nobody holds.
     pub fn orphan_of_a_gone_holder(record: &RunRecord, now_ms: u64) -> Option<RunRecord> {
-        if record.status != RunStatus::Running || record.owner_id.is_none() {
-            return None;
-        }
-        let mut orphaned = record.clone();
-        orphaned.status = RunStatus::Orphaned;
-        orphaned.reason = Some(
-            if record.reason.as_deref() == Some(STOPPED_IN_PLACE) {
-                ORPHANED_AFTER_STOP
-            } else {
-                ORPHANED_HOLDER_GONE
-            }
-            .to_owned(),
-        );
-        orphaned.updated_at_ms = now_ms;
-        Some(orphaned)
+        (record.status == RunStatus::Running && record.owner_id.is_some())
+            .then(|| orphaned(record, ORPHANED_HOLDER_GONE, now_ms))
     }
 
     /// The record marked orphaned, if its executor's lease expired at
     /// `now_ms` while it was running.
     pub fn orphan(record: &RunRecord, now_ms: u64) -> Option<RunRecord> {
-        if record.status != RunStatus::Running || record.lease_expires_at_ms > now_ms {
-            return None;
-        }
+        (record.status == RunStatus::Running && record.lease_expires_at_ms <= now_ms)
+            .then(|| orphaned(record, ORPHANED, now_ms))
+    }
+
+    /// `record` orphaned: as stopped cleanly if it was, else with `why`.
+    fn orphaned(record: &RunRecord, why: &str, now_ms: u64) -> RunRecord {
         let mut orphaned = record.clone();
         orphaned.status = RunStatus::Orphaned;
-        orphaned.reason = Some(
-            if record.reason.as_deref() == Some(STOPPED_IN_PLACE) {
-                ORPHANED_AFTER_STOP
-            } else {
-                ORPHANED
-            }
-            .to_owned(),
-        );
+        let stopped = record.reason.as_deref() == Some(STOPPED_IN_PLACE);
+        orphaned.reason = Some(if stopped { ORPHANED_AFTER_STOP } else { why }.to_owned());
         orphaned.updated_at_ms = now_ms;
-        Some(orphaned)
+        orphaned
     }
 }
 
