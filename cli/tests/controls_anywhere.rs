@@ -55,13 +55,40 @@ fn leasehold(store: &str, model: &str) -> Command {
 /// `leasehold serve` on `store`, taking flows that name their tool
 /// server's command.
 fn serve(store: &str, model: &str) -> Child {
+    serve_with(store, model, &[])
+}
+
+/// [`serve`] with the variables `env` set too.
+fn serve_with(store: &str, model: &str, env: &[(&str, &str)]) -> Child {
     leasehold(store, model)
         .env("LEASEHOLD_API_TOKEN", TOKEN)
+        .envs(env.iter().copied())
         .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("serve starts")
+}
+
+/// The flow file `flow` as the JSON a client posts.
+fn flow_json(flow: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(flow).expect("flow")).expect("JSON")
+}
+
+/// `server` (started by [`serve_with`]) once it listens and runs the flow
+/// `flow` posted to it up to its hanging tool call, as `store` logs it: its
+/// base URL, its owner id and the run's id.
+async fn running_a_hanging_call(
+    server: &mut Child,
+    store: &PostgresStore,
+    flow: &Path,
+) -> (String, String, String) {
+    let base = support::served_base(server, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let owner = support::owner_id(&http, &base).await;
+    let run_id = support::post_run(&http, &base, &flow_json(flow)).await;
+    logged(store, &run_id, "tool_call_started").await;
+    (base, owner, run_id)
 }
 
 /// What a finished command said.
@@ -197,13 +224,7 @@ async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
     let record = dir.path().join("groups");
     let flow = write_flow(dir.path(), &stack, &record);
     let mut a = serve(&url, &stack.model_base_url());
-    let base = support::served_base(&mut a, PATIENCE).await;
-    let http = support::authorized(TOKEN);
-    let owner = support::owner_id(&http, &base).await;
-    let flow: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
-    let run_id = support::post_run(&http, &base, &flow).await;
-    logged(&store, &run_id, "tool_call_started").await;
+    let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
 
     let said = runs(
         &url,
@@ -212,7 +233,7 @@ async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
     .await;
     forwarded_and_applied(&said, &run_id, &owner);
     call_cancelled(&store, &run_id, &record).await;
-    let view = support::get_run(&http, &base, &run_id).await;
+    let view = support::get_run(&support::authorized(TOKEN), &base, &run_id).await;
     assert_eq!(view["status"], "cancelled", "{view}");
     assert_eq!(view["reason"], "cancelled from elsewhere", "{view}");
 
@@ -515,9 +536,7 @@ async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_di
         Some(base.as_str()),
         "{owner}"
     );
-    let posted: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
-    let run_id = support::post_run(&http, &base, &posted).await;
+    let run_id = support::post_run(&http, &base, &flow_json(&flow)).await;
     support::view_until(&http, &base, &run_id, PATIENCE, "calling a tool", |view| {
         view["tool_calls"]
             .as_array()
@@ -560,21 +579,12 @@ async fn on_a_shared_store_a_resume_of_a_run_a_killed_server_holds_says_whose_un
     let dir = tempfile::tempdir().expect("dir");
     let record = dir.path().join("groups");
     let flow = write_flow(dir.path(), &stack, &record);
-    let mut a = leasehold(&url, &stack.model_base_url())
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
-        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut a, PATIENCE).await;
-    let http = support::authorized(TOKEN);
-    let owner = support::owner_id(&http, &base).await;
-    let flow: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
-    let run_id = support::post_run(&http, &base, &flow).await;
-    logged(&store, &run_id, "tool_call_started").await;
+    let mut a = serve_with(
+        &url,
+        &stack.model_base_url(),
+        &[("LEASEHOLD_RUN_LEASE_TTL", "10m")],
+    );
+    let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
     kill_with_its_tools(&mut a, &record).await;
 
     // Another process may hold a run of a shared store: its lease is
@@ -636,13 +646,7 @@ async fn a_cancel_forwarded_to_a_frozen_owner_is_given_up_on_after_the_patience_
     let record = dir.path().join("groups");
     let flow = write_flow(dir.path(), &stack, &record);
     let mut a = serve(&url, &stack.model_base_url());
-    let base = support::served_base(&mut a, PATIENCE).await;
-    let http = support::authorized(TOKEN);
-    let owner = support::owner_id(&http, &base).await;
-    let flow: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&flow).expect("flow")).expect("JSON");
-    let run_id = support::post_run(&http, &base, &flow).await;
-    logged(&store, &run_id, "tool_call_started").await;
+    let (_, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
 
     // Frozen with its lease live (90 s by default): it takes nothing. The
     // command line's patience is its own run-lease TTL, here the floor.

@@ -310,13 +310,16 @@ async fn on_sled_a_run_held_by_no_engine_here_is_orphaned_at_once_and_one_a_live
         .create_run(running("run-left", "gone@host/1/00000000"))
         .await
         .expect("created");
-    let live = Engine::builder()
-        .config(EngineConfig::default())
-        .owner_id("live@host/2/00000000")
-        .store(Arc::clone(&store))
-        .clock(Arc::new(clock.clone()))
-        .model(Arc::new(ScriptedModel::new()))
-        .build()
+    let engine = |owner: &str, model: ScriptedModel| {
+        Engine::builder()
+            .config(EngineConfig::default())
+            .owner_id(owner)
+            .store(Arc::clone(&store))
+            .clock(Arc::new(clock.clone()))
+            .model(Arc::new(model))
+            .build()
+    };
+    let live = engine("live@host/2/00000000", ScriptedModel::new())
         .await
         .expect("engine");
     store
@@ -324,17 +327,12 @@ async fn on_sled_a_run_held_by_no_engine_here_is_orphaned_at_once_and_one_a_live
         .await
         .expect("created");
 
-    let booted = Engine::builder()
-        .config(EngineConfig::default())
-        .owner_id("booted@host/3/00000000")
-        .store(Arc::clone(&store))
-        .clock(Arc::new(clock.clone()))
-        .model(Arc::new(
-            ScriptedModel::new().script("run", [Turn::answer("picked up")]),
-        ))
-        .build()
-        .await
-        .expect("engine");
+    let booted = engine(
+        "booted@host/3/00000000",
+        ScriptedModel::new().script("run", [Turn::answer("picked up")]),
+    )
+    .await
+    .expect("engine");
     assert!(booted.holder_is_gone("gone@host/1/00000000"));
     assert!(!booted.holder_is_gone("live@host/2/00000000"));
     let found = boot(&booted, false).await.expect("boot");

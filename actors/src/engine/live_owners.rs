@@ -23,7 +23,7 @@ impl LiveOwner {
         Self(owner_id.to_owned())
     }
 
-    pub(super) fn lives(owner_id: &str) -> bool {
+    fn lives(owner_id: &str) -> bool {
         LIVE_OWNERS
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -41,4 +41,10 @@ impl Drop for LiveOwner {
             }
         }
     }
+}
+
+/// Whether `owner`, seen holding a run by the engine `own`, is gone from
+/// this process: neither that engine nor any other live here.
+pub(super) fn gone(own: &str, owner: &str) -> bool {
+    owner != own && !LiveOwner::lives(owner)
 }

@@ -21,7 +21,7 @@ use crate::event_log::LogItem;
 use crate::ports::{ClaimOutcome, Fenced, RunRecord, RunStatus, RunUpdate, Store, fencing};
 use crate::run::RunHandle;
 
-use super::live_owners::LiveOwner;
+use super::live_owners;
 use super::{Engine, EngineError, RUN_STOP_GRACE};
 
 impl Engine {
@@ -168,7 +168,7 @@ impl Engine {
     /// go (SIGKILL, a crash); nothing can run them, so they are taken over
     /// at once rather than when the dead process's lease ends.
     pub fn holder_is_gone(&self, owner_id: &str) -> bool {
-        self.store.is_exclusive() && owner_id != self.owner_id && !LiveOwner::lives(owner_id)
+        self.store.is_exclusive() && live_owners::gone(&self.owner_id, owner_id)
     }
 
     /// Claims `run_id` for this executor at `now` (a compare-and-set that
@@ -295,7 +295,7 @@ impl Engine {
         if self.store.is_exclusive() && !self.gone_holders_swept.swap(true, Ordering::SeqCst) {
             let own = self.owner_id.clone();
             let gone: crate::ports::GoneHolder =
-                Arc::new(move |owner: &str| owner != own && !LiveOwner::lives(owner));
+                Arc::new(move |owner: &str| live_owners::gone(&own, owner));
             orphaned.extend(self.store.orphan_runs_of_gone_holders(now, gone).await?);
         }
         Ok(orphaned)

@@ -309,10 +309,11 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
             let now = leasehold::Clock::now_unix_ms(&leasehold::SystemClock);
             // A data directory is open in this process alone, which runs
             // nothing: whoever holds a running run is gone.
-            let record = match store.is_exclusive() {
-                true => leasehold::fencing::orphan_of_a_gone_holder(&record, now).unwrap_or(record),
-                false => record,
-            };
+            let gone = store
+                .is_exclusive()
+                .then(|| leasehold::fencing::orphan_of_a_gone_holder(&record, now))
+                .flatten();
+            let record = gone.unwrap_or(record);
             let mut view = RunView::new(record, None, now);
             view.flow = Some(leasehold::secret::redact_flow(flow));
             view.tool_calls = Some(store.load_tool_calls(&id).await?);
