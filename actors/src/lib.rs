@@ -104,7 +104,7 @@ pub use ports::{
     RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError,
     SummaryPage, SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest,
     ToolCallState, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
-    TranscriptMessage, fencing, listing, outbox, retention,
+    TranscriptMessage, fencing, listing, outbox, retention, seen,
 };
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,

@@ -35,7 +35,7 @@ pub use store::{
     ClaimOutcome, Delivery, Fenced, ForkOrigin, GoneHolder, Notice, NoticeTake, PauseRecord,
     PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
     RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, ToolCallRecord,
-    ToolCallState, fencing, listing, outbox, retention,
+    ToolCallState, fencing, listing, outbox, retention, seen,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

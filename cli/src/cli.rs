@@ -9,10 +9,15 @@
 //! Exit codes: 0 when the run completed (or the command did what it was
 //! asked), 3 when the run is paused waiting for a person, 1 when it failed
 //! or was cancelled or the command could not be done, 2 for a usage error,
-//! 130 after SIGINT (Ctrl-C) and 143 after SIGTERM stopped `run`,
-//! `runs resume`, `demo` or `serve` (the runs stay in the
-//! store, resumable with `leasehold runs resume`, and every stdio tool
-//! server is killed).
+//! 130 after SIGINT (Ctrl-C), 143 after SIGTERM and 129 after SIGHUP (the
+//! terminal closed) stopped `run`, `runs resume`, `demo` or `serve` (the
+//! runs stay in the store, resumable with `leasehold runs resume`, and every
+//! stdio tool server is killed).
+//!
+//! What a command says goes through `say!` (a line on stderr) and `out!`
+//! (a line on stdout), which drop what cannot be written: a closed
+//! terminal or a reader that left (`leasehold runs list | head -1`) costs
+//! the words, never a panic in the middle of stopping a run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +29,24 @@ use std::sync::Arc;
 use leasehold::{EngineBuilder, EngineError, RunStatus, VerdictPolicy};
 
 use leasehold::config::{Config, EngineSetupError, Flag, LoadError};
+
+/// A line on stderr, as `eprintln!` writes it, dropped if it cannot be
+/// written (the terminal closed): never a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// A line on stdout, as `println!` writes it, dropped if it cannot be
+/// written (the reader left): never a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
 
 mod demo;
 mod experiment;
@@ -49,6 +72,10 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// Exit code after SIGTERM stopped the command: its runs stay in the store,
 /// resumable (128 + 15).
 pub const EXIT_TERMINATED: u8 = 143;
+
+/// Exit code after SIGHUP (its terminal closed) stopped the command: its
+/// runs stay in the store, resumable (128 + 1).
+pub const EXIT_HUNG_UP: u8 = 129;
 
 /// How long the runtime may take, once the command is done, to end what is
 /// left of its tasks and blocking threads (a tool server's group still being
@@ -316,7 +343,7 @@ impl Cli {
         {
             Ok(runtime) => runtime,
             Err(error) => {
-                eprintln!("leasehold: cannot start the runtime: {error}");
+                say!("leasehold: cannot start the runtime: {error}");
                 return ExitCode::FAILURE;
             }
         };
@@ -324,7 +351,7 @@ impl Cli {
             Ok(code) => code,
             Err(error) => {
                 // An error may quote a peer or a client.
-                eprintln!(
+                say!(
                     "leasehold: {}",
                     leasehold::printable::printable(&error.to_string())
                 );
@@ -465,10 +492,10 @@ pub fn describe_config(config: &Config) -> String {
     out
 }
 
-/// Takes over SIGINT and SIGTERM for a command that stops cleanly on them.
+/// Takes over SIGINT, SIGTERM and SIGHUP for a command that stops cleanly on them.
 fn install_signals() -> Result<signal::Signals, CliError> {
     signal::Signals::install()
-        .map_err(|e| CliError::other(format!("cannot listen for SIGINT and SIGTERM: {e}")))
+        .map_err(|e| CliError::other(format!("cannot listen for SIGINT, SIGTERM and SIGHUP: {e}")))
 }
 
 /// `leasehold run FLOW`.
@@ -501,7 +528,7 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     let mut events = engine.events().subscribe();
     let handle = engine.start(flow).await?;
     if !args.json {
-        eprintln!("run {}", handle.run_id());
+        say!("run {}", handle.run_id());
     }
     follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
 }

@@ -11,5 +11,9 @@
 //! ([`leasehold_lab`]); nothing depends on it. An embedder depends on
 //! `leasehold` instead.
 
+// What the command says goes through `cli`'s `say!` and `out!`, which
+// never panic on a closed terminal or a reader that left.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod cli;
 pub mod demo;

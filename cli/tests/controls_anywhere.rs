@@ -486,6 +486,20 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
         format!("leasehold runs resume {run_id}"),
         "{view}"
     );
+    // `runs list` tells the same, and finds it among the orphaned.
+    let listed = support::output_within(
+        support::hanging_tool::leasehold(&data, &model)
+            .args(["runs", "list", "--status", "orphaned"]),
+        PATIENCE,
+    )
+    .await;
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|row| row.starts_with(run_id.as_str()) && row.contains(" orphaned ")),
+        "{table}"
+    );
     let out = tokio::time::timeout(
         Duration::from_secs(60),
         support::hanging_tool::leasehold(&data, &model)

@@ -147,7 +147,13 @@ async fn server_dies_and_its_helper_is_reaped(
     );
     let (code, said) = runs_list(data, model).await;
     assert_eq!(code, Some(0), "{said}");
-    assert!(said.contains("running"), "the run is still listed: {said}");
+    // The data directory is this command's alone: the run's holder is
+    // gone, and the listing says so rather than `running`.
+    let rows: Vec<&str> = said.lines().filter(|l| l.starts_with("run-")).collect();
+    assert!(
+        rows.len() == 1 && rows[0].split_whitespace().nth(1) == Some("orphaned"),
+        "the run is listed, orphaned: {said}"
+    );
     assert!(
         ends(helper, DIES_WITHIN).await,
         "the tool server's helper {helper} still runs after `runs list` on the data directory; \

@@ -102,6 +102,24 @@ async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
     view["status"].as_str().expect("a status").to_owned()
 }
 
+/// The run's status in the table `leasehold runs list` prints.
+async fn listed_status(data: &Path, model: &str, run_id: &str) -> String {
+    let out = leasehold(data, model)
+        .args(["runs", "list"])
+        .output()
+        .await
+        .expect("runs list");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    table
+        .lines()
+        .find_map(|row| {
+            let mut cells = row.split_whitespace();
+            (cells.next() == Some(run_id)).then(|| cells.next().unwrap_or_default().to_owned())
+        })
+        .unwrap_or_else(|| panic!("{run_id} is listed:\n{table}"))
+}
+
 /// `run` stopped by `first` mid tool call, then `runs resume` stopped by
 /// `second`: each exits with its signal's code, kills its tool server's
 /// group, and leaves the run for the next resume: `runs show` says it is
@@ -140,6 +158,11 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
         view["resume_with"],
         format!("leasehold runs resume {run_id}").as_str()
     );
+    assert_eq!(
+        listed_status(&data, &model, &run_id).await,
+        "orphaned",
+        "the listing tells what the run shown whole tells"
+    );
 
     let resume = leasehold(&data, &model)
         .args(["runs", "resume", &run_id, "--json"])
@@ -167,6 +190,53 @@ async fn sigterm_stops_run_with_143_killing_its_stdio_tool_group_and_the_run_sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_stops_run_with_130_killing_its_stdio_tool_group_and_the_run_stays_resumable() {
     stop_run_then_resume(("INT", 130), ("TERM", 143)).await;
+}
+
+/// SIGHUP is what a closed terminal (or a dropped SSH session) sends:
+/// `leasehold run` stops its run in place as on SIGTERM and exits 129,
+/// though nobody reads what it says any more (both its outputs were closed
+/// before the signal): its words are dropped, not a panic; its tool
+/// server's group is killed; the run is left resumable, shown and listed
+/// as stopped cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
+    let stack = DemoStack::start().await.expect("the demo servers");
+    let model = stack.model_base_url();
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let record = dir.path().join("groups.txt");
+    let flow = write_flow(dir.path(), &stack, &record);
+
+    let mut run = leasehold(&data, &model)
+        .arg("run")
+        .arg(&flow)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let run_id = until_a_tool_call_hangs(&mut lines, PATIENCE).await;
+    let (pgid, _) = last_group(&record);
+    // The terminal goes: nobody reads either output from now on.
+    drop(lines);
+    drop(run.stderr.take());
+    send("HUP", run.id().expect("pid"));
+    let exit = tokio::time::timeout(EXIT_WITHIN, run.wait())
+        .await
+        .expect("the command exits within seconds of SIGHUP")
+        .expect("wait");
+    assert_eq!(exit.code(), Some(129), "{exit:?}");
+    assert!(
+        group_emptied(pgid, Duration::from_secs(5)).await,
+        "after SIGHUP, processes of the tool server's group {pgid} are left: {:?}",
+        running_in_group(pgid)
+    );
+    let view = stored_view(&data, &model, &run_id).await;
+    assert_eq!(view["status"], "orphaned", "{view}");
+    assert_eq!(view["reason"], fencing::ORPHANED_AFTER_STOP, "{view}");
+    assert_eq!(listed_status(&data, &model, &run_id).await, "orphaned");
+    stack.shutdown().await;
 }
 
 /// A model endpoint that accepts connections and never answers: a run on it

@@ -666,6 +666,81 @@ pub mod listing {
     }
 }
 
+/// Runs listed as a reader sees them: a running run nobody runs any more
+/// listed as orphaned, as [`fencing::orphan`] shows it whole.
+pub mod seen {
+    use super::{RunQuery, RunStatus, RunSummary, Store, StoreError, SummaryPage, fencing};
+
+    /// The page of `query` as a reader sees it at `now_ms`: each running
+    /// run whose lease has ended — or, when `holder_gone`, whose holder is
+    /// known to be gone ([`fencing::orphan_of_a_gone_holder`]) — listed as
+    /// orphaned. A status asked for is the status seen, `next` set exactly
+    /// when another such run follows: `orphaned` merges the runs stored so
+    /// and the running runs seen so, in listing order; `running` leaves out
+    /// those seen orphaned.
+    ///
+    /// # Errors
+    /// What the store answers.
+    pub async fn summaries(
+        store: &dyn Store,
+        query: &RunQuery,
+        now_ms: u64,
+        holder_gone: bool,
+    ) -> Result<SummaryPage, StoreError> {
+        let seen = |summary: RunSummary| {
+            fencing::orphan_summary(&summary, now_ms, holder_gone).unwrap_or(summary)
+        };
+        let Some(wanted) = query.status else {
+            let page = store.list_run_summaries(query).await?;
+            return Ok(SummaryPage {
+                runs: page.runs.into_iter().map(seen).collect(),
+                next: page.next,
+            });
+        };
+        // The statuses stored of the runs seen in `wanted`.
+        let stored_as: &[RunStatus] = match wanted {
+            RunStatus::Orphaned => &[RunStatus::Orphaned, RunStatus::Running],
+            _ => &[wanted],
+        };
+        let limit = query.limit.max(1);
+        let mut runs: Vec<RunSummary> = Vec::new();
+        let mut after = query.after.clone();
+        loop {
+            let mut pages = Vec::with_capacity(stored_as.len());
+            for status in stored_as {
+                let page = RunQuery {
+                    after: after.clone(),
+                    status: Some(*status),
+                    ..query.clone()
+                };
+                pages.push(store.list_run_summaries(&page).await?);
+            }
+            // Each listing is whole down to its last id where it goes on:
+            // together, down to the highest of those; below, next round.
+            let whole_to = pages.iter().filter_map(|page| page.next.clone()).max();
+            let mut found: Vec<RunSummary> = pages
+                .into_iter()
+                .flat_map(|page| page.runs)
+                .map(seen)
+                .filter(|run| run.status == wanted)
+                .filter(|run| whole_to.as_ref().is_none_or(|to| run.run_id >= *to))
+                .collect();
+            found.sort_by(|a, b| b.run_id.cmp(&a.run_id));
+            for run in found {
+                if runs.len() == limit {
+                    let next = runs.last().map(|last| last.run_id.clone());
+                    return Ok(SummaryPage { runs, next });
+                }
+                runs.push(run);
+            }
+            match whole_to {
+                Some(to) => after = Some(to),
+                None => return Ok(SummaryPage { runs, next: None }),
+            }
+        }
+    }
+}
+
 /// Whether an owner id is one whose process is gone
 /// ([`Store::orphan_runs_of_gone_holders`]).
 pub type GoneHolder = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -673,7 +748,7 @@ pub type GoneHolder = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// The ownership rules every store applies, as pure functions on a
 /// [`RunRecord`].
 pub mod fencing {
-    use super::{ClaimOutcome, Fenced, QueueClaim, RunRecord, RunStatus, RunUpdate};
+    use super::{ClaimOutcome, Fenced, QueueClaim, RunRecord, RunStatus, RunSummary, RunUpdate};
 
     /// The message an orphaned run carries.
     pub const ORPHANED: &str = "run orphaned: executor lease expired";
@@ -801,27 +876,82 @@ pub mod fencing {
     /// store one process opens at a time, read by a process with no
     /// executor of its own): orphaned whatever its lease says — as stopped
     /// cleanly if it was, else as its executor's process died; `None` for a
-    /// run that is not running or that nobody holds.
+    /// run that is not running.
     pub fn orphan_of_a_gone_holder(record: &RunRecord, now_ms: u64) -> Option<RunRecord> {
-        (record.status == RunStatus::Running && record.owner_id.is_some())
-            .then(|| orphaned(record, ORPHANED_HOLDER_GONE, now_ms))
+        orphaned_record(record, now_ms, true)
     }
 
     /// The record marked orphaned, if its executor's lease expired at
     /// `now_ms` while it was running.
     pub fn orphan(record: &RunRecord, now_ms: u64) -> Option<RunRecord> {
-        (record.status == RunStatus::Running && record.lease_expires_at_ms <= now_ms)
-            .then(|| orphaned(record, ORPHANED, now_ms))
+        orphaned_record(record, now_ms, false)
     }
 
-    /// `record` orphaned: as stopped cleanly if it was, else with `why`.
-    fn orphaned(record: &RunRecord, why: &str, now_ms: u64) -> RunRecord {
+    /// The summary of a run as [`orphan`] (or, when `holder_gone`,
+    /// [`orphan_of_a_gone_holder`]) shows the run: a listing tells the
+    /// same truth as the run shown whole.
+    pub fn orphan_summary(
+        summary: &RunSummary,
+        now_ms: u64,
+        holder_gone: bool,
+    ) -> Option<RunSummary> {
+        let why = why_orphaned(
+            summary.status,
+            summary.owner_id.as_deref(),
+            summary.lease_expires_at_ms,
+            now_ms,
+            holder_gone,
+        )?;
+        let mut orphaned = summary.clone();
+        orphaned.status = RunStatus::Orphaned;
+        orphaned.reason = Some(reason_of(why, summary.reason.as_deref()).to_owned());
+        orphaned.updated_at_ms = now_ms;
+        Some(orphaned)
+    }
+
+    /// `record` orphaned at `now_ms`, if it is ([`why_orphaned`]).
+    fn orphaned_record(record: &RunRecord, now_ms: u64, holder_gone: bool) -> Option<RunRecord> {
+        let why = why_orphaned(
+            record.status,
+            record.owner_id.as_deref(),
+            record.lease_expires_at_ms,
+            now_ms,
+            holder_gone,
+        )?;
         let mut orphaned = record.clone();
         orphaned.status = RunStatus::Orphaned;
-        let stopped = record.reason.as_deref() == Some(STOPPED_IN_PLACE);
-        orphaned.reason = Some(if stopped { ORPHANED_AFTER_STOP } else { why }.to_owned());
+        orphaned.reason = Some(reason_of(why, record.reason.as_deref()).to_owned());
         orphaned.updated_at_ms = now_ms;
-        orphaned
+        Some(orphaned)
+    }
+
+    /// Why a run in `status`, held by `owner` until `lease_expires_at_ms`,
+    /// is orphaned at `now_ms`: it is running and its holder is known to be
+    /// gone (`holder_gone`), or its lease has ended; `None` if it is not.
+    fn why_orphaned(
+        status: RunStatus,
+        owner: Option<&str>,
+        lease_expires_at_ms: u64,
+        now_ms: u64,
+        holder_gone: bool,
+    ) -> Option<&'static str> {
+        if status != RunStatus::Running {
+            None
+        } else if holder_gone && owner.is_some() {
+            Some(ORPHANED_HOLDER_GONE)
+        } else {
+            (lease_expires_at_ms <= now_ms).then_some(ORPHANED)
+        }
+    }
+
+    /// The reason an orphaned run carries: that it was stopped cleanly if
+    /// its `reason` says so, else `why`.
+    fn reason_of(why: &'static str, reason: Option<&str>) -> &'static str {
+        if reason == Some(STOPPED_IN_PLACE) {
+            ORPHANED_AFTER_STOP
+        } else {
+            why
+        }
     }
 }
 

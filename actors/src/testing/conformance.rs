@@ -33,7 +33,7 @@ use crate::ports::{
     BoxFuture, ChangeFeed, ClaimOutcome, Delivery, Notice, NoticeTake, PauseRecord, PurgeRule,
     QueueClaim, ReconcileDecision, RunCommand, RunQuery, RunRecord, RunStatus, RunSummary,
     RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreChange, StoreError, SummaryPage, ToolCallState,
-    fencing, listing,
+    fencing, listing, seen,
 };
 
 /// What the suite needs of a store of one's own: fresh, empty stores, one
@@ -345,6 +345,7 @@ suite! {
     store: pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,
     store: summaries_cut_each_text_to_its_first_characters_as_the_rule_does,
     store: runs_are_counted_by_status_as_they_are_recorded,
+    store: a_listing_as_seen_lists_a_run_nobody_runs_as_orphaned,
     // Commands and the change feed.
     store: a_command_is_taken_once_and_by_the_runs_owner_only,
     store: changes_are_published_for_writes_that_landed_and_only_those,
@@ -1261,6 +1262,103 @@ async fn every_page(store: &dyn Store, mut query: RunQuery) -> Vec<String> {
                 next: page.next.clone(),
             },
             "{query:?}"
+        );
+        ids.extend(page.runs.into_iter().map(|r| r.run_id));
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return ids,
+        }
+    }
+}
+
+/// A listing as a reader sees it ([`seen::summaries`]) lists a running run
+/// whose lease has ended — or, for a reader that knows its holder is gone,
+/// any running run — as orphaned, as `fencing::orphan` shows it whole, and
+/// writes nothing; a page of orphaned runs merges those stored so with those
+/// seen so, in listing order, through their cursors.
+async fn a_listing_as_seen_lists_a_run_nobody_runs_as_orphaned(store: Arc<dyn Store>) {
+    // By index: stored orphaned, running on a lease that ended at 1 500,
+    // running on a lease until 9 000; read at 5 000.
+    for n in 0..12_u64 {
+        let id = format!("r{n:02}");
+        let record = match n % 3 {
+            0 => run_record(&id, None, 1, 0, RunStatus::Orphaned),
+            1 => run_record(&id, Some("gone"), 1, 1_500, RunStatus::Running),
+            _ => run_record(&id, Some("live"), 1, 9_000, RunStatus::Running),
+        };
+        store.create_run(record).await.unwrap();
+    }
+    let now = 5_000;
+    let ids = |keep: fn(u64) -> bool| -> Vec<String> {
+        (0..12_u64)
+            .rev()
+            .filter(|n| keep(*n))
+            .map(|n| format!("r{n:02}"))
+            .collect()
+    };
+    for limit in [1, 2, 5, 12] {
+        let orphaned = RunQuery {
+            status: Some(RunStatus::Orphaned),
+            ..RunQuery::first(limit)
+        };
+        let running = RunQuery {
+            status: Some(RunStatus::Running),
+            ..RunQuery::first(limit)
+        };
+        let pages =
+            |query: &RunQuery, gone| every_seen_page(store.as_ref(), query.clone(), now, gone);
+        assert_eq!(
+            pages(&orphaned, false).await,
+            ids(|n| n % 3 != 2),
+            "{limit}"
+        );
+        assert_eq!(pages(&running, false).await, ids(|n| n % 3 == 2), "{limit}");
+        // Its holder known gone, every running run is orphaned.
+        assert_eq!(pages(&orphaned, true).await, ids(|_| true), "{limit}");
+        assert!(pages(&running, true).await.is_empty(), "{limit}");
+    }
+    let all = seen::summaries(store.as_ref(), &RunQuery::first(12), now, false)
+        .await
+        .unwrap();
+    assert_eq!(all.runs.len(), 12);
+    for run in &all.runs {
+        let n: u64 = run.run_id[1..].parse().unwrap();
+        let (status, reason) = match n % 3 {
+            0 => (RunStatus::Orphaned, None),
+            1 => (RunStatus::Orphaned, Some(fencing::ORPHANED)),
+            _ => (RunStatus::Running, None),
+        };
+        assert_eq!(
+            (run.status, run.reason.as_deref()),
+            (status, reason),
+            "{run:?}"
+        );
+    }
+    assert_eq!(
+        store.count_runs(RunStatus::Running).await.unwrap(),
+        8,
+        "a listing writes nothing"
+    );
+}
+
+/// Every page of `query` as [`seen::summaries`] lists them at `now_ms`,
+/// followed to the end: the ids in the order listed. A cursor is given
+/// only when another run follows.
+async fn every_seen_page(
+    store: &dyn Store,
+    mut query: RunQuery,
+    now_ms: u64,
+    holder_gone: bool,
+) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        let page = seen::summaries(store, &query, now_ms, holder_gone)
+            .await
+            .expect("a page");
+        assert!(page.runs.len() <= query.limit.max(1), "{query:?}");
+        assert!(
+            !page.runs.is_empty() || query.after.is_none(),
+            "a cursor led to an empty page: {query:?}"
         );
         ids.extend(page.runs.into_iter().map(|r| r.run_id));
         match page.next {

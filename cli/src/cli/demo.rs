@@ -1,6 +1,6 @@
 //! `leasehold demo`: the embedded demo, optionally with the dashboard.
 //!
-//! SIGINT or SIGTERM before the run ends stops it in place, shuts the
+//! SIGINT, SIGTERM or SIGHUP before the run ends stops it in place, shuts the
 //! engine and the demo's servers down and exits 130 or 143, in every mode;
 //! with `--serve`, once the run has ended, either signal just takes the
 //! dashboard down (the exit code is then the demo's).
@@ -66,7 +66,7 @@ pub(super) async fn run(global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode,
         Ok(report) => report,
         Err(stop) => {
             let _ = out.flush();
-            eprintln!(
+            say!(
                 "leasehold: {}: the demo stopped before its run ended",
                 stop.name()
             );
@@ -82,7 +82,7 @@ pub(super) async fn run(global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode,
     if report.as_expected() {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!("leasehold: the demo did not show everything it should (see the summary)");
+    say!("leasehold: the demo did not show everything it should (see the summary)");
     if report.state.status.is_paused() {
         Ok(ExitCode::from(super::EXIT_PAUSED))
     } else {
@@ -113,7 +113,7 @@ fn kept_in(config: &Config) -> (String, String) {
 
 /// The demo with the dashboard: the same engine behind the HTTP server, the
 /// run adopted by it so the page can resume it. After the run the dashboard
-/// stays up until SIGINT or SIGTERM; one before the run ends stops
+/// stays up until SIGINT, SIGTERM or SIGHUP; one before the run ends stops
 /// everything (`Err` with the signal).
 async fn serve(
     stack: DemoStack,
@@ -134,7 +134,7 @@ async fn serve(
     let adopter = Arc::clone(&app);
     let driven = demo::drive_with(&engine, stack.flow(), answer, out, move |handle| {
         adopter.adopt(handle.clone());
-        println!("run: {}", handle.run_id());
+        out!("run: {}", handle.run_id());
         let _ = std::io::stdout().flush();
     });
     // The server stops on the same signal.

@@ -92,7 +92,7 @@ pub(super) async fn run(global: &GlobalArgs, args: ExperimentArgs) -> Result<Exi
     // this one; drawing the operations and estimating them is work too.
     let report = tokio::task::spawn_blocking(move || {
         let plan = leasehold_lab::plan(&workload, &options)?;
-        eprintln!("experiment: {}", plan.estimate());
+        say!("experiment: {}", plan.estimate());
         let mut reporter = Reporter::default();
         plan.run(|progress| reporter.tell(progress))
     })
@@ -111,7 +111,7 @@ pub(super) async fn run(global: &GlobalArgs, args: ExperimentArgs) -> Result<Exi
     } else {
         super::write_stdout(&report.to_table())?;
     }
-    eprintln!(
+    say!(
         "wrote report.json, report.csv, tradeoff.svg and wasted.svg to {}",
         dir.display()
     );
@@ -141,18 +141,16 @@ impl Reporter {
         if done == 0 {
             self.started = Some(now);
             self.last = Some(now);
-            eprintln!(
-                "experiment: strategy {index}/{strategies} {strategy}: {operations} operations"
-            );
+            say!("experiment: strategy {index}/{strategies} {strategy}: {operations} operations");
         } else if done == operations {
             let took = self.started.map_or(Duration::ZERO, |s| now - s);
-            eprintln!(
+            say!(
                 "experiment: strategy {index}/{strategies} {strategy}: done in {:.1} s",
                 took.as_secs_f64()
             );
         } else if self.last.is_none_or(|last| now - last >= PROGRESS_EVERY) {
             self.last = Some(now);
-            eprintln!(
+            say!(
                 "experiment: strategy {index}/{strategies} {strategy}: {done}/{operations} operations"
             );
         }
@@ -255,7 +253,7 @@ async fn from_runs(
         .map(|name| settings.strategy_judged(name.trim(), &[], &global.policies))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CliError::other(e.to_string()))?;
-    eprintln!(
+    say!(
         "experiment: {} operations of {} run(s), under {}",
         recorded.len(),
         ids.len(),
@@ -284,7 +282,7 @@ async fn from_runs(
         text.push_str(&recorded_summary(&counterfactual));
         super::write_stdout(&text)?;
     }
-    eprintln!(
+    say!(
         "wrote report.json, report.csv, tradeoff.svg and wasted.svg to {}",
         dir.display()
     );

@@ -95,7 +95,7 @@ impl ProgressPace {
 pub(crate) struct Followed {
     /// The run's last state.
     pub(crate) state: RunState,
-    /// The signal (SIGINT or SIGTERM) that stopped the following before the
+    /// The signal (SIGINT, SIGTERM or SIGHUP) that stopped the following before the
     /// run ended or paused, if one did.
     pub(crate) stopped: Option<Stop>,
     /// The run.
@@ -121,7 +121,7 @@ impl Followed {
 }
 
 /// Prints the run's events as they happen until it ends, pauses for a
-/// person, is lost to another executor, or SIGINT or SIGTERM arrives.
+/// person, is lost to another executor, or SIGINT, SIGTERM or SIGHUP arrives.
 pub(crate) async fn follow(
     mut handle: RunHandle,
     events: &mut EventStream,
@@ -150,7 +150,7 @@ pub(crate) async fn follow(
             }
             received = events.recv() => match received {
                 Some(Ok(event)) => show(&event),
-                Some(Err(lagged)) => eprintln!("leasehold: {lagged}; `leasehold runs events {run_id}` has them all"),
+                Some(Err(lagged)) => say!("leasehold: {lagged}; `leasehold runs events {run_id}` has them all"),
                 None => break handle.wait().await,
             },
         }
@@ -165,7 +165,7 @@ pub(crate) async fn follow(
         show(&event);
     }
     match stopped {
-        Some(stop) => eprintln!(
+        Some(stop) => say!(
             "{}: run {run_id} stays in the store as it is, its tool servers stopped; \
              `leasehold runs resume {run_id}` picks it up from its last snapshots",
             stop.name()
@@ -186,7 +186,7 @@ pub(crate) async fn follow(
 /// on stdout in the readable log).
 fn report(run_id: &str, state: &RunState, output: Output) {
     if let Some(lost) = &state.lost {
-        eprintln!(
+        say!(
             "run {run_id} was lost to another executor: {}",
             printable(lost)
         );
@@ -202,7 +202,7 @@ fn report(run_id: &str, state: &RunState, output: Output) {
             .as_ref()
             .map(|p| format!("{} (while {})", p.reason, p.subject))
             .unwrap_or_default();
-        eprintln!("run {run_id} is paused ({status}): {}", printable(&why));
+        say!("run {run_id} is paused ({status}): {}", printable(&why));
         if state.status == leasehold::RunStatus::ReconciliationRequired {
             let key = state
                 .paused
@@ -212,26 +212,26 @@ fn report(run_id: &str, state: &RunState, output: Output) {
                     || "KEY".to_owned(),
                     |call| printable(&call.key).into_owned(),
                 );
-            eprintln!(
+            say!(
                 "decide about the call with: leasehold runs reconcile {run_id} --key {key} \
                  (--mark-done [--result TEXT] | --retry | --cancel)"
             );
         } else {
-            eprintln!("resume it with: leasehold runs resume {run_id} --guidance \"what to do\"");
+            say!("resume it with: leasehold runs resume {run_id} --guidance \"what to do\"");
         }
         return;
     }
     if output == Output::Readable
         && let Some(answer) = &state.answer
     {
-        println!("\nanswer: {}", printable_block(answer));
+        out!("\nanswer: {}", printable_block(answer));
     }
     let reason = state
         .reason
         .as_deref()
         .map(|r| format!(": {}", printable(r)))
         .unwrap_or_default();
-    eprintln!("run {run_id} {status}{reason}");
+    say!("run {run_id} {status}{reason}");
 }
 
 #[cfg(test)]

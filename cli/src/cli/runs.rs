@@ -286,13 +286,24 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
     match command {
         RunsCommand::List(args) => {
             let store = existing_store(&config)?;
-            let page = store.list_run_summaries(&args.query()).await?;
+            let now = leasehold::Clock::now_unix_ms(&leasehold::SystemClock);
+            // A data directory is open in this process alone, which runs
+            // nothing: whoever holds a running run is gone (as `runs show`
+            // says); on a shared store, whoever let its lease end.
+            let page = leasehold::seen::summaries(
+                store.as_ref(),
+                &args.query(),
+                now,
+                store.is_exclusive(),
+            )
+            .await?;
+            let runs = page
+                .runs
+                .into_iter()
+                .map(|r| RunView::summary(r, None))
+                .collect();
             print_page(&RunsPage {
-                runs: page
-                    .runs
-                    .into_iter()
-                    .map(|r| RunView::summary(r, None))
-                    .collect(),
+                runs,
                 next: page.next,
             });
             Ok(ExitCode::SUCCESS)
@@ -445,7 +456,7 @@ async fn replay(config: &Config, args: ReplayArgs) -> Result<ExitCode, CliError>
     if args.json {
         print_json(&report);
     } else {
-        println!("{}", printable(&report.describe()));
+        out!("{}", printable(&report.describe()));
     }
     Ok(if report.reproduced() {
         ExitCode::SUCCESS
@@ -481,7 +492,7 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
             return Err(error.into());
         }
     };
-    eprintln!(
+    say!(
         "run {} forked from {} at {}",
         handle.run_id(),
         args.id,
@@ -553,7 +564,7 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            eprintln!(
+            say!(
                 "run {} forked from {} at {}",
                 printable(&fork_id),
                 args.id,
@@ -637,7 +648,7 @@ async fn follow_store(
         }
         gap_reads = 0;
         if status.is_terminal() {
-            eprintln!("run {run_id} ended: {}", status.name());
+            say!("run {run_id} ended: {}", status.name());
             return Ok(super::exit_code_of(status));
         }
         tokio::select! {
@@ -649,7 +660,7 @@ async fn follow_store(
                 }
             }
             stop = signals.stopped() => {
-                eprintln!("leasehold: {}: stopped following run {run_id}", stop.name());
+                say!("leasehold: {}: stopped following run {run_id}", stop.name());
                 return Ok(ExitCode::from(stop.exit_code()));
             }
         }
@@ -668,11 +679,11 @@ async fn follow_control(
 ) -> Result<ExitCode, CliError> {
     let status = answer["status"].as_str().unwrap_or("unknown");
     match answer["forwarded_to"].as_str() {
-        Some(owner) => eprintln!(
+        Some(owner) => say!(
             "run {run_id}: {name} forwarded to {}, the executor that runs it",
             printable(owner)
         ),
-        None => eprintln!("run {run_id}: {name} applied: it is {}", printable(status)),
+        None => say!("run {run_id}: {name} applied: it is {}", printable(status)),
     }
     let Some(after) = answer["after_seq"].as_u64() else {
         // A server that does not say where the run was: its answer is
@@ -722,7 +733,7 @@ async fn control(
         }) => {
             engine.shutdown().await;
             engine.store().flush().await?;
-            eprintln!("run {run_id}: {name} applied: it is {}", status.name());
+            say!("run {run_id}: {name} applied: it is {}", status.name());
             Ok(ExitCode::SUCCESS)
         }
         Ok(Controlled::Forwarded {
@@ -733,7 +744,7 @@ async fn control(
         }) => {
             // Written by whichever process holds the run: printed as text.
             let owner_id = printable(&owner_id).into_owned();
-            eprintln!("run {run_id}: {name} forwarded to {owner_id}, the executor that runs it");
+            say!("run {run_id}: {name} forwarded to {owner_id}, the executor that runs it");
             let patience = config.run_lease_ttl.value.max(MIN_FORWARD_PATIENCE);
             let output = if json { Output::Json } else { Output::Readable };
             let mut origin = None;
@@ -774,7 +785,7 @@ fn forwarded(
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(stop) => {
-            eprintln!(
+            say!(
                 "leasehold: {}: stopped following run {run_id}; the {name} was forwarded to \
                  {owner_id} and is its to apply",
                 stop.name()
@@ -784,7 +795,7 @@ fn forwarded(
     };
     match outcome {
         control::Outcome::TookEffect(status) => {
-            eprintln!(
+            say!(
                 "run {run_id}: {name} applied by {owner_id}: it is {}",
                 status.name()
             );
@@ -893,7 +904,7 @@ impl ModelClient for Unconfigured {
 fn print_page(page: &RunsPage) {
     print_list(&page.runs);
     if let Some(next) = &page.next {
-        eprintln!("more runs: add --after {next}");
+        say!("more runs: add --after {next}");
     }
 }
 
@@ -902,7 +913,7 @@ fn print_page(page: &RunsPage) {
 fn print_list(views: &[RunView]) {
     use leasehold::printable::columns::{self, Align};
     if views.is_empty() {
-        println!("no runs");
+        out!("no runs");
         return;
     }
     let rows: Vec<[String; 5]> = views
@@ -943,23 +954,23 @@ fn print_list(views: &[RunView]) {
         out.push_str(&printable(&row[4]));
         out.push('\n');
     }
-    print!("{out}");
+    out!("{}", out.trim_end_matches('\n'));
 }
 
 /// A run's trace, one decision per line, then the counts.
 fn print_trace(trace: &TraceView) {
     let origin = trace.entries.first().map_or(0, |e| e.at);
     for event in &trace.entries {
-        println!("{}", log::line(event, origin));
+        out!("{}", log::line(event, origin));
     }
-    println!();
+    out!();
     print_json(&trace.summary);
 }
 
 /// Pretty JSON on stdout.
 fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{}", leasehold::printable::printable_json(&text)),
-        Err(error) => eprintln!("leasehold: cannot print: {error}"),
+        Ok(text) => out!("{}", leasehold::printable::printable_json(&text)),
+        Err(error) => say!("leasehold: cannot print: {error}"),
     }
 }

@@ -1,11 +1,11 @@
 //! `leasehold serve`: the HTTP API and the dashboard over this process's
-//! engine, until SIGINT or SIGTERM.
+//! engine, until SIGINT, SIGTERM or SIGHUP.
 //!
-//! On either signal the server stops taking requests and ends (the server
+//! On any of them the server stops taking requests and ends (the server
 //! bounds how long its open event streams may hold it), then the engine
 //! stops every run in place — resumable, their tool servers killed — and
 //! the store is flushed; the exit code is 130 after SIGINT, 143 after
-//! SIGTERM.
+//! SIGTERM, 129 after SIGHUP.
 //!
 //! While it serves, the executor sweeps for orphans every third of the
 //! run-lease TTL ([`leasehold::executor::sweep`]); with resume on boot its
@@ -31,7 +31,7 @@ use leasehold::config::{Config, Flag};
 use leasehold_server::metrics::{MeteredStore, Metrics};
 use leasehold_server::{self as server, App, ServerLimits, ServerOptions};
 
-/// Serves until SIGINT or SIGTERM.
+/// Serves until SIGINT, SIGTERM or SIGHUP.
 pub(super) async fn serve(
     global: &GlobalArgs,
     addr: Option<String>,
@@ -126,10 +126,10 @@ pub(super) async fn serve(
             [counts.delivered(), counts.failed(), counts.given_up()]
         }));
     }
-    println!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
+    out!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
     if let Some(why) = app.engine().without_model() {
         tracing::warn!("{why}");
-        println!("leasehold: {why}");
+        out!("leasehold: {why}");
     }
     let served = serving.await;
     webhooks.stop().await;
@@ -145,7 +145,7 @@ pub(super) async fn serve(
     app.engine().store().flush().await?;
     Ok(match signals.heard() {
         Some(stop) => {
-            eprintln!(
+            say!(
                 "leasehold: {}: the server stopped; its runs stay in the store, resumable",
                 stop.name()
             );
@@ -190,7 +190,7 @@ pub(super) async fn bind(addr: SocketAddr) -> Result<TcpListener, CliError> {
         .map_err(|e| CliError::other(format!("cannot listen on {addr}: {e}")))
 }
 
-/// Serves `app` on `listener` in a task until SIGINT or SIGTERM; returns
+/// Serves `app` on `listener` in a task until SIGINT, SIGTERM or SIGHUP; returns
 /// the bound address (useful with port 0).
 pub(super) fn start(
     app: Arc<App>,

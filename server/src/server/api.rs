@@ -268,7 +268,9 @@ pub(super) async fn list_runs(
         ))
     })?;
     let query = params.query()?;
-    let page = app.engine.store().list_run_summaries(&query).await?;
+    let now = app.engine.clock().now_unix_ms();
+    // A run nobody runs is listed as orphaned, as it is shown whole.
+    let page = leasehold::seen::summaries(app.engine.store().as_ref(), &query, now, false).await?;
     let runs = page
         .runs
         .into_iter()
@@ -276,8 +278,9 @@ pub(super) async fn list_runs(
             let handle = app.handle(&summary.run_id);
             RunView::summary(summary, handle.as_ref())
         })
-        // A live run's state is fresher than the store's: one that has
-        // just left the status asked for is not shown in it.
+        // A live run's state is fresher than the store's, an orphaned one
+        // truer: one that has just left the status asked for is not shown
+        // in it.
         .filter(|view| query.status.is_none_or(|status| view.status == status))
         .collect();
     Ok(Json(RunsPage {

@@ -134,7 +134,7 @@ impl Remote {
                 "end" => {
                     let status = ended_as(&frame.data);
                     if live {
-                        eprintln!(
+                        say!(
                             "run {run_id} ended: {}",
                             status.map_or("unknown", RunStatus::name)
                         );
@@ -155,7 +155,7 @@ impl Remote {
             let start = *origin.get_or_insert(event.at);
             log::print(&event, output, start);
             if until == Until::EndOrPause && event.seq > after && pauses(&event.kind) {
-                eprintln!("run {run_id} paused for a person");
+                say!("run {run_id} paused for a person");
                 return Ok(ExitCode::from(crate::cli::EXIT_PAUSED));
             }
         }
