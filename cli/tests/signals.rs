@@ -81,6 +81,37 @@ async fn stop_mid_call(
     (run_id, said)
 }
 
+/// The demo's model and a flow whose tool server never answers a call,
+/// in a directory of their own: a data directory, and the file the tool
+/// server records its process group in.
+struct Hanging {
+    stack: DemoStack,
+    model: String,
+    dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    record: std::path::PathBuf,
+    flow: std::path::PathBuf,
+}
+
+impl Hanging {
+    async fn start() -> Self {
+        let stack = DemoStack::start().await.expect("the demo servers");
+        let model = stack.model_base_url();
+        let dir = tempfile::tempdir().expect("dir");
+        let data = dir.path().join("data");
+        let record = dir.path().join("groups.txt");
+        let flow = write_flow(dir.path(), &stack, &record);
+        Self {
+            stack,
+            model,
+            dir,
+            data,
+            record,
+            flow,
+        }
+    }
+}
+
 /// The run as `leasehold runs show` prints it.
 async fn stored_view(data: &Path, model: &str, run_id: &str) -> serde_json::Value {
     let out = leasehold(data, model)
@@ -125,12 +156,14 @@ async fn listed_status(data: &Path, model: &str, run_id: &str) -> String {
 /// group, and leaves the run for the next resume: `runs show` says it is
 /// orphaned, stopped cleanly, and how to resume it.
 async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let model = stack.model_base_url();
-    let dir = tempfile::tempdir().expect("dir");
-    let data = dir.path().join("data");
-    let record = dir.path().join("groups.txt");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        model,
+        dir: _dir,
+        data,
+        record,
+        flow,
+    } = Hanging::start().await;
 
     let run = leasehold(&data, &model)
         .arg("run")
@@ -200,12 +233,14 @@ async fn sigint_stops_run_with_130_killing_its_stdio_tool_group_and_the_run_stay
 /// as stopped cleanly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let model = stack.model_base_url();
-    let dir = tempfile::tempdir().expect("dir");
-    let data = dir.path().join("data");
-    let record = dir.path().join("groups.txt");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        model,
+        dir: _dir,
+        data,
+        record,
+        flow,
+    } = Hanging::start().await;
 
     let mut run = leasehold(&data, &model)
         .arg("run")
@@ -387,12 +422,14 @@ async fn sigterm_stops_the_demo_with_its_dashboard_with_143() {
 /// executor that holds the run, not being this one, is dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_executor_was_killed_is_resumed_at_once_on_its_data_directory() {
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let model = stack.model_base_url();
-    let dir = tempfile::tempdir().expect("dir");
-    let data = dir.path().join("data");
-    let record = dir.path().join("groups.txt");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        model,
+        dir: _dir,
+        data,
+        record,
+        flow,
+    } = Hanging::start().await;
 
     let mut command = leasehold(&data, &model);
     command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
