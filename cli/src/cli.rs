@@ -52,6 +52,7 @@ mod demo;
 mod experiment;
 mod log;
 mod paces;
+mod reader;
 mod remote;
 mod runs;
 mod scrubbed_log;

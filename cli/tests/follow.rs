@@ -3,7 +3,8 @@
 //! `leasehold serve` that runs it is SIGKILLed mid-run and started again on
 //! the same address. Both followers print every event of the run once, in
 //! order, to its end, and exit 0; the one over the server picks the stream
-//! up again with `Last-Event-ID` once the server is back.
+//! up again with `Last-Event-ID` once the server is back. A follower whose
+//! reader leaves (`| head -1`) ends at once, though the run goes on.
 //!
 //! The model is a gate ([`support::gate`]): the run stays in its model call
 //! until the test opens it, so the kill lands mid-run without timing.
@@ -125,6 +126,37 @@ impl Follower {
     }
 }
 
+/// A follower whose reader leaves after its first line, as `| head -1`
+/// does, while the run waits in its model call and logs nothing: it sees
+/// the reader gone without writing again, and exits 0, saying so.
+async fn ends_when_its_reader_leaves(mut command: Command, run_id: &str, args: &[&str]) {
+    let mut child = command
+        .args(["runs", "events", run_id, "--follow", "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the follower starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .expect("a first event")
+        .expect("read")
+        .expect("a line");
+    drop(lines);
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the follower ({args:?}) goes on though nobody reads it"))
+        .expect("wait");
+    let mut said = String::new();
+    let mut stderr = child.stderr.take().expect("piped");
+    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut said)
+        .await
+        .expect("stderr");
+    assert!(status.success(), "{args:?}: {status}: {said}");
+    assert!(said.contains("nobody reads"), "{args:?}: {said}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_followed_run_is_printed_once_to_its_end_through_a_serve_killed_and_started_again() {
     let (cluster, store_url) = postgres::database().await;
@@ -144,6 +176,19 @@ async fn a_followed_run_is_printed_once_to_its_end_through_a_serve_killed_and_st
     let mut through_store = Follower::start(leasehold(&store_url, &model), &run_id, &[]);
     over_server.saw_the_model_call().await;
     through_store.saw_the_model_call().await;
+    // Followers whose readers leave end while the run goes on.
+    ends_when_its_reader_leaves(leasehold(&store_url, &model), &run_id, &["--server", &base]).await;
+    ends_when_its_reader_leaves(leasehold(&store_url, &model), &run_id, &[]).await;
+    assert_eq!(
+        store
+            .load_run(&run_id)
+            .await
+            .expect("load")
+            .expect("the run")
+            .status,
+        leasehold::RunStatus::Running,
+        "the run is still in its model call"
+    );
 
     // The executor dies mid-call; another starts on the same address, finds
     // the run orphaned once its lease ends, and resumes it.
@@ -214,4 +259,8 @@ async fn following_a_run_on_a_data_directory_is_refused_naming_server() {
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("--server URL"), "{said}");
     assert!(said.contains("--store postgres://"), "{said}");
+    assert!(
+        !said.contains("  "),
+        "one sentence, no runs of spaces: {said}"
+    );
 }

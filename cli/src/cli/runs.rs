@@ -597,7 +597,8 @@ const GAP_READS: u32 = 400;
 /// `after` as they are logged, through its pauses, until it ends; woken by
 /// the store's change feed. Only a shared store has another process add
 /// to a run while this one reads it: on a data directory (one process at a
-/// time) it is refused, naming `--server`.
+/// time) it is refused, naming `--server`. It ends early on a signal, or
+/// once nobody reads its output ([`reader::left`](super::reader::left)).
 async fn follow_store(
     store: &dyn Store,
     run_id: &str,
@@ -606,10 +607,15 @@ async fn follow_store(
 ) -> Result<ExitCode, CliError> {
     if !store.is_shared() {
         return Err(CliError::other(format!(
-            "--follow follows a run another process runs, and this data directory is opened by              one process at a time: follow it on the `leasehold serve` that runs it,              `leasehold runs events {run_id} --follow --server URL`, or on a shared store              (`--store postgres://…`)"
+            "--follow follows a run another process runs, and this data directory is opened by \
+             one process at a time: follow it on the `leasehold serve` that runs it, \
+             `leasehold runs events {run_id} --follow --server URL`, or on a shared store \
+             (`--store postgres://…`)"
         )));
     }
     let signals = super::install_signals()?;
+    let left = super::reader::left();
+    tokio::pin!(left);
     // Subscribed before the first read: a change after it wakes this.
     let mut changes = store.changes();
     let mut seen = after;
@@ -662,6 +668,10 @@ async fn follow_store(
             stop = signals.stopped() => {
                 say!("leasehold: {}: stopped following run {run_id}", stop.name());
                 return Ok(ExitCode::from(stop.exit_code()));
+            }
+            () = &mut left => {
+                say!("leasehold: stopped following run {run_id}: nobody reads its events any more");
+                return Ok(ExitCode::SUCCESS);
             }
         }
     }

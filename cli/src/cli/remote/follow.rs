@@ -6,7 +6,8 @@
 //! missed; one silent for [`Limits::silence`](super::Limits::silence) (not
 //! even a keep-alive, no server answering) is given up, saying how to pick
 //! it up again. An event over [`Limits::max_event`](super::Limits::max_event)
-//! bytes ends the stream: the server is not one to follow.
+//! bytes ends the stream: the server is not one to follow. A reader of the
+//! output that leaves (`| head -5`) ends the following at once.
 //!
 //! The requests go through the same reqwest client as the other requests
 //! of `--server`, as the stream's [`HttpTransport`].
@@ -77,9 +78,17 @@ impl Remote {
         let mut stream = client.stream();
         let mut origin = None;
         let mut heard = tokio::time::Instant::now();
+        let left = crate::cli::reader::left();
+        tokio::pin!(left);
         loop {
             let silence = self.limits.silence;
-            let next = tokio::time::timeout_at(heard + silence, stream.next()).await;
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(heard + silence, stream.next()) => next,
+                () = &mut left => {
+                    say!("leasehold: stopped following run {run_id}: nobody reads its events any more");
+                    return Ok(ExitCode::SUCCESS);
+                }
+            };
             let item = match next {
                 Ok(Some(item)) => item,
                 Ok(None) => {
