@@ -6,11 +6,12 @@
 //! [`EventBus`] carries it: bounded, never blocking a run, and a reader that
 //! falls behind is told by [`EventStream::recv`] how many events it lost
 //! ([`Lagged`]). [`EventLimits`] bound what a peer's reports cost a run's
-//! log.
+//! log. A [`LogTail`] reads a run's log while it is appended to.
 
 mod bus;
 mod kind;
 mod limits;
+mod tail;
 
 pub use bus::{EventBus, EventStream, Lagged};
 pub use kind::{BudgetRecord, CallOutcome, Event, EventKind, HandedTo};
@@ -19,3 +20,4 @@ pub use limits::{
     DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS, DEFAULT_PROGRESS_INTERVAL,
     EventLimits, MIN_PROGRESS_NOTE_BYTES, cut_note,
 };
+pub use tail::{LogTail, TailRead};

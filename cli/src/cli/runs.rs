@@ -585,14 +585,6 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
 /// says nothing: a feed that missed a change costs at most this.
 const REREAD: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// How long a gap in a run's log is waited for before it is read again:
-/// its writer lands the missing events within milliseconds.
-const GAP_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// How many times a gap is read again before the events after it are
-/// printed without it (about two seconds).
-const GAP_READS: u32 = 400;
-
 /// `runs events ID --follow` on a store: prints the run's events after
 /// `after` as they are logged, through its pauses, until it ends; woken by
 /// the store's change feed. Only a shared store has another process add
@@ -618,13 +610,10 @@ async fn follow_store(
     tokio::pin!(left);
     // Subscribed before the first read: a change after it wakes this.
     let mut changes = store.changes();
-    let mut seen = after;
     let mut origin = None;
-    // The position of the last event printed, where it is known: a log
-    // read while it is appended to may hold a later event before an
-    // earlier one, so what follows a gap is read again, not skipped.
-    let mut last_position = (after == 0).then_some(0);
-    let mut gap_reads = 0;
+    // A log read while it is appended to may hold a later event before an
+    // earlier one: the tail prints up to such a gap and has it read again.
+    let mut tail = leasehold::LogTail::after(after);
     loop {
         // The status first: the events a run logged before it ended (its
         // terminal event lands before its status) are all read below.
@@ -633,26 +622,16 @@ async fn follow_store(
             .await?
             .ok_or_else(|| CliError::other(format!("no run {run_id}")))?
             .status;
-        let mut gap = false;
-        for event in store.load_events(run_id, seen).await? {
-            let follows = match last_position {
-                Some(last) if event.position > 0 => event.position == last + 1,
-                _ => true,
-            };
-            if !follows && gap_reads < GAP_READS {
-                gap = true;
-                break;
-            }
-            seen = event.seq;
-            last_position = Some(event.position);
-            log::print(&event, output, *origin.get_or_insert(event.at));
+        let logged = store.load_events(run_id, tail.seen()).await?;
+        let ready = tail.ready(&logged);
+        for event in ready.events {
+            log::print(event, output, *origin.get_or_insert(event.at));
+            tail.handed(event);
         }
-        if gap {
-            gap_reads += 1;
-            tokio::time::sleep(GAP_PATIENCE).await;
+        if ready.gap {
+            tokio::time::sleep(leasehold::LogTail::GAP_PATIENCE).await;
             continue;
         }
-        gap_reads = 0;
         if status.is_terminal() {
             say!("run {run_id} ended: {}", status.name());
             return Ok(super::exit_code_of(status));

@@ -34,7 +34,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use leasehold::{Event, EventKind, RunStatus, Store};
+use leasehold::{Event, EventKind, LogTail, RunStatus, Store};
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -214,41 +214,6 @@ fn ends_in(kind: &EventKind) -> Option<RunStatus> {
     }
 }
 
-/// How long a stream waits before reading the log again when what it read
-/// has a gap: the writer lands the missing events within milliseconds.
-const GAP_PATIENCE: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// How many reads a gap is waited for (about two seconds).
-const GAP_READS: u32 = 400;
-
-/// The run's own count (`position`) of the last event a stream sent.
-#[derive(Default)]
-struct Positions {
-    last: Option<u64>,
-}
-
-impl Positions {
-    /// Whether `event` comes right after the last one sent: always for the
-    /// first of a stream that starts after an event it did not send, and
-    /// for events of logs kept before positions were counted (position 0).
-    fn follows(&self, event: &Event) -> bool {
-        match self.last {
-            Some(last) if event.position > 0 => event.position == last + 1,
-            _ => true,
-        }
-    }
-
-    /// A stream from the run's first event: the first it sends is the
-    /// run's first.
-    fn from_the_start() -> Self {
-        Self { last: Some(0) }
-    }
-
-    fn sent(&mut self, event: &Event) {
-        self.last = Some(event.position);
-    }
-}
-
 fn frame(event: &Event) -> Result<SseEvent, Infallible> {
     let data = serde_json::to_string(event).unwrap_or_else(|e| {
         serde_json::json!({"seq": event.seq, "error": format!("unserializable event: {e}")})
@@ -276,7 +241,7 @@ fn shutting_down() -> Result<SseEvent, Infallible> {
 async fn feed(
     app: Arc<App>,
     run_id: String,
-    mut after: u64,
+    after: u64,
     live_too: bool,
     tx: mpsc::Sender<Result<SseEvent, Infallible>>,
     _open: (OwnedSemaphorePermit, OpenStream),
@@ -287,61 +252,42 @@ async fn feed(
     let shutdown = app.shutdown.clone();
     // Looks at the store, with the run ended, that found nothing new.
     let mut quiet_after_end = 0u32;
-    // The run's own count of the last event sent: its events are numbered
-    // 1, 2, 3, … with no gap, so a gap is an event not yet seen.
-    let mut position = if after == 0 {
-        Positions::from_the_start()
-    } else {
-        Positions::default()
-    };
-    // Reads that found the same gap: past GAP_READS the gap is taken as
-    // lasting (an event whose write failed) and the stream goes on.
-    let mut gap_reads = 0u32;
+    // Where the stream is in the run's log: a log being appended to may be
+    // read with a later event there and an earlier one not yet; the tail
+    // stops before such a gap and has the log read again.
+    let mut tail = LogTail::after(after);
     loop {
         // Catch up from the log.
-        let logged = match store.load_events(&run_id, after).await {
+        let logged = match store.load_events(&run_id, tail.seen()).await {
             Ok(events) => events,
             Err(error) => {
                 tracing::warn!(%run_id, %error, "event stream: the log could not be read");
                 return;
             }
         };
+        let ready = tail.ready(&logged);
+        if let Some(seq) = ready.passed_gap {
+            tracing::warn!(%run_id, seq, "event stream: an event of the run is missing from its log; going on without it");
+        }
         // The terminal event says how the run ended, even before its
         // status is written (the event lands first).
         let mut ended = None;
-        let mut sent_any = false;
-        let mut gap = false;
-        for event in &logged {
-            // A log being appended to may be read with a later event
-            // already there and an earlier one not yet (sled lands a
-            // batch one event at a time): stop before the gap and read
-            // again, rather than skip the event for good.
-            if !position.follows(event) {
-                if gap_reads < GAP_READS {
-                    gap = true;
-                    break;
-                }
-                tracing::warn!(%run_id, seq = event.seq, "event stream: an event of the run is missing from its log; going on without it");
-            }
+        for event in ready.events {
             if tx.send(frame(event)).await.is_err() {
                 return;
             }
-            after = event.seq;
-            position.sent(event);
-            sent_any = true;
+            tail.handed(event);
             ended = ended.or(ends_in(&event.kind));
         }
-        if sent_any {
+        if !ready.events.is_empty() {
             quiet_after_end = 0;
         }
-        if gap && ended.is_none() {
-            gap_reads += 1;
-            tokio::time::sleep(GAP_PATIENCE).await;
+        if ready.gap && ended.is_none() {
+            tokio::time::sleep(LogTail::GAP_PATIENCE).await;
             continue;
         }
-        gap_reads = 0;
         let watched = *seen.borrow_and_update();
-        if watched.last_seq > after {
+        if watched.last_seq > tail.seen() {
             // The log grew between the read above and this look at the
             // watch, which is now marked seen: read it again, or a run that
             // goes quiet would hold back what it logged meanwhile.
@@ -377,19 +323,18 @@ async fn feed(
             tokio::select! {
                 received = live.recv() => match received {
                     Some(Ok(event)) => {
-                        if event.run_id != run_id || event.seq <= after {
+                        if event.run_id != run_id || event.seq <= tail.seen() {
                             continue;
                         }
                         // One this stream did not see came before it:
                         // the log has it, or soon will.
-                        if !position.follows(&event) {
+                        if !tail.follows(&event) {
                             break;
                         }
                         if tx.send(frame(&event)).await.is_err() {
                             return;
                         }
-                        after = event.seq;
-                        position.sent(&event);
+                        tail.handed(&event);
                         if let Some(status) = ends_in(&event.kind) {
                             let _ = tx.send(end(status)).await;
                             return;
@@ -415,7 +360,7 @@ async fn feed(
                         return;
                     }
                     let now = *seen.borrow();
-                    if now.last_seq > after || now.status.is_some_and(RunStatus::is_terminal) {
+                    if now.last_seq > tail.seen() || now.status.is_some_and(RunStatus::is_terminal) {
                         break;
                     }
                 }
