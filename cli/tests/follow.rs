@@ -60,6 +60,18 @@ async fn serve(store: &str, model: &str, port: u16) -> (Child, String) {
     (server, base)
 }
 
+/// `leasehold runs events ID --follow --json ARGS` started, both its
+/// outputs piped.
+fn follow(mut command: Command, run_id: &str, args: &[&str]) -> Child {
+    command
+        .args(["runs", "events", run_id, "--follow", "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the follower starts")
+}
+
 /// A follower: `leasehold runs events ID --follow --json ARGS`, its stdout
 /// collected line by line, and how many of its lines were a
 /// `model_call_started`.
@@ -70,14 +82,8 @@ struct Follower {
 }
 
 impl Follower {
-    fn start(mut command: Command, run_id: &str, args: &[&str]) -> Self {
-        let mut child = command
-            .args(["runs", "events", run_id, "--follow", "--json"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the follower starts");
+    fn start(command: Command, run_id: &str, args: &[&str]) -> Self {
+        let mut child = follow(command, run_id, args);
         let stdout = child.stdout.take().expect("piped");
         let (seen, calls) = watch::channel(0);
         let lines = tokio::spawn(async move {
@@ -129,14 +135,8 @@ impl Follower {
 /// A follower whose reader leaves after its first line, as `| head -1`
 /// does, while the run waits in its model call and logs nothing: it sees
 /// the reader gone without writing again, and exits 0, saying so.
-async fn ends_when_its_reader_leaves(mut command: Command, run_id: &str, args: &[&str]) {
-    let mut child = command
-        .args(["runs", "events", run_id, "--follow", "--json"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the follower starts");
+async fn ends_when_its_reader_leaves(command: Command, run_id: &str, args: &[&str]) {
+    let mut child = follow(command, run_id, args);
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
     tokio::time::timeout(PATIENCE, lines.next_line())
         .await

@@ -110,6 +110,19 @@ impl Hanging {
             flow,
         }
     }
+
+    /// `leasehold run FLOW --json` on the data directory, both its outputs
+    /// piped.
+    fn run(&self) -> Child {
+        leasehold(&self.data, &self.model)
+            .arg("run")
+            .arg(&self.flow)
+            .arg("--json")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run")
+    }
 }
 
 /// The run as `leasehold runs show` prints it.
@@ -156,23 +169,14 @@ async fn listed_status(data: &Path, model: &str, run_id: &str) -> String {
 /// group, and leaves the run for the next resume: `runs show` says it is
 /// orphaned, stopped cleanly, and how to resume it.
 async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
-    let Hanging {
-        stack,
-        model,
-        dir: _dir,
-        data,
-        record,
-        flow,
-    } = Hanging::start().await;
+    let hanging = Hanging::start().await;
+    let (model, data, record) = (
+        hanging.model.clone(),
+        hanging.data.clone(),
+        hanging.record.clone(),
+    );
 
-    let run = leasehold(&data, &model)
-        .arg("run")
-        .arg(&flow)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run");
+    let run = hanging.run();
     let (run_id, said) = stop_mid_call(run, &record, first.0, first.1).await;
     assert!(
         said.contains(&format!("leasehold runs resume {run_id}")),
@@ -212,7 +216,7 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
         "the resumed run started its own server:\n{groups}"
     );
     assert_eq!(stored_status(&data, &model, &run_id).await, "orphaned");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,23 +237,14 @@ async fn sigint_stops_run_with_130_killing_its_stdio_tool_group_and_the_run_stay
 /// as stopped cleanly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
-    let Hanging {
-        stack,
-        model,
-        dir: _dir,
-        data,
-        record,
-        flow,
-    } = Hanging::start().await;
+    let hanging = Hanging::start().await;
+    let (model, data, record) = (
+        hanging.model.clone(),
+        hanging.data.clone(),
+        hanging.record.clone(),
+    );
 
-    let mut run = leasehold(&data, &model)
-        .arg("run")
-        .arg(&flow)
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run");
+    let mut run = hanging.run();
     let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
     let run_id = until_a_tool_call_hangs(&mut lines, PATIENCE).await;
     let (pgid, _) = last_group(&record);
@@ -271,7 +266,7 @@ async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
     assert_eq!(view["status"], "orphaned", "{view}");
     assert_eq!(view["reason"], fencing::ORPHANED_AFTER_STOP, "{view}");
     assert_eq!(listed_status(&data, &model, &run_id).await, "orphaned");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 /// A model endpoint that accepts connections and never answers: a run on it
