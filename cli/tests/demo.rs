@@ -102,6 +102,9 @@ async fn the_demo_shows_every_scenario_and_completes_within_a_minute() {
     assert!(log.contains("PAUSED (waiting_human)"), "{log}");
     assert!(log.contains("answering automatically"), "{log}");
     assert!(log.contains("as expected   yes"), "{log}");
+    // Counts agree with their nouns: one pause, one restart, never `(s)`.
+    assert!(log.contains("1 restart, 1 pause,"), "{log}");
+    assert!(!log.contains("(s)"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -363,11 +363,11 @@ fn compare(
         let answered = played.answered || played.status == RunStatus::Completed;
         if played.kills != real.real_kills || (real.real_answered && !answered) {
             differences.push(format!(
-                "{} {} ({}): really cut {} time(s){}, here {}{}",
+                "{} {} ({}): really cut {}{}, here {}{}",
                 real.run_id,
                 real.path,
                 real.subject,
-                real.real_kills,
+                leasehold::counted(real.real_kills, "time"),
                 if real.real_answered {
                     " and answered"
                 } else {

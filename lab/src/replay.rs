@@ -665,7 +665,10 @@ fn course(kind: &EventKind) -> Option<String> {
             outcome,
             tool_calls,
             ..
-        } => format!("model call {outcome:?} asking for {tool_calls} call(s)"),
+        } => format!(
+            "model call {outcome:?} asking for {}",
+            leasehold::counted(*tool_calls, "call")
+        ),
         EventKind::ToolCallFinished { tool, outcome, .. } => format!("tool {tool}: {outcome:?}"),
         EventKind::Verdict(record) => format!(
             "verdict {} by {} on {}",

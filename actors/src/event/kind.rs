@@ -449,9 +449,10 @@ pub enum EventKind {
     },
 }
 
-/// `n` and `noun`, plural unless `n` is one: `1 renewal`, `2 renewals`.
-pub(crate) fn counted(n: impl Into<u64>, noun: &str) -> String {
-    let n = n.into();
+/// `n` and `noun`, plural unless `n` is one: `1 renewal`, `2 renewals`
+/// (a noun whose plural is its `-s` form, as every count leasehold prints).
+pub fn counted(n: impl TryInto<u64>, noun: &str) -> String {
+    let n = n.try_into().unwrap_or(u64::MAX);
     if n == 1 {
         format!("1 {noun}")
     } else {
@@ -556,8 +557,8 @@ impl EventKind {
                 }
                 if !person_answers.is_empty() {
                     text.push_str(&format!(
-                        ", inheriting {} answer(s) a person gave the parent",
-                        person_answers.len()
+                        ", inheriting {} a person gave the parent",
+                        counted(person_answers.len(), "answer")
                     ));
                 }
                 text

@@ -254,9 +254,9 @@ async fn from_runs(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CliError::other(e.to_string()))?;
     say!(
-        "experiment: {} operations of {} run(s), under {}",
+        "experiment: {} operations of {}, under {}",
         recorded.len(),
-        ids.len(),
+        leasehold::counted(ids.len(), "run"),
         names.join(", ")
     );
     let max_events = Some(args.max_events);
@@ -304,9 +304,9 @@ fn recorded_summary(counterfactual: &leasehold_lab::Counterfactual) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "\nrecorded: {} operations of {} run(s), {} really cut by a verdict",
+        "\nrecorded: {} operations of {}, {} really cut by a verdict",
         counterfactual.operations,
-        counterfactual.runs.len(),
+        leasehold::counted(counterfactual.runs.len(), "run"),
         counterfactual.really_cut
     );
     for skipped in &counterfactual.skipped {

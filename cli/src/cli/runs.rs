@@ -266,7 +266,7 @@ pub(super) fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError
     if config.store_url.value.is_none() && !dir.value.exists() {
         return Err(CliError::other(format!(
             "no store at `{}` (data_dir, from {}): the directory does not exist. \
-             `leasehold run` and `leasehold serve` make it; check the path, or give \
+             `leasehold demo`, `leasehold run` and `leasehold serve` make it; check the path, or give \
              `--server URL` to ask a running `leasehold serve`",
             dir.value.display(),
             dir.source

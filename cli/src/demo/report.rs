@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use leasehold::printable::printable;
 use leasehold::trace::TraceSummary;
-use leasehold::{DecidedBy, Event, EventKind, LeaseKind, RunState, RunStatus, Verdict};
+use leasehold::{DecidedBy, Event, EventKind, LeaseKind, RunState, RunStatus, Verdict, counted};
 
 /// Who answered a pause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -285,22 +285,23 @@ impl DemoReport {
         )?;
         writeln!(
             out,
-            "  verdicts      {} in all; by who decided: {}; by verdict: {}; {} evaluator call(s) for verdicts and budgets",
+            "  verdicts      {} in all; by who decided: {}; by verdict: {}; {} for verdicts and budgets",
             self.trace.verdicts,
             tally(&self.trace.verdicts_by_decider),
             tally(&self.trace.verdicts_by_verdict),
-            self.trace.evaluator_calls
+            counted(self.trace.evaluator_calls, "evaluator call")
         )?;
         writeln!(out, "  spent         {}", spent(&self.usage))?;
         writeln!(
             out,
-            "  model stream  renewed {} time(s) on the evidence of its chunks, {} evaluator call(s)",
-            self.stream_renewed_by_evidence, self.stream_evaluator_calls
+            "  model stream  renewed {} on the evidence of its chunks, {}",
+            counted(self.stream_renewed_by_evidence, "time"),
+            counted(self.stream_evaluator_calls, "evaluator call")
         )?;
         writeln!(
             out,
-            "  slow tool     renewed {} time(s) on the evidence of its MCP progress",
-            self.tool_renewed_by_progress
+            "  slow tool     renewed {} on the evidence of its MCP progress",
+            counted(self.tool_renewed_by_progress, "time")
         )?;
         if self.retries.is_empty() {
             writeln!(out, "  retried tool  none")?;
@@ -316,7 +317,7 @@ impl DemoReport {
                 format!("the attempts carried different keys: {:?}", retry.keys)
             };
             let server = match retry.server_saw {
-                Some(seen) => format!("; the tool server saw that key {seen} time(s)"),
+                Some(seen) => format!("; the tool server saw that key {}", counted(seen, "time")),
                 None => String::new(),
             };
             writeln!(
@@ -366,11 +367,11 @@ impl DemoReport {
         }
         writeln!(
             out,
-            "  counts        {} extension(s), {} wrap-up(s), {} restart(s), {} pause(s), {} intervened, {} escalated",
-            self.trace.extensions,
-            self.trace.wrap_ups,
-            self.trace.restarts,
-            self.trace.pauses,
+            "  counts        {}, {}, {}, {}, {} intervened, {} escalated",
+            counted(self.trace.extensions, "extension"),
+            counted(self.trace.wrap_ups, "wrap-up"),
+            counted(self.trace.restarts, "restart"),
+            counted(self.trace.pauses, "pause"),
             self.trace.intervened,
             self.trace.escalated
         )?;
@@ -406,24 +407,25 @@ fn tally(counts: &BTreeMap<String, usize>) -> String {
 fn spent(usage: &leasehold::UsageReport) -> String {
     let total = &usage.total;
     let mut parts = vec![format!(
-        "{} tokens ({} in, {} out) over {} call(s), the evaluator's {} of them",
+        "{} tokens ({} in, {} out) over {}, the evaluator's {} of them",
         total.tokens(),
         total.input_tokens,
         total.output_tokens,
-        total.calls,
+        counted(total.calls, "call"),
         usage.watchdog.tokens() + usage.budget.tokens()
     )];
     if total.counted_calls > 0 {
         parts.push(format!(
-            "{} call(s) counted here, their server reported no usage",
-            total.counted_calls
+            "{} counted here, their server reported no usage",
+            counted(total.counted_calls, "call")
         ));
     }
     parts.push(match total.unpriced_calls {
         0 if total.calls > 0 => format!("cost {:.6} at the configured prices", total.spent),
         n if n < total.calls => format!(
-            "cost {:.6} at the configured prices, {n} call(s) of a model without one",
-            total.spent
+            "cost {:.6} at the configured prices, {} of a model without one",
+            total.spent,
+            counted(n, "call")
         ),
         _ => "no [prices] configured for its models".to_owned(),
     });

@@ -224,26 +224,23 @@ fn write_synced(file: &Path, recorded: &Recorded) -> std::io::Result<()> {
 
 /// The error for a database that lost what its manifest recorded.
 fn lost(path: &Path, file: &Path, recorded: Recorded, marker: u64, runs: usize) -> StoreError {
-    let when = format!(
-        "recorded at {} (Unix ms)",
-        if recorded.at_ms == 0 {
-            "an unknown time".to_owned()
-        } else {
-            recorded.at_ms.to_string()
-        }
-    );
-    let plural = |n: u64| if n == 1 { "run" } else { "runs" };
+    let when = if recorded.at_ms == 0 {
+        "recorded at an unknown time".to_owned()
+    } else {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(recorded.at_ms);
+        format!("recorded {}", humantime::format_rfc3339_seconds(at))
+    };
     StoreError::new(format!(
         "the store at `{}` is damaged and has lost data it had durably stored: its manifest \
-         (`{}`, {when}) says it held {} {} and commit {}, but it now holds {runs} run(s) and \
+         (`{}`, {when}) says it held {} and commit {}, but it now holds {} and \
          reaches only commit {marker}. sled recovered an older state of a damaged database \
          file: runs created or changed since are missing or back to an older status. Restore \
          the data directory from a backup; or, to go on with what is left, remove `{}` (the \
          next command records a new one). This command wrote nothing.",
         path.display(),
         file.display(),
-        recorded.runs,
-        plural(recorded.runs),
+        leasehold_actors::counted(recorded.runs, "run"),
+        leasehold_actors::counted(runs, "run"),
         recorded.marker,
         file.display()
     ))

@@ -234,9 +234,12 @@ pub fn reap_leftover_groups(data_dir: &Path) -> Reaped {
     if reaped.killed > 0 {
         tracing::warn!(
             killed = reaped.killed,
-            "killed {} process(es) that tool servers of a killed leasehold process had left \
-             running",
-            reaped.killed
+            "killed {} that tool servers of a killed leasehold process had left running",
+            if reaped.killed == 1 {
+                "1 process".to_owned()
+            } else {
+                format!("{} processes", reaped.killed)
+            }
         );
     }
     reaped
