@@ -323,12 +323,12 @@ pub async fn run_demo(
     )?;
     writeln!(
         out,
-        "shown       {} budget extension(s), {} restart(s), {} pause(s); slow searches renewed {} times on evidence with {} evaluator calls",
-        report.extensions,
-        report.restarts,
-        report.pauses,
-        report.search_renewed_by_evidence,
-        report.search_evaluator_calls
+        "shown       {}, {}, {}; slow searches renewed {} on evidence with {}",
+        leasehold::counted(report.extensions, "budget extension"),
+        leasehold::counted(report.restarts, "restart"),
+        leasehold::counted(report.pauses, "pause"),
+        leasehold::counted(report.search_renewed_by_evidence, "time"),
+        leasehold::counted(report.search_evaluator_calls, "evaluator call")
     )?;
     writeln!(out, "took        {:.1} s", begun.elapsed().as_secs_f64())?;
     Ok(report)
