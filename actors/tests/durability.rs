@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use leasehold_actors::{
     CallOutcome, Clock, ControlError, Engine, EngineConfig, EngineError, EventKind, Flow,
-    MemoryStore, ReconcileDecision, RestartPolicy, RunHandle, RunStatus, ToolCallState, fencing,
+    MemoryStore, ReconcileDecision, RestartPolicy, RunHandle, RunStatus, Store, ToolCallState,
+    fencing,
     testing::{
         ManualClock, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
         user_messages,
@@ -895,4 +896,84 @@ async fn an_executor_never_claims_a_run_it_is_running() {
         "the fence did not move"
     );
     assert_eq!(run.state().lost, None);
+}
+
+/// An executor that logged its run's end and died before recording it
+/// leaves the end in the log, the run `running`: the next to claim it
+/// reads the log's last event, records the end it holds (with its answer)
+/// and runs nothing, however long the log before it.
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_log_holds_its_end_is_recorded_ended_by_the_next_claimer() {
+    let store = MemoryStore::new();
+    let clock = ManualClock::at(1_800_000_000_000);
+    let now = clock.now_unix_ms();
+    let mut record = leasehold_actors::testing::records::run_record(
+        "run-ended",
+        Some("gone"),
+        1,
+        now - 1,
+        RunStatus::Running,
+    );
+    record.flow = serde_json::to_value(flow(5)).expect("a flow");
+    store.create_run(record).await.expect("created");
+    let event = |seq: u64, kind: EventKind| leasehold_actors::Event {
+        seq,
+        position: seq,
+        at: now,
+        run_id: "run-ended".to_owned(),
+        path: "run".to_owned(),
+        kind,
+    };
+    let mut logged: Vec<_> = (1..=50)
+        .map(|seq| {
+            event(
+                seq,
+                EventKind::StepStarted {
+                    step: 1,
+                    limit: 5,
+                    nudges: 0,
+                },
+            )
+        })
+        .collect();
+    logged.push(event(
+        51,
+        EventKind::RunCompleted {
+            answer: "done before dying".to_owned(),
+            steps: 1,
+            cut_off: false,
+        },
+    ));
+    assert!(
+        store
+            .append_events("run-ended", logged, 1)
+            .await
+            .expect("appended")
+            .is_applied()
+    );
+
+    let b = executor(
+        "executor-b",
+        &store,
+        &clock,
+        ScriptedModel::new(),
+        ScriptedTools::new(),
+        None,
+    )
+    .await;
+    let resumed = b.engine.resume("run-ended").await;
+    assert!(
+        matches!(
+            resumed,
+            Err(EngineError::Finished {
+                status: RunStatus::Completed,
+                ..
+            })
+        ),
+        "{resumed:?}"
+    );
+    let stored = store.run("run-ended").expect("the run");
+    assert_eq!(stored.status, RunStatus::Completed);
+    assert_eq!(stored.answer.as_deref(), Some("done before dying"));
+    assert!(b.model.requests().is_empty(), "nothing ran again");
 }

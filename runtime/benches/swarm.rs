@@ -751,6 +751,9 @@ impl Store for Recording {
     fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>> {
         self.inner.load_events(run_id, after_seq)
     }
+    fn last_event(&self, run_id: &str) -> Answer<Option<Event>> {
+        self.inner.last_event(run_id)
+    }
     fn flush(&self) -> Answer<()> {
         self.inner.flush()
     }

@@ -234,15 +234,14 @@ impl Engine {
         fence: u64,
     ) -> Result<Option<RunUpdate>, EngineError> {
         let floor = fence.saturating_sub(1).saturating_mul(1 << 32);
-        let events = self.store.load_events(run_id, 0).await?;
-        let (seq, position) = events.last().map_or((0, 0), |e| (e.seq, e.position));
+        // The last event alone: where the log goes on, and the run's end
+        // if it logged one (nothing is logged after a run's end).
+        let last = self.store.last_event(run_id).await?;
+        let (seq, position) = last.as_ref().map_or((0, 0), |e| (e.seq, e.position));
         self.bus.advance_past(floor.max(seq));
         self.bus.continue_run(run_id, position);
         let now = self.clock.now_unix_ms();
-        Ok(events
-            .iter()
-            .rev()
-            .find_map(|event| logged_end(&event.kind, now)))
+        Ok(last.and_then(|event| logged_end(&event.kind, now)))
     }
 
     /// Records the end a previous owner logged but did not record, with

@@ -496,6 +496,13 @@ pub trait Store: Send + Sync + 'static {
     fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>>;
     /// The run's events with `seq` above `after_seq`, in order.
     fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>>;
+    /// The run's last event, if it logged any: where its log goes on, and
+    /// how it ended if it did (a run's end is its log's last event). A
+    /// store reads that one event; the default reads the whole log.
+    fn last_event(&self, run_id: &str) -> Answer<Option<Event>> {
+        let events = self.load_events(run_id, 0);
+        Box::pin(async move { Ok(events.await?.pop()) })
+    }
     /// Returns once everything written so far is durable.
     fn flush(&self) -> Answer<()>;
     /// A new subscriber to the store's changes: every write that lands

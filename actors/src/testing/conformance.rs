@@ -970,7 +970,8 @@ async fn snapshot_history_and_a_forks_lineage_are_kept_as_written(store: Arc<dyn
 }
 
 /// The event log is read after any event id in `seq` order (numeric, not
-/// textual), and runs' logs do not mix.
+/// textual), its last event alone is the numerically last, and runs' logs
+/// do not mix.
 async fn events_resume_after_an_event_id(store: Arc<dyn Store>) {
     for run_id in ["run-1", "run-10"] {
         store.create_run(unowned(run_id)).await.unwrap();
@@ -1020,6 +1021,16 @@ async fn events_resume_after_an_event_id(store: Arc<dyn Store>) {
         "runs do not mix"
     );
     assert_eq!(store.load_events("run-2", 0).await.unwrap(), vec![]);
+    // The last event is read alone, numerically last.
+    assert_eq!(
+        store.last_event("run-1").await.unwrap(),
+        events("run-1", [65_536]).pop()
+    );
+    assert_eq!(
+        store.last_event("run-10").await.unwrap(),
+        events("run-10", [4]).pop()
+    );
+    assert_eq!(store.last_event("run-2").await.unwrap(), None);
 }
 
 /// A terminal write and everything written before it survive closing and

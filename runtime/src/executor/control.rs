@@ -324,9 +324,8 @@ async fn forward(
         });
     }
     let after_seq = store
-        .load_events(&run_id, 0)
+        .last_event(&run_id)
         .await?
-        .last()
         .map_or(0, |event| event.seq);
     let command_id = store.send_command(&run_id, command).await?;
     tracing::info!(%run_id, command = command_id, owner = %owner_id, "control forwarded to the run's owner");

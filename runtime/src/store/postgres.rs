@@ -879,6 +879,21 @@ impl Store for PostgresStore {
         })
     }
 
+    fn last_event(&self, run_id: &str) -> BoxFuture<'static, Result<Option<Event>, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move {
+            let mut last: Vec<Event> = inner
+                .load_json(
+                    "SELECT event FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
+                    &[&run_id],
+                    "event",
+                    &run_id,
+                )
+                .await?;
+            Ok(last.pop())
+        })
+    }
+
     fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         // Every write above committed before its call returned.
         Box::pin(std::future::ready(Ok(())))

@@ -971,6 +971,16 @@ impl Store for SledStore {
         })
     }
 
+    fn last_event(&self, run_id: &str) -> BoxFuture<'static, Result<Option<Event>, StoreError>> {
+        let run_id = run_id.to_owned();
+        self.scan(move |inner| {
+            let from = codec::event_key(&run_id, 0)?;
+            let to = codec::event_key(&run_id, u64::MAX)?;
+            let last = inner.events.range(from..=to).next_back();
+            Ok(Inner::load_all(last.into_iter(), "event", &run_id)?.pop())
+        })
+    }
+
     fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { inner.commit.durable().await })

@@ -169,6 +169,10 @@ impl Store for MeteredStore {
         self.inner.load_events(run_id, after_seq)
     }
 
+    fn last_event(&self, run_id: &str) -> Answer<Option<Event>> {
+        self.inner.last_event(run_id)
+    }
+
     fn flush(&self) -> Answer<()> {
         self.timed("flush", |s| s.flush())
     }

@@ -117,8 +117,8 @@ pub(super) async fn control(
 /// The seq of the last event `run_id` logged (0 before any, or for no
 /// such run: the control says which).
 async fn last_seq(app: &App, run_id: &str) -> Result<u64, ApiError> {
-    let events = app.engine.store().load_events(run_id, 0).await?;
-    Ok(events.last().map_or(0, |event| event.seq))
+    let last = app.engine.store().last_event(run_id).await?;
+    Ok(last.map_or(0, |event| event.seq))
 }
 
 /// The API's answer to a refused control.
