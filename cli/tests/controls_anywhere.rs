@@ -33,7 +33,7 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use support::hanging_tool::{group_emptied, last_group, run_until_a_tool_call_hangs, write_flow};
+use support::hanging_tool::{Hanging, group_emptied, last_group, run_until_a_tool_call_hangs};
 
 /// Generous for a loaded 2-core machine.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -219,10 +219,13 @@ async fn call_cancelled(store: &PostgresStore, run_id: &str, record: &Path) {
 async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let dir = tempfile::tempdir().expect("dir");
-    let record = dir.path().join("groups");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        dir: _dir,
+        record,
+        flow,
+        ..
+    } = Hanging::start().await;
     let mut a = serve(&url, &stack.model_base_url());
     let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
 
@@ -257,10 +260,13 @@ async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
 async fn a_foreground_run_takes_a_cancel_forwarded_from_the_command_line() {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let dir = tempfile::tempdir().expect("dir");
-    let record = dir.path().join("groups");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        dir: _dir,
+        record,
+        flow,
+        ..
+    } = Hanging::start().await;
     let (mut a, run_id) =
         run_until_a_tool_call_hangs(leasehold(&url, &stack.model_base_url()), &flow, PATIENCE)
             .await;
@@ -409,10 +415,12 @@ async fn a_resume_awaiting_a_decision_is_refused_alike_by_the_command_line_and_t
 async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let dir = tempfile::tempdir().expect("dir");
-    let record = dir.path().join("groups");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        dir: _dir,
+        flow,
+        ..
+    } = Hanging::start().await;
     let (mut a, run_id) =
         run_until_a_tool_call_hangs(leasehold(&url, &stack.model_base_url()), &flow, PATIENCE)
             .await;
@@ -455,12 +463,14 @@ async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_once_not_after_its_lease()
  {
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let model = stack.model_base_url();
-    let dir = tempfile::tempdir().expect("dir");
-    let data = dir.path().join("data");
-    let record = dir.path().join("groups");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        model,
+        dir: _dir,
+        data,
+        record,
+        flow,
+    } = Hanging::start().await;
     let mut command = support::hanging_tool::leasehold(&data, &model);
     command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
     let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
@@ -528,12 +538,14 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_directory() {
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let model = stack.model_base_url();
-    let dir = tempfile::tempdir().expect("dir");
-    let data = dir.path().join("data");
-    let record = dir.path().join("groups");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        model,
+        dir: _dir,
+        data,
+        record,
+        flow,
+    } = Hanging::start().await;
     let serving = || {
         let mut command = support::hanging_tool::leasehold(&data, &model);
         command
@@ -589,10 +601,13 @@ async fn on_a_shared_store_a_resume_of_a_run_a_killed_server_holds_says_whose_un
  {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let dir = tempfile::tempdir().expect("dir");
-    let record = dir.path().join("groups");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        dir: _dir,
+        record,
+        flow,
+        ..
+    } = Hanging::start().await;
     let mut a = serve_with(
         &url,
         &stack.model_base_url(),
@@ -655,10 +670,13 @@ async fn a_cancel_forwarded_to_a_frozen_owner_is_given_up_on_after_the_patience_
  {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let stack = DemoStack::start().await.expect("the demo servers");
-    let dir = tempfile::tempdir().expect("dir");
-    let record = dir.path().join("groups");
-    let flow = write_flow(dir.path(), &stack, &record);
+    let Hanging {
+        stack,
+        dir: _dir,
+        record,
+        flow,
+        ..
+    } = Hanging::start().await;
     let mut a = serve(&url, &stack.model_base_url());
     let (_, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
 

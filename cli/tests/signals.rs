@@ -18,13 +18,12 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::fencing;
-use leasehold_cli::demo::DemoStack;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Child;
 
 use support::hanging_tool::{
-    group_emptied, last_group, leasehold, run_until_a_tool_call_hangs, running_in_group,
-    until_a_tool_call_hangs, write_flow,
+    Hanging, group_emptied, last_group, leasehold, run_until_a_tool_call_hangs, running_in_group,
+    until_a_tool_call_hangs,
 };
 
 /// Generous for a loaded 2-core machine.
@@ -79,50 +78,6 @@ async fn stop_mid_call(
         running_in_group(pgid)
     );
     (run_id, said)
-}
-
-/// The demo's model and a flow whose tool server never answers a call,
-/// in a directory of their own: a data directory, and the file the tool
-/// server records its process group in.
-struct Hanging {
-    stack: DemoStack,
-    model: String,
-    dir: tempfile::TempDir,
-    data: std::path::PathBuf,
-    record: std::path::PathBuf,
-    flow: std::path::PathBuf,
-}
-
-impl Hanging {
-    async fn start() -> Self {
-        let stack = DemoStack::start().await.expect("the demo servers");
-        let model = stack.model_base_url();
-        let dir = tempfile::tempdir().expect("dir");
-        let data = dir.path().join("data");
-        let record = dir.path().join("groups.txt");
-        let flow = write_flow(dir.path(), &stack, &record);
-        Self {
-            stack,
-            model,
-            dir,
-            data,
-            record,
-            flow,
-        }
-    }
-
-    /// `leasehold run FLOW --json` on the data directory, both its outputs
-    /// piped.
-    fn run(&self) -> Child {
-        leasehold(&self.data, &self.model)
-            .arg("run")
-            .arg(&self.flow)
-            .arg("--json")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run")
-    }
 }
 
 /// The run as `leasehold runs show` prints it.

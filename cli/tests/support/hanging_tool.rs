@@ -71,6 +71,50 @@ pub async fn run_until_a_tool_call_hangs(
     (run, run_id)
 }
 
+/// The demo's model and a flow whose tool server never answers a call,
+/// in a directory of their own: a data directory, and the file the tool
+/// server records its process group in.
+pub struct Hanging {
+    pub stack: DemoStack,
+    pub model: String,
+    pub dir: tempfile::TempDir,
+    pub data: PathBuf,
+    pub record: PathBuf,
+    pub flow: PathBuf,
+}
+
+impl Hanging {
+    pub async fn start() -> Self {
+        let stack = DemoStack::start().await.expect("the demo servers");
+        let model = stack.model_base_url();
+        let dir = tempfile::tempdir().expect("dir");
+        let data = dir.path().join("data");
+        let record = dir.path().join("groups.txt");
+        let flow = write_flow(dir.path(), &stack, &record);
+        Self {
+            stack,
+            model,
+            dir,
+            data,
+            record,
+            flow,
+        }
+    }
+
+    /// `leasehold run FLOW --json` on the data directory, both its outputs
+    /// piped.
+    pub fn run(&self) -> Child {
+        leasehold(&self.data, &self.model)
+            .arg("run")
+            .arg(&self.flow)
+            .arg("--json")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run")
+    }
+}
+
 /// An MCP server over stdio that never answers a tool call. Its first
 /// argument is a file it appends `PGID HELPER_PID` to; with `--stuck`, its
 /// first call blocks it for good, once it has created `FILE.called`.
