@@ -697,7 +697,11 @@ pub mod seen {
         let seen = |summary: RunSummary| {
             fencing::orphan_summary(&summary, now_ms, holder_gone).unwrap_or(summary)
         };
-        let Some(wanted) = query.status else {
+        // A run seen in another status than its stored one is a running
+        // run seen orphaned: a page of any other status is the store's.
+        let seen_apart =
+            |status: &RunStatus| matches!(status, RunStatus::Running | RunStatus::Orphaned);
+        let Some(wanted) = query.status.filter(seen_apart) else {
             let page = store.list_run_summaries(query).await?;
             return Ok(SummaryPage {
                 runs: page.runs.into_iter().map(seen).collect(),
