@@ -219,15 +219,9 @@ async fn call_cancelled(store: &PostgresStore, run_id: &str, record: &Path) {
 async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let Hanging {
-        stack,
-        dir: _dir,
-        record,
-        flow,
-        ..
-    } = Hanging::start().await;
-    let mut a = serve(&url, &stack.model_base_url());
-    let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
+    let hanging = Hanging::start().await;
+    let mut a = serve(&url, &hanging.stack.model_base_url());
+    let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &hanging.flow).await;
 
     let said = runs(
         &url,
@@ -235,7 +229,7 @@ async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
     )
     .await;
     forwarded_and_applied(&said, &run_id, &owner);
-    call_cancelled(&store, &run_id, &record).await;
+    call_cancelled(&store, &run_id, &hanging.record).await;
     let view = support::get_run(&support::authorized(TOKEN), &base, &run_id).await;
     assert_eq!(view["status"], "cancelled", "{view}");
     assert_eq!(view["reason"], "cancelled from elsewhere", "{view}");
@@ -253,23 +247,20 @@ async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
 
     a.start_kill().expect("stop");
     a.wait().await.expect("reaped");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreground_run_takes_a_cancel_forwarded_from_the_command_line() {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let Hanging {
-        stack,
-        dir: _dir,
-        record,
-        flow,
-        ..
-    } = Hanging::start().await;
-    let (mut a, run_id) =
-        run_until_a_tool_call_hangs(leasehold(&url, &stack.model_base_url()), &flow, PATIENCE)
-            .await;
+    let hanging = Hanging::start().await;
+    let (mut a, run_id) = run_until_a_tool_call_hangs(
+        leasehold(&url, &hanging.stack.model_base_url()),
+        &hanging.flow,
+        PATIENCE,
+    )
+    .await;
     let owner = store
         .load_run(&run_id)
         .await
@@ -279,14 +270,14 @@ async fn a_foreground_run_takes_a_cancel_forwarded_from_the_command_line() {
 
     let said = runs(&url, &["cancel", &run_id]).await;
     forwarded_and_applied(&said, &run_id, &owner);
-    call_cancelled(&store, &run_id, &record).await;
+    call_cancelled(&store, &run_id, &hanging.record).await;
     // `leasehold run` ends with its run: cancelled is exit code 1.
     let exit = tokio::time::timeout(PATIENCE, a.wait())
         .await
         .expect("leasehold run exits once its run is cancelled")
         .expect("wait");
     assert_eq!(exit.code(), Some(1));
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 /// An engine in this process on `store` whose run of a non-idempotent
@@ -415,15 +406,13 @@ async fn a_resume_awaiting_a_decision_is_refused_alike_by_the_command_line_and_t
 async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let Hanging {
-        stack,
-        dir: _dir,
-        flow,
-        ..
-    } = Hanging::start().await;
-    let (mut a, run_id) =
-        run_until_a_tool_call_hangs(leasehold(&url, &stack.model_base_url()), &flow, PATIENCE)
-            .await;
+    let hanging = Hanging::start().await;
+    let (mut a, run_id) = run_until_a_tool_call_hangs(
+        leasehold(&url, &hanging.stack.model_base_url()),
+        &hanging.flow,
+        PATIENCE,
+    )
+    .await;
 
     // A resume of a running run, as another executor whose look at the
     // run was out of date would forward it.
@@ -457,30 +446,24 @@ async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
     );
     a.start_kill().expect("stop");
     a.wait().await.expect("reaped");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_once_not_after_its_lease()
  {
-    let Hanging {
-        stack,
-        model,
-        dir: _dir,
-        data,
-        record,
-        flow,
-    } = Hanging::start().await;
-    let mut command = support::hanging_tool::leasehold(&data, &model);
+    let hanging = Hanging::start().await;
+    let mut command = support::hanging_tool::leasehold(&hanging.data, &hanging.model);
     command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
-    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
-    kill_with_its_tools(&mut run, &record).await;
+    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &hanging.flow, PATIENCE).await;
+    kill_with_its_tools(&mut run, &hanging.record).await;
 
     // sled is opened by one process at a time: the executor that holds the
     // run, not being this one, is dead, and its ten-minute lease holds
     // nothing up. `runs show` says so, and how to resume it.
     let shown = support::output_within(
-        support::hanging_tool::leasehold(&data, &model).args(["runs", "show", &run_id]),
+        support::hanging_tool::leasehold(&hanging.data, &hanging.model)
+            .args(["runs", "show", &run_id]),
         PATIENCE,
     )
     .await;
@@ -498,7 +481,7 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
     );
     // `runs list` tells the same, and finds it among the orphaned.
     let listed = support::output_within(
-        support::hanging_tool::leasehold(&data, &model)
+        support::hanging_tool::leasehold(&hanging.data, &hanging.model)
             .args(["runs", "list", "--status", "orphaned"]),
         PATIENCE,
     )
@@ -512,7 +495,7 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
     );
     let out = tokio::time::timeout(
         Duration::from_secs(60),
-        support::hanging_tool::leasehold(&data, &model)
+        support::hanging_tool::leasehold(&hanging.data, &hanging.model)
             .args(["runs", "cancel", &run_id])
             .output(),
     )
@@ -527,27 +510,21 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
     );
     assert!(!said.contains("forwarded"), "{said}");
     let shown = support::output_within(
-        support::hanging_tool::leasehold(&data, &model).args(["runs", "show", &run_id]),
+        support::hanging_tool::leasehold(&hanging.data, &hanging.model)
+            .args(["runs", "show", &run_id]),
         PATIENCE,
     )
     .await;
     let view: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
     assert_eq!(view["status"], "cancelled", "{view}");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_directory() {
-    let Hanging {
-        stack,
-        model,
-        dir: _dir,
-        data,
-        record,
-        flow,
-    } = Hanging::start().await;
+    let hanging = Hanging::start().await;
     let serving = || {
-        let mut command = support::hanging_tool::leasehold(&data, &model);
+        let mut command = support::hanging_tool::leasehold(&hanging.data, &hanging.model);
         command
             .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
             .env("LEASEHOLD_API_TOKEN", TOKEN);
@@ -562,14 +539,14 @@ async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_di
         Some(base.as_str()),
         "{owner}"
     );
-    let run_id = support::post_run(&http, &base, &flow_json(&flow)).await;
+    let run_id = support::post_run(&http, &base, &flow_json(&hanging.flow)).await;
     support::view_until(&http, &base, &run_id, PATIENCE, "calling a tool", |view| {
         view["tool_calls"]
             .as_array()
             .is_some_and(|calls| !calls.is_empty())
     })
     .await;
-    kill_with_its_tools(&mut server, &record).await;
+    kill_with_its_tools(&mut server, &hanging.record).await;
 
     // The next server on the directory finds the run orphaned as it boots,
     // ten minutes before the dead one's lease would have ended, and its
@@ -593,7 +570,7 @@ async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_di
     assert_eq!(view["status"], "cancelled", "{view}");
     next.start_kill().expect("SIGKILL");
     next.wait().await.expect("reaped");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,20 +578,14 @@ async fn on_a_shared_store_a_resume_of_a_run_a_killed_server_holds_says_whose_un
  {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let Hanging {
-        stack,
-        dir: _dir,
-        record,
-        flow,
-        ..
-    } = Hanging::start().await;
+    let hanging = Hanging::start().await;
     let mut a = serve_with(
         &url,
-        &stack.model_base_url(),
+        &hanging.stack.model_base_url(),
         &[("LEASEHOLD_RUN_LEASE_TTL", "10m")],
     );
-    let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
-    kill_with_its_tools(&mut a, &record).await;
+    let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &hanging.flow).await;
+    kill_with_its_tools(&mut a, &hanging.record).await;
 
     // Another process may hold a run of a shared store: its lease is
     // believed, and the refusal says how to reach it and when to retry.
@@ -640,7 +611,7 @@ async fn on_a_shared_store_a_resume_of_a_run_a_killed_server_holds_says_whose_un
         said.contains("if that executor died"),
         "what to do if it died: {said}"
     );
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }
 
 /// SIGKILLs `executor`, then the process group of the last tool server
@@ -670,15 +641,9 @@ async fn a_cancel_forwarded_to_a_frozen_owner_is_given_up_on_after_the_patience_
  {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
-    let Hanging {
-        stack,
-        dir: _dir,
-        record,
-        flow,
-        ..
-    } = Hanging::start().await;
-    let mut a = serve(&url, &stack.model_base_url());
-    let (_, owner, run_id) = running_a_hanging_call(&mut a, &store, &flow).await;
+    let hanging = Hanging::start().await;
+    let mut a = serve(&url, &hanging.stack.model_base_url());
+    let (_, owner, run_id) = running_a_hanging_call(&mut a, &store, &hanging.flow).await;
 
     // Frozen with its lease live (90 s by default): it takes nothing. The
     // command line's patience is its own run-lease TTL, here the floor.
@@ -705,9 +670,9 @@ async fn a_cancel_forwarded_to_a_frozen_owner_is_given_up_on_after_the_patience_
         said.stderr
     );
     // Once it goes on, the owner takes the cancel that waited.
-    call_cancelled(&store, &run_id, &record).await;
+    call_cancelled(&store, &run_id, &hanging.record).await;
 
     a.start_kill().expect("stop");
     a.wait().await.expect("reaped");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }

@@ -83,14 +83,7 @@ fn leasehold(dir: &Path, model: &str) -> Command {
 
 /// `leasehold serve` on a free port; the process and its base URL.
 async fn serve(dir: &Path, model: &str) -> (Child, String) {
-    let mut child = leasehold(dir, model)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut child, PATIENCE).await;
-    (child, base)
+    support::serve(leasehold(dir, model), &[], PATIENCE).await
 }
 
 /// `POST /runs` of `flow`: the status and the body.

@@ -47,17 +47,12 @@ fn leasehold(store: &str, model: &str) -> Command {
 /// `leasehold serve` on `port`, resuming orphaned runs, with a short run
 /// lease; its base URL once it listens.
 async fn serve(store: &str, model: &str, port: u16) -> (Child, String) {
-    let mut server = leasehold(store, model)
+    let mut command = leasehold(store, model);
+    command
         .env("LEASEHOLD_RUN_LEASE_TTL", "2s")
         .env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "100ms")
-        .env("LEASEHOLD_RESUME_ON_BOOT", "true")
-        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut server, PATIENCE).await;
-    (server, base)
+        .env("LEASEHOLD_RESUME_ON_BOOT", "true");
+    support::serve_on(command, &format!("127.0.0.1:{port}"), &[], PATIENCE).await
 }
 
 /// `leasehold runs events ID --follow --json ARGS` started, both its

@@ -56,14 +56,7 @@ fn leasehold(data: &Path, model: &str, env: &[(&str, &str)]) -> Command {
 
 /// A `leasehold serve` on a free port, and its base URL.
 async fn serve(data: &Path, model: &str, env: &[(&str, &str)]) -> (Child, String) {
-    let mut server = leasehold(data, model, env)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut server, PATIENCE).await;
-    (server, base)
+    support::serve(leasehold(data, model, env), &[], PATIENCE).await
 }
 
 /// A flow of `task`.

@@ -125,21 +125,16 @@ async fn listed_status(data: &Path, model: &str, run_id: &str) -> String {
 /// orphaned, stopped cleanly, and how to resume it.
 async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
     let hanging = Hanging::start().await;
-    let (model, data, record) = (
-        hanging.model.clone(),
-        hanging.data.clone(),
-        hanging.record.clone(),
-    );
 
     let run = hanging.run();
-    let (run_id, said) = stop_mid_call(run, &record, first.0, first.1).await;
+    let (run_id, said) = stop_mid_call(run, &hanging.record, first.0, first.1).await;
     assert!(
         said.contains(&format!("leasehold runs resume {run_id}")),
         "{said}"
     );
     // Nobody runs it: it shows as orphaned, saying it was stopped cleanly
     // (not that nobody knows why), with the command that resumes it.
-    let view = stored_view(&data, &model, &run_id).await;
+    let view = stored_view(&hanging.data, &hanging.model, &run_id).await;
     assert_eq!(view["status"], "orphaned", "{view}");
     assert_eq!(
         view["reason"],
@@ -151,26 +146,29 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
         format!("leasehold runs resume {run_id}").as_str()
     );
     assert_eq!(
-        listed_status(&data, &model, &run_id).await,
+        listed_status(&hanging.data, &hanging.model, &run_id).await,
         "orphaned",
         "the listing tells what the run shown whole tells"
     );
 
-    let resume = leasehold(&data, &model)
+    let resume = leasehold(&hanging.data, &hanging.model)
         .args(["runs", "resume", &run_id, "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("runs resume");
-    let (resumed, _) = stop_mid_call(resume, &record, second.0, second.1).await;
+    let (resumed, _) = stop_mid_call(resume, &hanging.record, second.0, second.1).await;
     assert_eq!(resumed, run_id);
-    let groups = std::fs::read_to_string(&record).expect("record");
+    let groups = std::fs::read_to_string(&hanging.record).expect("record");
     assert_eq!(
         groups.lines().count(),
         2,
         "the resumed run started its own server:\n{groups}"
     );
-    assert_eq!(stored_status(&data, &model, &run_id).await, "orphaned");
+    assert_eq!(
+        stored_status(&hanging.data, &hanging.model, &run_id).await,
+        "orphaned"
+    );
     hanging.stack.shutdown().await;
 }
 
@@ -193,16 +191,11 @@ async fn sigint_stops_run_with_130_killing_its_stdio_tool_group_and_the_run_stay
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
     let hanging = Hanging::start().await;
-    let (model, data, record) = (
-        hanging.model.clone(),
-        hanging.data.clone(),
-        hanging.record.clone(),
-    );
 
     let mut run = hanging.run();
     let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
     let run_id = until_a_tool_call_hangs(&mut lines, PATIENCE).await;
-    let (pgid, _) = last_group(&record);
+    let (pgid, _) = last_group(&hanging.record);
     // The terminal goes: nobody reads either output from now on.
     drop(lines);
     drop(run.stderr.take());
@@ -217,10 +210,13 @@ async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
         "after SIGHUP, processes of the tool server's group {pgid} are left: {:?}",
         running_in_group(pgid)
     );
-    let view = stored_view(&data, &model, &run_id).await;
+    let view = stored_view(&hanging.data, &hanging.model, &run_id).await;
     assert_eq!(view["status"], "orphaned", "{view}");
     assert_eq!(view["reason"], fencing::ORPHANED_AFTER_STOP, "{view}");
-    assert_eq!(listed_status(&data, &model, &run_id).await, "orphaned");
+    assert_eq!(
+        listed_status(&hanging.data, &hanging.model, &run_id).await,
+        "orphaned"
+    );
     hanging.stack.shutdown().await;
 }
 
@@ -372,19 +368,12 @@ async fn sigterm_stops_the_demo_with_its_dashboard_with_143() {
 /// executor that holds the run, not being this one, is dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_executor_was_killed_is_resumed_at_once_on_its_data_directory() {
-    let Hanging {
-        stack,
-        model,
-        dir: _dir,
-        data,
-        record,
-        flow,
-    } = Hanging::start().await;
+    let hanging = Hanging::start().await;
 
-    let mut command = leasehold(&data, &model);
+    let mut command = leasehold(&hanging.data, &hanging.model);
     command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
-    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &flow, PATIENCE).await;
-    let (pgid, _) = last_group(&record);
+    let (mut run, run_id) = run_until_a_tool_call_hangs(command, &hanging.flow, PATIENCE).await;
+    let (pgid, _) = last_group(&hanging.record);
     send("KILL", run.id().expect("pid"));
     let _ = run.wait().await;
     // Whatever the executor left behind is not this test's subject.
@@ -392,7 +381,7 @@ async fn a_run_whose_executor_was_killed_is_resumed_at_once_on_its_data_director
         .args(["-KILL", "--", &format!("-{pgid}")])
         .status();
 
-    let mut resume = leasehold(&data, &model)
+    let mut resume = leasehold(&hanging.data, &hanging.model)
         .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
         .args(["runs", "resume", &run_id, "--json"])
         .stdout(Stdio::piped())
@@ -418,5 +407,5 @@ async fn a_run_whose_executor_was_killed_is_resumed_at_once_on_its_data_director
         .await;
     assert_eq!(exit.code(), Some(143), "{said}");
     assert!(!said.contains("is held by"), "{said}");
-    stack.shutdown().await;
+    hanging.stack.shutdown().await;
 }

@@ -40,12 +40,22 @@ pub fn leasehold(data: &std::path::Path) -> tokio::process::Command {
 /// port with the flags `flags`, its log dropped; the process and its base
 /// URL once it listens.
 pub async fn serve(
+    command: tokio::process::Command,
+    flags: &[&str],
+    patience: Duration,
+) -> (Child, String) {
+    serve_on(command, "127.0.0.1:0", flags, patience).await
+}
+
+/// [`serve`] on `addr` (a port given again after a restart).
+pub async fn serve_on(
     mut command: tokio::process::Command,
+    addr: &str,
     flags: &[&str],
     patience: Duration,
 ) -> (Child, String) {
     let mut server = command
-        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(["serve", "--addr", addr])
         .args(flags)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
