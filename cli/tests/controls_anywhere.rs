@@ -461,13 +461,7 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
     // sled is opened by one process at a time: the executor that holds the
     // run, not being this one, is dead, and its ten-minute lease holds
     // nothing up. `runs show` says so, and how to resume it.
-    let shown = support::output_within(
-        support::hanging_tool::leasehold(&hanging.data, &hanging.model)
-            .args(["runs", "show", &run_id]),
-        PATIENCE,
-    )
-    .await;
-    let view: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    let view = hanging.shown(&run_id).await;
     assert_eq!(view["status"], "orphaned", "{view}");
     assert_eq!(
         view["reason"],
@@ -509,13 +503,7 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
         "{said}"
     );
     assert!(!said.contains("forwarded"), "{said}");
-    let shown = support::output_within(
-        support::hanging_tool::leasehold(&hanging.data, &hanging.model)
-            .args(["runs", "show", &run_id]),
-        PATIENCE,
-    )
-    .await;
-    let view: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    let view = hanging.shown(&run_id).await;
     assert_eq!(view["status"], "cancelled", "{view}");
     hanging.stack.shutdown().await;
 }

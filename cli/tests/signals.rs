@@ -80,27 +80,6 @@ async fn stop_mid_call(
     (run_id, said)
 }
 
-/// The run as `leasehold runs show` prints it.
-async fn stored_view(data: &Path, model: &str, run_id: &str) -> serde_json::Value {
-    let out = leasehold(data, model)
-        .args(["runs", "show", run_id])
-        .output()
-        .await
-        .expect("runs show");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
-}
-
-/// The run's stored status, from `leasehold runs show`.
-async fn stored_status(data: &Path, model: &str, run_id: &str) -> String {
-    let view = stored_view(data, model, run_id).await;
-    view["status"].as_str().expect("a status").to_owned()
-}
-
 /// The run's status in the table `leasehold runs list` prints.
 async fn listed_status(data: &Path, model: &str, run_id: &str) -> String {
     let out = leasehold(data, model)
@@ -134,7 +113,7 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
     );
     // Nobody runs it: it shows as orphaned, saying it was stopped cleanly
     // (not that nobody knows why), with the command that resumes it.
-    let view = stored_view(&hanging.data, &hanging.model, &run_id).await;
+    let view = hanging.shown(&run_id).await;
     assert_eq!(view["status"], "orphaned", "{view}");
     assert_eq!(
         view["reason"],
@@ -165,10 +144,7 @@ async fn stop_run_then_resume(first: (&str, i32), second: (&str, i32)) {
         2,
         "the resumed run started its own server:\n{groups}"
     );
-    assert_eq!(
-        stored_status(&hanging.data, &hanging.model, &run_id).await,
-        "orphaned"
-    );
+    assert_eq!(hanging.shown(&run_id).await["status"], "orphaned");
     hanging.stack.shutdown().await;
 }
 
@@ -210,7 +186,7 @@ async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
         "after SIGHUP, processes of the tool server's group {pgid} are left: {:?}",
         running_in_group(pgid)
     );
-    let view = stored_view(&hanging.data, &hanging.model, &run_id).await;
+    let view = hanging.shown(&run_id).await;
     assert_eq!(view["status"], "orphaned", "{view}");
     assert_eq!(view["reason"], fencing::ORPHANED_AFTER_STOP, "{view}");
     assert_eq!(

@@ -101,6 +101,25 @@ impl Hanging {
         }
     }
 
+    /// The run as `leasehold runs show` prints it from the data directory.
+    pub async fn shown(&self, run_id: &str) -> serde_json::Value {
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            leasehold(&self.data, &self.model)
+                .args(["runs", "show", run_id])
+                .output(),
+        )
+        .await
+        .expect("runs show ends in time")
+        .expect("runs show");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    }
+
     /// `leasehold run FLOW --json` on the data directory, both its outputs
     /// piped.
     pub fn run(&self) -> Child {
