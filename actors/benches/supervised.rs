@@ -786,6 +786,8 @@ fn bench_rtt(multi_thread: bool) -> Rtt {
             let expiry = LeaseExpiry {
                 meta: Arc::new(LeaseMeta::new(LeaseId(1), &spec, &terms)),
                 renewals: 0,
+                counted: 0,
+                max_renewals: 10,
                 evidence_renewals: 0,
                 evidence: EvidenceSummary::default(),
                 stream_tail: None,

@@ -115,6 +115,9 @@ pub const MIN_OWN_SAMPLES: usize = 16;
 struct EvidenceState {
     /// When the cell was made: the operation's start.
     started: Option<Instant>,
+    /// The operation's start, never moved by a pause: its working time is
+    /// from here, less [`Self::paused_total`].
+    origin: Option<Instant>,
     /// The learned time to a first item, if the lease's pace key had one.
     first_item: Option<Spread>,
     /// The silence (its start: the last arrival, or the operation's start)
@@ -183,6 +186,7 @@ impl Evidence {
             inner: Arc::new(EvidenceInner {
                 state: Mutex::new(EvidenceState {
                     started: Some(Instant::now()),
+                    origin: Some(Instant::now()),
                     ..EvidenceState::default()
                 }),
                 announce,
@@ -487,6 +491,21 @@ impl Evidence {
             from.checked_add(after)
                 .unwrap_or(from + crate::MAX_DURATION),
         )
+    }
+
+    /// When the operation will have worked `ceiling`, pauses excluded, if
+    /// it goes on; `None` while paused (no clock runs), past the timer's
+    /// range, or for a ceiling of [`MAX_DURATION`](crate::MAX_DURATION) or
+    /// more, which is none.
+    pub(crate) fn working_until(&self, ceiling: std::time::Duration) -> Option<Instant> {
+        let state = self.state();
+        if state.paused_since.is_some() || ceiling >= crate::MAX_DURATION {
+            return None;
+        }
+        state
+            .origin?
+            .checked_add(state.paused_total)?
+            .checked_add(ceiling)
     }
 
     /// Marks the current silence as asked about: no second early expiry

@@ -401,6 +401,7 @@ impl Flow {
             worker_step: o.worker_step.unwrap_or(base.worker_step),
             max_renewals: o.max_renewals.unwrap_or(base.max_renewals),
             min: base.min,
+            ceiling: base.ceiling,
         }
     }
 

@@ -84,9 +84,20 @@ pub(crate) use protocol::LeaseEnd;
 pub use protocol::{LeaseMsg, Registration};
 pub use spec::LeaseSpec;
 pub use terms::{
-    DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
+    DEFAULT_CEILING, DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
     DEFAULT_REPETITION_THRESHOLD,
 };
+
+/// The renewals a checkpoint at the cap adds to it: the doubt one cap
+/// allows past its ladder (`max_renewals − free_renewals`, at least one).
+/// No more, so that an operation that falls silent after a checkpoint is
+/// still given up within the printed worst case, counted from its silence.
+fn checkpoint_grant(terms: &LeaseTerms) -> u32 {
+    terms
+        .max_renewals
+        .saturating_sub(terms.free_renewals)
+        .max(1)
+}
 
 /// The lease actor.
 #[derive(Debug, Default, Clone, Copy)]
@@ -159,13 +170,40 @@ struct Entry {
     token: CancellationToken,
     end: oneshot::Sender<LeaseEnd>,
     nudges: Option<NudgeQueue>,
+    /// Renewals in all (load renewals aside).
     renewals: u32,
+    /// Renewals that count toward the cap: doubt, not strong evidence.
+    counted: u32,
+    /// The cap now: the terms' own, raised by each checkpoint.
+    cap: u32,
+    /// Checkpoints at the cap so far.
+    checkpoints: u32,
     /// Consecutive renewals decided on evidence alone.
     evidence_renewals: u32,
     generation: u64,
-    /// When the current period ends: how late its timer fired is the
-    /// executor's lateness, seen by this lease.
+    /// When the current period ends.
     deadline: tokio::time::Instant,
+    /// When the timer was last armed to fire: how late it fired is the
+    /// executor's lateness, seen by this lease.
+    armed_for: tokio::time::Instant,
+    /// The lateness of this lease's wakes since its last load renewal:
+    /// time the runtime owes it.
+    owed: Duration,
+    /// Whether an expiry of this lease is with the watchdog: a lease is
+    /// never judged twice at once, so never has two evaluator calls in
+    /// flight.
+    judging: bool,
+    /// The term's strong-evidence reading of the expiry with the watchdog,
+    /// kept for its verdict: the evaluator's answer is doubt whatever it
+    /// says.
+    pending: Option<PendingExpiry>,
+}
+
+/// What the lease actor keeps of an expiry it judged, until its verdict
+/// acts: whether a renewal would be on strong evidence.
+#[derive(Clone, Copy, Debug)]
+struct PendingExpiry {
+    strong: bool,
 }
 
 impl Actor for LeaseActor {
@@ -277,6 +315,7 @@ impl LeaseState {
         }
         self.live.fetch_add(1, Ordering::AcqRel);
         let id = meta.id;
+        let terms_cap = terms.max_renewals;
         self.leases.insert(
             meta.id,
             Entry {
@@ -287,9 +326,16 @@ impl LeaseState {
                 end,
                 nudges,
                 renewals: 0,
+                counted: 0,
+                cap: terms_cap,
+                checkpoints: 0,
                 evidence_renewals: 0,
                 generation: 0,
                 deadline,
+                armed_for: deadline,
+                owed: Duration::ZERO,
+                judging: false,
+                pending: None,
             },
         );
         self.arm(id);
@@ -333,28 +379,37 @@ impl LeaseState {
     /// Arms the lease's timer for the end of its period or, if its policy
     /// expires early and its silence will be suspicious before then, for
     /// that moment.
-    fn arm(&self, id: LeaseId) {
+    fn arm(&mut self, id: LeaseId) {
         let Some(entry) = self.leases.get(&id) else {
             return;
         };
-        self.arm_at(id, entry.generation, self.next_check(entry));
+        let (generation, at) = (entry.generation, Self::next_check(entry));
+        self.arm_at(id, generation, at);
     }
 
-    /// When `entry` must be looked at next: the end of its period, or
-    /// earlier when its evidence will be suspicious before then.
-    fn next_check(&self, entry: &Entry) -> tokio::time::Instant {
+    /// When `entry` must be looked at next: the end of its period, its
+    /// ceiling if that comes first, or earlier when its evidence will be
+    /// suspicious before then.
+    fn next_check(entry: &Entry) -> tokio::time::Instant {
+        let bound = entry
+            .evidence
+            .working_until(entry.terms.ceiling)
+            .map_or(entry.deadline, |ceiling| ceiling.min(entry.deadline));
         if !entry.terms.policy.expires_early() {
-            return entry.deadline;
+            return bound;
         }
         entry
             .evidence
             .suspicion_at(&entry.terms.accrual)
-            .map_or(entry.deadline, |at| at.min(entry.deadline))
+            .map_or(bound, |at| at.min(bound))
     }
 
-    fn arm_at(&self, id: LeaseId, generation: u64, at: tokio::time::Instant) {
+    fn arm_at(&mut self, id: LeaseId, generation: u64, at: tokio::time::Instant) {
         if self.paused {
             return;
+        }
+        if let Some(entry) = self.leases.get_mut(&id) {
+            entry.armed_for = at;
         }
         let _ = self.timers.send(TimerCmd::Arm { id, generation, at });
     }
@@ -401,12 +456,41 @@ impl LeaseState {
             tracing::debug!(%id, generation, current = entry.generation, "stale lease timer ignored");
             return;
         }
-        if entry.token.is_cancelled() || self.paused {
+        if entry.token.is_cancelled() || self.paused || entry.judging {
             // The parent's cancellation wins (`Done` is on its way); a paused
-            // lease is re-armed on resume.
+            // lease is re-armed on resume; a lease with the watchdog is
+            // re-armed by its verdict.
             return;
         }
         let now = tokio::time::Instant::now();
+        // Every wake's lateness is time the runtime owes the lease.
+        let late = now.saturating_duration_since(entry.armed_for);
+        if let Some(entry) = self.leases.get_mut(&id) {
+            entry.owed = entry.owed.saturating_add(late);
+        }
+        let Some(entry) = self.leases.get(&id) else {
+            return;
+        };
+        if let Some(ceiling) = entry.evidence.working_until(entry.terms.ceiling)
+            && ceiling <= now
+        {
+            let decision = Decision {
+                verdict: Verdict::Escalate,
+                reason: format!(
+                    "ceiling reached: the operation has worked {} (lease.ceiling), however \
+                     fresh its evidence; a person decides whether it goes on",
+                    crate::describe_duration(entry.terms.ceiling)
+                ),
+                nudge: None,
+                decided_by: DecidedBy::Cap,
+            };
+            let (meta, renewals) = (entry.meta.clone(), entry.renewals);
+            let evidence = entry.evidence.summary(now, &entry.terms.accrual);
+            let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
+            self.emit(&meta, EventKind::Verdict(record));
+            self.decided(id, generation, decision);
+            return;
+        }
         let suspicious = entry.terms.policy.expires_early()
             && entry
                 .evidence
@@ -426,7 +510,7 @@ impl LeaseState {
                 .is_none_or(|rule| rule.late_by(Duration::ZERO).is_none());
             if !(suspicious && on_time) {
                 let at = if on_time {
-                    self.next_check(entry)
+                    Self::next_check(entry)
                 } else {
                     entry.deadline
                 };
@@ -447,7 +531,11 @@ impl LeaseState {
         let Some(entry) = self.leases.get(&id) else {
             return;
         };
-        if entry.token.is_cancelled() || self.paused || !entry.terms.policy.expires_early() {
+        if entry.token.is_cancelled()
+            || self.paused
+            || entry.judging
+            || !entry.terms.policy.expires_early()
+        {
             return;
         }
         let generation = entry.generation;
@@ -463,7 +551,7 @@ impl LeaseState {
         let (meta, renewals) = (entry.meta.clone(), entry.renewals);
         // How late this lease's own timer fired: the executor's lateness as
         // this lease saw it, beside the gauge's.
-        let seen = now.saturating_duration_since(entry.deadline);
+        let seen = now.saturating_duration_since(entry.armed_for);
         self.emit(
             &meta,
             EventKind::Wait {
@@ -476,23 +564,37 @@ impl LeaseState {
         );
 
         let accrual = &entry.terms.accrual;
-        if let Some(rule) = &self.load
-            && let Some(lag) = rule.late_by(seen)
-        {
-            let evidence = entry.evidence.summary(now, accrual);
-            let decision = Decision::renew(
-                DecidedBy::Load,
-                format!(
-                    "the executor was {} ms late (load bound {} ms): the time was the \
-                     runtime's, not the operation's; not counted toward the renewal cap",
+        if let Some(rule) = &self.load {
+            // Late now (the gauge, or this wake), or late a little at each
+            // of its wakes until the lateness adds up past the bound: either
+            // way the time was the runtime's.
+            let reason = match rule.late_by(seen) {
+                Some(lag) => Some(format!(
+                    "the executor was {} ms late (load bound {} ms)",
                     lag.as_millis(),
                     rule.bound().as_millis()
-                ),
-            );
-            let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
-            self.emit(&meta, EventKind::Verdict(record));
-            self.decided(id, generation, decision);
-            return;
+                )),
+                None if entry.owed > rule.bound() => Some(format!(
+                    "the executor was late at this lease's wakes by {} ms in all (load bound {} ms)",
+                    entry.owed.as_millis(),
+                    rule.bound().as_millis()
+                )),
+                None => None,
+            };
+            if let Some(reason) = reason {
+                let evidence = entry.evidence.summary(now, accrual);
+                let decision = Decision::renew(
+                    DecidedBy::Load,
+                    format!(
+                        "{reason}: the time was the runtime's, not the operation's; not counted \
+                         toward the renewal cap"
+                    ),
+                );
+                let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
+                self.emit(&meta, EventKind::Verdict(record));
+                self.decided(id, generation, decision);
+                return;
+            }
         }
         // The silence is judged without the lag: the operation's last
         // report may have been recorded that late.
@@ -504,15 +606,51 @@ impl LeaseState {
             .evidence
             .summary(now.checked_sub(lag).unwrap_or(now), accrual);
         let terms = &entry.terms;
-        let judged = terms.expiry(&meta, renewals, entry.evidence_renewals, &evidence, early);
+        let mut judged = terms.expiry(
+            &meta,
+            entry.counted,
+            entry.evidence_renewals,
+            &evidence,
+            early,
+        );
+        judged.max_renewals = entry.cap;
+        // At the cap, fresh evidence under a policy that says so is a
+        // checkpoint: the cap is extended, the work goes on.
+        let checkpoint = (judged.renewals >= judged.max_renewals
+            && entry.checkpoints < crate::policy::MAX_CAP_CHECKPOINTS
+            && terms.policy.checkpoints_at_cap())
+        .then(|| crate::policy::fresh_evidence(&judged))
+        .flatten()
+        .map(|why| {
+            let more = checkpoint_grant(terms);
+            Decision::renew(
+                DecidedBy::Checkpoint,
+                format!(
+                    "renewal cap {} reached while the evidence is fresh ({why}): extended by {more} \
+                     to {}, checkpoint {} of {}",
+                    entry.cap,
+                    entry.cap.saturating_add(more),
+                    entry.checkpoints + 1,
+                    crate::policy::MAX_CAP_CHECKPOINTS
+                ),
+            )
+        });
         // The cap holds whatever the policy: one of an embedder's own that
         // forgets it is bounded all the same.
-        let judgement =
-            crate::policy::renewal_cap(&judged).unwrap_or_else(|| terms.policy.judge(&judged));
+        let judgement = match checkpoint {
+            Some(decision) => Judgement::Decided(decision),
+            None => {
+                crate::policy::renewal_cap(&judged).unwrap_or_else(|| terms.policy.judge(&judged))
+            }
+        };
         if let Judgement::Decided(decision) = judgement {
+            let strong = crate::policy::on_strong_evidence(&judged, &decision);
             let record =
                 VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
             self.emit(&meta, EventKind::Verdict(record));
+            if let Some(entry) = self.leases.get_mut(&id) {
+                entry.pending = Some(PendingExpiry { strong });
+            }
             self.decided(id, generation, decision);
             return;
         }
@@ -521,11 +659,17 @@ impl LeaseState {
         let expiry = LeaseExpiry {
             meta,
             renewals,
+            counted: judged.renewals,
+            max_renewals: judged.max_renewals,
             evidence_renewals: entry.evidence_renewals,
             stream_tail: entry.evidence.tail(),
             evidence,
             early,
         };
+        if let Some(entry) = self.leases.get_mut(&id) {
+            entry.judging = true;
+            entry.pending = Some(PendingExpiry { strong: false });
+        }
         let me = myself.clone();
         let reply = VerdictReply::new(move |decision| {
             let _ = me.send_message(LeaseMsg::Decided {
@@ -545,6 +689,10 @@ impl LeaseState {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
+        let strong = entry.pending.take().is_some_and(|pending| pending.strong);
+        // The watchdog answered: no evaluator call of this lease is in
+        // flight any more.
+        entry.judging = false;
         if entry.token.is_cancelled() {
             return;
         }
@@ -568,21 +716,35 @@ impl LeaseState {
                     reason: reason.to_owned(),
                 },
             );
+            // A fire skipped while this verdict was awaited is made good.
+            self.arm(id);
             return;
         }
         match decision.verdict {
             Verdict::Renew | Verdict::Nudge => {
                 match decision.decided_by {
-                    // The runtime's time: nothing the operation did moves.
-                    DecidedBy::Load => {}
-                    DecidedBy::Evidence => {
-                        entry.evidence_renewals += 1;
+                    // The runtime's time: nothing the operation did moves,
+                    // and what it owed is paid.
+                    DecidedBy::Load => entry.owed = Duration::ZERO,
+                    DecidedBy::Checkpoint => {
+                        entry.checkpoints += 1;
+                        entry.cap = entry.cap.saturating_add(checkpoint_grant(&entry.terms));
+                        entry.evidence_renewals = 0;
                         entry.renewals += 1;
                         entry.evidence.judged();
                     }
-                    _ => {
-                        entry.evidence_renewals = 0;
+                    decided_by => {
+                        entry.evidence_renewals = if decided_by == DecidedBy::Evidence {
+                            entry.evidence_renewals + 1
+                        } else {
+                            0
+                        };
                         entry.renewals += 1;
+                        // Strong evidence is no doubt: the cap does not
+                        // count it (rule 13).
+                        if !strong {
+                            entry.counted += 1;
+                        }
                         entry.evidence.judged();
                     }
                 }
@@ -606,15 +768,15 @@ impl LeaseState {
                 self.arm(id);
             }
             Verdict::Intervene if decision.decided_by == DecidedBy::Cap => {
-                let meta = entry.meta.clone();
+                let (meta, cap) = (entry.meta.clone(), entry.cap);
                 self.emit(
                     &meta,
                     EventKind::RenewalCapReached {
                         lease_id: id,
-                        max_renewals: meta.max_renewals,
+                        max_renewals: cap,
                     },
                 );
-                self.end(id, LeaseEnd::RenewalCapReached(meta.max_renewals));
+                self.end(id, LeaseEnd::RenewalCapReached(cap));
             }
             Verdict::Intervene => {
                 let meta = entry.meta.clone();

@@ -118,7 +118,7 @@ pub use evidence::{
 };
 pub use lease::terms::{LeaseTerms, TermsByKind};
 pub use lease::{
-    DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
+    DEFAULT_CEILING, DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
     DEFAULT_REPETITION_THRESHOLD, LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind,
     LeaseMeta, LeaseSpec, Leases, MIN_LEASE,
 };
@@ -130,7 +130,8 @@ pub use supervision::{Supervision, SupervisionConfig};
 pub use pace::{CallPace, DECAY, MAX_PACE_KEYS, PRIOR_SAMPLES, Pace, PaceBook, PaceMode, Spread};
 pub use policy::{
     AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
-    Policies, PolicyChoice, PolicyName, VerdictPolicy, renewal_cap,
+    MAX_CAP_CHECKPOINTS, Policies, PolicyChoice, PolicyName, VerdictPolicy, fresh_evidence,
+    on_strong_evidence, renewal_cap,
 };
 pub use verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,

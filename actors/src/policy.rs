@@ -45,6 +45,17 @@
 //! lenient a policy is, an operation is bounded. A policy of one's own
 //! that forgets the cap is bounded all the same: the lease actor
 //! intervenes at the cap whatever the policy says.
+//!
+//! The cap bounds doubt, not progress. A renewal on strong evidence
+//! ([`on_strong_evidence`]: a progress value that advanced toward its known
+//! total, or answer text that keeps arriving at its usual pace without
+//! repeating) is not counted toward it; such an operation is bounded by its
+//! own limits (its total, `max_tokens`, the answer cap) and by the lease's
+//! ceiling in time (`lease.ceiling`). And under a policy that says so
+//! ([`VerdictPolicy::checkpoints_at_cap`], the default's), reaching the cap
+//! while the evidence is fresh ([`fresh_evidence`]) is a checkpoint that
+//! extends the cap by the doubt one cap allows, at most
+//! [`MAX_CAP_CHECKPOINTS`] times, instead of a restart from zero.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -71,10 +82,11 @@ pub struct Expiry<'a> {
     pub kind: LeaseKind,
     /// One lease period.
     pub lease: Duration,
-    /// Renewals so far.
+    /// Renewals so far that count toward the cap: renewals on strong
+    /// evidence ([`on_strong_evidence`]) and by `load` do not.
     pub renewals: u32,
-    /// The renewal cap: the expiry after this many renewals ends the
-    /// operation.
+    /// The renewal cap: the expiry after this many counted renewals ends
+    /// the operation (raised by each checkpoint at the cap).
     pub max_renewals: u32,
     /// How many expiries the ladder renews for free.
     pub free_renewals: u32,
@@ -176,6 +188,84 @@ pub trait VerdictPolicy: Send + Sync + fmt::Debug + 'static {
     fn asks_the_evaluator(&self) -> bool {
         true
     }
+
+    /// Whether reaching the renewal cap while the evidence is fresh is a
+    /// checkpoint that extends the cap (at most [`MAX_CAP_CHECKPOINTS`]
+    /// times) rather than the operation's end. `false` by default: a
+    /// baseline is judged as it always was; [`LeaseholdPolicy`] says yes.
+    fn checkpoints_at_cap(&self) -> bool {
+        false
+    }
+}
+
+/// How many times the renewal cap of one lease may be extended at a
+/// checkpoint, on fresh evidence. Each extension adds the doubt one cap
+/// allows past its ladder (`max_renewals − free_renewals`: 8 by default,
+/// so a lease capped at 10 goes at most 10 → 18 → 26 → 34), so that an
+/// operation that falls silent after a checkpoint is still given up within
+/// the printed worst case, counted from its silence.
+pub const MAX_CAP_CHECKPOINTS: u32 = 3;
+
+/// Whether a renewal `decision` of `expiry` was earned by strong evidence,
+/// which rule 13 keeps out of the renewal cap: a progress value that
+/// advanced toward its known total (bounded by that total), or answer
+/// bytes — text, reasoning, a tool call's arguments — that keep arriving
+/// at their usual pace (phi below its threshold) without repeating (bounded
+/// by `max_tokens` and the answer cap). Renewals by the ladder, the
+/// evaluator, the breaker or a policy's own rule are doubt, and count.
+pub fn on_strong_evidence(expiry: &Expiry<'_>, decision: &Decision) -> bool {
+    if !matches!(decision.verdict, Verdict::Renew | Verdict::Nudge) {
+        return false;
+    }
+    let evidence = expiry.evidence;
+    match decision.decided_by {
+        DecidedBy::Progress => evidence
+            .progress
+            .is_some_and(|p| p.advanced && p.total.is_some_and(|total| p.value <= total)),
+        DecidedBy::Evidence => {
+            let kinds = &evidence.kinds;
+            let answer = kinds.text + kinds.reasoning + kinds.tool_call;
+            answer > 0
+                && evidence.phi.is_some_and(|phi| phi < expiry.phi_threshold)
+                && evidence
+                    .repetition
+                    .is_none_or(|share| share <= expiry.repetition_threshold)
+        }
+        _ => false,
+    }
+}
+
+/// Why the evidence of `expiry` is fresh enough to extend a cap at a
+/// checkpoint, if it is: a progress value that rose since the last expiry,
+/// or items that keep arriving (phi below its threshold, the last one
+/// within a lease period) without repeating. Keepalives never are.
+pub fn fresh_evidence(expiry: &Expiry<'_>) -> Option<String> {
+    let evidence = expiry.evidence;
+    if let Some(progress) = evidence.progress.filter(|p| p.advanced) {
+        return Some(format!(
+            "progress advanced to {}{}",
+            progress.value,
+            progress
+                .total
+                .map(|total| format!(" of {total}"))
+                .unwrap_or_default()
+        ));
+    }
+    let lease_ms = u64::try_from(expiry.lease.as_millis()).unwrap_or(u64::MAX);
+    let repetitive = evidence
+        .repetition
+        .is_some_and(|share| share > expiry.repetition_threshold);
+    match (evidence.phi, evidence.last_progress_age_ms) {
+        (Some(phi), Some(age))
+            if evidence.count > 0
+                && phi < expiry.phi_threshold
+                && age < lease_ms
+                && !repetitive =>
+        {
+            Some(evidence.describe(Some(expiry.phi_threshold)))
+        }
+        _ => None,
+    }
 }
 
 /// The renewal cap, shared by every built-in policy: once a lease has been
@@ -205,6 +295,10 @@ impl VerdictPolicy for LeaseholdPolicy {
     }
 
     fn expires_early(&self) -> bool {
+        true
+    }
+
+    fn checkpoints_at_cap(&self) -> bool {
         true
     }
 
@@ -254,11 +348,8 @@ impl VerdictPolicy for LeaseholdPolicy {
                 Judgement::Decided(Decision::renew(
                     DecidedBy::Evidence,
                     format!(
-                        "evidence is fresh: phi {phi:.2} below {:.1}, {} items, last {} ms ago; \
-                         evidence renewal {} of {} in a row",
-                        expiry.phi_threshold,
-                        evidence.count,
-                        evidence.last_progress_age_ms.unwrap_or_default(),
+                        "evidence is fresh: {}; evidence renewal {} of {} in a row",
+                        evidence.describe(Some(expiry.phi_threshold)),
                         expiry.evidence_renewals + 1,
                         expiry.max_evidence_renewals
                     ),

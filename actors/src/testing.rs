@@ -82,6 +82,25 @@ struct ScriptState {
     budget_script: VecDeque<Scripted>,
     budget_last: Option<Scripted>,
     budget_requests: Vec<BudgetEvaluationRequest>,
+    /// Lease calls in flight, by lease.
+    in_flight: std::collections::HashMap<crate::LeaseId, u32>,
+    /// The most calls of one lease ever in flight at once.
+    max_in_flight: u32,
+}
+
+/// Counts a lease's call out of flight when its future ends or is dropped.
+struct InFlight {
+    state: Arc<Mutex<ScriptState>>,
+    lease: crate::LeaseId,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = state.in_flight.get_mut(&self.lease) {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 fn next_step(script: &mut VecDeque<Scripted>, last: &mut Option<Scripted>) -> Scripted {
@@ -173,6 +192,12 @@ impl ScriptedEvaluator {
         self.lock().requests.clone()
     }
 
+    /// The most calls about one lease that were ever in flight at once
+    /// (a call is in flight until its answer or its cancellation).
+    pub fn max_in_flight(&self) -> u32 {
+        self.lock().max_in_flight
+    }
+
     /// Forgets the requests it was given (lease and budget): for a caller
     /// that plays many runs through it and reads none of them, so that
     /// what it keeps does not grow with the runs.
@@ -193,9 +218,24 @@ impl Evaluator for ScriptedEvaluator {
         request: EvaluationRequest,
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
         let mut state = self.lock();
+        let lease = request.lease_id;
         state.requests.push(request);
+        let now = {
+            let n = state.in_flight.entry(lease).or_default();
+            *n += 1;
+            *n
+        };
+        state.max_in_flight = state.max_in_flight.max(now);
         let ScriptState { script, last, .. } = &mut *state;
-        play(next_step(script, last))
+        let answer = play(next_step(script, last));
+        let guard = InFlight {
+            state: Arc::clone(&self.inner),
+            lease,
+        };
+        Box::pin(async move {
+            let _guard = guard;
+            answer.await
+        })
     }
 
     fn evaluate_budget(

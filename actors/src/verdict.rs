@@ -70,8 +70,14 @@ pub enum DecidedBy {
     /// The evaluator failed, timed out or answered something invalid (or
     /// none is configured): renewed, because ambiguity on a lease renews.
     Breaker,
-    /// The lease's renewal cap.
+    /// The lease's renewal cap, or its ceiling (`lease.ceiling`): the
+    /// bounds of doubt and of time.
     Cap,
+    /// The renewal cap was reached while the evidence was fresh: a
+    /// checkpoint extended it by the doubt one cap allows (at most
+    /// [`MAX_CAP_CHECKPOINTS`](crate::MAX_CAP_CHECKPOINTS) times) instead
+    /// of restarting work that visibly converges. No evaluator call.
+    Checkpoint,
     /// A verdict policy other than the default decided by its own rule (a
     /// deadline, an idle timeout): no evaluator call.
     Policy,
@@ -92,6 +98,7 @@ impl DecidedBy {
             Self::Evaluator => "evaluator",
             Self::Breaker => "breaker",
             Self::Cap => "cap",
+            Self::Checkpoint => "checkpoint",
             Self::Policy => "policy",
             Self::Load => "load",
         }

@@ -129,6 +129,7 @@ impl WatchdogConfig {
             evidence_renewals: self.evidence_renewals,
             accrual: *self.accrual.for_kind(kind),
             repetition_threshold: self.repetition_threshold,
+            ceiling: lease.ceiling,
         }))
     }
 }
@@ -144,8 +145,14 @@ impl JudgeConfig for WatchdogConfig {
 pub struct LeaseExpiry {
     /// The lease's identity and settings.
     pub meta: Arc<LeaseMeta>,
-    /// Renewals so far.
+    /// Renewals so far (by `load` aside), as the verdict's record gives
+    /// them.
     pub renewals: u32,
+    /// Those that count toward the cap: renewals on strong evidence do not.
+    /// What the evaluator is shown, beside the cap.
+    pub counted: u32,
+    /// The cap now: the lease's own, raised by each checkpoint at it.
+    pub max_renewals: u32,
     /// Consecutive renewals so far decided on evidence alone.
     pub evidence_renewals: u32,
     /// The evidence as the lease judged it.
@@ -241,6 +248,8 @@ impl Judge<WatchdogConfig> {
         let LeaseExpiry {
             meta,
             renewals,
+            counted,
+            max_renewals,
             evidence_renewals,
             evidence,
             stream_tail,
@@ -258,8 +267,8 @@ impl Judge<WatchdogConfig> {
             path: meta.path.clone(),
             kind: meta.kind,
             subject: meta.subject.clone(),
-            renewals,
-            max_renewals: meta.max_renewals,
+            renewals: counted,
+            max_renewals,
             lease: meta.duration,
             evidence: evidence.clone(),
             evidence_renewals,

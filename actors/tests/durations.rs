@@ -84,7 +84,7 @@ async fn a_lease_longer_than_the_maximum_still_expires_and_is_judged() {
     // A lease of 1000 days through the API, without validation: tokio's
     // timer queue refuses deadlines past about 795 days, so before the
     // ceiling it panicked the timer task and the lease never expired.
-    let rig = rig(config(1, 1), None).await;
+    let rig = rig(no_ceiling(config(1, 1)), None).await;
     let started = Instant::now();
     let handle = rig
         .leases()
@@ -113,7 +113,7 @@ async fn a_lease_longer_than_the_maximum_still_expires_and_is_judged() {
 async fn a_lease_actor_alive_for_years_still_arms_its_timers() {
     // A timer queue that has not fired for 800 days refuses (panics on) any
     // deadline, however short: the queue is rebuilt around the present.
-    let rig = rig(config(0, 0), None).await;
+    let rig = rig(no_ceiling(config(0, 0)), None).await;
     assert_eq!(first_expiry_ends(rig.leases(), secs(1)).await, secs(1));
     tokio::time::advance(DAY * 800).await;
     assert_eq!(first_expiry_ends(rig.leases(), secs(1)).await, secs(1));
@@ -130,6 +130,13 @@ async fn a_lease_actor_alive_for_years_still_arms_its_timers() {
     );
 }
 
+/// `config` with the longest ceiling there is: these leases are longer
+/// than the default's four hours, and the cap is what they test.
+fn no_ceiling(mut config: SupervisionConfig) -> SupervisionConfig {
+    config.lease.ceiling = MAX_DURATION;
+    config
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -139,6 +146,7 @@ proptest! {
         work in any_duration(),
         max_renewals in any_count(),
         free_renewals in any_count(),
+        ceiling in any_duration(),
     ) {
         let runtime = paused();
         runtime.block_on(async {
@@ -155,7 +163,8 @@ proptest! {
                 .with_terms(std::sync::Arc::new(
                     LeaseTerms::new(LeaseKind::ToolCall)
                         .with_max_renewals(max_renewals)
-                        .with_free_renewals(free_renewals),
+                        .with_free_renewals(free_renewals)
+                        .with_ceiling(ceiling),
                 ))
                 .in_run(RUN, PATH);
             let handle = rig
@@ -169,7 +178,11 @@ proptest! {
             let outcome = tokio::time::timeout(MAX_DURATION * 25, handle.outcome()).await;
             let outcome = outcome.expect("the operation or its lease ended");
             prop_assert!(
-                matches!(outcome, Ok("done") | Err(LeaseError::RenewalCapReached { .. })),
+                matches!(
+                    outcome,
+                    Ok("done")
+                        | Err(LeaseError::RenewalCapReached { .. } | LeaseError::Escalated { .. })
+                ),
                 "unexpected outcome {outcome:?}"
             );
             prop_assert!(started.elapsed() <= MAX_DURATION * 25);

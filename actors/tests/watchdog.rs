@@ -442,6 +442,8 @@ async fn the_watchdog_only_asks_the_evaluator_and_answers_direct_assessments() {
     let expiry = |renewals| LeaseExpiry {
         meta: Arc::new(LeaseMeta::new(LeaseId(7), &spec, &terms)),
         renewals,
+        counted: renewals,
+        max_renewals: 10,
         evidence_renewals: 0,
         evidence: EvidenceSummary::default(),
         stream_tail: None,
@@ -585,7 +587,8 @@ async fn a_varied_stream_is_renewed_on_evidence_exactly_evidence_renewals_times_
             requests[1].renewals,
             requests[2].renewals
         ],
-        [5, 9, 13]
+        [2, 3, 4],
+        "renewals counted toward the cap: the ladder's and the evaluator's, not the evidence's"
     );
     drop(handle);
 }

@@ -159,6 +159,9 @@ pub struct Config {
     /// The shortest lease, of this configuration or a flow
     /// (`LEASEHOLD_LEASE_MIN`).
     pub lease_min: Setting<Duration>,
+    /// The longest one operation may work, however fresh its evidence
+    /// (`LEASEHOLD_LEASE_CEILING`).
+    pub lease_ceiling: Setting<Duration>,
     /// Expiries renewed on the ladder, whatever the evidence and without
     /// the evaluator (`LEASEHOLD_WATCHDOG_FREE_RENEWALS`).
     pub free_renewals: Setting<u32>,
@@ -404,6 +407,7 @@ impl Default for Config {
             lease_tool_call: Setting::default(lease.tool_call),
             lease_worker_step: Setting::default(lease.worker_step),
             lease_min: Setting::default(engine.supervision.lease.min),
+            lease_ceiling: Setting::default(engine.supervision.lease.ceiling),
             free_renewals: Setting::default(engine.supervision.watchdog.free_renewals),
             max_renewals: Setting::default(lease.max_renewals),
             evidence_renewals: Setting::default(engine.supervision.watchdog.evidence_renewals),

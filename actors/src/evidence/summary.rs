@@ -163,6 +163,81 @@ pub struct EvidenceSummary {
     pub progress: Option<ProgressSummary>,
 }
 
+impl EvidenceSummary {
+    /// The evidence in words: the one description the verdict's reason, the
+    /// evaluator's prompt and the trace share, so that what the evaluator
+    /// is told is what the trace records. With `threshold`, phi is set
+    /// against it.
+    ///
+    /// ```
+    /// use leasehold_actors::EvidenceSummary;
+    ///
+    /// let silent = EvidenceSummary { phi: Some(8.07), ..EvidenceSummary::default() };
+    /// assert_eq!(
+    ///     silent.describe(None),
+    ///     "0 items, none since the operation started, phi 8.07 against the learned time to a first item"
+    /// );
+    /// ```
+    pub fn describe(&self, threshold: Option<f64>) -> String {
+        use std::fmt::Write as _;
+        let mut text = format!(
+            "{} item{}",
+            self.count,
+            if self.count == 1 { "" } else { "s" }
+        );
+        let against = |phi: f64| match threshold {
+            Some(threshold) if phi < threshold => format!("phi {phi:.2} below {threshold:.1}"),
+            Some(threshold) => format!("phi {phi:.2} at or above {threshold:.1}"),
+            None => format!("phi {phi:.2}"),
+        };
+        match (self.last_progress_age_ms, self.phi) {
+            (Some(age), Some(phi)) => {
+                let _ = write!(text, ", the last {age} ms ago, {}", against(phi));
+            }
+            (Some(age), None) => {
+                let _ = write!(text, ", the last {age} ms ago (phi undefined)");
+            }
+            (None, Some(phi)) => {
+                let _ = write!(
+                    text,
+                    ", none since the operation started, {} against the learned time to a \
+                     first item",
+                    against(phi)
+                );
+            }
+            (None, None) => {
+                text.push_str(", none since the operation started (phi undefined)");
+            }
+        }
+        let kinds = self.kinds.describe();
+        if !kinds.is_empty() {
+            let _ = write!(text, "; by kind: {kinds}");
+        }
+        if let Some(age) = self.keepalive_age_ms {
+            let _ = write!(text, "; the last keepalive {age} ms ago");
+        }
+        if let Some(progress) = &self.progress {
+            let _ = write!(text, "; progress {}", progress.value);
+            if let Some(total) = progress.total {
+                let _ = write!(text, " of {total}");
+            }
+            let moved = if progress.advanced {
+                "rose since the last expiry"
+            } else {
+                "did not move since the last expiry"
+            };
+            let _ = write!(text, " ({moved})");
+        }
+        if let Some(note) = &self.last_note {
+            let _ = write!(text, "; last progress note: {note:?}");
+        }
+        if let Some(share) = self.repetition {
+            let _ = write!(text, "; repetition {share:.2}");
+        }
+        text
+    }
+}
+
 /// How an operation watched by a lease ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

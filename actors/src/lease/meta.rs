@@ -103,6 +103,10 @@ pub struct LeaseConfig {
     /// which is also the least it may be): each lease above, and every
     /// flow's, is refused below it.
     pub min: Duration,
+    /// The longest one operation may work, however fresh its evidence
+    /// (`lease.ceiling`; default 4 h): what bounds an operation whose
+    /// renewals, earned by strong evidence, the cap does not count.
+    pub ceiling: Duration,
 }
 
 impl Default for LeaseConfig {
@@ -114,6 +118,7 @@ impl Default for LeaseConfig {
             worker_step: Duration::from_secs(600),
             max_renewals: 10,
             min: MIN_LEASE,
+            ceiling: crate::lease::terms::DEFAULT_CEILING,
         }
     }
 }
@@ -134,6 +139,7 @@ impl LeaseConfig {
     /// (`lease.tool_call`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_positive_duration("lease.min", self.min)?;
+        check_positive_duration("lease.ceiling", self.ceiling)?;
         if self.min < MIN_LEASE {
             return Err(ConfigError::new(
                 "lease.min",

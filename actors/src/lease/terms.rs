@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::meta::{LeaseKind, LeaseMeta};
 use crate::evidence::accrual::{AccrualConfig, AccrualPolicy};
@@ -18,6 +19,9 @@ pub const DEFAULT_FREE_RENEWALS: u32 = 2;
 pub const DEFAULT_EVIDENCE_RENEWALS: u32 = 3;
 /// The repetition threshold by default (`watchdog.repetition_threshold`).
 pub const DEFAULT_REPETITION_THRESHOLD: f64 = 0.5;
+/// The longest one operation may work, however fresh its evidence, by
+/// default (`lease.ceiling`): four hours.
+pub const DEFAULT_CEILING: Duration = Duration::from_secs(4 * 60 * 60);
 
 /// Everything an expiry of a lease is judged by: its verdict policy, the
 /// renewal cap, the ladder, the evidence streak and the thresholds of its
@@ -43,6 +47,12 @@ pub struct LeaseTerms {
     pub accrual: AccrualConfig,
     /// The share of repeated n-grams above which evidence is suspicious.
     pub repetition_threshold: f64,
+    /// The longest the operation may work, pauses excluded, however fresh
+    /// its evidence: renewals on strong evidence do not count toward the
+    /// cap, so this is what bounds an operation that keeps converging. At
+    /// the ceiling the lease escalates: a person decides. A ceiling of
+    /// [`MAX_DURATION`](crate::MAX_DURATION) (30 days) is none.
+    pub ceiling: Duration,
 }
 
 impl LeaseTerms {
@@ -58,7 +68,14 @@ impl LeaseTerms {
             evidence_renewals: DEFAULT_EVIDENCE_RENEWALS,
             accrual: *AccrualPolicy::default().for_kind(kind),
             repetition_threshold: DEFAULT_REPETITION_THRESHOLD,
+            ceiling: DEFAULT_CEILING,
         }
+    }
+
+    /// These terms with a ceiling of `ceiling`.
+    #[must_use]
+    pub fn with_ceiling(self, ceiling: Duration) -> Self {
+        Self { ceiling, ..self }
     }
 
     /// These terms with `policy`.
@@ -131,6 +148,7 @@ impl fmt::Debug for LeaseTerms {
             .field("evidence_renewals", &self.evidence_renewals)
             .field("accrual", &self.accrual)
             .field("repetition_threshold", &self.repetition_threshold)
+            .field("ceiling", &self.ceiling)
             .finish()
     }
 }

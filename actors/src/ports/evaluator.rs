@@ -26,9 +26,12 @@ pub struct EvaluationRequest {
     pub kind: LeaseKind,
     /// What the operation is doing, in words (a tool name, a model call).
     pub subject: String,
-    /// How many times this lease has been renewed so far.
+    /// How many of this lease's renewals so far count toward its cap:
+    /// renewals on strong evidence (progress toward a known total, an
+    /// answer streaming at its pace) do not.
     pub renewals: u32,
-    /// How many renewals the lease may have in all.
+    /// The renewal cap now: the lease's own, raised by each checkpoint at
+    /// it (counted renewals past it end the operation).
     pub max_renewals: u32,
     /// How long one lease period is.
     #[serde(with = "crate::serde_time::millis")]

@@ -274,7 +274,7 @@ const fn key_at(
 }
 
 /// Every key, in the order of the table `docs/configuration.md` holds.
-pub(super) static KEYS: [Key; 70] = [
+pub(super) static KEYS: [Key; 71] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -319,6 +319,13 @@ pub(super) static KEYS: [Key; 70] = [
         "renewals a lease may have; the next expiry stops the operation (the renewal cap)",
     )
     .was("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "watchdog.max_renewals"),
+    key(
+        "LEASEHOLD_LEASE_CEILING",
+        "lease.ceiling",
+        "4h",
+        field!(Duration, lease_ceiling),
+        "the longest one operation may work (pauses excluded), however fresh its evidence: renewals on strong evidence (a progress value advancing toward its total, answer text arriving at its usual pace without repeating) do not count toward `lease.max_renewals`, so this bounds an operation that keeps converging; at the ceiling its lease escalates and the run pauses for a person (30 days, the longest duration, is no ceiling)",
+    ),
     key(
         "LEASEHOLD_WATCHDOG_FREE_RENEWALS",
         "watchdog.free_renewals",

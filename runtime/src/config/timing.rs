@@ -31,7 +31,10 @@ pub const WORST_CASE_FORMULA: &str = "worst case = attempts × renewal cap + bac
      renewal cap = (max_renewals + 1) × lease + evaluations × evaluator_timeout, evaluations = \
      max_renewals − free_renewals, attempts = 1 + restart.max_restarts, and each backoff is at the top \
      of its ±10 % jitter (the leasehold policy's; always_evaluate has no free renewals, \
-     idle_kill no evaluations, deadline one lease per attempt)";
+     idle_kill no evaluations, deadline one lease per attempt). That bounds a silent operation, \
+     counted from when it fell silent; one whose evidence stays fresh (progress toward its \
+     total, answer text at its usual pace) is not counted by the cap and works at most \
+     lease.ceiling + evaluator_timeout per attempt, then a person decides";
 
 /// The arithmetic of one lease kind: what happens when, and how long an
 /// operation of that kind can take at worst before the run fails or pauses.
@@ -68,8 +71,13 @@ pub struct Timing {
     /// The backoffs between those attempts, each at the top of its jitter.
     pub backoffs: Duration,
     /// `attempts × renewal_cap + backoffs`: no silent operation of this kind
-    /// is given up later.
+    /// is given up later, counted from when it fell silent.
     pub worst_case: Duration,
+    /// `lease.ceiling`: the longest one attempt of an operation whose
+    /// evidence stays fresh works (the cap does not count its renewals),
+    /// before its lease escalates — plus, at most, an evaluator call in
+    /// flight when it is reached.
+    pub ceiling: Duration,
 }
 
 impl fmt::Display for Timing {
@@ -85,7 +93,7 @@ impl fmt::Display for Timing {
             return write!(
                 f,
                 "{}: lease {} · {why}, never evaluated · cut at {} ({} lease{}) · {} attempt{} \
-                 · backoffs at most {} · worst case {}",
+                 · backoffs at most {} · worst case {} · ceiling {}",
                 self.kind,
                 compact(self.lease),
                 compact(self.renewal_cap),
@@ -95,13 +103,14 @@ impl fmt::Display for Timing {
                 if self.attempts == 1 { "" } else { "s" },
                 compact(self.backoffs),
                 compact(self.worst_case),
+                compact(self.ceiling),
             );
         }
         write!(
             f,
             "{}: lease {} · free renewals until {} · first evaluation at {} · renewal cap at {} \
              ({} lease{} + {} evaluation{} of at most {}) · {} attempt{} · backoffs at most {} · \
-             worst case {}",
+             worst case {} · ceiling {}",
             self.kind,
             compact(self.lease),
             compact(self.free_renewals_until),
@@ -116,6 +125,7 @@ impl fmt::Display for Timing {
             if self.attempts == 1 { "" } else { "s" },
             compact(self.backoffs),
             compact(self.worst_case),
+            compact(self.ceiling),
         )
     }
 }
@@ -226,6 +236,7 @@ impl super::Config {
             attempts,
             backoffs,
             worst_case,
+            ceiling: self.lease_ceiling.value,
         }
     }
 

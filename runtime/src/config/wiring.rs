@@ -36,6 +36,7 @@ impl Config {
                     worker_step: self.lease_worker_step.value,
                     max_renewals: self.max_renewals.value,
                     min: self.lease_min.value,
+                    ceiling: self.lease_ceiling.value,
                 },
                 watchdog: WatchdogConfig {
                     free_renewals: self.free_renewals.value,

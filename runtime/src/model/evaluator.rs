@@ -114,47 +114,15 @@ impl ModelEvaluator {
         let _ = writeln!(text, "path: {}", request.path);
         let _ = writeln!(
             text,
-            "lease: {} ms per period; renewed {} times so far, at most {} in all",
+            "lease: {} ms per period; renewed {} times so far in doubt (renewals earned by \
+             progress toward a total or by an answer streaming at its pace are not counted), \
+             at most {} before the renewal cap ends it",
             request.lease.as_millis(),
             request.renewals,
             request.max_renewals
         );
-        let evidence = &request.evidence;
-        let _ = write!(text, "evidence: {} items", evidence.count);
-        match (evidence.last_progress_age_ms, evidence.phi) {
-            (Some(age), Some(phi)) => {
-                let _ = write!(text, ", the last {age} ms ago, phi {phi:.2}");
-            }
-            (Some(age), None) => {
-                let _ = write!(text, ", the last {age} ms ago");
-            }
-            _ => text.push_str(", none since the operation started (phi undefined)"),
-        }
-        let kinds = evidence.kinds.describe();
-        if !kinds.is_empty() {
-            let _ = write!(text, "; by kind: {kinds}");
-        }
-        if let Some(age) = evidence.keepalive_age_ms {
-            let _ = write!(text, "; the last keepalive {age} ms ago");
-        }
-        if let Some(progress) = &evidence.progress {
-            let _ = write!(text, "; progress {}", progress.value);
-            if let Some(total) = progress.total {
-                let _ = write!(text, " of {total}");
-            }
-            let moved = if progress.advanced {
-                "rose since the last expiry"
-            } else {
-                "did not move since the last expiry"
-            };
-            let _ = write!(text, " ({moved})");
-        }
-        if let Some(note) = &evidence.last_note {
-            let _ = write!(text, "; last progress note: {note:?}");
-        }
-        if let Some(share) = evidence.repetition {
-            let _ = write!(text, "; repetition {share:.2}");
-        }
+        // The same words the verdict's record and the trace give.
+        let _ = write!(text, "evidence: {}", request.evidence.describe(None));
         text.push('\n');
         let _ = writeln!(
             text,
