@@ -58,6 +58,17 @@ pub use timing::{Timing, WORST_CASE_FORMULA, compact};
 /// The variable naming the configuration file, when none is given.
 pub const ENV_CONFIG: &str = "LEASEHOLD_CONFIG";
 
+/// `max_tokens` of a judge's call by default (`watchdog.max_tokens`,
+/// `budget.checkpoint_max_tokens`): a verdict's JSON with a one-sentence
+/// reason and a nudge fits in a hundred; 256 leaves room for a model that
+/// says a little more.
+pub(crate) const JUDGE_MAX_TOKENS: u32 = 256;
+
+/// Judge calls in flight at once on the evaluator's endpoint by default
+/// (`watchdog.max_concurrent_calls`): one, so that the judge takes at most
+/// one of a local server's slots from the work it judges.
+pub(crate) const JUDGE_MAX_IN_FLIGHT: u32 = 1;
+
 /// Where a value came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -181,6 +192,14 @@ pub struct Config {
     pub evaluator_timeout: Setting<Duration>,
     /// Budget extensions per loop (`LEASEHOLD_BUDGET_MAX_EXTENSIONS`).
     pub budget_max_extensions: Setting<u32>,
+    /// `max_tokens` of a lease verdict (`LEASEHOLD_WATCHDOG_MAX_TOKENS`).
+    pub watchdog_max_tokens: Setting<Option<u32>>,
+    /// `max_tokens` of a budget checkpoint's decision
+    /// (`LEASEHOLD_BUDGET_CHECKPOINT_MAX_TOKENS`).
+    pub budget_checkpoint_max_tokens: Setting<Option<u32>>,
+    /// Judge calls in flight at once on the evaluator's endpoint
+    /// (`LEASEHOLD_WATCHDOG_MAX_CONCURRENT_CALLS`).
+    pub watchdog_max_concurrent_calls: Setting<u32>,
     /// Workers one model answer may spawn (`LEASEHOLD_SPAWN_MAX_PER_ANSWER`).
     pub spawn_max_per_answer: Setting<u32>,
     /// Workers one run may start (`LEASEHOLD_SPAWN_MAX_PER_RUN`).
@@ -418,6 +437,9 @@ impl Default for Config {
             watchdog_role: Setting::default(ModelRole::Fast),
             evaluator_timeout: Setting::default(engine.supervision.watchdog.evaluator_timeout),
             budget_max_extensions: Setting::default(engine.budget.max_extensions),
+            watchdog_max_tokens: Setting::default(Some(JUDGE_MAX_TOKENS)),
+            budget_checkpoint_max_tokens: Setting::default(Some(JUDGE_MAX_TOKENS)),
+            watchdog_max_concurrent_calls: Setting::default(JUDGE_MAX_IN_FLIGHT),
             spawn_max_per_answer: Setting::default(engine.spawn.max_per_answer),
             spawn_max_per_run: Setting::default(engine.spawn.max_per_run),
             spawn_max_depth: Setting::default(engine.spawn.max_depth),

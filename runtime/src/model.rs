@@ -96,7 +96,7 @@ pub use classify::{classify_status, parse_retry_after};
 #[cfg(feature = "openai")]
 pub use client::{OpenAiClient, ReplyStream, SetupError};
 #[cfg(feature = "openai")]
-pub use evaluator::ModelEvaluator;
+pub use evaluator::{JudgeBounds, ModelEvaluator};
 pub use ledger::UsageLedger;
 pub use settings::{
     DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_BODY_BYTES, ENV_API_KEY, ENV_BASE_URL,

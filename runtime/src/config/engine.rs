@@ -20,7 +20,7 @@ use leasehold_actors::{
 
 use super::Config;
 #[cfg(feature = "openai")]
-use crate::model::{ModelEvaluator, OpenAiClient, SetupError};
+use crate::model::{JudgeBounds, ModelEvaluator, OpenAiClient, SetupError};
 #[cfg(feature = "mcp")]
 use crate::tools::{McpToolClient, ToolGroups};
 
@@ -180,6 +180,24 @@ impl Config {
         Ok(self.engine_builder_with_model(client))
     }
 
+    /// What one judge call may cost: `watchdog.max_tokens`,
+    /// `budget.checkpoint_max_tokens` and `watchdog.max_concurrent_calls`.
+    #[cfg(feature = "openai")]
+    pub fn judge_bounds(&self) -> JudgeBounds {
+        let defaults = JudgeBounds::default();
+        JudgeBounds {
+            verdict_max_tokens: self
+                .watchdog_max_tokens
+                .value
+                .unwrap_or(defaults.verdict_max_tokens),
+            checkpoint_max_tokens: self
+                .budget_checkpoint_max_tokens
+                .value
+                .unwrap_or(defaults.checkpoint_max_tokens),
+            max_in_flight: self.watchdog_max_concurrent_calls.value,
+        }
+    }
+
     /// The builder with `client` (and its evaluator) when there is one.
     fn engine_builder_with_model(&self, client: Option<ModelClientOf>) -> EngineBuilder {
         let builder = Engine::builder()
@@ -188,7 +206,8 @@ impl Config {
         #[cfg(feature = "openai")]
         let builder = match client {
             Some(client) => {
-                let evaluator = ModelEvaluator::with_role(&client, self.watchdog_role.value);
+                let evaluator = ModelEvaluator::with_role(&client, self.watchdog_role.value)
+                    .with_bounds(self.judge_bounds());
                 builder
                     .model(Arc::new(client))
                     .evaluator(Arc::new(evaluator))

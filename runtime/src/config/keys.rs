@@ -274,7 +274,7 @@ const fn key_at(
 }
 
 /// Every key, in the order of the table `docs/configuration.md` holds.
-pub(super) static KEYS: [Key; 71] = [
+pub(super) static KEYS: [Key; 74] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -361,6 +361,28 @@ pub(super) static KEYS: [Key; 71] = [
         field!(Role, watchdog_role),
         "the model role (`default` or `fast`) the watchdog and budget checkpoints ask",
     ),
+    key(
+        "LEASEHOLD_WATCHDOG_MAX_TOKENS",
+        "watchdog.max_tokens",
+        "256",
+        field!(Tokens, watchdog_max_tokens),
+        "the most tokens one verdict of the watchdog's evaluator may take, sent as `max_tokens` (its JSON with a one-sentence reason fits in a hundred); the request is streamed, so that when `evaluator_timeout` is up the server stops generating it",
+    ),
+    key(
+        "LEASEHOLD_BUDGET_CHECKPOINT_MAX_TOKENS",
+        "budget.checkpoint_max_tokens",
+        "256",
+        field!(Tokens, budget_checkpoint_max_tokens),
+        "the same for a budget checkpoint's decision",
+    ),
+    key(
+        "LEASEHOLD_WATCHDOG_MAX_CONCURRENT_CALLS",
+        "watchdog.max_concurrent_calls",
+        "1",
+        field!(Count, watchdog_max_concurrent_calls),
+        "judge calls (lease verdicts and budget checkpoints) in flight at once on the evaluator's endpoint; one more waits for a place within `evaluator_timeout`, past which the breaker renews. One by default, so that the judge takes at most one of a local server's slots from the work it judges",
+    )
+    .at_least(1, "a judge with no place on its endpoint would never be asked"),
     key(
         "LEASEHOLD_EVALUATOR_TIMEOUT",
         "evaluator_timeout",

@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use tokio::sync::Semaphore;
+
 use super::client::{OpenAiClient, json_object_format};
 use super::settings::ModelRole;
 use leasehold_actors::{
@@ -83,11 +85,62 @@ fence — with exactly these three keys:
 /// Calls are attributed to `engine.watchdog` and `engine.budget`. There is
 /// no timeout here: the watchdog and the checkpoint run the evaluator under
 /// their own flat one.
+///
+/// The judge costs less than what it judges ([`JudgeBounds`]): every
+/// request carries `max_tokens` (small enough for the verdict's JSON), is
+/// streamed, so that when its time is up and the call is dropped the
+/// server sees the connection close and stops generating, and waits for
+/// one of a bounded number of places on the endpoint (one by default),
+/// within the evaluator's timeout — past which the breaker answers. The
+/// watchdog never has two calls in flight for one lease.
 #[derive(Clone, Debug)]
 pub struct ModelEvaluator {
     client: OpenAiClient,
     /// Set once the endpoint refused JSON mode and answered without it.
     plain: Arc<AtomicBool>,
+    bounds: JudgeBounds,
+    /// The places on the endpoint: one permit a call in flight.
+    places: Arc<Semaphore>,
+}
+
+/// What one judge call may cost: its length, and how many are in flight at
+/// once on the endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JudgeBounds {
+    /// `max_tokens` of a lease verdict (`watchdog.max_tokens`).
+    pub verdict_max_tokens: u32,
+    /// `max_tokens` of a budget checkpoint's decision
+    /// (`budget.checkpoint_max_tokens`).
+    pub checkpoint_max_tokens: u32,
+    /// Judge calls in flight at once on the endpoint, verdicts and
+    /// checkpoints together (`watchdog.max_concurrent_calls`, at least 1).
+    pub max_in_flight: u32,
+}
+
+impl JudgeBounds {
+    /// The most tokens of a verdict or a decision by default (256): the
+    /// JSON object with a one-sentence reason and a nudge fits in a
+    /// hundred.
+    pub const DEFAULT_MAX_TOKENS: u32 = crate::config::JUDGE_MAX_TOKENS;
+    /// Judge calls in flight at once on one endpoint by default: one, so
+    /// that the judge takes at most one of a local server's slots from the
+    /// work it judges.
+    pub const DEFAULT_MAX_IN_FLIGHT: u32 = crate::config::JUDGE_MAX_IN_FLIGHT;
+}
+
+impl Default for JudgeBounds {
+    fn default() -> Self {
+        Self {
+            verdict_max_tokens: Self::DEFAULT_MAX_TOKENS,
+            checkpoint_max_tokens: Self::DEFAULT_MAX_TOKENS,
+            max_in_flight: Self::DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+}
+
+fn places(bounds: &JudgeBounds) -> Arc<Semaphore> {
+    let permits = usize::try_from(bounds.max_in_flight.max(1)).unwrap_or(usize::MAX);
+    Arc::new(Semaphore::new(permits.min(Semaphore::MAX_PERMITS)))
 }
 
 impl ModelEvaluator {
@@ -99,10 +152,28 @@ impl ModelEvaluator {
 
     /// An evaluator on `role` of `client` (`LEASEHOLD_WATCHDOG_ROLE`).
     pub fn with_role(client: &OpenAiClient, role: ModelRole) -> Self {
+        let bounds = JudgeBounds::default();
         Self {
             client: client.role(role),
             plain: Arc::default(),
+            places: places(&bounds),
+            bounds,
         }
+    }
+
+    /// This evaluator held to `bounds` (a `max_in_flight` of 0 counts as 1).
+    #[must_use]
+    pub fn with_bounds(self, bounds: JudgeBounds) -> Self {
+        Self {
+            places: places(&bounds),
+            bounds,
+            ..self
+        }
+    }
+
+    /// What its calls may cost.
+    pub fn bounds(&self) -> JudgeBounds {
+        self.bounds
     }
 
     /// The messages an expired lease is judged on.
@@ -190,17 +261,32 @@ impl ModelEvaluator {
     }
 
     async fn ask(
-        client: OpenAiClient,
-        plain: Arc<AtomicBool>,
+        self,
         messages: Vec<ChatMessage>,
+        max_tokens: u32,
         consumer: &str,
     ) -> Result<EvaluatorAnswer, EvaluatorError> {
+        let Self {
+            client,
+            plain,
+            places,
+            ..
+        } = self;
+        // A place on the endpoint first: waited for within the caller's
+        // timeout, past which the breaker answers.
+        let _place = places
+            .acquire_owned()
+            .await
+            .map_err(|_| EvaluatorError::new("the evaluator's places were closed"))?;
+        // Streamed, so that dropping the call when its time is up closes
+        // the connection and the server stops generating; bounded in
+        // length whatever the server would otherwise generate.
         let request = ModelRequest {
-            max_tokens: None,
+            max_tokens: Some(max_tokens.max(1)),
             traceparent: None,
             messages,
             tools: Vec::new(),
-            stream: false,
+            stream: true,
             consumer: consumer.to_owned(),
         };
         let format = json_object_format();
@@ -263,28 +349,18 @@ impl Evaluator for ModelEvaluator {
         &self,
         request: EvaluationRequest,
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
-        let client = self.client.clone();
         let messages = Self::lease_prompt(&request);
-        Box::pin(Self::ask(
-            client,
-            Arc::clone(&self.plain),
-            messages,
-            WATCHDOG_CONSUMER,
-        ))
+        let max_tokens = self.bounds.verdict_max_tokens;
+        Box::pin(self.clone().ask(messages, max_tokens, WATCHDOG_CONSUMER))
     }
 
     fn evaluate_budget(
         &self,
         request: BudgetEvaluationRequest,
     ) -> BoxFuture<'static, Result<EvaluatorAnswer, EvaluatorError>> {
-        let client = self.client.clone();
         let messages = Self::budget_prompt(&request);
-        Box::pin(Self::ask(
-            client,
-            Arc::clone(&self.plain),
-            messages,
-            BUDGET_CONSUMER,
-        ))
+        let max_tokens = self.bounds.checkpoint_max_tokens;
+        Box::pin(self.clone().ask(messages, max_tokens, BUDGET_CONSUMER))
     }
 
     fn model_name(&self) -> Option<String> {
