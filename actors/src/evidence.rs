@@ -451,13 +451,17 @@ impl Evidence {
     }
 
     /// Seeds the detector with what earlier calls of the same pace key
-    /// showed: their intervals, and their time to a first item.
-    pub(crate) fn seed(&self, pace: &Pace) {
+    /// showed: their intervals, and their time to a first item — unless
+    /// the call is `queued` behind another at its endpoint, whose first item
+    /// waits for the queue.
+    pub(crate) fn seed(&self, pace: &Pace, queued: bool) {
         let mut state = self.state();
         if let Some(interval) = pace.interval {
             state.window.seed(interval);
         }
-        state.first_item = pace.first_item;
+        if !queued {
+            state.first_item = pace.first_item;
+        }
     }
 
     /// When the current silence will be suspicious — phi at the threshold

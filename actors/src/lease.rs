@@ -149,8 +149,6 @@ pub(crate) struct LeaseState {
     drained: Vec<oneshot::Sender<()>>,
     load: Option<LoadRule>,
     paces: PaceBook,
-    /// The pace keys a `reset` lease of this actor already reset.
-    reset: std::collections::HashSet<String>,
     /// This actor, for the evidence cells to wake it.
     myself: ActorRef<LeaseMsg>,
 }
@@ -160,6 +158,11 @@ impl Drop for LeaseState {
         // However the actor ends, the leases it still held are not live.
         let held = u64::try_from(self.leases.len()).unwrap_or(u64::MAX);
         self.live.fetch_sub(held, Ordering::AcqRel);
+        for entry in self.leases.values() {
+            if let Some(endpoint) = entry.meta.endpoint.as_deref() {
+                self.paces.leave(endpoint);
+            }
+        }
     }
 }
 
@@ -170,6 +173,9 @@ struct Entry {
     token: CancellationToken,
     end: oneshot::Sender<LeaseEnd>,
     nudges: Option<NudgeQueue>,
+    /// Whether another call was in flight at its endpoint when it started:
+    /// its time to a first item is then no pace of the endpoint's.
+    queued: bool,
     /// Renewals in all (load renewals aside).
     renewals: u32,
     /// Renewals that count toward the cap: doubt, not strong evidence.
@@ -228,7 +234,6 @@ impl Actor for LeaseActor {
             drained: Vec::new(),
             load: args.load,
             paces: args.paces,
-            reset: std::collections::HashSet::new(),
             myself: myself.clone(),
         })
     }
@@ -284,19 +289,19 @@ impl LeaseState {
             end,
             nudges,
         } = registration;
-        if let Some(key) = meta.pace_key.as_deref() {
-            if meta.pace_mode == PaceMode::Reset && self.reset.insert(key.to_owned()) {
-                // This run's first call of the key: what was learned before
-                // is forgotten, and this run learns it anew.
-                self.paces.reset(key);
-            }
-            if let Some(pace) = self
-                .paces
-                .get(key)
-                .filter(|_| meta.pace_mode != PaceMode::Off)
-            {
-                evidence.seed(&pace);
-            }
+        // Another of this executor's calls ahead at the endpoint: its queue,
+        // not this call, may keep the first item waiting.
+        let queued = meta
+            .endpoint
+            .as_deref()
+            .is_some_and(|endpoint| self.paces.enter(endpoint) > 0);
+        // Only a pace that enough runs taught judges this run's call; a run
+        // that reset its paces starts cold (rule 15).
+        if let Some(key) = meta.pace_key.as_deref()
+            && meta.pace_mode == PaceMode::Learn
+            && let Some(pace) = self.paces.trusted(key)
+        {
+            evidence.seed(&pace, queued);
         }
         if terms.policy.expires_early() {
             let (actor, id) = (self.myself.clone(), meta.id);
@@ -325,6 +330,7 @@ impl LeaseState {
                 token,
                 end,
                 nudges,
+                queued,
                 renewals: 0,
                 counted: 0,
                 cap: terms_cap,
@@ -417,6 +423,9 @@ impl LeaseState {
     fn remove(&mut self, id: LeaseId) -> Option<Entry> {
         let entry = self.leases.remove(&id)?;
         self.live.fetch_sub(1, Ordering::AcqRel);
+        if let Some(endpoint) = entry.meta.endpoint.as_deref() {
+            self.paces.leave(endpoint);
+        }
         let _ = self.timers.send(TimerCmd::Disarm(id));
         Some(entry)
     }
@@ -431,8 +440,15 @@ impl LeaseState {
                 if let Some(key) = &entry.meta.pace_key
                     && entry.meta.pace_mode != PaceMode::Off
                 {
-                    // Ended by itself: what it showed is the key's normal pace.
-                    self.paces.learn(key, &entry.evidence.call_pace());
+                    // Ended by itself: what it showed is the key's normal
+                    // pace — but for a wait for its first item that the
+                    // executor's own queue may have made.
+                    let mut call = entry.evidence.call_pace();
+                    if entry.queued {
+                        call.first_item_ms = None;
+                    }
+                    let run = crate::pace::run_tag(&entry.meta.run_id);
+                    self.paces.learn(key, run, &call);
                 }
             }
         }

@@ -127,7 +127,10 @@ pub use nudge::NudgeQueue;
 pub use supervision::{Supervision, SupervisionConfig};
 
 // Verdicts: their vocabulary, the policy that decides them, the watchdog.
-pub use pace::{CallPace, DECAY, MAX_PACE_KEYS, PRIOR_SAMPLES, Pace, PaceBook, PaceMode, Spread};
+pub use pace::{
+    CallPace, MAX_PACE_KEYS, MIN_RUNS, PRIOR_SAMPLES, Pace, PaceBook, PaceMode, QUANTILE_PERCENT,
+    RunSample, Spread, WINDOW_RUNS, run_tag,
+};
 pub use policy::{
     AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
     MAX_CAP_CHECKPOINTS, Policies, PolicyChoice, PolicyName, VerdictPolicy, fresh_evidence,

@@ -491,7 +491,7 @@ impl Store for MemoryStore {
         let paces = tables
             .paces
             .iter()
-            .map(|(key, pace)| (key.clone(), *pace))
+            .map(|(key, pace)| (key.clone(), pace.clone()))
             .collect();
         ready(Ok(paces))
     }

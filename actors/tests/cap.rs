@@ -149,7 +149,7 @@ async fn an_answer_that_repeats_itself_is_doubt_and_is_capped() {
             },
         )
         .expect("started");
-    let error: LeaseError = handle.outcome().await.map(|()| ()).expect_err("capped");
+    let error: LeaseError = handle.outcome().await.expect_err("capped");
     assert!(
         matches!(
             error,

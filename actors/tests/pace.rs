@@ -1,11 +1,13 @@
 //! Each endpoint's pace, learned and used: a lease seeded with what earlier
-//! calls of its pace key showed judges a new silence against it, and is
-//! expired early — before its period ends — once that silence is
-//! suspicious; a lease with no history keeps its period. On paused time.
+//! runs' calls of its pace key showed judges a new silence against it, and
+//! is expired early — before its period ends — once that silence is
+//! suspicious; a lease with no history keeps its period. No run teaches
+//! another to be impatient (rule 15). On paused time.
 
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -44,12 +46,16 @@ async fn rig(policy: PolicyName) -> Rig {
     }
 }
 
+/// A lease of a run of its own: every call here is another run's, unless
+/// the test says otherwise.
 fn spec(key: Option<&str>) -> LeaseSpec {
+    static RUNS: AtomicU64 = AtomicU64::new(1);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
     LeaseSpec::new(LeaseKind::ModelStream, "model", secs(30))
         .expect("a valid lease")
         .with_max_renewals(10)
         .with_pace_key(key.map(str::to_owned))
-        .in_run("run-pace", "run/model_call:1")
+        .in_run(format!("run-pace-{run}"), "run/model_call:1")
 }
 
 /// A stream: `chunks` chunks `every` apart after `first`, then, if `hang`,
@@ -95,14 +101,25 @@ fn last_verdict(rig: &Rig) -> VerdictRecord {
     rig.events.verdicts().pop().expect("a verdict")
 }
 
+/// Three runs' calls of `key` that end by themselves: enough for their pace
+/// to judge other runs' ([`leasehold_actors::MIN_RUNS`]).
+async fn teach(rig: &Rig, key: &str, (first, every, chunks): (Duration, Duration, u32)) {
+    for _ in 0..leasehold_actors::MIN_RUNS {
+        stream(rig, Some(key), first, every, chunks, false)
+            .outcome()
+            .await
+            .expect("the stream ends by itself");
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_pace_learned_from_one_call_judges_the_next_calls_silence_before_its_period_ends() {
+async fn a_pace_learned_from_three_runs_judges_the_next_calls_silence_before_its_period_ends() {
     let rig = rig(PolicyName::LEASEHOLD).await;
     // A fast model: its first chunk after 200 ms, then one every 50 ms.
-    let learned = stream(&rig, Some(KEY), millis(200), millis(50), 40, false);
-    learned.outcome().await.expect("the stream ends by itself");
+    teach(&rig, KEY, (millis(200), millis(50), 40)).await;
     let book: &PaceBook = &rig.supervision.paces;
-    let pace = book.get(KEY).expect("the call taught its key");
+    let pace = book.get(KEY).expect("the calls taught their key");
+    assert!(pace.trusted(), "{pace:?}");
     let interval = pace.interval.expect("intervals");
     assert!((interval.mean_ms - 50.0).abs() < 1.0, "{pace:?}");
     let first = pace.first_item.expect("a first item");
@@ -131,14 +148,34 @@ async fn a_pace_learned_from_one_call_judges_the_next_calls_silence_before_its_p
     );
     assert_eq!(rig.evaluator.calls(), 1);
     // A call cut by its lease teaches nothing.
-    assert_eq!(book.get(KEY).map(|p| p.calls), Some(1));
+    assert_eq!(book.get(KEY).map(|p| p.calls), Some(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_or_two_runs_set_nobodys_pace() {
+    let rig = rig(PolicyName::LEASEHOLD).await;
+    for _ in 0..2 {
+        stream(&rig, Some(KEY), millis(200), millis(50), 40, false)
+            .outcome()
+            .await
+            .expect("ends by itself");
+    }
+    // Two runs taught the key: a third run's silence is judged by its
+    // period and the ladder, as a cold call's is.
+    let begun = Instant::now();
+    let hung = stream(&rig, Some(KEY), millis(200), millis(50), 10, true);
+    assert!(matches!(
+        hung.outcome().await,
+        Err(LeaseError::Intervened { .. })
+    ));
+    assert!(begun.elapsed() >= secs(90), "{:?}", begun.elapsed());
+    assert!(rig.events.verdicts().iter().all(|v| !v.early));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_start_is_judged_against_the_learned_time_to_a_first_chunk() {
     let rig = rig(PolicyName::LEASEHOLD).await;
-    let learned = stream(&rig, Some(KEY), millis(300), millis(50), 20, false);
-    learned.outcome().await.expect("the stream ends by itself");
+    teach(&rig, KEY, (millis(300), millis(50), 20)).await;
     // The endpoint is wedged: nothing at all comes back.
     let begun = Instant::now();
     let silent = stream(&rig, Some(KEY), secs(3600), millis(50), 0, true);
@@ -154,6 +191,55 @@ async fn a_silent_start_is_judged_against_the_learned_time_to_a_first_chunk() {
     );
     let verdict = last_verdict(&rig);
     assert!(verdict.early && verdict.evidence.count == 0, "{verdict:?}");
+    // What the evaluator was told of the evidence is what the record says.
+    let asked = rig.evaluator.requests().pop().expect("asked");
+    assert_eq!(asked.evidence, verdict.evidence);
+    assert!(
+        verdict.evidence.phi.is_some(),
+        "a silent start has a phi against the learned first item: {verdict:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_behind_another_at_its_endpoint_is_not_judged_by_the_first_item_it_waits_for() {
+    let rig = rig(PolicyName::LEASEHOLD).await;
+    let endpoint = "model fast at http://127.0.0.1/v1";
+    teach(&rig, KEY, (millis(300), millis(50), 20)).await;
+    let queued = |first: Duration| {
+        rig.supervision
+            .leases
+            .supervise(
+                spec(Some(KEY)).with_endpoint(Some(endpoint.to_owned())),
+                move |evidence: Evidence| async move {
+                    sleep(first).await;
+                    for _ in 0..20 {
+                        evidence.observe_text("token ");
+                        sleep(millis(50)).await;
+                    }
+                },
+            )
+            .expect("started")
+    };
+    // Eight calls at once on a server that serves one at a time: each
+    // waits for those ahead, far past the quiet 300 ms first chunk. Only
+    // the first one is alone at the endpoint; none is expired early.
+    let calls: Vec<_> = (0..8u64)
+        .map(|n| queued(millis(300) + secs(2) * u32::try_from(n).unwrap_or(0)))
+        .collect();
+    for call in calls {
+        call.outcome().await.expect("each ends by itself");
+    }
+    assert!(
+        rig.events.verdicts().iter().all(|v| !v.early),
+        "{:?}",
+        rig.events.verdicts()
+    );
+    assert_eq!(rig.evaluator.calls(), 0);
+    assert_eq!(rig.supervision.paces.in_flight(endpoint), 0);
+    // And their waits taught the key no first item: it is still the
+    // quiet one.
+    let first = rig.supervision.paces.get(KEY).and_then(|p| p.first_item);
+    assert!(first.is_some_and(|f| f.mean_ms < 400.0), "{first:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -162,8 +248,7 @@ async fn a_slow_models_normal_pauses_raise_no_suspicion_and_no_history_keeps_the
     // A slow model: a chunk every 5 s. Learned, its next call's 5 s pauses
     // are normal: no early expiry, no evaluator call.
     let slow = "model_stream:model slow";
-    let learned = stream(&rig, Some(slow), secs(5), secs(5), 4, false);
-    learned.outcome().await.expect("ends by itself");
+    teach(&rig, slow, (secs(5), secs(5), 4)).await;
     let again = stream(&rig, Some(slow), secs(5), secs(5), 4, false);
     again.outcome().await.expect("ends by itself");
     assert!(
@@ -186,9 +271,8 @@ async fn a_slow_models_normal_pauses_raise_no_suspicion_and_no_history_keeps_the
 #[tokio::test(start_paused = true)]
 async fn a_baseline_policy_never_expires_early() {
     let rig = rig(PolicyName::DEADLINE).await;
-    let learned = stream(&rig, Some(KEY), millis(200), millis(50), 40, false);
-    // Under a deadline, the 2.2 s stream ends within its period.
-    learned.outcome().await.expect("ends by itself");
+    // Under a deadline, each 2.2 s stream ends within its period.
+    teach(&rig, KEY, (millis(200), millis(50), 40)).await;
     assert!(rig.supervision.paces.get(KEY).is_some());
     let begun = Instant::now();
     let hung = stream(&rig, Some(KEY), millis(200), millis(50), 10, true);
@@ -201,10 +285,7 @@ async fn a_baseline_policy_never_expires_early() {
 #[tokio::test(start_paused = true)]
 async fn a_lease_with_pace_off_neither_uses_nor_teaches_the_learned_pace() {
     let rig = rig(PolicyName::LEASEHOLD).await;
-    stream(&rig, Some(KEY), millis(200), millis(50), 40, false)
-        .outcome()
-        .await
-        .expect("ends by itself");
+    teach(&rig, KEY, (millis(200), millis(50), 40)).await;
     let learned = rig.supervision.paces.get(KEY).expect("learned");
     // Off: ten chunks, then silence; with no pace and too few items of its
     // own, the period and the ladder are its bound, as for a cold call.
@@ -230,42 +311,52 @@ async fn a_lease_with_pace_off_neither_uses_nor_teaches_the_learned_pace() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_with_pace_reset_forgets_the_learned_pace_and_learns_it_anew() {
+async fn a_run_that_resets_its_pace_starts_cold_and_never_makes_another_run_impatient() {
+    // The judge intervenes on anything it is asked.
     let rig = rig(PolicyName::LEASEHOLD).await;
-    // The endpoint used to be slow: a chunk every 2 s.
-    for _ in 0..3 {
-        stream(&rig, Some(KEY), secs(2), secs(2), 5, false)
+    // Three runs whose first token comes after 8 s.
+    teach(&rig, KEY, (secs(8), millis(50), 20)).await;
+    // One run, with `reset`, that answers at once: it starts cold, and
+    // teaches the key as one run among four.
+    stream_with(
+        &rig,
+        Some(KEY),
+        PaceMode::Reset,
+        (millis(5), millis(50), 20),
+        false,
+    )
+    .outcome()
+    .await
+    .expect("ends by itself");
+    let pace = rig.supervision.paces.get(KEY).expect("kept");
+    assert_eq!(pace.calls, 4, "{pace:?}");
+    assert_eq!(pace.runs.len(), 4, "the book was not reset: {pace:?}");
+    // The next 8 s run: no early expiry, no evaluator call.
+    stream(&rig, Some(KEY), secs(8), millis(50), 20, false)
+        .outcome()
+        .await
+        .expect("the 8 s run completes");
+    assert!(
+        rig.events.verdicts().is_empty(),
+        "{:?}",
+        rig.events.verdicts()
+    );
+    // Five more immediate runs of the same key: still judged by the slow
+    // ones, a high quantile of the window.
+    for _ in 0..5 {
+        stream(&rig, Some(KEY), millis(5), millis(50), 20, false)
             .outcome()
             .await
             .expect("ends by itself");
     }
-    assert_eq!(rig.supervision.paces.get(KEY).map(|p| p.calls), Some(3));
-    // A new model behind it streams every 50 ms; the run resets its pace.
-    stream_with(
-        &rig,
-        Some(KEY),
-        PaceMode::Reset,
-        (millis(100), millis(50), 40),
-        false,
-    )
-    .outcome()
-    .await
-    .expect("ends by itself");
-    let pace = rig.supervision.paces.get(KEY).expect("learned anew");
-    assert_eq!(pace.calls, 1, "{pace:?}");
-    let interval = pace.interval.expect("intervals").mean_ms;
-    assert!((interval - 50.0).abs() < 1.0, "{pace:?}");
-    // Within the same run (lease actor), a second reset lease does not
-    // forget what the first just learned.
-    stream_with(
-        &rig,
-        Some(KEY),
-        PaceMode::Reset,
-        (millis(100), millis(50), 40),
-        false,
-    )
-    .outcome()
-    .await
-    .expect("ends by itself");
-    assert_eq!(rig.supervision.paces.get(KEY).map(|p| p.calls), Some(2));
+    stream(&rig, Some(KEY), secs(8), millis(50), 20, false)
+        .outcome()
+        .await
+        .expect("the 8 s run completes");
+    assert!(
+        rig.events.verdicts().is_empty(),
+        "{:?}",
+        rig.events.verdicts()
+    );
+    assert_eq!(rig.evaluator.calls(), 0);
 }

@@ -137,7 +137,12 @@ impl AgentLoop {
                 let spec = self
                     .ctx
                     .spec(LeaseKind::ToolCall, name, &path)
-                    .with_pace_key(Some(format!("{}:{name}", LeaseKind::ToolCall)))
+                    .with_pace_key(Some(format!(
+                        "{}:{name} on {}",
+                        LeaseKind::ToolCall,
+                        self.tool_server(&route.server)
+                    )))
+                    .with_endpoint(Some(self.tool_server(&route.server)))
                     .with_transcript_tail(self.transcript_tail())
                     .with_nudges(self.nudges.clone())
                     .with_parent(&self.cancel);
@@ -328,7 +333,11 @@ impl AgentLoop {
         let spec = self
             .ctx
             .spec(LeaseKind::WorkerStep, &format!("worker:{kind}"), &path)
-            .with_pace_key(Some(format!("{}:worker:{kind}", LeaseKind::WorkerStep)))
+            .with_pace_key(Some(format!(
+                "{}:worker:{kind} · {}",
+                LeaseKind::WorkerStep,
+                self.ctx.flow.name
+            )))
             .with_transcript_tail(self.transcript_tail())
             .with_nudges(self.nudges.clone())
             .with_parent(&self.cancel);
@@ -454,5 +463,24 @@ impl AgentLoop {
         self.save(RunStatus::Running).await;
         let _ = myself.send_message(LoopMsg::Next);
         None
+    }
+}
+
+impl AgentLoop {
+    /// A tool server's identity for its tools' pace keys and calls in
+    /// flight ([`crate::pace::tool_server`]): its name, and a hash of the
+    /// address or command the flow gives it.
+    fn tool_server(&self, server: &str) -> String {
+        let declared = self.ctx.flow.tools.iter().find(|t| t.name == server);
+        let target: Vec<&str> = declared
+            .map(|t| {
+                t.url
+                    .iter()
+                    .map(String::as_str)
+                    .chain(t.command.iter().flatten().map(crate::flow::CommandArg::value))
+                    .collect()
+            })
+            .unwrap_or_default();
+        crate::pace::tool_server(server, &target)
     }
 }

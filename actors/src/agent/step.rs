@@ -248,7 +248,8 @@ impl AgentLoop {
         let spec = self
             .ctx
             .spec(kind, &request.consumer, &path)
-            .with_pace_key(Some(format!("{kind}:{}", self.ctx.model_described)))
+            .with_pace_key(Some(self.pace_key(kind, &request)))
+            .with_endpoint(Some(self.ctx.model_described.clone()))
             .with_transcript_tail(self.transcript_tail())
             .with_nudges(self.nudges.clone())
             .with_parent(&self.cancel);
@@ -413,5 +414,22 @@ impl AgentLoop {
         // A pause that came while the model answered holds the calls back.
         self.when_open(myself, LoopMsg::StartCalls { step });
         None
+    }
+}
+
+impl AgentLoop {
+    /// The pace key of a model call: the model at its endpoint, and the
+    /// kind of prompt — the flow, the loop (`run` or `worker:KIND`) and the
+    /// request's size — so that prompts of different kinds never share a
+    /// pace (rule 15).
+    fn pace_key(&self, kind: LeaseKind, request: &ModelRequest) -> String {
+        let characters: usize = request.messages.iter().map(|m| m.content.len()).sum();
+        format!(
+            "{kind}:{} · {} · {} · {}",
+            self.ctx.model_described,
+            self.ctx.flow.name,
+            request.consumer,
+            crate::pace::prompt_size(characters)
+        )
     }
 }

@@ -209,6 +209,9 @@ pub struct LeaseMeta {
     /// What the operation calls, for its learned pace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pace_key: Option<String>,
+    /// The endpoint it calls, for the calls in flight there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// What the lease does with its key's learned pace.
     pub pace_mode: crate::pace::PaceMode,
     /// The last messages of the loop's transcript.

@@ -36,6 +36,7 @@ pub struct LeaseSpec {
     pub(crate) max_renewals: u32,
     pub(crate) terms: Option<Arc<LeaseTerms>>,
     pub(crate) pace_key: Option<String>,
+    pub(crate) endpoint: Option<String>,
     pub(crate) pace_mode: crate::pace::PaceMode,
     pub(crate) run_id: String,
     pub(crate) path: String,
@@ -68,6 +69,7 @@ impl LeaseSpec {
             max_renewals: LeaseConfig::default().max_renewals,
             terms: None,
             pace_key: None,
+            endpoint: None,
             pace_mode: crate::pace::PaceMode::Learn,
             run_id: String::new(),
             path: String::new(),
@@ -104,6 +106,16 @@ impl LeaseSpec {
     /// [`PaceBook`](crate::pace::PaceBook)).
     pub fn with_pace_key(mut self, key: Option<String>) -> Self {
         self.pace_key = key;
+        self
+    }
+
+    /// Names the endpoint the operation calls — a model at its URL, a tool
+    /// server — so that the executor knows how many of its calls are in
+    /// flight there: a call that another is ahead of at its endpoint is not
+    /// judged against the learned time to a first item, since the queue the
+    /// executor filled, not the call, may be what keeps it waiting.
+    pub fn with_endpoint(mut self, endpoint: Option<String>) -> Self {
+        self.endpoint = endpoint;
         self
     }
 
@@ -152,6 +164,7 @@ impl LeaseMeta {
             duration: spec.duration,
             max_renewals: terms.max_renewals,
             pace_key: spec.pace_key.clone(),
+            endpoint: spec.endpoint.clone(),
             pace_mode: spec.pace_mode,
             transcript_tail: spec.transcript_tail.clone(),
         }

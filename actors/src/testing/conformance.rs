@@ -1813,14 +1813,15 @@ async fn learned_paces_are_kept_replaced_reset_and_survive_a_reopen(subject: Sub
     };
     book.learn(
         "model_stream:model a at http://127.0.0.1:1/v1",
+        1,
         &call(300.0, 50.0),
     );
-    book.learn("tool_call:search", &call(2_000.0, 1_000.0));
-    book.learn("worker_step:worker:w", &call(10_000.0, 10_000.0));
+    book.learn("tool_call:search", 1, &call(2_000.0, 1_000.0));
+    book.learn("worker_step:worker:w", 1, &call(10_000.0, 10_000.0));
     let store = Arc::clone(&subject.store);
     store.save_paces(book.take_changed()).await.unwrap();
     // Learned again: replaced, not added. Reset: gone.
-    book.learn("tool_call:search", &call(1_000.0, 500.0));
+    book.learn("tool_call:search", 2, &call(1_000.0, 500.0));
     book.reset("worker_step:worker:w");
     store.save_paces(book.take_changed()).await.unwrap();
     store.flush().await.unwrap();
