@@ -206,10 +206,12 @@ struct Entry {
 }
 
 /// What the lease actor keeps of an expiry it judged, until its verdict
-/// acts: whether a renewal would be on strong evidence.
+/// acts: whether a renewal would be on strong evidence, and, for an expiry
+/// judged on a silence, how many items had arrived by then.
 #[derive(Clone, Copy, Debug)]
 struct PendingExpiry {
     strong: bool,
+    silence: Option<u64>,
 }
 
 impl Actor for LeaseActor {
@@ -665,11 +667,22 @@ impl LeaseState {
                 VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
             self.emit(&meta, EventKind::Verdict(record));
             if let Some(entry) = self.leases.get_mut(&id) {
-                entry.pending = Some(PendingExpiry { strong });
+                entry.pending = Some(PendingExpiry {
+                    strong,
+                    silence: None,
+                });
             }
             self.decided(id, generation, decision);
             return;
         }
+        // Judged on a silence (no items, or phi at its threshold), not on a
+        // loop: if the silence ends before the verdict comes, a cut is moot.
+        let silence = (evidence.count == 0
+            || evidence.phi.is_none_or(|phi| phi >= judged.phi_threshold))
+            && evidence
+                .repetition
+                .is_none_or(|share| share <= judged.repetition_threshold);
+        let count = evidence.count;
         // The policy leaves it to the evaluator: the watchdog asks it, shown
         // the evidence as it was judged here.
         let expiry = LeaseExpiry {
@@ -684,7 +697,10 @@ impl LeaseState {
         };
         if let Some(entry) = self.leases.get_mut(&id) {
             entry.judging = true;
-            entry.pending = Some(PendingExpiry { strong: false });
+            entry.pending = Some(PendingExpiry {
+                strong: false,
+                silence: silence.then_some(count),
+            });
         }
         let me = myself.clone();
         let reply = VerdictReply::new(move |decision| {
@@ -705,13 +721,48 @@ impl LeaseState {
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
-        let strong = entry.pending.take().is_some_and(|pending| pending.strong);
+        let pending = entry.pending.take();
+        let strong = pending.is_some_and(|pending| pending.strong);
         // The watchdog answered: no evaluator call of this lease is in
         // flight any more.
         entry.judging = false;
         if entry.token.is_cancelled() {
             return;
         }
+        let decision = match pending.and_then(|pending| pending.silence) {
+            Some(before)
+                if decision.decided_by == DecidedBy::Evaluator
+                    && matches!(decision.verdict, Verdict::Intervene | Verdict::Escalate)
+                    && entry.evidence.count() > before
+                    && !self.paused
+                    && entry.generation == generation =>
+            {
+                // The evaluator judged a silence that has ended since it was
+                // asked: the operation is visibly alive, and cutting it now
+                // would be a false kill on stale evidence.
+                let since = entry.evidence.count() - before;
+                let renewed = Decision::renew(
+                    DecidedBy::Evidence,
+                    format!(
+                        "the evaluator's {} judged a silence that has ended: {} arrived since \
+                         it was asked; renewed, and judged again at the next expiry",
+                        decision.verdict,
+                        crate::counted(since, "item")
+                    ),
+                );
+                let meta = entry.meta.clone();
+                let evidence = entry
+                    .evidence
+                    .summary(tokio::time::Instant::now(), &entry.terms.accrual);
+                let record = VerdictRecord::new(&meta, entry.renewals, evidence, &renewed, None);
+                self.emit(&meta, EventKind::Verdict(record));
+                renewed
+            }
+            _ => decision,
+        };
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return;
+        };
         // A pause changes no generation, and its resume bumps it: a verdict
         // during a pause, or after it on an expiry judged before it, must not
         // act on a run whose clocks were stopped.

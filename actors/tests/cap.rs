@@ -265,3 +265,40 @@ async fn a_lease_never_has_two_evaluator_calls_in_flight() {
         rig.evaluator.max_in_flight()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_verdict_on_a_silence_that_has_since_ended_cuts_nothing() {
+    // A slow judge (3 s) that intervenes; a tool silent for 3.5 s, then
+    // reporting progress toward its total until it is done.
+    let evaluator = ScriptedEvaluator::new([Scripted::AnswerAfter(
+        secs(3),
+        r#"{"verdict": "INTERVENE", "reason": "silent", "nudge": null}"#.to_owned(),
+    )]);
+    let rig = rig(config(0, 10), Some(evaluator)).await;
+    let handle = rig
+        .leases()
+        .supervise(spec(secs(1), 10), |evidence| async move {
+            sleep(millis(3_500)).await;
+            for step in 1..=30 {
+                sleep(millis(200)).await;
+                evidence.progress_value(f64::from(step), Some(30.0), "working");
+            }
+            "done"
+        })
+        .expect("started");
+    assert_eq!(handle.outcome().await, Ok("done"), "a false kill");
+    let verdicts = rig.events.verdicts();
+    let asked = verdicts
+        .iter()
+        .position(|v| v.decided_by == DecidedBy::Evaluator)
+        .expect("the evaluator was asked about the silence");
+    assert_eq!(verdicts[asked].verdict, Verdict::Intervene);
+    let overruled = &verdicts[asked + 1];
+    assert_eq!(overruled.verdict, Verdict::Renew, "{overruled:?}");
+    assert!(
+        overruled.reason.contains("judged a silence that has ended"),
+        "{}",
+        overruled.reason
+    );
+    assert_eq!(rig.events.count("intervened"), 0);
+}
