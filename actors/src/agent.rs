@@ -21,6 +21,7 @@ mod builtin;
 pub(crate) mod call;
 mod calls;
 mod context;
+mod context_window;
 mod ends;
 mod messages;
 pub(crate) mod model_call;
@@ -46,6 +47,7 @@ use crate::ports::{ChatMessage, RunStatus, Snapshot, ToolCallRequest, ToolDefini
 use crate::strategy::SupervisionStrategy;
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
+pub use context_window::Overflow;
 pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconciliation};
 pub(crate) use restore::Saved;
 
@@ -179,6 +181,9 @@ pub(crate) struct AgentLoop {
     phase: Phase,
     model_attempt: u32,
     model_running: bool,
+    /// Times this step's transcript was shortened to fit the model's
+    /// context window ([`context_window`]).
+    shortenings: u32,
     /// Child actors by name, so that a panic ractor reports can be traced
     /// to its call.
     children: HashMap<String, (u32, Option<usize>, u32)>,
@@ -253,6 +258,7 @@ impl AgentLoop {
             phase: Phase::Idle,
             model_attempt: 0,
             model_running: false,
+            shortenings: 0,
             children: HashMap::new(),
             step_evidence,
             budget,
@@ -324,8 +330,9 @@ impl AgentLoop {
                 attempt,
                 outcome,
                 retry_after,
+                overflow,
             } => {
-                self.model_done(myself, step, attempt, outcome, retry_after)
+                self.model_done(myself, step, attempt, outcome, retry_after, overflow)
                     .await
             }
             LoopMsg::CallDone {

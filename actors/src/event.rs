@@ -14,7 +14,8 @@ mod limits;
 mod tail;
 
 pub use bus::{EventBus, EventStream, Lagged};
-pub use kind::{BudgetRecord, CallOutcome, Event, EventKind, HandedTo, counted};
+pub(crate) use kind::overflow_sizes;
+pub use kind::{BudgetRecord, CallOutcome, Event, EventKind, HandedTo, OverflowAction, counted};
 pub(crate) use limits::cut_at_boundary;
 pub use limits::{
     DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS, DEFAULT_PROGRESS_INTERVAL,

@@ -5,7 +5,9 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use leasehold_actors::{LeaseId, TokioClock, prelude::*, testing::ScriptedEvaluator};
+use leasehold_actors::{
+    LeaseId, OverflowAction, TokioClock, prelude::*, testing::ScriptedEvaluator,
+};
 
 #[tokio::test(start_paused = true)]
 async fn events_carry_seq_at_run_id_path_and_kind() {
@@ -154,6 +156,15 @@ async fn every_event_kind_has_a_stable_snake_case_name() {
             idempotency_key: "run-p/run/1/0".into(),
             made_by: "run-p".into(),
             by_person: true,
+        },
+        EventKind::ContextOverflow {
+            step: 3,
+            attempt: 1,
+            requested_tokens: Some(4_135),
+            context_tokens: None,
+            shortened: 2,
+            chars_cut: 5_000,
+            action: OverflowAction::Shortened,
         },
     ];
     for kind in kinds {

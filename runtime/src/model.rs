@@ -31,6 +31,7 @@
 //!   | the connection dropped, or the stream ended before the answer did | `Disconnected` | yes |
 //!   | 429 | `RateLimited` | yes, after `retry_after` |
 //!   | 5xx, or an error inside the answer | `Server` | yes |
+//!   | a 4xx, or an error inside the answer, saying the request does not fit the model's context window (llama.cpp's `exceed_context_size_error`, OpenAI's `context_length_exceeded`, vLLM's `maximum context length`), with the sizes the server gave | `ContextOverflow` | no: the loop shortens its transcript, or pauses for a person |
 //!   | any other 4xx | `Client` | no |
 //!   | a chunk or body that is not the expected JSON | `MalformedChunk` | no |
 //!   | tool-call arguments that are not a JSON object | `Other` | yes: the model may do better |
@@ -53,7 +54,9 @@
 //!   sending past it never renews the call's lease.
 //! - **Usage per consumer.** Each call's token usage is added to a shared
 //!   [`UsageLedger`] under its consumer (`run`, `worker:NAME`,
-//!   `engine.watchdog`, `engine.budget`).
+//!   `engine.watchdog`, `engine.budget`). A usage the server did not
+//!   report, reported as `null`, or as `0` tokens for a side that had text,
+//!   is counted from the text instead ([`tokens::believed`]), and says so.
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -100,6 +100,7 @@ pub fn is_decision(kind: &EventKind) -> bool {
             | EventKind::BudgetExhausted(_)
             | EventKind::Restarted { .. }
             | EventKind::GaveUp { .. }
+            | EventKind::ContextOverflow { .. }
             | EventKind::Paused { .. }
             | EventKind::ReconciliationRequired { .. }
             | EventKind::Intervened { .. }

@@ -24,6 +24,9 @@ pub enum LoopMsg {
         /// How long the server asked to wait before trying again (a 429's
         /// `Retry-After`): a restart waits at least this long.
         retry_after: Option<std::time::Duration>,
+        /// The request did not fit the model's context window, as the
+        /// server said: the loop shortens, or pauses for a person.
+        overflow: Option<super::Overflow>,
     },
     /// A tool call or a worker ended.
     CallDone {

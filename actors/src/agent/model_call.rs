@@ -41,6 +41,7 @@ impl Call for ModelCallArgs {
             attempt,
         } = self;
         let mut retry_after = None;
+        let mut overflow = None;
         let outcome =
             match leases.supervise(spec, move |evidence| model.complete(request, evidence)) {
                 Err(error) => lease_end(error).map(Err),
@@ -48,6 +49,7 @@ impl Call for ModelCallArgs {
                     Ok(Ok(reply)) => Some(Ok(reply)),
                     Ok(Err(error)) => {
                         retry_after = error.retry_after;
+                        overflow = super::Overflow::of(&error);
                         Some(Err(ChildEnd::Failed {
                             reason: error.to_string(),
                             retryable: error.retryable,
@@ -63,6 +65,7 @@ impl Call for ModelCallArgs {
                 attempt,
                 outcome,
                 retry_after,
+                overflow,
             });
         }
     }

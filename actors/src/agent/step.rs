@@ -170,6 +170,7 @@ impl AgentLoop {
             nudges,
         });
         self.model_attempt = 1;
+        self.shortenings = 0;
         self.start_model_call(myself, 1);
     }
 
@@ -283,6 +284,7 @@ impl AgentLoop {
                         retryable: true,
                     }),
                     retry_after: None,
+                    overflow: None,
                 });
             }
         });
@@ -295,6 +297,7 @@ impl AgentLoop {
         attempt: u32,
         outcome: Result<ModelReply, ChildEnd>,
         retry_after: Option<std::time::Duration>,
+        overflow: Option<super::Overflow>,
     ) -> Option<LoopEnd> {
         if self.phase != Phase::Model
             || step != self.state.steps
@@ -321,6 +324,11 @@ impl AgentLoop {
                         .spent(self.ctx.model_name.as_deref(), Default::default()),
                     finish_reason: None,
                 });
+                if let Some(overflow) = overflow {
+                    return self
+                        .context_overflowed(myself, step, attempt, overflow)
+                        .await;
+                }
                 return self.child_failed(
                     myself,
                     step,

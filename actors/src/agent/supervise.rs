@@ -420,6 +420,7 @@ impl AgentLoop {
                 attempt,
                 outcome: Err(end),
                 retry_after: None,
+                overflow: None,
             }),
             Some(index) => myself.send_message(LoopMsg::CallDone {
                 step,

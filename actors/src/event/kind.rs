@@ -87,6 +87,18 @@ impl std::fmt::Display for HandedTo {
     }
 }
 
+/// What a loop did when its request did not fit the model's context
+/// window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OverflowAction {
+    /// It shortened the oldest tool results and calls the model again.
+    Shortened,
+    /// It paused the run for a person.
+    Paused,
+}
+
 /// What happened, with its own fields. Serialized with a `kind` tag.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -341,6 +353,30 @@ pub enum EventKind {
     /// A worker ended.
     WorkerFinished {
         /// Its kind.
+    /// A model call's request did not fit the model's context window, as
+    /// its server said: the loop shortened the oldest tool results of its
+    /// transcript and calls again (`shortened`), or — nothing left to
+    /// shorten, or its attempts for the step spent — paused the run for a
+    /// person (`paused`). After the call's `model_call_finished`; the
+    /// event's `path` is the call's.
+    ContextOverflow {
+        /// The loop's step.
+        step: u32,
+        /// The attempt the server refused.
+        attempt: u32,
+        /// The request's tokens, as the server counted them, when it said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_tokens: Option<u64>,
+        /// The model's context window, in tokens, when the server said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_tokens: Option<u64>,
+        /// Tool results shortened for the next attempt (0 when paused).
+        shortened: u32,
+        /// Characters cut from them.
+        chars_cut: u64,
+        /// What the loop did.
+        action: OverflowAction,
+    },
         worker: String,
         /// How it ended.
         outcome: CallOutcome,
@@ -654,6 +690,27 @@ impl EventKind {
             } => format!("attempt {attempt} in {delay_ms} ms after: {reason}"),
             Self::GaveUp {
                 attempts,
+            Self::ContextOverflow {
+                requested_tokens,
+                context_tokens,
+                shortened,
+                chars_cut,
+                action,
+                ..
+            } => {
+                let sizes = overflow_sizes(*requested_tokens, *context_tokens);
+                match action {
+                    OverflowAction::Shortened => format!(
+                        "the request does not fit the model's context window{sizes}: \
+                         {} shortened by {chars_cut} characters, calling again",
+                        counted(*shortened, "tool result")
+                    ),
+                    OverflowAction::Paused => format!(
+                        "the request does not fit the model's context window{sizes}: \
+                         nothing more to shorten, waiting for a person"
+                    ),
+                }
+            }
                 reason,
                 handed_to,
                 ..
@@ -726,6 +783,20 @@ pub enum CallOutcome {
 /// The figures a budget checkpoint used, and what it decided.
 ///
 /// Serialized by hand, not derived, to keep the key order `budget_extended`
+/// The sizes of a context-window overflow as its server gave them, for a
+/// readable line: ` (4135 tokens against a window of 4096)`, or what of it
+/// the server said.
+pub(crate) fn overflow_sizes(requested_tokens: Option<u64>, context_tokens: Option<u64>) -> String {
+    match (requested_tokens, context_tokens) {
+        (Some(requested), Some(window)) => {
+            format!(" ({requested} tokens against a window of {window})")
+        }
+        (Some(requested), None) => format!(" ({requested} tokens)"),
+        (None, Some(window)) => format!(" (a window of {window} tokens)"),
+        (None, None) => String::new(),
+    }
+}
+
 /// and `budget_exhausted` events have always had: the figures, with
 /// `new_limit` right after `limit`, then the decision.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -818,6 +889,7 @@ mod plurals {
     fn counts_in_readable_lines_agree_with_their_nouns() {
         assert_eq!(counted(1_u32, "renewal"), "1 renewal");
         assert_eq!(counted(0_u32, "renewal"), "0 renewals");
+            Self::ContextOverflow { .. } => "context_overflow",
         assert_eq!(counted(2_u64, "item"), "2 items");
         let step = EventKind::StepStarted {
             step: 2,

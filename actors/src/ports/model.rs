@@ -152,6 +152,16 @@ pub enum ModelErrorKind {
     Client,
     /// A chunk that could not be parsed.
     MalformedChunk,
+    /// The request does not fit the model's context window: the server
+    /// refused it as too long. Sending it again as it is cannot help; the
+    /// loop shortens its transcript's oldest tool results, or pauses the
+    /// run for a person.
+    ContextOverflow {
+        /// The request's tokens, as the server counted them, when it said.
+        requested_tokens: Option<u64>,
+        /// The context window, in tokens, when the server said.
+        context_tokens: Option<u64>,
+    },
     /// Anything else.
     Other,
 }

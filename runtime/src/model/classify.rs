@@ -31,7 +31,11 @@ pub fn classify_status(status: u16, retry_after: Option<Duration>, body: &[u8]) 
     let (kind, retryable) = match status {
         429 => (ModelErrorKind::RateLimited, true),
         500..=599 => (ModelErrorKind::Server, true),
-        400..=499 => (ModelErrorKind::Client, false),
+        400..=499 => (
+            context_overflow(serde_json::from_slice(body).ok().as_ref(), &detail)
+                .unwrap_or(ModelErrorKind::Client),
+            false,
+        ),
         _ => (ModelErrorKind::Other, false),
     };
     let message = if detail.is_empty() {
@@ -102,6 +106,104 @@ fn error_detail(body: &[u8]) -> String {
         Some(message) => excerpt(message),
         None => excerpt(String::from_utf8_lossy(body).trim()),
     }
+}
+
+/// What servers say, in their error's message, when a request does not
+/// fit the model's context window (compared in lower case): llama.cpp's
+/// `llama-server` (three wordings across its versions), OpenAI and vLLM,
+/// and Anthropic's compatible API.
+const OVERFLOW_WORDS: [&str; 7] = [
+    "exceeds the available context size",
+    "exceeds context size",
+    "is larger than the max context size",
+    "maximum context length",
+    "context_length_exceeded",
+    "context length exceeded",
+    "prompt is too long",
+];
+
+/// The error types and codes servers give the same refusal: llama.cpp's
+/// `type`, OpenAI's `code`.
+const OVERFLOW_CODES: [&str; 2] = ["exceed_context_size_error", "context_length_exceeded"];
+
+/// [`ModelErrorKind::ContextOverflow`], with the sizes the server gave, if
+/// the error `body` (parsed, when it is JSON) and its `message` say that
+/// the request does not fit the model's context window; `None` otherwise.
+///
+/// The sizes are read from llama.cpp's `n_prompt_tokens` and `n_ctx`, else
+/// from the message: `request (4135 tokens) exceeds the available context
+/// size (4096 tokens)` (llama.cpp), `maximum context length is 4096
+/// tokens. However, your messages resulted in 4135 tokens` (OpenAI, vLLM).
+///
+/// ```
+/// use leasehold::ModelErrorKind;
+/// use leasehold::model::classify_status;
+///
+/// let llama = br#"{"error":{"code":400,"message":"request (4135 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4135,"n_ctx":4096}}"#;
+/// let error = classify_status(400, None, llama);
+/// assert_eq!(
+///     error.kind,
+///     ModelErrorKind::ContextOverflow { requested_tokens: Some(4135), context_tokens: Some(4096) }
+/// );
+/// assert!(error.message.contains("exceeds the available context size"), "{error}");
+/// assert!(!error.retryable);
+/// ```
+pub(crate) fn context_overflow(body: Option<&Value>, message: &str) -> Option<ModelErrorKind> {
+    let error = body.map(|b| b.get("error").filter(|e| e.is_object()).unwrap_or(b));
+    let field = |key: &str| error.and_then(|e| e.get(key));
+    let coded = ["type", "code"].iter().any(|key| {
+        field(key)
+            .and_then(Value::as_str)
+            .is_some_and(|code| OVERFLOW_CODES.contains(&code))
+    });
+    let lower = message.to_ascii_lowercase();
+    if !coded && !OVERFLOW_WORDS.iter().any(|words| lower.contains(words)) {
+        return None;
+    }
+    let requested_tokens = field("n_prompt_tokens")
+        .and_then(Value::as_u64)
+        .or_else(|| {
+            [
+                "request (",
+                "input (",
+                "resulted in ",
+                "you requested ",
+                "your request has ",
+                "prompt is too long: ",
+            ]
+            .iter()
+            .find_map(|marker| number_after(&lower, marker))
+        });
+    let context_tokens = field("n_ctx").and_then(Value::as_u64).or_else(|| {
+        [
+            "available context size (",
+            "exceeds context size (",
+            "max context size (",
+            "maximum context length is ",
+        ]
+        .iter()
+        .find_map(|marker| number_after(&lower, marker))
+        .or_else(|| number_before(&lower, " maximum"))
+    });
+    Some(ModelErrorKind::ContextOverflow {
+        requested_tokens,
+        context_tokens,
+    })
+}
+
+/// The whole number right after the first `marker` in `text`.
+fn number_after(text: &str, marker: &str) -> Option<u64> {
+    let (_, rest) = text.split_once(marker)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The whole number right before the first `marker` in `text`
+/// (`215000 tokens > 200000 maximum`).
+fn number_before(text: &str, marker: &str) -> Option<u64> {
+    let (head, _) = text.split_once(marker)?;
+    let start = head.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    head[start..].parse().ok()
 }
 
 /// At most [`EXCERPT`] characters of `text`, cut at a character boundary.

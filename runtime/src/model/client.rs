@@ -25,7 +25,9 @@
 //!   the connection, is dropped) with an error naming the cap and the
 //!   endpoint, and the read that crossed it is not reported as evidence.
 //! - **Usage** of every completed call is added to the [`UsageLedger`]
-//!   under the request's consumer.
+//!   under the request's consumer: the server's report where it is
+//!   believable, else counted from the text ([`tokens::believed`](super::tokens::believed):
+//!   a usage absent, `null`, or of `0` tokens for a side that had text).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -457,9 +459,8 @@ impl ReplyStream {
             None => std::mem::take(&mut self.parser).finish()?,
         };
         let mut reply = reply;
-        if reply.usage.counted {
-            reply.usage = super::tokens::counted(self.sent_tokens, &reply);
-        }
+        // Absent, null or zero where there was text: counted here.
+        reply.usage = super::tokens::believed(reply.usage, self.sent_tokens, &reply);
         self.ledger.record(&self.consumer, reply.usage);
         Ok(reply)
     }

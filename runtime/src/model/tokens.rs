@@ -1,9 +1,14 @@
-//! Tokens counted here, for a server that reports no usage.
+//! Tokens counted here, for a server that reports no usage, or one that
+//! cannot be believed.
 //!
 //! An OpenAI-compatible server says what a call cost in its `usage` object
 //! (asked for with `stream_options.include_usage` when streaming). Some
-//! servers send none. Then the tokens are counted from the text sent and
-//! received, and the call's [`TokenCost::counted`] says so: an estimate of
+//! servers send none, or send `"usage": null`, or a usage of `0` (or
+//! `null`) tokens for a request that had text and an answer that had some:
+//! no request is free, so a zero for a side that had text is no report.
+//! Then that side's tokens are counted from the text sent or received
+//! ([`believed`]), and the call's [`TokenCost::counted`] says so — a run's
+//! `budget.max_tokens` holds whatever the server reports. An estimate of
 //! one token per four characters (what OpenAI's tokenizers average on
 //! English text, and near enough on code) plus four tokens for each
 //! message's framing. It is not the server's tokenizer, so a counted figure
@@ -69,5 +74,47 @@ pub fn counted(input: u64, reply: &ModelReply) -> TokenCost {
         input_tokens: input,
         output_tokens: count_reply(reply),
         counted: true,
+    }
+}
+
+/// The usage of a call the server `reported` (or did not: `counted`), as
+/// it is recorded: a side the server gave as `0` tokens while it had text
+/// — a request always has, its `input` tokens being counted here; the
+/// reply when it has text or tool calls — is counted from that text, as a
+/// usage the server did not report at all is, and the cost says it was
+/// counted. A report of more than zero is taken as it is.
+///
+/// ```
+/// use leasehold::model::tokens::believed;
+/// use leasehold::{ModelReply, TokenCost};
+///
+/// let reply = ModelReply { content: "twelve chars".into(), ..ModelReply::default() };
+/// let zero = TokenCost { input_tokens: 0, output_tokens: 0, counted: false };
+/// assert_eq!(believed(zero, 5, &reply), TokenCost { input_tokens: 5, output_tokens: 3, counted: true });
+/// let reported = TokenCost { input_tokens: 7, output_tokens: 2, counted: false };
+/// assert_eq!(believed(reported, 5, &reply), reported);
+/// // The server's input, and the answer's tokens counted.
+/// let half = TokenCost { input_tokens: 7, output_tokens: 0, counted: false };
+/// assert_eq!(believed(half, 5, &reply), TokenCost { input_tokens: 7, output_tokens: 3, counted: true });
+/// ```
+pub fn believed(reported: TokenCost, input: u64, reply: &ModelReply) -> TokenCost {
+    if reported.counted {
+        return counted(input, reply);
+    }
+    let output = count_reply(reply);
+    let count_input = reported.input_tokens == 0 && input > 0;
+    let count_output = reported.output_tokens == 0 && output > 0;
+    TokenCost {
+        input_tokens: if count_input {
+            input
+        } else {
+            reported.input_tokens
+        },
+        output_tokens: if count_output {
+            output
+        } else {
+            reported.output_tokens
+        },
+        counted: count_input || count_output,
     }
 }

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::classify::{Cap, excerpt, malformed, over_cap};
+use super::classify::{Cap, context_overflow, excerpt, malformed, over_cap};
 use leasehold_actors::{
     ChatMessage, ChatRole, FinishReason, ModelError, ModelErrorKind, ModelReply, ModelRequest,
     TokenCost, ToolCallRequest,
@@ -277,15 +277,17 @@ pub(crate) fn fallback_id(index: usize) -> String {
     format!("call_{index}")
 }
 
-/// An `error` object inside an answer that began as a success.
+/// An `error` object inside an answer that began as a success: retryable,
+/// unless it says the request does not fit the model's context window.
 pub(crate) fn server_error_in_body(error: &Value) -> ModelError {
     let message = error
         .get("message")
         .and_then(Value::as_str)
         .map_or_else(|| excerpt(&error.to_string()), excerpt);
+    let overflow = context_overflow(Some(error), &message);
     ModelError::new(
-        ModelErrorKind::Server,
+        overflow.unwrap_or(ModelErrorKind::Server),
         format!("the server reported an error in its answer: {message}"),
-        true,
+        overflow.is_none(),
     )
 }

@@ -5,7 +5,7 @@
 
 import { PAUSED } from './state.js';
 import { renderRun, setStatus } from './run.js';
-import { budgetText, duration } from './text.js';
+import { budgetText, duration, overflowText } from './text.js';
 import { timelineEvent } from './timeline.js';
 import { addTraceRow, addVerdictRow, logEvent } from './trace.js';
 import {
@@ -166,6 +166,9 @@ export function applyEvent(st, e) {
       node.note = `attempt ${e.attempt} in ${duration(e.delay_ms)} after: ${e.reason}`;
       clearBanner(node);
       addTraceRow(st, e, 'restarted', `attempt ${e.attempt} in ${duration(e.delay_ms)} after: ${e.reason}`);
+      break;
+    case 'context_overflow':
+      addTraceRow(st, e, e.action === 'shortened' ? 'context shortened' : 'context overflow', overflowText(e));
       break;
     case 'gave_up':
       addTraceRow(st, e, 'gave up', `after ${e.attempts} attempts, handed to ${e.handed_to}: ${e.reason}`);

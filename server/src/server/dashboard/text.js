@@ -29,6 +29,24 @@ export function budgetText(r) {
     : `${base}: wrapping up (${r.reason}, by ${r.decided_by})${milestones}`;
 }
 
+/** A context-window overflow and what the loop did about it (as the runtime's describe). */
+export function overflowText(e) {
+  let sizes = '';
+  if (e.requested_tokens != null && e.context_tokens != null) {
+    sizes = ` (${e.requested_tokens} tokens against a window of ${e.context_tokens})`;
+  } else if (e.requested_tokens != null) {
+    sizes = ` (${e.requested_tokens} tokens)`;
+  } else if (e.context_tokens != null) {
+    sizes = ` (a window of ${e.context_tokens} tokens)`;
+  }
+  const head = `the request does not fit the model's context window${sizes}`;
+  if (e.action === 'shortened') {
+    const results = e.shortened === 1 ? '1 tool result' : `${e.shortened} tool results`;
+    return `${head}: ${results} shortened by ${e.chars_cut} characters, calling again`;
+  }
+  return `${head}: nothing more to shorten, waiting for a person`;
+}
+
 /** One line about an event, for the log (as the runtime's own describe). */
 export function describe(e) {
   switch (e.kind) {
@@ -65,6 +83,7 @@ export function describe(e) {
     case 'tool_call_started': return `${e.tool} attempt ${e.attempt}`;
     case 'tool_call_finished': return `${e.tool} attempt ${e.attempt}: ${e.outcome}`;
     case 'tool_result_truncated': return `${e.tool}: result cut to ${e.kept_bytes} of ${e.original_bytes} bytes`;
+    case 'context_overflow': return overflowText(e);
     case 'worker_spawned': return `${e.worker}: ${e.task}`;
     case 'spawn_refused': return `${e.worker}: not spawned, past ${e.limit} (${e.bound})`;
     case 'worker_finished': return `${e.worker} ${e.outcome}: ${e.result}`;
