@@ -330,29 +330,6 @@ pub enum EventKind {
         /// end on a character boundary), before the marker.
         kept_bytes: u64,
     },
-    /// A worker was spawned.
-    WorkerSpawned {
-        /// Its kind, as declared in the flow.
-        worker: String,
-        /// Its task.
-        task: String,
-    },
-    /// A `spawn_worker` call was refused by a limit of
-    /// [`SpawnLimits`](crate::SpawnLimits): no worker started, and the
-    /// model got an error result saying why. The run goes on. The event's
-    /// `path` is the loop that asked.
-    SpawnRefused {
-        /// The worker kind it asked for.
-        worker: String,
-        /// The limit, by its configuration key: `spawn.max_per_answer`,
-        /// `spawn.max_per_run` or `spawn.max_depth`.
-        limit: String,
-        /// The limit's bound for this run.
-        bound: u32,
-    },
-    /// A worker ended.
-    WorkerFinished {
-        /// Its kind.
     /// A model call's request did not fit the model's context window, as
     /// its server said: the loop shortened the oldest tool results of its
     /// transcript and calls again (`shortened`), or — nothing left to
@@ -377,6 +354,29 @@ pub enum EventKind {
         /// What the loop did.
         action: OverflowAction,
     },
+    /// A worker was spawned.
+    WorkerSpawned {
+        /// Its kind, as declared in the flow.
+        worker: String,
+        /// Its task.
+        task: String,
+    },
+    /// A `spawn_worker` call was refused by a limit of
+    /// [`SpawnLimits`](crate::SpawnLimits): no worker started, and the
+    /// model got an error result saying why. The run goes on. The event's
+    /// `path` is the loop that asked.
+    SpawnRefused {
+        /// The worker kind it asked for.
+        worker: String,
+        /// The limit, by its configuration key: `spawn.max_per_answer`,
+        /// `spawn.max_per_run` or `spawn.max_depth`.
+        limit: String,
+        /// The limit's bound for this run.
+        bound: u32,
+    },
+    /// A worker ended.
+    WorkerFinished {
+        /// Its kind.
         worker: String,
         /// How it ended.
         outcome: CallOutcome,
@@ -664,6 +664,27 @@ impl EventKind {
                 kept_bytes,
                 ..
             } => format!("{tool}: result of {original_bytes} bytes truncated to {kept_bytes}"),
+            Self::ContextOverflow {
+                requested_tokens,
+                context_tokens,
+                shortened,
+                chars_cut,
+                action,
+                ..
+            } => {
+                let sizes = overflow_sizes(*requested_tokens, *context_tokens);
+                match action {
+                    OverflowAction::Shortened => format!(
+                        "the request does not fit the model's context window{sizes}: \
+                         {} shortened by {chars_cut} characters, calling again",
+                        counted(*shortened, "tool result")
+                    ),
+                    OverflowAction::Paused => format!(
+                        "the request does not fit the model's context window{sizes}: \
+                         nothing more to shorten, waiting for a person"
+                    ),
+                }
+            }
             Self::WorkerSpawned { worker, task } => format!("{worker}: {task}"),
             Self::SpawnRefused {
                 worker,
@@ -690,27 +711,6 @@ impl EventKind {
             } => format!("attempt {attempt} in {delay_ms} ms after: {reason}"),
             Self::GaveUp {
                 attempts,
-            Self::ContextOverflow {
-                requested_tokens,
-                context_tokens,
-                shortened,
-                chars_cut,
-                action,
-                ..
-            } => {
-                let sizes = overflow_sizes(*requested_tokens, *context_tokens);
-                match action {
-                    OverflowAction::Shortened => format!(
-                        "the request does not fit the model's context window{sizes}: \
-                         {} shortened by {chars_cut} characters, calling again",
-                        counted(*shortened, "tool result")
-                    ),
-                    OverflowAction::Paused => format!(
-                        "the request does not fit the model's context window{sizes}: \
-                         nothing more to shorten, waiting for a person"
-                    ),
-                }
-            }
                 reason,
                 handed_to,
                 ..
@@ -757,6 +757,20 @@ impl EventKind {
     }
 }
 
+/// The sizes of a context-window overflow as its server gave them, for a
+/// readable line: ` (4135 tokens against a window of 4096)`, or what of it
+/// the server said.
+pub(crate) fn overflow_sizes(requested_tokens: Option<u64>, context_tokens: Option<u64>) -> String {
+    match (requested_tokens, context_tokens) {
+        (Some(requested), Some(window)) => {
+            format!(" ({requested} tokens against a window of {window})")
+        }
+        (Some(requested), None) => format!(" ({requested} tokens)"),
+        (None, Some(window)) => format!(" (a window of {window} tokens)"),
+        (None, None) => String::new(),
+    }
+}
+
 /// How a model call, tool call or worker ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -783,20 +797,6 @@ pub enum CallOutcome {
 /// The figures a budget checkpoint used, and what it decided.
 ///
 /// Serialized by hand, not derived, to keep the key order `budget_extended`
-/// The sizes of a context-window overflow as its server gave them, for a
-/// readable line: ` (4135 tokens against a window of 4096)`, or what of it
-/// the server said.
-pub(crate) fn overflow_sizes(requested_tokens: Option<u64>, context_tokens: Option<u64>) -> String {
-    match (requested_tokens, context_tokens) {
-        (Some(requested), Some(window)) => {
-            format!(" ({requested} tokens against a window of {window})")
-        }
-        (Some(requested), None) => format!(" ({requested} tokens)"),
-        (None, Some(window)) => format!(" (a window of {window} tokens)"),
-        (None, None) => String::new(),
-    }
-}
-
 /// and `budget_exhausted` events have always had: the figures, with
 /// `new_limit` right after `limit`, then the decision.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -862,6 +862,7 @@ impl EventKind {
             Self::ToolCallStarted { .. } => "tool_call_started",
             Self::ToolCallFinished { .. } => "tool_call_finished",
             Self::ToolResultTruncated { .. } => "tool_result_truncated",
+            Self::ContextOverflow { .. } => "context_overflow",
             Self::WorkerSpawned { .. } => "worker_spawned",
             Self::SpawnRefused { .. } => "spawn_refused",
             Self::WorkerFinished { .. } => "worker_finished",
@@ -889,7 +890,6 @@ mod plurals {
     fn counts_in_readable_lines_agree_with_their_nouns() {
         assert_eq!(counted(1_u32, "renewal"), "1 renewal");
         assert_eq!(counted(0_u32, "renewal"), "0 renewals");
-            Self::ContextOverflow { .. } => "context_overflow",
         assert_eq!(counted(2_u64, "item"), "2 items");
         let step = EventKind::StepStarted {
             step: 2,
