@@ -59,7 +59,7 @@ pub use read::WorkloadError;
 pub use recorded::{
     Counterfactual, OwnStrategy, RecordedOperation, counterfactual, recorded_operations,
 };
-pub use replay::{Divergence, Recording, ReplayError, ReplayReport};
+pub use replay::{Divergence, Forked, Recording, ReplayError, ReplayReport};
 pub use report::{Report, StrategyReport, percentile};
 pub use runner::{OperationOutcome, run_strategy};
 pub use strategy::{

@@ -182,6 +182,29 @@ pub enum EventKind {
         /// The lease.
         lease_id: LeaseId,
     },
+    /// A lease began seeded with what earlier calls of its pace key showed
+    /// ([`PaceBook`](crate::PaceBook)): its detector starts from that
+    /// pace. A lease with no such event started cold. What a replay seeds
+    /// the lease with again, whatever the store has learned since.
+    LeaseSeeded {
+        /// The lease.
+        lease_id: LeaseId,
+        /// What it watches.
+        lease_kind: LeaseKind,
+        /// Its pace key.
+        pace_key: String,
+        /// The endpoint its call went to (the model as its client
+        /// describes it, the tool server), when the lease names one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<String>,
+        /// The pace it was seeded with.
+        pace: crate::pace::Pace,
+        /// Whether another call of this executor was in flight at the
+        /// endpoint when it began, so that its first item may have waited
+        /// in the endpoint's queue.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        queued: bool,
+    },
     /// An operation a lease watched ended, by itself or cut: how it went
     /// in time, what another strategy can be played on.
     OperationTimed {
@@ -554,6 +577,9 @@ impl EventKind {
                 verdict, reason, ..
             } => format!("{verdict} dropped: {reason}"),
             Self::LeaseCancelled { .. } => "cancelled by its parent".to_owned(),
+            Self::LeaseSeeded { pace_key, .. } => {
+                format!("seeded with the learned pace of {pace_key}")
+            }
             Self::OperationTimed {
                 lease_kind,
                 subject,
@@ -851,6 +877,7 @@ impl EventKind {
             Self::RenewalCapReached { .. } => "renewal_cap_reached",
             Self::VerdictDropped { .. } => "verdict_dropped",
             Self::LeaseCancelled { .. } => "lease_cancelled",
+            Self::LeaseSeeded { .. } => "lease_seeded",
             Self::OperationTimed { .. } => "operation_timed",
             Self::EventsDropped { .. } => "events_dropped",
             Self::RunStarted { .. } => "run_started",
