@@ -304,6 +304,22 @@ impl LeaseState {
             && let Some(pace) = self.paces.trusted(key)
         {
             evidence.seed(&pace, queued);
+            // What it was seeded with, for a replay to seed it the same
+            // whatever the book learns later: the figures, not the window.
+            self.emit(
+                &meta,
+                EventKind::LeaseSeeded {
+                    lease_id: meta.id,
+                    lease_kind: meta.kind,
+                    pace_key: key.to_owned(),
+                    endpoint: meta.endpoint.clone(),
+                    pace: crate::pace::Pace {
+                        runs: Vec::new(),
+                        ..pace
+                    },
+                    queued,
+                },
+            );
         }
         if terms.policy.expires_early() {
             let (actor, id) = (self.myself.clone(), meta.id);

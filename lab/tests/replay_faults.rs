@@ -357,8 +357,6 @@ fn paced_run() -> (World, Recording, Vec<Seeded>) {
 }
 
 #[test]
-#[ignore = "the lease actor does not record its leases' seeds yet: it must emit \
-            `lease_seeded` when it seeds a lease (see docs/fork-and-replay.md)"]
 fn a_run_cut_early_against_a_learned_pace_replays_with_the_pace_it_had() {
     let (world, recording, _) = paced_run();
     let seeded = recording

@@ -274,9 +274,17 @@ impl Script {
                 let Some(invocation) = self.invocation_of(path, *lease_id) else {
                     return;
                 };
+                // Pinned, so that it judges the replayed lease as it judged
+                // the recorded one, however few runs the replay's book has
+                // heard of; without the first item a call behind another
+                // was not judged by.
                 invocation.seed = Some(Seed {
                     key: pace_key.clone(),
-                    pace: Pace::clone(pace),
+                    pace: Pace {
+                        pinned: true,
+                        first_item: if *queued { None } else { pace.first_item },
+                        ..Pace::clone(pace)
+                    },
                 });
                 if let (Some(tool), Some(server)) = (invocation.tool.clone(), endpoint) {
                     self.servers.entry(tool).or_insert_with(|| server.clone());
