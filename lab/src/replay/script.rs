@@ -262,7 +262,7 @@ impl Script {
                 pace_key,
                 endpoint,
                 pace,
-                ..
+                queued,
             } => {
                 let model = matches!(
                     lease_kind,
