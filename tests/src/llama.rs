@@ -17,10 +17,10 @@
 //! (`GET /slots`).
 //!
 //! A caveat of the server that tests must respect: a streamed request whose
-//! client goes away is cancelled at its next token, but a blocking one is
-//! noticed only when a whole second passes in which no task of any kind
-//! ends in the server — each `GET /slots`, and each token of another
-//! streamed request, is such a task. Polling [`LlamaServer::busy_slots`]
+//! client goes away is cancelled at its next token, but a blocking one only
+//! once a whole second passes in which the server hands no result to any
+//! request — the answer to each `GET /slots`, and each token of another
+//! streamed request, is such a result. Polling [`LlamaServer::busy_slots`]
 //! more often than once a second keeps a forsaken blocking request
 //! generating to its end.
 //!

@@ -189,8 +189,8 @@ async fn a_blocking_answer_given_up_midway_frees_its_slot_once_the_server_has_a_
         "the call was given up before its answer"
     );
     // The server looks for a blocking request's client only after a
-    // second in which no task ended, and each GET /slots is a task: ask
-    // less often than that.
+    // second in which it handed no result to any request, and each
+    // GET /slots is answered with one: ask less often than that.
     let freed_in = server.wait_for_busy_slots(0, ms(1_500), BOUND).await;
 
     assert!(
