@@ -745,6 +745,7 @@ impl LeaseState {
         if entry.token.is_cancelled() {
             return;
         }
+        let mut overruled = false;
         let decision = match pending.and_then(|pending| pending.silence) {
             Some(before)
                 if decision.decided_by == DecidedBy::Evaluator
@@ -772,6 +773,7 @@ impl LeaseState {
                     .summary(tokio::time::Instant::now(), &entry.terms.accrual);
                 let record = VerdictRecord::new(&meta, entry.renewals, evidence, &renewed, None);
                 self.emit(&meta, EventKind::Verdict(record));
+                overruled = true;
                 renewed
             }
             _ => decision,
@@ -817,7 +819,10 @@ impl LeaseState {
                         entry.evidence.judged();
                     }
                     decided_by => {
-                        entry.evidence_renewals = if decided_by == DecidedBy::Evidence {
+                        // The evaluator was just asked, if overruled: a
+                        // new streak of evidence renewals starts (rule 4).
+                        entry.evidence_renewals = if decided_by == DecidedBy::Evidence && !overruled
+                        {
                             entry.evidence_renewals + 1
                         } else {
                             0
