@@ -181,6 +181,7 @@ impl Plan {
                 &self.operations,
                 &self.evaluator,
                 &mut |done| progress(at(done)),
+                None,
             ))?;
             report.strategies.push(StrategyReport::new(
                 strategy,

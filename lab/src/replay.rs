@@ -22,6 +22,8 @@
 //! pause is answered as a person answered it.
 
 mod course;
+#[cfg(test)]
+mod generated;
 mod peers;
 mod script;
 
@@ -152,7 +154,7 @@ impl Recording {
         let world = World {
             strategy: peers::strategy(&flow, config.restart, peers.delays.clone()),
             config,
-            gathered: Gathered::new(peers.invocations.clone()),
+            gathered: Gathered::new(peers.invocations.clone(), peers.model.started.clone()),
             peers,
             store: MemoryStore::new(),
         };

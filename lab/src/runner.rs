@@ -98,16 +98,38 @@ pub async fn run_strategy(
     operations: &[Operation],
     evaluator: &EvaluatorLoad,
 ) -> Result<Vec<OperationOutcome>, EngineError> {
-    play(strategy, operations, evaluator, &mut |_| {}).await
+    play(strategy, operations, evaluator, &mut |_| {}, None).await
+}
+
+/// Runs every operation under `strategy`, as [`run_strategy`] does, and
+/// keeps each run's recording: what a replay plays. With the
+/// configuration the runs ran under.
+#[cfg(test)]
+pub(crate) async fn record_strategy(
+    strategy: &Strategy,
+    operations: &[Operation],
+    evaluator: &EvaluatorLoad,
+) -> Result<(EngineConfig, Vec<crate::Recording>), EngineError> {
+    let mut recordings = Vec::new();
+    play(
+        strategy,
+        operations,
+        evaluator,
+        &mut |_| {},
+        Some(&mut recordings),
+    )
+    .await?;
+    Ok((experiment_config(), recordings))
 }
 
 /// [`run_strategy`], telling `played` how many operations are done after
-/// each one.
+/// each one, and keeping each run's recording in `recordings` if given.
 pub(super) async fn play(
     strategy: &Strategy,
     operations: &[Operation],
     evaluator: &EvaluatorLoad,
     played: &mut dyn FnMut(usize),
+    mut recordings: Option<&mut Vec<crate::Recording>>,
 ) -> Result<Vec<OperationOutcome>, EngineError> {
     let model = WorkloadModel::default();
     let tools = ScriptedTools::new().tool(TOOL, Some(true), []).tool(
@@ -160,6 +182,11 @@ pub(super) async fn play(
             // Nobody answers in an experiment: the pause is its outcome.
             let _ = run.cancel("experiment: the next operation").await;
             run.wait().await;
+        }
+        if let Some(recordings) = recordings.as_deref_mut()
+            && let Some(recording) = crate::Recording::from_store(&store, run.run_id()).await?
+        {
+            recordings.push(recording);
         }
         // Its measure is taken from the sink's events. Kept whole in the
         // store and the fakes, every run (and each step of a worker, with

@@ -1,9 +1,12 @@
 //! Replay reproduces what really happened on runs with ordinary faults:
 //! an evaluator that failed or timed out (the breaker renewed), a run
-//! paused, left, and resumed by another executor, a fork, a tool result
-//! cut to the engine's cap, and a lease that expired early against a
-//! learned pace. Each is recorded through the real engine on the scripted
-//! fakes, on paused time, then replayed from its recording alone.
+//! paused, left, and resumed by another executor, a run whose executor
+//! stopped in the middle of a call, a fork, a tool result cut to the
+//! engine's cap, a lease that expired early against a learned pace, calls
+//! that failed (tried again, or not), and a run a person cancelled. Each is
+//! recorded through the real engine on the scripted fakes, on paused time,
+//! then replayed from its recording alone; each diverged before replay
+//! learned to play it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +16,8 @@ use leasehold_actors::testing::{
     Turn,
 };
 use leasehold_actors::{
-    CallOutcome, DecidedBy, Engine, EngineConfig, Event, EventKind, EventSink, Flow, ForkSpec,
-    LeaseId, LeaseKind, ModelError, ModelErrorKind, Pace, PaceBook, RestartPolicy, RunStatus,
-    ToolError,
+    CallOutcome, DecidedBy, Engine, EngineConfig, EventKind, Flow, ForkSpec, ModelError,
+    ModelErrorKind, RestartPolicy, RunStatus, ToolError,
 };
 use leasehold_lab::Recording;
 use serde_json::json;
@@ -68,29 +70,16 @@ impl World {
     /// An executor of the world: a process of its own, on the world's
     /// store.
     async fn engine(&self) -> Engine {
-        self.engine_seen_by(None).await
-    }
-
-    /// [`Self::engine`], its calls seen by `witness`.
-    async fn engine_seen_by(&self, witness: Option<&Witness>) -> Engine {
-        let sink: Arc<dyn EventSink> = match witness {
-            Some(witness) => Arc::new(witness.clone()),
-            None => Arc::new(RecordingSink::new()),
-        };
-        let engine = Engine::builder()
+        Engine::builder()
             .config(self.config.clone())
             .model(Arc::new(self.model.clone()))
             .evaluator(Arc::new(self.evaluator.clone()))
-            .events(sink)
+            .events(Arc::new(RecordingSink::new()))
             .store(Arc::new(self.store.clone()))
             .tool_server("ops", Arc::new(self.tools.clone()))
             .build()
             .await
-            .expect("engine");
-        if let Some(witness) = witness {
-            *witness.book.lock().expect("the book") = Some(engine.paces().clone());
-        }
-        engine
+            .expect("engine")
     }
 
     async fn recording(&self, run_id: &str) -> Recording {
@@ -293,12 +282,12 @@ fn a_tool_result_cut_to_the_cap_replays_cut_the_same() {
     replayed(&world, &recording);
 }
 
-/// Three runs teach `search`'s pace (progress every 50 ms, done in
-/// 300 ms), each in an executor of its own on one store; the fourth's
-/// search is silent, expires early against that pace, and the evaluator
-/// says INTERVENE; sent again, it answers. The fourth run's recording,
-/// and what its leases were seeded with, as its witness saw it.
-fn paced_run() -> (World, Recording, Vec<Seeded>) {
+#[test]
+fn a_run_cut_early_against_a_learned_pace_replays_with_the_pace_it_had() {
+    // Three runs teach `search`'s pace (progress every 50 ms, done in
+    // 300 ms), each in an executor of its own on one store; the fourth's
+    // search is silent, expires early against that pace, and the
+    // evaluator says INTERVENE; sent again, it answers.
     let fast = ToolAct::Return {
         latency: Duration::from_millis(300),
         progress_every: Some(Duration::from_millis(50)),
@@ -331,18 +320,16 @@ fn paced_run() -> (World, Recording, Vec<Seeded>) {
     // Long enough for the tool's accrual (its 10 s acceptable pause) to
     // find the silence suspicious before the period ends.
     world.config.supervision.lease.tool_call = Duration::from_secs(60);
-    let (recording, seeds) = paused(async {
-        let mut last = None;
+    let recording = paused(async {
+        let mut last = String::new();
         for _ in 0..4 {
-            let witness = Witness::default();
-            let engine = world.engine_seen_by(Some(&witness)).await;
+            let engine = world.engine().await;
             let mut run = engine.start(flow()).await.expect("starts");
             assert_eq!(run.wait().await.status, RunStatus::Completed);
             engine.shutdown().await;
-            last = Some((run.run_id().to_owned(), witness.seen()));
+            last = run.run_id().to_owned();
         }
-        let (run_id, seeds) = last.expect("four runs");
-        (world.recording(&run_id).await, seeds)
+        world.recording(&last).await
     });
     let early: Vec<_> = recording
         .events
@@ -353,12 +340,6 @@ fn paced_run() -> (World, Recording, Vec<Seeded>) {
         })
         .collect();
     assert_eq!(early, [(true, "INTERVENE")]);
-    (world, recording, seeds)
-}
-
-#[test]
-fn a_run_cut_early_against_a_learned_pace_replays_with_the_pace_it_had() {
-    let (world, recording, _) = paced_run();
     let seeded = recording
         .events
         .iter()
@@ -366,29 +347,18 @@ fn a_run_cut_early_against_a_learned_pace_replays_with_the_pace_it_had() {
         .count();
     assert!(seeded >= 2, "the search's two leases were seeded");
     replayed(&world, &recording);
-}
 
-#[test]
-fn a_recording_that_carries_its_leases_seeds_replays_an_early_expiry_against_them() {
-    let (world, mut recording, seeds) = paced_run();
-    // Without its seeds the replay starts each lease cold: the silent
-    // search runs its whole period, judged by the ladder.
-    let cold = recording.replay(world.config.clone()).expect("replays");
-    let divergence = cold.divergence.expect("a cold replay diverges");
+    // What the leases were seeded with is what makes it so: without it the
+    // replay starts each lease cold, and the silent search runs its whole
+    // period, judged by the ladder.
+    let mut cold = recording.clone();
+    cold.events.retain(|e| e.kind.name() != "lease_seeded");
+    let report = cold.replay(world.config.clone()).expect("replays");
+    let divergence = report.divergence.expect("a cold replay diverges");
     assert_eq!(
         divergence.recorded,
         "verdict INTERVENE by evaluator on tool_call, early"
     );
-    // With them, as the lease actor records them (`lease_seeded`, before
-    // the lease's other events), it is judged as it was.
-    if !recording
-        .events
-        .iter()
-        .any(|e| e.kind.name() == "lease_seeded")
-    {
-        record_seeds(&mut recording, &seeds);
-    }
-    replayed(&world, &recording);
 }
 
 #[test]
@@ -430,117 +400,6 @@ fn a_run_whose_executor_stopped_mid_call_replays_its_stop_and_its_resume() {
     let kinds: Vec<&str> = recording.events.iter().map(|e| e.kind.name()).collect();
     assert!(kinds.contains(&"run_resumed"), "{kinds:?}");
     replayed(&world, &recording);
-}
-
-/// What a tool call's lease was seeded with when the call started, as
-/// the engine's book had it then: the pace key and the pace, if it had
-/// one.
-#[derive(Clone, Debug)]
-struct Seeded {
-    call: String,
-    key: String,
-    pace: Option<Pace>,
-}
-
-/// Sees each tool call start and reads what its lease is about to be
-/// seeded with: the lease actor's part, until it records it itself. (The
-/// model's leases of these runs are never judged: what seeded them shows
-/// nowhere.)
-#[derive(Clone, Default)]
-struct Witness {
-    book: Arc<std::sync::Mutex<Option<PaceBook>>>,
-    seen: Arc<std::sync::Mutex<Vec<Seeded>>>,
-}
-
-impl Witness {
-    fn seen(&self) -> Vec<Seeded> {
-        self.seen.lock().expect("seen").clone()
-    }
-}
-
-impl EventSink for Witness {
-    fn emit(&self, _run_id: &str, path: &str, kind: EventKind) {
-        let EventKind::ToolCallStarted { tool, .. } = &kind else {
-            return;
-        };
-        let book = self.book.lock().expect("the book").clone();
-        let Some(book) = book else {
-            return;
-        };
-        // The tool's key, whatever else it holds: the only one of `search`.
-        let key = book
-            .all()
-            .into_keys()
-            .find(|k| k.starts_with(&format!("tool_call:{tool}")));
-        let pace = key.as_deref().and_then(|k| book.get(k));
-        self.seen.lock().expect("seen").push(Seeded {
-            call: path.to_owned(),
-            key: key.unwrap_or_default(),
-            pace,
-        });
-    }
-}
-
-/// The lease an event is about, if any.
-fn lease_of(kind: &EventKind) -> Option<LeaseId> {
-    Some(match kind {
-        EventKind::Wait { lease_id, .. }
-        | EventKind::Progress { lease_id, .. }
-        | EventKind::NudgeQueued { lease_id, .. }
-        | EventKind::Intervened { lease_id, .. }
-        | EventKind::Escalated { lease_id, .. }
-        | EventKind::RenewalCapReached { lease_id, .. }
-        | EventKind::VerdictDropped { lease_id, .. }
-        | EventKind::LeaseCancelled { lease_id }
-        | EventKind::OperationTimed { lease_id, .. } => *lease_id,
-        EventKind::Verdict(record) => record.lease_id,
-        _ => return None,
-    })
-}
-
-/// Writes `seeds` into `recording` as the lease actor will: a
-/// `lease_seeded` before the first event of each seeded lease, the leases
-/// of one call taken in order.
-fn record_seeds(recording: &mut Recording, seeds: &[Seeded]) {
-    let mut leases: Vec<(String, LeaseId)> = Vec::new();
-    for event in &recording.events {
-        if let Some(lease) = lease_of(&event.kind)
-            && !leases.iter().any(|(_, l)| *l == lease)
-        {
-            leases.push((event.path.clone(), lease));
-        }
-    }
-    for (call, lease) in &leases {
-        let n = leases
-            .iter()
-            .take_while(|(_, l)| l != lease)
-            .filter(|(c, _)| c == call)
-            .count();
-        let Some(seeded) = seeds.iter().filter(|s| s.call == *call).nth(n) else {
-            continue;
-        };
-        let Some(pace) = &seeded.pace else {
-            continue;
-        };
-        let at = recording
-            .events
-            .iter()
-            .position(|e| lease_of(&e.kind) == Some(*lease))
-            .expect("the lease's first event");
-        let first: &Event = &recording.events[at];
-        let event = Event {
-            kind: EventKind::LeaseSeeded {
-                lease_id: *lease,
-                lease_kind: LeaseKind::ToolCall,
-                pace_key: seeded.key.clone(),
-                endpoint: Some("ops".to_owned()),
-                pace: Pace::clone(pace),
-                queued: false,
-            },
-            ..first.clone()
-        };
-        recording.events.insert(at, event);
-    }
 }
 
 #[test]

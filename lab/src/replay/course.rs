@@ -135,10 +135,15 @@ pub(super) struct Gathered {
     started: Arc<Mutex<BTreeMap<String, usize>>>,
     /// The book of the replay's current engine.
     book: Arc<Mutex<Option<PaceBook>>>,
+    /// The model calls started and not yet asked (the replay's model's).
+    model_calls: Arc<Mutex<Vec<(String, u32)>>>,
 }
 
 impl Gathered {
-    pub fn new(invocations: Arc<BTreeMap<String, Vec<Invocation>>>) -> Self {
+    pub fn new(
+        invocations: Arc<BTreeMap<String, Vec<Invocation>>>,
+        model_calls: Arc<Mutex<Vec<(String, u32)>>>,
+    ) -> Self {
         Self {
             events: Arc::default(),
             counts: Arc::default(),
@@ -146,6 +151,7 @@ impl Gathered {
             invocations,
             started: Arc::default(),
             book: Arc::default(),
+            model_calls,
         }
     }
 
@@ -207,6 +213,10 @@ impl EventSink for Gathered {
         match &kind {
             EventKind::ModelCallStarted { step, .. } => {
                 self.starts(format!("{path}/model_call:{step}"));
+                self.model_calls
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((path.to_owned(), *step));
             }
             EventKind::ToolCallStarted { .. } => self.starts(path.to_owned()),
             _ => {}

@@ -45,7 +45,7 @@ impl Peers {
         names: &[String],
         cap: usize,
     ) -> Self {
-        let conversations: Vec<(String, Vec<ChatMessage>)> = snapshots
+        let mut conversations: Vec<(String, Vec<ChatMessage>)> = snapshots
             .iter()
             .filter_map(|s| {
                 let transcript: Vec<ChatMessage> =
@@ -53,6 +53,18 @@ impl Peers {
                 Some((s.path.clone(), transcript))
             })
             .collect();
+        // A loop cut before it saved a step: its task, and nothing after.
+        for (path, task) in &script.tasks {
+            if !conversations.iter().any(|(p, _)| p == path) {
+                let asked = ChatMessage {
+                    role: ChatRole::User,
+                    content: task.clone(),
+                    tool_calls: Vec::new(),
+                    tool_call_id: None,
+                };
+                conversations.push((path.clone(), vec![asked]));
+            }
+        }
         let said = Arc::new(tool_results(&conversations));
         let invocations = Arc::new(std::mem::take(&mut script.calls));
         Self {
@@ -60,6 +72,7 @@ impl Peers {
             model: ReplayModel {
                 described: script.model_described.take(),
                 conversations: Arc::new(conversations),
+                started: Arc::default(),
                 invocations: invocations.clone(),
                 replies: Arc::new(std::mem::take(&mut script.replies)),
                 attempts: Arc::default(),
@@ -206,9 +219,11 @@ enum Act {
 
 /// Waits as the recorded operation did: `items` items (each told to
 /// `item`), the first after its wait, each recorded silence after the item
-/// it followed, the other gaps even, until its length; then returns, or
-/// never does if it was cut.
-async fn act_out(timing: &OperationTiming, mut item: impl FnMut(u64)) {
+/// it followed, the other gaps even, until its length; and its keepalives,
+/// at one cadence in its silences (before its first item, in its longest
+/// silences, after its last), as a server sends them while it has nothing
+/// to say; then returns, or never does if it was cut.
+async fn act_out(timing: &OperationTiming, evidence: &Evidence, mut item: impl FnMut(u64)) {
     let ms = Duration::from_millis;
     let first = timing.first_item_ms.unwrap_or(timing.duration_ms);
     let last = timing.last_item_ms.unwrap_or(first);
@@ -228,20 +243,74 @@ async fn act_out(timing: &OperationTiming, mut item: impl FnMut(u64)) {
         .saturating_sub(u64::try_from(silences.len()).unwrap_or(u64::MAX))
         .max(1);
     let spread = last.saturating_sub(first).saturating_sub(silent) / others;
-    let mut now = 0;
+    // When each item comes, and each keepalive (`None`).
+    let mut times: Vec<(u64, Option<u64>)> = Vec::new();
+    let mut stretches = vec![(0, first)];
+    let mut at = 0;
     for n in 0..timing.items {
-        let at = match n {
+        let gap = silences.get(&n).copied();
+        if let Some(gap) = gap {
+            stretches.push((at, gap));
+        }
+        at = match n {
             0 => first,
-            n => now + silences.get(&n).copied().unwrap_or(spread),
+            _ => at + gap.unwrap_or(spread),
         };
+        times.push((at, Some(n)));
+    }
+    if timing.items > 0 {
+        stretches.push((at, timing.duration_ms.saturating_sub(at)));
+    }
+    times.extend(keepalives(&stretches, timing.keepalives).map(|t| (t, None)));
+    times.sort_by_key(|(t, what)| (*t, what.is_none()));
+    let mut now = 0;
+    for (at, what) in times {
         tokio::time::sleep(ms(at.saturating_sub(now))).await;
         now = at;
-        item(n);
+        match what {
+            Some(n) => item(n),
+            None => evidence.keepalive(),
+        }
     }
     if timing.ended == TimedEnd::Cut {
         std::future::pending::<()>().await;
     }
     tokio::time::sleep(ms(timing.duration_ms.saturating_sub(now))).await;
+}
+
+/// When `count` keepalives came in the silent `stretches` (their start and
+/// length): one every so often in each, the cadence that gives as many.
+fn keepalives(stretches: &[(u64, u64)], count: u64) -> impl Iterator<Item = u64> {
+    let within = |every: u64| -> u64 {
+        stretches
+            .iter()
+            .map(|(_, length)| length.saturating_sub(1) / every)
+            .sum()
+    };
+    // The longest cadence that fits them all in.
+    let (mut low, mut high) = (1, stretches.iter().map(|s| s.1).max().unwrap_or(1).max(1));
+    while low < high {
+        let middle = low + (high - low).div_ceil(2);
+        if within(middle) >= count {
+            low = middle;
+        } else {
+            high = middle - 1;
+        }
+    }
+    let every = low;
+    let mut times: Vec<u64> = if count == 0 {
+        Vec::new()
+    } else {
+        stretches
+            .iter()
+            .flat_map(|&(start, length)| {
+                (1..=length.saturating_sub(1) / every).map(move |n| start + n * every)
+            })
+            .collect()
+    };
+    times.sort_unstable();
+    times.truncate(usize::try_from(count).unwrap_or(usize::MAX));
+    times.into_iter()
 }
 
 /// Answers each request with the answer that followed the same
@@ -252,10 +321,92 @@ pub(super) struct ReplayModel {
     /// keys said.
     described: Option<String>,
     conversations: Arc<Vec<(String, Vec<ChatMessage>)>>,
+    /// The model calls started and not yet asked, by loop and step, as the
+    /// replay's engine said it started them.
+    pub started: Arc<Mutex<Vec<(String, u32)>>>,
     invocations: Invocations,
     replies: Arc<Replies>,
     attempts: Attempts,
     pub unanswered: Arc<Mutex<Vec<String>>>,
+}
+
+impl ReplayModel {
+    /// The loop and step a request is the call of, and the answer that
+    /// followed it: the recorded conversation it is the beginning of. A
+    /// conversation that ends where the request does was cut before it
+    /// was answered: `None`. Of conversations that agree (loops that went
+    /// round in circles alike), the one whose loop just started this call.
+    fn find(&self, asked: &[&ChatMessage]) -> Option<(String, u32, Option<ChatMessage>)> {
+        let mut found = Vec::new();
+        for (path, transcript) in self.conversations.iter() {
+            if !transcript.iter().zip(asked).all(|(a, b)| a == *b) {
+                continue;
+            }
+            // A request longer than its loop's last saved conversation by
+            // what the loop adds to a request — nudges, a wrap-up's
+            // instruction — was cut before its answer was saved.
+            if transcript.len() < asked.len()
+                && asked[transcript.len()..]
+                    .iter()
+                    .any(|m| m.role != ChatRole::User)
+            {
+                continue;
+            }
+            let upto = transcript.len().min(asked.len());
+            let step = transcript[..upto]
+                .iter()
+                .filter(|m| m.role == ChatRole::Assistant)
+                .count()
+                + 1;
+            let step = u32::try_from(step).unwrap_or(u32::MAX);
+            match transcript.get(asked.len()) {
+                Some(answer) if answer.role == ChatRole::Assistant => {
+                    found.push((path.clone(), step, Some(answer.clone())));
+                }
+                None => found.push((path.clone(), step, None)),
+                Some(_) => {}
+            }
+        }
+        let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = found
+            .iter()
+            .position(|(path, step, _)| started.iter().any(|(p, s)| p == path && s == step));
+        if let Some(at) = mine {
+            let (path, step, _) = &found[at];
+            if let Some(n) = started.iter().position(|(p, s)| p == path && s == step) {
+                started.remove(n);
+            }
+        }
+        // Else an answer before a cut.
+        let at = mine.or_else(|| found.iter().position(|(_, _, answer)| answer.is_some()));
+        at.or((!found.is_empty()).then_some(0))
+            .map(|at| found.swap_remove(at))
+    }
+
+    /// The error of a request the recording has no answer to, noted.
+    fn unanswered(
+        &self,
+        request: &ModelRequest,
+        asked: &[&ChatMessage],
+    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
+        let said = asked
+            .last()
+            .map(|m| m.content.chars().take(120).collect::<String>())
+            .unwrap_or_default();
+        self.unanswered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(format!("{} asking, after `{said}`", request.consumer));
+        let error = ModelError::new(
+            ModelErrorKind::Client,
+            format!(
+                "the recording has no answer to this conversation of `{}`",
+                request.consumer
+            ),
+            false,
+        );
+        Box::pin(async move { Err(error) })
+    }
 }
 
 impl ModelClient for ReplayModel {
@@ -275,50 +426,33 @@ impl ModelClient for ReplayModel {
             .iter()
             .filter(|m| m.role != ChatRole::System)
             .collect();
-        let found = self.conversations.iter().find_map(|(path, transcript)| {
-            let answer = transcript.get(asked.len())?;
-            let same = transcript.len() > asked.len()
-                && answer.role == ChatRole::Assistant
-                && transcript.iter().zip(&asked).all(|(a, b)| a == *b);
-            let step = transcript[..asked.len()]
-                .iter()
-                .filter(|m| m.role == ChatRole::Assistant)
-                .count()
-                + 1;
-            same.then(|| {
-                (
-                    path.clone(),
-                    u32::try_from(step).unwrap_or(u32::MAX),
-                    answer.clone(),
-                )
-            })
-        });
-        let Some((path, step, answer)) = found else {
-            let said = asked
-                .last()
-                .map(|m| m.content.chars().take(120).collect::<String>())
-                .unwrap_or_default();
-            self.unanswered
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(format!("{} asking, after `{said}`", request.consumer));
-            return Box::pin(async move {
-                Err(ModelError::new(
-                    ModelErrorKind::Client,
-                    format!(
-                        "the recording has no answer to this conversation of `{}`",
-                        request.consumer
-                    ),
-                    false,
-                ))
-            });
+        let Some((path, step, answer)) = self.find(&asked) else {
+            return self.unanswered(&request, &asked);
         };
         let call = format!("{path}/model_call:{step}");
-        let act = act_of(
-            &self.invocations,
-            &call,
-            next_attempt(&self.attempts, &call),
-        );
+        let n = next_attempt(&self.attempts, &call);
+        let act = act_of(&self.invocations, &call, n);
+        let repeating = self
+            .invocations
+            .get(&call)
+            .and_then(|all| all.get(n))
+            .is_some_and(|i| i.repeating);
+        // A call the recording never saw answered can only be one that was
+        // cut, or failed.
+        let never = |act: &Act| match act {
+            Act::Answer(Some(timing)) => timing.ended == TimedEnd::Cut,
+            Act::Answer(None) => false,
+            Act::Fail { .. } | Act::Silent => true,
+        };
+        if answer.is_none() && !never(&act) {
+            return self.unanswered(&request, &asked);
+        }
+        let answer = answer.unwrap_or_else(|| ChatMessage {
+            role: ChatRole::Assistant,
+            content: String::new(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        });
         let (usage, finish_reason) = self.replies.get(&(path, step)).copied().unwrap_or_default();
         Box::pin(async move {
             let timing = match act {
@@ -330,7 +464,7 @@ impl ModelClient for ReplayModel {
                     retryable,
                 } => {
                     if let Some(timing) = timing {
-                        act_out(&timing, |_| evidence.observe()).await;
+                        act_out(&timing, &evidence, |_| evidence.observe()).await;
                     }
                     return Err(ModelError::new(
                         ModelErrorKind::Server,
@@ -340,26 +474,28 @@ impl ModelClient for ReplayModel {
                 }
             };
             if let Some(timing) = timing {
-                {
-                    let pieces = timing.items.max(1);
-                    let text: Vec<char> = answer.content.chars().collect();
-                    let size = text
-                        .len()
-                        .div_ceil(usize::try_from(pieces).unwrap_or(1))
-                        .max(1);
-                    act_out(&timing, |n| {
-                        let from = usize::try_from(n)
-                            .unwrap_or(usize::MAX)
-                            .saturating_mul(size);
-                        let piece: String = text.iter().skip(from).take(size).collect();
-                        if piece.is_empty() {
-                            evidence.observe();
-                        } else {
-                            evidence.observe_text(&piece);
-                        }
-                    })
-                    .await;
-                }
+                let pieces = timing.items.max(1);
+                let text: Vec<char> = answer.content.chars().collect();
+                let size = text
+                    .len()
+                    .div_ceil(usize::try_from(pieces).unwrap_or(1))
+                    .max(1);
+                act_out(&timing, &evidence, |n| {
+                    if repeating {
+                        evidence.observe_text(LOOPING);
+                        return;
+                    }
+                    let from = usize::try_from(n)
+                        .unwrap_or(usize::MAX)
+                        .saturating_mul(size);
+                    let piece: String = text.iter().skip(from).take(size).collect();
+                    if piece.is_empty() {
+                        evidence.observe();
+                    } else {
+                        evidence.observe_text(&piece);
+                    }
+                })
+                .await;
             }
             Ok(ModelReply {
                 content: answer.content,
@@ -370,6 +506,10 @@ impl ModelClient for ReplayModel {
         })
     }
 }
+
+/// What a stream the watchdog found repeating itself streams in a
+/// replay: its own text is not recorded.
+const LOOPING: &str = "Let me check the logs once more before I answer. ";
 
 /// What each loop's model was given as each tool call's result, by the
 /// call's place (`{loop}/{step}/{index}`, as [`tail`] of its key).
@@ -476,7 +616,7 @@ impl ToolClient for ReplayTools {
                     retryable,
                 } => {
                     if let Some(timing) = timing {
-                        act_out(&timing, |_| evidence.observe()).await;
+                        act_out(&timing, &evidence, |_| evidence.observe()).await;
                     }
                     // A failure not tried again was the model's result.
                     let said = said
@@ -494,7 +634,7 @@ impl ToolClient for ReplayTools {
                 {
                     // Values as it reported them: rising evenly to its highest.
                     let items = u32::try_from(timing.items.max(1)).unwrap_or(u32::MAX);
-                    act_out(&timing, |n| {
+                    act_out(&timing, &evidence, |n| {
                         let note = format!("{} of {}", n + 1, timing.items);
                         let done = u32::try_from(n + 1).unwrap_or(u32::MAX);
                         match timing.progress {
@@ -580,12 +720,12 @@ fn answer_from(
         .unwrap_or_else(PoisonError::into_inner)
         .get_mut(path)
         .and_then(VecDeque::pop_front);
-    let path = path.to_owned();
     Box::pin(async move {
+        // Asked once more than the recording says it answered: it had not
+        // answered yet when the lease ended, and says nothing here either
+        // (past the evaluator's timeout, the breaker answers).
         let Some(answered) = next else {
-            return Err(EvaluatorError::new(format!(
-                "the recording's evaluator gave no more answers about `{path}`"
-            )));
+            return std::future::pending().await;
         };
         tokio::time::sleep(answered.latency).await;
         match answered.breaker {

@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use leasehold_actors::{
-    CallOutcome, DecidedBy, Event, EventKind, FinishReason, LeaseId, LeaseKind, OperationTiming,
-    Pace, TokenCost,
+    CallOutcome, DEFAULT_REPETITION_THRESHOLD, DecidedBy, Event, EventKind, FinishReason, LeaseId,
+    LeaseKind, OperationTiming, Pace, TokenCost,
 };
 
 use super::course::{Counts, course_entry, loop_of};
@@ -55,6 +55,9 @@ pub(super) struct Invocation {
     /// For one that failed on its own: whether its supervisor tried again
     /// (or gave it up): the failure was one to try again.
     pub retried: bool,
+    /// Its stream was found repeating itself when its lease was judged:
+    /// its text is not recorded, so a replay streams a text that repeats.
+    pub repeating: bool,
 }
 
 /// What a lease was seeded with (`lease_seeded`).
@@ -102,6 +105,9 @@ pub(super) struct Script {
     /// The tool server each tool was called on, as its seeded leases say:
     /// the replay serves it under the same name, for the same reason.
     pub servers: BTreeMap<String, String>,
+    /// Each loop's task, by its path: the conversation of a loop that
+    /// never answered begins and ends with it.
+    pub tasks: BTreeMap<String, String>,
 }
 
 impl Script {
@@ -159,6 +165,9 @@ impl Script {
                     invocation.outcome = Some(*outcome);
                 }
             }
+            EventKind::RunStarted { task, .. } | EventKind::WorkerSpawned { task, .. } => {
+                self.tasks.insert(path.to_owned(), task.clone());
+            }
             EventKind::GaveUp { .. } => {
                 if let Some(invocation) = self.calls.get_mut(path).and_then(|i| i.last_mut()) {
                     invocation.retried = true;
@@ -181,7 +190,13 @@ impl Script {
                 }
             }
             EventKind::Verdict(record) => {
-                let _ = self.invocation_of(path, record.lease_id);
+                let repeating = record
+                    .evidence
+                    .repetition
+                    .is_some_and(|r| r >= DEFAULT_REPETITION_THRESHOLD);
+                if let Some(invocation) = self.invocation_of(path, record.lease_id) {
+                    invocation.repeating |= repeating;
+                }
                 if let Some(answered) = answered(
                     record.decided_by,
                     &record.reason,
