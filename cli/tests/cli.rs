@@ -129,7 +129,7 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
         out.stdout.contains(
             "tool_call: lease 1m30s · free renewals until 4m30s · first evaluation at 4m30s · \
              renewal cap at 9m45s (6 leases + 3 evaluations of at most 15s) · 4 attempts · \
-             backoffs at most 7s700ms · worst case 39m7s700ms"
+             backoffs at most 7s700ms · worst case 39m7s700ms · ceiling 4h"
         ),
         "{}",
         out.stdout

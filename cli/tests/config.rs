@@ -470,7 +470,7 @@ fn the_timing_arithmetic_of_the_defaults() {
         tool.to_string(),
         "tool_call: lease 5m · free renewals until 15m · first evaluation at 15m · \
          renewal cap at 57m (11 leases + 8 evaluations of at most 15s) · 4 attempts · \
-         backoffs at most 7s700ms · worst case 3h48m7s700ms"
+         backoffs at most 7s700ms · worst case 3h48m7s700ms · ceiling 4h"
     );
     let stream = config.timing(LeaseKind::ModelStream);
     assert_eq!(stream.first_evaluation, minutes(6));
@@ -501,7 +501,7 @@ fn the_worst_case_counts_each_evaluation_and_every_backoff_at_the_top_of_its_jit
         stream.to_string(),
         "model_stream: lease 1s · free renewals until 3s · first evaluation at 3s · \
          renewal cap at 6s600ms (5 leases + 2 evaluations of at most 800ms) · 3 attempts · \
-         backoffs at most 3s300ms · worst case 23s100ms"
+         backoffs at most 3s300ms · worst case 23s100ms · ceiling 4h"
     );
 
     // With every renewal free no expiry waits for the evaluator, even when

@@ -225,7 +225,7 @@ async fn a_burst_behind_its_own_queue_on_a_real_model_has_no_early_expiry_and_no
             "task": format!("Say hello to friend number {n} in one short sentence."),
             "max_steps": 2,
             "stream": true,
-            "max_tokens": 48,
+            "max_tokens": 96,
         })
     };
     // Three runs one after another teach the endpoint its quiet pace.
