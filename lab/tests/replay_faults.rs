@@ -504,3 +504,89 @@ fn a_run_a_person_cancelled_replays_cancelled_where_it_was() {
     });
     replayed(&world, &recording);
 }
+
+#[test]
+fn a_worker_cut_early_against_its_kinds_learned_pace_replays_with_it() {
+    // Three runs teach the worker kind's pace (a step in 200 ms); in the
+    // fourth the worker's step waits on a search of 15 minutes (a tool it
+    // never called before, so judged by its 20-minute lease alone), the
+    // worker's lease expires early against its kind's pace, and the
+    // evaluator says INTERVENE; started again, it answers.
+    let flow: Flow = serde_json::from_value(json!({
+        "name": "triage",
+        "task": "Why did checkout fail?",
+        "max_steps": 4,
+        "workers": {"scan": {"prompt": "Scan the logs.", "max_steps": 2}},
+        "tools": [{"name": "ops", "url": "http://127.0.0.1:9/mcp"}],
+    }))
+    .expect("valid flow");
+    let root = (0..4).flat_map(|_| {
+        [
+            Turn::spawn([("scan", "Scan the logs.")]),
+            Turn::answer("the pool was exhausted by a leak"),
+        ]
+    });
+    let note = || Turn::tools([("note", json!({"note": "scanned"}))]);
+    let scan = || Turn::answer("a leak in the pool");
+    let mut turns = Vec::new();
+    for _ in 0..3 {
+        turns.extend([note(), scan()]);
+    }
+    turns.extend([
+        Turn::tools([("search", json!({"q": "pool"}))]),
+        note(),
+        scan(),
+    ]);
+    let model = ScriptedModel::new()
+        .script("run", root)
+        .script("worker:scan", turns);
+    let tools = ScriptedTools::new()
+        .tool(
+            "note",
+            Some(true),
+            [ToolAct::returns("noted", Duration::from_millis(200))],
+        )
+        .tool(
+            "search",
+            Some(true),
+            [ToolAct::returns("late", Duration::from_secs(900))],
+        );
+    let evaluator = ScriptedEvaluator::new([Scripted::verdict(
+        "INTERVENE",
+        "silent against its pace",
+        "",
+    )]);
+    let mut world = World::new(model, tools, evaluator);
+    world.config.supervision.lease.tool_call = Duration::from_secs(1200);
+    world.config.supervision.lease.worker_step = Duration::from_secs(300);
+    let recording = paused(async {
+        let mut last = String::new();
+        for _ in 0..4 {
+            let engine = world.engine().await;
+            let mut run = engine.start(flow.clone()).await.expect("starts");
+            assert_eq!(run.wait().await.status, RunStatus::Completed);
+            engine.shutdown().await;
+            last = run.run_id().to_owned();
+        }
+        world.recording(&last).await
+    });
+    let early: Vec<_> = recording
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Verdict(record) => {
+                Some((record.early, record.verdict.as_str(), record.lease_kind))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        early,
+        [(true, "INTERVENE", leasehold_actors::LeaseKind::WorkerStep)]
+    );
+    replayed(&world, &recording);
+    let mut cold = recording.clone();
+    cold.events.retain(|e| e.kind.name() != "lease_seeded");
+    let report = cold.replay(world.config.clone()).expect("replays");
+    assert!(!report.reproduced(), "without its seeds it goes otherwise");
+}

@@ -218,7 +218,9 @@ impl EventSink for Gathered {
                     .unwrap_or_else(PoisonError::into_inner)
                     .push((path.to_owned(), *step));
             }
-            EventKind::ToolCallStarted { .. } => self.starts(path.to_owned()),
+            EventKind::ToolCallStarted { .. } | EventKind::WorkerSpawned { .. } => {
+                self.starts(path.to_owned());
+            }
             _ => {}
         }
         let entry = course_entry(&kind).is_some();

@@ -165,8 +165,16 @@ impl Script {
                     invocation.outcome = Some(*outcome);
                 }
             }
-            EventKind::RunStarted { task, .. } | EventKind::WorkerSpawned { task, .. } => {
+            EventKind::RunStarted { task, .. } => {
                 self.tasks.insert(path.to_owned(), task.clone());
+            }
+            // A worker is watched by a lease of its own, under its path.
+            EventKind::WorkerSpawned { task, .. } => {
+                self.tasks.insert(path.to_owned(), task.clone());
+                self.calls
+                    .entry(path.to_owned())
+                    .or_default()
+                    .push(Invocation::default());
             }
             EventKind::GaveUp { .. } => {
                 if let Some(invocation) = self.calls.get_mut(path).and_then(|i| i.last_mut()) {
