@@ -1,25 +1,28 @@
 //! Replay: a stored run played again through the real engine with what it
 //! recorded — its model's answers, its tools' results, its evaluator's
-//! verdicts, the timing of each operation, a person's answers — and no
-//! network, no tool server, on paused time; then compared, loop by loop,
-//! with what it did.
+//! verdicts, the timing of each operation, the paces its leases were
+//! seeded with, the delays its restarts drew, its executors' stops, a
+//! person's answers — and no network, no tool server, on paused time;
+//! then compared, loop by loop, with what it did (`docs/fork-and-replay.md`
+//! says what is compared and what is not replayed).
 //!
 //! A [`Recording`] is what the store keeps of a run (its flow, each loop's
-//! last snapshot, its tool-call records, its events), and serializes to
-//! JSON: saved beside a test, it is a regression test
-//! ([`Recording::replay`], [`ReplayReport::assert_reproduced`]).
+//! last snapshot, its tool-call records, its events, and for a fork the
+//! state it started from), and serializes to JSON: saved beside a test, it
+//! is a regression test ([`Recording::replay`],
+//! [`ReplayReport::assert_reproduced`]).
 //!
-//! The replay's model answers a request with the answer that followed the
-//! same conversation in the recording: a request that no recorded
-//! conversation begins with is where the replay diverges (the flow, the
-//! prompts or the code changed). Each answer streams as its call did: as
-//! many items, the first after the same wait, each of its longest
-//! silences after the same item, the other gaps even, for the same time;
-//! an attempt that was cut goes silent where it went silent. Each tool call answers its recorded result
-//! after its recorded time, reporting progress at its cadence; a call with
-//! no recorded result never answers. The evaluator gives, lease by lease,
-//! the verdicts it gave; budget checkpoints, the decisions they made. A
-//! pause is answered as a person answered it.
+//! The recording is read once into a script of what each peer did
+//! (`script.rs`); the peers play it (`peers.rs`): the model answers a
+//! request with the answer that followed the same conversation, each call
+//! attempt by attempt as it went — its items, silences, keepalives, its
+//! cut or its failure — the tools the same with their results (a result
+//! cut to the engine's cap given back whole in length), the evaluator its
+//! answers after their time (the breaker's as failures). The replay's
+//! engine is stopped and another resumes the run where the recording's
+//! executor changed, a fork is forked again from what it inherited, and
+//! each call's lease is seeded as it was (`course.rs` gathers the events,
+//! counts each loop's course and seeds the book as each call starts).
 
 mod course;
 #[cfg(test)]
