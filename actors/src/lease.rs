@@ -178,12 +178,15 @@ struct Entry {
     queued: bool,
     /// Renewals in all (load renewals aside).
     renewals: u32,
-    /// Renewals that count toward the cap: doubt, not strong evidence.
+    /// Renewals in doubt in a row, the ones the cap counts (rule 13).
     counted: u32,
     /// The cap now: the terms' own, raised by each checkpoint.
     cap: u32,
     /// Checkpoints at the cap so far.
     checkpoints: u32,
+    /// Items of evidence when its last expiry was judged: more since, and
+    /// the evidence is still arriving.
+    seen_items: u64,
     /// Consecutive renewals decided on evidence alone.
     evidence_renewals: u32,
     generation: u64,
@@ -353,6 +356,7 @@ impl LeaseState {
                 counted: 0,
                 cap: terms_cap,
                 checkpoints: 0,
+                seen_items: 0,
                 evidence_renewals: 0,
                 generation: 0,
                 deadline,
@@ -642,15 +646,24 @@ impl LeaseState {
         let terms = &entry.terms;
         let mut judged = terms.expiry(
             &meta,
-            entry.counted,
+            (renewals, entry.counted),
             entry.evidence_renewals,
-            &evidence,
+            (&evidence, evidence.count.saturating_sub(entry.seen_items)),
             early,
         );
         judged.max_renewals = entry.cap;
-        // At the cap, fresh evidence under a policy that says so is a
-        // checkpoint: the cap is extended, the work goes on.
-        let checkpoint = (judged.renewals >= judged.max_renewals
+        let seen_items = evidence.count;
+        // Strong evidence ends a stretch of doubt (rule 13), under a policy
+        // that follows it: this expiry is not one the cap counts, whoever
+        // renews it.
+        let strong = terms.policy.checkpoints_at_cap() && crate::policy::strong_evidence(&judged);
+        if strong {
+            judged.doubts = 0;
+        }
+        // At the cap, evidence that is fresh but not strong (progress with no
+        // total, steps, notes) under a policy that says so is a checkpoint:
+        // the cap is extended, the work goes on.
+        let checkpoint = (judged.doubts >= judged.max_renewals
             && entry.checkpoints < crate::policy::MAX_CAP_CHECKPOINTS
             && terms.policy.checkpoints_at_cap())
         .then(|| crate::policy::fresh_evidence(&judged))
@@ -678,11 +691,11 @@ impl LeaseState {
             }
         };
         if let Judgement::Decided(decision) = judgement {
-            let strong = crate::policy::on_strong_evidence(&judged, &decision);
             let record =
                 VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
             self.emit(&meta, EventKind::Verdict(record));
             if let Some(entry) = self.leases.get_mut(&id) {
+                entry.seen_items = seen_items;
                 entry.pending = Some(PendingExpiry {
                     strong,
                     silence: None,
@@ -704,7 +717,7 @@ impl LeaseState {
         let expiry = LeaseExpiry {
             meta,
             renewals,
-            counted: judged.renewals,
+            counted: judged.doubts,
             max_renewals: judged.max_renewals,
             evidence_renewals: entry.evidence_renewals,
             stream_tail: entry.evidence.tail(),
@@ -712,9 +725,10 @@ impl LeaseState {
             early,
         };
         if let Some(entry) = self.leases.get_mut(&id) {
+            entry.seen_items = seen_items;
             entry.judging = true;
             entry.pending = Some(PendingExpiry {
-                strong: false,
+                strong,
                 silence: silence.then_some(count),
             });
         }
@@ -828,9 +842,11 @@ impl LeaseState {
                             0
                         };
                         entry.renewals += 1;
-                        // Strong evidence is no doubt: the cap does not
-                        // count it (rule 13).
-                        if !strong {
+                        // Strong evidence ends a stretch of doubt: the cap
+                        // counts renewals in doubt in a row (rule 13).
+                        if strong {
+                            entry.counted = 0;
+                        } else {
                             entry.counted += 1;
                         }
                         entry.evidence.judged();

@@ -134,7 +134,7 @@ pub use pace::{
 pub use policy::{
     AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
     MAX_CAP_CHECKPOINTS, Policies, PolicyChoice, PolicyName, VerdictPolicy, fresh_evidence,
-    on_strong_evidence, renewal_cap,
+    renewal_cap, strong_evidence,
 };
 pub use verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,

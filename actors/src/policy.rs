@@ -47,7 +47,7 @@
 //! intervenes at the cap whatever the policy says.
 //!
 //! The cap bounds doubt, not progress. A renewal on strong evidence
-//! ([`on_strong_evidence`]: a progress value that advanced toward its known
+//! ([`strong_evidence`]: a progress value that advanced toward its known
 //! total, or answer text that keeps arriving at its usual pace without
 //! repeating) is not counted toward it; such an operation is bounded by its
 //! own limits (its total, `max_tokens`, the answer cap) and by the lease's
@@ -82,16 +82,24 @@ pub struct Expiry<'a> {
     pub kind: LeaseKind,
     /// One lease period.
     pub lease: Duration,
-    /// Renewals so far that count toward the cap: renewals on strong
-    /// evidence ([`on_strong_evidence`]) and by `load` do not.
+    /// Renewals so far (by `load` aside): the ladder renews the first
+    /// `free_renewals` of them.
     pub renewals: u32,
-    /// The renewal cap: the expiry after this many counted renewals ends
+    /// Renewals in doubt in a row, the ones the cap counts: under a policy
+    /// that follows rule 13, an expiry with strong evidence
+    /// ([`strong_evidence`]) ends a stretch of doubt and is not counted; for
+    /// any other, every renewal.
+    pub doubts: u32,
+    /// The renewal cap: the expiry after this many renewals in doubt ends
     /// the operation (raised by each checkpoint at the cap).
     pub max_renewals: u32,
     /// How many expiries the ladder renews for free.
     pub free_renewals: u32,
     /// The evidence, judged now.
     pub evidence: &'a EvidenceSummary,
+    /// Items of evidence (keepalives aside) that arrived since the lease's
+    /// previous expiry was judged.
+    pub new_items: u64,
     /// phi at or above which evidence is suspicious, for this kind.
     pub phi_threshold: f64,
     /// Renewals decided on evidence alone, in a row, before this expiry.
@@ -189,10 +197,13 @@ pub trait VerdictPolicy: Send + Sync + fmt::Debug + 'static {
         true
     }
 
-    /// Whether reaching the renewal cap while the evidence is fresh is a
-    /// checkpoint that extends the cap (at most [`MAX_CAP_CHECKPOINTS`]
-    /// times) rather than the operation's end. `false` by default: a
-    /// baseline is judged as it always was; [`LeaseholdPolicy`] says yes.
+    /// Whether the policy follows rule 13, the cap bounds doubt, not
+    /// progress: a renewal of an expiry with strong evidence
+    /// ([`strong_evidence`]) is not counted toward the cap, and reaching the
+    /// cap while the evidence is fresh is a checkpoint that extends it (at
+    /// most [`MAX_CAP_CHECKPOINTS`] times) rather than the operation's end.
+    /// `false` by default: a baseline counts every renewal, as it always
+    /// did; [`LeaseholdPolicy`] says yes.
     fn checkpoints_at_cap(&self) -> bool {
         false
     }
@@ -206,33 +217,30 @@ pub trait VerdictPolicy: Send + Sync + fmt::Debug + 'static {
 /// the printed worst case, counted from its silence.
 pub const MAX_CAP_CHECKPOINTS: u32 = 3;
 
-/// Whether a renewal `decision` of `expiry` was earned by strong evidence,
-/// which rule 13 keeps out of the renewal cap: a progress value that
-/// advanced toward its known total (bounded by that total), or answer
-/// bytes — text, reasoning, a tool call's arguments — that keep arriving
-/// at their usual pace (phi below its threshold) without repeating (bounded
-/// by `max_tokens` and the answer cap). Renewals by the ladder, the
-/// evaluator, the breaker or a policy's own rule are doubt, and count.
-pub fn on_strong_evidence(expiry: &Expiry<'_>, decision: &Decision) -> bool {
-    if !matches!(decision.verdict, Verdict::Renew | Verdict::Nudge) {
-        return false;
-    }
+/// Whether `expiry` came while the operation showed strong evidence, which
+/// under rule 13 ends a stretch of doubt: the cap counts renewals in doubt
+/// in a row, and an expiry with strong evidence is not one, whoever renews
+/// it (the evaluator asked by the evidence streak too). Strong evidence is
+/// a progress value that advanced toward its known total since the last
+/// expiry (bounded by that total), or answer bytes — text, reasoning, a
+/// tool call's arguments — still arriving (new items since the previous
+/// expiry was judged) at their usual pace (phi below its threshold) without repeating
+/// (bounded by `max_tokens` and the answer cap). A silence, keepalives,
+/// progress with no total or a loop are doubt.
+pub fn strong_evidence(expiry: &Expiry<'_>) -> bool {
     let evidence = expiry.evidence;
-    match decision.decided_by {
-        DecidedBy::Progress => evidence
-            .progress
-            .is_some_and(|p| p.advanced && p.total.is_some_and(|total| p.value <= total)),
-        DecidedBy::Evidence => {
-            let kinds = &evidence.kinds;
-            let answer = kinds.text + kinds.reasoning + kinds.tool_call;
-            answer > 0
-                && evidence.phi.is_some_and(|phi| phi < expiry.phi_threshold)
-                && evidence
-                    .repetition
-                    .is_none_or(|share| share <= expiry.repetition_threshold)
-        }
-        _ => false,
-    }
+    let toward_total = evidence
+        .progress
+        .is_some_and(|p| p.advanced && p.total.is_some_and(|total| p.value <= total));
+    let kinds = &evidence.kinds;
+    let answer = kinds.text + kinds.reasoning + kinds.tool_call;
+    let streaming = answer > 0
+        && expiry.new_items > 0
+        && evidence.phi.is_some_and(|phi| phi < expiry.phi_threshold)
+        && evidence
+            .repetition
+            .is_none_or(|share| share <= expiry.repetition_threshold);
+    toward_total || streaming
 }
 
 /// Why the evidence of `expiry` is fresh enough to extend a cap at a
@@ -269,10 +277,11 @@ pub fn fresh_evidence(expiry: &Expiry<'_>) -> Option<String> {
 }
 
 /// The renewal cap, shared by every built-in policy: once a lease has been
-/// renewed `max_renewals` times, its next expiry intervenes
-/// (`decided_by = cap`), and the lease ends the operation as capped.
+/// renewed `max_renewals` times in doubt ([`Expiry::doubts`]), its next
+/// expiry intervenes (`decided_by = cap`), and the lease ends the operation
+/// as capped.
 pub fn renewal_cap(expiry: &Expiry<'_>) -> Option<Judgement> {
-    (expiry.renewals >= expiry.max_renewals).then(|| {
+    (expiry.doubts >= expiry.max_renewals).then(|| {
         Judgement::Decided(Decision {
             verdict: Verdict::Intervene,
             reason: format!(

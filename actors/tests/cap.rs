@@ -88,47 +88,88 @@ async fn streaming_answer(evidence: Evidence, secs_long: u64) -> &'static str {
     "answered"
 }
 
+fn stream_spec() -> LeaseSpec {
+    LeaseSpec::new(LeaseKind::ModelStream, "answer", secs(1))
+        .expect("spec")
+        .with_max_renewals(10)
+        .in_run(RUN, PATH)
+}
+
 #[tokio::test(start_paused = true)]
-async fn an_answer_streaming_at_its_pace_outlives_the_cap_through_checkpoints() {
-    // A 1 s lease over a 60 s answer: 60 expiries. The evaluator is asked
-    // after every three renewals on evidence alone (rule 4) and renews;
-    // those renewals are doubt and count, the evidence ones do not; at the
-    // cap, with tokens still arriving, a checkpoint extends it.
+async fn an_answer_streaming_at_its_pace_is_not_counted_by_the_cap() {
+    // A 1 s lease over a 60 s answer: 60 expiries. The evaluator is still
+    // asked after every three renewals on evidence alone (rule 4: text can
+    // loop); but every renewal of an expiry whose tokens keep arriving is on
+    // strong evidence, whoever decides it, and the cap of 10 counts none.
     let rig = rig(config(2, 10), Some(ScriptedEvaluator::always("RENEW"))).await;
     let begun = Instant::now();
     let handle = rig
         .leases()
-        .supervise(
-            LeaseSpec::new(LeaseKind::ModelStream, "answer", secs(1))
-                .expect("spec")
-                .with_max_renewals(10)
-                .in_run(RUN, PATH),
-            |evidence| streaming_answer(evidence, 60),
-        )
+        .supervise(stream_spec(), |evidence| streaming_answer(evidence, 60))
         .expect("started");
     assert_eq!(handle.outcome().await, Ok("answered"));
     assert_eq!(begun.elapsed(), secs(60));
     let by = deciders(&rig);
-    assert!(by.contains(&DecidedBy::Checkpoint), "{by:?}");
+    assert!(
+        by.contains(&DecidedBy::Evaluator),
+        "rule 4 still holds: {by:?}"
+    );
+    assert!(!by.contains(&DecidedBy::Checkpoint), "{by:?}");
     assert!(!by.contains(&DecidedBy::Cap), "{by:?}");
-    let checkpoint = rig
+}
+
+#[tokio::test(start_paused = true)]
+async fn reaching_the_cap_while_the_evidence_is_fresh_is_a_checkpoint_not_a_restart() {
+    // A worker silent for 10.5 s, then reporting notes — fresh evidence,
+    // but not strong: no total bounds it. Ten expiries of silence reach the
+    // cap of 10; at the next, notes are arriving: a checkpoint extends the
+    // cap by max_renewals − free_renewals instead of restarting the work.
+    let rig = rig(config(2, 10), Some(ScriptedEvaluator::always("RENEW"))).await;
+    let handle = rig
+        .leases()
+        .supervise(spec(secs(1), 10), |evidence| async move {
+            sleep(millis(10_500)).await;
+            for n in 0..30 {
+                sleep(millis(200)).await;
+                evidence.progress(format!("page {n}"));
+            }
+            "done"
+        })
+        .expect("started");
+    assert_eq!(handle.outcome().await, Ok("done"));
+    let checkpoints: Vec<_> = rig
         .events
         .verdicts()
         .into_iter()
-        .find(|v| v.decided_by == DecidedBy::Checkpoint)
-        .expect("a checkpoint");
+        .filter(|v| v.decided_by == DecidedBy::Checkpoint)
+        .collect();
+    assert!(!checkpoints.is_empty(), "{:?}", deciders(&rig));
+    let reason = &checkpoints[0].reason;
     assert!(
-        checkpoint
-            .reason
-            .contains("renewal cap 10 reached while the evidence is fresh"),
-        "{}",
-        checkpoint.reason
+        reason.contains("renewal cap 10 reached while the evidence is fresh"),
+        "{reason}"
     );
-    assert!(
-        checkpoint.reason.contains("extended by 8 to 18"),
-        "{}",
-        checkpoint.reason
-    );
+    assert!(reason.contains("extended by 8 to 18"), "{reason}");
+    assert!(!deciders(&rig).contains(&DecidedBy::Cap));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_whose_first_token_came_late_ends_its_doubt_when_tokens_arrive() {
+    // The first token comes after 10.5 s: ten expiries of silence are
+    // doubt and reach the cap of 10. At the next, tokens are arriving:
+    // strong evidence ends the stretch of doubt, and the answer goes on.
+    let rig = rig(config(2, 10), Some(ScriptedEvaluator::always("RENEW"))).await;
+    let handle = rig
+        .leases()
+        .supervise(stream_spec(), |evidence| async move {
+            sleep(millis(10_500)).await;
+            streaming_answer(evidence, 40).await
+        })
+        .expect("started");
+    assert_eq!(handle.outcome().await, Ok("answered"));
+    let by = deciders(&rig);
+    assert!(!by.contains(&DecidedBy::Cap), "{by:?}");
+    assert!(!by.contains(&DecidedBy::Checkpoint), "{by:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -169,19 +210,12 @@ async fn an_operation_that_falls_silent_after_a_checkpoint_is_given_up_within_th
     // Cap 10, ladder 2, no evaluator (the breaker renews: the slowest way
     // to the cap). The operation converges for 40 s, then falls silent.
     let rig = rig(config(2, 10), None).await;
-    let lease = secs(1);
     let handle = rig
         .leases()
-        .supervise(
-            LeaseSpec::new(LeaseKind::ModelStream, "answer", lease)
-                .expect("spec")
-                .with_max_renewals(10)
-                .in_run(RUN, PATH),
-            |evidence| async move {
-                streaming_answer(evidence, 40).await;
-                pending::<&str>().await
-            },
-        )
+        .supervise(stream_spec(), |evidence| async move {
+            streaming_answer(evidence, 40).await;
+            pending::<&str>().await
+        })
         .expect("started");
     let silent_from = Instant::now() + secs(40);
     let error = handle.outcome().await.expect_err("capped");

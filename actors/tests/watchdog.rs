@@ -587,8 +587,8 @@ async fn a_varied_stream_is_renewed_on_evidence_exactly_evidence_renewals_times_
             requests[1].renewals,
             requests[2].renewals
         ],
-        [2, 3, 4],
-        "renewals counted toward the cap: the ladder's and the evaluator's, not the evidence's"
+        [0, 0, 0],
+        "renewals in doubt, which the cap counts: none while the text keeps arriving"
     );
     drop(handle);
 }

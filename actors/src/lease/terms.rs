@@ -113,14 +113,15 @@ impl LeaseTerms {
     }
 
     /// What the policy sees of an expiry of the lease `meta`, renewed
-    /// `renewals` times, `evidence_renewals` of them in a row on evidence,
-    /// with `evidence` judged now.
+    /// `renewals` times, the last `doubts` of them in doubt and
+    /// `evidence_renewals` in a row on evidence, with `evidence` judged now,
+    /// `new_items` of its items since the previous expiry.
     pub fn expiry<'a>(
         &self,
         meta: &LeaseMeta,
-        renewals: u32,
+        (renewals, doubts): (u32, u32),
         evidence_renewals: u32,
-        evidence: &'a EvidenceSummary,
+        (evidence, new_items): (&'a EvidenceSummary, u64),
         early: bool,
     ) -> Expiry<'a> {
         Expiry {
@@ -128,9 +129,11 @@ impl LeaseTerms {
             kind: meta.kind,
             lease: meta.duration,
             renewals,
+            doubts,
             max_renewals: self.max_renewals,
             free_renewals: self.free_renewals,
             evidence,
+            new_items,
             phi_threshold: self.accrual.threshold,
             evidence_renewals,
             max_evidence_renewals: self.evidence_renewals,
