@@ -31,10 +31,8 @@ pub const WORST_CASE_FORMULA: &str = "worst case = attempts × renewal cap + bac
      renewal cap = (max_renewals + 1) × lease + evaluations × evaluator_timeout, evaluations = \
      max_renewals − free_renewals, attempts = 1 + restart.max_restarts, and each backoff is at the top \
      of its ±10 % jitter (the leasehold policy's; always_evaluate has no free renewals, \
-     idle_kill no evaluations, deadline one lease per attempt). That bounds a silent operation, \
-     counted from when it fell silent; one whose evidence stays fresh (progress toward its \
-     total, answer text at its usual pace) is not counted by the cap and works at most \
-     lease.ceiling + evaluator_timeout per attempt, then a person decides";
+     idle_kill no evaluations, deadline one lease per attempt). It bounds a silent operation; \
+     one whose evidence stays fresh works at most lease.ceiling an attempt";
 
 /// The arithmetic of one lease kind: what happens when, and how long an
 /// operation of that kind can take at worst before the run fails or pauses.
