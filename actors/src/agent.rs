@@ -47,8 +47,9 @@ use crate::ports::{ChatMessage, RunStatus, Snapshot, ToolCallRequest, ToolDefini
 use crate::strategy::SupervisionStrategy;
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
-pub use context_window::Overflow;
-pub use messages::{ControlError, Escalation, LoopMsg, ReconcileDecision, Reconciliation};
+pub use messages::{
+    ControlError, Escalation, LoopMsg, Overflow, ReconcileDecision, Reconciliation,
+};
 pub(crate) use restore::Saved;
 
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};

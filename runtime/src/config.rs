@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use leasehold_actors::{ConfigError, EngineConfig, OnExhausted, PolicyChoice, ToolServer};
 
-use crate::model::ModelRole;
+use crate::model::{JUDGE_MAX_IN_FLIGHT, JUDGE_MAX_TOKENS, ModelRole};
 use crate::store::Durability;
 
 mod checks;
@@ -57,17 +57,6 @@ pub use timing::{Timing, WORST_CASE_FORMULA, compact};
 
 /// The variable naming the configuration file, when none is given.
 pub const ENV_CONFIG: &str = "LEASEHOLD_CONFIG";
-
-/// `max_tokens` of a judge's call by default (`watchdog.max_tokens`,
-/// `budget.checkpoint_max_tokens`): a verdict's JSON with a one-sentence
-/// reason and a nudge fits in a hundred; 256 leaves room for a model that
-/// says a little more.
-pub(crate) const JUDGE_MAX_TOKENS: u32 = 256;
-
-/// Judge calls in flight at once on the evaluator's endpoint by default
-/// (`watchdog.max_concurrent_calls`): one, so that the judge takes at most
-/// one of a local server's slots from the work it judges.
-pub(crate) const JUDGE_MAX_IN_FLIGHT: u32 = 1;
 
 /// Where a value came from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -107,5 +107,6 @@ pub use settings::{
     ENV_MAX_ANSWER, ENV_MAX_BODY, ENV_NAME, ENV_RATE_LIMIT_RETRIES, KEY_MAX_ANSWER, KEY_MAX_BODY,
     ModelEndpoint, ModelRole, ModelSettings,
 };
+pub(crate) use settings::{JUDGE_MAX_IN_FLIGHT, JUDGE_MAX_TOKENS};
 #[cfg(feature = "openai")]
 pub use sse::{Fed, STREAM_ENVELOPE_BYTES, StreamParser};

@@ -26,7 +26,7 @@
 
 use ractor::ActorRef;
 
-use super::{AgentLoop, LoopEnd, LoopMsg};
+use super::{AgentLoop, LoopEnd, LoopMsg, Overflow};
 use crate::event::{EventKind, OverflowAction, overflow_sizes};
 use crate::ports::{ChatMessage, ChatRole, ModelErrorKind, RunStatus};
 
@@ -40,17 +40,6 @@ pub(crate) const KEPT_HEAD_CHARS: usize = 240;
 /// Tokens cut beyond the server's excess, for what a count of characters
 /// cannot know of the server's tokenizer.
 const MARGIN_TOKENS: u64 = 64;
-
-/// A request the server refused as longer than the model's context window.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Overflow {
-    /// The request's tokens, as the server counted them, when it said.
-    pub(crate) requested_tokens: Option<u64>,
-    /// The context window, in tokens, when the server said.
-    pub(crate) context_tokens: Option<u64>,
-    /// The server's own words.
-    pub(crate) message: String,
-}
 
 impl Overflow {
     /// The overflow a model error reports, if it is one.

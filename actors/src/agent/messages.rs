@@ -8,6 +8,18 @@ pub use crate::ports::ReconcileDecision;
 use crate::ports::{ModelReply, RunStatus, ToolCallRecord};
 use crate::strategy::ChildEnd;
 
+/// A request the server refused as longer than the model's context window
+/// (what `context_window.rs` does with it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overflow {
+    /// The request's tokens, as the server counted them, when it said.
+    pub(crate) requested_tokens: Option<u64>,
+    /// The context window, in tokens, when the server said.
+    pub(crate) context_tokens: Option<u64>,
+    /// The server's own words.
+    pub(crate) message: String,
+}
+
 /// A loop's messages. The root loop also takes the run's controls.
 #[derive(Debug)]
 pub enum LoopMsg {
@@ -26,7 +38,7 @@ pub enum LoopMsg {
         retry_after: Option<std::time::Duration>,
         /// The request did not fit the model's context window, as the
         /// server said: the loop shortens, or pauses for a person.
-        overflow: Option<super::Overflow>,
+        overflow: Option<Overflow>,
     },
     /// A tool call or a worker ended.
     CallDone {

@@ -85,6 +85,10 @@ impl fmt::Display for LeaseId {
 /// API too.
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
 
+/// The longest one operation may work, however fresh its evidence, by
+/// default (`lease.ceiling`): four hours.
+pub const DEFAULT_CEILING: Duration = Duration::from_secs(4 * 60 * 60);
+
 /// The default lease length per kind and the renewal cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseConfig {
@@ -118,7 +122,7 @@ impl Default for LeaseConfig {
             worker_step: Duration::from_secs(600),
             max_renewals: 10,
             min: MIN_LEASE,
-            ceiling: crate::lease::terms::DEFAULT_CEILING,
+            ceiling: DEFAULT_CEILING,
         }
     }
 }

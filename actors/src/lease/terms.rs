@@ -19,9 +19,7 @@ pub const DEFAULT_FREE_RENEWALS: u32 = 2;
 pub const DEFAULT_EVIDENCE_RENEWALS: u32 = 3;
 /// The repetition threshold by default (`watchdog.repetition_threshold`).
 pub const DEFAULT_REPETITION_THRESHOLD: f64 = 0.5;
-/// The longest one operation may work, however fresh its evidence, by
-/// default (`lease.ceiling`): four hours.
-pub const DEFAULT_CEILING: Duration = Duration::from_secs(4 * 60 * 60);
+pub use super::meta::DEFAULT_CEILING;
 
 /// Everything an expiry of a lease is judged by: its verdict policy, the
 /// renewal cap, the ladder, the evidence streak and the thresholds of its

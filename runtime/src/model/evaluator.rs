@@ -121,11 +121,11 @@ impl JudgeBounds {
     /// The most tokens of a verdict or a decision by default (256): the
     /// JSON object with a one-sentence reason and a nudge fits in a
     /// hundred.
-    pub const DEFAULT_MAX_TOKENS: u32 = crate::config::JUDGE_MAX_TOKENS;
+    pub const DEFAULT_MAX_TOKENS: u32 = super::settings::JUDGE_MAX_TOKENS;
     /// Judge calls in flight at once on one endpoint by default: one, so
     /// that the judge takes at most one of a local server's slots from the
     /// work it judges.
-    pub const DEFAULT_MAX_IN_FLIGHT: u32 = crate::config::JUDGE_MAX_IN_FLIGHT;
+    pub const DEFAULT_MAX_IN_FLIGHT: u32 = super::settings::JUDGE_MAX_IN_FLIGHT;
 }
 
 impl Default for JudgeBounds {

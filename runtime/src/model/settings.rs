@@ -14,6 +14,17 @@ use std::time::Duration;
 
 use crate::ConfigError;
 
+/// `max_tokens` of a judge's call by default (`watchdog.max_tokens`,
+/// `budget.checkpoint_max_tokens`): a verdict's JSON with a one-sentence
+/// reason and a nudge fits in a hundred; 256 leaves room for a model that
+/// says a little more.
+pub(crate) const JUDGE_MAX_TOKENS: u32 = 256;
+
+/// Judge calls in flight at once on the evaluator's endpoint by default
+/// (`watchdog.max_concurrent_calls`): one, so that the judge takes at most
+/// one of a local server's slots from the work it judges.
+pub(crate) const JUDGE_MAX_IN_FLIGHT: u32 = 1;
+
 /// The variable of the default role's base URL.
 pub const ENV_BASE_URL: &str = "LEASEHOLD_MODEL_BASE_URL";
 /// The variable of the default role's model name.
