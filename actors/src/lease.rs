@@ -304,7 +304,7 @@ impl LeaseState {
         // that reset its paces starts cold (rule 15).
         if let Some(key) = meta.pace_key.as_deref()
             && meta.pace_mode == PaceMode::Learn
-            && let Some(pace) = self.paces.trusted(key)
+            && let Some(pace) = self.paces.for_run(key, crate::pace::run_tag(&meta.run_id))
         {
             evidence.seed(&pace, queued);
             // What it was seeded with, for a replay to seed it the same

@@ -18,7 +18,8 @@
 //! of that window ([`QUANTILE_PERCENT`]), not a mean that one sample moves: one
 //! quick run among slow ones moves nothing, and a run only counts once
 //! however many calls it makes. A pace seeds other runs' detectors only
-//! once [`MIN_RUNS`] runs taught it. A flow's `leases.pace = "reset"`
+//! once [`MIN_RUNS`] runs taught it (a run's own earlier calls judge its
+//! later ones from the first). A flow's `leases.pace = "reset"`
 //! applies to its own run, whose calls start cold; the book itself is
 //! reset only by an operator (`leasehold paces --reset KEY`).
 //!
@@ -296,9 +297,25 @@ impl PaceBook {
         self.state().paces.get(key).cloned()
     }
 
-    /// The pace of `key` if it may judge a call ([`Pace::trusted`]).
-    pub fn trusted(&self, key: &str) -> Option<Pace> {
-        self.state().paces.get(key).filter(|p| p.trusted()).cloned()
+    /// The pace of `key` that may judge a call of the run tagged `run`:
+    /// the whole window's once enough runs taught it ([`Pace::trusted`]),
+    /// else what that run's own earlier calls showed, if they taught it
+    /// (a run may learn from itself; it may not teach others before they
+    /// are enough), else none.
+    pub fn for_run(&self, key: &str, run: u64) -> Option<Pace> {
+        let state = self.state();
+        let pace = state.paces.get(key)?;
+        if pace.trusted() {
+            return Some(pace.clone());
+        }
+        let own = pace.runs.iter().find(|sample| sample.run == run)?;
+        Some(Pace::default().learn(
+            run,
+            &CallPace {
+                first_item_ms: own.first_item_ms,
+                intervals: own.interval.map(|spread| (MIN_CALL_SAMPLES, spread)),
+            },
+        ))
     }
 
     /// Counts a call to `endpoint` in flight, and says how many others
@@ -459,6 +476,23 @@ mod tests {
         let pace = pace.learn(8, &call(5.0, 1.0));
         assert!(!pace.trusted(), "nor two");
         assert!(pace.learn(9, &call(5.0, 1.0)).trusted());
+    }
+
+    #[test]
+    fn a_run_learns_from_its_own_calls_before_others_are_enough() {
+        let book = PaceBook::new();
+        book.learn("k", 1, &call(300.0, 50.0));
+        book.learn("k", 2, &call(8_000.0, 50.0));
+        let own = book.for_run("k", 1).expect("its own calls judge it");
+        assert_eq!(own.first_item.map(|s| s.mean_ms), Some(300.0));
+        assert_eq!(
+            book.for_run("k", 3),
+            None,
+            "two runs set nobody else's pace"
+        );
+        book.learn("k", 3, &call(7_000.0, 50.0));
+        let shared = book.for_run("k", 1).expect("trusted");
+        assert_eq!(shared.first_item.map(|s| s.mean_ms), Some(8_000.0));
     }
 
     #[test]
