@@ -171,7 +171,7 @@ async fn a_real_model_frozen_mid_answer_under_a_one_second_lease_completes_witho
                 outcome,
                 usage,
                 ..
-            } => Some((outcome.clone(), usage.output_tokens)),
+            } => Some((*outcome, usage.output_tokens)),
             _ => None,
         })
         .expect("the first model call finished");

@@ -970,7 +970,8 @@ async fn the_paces_the_store_kept_and_the_runs_learned_are_served() {
         "no model pace learned: {learned}"
     );
     assert!(
-        keys.iter().any(|key| key.starts_with("tool_call:search on ")),
+        keys.iter()
+            .any(|key| key.starts_with("tool_call:search on ")),
         "no tool pace learned: {learned}"
     );
 }

@@ -25,6 +25,7 @@
 //! counts each loop's course and seeds the book as each call starts).
 
 mod course;
+mod entry;
 #[cfg(test)]
 mod generated;
 mod peers;
@@ -41,7 +42,8 @@ use leasehold_actors::{
 };
 use serde::{Deserialize, Serialize};
 
-use course::{Counts, Gathered};
+use course::Gathered;
+use entry::Counts;
 use peers::{Peers, tail};
 use script::Script;
 
@@ -269,7 +271,7 @@ impl Recording {
         let EventKind::RunCancelled { reason } = &self.events[at].kind else {
             return None;
         };
-        Some((course::counts(&self.events[..at]), reason.clone()))
+        Some((entry::counts(&self.events[..at]), reason.clone()))
     }
 
     /// What a person decided about the call of key `key`, as its record

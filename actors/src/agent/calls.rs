@@ -477,7 +477,12 @@ impl AgentLoop {
                 t.url
                     .iter()
                     .map(String::as_str)
-                    .chain(t.command.iter().flatten().map(crate::flow::CommandArg::value))
+                    .chain(
+                        t.command
+                            .iter()
+                            .flatten()
+                            .map(crate::flow::CommandArg::value),
+                    )
                     .collect()
             })
             .unwrap_or_default();

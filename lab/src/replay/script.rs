@@ -27,7 +27,7 @@ use leasehold_actors::{
     LeaseKind, OperationTiming, Pace, TokenCost,
 };
 
-use super::course::{Counts, course_entry, loop_of};
+use super::entry::{Counts, course_entry, loop_of};
 
 /// One invocation of a peer, as the recording has it.
 #[derive(Clone, Debug, Default)]
