@@ -153,3 +153,24 @@ async fn a_judge_call_whose_time_is_up_stops_the_server_generating() {
     let seen = until(&peer, Duration::from_secs(30), |s| s["left"] == 2).await;
     assert_eq!(seen["requests"].as_array().map(Vec::len), Some(2), "{seen}");
 }
+
+#[test]
+fn the_evaluator_is_told_the_evidence_in_the_words_the_record_gives() {
+    // A call silent from its start, judged against a learned first item:
+    // no item, but a phi. The prompt says both, as the record's own
+    // description does, never "phi undefined".
+    let silent = EvidenceSummary {
+        phi: Some(8.07),
+        ..EvidenceSummary::default()
+    };
+    let mut asked = request(40);
+    asked.evidence = silent.clone();
+    let prompt = &ModelEvaluator::lease_prompt(&asked)[1].content;
+    let described = silent.describe(None);
+    assert!(
+        prompt.contains(&format!("evidence: {described}")),
+        "{prompt}"
+    );
+    assert!(prompt.contains("phi 8.07"), "{prompt}");
+    assert!(!prompt.contains("phi undefined"), "{prompt}");
+}
