@@ -575,6 +575,27 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_of_the_same_name_on_another_server_has_another_key() {
+        let here = tool_server("search", &["node", "/opt/a/index.js", "stdio"]);
+        let there = tool_server("search", &["node", "/opt/b/index.js", "stdio"]);
+        let remote = tool_server("search", &["https://tools.example/mcp"]);
+        assert_ne!(here, there);
+        assert_ne!(here, remote);
+        assert!(here.starts_with("search#"), "{here}");
+        assert!(
+            !here.contains("/opt/a"),
+            "the target shows only as a hash: {here}"
+        );
+        // A server the configuration provides by name is that server.
+        assert_eq!(tool_server("search", &[]), "search");
+        // The same server has the same identity in every process.
+        assert_eq!(
+            here,
+            tool_server("search", &["node", "/opt/a/index.js", "stdio"])
+        );
+    }
+
+    #[test]
     fn run_tags_are_stable() {
         assert_eq!(run_tag(""), 0xcbf2_9ce4_8422_2325);
         assert_ne!(run_tag("run-1"), run_tag("run-2"));

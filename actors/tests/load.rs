@@ -255,3 +255,61 @@ fn the_probe_measures_a_blocked_thread_and_reads_low_once_it_is_free() {
         assert!(rule.late_by(Duration::ZERO).is_some());
     });
 }
+
+#[test]
+fn lateness_under_the_bound_at_every_wake_adds_up_to_a_load_renewal() {
+    // An executor that is a little late at every wake — its one thread
+    // blocked 150 ms out of every 200 ms by a synchronous task — under a
+    // bound of 1 s: no single wake of a 300 ms lease is that late, but the
+    // lateness of its wakes adds up past it, and the lease is renewed by
+    // `load` for the time the runtime owed it. Real time: paused time
+    // cannot make a wake late.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let deciders = runtime.block_on(async {
+        let events = RecordingSink::new();
+        let supervision = Supervision::start_with_load(
+            config(0, 1_000),
+            None,
+            Arc::new(events.clone()),
+            Some(LoadRule::new(LoadGauge::new(), Duration::from_secs(1))),
+        )
+        .await
+        .expect("supervision starts");
+        let hog = tokio::spawn(async {
+            loop {
+                std::thread::sleep(Duration::from_millis(150));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let handle = supervision
+            .leases
+            .supervise(spec(Duration::from_millis(300), 1_000), |_| pending::<()>())
+            .expect("started");
+        // Until a renewal by load, or a bound on a loaded machine.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline
+            && !events
+                .verdicts()
+                .iter()
+                .any(|v| v.decided_by == DecidedBy::Load)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        hog.abort();
+        drop(handle);
+        events.verdicts()
+    });
+    let load: Vec<_> = deciders
+        .iter()
+        .filter(|v| v.decided_by == DecidedBy::Load)
+        .collect();
+    assert!(!load.is_empty(), "no renewal by load: {deciders:?}");
+    assert!(
+        load.iter()
+            .any(|v| v.reason.contains("at this lease's wakes") && v.reason.contains("in all")),
+        "{load:?}"
+    );
+}
