@@ -232,7 +232,7 @@ pub const FLOW_KEYS: &[FlowKey] = &[
         "leases.pace",
         "learn, reset or off",
         "learn",
-        "what the run's leases do with each endpoint's learned pace",
+        "what the run's leases do with each endpoint's learned pace: `learn` seeds each call with the pace the last runs of its key showed (once three runs taught it, or from this run's own earlier calls) and teaches it one sample a run; `reset` starts this run's calls cold and teaches as `learn` does, never resetting what other runs are judged by (`leasehold paces --reset KEY` does that); `off` neither uses nor teaches",
         "\"learn\"",
     ),
     key(
