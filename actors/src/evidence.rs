@@ -497,6 +497,13 @@ impl Evidence {
         )
     }
 
+    /// Forgets the learned time to a first item: the call waits behind
+    /// others at its endpoint, and its silence before a first item is
+    /// judged by its period alone.
+    pub(crate) fn forget_first_item(&self) {
+        self.state().first_item = None;
+    }
+
     /// When the operation will have worked `ceiling`, pauses excluded, if
     /// it goes on; `None` while paused (no clock runs), past the timer's
     /// range, or for a ceiling of [`MAX_DURATION`](crate::MAX_DURATION) or

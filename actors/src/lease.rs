@@ -529,6 +529,26 @@ impl LeaseState {
             self.decided(id, generation, decision);
             return;
         }
+        // Still waiting for its first item while another of this
+        // executor's calls is in flight at its endpoint: the queue may be
+        // what keeps it waiting, whichever reached the server first. Its
+        // wait is judged by its period from now on, and teaches nothing.
+        if entry.evidence.count() == 0
+            && !entry.queued
+            && entry
+                .meta
+                .endpoint
+                .as_deref()
+                .is_some_and(|endpoint| self.paces.in_flight(endpoint) > 1)
+        {
+            entry.evidence.forget_first_item();
+            if let Some(entry) = self.leases.get_mut(&id) {
+                entry.queued = true;
+            }
+        }
+        let Some(entry) = self.leases.get(&id) else {
+            return;
+        };
         let suspicious = entry.terms.policy.expires_early()
             && entry
                 .evidence

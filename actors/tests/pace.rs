@@ -332,15 +332,7 @@ async fn a_run_that_resets_its_pace_starts_cold_and_never_makes_another_run_impa
     assert_eq!(pace.calls, 4, "{pace:?}");
     assert_eq!(pace.runs.len(), 4, "the book was not reset: {pace:?}");
     // The next 8 s run: no early expiry, no evaluator call.
-    stream(&rig, Some(KEY), secs(8), millis(50), 20, false)
-        .outcome()
-        .await
-        .expect("the 8 s run completes");
-    assert!(
-        rig.events.verdicts().is_empty(),
-        "{:?}",
-        rig.events.verdicts()
-    );
+    a_slow_run_is_never_judged(&rig).await;
     // Five more immediate runs of the same key: still judged by the slow
     // ones, a high quantile of the window.
     for _ in 0..5 {
@@ -349,12 +341,56 @@ async fn a_run_that_resets_its_pace_starts_cold_and_never_makes_another_run_impa
             .await
             .expect("ends by itself");
     }
-    stream(&rig, Some(KEY), secs(8), millis(50), 20, false)
+    a_slow_run_is_never_judged(&rig).await;
+    assert_eq!(rig.evaluator.calls(), 0);
+}
+
+/// A run whose first token comes after 8 s completes with no verdict at
+/// all: no early expiry.
+async fn a_slow_run_is_never_judged(rig: &Rig) {
+    stream(rig, Some(KEY), secs(8), millis(50), 20, false)
         .outcome()
         .await
         .expect("the 8 s run completes");
     assert!(
         rig.events.verdicts().is_empty(),
+        "{:?}",
+        rig.events.verdicts()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_alone_when_it_began_is_not_judged_by_its_first_item_once_others_crowd_its_endpoint()
+{
+    // The first call of a burst registers alone, but the server serves
+    // another first: while that one is in flight, the first call's wait is
+    // the queue's, not its own.
+    let rig = rig(PolicyName::LEASEHOLD).await;
+    let endpoint = "model fast at http://127.0.0.1/v1";
+    teach(&rig, KEY, (millis(300), millis(50), 20)).await;
+    let call = |first: Duration, chunks: u32| {
+        rig.supervision
+            .leases
+            .supervise(
+                spec(Some(KEY)).with_endpoint(Some(endpoint.to_owned())),
+                move |evidence: Evidence| async move {
+                    sleep(first).await;
+                    for n in 0..chunks {
+                        evidence.observe_text(&format!(" w{n} x{n} y{n}"));
+                        sleep(millis(50)).await;
+                    }
+                },
+            )
+            .expect("started")
+    };
+    let waiting = call(secs(8), 20);
+    let served = call(millis(300), 160);
+    let outcome = served.outcome().await;
+    assert!(outcome.is_ok(), "{outcome:?}: {:#?}", rig.events.verdicts());
+    let outcome = waiting.outcome().await;
+    assert!(outcome.is_ok(), "{outcome:?}: {:#?}", rig.events.verdicts());
+    assert!(
+        rig.events.verdicts().iter().all(|v| !v.early),
         "{:?}",
         rig.events.verdicts()
     );

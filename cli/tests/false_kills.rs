@@ -38,20 +38,13 @@ impl Stage {
         self.dir.path().join("data")
     }
 
-    /// The requests the model was sent so far, and how many were a judge's.
+    /// The judge's requests the model was sent so far.
     fn judge_calls(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.path().join("journal.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|entry| entry["judge"] == true)
-            .collect()
+        support::judge_requests(&self.dir.path().join("journal.jsonl"))
     }
 
     fn flow(&self, name: &str, flow: &Value) -> PathBuf {
-        let path = self.dir.path().join(format!("{name}.json"));
-        std::fs::write(&path, flow.to_string()).expect("write the flow");
-        path
+        support::write_flow(self.dir.path(), name, flow)
     }
 
     /// `leasehold run FLOW --json` to its end: its exit code and events.
