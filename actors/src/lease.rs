@@ -728,9 +728,7 @@ impl LeaseState {
         // loop: if the silence ends before the verdict comes, a cut is moot.
         let silence = (evidence.count == 0
             || evidence.phi.is_none_or(|phi| phi >= judged.phi_threshold))
-            && evidence
-                .repetition
-                .is_none_or(|share| share <= judged.repetition_threshold);
+            && !judged.repetitive();
         let count = evidence.count;
         // The policy leaves it to the evaluator: the watchdog asks it, shown
         // the evidence as it was judged here.

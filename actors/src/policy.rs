@@ -111,6 +111,15 @@ pub struct Expiry<'a> {
     pub repetition_threshold: f64,
 }
 
+impl Expiry<'_> {
+    /// Whether the evidence repeats itself past the threshold: a loop.
+    pub fn repetitive(&self) -> bool {
+        self.evidence
+            .repetition
+            .is_some_and(|share| share > self.repetition_threshold)
+    }
+}
+
 /// A policy's answer to an expiry.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Judgement {
@@ -237,9 +246,7 @@ pub fn strong_evidence(expiry: &Expiry<'_>) -> bool {
     let streaming = answer > 0
         && expiry.new_items > 0
         && evidence.phi.is_some_and(|phi| phi < expiry.phi_threshold)
-        && evidence
-            .repetition
-            .is_none_or(|share| share <= expiry.repetition_threshold);
+        && !expiry.repetitive();
     toward_total || streaming
 }
 
@@ -260,9 +267,7 @@ pub fn fresh_evidence(expiry: &Expiry<'_>) -> Option<String> {
         ));
     }
     let lease_ms = u64::try_from(expiry.lease.as_millis()).unwrap_or(u64::MAX);
-    let repetitive = evidence
-        .repetition
-        .is_some_and(|share| share > expiry.repetition_threshold);
+    let repetitive = expiry.repetitive();
     match (evidence.phi, evidence.last_progress_age_ms) {
         (Some(phi), Some(age))
             if evidence.count > 0
@@ -343,9 +348,7 @@ impl VerdictPolicy for LeaseholdPolicy {
                 ),
             ));
         }
-        let repetitive = evidence
-            .repetition
-            .is_some_and(|share| share > expiry.repetition_threshold);
+        let repetitive = expiry.repetitive();
         let streak_left = expiry.evidence_renewals < expiry.max_evidence_renewals;
         match evidence.phi {
             Some(phi)
