@@ -213,16 +213,19 @@ async fn a_burst_behind_its_own_queue_on_a_real_model_has_no_early_expiry_and_no
     let flow = |n: usize| {
         json!({
             "name": "greet",
-            "task": format!("Say hello to friend number {n} in one short sentence."),
-            "max_steps": 2,
+            "task": format!("Friend number {n} asks: what colour is the sky? Answer in one word."),
+            "max_steps": 4,
             "stream": true,
-            "max_tokens": 96,
+            "max_tokens": 48,
+            "budget": {"max_extensions": 0},
         })
     };
     // Three runs one after another teach the endpoint its quiet pace.
+    let mut all = Vec::new();
     for n in 0..3 {
         let runs = post_and_wait(&http, &base, &[flow(n)]).await;
         assert_eq!(runs[0]["status"], "completed", "{}", runs[0]);
+        all.extend(runs);
     }
     // Then sixteen at once, on two slots: most wait in the server's queue,
     // a queue this executor filled itself.
@@ -231,33 +234,32 @@ async fn a_burst_behind_its_own_queue_on_a_real_model_has_no_early_expiry_and_no
     for run in &runs {
         assert_eq!(run["status"], "completed", "{run}");
     }
-    // No lease of the burst expired on silence: no early expiry against a
-    // pace, no verdict on a call's wait. (A small model sometimes loops —
-    // its repetition is judged, as a loop must be — or spends its step
-    // budget, whose checkpoint asks the judge: those are the rules working,
-    // not impatience, and are told apart here by their records.)
-    let mut silences = Vec::new();
-    for run in &runs {
+    // No lease of the burst expired early, and none was judged: the
+    // executor knew the wait in the server's queue was its own. (Answers are
+    // short, so that a 135M model does not loop, and its step budget has no
+    // extension to ask for when it rambles on past its length limit step
+    // after step: either would rightly ask the judge, about something else
+    // than a wait.)
+    all.extend(runs.iter().cloned());
+    let mut verdicts = Vec::new();
+    for run in &all {
         let id = run["run_id"]
             .as_str()
             .or(run["id"].as_str())
             .unwrap_or_default();
         let trace = support::get_json(&http, &format!("{base}/runs/{id}/trace")).await;
         for entry in trace["entries"].as_array().into_iter().flatten() {
-            let looping = entry["evidence"]["repetition"]
-                .as_f64()
-                .is_some_and(|share| share > 0.5);
-            if entry["kind"] == "verdict" && !looping {
-                silences.push(entry.clone());
+            if entry["kind"] == "verdict" {
+                verdicts.push(entry.clone());
             }
         }
     }
-    assert!(silences.is_empty(), "{silences:#?}");
-    let lease_judges = stage.judge_requests().len();
-    let looping_or_budget = runs.len() * 4;
+    assert!(verdicts.is_empty(), "{verdicts:#?}");
+    let judged = stage.judge_requests();
     assert!(
-        lease_judges <= looping_or_budget,
-        "{lease_judges} judge requests"
+        judged.is_empty(),
+        "{} judge requests: {judged:#?}",
+        judged.len()
     );
     let _ = server.start_kill();
     let _ = server.wait().await;
