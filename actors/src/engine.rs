@@ -254,14 +254,14 @@ impl Engine {
     fn plan_stored(&self, flow: Flow) -> Result<(RunPlan, serde_json::Value), EngineError> {
         let plan = self.plan(flow)?;
         let stored = serde_json::to_value(&*plan.flow)
-            .map_err(|e| StoreError::new(format!("the flow cannot be stored: {e}")))?;
+            .map_err(|e| StoreError::invalid(format!("the flow cannot be stored: {e}")))?;
         Ok((plan, stored))
     }
 
     /// The plan of the flow a stored run runs.
     fn plan_of(&self, record: &RunRecord) -> Result<RunPlan, EngineError> {
         let flow: Flow = serde_json::from_value(record.flow.clone()).map_err(|e| {
-            StoreError::new(format!(
+            StoreError::corrupt(format!(
                 "run {}: its flow cannot be read: {e}",
                 record.run_id
             ))

@@ -18,7 +18,7 @@
 //! - values carry a format version, and the database records its store
 //!   format, so a later format can migrate instead of misreading;
 //! - finished runs are deleted once their retention has passed
-//!   ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)),
+//!   ([`Retention::purge_finished`](leasehold_actors::Retention::purge_finished)),
 //!   and sled's page cache is bounded ([`SledConfig::cache_capacity`]).
 //!
 //! `docs/durability.md` states what survives a process crash and a power

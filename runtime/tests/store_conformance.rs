@@ -46,7 +46,7 @@ impl StoreFixture for Sled {
     type Place = tempfile::TempDir;
 
     async fn fresh(&self) -> Result<tempfile::TempDir, StoreError> {
-        tempfile::tempdir().map_err(|e| StoreError::new(e.to_string()))
+        tempfile::tempdir().map_err(|e| StoreError::failed(e.to_string()).with_source(e))
     }
 
     async fn open(&self, dir: &tempfile::TempDir) -> Result<Arc<dyn Store>, StoreError> {

@@ -67,7 +67,7 @@ pub struct EngineConfig {
     /// [`DEFAULT_RETENTION`], 7 days); `None` keeps finished runs for ever.
     /// A flow's `retention` may shorten it, never lengthen it. The engine
     /// only bounds flows by it: whoever serves the runs deletes them
-    /// ([`Store::purge_finished`](crate::Store::purge_finished)).
+    /// ([`Retention::purge_finished`](crate::Retention::purge_finished)).
     pub retention: Option<Duration>,
     /// The executor's lag above which a lease that expires is renewed by
     /// `load` — not counted toward the renewal cap, the ladder or the

@@ -249,7 +249,7 @@ fn open_postgres(url: &str) -> Result<Arc<dyn Store>, EngineSetupError> {
 /// Refused: this build has no PostgreSQL store.
 #[cfg(all(feature = "store", not(feature = "postgres")))]
 fn open_postgres(url: &str) -> Result<Arc<dyn Store>, EngineSetupError> {
-    Err(StoreError::new(format!(
+    Err(StoreError::invalid(format!(
         "`store` (LEASEHOLD_STORE) names a PostgreSQL store ({}), but this build of leasehold \
          has no `postgres` feature",
         crate::store::redact_url(url)

@@ -12,7 +12,7 @@
 //!   resuming it from its snapshots ([`Executor::take_on`]);
 //! - **forwarded**, when another executor holds it with a live lease: the
 //!   command is stored for it
-//!   ([`Store::send_command`](leasehold_actors::Store::send_command)) and its change
+//!   ([`QueueStore::send_command`](leasehold_actors::QueueStore::send_command)) and its change
 //!   wakes that owner, which takes it ([`follow`]) and applies it as if it
 //!   had been sent there;
 //! - **refused**, with the rule's reason ([`Refused`]).

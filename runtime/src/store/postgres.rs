@@ -20,7 +20,7 @@
 //! A terminal status is written in one transaction; the event log has one
 //! row per `(run_id, seq)` (the first write of a seq stands, so a retried
 //! append is harmless) and is read back in `seq` order. Every write is
-//! committed when its call returns, so [`Store::flush`] has nothing left to
+//! committed when its call returns, so [`ChangeSource::flush`] has nothing left to
 //! do. Every wait is bounded: getting or opening a connection by
 //! [`PostgresConfig::connect_timeout`], each statement by
 //! [`PostgresConfig::statement_timeout`]; a failure is a [`StoreError`]
@@ -108,7 +108,7 @@ impl Drop for Inner {
 /// The payload of the notification of `change`: its JSON.
 fn notice(change: &StoreChange) -> Result<String, StoreError> {
     serde_json::to_string(change)
-        .map_err(|e| StoreError::new(format!("cannot encode the change {change:?}: {e}")))
+        .map_err(|e| StoreError::invalid(format!("cannot encode the change {change:?}: {e}")))
 }
 
 impl fmt::Debug for PostgresStore {
@@ -135,8 +135,12 @@ fn runs_query(tail: &str) -> String {
 /// A statement that failed, saying what it was doing.
 fn failed(doing: &dyn fmt::Display, error: &tokio_postgres::Error) -> StoreError {
     match error.as_db_error() {
-        Some(db) => StoreError::new(format!("{doing} failed in PostgreSQL: {db}")),
-        None => StoreError::new(format!("{doing} failed: {}", with_causes(error))),
+        Some(db) => StoreError::failed(format!("{doing} failed in PostgreSQL: {db}")),
+        // A connection that closed under the statement: worth trying again.
+        None if error.is_closed() => {
+            StoreError::unavailable(format!("{doing} failed: {}", with_causes(error)))
+        }
+        None => StoreError::failed(format!("{doing} failed: {}", with_causes(error))),
     }
 }
 
@@ -156,7 +160,7 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 }
 
 fn no_run(run_id: &str) -> StoreError {
-    StoreError::new(format!("no run `{run_id}`"))
+    StoreError::not_found(format!("no run `{run_id}`"))
 }
 
 impl PostgresStore {
@@ -180,7 +184,7 @@ impl PostgresStore {
             .recycle_timeout(Some(config.connect_timeout))
             .build()
             .map_err(|e| {
-                StoreError::new(format!(
+                StoreError::invalid(format!(
                     "cannot build the connection pool of the PostgreSQL store {}: {e}",
                     config.redacted()
                 ))
@@ -209,7 +213,7 @@ impl PostgresStore {
         let within = store.inner.config.connect_timeout;
         match tokio::time::timeout(within, listening.wait_for(|ready| *ready)).await {
             Ok(Ok(_)) => Ok(store),
-            _ => Err(StoreError::new(format!(
+            _ => Err(StoreError::unavailable(format!(
                 "the change feed of the PostgreSQL store {} could not LISTEN within {}",
                 store.inner.config.redacted(),
                 humantime::format_duration(within)
@@ -291,11 +295,11 @@ impl Inner {
     fn pool_error(&self, error: &PoolError) -> StoreError {
         let store = self.config.redacted();
         match error {
-            PoolError::Backend(error) => StoreError::new(format!(
+            PoolError::Backend(error) => StoreError::unavailable(format!(
                 "cannot get a connection to the PostgreSQL store {store}: {}",
                 with_causes(error)
             )),
-            other => StoreError::new(format!(
+            other => StoreError::unavailable(format!(
                 "cannot get a connection to the PostgreSQL store {store}: {other}"
             )),
         }
@@ -365,7 +369,7 @@ impl Inner {
             .await
             .map_err(|e| failed(&doing, &e))?;
         if written != 1 {
-            return Err(StoreError::new(format!(
+            return Err(StoreError::failed(format!(
                 "{doing} failed: the row moved while locked"
             )));
         }
@@ -482,7 +486,7 @@ impl Inner {
             .map_err(|e| failed(&doing, &e))?
             .get(0);
         if created == 0 {
-            return Err(StoreError::new(format!(
+            return Err(StoreError::conflict(format!(
                 "run `{}` already exists",
                 record.run_id
             )));

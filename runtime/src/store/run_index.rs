@@ -52,7 +52,7 @@ impl IndexEntries {
 }
 
 fn failed(doing: &str, error: &sled::Error) -> StoreError {
-    StoreError::new(format!("{doing} failed: {error}"))
+    StoreError::failed(format!("{doing} failed: {error}"))
 }
 
 /// The run ids an index gives, in listing order.
@@ -151,7 +151,7 @@ impl RunIndexes {
             key.get(prefix.len()..)
                 .and_then(|id| std::str::from_utf8(id).ok())
                 .map(str::to_owned)
-                .ok_or_else(|| StoreError::new("a run index entry is corrupt"))
+                .ok_or_else(|| StoreError::corrupt("a run index entry is corrupt"))
         });
         Ok(Box::new(ids))
     }
@@ -186,7 +186,7 @@ impl RunIndexes {
                 let run_id = key
                     .get(prefix.len()..)
                     .and_then(|id| std::str::from_utf8(id).ok())
-                    .ok_or_else(|| StoreError::new("a run index entry is corrupt"))?;
+                    .ok_or_else(|| StoreError::corrupt("a run index entry is corrupt"))?;
                 if !listing::in_window(query, created) {
                     return Ok(None);
                 }

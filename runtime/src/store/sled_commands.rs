@@ -20,7 +20,7 @@ pub(super) fn send(
     let doing = format_args!("storing a command for run `{run_id}`");
     let id = db
         .generate_id()
-        .map_err(|e| StoreError::new(format!("{doing} failed: {e}")))?;
+        .map_err(|e| StoreError::failed(format!("{doing} failed: {e}")))?;
     let stored = StoredCommand {
         id,
         run_id: run_id.to_owned(),
@@ -28,7 +28,7 @@ pub(super) fn send(
     };
     commands
         .insert(id.to_be_bytes(), encode(&stored, &doing)?)
-        .map_err(|e| StoreError::new(format!("{doing} failed: {e}")))?;
+        .map_err(|e| StoreError::failed(format!("{doing} failed: {e}")))?;
     Ok(id)
 }
 
@@ -38,7 +38,7 @@ pub(super) fn count(commands: &Tree, run_id: &str) -> Result<u64, StoreError> {
     let mut count = 0_u64;
     for entry in commands {
         let (_, value) = entry
-            .map_err(|e| StoreError::new(format!("counting the commands of `{run_id}`: {e}")))?;
+            .map_err(|e| StoreError::failed(format!("counting the commands of `{run_id}`: {e}")))?;
         let command: StoredCommand = decode(&value, &"a stored command")?;
         if command.run_id == run_id {
             count = count.saturating_add(1);
@@ -53,7 +53,7 @@ pub(super) fn take(
     owns: impl Fn(&str) -> Result<bool, StoreError>,
 ) -> Result<Vec<StoredCommand>, StoreError> {
     let doing = "taking commands";
-    let failed = |e: sled::Error| StoreError::new(format!("{doing} failed: {e}"));
+    let failed = |e: sled::Error| StoreError::failed(format!("{doing} failed: {e}"));
     let mut taken = Vec::new();
     for entry in commands {
         let (key, value) = entry.map_err(failed)?;
@@ -70,7 +70,7 @@ pub(super) fn take(
 /// waiting command is read, as [`count`] does.
 pub(super) fn remove_of(commands: &Tree, run_id: &str) -> Result<(), StoreError> {
     let failed =
-        |e: sled::Error| StoreError::new(format!("removing the commands of `{run_id}`: {e}"));
+        |e: sled::Error| StoreError::failed(format!("removing the commands of `{run_id}`: {e}"));
     for entry in commands {
         let (key, value) = entry.map_err(failed)?;
         let command: StoredCommand = decode(&value, &"a stored command")?;

@@ -22,7 +22,7 @@ pub(super) struct Outbox {
 }
 
 fn failed(doing: &dyn std::fmt::Display, error: &sled::Error) -> StoreError {
-    StoreError::new(format!("{doing} failed: {error}"))
+    StoreError::failed(format!("{doing} failed: {error}"))
 }
 
 impl Outbox {

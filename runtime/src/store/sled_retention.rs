@@ -1,5 +1,5 @@
 //! The sled store's retention: its finished runs in the order they come
-//! due, so that a purge ([`Store::purge_finished`]) reads only the runs it
+//! due, so that a purge ([`Retention::purge_finished`]) reads only the runs it
 //! deletes, never the runs it keeps.
 //!
 //! Two trees hold one entry per finished run, each keyed by a time
@@ -84,7 +84,7 @@ pub(crate) struct Due {
 }
 
 fn failed(doing: &str, error: &sled::Error) -> StoreError {
-    StoreError::new(format!("{doing} failed: {error}"))
+    StoreError::failed(format!("{doing} failed: {error}"))
 }
 
 impl FinishedRuns {
@@ -189,7 +189,7 @@ impl FinishedRuns {
                     .transpose()?;
                 let run_id = key.get(8..).and_then(|id| std::str::from_utf8(id).ok());
                 let (Some(at), Some(run_id)) = (at, run_id) else {
-                    return Err(StoreError::new("an entry of the finished runs is corrupt"));
+                    return Err(StoreError::corrupt("an entry of the finished runs is corrupt"));
                 };
                 if at > until {
                     break;

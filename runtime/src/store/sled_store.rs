@@ -118,7 +118,7 @@ impl Drop for Inner {
         if let Some(manifest) = &self.manifest
             && let Err(error) = self.commit.alone(|| manifest.record(&self.db))
         {
-            tracing::warn!("{}", error.message);
+            tracing::warn!("{}", error.message());
         }
     }
 }
@@ -141,7 +141,7 @@ impl SledStore {
     /// tokio runtime: the group-commit task runs on it.
     pub fn open(config: SledConfig) -> Result<Self, StoreError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            StoreError::new("SledStore::open must be called within a tokio runtime (its group commit runs there)")
+            StoreError::invalid("SledStore::open must be called within a tokio runtime (its group commit runs there)")
         })?;
         let path = config.path;
         let db = sled::Config::new()
@@ -152,7 +152,7 @@ impl SledStore {
             .map_err(|e| open_error(&path, &e))?;
         let tree = |name: &str| {
             db.open_tree(name).map_err(|e| {
-                StoreError::new(format!(
+                StoreError::failed(format!(
                     "cannot open tree `{name}` of the store at `{}`: {e}",
                     path.display()
                 ))
@@ -175,18 +175,14 @@ impl SledStore {
             &runs,
             &meta,
         )
-        .map_err(|e| {
-            StoreError::new(format!("the store at `{}`: {}", path.display(), e.message))
-        })?;
+        .map_err(|e| e.context(format_args!("the store at `{}`", path.display())))?;
         let finished = FinishedRuns::open(
             tree(sled_retention::FINISHED)?,
             tree(sled_retention::FINISHED_BY_FLOW)?,
             &runs,
             &meta,
         )
-        .map_err(|e| {
-            StoreError::new(format!("the store at `{}`: {}", path.display(), e.message))
-        })?;
+        .map_err(|e| e.context(format_args!("the store at `{}`", path.display())))?;
         let manifest = if config.temporary {
             None
         } else {
@@ -198,7 +194,7 @@ impl SledStore {
             }
             Ok(None) => 0,
             Err(e) => {
-                return Err(StoreError::new(format!(
+                return Err(StoreError::failed(format!(
                     "cannot read the run creation order of the store at `{}`: {e}",
                     path.display()
                 )));
@@ -245,7 +241,7 @@ impl SledStore {
     /// The space the database takes on disk, in bytes.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         self.inner.db.size_on_disk().map_err(|e| {
-            StoreError::new(format!(
+            StoreError::failed(format!(
                 "cannot measure the store at `{}`: {e}",
                 self.inner.path.display()
             ))
@@ -342,11 +338,11 @@ impl SledStore {
         let inner = Arc::clone(&self.inner);
         let spawned = tokio::runtime::Handle::try_current()
             .map(|runtime| runtime.spawn_blocking(move || work(&inner)))
-            .map_err(|_| StoreError::new("the sled store must be used within a tokio runtime"));
+            .map_err(|_| StoreError::invalid("the sled store must be used within a tokio runtime"));
         Box::pin(async move {
             match spawned?.await {
                 Ok(result) => result,
-                Err(e) => Err(StoreError::new(format!("a store scan did not finish: {e}"))),
+                Err(e) => Err(StoreError::failed(format!("a store scan did not finish: {e}"))),
             }
         })
     }
@@ -369,7 +365,7 @@ fn open_error(path: &Path, error: &sled::Error) -> StoreError {
         // sled 0.34 takes an exclusive `flock` on `<path>/db` and reports a
         // failure to get it as an `Other` I/O error with this text.
         if io.to_string().contains("could not acquire lock") {
-            return StoreError::new(format!(
+            return StoreError::unavailable(format!(
                 "the store directory `{}` is locked by another process: a sled database can be \
                  open in one process (and one store) at a time. If that process is a \
                  `leasehold serve`, act on its runs through it: add `--server URL` to the \
@@ -380,7 +376,7 @@ fn open_error(path: &Path, error: &sled::Error) -> StoreError {
             ));
         }
     }
-    StoreError::new(format!(
+    StoreError::failed(format!(
         "cannot open the store at `{}`: {error}",
         path.display()
     ))
@@ -392,12 +388,12 @@ fn check_format(meta: &Tree, path: &Path) -> Result<(), StoreError> {
     let what = format!("the store format of `{}`", path.display());
     let stored = meta
         .get(codec::META_FORMAT_KEY)
-        .map_err(|e| StoreError::new(format!("cannot read {what}: {e}")))?;
+        .map_err(|e| StoreError::failed(format!("cannot read {what}: {e}")))?;
     match stored {
         Some(bytes) => {
             let format = codec::decode_u32(&bytes, &what)?;
             if format != codec::STORE_FORMAT {
-                return Err(StoreError::new(format!(
+                return Err(StoreError::corrupt(format!(
                     "the store at `{}` is in store format version {format}, but this build reads \
                      only version {}; it was written by another leasehold version: refusing to open it",
                     path.display(),
@@ -409,14 +405,14 @@ fn check_format(meta: &Tree, path: &Path) -> Result<(), StoreError> {
         None => {
             // Made durable by the first flush, with the first writes.
             meta.insert(codec::META_FORMAT_KEY, &codec::STORE_FORMAT.to_be_bytes())
-                .map_err(|e| StoreError::new(format!("cannot record {what}: {e}")))?;
+                .map_err(|e| StoreError::failed(format!("cannot record {what}: {e}")))?;
             Ok(())
         }
     }
 }
 
 fn failed(doing: &dyn fmt::Display, error: &sled::Error) -> StoreError {
-    StoreError::new(format!("{doing} failed: {error}"))
+    StoreError::failed(format!("{doing} failed: {error}"))
 }
 
 struct RunName<'a>(&'a str);
@@ -428,7 +424,7 @@ impl fmt::Display for RunName<'_> {
 }
 
 fn no_run(run_id: &str) -> StoreError {
-    StoreError::new(format!("no run `{run_id}`"))
+    StoreError::not_found(format!("no run `{run_id}`"))
 }
 
 impl Inner {
@@ -556,7 +552,7 @@ impl Inner {
             .contains_key(run_id.as_bytes())
             .map_err(|e| failed(&doing, &e))?
         {
-            return Err(StoreError::new(format!("run `{run_id}` already exists")));
+            return Err(StoreError::conflict(format!("run `{run_id}` already exists")));
         }
         // The creation order first: sled recovers a prefix of its log, so a
         // run that survives a crash has its place in the order (an order
@@ -579,7 +575,7 @@ impl Inner {
                 self.run_order
                     .remove(order.to_be_bytes())
                     .map_err(|e| failed(&doing, &e))?;
-                Err(StoreError::new(format!("run `{run_id}` already exists")))
+                Err(StoreError::conflict(format!("run `{run_id}` already exists")))
             }
         }
     }
@@ -1017,7 +1013,7 @@ impl Store for SledStore {
             let mut paces = Vec::new();
             for entry in &inner.paces {
                 let (key, value) = entry.map_err(|e| {
-                    StoreError::new(format!("cannot read the learned paces: {e}"))
+                    StoreError::failed(format!("cannot read the learned paces: {e}"))
                 })?;
                 let key = String::from_utf8_lossy(&key).into_owned();
                 // A pace is what was learned, not what was done: one that
@@ -1040,12 +1036,12 @@ impl Store for SledStore {
     ) -> BoxFuture<'static, Result<(), StoreError>> {
         self.scan_and_settle(move |inner| {
             let failed =
-                |e: sled::Error| StoreError::new(format!("cannot save the learned paces: {e}"));
+                |e: sled::Error| StoreError::failed(format!("cannot save the learned paces: {e}"));
             for (key, pace) in &paces {
                 match pace {
                     Some(pace) => {
                         let value = serde_json::to_vec(pace).map_err(|e| {
-                            StoreError::new(format!("cannot encode the pace of `{key}`: {e}"))
+                            StoreError::invalid(format!("cannot encode the pace of `{key}`: {e}"))
                         })?;
                         inner.paces.insert(key.as_bytes(), value).map_err(failed)?;
                     }

@@ -1,5 +1,5 @@
 //! Deleting the PostgreSQL store's finished runs past their retention
-//! ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)):
+//! ([`Retention::purge_finished`](leasehold_actors::Retention::purge_finished)):
 //! one statement per batch, `DELETE … RETURNING` of the rows a `SELECT …
 //! FOR UPDATE SKIP LOCKED` picked through the finished-runs indexes
 //! (`0005_retention.sql`), their snapshots, snapshot history

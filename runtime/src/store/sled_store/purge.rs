@@ -1,5 +1,5 @@
 //! Deleting the sled store's finished runs past their retention
-//! ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)).
+//! ([`Retention::purge_finished`](leasehold_actors::Retention::purge_finished)).
 //!
 //! The purge walks the finished runs due ([`FinishedRuns::due`]), and for
 //! each takes the run's lock, reads its record again and, if it is still
