@@ -8,8 +8,9 @@
 use std::path::Path;
 use std::process::Command;
 
+use leasehold::RunStore;
 use leasehold::{
-    RunRecord, RunStatus, Store,
+    RunRecord, RunStatus,
     store::{Durability, SledConfig, SledStore},
 };
 

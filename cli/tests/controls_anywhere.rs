@@ -26,7 +26,9 @@ use std::time::Duration;
 use leasehold::executor::control::{self, OneRun};
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
-use leasehold::{Engine, EngineConfig, RunCommand, RunStatus, Store};
+use leasehold::{
+    Engine, EngineConfig, EventLog, QueueStore, RunCommand, RunStatus, RunStore, Store,
+};
 use leasehold_cli::demo::DemoStack;
 use reqwest::StatusCode;
 use serde_json::json;

@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::{
-    Event, EventKind, RunStatus, Store,
+    Event, EventKind, RunStatus,
     store::{SledConfig, SledStore},
 };
+use leasehold::{EventLog, RunStore};
 use leasehold_cli::demo::DemoStack;
 use tokio::process::{Child, Command};
 

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use leasehold::store::{PostgresConfig, PostgresStore};
-use leasehold::{EventKind, RunQuery, RunRecord, RunStatus, Store};
+use leasehold::{EventKind, EventLog, RunQuery, RunRecord, RunStatus, RunStore};
 use serde_json::{Value, json};
 use support::gate::gated_model;
 use tokio::process::{Child, Command};

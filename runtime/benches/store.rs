@@ -26,8 +26,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leasehold::{ChangeSource, RunStore, SnapshotStore};
 use leasehold::{
-    ClaimOutcome, RunRecord, RunStatus, Snapshot, Store,
+    ClaimOutcome, RunRecord, RunStatus, Snapshot,
     store::{Durability, SledConfig, SledStore},
 };
 use serde_json::{Value, json};

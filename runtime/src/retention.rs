@@ -113,7 +113,7 @@ pub fn spawn(
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use leasehold_actors::{MemoryStore, RunRecord, RunStatus};
+    use leasehold_actors::{MemoryStore, RunRecord, RunStatus, RunStore};
 
     use super::*;
 

@@ -243,7 +243,7 @@ async fn a_postgres_url_in_the_configuration_selects_the_postgresql_store() {
     .await
     .unwrap_err();
     assert!(
-        gone.message
+        gone.message()
             .contains("cannot get a connection to the PostgreSQL store"),
         "{gone}"
     );

@@ -7,7 +7,7 @@
 //! (`leasehold::testing::conformance`, run by `store_conformance.rs`).
 
 use leasehold::store::{Durability, SledConfig, SledStore};
-use leasehold::{MemoryStore, PurgeRule, RunStatus, Store};
+use leasehold::{ChangeSource, MemoryStore, PurgeRule, Retention, RunStatus, RunStore};
 
 #[path = "support/records.rs"]
 mod records;

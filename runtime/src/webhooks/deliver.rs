@@ -188,7 +188,7 @@ impl Work {
                     }
                     Err(error) => {
                         if !failing {
-                            tracing::warn!(error = %error.message, "webhooks: cannot take the due notices; trying again");
+                            tracing::warn!(error = %error.message(), "webhooks: cannot take the due notices; trying again");
                         }
                         failing = true;
                         false
@@ -318,7 +318,7 @@ impl Work {
                 tracing::debug!(run_id = %notice.run_id, "webhooks: a notice was taken again before it was settled");
             }
             Err(error) => {
-                tracing::warn!(run_id = %notice.run_id, error = %error.message,
+                tracing::warn!(run_id = %notice.run_id, error = %error.message(),
                     "webhooks: cannot settle a notice; it is taken again once its hold ends");
             }
         }

@@ -36,7 +36,8 @@ pub(super) fn to_json<T: Serialize>(
     value: &T,
     what: &dyn Display,
 ) -> Result<serde_json::Value, StoreError> {
-    serde_json::to_value(value).map_err(|e| StoreError::invalid(format!("cannot encode {what}: {e}")))
+    serde_json::to_value(value)
+        .map_err(|e| StoreError::invalid(format!("cannot encode {what}: {e}")))
 }
 
 /// A value read back from JSON.
@@ -44,7 +45,8 @@ pub(super) fn from_json<T: DeserializeOwned>(
     value: serde_json::Value,
     what: &dyn Display,
 ) -> Result<T, StoreError> {
-    serde_json::from_value(value).map_err(|e| StoreError::corrupt(format!("{what} is corrupt: {e}")))
+    serde_json::from_value(value)
+        .map_err(|e| StoreError::corrupt(format!("{what} is corrupt: {e}")))
 }
 
 /// A status's name, as the events and the API spell it (`waiting_human`).

@@ -98,8 +98,9 @@ pub(crate) fn run_prefix(run_id: &str) -> Result<Vec<u8>, StoreError> {
 
 /// `run_id`'s prefix followed by `suffix`.
 pub(crate) fn run_key(run_id: &str, suffix: &[u8]) -> Result<Vec<u8>, StoreError> {
-    let len = u32::try_from(run_id.len())
-        .map_err(|_| StoreError::invalid(format!("run id of {} bytes is too long", run_id.len())))?;
+    let len = u32::try_from(run_id.len()).map_err(|_| {
+        StoreError::invalid(format!("run id of {} bytes is too long", run_id.len()))
+    })?;
     let mut key = Vec::with_capacity(4 + run_id.len() + suffix.len());
     key.extend_from_slice(&len.to_be_bytes());
     key.extend_from_slice(run_id.as_bytes());

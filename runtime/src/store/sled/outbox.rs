@@ -7,16 +7,20 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use leasehold_actors::{Delivery, Notice, NoticeTake, RunRecord, RunStatus, StoreError, outbox};
+use leasehold_actors::{
+    Delivery, Notice, NoticeTake, Outbox, RunRecord, RunStatus, StoreError, StoreFuture, outbox,
+};
 use sled::Tree;
 
+use super::SledStore;
 use super::codec::{decode, encode};
 
 /// The tree of notices.
 pub(super) const OUTBOX: &str = "outbox";
 
-/// The outbox: its tree, and the lock takes and settlements hold.
-pub(super) struct Outbox {
+/// The outbox's notices: their tree, and the lock takes and settlements
+/// hold.
+pub(super) struct Notices {
     tree: Tree,
     taking: Mutex<()>,
 }
@@ -25,7 +29,7 @@ fn failed(doing: &dyn std::fmt::Display, error: &sled::Error) -> StoreError {
     StoreError::failed(format!("{doing} failed: {error}"))
 }
 
-impl Outbox {
+impl Notices {
     pub(super) fn new(tree: Tree) -> Self {
         Self {
             tree,
@@ -126,5 +130,20 @@ impl Outbox {
             }
         }
         Ok(())
+    }
+}
+
+impl Outbox for SledStore {
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
+        self.scan_and_settle(move |inner| inner.outbox.take(&take))
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> StoreFuture<bool> {
+        self.scan_and_settle(move |inner| inner.outbox.settle(id, held_until_ms, delivery))
     }
 }

@@ -4,11 +4,14 @@
 //! one `DELETE … RETURNING` of the commands of the runs the taker holds, so
 //! each is taken once, by the owner only.
 
-use leasehold_actors::{RunCommand, StoreChange, StoreError, StoredCommand};
+use leasehold_actors::{
+    QueueClaim, QueueStore, RunCommand, RunRecord, RunStatus, StoreChange, StoreError, StoreFuture,
+    StoredCommand,
+};
 use tokio_postgres::types::ToSql;
 
-use super::rows::{from_json, to_json, to_u64};
-use super::{Inner, failed, no_run, notice};
+use super::rows::{RUN_COLUMNS, from_json, status_name, to_i64, to_json, to_u64};
+use super::{Inner, PostgresStore, failed, no_run, notice};
 
 impl Inner {
     pub(super) async fn send_command(
@@ -80,5 +83,60 @@ impl Inner {
             .collect::<Result<Vec<_>, StoreError>>()?;
         taken.sort_by_key(|command| command.id);
         Ok(taken)
+    }
+}
+
+impl Inner {
+    async fn claim_queued(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
+        let doing = "claiming queued runs";
+        let now = to_i64(claim.now_ms, &"the claim time")?;
+        let expires = claim.now_ms.saturating_add(claim.ttl_ms);
+        let expires = to_i64(expires, &"the claimed lease's expiry")?;
+        let max = u64::try_from(claim.max).unwrap_or(u64::MAX);
+        let max = to_i64(max, &"the claim's limit")?;
+        let owner_id = &claim.owner_id;
+        let queued = status_name(RunStatus::Queued)?;
+        let running = status_name(RunStatus::Running)?;
+        // The change is `fencing::claim_queued`'s, in one statement: each
+        // claimer locks the oldest queued rows no other claimer holds, so
+        // claimers at once take disjoint runs, and a run claimed meanwhile
+        // is no longer queued when its lock is granted.
+        self.load_runs(
+            &format!(
+                "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
+                     fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
+                     updated_at_ms = $4 \
+                     WHERE run_id IN (SELECT run_id FROM runs WHERE status = $5 \
+                     ORDER BY run_id COLLATE \"C\" LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                     RETURNING {RUN_COLUMNS}), \
+                 notified AS (SELECT claimed.*, pg_notify('leasehold', \
+                     json_build_object('change', 'run', 'run_id', run_id)::text) FROM claimed) \
+                     SELECT {RUN_COLUMNS} FROM notified ORDER BY run_id COLLATE \"C\""
+            ),
+            &[&running, &owner_id, &expires, &now, &queued, &max],
+            &doing,
+        )
+        .await
+    }
+}
+
+impl QueueStore for PostgresStore {
+    fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
+        self.with(move |inner| async move { inner.claim_queued(&claim).await })
+    }
+
+    fn send_command(&self, run_id: &str, command: RunCommand) -> StoreFuture<u64> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move { inner.send_command(&run_id, &command).await })
+    }
+
+    fn count_commands(&self, run_id: &str) -> StoreFuture<u64> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move { inner.count_commands(&run_id).await })
+    }
+
+    fn take_commands(&self, owner_id: &str) -> StoreFuture<Vec<StoredCommand>> {
+        let owner_id = owner_id.to_owned();
+        self.with(move |inner| async move { inner.take_commands(&owner_id).await })
     }
 }

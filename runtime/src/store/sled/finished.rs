@@ -189,7 +189,9 @@ impl FinishedRuns {
                     .transpose()?;
                 let run_id = key.get(8..).and_then(|id| std::str::from_utf8(id).ok());
                 let (Some(at), Some(run_id)) = (at, run_id) else {
-                    return Err(StoreError::corrupt("an entry of the finished runs is corrupt"));
+                    return Err(StoreError::corrupt(
+                        "an entry of the finished runs is corrupt",
+                    ));
                 };
                 if at > until {
                     break;
