@@ -40,6 +40,37 @@ async fn the_memory_store_keeps_every_rule_of_the_store_port_through_the_public_
     assert_eq!(unique.len(), conformance::rules().len());
 }
 
+/// The memory store under a layer that overrides nothing: what a wrapper
+/// (metrics, fault injection, encryption) starts from, a few lines long.
+struct Layered(MemoryStore);
+
+impl LayeredStore for Layered {
+    fn inner(&self) -> &dyn Store {
+        &self.0
+    }
+}
+
+struct LayeredFixture;
+
+impl StoreFixture for LayeredFixture {
+    type Place = MemoryStore;
+
+    async fn fresh(&self) -> Result<MemoryStore, StoreError> {
+        Ok(MemoryStore::new())
+    }
+
+    async fn open(&self, place: &MemoryStore) -> Result<Arc<dyn Store>, StoreError> {
+        Ok(Arc::new(Layered(place.clone())))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_over_the_memory_store_keeps_every_rule_of_the_port() {
+    let report = conformance::check(LayeredFixture).await;
+    report.assert_passed();
+    assert_eq!(report.passed().count(), conformance::rules().len());
+}
+
 /// A store that keeps nothing once its last handle is dropped: each open
 /// is a new, empty store.
 struct Forgetful;
