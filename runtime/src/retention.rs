@@ -1,6 +1,6 @@
 //! Retention in a serving executor: a background task deletes the
 //! finished runs whose retention has passed
-//! ([`Retention::purge_finished`]),
+//! ([`Retention::purge_finished`](crate::Retention::purge_finished)),
 //! so that an executor that serves for days holds a bounded history on
 //! disk, not every run it ever ran.
 //!

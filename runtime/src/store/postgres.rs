@@ -45,6 +45,7 @@
 //! }
 //! # Ok(()) }
 //! ```
+//! [`ChangeSource::flush`]: crate::ChangeSource::flush
 
 mod changes;
 mod config;
@@ -75,7 +76,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::PostgresConfig;
 use rows::{RUN_COLUMNS, RunParams, from_json, run_from_row, to_i64};
 
-/// The [`Store`] port on a PostgreSQL database. Cheap to clone; clones
+/// The [`Store`](leasehold_actors::Store) port on a PostgreSQL database. Cheap to clone; clones
 /// share the connection pool.
 #[derive(Clone)]
 pub struct PostgresStore {

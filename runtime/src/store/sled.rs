@@ -74,7 +74,7 @@ mod snapshots;
 
 pub use config::SledConfig;
 
-/// The [`Store`] port on a sled database. Cheap to clone; clones share the
+/// The [`Store`](leasehold_actors::Store) port on a sled database. Cheap to clone; clones share the
 /// database. Dropping the last clone closes it: sled flushes and syncs it
 /// then, on the dropping thread (or, if a group-commit flush is in flight,
 /// on the blocking pool once that flush ends).

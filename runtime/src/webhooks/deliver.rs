@@ -1,7 +1,7 @@
 //! The [`Deliverer`]: a task beside the runs that takes the store's due
 //! notices and posts each to the receivers that should hear of it.
 //!
-//! - A notice is taken with a hold ([`Outbox::take_notices`]): another
+//! - A notice is taken with a hold ([`Outbox::take_notices`](crate::Outbox::take_notices)): another
 //!   deliverer (another executor on a shared store) does not take it
 //!   meanwhile, and one that dies mid-delivery leaves it to be taken again
 //!   once the hold ends.

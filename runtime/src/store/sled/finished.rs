@@ -22,6 +22,8 @@
 //!
 //! A database written before these trees gets them built when it is
 //! opened, as the run indexes are.
+//!
+//! [`Retention::purge_finished`]: crate::Retention::purge_finished
 
 use leasehold_actors::{PurgeRule, RunRecord, StoreError, retention};
 use sled::Tree;
