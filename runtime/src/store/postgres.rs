@@ -34,6 +34,14 @@
 //! as `jsonb`, the same JSON the sled store keeps; Unix-ms times and fences
 //! as `bigint`, converted with a check.
 //!
+//! Each part of the port is implemented in a file of its own, as the sled
+//! store's are: `runs.rs` ([`RunStore`](leasehold_actors::RunStore)),
+//! `events.rs`, `snapshots.rs`, `queue.rs`, `outbox.rs`, `paces.rs`,
+//! `changes.rs`, `retention.rs`; beside them the machinery they share: rows
+//! and their columns (`rows.rs`), the filters of a page of runs
+//! (`listing.rs`), the schema and its migrations (`schema.rs`), the
+//! `LISTEN` connection (`listen.rs`) and TLS (`tls.rs`).
+//!
 //! ```no_run
 //! use leasehold::Store;
 //! use leasehold::store::{PostgresConfig, PostgresStore};

@@ -1,5 +1,8 @@
-//! The PostgreSQL store's commands: a person's controls stored for the
-//! executor that holds a run (`0004_commands.sql`). Storing one notifies
+//! The PostgreSQL store's queue and commands ([`QueueStore`]): queued runs
+//! are claimed by one statement that locks them with `SKIP LOCKED`, so of
+//! executors claiming at once each claims different runs; a person's
+//! controls are stored for the executor that holds a run
+//! (`0004_commands.sql`). Storing one notifies
 //! the run's [`StoreChange::Command`] in the same statement; taking them is
 //! one `DELETE … RETURNING` of the commands of the runs the taker holds, so
 //! each is taken once, by the owner only.

@@ -1,6 +1,6 @@
-//! The sled store's retention: its finished runs in the order they come
-//! due, so that a purge ([`Retention::purge_finished`]) reads only the runs it
-//! deletes, never the runs it keeps.
+//! The sled store's finished runs, in the order they come due, so that a
+//! purge ([`Retention::purge_finished`]) reads only the runs it deletes,
+//! never the runs it keeps.
 //!
 //! Two trees hold one entry per finished run, each keyed by a time
 //! (`u64` big-endian) followed by the run id:

@@ -1,4 +1,4 @@
-//! The sled store's outbox ([`outbox`]): a tree of notices keyed by id
+//! The sled store's outbox ([`Outbox`], the rules of [`outbox`]): a tree of notices keyed by id
 //! (big-endian, so in id order). A notice is inserted before the run's
 //! record is replaced, under the run's lock: sled recovers a prefix of its
 //! log, so a change that survives a crash has its notice. Taking and

@@ -1,6 +1,8 @@
-//! The sled store's commands: a person's controls stored for the executor
-//! that holds a run, in a tree of their own keyed by id (big-endian, so in
-//! id order), each removed as it is taken so that it is taken once.
+//! The sled store's queue and commands ([`QueueStore`]): queued runs are
+//! claimed oldest first through the status index, each under its lock; a
+//! person's controls are stored for the executor that holds a run, in a
+//! tree of their own keyed by id (big-endian, so in id order), each
+//! removed as it is taken so that it is taken once.
 
 use leasehold_actors::{
     QueueClaim, QueueStore, RunCommand, RunRecord, RunStatus, StoreChange, StoreError, StoreFuture,
