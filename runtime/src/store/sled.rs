@@ -420,8 +420,16 @@ fn check_format(meta: &Tree, path: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// What failed while `doing`, of the kind sled's error says: a damaged
+/// log is corrupt; anything else (an I/O error, a bug sled reports) a
+/// failure of the store's machinery.
 fn failed(doing: &dyn fmt::Display, error: &sled::Error) -> StoreError {
-    StoreError::failed(format!("{doing} failed: {error}"))
+    let message = format!("{doing} failed: {error}");
+    match error {
+        sled::Error::Corruption { .. } => StoreError::corrupt(message),
+        sled::Error::Unsupported(_) => StoreError::invalid(message),
+        _ => StoreError::failed(message),
+    }
 }
 
 struct RunName<'a>(&'a str);

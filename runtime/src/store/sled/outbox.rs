@@ -12,8 +12,8 @@ use leasehold_actors::{
 };
 use sled::Tree;
 
-use super::SledStore;
 use super::codec::{decode, encode};
+use super::{SledStore, failed};
 
 /// The tree of notices.
 pub(super) const OUTBOX: &str = "outbox";
@@ -23,10 +23,6 @@ pub(super) const OUTBOX: &str = "outbox";
 pub(super) struct Notices {
     tree: Tree,
     taking: Mutex<()>,
-}
-
-fn failed(doing: &dyn std::fmt::Display, error: &sled::Error) -> StoreError {
-    StoreError::failed(format!("{doing} failed: {error}"))
 }
 
 impl Notices {
