@@ -212,11 +212,12 @@ pub mod prelude {
     // called on an `Arc<dyn Store>`), the base of a wrapper, and every
     // record the port carries.
     pub use crate::ports::{
-        ChangeFeed, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder,
-        LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport, PurgeRule,
-        QueueClaim, QueueStore, Retention, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
-        RunStore, RunSummary, RunUpdate, Snapshot, SnapshotStore, Store, StoreChange, StoreError,
-        StoreErrorKind, StoreFuture, StoredCommand, SummaryPage, ToolCallRecord, ToolCallState,
+        ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin,
+        GoneHolder, LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport,
+        PurgeRule, QueueClaim, QueueStore, Retention, RunCommand, RunPage, RunQuery, RunRecord,
+        RunStatus, RunStore, RunSummary, RunUpdate, Snapshot, SnapshotStore, Store, StoreChange,
+        StoreError, StoreErrorKind, StoreFuture, StoredCommand, SummaryPage, ToolCallRecord,
+        ToolCallState,
     };
     pub use crate::run::{RunEvents, RunHandle, RunState};
     pub use crate::strategy::{

@@ -1,6 +1,19 @@
 //! The store port: runs, their fenced ownership, snapshots, tool-call
 //! records and the event log.
 //!
+//! The port is made of focused parts, a trait and a file each: runs and
+//! their fencing, orphans and listing ([`RunStore`]), the event log
+//! ([`EventLog`]), snapshots, their history and tool-call records
+//! ([`SnapshotStore`]), the queue and commands ([`QueueStore`]), the
+//! outbox ([`Outbox`]), learned paces ([`PaceStore`]), the change feed and
+//! its flush ([`ChangeSource`]) and retention ([`Retention`]). [`Store`]
+//! is their union: whatever implements every part is a store, and is
+//! handed to the engine as `Arc<dyn Store>`. Every method answers a
+//! [`StoreFuture`]; what fails is a [`StoreError`], of a
+//! [`StoreErrorKind`]. A store that wraps another — metrics, fault
+//! injection, encryption — is a [`LayeredStore`], which says what it
+//! changes and leaves the rest to the store it wraps.
+//!
 //! Ownership of a run is a lease of its own, held by one executor (one
 //! runtime process) at a time: `owner_id`, an expiry, and a **fencing
 //! token** that goes up by one on every claim. Every write that changes a
