@@ -11,6 +11,7 @@ pub trait ChangeSource: Send + Sync + 'static {
     /// command is published once it landed; a refused or failed write
     /// publishes nothing.
     fn changes(&self) -> ChangeFeed;
+
     /// Returns once everything written so far is durable.
     fn flush(&self) -> StoreFuture<()>;
 }

@@ -13,8 +13,10 @@ pub trait EventLog: Send + Sync + 'static {
         events: Vec<Event>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>>;
+
     /// The run's events with `seq` above `after_seq`, in order.
     fn load_events(&self, run_id: &str, after_seq: u64) -> StoreFuture<Vec<Event>>;
+
     /// The run's last event, if it logged any: where its log goes on, and
     /// how it ended if it did (a run's end is its log's last event). A
     /// store reads that one event; the default reads the whole log.

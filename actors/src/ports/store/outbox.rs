@@ -102,6 +102,7 @@ pub trait Outbox: Send + Sync + 'static {
     /// change of a run's record that [`notice_of`] makes a notice of keeps
     /// that notice, with the change, or neither lands.
     fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>>;
+
     /// Settles a taken notice if it is still held as the take left it
     /// (its due time is `held_until_ms`: no take since): `None` removes
     /// it, `Some(delivery)` keeps it with that progress, due again at its

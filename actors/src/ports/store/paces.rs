@@ -11,6 +11,7 @@ pub trait PaceStore: Send + Sync + 'static {
     /// from, so that what earlier runs learned of each endpoint carries to
     /// the next, across restarts and executors.
     fn load_paces(&self) -> StoreFuture<Vec<(String, Pace)>>;
+
     /// Writes learned paces: each key's pace replaces what was kept, and a
     /// `None` deletes the key's (a reset).
     fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> StoreFuture<()>;

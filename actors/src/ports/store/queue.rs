@@ -14,14 +14,18 @@ pub trait QueueStore: Send + Sync + 'static {
     /// `now_ms + ttl_ms`. Executors claiming at once never claim the same
     /// run: each queued run is claimed exactly once.
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>>;
+
     /// Stores `command` for the run (whoever holds it takes it) and
     /// publishes a [`StoreChange::Command`](crate::ports::StoreChange::Command);
+
     /// answers the command's id. Fails if there is no such run.
     fn send_command(&self, run_id: &str, command: RunCommand) -> StoreFuture<u64>;
+
     /// How many commands wait for the run's owner to take them: what
     /// forwarding another reads first, so that the commands waiting for
     /// one run stay bounded when its owner does not take them.
     fn count_commands(&self, run_id: &str) -> StoreFuture<u64>;
+
     /// Takes the stored commands of the runs `owner_id` holds, in id order:
     /// each is removed as it is taken, so it is taken once, and only by the
     /// run's owner.

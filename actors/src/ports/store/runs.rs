@@ -15,6 +15,7 @@ use super::{
 pub trait RunStore: Send + Sync + 'static {
     /// Creates a run owned by `record.owner_id` with `record.fence`.
     fn create_run(&self, record: RunRecord) -> StoreFuture<()>;
+
     /// Claims a run for `owner_id` by compare-and-set: succeeds if the run is
     /// unowned, owned by `owner_id`, or its lease expired at `now_ms`; sets
     /// the owner, the expiry `now_ms + ttl_ms` and `fence = previous + 1`.
@@ -25,6 +26,7 @@ pub trait RunStore: Send + Sync + 'static {
         now_ms: u64,
         ttl_ms: u64,
     ) -> StoreFuture<ClaimOutcome>;
+
     /// Renews the owner's lease (a heartbeat), if `fence` is still the run's.
     fn renew_run(
         &self,
@@ -33,12 +35,16 @@ pub trait RunStore: Send + Sync + 'static {
         now_ms: u64,
         ttl_ms: u64,
     ) -> StoreFuture<Fenced<()>>;
+
     /// Changes the run's status, if `fence` is still the run's.
     fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>>;
+
     /// Marks every `running` run whose lease expired at `now_ms` as
     /// `orphaned` with the reason `run orphaned: executor lease expired`;
+
     /// returns their ids.
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>>;
+
     /// Whether executors in other processes may use this store at the same
     /// time (PostgreSQL), so that a run another executor holds may be live
     /// there and a command forwarded to it may be taken. False (the
@@ -48,6 +54,7 @@ pub trait RunStore: Send + Sync + 'static {
     fn is_shared(&self) -> bool {
         false
     }
+
     /// Whether this store guarantees that one process at a time opens it
     /// (sled: the lock on its directory). There, a run held by an owner
     /// that no engine of this process has is held by a process that died,
@@ -58,6 +65,7 @@ pub trait RunStore: Send + Sync + 'static {
     fn is_exclusive(&self) -> bool {
         false
     }
+
     /// On a store one process opens at a time ([`RunStore::is_exclusive`]):
     /// marks orphaned each running run whose holder `gone` says is gone
     /// ([`fencing::orphan_of_a_gone_holder`](super::fencing::orphan_of_a_gone_holder)), its owner and fence left as
@@ -72,10 +80,13 @@ pub trait RunStore: Send + Sync + 'static {
         let _ = (now_ms, gone);
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
+
     /// A run.
     fn load_run(&self, run_id: &str) -> StoreFuture<Option<RunRecord>>;
+
     /// Every run, oldest first.
     fn list_runs(&self) -> StoreFuture<Vec<RunRecord>>;
+
     /// How many runs are in each status, every status of
     /// [`RunStatus::ALL`] once, in that order: what an operator's dashboard
     /// reads on every scrape. The default counts [`RunStore::list_runs`]; a
@@ -94,6 +105,7 @@ pub trait RunStore: Send + Sync + 'static {
                 .collect())
         })
     }
+
     /// How many runs are in `status`: what admitting a run to the queue
     /// reads on every post, so a store answers it without reading the
     /// runs (an index). The default reads
@@ -108,6 +120,7 @@ pub trait RunStore: Send + Sync + 'static {
                 .map_or(0, |(_, n)| n))
         })
     }
+
     /// The page [`RunStore::list_runs_page`] answers for `query`, as
     /// summaries ([`RunSummary::of`]): no flow, each text cut to its first
     /// [`SUMMARY_CHARS`](super::SUMMARY_CHARS) characters. A store holds at most one whole run
@@ -123,6 +136,7 @@ pub trait RunStore: Send + Sync + 'static {
             })
         })
     }
+
     /// One page of the runs `query` selects: run id descending (newest
     /// first), only ids strictly below `query.after` when it is set, at most
     /// `query.limit` (at least one), with `next` set exactly when another
