@@ -17,7 +17,6 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Stores `command` for the run (whoever holds it takes it) and
     /// publishes a [`StoreChange::Command`](crate::ports::StoreChange::Command);
-
     /// answers the command's id. Fails if there is no such run.
     fn send_command(&self, run_id: &str, command: RunCommand) -> StoreFuture<u64>;
 

@@ -41,7 +41,6 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Marks every `running` run whose lease expired at `now_ms` as
     /// `orphaned` with the reason `run orphaned: executor lease expired`;
-
     /// returns their ids.
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>>;
 
