@@ -60,7 +60,7 @@ mod queue;
 
 pub use builder::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, EngineBuilder, EngineConfig, EngineError,
-    RUN_STOP_GRACE, ToolFactory, default_owner_id, serving_url,
+    RUN_STOP_GRACE, ToolFactory,
 };
 use ownership::{LiveRun, heartbeat};
 
