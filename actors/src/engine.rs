@@ -60,7 +60,7 @@ mod queue;
 
 pub use builder::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, EngineBuilder, EngineConfig, EngineError,
-    RUN_STOP_GRACE, ToolFactory, default_owner_id, serving_url,
+    RUN_STOP_GRACE, ToolFactory,
 };
 use ownership::{LiveRun, heartbeat};
 
@@ -237,6 +237,21 @@ impl Engine {
         self.start_with(flow, RunOptions::default()).await
     }
 
+    /// A handle of `run_id` if it runs in this engine (its actor lives),
+    /// however it was started: its event stream begins now.
+    pub fn handle(&self, run_id: &str) -> Option<RunHandle> {
+        let live = self.lock_live();
+        let run = live
+            .get(run_id)
+            .filter(|run| run.actor.get_status() != ActorStatus::Stopped)?;
+        Some(RunHandle::new(
+            run_id.to_owned(),
+            run.actor.clone(),
+            run.state.clone(),
+            crate::run::RunEventSource::new(self.bus.clone(), self.bus.subscribe()),
+        ))
+    }
+
     /// [`Engine::start`] with `options`: within a caller's trace.
     pub async fn start_with(
         &self,
@@ -381,6 +396,7 @@ impl Engine {
                     LiveRun {
                         actor: actor.clone(),
                         fence: ctx.fence.clone(),
+                        state: watcher.clone(),
                     },
                 );
                 drop(live);

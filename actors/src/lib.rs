@@ -47,6 +47,7 @@ mod lease;
 mod load;
 mod memory;
 mod nudge;
+mod owner;
 mod pace;
 mod policy;
 mod ports;
@@ -73,8 +74,9 @@ pub mod testing;
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
-    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, default_owner_id, serving_url,
+    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory,
 };
+pub use owner::OwnerId;
 pub use run::{RunEvents, RunHandle, RunState};
 
 // Flows.

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use leasehold::{EngineBuilder, EngineError, RunStatus, VerdictPolicy};
 
 use leasehold::config::{Config, EngineSetupError, Flag, LoadError};
+use leasehold::executor::{Executor, ExecutorOptions};
 
 /// A line on stderr, as `eprintln!` writes it, dropped if it cannot be
 /// written (the terminal closed): never a panic.
@@ -526,42 +527,43 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     }
     let engine = std::sync::Arc::new(builder.build().await?);
     leasehold::executor::boot(&engine, false).await?;
-    let mut events = engine.events().subscribe();
-    let handle = engine.start(flow).await?;
+    let executor = Executor::new(engine, ExecutorOptions::command_line());
+    let mut events = executor.engine().events().subscribe();
+    let handle = match executor.start(flow, leasehold::RunOptions::default()).await {
+        Ok(handle) => handle,
+        Err(error) => {
+            executor.shutdown().await?;
+            return Err(error.into());
+        }
+    };
     if !args.json {
         say!("run {}", handle.run_id());
     }
-    follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
+    follow_to_the_end(&executor, handle, &mut events, args.json, &signals).await
 }
 
-/// Follows the run until it ends, pauses or a signal stops it, taking the
-/// controls other executors forward to it meanwhile (a shared store); then
-/// stops the engine, flushes the store, prints what the log holds beyond
-/// what the bus brought, and answers the exit code.
+/// Follows the run, which `executor` runs, until it ends, pauses or a
+/// signal stops it, the executor taking the controls other executors
+/// forward to it meanwhile (a shared store); then shuts the executor down,
+/// prints what the log holds beyond what the bus brought, and answers the
+/// exit code.
 async fn follow_to_the_end(
-    engine: &std::sync::Arc<leasehold::Engine>,
+    executor: &std::sync::Arc<Executor>,
     handle: leasehold::RunHandle,
     events: &mut leasehold::EventStream,
     json: bool,
     signals: &signal::Signals,
 ) -> Result<ExitCode, CliError> {
-    use leasehold::executor::control;
     let output = if json {
         log::Output::Json
     } else {
         log::Output::Readable
     };
+    let engine = executor.engine();
     let mut traces = Traces::start(engine);
-    let executor = control::OneRun::new(std::sync::Arc::clone(engine));
-    executor.runs(handle.clone());
-    let stop = tokio_util::sync::CancellationToken::new();
-    let taking = control::follow(executor, stop.clone(), None);
     let followed = log::follow(handle, events, output, signals).await;
-    stop.cancel();
-    let _ = taking.await;
-    engine.shutdown().await;
+    executor.shutdown().await?;
     traces.finish(engine).await;
-    engine.store().flush().await?;
     followed.print_rest(engine.store().as_ref()).await?;
     Ok(followed_code(&followed))
 }

@@ -23,7 +23,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::executor::control::{self, OneRun};
+use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
 use leasehold::{
@@ -33,7 +33,6 @@ use leasehold_cli::demo::DemoStack;
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::process::{Child, Command};
-use tokio_util::sync::CancellationToken;
 
 use support::hanging_tool::{Hanging, group_emptied, last_group, run_until_a_tool_call_hangs};
 
@@ -288,7 +287,7 @@ async fn a_foreground_run_takes_a_cancel_forwarded_from_the_command_line() {
 /// it. The engine, the run, the call's key, and what stops the follower.
 async fn a_charge_held_waiting_for_a_decision(
     store: Arc<PostgresStore>,
-) -> (Arc<Engine>, leasehold::RunHandle, String, CancellationToken) {
+) -> (Arc<Executor>, leasehold::RunHandle, String) {
     let model = ScriptedModel::new().script(
         "run",
         [
@@ -307,16 +306,20 @@ async fn a_charge_held_waiting_for_a_decision(
             Arc::new(ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang])),
         )
         .store(store.clone() as Arc<dyn Store>)
-        .owner_id(leasehold::executor::owner_id())
+        .owner_id(leasehold::OwnerId::of_process())
         .build()
         .await
         .expect("engine");
-    let engine = Arc::new(engine);
+    // An executor of its own, which follows the controls forwarded to it.
+    let executor = Executor::new(Arc::new(engine), ExecutorOptions::command_line());
     let flow = serde_json::from_value(json!({
         "name": "charging", "task": "charge once", "max_steps": 4, "tools": [{"name": "local"}]
     }))
     .expect("flow");
-    let mut handle = engine.start(flow).await.expect("started");
+    let mut handle = executor
+        .start(flow, leasehold::RunOptions::default())
+        .await
+        .expect("started");
     let state = handle.paused().await;
     assert_eq!(state.status, RunStatus::ReconciliationRequired);
     let key = state
@@ -324,11 +327,7 @@ async fn a_charge_held_waiting_for_a_decision(
         .and_then(|p| p.call)
         .map(|c| c.key)
         .expect("the call in question");
-    let executor = OneRun::new(Arc::clone(&engine));
-    executor.runs(handle.clone());
-    let stop = CancellationToken::new();
-    control::follow(executor, stop.clone(), None);
-    (engine, handle, key, stop)
+    (executor, handle, key)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,7 +336,8 @@ async fn a_resume_awaiting_a_decision_is_refused_alike_by_the_command_line_and_t
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
     let stack = DemoStack::start().await.expect("the demo servers");
-    let (engine, mut handle, key, stop) = a_charge_held_waiting_for_a_decision(store.clone()).await;
+    let (executor, mut handle, key) = a_charge_held_waiting_for_a_decision(store.clone()).await;
+    let engine = executor.engine();
     let run_id = handle.run_id().to_owned();
     let mut b = serve(&url, &stack.model_base_url());
     let base = support::served_base(&mut b, PATIENCE).await;
@@ -397,8 +397,7 @@ async fn a_resume_awaiting_a_decision_is_refused_alike_by_the_command_line_and_t
         .expect("the run ends once decided");
     assert_eq!(state.status, RunStatus::Completed, "{state:?}");
 
-    stop.cancel();
-    engine.shutdown().await;
+    executor.shutdown().await.expect("the executor stops");
     b.start_kill().expect("stop");
     b.wait().await.expect("reaped");
     stack.shutdown().await;
@@ -525,7 +524,7 @@ async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_di
     // Its identity says where it serves.
     let owner = support::owner_id(&http, &base).await;
     assert_eq!(
-        leasehold::serving_url(&owner),
+        leasehold::OwnerId::parse(&owner).serving(),
         Some(base.as_str()),
         "{owner}"
     );

@@ -118,6 +118,10 @@ async fn the_events_carry_each_scenario_when_the_pause_is_answered_from_outside(
         .build()
         .await
         .expect("the engine builds");
+    let executor = leasehold::executor::Executor::new(
+        Arc::new(engine),
+        leasehold::executor::ExecutorOptions::command_line(),
+    );
     // Someone outside the driver — here a task holding the run's handle, as
     // the HTTP server would — answers the pause.
     let (handle_tx, handle_rx) = tokio::sync::oneshot::channel::<RunHandle>();
@@ -134,7 +138,7 @@ async fn the_events_carry_each_scenario_when_the_pause_is_answered_from_outside(
     let report = tokio::time::timeout(
         Duration::from_secs(60),
         leasehold_cli::demo::drive_with(
-            &engine,
+            &executor,
             stack.flow(),
             Answer::External,
             &mut sink,

@@ -33,7 +33,13 @@ impl Drop for Server {
 
 impl Server {
     async fn start(engine: Engine, options: ServerOptions) -> Self {
-        let app = App::new(Arc::new(engine), options);
+        let app = App::new(
+            leasehold::executor::Executor::new(
+                Arc::new(engine),
+                leasehold::executor::ExecutorOptions::default(),
+            ),
+            options,
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -408,6 +408,7 @@ impl Default for Config {
         let restart = engine.restart;
         let model = crate::model::ModelSettings::new(crate::model::ModelEndpoint::new("", ""));
         let server = crate::server_limits::ServerLimits::default();
+        let executor = crate::executor::ExecutorOptions::default();
         let run = crate::run_limits::RunLimits::default();
         Self {
             lease_model_stream: Setting::default(lease.model_stream),
@@ -468,8 +469,8 @@ impl Default for Config {
             server_body_timeout: Setting::default(server.body_timeout),
             server_max_connections: Setting::default(server.max_connections),
             server_max_event_streams: Setting::default(server.max_event_streams),
-            server_max_live_runs: Setting::default(server.max_live_runs),
-            server_max_queued_runs: Setting::default(server.max_queued_runs),
+            server_max_live_runs: Setting::default(executor.max_live_runs),
+            server_max_queued_runs: Setting::default(executor.max_queued_runs),
             server_shutdown_grace: Setting::default(server.shutdown_grace),
             limits_model_answer: Setting::default(size(model.max_answer_bytes)),
             limits_model_body: Setting::default(size(model.max_body_bytes)),

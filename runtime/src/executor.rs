@@ -1,18 +1,31 @@
-//! An executor's boot and its sweep: reconcile orphans, and resume them if
-//! told to.
+//! The executor: the one owner of the runs a process runs.
 //!
-//! A run whose executor died is found by its expired executor lease and
-//! marked `orphaned` with the message `run orphaned: executor lease expired`.
-//! With `LEASEHOLD_RESUME_ON_BOOT=true` an executor also claims each orphan
-//! (a compare-and-set that raises its fence) and resumes it from its last
-//! snapshot; `leasehold runs resume ID` does the same for one run, on
-//! demand.
+//! An [`Executor`] holds the only registry of the runs live in its process
+//! and everything that decides what runs there: its admission (at most
+//! `server.max_live_runs`, fewer while it is late: [`admission`]), the
+//! runs it starts or queues ([`Executor::post`]), claims from the queue
+//! or takes over as orphans ([`Executor::claim`]), and a person's controls
+//! routed once to wherever the run is ([`Executor::control`]). Its
+//! background tasks — following the controls other executors forward to
+//! its runs, the claimer of queued runs, the sweep for orphans, the
+//! adaptation of its admission, and whatever the embedder hands it
+//! (retention, webhook delivery) — stop with it, in one
+//! [`Executor::shutdown`], before the engine stops its runs.
 //!
-//! Orphans are looked for at boot and then, while the executor runs
-//! ([`sweep`], started by `leasehold serve`), every third of the run-lease
-//! TTL: an executor restarted before its dead predecessor's leases expired
-//! picks those runs up once they do. (The key keeps its name: it is the
-//! same switch, "this executor resumes orphans", at boot and after.)
+//! `leasehold serve` serves one over HTTP, `leasehold run` runs one run
+//! with one, `leasehold runs resume|cancel|reconcile|fork` act through
+//! one, and the demo drives one: each in a few lines. The [`Engine`] under
+//! it only launches, resumes and forks runs.
+//!
+//! Orphans: a run whose executor died is found by its expired executor
+//! lease and marked `orphaned` with the message `run orphaned: executor
+//! lease expired`, at boot ([`boot`]) and then every third of the run-lease
+//! TTL (the sweep). With `LEASEHOLD_RESUME_ON_BOOT=true` an executor also
+//! claims each orphan (a compare-and-set that raises its fence) and resumes
+//! it from its last snapshot; a serving executor does so through its
+//! claimer, so that a resumed run counts against its limit like any other
+//! (orphans first, then queued runs). `leasehold runs resume ID` does the
+//! same for one run, on demand.
 //!
 //! Resuming on boot is off by default. A process that starts — after a crash
 //! loop, a deploy, or on a developer's machine with an old data directory —
@@ -22,36 +35,27 @@
 //! resume work. Reconciliation itself (marking orphans) is always on: it only
 //! tells the truth about runs nobody owns.
 //!
-//! `leasehold serve` resumes orphans through its claimer rather than its
-//! boot and sweep, so that a resumed run counts against its limit of live
-//! runs like any other: the boot and the sweep mark orphans, the claimer
-//! resumes them (orphans first, then queued runs) while it has room.
-//!
-//! A serving executor also takes runs from the queue ([`claim_queued`]):
-//! a run posted to any executor that has no room for it is recorded
-//! `queued`, and the first executor with room claims it — when one of its
-//! runs ends, when it queues one itself, and every
-//! `executor.claim_interval` otherwise. Every reason to look is one
-//! [`Notify`]: whatever learns of a queued run (a run that ended here, a
-//! change feed from the store) wakes the claimer through it.
-//!
-//! How many runs it holds at once is its [`Admission`]: at most
-//! `server.max_live_runs`, fewer while the executor is late (see
-//! [`admission`]).
+//! The queue: a run posted to any executor that has no room for it is
+//! recorded `queued`, and the first executor with room claims it — when one
+//! of its runs ends, when it queues one itself, when the store says a run
+//! was queued anywhere, and every `executor.claim_interval` otherwise.
 
 pub mod admission;
+mod background;
+mod claims;
+pub mod control;
+mod runs;
 
-use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use leasehold_actors::{Engine, EngineError, RunHandle};
-
-pub mod control;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use admission::{Admission, DEFAULT_LAG_TARGET};
+pub use background::{Boot, boot};
+pub use claims::Posted;
 
 /// How often a serving executor claims queued runs, unless told otherwise
 /// (`LEASEHOLD_EXECUTOR_CLAIM_INTERVAL`).
@@ -59,6 +63,192 @@ pub const DEFAULT_CLAIM_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The environment variable that turns resume on boot on.
 pub const RESUME_ON_BOOT: &str = "LEASEHOLD_RESUME_ON_BOOT";
+
+/// How an executor admits and claims runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutorOptions {
+    /// The most runs live here at once (`server.max_live_runs`); past it a
+    /// posted run waits queued and resuming one is refused as busy.
+    pub max_live_runs: u32,
+    /// The most runs the store holds queued, counted over every executor
+    /// sharing it (`server.max_queued_runs`); past it a post that would
+    /// wait is refused and nothing is stored.
+    pub max_queued_runs: u32,
+    /// The lag under which runs are admitted (`executor.lag_target`; see
+    /// [`admission`]); zero: `max_live_runs` fixed.
+    pub lag_target: Duration,
+    /// Whether it claims queued runs ([`Executor::serve`]), and how often
+    /// besides when it is woken (`executor.claim_interval`).
+    pub claim_interval: Option<Duration>,
+    /// Whether it also claims and resumes orphaned runs as it claims queued
+    /// runs, within the same room, orphans first (`resume_on_boot`).
+    pub resume_orphans: bool,
+}
+
+impl Default for ExecutorOptions {
+    /// A serving executor's defaults.
+    fn default() -> Self {
+        Self {
+            max_live_runs: 64,
+            max_queued_runs: 1024,
+            lag_target: DEFAULT_LAG_TARGET,
+            claim_interval: Some(DEFAULT_CLAIM_INTERVAL),
+            resume_orphans: false,
+        }
+    }
+}
+
+impl ExecutorOptions {
+    /// A command line's executor: the runs it was asked for, without a
+    /// limit, claiming nothing from the queue.
+    pub fn command_line() -> Self {
+        Self {
+            max_live_runs: u32::MAX,
+            lag_target: Duration::ZERO,
+            claim_interval: None,
+            ..Self::default()
+        }
+    }
+}
+
+/// The owner of the runs a process runs: see the [module](self).
+pub struct Executor {
+    engine: Arc<Engine>,
+    options: ExecutorOptions,
+    runs: runs::Registry,
+    /// The admitted limit of live runs, adapted to the executor's lag.
+    admitted: Arc<Admission>,
+    /// Held from counting the room for a run to registering the runs
+    /// started into it, so that starts at once never exceed the limit.
+    admission: tokio::sync::Mutex<()>,
+    /// Wakes the claimer of queued runs.
+    wake: Arc<Notify>,
+    /// Cancelled by [`Executor::shutdown`]: every background task stops.
+    stop: CancellationToken,
+    /// The background tasks, awaited at shutdown.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Set once it serves ([`Executor::serve`]).
+    serving: std::sync::atomic::AtomicBool,
+}
+
+impl Executor {
+    /// An executor of `engine`'s runs under `options`. It follows the
+    /// controls other executors forward to its runs from now on; it claims
+    /// queued runs once [served](Executor::serve).
+    pub fn new(engine: Arc<Engine>, options: ExecutorOptions) -> Arc<Self> {
+        let admitted = Arc::new(Admission::new(
+            options.max_live_runs,
+            options.lag_target,
+            engine.load().cloned(),
+        ));
+        let executor = Arc::new(Self {
+            engine,
+            options,
+            runs: runs::Registry::default(),
+            admitted,
+            admission: tokio::sync::Mutex::new(()),
+            wake: Arc::new(Notify::new()),
+            stop: CancellationToken::new(),
+            tasks: Mutex::new(Vec::new()),
+            serving: std::sync::atomic::AtomicBool::new(false),
+        });
+        let following = control::follow(Arc::clone(&executor));
+        executor.keep(following);
+        executor
+    }
+
+    /// The engine that runs this executor's runs.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Its options.
+    pub fn options(&self) -> &ExecutorOptions {
+        &self.options
+    }
+
+    /// Its admission: the admitted limit and the lag it follows.
+    pub fn admission(&self) -> &Admission {
+        &self.admitted
+    }
+
+    /// Cancelled when the executor begins to shut down.
+    pub fn stopping(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Keeps `task` as one of this executor's background tasks: it must
+    /// end once [`stopping`](Self::stopping) is cancelled, and is awaited
+    /// at [`shutdown`](Self::shutdown).
+    pub fn keep(&self, task: tokio::task::JoinHandle<()>) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
+    }
+
+    /// Shuts the executor down, once for all its parts: its background
+    /// tasks stop (no claim, sweep or forwarded control starts a run any
+    /// more), then the engine stops its runs in place and releases them
+    /// ([`Engine::shutdown`]), then the store is flushed. Nothing is
+    /// cancelled or failed: the runs stay in the store, resumable.
+    pub async fn shutdown(&self) -> Result<(), EngineError> {
+        self.stop.cancel();
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.engine.shutdown().await;
+        self.engine.store().flush().await?;
+        Ok(())
+    }
+
+    /// The handle of `run_id`, if it runs in this process: one this
+    /// executor started or took on, or one started on its engine directly
+    /// (which it holds from now on).
+    pub fn handle(self: &Arc<Self>, run_id: &str) -> Option<RunHandle> {
+        if let Some(handle) = self.runs.get(run_id) {
+            return Some(handle);
+        }
+        let handle = self.engine.handle(run_id)?;
+        self.register(handle.clone());
+        Some(handle)
+    }
+
+    /// How many run handles the executor holds: its live runs, and for a
+    /// moment a run that just ended. Back to 0 once every run has ended.
+    pub fn held_runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// How many runs go on in this process (not ended, not lost).
+    pub fn live_runs(&self) -> usize {
+        self.runs.live()
+    }
+
+    /// How many more runs this executor may hold under its admitted limit
+    /// (at most `server.max_live_runs`, fewer while it is late).
+    fn room(&self) -> usize {
+        self.admitted.room(self.live_runs())
+    }
+
+    /// Holds `handle` while its run goes on in this process, so that the
+    /// executor's controls reach it; lets go of it when the run ends or is
+    /// lost, and wakes the claimer: its room is free.
+    fn register(self: &Arc<Self>, handle: RunHandle) {
+        let run_id = handle.run_id().to_owned();
+        self.runs.insert(run_id.clone(), handle.clone());
+        let executor = Arc::downgrade(self);
+        let mut watched = handle;
+        tokio::spawn(async move {
+            watched.wait().await;
+            if let Some(executor) = executor.upgrade() {
+                executor.runs.remove_if_over(&run_id);
+                executor.wake.notify_one();
+            }
+        });
+    }
+}
 
 /// A value of `LEASEHOLD_RESUME_ON_BOOT` that is not a boolean.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -80,142 +270,6 @@ pub fn parse_flag(value: &str) -> Result<bool, BadFlag> {
         "false" | "0" | "no" | "off" | "" => Ok(false),
         _ => Err(BadFlag(value.to_owned())),
     }
-}
-
-/// This executor's identity, unique to this process: `leasehold@HOST`, the
-/// process id and a random part (`leasehold@box/4242/9f3a61c2`), so that
-/// executors sharing a store never mistake one another's runs for their
-/// own. A run a process stopped cleanly (a paused `leasehold run`, a
-/// stopped `serve`) has its lease released, so the next process may claim
-/// it at once; a run whose process died is claimed once its lease expires.
-pub fn owner_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!(
-        "leasehold@{host}/{}/{:08x}",
-        std::process::id(),
-        fastrand::u32(..)
-    )
-}
-
-/// The identity of an executor that serves the HTTP API at `url`:
-/// [`owner_id`] and where it serves (`leasehold@box/4242/9f3a61c2 at
-/// http://10.0.0.5:7878`), so that whoever finds a run held by it — in a
-/// refusal, a forwarded control, a listing — knows which `--server` to
-/// ask ([`serving_url`](crate::serving_url) reads it back).
-pub fn serving_owner_id(url: &str) -> String {
-    format!("{} at {url}", owner_id())
-}
-
-/// What a boot did.
-#[derive(Debug, Default)]
-pub struct Boot {
-    /// Runs found orphaned (and so marked).
-    pub orphaned: Vec<String>,
-    /// Runs this executor claimed and resumed.
-    pub resumed: Vec<RunHandle>,
-}
-
-/// Marks orphans; with `resume_on_boot`, claims and resumes them.
-pub async fn boot(engine: &Engine, resume_on_boot: bool) -> Result<Boot, EngineError> {
-    let orphaned = engine.reconcile_orphans().await?;
-    let resumed = if resume_on_boot {
-        engine.resume_orphans().await?
-    } else {
-        Vec::new()
-    };
-    Ok(Boot { orphaned, resumed })
-}
-
-/// Sweeps for orphans every [`Engine::heartbeat_period`] (a third of the
-/// run-lease TTL) until `stop` is cancelled or the engine shuts down: each
-/// sweep is a [`boot`] — orphans marked, and with `resume` claimed and
-/// resumed, each resumed run handed to `adopt`. A sweep that fails (the
-/// store refused) is logged and the next one tries again.
-///
-/// The first sweep is one period after the call: call [`boot`] first.
-pub fn sweep(
-    engine: Arc<Engine>,
-    resume: bool,
-    stop: CancellationToken,
-    adopt: impl Fn(RunHandle) + Send + 'static,
-) -> tokio::task::JoinHandle<()> {
-    let period = engine.heartbeat_period();
-    tokio::spawn(async move {
-        let first = leasehold_actors::deadline_after(tokio::time::Instant::now(), period);
-        let mut ticks = tokio::time::interval_at(first, period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                _ = ticks.tick() => {}
-            }
-            match boot(&engine, resume).await {
-                Ok(found) => {
-                    if !found.orphaned.is_empty() {
-                        tracing::warn!(runs = ?found.orphaned, "orphaned runs found");
-                    }
-                    for handle in found.resumed {
-                        tracing::info!(run_id = handle.run_id(), "orphan resumed");
-                        adopt(handle);
-                    }
-                }
-                Err(EngineError::ShutDown) => return,
-                Err(error) => tracing::error!(%error, "the sweep for orphans failed"),
-            }
-        }
-    })
-}
-
-/// Claims queued runs until `stop` is cancelled: at once, then whenever
-/// `wake` is notified and every `interval`. Each time, `pass` claims what
-/// the executor has room for and answers how many it started; it runs
-/// again at once while it fills the room it was given (`true`), since
-/// more may wait. A pass that fails (the store refused) is logged and the
-/// next one tries again.
-///
-/// A notification while a pass runs is kept ([`Notify::notify_one`] stores
-/// one permit), so a run queued meanwhile is not missed.
-pub fn claim_queued<F, P>(
-    wake: Arc<Notify>,
-    interval: Duration,
-    stop: CancellationToken,
-    pass: P,
-) -> tokio::task::JoinHandle<()>
-where
-    P: Fn() -> F + Send + 'static,
-    F: Future<Output = Result<bool, EngineError>> + Send,
-{
-    let interval = leasehold_actors::clamp_duration(interval).max(Duration::from_millis(1));
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = wake.notified() => {}
-                _ = ticks.tick() => {}
-            }
-            loop {
-                if stop.is_cancelled() {
-                    return;
-                }
-                match pass().await {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(EngineError::ShutDown) => return,
-                    Err(error) => {
-                        tracing::error!(%error, "claiming queued runs failed");
-                        break;
-                    }
-                }
-            }
-        }
-    })
 }
 
 #[cfg(test)]

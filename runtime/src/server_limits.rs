@@ -19,12 +19,6 @@ pub struct ServerLimits {
     pub max_connections: u32,
     /// Event streams open at once; past it a 503 with `Retry-After`.
     pub max_event_streams: u32,
-    /// Runs this executor runs at once; past it a posted run waits queued
-    /// and resuming one is a 429.
-    pub max_live_runs: u32,
-    /// Runs waiting `queued` in the store, counted over every executor
-    /// sharing it; past it a posted run is a 429 and nothing is stored.
-    pub max_queued_runs: u32,
     /// On shutdown, how long requests in flight may take to finish.
     pub shutdown_grace: Duration,
 }
@@ -36,8 +30,6 @@ impl Default for ServerLimits {
             body_timeout: Duration::from_secs(30),
             max_connections: 512,
             max_event_streams: 128,
-            max_live_runs: 64,
-            max_queued_runs: 1024,
             shutdown_grace: Duration::from_secs(5),
         }
     }

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use leasehold::{
     Clock, Engine, EngineConfig, Flow, MemoryStore, RunStatus,
-    executor::{boot, sweep},
+    executor::{Executor, ExecutorOptions, boot},
     fencing,
     testing::{ManualClock, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
-use tokio_util::sync::CancellationToken;
 
 async fn engine(
     owner: &str,
@@ -168,14 +167,23 @@ async fn stalled_owner_and_sweeper(
     (a, b, run.run_id().to_owned(), started)
 }
 
+/// Executor B serving, resuming orphans or not.
+fn serving(engine: Arc<Engine>, resume_orphans: bool) -> Arc<Executor> {
+    Executor::new(
+        engine,
+        ExecutorOptions {
+            resume_orphans,
+            ..ExecutorOptions::default()
+        },
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_sweep_marks_a_run_orphaned_within_a_ttl_and_a_third_of_its_owner_stalling() {
     let store = MemoryStore::new();
     let (_a, b, run_id, started) = stalled_owner_and_sweeper(&store).await;
-    let stop = CancellationToken::new();
-    let sweeping = sweep(b.clone(), false, stop.clone(), |handle| {
-        panic!("resume is off, yet {} was resumed", handle.run_id())
-    });
+    let b = serving(b, false);
+    b.serve().await.expect("serving");
 
     tokio::time::sleep_until(started + TTL - Duration::from_secs(1)).await;
     assert_eq!(
@@ -187,28 +195,30 @@ async fn the_sweep_marks_a_run_orphaned_within_a_ttl_and_a_third_of_its_owner_st
     let record = store.run(&run_id).expect("the run");
     assert_eq!(record.status, RunStatus::Orphaned, "{record:?}");
     assert_eq!(record.reason.as_deref(), Some(fencing::ORPHANED));
-    assert_eq!(record.fence, 1, "marked, not claimed");
-    stop.cancel();
-    sweeping.await.expect("the sweep ends when told");
+    assert_eq!(record.fence, 1, "marked, not claimed: resume is off");
+    assert_eq!(b.held_runs(), 0);
+    b.shutdown().await.expect("the executor stops");
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_sweep_resumes_a_run_within_a_ttl_and_a_third_of_its_owner_stalling() {
     let store = MemoryStore::new();
     let (_a, b, run_id, started) = stalled_owner_and_sweeper(&store).await;
-    let (adopted, mut resumed) = tokio::sync::mpsc::unbounded_channel();
-    let stop = CancellationToken::new();
-    let _sweeping = sweep(b.clone(), true, stop.clone(), move |handle| {
-        let _ = adopted.send(handle);
-    });
+    let b = serving(b, true);
+    b.serve().await.expect("serving");
 
-    let mut handle = resumed.recv().await.expect("a run resumed by the sweep");
+    // The sweep marks it, and wakes the claimer, which resumes it.
+    let mut handle = loop {
+        if let Some(handle) = b.handle(&run_id) {
+            break handle;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let found_after = started.elapsed();
     assert!(
-        found_after >= TTL && found_after <= TTL + TTL / 3,
+        found_after >= TTL && found_after <= TTL + TTL / 3 + Duration::from_millis(100),
         "found {found_after:?} after its owner stalled"
     );
-    assert_eq!(handle.run_id(), run_id);
     let state = handle.wait().await;
     assert_eq!(state.answer.as_deref(), Some("resumed by the sweep"));
     let record = store.run(&run_id).expect("the run");
@@ -216,7 +226,7 @@ async fn the_sweep_resumes_a_run_within_a_ttl_and_a_third_of_its_owner_stalling(
         (record.status, record.fence, record.owner_id.as_deref()),
         (RunStatus::Completed, 2, Some("b"))
     );
-    stop.cancel();
+    b.shutdown().await.expect("the executor stops");
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,9 +11,10 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use leasehold::{Engine, EngineError, EventStream, RunHandle, RunStatus, ToolServer};
+use leasehold::executor::Executor;
+use leasehold::{Engine, EventStream, ToolServer};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_http::set_header::SetResponseHeaderLayer;
 
@@ -38,19 +38,6 @@ pub use listing::{
     DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, RunsPage, parse_instant, parse_limit, parse_status,
 };
 pub use view::{RunView, TraceView};
-
-/// What became of a posted flow ([`App::queue_and_start`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Posted {
-    /// Recorded with this id, running here or queued.
-    Recorded(String, RunStatus),
-    /// Not recorded: the store's queue holds `queued` runs, as many as
-    /// `server.max_queued_runs` allows.
-    QueueFull {
-        /// The queued runs counted.
-        queued: u64,
-    },
-}
 
 /// The address `leasehold serve` listens on by default.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7878";
@@ -91,16 +78,6 @@ pub struct ServerOptions {
     /// The webhook receivers the configuration declares: the only ones a
     /// posted flow's `notify` may name.
     pub receivers: Vec<leasehold::webhooks::Receiver>,
-    /// How often the executor claims queued runs while it has room
-    /// (`executor.claim_interval`), besides when one of its runs ends.
-    pub claim_interval: Duration,
-    /// Whether the executor also claims and resumes orphaned runs as it
-    /// claims queued runs, within the same room, orphans first
-    /// (`resume_on_boot`).
-    pub resume_orphans: bool,
-    /// The lag under which the executor admits runs (`executor.lag_target`;
-    /// see [`leasehold::executor::admission`]); zero: `max_live_runs` fixed.
-    pub lag_target: Duration,
 }
 
 impl Default for ServerOptions {
@@ -117,9 +94,6 @@ impl Default for ServerOptions {
             tools: Vec::new(),
             allow_flow_tools: false,
             receivers: Vec::new(),
-            claim_interval: leasehold::executor::DEFAULT_CLAIM_INTERVAL,
-            resume_orphans: false,
-            lag_target: leasehold::executor::DEFAULT_LAG_TARGET,
         }
     }
 }
@@ -171,12 +145,11 @@ impl ServerOptions {
     }
 }
 
-/// The server's state: the engine that executes runs, and the handles of the
-/// runs it holds.
+/// The server's state: the executor whose runs it serves, and what its
+/// HTTP side holds.
 pub struct App {
-    engine: Arc<Engine>,
+    executor: Arc<Executor>,
     options: ServerOptions,
-    runs: Mutex<HashMap<String, RunHandle>>,
     /// Where the server listens, once it does.
     bound: OnceLock<SocketAddr>,
     /// Cancelled when the server begins to shut down: event streams send a
@@ -191,56 +164,45 @@ pub struct App {
     /// The engine's bus, subscribed to when the server was made, until
     /// [`serve`] hands it to the metrics feed.
     feed: Mutex<Option<EventStream>>,
-    /// Wakes the claimer of queued runs.
-    queue_wake: Arc<Notify>,
-    /// Held from counting the room for a run to adopting the runs claimed
-    /// into it, so that claims at once never exceed the limit.
-    admission: tokio::sync::Mutex<()>,
-    /// The admitted limit of live runs, adapted to the executor's lag.
-    admitted: Arc<leasehold::executor::Admission>,
 }
 
 impl App {
-    /// A server over `engine`, with metrics of its own (its store's writes
-    /// untimed: see [`App::with_metrics`]).
-    pub fn new(engine: Arc<Engine>, options: ServerOptions) -> Arc<Self> {
-        Self::with_metrics(engine, options, Arc::new(Metrics::new()))
+    /// A server of `executor`'s runs, with metrics of its own (its store's
+    /// writes untimed: see [`App::with_metrics`]).
+    pub fn new(executor: Arc<Executor>, options: ServerOptions) -> Arc<Self> {
+        Self::with_metrics(executor, options, Arc::new(Metrics::new()))
     }
 
-    /// A server over `engine` whose `/metrics` are `metrics`: the same
-    /// [`Metrics`] that a [`MeteredStore`](crate::metrics::MeteredStore)
-    /// under the engine times its store's writes into. The metrics count
+    /// A server of `executor`'s runs whose `/metrics` are `metrics`: the
+    /// same [`Metrics`] that a [`MeteredStore`](crate::metrics::MeteredStore)
+    /// under its engine times the store's writes into. The metrics count
     /// every event of the engine's bus from now on.
     pub fn with_metrics(
-        engine: Arc<Engine>,
+        executor: Arc<Executor>,
         options: ServerOptions,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let streams = usize::try_from(options.limits.max_event_streams).unwrap_or(usize::MAX);
-        let admitted = Arc::new(leasehold::executor::Admission::new(
-            options.limits.max_live_runs,
-            options.lag_target,
-            engine.load().cloned(),
-        ));
         Arc::new(Self {
-            admitted,
-            feed: Mutex::new(Some(engine.events().subscribe())),
+            feed: Mutex::new(Some(executor.engine().events().subscribe())),
             metrics,
-            engine,
+            executor,
             options,
-            runs: Mutex::new(HashMap::new()),
             bound: OnceLock::new(),
             shutdown: CancellationToken::new(),
             streams: Arc::new(Semaphore::new(streams.min(Semaphore::MAX_PERMITS))),
             watches: events::Watches::default(),
-            queue_wake: Arc::new(Notify::new()),
-            admission: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// The engine.
+    /// The executor whose runs the server serves.
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
+    }
+
+    /// Its engine.
     pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+        self.executor.engine()
     }
 
     /// Begins shutting down: every open event stream gets a last
@@ -249,169 +211,10 @@ impl App {
         self.shutdown.cancel();
     }
 
-    /// Holds `handle` while its run goes on in this process, so the API can
-    /// resume and cancel it; lets go of it when the run ends or is lost.
-    pub fn adopt(self: &Arc<Self>, handle: RunHandle) {
-        let run_id = handle.run_id().to_owned();
-        self.lock_runs().insert(run_id.clone(), handle.clone());
-        let app = Arc::clone(self);
-        let mut watched = handle;
-        tokio::spawn(async move {
-            watched.wait().await;
-            let mut runs = app.lock_runs();
-            // Only if it is still this handle: a resume may have replaced it.
-            if runs
-                .get(&run_id)
-                .is_some_and(|h| h.state().status.is_terminal() || h.state().lost.is_some())
-            {
-                runs.remove(&run_id);
-            }
-            drop(runs);
-            // Its room is free: a queued run may take it.
-            app.queue_wake.notify_one();
-        });
-    }
-
-    /// What wakes this executor's claimer of queued runs: notify it
-    /// ([`Notify::notify_one`]) when a run may have been queued.
-    pub fn queue_wake(&self) -> &Arc<Notify> {
-        &self.queue_wake
-    }
-
-    /// How many more runs this executor may hold under its admitted limit
-    /// (at most `server.max_live_runs`, fewer while it is late).
-    fn room(&self) -> usize {
-        self.admitted.room(self.live_runs())
-    }
-
-    /// Claims as many runs as this executor has room for — orphans first
-    /// if it resumes them ([`ServerOptions::resume_orphans`]), then queued
-    /// runs, oldest first — starts and adopts them; answers whether it
-    /// filled the room (so more may be waiting).
-    pub async fn claim_queued(self: &Arc<Self>) -> Result<bool, EngineError> {
-        let _admitted = self.admission.lock().await;
-        let room = self.room();
-        if room == 0 {
-            self.admitted
-                .full(self.engine.store().as_ref())
-                .await
-                .map_err(EngineError::Store)?;
-            return Ok(false);
-        }
-        let mut resumed = Vec::new();
-        if self.options.resume_orphans {
-            resumed = self.engine.resume_orphans_up_to(room).await?;
-        }
-        let left = room.saturating_sub(resumed.len());
-        let claimed = self.engine.claim_queued(left).await?;
-        let filled = resumed.len() + claimed.len() >= room;
-        if filled {
-            self.admitted.held_back();
-        }
-        for handle in resumed {
-            tracing::info!(run_id = handle.run_id(), "orphaned run claimed and resumed");
-            self.adopt(handle);
-        }
-        for handle in claimed {
-            tracing::info!(run_id = handle.run_id(), "queued run claimed");
-            self.adopt(handle);
-        }
-        Ok(filled)
-    }
-
-    /// Starts a run of `flow` here if this executor has room, or records it
-    /// queued for any executor with room; answers its id and status. Under
-    /// the admission, so that this executor's claimer and its posts never
-    /// run more than its limit at once.
-    ///
-    /// A run that would wait is refused ([`Posted::QueueFull`]) while the
-    /// store holds `server.max_queued_runs` queued runs: counted in the
-    /// store, so the bound holds over every executor sharing it (posts to
-    /// several executors at the same instant may each pass it once).
-    pub(crate) async fn queue_and_start(
-        self: &Arc<Self>,
-        flow: leasehold::Flow,
-        options: leasehold::RunOptions,
-    ) -> Result<Posted, EngineError> {
-        let _admitted = self.admission.lock().await;
-        if self.room() == 0 {
-            self.admitted.held_back();
-            let queued = self
-                .engine
-                .store()
-                .count_runs(RunStatus::Queued)
-                .await
-                .map_err(EngineError::Store)?;
-            if queued >= u64::from(self.options.limits.max_queued_runs) {
-                return Ok(Posted::QueueFull { queued });
-            }
-            // It waits for an executor with room, this one included.
-            let run_id = self.engine.queue_with(flow, options).await?.run_id;
-            return Ok(Posted::Recorded(run_id, RunStatus::Queued));
-        }
-        // With room, the run is created owned by this executor and started:
-        // queued first, any executor woken by the queue could claim it
-        // before the one it was posted to.
-        let handle = self.engine.start_with(flow, options).await?;
-        let run_id = handle.run_id().to_owned();
-        self.adopt(handle);
-        Ok(Posted::Recorded(run_id, RunStatus::Running))
-    }
-
-    /// Runs `work` (a claim that starts runs here) if this executor has
-    /// room for one more run, holding the admission until the run is
-    /// adopted; `None` without room.
-    pub(crate) async fn admit<F>(
-        self: &Arc<Self>,
-        work: impl FnOnce() -> F,
-    ) -> Option<Result<RunHandle, EngineError>>
-    where
-        F: std::future::Future<Output = Result<RunHandle, EngineError>>,
-    {
-        let _admitted = self.admission.lock().await;
-        if self.room() == 0 {
-            self.admitted.held_back();
-            return None;
-        }
-        let started = work().await;
-        if let Ok(handle) = &started {
-            self.adopt(handle.clone());
-        }
-        Some(started)
-    }
-
-    /// The handle of `run_id`, if it runs in this process.
-    pub fn handle(&self, run_id: &str) -> Option<RunHandle> {
-        self.lock_runs().get(run_id).cloned()
-    }
-
-    /// How many run handles the server holds: its live runs, and for a
-    /// moment a run that just ended. Back to 0 once every run has ended.
-    pub fn held_runs(&self) -> usize {
-        self.lock_runs().len()
-    }
-
     /// How many runs the event streams follow (one shared look at the
     /// store each). Back to 0 once no stream is open.
     pub fn watched_runs(&self) -> usize {
         self.watches.len()
-    }
-
-    /// How many runs go on in this process (not ended, not lost).
-    pub fn live_runs(&self) -> usize {
-        self.lock_runs()
-            .values()
-            .filter(|h| {
-                let state = h.state();
-                !state.status.is_terminal() && state.lost.is_none()
-            })
-            .count()
-    }
-
-    fn lock_runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunHandle>> {
-        self.runs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -479,23 +282,12 @@ pub async fn serve(
     if let Some(events) = feed {
         app.metrics.follow(events, app.shutdown.clone());
     }
-    // Controls forwarded by other executors to the runs this one runs.
-    commands::follow(Arc::clone(&app));
-    // The admitted limit follows the lag, and wakes the claimer as it grows.
-    let adapting = app
-        .admitted
-        .drive(Arc::clone(&app.queue_wake), app.shutdown.clone());
-    // Stopped with the server, before the engine stops its runs.
-    let claimer = Arc::clone(&app);
-    let claiming = leasehold::executor::claim_queued(
-        Arc::clone(&app.queue_wake),
-        app.options.claim_interval,
-        app.shutdown.clone(),
-        move || {
-            let app = Arc::clone(&claimer);
-            async move { app.claim_queued().await }
-        },
-    );
+    // The executor claims queued runs and sweeps for orphans while it
+    // serves (once, however many servers it is behind).
+    let orphaned = app.executor.serve().await.map_err(std::io::Error::other)?;
+    if !orphaned.is_empty() {
+        tracing::warn!(runs = ?orphaned, "orphaned runs found at boot");
+    }
     let mut limits = app.options.limits.clone();
     // Given through the API unchecked, a duration is still kept in range.
     for limit in [
@@ -552,10 +344,6 @@ pub async fn serve(
     }
     drop(listener);
     app.begin_shutdown();
-    let _ = claiming.await;
-    if let Some(adapting) = adapting {
-        let _ = adapting.await;
-    }
     if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
         .await
         .is_err()

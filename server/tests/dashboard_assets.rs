@@ -35,7 +35,13 @@ impl Served {
             .build()
             .await
             .expect("engine");
-        let app = App::new(Arc::new(engine), ServerOptions::default());
+        let app = App::new(
+            leasehold::executor::Executor::new(
+                Arc::new(engine),
+                leasehold::executor::ExecutorOptions::default(),
+            ),
+            ServerOptions::default(),
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

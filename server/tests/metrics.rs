@@ -176,7 +176,14 @@ impl Served {
             token: Some(TOKEN.to_owned()),
             ..ServerOptions::default()
         };
-        let app = App::with_metrics(Arc::new(engine), options, metrics);
+        let app = App::with_metrics(
+            leasehold::executor::Executor::new(
+                Arc::new(engine),
+                leasehold::executor::ExecutorOptions::default(),
+            ),
+            options,
+            metrics,
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

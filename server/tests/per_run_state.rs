@@ -71,7 +71,13 @@ async fn a_server_keeps_nothing_per_run_once_its_runs_have_ended() {
         .build()
         .await
         .expect("engine");
-    let app = App::new(Arc::new(engine), ServerOptions::default());
+    let app = App::new(
+        leasehold::executor::Executor::new(
+            Arc::new(engine),
+            leasehold::executor::ExecutorOptions::default(),
+        ),
+        ServerOptions::default(),
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -88,7 +94,7 @@ async fn a_server_keeps_nothing_per_run_once_its_runs_have_ended() {
     }
     let created = post(&http, format!("{base}/runs"), &flow).await;
     let hanging = created["run_id"].as_str().expect("an id").to_owned();
-    until("the last run is held", || app.held_runs() == 1).await;
+    until("the last run is held", || app.executor().held_runs() == 1).await;
     let stream = {
         let http = http.clone();
         let base = base.clone();
@@ -105,13 +111,13 @@ async fn a_server_keeps_nothing_per_run_once_its_runs_have_ended() {
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
     stream.await.expect("the stream was read to its end");
 
-    until("no run handle is held", || app.held_runs() == 0).await;
+    until("no run handle is held", || app.executor().held_runs() == 0).await;
     until("no run is followed", || app.watched_runs() == 0).await;
     let bus = app.engine().events();
     until("the bus holds no run's position", || {
         bus.runs_tracked() == 0
     })
     .await;
-    assert_eq!(app.live_runs(), 0);
+    assert_eq!(app.executor().live_runs(), 0);
     let _ = stop.send(());
 }

@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold::{
-    Engine, EngineConfig, Event, LayeredStore, MemoryStore, RunRecord, Store, StoreFuture,
-    ToolServer,
+    Engine, EngineConfig, Event, EventLog, LayeredStore, MemoryStore, RunRecord, RunStore, Store,
+    StoreFuture, ToolServer,
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,
 };
-use leasehold::{EventLog, RunStore};
 use leasehold_server::{self as server, App, ServerLimits, ServerOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,7 +35,11 @@ struct Served {
 
 impl Served {
     async fn start(engine: Engine, options: ServerOptions) -> Self {
-        let app = App::new(Arc::new(engine), options);
+        Self::start_with(engine, options, ExecutorOptions::default()).await
+    }
+
+    async fn start_with(engine: Engine, options: ServerOptions, runs: ExecutorOptions) -> Self {
+        let app = App::new(Executor::new(Arc::new(engine), runs), options);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -531,15 +535,18 @@ async fn slow_clients_are_cut_off_and_connections_are_capped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_streams_and_live_runs_are_capped_and_a_run_past_the_cap_waits_queued() {
-    let served = Served::start(
+    let served = Served::start_with(
         hanging_engine(Arc::new(MemoryStore::new())).await,
         ServerOptions {
             limits: ServerLimits {
                 max_event_streams: 1,
-                max_live_runs: 1,
                 ..ServerLimits::default()
             },
             ..ServerOptions::default()
+        },
+        ExecutorOptions {
+            max_live_runs: 1,
+            ..ExecutorOptions::default()
         },
     )
     .await;
@@ -760,7 +767,7 @@ async fn idle_streams_of_one_run_share_one_look_at_the_store() {
         reads <= 2 * polls + 4,
         "{reads} store reads in {polls} polls with {streams} idle streams"
     );
-    assert!(served.app.live_runs() == 1);
+    assert!(served.app.executor().live_runs() == 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -809,5 +816,5 @@ async fn on_shutdown_open_event_streams_get_a_last_frame_and_close() {
         .expect("serve returns within its grace")
         .expect("joined");
     // The run itself is untouched: still live in the engine.
-    assert_eq!(app.live_runs(), 1);
+    assert_eq!(app.executor().live_runs(), 1);
 }

@@ -399,6 +399,8 @@ impl Engine {
 pub(super) struct LiveRun {
     pub(super) actor: ActorRef<LoopMsg>,
     pub(super) fence: Arc<AtomicU64>,
+    /// What the run's handles watch.
+    pub(super) state: tokio::sync::watch::Receiver<crate::run::RunState>,
 }
 
 /// Lets go of a run this executor stopped in place: its lease now ends at

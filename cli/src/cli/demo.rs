@@ -17,6 +17,7 @@ use super::{CliError, GlobalArgs, install_signals};
 use crate::demo::{self, Answer, DemoError, DemoStack};
 use leasehold::Store;
 use leasehold::config::{Config, Source};
+use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold_server::{App, ServerOptions};
 
 /// `leasehold demo`.
@@ -125,15 +126,13 @@ async fn serve(
 ) -> Result<Result<demo::DemoReport, Stop>, CliError> {
     leasehold_server::check_bind(addr, None).map_err(|e| CliError::other(e.to_string()))?;
     let engine = stack.engine_builder()?.store(store).build().await?;
-    let app = App::new(Arc::new(engine), ServerOptions::default());
+    let executor = Executor::new(Arc::new(engine), ExecutorOptions::command_line());
+    let app = App::new(Arc::clone(&executor), ServerOptions::default());
     let listener = super::serve::bind(addr).await?;
     let (bound, serving) = super::serve::start(Arc::clone(&app), listener, signals)?;
     writeln!(out, "dashboard: http://{bound}/").map_err(DemoError::Io)?;
     out.flush().map_err(DemoError::Io)?;
-    let engine = Arc::clone(app.engine());
-    let adopter = Arc::clone(&app);
-    let driven = demo::drive_with(&engine, stack.flow(), answer, out, move |handle| {
-        adopter.adopt(handle.clone());
+    let driven = demo::drive_with(&executor, stack.flow(), answer, out, move |handle| {
         out!("run: {}", handle.run_id());
         let _ = std::io::stdout().flush();
     });
@@ -146,13 +145,13 @@ async fn serve(
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             serving.abort();
-            app.engine().shutdown().await;
+            executor.shutdown().await?;
             stack.shutdown().await;
             return Err(error.into());
         }
         Err(stop) => {
             let _ = serving.await;
-            app.engine().shutdown().await;
+            executor.shutdown().await?;
             stack.shutdown().await;
             return Ok(Err(stop));
         }
@@ -166,7 +165,7 @@ async fn serve(
     .map_err(DemoError::Io)?;
     out.flush().map_err(DemoError::Io)?;
     let _ = serving.await;
-    app.engine().shutdown().await;
+    executor.shutdown().await?;
     stack.shutdown().await;
     Ok(Ok(report))
 }

@@ -10,16 +10,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{ArgGroup, Args, Subcommand};
-use leasehold::{
-    BoxFuture, Engine, Evidence, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
-    ReconcileDecision, RunCommand, RunHandle, RunQuery, RunStatus, Store,
-};
+use leasehold::{Engine, ReconcileDecision, RunCommand, RunQuery, RunStatus, Store};
 
 use super::log::{self, Output};
 use super::remote::{Remote, Until};
 use super::{CliError, GlobalArgs};
 use leasehold::config::{Config, EngineSetupError};
-use leasehold::executor::control::{self, Controlled, Executor, Refused};
+use leasehold::executor::control::{self, Controlled};
+use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold::printable::printable;
 use leasehold::run_limits::PersonText;
 use leasehold_server::{
@@ -473,9 +471,9 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
         refuse_long(config, PersonText::Guidance, guidance)?;
     }
     let signals = super::install_signals()?;
-    let (engine, model_configured) = admin_engine(global, config).await?;
-    if !model_configured {
-        engine.shutdown().await;
+    let executor = admin_executor(global, config).await?;
+    if executor.engine().without_model().is_some() {
+        executor.shutdown().await?;
         return Err(CliError::other(format!(
             "forking run {} runs the fork here, but no model is configured: set \
              LEASEHOLD_MODEL_BASE_URL and LEASEHOLD_MODEL_NAME, or fork it on a server with \
@@ -483,12 +481,12 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
             args.id
         )));
     }
-    let engine = Arc::new(engine);
-    let mut events = engine.events().subscribe();
-    let handle = match engine.fork(&args.id, spec).await {
-        Ok(handle) => handle,
+    let mut events = executor.engine().events().subscribe();
+    let handle = match executor.fork(&args.id, spec).await {
+        Ok(Some(handle)) => handle,
+        Ok(None) => unreachable!("a command line's executor has room for every run"),
         Err(error) => {
-            engine.shutdown().await;
+            executor.shutdown().await?;
             return Err(error.into());
         }
     };
@@ -498,7 +496,7 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
         args.id,
         printable(&args.at)
     );
-    super::follow_to_the_end(&engine, handle, &mut events, args.json, &signals).await
+    super::follow_to_the_end(&executor, handle, &mut events, args.json, &signals).await
 }
 
 /// Runs the command against the server `client` asks: the same commands,
@@ -700,14 +698,11 @@ async fn control(
 ) -> Result<ExitCode, CliError> {
     // Before the run's tool servers start: a signal stops it in place.
     let signals = super::install_signals()?;
-    let (engine, model_configured) = admin_engine(global, config).await?;
-    let engine = Arc::new(engine);
+    let executor = admin_executor(global, config).await?;
+    let engine = Arc::clone(executor.engine());
     let mut events = engine.events().subscribe();
-    let executor = CommandLine {
-        engine: Arc::clone(&engine),
-        model_configured,
-    };
-    let controlled = control::control(&executor, run_id, command.clone())
+    let controlled = executor
+        .control(run_id, command.clone())
         .await
         .map_err(|refused| CliError::other(refused.to_string()));
     let name = control::name(&command);
@@ -715,13 +710,12 @@ async fn control(
         Ok(Controlled::Applied {
             claimed: Some(handle),
             ..
-        }) => super::follow_to_the_end(&engine, handle, &mut events, json, &signals).await,
+        }) => super::follow_to_the_end(&executor, handle, &mut events, json, &signals).await,
         Ok(Controlled::Applied {
             status,
             claimed: None,
         }) => {
-            engine.shutdown().await;
-            engine.store().flush().await?;
+            executor.shutdown().await?;
             say!("run {run_id}: {name} applied: it is {}", status.name());
             Ok(ExitCode::SUCCESS)
         }
@@ -749,11 +743,11 @@ async fn control(
                 outcome = watching => Ok(outcome?),
                 stop = signals.stopped() => Err(stop),
             };
-            engine.shutdown().await;
+            executor.shutdown().await?;
             forwarded(run_id, name, &owner_id, outcome, patience)
         }
         Err(error) => {
-            engine.shutdown().await;
+            executor.shutdown().await?;
             Err(error)
         }
     }
@@ -808,39 +802,6 @@ fn forwarded(
     }
 }
 
-/// The command line as an executor of controls: it runs no run until it
-/// claims one, and resumes one only with a model configured.
-struct CommandLine {
-    engine: Arc<Engine>,
-    model_configured: bool,
-}
-
-impl Executor for CommandLine {
-    fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    fn handle(&self, _run_id: &str) -> Option<RunHandle> {
-        None
-    }
-
-    fn take_on<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunHandle, Refused>> {
-        Box::pin(async move {
-            if !self.model_configured {
-                return Err(Refused::CannotTakeOn {
-                    message: format!(
-                        "run {run_id} is held by no executor, so this command would resume it \
-                         here, but no model is configured: set LEASEHOLD_MODEL_BASE_URL and \
-                         LEASEHOLD_MODEL_NAME, or act on it through a server with --server URL"
-                    ),
-                    busy: false,
-                });
-            }
-            Ok(self.engine.resume(run_id).await?)
-        })
-    }
-}
-
 /// Refuses a person's text longer than `limits.guidance`, before anything
 /// is opened or stored.
 fn refuse_long(config: &Config, kind: PersonText, text: &str) -> Result<(), CliError> {
@@ -850,43 +811,28 @@ fn refuse_long(config: &Config, kind: PersonText, text: &str) -> Result<(), CliE
         .map_err(|e| CliError::other(e.to_string()))
 }
 
-/// An engine for administering runs: the configured model if there is one,
-/// otherwise one that refuses every call (cancelling and forwarding need
-/// no model); and whether the model is configured.
-async fn admin_engine(global: &GlobalArgs, config: &Config) -> Result<(Engine, bool), CliError> {
+/// An executor for administering runs: with the configured model if there
+/// is one, otherwise one that runs nothing and says why (cancelling and
+/// forwarding need no model).
+async fn admin_executor(global: &GlobalArgs, config: &Config) -> Result<Arc<Executor>, CliError> {
     let store = existing_store(config)?;
-    let (builder, model) = match config.engine_builder_with_store(Arc::clone(&store)) {
-        Ok(builder) => (builder, true),
-        Err(EngineSetupError::Model(_)) => (
-            Engine::builder()
-                .config(config.engine_config())
-                .model(Arc::new(Unconfigured))
-                .store(store)
-                .owner_id(leasehold::executor::owner_id()),
-            false,
-        ),
+    let builder = match config.engine_builder_with_store(Arc::clone(&store)) {
+        Ok(builder) => builder,
+        Err(EngineSetupError::Model(_)) => Engine::builder()
+            .config(config.engine_config())
+            .without_model(
+                "no model is configured: set LEASEHOLD_MODEL_BASE_URL and LEASEHOLD_MODEL_NAME, \
+                 or act on it through a server with --server URL",
+            )
+            .store(store)
+            .owner_id(leasehold::OwnerId::of_process()),
         Err(error) => return Err(error.into()),
     };
-    Ok((global.register(builder).build().await?, model))
-}
-
-/// A model client for an engine that only administers runs.
-struct Unconfigured;
-
-impl ModelClient for Unconfigured {
-    fn complete(
-        &self,
-        _request: ModelRequest,
-        _evidence: Evidence,
-    ) -> BoxFuture<'static, Result<ModelReply, ModelError>> {
-        Box::pin(async {
-            Err(ModelError::new(
-                ModelErrorKind::Other,
-                "no model is configured: set LEASEHOLD_MODEL_BASE_URL and LEASEHOLD_MODEL_NAME",
-                false,
-            ))
-        })
-    }
+    let engine = global.register(builder).build().await?;
+    Ok(Executor::new(
+        Arc::new(engine),
+        ExecutorOptions::command_line(),
+    ))
 }
 
 /// A page of runs, then, on stderr, how to ask for the next one.

@@ -23,11 +23,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use super::signal::Signals;
 use super::{CliError, GlobalArgs, install_signals};
 use leasehold::config::{Config, Flag};
+use leasehold::executor::Executor;
 use leasehold_server::metrics::{MeteredStore, Metrics};
 use leasehold_server::{self as server, App, ServerLimits, ServerOptions};
 
@@ -77,47 +77,38 @@ pub(super) async fn serve(
     let metrics = Arc::new(Metrics::new());
     let mut builder = global
         .register(config.engine_builder_for_serving()?)
-        .owner_id(leasehold::executor::serving_owner_id(&url))
+        .owner_id(leasehold::OwnerId::of_process().serving_at(&url))
         .wrap_store(|store| MeteredStore::wrap(store, &metrics));
     // Its leases and its admission read the same probe of its lag.
     if let Some(gauge) = config.load_gauge() {
         builder = builder.load(gauge);
     }
     let engine = builder.build().await?;
-    // Orphans are marked here; with resume on boot the claimer resumes
-    // them as soon as the server runs, within its limit of live runs.
-    let boot = leasehold::executor::boot(&engine, false).await?;
-    if !boot.orphaned.is_empty() {
-        tracing::warn!(runs = ?boot.orphaned, "orphaned runs found at boot");
-    }
     let mut traces = super::Traces::start(&engine);
     if let Some(counts) = traces.counts() {
         metrics.trace_source(counts);
     }
-    let app = App::with_metrics(Arc::new(engine), options, Arc::clone(&metrics));
-    // From here on, orphans are looked for every third of the run-lease TTL
-    // too. The sweep only marks them: with resume on boot, the server's
-    // claimer resumes them within its room of live runs, with queued runs.
-    let sweeping = CancellationToken::new();
-    let sweep =
-        leasehold::executor::sweep(Arc::clone(app.engine()), false, sweeping.clone(), |_| {});
+    let executor = Executor::new(Arc::new(engine), config.executor_options());
     // Finished runs past their retention are deleted in the background.
     let counted = Arc::clone(&metrics);
-    let purging = leasehold::retention::spawn(
-        Arc::clone(app.engine().store()),
-        Arc::clone(app.engine().clock()),
+    executor.keep(leasehold::retention::spawn(
+        Arc::clone(executor.engine().store()),
+        Arc::clone(executor.engine().clock()),
         config.executor_retention.value,
-        sweeping.clone(),
+        executor.stopping(),
         move |runs| counted.purged(runs),
-    );
+    ));
+    // Orphans are marked as the server starts; with resume on boot its
+    // claimer resumes them within its limit of live runs, with queued runs.
+    let app = App::with_metrics(Arc::clone(&executor), options, Arc::clone(&metrics));
     let (addr, serving) = start(Arc::clone(&app), listener, &signals)?;
     // Pauses and ends are told to the webhook receivers from the store's
     // outbox, beside the runs: a receiver never holds one up. Without
     // receivers, the outbox is emptied all the same: nobody is to be told.
     let webhooks = leasehold::webhooks::deliver::Deliverer::start(
-        Arc::clone(app.engine().store()),
+        Arc::clone(executor.engine().store()),
         config.webhook_delivery(addr),
-        Arc::clone(app.engine().clock()),
+        Arc::clone(executor.engine().clock()),
     )
     .map_err(CliError::other)?;
     if !config.webhook_receivers.is_empty() {
@@ -126,23 +117,23 @@ pub(super) async fn serve(
             [counts.delivered(), counts.failed(), counts.given_up()]
         }));
     }
+    let stopping = executor.stopping();
+    executor.keep(tokio::spawn(async move {
+        stopping.cancelled().await;
+        webhooks.stop().await;
+    }));
     out!("leasehold serving on http://{addr}/ (dashboard at /, API under /runs)");
-    if let Some(why) = app.engine().without_model() {
+    if let Some(why) = executor.engine().without_model() {
         tracing::warn!("{why}");
         out!("leasehold: {why}");
     }
     let served = serving.await;
-    webhooks.stop().await;
-    // No sweep may claim a run while the engine stops its runs.
-    sweeping.cancel();
-    let _ = sweep.await;
-    let _ = purging.await;
+    // No claim or sweep may start a run while the engine stops its runs.
+    executor.shutdown().await?;
+    traces.finish(executor.engine()).await;
     served
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?
         .map_err(|e| CliError::other(format!("the server stopped: {e}")))?;
-    app.engine().shutdown().await;
-    traces.finish(app.engine()).await;
-    app.engine().store().flush().await?;
     Ok(match signals.heard() {
         Some(stop) => {
             say!(
@@ -165,8 +156,6 @@ pub(super) fn options(config: &Config) -> ServerOptions {
             body_timeout: config.server_body_timeout.value,
             max_connections: config.server_max_connections.value,
             max_event_streams: config.server_max_event_streams.value,
-            max_live_runs: config.server_max_live_runs.value,
-            max_queued_runs: config.server_max_queued_runs.value,
             shutdown_grace: config.server_shutdown_grace.value,
         },
         allowed_hosts: config.server_allowed_hosts.value.clone(),
@@ -174,9 +163,6 @@ pub(super) fn options(config: &Config) -> ServerOptions {
         tools: config.tools.clone(),
         allow_flow_tools: config.server_allow_flow_tools.value,
         receivers: config.webhook_receivers.clone(),
-        claim_interval: config.executor_claim_interval.value,
-        lag_target: config.executor_lag_target.value,
-        resume_orphans: config.resume_on_boot.value,
         max_body: run_limits.flow_text(),
         run_limits,
         ..ServerOptions::default()

@@ -10,6 +10,9 @@ use tokio::time::Instant;
 
 use super::report::{DemoReport, PauseAnswer, Responder};
 use super::{Answer, DemoError};
+use std::sync::Arc;
+
+use leasehold::executor::Executor;
 use leasehold::printable::printable;
 use leasehold::{
     Clock, ControlError, Engine, Event, EventKind, EventStream, Flow, Lagged, RunHandle, RunState,
@@ -84,7 +87,7 @@ impl<W: Write + Send> Log<'_, W> {
     }
 }
 
-/// Starts `flow` on `engine`, writes a readable log of its events to `out`
+/// Starts `flow` on `executor`, writes a readable log of its events to `out`
 /// — one line per interesting event, timed from the start — answers its
 /// pause as `answer` says, and returns what it showed.
 ///
@@ -93,29 +96,34 @@ impl<W: Write + Send> Log<'_, W> {
 /// with [`DemoReport::attach_server_record`]. The summary is written by
 /// [`DemoReport::write_summary`].
 pub async fn drive(
-    engine: &Engine,
+    executor: &Arc<Executor>,
     flow: Flow,
     answer: Answer,
     out: &mut (impl Write + Send),
 ) -> Result<DemoReport, DemoError> {
-    drive_with(engine, flow, answer, out, |_| {}).await
+    drive_with(executor, flow, answer, out, |_| {}).await
 }
 
 /// [`drive`], handing the run's handle to `on_start` as soon as the run has
-/// started: for instance to an HTTP server, so that someone can resume the
-/// run from outside ([`Answer::External`]).
+/// started: for instance to a person's task, which resumes the run from
+/// outside ([`Answer::External`]). The executor's controls reach it too
+/// (an HTTP server of the executor's runs, say).
 pub async fn drive_with(
-    engine: &Engine,
+    executor: &Arc<Executor>,
     flow: Flow,
     answer: Answer,
     out: &mut (impl Write + Send),
     on_start: impl FnOnce(&RunHandle) + Send,
 ) -> Result<DemoReport, DemoError> {
+    let engine = executor.engine();
     let mut stream = engine.events().subscribe();
     let begun = Instant::now();
     let origin = SystemClock.now_unix_ms();
     header(engine, &flow, &answer, out)?;
-    let mut run = engine.start(flow).await.map_err(DemoError::Start)?;
+    let mut run = executor
+        .start(flow, leasehold::RunOptions::default())
+        .await
+        .map_err(DemoError::Start)?;
     on_start(&run);
     let mut log = Log {
         out,

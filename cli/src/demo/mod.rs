@@ -38,6 +38,9 @@
 //! [`Answer::auto`]; its summary's `took` line gives the figure of each run.
 //!
 //! ```no_run
+//! use std::sync::Arc;
+//!
+//! use leasehold::executor::{Executor, ExecutorOptions};
 //! use leasehold_cli::demo::{Answer, DemoStack, drive};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,9 +52,11 @@
 //! // Or piece by piece, with a store and event sink of one's own.
 //! let stack = DemoStack::start().await?;
 //! let engine = stack.engine_builder()?.build().await?;
-//! let mut report = drive(&engine, stack.flow(), Answer::External, &mut out).await?;
+//! let executor = Executor::new(Arc::new(engine), ExecutorOptions::command_line());
+//! let mut report = drive(&executor, stack.flow(), Answer::External, &mut out).await?;
 //! report.attach_server_record(&stack.idempotency_keys_seen());
 //! report.write_summary(&mut out)?;
+//! executor.shutdown().await?;
 //! stack.shutdown().await;
 //! # Ok(())
 //! # }
@@ -74,6 +79,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use leasehold::config::{Config, EngineSetupError};
+use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold::{ControlError, EngineBuilder, EngineError, Flow, MemoryStore, Store};
 
 pub use drive::{drive, drive_with};
@@ -356,12 +362,13 @@ async fn drive_on<T>(
     let engine = stack.engine_builder()?.store(store).build().await?;
     // Its trace, to the collector OTEL_EXPORTER_OTLP_ENDPOINT names.
     let mut traces = crate::cli::Traces::start(&engine);
+    let executor = Executor::new(Arc::new(engine), ExecutorOptions::command_line());
     let driven = tokio::select! {
-        driven = drive(&engine, stack.flow(), answer, &mut *out) => Ok(driven),
+        driven = drive(&executor, stack.flow(), answer, &mut *out) => Ok(driven),
         stopped = stop => Err(stopped),
     };
-    engine.shutdown().await;
-    traces.finish(&engine).await;
+    executor.shutdown().await?;
+    traces.finish(executor.engine()).await;
     let mut report = match driven {
         Ok(driven) => driven?,
         Err(stopped) => return Ok(Err(stopped)),

@@ -78,6 +78,19 @@ impl Config {
         }
     }
 
+    /// How a serving executor admits and claims runs: `server.max_live_runs`,
+    /// `server.max_queued_runs`, `executor.lag_target`,
+    /// `executor.claim_interval` and `resume_on_boot`.
+    pub fn executor_options(&self) -> crate::executor::ExecutorOptions {
+        crate::executor::ExecutorOptions {
+            max_live_runs: self.server_max_live_runs.value,
+            max_queued_runs: self.server_max_queued_runs.value,
+            lag_target: self.executor_lag_target.value,
+            claim_interval: Some(self.executor_claim_interval.value),
+            resume_orphans: self.resume_on_boot.value,
+        }
+    }
+
     /// What a client may make one run hold: `limits.task`, `limits.flow`
     /// and `limits.guidance`.
     pub fn run_limits(&self) -> crate::run_limits::RunLimits {

@@ -9,7 +9,7 @@
 //!   that died, its lease expired or released): this executor claims it
 //!   (a compare-and-set that raises its fence) and applies the control —
 //!   a cancel without starting the run's loops, a resume or a decision by
-//!   resuming it from its snapshots ([`Executor::take_on`]);
+//!   resuming it from its snapshots, within its admission;
 //! - **forwarded**, when another executor holds it with a live lease: the
 //!   command is stored for it
 //!   ([`QueueStore::send_command`](leasehold_actors::QueueStore::send_command)) and its change
@@ -39,36 +39,21 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    BoxFuture, ClaimOutcome, Engine, EngineError, EventKind, PauseRecord, ReconcileDecision,
-    RunCommand, RunHandle, RunRecord, RunStatus, fencing,
+    ClaimOutcome, EngineError, EventKind, PauseRecord, ReconcileDecision, RunCommand, RunHandle,
+    RunRecord, RunStatus, fencing,
 };
+
+use super::Executor;
 
 mod follow;
 mod refused;
 mod watch;
 
-pub use follow::follow;
+pub(super) use follow::follow;
 pub use refused::Refused;
 pub use watch::{Outcome, watch};
 
 pub use refused::MAX_WAITING_COMMANDS;
-
-/// An executor as a control sees it: its engine, the runs it runs, and
-/// how it takes a run on.
-pub trait Executor: Send + Sync {
-    /// The engine that runs this executor's runs.
-    fn engine(&self) -> &Engine;
-
-    /// The handle of `run_id`, if it runs in this process.
-    fn handle(&self, run_id: &str) -> Option<RunHandle>;
-
-    /// Claims `run_id` and resumes it here from its snapshots, within
-    /// whatever this executor admits (a server's limit of live runs);
-    /// [`Refused::CannotTakeOn`] when it cannot now.
-    fn take_on<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunHandle, Refused>> {
-        Box::pin(async move { Ok(self.engine().resume(run_id).await?) })
-    }
-}
 
 /// What a control did.
 #[derive(Debug)]
@@ -186,24 +171,26 @@ pub fn name(command: &RunCommand) -> &'static str {
     }
 }
 
-/// Applies `command` to `run_id` wherever the run is: here, claimed by
-/// this executor, or forwarded to the executor that holds it; or refuses
-/// it with the rule's reason.
-pub async fn control(
-    executor: &dyn Executor,
-    run_id: &str,
-    command: RunCommand,
-) -> Result<Controlled, Refused> {
-    // A run claimed by someone else between the look and the claim is
-    // looked at again, once: it is then held, and the control forwarded.
-    match route(executor, run_id, &command).await {
-        Err(Refused::Engine(EngineError::Held { .. })) => route(executor, run_id, &command).await,
-        routed => routed,
+impl Executor {
+    /// Applies `command` to `run_id` wherever the run is: here, claimed by
+    /// this executor, or forwarded to the executor that holds it; or
+    /// refuses it with the rule's reason.
+    pub async fn control(
+        self: &Arc<Self>,
+        run_id: &str,
+        command: RunCommand,
+    ) -> Result<Controlled, Refused> {
+        // A run claimed by someone else between the look and the claim is
+        // looked at again, once: it is then held, and the control forwarded.
+        match route(self, run_id, &command).await {
+            Err(Refused::Engine(EngineError::Held { .. })) => route(self, run_id, &command).await,
+            routed => routed,
+        }
     }
 }
 
 async fn route(
-    executor: &dyn Executor,
+    executor: &Arc<Executor>,
     run_id: &str,
     command: &RunCommand,
 ) -> Result<Controlled, Refused> {
@@ -305,7 +292,7 @@ pub async fn apply(handle: &RunHandle, command: RunCommand) -> Result<(), Refuse
 /// Stores `command` for `owner_id`, which holds the run, unless too many
 /// wait for it already.
 async fn forward(
-    executor: &dyn Executor,
+    executor: &Executor,
     record: RunRecord,
     owner_id: String,
     command: RunCommand,
@@ -342,7 +329,7 @@ async fn forward(
 /// decision to cancel) without starting the run's loops; a resume or
 /// another decision by resuming it here.
 async fn claim_and_apply(
-    executor: &dyn Executor,
+    executor: &Arc<Executor>,
     record: RunRecord,
     command: RunCommand,
 ) -> Result<Controlled, Refused> {
@@ -372,45 +359,6 @@ async fn claim_and_apply(
         status: handle.state().status,
         claimed: Some(handle),
     })
-}
-
-/// An executor that runs one run, or none: a command line's.
-pub struct OneRun {
-    engine: Arc<Engine>,
-    run: std::sync::Mutex<Option<RunHandle>>,
-}
-
-impl OneRun {
-    /// An executor of `engine` that runs nothing yet.
-    pub fn new(engine: Arc<Engine>) -> Arc<Self> {
-        Arc::new(Self {
-            engine,
-            run: std::sync::Mutex::new(None),
-        })
-    }
-
-    /// From now on, `handle` is the run this process runs.
-    pub fn runs(&self, handle: RunHandle) {
-        *self
-            .run
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handle);
-    }
-}
-
-impl Executor for OneRun {
-    fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    fn handle(&self, run_id: &str) -> Option<RunHandle> {
-        self.run
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .filter(|h| h.run_id() == run_id)
-            .cloned()
-    }
 }
 
 /// The event an owner logs for a forwarded control it refused.

@@ -59,6 +59,16 @@ class Judge(BaseHTTPRequestHandler):
             )
             stats["in_flight"] += 1
             stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
+        counted = [True]
+
+        def out_of_flight():
+            # Before the last bytes leave: a client that has read them may
+            # send its next request before this thread runs again.
+            with lock:
+                if counted[0]:
+                    stats["in_flight"] -= 1
+                    counted[0] = False
+
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -74,6 +84,7 @@ class Judge(BaseHTTPRequestHandler):
                     "object": "chat.completion.chunk",
                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                 }
+                out_of_flight()
                 self.wfile.write(("data: " + json.dumps(done) + "\n\ndata: [DONE]\n\n").encode())
                 self.wfile.flush()
             else:
@@ -87,8 +98,7 @@ class Judge(BaseHTTPRequestHandler):
             with lock:
                 stats["left"] += 1
         finally:
-            with lock:
-                stats["in_flight"] -= 1
+            out_of_flight()
             self.close_connection = True
 
 

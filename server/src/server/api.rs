@@ -12,12 +12,13 @@ use leasehold::{Flow, ReconcileDecision, RunCommand};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::App;
 use super::commands;
 use super::error::ApiError;
 use super::guard;
 use super::listing::{ListParams, RunsPage};
 use super::view::{RunView, TraceView};
-use super::{App, Posted};
+use leasehold::executor::Posted;
 use leasehold::flow_file;
 use leasehold::run_limits::{PersonText, TooLarge};
 use leasehold::trace::TraceSummary;
@@ -30,8 +31,8 @@ pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> i
     }
     Json(serde_json::json!({
         "status": "ok",
-        "owner_id": app.engine.owner_id(),
-        "live_runs": app.live_runs(),
+        "owner_id": app.engine().owner_id(),
+        "live_runs": app.executor.live_runs(),
     }))
 }
 
@@ -41,7 +42,7 @@ pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> i
 pub(super) async fn paces(
     State(app): State<Arc<App>>,
 ) -> Json<std::collections::BTreeMap<String, leasehold::Pace>> {
-    Json(app.engine.paces().all())
+    Json(app.engine().paces().all())
 }
 
 /// `POST /runs`: a flow as JSON or TOML; answers at once with the run id
@@ -63,7 +64,7 @@ pub(super) async fn create_run(
     body: Body,
 ) -> Result<Response, ApiError> {
     // A server with no model runs nothing: said before the flow is read.
-    if let Some(why) = app.engine.without_model() {
+    if let Some(why) = app.engine().without_model() {
         return Err(ApiError::from(leasehold::EngineError::NoModel(
             why.to_owned(),
         )));
@@ -80,8 +81,8 @@ pub(super) async fn create_run(
     let options = run_options(&headers)?;
     // Queued and started in a task of its own: a client that goes away
     // mid-request must not cancel a run half-recorded.
-    let queuing = Arc::clone(&app);
-    let posted = tokio::spawn(async move { queuing.queue_and_start(flow, options).await })
+    let executor = Arc::clone(&app.executor);
+    let posted = tokio::spawn(async move { executor.post(flow, options).await })
         .await
         .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))??;
     let (run_id, status) = match posted {
@@ -110,7 +111,7 @@ fn queue_full(app: &App, queued: u64) -> Response {
             "{queued} runs wait queued in the store, its limit (server.max_queued_runs = {}, \
              LEASEHOLD_SERVER_MAX_QUEUED_RUNS), and this executor has no room to start the run \
              (server.max_live_runs): nothing was stored; try again when runs have left the queue",
-            app.options.limits.max_queued_runs
+            app.executor.options().max_queued_runs
         ),
     )
     .into_response();
@@ -194,7 +195,7 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
             ),
         ));
     }
-    let engine = &app.engine;
+    let engine = app.engine();
     flow_file::resolve_tool_servers(&mut flow, &app.options.tools, |name| {
         engine.serves_tool(name)
     })
@@ -268,14 +269,15 @@ pub(super) async fn list_runs(
         ))
     })?;
     let query = params.query()?;
-    let now = app.engine.clock().now_unix_ms();
+    let now = app.engine().clock().now_unix_ms();
     // A run nobody runs is listed as orphaned, as it is shown whole.
-    let page = leasehold::seen::summaries(app.engine.store().as_ref(), &query, now, false).await?;
+    let page =
+        leasehold::seen::summaries(app.engine().store().as_ref(), &query, now, false).await?;
     let runs = page
         .runs
         .into_iter()
         .map(|summary| {
-            let handle = app.handle(&summary.run_id);
+            let handle = app.executor.handle(&summary.run_id);
             RunView::summary(summary, handle.as_ref())
         })
         // A live run's state is fresher than the store's, an orphaned one
@@ -295,14 +297,14 @@ pub(super) async fn show_run(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<RunView>, ApiError> {
     let run_id = run_id(path)?;
-    let store = app.engine.store();
+    let store = app.engine().store();
     let record = store
         .load_run(&run_id)
         .await?
         .ok_or_else(|| ApiError::unknown_run(&run_id))?;
     let flow = record.flow.clone();
-    let now = app.engine.clock().now_unix_ms();
-    let mut view = RunView::new(record, app.handle(&run_id).as_ref(), now);
+    let now = app.engine().clock().now_unix_ms();
+    let mut view = RunView::new(record, app.executor.handle(&run_id).as_ref(), now);
     view.flow = Some(leasehold::secret::redact_flow(flow));
     view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
     let events = store.load_events(&run_id, 0).await?;
@@ -317,7 +319,7 @@ pub(super) async fn trace(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<TraceView>, ApiError> {
     let run_id = run_id(path)?;
-    let store = app.engine.store();
+    let store = app.engine().store();
     if store.load_run(&run_id).await?.is_none() {
         return Err(ApiError::unknown_run(&run_id));
     }
@@ -458,26 +460,21 @@ pub(super) async fn fork(
         guidance,
         set: body.set,
     };
-    let forking = Arc::clone(&app);
+    let executor = Arc::clone(&app.executor);
     let parent = control.run_id.clone();
     // In a task of its own: a client that goes away mid-request must not
     // cancel a fork half-copied.
-    let started = tokio::spawn(async move {
-        let engine = forking.engine.clone();
-        forking
-            .admit(|| async move { engine.fork(&parent, spec).await })
-            .await
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("forking the run panicked: {e}")))?;
-    let Some(started) = started else {
+    let started = tokio::spawn(async move { executor.fork(&parent, spec).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("forking the run panicked: {e}")))??;
+    let Some(handle) = started else {
         let mut response = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "no_room",
             format!(
                 "this executor runs as many runs as it may (server.max_live_runs = {}): the \
                  fork was not made; try again when a run has ended",
-                app.options.limits.max_live_runs
+                app.executor.options().max_live_runs
             ),
         )
         .into_response();
@@ -487,10 +484,9 @@ pub(super) async fn fork(
         );
         return Ok(response);
     };
-    let handle = started?;
     let run_id = handle.run_id().to_owned();
     let origin = app
-        .engine
+        .engine()
         .store()
         .load_run(&run_id)
         .await?

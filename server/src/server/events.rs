@@ -89,7 +89,7 @@ fn watch_run(app: &Arc<App>, run_id: &str) -> watch::Receiver<Seen> {
 /// Reads `run_id`'s log and status, and again on each change of the run
 /// the store's feed announces, while anyone follows it.
 async fn follow_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<Seen>>) {
-    let store: Arc<dyn Store> = Arc::clone(app.engine.store());
+    let store: Arc<dyn Store> = Arc::clone(app.engine().store());
     // Subscribed before the first read: a change after it wakes the loop.
     let mut changes = store.changes();
     let mut seen = Seen::default();
@@ -181,7 +181,7 @@ pub(super) async fn stream(
             app.options.limits.max_event_streams
         )));
     };
-    if app.engine.store().load_run(&run_id).await?.is_none() {
+    if app.engine().store().load_run(&run_id).await?.is_none() {
         return Err(ApiError::unknown_run(&run_id));
     }
     let (tx, rx) = mpsc::channel(64);
@@ -246,8 +246,8 @@ async fn feed(
     tx: mpsc::Sender<Result<SseEvent, Infallible>>,
     _open: (OwnedSemaphorePermit, OpenStream),
 ) {
-    let store: Arc<dyn Store> = Arc::clone(app.engine.store());
-    let mut live = app.engine.events().subscribe();
+    let store: Arc<dyn Store> = Arc::clone(app.engine().store());
+    let mut live = app.engine().events().subscribe();
     let mut seen = watch_run(&app, &run_id);
     let shutdown = app.shutdown.clone();
     // Looks at the store, with the run ended, that found nothing new.

@@ -17,25 +17,25 @@ use super::error::ApiError;
 /// `GET /executor`.
 pub(super) async fn status(State(app): State<Arc<App>>) -> Result<Json<Value>, ApiError> {
     let queued = app
-        .engine
+        .engine()
         .store()
         .count_runs(RunStatus::Queued)
         .await
         .map_err(ApiError::from)?;
     let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let admission = &app.admitted;
-    let bound = app.engine.config().load_bound;
+    let admission = app.executor.admission();
+    let bound = app.engine().config().load_bound;
     let load_bound = app
-        .engine
+        .engine()
         .load()
         .filter(|_| !bound.is_zero())
         .map(|_| millis(bound));
     Ok(Json(json!({
-        "owner_id": app.engine.owner_id(),
-        "live_runs": app.live_runs(),
+        "owner_id": app.engine().owner_id(),
+        "live_runs": app.executor.live_runs(),
         "admitted_limit": admission.limit(),
         "max_live_runs": admission.ceiling(),
-        "lag_ms": app.engine.load().map(|gauge| millis(gauge.lag())),
+        "lag_ms": app.engine().load().map(|gauge| millis(gauge.lag())),
         "lag_target_ms": admission.target().map(millis),
         "load_bound_ms": load_bound,
         "queued_runs": queued,

@@ -14,13 +14,13 @@ use crate::metrics::{CONTENT_TYPE, ScrapeError};
 /// `GET /metrics`.
 pub(super) async fn scrape(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
     app.metrics.set_admission(
-        app.engine.load().map(|gauge| gauge.lag()),
-        app.admitted.limit(),
-        app.live_runs(),
+        app.engine().load().map(|gauge| gauge.lag()),
+        app.executor.admission().limit(),
+        app.executor.live_runs(),
     );
     let text = app
         .metrics
-        .scrape(&app.engine)
+        .scrape(app.engine())
         .await
         .map_err(|error| match error {
             ScrapeError::Store(error) => ApiError::from(error),

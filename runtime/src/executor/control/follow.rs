@@ -8,51 +8,50 @@
 use std::sync::Arc;
 
 use leasehold_actors::{RunCommand, StoreChange, StoredCommand};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use super::{Executor, Holder, Refused, check};
 
-/// Follows the store's changes until `stop` is cancelled (or the store is
+/// Follows the store's changes until the executor stops (or the store is
 /// gone): takes and applies the commands of the runs `executor` runs
 /// whenever one is stored for a run live here, and after any gap in the
-/// feed. With `queued`, also wakes that claimer of queued runs when a run
-/// is queued anywhere, or after a gap.
-pub fn follow<E: Executor + 'static>(
-    executor: Arc<E>,
-    stop: CancellationToken,
-    queued: Option<Arc<Notify>>,
-) -> tokio::task::JoinHandle<()> {
+/// feed; wakes its claimer of queued runs when a run is queued anywhere,
+/// or after a gap. The task holds the executor weakly: it stops when the
+/// executor is gone.
+pub(in crate::executor) fn follow(executor: Arc<Executor>) -> tokio::task::JoinHandle<()> {
     // Subscribed before the first take: a command stored after it wakes
     // this task.
     let mut changes = executor.engine().store().changes();
+    let stop = executor.stopping();
+    let executor = Arc::downgrade(&executor);
     tokio::spawn(async move {
-        let wake = || {
-            if let Some(queued) = &queued {
-                queued.notify_one();
-            }
-        };
         let mut due = true;
         loop {
+            let Some(here) = executor.upgrade() else {
+                return;
+            };
             if due {
-                take_and_apply(executor.as_ref()).await;
+                take_and_apply(&here).await;
             }
+            drop(here);
             let change = tokio::select! {
                 () = stop.cancelled() => return,
                 change = changes.recv() => change,
             };
+            let Some(here) = executor.upgrade() else {
+                return;
+            };
             due = match change {
                 None => return,
-                Some(StoreChange::Command { run_id }) => executor.handle(&run_id).is_some(),
+                Some(StoreChange::Command { run_id }) => here.handle(&run_id).is_some(),
                 // A run queued anywhere: the claimer looks for room at once
                 // instead of at its next interval.
                 Some(StoreChange::Queued) => {
-                    wake();
+                    here.wake_claimer();
                     false
                 }
                 Some(change) => {
                     if change.is_gap() {
-                        wake();
+                        here.wake_claimer();
                     }
                     change.is_gap()
                 }
@@ -62,7 +61,7 @@ pub fn follow<E: Executor + 'static>(
 }
 
 /// Takes this executor's commands and applies each to its run.
-async fn take_and_apply(executor: &dyn Executor) {
+async fn take_and_apply(executor: &Arc<Executor>) {
     let engine = executor.engine();
     let taken = match engine.store().take_commands(engine.owner_id()).await {
         Ok(taken) => taken,
@@ -78,7 +77,7 @@ async fn take_and_apply(executor: &dyn Executor) {
 
 /// Applies one forwarded command to the live run it names, under the
 /// rules; logs a refusal on the run.
-async fn apply_forwarded(executor: &dyn Executor, stored: StoredCommand) {
+async fn apply_forwarded(executor: &Arc<Executor>, stored: StoredCommand) {
     let StoredCommand {
         id,
         run_id,
@@ -106,7 +105,7 @@ async fn apply_forwarded(executor: &dyn Executor, stored: StoredCommand) {
 }
 
 /// Says on the run that a forwarded control was refused, and why.
-fn refuse(executor: &dyn Executor, run_id: &str, id: u64, command: &RunCommand, refused: &Refused) {
+fn refuse(executor: &Executor, run_id: &str, id: u64, command: &RunCommand, refused: &Refused) {
     tracing::warn!(%run_id, command = id, %refused, "a forwarded control was refused");
     // A run that has ended logs nothing more: its end is the answer.
     if !matches!(refused, Refused::Finished { .. }) {

@@ -1,0 +1,195 @@
+//! What starts a run in an executor: a post (started here with room, or
+//! queued for any executor with room), a claim of queued runs and orphans,
+//! a fork, a run taken on for a person's control. Each counts the room
+//! under the admission and registers what it started before letting go, so
+//! that starts at once never exceed the limit.
+
+use std::sync::Arc;
+
+use leasehold_actors::{EngineError, Flow, ForkSpec, RunHandle, RunOptions, RunStatus};
+
+use super::Executor;
+use super::control::Refused;
+
+/// What became of a posted flow ([`Executor::post`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Posted {
+    /// Recorded with this id, running here or queued.
+    Recorded(String, RunStatus),
+    /// Not recorded: the store's queue holds `queued` runs, as many as
+    /// `server.max_queued_runs` allows.
+    QueueFull {
+        /// The queued runs counted.
+        queued: u64,
+    },
+}
+
+impl Executor {
+    /// Starts a run of `flow` here now, whatever the room (the caller
+    /// decided: a command line's run), and holds it.
+    pub async fn start(
+        self: &Arc<Self>,
+        flow: Flow,
+        options: RunOptions,
+    ) -> Result<RunHandle, EngineError> {
+        let handle = self.engine.start_with(flow, options).await?;
+        self.register(handle.clone());
+        Ok(handle)
+    }
+
+    /// Starts a run of `flow` here if this executor has room, or records it
+    /// queued for any executor with room; answers its id and status.
+    ///
+    /// A run that would wait is refused ([`Posted::QueueFull`]) while the
+    /// store holds `server.max_queued_runs` queued runs: counted in the
+    /// store, so the bound holds over every executor sharing it (posts to
+    /// several executors at the same instant may each pass it once).
+    pub async fn post(
+        self: &Arc<Self>,
+        flow: Flow,
+        options: RunOptions,
+    ) -> Result<Posted, EngineError> {
+        let _admitted = self.admission.lock().await;
+        if self.room() == 0 {
+            self.admitted.held_back();
+            let queued = self
+                .engine
+                .store()
+                .count_runs(RunStatus::Queued)
+                .await
+                .map_err(EngineError::Store)?;
+            if queued >= u64::from(self.options.max_queued_runs) {
+                return Ok(Posted::QueueFull { queued });
+            }
+            // It waits for an executor with room, this one included.
+            let run_id = self.engine.queue_with(flow, options).await?.run_id;
+            return Ok(Posted::Recorded(run_id, RunStatus::Queued));
+        }
+        // With room, the run is created owned by this executor and started:
+        // queued first, any executor woken by the queue could claim it
+        // before the one it was posted to.
+        let handle = self.engine.start_with(flow, options).await?;
+        let run_id = handle.run_id().to_owned();
+        self.register(handle);
+        Ok(Posted::Recorded(run_id, RunStatus::Running))
+    }
+
+    /// Forks `run_id` per `spec` into a new run started here, if this
+    /// executor has room; `None` without.
+    pub async fn fork(
+        self: &Arc<Self>,
+        run_id: &str,
+        spec: ForkSpec,
+    ) -> Result<Option<RunHandle>, EngineError> {
+        let engine = Arc::clone(&self.engine);
+        self.admit(|| async move { engine.fork(run_id, spec).await })
+            .await
+            .transpose()
+    }
+
+    /// Claims as many runs as this executor has room for — orphans first
+    /// if it resumes them ([`ExecutorOptions::resume_orphans`]), then
+    /// queued runs, oldest first — starts and holds them; answers whether
+    /// it filled the room (so more may be waiting).
+    ///
+    /// [`ExecutorOptions::resume_orphans`]: super::ExecutorOptions::resume_orphans
+    pub async fn claim(self: &Arc<Self>) -> Result<bool, EngineError> {
+        let _admitted = self.admission.lock().await;
+        let room = self.room();
+        if room == 0 {
+            self.admitted
+                .full(self.engine.store().as_ref())
+                .await
+                .map_err(EngineError::Store)?;
+            return Ok(false);
+        }
+        let mut resumed = Vec::new();
+        if self.options.resume_orphans {
+            resumed = self.engine.resume_orphans_up_to(room).await?;
+        }
+        let left = room.saturating_sub(resumed.len());
+        let claimed = self.engine.claim_queued(left).await?;
+        let filled = resumed.len() + claimed.len() >= room;
+        if filled {
+            self.admitted.held_back();
+        }
+        for handle in resumed {
+            tracing::info!(run_id = handle.run_id(), "orphaned run claimed and resumed");
+            self.register(handle);
+        }
+        for handle in claimed {
+            tracing::info!(run_id = handle.run_id(), "queued run claimed");
+            self.register(handle);
+        }
+        Ok(filled)
+    }
+
+    /// Claims `run_id` and resumes it here from its snapshots, within the
+    /// admitted limit: for a person's control of a run nobody holds.
+    pub(super) async fn take_on(self: &Arc<Self>, run_id: &str) -> Result<RunHandle, Refused> {
+        if let Some(why) = self.engine.without_model() {
+            return Err(Refused::CannotTakeOn {
+                message: format!(
+                    "run {run_id} is held by no executor, so it would be resumed here, but {why}"
+                ),
+                busy: false,
+            });
+        }
+        let executor = Arc::clone(self);
+        let id = run_id.to_owned();
+        // On a task of its own: a panic while resuming is a refusal, and a
+        // caller that goes away does not cancel a resume half-done.
+        let taken = tokio::spawn(async move {
+            let engine = Arc::clone(&executor.engine);
+            executor
+                .admit(|| async move { engine.resume(&id).await })
+                .await
+        })
+        .await;
+        match taken {
+            Ok(Some(taken)) => Ok(taken?),
+            Ok(None) => Err(Refused::CannotTakeOn {
+                message: self.too_many_runs(),
+                busy: true,
+            }),
+            Err(error) => Err(Refused::CannotTakeOn {
+                message: format!("resuming the run panicked: {error}"),
+                busy: false,
+            }),
+        }
+    }
+
+    /// Why a run cannot be taken on now: this executor holds as many live
+    /// runs as its admitted limit allows.
+    fn too_many_runs(&self) -> String {
+        format!(
+            "this executor already runs {} runs, its admitted limit ({}; at most \
+             server.max_live_runs, LEASEHOLD_SERVER_MAX_LIVE_RUNS, fewer while its lag is over \
+             executor.lag_target): try again when one has ended",
+            self.live_runs(),
+            self.admitted.limit()
+        )
+    }
+
+    /// Runs `work` (which starts a run here) if this executor has room for
+    /// one more run, holding the admission until the run is registered;
+    /// `None` without room.
+    async fn admit<F>(
+        self: &Arc<Self>,
+        work: impl FnOnce() -> F,
+    ) -> Option<Result<RunHandle, EngineError>>
+    where
+        F: std::future::Future<Output = Result<RunHandle, EngineError>>,
+    {
+        let _admitted = self.admission.lock().await;
+        if self.room() == 0 {
+            self.admitted.held_back();
+            return None;
+        }
+        let started = work().await;
+        if let Ok(handle) = &started {
+            self.register(handle.clone());
+        }
+        Some(started)
+    }
+}

@@ -1,0 +1,84 @@
+//! A server is the HTTP face of one executor: every run live in its
+//! process — posted over the API, started by the embedder through the
+//! executor, or started on the engine directly — takes the API's controls,
+//! and the executor's registry is the only one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::executor::{Executor, ExecutorOptions};
+use leasehold::testing::{ScriptedModel, Turn};
+use leasehold::{Engine, Flow, MemoryStore, RunOptions, RunStatus};
+use leasehold_server::{self as server, App, ServerOptions};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn flow() -> Flow {
+    serde_json::from_value(json!({"name": "n", "task": "wait", "max_steps": 2})).expect("flow")
+}
+
+async fn served() -> (Arc<App>, String) {
+    let model = ScriptedModel::new().script("run", [Turn::hang(), Turn::hang()]);
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .store(Arc::new(MemoryStore::new()))
+        .build()
+        .await
+        .expect("engine");
+    let executor = Executor::new(Arc::new(engine), ExecutorOptions::default());
+    let app = App::new(executor, ServerOptions::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(server::serve(
+        listener,
+        Arc::clone(&app),
+        std::future::pending(),
+    ));
+    (app, base)
+}
+
+async fn cancel(base: &str, run_id: &str) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/runs/{run_id}/cancel"))
+        .json(&json!({"reason": "enough"}))
+        .send()
+        .await
+        .expect("POST cancel");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_the_embedder_started_take_the_apis_controls_however_they_were_started() {
+    let (app, base) = served().await;
+    // Through the executor, as an embedder should…
+    let mut through = app
+        .executor()
+        .start(flow(), RunOptions::default())
+        .await
+        .expect("started");
+    // …and on the engine directly, as one did before there was an executor.
+    let mut direct = app.engine().start(flow()).await.expect("started");
+    for handle in [&mut through, &mut direct] {
+        let run_id = handle.run_id().to_owned();
+        let (status, body) = cancel(&base, &run_id).await;
+        assert_eq!(status, 200, "{run_id}: {body}");
+        assert_eq!(body["status"], "cancelled", "{body}");
+        let state = tokio::time::timeout(PATIENCE, handle.wait())
+            .await
+            .expect("the run ends");
+        assert_eq!(state.status, RunStatus::Cancelled);
+    }
+    // Both were the executor's to hold, and it let go of them as they ended.
+    let executor = Arc::clone(app.executor());
+    tokio::time::timeout(PATIENCE, async move {
+        while executor.held_runs() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("no run is held once both ended");
+}
