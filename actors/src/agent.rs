@@ -25,10 +25,12 @@ mod context_window;
 mod ends;
 mod messages;
 pub(crate) mod model_call;
+pub(crate) mod plan;
 mod restore;
 mod step;
 mod supervise;
 pub(crate) mod tool_call;
+pub(crate) mod tools;
 pub(crate) mod worker;
 
 use std::collections::HashMap;

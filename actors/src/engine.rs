@@ -37,6 +37,7 @@ use std::sync::atomic::AtomicU64;
 use ractor::{Actor, ActorRef, ActorStatus};
 use tokio::sync::{mpsc, watch};
 
+use crate::agent::plan::RunPlan;
 use crate::agent::{RunContext, Saved};
 use crate::event::EventBus;
 use crate::event_log::LogItem;
@@ -45,7 +46,6 @@ use crate::lease::{LeaseActor, LeaseActorArgs};
 use crate::ports::{
     Clock, Evaluator, EventSink, ModelClient, RunRecord, Store, StoreError, ToolClient,
 };
-use crate::run::plan::RunPlan;
 use crate::run::{RunActor, RunArgs, RunHandle, RunState};
 use crate::strategy::StrategyFactory;
 use crate::watchdog::{StartError, WatchdogMsg};

@@ -11,7 +11,7 @@
 //! in `reconciliation_required` until a person decides
 //! ([`RunHandle::reconcile`]).
 //!
-//! A run's first work is connecting its tool servers (`run/tools.rs`): it
+//! A run's first work is connecting its tool servers (`agent/tools.rs`): it
 //! exists, and can be cancelled, before any of them has started; one that
 //! cannot list its tools fails the run with a reason naming it. When the run
 //! ends, its tool clients are closed — an HTTP session deleted, a stdio
@@ -44,8 +44,6 @@ use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate, Too
 // The run's plan and its tools are leaves: every loop of the run reads
 // them through its `RunContext` (`agent/context.rs`), so they name nothing
 // of the loop or of this actor.
-pub(crate) mod plan;
-pub(crate) mod tools;
 
 /// The reason a completed run whose answer was cut off keeps.
 const CUT_OFF_ANSWER: &str = "its answer was cut off at the model's length limit (finish_reason \
@@ -169,7 +167,8 @@ impl Actor for RunActor {
             );
         }
         if ctx.tool_servers.is_empty() {
-            ctx.tools.set(tools::ConnectedTools::default());
+            ctx.tools
+                .set(crate::agent::tools::ConnectedTools::default());
             state.begin(&myself).await;
             return Ok(());
         }
@@ -181,7 +180,7 @@ impl Actor for RunActor {
         drop(tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let connected = tokio::select! {
-                    connected = tools::connect(&ctx.tool_servers) => connected,
+                    connected = crate::agent::tools::connect(&ctx.tool_servers) => connected,
                     () = ctx.cancel.cancelled() => return,
                 };
                 let _ = me.send_message(LoopMsg::ToolsConnected(Box::new(connected)));
@@ -386,7 +385,7 @@ impl RunActorState {
     async fn connected(
         &mut self,
         myself: &ActorRef<LoopMsg>,
-        connected: Result<tools::ConnectedTools, String>,
+        connected: Result<crate::agent::tools::ConnectedTools, String>,
     ) {
         if !self.connecting {
             return;

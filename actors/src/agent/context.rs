@@ -12,12 +12,12 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::LoopMsg;
+use crate::agent::plan::RunPlan;
+use crate::agent::tools::RunTools;
 use crate::event::EventKind;
 use crate::lease::{LeaseKind, LeaseSpec, Leases};
 use crate::nudge::NudgeQueue;
 use crate::ports::{Fenced, StoreError, ToolCallRecord};
-use crate::run::plan::RunPlan;
-use crate::run::tools::RunTools;
 
 /// Whether the run may make progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -105,7 +105,7 @@ pub enum LoopMsg {
     },
     /// The run's tool servers are connected, or why not (root only): its
     /// first work, before the root loop's first step.
-    ToolsConnected(Box<Result<crate::run::tools::ConnectedTools, String>>),
+    ToolsConnected(Box<Result<crate::agent::tools::ConnectedTools, String>>),
     /// A person cancels the run (root only).
     Cancel {
         /// Why.

@@ -14,12 +14,12 @@
 
 use std::sync::Arc;
 
+use crate::agent::plan::RunPlan;
+use crate::agent::tools::ServerClient;
 use crate::budget::BudgetConfig;
 use crate::error::ConfigError;
 use crate::flow::{Flow, FlowError, StrategyKind};
 use crate::ports::ToolClient;
-use crate::run::plan::RunPlan;
-use crate::run::tools::ServerClient;
 use crate::strategy::{FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory};
 use crate::supervision::SupervisionConfig;
 
