@@ -126,15 +126,9 @@ impl Executor {
 
     /// Claims `run_id` and resumes it here from its snapshots, within the
     /// admitted limit: for a person's control of a run nobody holds.
+    /// An executor without a model refuses as its engine does
+    /// ([`EngineError::NoModel`], saying what to configure).
     pub(super) async fn take_on(self: &Arc<Self>, run_id: &str) -> Result<RunHandle, Refused> {
-        if let Some(why) = self.engine.without_model() {
-            return Err(Refused::CannotTakeOn {
-                message: format!(
-                    "run {run_id} is held by no executor, so it would be resumed here, but {why}"
-                ),
-                busy: false,
-            });
-        }
         let executor = Arc::clone(self);
         let id = run_id.to_owned();
         // On a task of its own: a panic while resuming is a refusal, and a
