@@ -247,7 +247,7 @@ async fn a_queued_run_is_started_from_its_flow_by_the_executor_that_claims_it() 
         ScriptedModel::new().script("run", [Turn::answer("claimed")]),
     )
     .await;
-    let mut started = b.claim_queued(5).await.expect("claimed");
+    let mut started = b.start_from_queue(5).await.expect("claimed");
     assert_eq!(started.len(), 1, "the one queued run");
     let state = started.remove(0).wait().await;
     assert_eq!(state.status, RunStatus::Completed);
@@ -260,7 +260,7 @@ async fn a_queued_run_is_started_from_its_flow_by_the_executor_that_claims_it() 
         .map(|e| e.kind.name().to_owned())
         .collect();
     assert_eq!(kinds.first().map(String::as_str), Some("run_started"));
-    assert!(b.claim_queued(5).await.expect("claimed").is_empty());
+    assert!(b.start_from_queue(5).await.expect("claimed").is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -282,7 +282,7 @@ async fn a_claimed_run_its_executor_cannot_start_is_recorded_failed_saying_why()
         .build()
         .await
         .expect("engine");
-    assert!(b.claim_queued(5).await.expect("claimed").is_empty());
+    assert!(b.start_from_queue(5).await.expect("claimed").is_empty());
     let record = store.run(&queued.run_id).expect("stored");
     assert_eq!(record.status, RunStatus::Failed);
     let reason = record.reason.unwrap_or_default();

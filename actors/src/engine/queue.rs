@@ -3,7 +3,7 @@
 //!
 //! Where several executors share a store, the one that receives a run need
 //! not be the one with room for it. [`Engine::queue`] records the run
-//! unowned (fence 0); [`Engine::claim_queued`] claims up to a number of the
+//! unowned (fence 0); [`Engine::start_from_queue`] claims up to a number of the
 //! oldest queued runs ([`QueueStore::claim_queued`](crate::QueueStore::claim_queued):
 //! each claimed once, however many executors claim at once) and starts
 //! each from its flow, with fence 1, as [`Engine::start`] would have. How
@@ -23,7 +23,7 @@ const FIRST_FENCE: u64 = 1;
 impl Engine {
     /// Validates `flow` and records a new run of it `queued`: no owner,
     /// fence 0, no lease. Nothing starts it here: an executor with room
-    /// claims it ([`Engine::claim_queued`], [`Engine::start_queued`]).
+    /// claims it ([`Engine::start_from_queue`], [`Engine::start_queued`]).
     pub async fn queue(&self, flow: Flow) -> Result<RunRecord, EngineError> {
         self.queue_with(flow, super::RunOptions::default()).await
     }
@@ -52,7 +52,7 @@ impl Engine {
     /// be started here (its flow is refused by this executor's
     /// configuration) is recorded failed, saying why, rather than left
     /// owned and idle; the others start.
-    pub async fn claim_queued(&self, max: usize) -> Result<Vec<RunHandle>, EngineError> {
+    pub async fn start_from_queue(&self, max: usize) -> Result<Vec<RunHandle>, EngineError> {
         self.refuse_if_shut_down()?;
         // An engine without a model takes on no run: the queue waits for
         // an executor that can run it.

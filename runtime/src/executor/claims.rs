@@ -108,7 +108,7 @@ impl Executor {
             resumed = self.engine.resume_orphans_up_to(room).await?;
         }
         let left = room.saturating_sub(resumed.len());
-        let claimed = self.engine.claim_queued(left).await?;
+        let claimed = self.engine.start_from_queue(left).await?;
         let filled = resumed.len() + claimed.len() >= room;
         if filled {
             self.admitted.held_back();
