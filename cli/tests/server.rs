@@ -5,6 +5,8 @@
 //! These tests run on the real clock (the API is served over loopback) and
 //! wait on conditions, never for time to pass.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -876,15 +878,12 @@ async fn runs_reconcile_with_server_marks_the_call_done_over_the_api() {
     let (server, model, run_id, key) = a_charge_waiting_for_a_decision().await;
     let dir = tempfile::tempdir().expect("dir");
     let reconcile = |key: Option<&str>| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        let mut command = support::leasehold(dir.path());
         command
-            .env_clear()
-            .env("LEASEHOLD_DATA_DIR", dir.path())
             .args(["runs", "reconcile", &run_id])
             .args(key.map(|key| ["--key", key]).into_iter().flatten())
             .args(["--mark-done", "--result", "charged, by hand"])
-            .args(["--server", &server.base])
-            .kill_on_drop(true);
+            .args(["--server", &server.base]);
         command
     };
 

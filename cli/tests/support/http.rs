@@ -1,0 +1,90 @@
+//! The served API as the tests call it: runs posted, read, and waited on.
+
+use std::time::Duration;
+
+/// `POST {base}/runs` of `flow` as JSON with `http`; the new run's id.
+pub async fn post_run(http: &reqwest::Client, base: &str, flow: &impl serde::Serialize) -> String {
+    let created: serde_json::Value = http
+        .post(format!("{base}/runs"))
+        .json(flow)
+        .send()
+        .await
+        .expect("POST /runs")
+        .json()
+        .await
+        .expect("JSON");
+    created["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a run id: {created}"))
+        .to_owned()
+}
+
+/// `GET {url}` with `http`, its answer as JSON.
+pub async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    http.get(url)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
+}
+
+/// `GET {base}/runs/{run_id}` with `http`, as JSON.
+pub async fn get_run(http: &reqwest::Client, base: &str, run_id: &str) -> serde_json::Value {
+    get_json(http, &format!("{base}/runs/{run_id}")).await
+}
+
+/// [`get_run`] until `done` holds on the view, within `patience`; `what`
+/// names the awaited state for the failure message.
+pub async fn view_until(
+    http: &reqwest::Client,
+    base: &str,
+    run_id: &str,
+    patience: Duration,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    tokio::time::timeout(patience, async {
+        loop {
+            let view = get_run(http, base, run_id).await;
+            if done(&view) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the run did not become {what} within {patience:?}"))
+}
+
+/// An HTTP client that sends `Authorization: Bearer {token}` with every
+/// request.
+pub fn authorized(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("a header"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
+}
+
+/// The identity of the executor serving at `base`, as `GET /health` says
+/// it to a client with the token.
+pub async fn owner_id(http: &reqwest::Client, base: &str) -> String {
+    let health: serde_json::Value = http
+        .get(format!("{base}/health"))
+        .send()
+        .await
+        .expect("GET /health")
+        .json()
+        .await
+        .expect("JSON");
+    health["owner_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an identity: {health}"))
+        .to_owned()
+}
