@@ -122,32 +122,31 @@ async fn kinds(store: &PostgresStore, run_id: &str) -> Vec<String> {
 
 /// Reads the store until the run's log holds an event of `kind`.
 async fn logged(store: &PostgresStore, run_id: &str, kind: &str) -> Vec<leasehold::Event> {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
+    support::until(
+        &format!("{kind} in the log of {run_id}"),
+        PATIENCE,
+        || async {
             let events = store.load_events(run_id, 0).await.expect("events");
-            if events.iter().any(|e| e.kind.name() == kind) {
-                return events;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+            events
+                .iter()
+                .any(|e| e.kind.name() == kind)
+                .then_some(events)
+        },
+    )
     .await
-    .unwrap_or_else(|_| panic!("no {kind} in the log of {run_id} within {PATIENCE:?}"))
 }
 
 /// Reads the store until the run's status is `status`.
 async fn status_becomes(store: &PostgresStore, run_id: &str, status: RunStatus) {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
+    support::until(
+        &format!("{run_id} to become {status:?}"),
+        PATIENCE,
+        || async {
             let record = store.load_run(run_id).await.expect("load").expect("run");
-            if record.status == status {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{run_id} did not become {status:?} within {PATIENCE:?}"));
+            (record.status == status).then_some(())
+        },
+    )
+    .await;
 }
 
 /// Asserts that `said` is the command line's report of a cancel it

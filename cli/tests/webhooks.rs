@@ -138,13 +138,10 @@ async fn metric(http: &reqwest::Client, base: &str, name: &str) -> f64 {
 /// Waits until `/metrics` counts at least one webhook attempt of `outcome`.
 async fn counted(http: &reqwest::Client, base: &str, outcome: &str) {
     let name = format!("leasehold_webhooks_total{{outcome=\"{outcome}\"}}");
-    tokio::time::timeout(PATIENCE, async {
-        while metric(http, base, &name).await < 1.0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    support::until(&name, PATIENCE, || async {
+        (metric(http, base, &name).await >= 1.0).then_some(())
     })
-    .await
-    .unwrap_or_else(|_| panic!("no {name} within {PATIENCE:?}"));
+    .await;
 }
 
 fn of_type<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {

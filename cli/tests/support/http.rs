@@ -45,17 +45,11 @@ pub async fn view_until(
     what: &str,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    tokio::time::timeout(patience, async {
-        loop {
-            let view = get_run(http, base, run_id).await;
-            if done(&view) {
-                return view;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    super::until(&format!("the run to become {what}"), patience, || async {
+        let view = get_run(http, base, run_id).await;
+        done(&view).then_some(view)
     })
     .await
-    .unwrap_or_else(|_| panic!("the run did not become {what} within {patience:?}"))
 }
 
 /// An HTTP client that sends `Authorization: Bearer {token}` with every

@@ -16,7 +16,7 @@ pub const PATIENCE: Duration = Duration::from_secs(180);
 pub const CROWDED_PATIENCE: Duration = Duration::from_secs(240);
 
 /// `check` polled every 50 ms until it gives a value, within `patience`;
-/// `what` names the awaited state for the failure message.
+/// `what` names what is awaited, for the failure message.
 pub async fn until<T, Fut>(what: &str, patience: Duration, mut check: impl FnMut() -> Fut) -> T
 where
     Fut: Future<Output = Option<T>>,
@@ -30,7 +30,7 @@ where
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("not {what} within {patience:?}"))
+    .unwrap_or_else(|_| panic!("waited {patience:?} for {what}"))
 }
 
 /// `command`'s output, once it ended within `patience`.
