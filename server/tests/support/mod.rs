@@ -1,7 +1,10 @@
 //! What the tests of the served API share: an app served on a loopback
-//! port until dropped, and how long a test waits. Each test binary uses a
-//! part of it.
+//! port until dropped, a client of it ([`client`]), and how long a test
+//! waits. Each test binary uses a part of it; the command's tests use it
+//! too, to serve what `leasehold runs --server` talks to.
 #![allow(dead_code)]
+
+pub mod client;
 
 use std::sync::Arc;
 use std::time::Duration;
