@@ -8,21 +8,14 @@ mod support;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
-use std::sync::Arc;
 
-use leasehold::{Engine, EngineConfig, MemoryStore, testing::ScriptedModel};
+use leasehold::testing::ScriptedModel;
 use leasehold_server::ServerOptions;
 use support::Served;
 
 /// A fresh engine served on a loopback port until dropped.
 async fn served() -> Served {
-    let engine = Engine::builder()
-        .config(EngineConfig::default())
-        .store(Arc::new(MemoryStore::new()))
-        .model(Arc::new(ScriptedModel::new()))
-        .build()
-        .await
-        .expect("engine");
+    let engine = support::scripted_engine(ScriptedModel::new()).await;
     Served::start(support::app(engine, ServerOptions::default())).await
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::testing::{ScriptedModel, Turn};
-use leasehold::{Engine, Flow, MemoryStore, RunOptions, RunStatus};
+use leasehold::{Flow, RunOptions, RunStatus};
 use leasehold_server::{App, ServerOptions};
 use serde_json::json;
 use support::{PATIENCE, Served};
@@ -21,12 +21,7 @@ fn flow() -> Flow {
 /// An app whose every run hangs in its model call, served until dropped.
 async fn served() -> (Arc<App>, Served) {
     let model = ScriptedModel::new().script("run", [Turn::hang(), Turn::hang()]);
-    let engine = Engine::builder()
-        .model(Arc::new(model))
-        .store(Arc::new(MemoryStore::new()))
-        .build()
-        .await
-        .expect("engine");
+    let engine = support::scripted_engine(model).await;
     let app = support::app(engine, ServerOptions::default());
     let served = Served::start(Arc::clone(&app)).await;
     (app, served)

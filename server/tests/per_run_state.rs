@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::testing::{ScriptedModel, Turn};
-use leasehold::{Engine, MemoryStore};
 use leasehold_server::ServerOptions;
 use serde_json::{Value, json};
 use support::{PATIENCE, Served};
@@ -64,12 +63,7 @@ async fn a_server_keeps_nothing_per_run_once_its_runs_have_ended() {
         .map(|_| Turn::answer("done"))
         .chain([Turn::hang()]);
     let model = ScriptedModel::new().script("run", turns);
-    let engine = Engine::builder()
-        .model(Arc::new(model))
-        .store(Arc::new(MemoryStore::new()))
-        .build()
-        .await
-        .expect("engine");
+    let engine = support::scripted_engine(model).await;
     let app = support::app(engine, ServerOptions::default());
     let served = Served::start(Arc::clone(&app)).await;
     let base = served.base.clone();

@@ -9,14 +9,25 @@ pub mod client;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::Engine;
 use leasehold::executor::{Executor, ExecutorOptions};
+use leasehold::testing::ScriptedModel;
+use leasehold::{Engine, MemoryStore};
 use leasehold_server::{self as server, App, ServerOptions};
 use tokio::net::TcpListener;
 
 /// How long a test waits for the server to do what it should before
 /// calling it failed. Generous for a loaded 2-core machine.
 pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// An engine on a fresh store in memory whose runs play `model`.
+pub async fn scripted_engine(model: ScriptedModel) -> Engine {
+    Engine::builder()
+        .model(Arc::new(model))
+        .store(Arc::new(MemoryStore::new()))
+        .build()
+        .await
+        .expect("engine")
+}
 
 /// The app of `engine` with the default executor options, served with
 /// `options`.
