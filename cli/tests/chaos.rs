@@ -342,12 +342,8 @@ async fn peers(ledger: Arc<Ledger>) -> (String, String) {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), format!("http://{addr}/mcp"))
+    let addr = support::serve_peer(app).await;
+    (format!("{addr}/v1"), format!("{addr}/mcp"))
 }
 
 // ---------------------------------------------------------------------------

@@ -299,9 +299,7 @@ async fn run_exits_1_when_the_run_fails_and_refuses_to_start_without_a_model() {
     // Nothing listens there: every attempt is refused and the restarts run
     // out. By default the run pauses for a person (exit 3), naming the
     // endpoint; with `restart.on_exhausted = fail` it fails (exit 1).
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}/v1", closed.local_addr().expect("addr"));
-    drop(closed);
+    let url = format!("http://127.0.0.1:{}/v1", support::free_port());
     let run_against_nothing = |then: &str| {
         let mut command = support::leasehold(dir.path());
         command

@@ -61,12 +61,8 @@ async fn complete(Json(request): Json<Value>) -> axum::response::Response {
 /// The model's base URL.
 async fn model() -> String {
     let app = Router::new().route("/v1/chat/completions", post(complete));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1")
+    let addr = support::serve_peer(app).await;
+    format!("{addr}/v1")
 }
 
 /// `leasehold serve` from `command` (on a store) keeping finished runs

@@ -25,12 +25,8 @@ use support::PATIENCE;
 /// A model endpoint that takes every chat completion and never answers.
 async fn silent_model() -> String {
     let app = Router::new().route("/v1/chat/completions", post(std::future::pending::<String>));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1")
+    let addr = support::serve_peer(app).await;
+    format!("{addr}/v1")
 }
 
 /// `leasehold` with the data directory `data`, the model `model`, one

@@ -38,12 +38,8 @@ async fn model(answers: Vec<Value>) -> String {
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
         .with_state((Arc::new(answers), Arc::new(AtomicUsize::new(0))));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1")
+    let addr = support::serve_peer(app).await;
+    format!("{addr}/v1")
 }
 
 /// `leasehold` on a data directory in `dir`, on the model at `model`.

@@ -41,12 +41,8 @@ async fn model() -> (String, Seen) {
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
         .with_state(Arc::clone(&seen));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), seen)
+    let addr = support::serve_peer(app).await;
+    (format!("{addr}/v1"), seen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,17 @@
-//! What the peers written in Python leave behind, and the flows the tests
-//! write for them.
+//! The peers the runs call: served in process (a model, an MCP server on
+//! axum) or written in Python, what the Python ones leave behind, and the
+//! flows the tests write for them.
+
+/// `app` served on a loopback port for the rest of the test; its
+/// `http://ADDR` (a model is at `/v1`, an MCP server at its route).
+pub async fn serve_peer(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
 
 /// An MCP server in Python over stdio that records the idempotency key of
 /// every call it receives (`ledger_mcp.py`): run it as
