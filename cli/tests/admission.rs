@@ -78,15 +78,7 @@ fn metric(text: &str, name: &str) -> f64 {
 
 async fn post_flow(http: &reqwest::Client, base: &str) -> (String, String) {
     let flow = json!({"name": "gated", "task": "Answer.", "max_steps": 1, "stream": false});
-    let answer: Value = http
-        .post(format!("{base}/runs"))
-        .json(&flow)
-        .send()
-        .await
-        .expect("POST /runs")
-        .json()
-        .await
-        .expect("JSON");
+    let answer = support::posted(http, base, &flow).await;
     (
         answer["run_id"].as_str().expect("a run id").to_owned(),
         answer["status"].as_str().expect("a status").to_owned(),

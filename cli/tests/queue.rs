@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::{EventKind, RunQuery, RunRecord, RunStatus, Store};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::PATIENCE;
 use support::gate::gated_model;
 
@@ -138,16 +138,7 @@ async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_th
     let flow = json!({"name": "gated", "task": "Answer.", "max_steps": 1, "stream": false});
     let mut posted = Vec::new();
     for _ in 0..RUNS {
-        let answer: Value = http
-            .post(format!("{base_a}/runs"))
-            .json(&flow)
-            .send()
-            .await
-            .expect("POST /runs")
-            .json()
-            .await
-            .expect("JSON");
-        posted.push(answer);
+        posted.push(support::posted(&http, &base_a, &flow).await);
     }
     let statuses: Vec<&str> = posted
         .iter()

@@ -2,17 +2,25 @@
 
 use std::time::Duration;
 
-/// `POST {base}/runs` of `flow` as JSON with `http`; the new run's id.
-pub async fn post_run(http: &reqwest::Client, base: &str, flow: &impl serde::Serialize) -> String {
-    let created: serde_json::Value = http
-        .post(format!("{base}/runs"))
+/// `POST {base}/runs` of `flow` as JSON with `http`; the answer.
+pub async fn posted(
+    http: &reqwest::Client,
+    base: &str,
+    flow: &impl serde::Serialize,
+) -> serde_json::Value {
+    http.post(format!("{base}/runs"))
         .json(flow)
         .send()
         .await
         .expect("POST /runs")
         .json()
         .await
-        .expect("JSON");
+        .expect("JSON")
+}
+
+/// [`posted`]: the new run's id.
+pub async fn post_run(http: &reqwest::Client, base: &str, flow: &impl serde::Serialize) -> String {
+    let created = posted(http, base, flow).await;
     created["run_id"]
         .as_str()
         .unwrap_or_else(|| panic!("a run id: {created}"))

@@ -16,7 +16,7 @@ mod wait;
 
 #[allow(unused_imports, reason = "each test binary uses part of the helpers")]
 pub use {
-    http::{authorized, get_json, get_run, owner_id, post_run, view_until},
+    http::{authorized, get_json, get_run, owner_id, post_run, posted, view_until},
     peers::{LEDGER_MCP_SERVER, journal, judge_requests, serve_peer, write_flow},
     process::{
         Leasehold, Output, clean_leasehold, free_port, leasehold, leasehold_on_store, output,
