@@ -1,6 +1,7 @@
 //! The `leasehold` binary as the tests start it: a clean environment (only
-//! `PATH` and what the test sets), no stdin, killed when dropped; and
-//! `leasehold serve`, waited on until it says where it listens.
+//! `PATH` and what the test sets), no stdin, killed when dropped;
+//! `leasehold serve`, waited on until it says where it listens; what a
+//! command said once it ended; and the signals a test sends it.
 
 use std::ffi::OsStr;
 use std::ops::{Deref, DerefMut};
