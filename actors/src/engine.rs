@@ -60,7 +60,7 @@ mod queue;
 
 pub use builder::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, EngineBuilder, EngineConfig, EngineError,
-    RUN_STOP_GRACE, ToolFactory, default_owner_id, serving_url,
+    RUN_STOP_GRACE, ToolFactory,
 };
 use ownership::{LiveRun, heartbeat};
 
@@ -269,14 +269,14 @@ impl Engine {
     fn plan_stored(&self, flow: Flow) -> Result<(RunPlan, serde_json::Value), EngineError> {
         let plan = self.plan(flow)?;
         let stored = serde_json::to_value(&*plan.flow)
-            .map_err(|e| StoreError::new(format!("the flow cannot be stored: {e}")))?;
+            .map_err(|e| StoreError::invalid(format!("the flow cannot be stored: {e}")))?;
         Ok((plan, stored))
     }
 
     /// The plan of the flow a stored run runs.
     fn plan_of(&self, record: &RunRecord) -> Result<RunPlan, EngineError> {
         let flow: Flow = serde_json::from_value(record.flow.clone()).map_err(|e| {
-            StoreError::new(format!(
+            StoreError::corrupt(format!(
                 "run {}: its flow cannot be read: {e}",
                 record.run_id
             ))

@@ -2,7 +2,7 @@
 //! boundary, with its lineage kept, the original untouched.
 //!
 //! Where a fork starts is a pure function of the parent's history
-//! ([`Store::load_snapshot_history`](crate::Store::load_snapshot_history))
+//! ([`SnapshotStore::load_snapshot_history`](crate::SnapshotStore::load_snapshot_history))
 //! and its tool-call records ([`start`]): the forked loop's state before
 //! the step asked for, every other loop's state as it was at that instant
 //! (its latest snapshot at or before it, by [`Snapshot::seq`]), and the

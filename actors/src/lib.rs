@@ -47,6 +47,7 @@ mod lease;
 mod load;
 mod memory;
 mod nudge;
+mod owner;
 mod pace;
 mod policy;
 mod ports;
@@ -73,8 +74,9 @@ pub mod testing;
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
-    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, default_owner_id, serving_url,
+    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory,
 };
+pub use owner::OwnerId;
 pub use run::{RunEvents, RunHandle, RunState};
 
 // Flows.
@@ -97,17 +99,23 @@ pub use event::{
 // The ports to implement, and the records they carry.
 pub use memory::MemoryStore;
 pub use ports::{
-    BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, ClaimOutcome, Clock, Delivery,
-    EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, Fenced, FinishReason,
-    ForkOrigin, GoneHolder, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
-    Notice, NoticeTake, PauseRecord, PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery,
-    RunRecord, RunStatus, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError,
-    SummaryPage, SystemClock, TokenCost, TokioClock, ToolCallRecord, ToolCallRequest,
-    ToolCallState, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
-    TranscriptMessage, fencing, listing, outbox, retention, seen,
+    BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, Clock, EvaluationRequest, Evaluator,
+    EvaluatorAnswer, EvaluatorError, EventSink, FinishReason, ModelClient, ModelError,
+    ModelErrorKind, ModelReply, ModelRequest, SystemClock, TokenCost, TokioClock, ToolCallRequest,
+    ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput, TranscriptMessage,
 };
+// The store port: its parts, their union, the base of a store that wraps
+// another, and the records they carry.
 pub use ports::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
+};
+pub use ports::{
+    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, LayeredStore,
+    Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport, PurgeRule, QueueClaim,
+    QueueStore, Retention, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary,
+    RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotStore, Store, StoreError, StoreErrorKind,
+    StoreFuture, SummaryPage, ToolCallRecord, ToolCallState, fencing, listing, outbox, retention,
+    seen,
 };
 
 // Leases and their evidence, for supervising work of your own.
@@ -175,7 +183,8 @@ pub use error::ConfigError;
 
 /// The names most users need: the engine and its runs, flows, events,
 /// every port to implement with the records it takes and gives (a model
-/// client, a tool client, an evaluator, a store), supervision strategies
+/// client, a tool client, an evaluator, a store and each of its parts,
+/// and the base of a store that wraps another), supervision strategies
 /// and verdict policies, and leases for supervising work of your own.
 pub mod prelude {
     pub use crate::agent::{ControlError, ReconcileDecision};
@@ -188,16 +197,29 @@ pub mod prelude {
     pub use crate::lease::{
         LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,
     };
+    pub use crate::memory::MemoryStore;
     pub use crate::nudge::NudgeQueue;
+    pub use crate::pace::Pace;
     pub use crate::policy::{
         Expiry, Judgement, Policies, PolicyChoice, PolicyName, VerdictPolicy, renewal_cap,
     };
     pub use crate::ports::{
         BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, Clock, EvaluationRequest,
         Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, FinishReason, ModelClient,
-        ModelError, ModelErrorKind, ModelReply, ModelRequest, RunStatus, Store, SystemClock,
-        TokenCost, ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation,
-        ToolOutput, TranscriptMessage,
+        ModelError, ModelErrorKind, ModelReply, ModelRequest, SystemClock, TokenCost,
+        ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
+        TranscriptMessage,
+    };
+    // The store port: every part (in scope, so that their methods can be
+    // called on an `Arc<dyn Store>`), the base of a wrapper, and every
+    // record the port carries.
+    pub use crate::ports::{
+        ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin,
+        GoneHolder, LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport,
+        PurgeRule, QueueClaim, QueueStore, Retention, RunCommand, RunPage, RunQuery, RunRecord,
+        RunStatus, RunStore, RunSummary, RunUpdate, Snapshot, SnapshotStore, Store, StoreChange,
+        StoreError, StoreErrorKind, StoreFuture, StoredCommand, SummaryPage, ToolCallRecord,
+        ToolCallState,
     };
     pub use crate::run::{RunEvents, RunHandle, RunState};
     pub use crate::strategy::{

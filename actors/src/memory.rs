@@ -1,5 +1,6 @@
-//! `MemoryStore`: the [`Store`] port in memory, with the same fencing rules
-//! as the durable store. Nothing survives the process: it is the engine's
+//! `MemoryStore`: the [`Store`](crate::Store) port in memory, each of its
+//! parts in an `impl` of its own, with the same fencing rules as the
+//! durable stores. Nothing survives the process: it is the engine's
 //! default when no store is given, and the store of fast tests.
 
 use std::collections::{BTreeMap, HashMap};
@@ -7,9 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Delivery, Fenced, Notice, NoticeTake,
-    PurgeReport, PurgeRule, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
-    RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, ToolCallRecord, fencing,
+    ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, Notice,
+    NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention,
+    RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot,
+    SnapshotStore, StoreChange, StoreError, StoreFuture, StoredCommand, ToolCallRecord, fencing,
     listing, outbox, retention,
 };
 
@@ -173,7 +175,7 @@ impl MemoryStore {
         let record = tables
             .runs
             .get(run_id)
-            .ok_or_else(|| StoreError::new(format!("no run `{run_id}`")))?;
+            .ok_or_else(|| StoreError::not_found(format!("no run `{run_id}`")))?;
         Ok(match fencing::check(record, fence) {
             Fenced::Applied(()) => Fenced::Applied(f(&mut tables)),
             Fenced::Stale { fence, owner_id } => Fenced::Stale { fence, owner_id },
@@ -189,7 +191,7 @@ impl MemoryStore {
         &self,
         outcome: Result<Fenced<()>, StoreError>,
         change: StoreChange,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+    ) -> StoreFuture<Fenced<()>> {
         if matches!(outcome, Ok(Fenced::Applied(()))) {
             self.changes.publish(change);
         }
@@ -208,17 +210,15 @@ impl Tables {
     }
 }
 
-fn ready<T: Send + 'static>(
-    value: Result<T, StoreError>,
-) -> BoxFuture<'static, Result<T, StoreError>> {
+fn ready<T: Send + 'static>(value: Result<T, StoreError>) -> StoreFuture<T> {
     Box::pin(std::future::ready(value))
 }
 
-impl Store for MemoryStore {
-    fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
+impl RunStore for MemoryStore {
+    fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
         let mut tables = self.lock();
         if tables.runs.contains_key(&record.run_id) {
-            return ready(Err(StoreError::new(format!(
+            return ready(Err(StoreError::conflict(format!(
                 "run `{}` already exists",
                 record.run_id
             ))));
@@ -241,7 +241,7 @@ impl Store for MemoryStore {
         owner_id: &str,
         now_ms: u64,
         ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<ClaimOutcome, StoreError>> {
+    ) -> StoreFuture<ClaimOutcome> {
         let mut tables = self.lock();
         let outcome = match tables.runs.get(run_id) {
             None => ClaimOutcome::NotFound,
@@ -268,10 +268,10 @@ impl Store for MemoryStore {
         fence: u64,
         now_ms: u64,
         ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+    ) -> StoreFuture<Fenced<()>> {
         let mut tables = self.lock();
         let Some(record) = tables.runs.get(run_id) else {
-            return ready(Err(StoreError::new(format!("no run `{run_id}`"))));
+            return ready(Err(StoreError::not_found(format!("no run `{run_id}`"))));
         };
         let outcome = match fencing::renew(record, fence, now_ms, ttl_ms) {
             Ok(renewed) => {
@@ -283,19 +283,16 @@ impl Store for MemoryStore {
         ready(Ok(outcome))
     }
 
-    fn update_run(
-        &self,
-        run_id: &str,
-        fence: u64,
-        update: RunUpdate,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>> {
         let mut tables = self.lock();
         if update.status.is_terminal() && tables.failing_ends > 0 {
             tables.failing_ends -= 1;
-            return ready(Err(StoreError::new("the connection to the store was lost")));
+            return ready(Err(StoreError::unavailable(
+                "the connection to the store was lost",
+            )));
         }
         let Some(record) = tables.runs.get(run_id) else {
-            return ready(Err(StoreError::new(format!("no run `{run_id}`"))));
+            return ready(Err(StoreError::not_found(format!("no run `{run_id}`"))));
         };
         let outcome = match fencing::update(record, fence, &update) {
             Ok(updated) => {
@@ -311,11 +308,70 @@ impl Store for MemoryStore {
         self.publish_if_applied(Ok(outcome), StoreChange::Run { run_id })
     }
 
-    fn save_snapshot(
+    fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
+        let orphaned = self.change_each(usize::MAX, |record| fencing::orphan(record, now_ms));
+        ready(Ok(orphaned.into_iter().map(|r| r.run_id).collect()))
+    }
+
+    fn load_run(&self, run_id: &str) -> StoreFuture<Option<RunRecord>> {
+        ready(Ok(self.run(run_id)))
+    }
+
+    fn list_runs(&self) -> StoreFuture<Vec<RunRecord>> {
+        let tables = self.lock();
+        let runs = tables
+            .order
+            .iter()
+            .filter_map(|id| tables.runs.get(id).cloned())
+            .collect();
+        ready(Ok(runs))
+    }
+
+    fn list_runs_page(&self, query: &RunQuery) -> StoreFuture<RunPage> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let tables = self.lock();
+        // The runs are kept by id: a range below the cursor, walked down.
+        let upper = query.after.as_deref().map_or(Unbounded, Excluded);
+        let candidates = tables
+            .runs
+            .range::<str, _>((Unbounded, upper))
+            .rev()
+            .filter(|(_, record)| listing::matches(query, record))
+            .map(|(_, record)| Ok::<_, StoreError>(record.clone()));
+        ready(listing::page(query, candidates))
+    }
+}
+
+impl EventLog for MemoryStore {
+    fn append_events(
         &self,
-        snapshot: Snapshot,
+        run_id: &str,
+        events: Vec<Event>,
         fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+    ) -> StoreFuture<Fenced<()>> {
+        let appended = self.fenced(run_id, fence, |tables| {
+            tables
+                .events
+                .entry(run_id.to_owned())
+                .or_default()
+                .extend(events);
+        });
+        let run_id = run_id.to_owned();
+        self.publish_if_applied(appended, StoreChange::Events { run_id })
+    }
+
+    fn load_events(&self, run_id: &str, after_seq: u64) -> StoreFuture<Vec<Event>> {
+        let events = self
+            .events(run_id)
+            .into_iter()
+            .filter(|e| e.seq > after_seq)
+            .collect();
+        ready(Ok(events))
+    }
+}
+
+impl SnapshotStore for MemoryStore {
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
         let run_id = snapshot.run_id.clone();
         ready(self.fenced(&run_id, fence, |tables| {
             tables.snapshot_writes += 1;
@@ -335,7 +391,7 @@ impl Store for MemoryStore {
         run_id: &str,
         record: ToolCallRecord,
         fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+    ) -> StoreFuture<Fenced<()>> {
         ready(self.fenced(run_id, fence, |tables| {
             tables
                 .tool_calls
@@ -345,72 +401,7 @@ impl Store for MemoryStore {
         }))
     }
 
-    fn append_events(
-        &self,
-        run_id: &str,
-        events: Vec<Event>,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        let appended = self.fenced(run_id, fence, |tables| {
-            tables
-                .events
-                .entry(run_id.to_owned())
-                .or_default()
-                .extend(events);
-        });
-        let run_id = run_id.to_owned();
-        self.publish_if_applied(appended, StoreChange::Events { run_id })
-    }
-
-    fn claim_queued(
-        &self,
-        claim: QueueClaim,
-    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        // By id, ascending: oldest first.
-        let claimed = self.change_each(claim.max, |record| fencing::claim_queued(record, &claim));
-        ready(Ok(claimed))
-    }
-
-    fn reconcile_orphans(
-        &self,
-        now_ms: u64,
-    ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
-        let orphaned = self.change_each(usize::MAX, |record| fencing::orphan(record, now_ms));
-        ready(Ok(orphaned.into_iter().map(|r| r.run_id).collect()))
-    }
-
-    fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {
-        ready(Ok(self.run(run_id)))
-    }
-
-    fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        let tables = self.lock();
-        let runs = tables
-            .order
-            .iter()
-            .filter_map(|id| tables.runs.get(id).cloned())
-            .collect();
-        ready(Ok(runs))
-    }
-
-    fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let tables = self.lock();
-        // The runs are kept by id: a range below the cursor, walked down.
-        let upper = query.after.as_deref().map_or(Unbounded, Excluded);
-        let candidates = tables
-            .runs
-            .range::<str, _>((Unbounded, upper))
-            .rev()
-            .filter(|(_, record)| listing::matches(query, record))
-            .map(|(_, record)| Ok::<_, StoreError>(record.clone()));
-        ready(listing::page(query, candidates))
-    }
-
-    fn load_snapshots(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+    fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
         let tables = self.lock();
         let mut snapshots: Vec<Snapshot> = tables
             .snapshots
@@ -422,51 +413,28 @@ impl Store for MemoryStore {
         ready(Ok(snapshots))
     }
 
-    fn load_snapshot_history(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
+    fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
         let mut history = self.lock().history.get(run_id).cloned().unwrap_or_default();
         history.sort_by_key(|s| s.seq);
         ready(Ok(history))
     }
 
-    fn load_tool_calls(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<ToolCallRecord>, StoreError>> {
+    fn load_tool_calls(&self, run_id: &str) -> StoreFuture<Vec<ToolCallRecord>> {
         ready(Ok(self.tool_calls(run_id)))
     }
+}
 
-    fn load_events(
-        &self,
-        run_id: &str,
-        after_seq: u64,
-    ) -> BoxFuture<'static, Result<Vec<Event>, StoreError>> {
-        let events = self
-            .events(run_id)
-            .into_iter()
-            .filter(|e| e.seq > after_seq)
-            .collect();
-        ready(Ok(events))
+impl QueueStore for MemoryStore {
+    fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
+        // By id, ascending: oldest first.
+        let claimed = self.change_each(claim.max, |record| fencing::claim_queued(record, &claim));
+        ready(Ok(claimed))
     }
 
-    fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
-        ready(Ok(()))
-    }
-
-    fn changes(&self) -> ChangeFeed {
-        self.changes.subscribe()
-    }
-
-    fn send_command(
-        &self,
-        run_id: &str,
-        command: RunCommand,
-    ) -> BoxFuture<'static, Result<u64, StoreError>> {
+    fn send_command(&self, run_id: &str, command: RunCommand) -> StoreFuture<u64> {
         let mut tables = self.lock();
         if !tables.runs.contains_key(run_id) {
-            return ready(Err(StoreError::new(format!("no run `{run_id}`"))));
+            return ready(Err(StoreError::not_found(format!("no run `{run_id}`"))));
         }
         tables.next_command = tables.next_command.saturating_add(1);
         let id = tables.next_command;
@@ -484,33 +452,7 @@ impl Store for MemoryStore {
         ready(Ok(id))
     }
 
-    fn load_paces(
-        &self,
-    ) -> BoxFuture<'static, Result<Vec<(String, crate::pace::Pace)>, StoreError>> {
-        let tables = self.lock();
-        let paces = tables
-            .paces
-            .iter()
-            .map(|(key, pace)| (key.clone(), pace.clone()))
-            .collect();
-        ready(Ok(paces))
-    }
-
-    fn save_paces(
-        &self,
-        paces: Vec<(String, Option<crate::pace::Pace>)>,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
-        let mut tables = self.lock();
-        for (key, pace) in paces {
-            match pace {
-                Some(pace) => tables.paces.insert(key, pace),
-                None => tables.paces.remove(&key),
-            };
-        }
-        ready(Ok(()))
-    }
-
-    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
+    fn count_commands(&self, run_id: &str) -> StoreFuture<u64> {
         let tables = self.lock();
         let count = tables
             .commands
@@ -520,10 +462,7 @@ impl Store for MemoryStore {
         ready(Ok(u64::try_from(count).unwrap_or(u64::MAX)))
     }
 
-    fn take_commands(
-        &self,
-        owner_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
+    fn take_commands(&self, owner_id: &str) -> StoreFuture<Vec<StoredCommand>> {
         let mut tables = self.lock();
         let Tables { runs, commands, .. } = &mut *tables;
         let held = |command: &StoredCommand| {
@@ -538,11 +477,10 @@ impl Store for MemoryStore {
         let taken = ids.iter().filter_map(|id| commands.remove(id)).collect();
         ready(Ok(taken))
     }
+}
 
-    fn take_notices(
-        &self,
-        take: NoticeTake,
-    ) -> BoxFuture<'static, Result<Vec<Notice>, StoreError>> {
+impl Outbox for MemoryStore {
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
         let mut tables = self.lock();
         let due: Vec<u64> = tables
             .notices
@@ -566,7 +504,7 @@ impl Store for MemoryStore {
         id: u64,
         held_until_ms: u64,
         delivery: Option<Delivery>,
-    ) -> BoxFuture<'static, Result<bool, StoreError>> {
+    ) -> StoreFuture<bool> {
         let mut tables = self.lock();
         let held = tables
             .notices
@@ -586,11 +524,43 @@ impl Store for MemoryStore {
         }
         ready(Ok(held))
     }
+}
 
-    fn purge_finished(
-        &self,
-        rule: PurgeRule,
-    ) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
+impl PaceStore for MemoryStore {
+    fn load_paces(&self) -> StoreFuture<Vec<(String, crate::pace::Pace)>> {
+        let tables = self.lock();
+        let paces = tables
+            .paces
+            .iter()
+            .map(|(key, pace)| (key.clone(), pace.clone()))
+            .collect();
+        ready(Ok(paces))
+    }
+
+    fn save_paces(&self, paces: Vec<(String, Option<crate::pace::Pace>)>) -> StoreFuture<()> {
+        let mut tables = self.lock();
+        for (key, pace) in paces {
+            match pace {
+                Some(pace) => tables.paces.insert(key, pace),
+                None => tables.paces.remove(&key),
+            };
+        }
+        ready(Ok(()))
+    }
+}
+
+impl ChangeSource for MemoryStore {
+    fn changes(&self) -> ChangeFeed {
+        self.changes.subscribe()
+    }
+
+    fn flush(&self) -> StoreFuture<()> {
+        ready(Ok(()))
+    }
+}
+
+impl Retention for MemoryStore {
+    fn purge_finished(&self, rule: PurgeRule) -> StoreFuture<PurgeReport> {
         let mut tables = self.lock();
         let due: Vec<String> = tables
             .runs

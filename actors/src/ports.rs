@@ -32,10 +32,12 @@ pub use model::{
 };
 pub use records::{FinishReason, TokenCost, TranscriptMessage};
 pub use store::{
-    ClaimOutcome, Delivery, Fenced, ForkOrigin, GoneHolder, Notice, NoticeTake, PauseRecord,
-    PurgeReport, PurgeRule, QueueClaim, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
-    RunUpdate, SUMMARY_CHARS, Snapshot, Store, StoreError, SummaryPage, ToolCallRecord,
-    ToolCallState, fencing, listing, outbox, retention, seen,
+    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, LayeredStore,
+    Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport, PurgeRule, QueueClaim,
+    QueueStore, Retention, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary,
+    RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotStore, Store, StoreError, StoreErrorKind,
+    StoreFuture, SummaryPage, ToolCallRecord, ToolCallState, fencing, listing, outbox, retention,
+    seen,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

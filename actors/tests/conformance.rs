@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use leasehold_actors::testing::conformance::{self, RuleOutcome, StoreFixture};
 use leasehold_actors::{
-    BoxFuture, ChangeFeed, ClaimOutcome, Event, Fenced, MemoryStore, Pace, PurgeReport, PurgeRule,
-    QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store,
-    StoreError, StoredCommand, ToolCallRecord,
+    LayeredStore, MemoryStore, RunRecord, RunStatus, RunStore, Store, StoreError, StoreFuture,
 };
 
 /// Fresh in-memory stores; "reopened", the same data through another
@@ -40,6 +38,37 @@ async fn the_memory_store_keeps_every_rule_of_the_store_port_through_the_public_
     assert!(conformance::rules().len() >= 20, "{report}");
     let unique: BTreeSet<&str> = conformance::rules().collect();
     assert_eq!(unique.len(), conformance::rules().len());
+}
+
+/// The memory store under a layer that overrides nothing: what a wrapper
+/// (metrics, fault injection, encryption) starts from, a few lines long.
+struct Layered(MemoryStore);
+
+impl LayeredStore for Layered {
+    fn inner(&self) -> &dyn Store {
+        &self.0
+    }
+}
+
+struct LayeredFixture;
+
+impl StoreFixture for LayeredFixture {
+    type Place = MemoryStore;
+
+    async fn fresh(&self) -> Result<MemoryStore, StoreError> {
+        Ok(MemoryStore::new())
+    }
+
+    async fn open(&self, place: &MemoryStore) -> Result<Arc<dyn Store>, StoreError> {
+        Ok(Arc::new(Layered(place.clone())))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_over_the_memory_store_keeps_every_rule_of_the_port() {
+    let report = conformance::check(LayeredFixture).await;
+    report.assert_passed();
+    assert_eq!(report.passed().count(), conformance::rules().len());
 }
 
 /// A store that keeps nothing once its last handle is dropped: each open
@@ -85,7 +114,7 @@ async fn a_store_that_cannot_be_reopened_has_the_reopen_rules_skipped_and_says_s
 }
 
 /// A store that never finds an orphan: every write as the in-memory
-/// store's, but `reconcile_orphans` marks nothing.
+/// store's (a layer over it), but `reconcile_orphans` marks nothing.
 struct NeverOrphans(MemoryStore);
 
 struct NeverOrphansFixture;
@@ -199,181 +228,12 @@ async fn one_rule_is_checked_alone_by_its_name() {
     assert_eq!(report.failed().map(|(r, _)| r).collect::<Vec<_>>(), [rule]);
 }
 
-impl Store for NeverOrphans {
-    fn reconcile_orphans(
-        &self,
-        _now_ms: u64,
-    ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
+impl LayeredStore for NeverOrphans {
+    fn inner(&self) -> &dyn Store {
+        &self.0
+    }
+
+    fn reconcile_orphans(&self, _now_ms: u64) -> StoreFuture<Vec<String>> {
         Box::pin(async { Ok(Vec::new()) })
-    }
-
-    // Everything else as the in-memory store.
-
-    fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.0.create_run(record)
-    }
-
-    fn claim_run(
-        &self,
-        run_id: &str,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<ClaimOutcome, StoreError>> {
-        self.0.claim_run(run_id, owner_id, now_ms, ttl_ms)
-    }
-
-    fn renew_run(
-        &self,
-        run_id: &str,
-        fence: u64,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.0.renew_run(run_id, fence, now_ms, ttl_ms)
-    }
-
-    fn update_run(
-        &self,
-        run_id: &str,
-        fence: u64,
-        update: RunUpdate,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.0.update_run(run_id, fence, update)
-    }
-
-    fn save_snapshot(
-        &self,
-        snapshot: Snapshot,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.0.save_snapshot(snapshot, fence)
-    }
-
-    fn record_tool_call(
-        &self,
-        run_id: &str,
-        record: ToolCallRecord,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.0.record_tool_call(run_id, record, fence)
-    }
-
-    fn append_events(
-        &self,
-        run_id: &str,
-        events: Vec<Event>,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.0.append_events(run_id, events, fence)
-    }
-
-    fn claim_queued(
-        &self,
-        claim: QueueClaim,
-    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        self.0.claim_queued(claim)
-    }
-
-    fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {
-        self.0.load_run(run_id)
-    }
-
-    fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        self.0.list_runs()
-    }
-
-    fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
-        self.0.list_runs_page(query)
-    }
-
-    fn load_snapshots(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
-        self.0.load_snapshots(run_id)
-    }
-
-    fn load_snapshot_history(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
-        self.0.load_snapshot_history(run_id)
-    }
-
-    fn load_tool_calls(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<ToolCallRecord>, StoreError>> {
-        self.0.load_tool_calls(run_id)
-    }
-
-    fn load_events(
-        &self,
-        run_id: &str,
-        after_seq: u64,
-    ) -> BoxFuture<'static, Result<Vec<Event>, StoreError>> {
-        self.0.load_events(run_id, after_seq)
-    }
-
-    fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.0.flush()
-    }
-
-    fn changes(&self) -> ChangeFeed {
-        self.0.changes()
-    }
-
-    fn send_command(
-        &self,
-        run_id: &str,
-        command: RunCommand,
-    ) -> BoxFuture<'static, Result<u64, StoreError>> {
-        self.0.send_command(run_id, command)
-    }
-
-    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
-        self.0.count_commands(run_id)
-    }
-
-    fn take_commands(
-        &self,
-        owner_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
-        self.0.take_commands(owner_id)
-    }
-
-    fn take_notices(
-        &self,
-        take: leasehold_actors::NoticeTake,
-    ) -> BoxFuture<'static, Result<Vec<leasehold_actors::Notice>, StoreError>> {
-        self.0.take_notices(take)
-    }
-
-    fn settle_notice(
-        &self,
-        id: u64,
-        held_until_ms: u64,
-        delivery: Option<leasehold_actors::Delivery>,
-    ) -> BoxFuture<'static, Result<bool, StoreError>> {
-        self.0.settle_notice(id, held_until_ms, delivery)
-    }
-
-    fn purge_finished(
-        &self,
-        rule: PurgeRule,
-    ) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
-        self.0.purge_finished(rule)
-    }
-
-    fn load_paces(&self) -> BoxFuture<'static, Result<Vec<(String, Pace)>, StoreError>> {
-        self.0.load_paces()
-    }
-
-    fn save_paces(
-        &self,
-        paces: Vec<(String, Option<Pace>)>,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.0.save_paces(paces)
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_actors::{
-    CallOutcome, Clock, ControlError, Engine, EngineConfig, EngineError, EventKind, Flow,
-    MemoryStore, ReconcileDecision, RestartPolicy, RunHandle, RunStatus, Store, ToolCallState,
+    CallOutcome, Clock, ControlError, Engine, EngineConfig, EngineError, EventKind, EventLog, Flow,
+    MemoryStore, ReconcileDecision, RestartPolicy, RunHandle, RunStatus, RunStore, ToolCallState,
     fencing,
     testing::{
         ManualClock, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,

@@ -9,7 +9,7 @@ use leasehold_actors::prelude::*;
 use leasehold_actors::testing::{
     ManualClock, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
 };
-use leasehold_actors::{MemoryStore, default_owner_id};
+use leasehold_actors::{MemoryStore, OwnerId};
 use serde_json::json;
 
 fn config() -> EngineConfig {
@@ -64,7 +64,7 @@ async fn a_restarted_process_with_the_default_owner_id_resumes_its_paused_run_at
         )])),
     )
     .await;
-    assert_eq!(first.owner_id(), default_owner_id());
+    assert_eq!(first.owner_id(), OwnerId::of_program().to_string());
     let mut run = first.start(flow()).await.expect("starts");
     let paused = run.paused().await;
     assert_eq!(paused.status, RunStatus::WaitingHuman);

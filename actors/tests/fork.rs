@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use leasehold_actors::{
     ChatRole, Engine, EngineConfig, EngineError, EventKind, Flow, ForkSpec, ReconcileDecision,
-    RestartPolicy, RunStatus, Store, ToolCallState,
+    RestartPolicy, RunStatus, RunStore, SnapshotStore, ToolCallState,
     testing::{MemoryStore, RecordingSink, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
 use serde_json::json;

@@ -3,8 +3,9 @@
 //! and touches nothing of a run that lives or waits for a person.
 
 use leasehold_actors::{
-    Event, EventKind, MemoryStore, PauseRecord, PurgeRule, RunCommand, RunRecord, RunStatus,
-    RunUpdate, Snapshot, Store, ToolCallRecord, ToolCallState,
+    Event, EventKind, EventLog, MemoryStore, PauseRecord, PurgeRule, QueueStore, Retention,
+    RunCommand, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot, SnapshotStore, ToolCallRecord,
+    ToolCallState,
 };
 use serde_json::json;
 

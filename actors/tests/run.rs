@@ -1039,7 +1039,7 @@ async fn a_wrap_up_answer_cut_off_ends_the_run_saying_it_may_be_incomplete() {
         _ => None,
     });
     assert_eq!(ended, Some(true));
-    let record = leasehold_actors::Store::load_run(&rig.store, run.run_id())
+    let record = leasehold_actors::RunStore::load_run(&rig.store, run.run_id())
         .await
         .unwrap()
         .unwrap();

@@ -40,7 +40,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::{
-    Event, EventKind, RunQuery, RunRecord, RunStatus, Store, StoreChange, ToolCallRecord,
+    ChangeSource, Event, EventKind, EventLog, RunQuery, RunRecord, RunStatus, RunStore,
+    SnapshotStore, StoreChange, ToolCallRecord,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,

@@ -803,7 +803,7 @@ async fn a_run_waiting_for_a_reconciliation(
         .evaluator(Arc::new(ScriptedEvaluator::always("INTERVENE")))
         .store(Arc::clone(&store))
         // The command line's executor, as `leasehold run` would be.
-        .owner_id(leasehold::executor::owner_id());
+        .owner_id(leasehold::OwnerId::of_process());
     let builder = match stack {
         Some(_) => builder.tool_factory(McpToolClient::factory(Duration::from_secs(30))),
         None => builder.tool_server(

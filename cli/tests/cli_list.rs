@@ -9,8 +9,9 @@ mod support;
 
 use std::path::Path;
 
+use leasehold::RunStore;
 use leasehold::{
-    RunRecord, RunStatus, Store,
+    RunRecord, RunStatus,
     store::{Durability, SledConfig, SledStore},
 };
 

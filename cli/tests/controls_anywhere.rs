@@ -25,7 +25,9 @@ use std::time::Duration;
 use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn};
-use leasehold::{Engine, EngineConfig, RunCommand, RunStatus, Store};
+use leasehold::{
+    Engine, EngineConfig, EventLog, QueueStore, RunCommand, RunStatus, RunStore, Store,
+};
 use leasehold_cli::demo::DemoStack;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -278,7 +280,7 @@ async fn a_charge_held_waiting_for_a_decision(
             Arc::new(ScriptedTools::new().tool("charge", Some(false), [ToolAct::Hang])),
         )
         .store(store.clone() as Arc<dyn Store>)
-        .owner_id(leasehold::executor::owner_id())
+        .owner_id(leasehold::OwnerId::of_process())
         .build()
         .await
         .expect("engine");
@@ -494,7 +496,7 @@ async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_di
     // Its identity says where it serves.
     let owner = support::owner_id(&http, &base).await;
     assert_eq!(
-        leasehold::serving_url(&owner),
+        leasehold::OwnerId::parse(&owner).serving(),
         Some(base.as_str()),
         "{owner}"
     );

@@ -19,6 +19,7 @@
 //! (`LEASEHOLD_CHROMIUM`, default `/usr/bin/chromium`, installed by
 //! `.ci/run`). A missing peer fails the test with what to do; it never skips.
 
+use leasehold::{ChangeSource, EventLog, RunStore};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
@@ -428,7 +429,7 @@ fn another_site_cannot_make_the_server_start_a_process_in_a_real_browser() {
 #[test]
 fn the_dashboard_pages_through_more_runs_than_one_page_holds_in_a_real_browser() {
     use leasehold::{
-        RunRecord, RunStatus, Store,
+        RunRecord, RunStatus,
         store::{SledConfig, SledStore},
     };
 
@@ -696,7 +697,7 @@ fn stored_events(
 #[test]
 fn the_timeline_draws_a_stored_run_and_shows_event_text_as_text_in_a_real_browser() {
     use leasehold::{
-        RunRecord, RunStatus, Store,
+        RunRecord, RunStatus,
         store::{SledConfig, SledStore},
     };
 
@@ -929,7 +930,7 @@ fn lineage_fork_events(
 fn a_stored_fork_of_a_worker_step_shows_its_lineage_and_its_parent_side_by_side_in_a_real_browser()
 {
     use leasehold::{
-        ForkOrigin, RunRecord, RunStatus, Store,
+        ForkOrigin, RunRecord, RunStatus,
         store::{SledConfig, SledStore},
     };
 

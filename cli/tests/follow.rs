@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use leasehold::store::{PostgresConfig, PostgresStore};
-use leasehold::{Event, EventKind, Store};
+use leasehold::{Event, EventKind, EventLog, RunStore};
 use serde_json::json;
 use support::PATIENCE;
 use support::gate::gated_model;

@@ -16,9 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures_util::StreamExt;
 use leasehold::{
-    Event, EventKind, RunStatus, Store,
+    Event, EventKind, RunStatus,
     store::{SledConfig, SledStore},
 };
+use leasehold::{EventLog, RunStore};
 use leasehold_cli::demo::DemoStack;
 use support::PATIENCE;
 use tokio::process::Child;

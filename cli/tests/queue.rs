@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold::store::{PostgresConfig, PostgresStore};
-use leasehold::{EventKind, RunQuery, RunRecord, RunStatus, Store};
+use leasehold::{EventKind, EventLog, RunQuery, RunRecord, RunStatus, RunStore};
 use serde_json::json;
 use support::PATIENCE;
 use support::gate::gated_model;

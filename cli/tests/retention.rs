@@ -19,7 +19,7 @@ use std::time::Duration;
 use axum::routing::post;
 use axum::{Json, Router};
 use leasehold::store::{PostgresConfig, PostgresStore};
-use leasehold::{RunQuery, Store};
+use leasehold::{EventLog, RunQuery, RunStore, SnapshotStore};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::PATIENCE;

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use course::Gathered;
 use entry::Counts;
+use leasehold::{RunStore, SnapshotStore};
 use peers::{Peers, tail};
 use script::Script;
 

@@ -8,7 +8,7 @@
 //!
 //! Each of 1, 8 and 64 concurrent runs is a task writing the latest
 //! snapshot of its loop (a ~1 KiB JSON state, serialized by the store)
-//! through `Store::save_snapshot`, in each durability mode, on a 2-worker
+//! through `SnapshotStore::save_snapshot`, in each durability mode, on a 2-worker
 //! runtime. The baselines write the same encoded bytes (a fresh value each
 //! time) with raw sled: plain `insert` from as many tasks on the same
 //! runtime (durable only when sled's background flusher gets to it), and
@@ -26,8 +26,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leasehold::{ChangeSource, RunStore, SnapshotStore};
 use leasehold::{
-    ClaimOutcome, RunRecord, RunStatus, Snapshot, Store,
+    ClaimOutcome, RunRecord, RunStatus, Snapshot,
     store::{Durability, SledConfig, SledStore},
 };
 use serde_json::{Value, json};

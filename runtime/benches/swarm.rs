@@ -61,11 +61,10 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, SledConfig, SledStore};
 use leasehold::{
-    BoxFuture, ChangeFeed, ChatRole, ClaimOutcome, DEFAULT_PROBE_INTERVAL, DecidedBy, Engine,
-    EngineConfig, Event, EventKind, EventSink, Evidence, Fenced, Flow, LeaseKind, LoadGauge,
-    MemoryStore, ModelClient, ModelError, ModelReply, ModelRequest, QueueClaim, RunCommand,
-    RunPage, RunQuery, RunRecord, RunStatus, RunUpdate, Snapshot, Store, StoreError, StoredCommand,
-    ToolCallRecord,
+    BoxFuture, ChatRole, DEFAULT_PROBE_INTERVAL, DecidedBy, Engine, EngineConfig, EventKind,
+    EventSink, Evidence, Fenced, Flow, LayeredStore, LeaseKind, LoadGauge, MemoryStore,
+    ModelClient, ModelError, ModelReply, ModelRequest, RunRecord, RunStatus, Snapshot,
+    SnapshotStore, Store, StoreFuture,
 };
 use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
@@ -690,119 +689,19 @@ struct Recording {
     snapshots: Mutex<Vec<Snapshot>>,
 }
 
-impl Store for Recording {
-    fn create_run(&self, record: RunRecord) -> Answer<()> {
-        self.inner.create_run(record)
+impl LayeredStore for Recording {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
     }
-    fn claim_run(
-        &self,
-        run_id: &str,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Answer<ClaimOutcome> {
-        self.inner.claim_run(run_id, owner_id, now_ms, ttl_ms)
-    }
-    fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>> {
-        self.inner.renew_run(run_id, fence, now_ms, ttl_ms)
-    }
-    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> Answer<Fenced<()>> {
-        self.inner.update_run(run_id, fence, update)
-    }
-    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> Answer<Fenced<()>> {
+
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
         self.snapshots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(snapshot.clone());
         self.inner.save_snapshot(snapshot, fence)
     }
-    fn record_tool_call(
-        &self,
-        run_id: &str,
-        record: ToolCallRecord,
-        fence: u64,
-    ) -> Answer<Fenced<()>> {
-        self.inner.record_tool_call(run_id, record, fence)
-    }
-    fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>> {
-        self.inner.append_events(run_id, events, fence)
-    }
-    fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>> {
-        self.inner.reconcile_orphans(now_ms)
-    }
-    fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>> {
-        self.inner.load_run(run_id)
-    }
-    fn list_runs(&self) -> Answer<Vec<RunRecord>> {
-        self.inner.list_runs()
-    }
-    fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage> {
-        self.inner.list_runs_page(query)
-    }
-    fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
-        self.inner.load_snapshots(run_id)
-    }
-    fn load_snapshot_history(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
-        self.inner.load_snapshot_history(run_id)
-    }
-    fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>> {
-        self.inner.load_tool_calls(run_id)
-    }
-    fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>> {
-        self.inner.load_events(run_id, after_seq)
-    }
-    fn last_event(&self, run_id: &str) -> Answer<Option<Event>> {
-        self.inner.last_event(run_id)
-    }
-    fn flush(&self) -> Answer<()> {
-        self.inner.flush()
-    }
-    fn changes(&self) -> ChangeFeed {
-        self.inner.changes()
-    }
-    fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
-        self.inner.send_command(run_id, command)
-    }
-    fn load_paces(&self) -> Answer<Vec<(String, leasehold::Pace)>> {
-        self.inner.load_paces()
-    }
-
-    fn save_paces(&self, paces: Vec<(String, Option<leasehold::Pace>)>) -> Answer<()> {
-        self.inner.save_paces(paces)
-    }
-
-    fn count_commands(&self, run_id: &str) -> Answer<u64> {
-        self.inner.count_commands(run_id)
-    }
-    fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
-        self.inner.take_commands(owner_id)
-    }
-    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>> {
-        self.inner.claim_queued(claim)
-    }
-    fn take_notices(
-        &self,
-        take: leasehold_actors::NoticeTake,
-    ) -> BoxFuture<'static, Result<Vec<leasehold_actors::Notice>, StoreError>> {
-        self.inner.take_notices(take)
-    }
-
-    fn settle_notice(
-        &self,
-        id: u64,
-        held_until_ms: u64,
-        delivery: Option<leasehold_actors::Delivery>,
-    ) -> BoxFuture<'static, Result<bool, StoreError>> {
-        self.inner.settle_notice(id, held_until_ms, delivery)
-    }
-
-    fn purge_finished(&self, rule: leasehold::PurgeRule) -> Answer<leasehold::PurgeReport> {
-        self.inner.purge_finished(rule)
-    }
 }
-
-/// What every store method answers.
-type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
 
 // ---------------------------------------------------------------------------
 // Measuring.

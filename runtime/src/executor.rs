@@ -272,35 +272,6 @@ pub fn parse_flag(value: &str) -> Result<bool, BadFlag> {
     }
 }
 
-/// This executor's identity, unique to this process: `leasehold@HOST`, the
-/// process id and a random part (`leasehold@box/4242/9f3a61c2`), so that
-/// executors sharing a store never mistake one another's runs for their
-/// own. A run a process stopped cleanly (a paused `leasehold run`, a
-/// stopped `serve`) has its lease released, so the next process may claim
-/// it at once; a run whose process died is claimed once its lease expires.
-pub fn owner_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!(
-        "leasehold@{host}/{}/{:08x}",
-        std::process::id(),
-        fastrand::u32(..)
-    )
-}
-
-/// The identity of an executor that serves the HTTP API at `url`:
-/// [`owner_id`] and where it serves (`leasehold@box/4242/9f3a61c2 at
-/// http://10.0.0.5:7878`), so that whoever finds a run held by it — in a
-/// refusal, a forwarded control, a listing — knows which `--server` to
-/// ask ([`serving_url`](crate::serving_url) reads it back).
-pub fn serving_owner_id(url: &str) -> String {
-    format!("{} at {url}", owner_id())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

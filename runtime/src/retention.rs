@@ -1,6 +1,6 @@
 //! Retention in a serving executor: a background task deletes the
 //! finished runs whose retention has passed
-//! ([`Store::purge_finished`]),
+//! ([`Retention::purge_finished`](crate::Retention::purge_finished)),
 //! so that an executor that serves for days holds a bounded history on
 //! disk, not every run it ever ran.
 //!
@@ -113,7 +113,7 @@ pub fn spawn(
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use leasehold_actors::{MemoryStore, RunRecord, RunStatus};
+    use leasehold_actors::{MemoryStore, RunRecord, RunStatus, RunStore};
 
     use super::*;
 

@@ -18,7 +18,7 @@
 //! - values carry a format version, and the database records its store
 //!   format, so a later format can migrate instead of misreading;
 //! - finished runs are deleted once their retention has passed
-//!   ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)),
+//!   ([`Retention::purge_finished`](leasehold_actors::Retention::purge_finished)),
 //!   and sled's page cache is bounded ([`SledConfig::cache_capacity`]).
 //!
 //! `docs/durability.md` states what survives a process crash and a power
@@ -38,28 +38,12 @@
 
 mod durability;
 
-// The sled store itself. `Durability` stays in every build: configuration
-// reads and prints the `durability` key whichever features are on.
+// The sled store itself, each part of the port in a file of its own
+// under `sled/`, as the PostgreSQL store's are under `postgres/`.
+// `Durability` stays in every build: configuration reads and prints the
+// `durability` key whichever features are on.
 #[cfg(feature = "store")]
-mod codec;
-#[cfg(feature = "store")]
-mod commit;
-#[cfg(feature = "store")]
-mod config;
-#[cfg(feature = "store")]
-mod manifest;
-#[cfg(feature = "store")]
-mod run_index;
-#[cfg(feature = "store")]
-mod run_locks;
-#[cfg(feature = "store")]
-mod sled_commands;
-#[cfg(feature = "store")]
-mod sled_outbox;
-#[cfg(feature = "store")]
-mod sled_retention;
-#[cfg(feature = "store")]
-mod sled_store;
+mod sled;
 // The PostgreSQL store, shared by many executors.
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -79,10 +63,10 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
+#[cfg(feature = "store")]
+pub use self::sled::{SledConfig, SledStore};
 /// `url` with its credentials hidden: what configuration listings, errors
 /// and logs show (see [`crate::secret`]).
 pub use crate::secret::redact_url;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConfig, PostgresStore};
-#[cfg(feature = "store")]
-pub use {config::SledConfig, sled_store::SledStore};

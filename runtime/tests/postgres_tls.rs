@@ -7,7 +7,7 @@
 //! connects (its migrations applied, its `LISTEN` in place, a run listed)
 //! has connected over TLS.
 
-use leasehold::Store;
+use leasehold::RunStore;
 use leasehold::store::{PostgresConfig, PostgresStore};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 

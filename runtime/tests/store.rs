@@ -26,6 +26,7 @@ use serde_json::json;
 #[path = "support/records.rs"]
 mod records;
 
+use leasehold::{ChangeSource, EventLog, RunStore, SnapshotStore};
 use records::*;
 
 /// The directory as a bare sled database, once the store dropped just
@@ -51,7 +52,7 @@ fn open(path: &Path, durability: Durability) -> SledStore {
         match SledStore::open(SledConfig::new(path).with_durability(durability)) {
             Ok(store) => return store,
             Err(error)
-                if error.message.contains("locked by another process")
+                if error.message().contains("locked by another process")
                     && Instant::now() < deadline =>
             {
                 std::thread::sleep(Duration::from_millis(20));
@@ -289,12 +290,18 @@ async fn unknown_format_version_is_refused_clearly() {
     {
         let store = open(dir.path(), Durability::Sync);
         let error = store.load_run("r").await.unwrap_err();
-        assert!(error.message.contains("run `r`"), "{error}");
-        assert!(error.message.contains("value format version 9"), "{error}");
-        assert!(error.message.contains("reads only version 1"), "{error}");
+        assert!(error.message().contains("run `r`"), "{error}");
+        assert!(
+            error.message().contains("value format version 9"),
+            "{error}"
+        );
+        assert!(error.message().contains("reads only version 1"), "{error}");
         assert!(store.list_runs().await.is_err());
         let claim = store.claim_run("r", "a", 1_000, TTL).await.unwrap_err();
-        assert!(claim.message.contains("value format version 9"), "{claim}");
+        assert!(
+            claim.message().contains("value format version 9"),
+            "{claim}"
+        );
     }
     // A database of a later store format.
     {
@@ -306,9 +313,12 @@ async fn unknown_format_version_is_refused_clearly() {
         db.flush().unwrap();
     }
     let error = SledStore::open(SledConfig::new(dir.path())).unwrap_err();
-    assert!(error.message.contains("store format version 2"), "{error}");
     assert!(
-        error.message.contains(&dir.path().display().to_string()),
+        error.message().contains("store format version 2"),
+        "{error}"
+    );
+    assert!(
+        error.message().contains(&dir.path().display().to_string()),
         "{error}"
     );
 }
@@ -422,11 +432,11 @@ async fn locked_directory_gives_a_clear_error_not_a_hang() {
         let error = SledStore::open(SledConfig::new(&path)).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(
-            error.message.contains(&path.display().to_string()),
+            error.message().contains(&path.display().to_string()),
             "{error}"
         );
         assert!(
-            error.message.contains("locked by another process"),
+            error.message().contains("locked by another process"),
             "{error}"
         );
         drop(first);
@@ -453,11 +463,11 @@ async fn locked_directory_gives_a_clear_error_not_a_hang() {
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(
-        error.message.contains(&path.display().to_string()),
+        error.message().contains(&path.display().to_string()),
         "{error}"
     );
     assert!(
-        error.message.contains("locked by another process"),
+        error.message().contains("locked by another process"),
         "{error}"
     );
     wait_for_exit(&mut holder);

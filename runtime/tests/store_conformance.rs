@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::testing::conformance::{self, StoreFixture};
-use leasehold::{ChangeFeed, MemoryStore, Store, StoreChange, StoreError};
+use leasehold::{
+    ChangeFeed, GoneHolder, LayeredStore, MemoryStore, Store, StoreChange, StoreError, StoreFuture,
+};
 
 #[path = "support/postgres.rs"]
 mod postgres;
@@ -46,7 +48,7 @@ impl StoreFixture for Sled {
     type Place = tempfile::TempDir;
 
     async fn fresh(&self) -> Result<tempfile::TempDir, StoreError> {
-        tempfile::tempdir().map_err(|e| StoreError::new(e.to_string()))
+        tempfile::tempdir().map_err(|e| StoreError::failed(e.to_string()).with_source(e))
     }
 
     async fn open(&self, dir: &tempfile::TempDir) -> Result<Arc<dyn Store>, StoreError> {
@@ -127,6 +129,9 @@ conformance! {
     reconcile_marks_expired_running_runs_orphaned_with_the_message,
     a_run_stopped_in_place_is_orphaned_as_stopped_and_claimed_clean,
     orphaned_run_can_be_claimed_and_runs_again,
+    a_store_is_shared_exactly_when_another_executors_handle_is_another_store,
+    a_store_that_holds_its_place_alone_says_it_is_exclusive,
+    runs_of_a_gone_holder_are_orphaned_only_on_an_exclusive_store,
     tool_calls_keep_one_record_per_idempotency_key,
     events_resume_after_an_event_id,
     snapshot_history_and_a_forks_lineage_are_kept_as_written,
@@ -243,7 +248,7 @@ async fn a_postgres_url_in_the_configuration_selects_the_postgresql_store() {
     .await
     .unwrap_err();
     assert!(
-        gone.message
+        gone.message()
             .contains("cannot get a connection to the PostgreSQL store"),
         "{gone}"
     );
@@ -255,4 +260,86 @@ fn free_port_nobody_listens_on() -> u16 {
         .and_then(|listener| listener.local_addr())
         .unwrap()
         .port()
+}
+
+/// A wrapper that forgot to pass on what its store says of itself, as one
+/// written by hand did: it answers the port's defaults (not shared, not
+/// exclusive, no run of a gone holder to orphan).
+struct Forgetting(Arc<dyn Store>);
+
+impl LayeredStore for Forgetting {
+    fn inner(&self) -> &dyn Store {
+        self.0.as_ref()
+    }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    fn is_exclusive(&self) -> bool {
+        false
+    }
+
+    fn orphan_runs_of_gone_holders(
+        &self,
+        _now_ms: u64,
+        _gone: GoneHolder,
+    ) -> StoreFuture<Vec<String>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+}
+
+/// Sled stores behind a [`Forgetting`] wrapper.
+struct ForgetfulSled;
+
+impl StoreFixture for ForgetfulSled {
+    type Place = tempfile::TempDir;
+
+    async fn fresh(&self) -> Result<tempfile::TempDir, StoreError> {
+        Sled.fresh().await
+    }
+
+    async fn open(&self, dir: &tempfile::TempDir) -> Result<Arc<dyn Store>, StoreError> {
+        Ok(Arc::new(Forgetting(Sled.open(dir).await?)))
+    }
+}
+
+/// PostgreSQL stores behind a [`Forgetting`] wrapper.
+struct ForgetfulPostgres;
+
+impl StoreFixture for ForgetfulPostgres {
+    type Place = (Arc<postgres::Cluster>, String);
+
+    async fn fresh(&self) -> Result<Self::Place, StoreError> {
+        Postgres.fresh().await
+    }
+
+    async fn open(&self, place: &Self::Place) -> Result<Arc<dyn Store>, StoreError> {
+        Ok(Arc::new(Forgetting(Postgres.open(place).await?)))
+    }
+
+    async fn another_handle(
+        &self,
+        place: &Self::Place,
+        open: &Arc<dyn Store>,
+    ) -> Result<Arc<dyn Store>, StoreError> {
+        Ok(Arc::new(Forgetting(
+            Postgres.another_handle(place, open).await?,
+        )))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrapper_that_forgets_what_sled_says_of_itself_fails_the_suite() {
+    let rule = "a_store_that_holds_its_place_alone_says_it_is_exclusive";
+    let report = conformance::check_rule(ForgetfulSled, rule).await;
+    assert_eq!(report.failed().map(|(r, _)| r).collect::<Vec<_>>(), [rule]);
+    conformance::check_rule(Sled, rule).await.assert_passed();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrapper_that_forgets_that_postgres_is_shared_fails_the_suite() {
+    let rule = "a_store_is_shared_exactly_when_another_executors_handle_is_another_store";
+    let report = conformance::check_rule(ForgetfulPostgres, rule).await;
+    assert_eq!(report.failed().map(|(r, _)| r).collect::<Vec<_>>(), [rule]);
 }

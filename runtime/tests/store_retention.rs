@@ -1,13 +1,13 @@
 //! Retention on the sled store: a store emptied by its retention opens
 //! again as what it is, not as a damaged store. The rules of retention on
-//! every store — `Store::purge_finished` deletes the finished runs past
+//! every store — `Retention::purge_finished` deletes the finished runs past
 //! their retention with everything kept of them, in bounded batches, and
 //! touches nothing of a run that lives, waits for a person or ended
 //! recently — are the store port's conformance suite's
 //! (`leasehold::testing::conformance`, run by `store_conformance.rs`).
 
 use leasehold::store::{Durability, SledConfig, SledStore};
-use leasehold::{MemoryStore, PurgeRule, RunStatus, Store};
+use leasehold::{ChangeSource, MemoryStore, PurgeRule, Retention, RunStatus, RunStore};
 
 #[path = "support/records.rs"]
 mod records;

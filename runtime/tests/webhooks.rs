@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use leasehold::webhooks::deliver::{Deliverer, DeliveryConfig};
 use leasehold::webhooks::payload::Links;
-use leasehold::{ClaimOutcome, MemoryStore, RunRecord, RunStatus, RunUpdate, Store, SystemClock};
+use leasehold::{
+    ClaimOutcome, MemoryStore, RunRecord, RunStatus, RunStore, RunUpdate, SystemClock,
+};
 
 fn record(run_id: &str) -> RunRecord {
     RunRecord {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::{
-    Engine, EngineConfig, Event, MemoryStore, RunRecord, RunStatus, Store,
+    Engine, EngineConfig, Event, MemoryStore, PaceStore, RunRecord, RunStatus, RunStore,
     testing::{ManualClock, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
 use leasehold_server::ServerOptions;
@@ -594,7 +594,7 @@ async fn cancel_stops_a_live_run_and_a_run_whose_executor_died() {
 }
 
 async fn store_status(store: &MemoryStore, run_id: &str) -> RunStatus {
-    use leasehold::Store;
+    use leasehold::RunStore;
     store
         .load_run(run_id)
         .await

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::{
-    CallOutcome, Engine, EngineConfig, Event, EventKind, MemoryStore, RunRecord, RunStatus, Store,
+    CallOutcome, Engine, EngineConfig, Event, EventKind, MemoryStore, RunRecord, RunStatus,
     testing::{ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
+use leasehold::{EventLog, RunStore};
 use leasehold_server::metrics::{MeteredStore, Metrics};
 use leasehold_server::{App, ServerOptions};
 use serde_json::{Value, json};

@@ -14,12 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use futures_util::future::BoxFuture;
 use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold::{
-    ChangeFeed, ClaimOutcome, Engine, EngineConfig, Event, Fenced, MemoryStore, QueueClaim,
-    RunCommand, RunPage, RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError,
-    StoredCommand, ToolCallRecord, ToolServer,
+    Engine, EngineConfig, Event, EventLog, LayeredStore, MemoryStore, RunRecord, RunStore, Store,
+    StoreFuture, ToolServer,
     testing::{ScriptedModel, ScriptedTools, ToolAct, Turn},
     tools::McpToolClient,
 };
@@ -619,104 +617,17 @@ struct CountingStore {
     gaps: AtomicU64,
 }
 
-impl Store for CountingStore {
-    fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.inner.create_run(record)
+impl LayeredStore for CountingStore {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
     }
-    fn claim_run(
-        &self,
-        run_id: &str,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<ClaimOutcome, StoreError>> {
-        self.inner.claim_run(run_id, owner_id, now_ms, ttl_ms)
-    }
-    fn renew_run(
-        &self,
-        run_id: &str,
-        fence: u64,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.inner.renew_run(run_id, fence, now_ms, ttl_ms)
-    }
-    fn update_run(
-        &self,
-        run_id: &str,
-        fence: u64,
-        update: RunUpdate,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.inner.update_run(run_id, fence, update)
-    }
-    fn save_snapshot(
-        &self,
-        snapshot: Snapshot,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.inner.save_snapshot(snapshot, fence)
-    }
-    fn record_tool_call(
-        &self,
-        run_id: &str,
-        record: ToolCallRecord,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.inner.record_tool_call(run_id, record, fence)
-    }
-    fn append_events(
-        &self,
-        run_id: &str,
-        events: Vec<Event>,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.inner.append_events(run_id, events, fence)
-    }
-    fn claim_queued(
-        &self,
-        claim: QueueClaim,
-    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        self.inner.claim_queued(claim)
-    }
-    fn reconcile_orphans(
-        &self,
-        now_ms: u64,
-    ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
-        self.inner.reconcile_orphans(now_ms)
-    }
-    fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {
+
+    fn load_run(&self, run_id: &str) -> StoreFuture<Option<RunRecord>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.load_run(run_id)
     }
-    fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        self.inner.list_runs()
-    }
-    fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
-        self.inner.list_runs_page(query)
-    }
-    fn load_snapshots(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
-        self.inner.load_snapshots(run_id)
-    }
-    fn load_snapshot_history(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
-        self.inner.load_snapshot_history(run_id)
-    }
-    fn load_tool_calls(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<ToolCallRecord>, StoreError>> {
-        self.inner.load_tool_calls(run_id)
-    }
-    fn load_events(
-        &self,
-        run_id: &str,
-        after_seq: u64,
-    ) -> BoxFuture<'static, Result<Vec<Event>, StoreError>> {
+
+    fn load_events(&self, run_id: &str, after_seq: u64) -> StoreFuture<Vec<Event>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let read = self.inner.load_events(run_id, after_seq);
         let gap = self
@@ -731,59 +642,12 @@ impl Store for CountingStore {
             Ok(events)
         })
     }
-    fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.inner.flush()
-    }
-    fn changes(&self) -> ChangeFeed {
-        self.inner.changes()
-    }
-    fn send_command(
-        &self,
-        run_id: &str,
-        command: RunCommand,
-    ) -> BoxFuture<'static, Result<u64, StoreError>> {
-        self.inner.send_command(run_id, command)
-    }
-    fn load_paces(&self) -> BoxFuture<'static, Result<Vec<(String, leasehold::Pace)>, StoreError>> {
-        self.inner.load_paces()
-    }
-    fn save_paces(
-        &self,
-        paces: Vec<(String, Option<leasehold::Pace>)>,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.inner.save_paces(paces)
-    }
-    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
-        self.inner.count_commands(run_id)
-    }
-    fn take_commands(
-        &self,
-        owner_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
-        self.inner.take_commands(owner_id)
-    }
 
-    fn take_notices(
-        &self,
-        take: leasehold::NoticeTake,
-    ) -> BoxFuture<'static, Result<Vec<leasehold::Notice>, StoreError>> {
-        self.inner.take_notices(take)
-    }
-
-    fn settle_notice(
-        &self,
-        id: u64,
-        held_until_ms: u64,
-        delivery: Option<leasehold::Delivery>,
-    ) -> BoxFuture<'static, Result<bool, StoreError>> {
-        self.inner.settle_notice(id, held_until_ms, delivery)
-    }
-
-    fn purge_finished(
-        &self,
-        rule: leasehold::PurgeRule,
-    ) -> BoxFuture<'static, Result<leasehold::PurgeReport, StoreError>> {
-        self.inner.purge_finished(rule)
+    /// Read through this store's own log reads, counted and gapped, as
+    /// the port's default reads it.
+    fn last_event(&self, run_id: &str) -> StoreFuture<Option<Event>> {
+        let events = LayeredStore::load_events(self, run_id, 0);
+        Box::pin(async move { Ok(events.await?.pop()) })
     }
 }
 

@@ -12,9 +12,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use leasehold::{
-    CallOutcome, ChatRole, Event, EventKind, RunStatus, Store, ToolCallState,
+    CallOutcome, ChatRole, Event, EventKind, RunStatus, ToolCallState,
     store::{SledConfig, SledStore},
 };
+use leasehold::{EventLog, RunStore, SnapshotStore};
 
 const RUNNER: &str = env!("CARGO_BIN_EXE_crash_runner");
 

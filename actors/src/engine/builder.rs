@@ -67,7 +67,7 @@ pub struct EngineConfig {
     /// [`DEFAULT_RETENTION`], 7 days); `None` keeps finished runs for ever.
     /// A flow's `retention` may shorten it, never lengthen it. The engine
     /// only bounds flows by it: whoever serves the runs deletes them
-    /// ([`Store::purge_finished`](crate::Store::purge_finished)).
+    /// ([`Retention::purge_finished`](crate::Retention::purge_finished)).
     pub retention: Option<Duration>,
     /// The executor's lag above which a lease that expires is renewed by
     /// `load` — not counted toward the renewal cap, the ladder or the
@@ -230,7 +230,8 @@ pub enum EngineError {
 /// for its lease to end if it died.
 fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: u64) -> String {
     // An executor that serves the API says where in its id.
-    let server = serving_url(owner_id).unwrap_or("URL");
+    let owner = crate::OwnerId::parse(owner_id);
+    let server = owner.serving().unwrap_or("URL");
     if expires_at_ms == 0 {
         return format!(
             "run {run_id} is held by executor {owner_id}, which is running it or taking it \
@@ -249,16 +250,6 @@ fn held_message(run_id: &str, owner_id: &str, expires_at_ms: u64, remaining_ms: 
         humantime::format_rfc3339_seconds(until),
         humantime::format_rfc3339_seconds(until),
     )
-}
-
-/// Where the executor `owner_id` serves the HTTP API, if its id says: an
-/// id that ends ` at http://…` or ` at https://…` (what `leasehold serve`
-/// takes, `leasehold@box/4242/9f3a61c2 at http://10.0.0.5:7878`).
-pub fn serving_url(owner_id: &str) -> Option<&str> {
-    owner_id
-        .rsplit_once(" at ")
-        .map(|(_, url)| url)
-        .filter(|url| url.starts_with("http://") || url.starts_with("https://"))
 }
 
 /// Builds an [`Engine`]: its ports, its configuration, and what you bring
@@ -378,7 +369,7 @@ impl EngineBuilder {
     }
 
     /// This executor's identity in run ownership. The default,
-    /// [`default_owner_id`], is the same across restarts of one program on
+    /// [`OwnerId::of_program`](crate::OwnerId::of_program), is the same across restarts of one program on
     /// one host, so a restarted process resumes its runs at once rather
     /// than waiting for their run leases to expire. Engines that share a
     /// store each need an id of their own: give one to each when one
@@ -478,7 +469,9 @@ impl EngineBuilder {
             prices: self.config.prices.clone(),
         })
         .await?;
-        let owner_id = self.owner_id.unwrap_or_else(default_owner_id);
+        let owner_id = self
+            .owner_id
+            .unwrap_or_else(|| crate::OwnerId::of_program().to_string());
         Ok(Engine {
             config: self.config,
             model,
@@ -505,25 +498,4 @@ impl EngineBuilder {
             load: self.load,
         })
     }
-}
-
-/// The owner id of an engine given none: `PROGRAM@HOST`, the program's
-/// file name and the host's name, the same across restarts so that a
-/// restarted process claims the runs it held at once (a claim by the run's
-/// own owner is granted whatever its lease says; the fence still rises, so
-/// nothing the dead process might still write lands).
-pub fn default_owner_id() -> String {
-    let program = std::env::current_exe()
-        .ok()
-        .and_then(|path| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "leasehold".to_owned());
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|host| host.trim().to_owned())
-        .filter(|host| !host.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{program}@{host}")
 }

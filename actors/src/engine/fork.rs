@@ -87,7 +87,7 @@ impl Engine {
     /// then the loops' snapshots.
     async fn copy(&self, record: &RunRecord, start: ForkStart) -> Result<Saved, EngineError> {
         let stale = |what: &str| {
-            crate::ports::StoreError::new(format!(
+            crate::ports::StoreError::conflict(format!(
                 "fork {}: its {what} could not be written: another executor took it",
                 record.run_id
             ))

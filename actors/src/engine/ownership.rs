@@ -163,10 +163,11 @@ impl Engine {
 
     /// Whether `owner_id`, which holds a run of this engine's store, is
     /// certainly gone: the store is opened by one process at a time
-    /// ([`Store::is_exclusive`], sled), this process is that one, and no
-    /// engine in it has that id. Its process died without letting its runs
-    /// go (SIGKILL, a crash); nothing can run them, so they are taken over
-    /// at once rather than when the dead process's lease ends.
+    /// ([`RunStore::is_exclusive`](crate::RunStore::is_exclusive), sled),
+    /// this process is that one, and no engine in it has that id. Its
+    /// process died without letting its runs go (SIGKILL, a crash); nothing
+    /// can run them, so they are taken over at once rather than when the
+    /// dead process's lease ends.
     pub fn holder_is_gone(&self, owner_id: &str) -> bool {
         self.store.is_exclusive() && live_owners::gone(&self.owner_id, owner_id)
     }
@@ -280,11 +281,13 @@ impl Engine {
     /// Marks every running run whose executor lease expired as orphaned;
     /// returns their ids.
     ///
-    /// On a store this process alone opens ([`Store::is_exclusive`]), the
+    /// On a store this process alone opens
+    /// ([`RunStore::is_exclusive`](crate::RunStore::is_exclusive)), the
     /// first call marks orphaned, too, every running run whose holder is
     /// gone ([`Engine::holder_is_gone`]), at once, with
     /// [`fencing::ORPHANED_HOLDER_GONE`]
-    /// ([`Store::orphan_runs_of_gone_holders`]); its claim raises the fence.
+    /// ([`RunStore::orphan_runs_of_gone_holders`](crate::RunStore::orphan_runs_of_gone_holders));
+    /// its claim raises the fence.
     /// Only the first: the processes that died are those before this one,
     /// and later calls (a server's sweep) read no more than the store's own
     /// rule.

@@ -4,7 +4,7 @@
 //! Where several executors share a store, the one that receives a run need
 //! not be the one with room for it. [`Engine::queue`] records the run
 //! unowned (fence 0); [`Engine::claim_queued`] claims up to a number of the
-//! oldest queued runs ([`Store::claim_queued`](crate::Store::claim_queued):
+//! oldest queued runs ([`QueueStore::claim_queued`](crate::QueueStore::claim_queued):
 //! each claimed once, however many executors claim at once) and starts
 //! each from its flow, with fence 1, as [`Engine::start`] would have. How
 //! many an executor claims — its room under its limit of live runs — is

@@ -2,7 +2,7 @@
 //! elsewhere.
 //!
 //! Every store tells its subscribers what changed, after the write that
-//! changed it landed ([`Store::changes`](super::Store::changes)): new events
+//! changed it landed ([`ChangeSource::changes`](super::ChangeSource::changes)): new events
 //! of a run, a run's record, a queued run, a command for a run. A change
 //! says *what* to read again, never the data itself: a subscriber reads the
 //! store after it hears of a change, so a change it misses costs it only a
@@ -15,12 +15,12 @@
 //! A write that was refused (a stale fence) or failed publishes nothing.
 //!
 //! [`RunCommand`]s let any executor answer a run another executor holds:
-//! the command is stored for the run ([`Store::send_command`]), its
+//! the command is stored for the run ([`QueueStore::send_command`]), its
 //! [`StoreChange::Command`] wakes the owner, and the owner takes the
-//! commands of the runs it holds ([`Store::take_commands`]), each once.
+//! commands of the runs it holds ([`QueueStore::take_commands`]), each once.
 //!
-//! [`Store::send_command`]: super::Store::send_command
-//! [`Store::take_commands`]: super::Store::take_commands
+//! [`QueueStore::send_command`]: super::QueueStore::send_command
+//! [`QueueStore::take_commands`]: super::QueueStore::take_commands
 
 use serde::{Deserialize, Serialize};
 

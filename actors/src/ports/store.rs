@@ -1,6 +1,19 @@
 //! The store port: runs, their fenced ownership, snapshots, tool-call
 //! records and the event log.
 //!
+//! The port is made of focused parts, a trait and a file each: runs and
+//! their fencing, orphans and listing ([`RunStore`]), the event log
+//! ([`EventLog`]), snapshots, their history and tool-call records
+//! ([`SnapshotStore`]), the queue and commands ([`QueueStore`]), the
+//! outbox ([`Outbox`]), learned paces ([`PaceStore`]), the change feed and
+//! its flush ([`ChangeSource`]) and retention ([`Retention`]). [`Store`]
+//! is their union: whatever implements every part is a store, and is
+//! handed to the engine as `Arc<dyn Store>`. Every method answers a
+//! [`StoreFuture`]; what fails is a [`StoreError`], of a
+//! [`StoreErrorKind`]. A store that wraps another — metrics, fault
+//! injection, encryption — is a [`LayeredStore`], which says what it
+//! changes and leaves the rest to the store it wraps.
+//!
 //! Ownership of a run is a lease of its own, held by one executor (one
 //! runtime process) at a time: `owner_id`, an expiry, and a **fencing
 //! token** that goes up by one on every claim. Every write that changes a
@@ -11,31 +24,44 @@
 //! The rules are pure functions in [`fencing`], so every store applies the
 //! same ones.
 //!
-//! Runs are listed a page at a time ([`Store::list_runs_page`]), newest
+//! Runs are listed a page at a time ([`RunStore::list_runs_page`]), newest
 //! first, with a cursor; which runs a [`RunQuery`] selects, in which order,
 //! and how a page is cut are pure functions in [`listing`], so every store
 //! answers a query with the same page.
 //!
 //! Finished runs are deleted once their retention has passed
-//! ([`Store::purge_finished`]); which ones is [`retention`]'s rule.
+//! ([`Retention::purge_finished`]); which ones is [`retention`]'s rule.
 //!
 //! A run's pauses and ends are kept as notices in an outbox, with the
 //! change that made them, until they are delivered
-//! ([`Store::take_notices`]); which changes make one is [`outbox`]'s rule.
+//! ([`Outbox::take_notices`]); which changes make one is [`outbox`]'s rule.
 
 use serde::{Deserialize, Serialize};
 
 use super::BoxFuture;
-use super::changes::{ChangeFeed, RunCommand, StoredCommand};
-use crate::event::Event;
-use crate::pace::Pace;
 
+mod changes;
+mod error;
+mod events;
+mod layered;
 pub mod outbox;
+mod paces;
+mod queue;
 pub mod retention;
+mod runs;
+mod snapshots;
 mod summary;
 
-pub use outbox::{Delivery, Notice, NoticeTake};
-pub use retention::{PurgeReport, PurgeRule};
+pub use changes::ChangeSource;
+pub use error::{StoreError, StoreErrorKind};
+pub use events::EventLog;
+pub use layered::LayeredStore;
+pub use outbox::{Delivery, Notice, NoticeTake, Outbox};
+pub use paces::PaceStore;
+pub use queue::QueueStore;
+pub use retention::{PurgeReport, PurgeRule, Retention};
+pub use runs::RunStore;
+pub use snapshots::SnapshotStore;
 pub use summary::{RunSummary, SUMMARY_CHARS, SummaryPage};
 
 /// Where a run is in its life.
@@ -44,7 +70,7 @@ pub use summary::{RunSummary, SUMMARY_CHARS, SummaryPage};
 #[non_exhaustive]
 pub enum RunStatus {
     /// Posted, waiting in the queue: no executor owns it yet. The first
-    /// executor with room claims it ([`Store::claim_queued`]) and starts it.
+    /// executor with room claims it ([`QueueStore::claim_queued`]) and starts it.
     Queued,
     /// Stepping.
     Running,
@@ -311,7 +337,7 @@ pub enum ClaimOutcome {
     NotFound,
 }
 
-/// A claim of queued runs by one executor ([`Store::claim_queued`]).
+/// A claim of queued runs by one executor ([`QueueStore::claim_queued`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueClaim {
     /// The claiming executor.
@@ -324,26 +350,7 @@ pub struct QueueClaim {
     pub max: usize,
 }
 
-/// A store that failed (I/O, corruption, a locked database).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("store failed: {message}")]
-pub struct StoreError {
-    /// What happened.
-    pub message: String,
-}
-
-impl StoreError {
-    /// An error with `message`.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-        }
-    }
-}
-
-type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
-
-/// Which runs to list, one page at a time ([`Store::list_runs_page`]).
+/// Which runs to list, one page at a time ([`RunStore::list_runs_page`]).
 ///
 /// Runs are listed by run id, **descending**: newest first, since the run
 /// ids the engine makes sort in creation order. Every filter that is set
@@ -387,203 +394,35 @@ pub struct RunPage {
     pub next: Option<String>,
 }
 
-/// Where runs are kept. Writes that change a run carry the writer's fence.
-pub trait Store: Send + Sync + 'static {
-    /// Creates a run owned by `record.owner_id` with `record.fence`.
-    fn create_run(&self, record: RunRecord) -> Answer<()>;
-    /// Claims a run for `owner_id` by compare-and-set: succeeds if the run is
-    /// unowned, owned by `owner_id`, or its lease expired at `now_ms`; sets
-    /// the owner, the expiry `now_ms + ttl_ms` and `fence = previous + 1`.
-    fn claim_run(
-        &self,
-        run_id: &str,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Answer<ClaimOutcome>;
-    /// Renews the owner's lease (a heartbeat), if `fence` is still the run's.
-    fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>>;
-    /// Changes the run's status, if `fence` is still the run's.
-    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> Answer<Fenced<()>>;
-    /// Keeps `snapshot` as the latest of its loop, and in the run's history
-    /// ([`Store::load_snapshot_history`]), if `fence` is the run's.
-    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> Answer<Fenced<()>>;
-    /// Records a tool call (sent, done, unknown), if `fence` is the run's.
-    fn record_tool_call(
-        &self,
-        run_id: &str,
-        record: ToolCallRecord,
-        fence: u64,
-    ) -> Answer<Fenced<()>>;
-    /// Appends events to the run's log, if `fence` is the run's.
-    fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>>;
-    /// Claims up to `claim.max` queued runs for `claim.owner_id`, oldest
-    /// first (run id ascending: the ids the engine makes sort in creation
-    /// order), each by [`fencing::claim_queued`]: `running`, owned by the
-    /// claimer, its fence raised, its lease expiring at `now_ms + ttl_ms`.
-    /// Executors claiming at once never claim the same run: each queued run
-    /// is claimed exactly once.
-    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>>;
-    /// Marks every `running` run whose lease expired at `now_ms` as
-    /// `orphaned` with the reason `run orphaned: executor lease expired`;
-    /// returns their ids.
-    fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>>;
-    /// A run.
-    fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>>;
-    /// Every run, oldest first.
-    fn list_runs(&self) -> Answer<Vec<RunRecord>>;
-    /// How many runs are in each status, every status of
-    /// [`RunStatus::ALL`] once, in that order: what an operator's dashboard
-    /// reads on every scrape. The default counts [`Store::list_runs`]; a
-    /// store that can count without reading every run (PostgreSQL's
-    /// `GROUP BY`) does.
-    fn count_runs_by_status(&self) -> Answer<Vec<(RunStatus, u64)>> {
-        let runs = self.list_runs();
-        Box::pin(async move {
-            let runs = runs.await?;
-            Ok(RunStatus::ALL
-                .into_iter()
-                .map(|status| {
-                    let count = runs.iter().filter(|r| r.status == status).count();
-                    (status, u64::try_from(count).unwrap_or(u64::MAX))
-                })
-                .collect())
-        })
-    }
-    /// How many runs are in `status`: what admitting a run to the queue
-    /// reads on every post, so a store answers it without reading the
-    /// runs (an index). The default reads
-    /// [`Store::count_runs_by_status`].
-    fn count_runs(&self, status: RunStatus) -> Answer<u64> {
-        let counts = self.count_runs_by_status();
-        Box::pin(async move {
-            Ok(counts
-                .await?
-                .into_iter()
-                .find(|(of, _)| *of == status)
-                .map_or(0, |(_, n)| n))
-        })
-    }
-    /// The page [`Store::list_runs_page`] answers for `query`, as
-    /// summaries ([`RunSummary::of`]): no flow, each text cut to its first
-    /// [`SUMMARY_CHARS`] characters. A store holds at most one whole run
-    /// at a time while it summarizes (or, cutting in its query, none); the
-    /// default summarizes the whole page of [`Store::list_runs_page`].
-    fn list_run_summaries(&self, query: &RunQuery) -> Answer<SummaryPage> {
-        let page = self.list_runs_page(query);
-        Box::pin(async move {
-            let page = page.await?;
-            Ok(SummaryPage {
-                runs: page.runs.into_iter().map(RunSummary::of).collect(),
-                next: page.next,
-            })
-        })
-    }
-    /// One page of the runs `query` selects: run id descending (newest
-    /// first), only ids strictly below `query.after` when it is set, at most
-    /// `query.limit` (at least one), with `next` set exactly when another
-    /// matching run follows. A store reads only the runs of the page (and
-    /// the one that proves a next page exists), not every run:
-    /// [`listing::page`] cuts the page from candidates in listing order.
-    fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage>;
-    /// The latest snapshot of every loop of a run.
-    fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>>;
-    /// Every snapshot ever saved of a run, of every loop, in the order of
-    /// their [`Snapshot::seq`]: what a fork starts from. Purged with the
-    /// run.
-    fn load_snapshot_history(&self, run_id: &str) -> Answer<Vec<Snapshot>>;
-    /// Every tool call recorded for a run.
-    fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>>;
-    /// The run's events with `seq` above `after_seq`, in order.
-    fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>>;
-    /// The run's last event, if it logged any: where its log goes on, and
-    /// how it ended if it did (a run's end is its log's last event). A
-    /// store reads that one event; the default reads the whole log.
-    fn last_event(&self, run_id: &str) -> Answer<Option<Event>> {
-        let events = self.load_events(run_id, 0);
-        Box::pin(async move { Ok(events.await?.pop()) })
-    }
-    /// Returns once everything written so far is durable.
-    fn flush(&self) -> Answer<()>;
-    /// A new subscriber to the store's changes: every write that lands
-    /// from now on and changes a run's record, appends events or stores a
-    /// command is published once it landed; a refused or failed write
-    /// publishes nothing.
-    fn changes(&self) -> ChangeFeed;
-    /// Whether executors in other processes may use this store at the same
-    /// time (PostgreSQL), so that a run another executor holds may be live
-    /// there and a command forwarded to it may be taken. False (the
-    /// default) for a store one process opens at a time (sled, memory):
-    /// there, a run held by an executor not in this process is held by
-    /// one that died, until its lease ends.
-    fn is_shared(&self) -> bool {
-        false
-    }
-    /// Whether this store guarantees that one process at a time opens it
-    /// (sled: the lock on its directory). There, a run held by an owner
-    /// that no engine of this process has is held by a process that died,
-    /// whatever its lease says, and is taken over at once
-    /// ([`Engine::holder_is_gone`](crate::Engine::holder_is_gone)). False
-    /// (the default) for a store that cannot tell: a shared one, or the
-    /// memory store, which one process may hand to executors it simulates.
-    fn is_exclusive(&self) -> bool {
-        false
-    }
-    /// On a store one process opens at a time ([`Store::is_exclusive`]):
-    /// marks orphaned each running run whose holder `gone` says is gone
-    /// ([`fencing::orphan_of_a_gone_holder`]), its owner and fence left as
-    /// they are, as [`Store::reconcile_orphans`] does for an expired lease;
-    /// returns their ids. The default, for a store that cannot tell, marks
-    /// none.
-    fn orphan_runs_of_gone_holders(&self, now_ms: u64, gone: GoneHolder) -> Answer<Vec<String>> {
-        let _ = (now_ms, gone);
-        Box::pin(std::future::ready(Ok(Vec::new())))
-    }
-    /// Stores `command` for the run (whoever holds it takes it) and
-    /// publishes a [`StoreChange::Command`](super::StoreChange::Command);
-    /// answers the command's id. Fails if there is no such run.
-    fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64>;
-    /// How many commands wait for the run's owner to take them: what
-    /// forwarding another reads first, so that the commands waiting for
-    /// one run stay bounded when its owner does not take them.
-    fn count_commands(&self, run_id: &str) -> Answer<u64>;
-    /// Takes the stored commands of the runs `owner_id` holds, in id order:
-    /// each is removed as it is taken, so it is taken once, and only by the
-    /// run's owner.
-    fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>>;
-    /// Takes up to `take.max` notices due at `take.now_ms`
-    /// ([`outbox::is_due`]), oldest first, each held as [`outbox::held`]
-    /// says, and answers them as held: a notice's `delivery.due_at_ms` is
-    /// what settling it names. Every change of a run's record that
-    /// [`outbox::notice_of`] makes a notice of keeps that notice, with
-    /// the change, or neither lands.
-    fn take_notices(&self, take: NoticeTake) -> Answer<Vec<Notice>>;
-    /// Settles a taken notice if it is still held as the take left it
-    /// (its due time is `held_until_ms`: no take since): `None` removes
-    /// it, `Some(delivery)` keeps it with that progress, due again at its
-    /// `due_at_ms`. Answers whether it settled; a notice taken again
-    /// meanwhile, or gone with its run, is left as it is.
-    fn settle_notice(
-        &self,
-        id: u64,
-        held_until_ms: u64,
-        delivery: Option<Delivery>,
-    ) -> Answer<bool>;
-    /// Deletes up to `rule.limit` finished runs past their retention
-    /// ([`retention::expired`]), each with everything kept of it: its
-    /// record, snapshots (every loop's, workers' too), tool-call records,
-    /// events, waiting commands and undelivered notices; answers which, and whether the batch
-    /// was full. A run that is not finished is never touched. A deleted
-    /// run is as if it never was: [`Store::load_run`] answers `None`.
-    fn purge_finished(&self, rule: PurgeRule) -> Answer<PurgeReport>;
-    /// Every pace key's learned pace ([`PaceBook`](crate::PaceBook)), in
-    /// key order: what an engine starts from, so that what earlier runs
-    /// learned of each endpoint carries to the next, across restarts and
-    /// executors.
-    fn load_paces(&self) -> Answer<Vec<(String, Pace)>>;
-    /// Writes learned paces: each key's pace replaces what was kept, and a
-    /// `None` deletes the key's (a reset).
-    fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> Answer<()>;
+/// What every method of the store port answers: a boxed future, so that
+/// the port can be used as `dyn Store`, of the answer or a [`StoreError`].
+pub type StoreFuture<T> = BoxFuture<'static, Result<T, StoreError>>;
+
+/// Where runs are kept: every part of the port at once. Writes that
+/// change a run carry the writer's fence.
+///
+/// `Store` is the union of the port's parts, and is implemented for every
+/// type that implements them all (or a [`LayeredStore`], which implements
+/// them all from its inner store): a store implements [`RunStore`],
+/// [`EventLog`], [`SnapshotStore`], [`QueueStore`], [`Outbox`],
+/// [`PaceStore`], [`ChangeSource`] and [`Retention`], and is a `Store`.
+/// Their methods are called on an `Arc<dyn Store>` with the parts in
+/// scope (`use leasehold::prelude::*`).
+pub trait Store:
+    RunStore + EventLog + SnapshotStore + QueueStore + Outbox + PaceStore + ChangeSource + Retention
+{
+}
+
+impl<S> Store for S where
+    S: RunStore
+        + EventLog
+        + SnapshotStore
+        + QueueStore
+        + Outbox
+        + PaceStore
+        + ChangeSource
+        + Retention
+{
 }
 
 /// Which runs a [`RunQuery`] selects and how a page of them is cut, as pure
@@ -753,7 +592,7 @@ pub mod seen {
 }
 
 /// Whether an owner id is one whose process is gone
-/// ([`Store::orphan_runs_of_gone_holders`]).
+/// ([`RunStore::orphan_runs_of_gone_holders`]).
 pub type GoneHolder = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// The ownership rules every store applies, as pure functions on a
@@ -772,7 +611,7 @@ pub mod fencing {
 
     /// The message of a run orphaned because its executor's process died,
     /// on a store one process opens at a time
-    /// ([`Store::is_exclusive`](super::Store::is_exclusive)): seen at once,
+    /// ([`RunStore::is_exclusive`](super::RunStore::is_exclusive)): seen at once,
     /// not when its lease ends.
     pub const ORPHANED_HOLDER_GONE: &str =
         "run orphaned: its executor's process died (this store is opened by one process at a time)";

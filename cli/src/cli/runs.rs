@@ -825,7 +825,7 @@ async fn admin_executor(global: &GlobalArgs, config: &Config) -> Result<Arc<Exec
                  or act on it through a server with --server URL",
             )
             .store(store)
-            .owner_id(leasehold::executor::owner_id()),
+            .owner_id(leasehold::OwnerId::of_process()),
         Err(error) => return Err(error.into()),
     };
     let engine = global.register(builder).build().await?;

@@ -77,7 +77,7 @@ pub(super) async fn serve(
     let metrics = Arc::new(Metrics::new());
     let mut builder = global
         .register(config.engine_builder_for_serving()?)
-        .owner_id(leasehold::executor::serving_owner_id(&url))
+        .owner_id(leasehold::OwnerId::of_process().serving_at(&url))
         .wrap_store(|store| MeteredStore::wrap(store, &metrics));
     // Its leases and its admission read the same probe of its lag.
     if let Some(gauge) = config.load_gauge() {

@@ -20,7 +20,7 @@
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use leasehold::store::{PostgresConfig, PostgresStore};
-use leasehold::{ClaimOutcome, RunRecord, RunStatus, Snapshot, Store};
+use leasehold::{ClaimOutcome, RunRecord, RunStatus, RunStore, Snapshot, SnapshotStore};
 use tokio::time::Instant;
 use tokio_postgres::NoTls;
 

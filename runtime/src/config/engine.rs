@@ -49,7 +49,7 @@ impl Config {
     /// client ([`Config::model_settings`]), the evaluator on
     /// `watchdog.role`, a factory of MCP clients (one per run, each tool
     /// server's handshake bounded by `mcp.handshake_timeout`) and this
-    /// process's [owner id](crate::executor::owner_id). Add an event sink,
+    /// process's [owner id](leasehold_actors::OwnerId::of_process). Add an event sink,
     /// tool servers or a clock of your own, then build.
     ///
     /// Without the `openai` feature the builder has no model client and no
@@ -202,7 +202,7 @@ impl Config {
     fn engine_builder_with_model(&self, client: Option<ModelClientOf>) -> EngineBuilder {
         let builder = Engine::builder()
             .config(self.engine_config())
-            .owner_id(crate::executor::owner_id());
+            .owner_id(leasehold_actors::OwnerId::of_process());
         #[cfg(feature = "openai")]
         let builder = match client {
             Some(client) => {
@@ -249,7 +249,7 @@ fn open_postgres(url: &str) -> Result<Arc<dyn Store>, EngineSetupError> {
 /// Refused: this build has no PostgreSQL store.
 #[cfg(all(feature = "store", not(feature = "postgres")))]
 fn open_postgres(url: &str) -> Result<Arc<dyn Store>, EngineSetupError> {
-    Err(StoreError::new(format!(
+    Err(StoreError::invalid(format!(
         "`store` (LEASEHOLD_STORE) names a PostgreSQL store ({}), but this build of leasehold \
          has no `postgres` feature",
         crate::store::redact_url(url)

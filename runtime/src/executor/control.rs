@@ -2,7 +2,8 @@
 //! executor runs the run, from any executor or command line sharing its
 //! store, with each rule checked once.
 //!
-//! [`control`] decides, for one control on one run, where it goes:
+//! [`Executor::control`] decides, for one control on one run, where it
+//! goes:
 //!
 //! - **here**, when this process runs the run: applied to its handle;
 //! - **claimed**, when nobody holds it (orphaned, paused by an executor
@@ -12,9 +13,9 @@
 //!   resuming it from its snapshots, within its admission;
 //! - **forwarded**, when another executor holds it with a live lease: the
 //!   command is stored for it
-//!   ([`Store::send_command`](leasehold_actors::Store::send_command)) and its change
-//!   wakes that owner, which takes it ([`follow`]) and applies it as if it
-//!   had been sent there;
+//!   ([`QueueStore::send_command`](leasehold_actors::QueueStore::send_command))
+//!   and its change wakes that owner, which takes it (`follow`) and applies
+//!   it as if it had been sent there;
 //! - **refused**, with the rule's reason ([`Refused`]).
 //!
 //! The rules are one function, [`check`], applied to the freshest view of
@@ -25,10 +26,10 @@
 //! run that waits for none. The run's actor keeps its own guard (a control
 //! that raced a change of state is refused there, and said with the same
 //! words). The server's handlers and `leasehold runs resume|cancel|
-//! reconcile` only translate to and from [`control`]; every process that
+//! reconcile` only translate to and from [`Executor::control`]; every process that
 //! runs runs on a shared store — `leasehold serve`, `leasehold run`, a
 //! `leasehold runs resume` that took a run on — follows the commands
-//! forwarded to it ([`follow`]).
+//! forwarded to it (`follow`).
 //!
 //! A forwarded control's outcome is the owner's: it shows in the run's
 //! status and events, and a refusal there is logged as `control_refused`

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 /// |---|---|---|
 /// | `sync` (default) | once it is on disk | before the call returns |
 /// | `async` | once it is in sled's memory | by the group commit shortly after: within 2 ms and one flush |
-/// | `exit` | once it is in sled's memory | at [`Store::flush`](leasehold_actors::Store::flush) (the end of a run) or when the store is dropped |
+/// | `exit` | once it is in sled's memory | at [`ChangeSource::flush`](leasehold_actors::ChangeSource::flush) (the end of a run) or when the store is dropped |
 ///
-/// Whatever the mode, `Store::flush` returns once everything written before
+/// Whatever the mode, `ChangeSource::flush` returns once everything written before
 /// it is durable. "On disk" means what sled's `flush()` gives, which on
 /// Linux is `sync_file_range`, not `fsync`: `docs/durability.md` says what
 /// each mode guarantees after a crash and after a power cut.
@@ -27,7 +27,7 @@ pub enum Durability {
     /// Writes return once applied in memory; the group commit makes them
     /// durable shortly after.
     Async,
-    /// Nothing is made durable until `Store::flush` or drop.
+    /// Nothing is made durable until `ChangeSource::flush` or drop.
     Exit,
 }
 

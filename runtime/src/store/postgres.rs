@@ -20,7 +20,7 @@
 //! A terminal status is written in one transaction; the event log has one
 //! row per `(run_id, seq)` (the first write of a seq stands, so a retried
 //! append is harmless) and is read back in `seq` order. Every write is
-//! committed when its call returns, so [`Store::flush`] has nothing left to
+//! committed when its call returns, so [`ChangeSource::flush`] has nothing left to
 //! do. Every wait is bounded: getting or opening a connection by
 //! [`PostgresConfig::connect_timeout`], each statement by
 //! [`PostgresConfig::statement_timeout`]; a failure is a [`StoreError`]
@@ -34,6 +34,14 @@
 //! as `jsonb`, the same JSON the sled store keeps; Unix-ms times and fences
 //! as `bigint`, converted with a check.
 //!
+//! Each part of the port is implemented in a file of its own, as the sled
+//! store's are: `runs.rs` ([`RunStore`](leasehold_actors::RunStore)),
+//! `events.rs`, `snapshots.rs`, `queue.rs`, `outbox.rs`, `paces.rs`,
+//! `changes.rs`, `retention.rs`; beside them the machinery they share: rows
+//! and their columns (`rows.rs`), the filters of a page of runs
+//! (`listing.rs`), the schema and its migrations (`schema.rs`), the
+//! `LISTEN` connection (`listen.rs`) and TLS (`tls.rs`).
+//!
 //! ```no_run
 //! use leasehold::Store;
 //! use leasehold::store::{PostgresConfig, PostgresStore};
@@ -45,16 +53,21 @@
 //! }
 //! # Ok(()) }
 //! ```
+//! [`ChangeSource::flush`]: crate::ChangeSource::flush
 
-mod commands;
+mod changes;
 mod config;
+mod events;
 mod listen;
 mod listing;
 mod outbox;
 mod paces;
-mod purge;
+mod queue;
+mod retention;
 mod rows;
+mod runs;
 mod schema;
+mod snapshots;
 mod tls;
 
 use std::fmt;
@@ -63,22 +76,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
-use leasehold_actors::{
-    BoxFuture, ChangeFeed, ChangeHub, ClaimOutcome, Delivery, Event, Fenced, Notice, NoticeTake,
-    Pace, PurgeReport, PurgeRule, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
-    RunUpdate, Snapshot, Store, StoreChange, StoreError, StoredCommand, SummaryPage,
-    ToolCallRecord, fencing,
-};
+use leasehold_actors::{ChangeHub, Fenced, RunRecord, StoreChange, StoreError, StoreFuture};
 use tokio::sync::{OnceCell, watch};
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::CancellationToken;
 
 pub use config::PostgresConfig;
-use rows::{
-    RUN_COLUMNS, RunParams, from_json, get, run_from_row, status_name, to_i64, to_json, to_u64,
-};
+use rows::{RUN_COLUMNS, RunParams, from_json, run_from_row, to_i64};
 
-/// The [`Store`] port on a PostgreSQL database. Cheap to clone; clones
+/// The [`Store`](leasehold_actors::Store) port on a PostgreSQL database. Cheap to clone; clones
 /// share the connection pool.
 #[derive(Clone)]
 pub struct PostgresStore {
@@ -108,7 +114,7 @@ impl Drop for Inner {
 /// The payload of the notification of `change`: its JSON.
 fn notice(change: &StoreChange) -> Result<String, StoreError> {
     serde_json::to_string(change)
-        .map_err(|e| StoreError::new(format!("cannot encode the change {change:?}: {e}")))
+        .map_err(|e| StoreError::invalid(format!("cannot encode the change {change:?}: {e}")))
 }
 
 impl fmt::Debug for PostgresStore {
@@ -135,8 +141,12 @@ fn runs_query(tail: &str) -> String {
 /// A statement that failed, saying what it was doing.
 fn failed(doing: &dyn fmt::Display, error: &tokio_postgres::Error) -> StoreError {
     match error.as_db_error() {
-        Some(db) => StoreError::new(format!("{doing} failed in PostgreSQL: {db}")),
-        None => StoreError::new(format!("{doing} failed: {}", with_causes(error))),
+        Some(db) => StoreError::failed(format!("{doing} failed in PostgreSQL: {db}")),
+        // A connection that closed under the statement: worth trying again.
+        None if error.is_closed() => {
+            StoreError::unavailable(format!("{doing} failed: {}", with_causes(error)))
+        }
+        None => StoreError::failed(format!("{doing} failed: {}", with_causes(error))),
     }
 }
 
@@ -156,7 +166,7 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 }
 
 fn no_run(run_id: &str) -> StoreError {
-    StoreError::new(format!("no run `{run_id}`"))
+    StoreError::not_found(format!("no run `{run_id}`"))
 }
 
 impl PostgresStore {
@@ -180,7 +190,7 @@ impl PostgresStore {
             .recycle_timeout(Some(config.connect_timeout))
             .build()
             .map_err(|e| {
-                StoreError::new(format!(
+                StoreError::invalid(format!(
                     "cannot build the connection pool of the PostgreSQL store {}: {e}",
                     config.redacted()
                 ))
@@ -209,7 +219,7 @@ impl PostgresStore {
         let within = store.inner.config.connect_timeout;
         match tokio::time::timeout(within, listening.wait_for(|ready| *ready)).await {
             Ok(Ok(_)) => Ok(store),
-            _ => Err(StoreError::new(format!(
+            _ => Err(StoreError::unavailable(format!(
                 "the change feed of the PostgreSQL store {} could not LISTEN within {}",
                 store.inner.config.redacted(),
                 humantime::format_duration(within)
@@ -262,7 +272,7 @@ impl PostgresStore {
         run_id: &str,
         announce: bool,
         rule: impl FnOnce(&RunRecord) -> Result<RunRecord, Fenced<()>> + Send + 'static,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
+    ) -> StoreFuture<Fenced<()>> {
         let run_id = run_id.to_owned();
         self.with(move |inner| async move {
             inner
@@ -278,7 +288,7 @@ impl PostgresStore {
     }
 
     /// Runs `work` on the store's connection, as a boxed future.
-    fn with<T, F, W>(&self, work: W) -> BoxFuture<'static, Result<T, StoreError>>
+    fn with<T, F, W>(&self, work: W) -> StoreFuture<T>
     where
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
         W: FnOnce(Arc<Inner>) -> F,
@@ -291,11 +301,11 @@ impl Inner {
     fn pool_error(&self, error: &PoolError) -> StoreError {
         let store = self.config.redacted();
         match error {
-            PoolError::Backend(error) => StoreError::new(format!(
+            PoolError::Backend(error) => StoreError::unavailable(format!(
                 "cannot get a connection to the PostgreSQL store {store}: {}",
                 with_causes(error)
             )),
-            other => StoreError::new(format!(
+            other => StoreError::unavailable(format!(
                 "cannot get a connection to the PostgreSQL store {store}: {other}"
             )),
         }
@@ -365,7 +375,7 @@ impl Inner {
             .await
             .map_err(|e| failed(&doing, &e))?;
         if written != 1 {
-            return Err(StoreError::new(format!(
+            return Err(StoreError::failed(format!(
                 "{doing} failed: the row moved while locked"
             )));
         }
@@ -450,114 +460,6 @@ impl Inner {
             .collect()
     }
 
-    async fn create_run(&self, record: RunRecord) -> Result<(), StoreError> {
-        let doing = format!("creating run `{}`", record.run_id);
-        let params = RunParams::new(&record)?;
-        // A queued run is also news for every executor with room.
-        let mut payloads = vec![notice(&StoreChange::Run {
-            run_id: record.run_id.clone(),
-        })?];
-        if record.status == RunStatus::Queued {
-            payloads.push(notice(&StoreChange::Queued)?);
-        }
-        let retention_ms = purge::retention_ms(&record.flow)?;
-        let mut values = params.values().to_vec();
-        values.push(&payloads);
-        values.push(&retention_ms);
-        let created: i64 = self
-            .client()
-            .await?
-            .query_one(
-                &format!(
-                    "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15) \
-                     ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
-                     notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
-                     FROM created, unnest($14::text[]) AS payload) \
-                     SELECT count(DISTINCT run_id) FROM notified"
-                ),
-                &values,
-            )
-            .await
-            .map_err(|e| failed(&doing, &e))?
-            .get(0);
-        if created == 0 {
-            return Err(StoreError::new(format!(
-                "run `{}` already exists",
-                record.run_id
-            )));
-        }
-        Ok(())
-    }
-
-    async fn reconcile_orphans(&self, now_ms: u64) -> Result<Vec<String>, StoreError> {
-        let doing = "reconciling orphaned runs";
-        let now = to_i64(now_ms, &"the reconciliation time")?;
-        let running = status_name(RunStatus::Running)?;
-        let orphaned = status_name(RunStatus::Orphaned)?;
-        // The condition and the change are `fencing::orphan`'s, in one
-        // statement: a run renewed or claimed meanwhile no longer matches.
-        // A row another transaction holds is skipped, not waited for: its
-        // holder is changing it, and one stuck holder must not stop the
-        // sweep of every other run (the next sweep looks at it again).
-        let rows = self
-            .client()
-            .await?
-            .query(
-                "WITH expired AS (SELECT run_id FROM runs \
-                 WHERE status = $4 AND lease_expires_at_ms <= $1 FOR UPDATE SKIP LOCKED), \
-                 orphaned AS (UPDATE runs SET status = $2, \
-                 reason = CASE WHEN runs.reason = $5 THEN $6 ELSE $3 END, updated_at_ms = $1 \
-                 FROM expired WHERE runs.run_id = expired.run_id RETURNING runs.run_id), \
-                 notified AS (SELECT run_id, pg_notify('leasehold', \
-                 json_build_object('change', 'run', 'run_id', run_id)::text) FROM orphaned) \
-                 SELECT run_id FROM notified ORDER BY run_id COLLATE \"C\"",
-                &[
-                    &now,
-                    &orphaned,
-                    &fencing::ORPHANED,
-                    &running,
-                    &fencing::STOPPED_IN_PLACE,
-                    &fencing::ORPHANED_AFTER_STOP,
-                ],
-            )
-            .await
-            .map_err(|e| failed(&doing, &e))?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
-    }
-
-    async fn claim_queued(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
-        let doing = "claiming queued runs";
-        let now = to_i64(claim.now_ms, &"the claim time")?;
-        let expires = claim.now_ms.saturating_add(claim.ttl_ms);
-        let expires = to_i64(expires, &"the claimed lease's expiry")?;
-        let max = u64::try_from(claim.max).unwrap_or(u64::MAX);
-        let max = to_i64(max, &"the claim's limit")?;
-        let owner_id = &claim.owner_id;
-        let queued = status_name(RunStatus::Queued)?;
-        let running = status_name(RunStatus::Running)?;
-        // The change is `fencing::claim_queued`'s, in one statement: each
-        // claimer locks the oldest queued rows no other claimer holds, so
-        // claimers at once take disjoint runs, and a run claimed meanwhile
-        // is no longer queued when its lock is granted.
-        self.load_runs(
-            &format!(
-                "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
-                     fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
-                     updated_at_ms = $4 \
-                     WHERE run_id IN (SELECT run_id FROM runs WHERE status = $5 \
-                     ORDER BY run_id COLLATE \"C\" LIMIT $6 FOR UPDATE SKIP LOCKED) \
-                     RETURNING {RUN_COLUMNS}), \
-                 notified AS (SELECT claimed.*, pg_notify('leasehold', \
-                     json_build_object('change', 'run', 'run_id', run_id)::text) FROM claimed) \
-                     SELECT {RUN_COLUMNS} FROM notified ORDER BY run_id COLLATE \"C\""
-            ),
-            &[&running, &owner_id, &expires, &now, &queued, &max],
-            &doing,
-        )
-        .await
-    }
-
     /// The runs `statement` answers, its columns [`RUN_COLUMNS`].
     async fn load_runs(
         &self,
@@ -572,402 +474,5 @@ impl Inner {
             .await
             .map_err(|e| failed(doing, &e))?;
         rows.iter().map(run_from_row).collect()
-    }
-}
-
-impl Store for PostgresStore {
-    fn create_run(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.with(move |inner| async move { inner.create_run(record).await })
-    }
-
-    fn claim_run(
-        &self,
-        run_id: &str,
-        owner_id: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<ClaimOutcome, StoreError>> {
-        let (run_id, owner_id) = (run_id.to_owned(), owner_id.to_owned());
-        self.with(move |inner| async move {
-            inner
-                .change_run(&run_id, true, |record| {
-                    Ok(match record {
-                        None => (ClaimOutcome::NotFound, None),
-                        Some(record) => match fencing::claim(&record, &owner_id, now_ms, ttl_ms) {
-                            Ok(claimed) => (ClaimOutcome::Claimed(claimed.clone()), Some(claimed)),
-                            Err(refused) => (refused, None),
-                        },
-                    })
-                })
-                .await
-        })
-    }
-
-    fn renew_run(
-        &self,
-        run_id: &str,
-        fence: u64,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        // A heartbeat only moves the lease's expiry: nothing to announce.
-        self.fenced_change(run_id, false, move |record| {
-            fencing::renew(record, fence, now_ms, ttl_ms)
-        })
-    }
-
-    fn update_run(
-        &self,
-        run_id: &str,
-        fence: u64,
-        update: RunUpdate,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.fenced_change(run_id, true, move |record| {
-            fencing::update(record, fence, &update)
-        })
-    }
-
-    fn save_snapshot(
-        &self,
-        snapshot: Snapshot,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        self.with(move |inner| async move {
-            let doing = format!(
-                "saving the snapshot of `{}` in run `{}`",
-                snapshot.path, snapshot.run_id
-            );
-            let value = to_json(&snapshot, &doing)?;
-            let seq = to_i64(snapshot.seq, &format_args!("the place of {doing}"))?;
-            // The latest of its loop and its place in the history, from the
-            // same owner row: both land, or neither.
-            let statement = format!(
-                "{OWNER}, written AS (INSERT INTO snapshots (run_id, path, snapshot) \
-                 SELECT run_id, $3, $4 FROM owner \
-                 ON CONFLICT (run_id, path) DO UPDATE SET snapshot = EXCLUDED.snapshot), \
-                 kept AS (INSERT INTO snapshot_history (run_id, seq, path, snapshot) \
-                 SELECT run_id, $5, $3, $4 FROM owner \
-                 ON CONFLICT (run_id, seq, path) DO UPDATE SET snapshot = EXCLUDED.snapshot) \
-                 {OWNER_MATCHED}"
-            );
-            inner
-                .fenced_write(
-                    &snapshot.run_id,
-                    fence,
-                    &statement,
-                    &[&snapshot.path, &value, &seq],
-                    &doing,
-                )
-                .await
-        })
-    }
-
-    fn record_tool_call(
-        &self,
-        run_id: &str,
-        record: ToolCallRecord,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            let doing = format!("recording tool call `{}` of run `{run_id}`", record.key);
-            let value = to_json(&record, &doing)?;
-            let statement = format!(
-                "{OWNER}, written AS (INSERT INTO tool_calls (run_id, key, record) \
-                 SELECT run_id, $3, $4 FROM owner \
-                 ON CONFLICT (run_id, key) DO UPDATE SET record = EXCLUDED.record) \
-                 {OWNER_MATCHED}"
-            );
-            inner
-                .fenced_write(&run_id, fence, &statement, &[&record.key, &value], &doing)
-                .await
-        })
-    }
-
-    fn append_events(
-        &self,
-        run_id: &str,
-        events: Vec<Event>,
-        fence: u64,
-    ) -> BoxFuture<'static, Result<Fenced<()>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            let doing = format!("appending {} events to run `{run_id}`", events.len());
-            let seqs = events
-                .iter()
-                .map(|event| to_i64(event.seq, &format_args!("the seq of an event of {doing}")))
-                .collect::<Result<Vec<_>, _>>()?;
-            let values = events
-                .iter()
-                .map(|event| to_json(event, &doing))
-                .collect::<Result<Vec<_>, _>>()?;
-            let payload = notice(&StoreChange::Events {
-                run_id: run_id.clone(),
-            })?;
-            // Notified by the statement that appends, from the same owner
-            // row: a stale append notifies nothing.
-            let statement = format!(
-                "{OWNER}, written AS (INSERT INTO events (run_id, seq, event) \
-                 SELECT owner.run_id, e.seq, e.event FROM owner, \
-                 unnest($3::bigint[], $4::jsonb[]) AS e (seq, event) \
-                 ON CONFLICT (run_id, seq) DO NOTHING), \
-                 notified AS (SELECT pg_notify('leasehold', $5) FROM owner) \
-                 SELECT count(*) FROM notified"
-            );
-            inner
-                .fenced_write(
-                    &run_id,
-                    fence,
-                    &statement,
-                    &[&seqs, &values, &payload],
-                    &doing,
-                )
-                .await
-        })
-    }
-
-    fn claim_queued(
-        &self,
-        claim: QueueClaim,
-    ) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        self.with(move |inner| async move { inner.claim_queued(&claim).await })
-    }
-
-    fn reconcile_orphans(
-        &self,
-        now_ms: u64,
-    ) -> BoxFuture<'static, Result<Vec<String>, StoreError>> {
-        self.with(move |inner| async move { inner.reconcile_orphans(now_ms).await })
-    }
-
-    fn load_run(&self, run_id: &str) -> BoxFuture<'static, Result<Option<RunRecord>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            let doing = format!("reading run `{run_id}`");
-            let mut runs = inner
-                .load_runs(&runs_query("WHERE run_id = $1"), &[&run_id], &doing)
-                .await?;
-            Ok(runs.pop())
-        })
-    }
-
-    fn list_runs(&self) -> BoxFuture<'static, Result<Vec<RunRecord>, StoreError>> {
-        self.with(move |inner| async move {
-            inner
-                .load_runs(&runs_query("ORDER BY created_seq"), &[], &"listing runs")
-                .await
-        })
-    }
-
-    fn count_runs_by_status(
-        &self,
-    ) -> BoxFuture<'static, Result<Vec<(RunStatus, u64)>, StoreError>> {
-        self.with(move |inner| async move {
-            let doing = "counting runs by status";
-            let rows = inner
-                .client()
-                .await?
-                .query("SELECT status, count(*) FROM runs GROUP BY status", &[])
-                .await
-                .map_err(|e| failed(&doing, &e))?;
-            let mut counts = Vec::with_capacity(RunStatus::ALL.len());
-            for status in RunStatus::ALL {
-                let name = status_name(status)?;
-                let mut count = 0;
-                for row in &rows {
-                    let (of, n): (String, i64) = (get(row, 0)?, get(row, 1)?);
-                    if of == name {
-                        count = to_u64(n, &format_args!("the count of `{name}` runs"))?;
-                    }
-                }
-                counts.push((status, count));
-            }
-            Ok(counts)
-        })
-    }
-
-    fn list_runs_page(&self, query: &RunQuery) -> BoxFuture<'static, Result<RunPage, StoreError>> {
-        let query = query.clone();
-        self.with(move |inner| async move { inner.list_runs_page(&query).await })
-    }
-
-    fn list_run_summaries(
-        &self,
-        query: &RunQuery,
-    ) -> BoxFuture<'static, Result<SummaryPage, StoreError>> {
-        let query = query.clone();
-        self.with(move |inner| async move { inner.list_run_summaries(&query).await })
-    }
-
-    fn count_runs(&self, status: RunStatus) -> BoxFuture<'static, Result<u64, StoreError>> {
-        self.with(move |inner| async move { inner.count_runs(status).await })
-    }
-
-    fn load_snapshots(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            inner
-                .load_json(
-                    "SELECT snapshot FROM snapshots WHERE run_id = $1 ORDER BY path COLLATE \"C\"",
-                    &[&run_id],
-                    "snapshot",
-                    &run_id,
-                )
-                .await
-        })
-    }
-
-    /// Read by the primary key of `snapshot_history`: the places in order,
-    /// the paths of one place in byte order.
-    fn load_snapshot_history(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<Snapshot>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            inner
-                .load_json(
-                    "SELECT snapshot FROM snapshot_history WHERE run_id = $1 \
-                     ORDER BY seq, path COLLATE \"C\"",
-                    &[&run_id],
-                    "history snapshot",
-                    &run_id,
-                )
-                .await
-        })
-    }
-
-    fn load_tool_calls(
-        &self,
-        run_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<ToolCallRecord>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            inner
-                .load_json(
-                    "SELECT record FROM tool_calls WHERE run_id = $1 ORDER BY key COLLATE \"C\"",
-                    &[&run_id],
-                    "tool call",
-                    &run_id,
-                )
-                .await
-        })
-    }
-
-    fn load_events(
-        &self,
-        run_id: &str,
-        after_seq: u64,
-    ) -> BoxFuture<'static, Result<Vec<Event>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            // No event has a seq past what a bigint holds.
-            let Ok(after) = i64::try_from(after_seq) else {
-                return Ok(Vec::new());
-            };
-            inner
-                .load_json(
-                    "SELECT event FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
-                    &[&run_id, &after],
-                    "event",
-                    &run_id,
-                )
-                .await
-        })
-    }
-
-    fn last_event(&self, run_id: &str) -> BoxFuture<'static, Result<Option<Event>, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            let mut last: Vec<Event> = inner
-                .load_json(
-                    "SELECT event FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
-                    &[&run_id],
-                    "event",
-                    &run_id,
-                )
-                .await?;
-            Ok(last.pop())
-        })
-    }
-
-    fn flush(&self) -> BoxFuture<'static, Result<(), StoreError>> {
-        // Every write above committed before its call returned.
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    fn is_shared(&self) -> bool {
-        true
-    }
-
-    fn changes(&self) -> ChangeFeed {
-        // Subscribed before the listener starts: its first `Resync` comes
-        // after this subscription, so nothing is missed unannounced.
-        let feed = self.inner.changes.subscribe();
-        if let Err(error) = self.listen() {
-            tracing::warn!(%error, "the store's change feed cannot listen");
-        }
-        feed
-    }
-
-    fn send_command(
-        &self,
-        run_id: &str,
-        command: RunCommand,
-    ) -> BoxFuture<'static, Result<u64, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move { inner.send_command(&run_id, &command).await })
-    }
-
-    fn count_commands(&self, run_id: &str) -> BoxFuture<'static, Result<u64, StoreError>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move { inner.count_commands(&run_id).await })
-    }
-
-    fn take_commands(
-        &self,
-        owner_id: &str,
-    ) -> BoxFuture<'static, Result<Vec<StoredCommand>, StoreError>> {
-        let owner_id = owner_id.to_owned();
-        self.with(move |inner| async move { inner.take_commands(&owner_id).await })
-    }
-
-    fn take_notices(
-        &self,
-        take: NoticeTake,
-    ) -> BoxFuture<'static, Result<Vec<Notice>, StoreError>> {
-        self.with(move |inner| async move { inner.take_notices(take).await })
-    }
-
-    fn settle_notice(
-        &self,
-        id: u64,
-        held_until_ms: u64,
-        delivery: Option<Delivery>,
-    ) -> BoxFuture<'static, Result<bool, StoreError>> {
-        self.with(
-            move |inner| async move { inner.settle_notice(id, held_until_ms, delivery).await },
-        )
-    }
-
-    fn purge_finished(
-        &self,
-        rule: PurgeRule,
-    ) -> BoxFuture<'static, Result<PurgeReport, StoreError>> {
-        self.with(move |inner| async move { inner.purge_finished(&rule).await })
-    }
-
-    fn load_paces(&self) -> BoxFuture<'static, Result<Vec<(String, Pace)>, StoreError>> {
-        self.with(move |inner| async move { inner.load_paces().await })
-    }
-
-    fn save_paces(
-        &self,
-        paces: Vec<(String, Option<Pace>)>,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
-        self.with(move |inner| async move { inner.save_paces(&paces).await })
     }
 }

@@ -1,7 +1,7 @@
 //! The [`Deliverer`]: a task beside the runs that takes the store's due
 //! notices and posts each to the receivers that should hear of it.
 //!
-//! - A notice is taken with a hold ([`Store::take_notices`]): another
+//! - A notice is taken with a hold ([`Outbox::take_notices`](crate::Outbox::take_notices)): another
 //!   deliverer (another executor on a shared store) does not take it
 //!   meanwhile, and one that dies mid-delivery leaves it to be taken again
 //!   once the hold ends.
@@ -188,7 +188,7 @@ impl Work {
                     }
                     Err(error) => {
                         if !failing {
-                            tracing::warn!(error = %error.message, "webhooks: cannot take the due notices; trying again");
+                            tracing::warn!(error = %error.message(), "webhooks: cannot take the due notices; trying again");
                         }
                         failing = true;
                         false
@@ -318,7 +318,7 @@ impl Work {
                 tracing::debug!(run_id = %notice.run_id, "webhooks: a notice was taken again before it was settled");
             }
             Err(error) => {
-                tracing::warn!(run_id = %notice.run_id, error = %error.message,
+                tracing::warn!(run_id = %notice.run_id, error = %error.message(),
                     "webhooks: cannot settle a notice; it is taken again once its hold ends");
             }
         }

@@ -1,22 +1,21 @@
 //! [`MeteredStore`]: the store port, its writes timed.
 //!
-//! A decorator: every call goes to the wrapped store unchanged, its answer
-//! comes back unchanged; a write (anything that changes the store, a
-//! refused fenced write and a failure included) is timed into
-//! `leasehold_store_write_duration_seconds{op}`. Reads are not timed.
+//! A layer ([`LayeredStore`]): every call goes to the wrapped store
+//! unchanged, its answer comes back unchanged; a write (anything that
+//! changes the store, a refused fenced write and a failure included) is
+//! timed into `leasehold_store_write_duration_seconds{op}`. Reads are not
+//! timed, and go to the wrapped store without a line here.
 
 use std::sync::Arc;
 
 use leasehold::{
-    BoxFuture, ChangeFeed, ClaimOutcome, Delivery, Event, Fenced, Notice, NoticeTake, PurgeReport,
-    PurgeRule, QueueClaim, RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunUpdate,
-    Snapshot, Store, StoreError, StoredCommand, SummaryPage, ToolCallRecord,
+    ClaimOutcome, Delivery, Event, Fenced, GoneHolder, LayeredStore, Notice, NoticeTake,
+    PurgeReport, PurgeRule, QueueClaim, RunCommand, RunRecord, RunUpdate, Snapshot, Store,
+    StoreFuture, StoredCommand, ToolCallRecord,
 };
 use prometheus_client::metrics::histogram::Histogram;
 
 use super::{Histograms, Metrics};
-
-type Answer<T> = BoxFuture<'static, Result<T, StoreError>>;
 
 /// A store whose writes are timed into a [`Metrics`].
 ///
@@ -60,8 +59,8 @@ impl MeteredStore {
     fn timed<T: Send + 'static>(
         &self,
         op: &'static str,
-        write: impl FnOnce(&dyn Store) -> Answer<T>,
-    ) -> Answer<T> {
+        write: impl FnOnce(&dyn Store) -> StoreFuture<T>,
+    ) -> StoreFuture<T> {
         let histogram: Histogram = self.writes.get_or_create_owned(&[("op", op)]);
         let started = tokio::time::Instant::now();
         let write = write(self.inner.as_ref());
@@ -73,24 +72,65 @@ impl MeteredStore {
     }
 }
 
-impl Store for MeteredStore {
-    fn create_run(&self, record: RunRecord) -> Answer<()> {
+/// Writes timed; reads, `changes` and what the store says of itself go
+/// to the inner store as they are.
+impl LayeredStore for MeteredStore {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
         self.timed("create_run", |s| s.create_run(record))
     }
 
-    fn claim_run(&self, id: &str, owner: &str, now_ms: u64, ttl_ms: u64) -> Answer<ClaimOutcome> {
+    fn claim_run(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> StoreFuture<ClaimOutcome> {
         self.timed("claim_run", |s| s.claim_run(id, owner, now_ms, ttl_ms))
     }
 
-    fn renew_run(&self, run_id: &str, fence: u64, now_ms: u64, ttl_ms: u64) -> Answer<Fenced<()>> {
+    fn renew_run(
+        &self,
+        run_id: &str,
+        fence: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> StoreFuture<Fenced<()>> {
         self.timed("renew_run", |s| s.renew_run(run_id, fence, now_ms, ttl_ms))
     }
 
-    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> Answer<Fenced<()>> {
+    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>> {
         self.timed("update_run", |s| s.update_run(run_id, fence, update))
     }
 
-    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> Answer<Fenced<()>> {
+    fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
+        self.timed("reconcile_orphans", |s| s.reconcile_orphans(now_ms))
+    }
+
+    fn orphan_runs_of_gone_holders(
+        &self,
+        now_ms: u64,
+        gone: GoneHolder,
+    ) -> StoreFuture<Vec<String>> {
+        self.timed("orphan_runs_of_gone_holders", |s| {
+            s.orphan_runs_of_gone_holders(now_ms, gone)
+        })
+    }
+
+    fn append_events(
+        &self,
+        run_id: &str,
+        events: Vec<Event>,
+        fence: u64,
+    ) -> StoreFuture<Fenced<()>> {
+        self.timed("append_events", |s| s.append_events(run_id, events, fence))
+    }
+
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
         self.timed("save_snapshot", |s| s.save_snapshot(snapshot, fence))
     }
 
@@ -99,115 +139,25 @@ impl Store for MeteredStore {
         run_id: &str,
         record: ToolCallRecord,
         fence: u64,
-    ) -> Answer<Fenced<()>> {
+    ) -> StoreFuture<Fenced<()>> {
         self.timed("record_tool_call", |s| {
             s.record_tool_call(run_id, record, fence)
         })
     }
 
-    fn append_events(&self, run_id: &str, events: Vec<Event>, fence: u64) -> Answer<Fenced<()>> {
-        self.timed("append_events", |s| s.append_events(run_id, events, fence))
-    }
-
-    fn claim_queued(&self, claim: QueueClaim) -> Answer<Vec<RunRecord>> {
+    fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
         self.timed("claim_queued", |s| s.claim_queued(claim))
     }
 
-    fn reconcile_orphans(&self, now_ms: u64) -> Answer<Vec<String>> {
-        self.timed("reconcile_orphans", |s| s.reconcile_orphans(now_ms))
-    }
-
-    fn load_run(&self, run_id: &str) -> Answer<Option<RunRecord>> {
-        self.inner.load_run(run_id)
-    }
-
-    fn list_runs(&self) -> Answer<Vec<RunRecord>> {
-        self.inner.list_runs()
-    }
-
-    fn count_runs_by_status(&self) -> Answer<Vec<(RunStatus, u64)>> {
-        self.inner.count_runs_by_status()
-    }
-
-    fn list_runs_page(&self, query: &RunQuery) -> Answer<RunPage> {
-        self.inner.list_runs_page(query)
-    }
-
-    fn load_paces(&self) -> Answer<Vec<(String, leasehold::Pace)>> {
-        self.inner.load_paces()
-    }
-
-    fn save_paces(&self, paces: Vec<(String, Option<leasehold::Pace>)>) -> Answer<()> {
-        self.inner.save_paces(paces)
-    }
-
-    fn count_commands(&self, run_id: &str) -> Answer<u64> {
-        self.inner.count_commands(run_id)
-    }
-
-    fn count_runs(&self, status: RunStatus) -> Answer<u64> {
-        self.inner.count_runs(status)
-    }
-
-    fn list_run_summaries(&self, query: &RunQuery) -> Answer<SummaryPage> {
-        self.inner.list_run_summaries(query)
-    }
-
-    fn load_snapshots(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
-        self.inner.load_snapshots(run_id)
-    }
-
-    fn load_snapshot_history(&self, run_id: &str) -> Answer<Vec<Snapshot>> {
-        self.inner.load_snapshot_history(run_id)
-    }
-
-    fn load_tool_calls(&self, run_id: &str) -> Answer<Vec<ToolCallRecord>> {
-        self.inner.load_tool_calls(run_id)
-    }
-
-    fn load_events(&self, run_id: &str, after_seq: u64) -> Answer<Vec<Event>> {
-        self.inner.load_events(run_id, after_seq)
-    }
-
-    fn last_event(&self, run_id: &str) -> Answer<Option<Event>> {
-        self.inner.last_event(run_id)
-    }
-
-    fn flush(&self) -> Answer<()> {
-        self.timed("flush", |s| s.flush())
-    }
-
-    fn changes(&self) -> ChangeFeed {
-        self.inner.changes()
-    }
-
-    fn is_shared(&self) -> bool {
-        self.inner.is_shared()
-    }
-
-    fn is_exclusive(&self) -> bool {
-        self.inner.is_exclusive()
-    }
-
-    fn orphan_runs_of_gone_holders(
-        &self,
-        now_ms: u64,
-        gone: leasehold::GoneHolder,
-    ) -> Answer<Vec<String>> {
-        self.timed("orphan_runs_of_gone_holders", |s| {
-            s.orphan_runs_of_gone_holders(now_ms, gone)
-        })
-    }
-
-    fn send_command(&self, run_id: &str, command: RunCommand) -> Answer<u64> {
+    fn send_command(&self, run_id: &str, command: RunCommand) -> StoreFuture<u64> {
         self.timed("send_command", |s| s.send_command(run_id, command))
     }
 
-    fn take_commands(&self, owner_id: &str) -> Answer<Vec<StoredCommand>> {
+    fn take_commands(&self, owner_id: &str) -> StoreFuture<Vec<StoredCommand>> {
         self.timed("take_commands", |s| s.take_commands(owner_id))
     }
 
-    fn take_notices(&self, take: NoticeTake) -> Answer<Vec<Notice>> {
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
         self.timed("take_notices", |s| s.take_notices(take))
     }
 
@@ -216,13 +166,17 @@ impl Store for MeteredStore {
         id: u64,
         held_until_ms: u64,
         delivery: Option<Delivery>,
-    ) -> Answer<bool> {
+    ) -> StoreFuture<bool> {
         self.timed("settle_notice", |s| {
             s.settle_notice(id, held_until_ms, delivery)
         })
     }
 
-    fn purge_finished(&self, rule: PurgeRule) -> Answer<PurgeReport> {
+    fn flush(&self) -> StoreFuture<()> {
+        self.timed("flush", |s| s.flush())
+    }
+
+    fn purge_finished(&self, rule: PurgeRule) -> StoreFuture<PurgeReport> {
         self.timed("purge_finished", |s| s.purge_finished(rule))
     }
 }

@@ -15,7 +15,7 @@
 //! at by **one shared watch per run** ([`Watches`]), however many streams
 //! follow the run: it reads the run's log and status, then reads them
 //! again each time the store's change feed
-//! ([`Store::changes`](leasehold::Store::changes)) says the run
+//! ([`ChangeSource::changes`](leasehold::ChangeSource::changes)) says the run
 //! changed (or that changes may have been missed), and wakes the streams
 //! when something changed. No timer polls: a run another executor runs is
 //! followed through its store's feed (on PostgreSQL, `LISTEN/NOTIFY`), and

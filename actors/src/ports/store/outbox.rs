@@ -3,22 +3,19 @@
 //! transaction (PostgreSQL), before the record in the same log (sled) — so
 //! that a notice is never lost with its process, and never written for a
 //! change that did not land. Whoever delivers notices (a serving
-//! executor's webhooks) takes the due ones ([`Store::take_notices`]),
+//! executor's webhooks) takes the due ones ([`Outbox::take_notices`]),
 //! which holds each for a while so that two deliverers do not both send
-//! it, and settles each ([`Store::settle_notice`]): removed once every
+//! it, and settles each ([`Outbox::settle_notice`]): removed once every
 //! receiver has it, or kept with its progress and a later due time. A
 //! deliverer that dies mid-delivery leaves its notices held until the hold
 //! ends; then another takes them again: at least once.
 //!
 //! Which changes make a notice, what a notice holds and when it is due are
 //! pure functions here, so every store keeps the same notices.
-//!
-//! [`Store::take_notices`]: super::Store::take_notices
-//! [`Store::settle_notice`]: super::Store::settle_notice
 
 use serde::{Deserialize, Serialize};
 
-use super::{PauseRecord, RunRecord, RunStatus, listing};
+use super::{PauseRecord, RunRecord, RunStatus, StoreFuture, listing};
 
 /// How many characters of each text a notice keeps (a reason, an answer,
 /// a pause's reason and subject): a notice says what happened and links
@@ -84,7 +81,7 @@ pub struct Delivery {
     pub last_error: Option<String>,
 }
 
-/// A take of due notices ([`Store::take_notices`](super::Store::take_notices)).
+/// A take of due notices ([`Outbox::take_notices`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NoticeTake {
     /// Now (Unix ms): notices due at or before it are taken.
@@ -94,6 +91,29 @@ pub struct NoticeTake {
     pub hold_ms: u64,
     /// At most this many, oldest first (id ascending).
     pub max: usize,
+}
+
+/// The outbox of a store: notices kept with the changes that made them,
+/// taken and settled by whoever delivers them.
+pub trait Outbox: Send + Sync + 'static {
+    /// Takes up to `take.max` notices due at `take.now_ms` ([`is_due`]),
+    /// oldest first, each held as [`held`] says, and answers them as held:
+    /// a notice's `delivery.due_at_ms` is what settling it names. Every
+    /// change of a run's record that [`notice_of`] makes a notice of keeps
+    /// that notice, with the change, or neither lands.
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>>;
+
+    /// Settles a taken notice if it is still held as the take left it
+    /// (its due time is `held_until_ms`: no take since): `None` removes
+    /// it, `Some(delivery)` keeps it with that progress, due again at its
+    /// `due_at_ms`. Answers whether it settled; a notice taken again
+    /// meanwhile, or gone with its run, is left as it is.
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> StoreFuture<bool>;
 }
 
 /// The notice a change of a run's record from status `before` to `after`

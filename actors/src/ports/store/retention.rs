@@ -1,6 +1,5 @@
 //! Retention: which finished runs a store deletes
-//! ([`Store::purge_finished`](super::Store::purge_finished)), as pure
-//! functions every store applies.
+//! ([`Retention::purge_finished`]), as pure functions every store applies.
 //!
 //! A run is kept while it lives and for a retention period after it
 //! ended: `completed`, `failed` and `cancelled` are the only statuses a
@@ -17,7 +16,7 @@
 //! held to today's). The clock starts when the run ended: its record's
 //! `updated_at_ms`, which a finished run never changes again.
 
-use super::RunRecord;
+use super::{RunRecord, StoreFuture};
 
 /// Which finished runs to purge, and how many at most in one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +46,18 @@ impl PurgeReport {
         let more = purged.len() >= limit.max(1);
         Self { purged, more }
     }
+}
+
+/// Deleting finished runs once their retention has passed.
+pub trait Retention: Send + Sync + 'static {
+    /// Deletes up to `rule.limit` finished runs past their retention
+    /// ([`expired`]), each with everything kept of it: its record,
+    /// snapshots (every loop's, workers' too), tool-call records, events,
+    /// waiting commands and undelivered notices; answers which, and
+    /// whether the batch was full. A run that is not finished is never
+    /// touched. A deleted run is as if it never was:
+    /// [`RunStore::load_run`](super::RunStore::load_run) answers `None`.
+    fn purge_finished(&self, rule: PurgeRule) -> StoreFuture<PurgeReport>;
 }
 
 /// The retention a flow asks for, in ms: its `retention` key, a duration

@@ -2,7 +2,7 @@
 //! flow, with each of its texts cut to its first [`SUMMARY_CHARS`]
 //! characters, so that a page of runs costs at most its length times a
 //! summary's size however long a run's task, answer or reasons are. The
-//! whole run is [`Store::load_run`](super::Store::load_run)'s.
+//! whole run is [`RunStore::load_run`](super::RunStore::load_run)'s.
 //!
 //! Where a text is cut is `clip`, the one rule every store applies: a
 //! store that can cut in its query (PostgreSQL's `left(…)`) reads no more
@@ -15,9 +15,9 @@ use super::{PauseRecord, RunRecord, RunStatus, listing};
 /// a task in a table, and at most 800 bytes of UTF-8.
 pub const SUMMARY_CHARS: usize = 200;
 
-/// A run as a listing shows it ([`Store::list_run_summaries`]).
+/// A run as a listing shows it ([`RunStore::list_run_summaries`]).
 ///
-/// [`Store::list_run_summaries`]: super::Store::list_run_summaries
+/// [`RunStore::list_run_summaries`]: super::RunStore::list_run_summaries
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunSummary {
     /// The run.

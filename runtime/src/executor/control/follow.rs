@@ -1,6 +1,6 @@
 //! The owner's side of a forwarded control: every process that runs runs
 //! on a store follows its change feed, takes the commands stored for the
-//! runs it runs ([`Store::take_commands`](leasehold_actors::Store::take_commands),
+//! runs it runs ([`QueueStore::take_commands`](leasehold_actors::QueueStore::take_commands),
 //! each once) and applies each through the same rules as a control sent
 //! to it ([`super::check`], [`super::apply`]). A refusal is logged on the
 //! run as `control_refused`, the only answer the sender can read.

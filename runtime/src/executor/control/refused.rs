@@ -173,7 +173,8 @@ fn runs_elsewhere(run_id: &str, owner_id: &str, until_ms: u64, remaining_ms: u64
     let wait =
         humantime::format_duration(std::time::Duration::from_secs(remaining_ms.div_ceil(1000)));
     // An executor that serves the API says where in its id.
-    let server = leasehold_actors::serving_url(owner_id).unwrap_or("URL");
+    let owner = leasehold_actors::OwnerId::parse(owner_id);
+    let server = owner.serving().unwrap_or("URL");
     format!(
         "run {run_id} is held by executor {owner_id}, which runs it: there is nothing to \
          resume (follow it there: `leasehold runs events {run_id} --follow --server {server}`). \

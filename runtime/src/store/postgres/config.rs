@@ -64,13 +64,13 @@ impl PostgresConfig {
         &self,
     ) -> Result<(tokio_postgres::Config, MakeRustlsConnect), StoreError> {
         if !super::super::is_postgres_url(&self.url) {
-            return Err(StoreError::new(format!(
+            return Err(StoreError::invalid(format!(
                 "the store URL {} is not a PostgreSQL URL: expected postgres://…",
                 self.redacted()
             )));
         }
         let invalid = |e: &dyn fmt::Display| {
-            StoreError::new(format!(
+            StoreError::invalid(format!(
                 "the store URL {} is not a valid PostgreSQL URL: {e}",
                 self.redacted()
             ))
@@ -87,7 +87,7 @@ impl PostgresConfig {
                 self.idle_in_transaction_timeout.as_millis()
             ));
         let connector = tls.connector().map_err(|e| {
-            StoreError::new(format!(
+            StoreError::invalid(format!(
                 "cannot connect to the PostgreSQL store {} with sslmode={}: {e}",
                 self.redacted(),
                 tls.mode
@@ -161,7 +161,7 @@ mod tests {
         assert_eq!(config.redacted(), "`postgres://lh:***@db:5432/runs`");
         assert!(!format!("{config:?}").contains("s3cret"));
         let err = refused("postgres://lh:s3cret@db:notaport/runs");
-        assert!(!err.message.contains("s3cret"), "{err}");
+        assert!(!err.message().contains("s3cret"), "{err}");
     }
 
     #[test]
@@ -194,14 +194,14 @@ mod tests {
     #[test]
     fn an_unknown_sslmode_is_refused_by_name() {
         let err = refused("postgres://lh:s3cret@db/runs?sslmode=verify");
-        assert!(err.message.contains("unknown sslmode `verify`"), "{err}");
-        assert!(!err.message.contains("s3cret"), "{err}");
+        assert!(err.message().contains("unknown sslmode `verify`"), "{err}");
+        assert!(!err.message().contains("s3cret"), "{err}");
     }
 
     #[test]
     fn only_postgres_urls_are_taken() {
         let err = refused("mysql://db/runs");
-        assert!(err.message.contains("not a PostgreSQL URL"), "{err}");
+        assert!(err.message().contains("not a PostgreSQL URL"), "{err}");
         assert!(
             PostgresConfig::new("postgresql://db/runs")
                 .client_config()

@@ -1,6 +1,6 @@
 //! Pages of runs on PostgreSQL: the filter every page applies, whole
-//! records ([`Store::list_runs_page`]) or summaries
-//! ([`Store::list_run_summaries`]), and the count of one status.
+//! records ([`RunStore::list_runs_page`]) or summaries
+//! ([`RunStore::list_run_summaries`]), and the count of one status.
 //!
 //! A summary is cut in the query: each text is read as its first
 //! [`SUMMARY_CHARS`] characters plus one (`left(…)`, which counts
@@ -9,8 +9,8 @@
 //! runs' tasks and answers are; [`RunSummary::clipped`] then cuts the one
 //! extra character and names what was cut, as every store does.
 //!
-//! [`Store::list_runs_page`]: leasehold_actors::Store::list_runs_page
-//! [`Store::list_run_summaries`]: leasehold_actors::Store::list_run_summaries
+//! [`RunStore::list_runs_page`]: leasehold_actors::RunStore::list_runs_page
+//! [`RunStore::list_run_summaries`]: leasehold_actors::RunStore::list_run_summaries
 
 use leasehold_actors::{
     PauseRecord, RunPage, RunQuery, RunStatus, RunSummary, SUMMARY_CHARS, StoreError, SummaryPage,
@@ -115,7 +115,7 @@ fn summary_from_row(row: &Row) -> Result<RunSummary, StoreError> {
         flow_name: text(1)?,
         task: text(2)?,
         status: serde_json::from_value::<RunStatus>(serde_json::Value::String(status))
-            .map_err(|e| StoreError::new(format!("{} is corrupt: {e}", what("status"))))?,
+            .map_err(|e| StoreError::corrupt(format!("{} is corrupt: {e}", what("status"))))?,
         owner_id: get(row, 4)?,
         fence: to_u64(get(row, 5)?, &what("fence"))?,
         lease_expires_at_ms: to_u64(get(row, 6)?, &what("lease expiry"))?,

@@ -7,11 +7,11 @@
 //!
 //! [`Inner::change_run`]: super::Inner
 
-use leasehold_actors::{Delivery, Notice, NoticeTake, StoreError};
+use leasehold_actors::{Delivery, Notice, NoticeTake, Outbox, StoreError, StoreFuture};
 use tokio_postgres::Transaction;
 
 use super::rows::{from_json, to_i64, to_json, to_u64};
-use super::{Inner, failed};
+use super::{Inner, PostgresStore, failed};
 
 /// Inserts `notice` in the transaction `tx`.
 pub(super) async fn keep(tx: &Transaction<'_>, notice: &Notice) -> Result<(), StoreError> {
@@ -97,5 +97,22 @@ impl Inner {
             }
         };
         Ok(settled == 1)
+    }
+}
+
+impl Outbox for PostgresStore {
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
+        self.with(move |inner| async move { inner.take_notices(take).await })
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> StoreFuture<bool> {
+        self.with(
+            move |inner| async move { inner.settle_notice(id, held_until_ms, delivery).await },
+        )
     }
 }

@@ -3,10 +3,10 @@
 //! a key wins, which is what learning wants (each writer folded the newest
 //! calls it saw into what it had loaded).
 
-use leasehold_actors::{Clock, Pace, StoreError, SystemClock};
+use leasehold_actors::{Clock, Pace, PaceStore, StoreError, StoreFuture, SystemClock};
 
 use super::rows::{to_i64, to_json};
-use super::{Inner, failed};
+use super::{Inner, PostgresStore, failed};
 
 impl Inner {
     pub(super) async fn load_paces(&self) -> Result<Vec<(String, Pace)>, StoreError> {
@@ -62,5 +62,15 @@ impl Inner {
             }
         }
         Ok(())
+    }
+}
+
+impl PaceStore for PostgresStore {
+    fn load_paces(&self) -> StoreFuture<Vec<(String, Pace)>> {
+        self.with(move |inner| async move { inner.load_paces().await })
+    }
+
+    fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> StoreFuture<()> {
+        self.with(move |inner| async move { inner.save_paces(&paces).await })
     }
 }

@@ -18,7 +18,7 @@ pub(super) const RUN_COLUMNS: &str = "run_id, flow, status, owner_id, fence, lea
 /// `value` as a `bigint`.
 pub(super) fn to_i64(value: u64, what: &dyn Display) -> Result<i64, StoreError> {
     i64::try_from(value).map_err(|_| {
-        StoreError::new(format!(
+        StoreError::invalid(format!(
             "{what} ({value}) is beyond what PostgreSQL's bigint holds ({})",
             i64::MAX
         ))
@@ -28,7 +28,7 @@ pub(super) fn to_i64(value: u64, what: &dyn Display) -> Result<i64, StoreError> 
 /// A `bigint` read back as a `u64`.
 pub(super) fn to_u64(value: i64, what: &dyn Display) -> Result<u64, StoreError> {
     u64::try_from(value)
-        .map_err(|_| StoreError::new(format!("{what} is corrupt: negative ({value})")))
+        .map_err(|_| StoreError::corrupt(format!("{what} is corrupt: negative ({value})")))
 }
 
 /// `value` as JSON.
@@ -36,7 +36,8 @@ pub(super) fn to_json<T: Serialize>(
     value: &T,
     what: &dyn Display,
 ) -> Result<serde_json::Value, StoreError> {
-    serde_json::to_value(value).map_err(|e| StoreError::new(format!("cannot encode {what}: {e}")))
+    serde_json::to_value(value)
+        .map_err(|e| StoreError::invalid(format!("cannot encode {what}: {e}")))
 }
 
 /// A value read back from JSON.
@@ -44,14 +45,15 @@ pub(super) fn from_json<T: DeserializeOwned>(
     value: serde_json::Value,
     what: &dyn Display,
 ) -> Result<T, StoreError> {
-    serde_json::from_value(value).map_err(|e| StoreError::new(format!("{what} is corrupt: {e}")))
+    serde_json::from_value(value)
+        .map_err(|e| StoreError::corrupt(format!("{what} is corrupt: {e}")))
 }
 
 /// A status's name, as the events and the API spell it (`waiting_human`).
 pub(super) fn status_name(status: RunStatus) -> Result<String, StoreError> {
     match to_json(&status, &"a run status")? {
         serde_json::Value::String(name) => Ok(name),
-        other => Err(StoreError::new(format!(
+        other => Err(StoreError::corrupt(format!(
             "a run status encoded as {other}, not a name"
         ))),
     }
@@ -84,7 +86,7 @@ pub(super) fn run_from_row(row: &Row) -> Result<RunRecord, StoreError> {
         trace_parent: trace_parent
             .map(|header| {
                 leasehold_actors::TraceParent::parse(&header).map_err(|e| {
-                    StoreError::new(format!("{} cannot be read: {e}", what("trace context")))
+                    StoreError::corrupt(format!("{} cannot be read: {e}", what("trace context")))
                 })
             })
             .transpose()?,
@@ -163,7 +165,7 @@ pub(super) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     index: usize,
 ) -> Result<T, StoreError> {
     row.try_get(index).map_err(|e| {
-        StoreError::new(format!(
+        StoreError::corrupt(format!(
             "column {index} of a row of the PostgreSQL store cannot be read: {e}"
         ))
     })
@@ -177,7 +179,7 @@ mod tests {
     fn numbers_past_bigint_are_refused_not_wrapped() {
         assert_eq!(to_i64(7, &"a fence").unwrap(), 7);
         let err = to_i64(u64::MAX, &"a fence").unwrap_err();
-        assert!(err.message.contains("a fence"), "{err}");
+        assert!(err.message().contains("a fence"), "{err}");
         assert!(to_u64(-1, &"a fence").is_err());
     }
 

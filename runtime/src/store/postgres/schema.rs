@@ -58,7 +58,7 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .map_err(|e| failed(&doing, &e))?
         .get(0);
     if applied > current_version() {
-        return Err(StoreError::new(format!(
+        return Err(StoreError::corrupt(format!(
             "the PostgreSQL store's schema is at version {applied}, but this build knows only up \
              to version {}; it was migrated by a later leasehold: refusing to use it",
             current_version()

@@ -1,5 +1,5 @@
 //! Deleting the PostgreSQL store's finished runs past their retention
-//! ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)):
+//! ([`Retention::purge_finished`](leasehold_actors::Retention::purge_finished)):
 //! one statement per batch, `DELETE … RETURNING` of the rows a `SELECT …
 //! FOR UPDATE SKIP LOCKED` picked through the finished-runs indexes
 //! (`0005_retention.sql`), their snapshots, snapshot history
@@ -16,10 +16,10 @@
 //! no live writer; executors sharing the store may purge at once, each
 //! deleting rows the others skip.
 
-use leasehold_actors::{PurgeReport, PurgeRule, StoreError, retention};
+use leasehold_actors::{PurgeReport, PurgeRule, Retention, StoreError, StoreFuture, retention};
 
 use super::rows::to_i64;
-use super::{Inner, failed};
+use super::{Inner, PostgresStore, failed};
 
 impl Inner {
     pub(super) async fn purge_finished(&self, rule: &PurgeRule) -> Result<PurgeReport, StoreError> {
@@ -67,4 +67,10 @@ pub(super) fn retention_ms(flow: &serde_json::Value) -> Result<Option<i64>, Stor
     retention::flow_retention_ms(flow)
         .map(|ms| to_i64(ms, &"a flow's retention"))
         .transpose()
+}
+
+impl Retention for PostgresStore {
+    fn purge_finished(&self, rule: PurgeRule) -> StoreFuture<PurgeReport> {
+        self.with(move |inner| async move { inner.purge_finished(&rule).await })
+    }
 }

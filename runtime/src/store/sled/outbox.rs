@@ -1,4 +1,4 @@
-//! The sled store's outbox ([`outbox`]): a tree of notices keyed by id
+//! The sled store's outbox ([`Outbox`], the rules of [`outbox`]): a tree of notices keyed by id
 //! (big-endian, so in id order). A notice is inserted before the run's
 //! record is replaced, under the run's lock: sled recovers a prefix of its
 //! log, so a change that survives a crash has its notice. Taking and
@@ -7,25 +7,25 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use leasehold_actors::{Delivery, Notice, NoticeTake, RunRecord, RunStatus, StoreError, outbox};
+use leasehold_actors::{
+    Delivery, Notice, NoticeTake, Outbox, RunRecord, RunStatus, StoreError, StoreFuture, outbox,
+};
 use sled::Tree;
 
 use super::codec::{decode, encode};
+use super::{SledStore, failed};
 
 /// The tree of notices.
 pub(super) const OUTBOX: &str = "outbox";
 
-/// The outbox: its tree, and the lock takes and settlements hold.
-pub(super) struct Outbox {
+/// The outbox's notices: their tree, and the lock takes and settlements
+/// hold.
+pub(super) struct Notices {
     tree: Tree,
     taking: Mutex<()>,
 }
 
-fn failed(doing: &dyn std::fmt::Display, error: &sled::Error) -> StoreError {
-    StoreError::new(format!("{doing} failed: {error}"))
-}
-
-impl Outbox {
+impl Notices {
     pub(super) fn new(tree: Tree) -> Self {
         Self {
             tree,
@@ -126,5 +126,20 @@ impl Outbox {
             }
         }
         Ok(())
+    }
+}
+
+impl Outbox for SledStore {
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
+        self.scan_and_settle(move |inner| inner.outbox.take(&take))
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> StoreFuture<bool> {
+        self.scan_and_settle(move |inner| inner.outbox.settle(id, held_until_ms, delivery))
     }
 }

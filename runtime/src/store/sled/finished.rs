@@ -1,6 +1,6 @@
-//! The sled store's retention: its finished runs in the order they come
-//! due, so that a purge ([`Store::purge_finished`]) reads only the runs it
-//! deletes, never the runs it keeps.
+//! The sled store's finished runs, in the order they come due, so that a
+//! purge ([`Retention::purge_finished`]) reads only the runs it deletes,
+//! never the runs it keeps.
 //!
 //! Two trees hold one entry per finished run, each keyed by a time
 //! (`u64` big-endian) followed by the run id:
@@ -22,11 +22,14 @@
 //!
 //! A database written before these trees gets them built when it is
 //! opened, as the run indexes are.
+//!
+//! [`Retention::purge_finished`]: crate::Retention::purge_finished
 
 use leasehold_actors::{PurgeRule, RunRecord, StoreError, retention};
 use sled::Tree;
 
 use super::codec::{self, decode};
+use super::failed;
 
 /// The tree of finished runs by when they ended.
 pub(crate) const FINISHED: &str = "runs_finished";
@@ -83,10 +86,6 @@ pub(crate) struct Due {
     in_flow_tree: bool,
 }
 
-fn failed(doing: &str, error: &sled::Error) -> StoreError {
-    StoreError::new(format!("{doing} failed: {error}"))
-}
-
 impl FinishedRuns {
     /// The trees, built from `runs` if `meta` says they never were.
     pub(crate) fn open(
@@ -99,17 +98,17 @@ impl FinishedRuns {
         let doing = "listing the finished runs";
         if !meta
             .contains_key(META_FINISHED_KEY)
-            .map_err(|e| failed(doing, &e))?
+            .map_err(|e| failed(&doing, &e))?
         {
             for entry in runs {
-                let (key, bytes) = entry.map_err(|e| failed(doing, &e))?;
+                let (key, bytes) = entry.map_err(|e| failed(&doing, &e))?;
                 let what = format!("run `{}`", String::from_utf8_lossy(&key));
                 let record: RunRecord = decode(&bytes, &what)?;
                 finished.add(None, FinishedEntries::of(&record).as_ref())?;
             }
             // After every entry: a crash before it lists them again.
             meta.insert(META_FINISHED_KEY, &[1_u8])
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         Ok(finished)
     }
@@ -126,14 +125,14 @@ impl FinishedRuns {
         if old.is_none_or(|old| !old.has(&new.by_end)) {
             self.by_end
                 .insert(new.by_end.as_slice(), &[])
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         if let Some(by_flow) = &new.by_flow
             && old.is_none_or(|old| !old.has(by_flow))
         {
             self.by_flow
                 .insert(by_flow.as_slice(), &[])
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         Ok(())
     }
@@ -150,14 +149,14 @@ impl FinishedRuns {
         if new.is_none_or(|new| !new.has(&old.by_end)) {
             self.by_end
                 .remove(old.by_end.as_slice())
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         if let Some(by_flow) = &old.by_flow
             && new.is_none_or(|new| !new.has(by_flow))
         {
             self.by_flow
                 .remove(by_flow.as_slice())
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         Ok(())
     }
@@ -182,14 +181,16 @@ impl FinishedRuns {
         for (tree, until, in_flow_tree) in walks {
             let Some(until) = until else { continue };
             for (taken, entry) in tree.iter().keys().enumerate() {
-                let key = entry.map_err(|e| failed("listing the finished runs due", &e))?;
+                let key = entry.map_err(|e| failed(&"listing the finished runs due", &e))?;
                 let at = key
                     .get(..8)
                     .map(|at| codec::decode_u64(at, &"a finished run's entry"))
                     .transpose()?;
                 let run_id = key.get(8..).and_then(|id| std::str::from_utf8(id).ok());
                 let (Some(at), Some(run_id)) = (at, run_id) else {
-                    return Err(StoreError::new("an entry of the finished runs is corrupt"));
+                    return Err(StoreError::corrupt(
+                        "an entry of the finished runs is corrupt",
+                    ));
                 };
                 if at > until {
                     break;
@@ -230,7 +231,7 @@ impl FinishedRuns {
             &self.by_end
         };
         tree.remove(due.key.as_slice())
-            .map_err(|e| failed("unlisting a finished run", &e))?;
+            .map_err(|e| failed(&"unlisting a finished run", &e))?;
         Ok(())
     }
 }

@@ -65,7 +65,7 @@ pub(crate) fn encode<T: Serialize>(value: &T, what: &dyn Display) -> Result<Vec<
     let mut bytes = Vec::with_capacity(1024);
     bytes.push(VALUE_FORMAT);
     serde_json::to_writer(&mut bytes, value)
-        .map_err(|e| StoreError::new(format!("cannot encode {what}: {e}")))?;
+        .map_err(|e| StoreError::invalid(format!("cannot encode {what}: {e}")))?;
     Ok(bytes)
 }
 
@@ -78,17 +78,17 @@ pub(crate) fn decode<T: DeserializeOwned>(
     #[cfg(test)]
     decodes::count();
     let Some((&version, json)) = bytes.split_first() else {
-        return Err(StoreError::new(format!(
+        return Err(StoreError::corrupt(format!(
             "{what} is stored as an empty value"
         )));
     };
     if version != VALUE_FORMAT {
-        return Err(StoreError::new(format!(
+        return Err(StoreError::corrupt(format!(
             "{what} is stored in value format version {version}, but this build reads only \
              version {VALUE_FORMAT}; it was written by another leasehold version: refusing to guess"
         )));
     }
-    serde_json::from_slice(json).map_err(|e| StoreError::new(format!("{what} is corrupt: {e}")))
+    serde_json::from_slice(json).map_err(|e| StoreError::corrupt(format!("{what} is corrupt: {e}")))
 }
 
 /// The key prefix of everything kept under `run_id`.
@@ -98,8 +98,9 @@ pub(crate) fn run_prefix(run_id: &str) -> Result<Vec<u8>, StoreError> {
 
 /// `run_id`'s prefix followed by `suffix`.
 pub(crate) fn run_key(run_id: &str, suffix: &[u8]) -> Result<Vec<u8>, StoreError> {
-    let len = u32::try_from(run_id.len())
-        .map_err(|_| StoreError::new(format!("run id of {} bytes is too long", run_id.len())))?;
+    let len = u32::try_from(run_id.len()).map_err(|_| {
+        StoreError::invalid(format!("run id of {} bytes is too long", run_id.len()))
+    })?;
     let mut key = Vec::with_capacity(4 + run_id.len() + suffix.len());
     key.extend_from_slice(&len.to_be_bytes());
     key.extend_from_slice(run_id.as_bytes());
@@ -156,7 +157,7 @@ pub(crate) fn decode_u64(bytes: &[u8], what: &dyn Display) -> Result<u64, StoreE
     <[u8; 8]>::try_from(bytes)
         .map(u64::from_be_bytes)
         .map_err(|_| {
-            StoreError::new(format!(
+            StoreError::corrupt(format!(
                 "{what} is corrupt: {} bytes, expected 8",
                 bytes.len()
             ))
@@ -168,7 +169,7 @@ pub(crate) fn decode_u32(bytes: &[u8], what: &dyn Display) -> Result<u32, StoreE
     <[u8; 4]>::try_from(bytes)
         .map(u32::from_be_bytes)
         .map_err(|_| {
-            StoreError::new(format!(
+            StoreError::corrupt(format!(
                 "{what} is corrupt: {} bytes, expected 4",
                 bytes.len()
             ))
@@ -219,6 +220,6 @@ mod tests {
         let mut newer = bytes;
         newer[0] = 7;
         let err = decode::<Vec<u32>>(&newer, &"a list").unwrap_err();
-        assert!(err.message.contains("value format version 7"), "{err}");
+        assert!(err.message().contains("value format version 7"), "{err}");
     }
 }

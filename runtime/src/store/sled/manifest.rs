@@ -90,7 +90,7 @@ impl Manifest {
         let marker = read_marker(meta, path)?;
         let recorded = match std::fs::read(&file) {
             Ok(bytes) => Some(serde_json::from_slice::<Recorded>(&bytes).map_err(|e| {
-                StoreError::new(format!(
+                StoreError::corrupt(format!(
                     "the store manifest `{}` cannot be read ({e}): restore it from a backup, or \
                      remove it to accept the store as it is",
                     file.display()
@@ -98,7 +98,7 @@ impl Manifest {
             })?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => {
-                return Err(StoreError::new(format!(
+                return Err(StoreError::failed(format!(
                     "cannot read the store manifest `{}`: {e}",
                     file.display()
                 )));
@@ -148,7 +148,7 @@ impl Manifest {
         let failed = |doing: &str, e: &dyn std::fmt::Display| {
             // Tried again after the next write.
             self.unrecorded.store(true, Ordering::Relaxed);
-            StoreError::new(format!(
+            StoreError::failed(format!(
                 "recording the store manifest `{}` failed while {doing}: {e}",
                 self.file.display()
             ))
@@ -189,7 +189,7 @@ fn read_marker(meta: &sled::Tree, path: &Path) -> Result<u64, StoreError> {
     match meta.get(MARKER_KEY) {
         Ok(Some(bytes)) => codec::decode_u64(&bytes, &what),
         Ok(None) => Ok(0),
-        Err(e) => Err(StoreError::new(format!("cannot read {what}: {e}"))),
+        Err(e) => Err(StoreError::failed(format!("cannot read {what}: {e}"))),
     }
 }
 
@@ -199,7 +199,7 @@ fn runs_created(run_order: &sled::Tree, path: &Path) -> Result<u64, StoreError> 
             Ok(codec::decode_u64(&key, &"a key of the run creation order")?.saturating_add(1))
         }
         Ok(None) => Ok(0),
-        Err(e) => Err(StoreError::new(format!(
+        Err(e) => Err(StoreError::failed(format!(
             "cannot read the run creation order of the store at `{}`: {e}",
             path.display()
         ))),
@@ -230,7 +230,7 @@ fn lost(path: &Path, file: &Path, recorded: Recorded, marker: u64, runs: usize) 
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(recorded.at_ms);
         format!("recorded {}", humantime::format_rfc3339_seconds(at))
     };
-    StoreError::new(format!(
+    StoreError::corrupt(format!(
         "the store at `{}` is damaged and has lost data it had durably stored: its manifest \
          (`{}`, {when}) says it held {} and commit {}, but it now holds {} and \
          reaches only commit {marker}. sled recovered an older state of a damaged database \

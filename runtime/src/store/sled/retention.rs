@@ -1,5 +1,5 @@
 //! Deleting the sled store's finished runs past their retention
-//! ([`Store::purge_finished`](leasehold_actors::Store::purge_finished)).
+//! ([`Retention::purge_finished`](leasehold_actors::Retention::purge_finished)).
 //!
 //! The purge walks the finished runs due ([`FinishedRuns::due`]), and for
 //! each takes the run's lock, reads its record again and, if it is still
@@ -12,20 +12,21 @@
 //!
 //! The creation order (`run_order`) is swept behind the purge a bounded
 //! slice at a time from a cursor: an entry whose run is gone is removed,
-//! except the last one, which the [manifest](super::super::manifest)
+//! except the last one, which the [manifest](super::manifest)
 //! counts the runs ever created by — so a store emptied by its retention
 //! opens as what it is, not as a damaged one.
 
 use std::sync::{MutexGuard, PoisonError};
 
-use leasehold_actors::{PurgeReport, PurgeRule, RunRecord, StoreError, retention};
+use leasehold_actors::{
+    PurgeReport, PurgeRule, Retention, RunRecord, StoreChange, StoreError, StoreFuture, retention,
+};
 use sled::Tree;
 
-use super::super::codec::{self, decode};
-use super::super::run_index::IndexEntries;
-use super::super::sled_commands;
-use super::super::sled_retention::FinishedEntries;
-use super::{Inner, failed};
+use super::codec::{self, decode};
+use super::finished::FinishedEntries;
+use super::run_index::IndexEntries;
+use super::{Inner, SledStore, failed, queue};
 
 /// How many creation-order entries one purge looks at, per run it may
 /// delete.
@@ -79,7 +80,7 @@ impl Inner {
         ] {
             remove_prefix(tree, &prefix, &doing)?;
         }
-        sled_commands::remove_of(&self.commands, run_id)?;
+        queue::remove_of(&self.commands, run_id)?;
         self.runs
             .remove(run_id.as_bytes())
             .map_err(|e| failed(&doing, &e))?;
@@ -148,11 +149,35 @@ fn remove_prefix(tree: &Tree, prefix: &[u8], doing: &str) -> Result<(), StoreErr
     Ok(())
 }
 
+impl Retention for SledStore {
+    fn purge_finished(&self, rule: PurgeRule) -> StoreFuture<PurgeReport> {
+        let store = self.clone();
+        Box::pin(async move {
+            let report = store
+                .scan_and_settle(move |inner| {
+                    let (report, wrote) = inner.purge_finished(&rule)?;
+                    if !report.purged.is_empty() {
+                        inner.outbox.remove_of(&report.purged)?;
+                    }
+                    Ok((report, wrote))
+                })
+                .await?;
+            // A follower of a deleted run looks again and finds it gone.
+            for run_id in &report.purged {
+                store.inner.changes.publish(StoreChange::Run {
+                    run_id: run_id.clone(),
+                });
+            }
+            Ok(report)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use leasehold_actors::{PurgeRule, RunRecord, RunStatus, Store};
+    use leasehold_actors::{PurgeRule, Retention, RunRecord, RunStatus, RunStore};
 
-    use super::super::SledStore;
+    use super::SledStore;
     use crate::store::{Durability, SledConfig};
 
     fn finished(n: u32) -> RunRecord {

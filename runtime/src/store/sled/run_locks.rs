@@ -55,7 +55,7 @@ impl Shard {
         }
         match &self.decoded {
             Some((_, record)) => Ok(record),
-            None => Err(StoreError::new(format!("{what} could not be decoded"))),
+            None => Err(StoreError::failed(format!("{what} could not be decoded"))),
         }
     }
 }

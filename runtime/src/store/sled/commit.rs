@@ -126,7 +126,7 @@ impl Drop for GroupCommit {
 }
 
 fn stopped_error() -> StoreError {
-    StoreError::new(
+    StoreError::unavailable(
         "the store's group-commit task has stopped (the tokio runtime that opened the store shut \
          down): writes can no longer be made durable",
     )
@@ -213,7 +213,7 @@ async fn record(shared: Arc<Shared>, manifest: Arc<Manifest>, db: Arc<sled::Db>)
             manifest.record(&db)
         };
         if let Err(error) = recorded {
-            tracing::warn!("{}", error.message);
+            tracing::warn!("{}", error.message());
         }
         // As after a flush: a store dropped meanwhile closes at once.
         drop(db);
@@ -243,10 +243,10 @@ async fn flush(shared: Arc<Shared>, db: Arc<sled::Db>) -> Result<(), StoreError>
     .await;
     match flushed {
         Ok(Ok(_bytes)) => Ok(()),
-        Ok(Err(e)) => Err(StoreError::new(format!(
+        Ok(Err(e)) => Err(StoreError::failed(format!(
             "flushing the store to disk failed: {e}"
         ))),
-        Err(e) => Err(StoreError::new(format!(
+        Err(e) => Err(StoreError::failed(format!(
             "flushing the store to disk failed: {e}"
         ))),
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DEFAULT_CACHE_CAPACITY, Durability};
+use crate::store::{DEFAULT_CACHE_CAPACITY, Durability};
 
 /// How to open a [`SledStore`](super::SledStore).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -23,6 +23,7 @@ use leasehold_actors::{RunQuery, RunRecord, RunStatus, StoreError, listing};
 use sled::Tree;
 
 use super::codec::{self, decode};
+use super::failed;
 
 /// The two index trees.
 pub(crate) struct RunIndexes {
@@ -51,10 +52,6 @@ impl IndexEntries {
     }
 }
 
-fn failed(doing: &str, error: &sled::Error) -> StoreError {
-    StoreError::new(format!("{doing} failed: {error}"))
-}
-
 /// The run ids an index gives, in listing order.
 pub(crate) type Candidates<'a> = Box<dyn Iterator<Item = Result<String, StoreError>> + 'a>;
 
@@ -71,17 +68,17 @@ impl RunIndexes {
         let doing = "building the run indexes";
         if !meta
             .contains_key(codec::META_INDEXED_KEY)
-            .map_err(|e| failed(doing, &e))?
+            .map_err(|e| failed(&doing, &e))?
         {
             for entry in runs {
-                let (key, bytes) = entry.map_err(|e| failed(doing, &e))?;
+                let (key, bytes) = entry.map_err(|e| failed(&doing, &e))?;
                 let what = format!("run `{}`", String::from_utf8_lossy(&key));
                 let record: RunRecord = decode(&bytes, &what)?;
                 indexes.add(None, &IndexEntries::of(&record)?)?;
             }
             // After every entry: a crash before it builds them again.
             meta.insert(codec::META_INDEXED_KEY, &[1_u8])
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         Ok(indexes)
     }
@@ -98,14 +95,14 @@ impl RunIndexes {
         if old.is_none_or(|old| old.status != new.status || !kept(old)) {
             self.by_status
                 .insert(new.status.as_slice(), &new.created)
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         if let Some(flow) = &new.flow
             && old.is_none_or(|old| old.flow.as_ref() != Some(flow) || !kept(old))
         {
             self.by_flow
                 .insert(flow.as_slice(), &new.created)
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         Ok(())
     }
@@ -116,14 +113,14 @@ impl RunIndexes {
         if old.status != new.status {
             self.by_status
                 .remove(old.status.as_slice())
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         if let Some(flow) = &old.flow
             && new.flow.as_ref() != Some(flow)
         {
             self.by_flow
                 .remove(flow.as_slice())
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         Ok(())
     }
@@ -133,11 +130,11 @@ impl RunIndexes {
         let doing = "unindexing a deleted run";
         self.by_status
             .remove(entries.status.as_slice())
-            .map_err(|e| failed(doing, &e))?;
+            .map_err(|e| failed(&doing, &e))?;
         if let Some(flow) = &entries.flow {
             self.by_flow
                 .remove(flow.as_slice())
-                .map_err(|e| failed(doing, &e))?;
+                .map_err(|e| failed(&doing, &e))?;
         }
         Ok(())
     }
@@ -147,11 +144,11 @@ impl RunIndexes {
     pub(crate) fn ids_in(&self, status: RunStatus) -> Result<Candidates<'_>, StoreError> {
         let prefix = codec::run_prefix(status.name())?;
         let ids = self.by_status.scan_prefix(&prefix).map(move |entry| {
-            let (key, _) = entry.map_err(|e| failed("listing runs by status", &e))?;
+            let (key, _) = entry.map_err(|e| failed(&"listing runs by status", &e))?;
             key.get(prefix.len()..)
                 .and_then(|id| std::str::from_utf8(id).ok())
                 .map(str::to_owned)
-                .ok_or_else(|| StoreError::new("a run index entry is corrupt"))
+                .ok_or_else(|| StoreError::corrupt("a run index entry is corrupt"))
         });
         Ok(Box::new(ids))
     }
@@ -181,12 +178,12 @@ impl RunIndexes {
         let doing = "listing runs by an index";
         let ids = entries.rev().filter_map(move |entry| {
             let step = || -> Result<Option<String>, StoreError> {
-                let (key, created) = entry.map_err(|e| failed(doing, &e))?;
+                let (key, created) = entry.map_err(|e| failed(&doing, &e))?;
                 let created = codec::decode_u64(&created, &"a run index entry")?;
                 let run_id = key
                     .get(prefix.len()..)
                     .and_then(|id| std::str::from_utf8(id).ok())
-                    .ok_or_else(|| StoreError::new("a run index entry is corrupt"))?;
+                    .ok_or_else(|| StoreError::corrupt("a run index entry is corrupt"))?;
                 if !listing::in_window(query, created) {
                     return Ok(None);
                 }
@@ -194,7 +191,7 @@ impl RunIndexes {
                     let in_flow = self
                         .by_flow
                         .contains_key(codec::index_key(flow, run_id)?)
-                        .map_err(|e| failed(doing, &e))?;
+                        .map_err(|e| failed(&doing, &e))?;
                     if !in_flow {
                         return Ok(None);
                     }
