@@ -15,70 +15,32 @@ mod support;
 #[path = "../../runtime/tests/support/postgres.rs"]
 mod postgres;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use leasehold::config::Config;
 use serde_json::{Value, json};
+use support::PATIENCE;
 use support::gate::gated_model;
-use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
+use tokio::process::Child;
 
 /// The API token.
 const TOKEN: &str = "admission-test-token";
 
-/// `leasehold serve` on a sled store in `data`, on the gate, with `env`.
-fn serve(data: &std::path::Path, model: &str, env: &[(&str, &str)]) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "gate")
-        .env("LEASEHOLD_API_TOKEN", TOKEN);
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts")
-}
-
-/// Sends `signal` (`-STOP`, `-CONT`) to `child`.
-fn signal(child: &Child, signal: &str) {
-    let pid = child.id().expect("running").to_string();
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {signal} {pid}");
+/// `leasehold` on a sled store in `data`, on the gate, with `env`.
+fn gated(data: &std::path::Path, model: &str, env: &[(&str, &str)]) -> support::Leasehold {
+    support::leasehold(data)
+        .model(model, "gate")
+        .api_token(TOKEN)
+        .with_envs(env)
 }
 
 /// Stops `child` for `stall` and continues it: for that long the process
 /// gets no time at all, as on a machine too loaded to run it.
 async fn stall(child: &Child, stall: Duration) {
-    signal(child, "-STOP");
+    support::signal(child, "-STOP");
     // The stall is the load this test creates, not a wait for an outcome.
     tokio::time::sleep(stall).await;
-    signal(child, "-CONT");
-}
-
-async fn get_json(http: &reqwest::Client, url: String) -> Value {
-    http.get(url)
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("JSON")
+    support::signal(child, "-CONT");
 }
 
 /// `GET /executor` until `done` holds, polled every 10 ms within the
@@ -92,7 +54,7 @@ async fn executor_until(
     let mut last = Value::Null;
     let waited = tokio::time::timeout(PATIENCE, async {
         loop {
-            last = get_json(http, format!("{base}/executor")).await;
+            last = support::get_json(http, &format!("{base}/executor")).await;
             if done(&last) {
                 return;
             }
@@ -116,15 +78,7 @@ fn metric(text: &str, name: &str) -> f64 {
 
 async fn post_flow(http: &reqwest::Client, base: &str) -> (String, String) {
     let flow = json!({"name": "gated", "task": "Answer.", "max_steps": 1, "stream": false});
-    let answer: Value = http
-        .post(format!("{base}/runs"))
-        .json(&flow)
-        .send()
-        .await
-        .expect("POST /runs")
-        .json()
-        .await
-        .expect("JSON");
+    let answer = support::posted(http, base, &flow).await;
     (
         answer["run_id"].as_str().expect("a run id").to_owned(),
         answer["status"].as_str().expect("a status").to_owned(),
@@ -142,7 +96,7 @@ const BURST: usize = 6;
 async fn a_late_executor_cuts_its_admitted_limit_queues_a_burst_and_completes_every_run() {
     let data = tempfile::tempdir().expect("a data dir");
     let (model, gate) = gated_model().await;
-    let mut server = serve(
+    let command = gated(
         data.path(),
         &model,
         &[
@@ -153,7 +107,7 @@ async fn a_late_executor_cuts_its_admitted_limit_queues_a_burst_and_completes_ev
             ("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "10m"),
         ],
     );
-    let base = support::served_base(&mut server, PATIENCE).await;
+    let (mut server, base) = support::serve(command, &[], PATIENCE).await;
     let http = support::authorized(TOKEN);
 
     // On time: the limit is the configured one, and posts start at once.
@@ -168,7 +122,7 @@ async fn a_late_executor_cuts_its_admitted_limit_queues_a_burst_and_completes_ev
         .await
         .expect("the runs call the model")
         .expect("the gate lives");
-    let before = get_json(&http, format!("{base}/executor")).await;
+    let before = support::get_json(&http, &format!("{base}/executor")).await;
     assert_eq!(before["admitted_limit"], LIMIT, "{before}");
     assert_eq!(before["max_live_runs"], LIMIT, "{before}");
     assert_eq!(before["live_runs"], BEFORE, "{before}");
@@ -279,8 +233,7 @@ async fn runs_a_late_executor_cannot_take_are_taken_by_another_on_the_same_postg
         ("LEASEHOLD_SERVER_MAX_LIVE_RUNS", "8"),
         ("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "10m"),
     ];
-    let mut a = serve(data_a.path(), &model, &env);
-    let base_a = support::served_base(&mut a, PATIENCE).await;
+    let (mut a, base_a) = support::serve(gated(data_a.path(), &model, &env), &[], PATIENCE).await;
     let http = support::authorized(TOKEN);
     // A has room: these start on A, before B is there to claim anything.
     let mut on_a = Vec::new();
@@ -289,8 +242,7 @@ async fn runs_a_late_executor_cannot_take_are_taken_by_another_on_the_same_postg
         assert_eq!(status, "running");
         on_a.push(run_id);
     }
-    let mut b = serve(data_b.path(), &model, &env);
-    let base_b = support::served_base(&mut b, PATIENCE).await;
+    let (mut b, base_b) = support::serve(gated(data_b.path(), &model, &env), &[], PATIENCE).await;
     let mut received = gate.received.subscribe();
     tokio::time::timeout(PATIENCE, received.wait_for(|n| *n >= BEFORE))
         .await
@@ -342,7 +294,7 @@ async fn a_lease_that_expires_while_the_executor_is_stopped_renews_by_load_not_b
     let data = tempfile::tempdir().expect("a data dir");
     let (model, gate) = gated_model().await;
     // A renewal cap of 0: any expiry judged as usual ends the call.
-    let mut server = serve(
+    let command = gated(
         data.path(),
         &model,
         &[
@@ -351,7 +303,7 @@ async fn a_lease_that_expires_while_the_executor_is_stopped_renews_by_load_not_b
             ("LEASEHOLD_LEASE_MAX_RENEWALS", "0"),
         ],
     );
-    let base = support::served_base(&mut server, PATIENCE).await;
+    let (mut server, base) = support::serve(command, &[], PATIENCE).await;
     let http = support::authorized(TOKEN);
     let (run_id, status) = post_flow(&http, &base).await;
     assert_eq!(status, "running");
@@ -365,7 +317,7 @@ async fn a_lease_that_expires_while_the_executor_is_stopped_renews_by_load_not_b
     stall(&server, Duration::from_secs(4)).await;
     let trace = tokio::time::timeout(PATIENCE, async {
         loop {
-            let trace = get_json(&http, format!("{base}/runs/{run_id}/trace")).await;
+            let trace = support::get_json(&http, &format!("{base}/runs/{run_id}/trace")).await;
             if trace["summary"]["verdicts"]
                 .as_u64()
                 .is_some_and(|n| n >= 1)

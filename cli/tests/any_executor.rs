@@ -12,36 +12,13 @@ mod support;
 #[path = "../../runtime/tests/support/postgres.rs"]
 mod postgres;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use futures_util::StreamExt;
 use leasehold_cli::demo::DemoStack;
 use reqwest::StatusCode;
-use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(90);
+use support::PATIENCE;
 
 /// The API token (a posted flow may name its tool server only with one).
 const TOKEN: &str = "any-executor-test-token";
-
-fn serve(store: &str, stack: &DemoStack) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_STORE", store)
-        .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts")
-}
 
 /// An event stream's text, read chunk by chunk.
 struct Stream {
@@ -103,10 +80,13 @@ async fn a_run_on_one_executor_is_followed_resumed_and_cancelled_through_another
     let store = cluster.database();
     let stack = DemoStack::start().await.expect("the demo servers");
     let http = support::authorized(TOKEN);
-    let mut a = serve(&store, &stack);
-    let a_base = support::served_base(&mut a, PATIENCE).await;
-    let mut b = serve(&store, &stack);
-    let b_base = support::served_base(&mut b, PATIENCE).await;
+    let demo = || {
+        support::leasehold_on_store(&store)
+            .model(stack.model_base_url(), "leasehold-demo")
+            .api_token(TOKEN)
+    };
+    let (mut a, a_base) = support::serve(demo(), &["--allow-flow-tools"], PATIENCE).await;
+    let (mut b, b_base) = support::serve(demo(), &["--allow-flow-tools"], PATIENCE).await;
 
     // Started on A, followed on B.
     let run_id = support::post_run(&http, &a_base, &stack.flow()).await;

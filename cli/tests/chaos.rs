@@ -54,11 +54,11 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::watch;
 
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(240);
+/// Many executors, a database and their peers share the machine.
+const PATIENCE: Duration = support::CROWDED_PATIENCE;
 
 /// Runs posted.
 const RUNS: usize = 240;
@@ -343,12 +343,8 @@ async fn peers(ledger: Arc<Ledger>) -> (String, String) {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), format!("http://{addr}/mcp"))
+    let addr = support::serve_peer(app).await;
+    (format!("{addr}/v1"), format!("{addr}/mcp"))
 }
 
 // ---------------------------------------------------------------------------
@@ -366,23 +362,18 @@ struct Executor {
 
 impl Executor {
     async fn start(store: &str, model: &str, http: &reqwest::Client) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("NO_COLOR", "1")
-            .env("LEASEHOLD_STORE", store)
-            .env("LEASEHOLD_MODEL_BASE_URL", model)
-            .env("LEASEHOLD_MODEL_NAME", "chaos")
-            .env("LEASEHOLD_SERVER_MAX_LIVE_RUNS", LIMIT.to_string())
-            .env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "200ms")
-            .env("LEASEHOLD_RUN_LEASE_TTL", TTL)
-            .env("LEASEHOLD_RESUME_ON_BOOT", "true")
-            .env("LEASEHOLD_API_TOKEN", TOKEN)
+        let mut child = support::leasehold_on_store(store)
+            .model(model, "chaos")
+            .api_token(TOKEN)
+            .with_env("NO_COLOR", "1")
+            .with_env("LEASEHOLD_SERVER_MAX_LIVE_RUNS", LIMIT.to_string())
+            .with_env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "200ms")
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", TTL)
+            .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
             .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
+            // Read below: the check of the log.
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .expect("serve starts");
         let (lines, stderr) = watch::channel(Vec::new());
@@ -403,12 +394,7 @@ impl Executor {
     }
 
     fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("running").to_string();
-        let status = std::process::Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal} {pid}");
+        support::signal(&self.child, signal);
     }
 }
 

@@ -12,65 +12,8 @@ use std::time::Duration;
 use leasehold::Event;
 use leasehold_cli::demo::DemoStack;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 const GUIDANCE: &str = "Do not roll back: v413 is deploying.";
-
-fn leasehold(data_dir: &Path, stack: Option<&DemoStack>) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data_dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    if let Some(stack) = stack {
-        command
-            .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
-            .env("LEASEHOLD_MODEL_NAME", "leasehold-demo");
-    }
-    command
-}
-
-struct Output {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-async fn output(command: &mut Command) -> Output {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command runs");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let read_out = tokio::spawn(async move {
-        let mut text = Vec::new();
-        let _ = tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut text).await;
-        String::from_utf8_lossy(&text).into_owned()
-    });
-    let read_err = tokio::spawn(async move {
-        let mut text = Vec::new();
-        let _ = tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut text).await;
-        String::from_utf8_lossy(&text).into_owned()
-    });
-    let waited = tokio::time::timeout(Duration::from_secs(90), child.wait()).await;
-    if waited.is_err() {
-        let _ = child.kill().await;
-    }
-    let stdout = read_out.await.unwrap_or_default();
-    let stderr = read_err.await.unwrap_or_default();
-    let Ok(status) = waited else {
-        panic!("the command did not end within 90 s\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    };
-    Output {
-        code: status.expect("wait").code(),
-        stdout,
-        stderr,
-    }
-}
 
 fn events_of(stdout: &str) -> Vec<Event> {
     stdout
@@ -90,10 +33,11 @@ fn write_flow(dir: &Path, stack: &DemoStack) -> std::path::PathBuf {
 
 /// `leasehold run FLOW --json` of the demo's flow (written into `dir`) on
 /// the data directory `data`: it pauses for a person, exit 3.
-async fn a_paused_run(dir: &Path, data: &Path, stack: &DemoStack) -> Output {
+async fn a_paused_run(dir: &Path, data: &Path, stack: &DemoStack) -> support::Output {
     let flow = write_flow(dir, stack);
-    let out = output(
-        leasehold(data, Some(stack))
+    let out = support::output(
+        support::leasehold(data)
+            .demo_model(stack)
             .arg("run")
             .arg(&flow)
             .arg("--json"),
@@ -106,8 +50,8 @@ async fn a_paused_run(dir: &Path, data: &Path, stack: &DemoStack) -> Output {
 #[tokio::test]
 async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warnings() {
     let dir = tempfile::tempdir().expect("dir");
-    let out = output(
-        leasehold(dir.path(), None)
+    let out = support::output(
+        support::leasehold(dir.path())
             .env("LEASEHOLD_LEASE_TOOL_CALL", "90s")
             .env("LEASEHOLD_MODEL_API_KEY", "sk-never-printed")
             .env("LEASEHOLD_MODEL_IDLE_TIMEOUT", "2h")
@@ -172,7 +116,7 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
     assert!(!out.stdout.contains("sk-never-printed"), "{}", out.stdout);
 
     // Every renewal free: no evaluation happens, so none is counted.
-    let out = output(leasehold(dir.path(), None).args([
+    let out = support::output(support::leasehold(dir.path()).args([
         "--set",
         "lease.max_renewals=5",
         "--set",
@@ -201,8 +145,8 @@ async fn config_prints_each_value_with_its_source_the_timing_lines_and_the_warni
         out.stdout
     );
 
-    let out = output(
-        leasehold(dir.path(), None)
+    let out = support::output(
+        support::leasehold(dir.path())
             .env("LEASEHOLD_LEASE_TOOL_CALL", "ninety seconds")
             .arg("config"),
     )
@@ -238,7 +182,7 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         out.stderr
     );
 
-    let out = output(leasehold(&data, None).args(["runs", "list"])).await;
+    let out = support::output(support::leasehold(&data).args(["runs", "list"])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stdout.contains(&run_id) && out.stdout.contains("waiting_human"),
@@ -265,14 +209,18 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         "{}",
         out.stdout
     );
-    let out = output(leasehold(&data, None).args(["runs", "list", "--status", "completed"])).await;
+    let out =
+        support::output(support::leasehold(&data).args(["runs", "list", "--status", "completed"]))
+            .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(!out.stdout.contains(&run_id), "{}", out.stdout);
-    let out = output(leasehold(&data, None).args(["runs", "list", "--status", "asleep"])).await;
+    let out =
+        support::output(support::leasehold(&data).args(["runs", "list", "--status", "asleep"]))
+            .await;
     assert_eq!(out.code, Some(2), "a usage error");
     assert!(out.stderr.contains("not a run status"), "{}", out.stderr);
 
-    let out = output(leasehold(&data, Some(&stack)).args([
+    let out = support::output(support::leasehold(&data).demo_model(&stack).args([
         "runs",
         "resume",
         &run_id,
@@ -294,7 +242,7 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         "the resumed run numbers its events after the first executor's"
     );
 
-    let out = output(leasehold(&data, None).args(["runs", "trace", &run_id])).await;
+    let out = support::output(support::leasehold(&data).args(["runs", "trace", &run_id])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stdout.contains("ESCALATE by evaluator"),
@@ -308,7 +256,9 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
     );
     assert!(out.stdout.contains("\"pauses\": 1"), "{}", out.stdout);
 
-    let out = output(leasehold(&data, None).args(["runs", "events", &run_id, "--json"])).await;
+    let out =
+        support::output(support::leasehold(&data).args(["runs", "events", &run_id, "--json"]))
+            .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let logged = events_of(&out.stdout);
     assert_eq!(
@@ -317,7 +267,7 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         "every event of both executors is in the log"
     );
 
-    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    let out = support::output(support::leasehold(&data).args(["runs", "show", &run_id])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
     assert_eq!(view["status"], "completed");
@@ -338,7 +288,7 @@ async fn run_exits_1_when_the_run_fails_and_refuses_to_start_without_a_model() {
     )
     .expect("flow");
 
-    let out = output(leasehold(dir.path(), None).arg("run").arg(&flow)).await;
+    let out = support::output(support::leasehold(dir.path()).arg("run").arg(&flow)).await;
     assert_eq!(out.code, Some(1));
     assert!(
         out.stderr.contains("LEASEHOLD_MODEL_BASE_URL"),
@@ -349,11 +299,9 @@ async fn run_exits_1_when_the_run_fails_and_refuses_to_start_without_a_model() {
     // Nothing listens there: every attempt is refused and the restarts run
     // out. By default the run pauses for a person (exit 3), naming the
     // endpoint; with `restart.on_exhausted = fail` it fails (exit 1).
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}/v1", closed.local_addr().expect("addr"));
-    drop(closed);
+    let url = format!("http://127.0.0.1:{}/v1", support::free_port());
     let run_against_nothing = |then: &str| {
-        let mut command = leasehold(dir.path(), None);
+        let mut command = support::leasehold(dir.path());
         command
             .env("LEASEHOLD_MODEL_BASE_URL", &url)
             .env("LEASEHOLD_MODEL_NAME", "m")
@@ -369,19 +317,19 @@ async fn run_exits_1_when_the_run_fails_and_refuses_to_start_without_a_model() {
             .arg(&flow);
         command
     };
-    let out = output(&mut run_against_nothing("pause")).await;
+    let out = support::output(&mut run_against_nothing("pause")).await;
     assert_eq!(out.code, Some(3), "{}\n{}", out.stdout, out.stderr);
     assert!(
         out.stdout.contains("gave_up") && out.stdout.contains(&format!("{url}/chat/completions")),
         "{}",
         out.stdout
     );
-    let out = output(&mut run_against_nothing("fail")).await;
+    let out = support::output(&mut run_against_nothing("fail")).await;
     assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("run_failed"), "{}", out.stdout);
 
-    let out = output(
-        leasehold(dir.path(), None)
+    let out = support::output(
+        support::leasehold(dir.path())
             .arg("run")
             .arg(dir.path().join("missing.toml")),
     )
@@ -395,8 +343,12 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
     let stack = DemoStack::start().await.expect("the demo servers");
     let dir = tempfile::tempdir().expect("dir");
 
-    let refused =
-        output(leasehold(dir.path(), Some(&stack)).args(["serve", "--addr", "0.0.0.0:0"])).await;
+    let refused = support::output(support::leasehold(dir.path()).demo_model(&stack).args([
+        "serve",
+        "--addr",
+        "0.0.0.0:0",
+    ]))
+    .await;
     assert_eq!(refused.code, Some(1));
     assert!(
         refused.stderr.contains("LEASEHOLD_API_TOKEN"),
@@ -416,14 +368,10 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         server.url = None;
         server.env.clear();
     }
-    let mut server = leasehold(dir.path(), Some(&stack))
-        .env("LEASEHOLD_CONFIG", &config)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    let base = support::served_base(&mut server, Duration::from_secs(30)).await;
+    let command = support::leasehold(dir.path())
+        .demo_model(&stack)
+        .config(&config);
+    let (mut server, base) = support::serve(command, &[], support::PATIENCE).await;
 
     let http = reqwest::Client::new();
     // A flow that names the address itself is refused, naming why.
@@ -459,7 +407,7 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let out = output(leasehold(dir.path(), None).args([
+    let out = support::output(support::leasehold(dir.path()).args([
         "runs",
         "list",
         "--server",
@@ -477,7 +425,7 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
         out.stdout
     );
 
-    let out = output(leasehold(dir.path(), None).args([
+    let out = support::output(support::leasehold(dir.path()).args([
         "runs",
         "resume",
         &run_id,
@@ -496,8 +444,9 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
     );
     assert!(out.stdout.contains("completed"), "{}", out.stdout);
 
-    let out = output(
-        leasehold(dir.path(), None).args(["runs", "events", &run_id, "--server", &base, "--json"]),
+    let out = support::output(
+        support::leasehold(dir.path())
+            .args(["runs", "events", &run_id, "--server", &base, "--json"]),
     )
     .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
@@ -510,18 +459,15 @@ async fn serve_executes_posted_flows_and_runs_commands_reach_it_with_server() {
     );
     assert!(events.iter().any(|e| e.kind.name() == "resumed"));
 
-    let out =
-        output(leasehold(dir.path(), None).args(["runs", "show", "nope", "--server", &base])).await;
+    let out = support::output(
+        support::leasehold(dir.path()).args(["runs", "show", "nope", "--server", &base]),
+    )
+    .await;
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("no run nope"), "{}", out.stderr);
 
     // Ctrl-C stops the server cleanly, with the code of SIGINT.
-    let pid = server.id().expect("pid");
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    support::signal(&server, "-INT");
     let exit = tokio::time::timeout(Duration::from_secs(30), server.wait())
         .await
         .expect("serve stops on SIGINT")
@@ -536,8 +482,9 @@ async fn the_readable_log_of_run_shows_a_tools_progress_first_then_at_most_one_a
     let dir = tempfile::tempdir().expect("dir");
     let flow = write_flow(dir.path(), &stack);
     // The demo's searches report MCP progress as they go.
-    let out = output(
-        leasehold(&dir.path().join("data"), Some(&stack))
+    let out = support::output(
+        support::leasehold(&dir.path().join("data"))
+            .demo_model(&stack)
             .arg("run")
             .arg(&flow),
     )
@@ -581,7 +528,7 @@ async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming
 
     // No model configured at all: the server starts and says what it will
     // not do, and why.
-    let mut server = leasehold(&data, None)
+    let mut server = support::leasehold(&data)
         .args(["serve", "--addr", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -610,13 +557,14 @@ async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming
 
     // Stored runs are listed, shown, followed, and the dashboard serves.
     let http = reqwest::Client::new();
-    let out = output(leasehold(&data, None).args(["runs", "list", "--server", &base])).await;
+    let out =
+        support::output(support::leasehold(&data).args(["runs", "list", "--server", &base])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains(&run_id), "{}", out.stdout);
     let view = support::get_run(&http, &base, &run_id).await;
     assert_eq!(view["status"], "waiting_human", "{view}");
-    let out = output(
-        leasehold(&data, None).args(["runs", "events", &run_id, "--server", &base, "--json"]),
+    let out = support::output(
+        support::leasehold(&data).args(["runs", "events", &run_id, "--server", &base, "--json"]),
     )
     .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
@@ -651,7 +599,7 @@ async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming
             "{body}"
         );
     }
-    let out = output(leasehold(&data, None).args([
+    let out = support::output(support::leasehold(&data).args([
         "runs",
         "resume",
         &run_id,
@@ -671,8 +619,10 @@ async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming
     );
 
     // A stored run is still controlled: cancelling needs no model.
-    let out =
-        output(leasehold(&data, None).args(["runs", "cancel", &run_id, "--server", &base])).await;
+    let out = support::output(
+        support::leasehold(&data).args(["runs", "cancel", &run_id, "--server", &base]),
+    )
+    .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(
         support::get_run(&http, &base, &run_id).await["status"],
@@ -689,7 +639,8 @@ async fn ctrl_c_leaves_the_run_in_the_store_and_runs_resume_picks_it_up() {
     let data = dir.path().join("data");
     let flow = write_flow(dir.path(), &stack);
 
-    let mut run = leasehold(&data, Some(&stack))
+    let mut run = support::leasehold(&data)
+        .demo_model(&stack)
         .arg("run")
         .arg(&flow)
         .arg("--json")
@@ -712,12 +663,7 @@ async fn ctrl_c_leaves_the_run_in_the_store_and_runs_resume_picks_it_up() {
         }
     }
     let run_id = run_id.expect("the run started");
-    let pid = run.id().expect("pid");
-    let signalled = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(signalled.success());
+    support::signal(&run, "-INT");
     let exit = tokio::time::timeout(Duration::from_secs(30), run.wait())
         .await
         .expect("run stops on Ctrl-C")
@@ -733,7 +679,12 @@ async fn ctrl_c_leaves_the_run_in_the_store_and_runs_resume_picks_it_up() {
     );
 
     // Picked up from its snapshots, it goes on to the escalation…
-    let out = output(leasehold(&data, Some(&stack)).args(["runs", "resume", &run_id])).await;
+    let out = support::output(
+        support::leasehold(&data)
+            .demo_model(&stack)
+            .args(["runs", "resume", &run_id]),
+    )
+    .await;
     assert_eq!(out.code, Some(3), "paused: {}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("run_resumed"), "{}", out.stdout);
     assert!(
@@ -744,7 +695,7 @@ async fn ctrl_c_leaves_the_run_in_the_store_and_runs_resume_picks_it_up() {
         out.stderr
     );
     // …and the person's answer completes it.
-    let out = output(leasehold(&data, Some(&stack)).args([
+    let out = support::output(support::leasehold(&data).demo_model(&stack).args([
         "runs",
         "resume",
         &run_id,
@@ -762,8 +713,9 @@ async fn ctrl_c_leaves_the_run_in_the_store_and_runs_resume_picks_it_up() {
 async fn printed_and_logged(stack: &DemoStack, dir: &Path) -> (Vec<u64>, Vec<u64>) {
     let data = dir.join("data");
     let flow = write_flow(dir, stack);
-    let first = output(
-        leasehold(&data, Some(stack))
+    let first = support::output(
+        support::leasehold(&data)
+            .demo_model(stack)
             .arg("run")
             .arg(&flow)
             .arg("--json"),
@@ -772,7 +724,7 @@ async fn printed_and_logged(stack: &DemoStack, dir: &Path) -> (Vec<u64>, Vec<u64
     assert_eq!(first.code, Some(3), "paused: {}", first.stderr);
     let first = events_of(&first.stdout);
     let run_id = first[0].run_id.clone();
-    let second = output(leasehold(&data, Some(stack)).args([
+    let second = support::output(support::leasehold(&data).demo_model(stack).args([
         "runs",
         "resume",
         &run_id,
@@ -782,7 +734,9 @@ async fn printed_and_logged(stack: &DemoStack, dir: &Path) -> (Vec<u64>, Vec<u64
     ]))
     .await;
     assert_eq!(second.code, Some(0), "completed: {}", second.stderr);
-    let logged = output(leasehold(&data, None).args(["runs", "events", &run_id, "--json"])).await;
+    let logged =
+        support::output(support::leasehold(&data).args(["runs", "events", &run_id, "--json"]))
+            .await;
     assert_eq!(logged.code, Some(0), "{}", logged.stderr);
     let printed = first
         .iter()
@@ -899,17 +853,23 @@ async fn runs_reconcile_refuses_a_wrong_key_and_cancels_the_run_on_the_data_dire
     let data = dir.path().join("data");
     let (run_id, key) = a_run_waiting_for_a_reconciliation(&data, None).await;
 
-    let out = output(leasehold(&data, None).args(["runs", "resume", &run_id])).await;
+    let out = support::output(support::leasehold(&data).args(["runs", "resume", &run_id])).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr.contains("leasehold runs reconcile"),
         "says what to do instead: {}",
         out.stderr
     );
-    let out =
-        output(leasehold(&data, None).args(["runs", "reconcile", &run_id, "--key", &key])).await;
+    let out = support::output(support::leasehold(&data).args([
+        "runs",
+        "reconcile",
+        &run_id,
+        "--key",
+        &key,
+    ]))
+    .await;
     assert_eq!(out.code, Some(2), "a decision is required: {}", out.stderr);
-    let out = output(leasehold(&data, None).args([
+    let out = support::output(support::leasehold(&data).args([
         "runs",
         "reconcile",
         &run_id,
@@ -925,7 +885,7 @@ async fn runs_reconcile_refuses_a_wrong_key_and_cancels_the_run_on_the_data_dire
         out.stderr
     );
 
-    let out = output(leasehold(&data, None).args([
+    let out = support::output(support::leasehold(&data).args([
         "runs",
         "reconcile",
         &run_id,
@@ -935,10 +895,10 @@ async fn runs_reconcile_refuses_a_wrong_key_and_cancels_the_run_on_the_data_dire
     ]))
     .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    let out = support::output(support::leasehold(&data).args(["runs", "show", &run_id])).await;
     let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
     assert_eq!(view["status"], "cancelled", "{view}");
-    let out = output(leasehold(&data, None).args([
+    let out = support::output(support::leasehold(&data).args([
         "runs",
         "reconcile",
         &run_id,
@@ -974,7 +934,7 @@ async fn runs_reconcile_marks_the_call_done_on_the_data_directory_and_the_run_co
     let (run_id, key) = a_run_waiting_for_a_reconciliation(&data, Some(&stack)).await;
     assert_eq!(rollbacks(&stack), std::slice::from_ref(&key));
 
-    let out = output(leasehold(&data, Some(&stack)).args([
+    let out = support::output(support::leasehold(&data).demo_model(&stack).args([
         "runs",
         "reconcile",
         &run_id,
@@ -986,7 +946,7 @@ async fn runs_reconcile_marks_the_call_done_on_the_data_directory_and_the_run_co
     ]))
     .await;
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    let out = support::output(support::leasehold(&data).args(["runs", "show", &run_id])).await;
     let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
     assert_eq!(view["status"], "completed", "{view}");
     assert_eq!(rollbacks(&stack), [key], "the call was not made again");
@@ -1001,15 +961,16 @@ async fn runs_reconcile_retries_the_call_with_its_key_on_the_data_directory() {
 
     // The retried call goes silent again: the run is back where it was,
     // waiting for a person (exit 3), and the server saw the same key twice.
-    let out = output(
-        leasehold(&data, Some(&stack))
+    let out = support::output(
+        support::leasehold(&data)
+            .demo_model(&stack)
             .args(["--set", "lease.tool_call=200ms"])
             .args(["runs", "reconcile", &run_id, "--key", &key, "--retry"]),
     )
     .await;
     assert_eq!(out.code, Some(3), "{}\n{}", out.stdout, out.stderr);
     assert_eq!(rollbacks(&stack), [key.clone(), key]);
-    let out = output(leasehold(&data, None).args(["runs", "show", &run_id])).await;
+    let out = support::output(support::leasehold(&data).args(["runs", "show", &run_id])).await;
     let view: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
     assert!(
         view["status"] == "reconciliation_required" || view["status"] == "waiting_human",

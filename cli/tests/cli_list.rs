@@ -5,8 +5,9 @@
 //! its tests' stores and child processes, and the processes started here
 //! would only add load to those hand-overs.
 
+mod support;
+
 use std::path::Path;
-use std::process::Command;
 
 use leasehold::RunStore;
 use leasehold::{
@@ -15,17 +16,9 @@ use leasehold::{
 };
 
 /// `leasehold runs list ARGS` on `data`: exit code, stdout, stderr.
-fn runs_list(data: &Path, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
-        .args(["runs", "list"])
-        .args(args)
-        .output()
-        .expect("the command runs");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
+async fn runs_list(data: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = support::output(support::leasehold(data).args(["runs", "list"]).args(args)).await;
+    (out.code, out.stdout, out.stderr)
 }
 
 #[tokio::test]
@@ -49,7 +42,7 @@ async fn runs_list_pages_with_a_cursor_and_filters_by_flow_and_time() {
         }
     }
     let data = dir.path();
-    let (code, stdout, stderr) = runs_list(data, &["--limit", "2"]);
+    let (code, stdout, stderr) = runs_list(data, &["--limit", "2"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stdout.contains("run-004") && stdout.contains("run-003"),
@@ -57,20 +50,20 @@ async fn runs_list_pages_with_a_cursor_and_filters_by_flow_and_time() {
     );
     assert!(!stdout.contains("run-002"), "{stdout}");
     assert!(stderr.contains("--after run-003"), "{stderr}");
-    let (_, stdout, stderr) = runs_list(data, &["--limit", "2", "--after", "run-001"]);
+    let (_, stdout, stderr) = runs_list(data, &["--limit", "2", "--after", "run-001"]).await;
     assert!(stdout.contains("run-000"), "{stdout}");
     assert!(!stderr.contains("--after"), "the last page: {stderr}");
-    let (_, stdout, _) = runs_list(data, &["--flow", "audit"]);
+    let (_, stdout, _) = runs_list(data, &["--flow", "audit"]).await;
     assert!(
         stdout.contains("run-002") && !stdout.contains("run-001"),
         "{stdout}"
     );
-    let (_, stdout, _) = runs_list(data, &["--since", "2026-01-01T00:03:00Z"]);
+    let (_, stdout, _) = runs_list(data, &["--since", "2026-01-01T00:03:00Z"]).await;
     assert!(
         stdout.contains("run-003") && !stdout.contains("run-002"),
         "{stdout}"
     );
-    let (code, _, stderr) = runs_list(data, &["--since", "next week"]);
+    let (code, _, stderr) = runs_list(data, &["--since", "next week"]).await;
     assert_eq!(code, Some(2), "a usage error");
     assert!(stderr.contains("RFC 3339"), "{stderr}");
 }

@@ -7,39 +7,6 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
-
-use tokio::process::Command;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(90);
-
-fn leasehold(data_dir: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data_dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-/// The command's exit code, stdout and stderr, within [`PATIENCE`].
-async fn output(command: &mut Command) -> (Option<i32>, String, String) {
-    let out = tokio::time::timeout(PATIENCE, command.output())
-        .await
-        .expect("the command ends")
-        .expect("the command runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_commands_refuse_a_data_dir_that_does_not_exist_and_make_none() {
     let dir = tempfile::tempdir().expect("dir");
@@ -52,8 +19,12 @@ async fn runs_commands_refuse_a_data_dir_that_does_not_exist_and_make_none() {
         &["runs", "resume", "run-1"],
         &["runs", "cancel", "run-1"],
     ] {
-        let (code, stdout, stderr) = output(
-            leasehold(dir.path())
+        let support::Output {
+            code,
+            stdout,
+            stderr,
+        } = support::output(
+            support::leasehold(dir.path())
                 .args(args)
                 .arg("--data-dir")
                 .arg(&typo),
@@ -80,8 +51,12 @@ async fn runs_commands_refuse_a_data_dir_that_does_not_exist_and_make_none() {
 async fn a_claim_interval_below_its_floor_is_refused_naming_the_key() {
     let dir = tempfile::tempdir().expect("dir");
     for command in [&["config"][..], &["serve", "--addr", "127.0.0.1:0"]] {
-        let (code, stdout, stderr) = output(
-            leasehold(dir.path())
+        let support::Output {
+            code,
+            stdout,
+            stderr,
+        } = support::output(
+            support::leasehold(dir.path())
                 .args(command)
                 .args(["--set", "executor.claim_interval=1ns"]),
         )
@@ -94,9 +69,16 @@ async fn a_claim_interval_below_its_floor_is_refused_naming_the_key() {
             "{command:?} names the key, the floor and the value: {stderr}"
         );
     }
-    let (code, stdout, stderr) =
-        output(leasehold(dir.path()).args(["config", "--set", "executor.claim_interval=100ms"]))
-            .await;
+    let support::Output {
+        code,
+        stdout,
+        stderr,
+    } = support::output(support::leasehold(dir.path()).args([
+        "config",
+        "--set",
+        "executor.claim_interval=100ms",
+    ]))
+    .await;
     assert_eq!(
         code,
         Some(0),
@@ -108,44 +90,61 @@ async fn a_claim_interval_below_its_floor_is_refused_naming_the_key() {
 async fn a_store_locked_by_a_server_points_to_server() {
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let mut server = leasehold(&data)
-        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:1/v1")
-        .env("LEASEHOLD_MODEL_NAME", "m")
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    let base = support::served_base(&mut server, PATIENCE).await;
+    let command = support::leasehold(&data).model("http://127.0.0.1:1/v1", "m");
+    let (mut server, base) = support::serve(command, &[], support::PATIENCE).await;
 
-    let (code, stdout, stderr) = output(leasehold(&data).args(["runs", "list"])).await;
+    let support::Output {
+        code,
+        stdout,
+        stderr,
+    } = support::output(support::leasehold(&data).args(["runs", "list"])).await;
     assert_ne!(code, Some(0), "{stdout}{stderr}");
     assert!(
         stderr.contains("locked by another process") && stderr.contains("--server URL"),
         "the lock's message says how to reach the server's runs: {stderr}"
     );
-    let (code, after, stderr) =
-        output(leasehold(&data).args(["runs", "list", "--server", &base])).await;
+    let support::Output {
+        code,
+        stdout: after,
+        stderr,
+    } = support::output(support::leasehold(&data).args(["runs", "list", "--server", &base])).await;
     assert_eq!(code, Some(0), "and that way works: {after}{stderr}");
     // Before the subcommand too, and from LEASEHOLD_SERVER: the same page.
-    let (code, before, stderr) =
-        output(leasehold(&data).args(["runs", "--server", &base, "list"])).await;
+    let support::Output {
+        code,
+        stdout: before,
+        stderr,
+    } = support::output(support::leasehold(&data).args(["runs", "--server", &base, "list"])).await;
     assert_eq!((code, &before), (Some(0), &after), "{stderr}");
-    let (code, from_env, stderr) = output(
-        leasehold(&data)
+    let support::Output {
+        code,
+        stdout: from_env,
+        stderr,
+    } = support::output(
+        support::leasehold(&data)
             .env("LEASEHOLD_SERVER", &base)
             .args(["runs", "list"]),
     )
     .await;
     assert_eq!((code, &from_env), (Some(0), &after), "{stderr}");
     // Listed in the help, and refused where it means nothing.
-    let (_, help, _) = output(leasehold(&data).args(["runs", "--help"])).await;
+    let support::Output {
+        code: _,
+        stdout: help,
+        stderr: _,
+    } = support::output(support::leasehold(&data).args(["runs", "--help"])).await;
     assert!(
         help.contains("--server") && help.contains("LEASEHOLD_SERVER"),
         "{help}"
     );
-    let (code, _, stderr) =
-        output(leasehold(&data).args(["runs", "--server", &base, "replay", "run-x"])).await;
+    let support::Output {
+        code,
+        stdout: _,
+        stderr,
+    } = support::output(
+        support::leasehold(&data).args(["runs", "--server", &base, "replay", "run-x"]),
+    )
+    .await;
     assert_ne!(code, Some(0));
     assert!(stderr.contains("without --server"), "{stderr}");
     server.start_kill().expect("stop serve");
@@ -156,8 +155,12 @@ async fn a_store_locked_by_a_server_points_to_server() {
 async fn the_demo_keeps_its_run_in_the_data_directory() {
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let (code, stdout, stderr) = output(
-        leasehold(dir.path())
+    let support::Output {
+        code,
+        stdout,
+        stderr,
+    } = support::output(
+        support::leasehold(dir.path())
             .arg("demo")
             .arg("--data-dir")
             .arg(&data),
@@ -177,8 +180,16 @@ async fn the_demo_keeps_its_run_in_the_data_directory() {
         Some(&["--data-dir", &*data.to_string_lossy()][..])
     );
 
-    let (code, stdout, stderr) =
-        output(leasehold(dir.path()).args(["runs", "show"]).args(&command)).await;
+    let support::Output {
+        code,
+        stdout,
+        stderr,
+    } = support::output(
+        support::leasehold(dir.path())
+            .args(["runs", "show"])
+            .args(&command),
+    )
+    .await;
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     let view: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(view["run_id"], command[0]);

@@ -19,7 +19,6 @@ mod support;
 mod postgres;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,43 +31,23 @@ use leasehold::{
 use leasehold_cli::demo::DemoStack;
 use reqwest::StatusCode;
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
+use support::PATIENCE;
 use support::hanging_tool::{Hanging, group_emptied, last_group, run_until_a_tool_call_hangs};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(90);
 
 /// The API token (a posted flow may name its tool server only with one).
 const TOKEN: &str = "controls-anywhere-test-token";
 
-/// `leasehold` with nothing of the test's environment but `PATH`, on the
-/// PostgreSQL store `store`, the demo's scripted model at `model`.
-fn leasehold(store: &str, model: &str) -> Command {
-    let mut command = support::clean_leasehold();
-    command
-        .env("LEASEHOLD_STORE", store)
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo");
-    command
-}
-
-/// `leasehold serve` on `store`, taking flows that name their tool
-/// server's command.
-fn serve(store: &str, model: &str) -> Child {
-    serve_with(store, model, &[])
-}
-
-/// [`serve`] with the variables `env` set too.
-fn serve_with(store: &str, model: &str, env: &[(&str, &str)]) -> Child {
-    leasehold(store, model)
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .envs(env.iter().copied())
-        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts")
+/// `leasehold serve` on the PostgreSQL store `store` and the demo's model,
+/// taking flows that name their tool server's command, with the variables
+/// `env` set too; not yet waited on.
+fn serve_on_store(store: &str, stack: &DemoStack, env: &[(&str, &str)]) -> Child {
+    let command = support::leasehold_on_store(store)
+        .demo_model(stack)
+        .api_token(TOKEN)
+        .with_envs(env);
+    support::start_serve(command, "127.0.0.1:0", &["--allow-flow-tools"])
 }
 
 /// The flow file `flow` as the JSON a client posts.
@@ -76,7 +55,7 @@ fn flow_json(flow: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(flow).expect("flow")).expect("JSON")
 }
 
-/// `server` (started by [`serve_with`]) once it listens and runs the flow
+/// `server` (started by [`serve_on_store`]) once it listens and runs the flow
 /// `flow` posted to it up to its hanging tool call, as `store` logs it: its
 /// base URL, its owner id and the run's id.
 async fn running_a_hanging_call(
@@ -108,15 +87,11 @@ async fn runs(store: &str, args: &[&str]) -> Said {
 async fn runs_with(store: &str, args: &[&str], env: &[(&str, &str)]) -> Said {
     let out = tokio::time::timeout(
         PATIENCE,
-        Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .envs(env.iter().copied())
+        support::clean_leasehold()
+            .with_envs(env)
             .arg("runs")
             .args(args)
             .args(["--store", store])
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
             .output(),
     )
     .await
@@ -149,32 +124,31 @@ async fn kinds(store: &PostgresStore, run_id: &str) -> Vec<String> {
 
 /// Reads the store until the run's log holds an event of `kind`.
 async fn logged(store: &PostgresStore, run_id: &str, kind: &str) -> Vec<leasehold::Event> {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
+    support::until(
+        &format!("{kind} in the log of {run_id}"),
+        PATIENCE,
+        || async {
             let events = store.load_events(run_id, 0).await.expect("events");
-            if events.iter().any(|e| e.kind.name() == kind) {
-                return events;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+            events
+                .iter()
+                .any(|e| e.kind.name() == kind)
+                .then_some(events)
+        },
+    )
     .await
-    .unwrap_or_else(|_| panic!("no {kind} in the log of {run_id} within {PATIENCE:?}"))
 }
 
 /// Reads the store until the run's status is `status`.
 async fn status_becomes(store: &PostgresStore, run_id: &str, status: RunStatus) {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
+    support::until(
+        &format!("{run_id} to become {status:?}"),
+        PATIENCE,
+        || async {
             let record = store.load_run(run_id).await.expect("load").expect("run");
-            if record.status == status {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{run_id} did not become {status:?} within {PATIENCE:?}"));
+            (record.status == status).then_some(())
+        },
+    )
+    .await;
 }
 
 /// Asserts that `said` is the command line's report of a cancel it
@@ -221,7 +195,7 @@ async fn runs_cancel_on_a_shared_store_cancels_a_run_a_serving_executor_runs() {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
     let hanging = Hanging::start().await;
-    let mut a = serve(&url, &hanging.stack.model_base_url());
+    let mut a = serve_on_store(&url, &hanging.stack, &[]);
     let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &hanging.flow).await;
 
     let said = runs(
@@ -257,7 +231,7 @@ async fn a_foreground_run_takes_a_cancel_forwarded_from_the_command_line() {
     let store = open(&url).await;
     let hanging = Hanging::start().await;
     let (mut a, run_id) = run_until_a_tool_call_hangs(
-        leasehold(&url, &hanging.stack.model_base_url()),
+        support::leasehold_on_store(&url).demo_model(&hanging.stack),
         &hanging.flow,
         PATIENCE,
     )
@@ -339,7 +313,7 @@ async fn a_resume_awaiting_a_decision_is_refused_alike_by_the_command_line_and_t
     let (executor, mut handle, key) = a_charge_held_waiting_for_a_decision(store.clone()).await;
     let engine = executor.engine();
     let run_id = handle.run_id().to_owned();
-    let mut b = serve(&url, &stack.model_base_url());
+    let mut b = serve_on_store(&url, &stack, &[]);
     let base = support::served_base(&mut b, PATIENCE).await;
     let http = support::authorized(TOKEN);
 
@@ -409,7 +383,7 @@ async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
     let store = open(&url).await;
     let hanging = Hanging::start().await;
     let (mut a, run_id) = run_until_a_tool_call_hangs(
-        leasehold(&url, &hanging.stack.model_base_url()),
+        support::leasehold_on_store(&url).demo_model(&hanging.stack),
         &hanging.flow,
         PATIENCE,
     )
@@ -454,8 +428,8 @@ async fn a_forwarded_control_the_owner_refuses_is_logged_on_the_run() {
 async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_once_not_after_its_lease()
  {
     let hanging = Hanging::start().await;
-    let mut command = support::hanging_tool::leasehold(&hanging.data, &hanging.model);
-    command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
+    let command = support::hanging_tool::leasehold(&hanging.data, &hanging.model)
+        .with_env("LEASEHOLD_RUN_LEASE_TTL", "10m");
     let (mut run, run_id) = run_until_a_tool_call_hangs(command, &hanging.flow, PATIENCE).await;
     kill_with_its_tools(&mut run, &hanging.record).await;
 
@@ -489,7 +463,7 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
         "{table}"
     );
     let out = tokio::time::timeout(
-        Duration::from_secs(60),
+        PATIENCE,
         support::hanging_tool::leasehold(&hanging.data, &hanging.model)
             .args(["runs", "cancel", &run_id])
             .output(),
@@ -513,11 +487,9 @@ async fn on_a_data_directory_a_run_whose_executor_was_killed_is_cancelled_at_onc
 async fn a_run_of_a_killed_server_is_orphaned_at_once_by_the_next_on_its_data_directory() {
     let hanging = Hanging::start().await;
     let serving = || {
-        let mut command = support::hanging_tool::leasehold(&hanging.data, &hanging.model);
-        command
-            .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
-            .env("LEASEHOLD_API_TOKEN", TOKEN);
-        command
+        support::hanging_tool::leasehold(&hanging.data, &hanging.model)
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", "10m")
+            .api_token(TOKEN)
     };
     let (mut server, base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
     let http = support::authorized(TOKEN);
@@ -568,11 +540,7 @@ async fn on_a_shared_store_a_resume_of_a_run_a_killed_server_holds_says_whose_un
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
     let hanging = Hanging::start().await;
-    let mut a = serve_with(
-        &url,
-        &hanging.stack.model_base_url(),
-        &[("LEASEHOLD_RUN_LEASE_TTL", "10m")],
-    );
+    let mut a = serve_on_store(&url, &hanging.stack, &[("LEASEHOLD_RUN_LEASE_TTL", "10m")]);
     let (base, owner, run_id) = running_a_hanging_call(&mut a, &store, &hanging.flow).await;
     kill_with_its_tools(&mut a, &hanging.record).await;
 
@@ -617,33 +585,25 @@ async fn kill_with_its_tools(executor: &mut Child, record: &Path) {
         .status();
 }
 
-fn signal(child: &Child, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([signal, &child.id().expect("pid").to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {signal}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_forwarded_to_a_frozen_owner_is_given_up_on_after_the_patience_and_applied_once_it_goes_on()
  {
     let (_cluster, url) = postgres::database().await;
     let store = open(&url).await;
     let hanging = Hanging::start().await;
-    let mut a = serve(&url, &hanging.stack.model_base_url());
+    let mut a = serve_on_store(&url, &hanging.stack, &[]);
     let (_, owner, run_id) = running_a_hanging_call(&mut a, &store, &hanging.flow).await;
 
     // Frozen with its lease live (90 s by default): it takes nothing. The
     // command line's patience is its own run-lease TTL, here the floor.
-    signal(&a, "-STOP");
+    support::signal(&a, "-STOP");
     let said = runs_with(
         &url,
         &["cancel", &run_id],
         &[("LEASEHOLD_RUN_LEASE_TTL", "3s")],
     )
     .await;
-    signal(&a, "-CONT");
+    support::signal(&a, "-CONT");
     assert_eq!(said.code, Some(1), "{}", said.stderr);
     assert!(
         said.stderr

@@ -7,12 +7,8 @@
 
 mod support;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use serde_json::Value;
 use support::PythonPeer;
-use tokio::process::Command;
 
 /// The model: to the evaluator (JSON mode) it says RENEW; to the run it
 /// streams ten chunks 50 ms apart, falls silent for 2.5 s, then streams
@@ -67,26 +63,6 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
-
-fn leasehold(data: &std::path::Path, base: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
-        .env("LEASEHOLD_MODEL_BASE_URL", base)
-        .env("LEASEHOLD_MODEL_NAME", "stalling")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-async fn finished(command: &mut Command) -> std::process::Output {
-    support::output_within(command, PATIENCE).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_stream_stalled_and_recovered_is_cut_by_deadline_and_reproduced_by_its_own_strategy()
  {
@@ -103,8 +79,9 @@ async fn a_run_whose_stream_stalled_and_recovered_is_cut_by_deadline_and_reprodu
     });
     std::fs::write(&flow, text.to_string()).expect("write the flow");
 
-    let run = finished(
-        leasehold(&data, &model.base)
+    let run = support::finished(
+        support::leasehold(&data)
+            .model(&model.base, "stalling")
             .arg("run")
             .arg(&flow)
             .arg("--json"),
@@ -142,8 +119,9 @@ async fn a_run_whose_stream_stalled_and_recovered_is_cut_by_deadline_and_reprodu
     assert!(timed[0]["timing"]["longest_silence_ms"].as_u64().unwrap() >= 2_400);
 
     let out = dir.path().join("report");
-    let report = finished(
-        leasehold(&data, &model.base)
+    let report = support::finished(
+        support::leasehold(&data)
+            .model(&model.base, "stalling")
             .args([
                 "experiment",
                 "--from-runs",
@@ -178,8 +156,9 @@ async fn a_run_whose_stream_stalled_and_recovered_is_cut_by_deadline_and_reprodu
     assert!(out.join("report.json").exists() && out.join("tradeoff.svg").exists());
 
     // The table says it too.
-    let table = finished(
-        leasehold(&data, &model.base)
+    let table = support::finished(
+        support::leasehold(&data)
+            .model(&model.base, "stalling")
             .args(["experiment", "--from-runs", &run_id, "--out"])
             .arg(&out),
     )
@@ -195,8 +174,9 @@ async fn a_run_whose_stream_stalled_and_recovered_is_cut_by_deadline_and_reprodu
         "{text}"
     );
     // The runs created since a time: this one.
-    let since = finished(
-        leasehold(&data, &model.base)
+    let since = support::finished(
+        support::leasehold(&data)
+            .model(&model.base, "stalling")
             .args([
                 "experiment",
                 "--from-runs",
@@ -216,9 +196,12 @@ async fn a_run_whose_stream_stalled_and_recovered_is_cut_by_deadline_and_reprodu
     let since: Value = serde_json::from_slice(&since.stdout).expect("a JSON report");
     assert_eq!(since["runs"], serde_json::json!([run_id]));
     // A run that is not there is named.
-    let missing =
-        finished(leasehold(&data, &model.base).args(["experiment", "--from-runs", "run-none"]))
-            .await;
+    let missing = support::finished(
+        support::leasehold(&data)
+            .model(&model.base, "stalling")
+            .args(["experiment", "--from-runs", "run-none"]),
+    )
+    .await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no run run-none"));
 }

@@ -16,16 +16,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::PATIENCE;
 use support::PythonPeer;
 use support::hanging_tool::python;
 
 const PEER: &str = include_str!("../../runtime/tests/support/openai_peer.py");
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(180);
 
 /// An MCP server over stdio in Python with one tool, `read_page`, whose
 /// every result is 3 000 characters.
@@ -92,13 +89,8 @@ async fn run(dir: &Path, flow: &Value, peer_args: &[&str]) -> Ran {
     let peer = PythonPeer::start(PEER, &args);
     let path = dir.join("flow.json");
     std::fs::write(&path, flow.to_string()).expect("write the flow");
-    let mut command = support::leasehold(&dir.join("data"));
-    command
-        .env("LEASEHOLD_MODEL_BASE_URL", &peer.base)
-        .env("LEASEHOLD_MODEL_NAME", "peer")
-        .arg("run")
-        .arg(&path)
-        .arg("--json");
+    let mut command = support::leasehold(&dir.join("data")).model(&peer.base, "peer");
+    command.arg("run").arg(&path).arg("--json");
     let out = support::output_within(&mut command, PATIENCE).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let events = stdout

@@ -50,8 +50,7 @@ impl Stage {
     /// `leasehold run FLOW --json` to its end: its exit code and events.
     async fn run(&self, flow: &Path) -> (i32, Vec<Event>) {
         let output = support::leasehold(&self.data())
-            .env("LEASEHOLD_MODEL_BASE_URL", &self.model.base)
-            .env("LEASEHOLD_MODEL_NAME", "agent")
+            .model(&self.model.base, "agent")
             .arg("run")
             .arg(flow)
             .arg("--json")

@@ -23,10 +23,8 @@ use std::time::Duration;
 
 use peers::{FAN_OUT, Hanging, NEST, model, serve_tools};
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
+use support::PATIENCE;
+use tokio::process::Child;
 
 /// The spawn limits of the served configuration: small, so that the nested
 /// run reaches each of them quickly.
@@ -63,27 +61,14 @@ fn config_file(dir: &Path) -> PathBuf {
 
 /// A `leasehold` command on a fresh data directory in `dir`, with the
 /// configuration file, the model at `model` and the spawn limits above.
-fn leasehold(dir: &Path, model: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("NO_COLOR", "1")
-        .env("LEASEHOLD_CONFIG", config_file(dir))
-        .env("LEASEHOLD_DATA_DIR", dir.join("data"))
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "bounds")
-        .env("LEASEHOLD_SPAWN_MAX_PER_ANSWER", PER_ANSWER.to_string())
-        .env("LEASEHOLD_SPAWN_MAX_PER_RUN", PER_RUN.to_string())
-        .env("LEASEHOLD_SPAWN_MAX_DEPTH", DEPTH.to_string())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-/// `leasehold serve` on a free port; the process and its base URL.
-async fn serve(dir: &Path, model: &str) -> (Child, String) {
-    support::serve(leasehold(dir, model), &[], PATIENCE).await
+fn bounded(dir: &Path, model: &str) -> support::Leasehold {
+    support::leasehold(&dir.join("data"))
+        .model(model, "bounds")
+        .with_env("NO_COLOR", "1")
+        .config(config_file(dir))
+        .with_env("LEASEHOLD_SPAWN_MAX_PER_ANSWER", PER_ANSWER.to_string())
+        .with_env("LEASEHOLD_SPAWN_MAX_PER_RUN", PER_RUN.to_string())
+        .with_env("LEASEHOLD_SPAWN_MAX_DEPTH", DEPTH.to_string())
 }
 
 /// `POST /runs` of `flow`: the status and the body.
@@ -181,7 +166,7 @@ fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_and_the_bound() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (model, _) = model().await;
-    let (_server, base) = serve(dir.path(), &model).await;
+    let (_server, base) = support::serve(bounded(dir.path(), &model), &[], PATIENCE).await;
     let http = reqwest::Client::new();
 
     // A flow within the bounds is accepted, first: nothing refused after
@@ -269,7 +254,7 @@ async fn a_served_flow_past_the_configurations_bounds_is_refused_naming_the_key_
 async fn a_posted_flow_may_mark_a_declared_tool_non_idempotent_but_never_idempotent() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (model, _) = model().await;
-    let (_server, base) = serve(dir.path(), &model).await;
+    let (_server, base) = support::serve(bounded(dir.path(), &model), &[], PATIENCE).await;
     let http = reqwest::Client::new();
 
     // `pay` declares nothing of `charge`; `ledger` declares `read`
@@ -336,7 +321,7 @@ async fn leasehold_run_holds_a_flow_file_to_the_configuration_too() {
         std::fs::write(&path, flow.to_string()).expect("write the flow");
         let out = tokio::time::timeout(
             PATIENCE,
-            leasehold(dir.path(), "http://127.0.0.1:9/v1")
+            bounded(dir.path(), "http://127.0.0.1:9/v1")
                 .arg("run")
                 .arg(&path)
                 .stdout(Stdio::piped())
@@ -374,17 +359,11 @@ async fn serve_ledger(dir: &Path, model: &str, tools_url: &str) -> (Child, Strin
         ),
     )
     .expect("write the configuration");
-    let mut child = leasehold(dir, model)
-        .env("LEASEHOLD_CONFIG", &config)
-        .env("LEASEHOLD_RESUME_ON_BOOT", "true")
-        .env("LEASEHOLD_RUN_LEASE_TTL", "1s")
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut child, PATIENCE).await;
-    (child, base)
+    let command = bounded(dir, model)
+        .config(&config)
+        .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
+        .with_env("LEASEHOLD_RUN_LEASE_TTL", "1s");
+    support::serve(command, &[], PATIENCE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -471,7 +450,7 @@ fn depth(path: &str) -> usize {
 async fn an_answer_of_3000_spawns_starts_the_per_answer_limit_and_the_run_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (model, seen) = model().await;
-    let (server, base) = serve(dir.path(), &model).await;
+    let (server, base) = support::serve(bounded(dir.path(), &model), &[], PATIENCE).await;
     let http = reqwest::Client::new();
     let run_id = support::post_run(&http, &base, &spawning_flow("root fan-out")).await;
     let view = support::view_until(&http, &base, &run_id, PATIENCE, "ended", |view| {
@@ -511,7 +490,7 @@ async fn an_answer_of_3000_spawns_starts_the_per_answer_limit_and_the_run_goes_o
 async fn nested_spawning_stops_at_the_depth_and_the_per_run_limits() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (model, seen) = model().await;
-    let (_server, base) = serve(dir.path(), &model).await;
+    let (_server, base) = support::serve(bounded(dir.path(), &model), &[], PATIENCE).await;
     let http = reqwest::Client::new();
     let run_id = support::post_run(&http, &base, &spawning_flow("root nest")).await;
     let view = support::view_until(&http, &base, &run_id, PATIENCE, "ended", |view| {

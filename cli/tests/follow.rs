@@ -20,44 +20,19 @@ use std::time::Duration;
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::{Event, EventKind, EventLog, RunStore};
 use serde_json::json;
+use support::PATIENCE;
 use support::gate::gated_model;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The API token.
 const TOKEN: &str = "follow-test-token";
 
-/// `leasehold` with a clean environment on the PostgreSQL store `store`,
-/// the gate `model` and the API token.
-fn leasehold(store: &str, model: &str) -> Command {
-    let mut command = support::clean_leasehold();
-    command
-        .env("LEASEHOLD_STORE", store)
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "gate")
-        .env("LEASEHOLD_API_TOKEN", TOKEN);
-    command
-}
-
-/// `leasehold serve` on `port`, resuming orphaned runs, with a short run
-/// lease; its base URL once it listens.
-async fn serve(store: &str, model: &str, port: u16) -> (Child, String) {
-    let mut command = leasehold(store, model);
-    command
-        .env("LEASEHOLD_RUN_LEASE_TTL", "2s")
-        .env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "100ms")
-        .env("LEASEHOLD_RESUME_ON_BOOT", "true");
-    support::serve_on(command, &format!("127.0.0.1:{port}"), &[], PATIENCE).await
-}
-
 /// `leasehold runs events ID --follow --json ARGS` started, both its
 /// outputs piped.
-fn follow(mut command: Command, run_id: &str, args: &[&str]) -> Child {
+fn follow(mut command: support::Leasehold, run_id: &str, args: &[&str]) -> Child {
     command
         .args(["runs", "events", run_id, "--follow", "--json"])
         .args(args)
@@ -77,7 +52,7 @@ struct Follower {
 }
 
 impl Follower {
-    fn start(command: Command, run_id: &str, args: &[&str]) -> Self {
+    fn start(command: support::Leasehold, run_id: &str, args: &[&str]) -> Self {
         let mut child = follow(command, run_id, args);
         let stdout = child.stdout.take().expect("piped");
         let (seen, calls) = watch::channel(0);
@@ -130,7 +105,7 @@ impl Follower {
 /// A follower whose reader leaves after its first line, as `| head -1`
 /// does, while the run waits in its model call and logs nothing: it sees
 /// the reader gone without writing again, and exits 0, saying so.
-async fn ends_when_its_reader_leaves(command: Command, run_id: &str, args: &[&str]) {
+async fn ends_when_its_reader_leaves(command: support::Leasehold, run_id: &str, args: &[&str]) {
     let mut child = follow(command, run_id, args);
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
     tokio::time::timeout(PATIENCE, lines.next_line())
@@ -159,21 +134,33 @@ async fn a_followed_run_is_printed_once_to_its_end_through_a_serve_killed_and_st
         .await
         .expect("the store");
     let (model, gate) = gated_model().await;
-    let port = support::free_port();
-    let (mut first, base) = serve(&store_url, &model, port).await;
+    // `leasehold` on the store, the gate and the API token; served on
+    // `port`, resuming orphaned runs, with a short run lease.
+    let gated = || {
+        support::leasehold_on_store(&store_url)
+            .model(&model, "gate")
+            .api_token(TOKEN)
+    };
+    let addr = format!("127.0.0.1:{}", support::free_port());
+    let serving = || {
+        gated()
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", "2s")
+            .with_env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "100ms")
+            .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
+    };
+    let (mut first, base) = support::serve_on(serving(), &addr, &[], PATIENCE).await;
 
     let http = support::authorized(TOKEN);
     let flow = json!({"name": "gated", "task": "Answer.", "max_steps": 1, "stream": false});
     let run_id = support::post_run(&http, &base, &flow).await;
 
-    let mut over_server =
-        Follower::start(leasehold(&store_url, &model), &run_id, &["--server", &base]);
-    let mut through_store = Follower::start(leasehold(&store_url, &model), &run_id, &[]);
+    let mut over_server = Follower::start(gated(), &run_id, &["--server", &base]);
+    let mut through_store = Follower::start(gated(), &run_id, &[]);
     over_server.saw_the_model_call().await;
     through_store.saw_the_model_call().await;
     // Followers whose readers leave end while the run goes on.
-    ends_when_its_reader_leaves(leasehold(&store_url, &model), &run_id, &["--server", &base]).await;
-    ends_when_its_reader_leaves(leasehold(&store_url, &model), &run_id, &[]).await;
+    ends_when_its_reader_leaves(gated(), &run_id, &["--server", &base]).await;
+    ends_when_its_reader_leaves(gated(), &run_id, &[]).await;
     assert_eq!(
         store
             .load_run(&run_id)
@@ -189,7 +176,7 @@ async fn a_followed_run_is_printed_once_to_its_end_through_a_serve_killed_and_st
     // the run orphaned once its lease ends, and resumes it.
     first.start_kill().expect("SIGKILL");
     first.wait().await.expect("reaped");
-    let (mut second, _) = serve(&store_url, &model, port).await;
+    let (mut second, _) = support::serve_on(serving(), &addr, &[], PATIENCE).await;
     let mut received = gate.received.subscribe();
     tokio::time::timeout(PATIENCE, received.wait_for(|n| *n >= 2))
         .await

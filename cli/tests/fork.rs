@@ -13,10 +13,10 @@ mod postgres;
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use leasehold::Event;
 use serde_json::{Value, json};
+use support::PATIENCE;
 use support::PythonPeer;
 use tokio::process::Command;
 
@@ -67,9 +67,6 @@ server.serve_forever()
 /// The MCP server: `support/ledger_mcp.py`.
 const TOOLS: &str = support::LEDGER_MCP_SERVER;
 
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
-
 struct Peers {
     model: PythonPeer,
     requests: std::path::PathBuf,
@@ -109,17 +106,8 @@ impl Peers {
         }
     }
 
-    fn leasehold(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("LEASEHOLD_DATA_DIR", &self.data)
-            .env("LEASEHOLD_MODEL_BASE_URL", &self.model.base)
-            .env("LEASEHOLD_MODEL_NAME", "ledger-model")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        command
+    fn leasehold(&self) -> support::Leasehold {
+        support::leasehold(&self.data).model(&self.model.base, "ledger-model")
     }
 
     /// The (tool, key) of every call the tool server received, in order.
@@ -301,15 +289,8 @@ const TOKEN: &str = "fork-test-token";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_forks_a_run_over_the_api_and_runs_fork_reaches_it_with_server() {
     let peers = Peers::start();
-    let mut serve = peers
-        .leasehold()
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut serve, PATIENCE).await;
+    let command = peers.leasehold().api_token(TOKEN);
+    let (mut serve, base) = support::serve(command, &["--allow-flow-tools"], PATIENCE).await;
     let http = support::authorized(TOKEN);
     let flow: Value =
         serde_json::from_str(&std::fs::read_to_string(&peers.flow).expect("the flow"))
@@ -396,21 +377,14 @@ async fn serve_forks_a_run_over_the_api_and_runs_fork_reaches_it_with_server() {
 async fn a_run_of_one_executor_is_forked_by_another_sharing_postgresql() {
     let (_cluster, store) = postgres::database().await;
     let peers = Peers::start();
-    let serve = || {
+    let serving = || {
         peers
             .leasehold()
-            .env("LEASEHOLD_STORE", &store)
-            .env("LEASEHOLD_API_TOKEN", TOKEN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("serve starts")
+            .with_env("LEASEHOLD_STORE", &store)
+            .api_token(TOKEN)
     };
-    let mut a = serve();
-    let a_base = support::served_base(&mut a, PATIENCE).await;
-    let mut b = serve();
-    let b_base = support::served_base(&mut b, PATIENCE).await;
+    let (mut a, a_base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
+    let (mut b, b_base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
     let http = support::authorized(TOKEN);
     let flow: Value =
         serde_json::from_str(&std::fs::read_to_string(&peers.flow).expect("the flow"))

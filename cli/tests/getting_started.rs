@@ -16,16 +16,13 @@ mod support;
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use leasehold_cli::demo::DemoStack;
+use support::PATIENCE;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const DOC: &str = include_str!("../../docs/getting-started.md");
-
-/// How long one command of the doc may take.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// One fenced block of the doc. A TOML block's first line names the file
 /// it is (`# my-flow.toml`, `# leasehold.toml`, `# in my-flow.toml, …`).

@@ -23,8 +23,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 const PROXY: &str = include_str!("support/recording_proxy.py");
 
-/// Generous for a loaded 2-core machine: a bound, never a pace.
-const PATIENCE: Duration = Duration::from_secs(240);
+/// A real model answers on the CPU here.
+const PATIENCE: Duration = support::CROWDED_PATIENCE;
 
 struct Stage {
     dir: tempfile::TempDir,
@@ -56,12 +56,9 @@ impl Stage {
         support::write_flow(self.dir.path(), name, flow)
     }
 
-    fn leasehold(&self) -> tokio::process::Command {
-        let mut command = support::leasehold(&self.dir.path().join("data"));
-        command
-            .env("LEASEHOLD_MODEL_BASE_URL", &self.proxy.base)
-            .env("LEASEHOLD_MODEL_NAME", self.llama.model_name());
-        command
+    fn leasehold(&self) -> support::Leasehold {
+        support::leasehold(&self.dir.path().join("data"))
+            .model(&self.proxy.base, &self.llama.model_name())
     }
 
     /// Waits until the first bytes of a loop's answer passed the proxy.

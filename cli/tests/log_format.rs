@@ -5,25 +5,20 @@
 
 mod support;
 
-use std::time::Duration;
-
 use serde_json::Value;
-use tokio::process::Command;
+use support::PATIENCE;
 
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(180);
-
-fn leasehold(dir: &std::path::Path) -> Command {
-    let mut command = support::leasehold(&dir.join("data"));
-    command.env("RUST_LOG", "leasehold=info");
-    command
+/// `leasehold` on a data directory in `dir`, logging the runtime's
+/// `info` lines.
+fn logging(dir: &std::path::Path) -> support::Leasehold {
+    support::leasehold(&dir.join("data")).with_env("RUST_LOG", "leasehold=info")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_json_log_line_about_a_run_carries_its_run_id_and_trace_id() {
     let dir = tempfile::tempdir().expect("dir");
     let output = support::output_within(
-        leasehold(dir.path()).args(["--log-format", "json", "demo"]),
+        logging(dir.path()).args(["--log-format", "json", "demo"]),
         PATIENCE,
     )
     .await;
@@ -72,7 +67,7 @@ async fn every_json_log_line_about_a_run_carries_its_run_id_and_trace_id() {
     }
 
     // The text log stays text, and a format that is not one is refused.
-    let text = support::output_within(leasehold(dir.path()).arg("demo"), PATIENCE).await;
+    let text = support::output_within(logging(dir.path()).arg("demo"), PATIENCE).await;
     let said = String::from_utf8_lossy(&text.stderr);
     assert!(text.status.success(), "{said}");
     assert!(
@@ -81,7 +76,7 @@ async fn every_json_log_line_about_a_run_carries_its_run_id_and_trace_id() {
         "{said}"
     );
     let refused = support::output_within(
-        leasehold(dir.path())
+        logging(dir.path())
             .env("LEASEHOLD_LOG_FORMAT", "xml")
             .arg("config"),
         PATIENCE,
@@ -95,7 +90,7 @@ async fn every_json_log_line_about_a_run_carries_its_run_id_and_trace_id() {
 async fn a_text_log_written_to_a_pipe_holds_no_colour_escapes() {
     let dir = tempfile::tempdir().expect("dir");
     let output = support::output_within(
-        leasehold(dir.path()).args(["--log-format", "text", "demo"]),
+        logging(dir.path()).args(["--log-format", "text", "demo"]),
         PATIENCE,
     )
     .await;

@@ -13,9 +13,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::{
@@ -24,32 +21,11 @@ use leasehold::{
 };
 use leasehold::{EventLog, RunStore};
 use leasehold_cli::demo::DemoStack;
-use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(90);
+use support::PATIENCE;
+use tokio::process::Child;
 
 /// The API token (a posted flow may name its tool server only with one).
 const TOKEN: &str = "orphans-test-token";
-
-fn serve(data_dir: &Path, stack: &DemoStack) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data_dir)
-        .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .env("LEASEHOLD_RUN_LEASE_TTL", "10m")
-        .env("LEASEHOLD_RESUME_ON_BOOT", "true")
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_killed_and_restarted_on_its_data_directory_resumes_its_run_at_once() {
@@ -58,8 +34,16 @@ async fn serve_killed_and_restarted_on_its_data_directory_resumes_its_run_at_onc
     let data = dir.path().join("data");
     let http = support::authorized(TOKEN);
 
-    let mut first = serve(&data, &stack);
-    let base = support::served_base(&mut first, PATIENCE).await;
+    // On the data directory, resuming orphaned runs, with a run lease far
+    // longer than the test.
+    let serving = || {
+        support::leasehold(&data)
+            .demo_model(&stack)
+            .api_token(TOKEN)
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", "10m")
+            .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
+    };
+    let (mut first, base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
     let run_id = support::post_run(&http, &base, &stack.flow()).await;
     let first_owner = support::view_until(&http, &base, &run_id, PATIENCE, "seen", |_| true).await
         ["owner_id"]
@@ -93,8 +77,7 @@ async fn serve_killed_and_restarted_on_its_data_directory_resumes_its_run_at_onc
 
     // Orphaned and claimed as the next server boots, and adopted: within
     // the test's patience, long before the ten-minute lease would end.
-    let mut second = serve(&data, &stack);
-    let base = support::served_base(&mut second, PATIENCE).await;
+    let (mut second, base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
     let view = support::view_until(
         &http,
         &base,
@@ -197,12 +180,7 @@ fn assert_no_step_repeated(events: &[Event]) {
 
 /// SIGTERM, and the exit that follows.
 async fn leasehold_stop(server: &mut Child) {
-    let pid = server.id().expect("pid").to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    support::signal(server, "-TERM");
     let exit = tokio::time::timeout(PATIENCE, server.wait())
         .await
         .expect("serve exits after SIGTERM")

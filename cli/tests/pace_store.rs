@@ -23,7 +23,6 @@ mod support;
 use serde_json::{Value, json};
 use support::PythonPeer;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 /// Generous for a loaded 2-core machine, and far below the 60 s period.
 const EARLY_WITHIN: Duration = Duration::from_secs(30);
@@ -83,19 +82,6 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-fn leasehold(data: &Path, base: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
-        .env("LEASEHOLD_MODEL_BASE_URL", base)
-        .env("LEASEHOLD_MODEL_NAME", "paced")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
 fn write_flow(dir: &Path) -> std::path::PathBuf {
     let flow = json!({
         "name": "paced",
@@ -104,9 +90,7 @@ fn write_flow(dir: &Path) -> std::path::PathBuf {
         "stream": true,
         "leases": {"model_stream": "60s"},
     });
-    let path = dir.join("paced.json");
-    std::fs::write(&path, flow.to_string()).expect("write the flow");
-    path
+    support::write_flow(dir, "paced", &flow)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,7 +104,8 @@ async fn a_models_pace_learned_by_three_runs_judges_the_next_runs_silence_before
     // The first three runs complete, and teach the store the endpoint's
     // pace.
     for n in 1..=3 {
-        let taught = leasehold(&data, &model.base)
+        let taught = support::leasehold(&data)
+            .model(&model.base, "paced")
             .args(["run", flow])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -129,7 +114,8 @@ async fn a_models_pace_learned_by_three_runs_judges_the_next_runs_silence_before
             .expect("leasehold run");
         assert!(taught.success(), "run {n}: {taught}");
     }
-    let paces = leasehold(&data, &model.base)
+    let paces = support::leasehold(&data)
+        .model(&model.base, "paced")
         .args(["paces", "--json"])
         .stderr(Stdio::inherit())
         .output()
@@ -147,7 +133,8 @@ async fn a_models_pace_learned_by_three_runs_judges_the_next_runs_silence_before
 
     // The fourth run, a new process: 5 chunks 50 ms apart, then silence.
     let begun = Instant::now();
-    let mut second = leasehold(&data, &model.base)
+    let mut second = support::leasehold(&data)
+        .model(&model.base, "paced")
         .args(["run", flow, "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

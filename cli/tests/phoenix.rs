@@ -12,10 +12,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::PATIENCE;
 use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine: Phoenix takes seconds to start.
-const PATIENCE: Duration = Duration::from_secs(180);
 
 /// Phoenix on loopback, its data in `dir`; killed when dropped.
 async fn phoenix(dir: &std::path::Path) -> (Child, String) {
@@ -51,10 +49,6 @@ async fn phoenix(dir: &std::path::Path) -> (Child, String) {
     (child, base)
 }
 
-fn leasehold(dir: &std::path::Path) -> Command {
-    support::leasehold(&dir.join("data"))
-}
-
 async fn demo(command: &mut Command) -> (String, String) {
     let output = support::output_within(command.arg("demo"), PATIENCE).await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -77,13 +71,13 @@ async fn a_demo_run_is_one_trace_in_phoenix_with_its_tree_and_the_token_counts_o
     let dir = tempfile::tempdir().expect("dir");
     let (_phoenix, base) = phoenix(&dir.path().join("phoenix")).await;
     let (run_id, _) = demo(
-        leasehold(dir.path())
+        support::leasehold(&dir.path().join("data"))
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", &base)
             .env("OTEL_SERVICE_NAME", "leasehold-test"),
     )
     .await;
     let shown = support::output_within(
-        leasehold(dir.path()).args(["runs", "show", &run_id]),
+        support::leasehold(&dir.path().join("data")).args(["runs", "show", &run_id]),
         PATIENCE,
     )
     .await;
@@ -214,14 +208,16 @@ async fn a_dead_collector_changes_no_runs_outcome() {
     let dir = tempfile::tempdir().expect("dir");
     // Nothing listens there.
     let endpoint = format!("http://127.0.0.1:{}", support::free_port());
-    let (run_id, stderr) =
-        demo(leasehold(dir.path()).env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)).await;
+    let (run_id, stderr) = demo(
+        support::leasehold(&dir.path().join("data")).env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+    )
+    .await;
     assert!(
         stderr.contains("not every span reached the OpenTelemetry collector"),
         "{stderr}"
     );
     let shown = support::output_within(
-        leasehold(dir.path()).args(["runs", "show", &run_id]),
+        support::leasehold(&dir.path().join("data")).args(["runs", "show", &run_id]),
         PATIENCE,
     )
     .await;

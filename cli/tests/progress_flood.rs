@@ -17,18 +17,16 @@
 //! The model is a small OpenAI-compatible server on 127.0.0.1 (a thread of
 //! this test): its first answer calls the tool, its second ends the run.
 
+mod support;
+
 use std::io::{BufRead, BufReader as StdBufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::PATIENCE;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// How long the server floods, in seconds: several of the call's 500 ms
 /// lease periods, so the lease must be renewed on the evidence.
@@ -147,20 +145,6 @@ fn answer(mut stream: std::net::TcpStream) {
     );
 }
 
-/// The absolute path of the Python interpreter (the command's environment
-/// is cleared, and a shim on `PATH` may need what it cleared).
-fn python() -> String {
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("python3 runs (the flooding MCP server is a Python script)");
-    assert!(out.status.success(), "python3 -c failed");
-    String::from_utf8(out.stdout)
-        .expect("a path")
-        .trim()
-        .to_owned()
-}
-
 /// The flow: one call of `flood` under a 500 ms lease that evidence may
 /// renew many times, then the answer.
 fn write_flow(dir: &Path) -> std::path::PathBuf {
@@ -173,7 +157,7 @@ fn write_flow(dir: &Path) -> std::path::PathBuf {
         "stream": false,
         "tools": [{
             "name": "flooder",
-            "command": [python(), script, dir.join("sent"), FLOOD_SECONDS.to_string(),
+            "command": [support::hanging_tool::python(), script, dir.join("sent"), FLOOD_SECONDS.to_string(),
                         FLOOD_MAX.to_string(), MESSAGE_BYTES.to_string()],
             "idempotent": {"flood": true},
         }],
@@ -231,21 +215,14 @@ async fn flood(limits: &[(&str, &str)]) -> Flooded {
     let flow = write_flow(dir.path());
     let base = model();
     let leasehold = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("LEASEHOLD_DATA_DIR", &data)
-            .env("LEASEHOLD_MODEL_BASE_URL", &base)
-            .env("LEASEHOLD_MODEL_NAME", "flood-model")
+        let mut command = support::leasehold(&data)
+            .model(&base, "flood-model")
             // The flow's renewal caps are the configuration's to allow: a
             // flow may only tighten them.
-            .env("LEASEHOLD_LEASE_MAX_RENEWALS", "100")
-            .env("LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS", "100")
-            .envs(limits.iter().copied())
-            .args(args)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+            .with_env("LEASEHOLD_LEASE_MAX_RENEWALS", "100")
+            .with_env("LEASEHOLD_WATCHDOG_EVIDENCE_RENEWALS", "100")
+            .with_envs(limits);
+        command.args(args);
         command
     };
     let mut run = leasehold(&["run", flow.to_str().expect("a path"), "--json"])
@@ -304,7 +281,7 @@ async fn flood(limits: &[(&str, &str)]) -> Flooded {
 }
 
 /// What `command` printed; it must succeed.
-async fn stdout(mut command: Command) -> String {
+async fn stdout(mut command: support::Leasehold) -> String {
     let output = command
         .stderr(Stdio::inherit())
         .output()

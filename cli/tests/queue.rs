@@ -11,20 +11,16 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::{EventKind, EventLog, RunQuery, RunRecord, RunStatus, RunStore};
-use serde_json::{Value, json};
+use serde_json::json;
+use support::PATIENCE;
 use support::gate::gated_model;
-use tokio::process::{Child, Command};
 
 #[path = "../../runtime/tests/support/postgres.rs"]
 mod postgres;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Runs posted.
 const RUNS: usize = 10;
@@ -34,27 +30,6 @@ const LIMIT: usize = 2;
 
 /// The API token (with it, `/health` says who the executor is).
 const TOKEN: &str = "queue-test-token";
-
-fn serve(store_url: &str, model: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_STORE", store_url)
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "gate")
-        .env("LEASEHOLD_SERVER_MAX_LIVE_RUNS", LIMIT.to_string())
-        .env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "100ms")
-        .env("LEASEHOLD_RUN_LEASE_TTL", "2s")
-        .env("LEASEHOLD_RESUME_ON_BOOT", "true")
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts")
-}
 
 /// Every run, by id.
 async fn runs(store: &PostgresStore) -> BTreeMap<String, RunRecord> {
@@ -142,8 +117,20 @@ async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_th
         .await
         .expect("the store");
     let (model, gate) = gated_model().await;
-    let mut a = serve(&url, &model);
-    let mut b = serve(&url, &model);
+    // Two executors on the store, on the gate, within their limit, claiming
+    // often and resuming the runs of one that dies after a short run lease.
+    let serving = || {
+        let command = support::leasehold_on_store(&url)
+            .model(&model, "gate")
+            .api_token(TOKEN)
+            .with_env("LEASEHOLD_SERVER_MAX_LIVE_RUNS", LIMIT.to_string())
+            .with_env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "100ms")
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", "2s")
+            .with_env("LEASEHOLD_RESUME_ON_BOOT", "true");
+        support::start_serve(command, "127.0.0.1:0", &[])
+    };
+    let mut a = serving();
+    let mut b = serving();
     let base_a = support::served_base(&mut a, PATIENCE).await;
     let _base_b = support::served_base(&mut b, PATIENCE).await;
 
@@ -151,16 +138,7 @@ async fn two_executors_share_posted_runs_within_their_limits_and_one_finishes_th
     let flow = json!({"name": "gated", "task": "Answer.", "max_steps": 1, "stream": false});
     let mut posted = Vec::new();
     for _ in 0..RUNS {
-        let answer: Value = http
-            .post(format!("{base_a}/runs"))
-            .json(&flow)
-            .send()
-            .await
-            .expect("POST /runs")
-            .json()
-            .await
-            .expect("JSON");
-        posted.push(answer);
+        posted.push(support::posted(&http, &base_a, &flow).await);
     }
     let statuses: Vec<&str> = posted
         .iter()

@@ -12,33 +12,13 @@
 mod support;
 
 use std::process::Stdio;
-use std::time::Duration;
-
-use tokio::process::Command;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(180);
-
-fn leasehold(data: &std::path::Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-async fn finished(command: &mut Command) -> std::process::Output {
-    support::output_within(command, PATIENCE).await
-}
+use support::PATIENCE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_replay_reproduces_a_stored_run_of_the_demo_with_no_server_running() {
     let dir = tempfile::tempdir().expect("dir");
     let data = dir.path().join("data");
-    let demo = finished(leasehold(&data).arg("demo")).await;
+    let demo = support::finished(support::leasehold(&data).arg("demo")).await;
     let said =
         String::from_utf8_lossy(&demo.stdout).into_owned() + &String::from_utf8_lossy(&demo.stderr);
     assert!(demo.status.success(), "{said}");
@@ -51,8 +31,8 @@ async fn runs_replay_reproduces_a_stored_run_of_the_demo_with_no_server_running(
     // The demo's servers are gone with it; a model address that answers
     // nothing is configured, to show that none is reached.
     let saved = dir.path().join("recording.json");
-    let replay = finished(
-        leasehold(&data)
+    let replay = support::finished(
+        support::leasehold(&data)
             .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
             .env("LEASEHOLD_MODEL_NAME", "nobody")
             .args(["runs", "replay", &run_id, "--json", "--save"])
@@ -72,7 +52,8 @@ async fn runs_replay_reproduces_a_stored_run_of_the_demo_with_no_server_running(
     assert!(report["verdicts"].as_u64().unwrap() >= 3, "{report}");
 
     // The readable answer says so.
-    let readable = finished(leasehold(&data).args(["runs", "replay", &run_id])).await;
+    let readable =
+        support::finished(support::leasehold(&data).args(["runs", "replay", &run_id])).await;
     let text = String::from_utf8_lossy(&readable.stdout);
     assert!(readable.status.success(), "{text}");
     assert!(text.contains("reproduced it"), "{text}");
@@ -89,7 +70,8 @@ async fn runs_replay_reproduces_a_stored_run_of_the_demo_with_no_server_running(
     report.assert_reproduced();
 
     // A run that is not there is named; --server is not for replays.
-    let missing = finished(leasehold(&data).args(["runs", "replay", "run-none"])).await;
+    let missing =
+        support::finished(support::leasehold(&data).args(["runs", "replay", "run-none"])).await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no run run-none"));
 }
@@ -291,18 +273,16 @@ impl Faults {
         self
     }
 
-    fn leasehold(&self) -> Command {
-        let mut command = leasehold(&self.data);
-        command
-            .env("LEASEHOLD_MODEL_BASE_URL", &self.base)
-            .env("LEASEHOLD_MODEL_NAME", "incident-model")
-            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
+    fn leasehold(&self) -> support::Leasehold {
+        let mut command = support::leasehold(&self.data).model(&self.base, "incident-model");
+        command.envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
         command
     }
 
     /// `leasehold run FLOW --json` to its end (or pause); its run's id.
     async fn run(&self, code: i32) -> String {
-        let out = finished(self.leasehold().arg("run").arg(&self.flow).arg("--json")).await;
+        let out =
+            support::finished(self.leasehold().arg("run").arg(&self.flow).arg("--json")).await;
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
             out.status.code(),
@@ -317,7 +297,8 @@ impl Faults {
 
     /// The run's log, as `runs events --json` prints it.
     async fn events(&self, run_id: &str) -> Vec<leasehold::Event> {
-        let out = finished(self.leasehold().args(["runs", "events", run_id, "--json"])).await;
+        let out =
+            support::finished(self.leasehold().args(["runs", "events", run_id, "--json"])).await;
         assert!(
             out.status.success(),
             "{}",
@@ -332,7 +313,7 @@ impl Faults {
     /// `runs replay RUN --json`, with no model reachable: the report, which
     /// must say the replay reproduced the run.
     async fn replayed(&self, run_id: &str) -> serde_json::Value {
-        let out = finished(
+        let out = support::finished(
             self.leasehold()
                 .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
                 .args(["runs", "replay", run_id, "--json"]),
@@ -379,7 +360,7 @@ async fn a_run_paused_then_resumed_by_runs_resume_replays_as_it_ran() {
     // another process, and the search, sent again, answers.
     let faults = Faults::start("escalate", "60,0.3", 100);
     let run_id = faults.run(3).await;
-    let resumed = finished(faults.leasehold().args([
+    let resumed = support::finished(faults.leasehold().args([
         "runs",
         "resume",
         &run_id,
@@ -404,7 +385,7 @@ async fn a_run_paused_then_resumed_by_runs_resume_replays_as_it_ran() {
 async fn a_fork_replays_from_where_it_was_forked() {
     let faults = Faults::start("intervene", "0.3", 100);
     let parent = faults.run(0).await;
-    let fork = finished(faults.leasehold().args([
+    let fork = support::finished(faults.leasehold().args([
         "runs",
         "fork",
         &parent,
@@ -494,18 +475,13 @@ async fn a_run_stopped_mid_call_and_resumed_replays_its_stop_and_its_resume() {
         }
     }
     let run_id = run_id.expect("a run id");
-    let pid = run.id().expect("a pid").to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    support::signal(&run, "-TERM");
     let stopped = tokio::time::timeout(PATIENCE, run.wait())
         .await
         .expect("leasehold run stops")
         .expect("waits");
     assert_eq!(stopped.code(), Some(143));
-    let resumed = finished(
+    let resumed = support::finished(
         faults
             .leasehold()
             .args(["runs", "resume", &run_id, "--json"]),

@@ -14,7 +14,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use axum::routing::post;
@@ -23,13 +22,11 @@ use leasehold::store::{PostgresConfig, PostgresStore};
 use leasehold::{EventLog, RunQuery, RunStore, SnapshotStore};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use support::PATIENCE;
+use tokio::process::Child;
 
 #[path = "../../runtime/tests/support/postgres.rs"]
 mod postgres;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The task the model fails.
 const FAIL: &str = "fail, so that a person is asked";
@@ -67,35 +64,19 @@ async fn complete(Json(request): Json<Value>) -> axum::response::Response {
 /// The model's base URL.
 async fn model() -> String {
     let app = Router::new().route("/v1/chat/completions", post(complete));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1")
+    let addr = support::serve_peer(app).await;
+    format!("{addr}/v1")
 }
 
-/// `leasehold serve` keeping finished runs one second, on the store `env`
-/// names; its base URL.
-async fn serve(model: &str, env: &[(&str, &str)]) -> (Child, String) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "m")
-        .env("LEASEHOLD_EXECUTOR_RETENTION", "1s")
-        .env("LEASEHOLD_RESTART_BACKOFF_INITIAL", "10ms")
-        .env("LEASEHOLD_RESTART_BACKOFF_MAX", "20ms")
-        .envs(env.iter().copied())
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut server, PATIENCE).await;
-    (server, base)
+/// `leasehold serve` from `command` (on a store) keeping finished runs
+/// one second, restarting a failed call at once; its base URL.
+async fn serve_retaining(command: support::Leasehold, model: &str) -> (Child, String) {
+    let command = command
+        .model(model, "m")
+        .with_env("LEASEHOLD_EXECUTOR_RETENTION", "1s")
+        .with_env("LEASEHOLD_RESTART_BACKOFF_INITIAL", "10ms")
+        .with_env("LEASEHOLD_RESTART_BACKOFF_MAX", "20ms");
+    support::serve(command, &[], PATIENCE).await
 }
 
 fn flow(task: &str) -> Value {
@@ -228,8 +209,7 @@ async fn finished_runs_are_deleted_past_the_retention_on_sled_and_a_paused_run_i
     let data = tempfile::tempdir().expect("a data directory");
     let dir = data.path().join("runs");
     let model = model().await;
-    let dir_text = dir.to_str().expect("a UTF-8 path");
-    let (mut server, base) = serve(&model, &[("LEASEHOLD_DATA_DIR", dir_text)]).await;
+    let (mut server, base) = serve_retaining(support::leasehold(&dir), &model).await;
     let (_, _, sizes) = waves(&base, async || size_of(&dir)).await;
     server.kill().await.expect("killed");
     // Each wave writes as much as the one before and deletes it: once
@@ -254,7 +234,7 @@ async fn finished_runs_are_deleted_past_the_retention_on_sled_and_a_paused_run_i
 async fn finished_runs_are_deleted_past_the_retention_on_postgres_and_a_paused_run_is_kept() {
     let (_cluster, url) = postgres::database().await;
     let model = model().await;
-    let (mut server, base) = serve(&model, &[("LEASEHOLD_STORE", &url)]).await;
+    let (mut server, base) = serve_retaining(support::leasehold_on_store(&url), &model).await;
     let store = PostgresStore::connect(PostgresConfig::new(&url))
         .await
         .expect("the store");

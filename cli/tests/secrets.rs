@@ -12,22 +12,12 @@ mod support;
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
+use support::PATIENCE;
 
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Every secret the configuration holds; none may be shown.
 const SECRETS: &[&str] = &["hunter2", "s3cret", "arg-s3cret", "tok3n-abc", "env-s3cret"];
-
-/// A local port where nothing listens (bound, then let go).
-fn dead_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
 
 /// The configuration: `web` (credentials in its URL) and `ops` (a secret
 /// argument, a `--token` value and an `env` value; it writes what it got
@@ -53,44 +43,19 @@ env = {{ OPS_KEY = "env-s3cret" }}
     file
 }
 
-fn leasehold(dir: &Path, config: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_CONFIG", config)
-        .env("LEASEHOLD_DATA_DIR", dir.join("data"))
-        // No model call is made: the runs fail on their tool servers.
-        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
-        .env("LEASEHOLD_MODEL_NAME", "unused")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-fn serve(dir: &Path, config: &Path) -> Child {
-    let log = std::fs::File::create(dir.join("serve.log")).expect("log file");
-    leasehold(dir, config)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("serve starts")
+/// `leasehold` on a data directory in `dir` with the configuration
+/// `config`; no model call is made: the runs fail on their tool servers.
+fn configured(dir: &Path, config: &Path) -> support::Leasehold {
+    support::leasehold(&dir.join("data"))
+        .config(config)
+        .model("http://127.0.0.1:9/v1", "unused")
 }
 
 /// `leasehold ARGS`' stdout and stderr, after it exits 0.
 async fn output(dir: &Path, config: &Path, args: &[&str]) -> String {
-    let out = leasehold(dir, config)
-        .args(args)
-        .output()
-        .await
-        .expect("leasehold runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "leasehold {args:?} failed: {text}");
+    let out = support::output(configured(dir, config).args(args)).await;
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "leasehold {args:?} failed: {text}");
     text
 }
 
@@ -113,9 +78,16 @@ async fn text_of(http: &reqwest::Client, url: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_servers_credentials_appear_nowhere_a_client_or_the_log_can_read() {
     let dir = tempfile::tempdir().expect("dir");
-    let port = dead_port();
+    let port = support::free_port();
     let config = configuration(dir.path(), port);
-    let mut server = serve(dir.path(), &config);
+    // Its log is read below.
+    let log = std::fs::File::create(dir.path().join("serve.log")).expect("log file");
+    let mut server = configured(dir.path(), &config)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("serve starts");
     let base = support::served_base(&mut server, PATIENCE).await;
     let http = reqwest::Client::new();
 

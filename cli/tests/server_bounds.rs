@@ -16,47 +16,26 @@ mod postgres;
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use axum::Router;
 use axum::routing::post;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
+use support::PATIENCE;
 
 /// A model endpoint that takes every chat completion and never answers.
 async fn silent_model() -> String {
     let app = Router::new().route("/v1/chat/completions", post(std::future::pending::<String>));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1")
+    let addr = support::serve_peer(app).await;
+    format!("{addr}/v1")
 }
 
 /// `leasehold` with the data directory `data`, the model `model`, one
 /// live run at most, and `env` besides.
-fn leasehold(data: &Path, model: &str, env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data)
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "silent")
-        .env("LEASEHOLD_SERVER_MAX_LIVE_RUNS", "1")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-/// A `leasehold serve` on a free port, and its base URL.
-async fn serve(data: &Path, model: &str, env: &[(&str, &str)]) -> (Child, String) {
-    support::serve(leasehold(data, model, env), &[], PATIENCE).await
+fn one_live_run(data: &Path, model: &str, env: &[(&str, &str)]) -> support::Leasehold {
+    support::leasehold(data)
+        .model(model, "silent")
+        .with_env("LEASEHOLD_SERVER_MAX_LIVE_RUNS", "1")
+        .with_envs(env)
 }
 
 /// A flow of `task`.
@@ -141,12 +120,12 @@ fn task(n: usize, bytes: usize) -> String {
 async fn posts_past_the_queue_cap_are_refused_with_429_and_the_store_stays_bounded() {
     let data = tempfile::tempdir().expect("a data directory");
     let model = silent_model().await;
-    let (_server, base) = serve(
+    let command = one_live_run(
         data.path(),
         &model,
         &[("LEASEHOLD_SERVER_MAX_QUEUED_RUNS", "3")],
-    )
-    .await;
+    );
+    let (_server, base) = support::serve(command, &[], PATIENCE).await;
     let http = reqwest::Client::new();
 
     // One run takes the executor's only place; three wait queued.
@@ -207,8 +186,8 @@ async fn the_queue_cap_counts_the_runs_queued_through_every_executor_sharing_the
         ("LEASEHOLD_STORE", url.as_str()),
         ("LEASEHOLD_SERVER_MAX_QUEUED_RUNS", "2"),
     ];
-    let (_a, base_a) = serve(data.path(), &model, &env).await;
-    let (_b, base_b) = serve(data.path(), &model, &env).await;
+    let (_a, base_a) = support::serve(one_live_run(data.path(), &model, &env), &[], PATIENCE).await;
+    let (_b, base_b) = support::serve(one_live_run(data.path(), &model, &env), &[], PATIENCE).await;
     let http = reqwest::Client::new();
 
     // Each executor starts one run and is full; then each queues one, and
@@ -230,23 +209,16 @@ async fn the_queue_cap_counts_the_runs_queued_through_every_executor_sharing_the
 }
 
 /// `kill SIGNAL` to `child`.
-fn signal(child: &Child, signal: &str) {
-    let pid = child.id().expect("running").to_string();
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controls_waiting_for_a_hung_owner_are_capped_per_run_and_applied_once_it_goes_on() {
     let (_cluster, url) = postgres::database().await;
     let data = tempfile::tempdir().expect("a data directory");
     let model = silent_model().await;
     let env = [("LEASEHOLD_STORE", url.as_str())];
-    let (owner, base_owner) = serve(data.path(), &model, &env).await;
-    let (_other, base_other) = serve(data.path(), &model, &env).await;
+    let (owner, base_owner) =
+        support::serve(one_live_run(data.path(), &model, &env), &[], PATIENCE).await;
+    let (_other, base_other) =
+        support::serve(one_live_run(data.path(), &model, &env), &[], PATIENCE).await;
     let http = reqwest::Client::new();
     let (code, _, body) = post_flow(&http, &base_owner, &flow("held")).await;
     assert_eq!((code, &body["status"]), (201, &json!("running")), "{body}");
@@ -254,7 +226,7 @@ async fn controls_waiting_for_a_hung_owner_are_capped_per_run_and_applied_once_i
 
     // The owner hangs with its lease live: controls sent to the other
     // executor wait in the store for it, and only so many.
-    signal(&owner, "-STOP");
+    support::signal(&owner, "-STOP");
     let cancel = |n: u64| {
         http.post(format!("{base_other}/runs/{run_id}/cancel"))
             .json(&json!({"reason": format!("cancel {n} {}", "r".repeat(60_000))}))
@@ -274,7 +246,7 @@ async fn controls_waiting_for_a_hung_owner_are_capped_per_run_and_applied_once_i
 
     // Once the owner goes on, it takes what waited: the run is cancelled,
     // by the first control.
-    signal(&owner, "-CONT");
+    support::signal(&owner, "-CONT");
     let view = support::view_until(&http, &base_other, &run_id, PATIENCE, "cancelled", |v| {
         v["status"] == "cancelled"
     })
@@ -298,7 +270,7 @@ async fn a_task_a_flow_or_guidance_past_its_limit_is_refused_naming_the_key_and_
     // `leasehold run` of a file whose task is too long starts nothing.
     let file = data.path().join("long.json");
     std::fs::write(&file, flow(&"t".repeat(70_000)).to_string()).expect("write the flow");
-    let run = leasehold(data.path(), &model, &[])
+    let run = one_live_run(data.path(), &model, &[])
         .arg("run")
         .arg(&file)
         .stdout(Stdio::null())
@@ -314,7 +286,8 @@ async fn a_task_a_flow_or_guidance_past_its_limit_is_refused_naming_the_key_and_
     assert!(said.contains("limits.task"), "{said}");
     assert!(said.contains("70000 bytes"), "{said}");
 
-    let (_server, base) = serve(data.path(), &model, &[]).await;
+    let (_server, base) =
+        support::serve(one_live_run(data.path(), &model, &[]), &[], PATIENCE).await;
     let http = reqwest::Client::new();
     assert!(
         listed(&http, &base).await.is_empty(),
@@ -370,7 +343,8 @@ async fn a_listing_of_many_large_runs_is_a_bounded_page_of_summaries_and_a_run_s
  {
     let data = tempfile::tempdir().expect("a data directory");
     let model = silent_model().await;
-    let (_server, base) = serve(data.path(), &model, &[]).await;
+    let (_server, base) =
+        support::serve(one_live_run(data.path(), &model, &[]), &[], PATIENCE).await;
     let http = reqwest::Client::new();
 
     let runs = 40;
@@ -407,7 +381,7 @@ async fn a_listing_of_many_large_runs_is_a_bounded_page_of_summaries_and_a_run_s
     assert!(view.get("truncated").is_none(), "{view}");
 
     // The command line lists the same page through the server.
-    let listing = leasehold(data.path(), &model, &[])
+    let listing = one_live_run(data.path(), &model, &[])
         .args(["runs", "list", "--limit", "500", "--server", &base])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -18,14 +18,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use leasehold_cli::demo::DemoStack;
-use tokio::process::{Child, Command};
+use support::PATIENCE;
+use tokio::process::Child;
 
 use support::hanging_tool::{
     self, run_until_a_tool_call_hangs, running_in_group, write_stuck_flow,
 };
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 /// How soon a server must die after its executor was killed: the kernel
 /// sends the signal as it reaps the executor.
@@ -35,10 +33,8 @@ const DIES_WITHIN: Duration = Duration::from_secs(10);
 const TOKEN: &str = "sigkill-test-token";
 
 /// [`hanging_tool::leasehold`] with the API token of these tests.
-fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
-    let mut command = hanging_tool::leasehold(data_dir, model_base_url);
-    command.env("LEASEHOLD_API_TOKEN", TOKEN);
-    command
+fn leasehold(data_dir: &Path, model_base_url: &str) -> support::Leasehold {
+    hanging_tool::leasehold(data_dir, model_base_url).api_token(TOKEN)
 }
 
 /// Whether process `pid` runs (exists and is not a zombie).
@@ -69,8 +65,10 @@ async fn ends(pid: u32, within: Duration) -> bool {
 /// end of its input: only a signal ends it now).
 async fn server_stuck(record: &Path) -> (u32, u32) {
     let called = record.with_extension("txt.called");
-    tokio::time::timeout(PATIENCE, async {
-        loop {
+    support::until(
+        "a tool server that recorded its group and got stuck in a call",
+        PATIENCE,
+        || async {
             if called.exists()
                 && let Ok(text) = std::fs::read_to_string(record)
                 && let Some(line) = text.lines().last()
@@ -80,13 +78,12 @@ async fn server_stuck(record: &Path) -> (u32, u32) {
                     .collect::<Vec<_>>()[..]
                 && runs(helper)
             {
-                return (pgid, helper);
+                return Some((pgid, helper));
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+            None
+        },
+    )
     .await
-    .expect("the tool server starts, records its group and gets a call")
 }
 
 /// Kills what is left of the server's group when a test fails, so that a
@@ -105,28 +102,10 @@ impl Drop for KillGroupOnDrop {
     }
 }
 
-fn sigkill(child: &Child) {
-    let pid = child.id().expect("pid").to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .expect("kill runs");
-    assert!(sent.success(), "kill -KILL {pid} failed");
-}
-
 /// `leasehold runs list` on `data`: its exit code and what it said.
 async fn runs_list(data: &Path, model: &str) -> (Option<i32>, String) {
-    let out = leasehold(data, model)
-        .args(["runs", "list"])
-        .output()
-        .await
-        .expect("runs list");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), said)
+    let out = support::output(leasehold(data, model).args(["runs", "list"])).await;
+    (out.code, format!("{}{}", out.stdout, out.stderr))
 }
 
 /// After the executor was SIGKILLed: its tool server dies at once, and the
@@ -139,7 +118,7 @@ async fn server_dies_and_its_helper_is_reaped(
     model: &str,
 ) {
     let _cleanup = KillGroupOnDrop(pgid);
-    sigkill(&executor);
+    support::signal(&executor, "-KILL");
     executor.wait().await.expect("reaped");
     assert!(
         ends(pgid, DIES_WITHIN).await,
@@ -198,13 +177,8 @@ async fn sigkill_of_serve_kills_its_stdio_tool_server_and_the_next_command_reaps
     let flow: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(flow).expect("flow")).expect("JSON");
 
-    let mut serve = leasehold(&data, &model)
-        .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    let base = support::served_base(&mut serve, PATIENCE).await;
+    let (serve, base) =
+        support::serve(leasehold(&data, &model), &["--allow-flow-tools"], PATIENCE).await;
     let http = support::authorized(TOKEN);
     let run_id = support::post_run(&http, &base, &flow).await;
     let group = server_stuck(&record).await;

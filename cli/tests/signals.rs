@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::fencing;
+use support::PATIENCE;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Child;
 
@@ -26,20 +27,9 @@ use support::hanging_tool::{
     until_a_tool_call_hangs,
 };
 
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
-
 /// How long a stopped command may take to exit: its shutdown is bounded by
 /// seconds.
 const EXIT_WITHIN: Duration = Duration::from_secs(20);
-
-fn send(signal: &str, pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -{signal} {pid} failed");
-}
 
 /// Sends `signal` to `child` once a tool call hangs, checks that it exits
 /// with `code` within seconds and that the hanging server's whole process
@@ -63,7 +53,7 @@ async fn stop_mid_call(
         running_in_group(pgid).contains(&helper),
         "the server's helper runs in its group {pgid} while the call hangs"
     );
-    send(signal, child.id().expect("pid"));
+    support::signal(&child, &format!("-{signal}"));
     let exit = tokio::time::timeout(EXIT_WITHIN, child.wait())
         .await
         .unwrap_or_else(|_| panic!("the command did not exit within {EXIT_WITHIN:?} of {signal}"))
@@ -175,7 +165,7 @@ async fn sighup_from_a_closed_terminal_stops_run_in_place_with_129() {
     // The terminal goes: nobody reads either output from now on.
     drop(lines);
     drop(run.stderr.take());
-    send("HUP", run.id().expect("pid"));
+    support::signal(&run, "-HUP");
     let exit = tokio::time::timeout(EXIT_WITHIN, run.wait())
         .await
         .expect("the command exits within seconds of SIGHUP")
@@ -216,13 +206,7 @@ async fn silent_model() -> (String, tokio::task::JoinHandle<()>) {
 async fn sigterm_stops_serve_with_143_within_seconds_and_an_open_event_stream_gets_a_final_event() {
     let (model, held) = silent_model().await;
     let dir = tempfile::tempdir().expect("dir");
-    let mut server = leasehold(dir.path(), &model)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    let base = support::served_base(&mut server, PATIENCE).await;
+    let (mut server, base) = support::serve(leasehold(dir.path(), &model), &[], PATIENCE).await;
 
     let http = reqwest::Client::new();
     let flow = serde_json::json!({"name": "waits", "task": "Wait for the model.", "max_steps": 1});
@@ -246,7 +230,7 @@ async fn sigterm_stops_serve_with_143_within_seconds_and_an_open_event_stream_ge
     }
     let before = received.len();
 
-    send("TERM", server.id().expect("pid"));
+    support::signal(&server, "-TERM");
     let closed = tokio::time::timeout(EXIT_WITHIN, async {
         while let Some(Ok(chunk)) = stream.next().await {
             received.push_str(&String::from_utf8_lossy(&chunk));
@@ -298,7 +282,7 @@ async fn stop_demo(args: &[&str], signal: &str, code: i32) {
             break;
         }
     }
-    send(signal, demo.id().expect("pid"));
+    support::signal(&demo, &format!("-{signal}"));
     let exit = tokio::time::timeout(EXIT_WITHIN, demo.wait())
         .await
         .unwrap_or_else(|_| panic!("the demo did not exit within {EXIT_WITHIN:?} of {signal}"))
@@ -346,11 +330,11 @@ async fn sigterm_stops_the_demo_with_its_dashboard_with_143() {
 async fn a_run_whose_executor_was_killed_is_resumed_at_once_on_its_data_directory() {
     let hanging = Hanging::start().await;
 
-    let mut command = leasehold(&hanging.data, &hanging.model);
-    command.env("LEASEHOLD_RUN_LEASE_TTL", "10m");
+    let command =
+        leasehold(&hanging.data, &hanging.model).with_env("LEASEHOLD_RUN_LEASE_TTL", "10m");
     let (mut run, run_id) = run_until_a_tool_call_hangs(command, &hanging.flow, PATIENCE).await;
     let (pgid, _) = last_group(&hanging.record);
-    send("KILL", run.id().expect("pid"));
+    support::signal(&run, "-KILL");
     let _ = run.wait().await;
     // Whatever the executor left behind is not this test's subject.
     let _ = std::process::Command::new("kill")
@@ -369,7 +353,7 @@ async fn a_run_whose_executor_was_killed_is_resumed_at_once_on_its_data_director
     // idempotent tool, called with the same key).
     let resumed = until_a_tool_call_hangs(&mut lines, PATIENCE).await;
     assert_eq!(resumed, run_id);
-    send("TERM", resume.id().expect("pid"));
+    support::signal(&resume, "-TERM");
     let exit = tokio::time::timeout(EXIT_WITHIN, resume.wait())
         .await
         .expect("runs resume exits within seconds of SIGTERM")

@@ -9,14 +9,11 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use leasehold_cli::demo::DemoStack;
 
+use support::PATIENCE;
 use support::hanging_tool::{leasehold, run_until_a_tool_call_hangs, write_flow};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The demo's flow, written to `dir`.
 fn demo_flow(dir: &Path, stack: &DemoStack) -> PathBuf {
@@ -44,16 +41,8 @@ async fn run_to_its_end(data: &Path, model: &str, flow: &Path) {
 
 /// `leasehold runs list` on `data`: its exit code, stdout and stderr.
 async fn runs_list(data: &Path, model: &str) -> (Option<i32>, String, String) {
-    let out = leasehold(data, model)
-        .args(["runs", "list"])
-        .output()
-        .await
-        .expect("runs list");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = support::output(leasehold(data, model).args(["runs", "list"])).await;
+    (out.code, out.stdout, out.stderr)
 }
 
 /// The ids `runs list` shows, checking it exits 0.

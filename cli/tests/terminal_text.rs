@@ -9,20 +9,15 @@
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use leasehold::printable::is_unprintable;
 use serde_json::{Value, json};
-use tokio::process::Command;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
+use support::PATIENCE;
 
 /// Retitles the terminal, clears the screen and forges a row.
 const HOSTILE: &str = "report\u{1b}]0;pwned\u{7}\u{1b}[2J\nforged row\r\u{202e}";
@@ -43,40 +38,24 @@ async fn model(answers: Vec<Value>) -> String {
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
         .with_state((Arc::new(answers), Arc::new(AtomicUsize::new(0))));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/v1")
+    let addr = support::serve_peer(app).await;
+    format!("{addr}/v1")
 }
 
-fn leasehold(dir: &Path, model: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", dir.join("data"))
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "hostile")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
+/// `leasehold` on a data directory in `dir`, on the model at `model`.
+fn hostile(dir: &Path, model: &str) -> support::Leasehold {
+    support::leasehold(&dir.join("data")).model(model, "hostile")
 }
 
 /// `leasehold ARGS`' stdout and stderr; it must exit as `success` says.
 async fn output(dir: &Path, model: &str, args: &[&str], success: bool) -> (String, String) {
-    let out = leasehold(dir, model)
-        .args(args)
-        .output()
-        .await
-        .expect("leasehold runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
+    let support::Output {
+        code,
+        stdout,
+        stderr,
+    } = support::output(hostile(dir, model).args(args)).await;
     assert_eq!(
-        out.status.success(),
+        code == Some(0),
         success,
         "leasehold {args:?}: {stdout}{stderr}"
     );
@@ -125,13 +104,7 @@ fn events_and_list(stdout_list: &str, stdout_events: &str, what: &str) {
 async fn a_posted_flows_name_is_printed_as_text_by_runs_list_and_runs_events() {
     let dir = tempfile::tempdir().expect("dir");
     let model = model(vec![json!({"role": "assistant", "content": "done"})]).await;
-    let mut server = leasehold(dir.path(), &model)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut server, PATIENCE).await;
+    let (mut server, base) = support::serve(hostile(dir.path(), &model), &[], PATIENCE).await;
     let http = reqwest::Client::new();
     let flow = json!({"name": HOSTILE, "task": "t", "max_steps": 3});
     let run_id = support::post_run(&http, &base, &flow).await;

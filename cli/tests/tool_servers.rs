@@ -8,15 +8,11 @@
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use leasehold::{ToolClient, ToolServer, tools::McpToolClient};
 use serde_json::json;
-use tokio::process::Command;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(90);
+use support::PATIENCE;
 
 /// A stdio MCP server in Python that completes the handshake and then
 /// reads every request without answering any: `tools/list` hangs.
@@ -76,23 +72,12 @@ async fn post_runs_answers_at_once_and_a_server_that_never_lists_its_tools_fails
         format!("[[tools]]\nname = \"mute\"\ncommand = {command}\n"),
     )
     .expect("the config is written");
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_CONFIG", &config)
-        .env("LEASEHOLD_DATA_DIR", dir.path().join("data"))
-        .env("LEASEHOLD_MODEL_BASE_URL", "http://127.0.0.1:1/v1")
-        .env("LEASEHOLD_MODEL_NAME", "unused")
+    let command = support::leasehold(&dir.path().join("data"))
+        .config(&config)
+        .model("http://127.0.0.1:1/v1", "unused")
         // Long enough that an answer waiting for the listing would show.
-        .env("LEASEHOLD_MCP_HANDSHAKE_TIMEOUT", "4s")
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("serve starts");
-    let base = support::served_base(&mut serve, PATIENCE).await;
+        .with_env("LEASEHOLD_MCP_HANDSHAKE_TIMEOUT", "4s");
+    let (mut serve, base) = support::serve(command, &[], PATIENCE).await;
     let http = reqwest::Client::new();
     let flow = json!({"name": "mute", "task": "list", "max_steps": 2, "tools": [{"name": "mute"}]});
 
@@ -135,20 +120,7 @@ async fn post_runs_answers_at_once_and_a_server_that_never_lists_its_tools_fails
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_demo_run_prints_no_error() {
     let dir = tempfile::tempdir().expect("dir");
-    let out = tokio::time::timeout(
-        PATIENCE,
-        Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("LEASEHOLD_DATA_DIR", dir.path())
-            .arg("demo")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the demo ends")
-    .expect("the demo runs");
+    let out = support::finished(support::leasehold(dir.path()).arg("demo")).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");

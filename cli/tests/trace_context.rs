@@ -7,7 +7,6 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -15,10 +14,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::process::Child;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
+use support::PATIENCE;
 
 /// The platform's trace context.
 const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -45,27 +41,16 @@ async fn model() -> (String, Seen) {
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
         .with_state(Arc::clone(&seen));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), seen)
-}
-
-async fn serve(data: &std::path::Path, model: &str) -> (Child, String) {
-    let mut command = support::leasehold(data);
-    command
-        .env("LEASEHOLD_MODEL_BASE_URL", model)
-        .env("LEASEHOLD_MODEL_NAME", "m");
-    support::serve(command, &[], PATIENCE).await
+    let addr = support::serve_peer(app).await;
+    (format!("{addr}/v1"), seen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_posted_with_a_traceparent_is_in_the_callers_trace_down_to_the_model_server() {
     let dir = tempfile::tempdir().expect("a directory");
     let (model, seen) = model().await;
-    let (_server, base) = serve(dir.path(), &model).await;
+    let command = support::leasehold(dir.path()).model(&model, "m");
+    let (_server, base) = support::serve(command, &[], PATIENCE).await;
     let http = reqwest::Client::new();
     let flow = json!({"name": "traced", "task": "Answer.", "max_steps": 2, "stream": false});
 

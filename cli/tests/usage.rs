@@ -6,13 +6,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::Value;
+use support::PATIENCE;
 use tokio::process::Command;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(180);
 
 /// The prices of the demo's models, per million tokens.
 const PRICES: &str = r#"
@@ -25,10 +22,10 @@ input = 0.25
 output = 1.25
 "#;
 
-fn leasehold(dir: &std::path::Path) -> Command {
-    let mut command = support::leasehold(&dir.join("data"));
-    command.env("LEASEHOLD_CONFIG", dir.join("leasehold.toml"));
-    command
+/// `leasehold` on a data directory in `dir`, with the prices of
+/// `dir/leasehold.toml`.
+fn priced(dir: &std::path::Path) -> support::Leasehold {
+    support::leasehold(&dir.join("data")).config(dir.join("leasehold.toml"))
 }
 
 async fn stdout_of(command: &mut Command) -> String {
@@ -69,7 +66,7 @@ fn close(a: f64, b: f64) -> bool {
 async fn the_cost_runs_show_prints_is_the_sum_over_the_runs_calls_at_the_configured_prices() {
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(dir.path().join("leasehold.toml"), PRICES).expect("config");
-    let said = stdout_of(leasehold(dir.path()).arg("demo")).await;
+    let said = stdout_of(priced(dir.path()).arg("demo")).await;
     let run_id = said
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
         .find(|w| w.starts_with("run-"))
@@ -83,14 +80,13 @@ async fn the_cost_runs_show_prints_is_the_sum_over_the_runs_calls_at_the_configu
         .unwrap_or_else(|| panic!("a spent line in {said}"));
     assert!(line.contains("at the configured prices"), "{line}");
 
-    let shown: Value = serde_json::from_str(
-        &stdout_of(leasehold(dir.path()).args(["runs", "show", &run_id])).await,
-    )
-    .expect("runs show prints JSON");
+    let shown: Value =
+        serde_json::from_str(&stdout_of(priced(dir.path()).args(["runs", "show", &run_id])).await)
+            .expect("runs show prints JSON");
     let usage = &shown["usage"];
 
     // The sum over the calls the log records, priced here.
-    let log = stdout_of(leasehold(dir.path()).args(["runs", "events", &run_id, "--json"])).await;
+    let log = stdout_of(priced(dir.path()).args(["runs", "events", &run_id, "--json"])).await;
     let mut by_role: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
     let mut by_loop: BTreeMap<String, f64> = BTreeMap::new();
     for line in log.lines() {

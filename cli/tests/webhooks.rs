@@ -21,11 +21,9 @@ use std::time::Duration;
 use leasehold_cli::demo::DemoStack;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use support::PATIENCE;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The API token (a posted flow may name its tool server only with one).
 const TOKEN: &str = "webhooks-test-token";
@@ -48,17 +46,15 @@ fn config(dir: &Path, port: u16) -> PathBuf {
 
 /// `leasehold serve` on the data directory `data` with the configuration
 /// `config`, quick retries, and the demo's model; its base URL.
-async fn serve(data: &Path, config: &Path, stack: &DemoStack) -> (Child, String) {
-    let mut command = support::leasehold(data);
-    command
-        .env("LEASEHOLD_CONFIG", config)
-        .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .env("LEASEHOLD_API_TOKEN", TOKEN)
-        .env("LEASEHOLD_RUN_LEASE_TTL", "3s")
-        .env("LEASEHOLD_WEBHOOKS_TIMEOUT", "2s")
-        .env("LEASEHOLD_WEBHOOKS_RETRY_FIRST", "200ms")
-        .env("LEASEHOLD_WEBHOOKS_RETRY_MAX", "1s");
+async fn serve_notifying(data: &Path, config: &Path, stack: &DemoStack) -> (Child, String) {
+    let command = support::leasehold(data)
+        .config(config)
+        .demo_model(stack)
+        .api_token(TOKEN)
+        .with_env("LEASEHOLD_RUN_LEASE_TTL", "3s")
+        .with_env("LEASEHOLD_WEBHOOKS_TIMEOUT", "2s")
+        .with_env("LEASEHOLD_WEBHOOKS_RETRY_FIRST", "200ms")
+        .with_env("LEASEHOLD_WEBHOOKS_RETRY_MAX", "1s");
     support::serve(command, &["--allow-flow-tools"], PATIENCE).await
 }
 
@@ -142,13 +138,10 @@ async fn metric(http: &reqwest::Client, base: &str, name: &str) -> f64 {
 /// Waits until `/metrics` counts at least one webhook attempt of `outcome`.
 async fn counted(http: &reqwest::Client, base: &str, outcome: &str) {
     let name = format!("leasehold_webhooks_total{{outcome=\"{outcome}\"}}");
-    tokio::time::timeout(PATIENCE, async {
-        while metric(http, base, &name).await < 1.0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    support::until(&name, PATIENCE, || async {
+        (metric(http, base, &name).await >= 1.0).then_some(())
     })
-    .await
-    .unwrap_or_else(|_| panic!("no {name} within {PATIENCE:?}"));
+    .await;
 }
 
 fn of_type<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -171,7 +164,7 @@ async fn an_escalated_pause_is_told_once_signed_through_restarts_of_both_sides_a
 
     // The run escalates and pauses while nobody listens on the receiver's
     // port: the notice is tried, and waits.
-    let (mut server, base) = serve(&data, &config, &stack).await;
+    let (mut server, base) = serve_notifying(&data, &config, &stack).await;
     let run_id = support::post_run(&http, &base, &stack.flow()).await;
     support::view_until(&http, &base, &run_id, PATIENCE, "paused", |v| {
         v["status"] == "waiting_human"
@@ -185,7 +178,7 @@ async fn an_escalated_pause_is_told_once_signed_through_restarts_of_both_sides_a
     // The receiver comes up, but hangs on the request it gets; the server
     // comes back and delivers; the receiver dies mid-delivery.
     let mut hanging = receiver(dir.path(), port, &log, "hang").await;
-    let (_server, base) = serve(&data, &config, &stack).await;
+    let (_server, base) = serve_notifying(&data, &config, &stack).await;
     let first = received_until(&log, "a request reaching the hanging receiver", |r| {
         !r.is_empty()
     })
@@ -305,7 +298,7 @@ async fn a_dead_or_hanging_receiver_changes_no_runs_outcome_and_an_unknown_recei
             _ => None,
         };
         let config = config(&place, port);
-        let (_server, base) = serve(&place.join("data"), &config, &stack).await;
+        let (_server, base) = serve_notifying(&place.join("data"), &config, &stack).await;
 
         // A flow may name only the receivers the server declares.
         let mut flow = stack.flow();

@@ -4,6 +4,9 @@
 //! HTTP peers on 127.0.0.1, the timeouts and the wire format.
 #![cfg(feature = "openai")]
 
+#[path = "support/requests.rs"]
+mod requests;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -20,6 +23,7 @@ use leasehold::{
     },
 };
 use proptest::prelude::*;
+use requests::ask;
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------
@@ -571,17 +575,6 @@ fn client_for(base: &str, idle: Duration) -> OpenAiClient {
     let mut settings = ModelSettings::new(ModelEndpoint::new(base, "m"));
     settings.idle_timeout = idle;
     OpenAiClient::new(settings).expect("client")
-}
-
-fn ask(stream: bool) -> ModelRequest {
-    ModelRequest {
-        max_tokens: None,
-        traceparent: None,
-        messages: vec![ChatMessage::user("hi")],
-        tools: Vec::new(),
-        stream,
-        consumer: "run".into(),
-    }
 }
 
 const COMPLETION: &str = r#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"slow but whole"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#;

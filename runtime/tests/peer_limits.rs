@@ -11,6 +11,9 @@
 //! near the cap (the cap plus what the sockets buffer), where without a cap
 //! it would reach the server's own stop, 256 MiB.
 
+#[path = "support/requests.rs"]
+mod requests;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -18,13 +21,14 @@ use std::thread;
 use std::time::Duration;
 
 use leasehold::{
-    ChatMessage, ChatRole, DEFAULT_MAX_TOOL_RESULT_BYTES, Engine, EngineConfig, EventKind,
-    Evidence, Flow, ModelClient, ModelError, ModelErrorKind, ModelRequest, RunStatus, ToolClient,
-    ToolError, ToolInvocation, ToolServer,
+    ChatRole, DEFAULT_MAX_TOOL_RESULT_BYTES, Engine, EngineConfig, EventKind, Evidence, Flow,
+    ModelClient, ModelError, ModelErrorKind, RunStatus, ToolClient, ToolError, ToolInvocation,
+    ToolServer,
     model::{ModelEndpoint, ModelSettings, OpenAiClient},
     testing::{RecordingSink, ScriptedModel, Turn},
     tools::{MAX_MESSAGE_BYTES, McpToolClient},
 };
+use requests::ask;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -116,17 +120,6 @@ fn client(base: &str) -> OpenAiClient {
     settings.max_answer_bytes = ANSWER_CAP;
     settings.max_body_bytes = BODY_CAP;
     OpenAiClient::new(settings).expect("client")
-}
-
-fn ask(stream: bool) -> ModelRequest {
-    ModelRequest {
-        max_tokens: None,
-        traceparent: None,
-        messages: vec![ChatMessage::user("hi")],
-        tools: Vec::new(),
-        stream,
-        consumer: "run".into(),
-    }
 }
 
 fn event(data: &serde_json::Value) -> String {

@@ -4,71 +4,35 @@
 //! module script of any other type), so a module left without its route
 //! fails here, not only in a browser.
 
+mod support;
+
 use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
-use std::sync::Arc;
 
-use leasehold::{Engine, EngineConfig, MemoryStore, testing::ScriptedModel};
-use leasehold_server::{self as server, App, ServerOptions};
-use tokio::net::TcpListener;
+use leasehold::testing::ScriptedModel;
+use leasehold_server::ServerOptions;
+use support::Served;
 
-/// Serves a fresh engine on a loopback port until dropped; its base URL.
-struct Served {
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+/// A fresh engine served on a loopback port until dropped.
+async fn served() -> Served {
+    let engine = support::scripted_engine(ScriptedModel::new()).await;
+    Served::start(support::app(engine, ServerOptions::default())).await
 }
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-impl Served {
-    async fn start() -> Self {
-        let engine = Engine::builder()
-            .config(EngineConfig::default())
-            .store(Arc::new(MemoryStore::new()))
-            .model(Arc::new(ScriptedModel::new()))
-            .build()
-            .await
-            .expect("engine");
-        let app = App::new(
-            leasehold::executor::Executor::new(
-                Arc::new(engine),
-                leasehold::executor::ExecutorOptions::default(),
-            ),
-            ServerOptions::default(),
-        );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(server::serve(listener, app, async {
-            let _ = stopped.await;
-        }));
-        Self {
-            base: format!("http://{addr}"),
-            stop: Some(stop),
-        }
-    }
-
-    /// `GET path`: its status, `Content-Type` and body.
-    async fn get(&self, path: &str) -> (u16, String, String) {
-        let response = reqwest::get(format!("{}{path}", self.base))
-            .await
-            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        let status = response.status().as_u16();
-        let content_type = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let body = response.text().await.unwrap_or_default();
-        (status, content_type, body)
-    }
+/// `GET path` of `served`: its status, `Content-Type` and body.
+async fn get(served: &Served, path: &str) -> (u16, String, String) {
+    let response = reqwest::get(format!("{}{path}", served.base))
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.text().await.unwrap_or_default();
+    (status, content_type, body)
 }
 
 /// The quoted string that starts `text` (`'…'` or `"…"`), if it does.
@@ -152,15 +116,15 @@ fn imports_are_found_and_resolved_as_a_browser_would() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_module_is_served_as_javascript() {
-    let served = Served::start().await;
-    let (status, _, page) = served.get("/").await;
+    let served = served().await;
+    let (status, _, page) = get(&served, "/").await;
     assert_eq!(status, 200, "{page}");
     let entry = module_entry(&page).expect("the page loads its script as a module");
 
     let mut seen = BTreeSet::from([entry.clone()]);
     let mut queue = VecDeque::from([entry]);
     while let Some(path) = queue.pop_front() {
-        let (status, content_type, body) = served.get(&path).await;
+        let (status, content_type, body) = get(&served, &path).await;
         assert_eq!(status, 200, "{path}: {body}");
         assert!(
             content_type.starts_with("text/javascript"),
@@ -190,7 +154,7 @@ async fn every_dashboard_module_is_served_as_javascript() {
     assert_eq!(seen, files);
 
     // A module that does not exist is a 404, not a page.
-    let (status, _, _) = served.get("/assets/missing.js").await;
+    let (status, _, _) = get(&served, "/assets/missing.js").await;
     assert_eq!(status, 404);
 }
 

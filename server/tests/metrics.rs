@@ -5,6 +5,8 @@
 //! These tests run on the real clock (the API is served over loopback) and
 //! wait on conditions, never for time to pass.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,12 +18,11 @@ use leasehold::{
 };
 use leasehold::{EventLog, RunStore};
 use leasehold_server::metrics::{MeteredStore, Metrics};
-use leasehold_server::{self as server, App, ServerOptions};
+use leasehold_server::{App, ServerOptions};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use support::PATIENCE;
 
 const TOKEN: &str = "m3trics";
-const PATIENCE: Duration = Duration::from_secs(60);
 
 /// One sample: its name and labels.
 type Series = (String, BTreeMap<String, String>);
@@ -131,15 +132,7 @@ struct Served {
     base: String,
     http: reqwest::Client,
     store: MemoryStore,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
+    _served: support::Served,
 }
 
 impl Served {
@@ -184,25 +177,20 @@ impl Served {
             options,
             metrics,
         );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(server::serve(listener, app, async {
-            let _ = stopped.await;
-        }));
+        let served = support::Served::start(app).await;
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(
             reqwest::header::AUTHORIZATION,
             format!("Bearer {TOKEN}").parse().expect("a header"),
         );
         Self {
-            base: format!("http://{addr}"),
+            base: served.base.clone(),
             http: reqwest::Client::builder()
                 .default_headers(headers)
                 .build()
                 .expect("client"),
             store,
-            stop: Some(stop),
+            _served: served,
         }
     }
 

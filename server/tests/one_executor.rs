@@ -3,41 +3,28 @@
 //! executor, or started on the engine directly — takes the API's controls,
 //! and the executor's registry is the only one.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::executor::{Executor, ExecutorOptions};
 use leasehold::testing::{ScriptedModel, Turn};
-use leasehold::{Engine, Flow, MemoryStore, RunOptions, RunStatus};
-use leasehold_server::{self as server, App, ServerOptions};
+use leasehold::{Flow, RunOptions, RunStatus};
+use leasehold_server::{App, ServerOptions};
 use serde_json::json;
-use tokio::net::TcpListener;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
+use support::{PATIENCE, Served};
 
 fn flow() -> Flow {
     serde_json::from_value(json!({"name": "n", "task": "wait", "max_steps": 2})).expect("flow")
 }
 
-async fn served() -> (Arc<App>, String) {
+/// An app whose every run hangs in its model call, served until dropped.
+async fn served() -> (Arc<App>, Served) {
     let model = ScriptedModel::new().script("run", [Turn::hang(), Turn::hang()]);
-    let engine = Engine::builder()
-        .model(Arc::new(model))
-        .store(Arc::new(MemoryStore::new()))
-        .build()
-        .await
-        .expect("engine");
-    let executor = Executor::new(Arc::new(engine), ExecutorOptions::default());
-    let app = App::new(executor, ServerOptions::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(server::serve(
-        listener,
-        Arc::clone(&app),
-        std::future::pending(),
-    ));
-    (app, base)
+    let engine = support::scripted_engine(model).await;
+    let app = support::app(engine, ServerOptions::default());
+    let served = Served::start(Arc::clone(&app)).await;
+    (app, served)
 }
 
 async fn cancel(base: &str, run_id: &str) -> (u16, serde_json::Value) {
@@ -53,7 +40,8 @@ async fn cancel(base: &str, run_id: &str) -> (u16, serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_the_embedder_started_take_the_apis_controls_however_they_were_started() {
-    let (app, base) = served().await;
+    let (app, served) = served().await;
+    let base = &served.base;
     // Through the executor, as an embedder should…
     let mut through = app
         .executor()
@@ -64,7 +52,7 @@ async fn runs_the_embedder_started_take_the_apis_controls_however_they_were_star
     let mut direct = app.engine().start(flow()).await.expect("started");
     for handle in [&mut through, &mut direct] {
         let run_id = handle.run_id().to_owned();
-        let (status, body) = cancel(&base, &run_id).await;
+        let (status, body) = cancel(base, &run_id).await;
         assert_eq!(status, 200, "{run_id}: {body}");
         assert_eq!(body["status"], "cancelled", "{body}");
         let state = tokio::time::timeout(PATIENCE, handle.wait())

@@ -5,17 +5,15 @@
 //! position of them. A map that kept one entry per run ever served would
 //! grow an executor's memory for as long as it serves.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::testing::{ScriptedModel, Turn};
-use leasehold::{Engine, MemoryStore};
-use leasehold_server::{self as server, App, ServerOptions};
+use leasehold_server::ServerOptions;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
+use support::{PATIENCE, Served};
 
 /// Runs that complete.
 const RUNS: usize = 20;
@@ -65,25 +63,10 @@ async fn a_server_keeps_nothing_per_run_once_its_runs_have_ended() {
         .map(|_| Turn::answer("done"))
         .chain([Turn::hang()]);
     let model = ScriptedModel::new().script("run", turns);
-    let engine = Engine::builder()
-        .model(Arc::new(model))
-        .store(Arc::new(MemoryStore::new()))
-        .build()
-        .await
-        .expect("engine");
-    let app = App::new(
-        leasehold::executor::Executor::new(
-            Arc::new(engine),
-            leasehold::executor::ExecutorOptions::default(),
-        ),
-        ServerOptions::default(),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server::serve(listener, Arc::clone(&app), async {
-        let _ = stopped.await;
-    }));
+    let engine = support::scripted_engine(model).await;
+    let app = support::app(engine, ServerOptions::default());
+    let served = Served::start(Arc::clone(&app)).await;
+    let base = served.base.clone();
     let http = reqwest::Client::new();
     let flow = json!({"name": "n", "task": "say done", "max_steps": 2});
 
@@ -119,5 +102,5 @@ async fn a_server_keeps_nothing_per_run_once_its_runs_have_ended() {
     })
     .await;
     assert_eq!(app.executor().live_runs(), 0);
-    let _ = stop.send(());
+    drop(served);
 }

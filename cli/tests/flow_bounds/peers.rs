@@ -116,12 +116,8 @@ pub async fn model() -> (String, Arc<Seen>) {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), seen)
+    let addr = crate::support::serve_peer(app).await;
+    (format!("{addr}/v1"), seen)
 }
 
 // ---------------------------------------------------------------------------
@@ -207,10 +203,6 @@ pub async fn serve_tools(tools: Hanging) -> String {
         StreamableHttpServerConfig::default().with_sse_keep_alive(Some(Duration::from_secs(5))),
     );
     let app = Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/mcp")
+    let addr = crate::support::serve_peer(app).await;
+    format!("{addr}/mcp")
 }

@@ -39,10 +39,6 @@ pub async fn gated_model() -> (String, Arc<Gate>) {
     let app = Router::new()
         .route("/v1/chat/completions", post(complete))
         .with_state(Arc::clone(&gate));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), gate)
+    let addr = super::serve_peer(app).await;
+    (format!("{addr}/v1"), gate)
 }

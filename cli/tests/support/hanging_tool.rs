@@ -11,20 +11,13 @@ use leasehold_cli::demo::DemoStack;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
+use super::Leasehold;
+
 /// `leasehold` with nothing of the test's environment but `PATH`, on the
 /// data directory `data_dir`, the demo's scripted model at
 /// `model_base_url`.
-pub fn leasehold(data_dir: &Path, model_base_url: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LEASEHOLD_DATA_DIR", data_dir)
-        .env("LEASEHOLD_MODEL_BASE_URL", model_base_url)
-        .env("LEASEHOLD_MODEL_NAME", "leasehold-demo")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
+pub fn leasehold(data_dir: &Path, model_base_url: &str) -> Leasehold {
+    super::leasehold(data_dir).model(model_base_url, "leasehold-demo")
 }
 
 /// Reads a command's JSON events until a tool call has started, within
@@ -53,10 +46,11 @@ pub async fn until_a_tool_call_hangs(
 /// the process, its run's id, and the rest of its stdout drained in the
 /// background.
 pub async fn run_until_a_tool_call_hangs(
-    mut command: Command,
+    command: impl Into<Command>,
     flow: &Path,
     patience: Duration,
 ) -> (Child, String) {
+    let mut command: Command = command.into();
     let mut run = command
         .arg("run")
         .arg(flow)
@@ -104,7 +98,7 @@ impl Hanging {
     /// The run as `leasehold runs show` prints it from the data directory.
     pub async fn shown(&self, run_id: &str) -> serde_json::Value {
         let out = tokio::time::timeout(
-            Duration::from_secs(60),
+            super::PATIENCE,
             leasehold(&self.data, &self.model)
                 .args(["runs", "show", run_id])
                 .output(),

@@ -1,4 +1,6 @@
-//! The configuration's layers, refusals and timing arithmetic.
+//! The configuration's layers, refusals and timing arithmetic. What
+//! `leasehold config` prints of a configuration is tested with the command,
+//! in `cli/tests/config_described.rs`.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -97,19 +99,6 @@ fn the_idle_timeout_unset_is_derived_so_the_watchdog_judges_a_silent_call_first(
     assert_eq!(shown.1, "40m 30s");
     assert!(shown.2.to_string().starts_with("derived: "), "{}", shown.2);
     assert_eq!(config.warnings(), Vec::<String>::new());
-    let described = leasehold_cli::cli::describe_config(&config);
-    let line = described
-        .lines()
-        .find(|l| {
-            l.starts_with("model.idle_timeout ") && l.contains(" LEASEHOLD_MODEL_IDLE_TIMEOUT ")
-        })
-        .expect("`leasehold config` lists the idle timeout");
-    assert!(line.contains("40m 30s"), "{line}");
-    assert!(
-        line.ends_with(&format!("derived: {IDLE_TIMEOUT_FORMULA}")),
-        "{line}"
-    );
-    assert!(!described.contains("# warnings"), "{described}");
     // Set, it is what was set, from where it was set.
     let set =
         Config::load(None, env_of(&[("LEASEHOLD_MODEL_IDLE_TIMEOUT", "20m")])).expect("loads");
@@ -160,11 +149,6 @@ fn an_idle_timeout_that_cuts_a_model_call_before_its_first_judgment_is_warned_ab
             "{warning}"
         );
     }
-    let described = leasehold_cli::cli::describe_config(&config);
-    assert!(
-        described.contains("warning: `model.idle_timeout` (LEASEHOLD_MODEL_IDLE_TIMEOUT, from the environment) is 1m"),
-        "{described}"
-    );
     // Just long enough for the blocking call: no warning; a millisecond
     // less cuts the blocking call only.
     let enough =
@@ -334,11 +318,6 @@ fn a_renamed_key_is_read_under_its_old_name_and_warned_about_naming_the_new_one(
           of LEASEHOLD_LEASE_MAX_RENEWALS: it is read as LEASEHOLD_LEASE_MAX_RENEWALS, but write \
           LEASEHOLD_LEASE_MAX_RENEWALS"
         ]
-    );
-    let described = leasehold_cli::cli::describe_config(&config);
-    assert!(
-        described.contains("warning: LEASEHOLD_WATCHDOG_MAX_RENEWALS (env"),
-        "{described}"
     );
     // Both names in one layer: the new one wins, and the old is called
     // ignored.
@@ -779,12 +758,6 @@ fn the_file_declares_tool_servers_and_refuses_a_bad_declaration_naming_it() {
         Some("http://127.0.0.1:9100/mcp")
     );
     assert_eq!(config.server_max_live_runs.value, 3);
-    let described = leasehold_cli::cli::describe_config(&config);
-    assert!(described.contains("command python3 ops.py"), "{described}");
-    assert!(
-        described.contains("url http://127.0.0.1:9100/mcp"),
-        "{described}"
-    );
 
     for (text, path) in [
         ("[[tools]]\nname = \"ops\"\n", "tools[0]"),
@@ -1133,13 +1106,6 @@ fn webhook_receivers_are_read_from_the_file_shown_without_their_secret_and_a_bad
     let config = Config::load(Some(file.path()), no_env).expect("loads");
     assert_eq!(config.webhook_receivers.len(), 1);
     assert_eq!(config.webhooks_retry_first.value, Duration::from_secs(1));
-    let described = leasehold_cli::cli::describe_config(&config);
-    assert!(
-        described.contains("ops  https://hooks.example.com/leasehold?token=*** · waiting_human, failed · runs whose flow names it · secret ***"),
-        "{described}"
-    );
-    assert!(!described.contains("MfKQ9r8"), "{described}");
-    assert!(!described.contains("s3cret"), "{described}");
 
     let bad = temp_toml("[webhooks.receivers.ops]\nurl = \"https://h/\"\nsecret = \"hunter2\"\n");
     let refused = Config::load(Some(bad.path()), no_env)

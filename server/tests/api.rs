@@ -5,112 +5,21 @@
 //! These tests run on the real clock (the API is served over loopback) and
 //! wait on conditions, never for time to pass.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold::{
     Engine, EngineConfig, Event, MemoryStore, PaceStore, RunRecord, RunStatus, RunStore,
-    testing::{ManualClock, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn},
+    testing::{ManualClock, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
-use leasehold_server::{self as server, App, ServerOptions};
+use leasehold_server::ServerOptions;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-
-struct Server {
-    base: String,
-    http: reqwest::Client,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-impl Server {
-    async fn start(engine: Engine, options: ServerOptions) -> Self {
-        let app = App::new(
-            leasehold::executor::Executor::new(
-                Arc::new(engine),
-                leasehold::executor::ExecutorOptions::default(),
-            ),
-            options,
-        );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(server::serve(listener, app, async {
-            let _ = stopped.await;
-        }));
-        Self {
-            base: format!("http://{addr}"),
-            http: reqwest::Client::new(),
-            stop: Some(stop),
-        }
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("sent");
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn post(
-        &self,
-        path: &str,
-        content_type: &str,
-        body: impl Into<reqwest::Body>,
-    ) -> (u16, Value) {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("content-type", content_type)
-            .body(body)
-            .send()
-            .await
-            .expect("sent");
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    /// Opens the event stream of `run_id` (`query` appended as is).
-    async fn events(&self, run_id: &str, query: &str) -> reqwest::Response {
-        self.http
-            .get(format!("{}/runs/{run_id}/events{query}", self.base))
-            .send()
-            .await
-            .expect("the stream opens")
-    }
-
-    async fn start_run(&self, flow: &Value) -> String {
-        let (status, body) = self
-            .post("/runs", "application/json", flow.to_string())
-            .await;
-        assert_eq!(status, 201, "{body}");
-        body["run_id"].as_str().expect("run id").to_owned()
-    }
-
-    /// Polls the run until `done` holds of its status.
-    async fn wait_status(&self, run_id: &str, done: impl Fn(&str) -> bool) -> Value {
-        for _ in 0..600 {
-            let (_, view) = self.get(&format!("/runs/{run_id}")).await;
-            if view["status"].as_str().is_some_and(&done) {
-                return view;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("run {run_id} never reached the status wanted");
-    }
-}
+use support::client::{
+    Server, a_charge_waiting_for_a_decision, hanging_tool_engine, searching_flow,
+};
 
 /// Reads SSE frames (id, event name, data) from a response.
 struct Frames {
@@ -181,13 +90,6 @@ impl Frames {
         }
         (events, false)
     }
-}
-
-fn searching_flow() -> Value {
-    json!({
-        "name": "searching", "task": "search five times", "max_steps": 8,
-        "tools": [{"name": "local"}]
-    })
 }
 
 /// A run of five 150 ms searches, then an answer.
@@ -567,35 +469,6 @@ async fn every_bad_request_is_a_4xx_with_a_json_error_and_the_server_goes_on() {
     assert_eq!(status, 409, "a finished run cannot be cancelled: {body}");
 }
 
-/// An engine whose run calls `tool` (not idempotent), which hangs until
-/// the evaluator answers `verdict` after a 100 ms lease; the model then
-/// answers `answer`.
-async fn hanging_tool_engine(
-    tool: &'static str,
-    verdict: &str,
-    answer: &str,
-) -> (Engine, ScriptedModel) {
-    let model = ScriptedModel::new().script(
-        "run",
-        [
-            Turn::tools([(tool, json!({"service": "checkout"}))]),
-            Turn::answer(answer),
-        ],
-    );
-    let tools = ScriptedTools::new().tool(tool, Some(false), [ToolAct::Hang]);
-    let mut config = EngineConfig::default();
-    config.supervision.lease.tool_call = Duration::from_millis(100);
-    let engine = Engine::builder()
-        .config(config)
-        .model(Arc::new(model.clone()))
-        .evaluator(Arc::new(ScriptedEvaluator::always(verdict)))
-        .tool_server("local", Arc::new(tools))
-        .build()
-        .await
-        .expect("engine");
-    (engine, model)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_is_resumed_with_guidance_over_the_api_and_its_trace_says_who_decided() {
     let (engine, model) = hanging_tool_engine("rollback", "ESCALATE", "left it alone").await;
@@ -778,23 +651,6 @@ async fn with_a_token_the_api_needs_it_and_the_event_stream_takes_it_in_the_quer
     assert_eq!(status, 200);
 }
 
-/// A served run whose non-idempotent `charge` hung and was intervened:
-/// it waits in `reconciliation_required`. The server, the model, the run
-/// and the key of the call in question.
-async fn a_charge_waiting_for_a_decision() -> (Server, ScriptedModel, String, String) {
-    let (engine, model) = hanging_tool_engine("charge", "INTERVENE", "charged once").await;
-    let server = Server::start(engine, ServerOptions::default()).await;
-    let run_id = server.start_run(&searching_flow()).await;
-    let view = server
-        .wait_status(&run_id, |s| s == "reconciliation_required")
-        .await;
-    let key = view["pause"]["call"]["key"]
-        .as_str()
-        .expect("the call in question")
-        .to_owned();
-    (server, model, run_id, key)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_of_unknown_outcome_is_decided_over_the_api_not_resumed() {
     let (server, model, run_id, key) = a_charge_waiting_for_a_decision().await;
@@ -869,68 +725,6 @@ async fn an_idle_event_stream_gets_keep_alive_comments_not_a_timeout() {
     assert!(text.contains("\"kind\":\"paused\""), "{text}");
     let (_, view) = server.get(&format!("/runs/{run_id}")).await;
     assert_eq!(view["status"], "waiting_human", "reading changed nothing");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_reconcile_with_server_marks_the_call_done_over_the_api() {
-    let (server, model, run_id, key) = a_charge_waiting_for_a_decision().await;
-    let dir = tempfile::tempdir().expect("dir");
-    let reconcile = |key: Option<&str>| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
-        command
-            .env_clear()
-            .env("LEASEHOLD_DATA_DIR", dir.path())
-            .args(["runs", "reconcile", &run_id])
-            .args(key.map(|key| ["--key", key]).into_iter().flatten())
-            .args(["--mark-done", "--result", "charged, by hand"])
-            .args(["--server", &server.base])
-            .kill_on_drop(true);
-        command
-    };
-
-    let out = reconcile(Some("not-this-one"))
-        .output()
-        .await
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("the server refused (409"), "{stderr}");
-    // Without --key: the one call the run waits on. The run is followed
-    // over the server, as locally, until it ends.
-    let out = reconcile(None).output().await.expect("runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains(&format!("run {run_id}: decision applied"))
-            && stderr.contains(&format!("run {run_id} ended: completed")),
-        "{stderr}"
-    );
-    let followed = String::from_utf8_lossy(&out.stdout);
-    assert!(followed.contains("completed"), "{followed}");
-    let view = server
-        .wait_status(&run_id, |s| {
-            s != "reconciliation_required" && s != "running"
-        })
-        .await;
-    assert_eq!(view["status"], "completed", "{view}");
-    // Nothing waits any more: a keyless reconcile says so.
-    let out = reconcile(None).output().await.expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("waits on no call"), "{stderr}");
-    // The call decided was the one waiting.
-    let decided = view["tool_calls"].as_array().is_some_and(|calls| {
-        calls
-            .iter()
-            .any(|c| c["key"] == key.as_str() && c["by_person"] == true)
-    });
-    assert!(decided, "{view}");
-    let saw = model.requests_of("run").iter().any(|r| {
-        r.messages
-            .iter()
-            .any(|m| m.content.contains("charged, by hand"))
-    });
-    assert!(saw, "the model saw the result given on the command line");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
