@@ -141,14 +141,21 @@ async fn a_models_pace_learned_by_three_runs_judges_the_next_runs_silence_before
         .spawn()
         .expect("leasehold run starts");
     let mut lines = BufReader::new(second.stdout.take().expect("stdout")).lines();
+    // On a loaded machine the first early expiry may come while phi is
+    // still a hair under its threshold: the evidence renews it, and the
+    // next one is the evaluator's.
+    let mut before = Vec::new();
     let early = tokio::time::timeout(EARLY_WITHIN, async {
         while let Some(line) = lines.next_line().await.expect("stdout reads") {
             let event: Value = serde_json::from_str(&line).expect("one JSON event per line");
             if event["kind"] == "verdict" {
-                return event;
+                if event["decided_by"] == "evaluator" {
+                    return event;
+                }
+                before.push(event);
             }
         }
-        panic!("the run ended without a verdict");
+        panic!("the run ended without the evaluator's verdict: {before:?}");
     })
     .await
     .unwrap_or_else(|_| panic!("no verdict within {EARLY_WITHIN:?} of a 60 s lease"));
@@ -157,8 +164,13 @@ async fn a_models_pace_learned_by_three_runs_judges_the_next_runs_silence_before
     let _ = second.wait().await;
     assert_eq!(early["early"], true, "{early}");
     assert_eq!(early["lease_kind"], "model_stream", "{early}");
-    assert_eq!(early["renewals"], 0, "{early}");
-    assert_eq!(early["decided_by"], "evaluator", "{early}");
+    for renewed in &before {
+        assert_eq!(renewed["early"], true, "{renewed}");
+        assert_eq!(renewed["verdict"], "RENEW", "{renewed}");
+        assert_eq!(renewed["decided_by"], "evidence", "{renewed}");
+    }
+    assert!(before.len() <= 1, "{before:?}");
+    assert_eq!(early["renewals"], before.len(), "{early}");
     assert_eq!(early["verdict"], "INTERVENE", "{early}");
     assert!(
         early["evidence"]["phi"]
