@@ -95,7 +95,6 @@
 //! ```
 
 mod extension;
-pub(crate) mod figures;
 mod parse;
 pub(crate) mod spending;
 
@@ -108,11 +107,11 @@ use crate::error::ConfigError;
 use crate::evaluation::{Judge, JudgeConfig, timed};
 use crate::event::{BudgetRecord, EventKind};
 use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
-use crate::verdict::{DecidedBy, EvaluatorUsage};
+use crate::vocabulary::verdict::{DecidedBy, EvaluatorUsage};
 
+pub use crate::vocabulary::budget::BudgetFigures;
+pub use crate::vocabulary::budget::SpendingFigures;
 pub use extension::{checkpoint_due, proportional_extension};
-pub use figures::BudgetFigures;
-pub use figures::SpendingFigures;
 pub use parse::{BudgetParseError, ParsedBudgetDecision, parse_budget_decision};
 
 /// The consumer that evaluator calls of budget checkpoints are attributed to.

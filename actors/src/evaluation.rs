@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::error::{ConfigError, StartError};
 use crate::ports::{BoxFuture, Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, TokenCost};
 use crate::usage::Prices;
-use crate::verdict::EvaluatorUsage;
+use crate::vocabulary::verdict::EvaluatorUsage;
 
 /// What a judge — the watchdog, a budget checkpoint — is started with and
 /// keeps: its policy, its evaluator and where its records go.

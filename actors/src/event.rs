@@ -9,16 +9,16 @@
 //! log. A [`LogTail`] reads a run's log while it is appended to.
 
 mod bus;
-mod kind;
-mod limits;
 mod tail;
 
-pub use bus::{EventBus, EventStream, Lagged};
-pub(crate) use kind::overflow_sizes;
-pub use kind::{BudgetRecord, CallOutcome, Event, EventKind, HandedTo, OverflowAction, counted};
-pub(crate) use limits::cut_at_boundary;
-pub use limits::{
+pub(crate) use crate::vocabulary::event::overflow_sizes;
+pub use crate::vocabulary::event::{
+    BudgetRecord, CallOutcome, Event, EventKind, HandedTo, OverflowAction, counted,
+};
+pub(crate) use crate::vocabulary::limits::cut_at_boundary;
+pub use crate::vocabulary::limits::{
     DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS, DEFAULT_PROGRESS_INTERVAL,
     EventLimits, MIN_PROGRESS_NOTE_BYTES, cut_note,
 };
+pub use bus::{EventBus, EventStream, Lagged};
 pub use tail::{LogTail, TailRead};

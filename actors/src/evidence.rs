@@ -44,12 +44,11 @@
 
 pub(crate) mod accrual;
 mod repetition;
-pub(crate) mod summary;
 
-pub use repetition::{MIN_TRIGRAMS, repetition};
-pub use summary::{
+pub use crate::vocabulary::evidence::{
     EvidenceKind, EvidenceKinds, EvidenceSummary, OperationTiming, ProgressSummary, TimedEnd,
 };
+pub use repetition::{MIN_TRIGRAMS, repetition};
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -57,9 +56,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::time::Instant;
 
 use crate::event::{EventKind, EventLimits, cut_note};
-use crate::lease::meta::LeaseMeta;
 use crate::pace::{CallPace, Pace, Spread};
 use crate::ports::EventSink;
+use crate::vocabulary::lease::LeaseMeta;
 use accrual::{AccrualConfig, ArrivalWindow};
 
 /// The evidence cell of one lease. Cheap to clone; hand a clone to whatever

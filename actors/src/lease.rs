@@ -49,7 +49,6 @@
 //! generation it was armed with; a fire made stale by a renewal is ignored.
 
 mod handle;
-pub(crate) mod meta;
 mod protocol;
 pub(crate) mod spec;
 pub(crate) mod terms;
@@ -72,14 +71,14 @@ use crate::nudge::NudgeQueue;
 use crate::pace::{PaceBook, PaceMode};
 use crate::policy::Judgement;
 use crate::ports::EventSink;
-use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
+use crate::vocabulary::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
 use crate::watchdog::{LeaseExpiry, StartError, VerdictReply, WatchdogMsg};
 use terms::{LeaseTerms, TermsByKind};
 use timer::TimerCmd;
 
+pub(crate) use crate::vocabulary::lease::min_lease_expected;
+pub use crate::vocabulary::lease::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, MIN_LEASE};
 pub use handle::{LeaseError, LeaseHandle, Leases};
-pub(crate) use meta::min_lease_expected;
-pub use meta::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, MIN_LEASE};
 pub(crate) use protocol::LeaseEnd;
 pub use protocol::{LeaseMsg, Registration};
 pub use spec::LeaseSpec;

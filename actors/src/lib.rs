@@ -61,7 +61,7 @@ mod strict_json;
 mod supervision;
 mod trace_context;
 mod usage;
-mod verdict;
+mod vocabulary;
 mod watchdog;
 
 #[cfg(feature = "test-util")]
@@ -144,7 +144,7 @@ pub use policy::{
     MAX_CAP_CHECKPOINTS, Policies, PolicyChoice, PolicyName, VerdictPolicy, fresh_evidence,
     renewal_cap, strong_evidence,
 };
-pub use verdict::{
+pub use vocabulary::verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
     parse_verdict,
 };
@@ -226,7 +226,7 @@ pub mod prelude {
         ChildEnd, ChildInfo, ChildKind, OnExhausted, RestartPolicy, StrategyFactory,
         SupervisionAction, SupervisionStrategy,
     };
-    pub use crate::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
+    pub use crate::vocabulary::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
     pub use crate::watchdog::WatchdogConfig;
     pub use crate::{ConfigError, MAX_DURATION, Supervision, SupervisionConfig};
 }

@@ -66,9 +66,9 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::ConfigError;
-use crate::evidence::summary::EvidenceSummary;
-use crate::lease::meta::LeaseKind;
-use crate::verdict::{DecidedBy, Decision, Verdict};
+use crate::vocabulary::evidence::EvidenceSummary;
+use crate::vocabulary::lease::LeaseKind;
+use crate::vocabulary::verdict::{DecidedBy, Decision, Verdict};
 
 /// What a verdict policy sees of one expiry.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -8,15 +8,15 @@
 mod changes;
 mod clock;
 mod evaluator;
-mod events;
 mod model;
-mod records;
 mod store;
 mod tools;
 
 use std::future::Future;
 use std::pin::Pin;
 
+pub use crate::vocabulary::records::{FinishReason, TokenCost, TranscriptMessage};
+pub use crate::vocabulary::sink::EventSink;
 pub use changes::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, ReconcileDecision, RunCommand, StoreChange,
     StoredCommand,
@@ -25,12 +25,10 @@ pub use clock::{Clock, SystemClock, TokioClock};
 pub use evaluator::{
     BudgetEvaluationRequest, EvaluationRequest, Evaluator, EvaluatorAnswer, EvaluatorError,
 };
-pub use events::EventSink;
 pub use model::{
     ChatMessage, ChatRole, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest,
     ToolCallRequest,
 };
-pub use records::{FinishReason, TokenCost, TranscriptMessage};
 pub use store::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, LayeredStore,
     Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport, PurgeRule, QueueClaim,

@@ -139,7 +139,7 @@ pub enum ChildEnd {
         /// The watchdog's reason.
         reason: String,
         /// The evidence when it escalated, if a lease escalated it.
-        evidence: Option<crate::evidence::summary::EvidenceSummary>,
+        evidence: Option<crate::vocabulary::evidence::EvidenceSummary>,
     },
     /// It returned an error.
     Failed {

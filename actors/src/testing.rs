@@ -303,7 +303,7 @@ impl RecordingSink {
     }
 
     /// The verdict records so far.
-    pub fn verdicts(&self) -> Vec<crate::verdict::VerdictRecord> {
+    pub fn verdicts(&self) -> Vec<crate::vocabulary::verdict::VerdictRecord> {
         self.events()
             .into_iter()
             .filter_map(|e| match e.kind {

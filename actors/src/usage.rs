@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::{CallOutcome, Event, EventKind};
 use crate::ports::TokenCost;
-use crate::verdict::EvaluatorUsage;
+use crate::vocabulary::verdict::EvaluatorUsage;
 
 /// The most a price may be, per million tokens: above it a price is a
 /// mistake (a price per token written as one per million).

@@ -34,19 +34,18 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::error::ConfigError;
 use crate::evaluation::timed;
 use crate::event::EventKind;
-use crate::evidence::summary::EvidenceSummary;
-use crate::lease::meta::{LeaseConfig, LeaseKind, LeaseMeta};
 use crate::lease::terms::{
     DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_REPETITION_THRESHOLD, LeaseTerms,
     TermsByKind,
 };
 use crate::policy::{Policies, PolicyChoice};
 use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
+use crate::vocabulary::lease::{LeaseConfig, LeaseKind, LeaseMeta};
 
 pub use crate::error::StartError;
 pub use crate::evaluation::{Judge, JudgeConfig};
 pub use crate::evidence::accrual::{AccrualConfig, AccrualPolicy};
-use crate::verdict::{DecidedBy, Decision, VerdictRecord, parse_verdict};
+use crate::vocabulary::verdict::{DecidedBy, Decision, VerdictRecord, parse_verdict};
 
 /// The consumer that evaluator calls of the watchdog are attributed to.
 pub const WATCHDOG_CONSUMER: &str = "engine.watchdog";
@@ -140,51 +139,7 @@ impl JudgeConfig for WatchdogConfig {
     }
 }
 
-/// A lease that expired, whose policy left the verdict to the evaluator.
-#[derive(Clone, Debug)]
-pub struct LeaseExpiry {
-    /// The lease's identity and settings.
-    pub meta: Arc<LeaseMeta>,
-    /// Renewals so far (by `load` aside), as the verdict's record gives
-    /// them.
-    pub renewals: u32,
-    /// Those that count toward the cap: renewals on strong evidence do not.
-    /// What the evaluator is shown, beside the cap.
-    pub counted: u32,
-    /// The cap now: the lease's own, raised by each checkpoint at it.
-    pub max_renewals: u32,
-    /// Consecutive renewals so far decided on evidence alone.
-    pub evidence_renewals: u32,
-    /// The evidence as the lease judged it.
-    pub evidence: EvidenceSummary,
-    /// The tail of a stream's text, if the operation streams.
-    pub stream_tail: Option<String>,
-    /// Whether the lease expired before its period's end because its
-    /// evidence became suspicious (see
-    /// [`Expiry::early`](crate::policy::Expiry::early)).
-    pub early: bool,
-}
-
-/// Where a verdict goes. Called exactly once: if it is dropped unanswered
-/// (the watchdog went away), it answers `RENEW` by the breaker, so a lease
-/// can never wait forever for a verdict.
-pub type VerdictReply = crate::reply::Reply<Decision>;
-
-impl crate::reply::Unanswered for Decision {
-    fn unanswered() -> Self {
-        Decision::renew(
-            DecidedBy::Breaker,
-            "the watchdog dropped the request unanswered",
-        )
-    }
-}
-
-/// The watchdog's messages.
-#[derive(Debug)]
-pub enum WatchdogMsg {
-    /// Ask the evaluator about an expired lease and reply with its verdict.
-    Assess(Box<(LeaseExpiry, VerdictReply)>),
-}
+pub use crate::vocabulary::expiry::{LeaseExpiry, VerdictReply, WatchdogMsg};
 
 /// What the watchdog is started with, and keeps: its configuration (of
 /// which it uses the evaluator's timeout), its evaluator (with none, every

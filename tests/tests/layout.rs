@@ -1049,60 +1049,10 @@ fn reexports_paths_attributes_macros_and_serde_strings_are_followed() {
     assert_eq!(graph.arrow("src/user.rs", "src/lib.rs"), None);
 }
 
-/// The arrows between top-level modules of `leasehold-actors` that are
-/// still part of a cycle: the supervision core (lease, watchdog, evidence,
-/// policy, verdict, evaluation, budget, event, usage) and the ports share a
-/// vocabulary each defines a part of. The list only shrinks: an arrow that no longer closes a cycle
-/// must leave it, and no other may join it.
-const MODULE_CYCLES_LEFT: &[(&str, &str)] = &[
-    ("budget", "evaluation"),
-    ("budget", "event"),
-    ("budget", "ports"),
-    ("budget", "verdict"),
-    ("evaluation", "ports"),
-    ("evaluation", "usage"),
-    ("evaluation", "verdict"),
-    ("event", "budget"),
-    ("event", "evidence"),
-    ("event", "lease"),
-    ("event", "ports"),
-    ("event", "verdict"),
-    ("evidence", "event"),
-    ("evidence", "lease"),
-    ("evidence", "ports"),
-    ("lease", "event"),
-    ("lease", "evidence"),
-    ("lease", "policy"),
-    ("lease", "ports"),
-    ("lease", "verdict"),
-    ("lease", "watchdog"),
-    ("policy", "evidence"),
-    ("policy", "lease"),
-    ("policy", "verdict"),
-    ("ports", "budget"),
-    ("ports", "event"),
-    ("ports", "evidence"),
-    ("ports", "lease"),
-    ("usage", "event"),
-    ("usage", "ports"),
-    ("usage", "verdict"),
-    ("verdict", "evidence"),
-    ("verdict", "lease"),
-    ("verdict", "ports"),
-    ("watchdog", "evaluation"),
-    ("watchdog", "event"),
-    ("watchdog", "evidence"),
-    ("watchdog", "lease"),
-    ("watchdog", "policy"),
-    ("watchdog", "ports"),
-    ("watchdog", "verdict"),
-];
-
 /// The top-level modules of `leasehold-actors` (a file `src/x.rs` and the
-/// files under `src/x/` are module `x`) are to form a graph without cycles
-/// too: the shared vocabulary below the supervision core, the core below
-/// the run, the run below the engine, each standing on what is below it
-/// alone. Until they do, no cycle is added ([`MODULE_CYCLES_LEFT`]).
+/// files under `src/x/` are module `x`) form a graph without cycles too:
+/// the shared vocabulary below the supervision core, the core below the
+/// run, the run below the engine, each standing on what is below it alone.
 #[test]
 fn no_module_of_the_actors_crate_imports_a_module_that_imports_it_back() {
     let workspace = workspace();
@@ -1152,31 +1102,17 @@ fn no_module_of_the_actors_crate_imports_a_module_that_imports_it_back() {
     };
     let reach: BTreeMap<&String, BTreeSet<String>> =
         names.iter().map(|m| (*m, reaches(m))).collect();
-    let left: BTreeSet<(String, String)> = MODULE_CYCLES_LEFT
-        .iter()
-        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
-        .collect();
     let mut text = String::new();
-    let mut closing = BTreeSet::new();
     for ((a, b), why) in &arrows {
         if reach[b].contains(a) {
-            closing.insert((a.clone(), b.clone()));
-            if !left.contains(&(a.clone(), b.clone())) {
-                let _ = writeln!(text, "{a} -> {b}, which reaches {a} back:");
-                for line in why {
-                    let _ = writeln!(text, "    {line}");
-                }
+            let _ = writeln!(text, "{a} -> {b}, which reaches {a} back:");
+            for line in why {
+                let _ = writeln!(text, "    {line}");
             }
         }
     }
     assert!(
         text.is_empty(),
-        "modules of leasehold-actors that import each other, directly or through others, \
-         beyond those left to untangle:\n{text}"
-    );
-    let untangled: Vec<_> = left.difference(&closing).collect();
-    assert!(
-        untangled.is_empty(),
-        "these arrows no longer close a cycle: remove them from MODULE_CYCLES_LEFT: {untangled:?}"
+        "modules of leasehold-actors that import each other, directly or through others:\n{text}"
     );
 }

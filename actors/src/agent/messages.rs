@@ -3,10 +3,10 @@
 use ractor::{ActorRef, RpcReplyPort};
 
 use crate::budget::BudgetDecision;
-use crate::evidence::summary::EvidenceSummary;
 pub use crate::ports::ReconcileDecision;
 use crate::ports::{ModelReply, RunStatus, ToolCallRecord};
 use crate::strategy::ChildEnd;
+use crate::vocabulary::evidence::EvidenceSummary;
 
 /// A request the server refused as longer than the model's context window
 /// (what `context_window.rs` does with it).

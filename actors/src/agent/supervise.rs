@@ -13,11 +13,11 @@ use super::{
     SPAWN_WORKER_TOOL, describe_end,
 };
 use crate::event::{EventKind, HandedTo};
-use crate::evidence::summary::EvidenceSummary;
 use crate::ports::ToolCallState;
 use crate::strategy::{
     ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, SupervisionAction,
 };
+use crate::vocabulary::evidence::EvidenceSummary;
 
 impl AgentLoop {
     /// Applies the strategy to a child's abnormal end.

@@ -25,9 +25,9 @@
 
 use std::sync::Arc;
 
-pub use super::figures::SpendingFigures;
 use crate::event::{BudgetRecord, Event, EventKind};
 use crate::ports::TokenCost;
+pub use crate::vocabulary::budget::SpendingFigures;
 
 /// The state of a run's spending budget, shared by its loops.
 #[derive(Debug)]

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
-use super::kind::{Event, EventKind};
 use crate::ports::{Clock, EventSink, SystemClock};
+use crate::vocabulary::event::{Event, EventKind};
 
 /// A subscriber fell behind and lost this many of the oldest events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::lease::meta::LeaseKind;
 use crate::pace::{PRIOR_SAMPLES, Spread};
+use crate::vocabulary::lease::LeaseKind;
 
 /// How many inter-arrival samples a lease keeps (Pekko's `max-sample-size`).
 pub const WINDOW_SAMPLES: usize = 1000;

@@ -7,8 +7,8 @@ use super::{
     BudgetOverrides, Flow, FlowError, LeaseOverrides, SpawnOverrides, SupervisionOverrides,
     ToolServer, WorkerKind,
 };
-use crate::lease::meta::LeaseKind;
 use crate::policy::{PolicyChoice, PolicyName};
+use crate::vocabulary::lease::LeaseKind;
 
 /// Builds a [`Flow`] in Rust, checked as a flow file is: [`Self::build`]
 /// refuses what [`Flow::validate`] refuses, naming the key

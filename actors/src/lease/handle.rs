@@ -8,7 +8,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::meta::{LeaseId, LeaseMeta};
 use super::protocol::{LeaseEnd, LeaseMsg, Registration};
 use super::spec::LeaseSpec;
 use super::terms::TermsByKind;
@@ -16,6 +15,7 @@ use crate::duration::deadline_after;
 use crate::event::EventLimits;
 use crate::evidence::Evidence;
 use crate::ports::EventSink;
+use crate::vocabulary::lease::{LeaseId, LeaseMeta};
 
 /// How a supervised operation ended, when it did not return its own result.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -35,7 +35,7 @@ pub enum LeaseError {
         /// The verdict's reason.
         reason: String,
         /// The evidence when it escalated: what a person is shown.
-        evidence: Box<crate::evidence::summary::EvidenceSummary>,
+        evidence: Box<crate::vocabulary::evidence::EvidenceSummary>,
     },
     /// The lease was renewed `max_renewals` times and expired again.
     #[error(

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::meta::{LeaseId, LeaseMeta};
 use super::terms::LeaseTerms;
 use crate::evidence::Evidence;
-use crate::evidence::summary::EvidenceSummary;
 use crate::nudge::NudgeQueue;
-use crate::verdict::Decision;
+use crate::vocabulary::evidence::EvidenceSummary;
+use crate::vocabulary::lease::{LeaseId, LeaseMeta};
+use crate::vocabulary::verdict::Decision;
 
 /// Why the lease, not the operation, ended it.
 #[derive(Debug)]

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::meta::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, MIN_LEASE};
 use super::terms::LeaseTerms;
 use crate::duration::clamp_duration;
 use crate::error::ConfigError;
 use crate::nudge::NudgeQueue;
 use crate::ports::TranscriptMessage;
+use crate::vocabulary::lease::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, MIN_LEASE};
 
 impl LeaseConfig {
     /// A spec for a `kind` operation doing `subject`, with this

@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::meta::{LeaseKind, LeaseMeta};
 use crate::evidence::accrual::{AccrualConfig, AccrualPolicy};
-use crate::evidence::summary::EvidenceSummary;
 use crate::policy::{Expiry, LeaseholdPolicy, VerdictPolicy};
+use crate::vocabulary::evidence::EvidenceSummary;
+use crate::vocabulary::lease::{LeaseKind, LeaseMeta};
 
 /// The renewal cap by default (`lease.max_renewals`).
 pub const DEFAULT_MAX_RENEWALS: u32 = 10;
@@ -19,7 +19,7 @@ pub const DEFAULT_FREE_RENEWALS: u32 = 2;
 pub const DEFAULT_EVIDENCE_RENEWALS: u32 = 3;
 /// The repetition threshold by default (`watchdog.repetition_threshold`).
 pub const DEFAULT_REPETITION_THRESHOLD: f64 = 0.5;
-pub use super::meta::DEFAULT_CEILING;
+pub use crate::vocabulary::lease::DEFAULT_CEILING;
 
 /// Everything an expiry of a lease is judged by: its verdict policy, the
 /// renewal cap, the ladder, the evidence streak and the thresholds of its

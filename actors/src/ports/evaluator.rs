@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{BoxFuture, TokenCost, TranscriptMessage};
-use crate::budget::figures::BudgetFigures;
-use crate::evidence::summary::EvidenceSummary;
-use crate::lease::meta::{LeaseId, LeaseKind};
+use crate::vocabulary::budget::BudgetFigures;
+use crate::vocabulary::evidence::EvidenceSummary;
+use crate::vocabulary::lease::{LeaseId, LeaseKind};
 
 /// What the watchdog shows an evaluator when a lease has expired and neither
 /// the free ladder nor fresh evidence settled it.

@@ -1,6 +1,6 @@
 //! The event port: where actors publish what happened.
 
-use crate::event::EventKind;
+use crate::vocabulary::event::EventKind;
 
 /// Where actors publish events. Emitting never blocks and never fails: a
 /// supervised operation must not slow down because somebody reads slowly.

@@ -13,12 +13,12 @@ use std::collections::BTreeMap;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::budget::figures::BudgetFigures;
+use crate::vocabulary::budget::BudgetFigures;
 
-use crate::evidence::summary::EvidenceSummary;
-use crate::lease::meta::{LeaseId, LeaseKind};
 use crate::ports::TokenCost;
-use crate::verdict::{DecidedBy, EvaluatorUsage, Verdict, VerdictRecord};
+use crate::vocabulary::evidence::EvidenceSummary;
+use crate::vocabulary::lease::{LeaseId, LeaseKind};
+use crate::vocabulary::verdict::{DecidedBy, EvaluatorUsage, Verdict, VerdictRecord};
 
 /// One event on a run's stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

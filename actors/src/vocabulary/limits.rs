@@ -17,8 +17,8 @@
 
 use std::time::Duration;
 
-use super::EventKind;
 use crate::error::ConfigError;
+use crate::vocabulary::event::EventKind;
 
 /// The default cap on one progress note: 1 KiB.
 pub const DEFAULT_MAX_PROGRESS_NOTE_BYTES: usize = 1024;

@@ -16,10 +16,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::evidence::summary::EvidenceSummary;
-use crate::lease::meta::{LeaseId, LeaseKind, LeaseMeta};
 use crate::ports::TokenCost;
 use crate::strict_json::{self, kind_of, string_field};
+use crate::vocabulary::evidence::EvidenceSummary;
+use crate::vocabulary::lease::{LeaseId, LeaseKind, LeaseMeta};
 
 /// What to do with an expired lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
