@@ -41,12 +41,12 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::budget::{BudgetFigures, BudgetMsg};
 use crate::event::EventKind;
-use crate::evidence::Evidence;
 use crate::nudge::NudgeQueue;
 use crate::ports::{ChatMessage, RunStatus, Snapshot, ToolCallRequest, ToolDefinition};
-use crate::strategy::SupervisionStrategy;
+use crate::supervision::budget::{BudgetFigures, BudgetMsg};
+use crate::supervision::evidence::Evidence;
+use crate::supervision::strategy::SupervisionStrategy;
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
 pub use messages::{

@@ -42,13 +42,13 @@ use crate::agent::{RunContext, Saved};
 use crate::event::EventBus;
 use crate::event_log::LogItem;
 use crate::flow::Flow;
-use crate::lease::{LeaseActor, LeaseActorArgs};
 use crate::ports::{
     Clock, Evaluator, EventSink, ModelClient, RunRecord, Store, StoreError, ToolClient,
 };
 use crate::run::{RunActor, RunArgs, RunHandle, RunState};
-use crate::strategy::StrategyFactory;
-use crate::watchdog::{StartError, WatchdogMsg};
+use crate::supervision::lease::{LeaseActor, LeaseActorArgs};
+use crate::supervision::strategy::StrategyFactory;
+use crate::supervision::watchdog::{StartError, WatchdogMsg};
 
 mod bounds;
 mod builder;
@@ -127,7 +127,7 @@ pub struct Engine {
     strategy: Option<StrategyFactory>,
     /// The verdict policies flows may name: the built-ins and the
     /// embedder's ([`EngineBuilder::policy`]).
-    policies: crate::policy::Policies,
+    policies: crate::supervision::policy::Policies,
     watchdog: ActorRef<WatchdogMsg>,
     /// The runs this engine started or resumed, while their actors live,
     /// with the fence each holds.
@@ -170,7 +170,7 @@ impl Engine {
     }
 
     /// The verdict policies this engine's flows may name.
-    pub fn policies(&self) -> &crate::policy::Policies {
+    pub fn policies(&self) -> &crate::supervision::policy::Policies {
         &self.policies
     }
 
@@ -308,7 +308,7 @@ impl Engine {
         // spent and what its checkpoints decided.
         let spending = if budget.max_tokens.is_some() || budget.max_cost.is_some() {
             let events = self.store.load_events(run_id, 0).await?;
-            Some(crate::budget::spending::Spending::restore(
+            Some(crate::supervision::budget::spending::Spending::restore(
                 budget.max_tokens,
                 budget.max_cost,
                 &events,

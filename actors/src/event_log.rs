@@ -239,7 +239,7 @@ async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::LeaseId;
+    use crate::supervision::lease::LeaseId;
 
     fn progress(count: u64) -> EventKind {
         EventKind::Progress {

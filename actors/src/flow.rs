@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::lease::LeaseConfig;
-use crate::watchdog::WatchdogConfig;
+use crate::supervision::lease::LeaseConfig;
+use crate::supervision::watchdog::WatchdogConfig;
 
 pub use builder::FlowBuilder;
 pub use command_arg::CommandArg;

@@ -33,36 +33,29 @@
 //! ```
 
 mod agent;
-mod budget;
 mod duration;
 mod engine;
 mod error;
-mod evaluation;
 mod event;
 mod event_log;
-mod evidence;
 mod flow;
 mod fork;
-mod lease;
 mod load;
 mod memory;
 mod nudge;
 mod owner;
 mod pace;
-mod policy;
 mod ports;
 mod reply;
 pub mod rules;
 mod run;
 mod serde_time;
 mod spawn;
-mod strategy;
 mod strict_json;
 mod supervision;
 mod trace_context;
 mod usage;
 mod vocabulary;
-mod watchdog;
 
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -119,19 +112,19 @@ pub use ports::{
 };
 
 // Leases and their evidence, for supervising work of your own.
-pub use evidence::{
+pub use load::{DEFAULT_LOAD_BOUND, DEFAULT_PROBE_INTERVAL, LoadGauge, LoadRule, MIN_LOAD_BOUND};
+pub use nudge::NudgeQueue;
+pub use supervision::evidence::{
     Evidence, EvidenceKind, EvidenceKinds, EvidenceSummary, MIN_STEPS, MIN_TRIGRAMS,
     OperationTiming, ProgressSummary, STEP_WINDOW, TAIL_BYTES, TIMED_SILENCES, TimedEnd,
     repetition,
 };
-pub use lease::terms::{LeaseTerms, TermsByKind};
-pub use lease::{
+pub use supervision::lease::terms::{LeaseTerms, TermsByKind};
+pub use supervision::lease::{
     DEFAULT_CEILING, DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
     DEFAULT_REPETITION_THRESHOLD, LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind,
     LeaseMeta, LeaseSpec, Leases, MIN_LEASE,
 };
-pub use load::{DEFAULT_LOAD_BOUND, DEFAULT_PROBE_INTERVAL, LoadGauge, LoadRule, MIN_LOAD_BOUND};
-pub use nudge::NudgeQueue;
 pub use supervision::{Supervision, SupervisionConfig};
 
 // Verdicts: their vocabulary, the policy that decides them, the watchdog.
@@ -139,19 +132,21 @@ pub use pace::{
     CallPace, MAX_PACE_KEYS, MIN_RUNS, PRIOR_SAMPLES, Pace, PaceBook, PaceMode, QUANTILE_PERCENT,
     RunSample, Spread, WINDOW_RUNS, run_tag,
 };
-pub use policy::{
+pub use supervision::policy::{
     AlwaysEvaluatePolicy, DeadlinePolicy, Expiry, IdleKillPolicy, Judgement, LeaseholdPolicy,
     MAX_CAP_CHECKPOINTS, Policies, PolicyChoice, PolicyName, VerdictPolicy, fresh_evidence,
     renewal_cap, strong_evidence,
+};
+pub use supervision::watchdog::{
+    AccrualConfig, AccrualPolicy, StartError, WATCHDOG_CONSUMER, WatchdogConfig,
 };
 pub use vocabulary::verdict::{
     DecidedBy, Decision, EvaluatorUsage, ParsedVerdict, Verdict, VerdictParseError, VerdictRecord,
     parse_verdict,
 };
-pub use watchdog::{AccrualConfig, AccrualPolicy, StartError, WATCHDOG_CONSUMER, WatchdogConfig};
 
 // Step budgets and their checkpoint.
-pub use budget::{
+pub use supervision::budget::{
     BUDGET_CONSUMER, BudgetConfig, BudgetDecision, BudgetFigures, BudgetParseError, MAX_EXTENSIONS,
     ParsedBudgetDecision, SpendingFigures, checkpoint_due, max_extensions_expected,
     parse_budget_decision, proportional_extension,
@@ -169,7 +164,7 @@ pub use usage::{
 };
 
 // Supervision strategies.
-pub use strategy::{
+pub use supervision::strategy::{
     ChildEnd, ChildInfo, ChildKind, FailFast, GiveUpScope, OnExhausted, RestartOnIntervene,
     RestartPolicy, StrategyFactory, SupervisionAction, SupervisionStrategy,
 };
@@ -188,27 +183,29 @@ pub use error::ConfigError;
 /// and verdict policies, and leases for supervising work of your own.
 pub mod prelude {
     pub use crate::agent::{ControlError, ReconcileDecision};
-    pub use crate::budget::BudgetFigures;
     pub use crate::engine::{Engine, EngineBuilder, EngineConfig, EngineError};
     pub use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
-    pub use crate::evidence::{Evidence, EvidenceKind, EvidenceSummary, ProgressSummary};
     pub use crate::flow::{Flow, FlowBuilder, FlowError, ToolServer, WorkerKind};
-    pub use crate::lease::terms::LeaseTerms;
-    pub use crate::lease::{
-        LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,
-    };
     pub use crate::memory::MemoryStore;
     pub use crate::nudge::NudgeQueue;
     pub use crate::pace::Pace;
-    pub use crate::policy::{
-        Expiry, Judgement, Policies, PolicyChoice, PolicyName, VerdictPolicy, renewal_cap,
-    };
     pub use crate::ports::{
         BoxFuture, BudgetEvaluationRequest, ChatMessage, ChatRole, Clock, EvaluationRequest,
         Evaluator, EvaluatorAnswer, EvaluatorError, EventSink, FinishReason, ModelClient,
         ModelError, ModelErrorKind, ModelReply, ModelRequest, SystemClock, TokenCost,
         ToolCallRequest, ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput,
         TranscriptMessage,
+    };
+    pub use crate::supervision::budget::BudgetFigures;
+    pub use crate::supervision::evidence::{
+        Evidence, EvidenceKind, EvidenceSummary, ProgressSummary,
+    };
+    pub use crate::supervision::lease::terms::LeaseTerms;
+    pub use crate::supervision::lease::{
+        LeaseConfig, LeaseError, LeaseHandle, LeaseId, LeaseKind, LeaseSpec, Leases,
+    };
+    pub use crate::supervision::policy::{
+        Expiry, Judgement, Policies, PolicyChoice, PolicyName, VerdictPolicy, renewal_cap,
     };
     // The store port: every part (in scope, so that their methods can be
     // called on an `Arc<dyn Store>`), the base of a wrapper, and every
@@ -222,11 +219,11 @@ pub mod prelude {
         ToolCallState,
     };
     pub use crate::run::{RunEvents, RunHandle, RunState};
-    pub use crate::strategy::{
+    pub use crate::supervision::strategy::{
         ChildEnd, ChildInfo, ChildKind, OnExhausted, RestartPolicy, StrategyFactory,
         SupervisionAction, SupervisionStrategy,
     };
+    pub use crate::supervision::watchdog::WatchdogConfig;
     pub use crate::vocabulary::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
-    pub use crate::watchdog::WatchdogConfig;
     pub use crate::{ConfigError, MAX_DURATION, Supervision, SupervisionConfig};
 }

@@ -35,11 +35,11 @@ use crate::agent::{
     AgentLoop, ControlError, Escalation, Gate, LoopEnd, LoopMsg, ReconcileDecision, Reconciliation,
     Role, RunContext,
 };
-use crate::budget::BudgetMsg;
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
-use crate::lease::LeaseMsg;
 use crate::nudge::PERSON_ANSWERED;
 use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate, ToolCallState};
+use crate::supervision::budget::BudgetMsg;
+use crate::supervision::lease::LeaseMsg;
 
 // The run's plan and its tools are leaves: every loop of the run reads
 // them through its `RunContext` (`agent/context.rs`), so they name nothing

@@ -1,17 +1,33 @@
-//! Starting the lease–watchdog pair together, from one validated
+//! The supervision core: leases and the evidence beside them
+//! ([`lease`], [`evidence`]), the watchdog that judges an expiry
+//! ([`watchdog`], with its policies, [`policy`], and the evaluator under a
+//! timeout, [`evaluation`]), budget checkpoints ([`budget`]) and the
+//! restart strategies of the tree ([`strategy`]). It stands on the
+//! vocabulary and the ports, and the run and its loops stand on it. This
+//! file starts the lease–watchdog pair together, from one validated
 //! configuration.
+
+pub(crate) mod budget;
+pub(crate) mod evaluation;
+pub(crate) mod evidence;
+pub(crate) mod lease;
+pub(crate) mod policy;
+pub(crate) mod strategy;
+pub(crate) mod watchdog;
 
 use std::sync::Arc;
 
 use ractor::ActorRef;
 
 use crate::error::ConfigError;
-use crate::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, Leases};
 use crate::load::LoadRule;
 use crate::pace::PaceBook;
-use crate::policy::Policies;
 use crate::ports::{Evaluator, EventSink};
-use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg};
+use crate::supervision::lease::{LeaseActor, LeaseActorArgs, LeaseConfig, Leases};
+use crate::supervision::policy::Policies;
+use crate::supervision::watchdog::{
+    StartError, WatchdogActor, WatchdogArgs, WatchdogConfig, WatchdogMsg,
+};
 
 /// The lease lengths, the renewal cap and the watchdog's policy, checked
 /// together.
@@ -48,7 +64,7 @@ pub struct Supervision {
     /// Starts operations under leases.
     pub leases: Leases,
     /// The terms of its leases per kind, resolved from `config`.
-    pub terms: crate::lease::terms::TermsByKind,
+    pub terms: crate::supervision::lease::terms::TermsByKind,
     /// What its leases learned of each pace key (shared by its shards).
     pub paces: PaceBook,
     /// The load rule of its lease actors, if any.

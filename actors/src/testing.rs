@@ -15,10 +15,12 @@ pub mod records;
 
 /// The actors' protocols, for tests and benchmarks of the actors alone.
 pub mod actors {
-    pub use crate::budget::{BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg, BudgetReply};
-    pub use crate::evaluation::{Judge, JudgeConfig};
-    pub use crate::lease::{LeaseMsg, Registration};
-    pub use crate::watchdog::{
+    pub use crate::supervision::budget::{
+        BudgetCheckpointActor, BudgetCheckpointArgs, BudgetMsg, BudgetReply,
+    };
+    pub use crate::supervision::evaluation::{Judge, JudgeConfig};
+    pub use crate::supervision::lease::{LeaseMsg, Registration};
+    pub use crate::supervision::watchdog::{
         LeaseExpiry, VerdictReply, WatchdogActor, WatchdogArgs, WatchdogMsg,
     };
 }
@@ -335,11 +337,11 @@ impl EventSink for RecordingSink {
 
 use std::collections::HashMap;
 
-use crate::evidence::Evidence;
 use crate::ports::{
     ChatMessage, ModelClient, ModelError, ModelReply, ModelRequest, ToolCallRequest, ToolClient,
     ToolDefinition, ToolError, ToolInvocation, ToolOutput,
 };
+use crate::supervision::evidence::Evidence;
 
 /// One scripted model answer.
 #[derive(Clone, Debug)]

@@ -76,7 +76,12 @@ fn actor_paths(file: &Path) -> Vec<String> {
         .into_iter()
         .filter(|path| {
             let first = path.first().map(String::as_str).unwrap_or_default();
-            ACTOR_MODULES.contains(&first)
+            // The supervision core's modules are its folder's children.
+            let module = match (first, path.get(1).map(String::as_str)) {
+                ("supervision", Some(child)) => child,
+                _ => first,
+            };
+            ACTOR_MODULES.contains(&module)
         })
         .map(|path| format!("{}: crate::{}", file.display(), path.join("::")))
         .collect()

@@ -10,10 +10,10 @@ use super::{
     call_outcome, tool_call, worker,
 };
 use crate::event::{CallOutcome, EventKind};
-use crate::lease::LeaseKind;
 use crate::ports::{ChatMessage, RunStatus, ToolCallRecord, ToolCallRequest, ToolCallState};
 use crate::spawn::{SpawnRefusal, depth_of};
-use crate::strategy::ChildEnd;
+use crate::supervision::lease::LeaseKind;
+use crate::supervision::strategy::ChildEnd;
 
 impl AgentLoop {
     pub(super) async fn start_calls(

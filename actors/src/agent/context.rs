@@ -15,9 +15,9 @@ use super::LoopMsg;
 use crate::agent::plan::RunPlan;
 use crate::agent::tools::RunTools;
 use crate::event::EventKind;
-use crate::lease::{LeaseKind, LeaseSpec, Leases};
 use crate::nudge::NudgeQueue;
 use crate::ports::{Fenced, StoreError, ToolCallRecord};
+use crate::supervision::lease::{LeaseKind, LeaseSpec, Leases};
 
 /// Whether the run may make progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub(crate) struct RunContext {
     /// about the run while it lives here).
     in_caller_trace: bool,
     /// The run's spending budget, shared by its loops.
-    pub(crate) spending: Arc<crate::budget::spending::Spending>,
+    pub(crate) spending: Arc<crate::supervision::budget::spending::Spending>,
 }
 
 impl Drop for RunContext {
@@ -100,7 +100,7 @@ impl RunContext {
         fence: Arc<AtomicU64>,
         leases: Leases,
         (workers_spawned, history): (u32, u64),
-        spending: Option<Arc<crate::budget::spending::Spending>>,
+        spending: Option<Arc<crate::supervision::budget::spending::Spending>>,
         caller: Option<&crate::TraceParent>,
     ) -> Self {
         let trace_id = crate::run_trace_id(&run_id, caller);
@@ -116,7 +116,7 @@ impl RunContext {
         );
         let model_described = plan.model.describe();
         let spending = spending.unwrap_or_else(|| {
-            crate::budget::spending::Spending::new(
+            crate::supervision::budget::spending::Spending::new(
                 plan.flow.budget.max_tokens,
                 plan.flow.budget.max_cost,
             )
@@ -151,16 +151,21 @@ impl RunContext {
     pub(crate) async fn spawn_checkpoint(
         &self,
         supervisor: ractor::ActorCell,
-    ) -> Result<ActorRef<crate::budget::BudgetMsg>, ractor::SpawnErr> {
-        let args = crate::budget::BudgetCheckpointArgs {
+    ) -> Result<ActorRef<crate::supervision::budget::BudgetMsg>, ractor::SpawnErr> {
+        let args = crate::supervision::budget::BudgetCheckpointArgs {
             config: self.budget_config,
             evaluator: self.evaluator.clone(),
             events: self.events.clone(),
             prices: self.prices.clone(),
         };
-        ractor::Actor::spawn_linked(None, crate::budget::BudgetCheckpointActor, args, supervisor)
-            .await
-            .map(|(actor, _)| actor)
+        ractor::Actor::spawn_linked(
+            None,
+            crate::supervision::budget::BudgetCheckpointActor,
+            args,
+            supervisor,
+        )
+        .await
+        .map(|(actor, _)| actor)
     }
 
     /// The nudge queue of the loop at `path`, created if need be.
@@ -185,7 +190,7 @@ impl RunContext {
         let _ = self
             .leases
             .actor()
-            .send_message(crate::lease::LeaseMsg::Pause);
+            .send_message(crate::supervision::lease::LeaseMsg::Pause);
     }
 
     /// Keeps what a resumed run found in the store, for its loops.

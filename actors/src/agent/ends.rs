@@ -1,8 +1,8 @@
 //! How a child's end reads: in events, in error results, from a lease.
 
 use crate::event::CallOutcome;
-use crate::lease::LeaseError;
-use crate::strategy::ChildEnd;
+use crate::supervision::lease::LeaseError;
+use crate::supervision::strategy::ChildEnd;
 
 /// How a child's end reads in a restart event or an error result.
 pub(crate) fn describe_end(end: &ChildEnd) -> String {

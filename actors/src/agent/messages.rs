@@ -2,10 +2,10 @@
 
 use ractor::{ActorRef, RpcReplyPort};
 
-use crate::budget::BudgetDecision;
 pub use crate::ports::ReconcileDecision;
 use crate::ports::{ModelReply, RunStatus, ToolCallRecord};
-use crate::strategy::ChildEnd;
+use crate::supervision::budget::BudgetDecision;
+use crate::supervision::strategy::ChildEnd;
 use crate::vocabulary::evidence::EvidenceSummary;
 
 /// A request the server refused as longer than the model's context window

@@ -11,9 +11,9 @@ use ractor::ActorRef;
 
 use super::call::{Call, CallActor};
 use super::{LoopMsg, lease_end};
-use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ModelClient, ModelRequest};
-use crate::strategy::ChildEnd;
+use crate::supervision::lease::{LeaseSpec, Leases};
+use crate::supervision::strategy::ChildEnd;
 
 /// What a model call is started with.
 pub(crate) struct ModelCallArgs {

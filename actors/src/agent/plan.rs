@@ -11,13 +11,13 @@
 
 use std::sync::Arc;
 
-use crate::budget::BudgetConfig;
 use crate::event_log::LogItem;
 use crate::flow::Flow;
-use crate::lease::LeaseConfig;
 use crate::ports::{Clock, Evaluator, EventSink, ModelClient, Store, ToolClient};
-use crate::strategy::StrategyFactory;
-use crate::watchdog::WatchdogConfig;
+use crate::supervision::budget::BudgetConfig;
+use crate::supervision::lease::LeaseConfig;
+use crate::supervision::strategy::StrategyFactory;
+use crate::supervision::watchdog::WatchdogConfig;
 
 use super::tools::ServerClient;
 
@@ -47,7 +47,7 @@ pub(crate) struct RunPlan {
     pub(crate) watchdog_config: WatchdogConfig,
     /// The terms of the run's leases per kind — policy, cap, ladder,
     /// evidence streak, thresholds — resolved once for the run.
-    pub(crate) terms: crate::lease::terms::TermsByKind,
+    pub(crate) terms: crate::supervision::lease::terms::TermsByKind,
     /// The budget checkpoints' configuration, with the flow's overrides.
     pub(crate) budget_config: BudgetConfig,
     /// Makes each loop's supervision strategy.

@@ -12,14 +12,14 @@ use super::{
 };
 use crate::event::{CallOutcome, EventKind};
 use crate::ports::{Snapshot, ToolCallRecord, ToolCallState};
-use crate::strategy::ChildEnd;
+use crate::supervision::strategy::ChildEnd;
 
 /// What a resumed run finds in the store.
 pub(crate) struct Saved {
     pub(crate) snapshots: Vec<Snapshot>,
     pub(crate) calls: Vec<ToolCallRecord>,
     /// The run's spending budget as its log left it, when it has one.
-    pub(crate) spending: Option<std::sync::Arc<crate::budget::spending::Spending>>,
+    pub(crate) spending: Option<std::sync::Arc<crate::supervision::budget::spending::Spending>>,
 }
 
 impl Saved {

@@ -11,13 +11,13 @@ use super::{
     AgentLoop, CallState, Gate, LoopEnd, LoopMsg, Phase, SPAWN_WORKER_TOOL, call_outcome,
     model_call,
 };
-use crate::budget::{BudgetDecision, checkpoint_due};
 use crate::event::{CallOutcome, EventKind};
-use crate::lease::LeaseKind;
 use crate::ports::{
     BudgetEvaluationRequest, ChatMessage, FinishReason, ModelReply, ModelRequest, RunStatus,
 };
-use crate::strategy::ChildEnd;
+use crate::supervision::budget::{BudgetDecision, checkpoint_due};
+use crate::supervision::lease::LeaseKind;
+use crate::supervision::strategy::ChildEnd;
 
 /// What the next step is told when the model's answer was cut off at its
 /// length limit.
@@ -50,7 +50,9 @@ impl AgentLoop {
             let budget = self.budget.clone();
             let me = myself.clone();
             tokio::spawn(async move {
-                let decision = crate::budget::BudgetCheckpointActor::check(&budget, request).await;
+                let decision =
+                    crate::supervision::budget::BudgetCheckpointActor::check(&budget, request)
+                        .await;
                 let _ = me.send_message(LoopMsg::Budget(decision));
             });
             return None;
@@ -91,7 +93,8 @@ impl AgentLoop {
                 figures,
                 transcript_tail,
             };
-            let decision = crate::budget::BudgetCheckpointActor::check(&budget, request).await;
+            let decision =
+                crate::supervision::budget::BudgetCheckpointActor::check(&budget, request).await;
             let pause = match decision {
                 BudgetDecision::Extend {
                     spending: Some(after),

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::event::{EventKind, HandedTo};
 use crate::ports::ToolCallState;
-use crate::strategy::{
+use crate::supervision::strategy::{
     ChildEnd, ChildInfo, ChildKind, GiveUpScope, OnExhausted, SupervisionAction,
 };
 use crate::vocabulary::evidence::EvidenceSummary;

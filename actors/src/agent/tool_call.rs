@@ -19,9 +19,9 @@ use ractor::ActorRef;
 use super::call::{Call, CallActor};
 use super::{LoopMsg, RunContext, lease_end};
 use crate::event::EventKind;
-use crate::lease::{LeaseSpec, Leases};
 use crate::ports::{ToolClient, ToolInvocation};
-use crate::strategy::ChildEnd;
+use crate::supervision::lease::{LeaseSpec, Leases};
+use crate::supervision::strategy::ChildEnd;
 
 /// What a tool call is started with.
 pub(crate) struct ToolCallArgs {

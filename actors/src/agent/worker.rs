@@ -14,11 +14,11 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{AgentLoop, LoopEnd, LoopMsg, Role, RunContext, lease_end};
-use crate::budget::BudgetMsg;
 use crate::event::{CallOutcome, EventKind};
-use crate::evidence::Evidence;
-use crate::lease::LeaseSpec;
-use crate::strategy::ChildEnd;
+use crate::supervision::budget::BudgetMsg;
+use crate::supervision::evidence::Evidence;
+use crate::supervision::lease::LeaseSpec;
+use crate::supervision::strategy::ChildEnd;
 
 /// What a worker actor is started with.
 pub(crate) struct WorkerArgs {

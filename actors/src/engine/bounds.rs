@@ -31,7 +31,10 @@ pub(crate) fn within_configuration(flow: &Flow, config: &EngineConfig) -> Result
                     path,
                     format!(
                         "expected {}: a flow may only tighten the configuration, got {}",
-                        crate::lease::min_lease_expected(config.supervision.lease.min, "lease.min"),
+                        crate::supervision::lease::min_lease_expected(
+                            config.supervision.lease.min,
+                            "lease.min"
+                        ),
                         broken.got
                     ),
                 )

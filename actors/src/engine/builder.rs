@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::budget::BudgetConfig;
 use crate::error::ConfigError;
 use crate::event::{EventBus, EventLimits};
 use crate::event_log::{self, LoggingSink};
@@ -13,13 +12,14 @@ use crate::flow::FlowError;
 use crate::fork::ForkError;
 use crate::load::LoadGauge;
 use crate::memory::MemoryStore;
-use crate::policy::{Policies, VerdictPolicy};
 use crate::ports::{
     Clock, Evaluator, EventSink, ModelClient, RunStatus, Store, StoreError, SystemClock, ToolClient,
 };
-use crate::strategy::{RestartPolicy, StrategyFactory};
 use crate::supervision::SupervisionConfig;
-use crate::watchdog::{StartError, WatchdogActor, WatchdogArgs};
+use crate::supervision::budget::BudgetConfig;
+use crate::supervision::policy::{Policies, VerdictPolicy};
+use crate::supervision::strategy::{RestartPolicy, StrategyFactory};
+use crate::supervision::watchdog::{StartError, WatchdogActor, WatchdogArgs};
 
 use super::Engine;
 
@@ -117,7 +117,7 @@ impl EngineConfig {
         if lease.min < crate::MIN_LEASE {
             return Err(ConfigError::new(
                 "lease.min",
-                crate::lease::min_lease_expected(crate::MIN_LEASE, ""),
+                crate::supervision::lease::min_lease_expected(crate::MIN_LEASE, ""),
                 crate::describe_duration(lease.min),
             ));
         }

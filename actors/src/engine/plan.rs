@@ -16,12 +16,12 @@ use std::sync::Arc;
 
 use crate::agent::plan::RunPlan;
 use crate::agent::tools::ServerClient;
-use crate::budget::BudgetConfig;
 use crate::error::ConfigError;
 use crate::flow::{Flow, FlowError, StrategyKind};
 use crate::ports::ToolClient;
-use crate::strategy::{FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory};
 use crate::supervision::SupervisionConfig;
+use crate::supervision::budget::BudgetConfig;
+use crate::supervision::strategy::{FailFast, RestartOnIntervene, RestartPolicy, StrategyFactory};
 
 use super::bounds::{spawn_limits, within_configuration};
 use super::{Engine, EngineError};
@@ -209,7 +209,7 @@ fn flow_keys(field: &str) -> (String, Option<&'static str>) {
 mod tests {
     use std::time::Duration;
 
-    use crate::lease::LeaseKind;
+    use crate::supervision::lease::LeaseKind;
     use crate::testing::{ScriptedModel, ScriptedTools};
 
     use super::*;
@@ -243,12 +243,15 @@ mod tests {
     async fn a_flow_names_registered_policies_only_per_kind_and_is_refused_naming_the_key() {
         #[derive(Debug)]
         struct Mine;
-        impl crate::policy::VerdictPolicy for Mine {
+        impl crate::supervision::policy::VerdictPolicy for Mine {
             fn name(&self) -> &str {
                 "mine"
             }
-            fn judge(&self, _: &crate::policy::Expiry<'_>) -> crate::policy::Judgement {
-                crate::policy::Judgement::AskEvaluator
+            fn judge(
+                &self,
+                _: &crate::supervision::policy::Expiry<'_>,
+            ) -> crate::supervision::policy::Judgement {
+                crate::supervision::policy::Judgement::AskEvaluator
             }
         }
         let engine = Engine::builder()

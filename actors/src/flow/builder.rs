@@ -7,7 +7,7 @@ use super::{
     BudgetOverrides, Flow, FlowError, LeaseOverrides, SpawnOverrides, SupervisionOverrides,
     ToolServer, WorkerKind,
 };
-use crate::policy::{PolicyChoice, PolicyName};
+use crate::supervision::policy::{PolicyChoice, PolicyName};
 use crate::vocabulary::lease::LeaseKind;
 
 /// Builds a [`Flow`] in Rust, checked as a flow file is: [`Self::build`]

@@ -14,11 +14,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::FlowError;
-use crate::budget::{MAX_EXTENSIONS, max_extensions_expected};
 use crate::duration::{MAX_DURATION, MAX_DURATION_EXPECTED, describe_duration};
-use crate::lease::{LeaseKind, MIN_LEASE, min_lease_expected};
 use crate::rules::{self, Broken};
 use crate::serde_time::human_duration;
+use crate::supervision::budget::{MAX_EXTENSIONS, max_extensions_expected};
+use crate::supervision::lease::{LeaseKind, MIN_LEASE, min_lease_expected};
 
 /// Per-flow lease overrides; `None` keeps the runtime's configuration.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,7 +69,7 @@ pub struct LeaseOverrides {
     /// = idle_kill"` or `{ default = "leasehold", tool_call = "idle_kill" }`.
     /// Kinds it does not name keep the configuration's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<crate::policy::PolicyChoice>,
+    pub policy: Option<crate::supervision::policy::PolicyChoice>,
     /// What the run's leases do with each endpoint's learned pace:
     /// `learn` (the default), `reset` or `off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +125,7 @@ pub struct SupervisionOverrides {
     /// What a failure that reaches the top of the tree does: `pause`
     /// (the default) or `fail`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_exhausted: Option<crate::strategy::OnExhausted>,
+    pub on_exhausted: Option<crate::supervision::strategy::OnExhausted>,
 }
 
 /// Per-flow budget overrides; `None` keeps the runtime's configuration.

@@ -231,7 +231,7 @@ pub trait ModelClient: Send + Sync + 'static {
     fn complete(
         &self,
         request: ModelRequest,
-        evidence: crate::evidence::Evidence,
+        evidence: crate::supervision::evidence::Evidence,
     ) -> BoxFuture<'static, Result<ModelReply, ModelError>>;
 
     /// What this client calls, for a person reading why a run paused:

@@ -113,7 +113,7 @@ pub trait ToolClient: Send + Sync + 'static {
     fn call(
         &self,
         invocation: ToolInvocation,
-        evidence: crate::evidence::Evidence,
+        evidence: crate::supervision::evidence::Evidence,
     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
 
     /// Stops whatever the client started (a child process, a session). The

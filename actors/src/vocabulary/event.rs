@@ -215,7 +215,7 @@ pub enum EventKind {
         /// What the operation was doing.
         subject: String,
         /// Its timing.
-        timing: crate::evidence::OperationTiming,
+        timing: crate::vocabulary::evidence::OperationTiming,
     },
     /// The run's log holds its
     /// [`max_run_events`](crate::EventLimits::max_run_events): events of
@@ -588,8 +588,8 @@ impl EventKind {
             } => format!(
                 "{lease_kind} {subject} {} after {} ms: {} items, longest silence {} ms",
                 match timing.ended {
-                    crate::evidence::TimedEnd::Ended => "ended",
-                    crate::evidence::TimedEnd::Cut => "cut",
+                    crate::vocabulary::evidence::TimedEnd::Ended => "ended",
+                    crate::vocabulary::evidence::TimedEnd::Cut => "cut",
                 },
                 timing.duration_ms,
                 timing.items,

@@ -28,7 +28,7 @@ pub struct LeaseExpiry {
     pub stream_tail: Option<String>,
     /// Whether the lease expired before its period's end because its
     /// evidence became suspicious (see
-    /// [`Expiry::early`](crate::policy::Expiry::early)).
+    /// the policy's `Expiry::early`).
     pub early: bool,
 }
 

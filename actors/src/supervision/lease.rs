@@ -65,14 +65,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::duration::deadline_after;
 use crate::event::EventKind;
-use crate::evidence::{Evidence, TimedEnd, Wake};
 use crate::load::LoadRule;
 use crate::nudge::NudgeQueue;
 use crate::pace::{PaceBook, PaceMode};
-use crate::policy::Judgement;
 use crate::ports::EventSink;
+use crate::supervision::evidence::{Evidence, TimedEnd, Wake};
+use crate::supervision::policy::Judgement;
+use crate::supervision::watchdog::{LeaseExpiry, StartError, VerdictReply, WatchdogMsg};
 use crate::vocabulary::verdict::{DecidedBy, Decision, Verdict, VerdictRecord};
-use crate::watchdog::{LeaseExpiry, StartError, VerdictReply, WatchdogMsg};
 use terms::{LeaseTerms, TermsByKind};
 use timer::TimerCmd;
 
@@ -675,7 +675,8 @@ impl LeaseState {
         // Strong evidence ends a stretch of doubt (rule 13), under a policy
         // that follows it: this expiry is not one the cap counts, whoever
         // renews it.
-        let strong = terms.policy.checkpoints_at_cap() && crate::policy::strong_evidence(&judged);
+        let strong = terms.policy.checkpoints_at_cap()
+            && crate::supervision::policy::strong_evidence(&judged);
         if strong {
             judged.doubts = 0;
         }
@@ -683,9 +684,9 @@ impl LeaseState {
         // total, steps, notes) under a policy that says so is a checkpoint:
         // the cap is extended, the work goes on.
         let checkpoint = (judged.doubts >= judged.max_renewals
-            && entry.checkpoints < crate::policy::MAX_CAP_CHECKPOINTS
+            && entry.checkpoints < crate::supervision::policy::MAX_CAP_CHECKPOINTS
             && terms.policy.checkpoints_at_cap())
-        .then(|| crate::policy::fresh_evidence(&judged))
+        .then(|| crate::supervision::policy::fresh_evidence(&judged))
         .flatten()
         .map(|why| {
             let more = checkpoint_grant(terms);
@@ -697,7 +698,7 @@ impl LeaseState {
                     entry.cap,
                     entry.cap.saturating_add(more),
                     entry.checkpoints + 1,
-                    crate::policy::MAX_CAP_CHECKPOINTS
+                    crate::supervision::policy::MAX_CAP_CHECKPOINTS
                 ),
             )
         });
@@ -705,9 +706,8 @@ impl LeaseState {
         // forgets it is bounded all the same.
         let judgement = match checkpoint {
             Some(decision) => Judgement::Decided(decision),
-            None => {
-                crate::policy::renewal_cap(&judged).unwrap_or_else(|| terms.policy.judge(&judged))
-            }
+            None => crate::supervision::policy::renewal_cap(&judged)
+                .unwrap_or_else(|| terms.policy.judge(&judged)),
         };
         if let Judgement::Decided(decision) = judgement {
             let record =

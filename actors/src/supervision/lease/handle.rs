@@ -13,8 +13,8 @@ use super::spec::LeaseSpec;
 use super::terms::TermsByKind;
 use crate::duration::deadline_after;
 use crate::event::EventLimits;
-use crate::evidence::Evidence;
 use crate::ports::EventSink;
+use crate::supervision::evidence::Evidence;
 use crate::vocabulary::lease::{LeaseId, LeaseMeta};
 
 /// How a supervised operation ended, when it did not return its own result.

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::evidence::accrual::{AccrualConfig, AccrualPolicy};
-use crate::policy::{Expiry, LeaseholdPolicy, VerdictPolicy};
+use crate::supervision::evidence::accrual::{AccrualConfig, AccrualPolicy};
+use crate::supervision::policy::{Expiry, LeaseholdPolicy, VerdictPolicy};
 use crate::vocabulary::evidence::EvidenceSummary;
 use crate::vocabulary::lease::{LeaseKind, LeaseMeta};
 

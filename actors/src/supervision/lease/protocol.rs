@@ -8,8 +8,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::terms::LeaseTerms;
-use crate::evidence::Evidence;
 use crate::nudge::NudgeQueue;
+use crate::supervision::evidence::Evidence;
 use crate::vocabulary::evidence::EvidenceSummary;
 use crate::vocabulary::lease::{LeaseId, LeaseMeta};
 use crate::vocabulary::verdict::Decision;

@@ -104,9 +104,9 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::error::ConfigError;
-use crate::evaluation::{Judge, JudgeConfig, timed};
 use crate::event::{BudgetRecord, EventKind};
 use crate::ports::{BudgetEvaluationRequest, Evaluator, EventSink, TokenCost};
+use crate::supervision::evaluation::{Judge, JudgeConfig, timed};
 use crate::vocabulary::verdict::{DecidedBy, EvaluatorUsage};
 
 pub use crate::vocabulary::budget::BudgetFigures;
@@ -375,7 +375,9 @@ async fn evaluate(
     let breaker = |reason: String, cost: TokenCost| {
         (Judgement::wrap_up(DecidedBy::Breaker, reason, None), cost)
     };
-    match crate::evaluation::run(move || evaluator.evaluate_budget(request), timeout).await {
+    match crate::supervision::evaluation::run(move || evaluator.evaluate_budget(request), timeout)
+        .await
+    {
         Err(reason) => breaker(format!("{reason}: wrapping up"), TokenCost::default()),
         Ok(answer) => match parse_budget_decision(&answer.text) {
             Ok(parsed) if parsed.extend => {

@@ -749,7 +749,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::watchdog::AccrualConfig;
+    use crate::supervision::watchdog::AccrualConfig;
 
     #[tokio::test(start_paused = true)]
     async fn a_pause_counts_neither_in_the_age_nor_in_the_inter_arrival_history() {
@@ -849,15 +849,19 @@ mod tests {
     async fn repeated_progress_is_coalesced_into_one_event_per_interval_and_the_rest_said_at_the_end()
      {
         let sink = Arc::new(Kept::default());
-        let spec = crate::lease::LeaseSpec::new(
-            crate::lease::LeaseKind::ToolCall,
+        let spec = crate::supervision::lease::LeaseSpec::new(
+            crate::supervision::lease::LeaseKind::ToolCall,
             "flood",
             Duration::from_millis(500),
         )
         .expect("a spec")
         .in_run("run-1", "run/tool_call:1");
-        let terms = crate::lease::terms::LeaseTerms::new(spec.kind);
-        let meta = Arc::new(LeaseMeta::new(crate::lease::LeaseId(1), &spec, &terms));
+        let terms = crate::supervision::lease::terms::LeaseTerms::new(spec.kind);
+        let meta = Arc::new(LeaseMeta::new(
+            crate::supervision::lease::LeaseId(1),
+            &spec,
+            &terms,
+        ));
         let limits = EventLimits {
             max_progress_note_bytes: 64,
             progress_interval: Duration::from_secs(1),

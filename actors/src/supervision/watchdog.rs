@@ -32,19 +32,19 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::error::ConfigError;
-use crate::evaluation::timed;
 use crate::event::EventKind;
-use crate::lease::terms::{
+use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
+use crate::supervision::evaluation::timed;
+use crate::supervision::lease::terms::{
     DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_REPETITION_THRESHOLD, LeaseTerms,
     TermsByKind,
 };
-use crate::policy::{Policies, PolicyChoice};
-use crate::ports::{EvaluationRequest, Evaluator, EventSink, TokenCost};
+use crate::supervision::policy::{Policies, PolicyChoice};
 use crate::vocabulary::lease::{LeaseConfig, LeaseKind, LeaseMeta};
 
 pub use crate::error::StartError;
-pub use crate::evaluation::{Judge, JudgeConfig};
-pub use crate::evidence::accrual::{AccrualConfig, AccrualPolicy};
+pub use crate::supervision::evaluation::{Judge, JudgeConfig};
+pub use crate::supervision::evidence::accrual::{AccrualConfig, AccrualPolicy};
 use crate::vocabulary::verdict::{DecidedBy, Decision, VerdictRecord, parse_verdict};
 
 /// The consumer that evaluator calls of the watchdog are attributed to.
@@ -88,7 +88,7 @@ impl Default for WatchdogConfig {
             evidence_renewals: DEFAULT_EVIDENCE_RENEWALS,
             repetition_threshold: DEFAULT_REPETITION_THRESHOLD,
             pace: crate::pace::PaceMode::Learn,
-            policy: PolicyChoice::all(crate::policy::PolicyName::LEASEHOLD),
+            policy: PolicyChoice::all(crate::supervision::policy::PolicyName::LEASEHOLD),
         }
     }
 }
@@ -251,7 +251,7 @@ async fn evaluate(
     request: EvaluationRequest,
     timeout: Duration,
 ) -> (Decision, TokenCost) {
-    match crate::evaluation::run(move || evaluator.evaluate(request), timeout).await {
+    match crate::supervision::evaluation::run(move || evaluator.evaluate(request), timeout).await {
         Err(reason) => (
             Decision::renew(DecidedBy::Breaker, reason),
             TokenCost::default(),
