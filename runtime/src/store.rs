@@ -25,7 +25,7 @@
 //! cut in each mode.
 //!
 //! ```no_run
-//! use leasehold::Store;
+//! use leasehold::RunStore;
 //! use leasehold::store::{Durability, SledConfig, SledStore};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {

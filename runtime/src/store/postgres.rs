@@ -43,7 +43,7 @@
 //! `LISTEN` connection (`listen.rs`) and TLS (`tls.rs`).
 //!
 //! ```no_run
-//! use leasehold::Store;
+//! use leasehold::RunStore;
 //! use leasehold::store::{PostgresConfig, PostgresStore};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
