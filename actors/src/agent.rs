@@ -360,6 +360,7 @@ impl AgentLoop {
                     .await
             }
             LoopMsg::Escalate(_)
+            | LoopMsg::StoreFailed(_)
             | LoopMsg::Reconcile(_)
             | LoopMsg::Resume { .. }
             | LoopMsg::Decide { .. }
@@ -399,12 +400,11 @@ impl AgentLoop {
             state: serde_json::to_value(&self.state).unwrap_or_default(),
             seq: self.ctx.next_seq(),
         };
-        let result = self
-            .ctx
-            .store
-            .save_snapshot(snapshot, self.ctx.fence())
-            .await;
-        self.ctx.landed("snapshot", result)
+        let ctx = &self.ctx;
+        ctx.write("snapshot", || {
+            ctx.store.save_snapshot(snapshot.clone(), ctx.fence())
+        })
+        .await
     }
 
     /// Names a child actor and remembers which call it is, so its panic can

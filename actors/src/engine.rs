@@ -139,6 +139,8 @@ pub struct Engine {
     prune_live_at: std::sync::atomic::AtomicUsize,
     /// Set by [`Engine::shutdown`].
     shut_down: std::sync::atomic::AtomicBool,
+    /// What this engine's store writes met.
+    store_health: Arc<crate::StoreHealth>,
     /// How many leases the runs of this engine hold.
     live_leases: Arc<AtomicU64>,
     /// What every run's leases learned of each pace key.
@@ -252,6 +254,34 @@ impl Engine {
         ))
     }
 
+    /// Records a new run, trying again after a transient store error for
+    /// the engine's patience.
+    pub(super) async fn create_run(&self, record: &RunRecord) -> Result<(), EngineError> {
+        let errors = AtomicU64::new(0);
+        crate::store_writes::retried(
+            &self.config.store_writes,
+            &self.store_health,
+            &errors,
+            || self.store.create_run(record.clone()),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// What this engine's store writes met: errors by kind, writes tried
+    /// again and given up, and whether the store is failing now.
+    pub fn store_health(&self) -> crate::StoreHealthReport {
+        self.store_health.report()
+    }
+
+    /// The store errors the writes of `run_id` met on this engine (retried
+    /// or not), if it ran here since this engine started.
+    pub fn store_errors_of(&self, run_id: &str) -> Option<u64> {
+        self.lock_live()
+            .get(run_id)
+            .map(|run| run.store_errors.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// [`Engine::start`] with `options`: within a caller's trace.
     pub async fn start_with(
         &self,
@@ -261,7 +291,7 @@ impl Engine {
         self.refuse_runs()?;
         let (plan, stored) = self.plan_stored(flow)?;
         let record = self.new_record(stored, options.trace_parent);
-        self.store.create_run(record.clone()).await?;
+        self.create_run(&record).await?;
         self.launch(plan, record, None).await
     }
 
@@ -347,9 +377,6 @@ impl Engine {
         })
         .await?;
         let fence = Arc::new(AtomicU64::new(record.fence));
-        let _ = self
-            .log
-            .send(LogItem::Register(run_id.clone(), fence.clone()));
         // A fork's own history goes on from its fork point.
         let forked_at = record.fork.as_ref().map_or(0, |origin| origin.seq);
         let spawned_and_history = saved.as_ref().map_or((0, forked_at), |saved| {
@@ -364,6 +391,19 @@ impl Engine {
             spawned_and_history,
             spending,
             record.trace_parent.as_ref(),
+        ));
+        let told = Arc::downgrade(&ctx);
+        let _ = self.log.send(LogItem::Register(
+            run_id.clone(),
+            crate::event_log::LogEntry {
+                fence: ctx.fence.clone(),
+                errors: ctx.store_errors.clone(),
+                give_up: Box::new(move |error| {
+                    if let Some(ctx) = told.upgrade() {
+                        ctx.store_failed("events", error);
+                    }
+                }),
+            },
         ));
         // A run resumed paused says why it waits, as it did before the
         // restart: its pause is read back from the store.
@@ -397,6 +437,7 @@ impl Engine {
                         actor: actor.clone(),
                         fence: ctx.fence.clone(),
                         state: watcher.clone(),
+                        store_errors: ctx.store_errors.clone(),
                     },
                 );
                 drop(live);

@@ -28,20 +28,38 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::event::{Event, EventBus, EventKind};
 use crate::pace::PaceBook;
-use crate::ports::{EventSink, Fenced, Store};
+use crate::ports::{EventSink, Fenced, Store, StoreError};
+use crate::store_writes::{StoreHealth, StoreWrites};
 
 /// What the writer task is told.
 pub(crate) enum LogItem {
-    Register(String, Arc<AtomicU64>),
+    Register(String, LogEntry),
     Event(Arc<Event>),
-    Flush(String, oneshot::Sender<()>),
+    /// The run's last events: answered once they are durable (`true`), or
+    /// once the store refused them past the run's patience (`false`).
+    /// An empty run id flushes every run's written events and the store.
+    Flush(String, oneshot::Sender<bool>),
     /// The run stopped here without an end of its own (this executor lost
-    /// it to another): forget its fence and its position, if the fence is
-    /// still the one given (a later claim of the run registered its own).
+    /// it to another, or let it go): forget its fence, its position and
+    /// the events not yet written, if the fence is still the one given (a
+    /// later claim of the run registered its own).
     Forget(String, Arc<AtomicU64>),
+}
+
+/// What the writer keeps of a run it logs.
+pub(crate) struct LogEntry {
+    /// The fence the run is held with.
+    pub(crate) fence: Arc<AtomicU64>,
+    /// The run's count of store errors.
+    pub(crate) errors: Arc<AtomicU64>,
+    /// Told once when the run's events cannot be written: the error, after
+    /// the run's patience ([`StoreWrites::retry_for`]) or at once if it is
+    /// permanent.
+    pub(crate) give_up: Box<dyn Fn(StoreError) + Send + Sync>,
 }
 
 /// The engine's sink: the bus, a user's sink if any, and the log, within
@@ -135,16 +153,84 @@ impl EventSink for LoggingSink {
 
 /// Starts the writer task; it ends when every sender is gone. A run's
 /// terminal flush also makes `bus` forget the run's position.
+///
+/// A run's events are appended in order, with no gap: when an append
+/// fails, the run's events stay with the writer (and every later one
+/// behind them) and are tried again, with backoff, until they land, the run
+/// is forgotten, or its fence goes stale. Past the run's patience the run
+/// is told, once, and its flushes answer `false`; the tries go on, so a
+/// store that comes back gets the whole log.
 pub(crate) fn start(
     store: Arc<dyn Store>,
     bus: EventBus,
     paces: PaceBook,
+    writes: StoreWrites,
+    health: Arc<StoreHealth>,
 ) -> mpsc::UnboundedSender<LogItem> {
-    let (log, mut items) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut fences: HashMap<String, Arc<AtomicU64>> = HashMap::new();
+    let (log, items) = mpsc::unbounded_channel();
+    let writer = Writer {
+        store,
+        bus,
+        paces,
+        writes,
+        health,
+        runs: HashMap::new(),
+    };
+    tokio::spawn(writer.run(items));
+    log
+}
+
+/// The writer task's state.
+struct Writer {
+    store: Arc<dyn Store>,
+    bus: EventBus,
+    paces: PaceBook,
+    writes: StoreWrites,
+    health: Arc<StoreHealth>,
+    runs: HashMap<String, RunLog>,
+}
+
+/// A run the writer logs.
+struct RunLog {
+    entry: LogEntry,
+    /// Its events the store refused, with those after them.
+    stalled: Option<Stall>,
+    /// Its end was flushed: it is forgotten once its events are written.
+    ended: bool,
+}
+
+/// A run's events waiting for the store.
+struct Stall {
+    events: Vec<Event>,
+    attempt: u32,
+    since: Instant,
+    next: Instant,
+    /// Whether the run was told its events cannot be written.
+    told: bool,
+    /// Flushes waiting for the events.
+    waiting: Vec<oneshot::Sender<bool>>,
+}
+
+impl Writer {
+    async fn run(mut self, mut items: mpsc::UnboundedReceiver<LogItem>) {
         let mut batch: Vec<LogItem> = Vec::new();
-        while let Some(first) = items.recv().await {
+        loop {
+            let next_try = self
+                .runs
+                .values()
+                .filter_map(|r| r.stalled.as_ref())
+                .map(|s| s.next)
+                .min();
+            let first = tokio::select! {
+                item = items.recv() => match item {
+                    Some(item) => item,
+                    None => break,
+                },
+                () = sleep_until_some(next_try) => {
+                    self.try_stalled().await;
+                    continue;
+                }
+            };
             batch.push(first);
             while batch.len() < 1024 {
                 match items.try_recv() {
@@ -155,46 +241,217 @@ pub(crate) fn start(
             let mut pending: HashMap<String, Vec<Event>> = HashMap::new();
             for item in batch.drain(..) {
                 match item {
-                    LogItem::Register(run_id, fence) => {
-                        fences.insert(run_id, fence);
+                    LogItem::Register(run_id, entry) => {
+                        self.runs.insert(
+                            run_id,
+                            RunLog {
+                                entry,
+                                stalled: None,
+                                ended: false,
+                            },
+                        );
                     }
                     LogItem::Event(event) => {
                         // The bus's readers may still hold the event; when
                         // none does, it is moved, not copied.
                         let event =
                             Arc::try_unwrap(event).unwrap_or_else(|shared| (*shared).clone());
-                        match pending.get_mut(&event.run_id) {
-                            Some(events) => events.push(event),
-                            None => {
-                                pending.insert(event.run_id.clone(), vec![event]);
-                            }
+                        match self
+                            .runs
+                            .get_mut(&event.run_id)
+                            .and_then(|r| r.stalled.as_mut())
+                        {
+                            // Behind the run's events the store refused.
+                            Some(stall) => stall.events.push(event),
+                            None => match pending.get_mut(&event.run_id) {
+                                Some(events) => events.push(event),
+                                None => {
+                                    pending.insert(event.run_id.clone(), vec![event]);
+                                }
+                            },
                         }
                     }
                     LogItem::Flush(run_id, done) => {
-                        write(&store, &fences, std::mem::take(&mut pending)).await;
-                        save_paces(&store, &paces).await;
-                        if let Err(error) = store.flush().await {
+                        self.write(std::mem::take(&mut pending)).await;
+                        save_paces(&self.store, &self.paces).await;
+                        if let Err(error) = self.store.flush().await {
                             tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "event log not flushed");
                         }
-                        fences.remove(&run_id);
-                        bus.forget_run(&run_id);
-                        let _ = done.send(());
+                        self.flushed(&run_id, done);
                     }
                     LogItem::Forget(run_id, fence) => {
-                        let registered = fences.get(&run_id);
-                        if registered.is_some_and(|held| Arc::ptr_eq(held, &fence)) {
-                            fences.remove(&run_id);
-                            bus.forget_run(&run_id);
+                        let registered = self.runs.get(&run_id);
+                        if registered.is_some_and(|run| Arc::ptr_eq(&run.entry.fence, &fence)) {
+                            self.forget(&run_id, false);
                         }
                     }
                 }
             }
-            write(&store, &fences, pending).await;
-            save_paces(&store, &paces).await;
+            self.write(pending).await;
+            save_paces(&self.store, &self.paces).await;
         }
-        save_paces(&store, &paces).await;
-    });
-    log
+        save_paces(&self.store, &self.paces).await;
+    }
+
+    /// Answers a flush of `run_id` (of every run, if empty): at once if its
+    /// events are written, when they are if they wait for the store.
+    fn flushed(&mut self, run_id: &str, done: oneshot::Sender<bool>) {
+        if run_id.is_empty() {
+            let _ = done.send(true);
+            return;
+        }
+        let Some(run) = self.runs.get_mut(run_id) else {
+            let _ = done.send(true);
+            return;
+        };
+        run.ended = true;
+        match &mut run.stalled {
+            Some(stall) if stall.told => {
+                let _ = done.send(false);
+            }
+            Some(stall) => stall.waiting.push(done),
+            None => {
+                self.forget(run_id, true);
+                let _ = done.send(true);
+            }
+        }
+    }
+
+    /// Forgets a run: its fence, its position on the bus, and what the
+    /// store did not take of its log (answering its flushes `written`).
+    fn forget(&mut self, run_id: &str, written: bool) {
+        if let Some(run) = self.runs.remove(run_id) {
+            if let Some(stall) = run.stalled {
+                for done in stall.waiting {
+                    let _ = done.send(written);
+                }
+            }
+        }
+        self.bus.forget_run(run_id);
+    }
+
+    /// Appends the batch's events: one write per run, the runs' writes at
+    /// once, polled together by this task (no task per run per batch). A
+    /// run's events stay in the order they were published; a batch is
+    /// written whole before the next is read.
+    async fn write(&mut self, pending: HashMap<String, Vec<Event>>) {
+        let store = &self.store;
+        let runs = &self.runs;
+        let writes = pending.into_iter().filter_map(|(run_id, events)| {
+            // Events of runs this executor does not (or no longer) own are
+            // not logged.
+            let fence = runs.get(&run_id)?.entry.fence.load(Ordering::Acquire);
+            let append = store.append_events(&run_id, events.clone(), fence);
+            Some(async move { (run_id, events, append.await) })
+        });
+        let written = futures_util::future::join_all(writes).await;
+        for (run_id, events, result) in written {
+            self.settle(run_id, events, result);
+        }
+    }
+
+    /// Tries again the appends of the runs whose turn it is.
+    async fn try_stalled(&mut self) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .runs
+            .iter()
+            .filter(|(_, run)| run.stalled.as_ref().is_some_and(|s| s.next <= now))
+            .map(|(run_id, _)| run_id.clone())
+            .collect();
+        let store = &self.store;
+        let runs = &mut self.runs;
+        let mut tries = Vec::new();
+        for run_id in due {
+            let Some(run) = runs.get_mut(&run_id) else {
+                continue;
+            };
+            let fence = run.entry.fence.load(Ordering::Acquire);
+            let Some(stall) = run.stalled.as_mut() else {
+                continue;
+            };
+            let events = std::mem::take(&mut stall.events);
+            let append = store.append_events(&run_id, events.clone(), fence);
+            tries.push(async move { (run_id, events, append.await) });
+        }
+        let tried = futures_util::future::join_all(tries).await;
+        for (run_id, events, result) in tried {
+            self.health.retried();
+            self.settle(run_id, events, result);
+        }
+    }
+
+    /// What an append of `events` to `run_id`'s log answered.
+    fn settle(
+        &mut self,
+        run_id: String,
+        events: Vec<Event>,
+        result: Result<Fenced<()>, StoreError>,
+    ) {
+        let trace_id = crate::trace_context::trace_id_for(&run_id);
+        let Some(run) = self.runs.get_mut(&run_id) else {
+            return;
+        };
+        match result {
+            Ok(Fenced::Applied(())) => {
+                self.health.ok();
+                if let Some(stall) = run.stalled.take() {
+                    tracing::info!(%run_id, %trace_id, attempts = stall.attempt, "events logged after the store refused them");
+                    for done in stall.waiting {
+                        let _ = done.send(true);
+                    }
+                }
+                if run.ended {
+                    self.forget(&run_id, true);
+                }
+            }
+            Ok(Fenced::Stale { .. }) => {
+                tracing::warn!(%run_id, %trace_id, "events of a run this executor lost were not logged");
+                if run.stalled.is_some() {
+                    self.forget(&run_id, false);
+                }
+            }
+            Err(error) => {
+                self.health.error(&error);
+                run.entry.errors.fetch_add(1, Ordering::Relaxed);
+                let now = Instant::now();
+                let stall = run.stalled.get_or_insert_with(|| Stall {
+                    events: Vec::new(),
+                    attempt: 0,
+                    since: now,
+                    next: now,
+                    told: false,
+                    waiting: Vec::new(),
+                });
+                // The refused events go back before those published since.
+                let later = std::mem::replace(&mut stall.events, events);
+                stall.events.extend(later);
+                stall.attempt += 1;
+                let pause = crate::store_writes::backoff(stall.attempt);
+                stall.next = now + pause;
+                let patience_over = now.duration_since(stall.since) + pause > self.writes.retry_for;
+                if !stall.told && (!error.is_transient() || patience_over) {
+                    stall.told = true;
+                    self.health.gave_up();
+                    tracing::error!(%run_id, %trace_id, %error, held = stall.events.len(), "events not logged: the run is told, and they are tried again");
+                    for done in stall.waiting.drain(..) {
+                        let _ = done.send(false);
+                    }
+                    (run.entry.give_up)(error);
+                } else if stall.attempt == 1 {
+                    tracing::warn!(%run_id, %trace_id, %error, "events not logged yet: tried again");
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or for ever if there is none.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Writes what the engine's leases learned since the last time: with the
@@ -208,32 +465,6 @@ async fn save_paces(store: &Arc<dyn Store>, paces: &PaceBook) {
     if let Err(error) = store.save_paces(changed).await {
         tracing::warn!(%error, "learned paces not saved");
     }
-}
-
-/// Appends the batch's events: one write per run, the runs' writes at
-/// once, polled together by this task (no task per run per batch). A run's
-/// events stay in the order they were published; a batch is written whole
-/// before the next is read.
-async fn write(
-    store: &Arc<dyn Store>,
-    fences: &HashMap<String, Arc<AtomicU64>>,
-    pending: HashMap<String, Vec<Event>>,
-) {
-    let writes = pending.into_iter().filter_map(|(run_id, events)| {
-        // Events of runs this executor does not (or no longer) own are not logged.
-        let fence = fences.get(&run_id)?.load(Ordering::Acquire);
-        let append = store.append_events(&run_id, events, fence);
-        Some(async move {
-            match append.await {
-                Ok(Fenced::Applied(())) => {}
-                Ok(Fenced::Stale { .. }) => {
-                    tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), "events of a run this executor lost were not logged");
-                }
-                Err(error) => tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "events not logged"),
-            }
-        })
-    });
-    futures_util::future::join_all(writes).await;
 }
 
 #[cfg(test)]

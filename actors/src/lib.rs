@@ -51,6 +51,7 @@ pub mod rules;
 mod run;
 mod serde_time;
 mod spawn;
+mod store_writes;
 mod strict_json;
 mod supervision;
 mod trace_context;
@@ -78,6 +79,10 @@ pub use flow::{
     MAX_NOTIFY, SpawnOverrides, StrategyKind, SupervisionOverrides, ToolServer, WorkerKind,
 };
 pub use spawn::{SpawnLimits, SpawnRefusal};
+pub use store_writes::{
+    DEFAULT_RETRY_FOR, FIRST_PAUSE, LONGEST_PAUSE, OnStoreFailure, StoreHealth, StoreHealthReport,
+    StoreWrites,
+};
 
 // Forks.
 pub use fork::{ForkError, ForkSpec};

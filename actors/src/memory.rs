@@ -350,11 +350,11 @@ impl EventLog for MemoryStore {
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         let appended = self.fenced(run_id, fence, |tables| {
-            tables
-                .events
-                .entry(run_id.to_owned())
-                .or_default()
-                .extend(events);
+            let log = tables.events.entry(run_id.to_owned()).or_default();
+            // An append tried again after an error that hid its success
+            // adds nothing twice: a log holds each seq once.
+            let last = log.last().map_or(0, |e| e.seq);
+            log.extend(events.into_iter().filter(|e| e.seq > last));
         });
         let run_id = run_id.to_owned();
         self.publish_if_applied(appended, StoreChange::Events { run_id })

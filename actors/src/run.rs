@@ -213,6 +213,12 @@ impl Actor for RunActor {
             let _ = ctx.log.send(forget);
             let reason = reason.clone();
             state.state.send_modify(|s| s.lost = Some(reason));
+        } else if let Some(reason) = ctx.let_go.get() {
+            // Let go, its events not written yet stay with the log's
+            // writer, which tries them until they land or the run's next
+            // owner raises its fence.
+            let reason = reason.clone();
+            state.state.send_modify(|s| s.lost = Some(reason));
         }
         Ok(())
     }
@@ -227,7 +233,10 @@ impl Actor for RunActor {
             return Ok(());
         }
         if state.connecting
-            && !matches!(message, LoopMsg::Cancel { .. } | LoopMsg::ToolsConnected(_))
+            && !matches!(
+                message,
+                LoopMsg::Cancel { .. } | LoopMsg::ToolsConnected(_) | LoopMsg::StoreFailed(_)
+            )
         {
             state.deferred.push(message);
             return Ok(());
@@ -235,6 +244,7 @@ impl Actor for RunActor {
         match message {
             LoopMsg::ToolsConnected(connected) => state.connected(&myself, *connected).await,
             LoopMsg::Escalate(escalation) => state.pause(*escalation).await,
+            LoopMsg::StoreFailed(reason) => state.store_failed(&myself, reason).await,
             LoopMsg::Reconcile(reconciliation) => {
                 state.require_reconciliation(*reconciliation).await
             }
@@ -664,59 +674,118 @@ impl RunActorState {
             at_ms: ctx.now_ms(),
         };
         // Its events first: a reader who sees the end finds every event
-        // before it in the log.
-        ctx.flush_log().await;
-        record_end(&ctx, update).await;
+        // before it in the log. An end the log does not hold is not
+        // recorded: the run is let go, and resumed from its last snapshot.
+        let recorded = if ctx.flush_log().await {
+            record_end(&ctx, update).await
+        } else {
+            ctx.release(format!(
+                "its end ({}) was not recorded: the store refused its last events",
+                status.name()
+            ));
+            false
+        };
         // Closed before the handle hears of the end: whoever waits for it
         // may stop the servers next, and a client closed after its server
         // (an HTTP session deleted on a stopped server) fails noisily.
         for client in &ctx.owned_tools {
             client.shutdown().await;
         }
-        self.state.send_modify(|s| {
-            s.status = status;
-            s.answer = answer;
-            s.reason = reason;
-            s.paused = None;
-        });
+        if recorded {
+            self.state.send_modify(|s| {
+                s.status = status;
+                s.answer = answer;
+                s.reason = reason;
+                s.paused = None;
+            });
+        }
+        myself.stop(None);
+    }
+
+    /// A write of the run's was given up. With `on_failure = fail` the run
+    /// fails with the store's error as its reason. Otherwise it pauses for
+    /// a person: its work stops (the operations in flight are cancelled,
+    /// its heartbeat too), `paused` says why, its log is written, and the
+    /// record says `waiting_human` with the reason; then this executor lets
+    /// it go, so a resume — on any executor — goes on from its last durable
+    /// snapshot. If the pause cannot be written either, the run is let go
+    /// as it is: its lease runs out and an executor resumes it.
+    async fn store_failed(&mut self, myself: &ActorRef<LoopMsg>, reason: String) {
+        if self.status().is_terminal() {
+            return;
+        }
+        let ctx = self.agent.ctx.clone();
+        if ctx.store_writes.on_failure == crate::OnStoreFailure::Fail {
+            self.finish(myself, RunStatus::Failed, None, Some(reason))
+                .await;
+            return;
+        }
+        ctx.gate.send_replace(Gate::Closed);
+        ctx.cancel.cancel();
+        let _ = tokio::time::timeout(LEASES_DRAIN, ctx.leases.drained()).await;
+        ctx.emit(
+            ROOT_PATH,
+            EventKind::Paused {
+                reason: reason.clone(),
+                subject: STORE_SUBJECT.to_owned(),
+                evidence: None,
+            },
+        );
+        let pause = PauseRecord {
+            reason: reason.clone(),
+            subject: STORE_SUBJECT.to_owned(),
+            path: ROOT_PATH.to_owned(),
+            call: None,
+        };
+        let update = RunUpdate {
+            status: RunStatus::WaitingHuman,
+            reason: None,
+            answer: None,
+            pause: Some(pause.clone()),
+            at_ms: ctx.now_ms(),
+        };
+        if ctx.flush_log().await && ctx.update(update).await {
+            // Its lease ends now: a resume claims it at once.
+            let _ = ctx
+                .store
+                .renew_run(&ctx.run_id, ctx.fence(), ctx.now_ms(), 0)
+                .await;
+            self.state.send_modify(|s| {
+                s.status = RunStatus::WaitingHuman;
+                s.paused = Some(pause);
+            });
+        }
+        ctx.release(reason);
         myself.stop(None);
     }
 }
+
+/// What a run paused by its store was doing, as its pause says.
+pub(crate) const STORE_SUBJECT: &str = "store";
 
 /// How long a run's end waits for its cancelled operations to let go of
 /// their leases.
 const LEASES_DRAIN: Duration = Duration::from_secs(1);
 
-/// The pauses between attempts at recording a run's end after store
-/// errors.
-const END_RETRIES: [Duration; 3] = [
-    Duration::from_millis(100),
-    Duration::from_millis(400),
-    Duration::from_millis(1600),
-];
-
 /// Records the run's end, trying again after a store error (a connection
-/// lost, a session the database ended): the end is what every reader waits
-/// for. A refusal (a stale fence) is final: the run was lost and the new
+/// lost, a session the database ended) for the engine's patience: the end
+/// is what every reader waits for. A refusal (a stale fence) is final: the run was lost and the new
 /// owner carries on. If the end cannot be recorded at all, this executor
 /// lets the run go, saying so: its lease expires and another executor
 /// resumes it from its last snapshot.
-async fn record_end(ctx: &RunContext, update: RunUpdate) {
+async fn record_end(ctx: &RunContext, update: RunUpdate) -> bool {
     let status = update.status;
-    for pause in END_RETRIES {
-        if ctx.update(update.clone()).await || ctx.is_lost() {
-            return;
-        }
-        tokio::time::sleep(pause).await;
+    if ctx.update(update).await {
+        return true;
     }
-    if !ctx.update(update).await && !ctx.is_lost() {
-        ctx.lose(format!(
-            "its end ({}) could not be recorded after {} attempts; an executor resumes it from \
-             its last snapshot once its lease expires",
-            status.name(),
-            END_RETRIES.len() + 1
+    if !ctx.is_lost() {
+        ctx.release(format!(
+            "its end ({}) could not be recorded; an executor resumes it from its last snapshot \
+             once its lease expires",
+            status.name()
         ));
     }
+    false
 }
 
 /// A handle on a running run: its state, its events, and the person's

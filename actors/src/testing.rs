@@ -6,11 +6,15 @@
 //! start them alone — to tests and benchmarks of the actors; they are not
 //! the public API, and change without notice.
 //!
+//! [`faults`] makes a store's writes fail on purpose: every Nth, a share
+//! drawn from a seed, or all of them for a while.
+//!
 //! [`conformance`] is the conformance suite of the [`Store`](crate::Store)
 //! port: a store of one's own checked against every rule of the port with
 //! one call.
 
 pub mod conformance;
+pub mod faults;
 pub mod records;
 
 /// The actors' protocols, for tests and benchmarks of the actors alone.

@@ -977,3 +977,18 @@ async fn a_run_whose_log_holds_its_end_is_recorded_ended_by_the_next_claimer() {
     assert_eq!(stored.answer.as_deref(), Some("done before dying"));
     assert!(b.model.requests().is_empty(), "nothing ran again");
 }
+
+/// A store whose every Nth write fails, N from 1 to 10: each run that
+/// starts completes, its log whole and ending with its end; with every
+/// write failing, no run starts and nothing is stored.
+#[tokio::test(start_paused = true)]
+async fn a_store_failing_every_nth_write_leaves_no_run_stuck_and_no_log_with_a_gap() {
+    for n in 1..=10 {
+        let run = leasehold_actors::testing::faults::run_with_every_nth_write_failing(
+            n,
+            Arc::new(MemoryStore::new()),
+        )
+        .await;
+        run.assert_holds();
+    }
+}

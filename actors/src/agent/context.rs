@@ -45,6 +45,15 @@ pub(crate) struct RunContext {
     pub(crate) cancel: CancellationToken,
     /// Why this executor lost the run, once it has.
     pub(crate) lost: std::sync::OnceLock<String>,
+    /// Why this executor let the run go without losing it (its store
+    /// refused what it had to write), once it has: its lease runs out and
+    /// an executor resumes it from its last durable snapshot.
+    pub(crate) let_go: std::sync::OnceLock<String>,
+    /// Why the run's writes were given up, once one was: the run pauses
+    /// or fails once, however many writes fail.
+    store_failure: std::sync::OnceLock<String>,
+    /// The store errors the run's writes met, retried or not.
+    pub(crate) store_errors: Arc<AtomicU64>,
     workers_spawned: AtomicU32,
     /// The run's history so far: its snapshots and first tool-call records
     /// counted ([`Snapshot::seq`](crate::ports::Snapshot::seq)).
@@ -135,6 +144,9 @@ impl RunContext {
             root: std::sync::OnceLock::new(),
             cancel: CancellationToken::new(),
             lost: std::sync::OnceLock::new(),
+            let_go: std::sync::OnceLock::new(),
+            store_failure: std::sync::OnceLock::new(),
+            store_errors: Arc::default(),
             workers_spawned: AtomicU32::new(workers_spawned),
             history: AtomicU64::new(history),
             nudge_queues: std::sync::Mutex::new(HashMap::new()),
@@ -221,7 +233,7 @@ impl RunContext {
 
     /// Whether this executor lost the run to another.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.get().is_some()
+        self.lost.get().is_some() || self.let_go.get().is_some()
     }
 
     /// This executor no longer owns the run: stop working on it at once and
@@ -239,8 +251,8 @@ impl RunContext {
     }
 
     /// Turns a store answer into whether the write landed, losing the run on
-    /// a stale fence. A store error is logged: the run goes on (the next
-    /// write may succeed), but the operator sees it.
+    /// a stale fence. A store error is logged here; [`Self::write`] is what
+    /// tries again and gives up.
     pub(crate) fn landed(&self, what: &str, result: Result<Fenced<()>, StoreError>) -> bool {
         match result {
             Ok(Fenced::Applied(())) => true,
@@ -259,38 +271,97 @@ impl RunContext {
         }
     }
 
-    /// Changes the run's status in the store, fenced.
-    pub(crate) async fn update(&self, update: crate::ports::RunUpdate) -> bool {
+    /// Makes a fenced write of the run's, trying it again after a
+    /// transient store error for the engine's patience
+    /// ([`StoreWrites`](crate::StoreWrites)). `true` once it landed; on a
+    /// stale fence the run is lost; a write given up is reported to the
+    /// run ([`Self::store_failed`]), which pauses or fails, and `false`
+    /// answered: the caller goes no further.
+    pub(crate) async fn write<F>(&self, what: &str, mut write: impl FnMut() -> F) -> bool
+    where
+        F: std::future::Future<Output = Result<Fenced<()>, StoreError>>,
+    {
         if self.is_lost() {
             return false;
         }
-        let result = self
-            .store
-            .update_run(&self.run_id, self.fence(), update)
-            .await;
-        self.landed("status change", result)
+        let result = crate::store_writes::retried(
+            &self.store_writes,
+            &self.store_health,
+            &self.store_errors,
+            &mut write,
+        )
+        .await;
+        match result {
+            Err(error) => {
+                self.store_failed(what, error);
+                false
+            }
+            landed => self.landed(what, landed),
+        }
+    }
+
+    /// A write of the run's was given up: the run is told, once, and
+    /// pauses or fails as the engine says. A run not yet started is let go.
+    pub(crate) fn store_failed(&self, what: &str, error: StoreError) {
+        let reason = format!("{what} not written: {error}");
+        tracing::error!(run_id = %self.run_id, trace_id = %self.trace_id, %reason, "a store write was given up");
+        if self.store_failure.set(reason.clone()).is_err() {
+            return;
+        }
+        match self.root.get() {
+            Some(root) => {
+                let _ = root.send_message(LoopMsg::StoreFailed(reason));
+            }
+            None => self.release(reason),
+        }
+    }
+
+    /// Lets the run go without losing it: its work stops at once, its
+    /// heartbeat too, so its lease runs out and an executor resumes it
+    /// from its last durable snapshot. Nothing more is written.
+    pub(crate) fn release(&self, reason: String) {
+        if self.let_go.set(reason.clone()).is_err() {
+            return;
+        }
+        tracing::error!(run_id = %self.run_id, owner_id = %self.owner_id, %reason, "run let go: an executor resumes it from its last snapshot once its lease runs out");
+        self.gate.send_replace(Gate::Closed);
+        self.cancel.cancel();
+        if let Some(root) = self.root.get() {
+            root.stop(Some(reason));
+        }
+    }
+
+    /// Changes the run's status in the store, fenced.
+    pub(crate) async fn update(&self, update: crate::ports::RunUpdate) -> bool {
+        self.write("status change", || {
+            self.store
+                .update_run(&self.run_id, self.fence(), update.clone())
+        })
+        .await
     }
 
     /// Waits until the run's events so far are logged and the store is
-    /// durable.
-    pub(crate) async fn flush_log(&self) {
+    /// durable: `false` if the store refused them past the run's patience.
+    /// The run's log takes no more of its events afterwards.
+    pub(crate) async fn flush_log(&self) -> bool {
         let (done, flushed) = tokio::sync::oneshot::channel();
         if self
             .log
             .send(crate::event_log::LogItem::Flush(self.run_id.clone(), done))
             .is_ok()
         {
-            let _ = flushed.await;
+            return flushed.await.unwrap_or(false);
         }
+        false
     }
 
     /// Records a tool call, fenced.
     pub(crate) async fn record_call(&self, record: ToolCallRecord) -> bool {
-        let result = self
-            .store
-            .record_tool_call(&self.run_id, record, self.fence())
-            .await;
-        self.landed("tool-call record", result)
+        self.write("tool-call record", || {
+            self.store
+                .record_tool_call(&self.run_id, record.clone(), self.fence())
+        })
+        .await
     }
 
     pub(crate) fn spec(&self, kind: LeaseKind, subject: &str, path: &str) -> LeaseSpec {

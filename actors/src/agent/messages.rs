@@ -25,6 +25,9 @@ pub struct Overflow {
 pub enum LoopMsg {
     /// Go on: pass a budget checkpoint if one is due, else start a step.
     Next,
+    /// A write of the run's was given up (root only): the run pauses or
+    /// fails, as the engine says, with this reason.
+    StoreFailed(String),
     /// A model call ended.
     ModelDone {
         /// Its step.

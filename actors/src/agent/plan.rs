@@ -65,4 +65,9 @@ pub(crate) struct RunPlan {
     pub(crate) prices: crate::Prices,
     /// The model's name, as prices name it.
     pub(crate) model_name: Option<String>,
+    /// How the run's writes are tried again, and what a write given up
+    /// does.
+    pub(crate) store_writes: crate::StoreWrites,
+    /// What the engine's writes met.
+    pub(crate) store_health: Arc<crate::StoreHealth>,
 }

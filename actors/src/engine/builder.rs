@@ -85,6 +85,9 @@ pub struct EngineConfig {
     /// and evaluator call (see [`UsageReport`](crate::UsageReport)); a
     /// model without a price is counted in tokens only. Default: none.
     pub prices: crate::Prices,
+    /// What a run does when a store write fails: how long it tries again,
+    /// then whether it pauses or fails (see [`StoreWrites`](crate::StoreWrites)).
+    pub store_writes: crate::StoreWrites,
 }
 
 /// The default retention of a finished run: 7 days.
@@ -103,6 +106,7 @@ impl Default for EngineConfig {
             retention: Some(DEFAULT_RETENTION),
             load_bound: crate::DEFAULT_LOAD_BOUND,
             prices: crate::Prices::default(),
+            store_writes: crate::StoreWrites::default(),
         }
     }
 }
@@ -126,6 +130,7 @@ impl EngineConfig {
         self.budget.validate()?;
         self.restart.validate()?;
         crate::check_duration("run_lease_ttl", self.run_lease_ttl)?;
+        crate::check_duration("store.write_retry_for", self.store_writes.retry_for)?;
         if self.run_lease_ttl < Duration::from_millis(3) {
             return Err(ConfigError::new(
                 "run_lease_ttl",
@@ -455,7 +460,14 @@ impl EngineBuilder {
             }
             Err(error) => tracing::warn!(%error, "the learned paces were not read: starting cold"),
         }
-        let log = event_log::start(store.clone(), bus.clone(), paces.clone());
+        let store_health = Arc::new(crate::StoreHealth::default());
+        let log = event_log::start(
+            store.clone(),
+            bus.clone(),
+            paces.clone(),
+            self.config.store_writes,
+            store_health.clone(),
+        );
         let events: Arc<dyn EventSink> = Arc::new(LoggingSink::new(
             bus.clone(),
             self.events,
@@ -493,6 +505,7 @@ impl EngineBuilder {
             taking_on: std::sync::Mutex::new(std::collections::HashSet::new()),
             prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
+            store_health,
             live_leases: Arc::default(),
             paces,
             load: self.load,

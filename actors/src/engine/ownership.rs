@@ -401,6 +401,8 @@ pub(super) struct LiveRun {
     pub(super) fence: Arc<AtomicU64>,
     /// What the run's handles watch.
     pub(super) state: tokio::sync::watch::Receiver<crate::run::RunState>,
+    /// The store errors the run's writes met here.
+    pub(super) store_errors: Arc<AtomicU64>,
 }
 
 /// Lets go of a run this executor stopped in place: its lease now ends at
@@ -462,12 +464,16 @@ pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
                 _ = ticks.tick() => {
                     let result = ctx.store.renew_run(&ctx.run_id, ctx.fence(), ctx.now_ms(), ttl_ms).await;
                     match result {
-                        Ok(Fenced::Applied(())) => {}
+                        Ok(Fenced::Applied(())) => ctx.store_health.ok(),
                         Ok(Fenced::Stale { .. }) => {
                             ctx.landed("heartbeat", result);
                             return;
                         }
-                        Err(error) => tracing::error!(run_id = %ctx.run_id, %error, "heartbeat not written"),
+                        Err(error) => {
+                            ctx.store_health.error(&error);
+                            ctx.store_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::error!(run_id = %ctx.run_id, %error, "heartbeat not written");
+                        }
                     }
                 }
             }

@@ -76,6 +76,8 @@ impl Engine {
             max_tool_result_bytes: self.config.max_tool_result_bytes,
             spawn_limits,
             prices: self.config.prices.clone(),
+            store_writes: self.config.store_writes,
+            store_health: self.store_health.clone(),
         })
     }
 

@@ -43,7 +43,7 @@ impl Engine {
             lease_expires_at_ms: 0,
             ..self.new_record(stored, options.trace_parent)
         };
-        self.store.create_run(record.clone()).await?;
+        self.create_run(&record).await?;
         Ok(record)
     }
 

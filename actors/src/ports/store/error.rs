@@ -50,6 +50,16 @@ impl StoreErrorKind {
             Self::Failed => "failed",
         }
     }
+
+    /// Whether trying again later may succeed: a store that cannot be used
+    /// now ([`Unavailable`](Self::Unavailable)) or whose machinery failed
+    /// ([`Failed`](Self::Failed): an I/O error, a serialization failure, a
+    /// connection reset mid-statement). A conflict, a run not found,
+    /// damage and a refused value are permanent: the same write fails the
+    /// same way.
+    pub fn is_transient(self) -> bool {
+        matches!(self, Self::Unavailable | Self::Failed)
+    }
 }
 
 impl fmt::Display for StoreErrorKind {
@@ -122,6 +132,12 @@ impl StoreError {
     /// What kind of failure it is.
     pub fn kind(&self) -> StoreErrorKind {
         self.kind
+    }
+
+    /// Whether trying again later may succeed
+    /// ([`StoreErrorKind::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        self.kind.is_transient()
     }
 
     /// What happened, in words (without the `store failed:` before it).

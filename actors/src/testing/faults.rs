@@ -1,0 +1,448 @@
+//! A store that fails on purpose: [`FaultyStore`] wraps any store and
+//! makes its writes fail as [`Faults`] say — every Nth write, a share of
+//! them drawn from a seed, or all of them while the store is switched off
+//! — with an error of a chosen kind, before the write reaches the store
+//! underneath (so a failed write changed nothing). Reads always go
+//! through. With no fault set it is the store underneath, and passes the
+//! conformance suite as it does.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::event::Event;
+use crate::pace::Pace;
+use crate::ports::{
+    ClaimOutcome, Delivery, Fenced, LayeredStore, QueueClaim, RunRecord, RunUpdate, Snapshot,
+    Store, StoreError, StoreErrorKind, StoreFuture, ToolCallRecord,
+};
+
+/// Which writes of a [`FaultyStore`] fail, and how; shared by clones, so a
+/// test changes them while the store is in use.
+#[derive(Clone, Default)]
+pub struct Faults {
+    state: Arc<Mutex<FaultState>>,
+}
+
+#[derive(Default)]
+struct FaultState {
+    writes: u64,
+    injected: u64,
+    every_nth: Option<u64>,
+    share: Option<(fastrand::Rng, f64)>,
+    refusing: bool,
+    kind: Option<StoreErrorKind>,
+    only: Option<&'static str>,
+}
+
+impl Faults {
+    /// No write fails (until told otherwise).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Every `n`th write fails (the `n`th, the `2n`th, …), counted over
+    /// every write through the store, tries again included.
+    pub fn every_nth_write(n: u64) -> Self {
+        let faults = Self::default();
+        faults.state().every_nth = Some(n.max(1));
+        faults
+    }
+
+    /// Each write fails with probability `share`, drawn from `seed`: the
+    /// same seed and the same writes fail the same ones.
+    pub fn seeded(seed: u64, share: f64) -> Self {
+        let faults = Self::default();
+        faults.state().share = Some((fastrand::Rng::with_seed(seed), share.clamp(0.0, 1.0)));
+        faults
+    }
+
+    /// The kind of the errors injected (default
+    /// [`StoreErrorKind::Unavailable`], which is transient).
+    #[must_use]
+    pub fn of_kind(self, kind: StoreErrorKind) -> Self {
+        self.state().kind = Some(kind);
+        self
+    }
+
+    /// Only the writes of one kind may fail, named as the errors name them:
+    /// `creating a run`, `claiming a run`, `renewing a run's lease`,
+    /// `updating a run`, `marking orphans`, `appending events`, `saving a
+    /// snapshot`, `recording a tool call`, `claiming queued runs`,
+    /// `settling a notice`, `saving paces`. The others go through and are
+    /// not counted.
+    #[must_use]
+    pub fn only(self, what: &'static str) -> Self {
+        self.state().only = Some(what);
+        self
+    }
+
+    /// Every write fails while `refusing` is `true`: a store gone away.
+    pub fn refuse_writes(&self, refusing: bool) {
+        self.state().refusing = refusing;
+    }
+
+    /// How many writes went through the store, failed or not.
+    pub fn writes(&self) -> u64 {
+        self.state().writes
+    }
+
+    /// How many writes were made to fail.
+    pub fn injected(&self) -> u64 {
+        self.state().injected
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a write of `what`, and answers the error it fails with, if
+    /// it does.
+    fn next(&self, what: &str) -> Option<StoreError> {
+        let mut state = self.state();
+        if state.only.is_some_and(|only| only != what) {
+            return None;
+        }
+        state.writes += 1;
+        let nth = state.every_nth.is_some_and(|n| state.writes % n == 0);
+        let drawn = match &mut state.share {
+            Some((rng, share)) => rng.f64() < *share,
+            None => false,
+        };
+        if !(nth || drawn || state.refusing) {
+            return None;
+        }
+        state.injected += 1;
+        let kind = state.kind.unwrap_or(StoreErrorKind::Unavailable);
+        Some(StoreError::new(
+            kind,
+            format!("{what}: fault injected (write {})", state.writes),
+        ))
+    }
+}
+
+/// A store whose writes fail as its [`Faults`] say.
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    faults: Faults,
+}
+
+impl FaultyStore {
+    /// `inner`, failing as `faults` say.
+    pub fn new(inner: Arc<dyn Store>, faults: Faults) -> Self {
+        Self { inner, faults }
+    }
+
+    /// Its faults, to change while it is in use.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+}
+
+/// Fails with the injected error, or goes on to `write`.
+fn or_fail<T: Send + 'static>(
+    fault: Option<StoreError>,
+    write: impl FnOnce() -> StoreFuture<T>,
+) -> StoreFuture<T> {
+    match fault {
+        Some(error) => Box::pin(std::future::ready(Err(error))),
+        None => write(),
+    }
+}
+
+impl LayeredStore for FaultyStore {
+    fn inner(&self) -> &dyn Store {
+        self.inner.as_ref()
+    }
+
+    fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
+        or_fail(self.faults.next("creating a run"), || {
+            self.inner.create_run(record)
+        })
+    }
+
+    fn claim_run(
+        &self,
+        run_id: &str,
+        owner_id: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> StoreFuture<ClaimOutcome> {
+        or_fail(self.faults.next("claiming a run"), || {
+            self.inner.claim_run(run_id, owner_id, now_ms, ttl_ms)
+        })
+    }
+
+    fn renew_run(
+        &self,
+        run_id: &str,
+        fence: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> StoreFuture<Fenced<()>> {
+        or_fail(self.faults.next("renewing a run's lease"), || {
+            self.inner.renew_run(run_id, fence, now_ms, ttl_ms)
+        })
+    }
+
+    fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>> {
+        or_fail(self.faults.next("updating a run"), || {
+            self.inner.update_run(run_id, fence, update)
+        })
+    }
+
+    fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
+        or_fail(self.faults.next("marking orphans"), || {
+            self.inner.reconcile_orphans(now_ms)
+        })
+    }
+
+    fn append_events(
+        &self,
+        run_id: &str,
+        events: Vec<Event>,
+        fence: u64,
+    ) -> StoreFuture<Fenced<()>> {
+        or_fail(self.faults.next("appending events"), || {
+            self.inner.append_events(run_id, events, fence)
+        })
+    }
+
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
+        or_fail(self.faults.next("saving a snapshot"), || {
+            self.inner.save_snapshot(snapshot, fence)
+        })
+    }
+
+    fn record_tool_call(
+        &self,
+        run_id: &str,
+        record: ToolCallRecord,
+        fence: u64,
+    ) -> StoreFuture<Fenced<()>> {
+        or_fail(self.faults.next("recording a tool call"), || {
+            self.inner.record_tool_call(run_id, record, fence)
+        })
+    }
+
+    fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
+        or_fail(self.faults.next("claiming queued runs"), || {
+            self.inner.claim_queued(claim)
+        })
+    }
+
+    fn settle_notice(
+        &self,
+        id: u64,
+        held_until_ms: u64,
+        delivery: Option<Delivery>,
+    ) -> StoreFuture<bool> {
+        or_fail(self.faults.next("settling a notice"), || {
+            self.inner.settle_notice(id, held_until_ms, delivery)
+        })
+    }
+
+    fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> StoreFuture<()> {
+        or_fail(self.faults.next("saving paces"), || {
+            self.inner.save_paces(paces)
+        })
+    }
+}
+
+/// What one run met on a store whose every `n`th write failed
+/// ([`run_with_every_nth_write_failing`]).
+#[derive(Debug)]
+pub struct NthWriteRun {
+    /// Which writes failed: every `n`th.
+    pub n: u64,
+    /// Why the run did not start, if it did not.
+    pub refused: Option<String>,
+    /// What the run's handle saw at its end.
+    pub state: Option<crate::RunState>,
+    /// The run as the store keeps it.
+    pub record: Option<RunRecord>,
+    /// The positions of the run's stored events, in order.
+    pub positions: Vec<u64>,
+    /// The kind of its last stored event.
+    pub last_event: Option<String>,
+    /// How many writes were made to fail.
+    pub injected: u64,
+    /// What the engine counted.
+    pub health: crate::StoreHealthReport,
+}
+
+impl NthWriteRun {
+    /// Panics unless the rule holds: a run that started completed, its
+    /// record says so, and its log runs from position 1 with no gap to its
+    /// `run_completed`; a run that did not start left nothing stored. A
+    /// store whose every write fails (`n` = 1) starts nothing.
+    pub fn assert_holds(&self) {
+        let n = self.n;
+        let Some(state) = &self.state else {
+            let refused = self.refused.as_deref().unwrap_or("");
+            assert!(
+                refused.contains("fault injected"),
+                "every {n}th write failing: the run neither started nor was refused by the store: {self:?}"
+            );
+            assert!(
+                self.record.is_none(),
+                "a refused run left a record: {self:?}"
+            );
+            return;
+        };
+        assert_eq!(
+            state.status,
+            crate::RunStatus::Completed,
+            "every {n}th write failing: the run did not complete: {self:?}"
+        );
+        let record = self.record.as_ref().expect("the run's record");
+        assert_eq!(record.status, crate::RunStatus::Completed, "{self:?}");
+        let expected: Vec<u64> = (1..=self.positions.len() as u64).collect();
+        assert_eq!(
+            self.positions, expected,
+            "every {n}th write failing: the stored log has a gap"
+        );
+        assert_eq!(
+            self.last_event.as_deref(),
+            Some("run_completed"),
+            "every {n}th write failing: the log does not end with the run's end"
+        );
+        if n > 1 {
+            assert!(self.injected > 0, "no fault was injected: {self:?}");
+            assert!(
+                self.health.retries > 0 && self.health.transient_errors >= self.injected.min(1),
+                "the engine counted no retry: {self:?}"
+            );
+        }
+    }
+}
+
+/// Runs one run — a model call asking for a tool, the tool call, a model
+/// call answering — on an engine over `inner` wrapped so that every `n`th
+/// write fails (transiently), and reports what it met. The engine's clock
+/// is tokio's: on paused time the run takes no real time.
+pub async fn run_with_every_nth_write_failing(n: u64, inner: Arc<dyn Store>) -> NthWriteRun {
+    use crate::Engine;
+    use crate::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
+
+    let faults = Faults::every_nth_write(n);
+    let store: Arc<dyn Store> = Arc::new(FaultyStore::new(inner.clone(), faults.clone()));
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("lookup", serde_json::json!({"q": "status"}))]),
+            Turn::answer("all good"),
+        ],
+    );
+    let tools = ScriptedTools::new().tool(
+        "lookup",
+        Some(true),
+        [ToolAct::returns(
+            "found",
+            std::time::Duration::from_millis(5),
+        )],
+    );
+    let engine = Engine::builder()
+        .store(store)
+        .model(Arc::new(model))
+        .tool_server("local", Arc::new(tools))
+        .build()
+        .await
+        .expect("the engine builds");
+    let flow: crate::Flow = serde_json::from_value(serde_json::json!({
+        "name": "faulty",
+        "task": "Look the status up.",
+        "max_steps": 4,
+        "tools": [{"name": "local", "url": "http://127.0.0.1:9/mcp"}]
+    }))
+    .expect("a valid flow");
+    let started = engine.start(flow).await;
+    let (refused, state, run_id) = match started {
+        Err(error) => (Some(error.to_string()), None, None),
+        Ok(mut handle) => {
+            let run_id = handle.run_id().to_owned();
+            let state = tokio::time::timeout(std::time::Duration::from_secs(600), handle.wait())
+                .await
+                .unwrap_or_else(|_| panic!("every {n}th write failing: the run never ended"));
+            (None, Some(state), Some(run_id))
+        }
+    };
+    let injected = faults.injected();
+    let health = engine.store_health();
+    engine.shutdown().await;
+    let (record, events) = match &run_id {
+        Some(run_id) => (
+            inner.load_run(run_id).await.expect("the run reads back"),
+            inner
+                .load_events(run_id, 0)
+                .await
+                .expect("the log reads back"),
+        ),
+        None => {
+            let runs = inner.list_runs().await.expect("the runs read back");
+            (runs.into_iter().next(), Vec::new())
+        }
+    };
+    NthWriteRun {
+        n,
+        refused,
+        state,
+        record,
+        positions: events.iter().map(|e| e.position).collect(),
+        last_event: events.last().map(|e| e.kind.name().to_owned()),
+        injected,
+        health,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    /// Fresh faulty stores without faults over fresh memory stores.
+    struct Faultless;
+
+    impl crate::testing::conformance::StoreFixture for Faultless {
+        type Place = MemoryStore;
+
+        async fn fresh(&self) -> Result<MemoryStore, StoreError> {
+            Ok(MemoryStore::new())
+        }
+
+        async fn open(&self, place: &MemoryStore) -> Result<Arc<dyn Store>, StoreError> {
+            Ok(Arc::new(FaultyStore::new(
+                Arc::new(place.clone()),
+                Faults::none(),
+            )))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_faulty_store_without_faults_passes_the_conformance_suite() {
+        crate::testing::conformance::check(Faultless)
+            .await
+            .assert_passed();
+    }
+
+    #[test]
+    fn every_nth_write_fails_and_a_seed_draws_the_same_faults() {
+        let faults = Faults::every_nth_write(3);
+        let failed: Vec<bool> = (0..9).map(|_| faults.next("w").is_some()).collect();
+        assert_eq!(
+            failed,
+            [false, false, true, false, false, true, false, false, true]
+        );
+        assert_eq!((faults.writes(), faults.injected()), (9, 3));
+        let draw = |seed| {
+            let faults = Faults::seeded(seed, 0.3);
+            (0..64)
+                .map(|_| faults.next("w").is_some())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        let off = Faults::none();
+        off.refuse_writes(true);
+        let error = off.next("w").expect("refused");
+        assert!(error.is_transient());
+    }
+}
