@@ -221,6 +221,12 @@ pub struct Config {
     /// The sled store's page cache, in bytes
     /// (`LEASEHOLD_SLED_CACHE_CAPACITY`).
     pub sled_cache_capacity: Setting<u64>,
+    /// How long a run's store write that fails transiently is tried again
+    /// (`LEASEHOLD_STORE_WRITE_RETRY_FOR`).
+    pub store_write_retry_for: Setting<Duration>,
+    /// What a run whose store write was given up does
+    /// (`LEASEHOLD_STORE_ON_WRITE_FAILURE`).
+    pub store_on_write_failure: Setting<leasehold_actors::OnStoreFailure>,
     /// Restarts allowed within the window, and of any one call
     /// (`LEASEHOLD_RESTART_MAX_RESTARTS`).
     pub restart_max: Setting<u32>,
@@ -443,6 +449,8 @@ impl Default for Config {
             data_dir: Setting::default(PathBuf::from(".leasehold")),
             store_url: Setting::default(None),
             sled_cache_capacity: Setting::default(crate::store::DEFAULT_CACHE_CAPACITY),
+            store_write_retry_for: Setting::default(engine.store_writes.retry_for),
+            store_on_write_failure: Setting::default(engine.store_writes.on_failure),
             restart_max: Setting::default(restart.max_restarts),
             restart_window: Setting::default(restart.window),
             restart_backoff_initial: Setting::default(restart.backoff_initial),

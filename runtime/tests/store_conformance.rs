@@ -343,3 +343,34 @@ async fn a_wrapper_that_forgets_that_postgres_is_shared_fails_the_suite() {
     let report = conformance::check_rule(ForgetfulPostgres, rule).await;
     assert_eq!(report.failed().map(|(r, _)| r).collect::<Vec<_>>(), [rule]);
 }
+
+/// A store whose every Nth write fails, N from 1 to 10, on each store:
+/// every run that starts completes, its stored log whole from position 1
+/// to its `run_completed`; with every write failing no run starts and
+/// nothing is stored (`testing::faults::run_with_every_nth_write_failing`).
+mod every_nth_write_failing {
+    use super::*;
+    use leasehold::testing::faults::run_with_every_nth_write_failing;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_sled_no_run_is_left_running_and_no_completed_log_has_a_gap() {
+        for n in 1..=10 {
+            let place = Sled.fresh().await.expect("a directory");
+            let store = Sled.open(&place).await.expect("sled opens");
+            run_with_every_nth_write_failing(n, store)
+                .await
+                .assert_holds();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_postgres_no_run_is_left_running_and_no_completed_log_has_a_gap() {
+        for n in 1..=10 {
+            let place = Postgres.fresh().await.expect("a database");
+            let store = Postgres.open(&place).await.expect("PostgreSQL connects");
+            run_with_every_nth_write_failing(n, store)
+                .await
+                .assert_holds();
+        }
+    }
+}

@@ -140,6 +140,12 @@ pub struct Metrics {
     trace_spans: Sourced,
     /// Webhooks delivered, failed, given up: the deliverer's counts.
     webhooks: Sourced,
+    /// Store errors the engine's writes met, by kind (transient,
+    /// permanent).
+    store_errors: Counters<1>,
+    store_retries: Counter,
+    store_given_up: Counter,
+    store_up: Gauge,
 }
 
 /// Reads three counts kept by a part of its own, in the order of its
@@ -237,6 +243,10 @@ impl Metrics {
             spent: Family::default(),
             trace_spans: Sourced::new(["exported", "failed", "dropped"]),
             webhooks: Sourced::new(["delivered", "failed", "given_up"]),
+            store_errors: Family::default(),
+            store_retries: Counter::default(),
+            store_given_up: Counter::default(),
+            store_up: Gauge::default(),
         };
         metrics.registry.register(
             "runs",
@@ -354,6 +364,29 @@ impl Metrics {
             metrics.tool_call_duration.clone(),
         );
         metrics.registry.register(
+            "store_errors",
+            "Store writes of this executor's runs that failed, by kind: transient (tried \
+             again, for store.write_retry_for) or permanent",
+            metrics.store_errors.clone(),
+        );
+        metrics.registry.register(
+            "store_write_retries",
+            "Store writes tried again after an error",
+            metrics.store_retries.clone(),
+        );
+        metrics.registry.register(
+            "store_writes_given_up",
+            "Store writes given up: each paused (store.on_write_failure), failed or let go \
+             of a run",
+            metrics.store_given_up.clone(),
+        );
+        metrics.registry.register(
+            "store_up",
+            "Whether the store answers (1) or is away (0): read when scraped, and 0 while \
+             the last write of this executor's runs failed",
+            metrics.store_up.clone(),
+        );
+        metrics.registry.register(
             "store_write_duration_seconds",
             "Store write latency, by operation",
             metrics.store_writes.clone(),
@@ -403,12 +436,38 @@ impl Metrics {
 
     /// The figures now, as Prometheus text: the runs in `engine`'s store
     /// counted by status and its live leases read first.
-    pub async fn scrape(&self, engine: &Engine) -> Result<String, ScrapeError> {
-        for (status, count) in engine.store().count_runs_by_status().await? {
-            self.runs
-                .get_or_create(&[("status", status.name())])
-                .set(i64::try_from(count).unwrap_or(i64::MAX));
+    ///
+    /// A store that does not answer within `patience` (or fails) leaves
+    /// the run counts as they were and says so with `leasehold_store_up 0`:
+    /// the scrape itself is answered.
+    pub async fn scrape(
+        &self,
+        engine: &Engine,
+        patience: Duration,
+    ) -> Result<String, ScrapeError> {
+        let counted = tokio::time::timeout(patience, engine.store().count_runs_by_status()).await;
+        let answered = matches!(counted, Ok(Ok(_)));
+        if let Ok(Ok(counts)) = counted {
+            for (status, count) in counts {
+                self.runs
+                    .get_or_create(&[("status", status.name())])
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
         }
+        let health = engine.store_health();
+        self.store_up
+            .set(i64::from(answered && !health.failing));
+        for (kind, count) in [
+            ("transient", health.transient_errors),
+            ("permanent", health.permanent_errors),
+        ] {
+            let counter = self.store_errors.get_or_create(&[("kind", kind)]);
+            counter.inc_by(count.saturating_sub(counter.get()));
+        }
+        self.store_retries
+            .inc_by(health.retries.saturating_sub(self.store_retries.get()));
+        self.store_given_up
+            .inc_by(health.given_up.saturating_sub(self.store_given_up.get()));
         self.leases_live
             .set(i64::try_from(engine.live_leases()).unwrap_or(i64::MAX));
         self.read_sources();

@@ -454,6 +454,20 @@ pub(super) mod kinds {
         }
     }
 
+    /// What a run whose store write was given up does: `pause` or `fail`
+    /// (read as [`ValueKind::OnExhausted`] is).
+    pub struct OnStoreFailure;
+    impl Kind for OnStoreFailure {
+        type Value = leasehold_actors::OnStoreFailure;
+        const KIND: ValueKind = ValueKind::OnExhausted;
+        fn parse(text: &str) -> Option<Self::Value> {
+            leasehold_actors::OnStoreFailure::from_name(text.trim())
+        }
+        fn show(value: &Self::Value) -> Option<String> {
+            Some(value.name().to_owned())
+        }
+    }
+
     /// [`ValueKind::Policy`].
     pub struct Policy;
     impl Kind for Policy {

@@ -274,7 +274,7 @@ const fn key_at(
 }
 
 /// Every key, in the order of the table `docs/configuration.md` holds.
-pub(super) static KEYS: [Key; 74] = [
+pub(super) static KEYS: [Key; 76] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -490,6 +490,20 @@ pub(super) static KEYS: [Key; 74] = [
         "(none)",
         field!(StoreUrl, store_url),
         "the run store on PostgreSQL shared by many executors (postgres://…); when set it replaces the sled store at data_dir; its password is never printed. `?sslmode=` says how connections are secured, as libpq reads it: `disable`, `prefer` (the default: TLS if the server offers it, certificate unchecked), `require` (always TLS), `verify-ca` (and the certificate signed by a trusted root), `verify-full` (and issued for the host); `&sslrootcert=PATH` is a PEM file of the trusted roots (a private CA), otherwise the platform's are used. Any other `sslmode` (`allow` included) is refused at start, naming it; see `deployment.md`",
+    ),
+    key(
+        "LEASEHOLD_STORE_WRITE_RETRY_FOR",
+        "store.write_retry_for",
+        "30s",
+        field!(DurationOrOff, store_write_retry_for),
+        "how long a run's store write (an event, a snapshot, a tool-call record, a status change) that fails with an error worth trying again (the store unavailable, a connection reset) is tried again, with backoff from 50 ms doubling to 2 s, before it is given up and `store.on_write_failure` applies; `0` gives up at the first error (see `durability.md`)",
+    ),
+    key(
+        "LEASEHOLD_STORE_ON_WRITE_FAILURE",
+        "store.on_write_failure",
+        "pause",
+        field!(OnStoreFailure, store_on_write_failure),
+        "what a run whose store write was given up does: `pause` for a person (`waiting_human`, the store's error as its reason; a resume goes on from its last durable snapshot) or `fail`; a run whose pause or end cannot be written either is let go, and resumed by an executor once its lease runs out",
     ),
     key(
         "LEASEHOLD_RESTART_MAX_RESTARTS",

@@ -26,15 +26,49 @@ use leasehold::trace::TraceSummary;
 /// `GET /health`: that the server is up; with the token, also who it is
 /// and how many runs it holds.
 pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> impl IntoResponse {
+    let store = store_state(&app).await;
+    let up = store.is_ok();
+    let said = if up { "ok" } else { "away" };
     if !guard::authorized(&app, &headers) {
-        return Json(serde_json::json!({"status": "ok"}));
+        return Json(serde_json::json!({"status": "ok", "store": said}));
     }
+    let health = app.engine().store_health();
     Json(serde_json::json!({
         "status": "ok",
+        "store": said,
+        "store_error": store.err(),
+        "store_errors": {
+            "transient": health.transient_errors,
+            "permanent": health.permanent_errors,
+            "retries": health.retries,
+            "given_up": health.given_up,
+        },
         "owner_id": app.engine().owner_id(),
         "live_runs": app.executor.live_runs(),
     }))
 }
+
+/// Whether the store answers now: a read of a run that is not there,
+/// within [`STORE_PROBE`], and the last write of this executor's runs
+/// landed. The error in words if not.
+pub(super) async fn store_state(app: &App) -> Result<(), String> {
+    let probe = app.engine().store().load_run("run-health-probe");
+    match tokio::time::timeout(STORE_PROBE, probe).await {
+        Err(_) => return Err(format!("the store did not answer within {STORE_PROBE:?}")),
+        Ok(Err(error)) => return Err(error.to_string()),
+        Ok(Ok(_)) => {}
+    }
+    let health = app.engine().store_health();
+    match health.failing {
+        true => Err(health
+            .last_error
+            .unwrap_or_else(|| "the store refused the last write".to_owned())),
+        false => Ok(()),
+    }
+}
+
+/// How long `/health` and `/metrics` wait for the store's answer.
+pub(super) const STORE_PROBE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `GET /paces`: what this executor knows of each endpoint's normal pace
 /// (a model at its URL, a tool, a kind of worker): what its store held
@@ -310,6 +344,7 @@ pub(super) async fn show_run(
     let events = store.load_events(&run_id, 0).await?;
     view.events_dropped = Some(TraceSummary::of(&events).events_dropped);
     view.usage = Some(leasehold::UsageReport::of(&events));
+    view.store_errors = app.engine().store_errors_of(&run_id);
     Ok(Json(view))
 }
 

@@ -20,7 +20,7 @@ pub(super) async fn scrape(State(app): State<Arc<App>>) -> Result<Response, ApiE
     );
     let text = app
         .metrics
-        .scrape(app.engine())
+        .scrape(app.engine(), super::api::STORE_PROBE)
         .await
         .map_err(|error| match error {
             ScrapeError::Store(error) => ApiError::from(error),

@@ -66,6 +66,11 @@ pub struct RunView {
     /// `GET /runs/{id}`: the command that resumes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_with: Option<String>,
+    /// In `GET /runs/{id}` of a run this server runs or ran since it
+    /// started: the store errors its writes met here, retried or not (a
+    /// write given up pauses the run, its reason naming the error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_errors: Option<u64>,
 }
 
 impl RunView {
@@ -112,6 +117,7 @@ impl RunView {
             events_dropped: None,
             usage: None,
             fork: record.fork,
+            store_errors: None,
         };
         if let Some(handle) = handle {
             let state = handle.state();
@@ -167,6 +173,7 @@ impl RunView {
             fork: None,
             trace_id: None,
             resume_with: None,
+            store_errors: None,
         }
     }
 }
