@@ -374,6 +374,7 @@ impl Engine {
             paces: self.paces.clone(),
             limits: self.config.events,
             load: crate::load::LoadRule::of(self.load.as_ref(), self.config.load_bound),
+            log: Some(self.log.clone()),
         })
         .await?;
         let fence = Arc::new(AtomicU64::new(record.fence));

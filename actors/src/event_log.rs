@@ -43,6 +43,10 @@ pub(crate) enum LogItem {
     /// once the store refused them past the run's patience (`false`).
     /// An empty run id flushes every run's written events and the store.
     Flush(String, oneshot::Sender<bool>),
+    /// The run's events so far, written and the store durable before the
+    /// run acts on what they say (a verdict that stops an operation): like
+    /// a flush, but the run goes on being logged.
+    Sync(String, oneshot::Sender<bool>),
     /// The run stopped here without an end of its own (this executor lost
     /// it to another, or let it go): forget its fence, its position and
     /// the events not yet written, if the fence is still the one given (a
@@ -277,7 +281,14 @@ impl Writer {
                         if let Err(error) = self.store.flush().await {
                             tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "event log not flushed");
                         }
-                        self.flushed(&run_id, done);
+                        self.flushed(&run_id, done, true);
+                    }
+                    LogItem::Sync(run_id, done) => {
+                        self.write(std::mem::take(&mut pending)).await;
+                        if let Err(error) = self.store.flush().await {
+                            tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "event log not flushed");
+                        }
+                        self.flushed(&run_id, done, false);
                     }
                     LogItem::Forget(run_id, fence) => {
                         let registered = self.runs.get(&run_id);
@@ -294,8 +305,9 @@ impl Writer {
     }
 
     /// Answers a flush of `run_id` (of every run, if empty): at once if its
-    /// events are written, when they are if they wait for the store.
-    fn flushed(&mut self, run_id: &str, done: oneshot::Sender<bool>) {
+    /// events are written, when they are if they wait for the store. A
+    /// flush of the run's `end` forgets the run once they are.
+    fn flushed(&mut self, run_id: &str, done: oneshot::Sender<bool>, end: bool) {
         if run_id.is_empty() {
             let _ = done.send(true);
             return;
@@ -304,14 +316,16 @@ impl Writer {
             let _ = done.send(true);
             return;
         };
-        run.ended = true;
+        run.ended |= end;
         match &mut run.stalled {
             Some(stall) if stall.told => {
                 let _ = done.send(false);
             }
             Some(stall) => stall.waiting.push(done),
             None => {
-                self.forget(run_id, true);
+                if end {
+                    self.forget(run_id, true);
+                }
                 let _ = done.send(true);
             }
         }

@@ -124,6 +124,7 @@ impl Supervision {
             limits: crate::event::EventLimits::default(),
             load: load.clone(),
             paces: paces.clone(),
+            log: None,
         })
         .await?;
         Ok(Self {
@@ -147,6 +148,7 @@ impl Supervision {
             limits: crate::event::EventLimits::default(),
             load: self.load.clone(),
             paces: self.paces.clone(),
+            log: None,
         })
         .await
     }

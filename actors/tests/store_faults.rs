@@ -268,3 +268,78 @@ async fn events_the_store_refuses_wait_in_order_and_are_written_before_the_run_g
     );
     assert!(rig.engine.store_errors_of(&run_id).is_some());
 }
+
+/// A verdict that cuts a call acts once the run's log holds it: with the
+/// store refusing events around the lease's expiry, the call is cut only
+/// after `intervened` is stored, so a crash right after the cut cannot
+/// lose the verdict from the run's trace.
+#[tokio::test(start_paused = true)]
+async fn an_intervention_cuts_its_call_only_once_the_log_holds_the_verdict() {
+    let store = MemoryStore::new();
+    let faults = Faults::none().only("appending events");
+    let faulty: Arc<dyn Store> =
+        Arc::new(FaultyStore::new(Arc::new(store.clone()), faults.clone()));
+    let mut config = EngineConfig::default();
+    config.supervision.lease.tool_call = Duration::from_secs(10);
+    config.supervision.watchdog.policy = "tool_call = deadline".parse().expect("a policy");
+    let tools = ScriptedTools::new().tool(
+        "lookup",
+        Some(true),
+        [
+            ToolAct::returns("too late", Duration::from_secs(1000)),
+            ToolAct::returns("found", Duration::from_millis(10)),
+        ],
+    );
+    let model = ScriptedModel::new().script(
+        "run",
+        [
+            Turn::tools([("lookup", json!({"q": "status"}))]),
+            Turn::answer("all good"),
+        ],
+    );
+    let engine = Engine::builder()
+        .config(config)
+        .store(faulty)
+        .model(Arc::new(model))
+        .tool_server("local", Arc::new(tools.clone()))
+        .build()
+        .await
+        .expect("engine builds");
+    let mut run = engine.start(flow()).await.expect("starts");
+    let run_id = run.run_id().to_owned();
+    let mut events = run.events();
+    until("the tool call is sent", || tools.calls("lookup") == 1).await;
+    // From a second before the expiry to two after it, no event lands.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    faults.refuse_writes(true);
+    let back = tokio::spawn({
+        let faults = faults.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            faults.refuse_writes(false);
+        }
+    });
+    loop {
+        let event = events
+            .recv()
+            .await
+            .expect("the run's events")
+            .expect("no lag");
+        if event.kind.name() == "tool_call_finished" {
+            let stored: Vec<&str> = store
+                .events(&run_id)
+                .iter()
+                .map(|e| e.kind.name())
+                .collect();
+            assert!(
+                stored.contains(&"intervened"),
+                "the call was cut before its verdict was logged: {stored:?}"
+            );
+            break;
+        }
+    }
+    back.await.unwrap();
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_no_gap(&store, &run_id);
+}

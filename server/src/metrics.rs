@@ -440,11 +440,7 @@ impl Metrics {
     /// A store that does not answer within `patience` (or fails) leaves
     /// the run counts as they were and says so with `leasehold_store_up 0`:
     /// the scrape itself is answered.
-    pub async fn scrape(
-        &self,
-        engine: &Engine,
-        patience: Duration,
-    ) -> Result<String, ScrapeError> {
+    pub async fn scrape(&self, engine: &Engine, patience: Duration) -> Result<String, ScrapeError> {
         let counted = tokio::time::timeout(patience, engine.store().count_runs_by_status()).await;
         let answered = matches!(counted, Ok(Ok(_)));
         if let Ok(Ok(counts)) = counted {
@@ -455,8 +451,7 @@ impl Metrics {
             }
         }
         let health = engine.store_health();
-        self.store_up
-            .set(i64::from(answered && !health.failing));
+        self.store_up.set(i64::from(answered && !health.failing));
         for (kind, count) in [
             ("transient", health.transient_errors),
             ("permanent", health.permanent_errors),

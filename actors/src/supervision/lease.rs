@@ -102,6 +102,11 @@ fn checkpoint_grant(terms: &LeaseTerms) -> u32 {
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct LeaseActor;
 
+/// The longest a verdict that stops an operation waits for its run's log
+/// to hold it before it acts: a store that does not answer delays no
+/// verdict longer.
+pub(crate) const TAIL_WAIT: Duration = Duration::from_secs(5);
+
 /// What a lease actor is started with.
 pub(crate) struct LeaseActorArgs {
     /// Who judges expiries.
@@ -123,6 +128,9 @@ pub(crate) struct LeaseActorArgs {
     /// What earlier calls of each pace key showed: seeds new leases, and
     /// learns from those that end by themselves.
     pub paces: PaceBook,
+    /// The engine's event log, if the leases' runs are logged: a verdict
+    /// that stops an operation acts once the run's log holds it.
+    pub log: Option<tokio::sync::mpsc::UnboundedSender<crate::event_log::LogItem>>,
 }
 
 impl LeaseActor {
@@ -148,6 +156,8 @@ pub(crate) struct LeaseState {
     drained: Vec<oneshot::Sender<()>>,
     load: Option<LoadRule>,
     paces: PaceBook,
+    /// The engine's event log, if the runs are logged.
+    log: Option<mpsc::UnboundedSender<crate::event_log::LogItem>>,
     /// This actor, for the evidence cells to wake it.
     myself: ActorRef<LeaseMsg>,
 }
@@ -238,6 +248,7 @@ impl Actor for LeaseActor {
             drained: Vec::new(),
             load: args.load,
             paces: args.paces,
+            log: args.log,
             myself: myself.clone(),
         })
     }
@@ -928,12 +939,33 @@ impl LeaseState {
     }
 
     /// Ends the operation for `end`: tells the owner why, then cancels it.
+    ///
+    /// With the run logged, both wait until the run's log holds what was
+    /// published so far — the verdict, `intervened` or `escalated` — at
+    /// most [`TAIL_WAIT`]: a verdict that cut an operation is in its run's
+    /// trace even if the executor dies right after. The lease is gone at
+    /// once: it fires no more.
     fn end(&mut self, id: LeaseId, end: LeaseEnd) {
-        if let Some(entry) = self.remove(id) {
-            self.timed(&entry, TimedEnd::Cut);
+        let Some(entry) = self.remove(id) else {
+            return;
+        };
+        self.timed(&entry, TimedEnd::Cut);
+        let log = self.log.clone().filter(|_| !entry.meta.run_id.is_empty());
+        let Some(log) = log else {
             let _ = entry.end.send(end);
             entry.token.cancel();
-        }
+            return;
+        };
+        let (written, synced) = tokio::sync::oneshot::channel();
+        let _ = log.send(crate::event_log::LogItem::Sync(
+            entry.meta.run_id.clone(),
+            written,
+        ));
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(TAIL_WAIT, synced).await;
+            let _ = entry.end.send(end);
+            entry.token.cancel();
+        });
     }
 
     /// Says how the operation of `entry` went in time, as it ends.
