@@ -334,11 +334,9 @@ impl Writer {
     /// Forgets a run: its fence, its position on the bus, and what the
     /// store did not take of its log (answering its flushes `written`).
     fn forget(&mut self, run_id: &str, written: bool) {
-        if let Some(run) = self.runs.remove(run_id) {
-            if let Some(stall) = run.stalled {
-                for done in stall.waiting {
-                    let _ = done.send(written);
-                }
+        if let Some(stall) = self.runs.remove(run_id).and_then(|run| run.stalled) {
+            for done in stall.waiting {
+                let _ = done.send(written);
             }
         }
         self.bus.forget_run(run_id);

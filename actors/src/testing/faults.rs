@@ -102,7 +102,9 @@ impl Faults {
             return None;
         }
         state.writes += 1;
-        let nth = state.every_nth.is_some_and(|n| state.writes % n == 0);
+        let nth = state
+            .every_nth
+            .is_some_and(|n| state.writes.is_multiple_of(n));
         let drawn = match &mut state.share {
             Some((rng, share)) => rng.f64() < *share,
             None => false,
