@@ -31,8 +31,10 @@ async fn rig(faults: Faults, on_failure: OnStoreFailure) -> Rig {
     let clock = ManualClock::at(1_800_000_000_000);
     let faulty: Arc<dyn Store> =
         Arc::new(FaultyStore::new(Arc::new(store.clone()), faults.clone()));
-    let mut config = EngineConfig::default();
-    config.run_lease_ttl = TTL;
+    let mut config = EngineConfig {
+        run_lease_ttl: TTL,
+        ..EngineConfig::default()
+    };
     config.supervision.lease.tool_call = Duration::from_secs(600);
     config.supervision.lease.model_stream = Duration::from_secs(600);
     config.store_writes.on_failure = on_failure;
