@@ -102,6 +102,9 @@ pub struct StoreHealth {
     given_up: AtomicU64,
     failing: AtomicBool,
     last_error: Mutex<Option<String>>,
+    /// When a write last failed transiently or the store was last slow to
+    /// answer: the store away, as this executor saw it.
+    away_at: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// A reading of [`StoreHealth`].
@@ -132,10 +135,29 @@ impl StoreHealth {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.failing.store(true, Ordering::Relaxed);
+        if error.is_transient() {
+            self.away();
+        }
         *self
             .last_error
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+    }
+
+    /// The store was away (or too slow to tell from away) just now.
+    pub fn away(&self) {
+        *self
+            .away_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tokio::time::Instant::now());
+    }
+
+    /// Whether the store was away within `within` of now.
+    pub fn away_within(&self, within: Duration) -> bool {
+        self.away_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < within)
     }
 
     /// A write that landed: the store is not failing.

@@ -198,8 +198,19 @@ async fn a_store_gone_for_longer_than_the_patience_lets_the_run_go_and_it_resume
         health.failing && health.retries > 0 && health.given_up > 0,
         "{health:?}"
     );
-    // Nothing renews its lease: once back, the store finds it orphaned.
+    // Nothing renews its lease. Once the store is back, its holders get a
+    // TTL to renew theirs before the sweep marks any run orphaned; then the
+    // store finds this one orphaned.
     rig.faults.refuse_writes(false);
+    assert!(
+        rig.engine
+            .reconcile_orphans()
+            .await
+            .expect("swept")
+            .is_empty(),
+        "no run is orphaned within a TTL of the store's absence"
+    );
+    tokio::time::sleep(TTL).await;
     rig.clock.advance(TTL + Duration::from_secs(1));
     assert_eq!(
         rig.engine.reconcile_orphans().await.expect("reconciled"),
@@ -259,6 +270,7 @@ async fn events_the_store_refuses_wait_in_order_and_are_written_before_the_run_g
     .await;
     let kinds = assert_no_gap(&rig.store, &run_id);
     assert!(kinds.contains(&"tool_call_finished"), "{kinds:?}");
+    tokio::time::sleep(TTL).await;
     rig.clock.advance(TTL + Duration::from_secs(1));
     rig.engine.reconcile_orphans().await.expect("reconciled");
     let mut resumed = rig.engine.resume(&run_id).await.expect("claimed");

@@ -856,3 +856,210 @@ async fn the_orphan_sweep_skips_a_run_whose_row_another_transaction_holds() {
     assert_eq!(swept, ["run-held"]);
     drop(cluster);
 }
+
+// ---------------------------------------------------------------------------
+// The database goes away.
+// ---------------------------------------------------------------------------
+
+/// Runs posted to the two executors that ride out a database gone away.
+const AWAY_RUNS: usize = 32;
+
+/// How long the database stays away: longer than the run-lease TTL (2 s),
+/// shorter than `store.write_retry_for` (30 s).
+const AWAY_FOR: Duration = Duration::from_secs(5);
+
+/// Two executors on `executors_url`; `AWAY_RUNS` runs posted. Once a
+/// quarter of them completed, `away` takes the database away and brings it
+/// back. Then every run completes exactly once on the executor that started
+/// it — no lease was taken over (every fence is still 1, no log has
+/// `run_resumed`: the database's absence is the runtime's time, not the
+/// work's), every log is whole, every charge was made once and no call
+/// needed a person — and each executor's `/health` says the store is `ok`.
+async fn ride_out<F, A>(executors_url: &str, direct_url: &str, away: F)
+where
+    F: FnOnce(Vec<String>, reqwest::Client) -> A,
+    A: std::future::Future<Output = ()>,
+{
+    let store = Arc::new(
+        PostgresStore::connect(PostgresConfig::new(direct_url))
+            .await
+            .expect("the store"),
+    );
+    let ledger = Arc::new(Ledger::default());
+    let (model, tools) = peers(ledger.clone()).await;
+    let http = support::authorized(TOKEN);
+    let a = Executor::start(executors_url, &model, &http).await;
+    let b = Executor::start(executors_url, &model, &http).await;
+    let world = watch::Sender::new(World::default());
+    follow(store.clone(), world.clone());
+    for i in 0..AWAY_RUNS {
+        let flow = json!({
+            "name": "settle",
+            "task": format!("order-{i}"),
+            "system_prompt": ROOT_PROMPT,
+            "max_steps": 6,
+            "stream": true,
+            "tools": [{"name": "ledger", "url": tools,
+                       "idempotent": {CHARGE: false, LOOKUP: true}}],
+        });
+        let base = if i % 2 == 0 { &a.base } else { &b.base };
+        let answer = http
+            .post(format!("{base}/runs"))
+            .json(&flow)
+            .send()
+            .await
+            .expect("POST /runs");
+        assert!(
+            answer.status().is_success(),
+            "{}",
+            answer.text().await.unwrap_or_default()
+        );
+    }
+    until(&world, "a quarter of the runs completed", |w| {
+        w.completed() >= AWAY_RUNS / 4
+    })
+    .await;
+    away(vec![a.base.clone(), b.base.clone()], http.clone()).await;
+    let done = until(&world, "every run ended", |w| {
+        w.runs.len() == AWAY_RUNS && w.runs.values().all(|r| r.status.is_terminal())
+    })
+    .await;
+    let mut wrong: Vec<String> = done.fence_went_down.clone();
+    for record in done.runs.values() {
+        if record.status != RunStatus::Completed || record.fence != 1 {
+            wrong.push(format!(
+                "{}: {:?} fence {} {:?}",
+                record.run_id, record.status, record.fence, record.reason
+            ));
+        }
+        let events = store.load_events(&record.run_id, 0).await.expect("events");
+        let calls = store
+            .load_tool_calls(&record.run_id)
+            .await
+            .expect("tool calls");
+        wrong.extend(check_log(&record.run_id, &events, &calls, &ledger));
+        for event in &events {
+            if matches!(
+                event.kind,
+                EventKind::RunResumed { .. } | EventKind::ReconciliationRequired { .. }
+            ) {
+                wrong.push(format!("{}: {}", record.run_id, event.kind.name()));
+            }
+        }
+        for call in calls.iter().filter(|c| c.tool == CHARGE) {
+            let made = ledger.count(CHARGE, &call.key);
+            if made != 1 {
+                wrong.push(format!("{}: charge made {made} times", record.run_id));
+            }
+        }
+    }
+    if !wrong.is_empty() {
+        for executor in [&a, &b] {
+            let said: Vec<String> = executor
+                .stderr
+                .borrow()
+                .iter()
+                .filter(|l| !l.contains(" INFO "))
+                .take(60)
+                .cloned()
+                .collect();
+            wrong.push(format!("{} said:\n{}", executor.owner_id, said.join("\n")));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} problems:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    for executor in [&a, &b] {
+        let health = store_said(&http, &executor.base).await;
+        assert_eq!(health, "ok", "{}", executor.base);
+    }
+}
+
+/// What an executor's `/health` says of its store.
+async fn store_said(http: &reqwest::Client, base: &str) -> String {
+    let health: Value = http
+        .get(format!("{base}/health"))
+        .send()
+        .await
+        .expect("GET /health")
+        .json()
+        .await
+        .expect("JSON");
+    health["store"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Waits until every executor's `/health` says the store is away and its
+/// `/metrics` has `leasehold_store_up 0`.
+async fn until_seen_away(bases: &[String], http: &reqwest::Client) {
+    let seen = async {
+        for base in bases {
+            loop {
+                let metrics = http
+                    .get(format!("{base}/metrics"))
+                    .send()
+                    .await
+                    .expect("GET /metrics")
+                    .text()
+                    .await
+                    .expect("text");
+                if store_said(http, base).await == "away"
+                    && metrics.contains("\nleasehold_store_up 0\n")
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, seen)
+        .await
+        .expect("every executor says the store is away");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_ride_out_their_database_connections_cut_then_held_by_a_proxy() {
+    let cluster = postgres::own_cluster().await;
+    let url = cluster.database();
+    let proxy = support::proxy::Proxy::start(cluster.port()).await;
+    let through = url.replace(
+        &format!(":{}/", cluster.port()),
+        &format!(":{}/", proxy.port()),
+    );
+    let proxy = &proxy;
+    ride_out(&through, &url, |bases, http| async move {
+        // Cut: every connection closed, new ones refused.
+        proxy.set(support::proxy::Mode::Cut);
+        let cut = tokio::time::Instant::now();
+        until_seen_away(&bases, &http).await;
+        tokio::time::sleep(AWAY_FOR.saturating_sub(cut.elapsed())).await;
+        proxy.set(support::proxy::Mode::Relay);
+        // Held: connections open, nothing relayed.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        proxy.set(support::proxy::Mode::Hold);
+        let held = tokio::time::Instant::now();
+        until_seen_away(&bases, &http).await;
+        tokio::time::sleep(AWAY_FOR.saturating_sub(held.elapsed())).await;
+        proxy.set(support::proxy::Mode::Relay);
+    })
+    .await;
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_ride_out_their_database_restarted_mid_run() {
+    let cluster = Arc::new(postgres::own_cluster().await);
+    let url = cluster.database();
+    let restarting = cluster.clone();
+    ride_out(&url, &url, |_, _| async move {
+        // Down for longer than the run-lease TTL: every lease in the
+        // database has expired by the time it is back.
+        tokio::task::spawn_blocking(move || restarting.restart_after(AWAY_FOR))
+            .await
+            .expect("restarted");
+    })
+    .await;
+    drop(cluster);
+}

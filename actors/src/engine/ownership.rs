@@ -291,9 +291,28 @@ impl Engine {
     /// Only the first: the processes that died are those before this one,
     /// and later calls (a server's sweep) read no more than the store's own
     /// rule.
+    ///
+    /// None is marked while the store was away within one run-lease TTL,
+    /// as this executor saw it (a write failed transiently, a heartbeat or
+    /// a sweep took longer than a heartbeat period): the runs' holders
+    /// could not renew their leases while it was, and get one TTL to do so
+    /// once it is back. The store's being away is the runtime's time, not
+    /// the work's.
     pub async fn reconcile_orphans(&self) -> Result<Vec<String>, EngineError> {
+        if self.store_health.away_within(self.config.run_lease_ttl) {
+            tracing::debug!(
+                "orphan sweep skipped: the store was away within one run-lease TTL, and the \
+                 runs' holders get that long to renew"
+            );
+            return Ok(Vec::new());
+        }
         let now = self.clock.now_unix_ms();
-        let mut orphaned = self.store.reconcile_orphans(now).await?;
+        let started = tokio::time::Instant::now();
+        let swept = self.store.reconcile_orphans(now).await;
+        if started.elapsed() > self.heartbeat_period() {
+            self.store_health.away();
+        }
+        let mut orphaned = swept.inspect_err(|error| self.store_health.error(error))?;
         if self.store.is_exclusive() && !self.gone_holders_swept.swap(true, Ordering::SeqCst) {
             let own = self.owner_id.clone();
             let gone: crate::ports::GoneHolder =
@@ -462,7 +481,11 @@ pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
             tokio::select! {
                 () = ctx.cancel.cancelled() => return,
                 _ = ticks.tick() => {
+                    let started = tokio::time::Instant::now();
                     let result = ctx.store.renew_run(&ctx.run_id, ctx.fence(), ctx.now_ms(), ttl_ms).await;
+                    if started.elapsed() > period {
+                        ctx.store_health.away();
+                    }
                     match result {
                         Ok(Fenced::Applied(())) => ctx.store_health.ok(),
                         Ok(Fenced::Stale { .. }) => {

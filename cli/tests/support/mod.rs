@@ -10,6 +10,7 @@ pub mod hanging_tool;
 mod http;
 mod peers;
 mod process;
+pub mod proxy;
 #[path = "../../../runtime/tests/support/python.rs"]
 mod python;
 mod wait;

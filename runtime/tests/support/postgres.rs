@@ -29,6 +29,8 @@ pub struct Cluster {
     user: Option<&'static str>,
     data: PathBuf,
     port: u16,
+    /// The server's options, to start it again as it was.
+    options: String,
     databases: AtomicU32,
     // Last: removed after the server is stopped.
     dir: tempfile::TempDir,
@@ -45,6 +47,14 @@ pub fn cluster() -> Arc<Cluster> {
     let cluster = Arc::new(Cluster::start());
     *shared = Arc::downgrade(&cluster);
     cluster
+}
+
+/// A cluster of the caller's own, not shared with the binary's other
+/// tests: for a test that restarts it (started on the blocking pool).
+pub async fn own_cluster() -> Cluster {
+    tokio::task::spawn_blocking(Cluster::start)
+        .await
+        .expect("the cluster starts")
 }
 
 /// The cluster of this test binary (started on the blocking pool, as
@@ -148,6 +158,7 @@ impl Cluster {
             user,
             data,
             port: 0,
+            options: String::new(),
             databases: AtomicU32::new(0),
             dir,
         };
@@ -184,6 +195,7 @@ impl Cluster {
                 .arg(cluster.dir.path().join("server.log"))
                 .args(["-o", &options]);
             if start.output().is_ok_and(|out| out.status.success()) {
+                cluster.options = options;
                 return cluster;
             }
         }
@@ -265,6 +277,30 @@ impl Cluster {
             "createdb",
         );
         format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Stops the server as an operator would (`pg_ctl stop -m fast`: every
+    /// session ended, open transactions rolled back), keeps it stopped for
+    /// `down`, then starts it again as it was, and waits until it takes
+    /// connections.
+    pub fn restart_after(&self, down: std::time::Duration) {
+        let mut stop = self.server_command("pg_ctl");
+        self.run(
+            stop.args(["stop", "-m", "fast", "-w", "-D"])
+                .arg(&self.data),
+            "pg_ctl stop",
+        );
+        std::thread::sleep(down);
+        let mut start = self.server_command("pg_ctl");
+        self.run(
+            start
+                .args(["start", "-w", "-t", "120", "-D"])
+                .arg(&self.data)
+                .args(["-l"])
+                .arg(self.dir.path().join("server.log"))
+                .args(["-o", &self.options]),
+            "pg_ctl start",
+        );
     }
 
     /// The server's port.
