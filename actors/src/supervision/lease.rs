@@ -181,6 +181,7 @@ struct Entry {
     evidence: Evidence,
     token: CancellationToken,
     end: oneshot::Sender<LeaseEnd>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
     nudges: Option<NudgeQueue>,
     /// Whether another call was in flight at its endpoint when it started:
     /// its time to a first item is then no pace of the endpoint's.
@@ -302,6 +303,7 @@ impl LeaseState {
             evidence,
             token,
             end,
+            cut,
             nudges,
         } = registration;
         // Another of this executor's calls ahead at the endpoint: its queue,
@@ -360,6 +362,7 @@ impl LeaseState {
                 evidence,
                 token,
                 end,
+                cut,
                 nudges,
                 queued,
                 renewals: 0,
@@ -950,6 +953,9 @@ impl LeaseState {
             return;
         };
         self.timed(&entry, TimedEnd::Cut);
+        // Decided now: the operation is ended by this verdict even if it
+        // finishes while the log is written.
+        entry.cut.store(true, Ordering::Release);
         let log = self.log.clone().filter(|_| !entry.meta.run_id.is_empty());
         let Some(log) = log else {
             let _ = entry.end.send(end);

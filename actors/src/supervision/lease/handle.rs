@@ -157,6 +157,7 @@ impl Leases {
         // lease is left behind.
         let work = operation(evidence.clone());
         let (end_tx, end_rx) = oneshot::channel();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         // Registered before the operation starts, so the actor always sees
         // the registration before the operation's `Done`.
         self.actor
@@ -167,6 +168,7 @@ impl Leases {
                 evidence: evidence.clone(),
                 token: token.clone(),
                 end: end_tx,
+                cut: cut.clone(),
                 nudges: spec.nudges,
             })))
             .map_err(|_| LeaseError::LeaseActorGone)?;
@@ -196,6 +198,7 @@ impl Leases {
             evidence,
             token,
             end: end_rx,
+            cut,
             join,
             finished: false,
         })
@@ -210,6 +213,9 @@ pub struct LeaseHandle<T> {
     evidence: Evidence,
     token: CancellationToken,
     end: oneshot::Receiver<super::LeaseEnd>,
+    /// Set once a verdict ended the operation (its end follows once the
+    /// run's log holds the verdict).
+    cut: Arc<std::sync::atomic::AtomicBool>,
     join: JoinHandle<Option<T>>,
     finished: bool,
 }
@@ -245,7 +251,14 @@ impl<T> LeaseHandle<T> {
                 // by itself (or the actor stopped); its task says how.
                 Err(_) => self.joined().await,
             },
-            joined = &mut self.join => self.settle(joined),
+            joined = &mut self.join => match self.cut.load(std::sync::atomic::Ordering::Acquire) {
+                // A verdict ended it first: its end, not its result.
+                true => match (&mut self.end).await {
+                    Ok(end) => Err(end.into()),
+                    Err(_) => self.settle(joined),
+                },
+                false => self.settle(joined),
+            },
         };
         // Progress not yet said is said before the owner goes on, so it
         // comes before whatever the owner logs about the end.

@@ -33,6 +33,9 @@ pub struct Registration {
     pub(super) evidence: Evidence,
     pub(super) token: CancellationToken,
     pub(super) end: oneshot::Sender<LeaseEnd>,
+    /// Set when a verdict ends the operation, before the end is sent: an
+    /// operation that finishes between the two is still ended by it.
+    pub(super) cut: Arc<std::sync::atomic::AtomicBool>,
     pub(super) nudges: Option<NudgeQueue>,
 }
 
