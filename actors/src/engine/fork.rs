@@ -9,6 +9,7 @@
 //! same.
 
 use crate::agent::Saved;
+use crate::flow::Flow;
 use crate::fork::{self, ForkSpec, ForkStart};
 use crate::ports::{ForkOrigin, RunRecord};
 use crate::run::RunHandle;
@@ -25,6 +26,26 @@ impl Engine {
     /// point is never sent again: the fork replays its recorded result, or
     /// waits for a person when its outcome is unknown.
     pub async fn fork(&self, run_id: &str, spec: ForkSpec) -> Result<RunHandle, EngineError> {
+        let checked = self
+            .fork_checked(run_id, spec, |_| Ok::<(), std::convert::Infallible>(()))
+            .await?;
+        match checked {
+            Ok(handle) => Ok(handle),
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Engine::fork`], with the flow the fork would run held to `check`
+    /// before anything is recorded: a flow `check` refuses is answered as
+    /// `Ok(Err(refusal))`, and nothing is recorded. What an executor holds
+    /// every new run's flow to — the same check as a posted flow's —
+    /// goes here.
+    pub async fn fork_checked<E>(
+        &self,
+        run_id: &str,
+        spec: ForkSpec,
+        check: impl FnOnce(&Flow) -> Result<(), E>,
+    ) -> Result<Result<RunHandle, E>, EngineError> {
         self.refuse_runs()?;
         let parent = self
             .store
@@ -35,13 +56,16 @@ impl Engine {
         let mut flow = parent.flow.clone();
         for change in &spec.set {
             flow = fork::change_flow(&flow, std::slice::from_ref(change))?;
-            if let Err(error) = serde_json::from_value::<crate::flow::Flow>(flow.clone()) {
+            if let Err(error) = serde_json::from_value::<Flow>(flow.clone()) {
                 return Err(fork::ForkError::Change(format!("`{change}`: {error}")).into());
             }
         }
-        let flow = serde_json::from_value(flow).map_err(|e| {
+        let flow: Flow = serde_json::from_value(flow).map_err(|e| {
             fork::ForkError::Change(format!("the flow of run {run_id} cannot be read: {e}"))
         })?;
+        if let Err(refused) = check(&flow) {
+            return Ok(Err(refused));
+        }
         let (plan, stored) = self.plan_stored(flow)?;
         let mut record = self.new_record(stored, None);
         let history = self.store.load_snapshot_history(run_id).await?;
@@ -50,7 +74,7 @@ impl Engine {
         record.fork = Some(start.origin.clone());
         self.store.create_run(record.clone()).await?;
         let saved = self.copy(&record, start).await?;
-        self.launch(plan, record, Some(saved)).await
+        self.launch(plan, record, Some(saved)).await.map(Ok)
     }
 
     /// What a fork resumed by this executor starts from: what it `saved`

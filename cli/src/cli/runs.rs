@@ -17,7 +17,7 @@ use super::remote::{Remote, Until};
 use super::{CliError, GlobalArgs};
 use leasehold::config::{Config, EngineSetupError};
 use leasehold::executor::control::{self, Controlled};
-use leasehold::executor::{Executor, ExecutorOptions};
+use leasehold::executor::{Executor, ExecutorOptions, Forked};
 use leasehold::printable::printable;
 use leasehold::run_limits::PersonText;
 use leasehold_server::{
@@ -467,9 +467,12 @@ async fn replay(config: &Config, args: ReplayArgs) -> Result<ExitCode, CliError>
 /// followed until it ends or pauses.
 async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<ExitCode, CliError> {
     let spec = args.spec()?;
-    if let Some(guidance) = &spec.guidance {
-        refuse_long(config, PersonText::Guidance, guidance)?;
-    }
+    // Its texts, then the flow its changes make, as `leasehold run` holds
+    // a flow.
+    let check = config.flow_check();
+    check
+        .check_fork(&spec)
+        .map_err(|e| CliError::other(e.to_string()))?;
     let signals = super::install_signals()?;
     let executor = admin_executor(global, config).await?;
     if executor.engine().without_model().is_some() {
@@ -482,9 +485,16 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
         )));
     }
     let mut events = executor.engine().events().subscribe();
-    let handle = match executor.fork(&args.id, spec).await {
-        Ok(Some(handle)) => handle,
-        Ok(None) => unreachable!("a command line's executor has room for every run"),
+    let handle = match executor.fork(&args.id, spec, &check).await {
+        Ok(Forked::Started(handle)) => handle,
+        Ok(Forked::NoRoom) => unreachable!("a command line's executor has room for every run"),
+        Ok(Forked::Refused(refused)) => {
+            executor.shutdown().await?;
+            return Err(CliError::other(format!(
+                "the fork of run {} was refused: {refused}",
+                args.id
+            )));
+        }
         Err(error) => {
             executor.shutdown().await?;
             return Err(error.into());
