@@ -456,6 +456,7 @@ impl EngineBuilder {
             Err(error) => tracing::warn!(%error, "the learned paces were not read: starting cold"),
         }
         let log = event_log::start(store.clone(), bus.clone(), paces.clone());
+        let user_events = self.events.clone();
         let events: Arc<dyn EventSink> = Arc::new(LoggingSink::new(
             bus.clone(),
             self.events,
@@ -477,6 +478,7 @@ impl EngineBuilder {
             model,
             evaluator: self.evaluator,
             events,
+            user_events,
             bus,
             log,
             store,
