@@ -163,10 +163,10 @@ fn refused(refused: FlowRefused, what: &str) -> ApiError {
     }
 }
 
-/// Parses the flow, holds it to what every new run's flow is held to
-/// (its size, its validity, its receivers: the check a fork's flow passes
-/// too), holds its tool servers to the server's trust model and completes
-/// them from the configuration.
+/// Parses the flow, holds its tool servers to the server's trust model,
+/// completes them from the configuration, and holds it to what every new
+/// run's flow is held to (its size, its validity, its receivers: the check
+/// a fork's flow passes too).
 fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     let invalid = |e: leasehold::FlowError| {
         ApiError::new(
@@ -190,14 +190,10 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     .map_err(invalid)?;
     // The flow as the client wrote it, before the configuration completes
     // its tool servers: what the client makes the run hold.
-    let what = match format {
-        Format::Json => "the flow (JSON)",
-        Format::Toml => "the flow (TOML)",
-    };
     app.options
-        .flow_check()
-        .check(&flow)
-        .map_err(|e| refused(e, what))?;
+        .run_limits
+        .check_flow(&flow)
+        .map_err(|e| too_large(&e))?;
     if !app.options.allow_flow_tools
         && let Some((i, server)) = flow
             .tools
@@ -231,7 +227,15 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
         engine.serves_tool(name)
     })
     .map_err(invalid)?;
-    flow.validate().map_err(invalid)?;
+    // As the store will keep it: what a fork's flow is held to as well.
+    let what = match format {
+        Format::Json => "the flow (JSON)",
+        Format::Toml => "the flow (TOML)",
+    };
+    app.options
+        .flow_check()
+        .check(&flow)
+        .map_err(|e| refused(e, what))?;
     Ok(flow)
 }
 
