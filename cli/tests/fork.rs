@@ -279,6 +279,32 @@ async fn a_fork_after_a_tool_never_sends_it_again_and_one_before_sends_it_with_i
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("`run` (steps 1 to 2)"), "{stderr}");
+    // A flow `leasehold run` would refuse, or more changes than a fork may
+    // make, are refused before anything is recorded, naming why.
+    let many: Vec<&str> = ["--change", "max_steps=3"].repeat(65);
+    for (set, says) in [
+        (vec!["--change", r#"notify=["nope"]"#], "notify[0]"),
+        (many, "the 64 a fork may make"),
+    ] {
+        let refused = peers
+            .leasehold()
+            .args(["runs", "fork", &parent, "--at", "2"])
+            .args(set)
+            .output()
+            .await
+            .expect("runs fork");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    let listed = peers
+        .leasehold()
+        .args(["runs", "list"])
+        .output()
+        .await
+        .expect("runs list");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.matches("run-").count(), 3, "nothing more: {listed}");
     assert_eq!(peers.calls().len(), 2);
 }
 

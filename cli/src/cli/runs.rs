@@ -88,8 +88,9 @@ pub struct ForkArgs {
     /// A change of the flow for the fork, `KEY=VALUE` (repeatable): a
     /// lease (`leases.tool_call=30s`), a policy (`leases.policy=deadline`),
     /// a budget (`budget.max_extensions=2`), the steps (`max_steps=12`).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub(super) set: Vec<String>,
+    /// (`--set` is every command's: a key of the configuration.)
+    #[arg(long = "change", value_name = "KEY=VALUE")]
+    pub(super) changes: Vec<String>,
     /// One JSON event per line while following it.
     #[arg(long)]
     pub(super) json: bool,
@@ -104,7 +105,7 @@ impl ForkArgs {
             path,
             step,
             guidance: self.guidance.clone().filter(|g| !g.trim().is_empty()),
-            set: self.set.clone(),
+            set: self.changes.clone(),
         })
     }
 }
