@@ -102,25 +102,13 @@ impl Executor {
             return Ok(Forked::Refused(refused));
         }
         let engine = Arc::clone(&self.engine);
-        let mut refusal = None;
-        let started = self
-            .admit(|| async {
-                match engine
-                    .fork_checked(run_id, spec, |flow| check.check(flow))
-                    .await?
-                {
-                    Ok(handle) => Ok(Some(handle)),
-                    Err(refused) => {
-                        refusal = Some(refused);
-                        Ok(None)
-                    }
-                }
-            })
+        let forked = self
+            .admit(|| engine.fork_checked(run_id, spec, |flow| check.check(flow)))
             .await;
-        Ok(match (started.transpose()?.flatten(), refusal) {
-            (Some(handle), _) => Forked::Started(handle),
-            (None, Some(refused)) => Forked::Refused(refused),
-            (None, None) => Forked::NoRoom,
+        Ok(match forked.transpose()? {
+            None => Forked::NoRoom,
+            Some(Ok(handle)) => Forked::Started(handle),
+            Some(Err(refused)) => Forked::Refused(refused),
         })
     }
 
@@ -239,8 +227,8 @@ impl Started for RunHandle {
     }
 }
 
-impl Started for Option<RunHandle> {
+impl Started for Result<RunHandle, FlowRefused> {
     fn handle(&self) -> Option<&RunHandle> {
-        self.as_ref()
+        self.as_ref().ok()
     }
 }
