@@ -117,6 +117,10 @@ pub struct Engine {
     model: Result<Arc<dyn ModelClient>, Arc<str>>,
     evaluator: Option<Arc<dyn Evaluator>>,
     events: Arc<dyn EventSink>,
+    /// The embedder's sink ([`EngineBuilder::events`]), also inside
+    /// `events`: what a fork's lineage, written to the store before the
+    /// fork starts, is told to besides the bus.
+    user_events: Option<Arc<dyn EventSink>>,
     bus: EventBus,
     log: mpsc::UnboundedSender<LogItem>,
     store: Arc<dyn Store>,
@@ -292,7 +296,7 @@ impl Engine {
         let (plan, stored) = self.plan_stored(flow)?;
         let record = self.new_record(stored, options.trace_parent);
         self.create_run(&record).await?;
-        self.launch(plan, record, None).await
+        self.launch(plan, record, None, false).await
     }
 
     /// The plan of `flow` (validated) and the flow as the store keeps it.
@@ -351,21 +355,35 @@ impl Engine {
             calls: self.store.load_tool_calls(run_id).await?,
             spending,
         };
+        // A fork whose log is empty never started: its lineage is not
+        // written yet, and its copy may not be whole. Both are made now,
+        // before it is taken on.
+        let mut lineage = false;
         if let Some(origin) = &record.fork {
-            saved = self.fork_saved(&record, origin, saved).await?;
+            lineage = self.store.last_event(run_id).await?.is_none();
+            saved = self.fork_saved(&record, origin, saved, lineage).await?;
         }
-        self.launch(plan, record, Some(saved)).await
+        self.launch(plan, record, Some(saved), lineage).await
     }
 
     /// Starts the run of `record` from `plan`: its lease actor, its
     /// heartbeat and its run actor, which connects its tool servers first.
+    /// With `lineage`, a fork's lineage is written to its log first
+    /// (`Engine::log_lineage`): the fork starts only once it is durable.
     async fn launch(
         &self,
         plan: RunPlan,
         record: RunRecord,
         saved: Option<Saved>,
+        lineage: bool,
     ) -> Result<RunHandle, EngineError> {
         let run_id = record.run_id.clone();
+        // Subscribed before anything of the run is published, so that the
+        // handle's first event stream misses none of the run's events.
+        let events = self.bus.subscribe();
+        if lineage && let Some(saved) = &saved {
+            self.log_lineage(&record, &plan.flow.name, saved).await?;
+        }
         let leases = LeaseActor::start(LeaseActorArgs {
             watchdog: self.watchdog.clone(),
             events: self.events.clone(),
@@ -417,14 +435,12 @@ impl Engine {
             lost: None,
         });
         heartbeat(ctx.clone(), self.config.run_lease_ttl);
-        // Subscribed before the run actor starts, so that the handle's
-        // first event stream misses none of the run's events.
-        let events = self.bus.subscribe();
         let args = RunArgs {
             ctx: ctx.clone(),
             state,
             record,
             saved,
+            lineage_logged: lineage,
         };
         match Actor::spawn(None, RunActor, args).await {
             Ok((actor, _)) => {

@@ -265,15 +265,20 @@ fn point(history: &[Snapshot], path: &str, step: u32, run_id: &str) -> Result<u6
         .max()
         .ok_or_else(|| {
             ForkError::Point(format!(
-                "loop `{path}` of run {run_id} never finished its step {}, so it has no \
-                 boundary before step {step}; {}",
+                "loop `{path}` of run {run_id} never finished its step {} (its model call or \
+                 its tool calls never all returned), so it has no boundary before step \
+                 {step}; {}",
                 step - 1,
                 loops()
             ))
         })
 }
 
-/// Whether `snapshot` is a loop between steps: no calls pending, no answer.
+/// Whether `snapshot` is a loop between steps: the model answered each
+/// step it started (one assistant message a step: a snapshot kept while a
+/// step's model call was in flight — on a pause, on the run's end, or as a
+/// request too long for the model's context was shortened — has one fewer),
+/// no calls pending, no answer.
 fn at_boundary(snapshot: &Snapshot) -> bool {
     let state = &snapshot.state;
     let no_calls = state
@@ -281,7 +286,16 @@ fn at_boundary(snapshot: &Snapshot) -> bool {
         .and_then(serde_json::Value::as_array)
         .is_none_or(Vec::is_empty);
     let no_answer = state.get("answer").is_none_or(serde_json::Value::is_null);
-    no_calls && no_answer
+    let assistant = serde_json::to_value(ChatRole::Assistant).unwrap_or_default();
+    let answered = state
+        .get("transcript")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role") == Some(&assistant))
+        .count();
+    let model_returned = u32::try_from(answered).unwrap_or(u32::MAX) >= snapshot.step;
+    model_returned && no_calls && no_answer
 }
 
 /// Whether `snapshot` holds the call that spawns the worker at `path`.
@@ -430,7 +444,11 @@ mod tests {
                 "run",
                 1,
                 3,
-                serde_json::json!({"steps": 1, "calls": [], "nudges": []}),
+                serde_json::json!({"steps": 1, "calls": [], "nudges": [], "transcript": [
+                    {"role": "user", "content": "t"},
+                    {"role": "assistant", "content": ""},
+                    {"role": "tool", "content": "charged"},
+                ]}),
             ),
             snapshot(
                 "run",
@@ -475,6 +493,30 @@ mod tests {
                 .to_string();
             assert!(error.contains("`run` (steps 1 to 2)"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_step_whose_model_call_never_returned_is_no_boundary() {
+        // Step 2's model call was in flight when the run was cancelled: the
+        // root's last snapshot has no calls and no answer, and one
+        // assistant message for two steps started.
+        let mut history = history();
+        history.pop();
+        history.push(snapshot(
+            "run",
+            2,
+            4,
+            serde_json::json!({"steps": 2, "calls": [], "transcript": [
+                {"role": "user", "content": "t"},
+                {"role": "assistant", "content": ""},
+                {"role": "tool", "content": "charged"},
+            ]}),
+        ));
+        let error = start(&parent(), &history, &[], &ForkSpec::root(3), "f")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("never finished its step 2"), "{error}");
+        assert!(start(&parent(), &history, &[], &ForkSpec::root(2), "f").is_ok());
     }
 
     #[test]

@@ -37,7 +37,7 @@ use crate::agent::{
 };
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::nudge::PERSON_ANSWERED;
-use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate, ToolCallState};
+use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate};
 use crate::supervision::budget::BudgetMsg;
 use crate::supervision::lease::LeaseMsg;
 
@@ -78,6 +78,10 @@ pub(crate) struct RunArgs {
     pub(crate) state: watch::Sender<RunState>,
     pub(crate) record: RunRecord,
     pub(crate) saved: Option<Saved>,
+    /// Whether the engine logged the run's lineage as it launched it (a
+    /// fork starting, `Engine::log_lineage`): the run
+    /// then says nothing more of where it comes from.
+    pub(crate) lineage_logged: bool,
 }
 
 /// A run actor's state.
@@ -89,6 +93,8 @@ pub(crate) struct RunActorState {
     budget: ActorRef<BudgetMsg>,
     record: RunRecord,
     saved: Option<Saved>,
+    /// Whether its lineage was logged as it launched ([`RunArgs`]).
+    lineage_logged: bool,
     /// Whether the run is still connecting its tool servers.
     connecting: bool,
     /// Controls that arrived while it was: handled once it has.
@@ -131,6 +137,7 @@ impl Actor for RunActor {
             budget,
             record: args.record,
             saved: args.saved,
+            lineage_logged: args.lineage_logged,
             connecting: false,
             deferred: Vec::new(),
         })
@@ -305,53 +312,26 @@ impl RunActorState {
         self.agent.ctx.run_id.clone()
     }
 
-    /// A fork starts: it says where it comes from (or, taken on again by
-    /// another executor, that it resumed), and its guidance waits for the
-    /// forked loop's next step if the fork has not yet taken a step of its
-    /// own and the loop has no snapshot to carry it (its first step).
+    /// A fork starts: its lineage was logged as it launched (`run_forked`,
+    /// its replayed calls: [`RunArgs::lineage_logged`]), or, taken on
+    /// again by another executor after it started, it says that it
+    /// resumed. Its guidance waits for the forked loop's next step if the
+    /// fork has not yet taken a step of its own and the loop has no
+    /// snapshot to carry it (its first step).
     fn forked(&mut self, origin: &ForkOrigin) {
         let ctx = self.agent.ctx.clone();
-        let kind = if self.record.fence <= 1 {
-            EventKind::RunForked {
-                flow: ctx.flow.name.clone(),
-                parent: origin.parent.clone(),
-                loop_path: origin.path.clone(),
-                step: origin.step,
-                guidance: origin.guidance.clone(),
-                changes: origin.changes.clone(),
-                person_answers: origin.person_answers.clone(),
-            }
-        } else {
-            EventKind::RunResumed {
-                owner_id: ctx.owner_id.clone(),
-                fence: ctx.fence(),
-                created_at_ms: Some(self.record.created_at_ms),
-                trace_parent: self.record.trace_parent.clone(),
-            }
-        };
-        let first = matches!(kind, EventKind::RunForked { .. });
-        ctx.emit(ROOT_PATH, kind);
-        let Some(saved) = &self.saved else { return };
-        // What the parent's calls gave is the fork's: said once, as it
-        // begins, never sent again.
-        for call in saved
-            .calls
-            .iter()
-            .filter(|c| first && c.state == ToolCallState::Done)
-        {
-            let Some(made_by) = &call.made_by else {
-                continue;
-            };
+        if !self.lineage_logged {
             ctx.emit(
-                &format!("{}/tool_call:{}.{}", call.path, call.step, call.index),
-                EventKind::ToolCallReplayed {
-                    tool: call.tool.clone(),
-                    idempotency_key: call.key.clone(),
-                    made_by: made_by.clone(),
-                    by_person: call.by_person,
+                ROOT_PATH,
+                EventKind::RunResumed {
+                    owner_id: ctx.owner_id.clone(),
+                    fence: ctx.fence(),
+                    created_at_ms: Some(self.record.created_at_ms),
+                    trace_parent: self.record.trace_parent.clone(),
                 },
             );
         }
+        let Some(saved) = &self.saved else { return };
         if saved.history() <= origin.seq
             && !saved.snapshots.iter().any(|s| s.path == origin.path)
             && let Some(guidance) = &origin.guidance

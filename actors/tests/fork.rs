@@ -3,11 +3,13 @@
 //! fork point is never sent again — on paused time with the scripted fakes.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold_actors::{
-    ChatRole, Engine, EngineConfig, EngineError, EventKind, Flow, ForkSpec, ReconcileDecision,
-    RestartPolicy, RunStatus, RunStore, SnapshotStore, ToolCallState,
+    ChatRole, Engine, EngineConfig, EngineError, EventKind, EventLog, Fenced, Flow, ForkSpec,
+    LayeredStore, ReconcileDecision, RestartPolicy, RunStatus, RunStore, Snapshot, SnapshotStore,
+    Store, StoreError, StoreFuture, ToolCallState,
     testing::{MemoryStore, RecordingSink, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
 use serde_json::json;
@@ -425,6 +427,102 @@ async fn a_fork_taken_on_before_its_copy_was_whole_copies_it_again_from_its_pare
         Some("Answer in French.")
     );
     assert_eq!(rig.store.tool_calls("run-fork-cut-short").len(), 1);
+}
+
+/// A store whose first snapshot written once it is armed fails: a fork's
+/// copy cut in its middle, the parent's calls written and none of the
+/// loops' snapshots, as if its executor had died there.
+struct CutCopy {
+    inner: MemoryStore,
+    armed: AtomicBool,
+}
+
+impl LayeredStore for CutCopy {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
+
+    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
+        if self.armed.swap(false, Ordering::AcqRel) {
+            return Box::pin(async {
+                Err(StoreError::unavailable(
+                    "the executor died in the middle of the fork's copy",
+                ))
+            });
+        }
+        self.inner.save_snapshot(snapshot, fence)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fork_cut_short_mid_copy_is_resumed_with_its_lineage_logged_once() {
+    let model = charging_model();
+    let tools = charging_tools();
+    let memory = MemoryStore::new();
+    let store = Arc::new(CutCopy {
+        inner: memory.clone(),
+        armed: AtomicBool::new(false),
+    });
+    let engine = Engine::builder()
+        .config(config())
+        .model(Arc::new(model.clone()))
+        .store(store.clone())
+        .tool_server("local", Arc::new(tools.clone()))
+        .build()
+        .await
+        .expect("engine builds");
+    let mut run = engine.start(flow()).await.expect("starts");
+    assert_eq!(run.wait().await.status, RunStatus::Completed);
+    let parent = run.run_id().to_owned();
+
+    store.armed.store(true, Ordering::Release);
+    let spec = ForkSpec::root(2).with_guidance("Answer in French.");
+    let cut = engine.fork(&parent, spec).await;
+    assert!(matches!(cut, Err(EngineError::Store(_))), "{cut:?}");
+    let fork_id = memory
+        .list_runs()
+        .await
+        .expect("runs")
+        .into_iter()
+        .find(|r| r.fork.is_some())
+        .expect("the fork's record")
+        .run_id;
+    assert_eq!(memory.tool_calls(&fork_id).len(), 1, "its copy began");
+    assert!(
+        memory
+            .load_events(&fork_id, 0)
+            .await
+            .expect("log")
+            .is_empty(),
+        "nothing of it started"
+    );
+
+    // Taken on again: its copy made whole, its lineage logged, once.
+    model.replace_script("run", [Turn::answer("facturé")]);
+    model.clear_requests();
+    let mut fork = engine.resume(&fork_id).await.expect("taken on");
+    assert_eq!(fork.wait().await.status, RunStatus::Completed);
+    assert_eq!(
+        tools.calls("charge"),
+        1,
+        "the parent's call was not sent again"
+    );
+    let log = memory.load_events(&fork_id, 0).await.expect("log");
+    let kinds: Vec<&str> = log.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(kinds.first(), Some(&"run_forked"), "{kinds:?}");
+    let count = |name: &str| kinds.iter().filter(|k| **k == name).count();
+    assert_eq!(count("run_forked"), 1, "{kinds:?}");
+    assert_eq!(count("tool_call_replayed"), 1, "{kinds:?}");
+    assert_eq!(
+        count("run_resumed"),
+        0,
+        "it never started before: {kinds:?}"
+    );
+    let request = &model.requests_of("run")[0];
+    assert_eq!(
+        request.messages.last().map(|m| m.content.as_str()),
+        Some("Answer in French.")
+    );
 }
 
 #[tokio::test(start_paused = true)]

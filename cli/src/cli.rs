@@ -518,9 +518,13 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     };
     leasehold::flow_file::resolve_tool_servers(&mut flow, &config.tools, |_| false)
         .map_err(refused)?;
-    // Its pauses and ends are told by a `leasehold serve` on the same
-    // store, from the outbox: only to receivers the configuration has.
-    leasehold::webhooks::check_notify(&config.webhook_receivers, &flow).map_err(refused)?;
+    // What every new run's flow is held to (a fork's too): its size, its
+    // validity, and its `notify` — told by a `leasehold serve` on the same
+    // store, from the outbox, only to receivers the configuration has.
+    config.flow_check().check(&flow).map_err(|e| match e {
+        leasehold::flow_check::FlowRefused::Invalid(e) => refused(e),
+        other => CliError::other(other.to_string()),
+    })?;
     let mut builder = global.register(config.engine_builder()?);
     if let Some(gauge) = config.load_gauge() {
         builder = builder.load(gauge);

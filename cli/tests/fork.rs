@@ -279,6 +279,32 @@ async fn a_fork_after_a_tool_never_sends_it_again_and_one_before_sends_it_with_i
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("`run` (steps 1 to 2)"), "{stderr}");
+    // A flow `leasehold run` would refuse, or more changes than a fork may
+    // make, are refused before anything is recorded, naming why.
+    let many: Vec<&str> = ["--change", "max_steps=3"].repeat(65);
+    for (set, says) in [
+        (vec!["--change", r#"notify=["nope"]"#], "notify[0]"),
+        (many, "the 64 a fork may make"),
+    ] {
+        let refused = peers
+            .leasehold()
+            .args(["runs", "fork", &parent, "--at", "2"])
+            .args(set)
+            .output()
+            .await
+            .expect("runs fork");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    let listed = peers
+        .leasehold()
+        .args(["runs", "list"])
+        .output()
+        .await
+        .expect("runs list");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.matches("run-").count(), 3, "nothing more: {listed}");
     assert_eq!(peers.calls().len(), 2);
 }
 
@@ -419,5 +445,102 @@ async fn a_run_of_one_executor_is_forked_by_another_sharing_postgresql() {
     let seen_on_a = support::get_run(&http, &a_base, &fork).await;
     assert_eq!(seen_on_a["fork"]["parent"], parent.as_str());
     let _ = a.start_kill();
+    let _ = b.start_kill();
+}
+
+/// The fork's events as the store keeps them, in order: their kinds.
+async fn logged_kinds(db: &tokio_postgres::Client, run_id: &str) -> Vec<String> {
+    db.query(
+        "SELECT event FROM events WHERE run_id = $1 ORDER BY seq",
+        &[&run_id],
+    )
+    .await
+    .expect("the events")
+    .iter()
+    .map(|row| text(&row.get::<_, Value>(0)["kind"]))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_whose_copy_was_cut_by_sigkill_is_resumed_with_its_lineage_logged_once() {
+    let (_cluster, store) = postgres::database().await;
+    let peers = Peers::start();
+    let serving = || {
+        peers
+            .leasehold()
+            .with_env("LEASEHOLD_STORE", &store)
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", "2s")
+            .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
+            .with_env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "200ms")
+            .api_token(TOKEN)
+    };
+    let (mut a, a_base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let flow: Value =
+        serde_json::from_str(&std::fs::read_to_string(&peers.flow).expect("the flow"))
+            .expect("JSON");
+    let done = |v: &Value| v["status"] == "completed";
+    let parent = support::post_run(&http, &a_base, &flow).await;
+    support::view_until(&http, &a_base, &parent, PATIENCE, "completed", done).await;
+
+    // The fork's copy stops at its snapshots: a transaction holds their
+    // table, so A has written the fork's record and its parent's call and
+    // waits there when it is killed.
+    let (db, connection) = tokio_postgres::connect(&store, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    db.batch_execute("BEGIN; LOCK TABLE snapshots IN EXCLUSIVE MODE")
+        .await
+        .expect("the lock");
+    let forking = tokio::spawn({
+        let (http, url) = (http.clone(), format!("{a_base}/runs/{parent}/fork"));
+        async move {
+            http.post(url)
+                .json(&json!({"at": "2", "guidance": "Answer in French."}))
+                .send()
+                .await
+        }
+    });
+    let fork = support::until("the fork's copy to begin", PATIENCE, || async {
+        let row = db
+            .query_opt(
+                "SELECT r.run_id FROM runs r JOIN tool_calls c ON c.run_id = r.run_id \
+                 WHERE r.run_id <> $1",
+                &[&parent],
+            )
+            .await
+            .expect("the runs");
+        row.map(|row| row.get::<_, String>(0))
+    })
+    .await;
+    support::signal(&a, "-KILL");
+    let _ = a.wait().await;
+    db.batch_execute("ROLLBACK").await.expect("the lock let go");
+    assert!(forking.await.expect("joined").is_err(), "A died answering");
+    assert!(
+        logged_kinds(&db, &fork).await.is_empty(),
+        "the fork never started: {fork}"
+    );
+
+    // B takes it on once A's lease has ended: its copy made whole and its
+    // lineage logged, once, before its first step.
+    let (mut b, b_base) = support::serve(serving(), &["--allow-flow-tools"], PATIENCE).await;
+    let view = support::view_until(&http, &b_base, &fork, PATIENCE, "completed", done).await;
+    assert_eq!(view["fork"]["parent"], parent.as_str(), "{view}");
+    assert!(
+        text(&view["answer"]).ends_with("Answer in French."),
+        "{view}"
+    );
+    let kinds = logged_kinds(&db, &fork).await;
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("run_forked"),
+        "{kinds:?}"
+    );
+    assert_eq!(count("run_forked"), 1, "{kinds:?}");
+    assert_eq!(count("tool_call_replayed"), 1, "{kinds:?}");
+    assert_eq!(peers.calls().len(), 1, "the tool server saw the call once");
     let _ = b.start_kill();
 }

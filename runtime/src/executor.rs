@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use admission::{Admission, DEFAULT_LAG_TARGET};
 pub use background::{Boot, boot};
-pub use claims::Posted;
+pub use claims::{Forked, Posted};
 
 /// How often a serving executor claims queued runs, unless told otherwise
 /// (`LEASEHOLD_EXECUTOR_CLAIM_INTERVAL`).

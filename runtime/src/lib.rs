@@ -59,6 +59,7 @@ pub use leasehold_actors::*;
 
 pub mod config;
 pub mod executor;
+pub mod flow_check;
 pub mod flow_file;
 pub mod flow_keys;
 pub mod model;

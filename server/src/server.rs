@@ -98,6 +98,18 @@ impl Default for ServerOptions {
     }
 }
 
+impl ServerOptions {
+    /// What every new run's flow is held to on this server, posted or
+    /// forked: [`ServerOptions::run_limits`] and
+    /// [`ServerOptions::receivers`].
+    pub fn flow_check(&self) -> leasehold::flow_check::FlowCheck {
+        leasehold::flow_check::FlowCheck {
+            limits: self.run_limits,
+            receivers: self.receivers.clone(),
+        }
+    }
+}
+
 /// A server that must not start as configured.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InsecureBind {

@@ -468,6 +468,7 @@ impl EngineBuilder {
             self.config.store_writes,
             store_health.clone(),
         );
+        let user_events = self.events.clone();
         let events: Arc<dyn EventSink> = Arc::new(LoggingSink::new(
             bus.clone(),
             self.events,
@@ -489,6 +490,7 @@ impl EngineBuilder {
             model,
             evaluator: self.evaluator,
             events,
+            user_events,
             bus,
             log,
             store,

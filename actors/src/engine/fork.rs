@@ -1,17 +1,26 @@
 //! Forking a run: a new run recorded with its lineage, the parent's state
-//! at the fork point copied into it, then started as a resumed run starts.
+//! at the fork point copied into it, its lineage logged, then started as a
+//! resumed run starts.
 //!
 //! The copy is written before the fork starts: the parent's tool calls
-//! first, then the loops' snapshots, the forked loop's last. A fork whose
-//! executor died before its copy was whole, or before it wrote anything of
-//! its own, is copied again from its parent when it is resumed: the copy
-//! is a pure function of the parent's history, so copying again writes the
-//! same.
+//! first, then the loops' snapshots, the forked loop's last; then, in one
+//! append, the fork's first events — `run_forked` and a
+//! `tool_call_replayed` for each call it inherits with its result — and
+//! only then does the fork take a step. A fork whose log is empty was cut
+//! short before its lineage was durable: whoever takes it on copies it
+//! again from its parent (the copy is a pure function of the parent's
+//! history, so copying again writes the same) and writes its lineage then,
+//! as its start, so that a fork's log holds its lineage exactly once
+//! whatever stopped the executor that made it. A fork whose executor died
+//! after its lineage but before it wrote anything of its own is copied
+//! again too, and resumed.
 
 use crate::agent::Saved;
+use crate::event::{Event, EventKind};
+use crate::flow::Flow;
 use crate::fork::{self, ForkSpec, ForkStart};
-use crate::ports::{ForkOrigin, RunRecord};
-use crate::run::RunHandle;
+use crate::ports::{Fenced, ForkOrigin, RunRecord, StoreError, ToolCallState};
+use crate::run::{ROOT_PATH, RunHandle};
 
 use super::{Engine, EngineError};
 
@@ -25,6 +34,26 @@ impl Engine {
     /// point is never sent again: the fork replays its recorded result, or
     /// waits for a person when its outcome is unknown.
     pub async fn fork(&self, run_id: &str, spec: ForkSpec) -> Result<RunHandle, EngineError> {
+        let checked = self
+            .fork_checked(run_id, spec, |_| Ok::<(), std::convert::Infallible>(()))
+            .await?;
+        match checked {
+            Ok(handle) => Ok(handle),
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Engine::fork`], with the flow the fork would run held to `check`
+    /// before anything is recorded: a flow `check` refuses is answered as
+    /// `Ok(Err(refusal))`, and nothing is recorded. What an executor holds
+    /// every new run's flow to — the same check as a posted flow's —
+    /// goes here.
+    pub async fn fork_checked<E>(
+        &self,
+        run_id: &str,
+        spec: ForkSpec,
+        check: impl FnOnce(&Flow) -> Result<(), E>,
+    ) -> Result<Result<RunHandle, E>, EngineError> {
         self.refuse_runs()?;
         let parent = self
             .store
@@ -35,13 +64,16 @@ impl Engine {
         let mut flow = parent.flow.clone();
         for change in &spec.set {
             flow = fork::change_flow(&flow, std::slice::from_ref(change))?;
-            if let Err(error) = serde_json::from_value::<crate::flow::Flow>(flow.clone()) {
+            if let Err(error) = serde_json::from_value::<Flow>(flow.clone()) {
                 return Err(fork::ForkError::Change(format!("`{change}`: {error}")).into());
             }
         }
-        let flow = serde_json::from_value(flow).map_err(|e| {
+        let flow: Flow = serde_json::from_value(flow).map_err(|e| {
             fork::ForkError::Change(format!("the flow of run {run_id} cannot be read: {e}"))
         })?;
+        if let Err(refused) = check(&flow) {
+            return Ok(Err(refused));
+        }
         let (plan, stored) = self.plan_stored(flow)?;
         let mut record = self.new_record(stored, None);
         let history = self.store.load_snapshot_history(run_id).await?;
@@ -50,19 +82,21 @@ impl Engine {
         record.fork = Some(start.origin.clone());
         self.store.create_run(record.clone()).await?;
         let saved = self.copy(&record, start).await?;
-        self.launch(plan, record, Some(saved)).await
+        self.launch(plan, record, Some(saved), true).await.map(Ok)
     }
 
     /// What a fork resumed by this executor starts from: what it `saved`
-    /// if it wrote anything of its own since its copy, else its copy made
-    /// again from its parent.
+    /// if it wrote anything of its own since its copy, else (or when its
+    /// lineage was never logged: `unlogged`) its copy made again from its
+    /// parent.
     pub(super) async fn fork_saved(
         &self,
         record: &RunRecord,
         origin: &ForkOrigin,
         saved: Saved,
+        unlogged: bool,
     ) -> Result<Saved, EngineError> {
-        if saved.history() > origin.seq {
+        if saved.history() > origin.seq && !unlogged {
             return Ok(saved);
         }
         let parent = self.store.load_run(&origin.parent).await?.ok_or_else(|| {
@@ -87,7 +121,7 @@ impl Engine {
     /// then the loops' snapshots.
     async fn copy(&self, record: &RunRecord, start: ForkStart) -> Result<Saved, EngineError> {
         let stale = |what: &str| {
-            crate::ports::StoreError::conflict(format!(
+            StoreError::conflict(format!(
                 "fork {}: its {what} could not be written: another executor took it",
                 record.run_id
             ))
@@ -116,5 +150,71 @@ impl Engine {
             calls: start.calls,
             spending: None,
         })
+    }
+
+    /// Writes a fork's lineage to its log, in one append with the fork's
+    /// fence, before the fork takes a step: `run_forked` (in place of
+    /// `run_started`), then one `tool_call_replayed` for each call it
+    /// inherits with its result — what it will never send. Told to the bus
+    /// and the embedder's sink as every event is; refused, and nothing of
+    /// the fork started, if another executor took the fork meanwhile.
+    pub(super) async fn log_lineage(
+        &self,
+        record: &RunRecord,
+        flow: &str,
+        saved: &Saved,
+    ) -> Result<(), EngineError> {
+        let Some(origin) = &record.fork else {
+            return Ok(());
+        };
+        let forked = EventKind::RunForked {
+            flow: flow.to_owned(),
+            parent: origin.parent.clone(),
+            loop_path: origin.path.clone(),
+            step: origin.step,
+            guidance: origin.guidance.clone(),
+            changes: origin.changes.clone(),
+            person_answers: origin.person_answers.clone(),
+        };
+        let replayed = saved
+            .calls
+            .iter()
+            .filter(|call| call.state == ToolCallState::Done)
+            .filter_map(|call| {
+                let made_by = call.made_by.clone()?;
+                Some((
+                    format!("{}/tool_call:{}.{}", call.path, call.step, call.index),
+                    EventKind::ToolCallReplayed {
+                        tool: call.tool.clone(),
+                        idempotency_key: call.key.clone(),
+                        made_by,
+                        by_person: call.by_person,
+                    },
+                ))
+            });
+        let events: Vec<Event> = std::iter::once((ROOT_PATH.to_owned(), forked))
+            .chain(replayed)
+            .map(|(path, kind)| {
+                if let Some(user) = &self.user_events {
+                    user.emit(&record.run_id, &path, kind.clone());
+                }
+                Event::clone(&self.bus.publish(&record.run_id, &path, kind))
+            })
+            .collect();
+        match self
+            .store
+            .append_events(&record.run_id, events, record.fence)
+            .await?
+        {
+            Fenced::Applied(()) => Ok(()),
+            Fenced::Stale { .. } => {
+                self.bus.forget_run(&record.run_id);
+                Err(StoreError::conflict(format!(
+                    "fork {}: its lineage could not be logged: another executor took it",
+                    record.run_id
+                ))
+                .into())
+            }
+        }
     }
 }

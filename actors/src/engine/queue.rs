@@ -99,7 +99,7 @@ impl Engine {
     pub async fn launch_claimed(&self, record: RunRecord) -> Result<RunHandle, EngineError> {
         self.refuse_runs()?;
         let plan = self.plan_of(&record)?;
-        self.launch(plan, record, None).await
+        self.launch(plan, record, None, false).await
     }
 
     /// Records failed a run claimed from the queue that could not start.

@@ -17,7 +17,7 @@ use super::remote::{Remote, Until};
 use super::{CliError, GlobalArgs};
 use leasehold::config::{Config, EngineSetupError};
 use leasehold::executor::control::{self, Controlled};
-use leasehold::executor::{Executor, ExecutorOptions};
+use leasehold::executor::{Executor, ExecutorOptions, Forked};
 use leasehold::printable::printable;
 use leasehold::run_limits::PersonText;
 use leasehold_server::{
@@ -88,8 +88,9 @@ pub struct ForkArgs {
     /// A change of the flow for the fork, `KEY=VALUE` (repeatable): a
     /// lease (`leases.tool_call=30s`), a policy (`leases.policy=deadline`),
     /// a budget (`budget.max_extensions=2`), the steps (`max_steps=12`).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub(super) set: Vec<String>,
+    /// (`--set` is every command's: a key of the configuration.)
+    #[arg(long = "change", value_name = "KEY=VALUE")]
+    pub(super) changes: Vec<String>,
     /// One JSON event per line while following it.
     #[arg(long)]
     pub(super) json: bool,
@@ -104,7 +105,7 @@ impl ForkArgs {
             path,
             step,
             guidance: self.guidance.clone().filter(|g| !g.trim().is_empty()),
-            set: self.set.clone(),
+            set: self.changes.clone(),
         })
     }
 }
@@ -467,9 +468,12 @@ async fn replay(config: &Config, args: ReplayArgs) -> Result<ExitCode, CliError>
 /// followed until it ends or pauses.
 async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<ExitCode, CliError> {
     let spec = args.spec()?;
-    if let Some(guidance) = &spec.guidance {
-        refuse_long(config, PersonText::Guidance, guidance)?;
-    }
+    // Its texts, then the flow its changes make, as `leasehold run` holds
+    // a flow.
+    let check = config.flow_check();
+    check
+        .check_fork(&spec)
+        .map_err(|e| CliError::other(e.to_string()))?;
     let signals = super::install_signals()?;
     let executor = admin_executor(global, config).await?;
     if executor.engine().without_model().is_some() {
@@ -482,9 +486,16 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
         )));
     }
     let mut events = executor.engine().events().subscribe();
-    let handle = match executor.fork(&args.id, spec).await {
-        Ok(Some(handle)) => handle,
-        Ok(None) => unreachable!("a command line's executor has room for every run"),
+    let handle = match executor.fork(&args.id, spec, &check).await {
+        Ok(Forked::Started(handle)) => handle,
+        Ok(Forked::NoRoom) => unreachable!("a command line's executor has room for every run"),
+        Ok(Forked::Refused(refused)) => {
+            executor.shutdown().await?;
+            return Err(CliError::other(format!(
+                "the fork of run {} was refused: {refused}",
+                args.id
+            )));
+        }
         Err(error) => {
             executor.shutdown().await?;
             return Err(error.into());

@@ -105,6 +105,18 @@ impl Config {
         }
     }
 
+    /// What every new run's flow is held to here ([`FlowCheck`]): the
+    /// limits of [`Config::run_limits`] and the receivers of
+    /// `webhooks.receivers`.
+    ///
+    /// [`FlowCheck`]: crate::flow_check::FlowCheck
+    pub fn flow_check(&self) -> crate::flow_check::FlowCheck {
+        crate::flow_check::FlowCheck {
+            limits: self.run_limits(),
+            receivers: self.webhook_receivers.clone(),
+        }
+    }
+
     /// The model client's settings, from `model.*` and `fast_model.*` (the
     /// idle timeout as [`Config::idle_timeout`] has it, derived when unset);
     /// refused, naming the variable, when the default endpoint is not set.

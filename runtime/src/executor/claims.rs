@@ -10,6 +10,20 @@ use leasehold_actors::{EngineError, Flow, ForkSpec, RunHandle, RunOptions, RunSt
 
 use super::Executor;
 use super::control::Refused;
+use crate::flow_check::{FlowCheck, FlowRefused};
+
+/// What became of a fork ([`Executor::fork`]).
+#[derive(Debug)]
+pub enum Forked {
+    /// Recorded, and started here.
+    Started(RunHandle),
+    /// Not recorded: this executor runs as many runs as it may
+    /// (`server.max_live_runs`).
+    NoRoom,
+    /// Not recorded: its texts or the flow its changes make were refused
+    /// as a posted run's would be.
+    Refused(FlowRefused),
+}
 
 /// What became of a posted flow ([`Executor::post`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,16 +89,27 @@ impl Executor {
     }
 
     /// Forks `run_id` per `spec` into a new run started here, if this
-    /// executor has room; `None` without.
+    /// executor has room. The fork's texts and the flow its changes make
+    /// are held to `check` as a posted run's are ([`FlowCheck`]): refused,
+    /// nothing is recorded.
     pub async fn fork(
         self: &Arc<Self>,
         run_id: &str,
         spec: ForkSpec,
-    ) -> Result<Option<RunHandle>, EngineError> {
+        check: &FlowCheck,
+    ) -> Result<Forked, EngineError> {
+        if let Err(refused) = check.check_fork(&spec) {
+            return Ok(Forked::Refused(refused));
+        }
         let engine = Arc::clone(&self.engine);
-        self.admit(|| async move { engine.fork(run_id, spec).await })
-            .await
-            .transpose()
+        let forked = self
+            .admit(|| engine.fork_checked(run_id, spec, |flow| check.check(flow)))
+            .await;
+        Ok(match forked.transpose()? {
+            None => Forked::NoRoom,
+            Some(Ok(handle)) => Forked::Started(handle),
+            Some(Err(refused)) => Forked::Refused(refused),
+        })
     }
 
     /// Claims as many runs as this executor has room for — orphans first
@@ -168,12 +193,13 @@ impl Executor {
     /// Runs `work` (which starts a run here) if this executor has room for
     /// one more run, holding the admission until the run is registered;
     /// `None` without room.
-    async fn admit<F>(
+    async fn admit<F, H>(
         self: &Arc<Self>,
         work: impl FnOnce() -> F,
-    ) -> Option<Result<RunHandle, EngineError>>
+    ) -> Option<Result<H, EngineError>>
     where
-        F: std::future::Future<Output = Result<RunHandle, EngineError>>,
+        F: std::future::Future<Output = Result<H, EngineError>>,
+        H: Started,
     {
         let _admitted = self.admission.lock().await;
         if self.room() == 0 {
@@ -181,9 +207,28 @@ impl Executor {
             return None;
         }
         let started = work().await;
-        if let Ok(handle) = &started {
+        if let Ok(handle) = &started
+            && let Some(handle) = handle.handle()
+        {
             self.register(handle.clone());
         }
         Some(started)
+    }
+}
+
+/// What [`Executor::admit`]'s work answers: the run it started, if any.
+trait Started {
+    fn handle(&self) -> Option<&RunHandle>;
+}
+
+impl Started for RunHandle {
+    fn handle(&self) -> Option<&RunHandle> {
+        Some(self)
+    }
+}
+
+impl Started for Result<RunHandle, FlowRefused> {
+    fn handle(&self) -> Option<&RunHandle> {
+        self.as_ref().ok()
     }
 }

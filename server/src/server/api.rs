@@ -18,7 +18,8 @@ use super::error::ApiError;
 use super::guard;
 use super::listing::{ListParams, RunsPage};
 use super::view::{RunView, TraceView};
-use leasehold::executor::Posted;
+use leasehold::executor::{Forked, Posted};
+use leasehold::flow_check::FlowRefused;
 use leasehold::flow_file;
 use leasehold::run_limits::{PersonText, TooLarge};
 use leasehold::trace::TraceSummary;
@@ -172,8 +173,34 @@ enum Format {
     Toml,
 }
 
+/// A new run's flow, or a fork's texts, refused as every new run's are
+/// ([`FlowCheck`](leasehold::flow_check::FlowCheck)): 413 for what is too
+/// large, 422 for the rest.
+fn refused(refused: FlowRefused, what: &str) -> ApiError {
+    match refused {
+        FlowRefused::TooLarge(error) => too_large(&error),
+        FlowRefused::Invalid(error) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_flow",
+            format!("{what} was refused at `{}`: {}", error.path, error.message),
+        ),
+        FlowRefused::Fork(error) => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_fork",
+            error.to_string(),
+        ),
+        other => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_flow",
+            other.to_string(),
+        ),
+    }
+}
+
 /// Parses the flow, holds its tool servers to the server's trust model,
-/// completes them from the configuration, and validates it.
+/// completes them from the configuration, and holds it to what every new
+/// run's flow is held to (its size, its validity, its receivers: the check
+/// a fork's flow passes too).
 fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
     let invalid = |e: leasehold::FlowError| {
         ApiError::new(
@@ -234,8 +261,15 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
         engine.serves_tool(name)
     })
     .map_err(invalid)?;
-    flow.validate().map_err(invalid)?;
-    leasehold::webhooks::check_notify(&app.options.receivers, &flow).map_err(invalid)?;
+    // As the store will keep it: what a fork's flow is held to as well.
+    let what = match format {
+        Format::Json => "the flow (JSON)",
+        Format::Toml => "the flow (TOML)",
+    };
+    app.options
+        .flow_check()
+        .check(&flow)
+        .map_err(|e| refused(e, what))?;
     Ok(flow)
 }
 
@@ -462,7 +496,9 @@ struct ForkBody {
 /// lineage). The run forked is only read, whatever its status and
 /// wherever it runs. Refused with 429 and `Retry-After` when this
 /// executor has no room (`server.max_live_runs`), with 422 when the step
-/// is no boundary of the run or a change is refused.
+/// is no boundary of the run, a change is refused, the changes are more
+/// than a fork may make, or the flow they make is one `POST /runs` would
+/// refuse (413 when it, or the guidance, is too large).
 pub(super) async fn fork(
     State(app): State<Arc<App>>,
     control: Control,
@@ -476,48 +512,41 @@ pub(super) async fn fork(
             e.to_string(),
         )
     })?;
-    let guidance = body.guidance.filter(|g| !g.trim().is_empty());
-    if let Some(guidance) = &guidance {
-        app.options
-            .run_limits
-            .check_text(PersonText::Guidance, guidance)
-            .map_err(|e| too_large(&e))?;
-    }
-    for change in &body.set {
-        app.options
-            .run_limits
-            .check_text(PersonText::Guidance, change)
-            .map_err(|e| too_large(&e))?;
-    }
     let spec = leasehold::ForkSpec {
         path,
         step,
-        guidance,
+        guidance: body.guidance.filter(|g| !g.trim().is_empty()),
         set: body.set,
     };
     let executor = Arc::clone(&app.executor);
     let parent = control.run_id.clone();
+    // Its texts and the flow its changes make, as a posted run's.
+    let check = app.options.flow_check();
     // In a task of its own: a client that goes away mid-request must not
     // cancel a fork half-copied.
-    let started = tokio::spawn(async move { executor.fork(&parent, spec).await })
+    let forked = tokio::spawn(async move { executor.fork(&parent, spec, &check).await })
         .await
         .map_err(|e| ApiError::internal(format!("forking the run panicked: {e}")))??;
-    let Some(handle) = started else {
-        let mut response = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "no_room",
-            format!(
-                "this executor runs as many runs as it may (server.max_live_runs = {}): the \
+    let handle = match forked {
+        Forked::Started(handle) => handle,
+        Forked::Refused(error) => return Err(refused(error, "the fork's flow")),
+        Forked::NoRoom => {
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "no_room",
+                format!(
+                    "this executor runs as many runs as it may (server.max_live_runs = {}): the \
                  fork was not made; try again when a run has ended",
-                app.executor.options().max_live_runs
-            ),
-        )
-        .into_response();
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            axum::http::HeaderValue::from(QUEUE_FULL_RETRY_AFTER_SECS),
-        );
-        return Ok(response);
+                    app.executor.options().max_live_runs
+                ),
+            )
+            .into_response();
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                axum::http::HeaderValue::from(QUEUE_FULL_RETRY_AFTER_SECS),
+            );
+            return Ok(response);
+        }
     };
     let run_id = handle.run_id().to_owned();
     let origin = app
