@@ -305,4 +305,37 @@ mod tests {
         );
         drop(listener);
     }
+
+    #[tokio::test]
+    async fn a_server_slower_than_the_total_bound_is_given_up_by_a_request_and_a_stream_alike() {
+        // Never silent for the silence bound, never done: the kernel holds
+        // the connection, and only the total bound can end the wait.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            total: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let remote = Remote::with_limits(&format!("http://{addr}"), None, limits).unwrap();
+        let refused = remote.show("run-1").await.unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("no whole answer within 300ms (--server-timeout)"),
+            "{refused}"
+        );
+        for until in [Until::Logged, Until::EndOrPause] {
+            let refused = remote
+                .follow("run-1", 0, Output::Json, until)
+                .await
+                .unwrap_err();
+            assert!(
+                refused
+                    .to_string()
+                    .contains("no answer within 300ms (--server-timeout)"),
+                "{until:?}: {refused}"
+            );
+        }
+        drop(listener);
+    }
 }
