@@ -7,7 +7,7 @@
 //!   meanwhile, and one that dies mid-delivery leaves it to be taken again
 //!   once the hold ends. The hold is renewed while the notice waits in a
 //!   lane.
-//! - Each receiver has its own queue and workers ([`lane`]): one that is
+//! - Each receiver has its own queue and workers (its lane): one that is
 //!   slow, hangs or refuses delays no other receiver, and a pause, which a
 //!   person acts on, goes before the ends queued for the same receiver.
 //! - Each receiver that answers 2xx is recorded in the store as having it
