@@ -60,7 +60,7 @@ mod queue;
 
 pub use builder::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, EngineBuilder, EngineConfig, EngineError,
-    RUN_STOP_GRACE, ToolFactory,
+    RUN_STOP_GRACE, ToolFactory, ToolSecrets,
 };
 use ownership::{LiveRun, heartbeat};
 
@@ -128,6 +128,8 @@ pub struct Engine {
     owner_id: String,
     tools: HashMap<String, Arc<dyn ToolClient>>,
     tool_factory: Option<ToolFactory>,
+    /// What the store keeps of the flows' tool servers.
+    tool_secrets: Option<Arc<dyn ToolSecrets>>,
     strategy: Option<StrategyFactory>,
     /// The verdict policies flows may name: the built-ins and the
     /// embedder's ([`EngineBuilder::policy`]).
@@ -302,8 +304,11 @@ impl Engine {
     /// The plan of `flow` (validated) and the flow as the store keeps it.
     fn plan_stored(&self, flow: Flow) -> Result<(RunPlan, serde_json::Value), EngineError> {
         let plan = self.plan(flow)?;
-        let stored = serde_json::to_value(&*plan.flow)
-            .map_err(|e| StoreError::invalid(format!("the flow cannot be stored: {e}")))?;
+        let stored = match &self.tool_secrets {
+            Some(secrets) => serde_json::to_value(secrets.at_rest(&plan.flow)),
+            None => serde_json::to_value(&*plan.flow),
+        }
+        .map_err(|e| StoreError::invalid(format!("the flow cannot be stored: {e}")))?;
         Ok((plan, stored))
     }
 

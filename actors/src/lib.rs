@@ -68,7 +68,7 @@ pub mod testing;
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
-    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory,
+    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,
 };
 pub use owner::OwnerId;
 pub use run::{RunEvents, RunHandle, RunState};

@@ -95,6 +95,19 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// `url` without the `user:password@` of its authority: a link shown to
+/// people, who reach the server with credentials of their own.
+pub(crate) fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
 /// `text` with every URL in it (`scheme://…`, up to a space, a quote, a
 /// bracket or a `)`) shown as [`redact_url`] shows it.
 pub fn redact_urls_in(text: &str) -> Cow<'_, str> {
@@ -471,6 +484,9 @@ fn urls_in(text: &str) -> impl Iterator<Item = &str> {
         Some(url)
     })
 }
+
+mod at_rest;
+pub(crate) use at_rest::ConfiguredToolSecrets;
 
 #[cfg(test)]
 mod tests;

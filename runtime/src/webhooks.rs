@@ -9,7 +9,8 @@
 //! backoff until each receiver answers 2xx or the notice is too old: at
 //! least once, across a restart of either side. Delivery runs beside the
 //! runs and never holds one up: a slow or dead receiver costs a notice in
-//! the store and a counter.
+//! the store and a counter. Each receiver is told in a lane of its own,
+//! pauses first ([`deliver`]), so that one receiver never delays another.
 //!
 //! Receivers are the configuration's, by name (`[webhooks.receivers.NAME]`
 //! with `url` and `secret`); a flow names the ones it wants besides those

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::event::{EventBus, EventLimits};
 use crate::event_log::{self, LoggingSink};
-use crate::flow::FlowError;
+use crate::flow::{Flow, FlowError};
 use crate::fork::ForkError;
 use crate::load::LoadGauge;
 use crate::memory::MemoryStore;
@@ -22,6 +22,20 @@ use crate::supervision::strategy::{RestartPolicy, StrategyFactory};
 use crate::supervision::watchdog::{StartError, WatchdogActor, WatchdogArgs};
 
 use super::Engine;
+
+/// What the store keeps of a flow's tool servers, and how a flow read
+/// back gets them whole: an embedder whose tool servers carry credentials
+/// (a URL's password, a secret argument, an `env` value) keeps them out of
+/// the store and restores them from where they came from, its own
+/// configuration. Without one, the store keeps a flow as it runs.
+pub trait ToolSecrets: Send + Sync + 'static {
+    /// `flow` as the store keeps it.
+    fn at_rest(&self, flow: &Flow) -> Flow;
+
+    /// `flow` made whole to run: what [`at_rest`](Self::at_rest) hid of it,
+    /// restored. A whole flow is left as it is.
+    fn restored(&self, flow: Flow) -> Flow;
+}
 
 /// Makes a tool client for a flow's tool server, for one run: the run owns
 /// it and shuts it down when it ends (its child processes die with it).
@@ -294,6 +308,7 @@ pub struct EngineBuilder {
     owner_id: Option<String>,
     tools: HashMap<String, Arc<dyn ToolClient>>,
     tool_factory: Option<ToolFactory>,
+    tool_secrets: Option<Arc<dyn ToolSecrets>>,
     strategy: Option<StrategyFactory>,
     load: Option<LoadGauge>,
     policies: Policies,
@@ -308,6 +323,14 @@ impl EngineBuilder {
     /// down when it ends.
     pub fn tool_factory(mut self, factory: ToolFactory) -> Self {
         self.tool_factory = Some(factory);
+        self
+    }
+
+    /// Keeps the tool servers' credentials out of the store: each flow is
+    /// stored as `secrets` keeps it at rest, and made whole again before
+    /// it runs, resumes or is forked.
+    pub fn tool_secrets(mut self, secrets: Arc<dyn ToolSecrets>) -> Self {
+        self.tool_secrets = Some(secrets);
         self
     }
 
@@ -500,6 +523,7 @@ impl EngineBuilder {
             owner_id,
             tools: self.tools,
             tool_factory: self.tool_factory,
+            tool_secrets: self.tool_secrets,
             strategy: self.strategy,
             policies: self.policies,
             watchdog,

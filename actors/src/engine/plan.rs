@@ -30,6 +30,11 @@ impl Engine {
     /// Validates `flow` and works out everything a run of it needs, with
     /// this engine's configuration and ports.
     pub(super) fn plan(&self, flow: Flow) -> Result<RunPlan, EngineError> {
+        // A flow read from the store runs with what it kept out of it.
+        let flow = match &self.tool_secrets {
+            Some(secrets) => secrets.restored(flow),
+            None => flow,
+        };
         let model = self
             .model
             .clone()

@@ -6,7 +6,10 @@
 //! [`Limits::max_answer`] bytes, an event of its stream to at most
 //! [`Limits::max_event`], and a server silent for [`Limits::silence`] — it
 //! accepted the connection and answers nothing, as one stopped with SIGSTOP
-//! does — is given up, saying so.
+//! does — is given up, saying so. Silence alone does not bound a server
+//! that trickles a byte now and then: a whole answer must come within
+//! [`Limits::total`] (`--server-timeout`), and a run's event stream, long
+//! by nature, must start within it.
 
 use std::time::Duration;
 
@@ -36,6 +39,10 @@ pub(super) struct Limits {
     /// or keep-alive of a stream — before it is taken as gone (60 s; a
     /// server's stream sends a keep-alive every 15 s).
     pub silence: Duration,
+    /// How long one answer may take, from the request to its last byte
+    /// (120 s, `--server-timeout`); for a run's event stream, to its
+    /// answer's headers, after which only the silence bounds it.
+    pub total: Duration,
     /// The most bytes of one answer (256 MiB).
     pub max_answer: usize,
     /// The most bytes of one event of a run's stream (64 MiB; an event
@@ -44,10 +51,14 @@ pub(super) struct Limits {
     pub max_event: usize,
 }
 
+/// How long one answer of a server may take by default.
+pub(super) const DEFAULT_TOTAL: Duration = Duration::from_secs(120);
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
             silence: Duration::from_secs(60),
+            total: DEFAULT_TOTAL,
             max_answer: 256 << 20,
             max_event: 64 << 20,
         }
@@ -55,8 +66,12 @@ impl Default for Limits {
 }
 
 impl Remote {
-    pub(super) fn new(url: &str, token: Option<String>) -> Result<Self, CliError> {
-        Self::with_limits(url, token, Limits::default())
+    pub(super) fn new(url: &str, token: Option<String>, total: Duration) -> Result<Self, CliError> {
+        let limits = Limits {
+            total,
+            ..Limits::default()
+        };
+        Self::with_limits(url, token, limits)
     }
 
     pub(super) fn with_limits(
@@ -94,6 +109,16 @@ impl Remote {
         CliError::other(format!("{}: {error}", self.base))
     }
 
+    /// What an answer slower than [`Limits::total`] says.
+    fn too_slow(&self) -> CliError {
+        CliError::other(format!(
+            "{}: no whole answer within {} (--server-timeout): the server is overloaded, cut off \
+             or sending too slowly; give a longer --server-timeout to wait longer",
+            self.base,
+            humantime::format_duration(self.limits.total)
+        ))
+    }
+
     fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
         let request = self.http.request(method, format!("{}{path}", self.base));
         match &self.token {
@@ -102,7 +127,18 @@ impl Remote {
         }
     }
 
+    /// Sends `request` and reads its JSON answer, all within
+    /// [`Limits::total`].
     async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, CliError> {
+        tokio::time::timeout(self.limits.total, self.exchange(request))
+            .await
+            .unwrap_or_else(|_| Err(self.too_slow()))
+    }
+
+    async fn exchange<T: DeserializeOwned>(
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<T, CliError> {
@@ -267,6 +303,39 @@ mod tests {
             refused.to_string().contains("nothing heard for 300ms"),
             "{refused}"
         );
+        drop(listener);
+    }
+
+    #[tokio::test]
+    async fn a_server_slower_than_the_total_bound_is_given_up_by_a_request_and_a_stream_alike() {
+        // Never silent for the silence bound, never done: the kernel holds
+        // the connection, and only the total bound can end the wait.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            total: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let remote = Remote::with_limits(&format!("http://{addr}"), None, limits).unwrap();
+        let refused = remote.show("run-1").await.unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("no whole answer within 300ms (--server-timeout)"),
+            "{refused}"
+        );
+        for until in [Until::Logged, Until::EndOrPause] {
+            let refused = remote
+                .follow("run-1", 0, Output::Json, until)
+                .await
+                .unwrap_err();
+            assert!(
+                refused
+                    .to_string()
+                    .contains("no answer within 300ms (--server-timeout)"),
+                "{until:?}: {refused}"
+            );
+        }
         drop(listener);
     }
 }

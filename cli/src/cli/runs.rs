@@ -8,6 +8,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
 use leasehold::{Engine, ReconcileDecision, RunCommand, RunQuery, RunStatus, Store};
@@ -118,6 +119,18 @@ pub struct RunsArgs {
     /// (LEASEHOLD_SERVER); LEASEHOLD_API_TOKEN is sent as its bearer token.
     #[arg(long, global = true, value_name = "URL", env = "LEASEHOLD_SERVER")]
     pub(super) server: Option<String>,
+    /// With `--server`: how long one answer may take, from the request to
+    /// its last byte, or to the start of a run's event stream
+    /// (LEASEHOLD_SERVER_TIMEOUT; `30s`, `5m`).
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        env = "LEASEHOLD_SERVER_TIMEOUT",
+        default_value = "120s",
+        value_parser = parse_server_timeout
+    )]
+    pub(super) server_timeout: Duration,
     /// What to do.
     #[command(subcommand)]
     pub(super) command: RunsCommand,
@@ -274,12 +287,26 @@ pub(super) fn existing_store(config: &Config) -> Result<Arc<dyn Store>, CliError
     Ok(config.open_store()?)
 }
 
+/// A `--server-timeout`: a duration of at least a millisecond.
+fn parse_server_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text)
+        .map_err(|e| format!("expected a duration such as `30s` or `5m`: {e}"))?;
+    if timeout < Duration::from_millis(1) {
+        return Err("a timeout of at least 1ms".to_owned());
+    }
+    Ok(timeout)
+}
+
 /// Runs the command against the server, or the data directory.
 pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode, CliError> {
     let config = global.load(&[])?;
-    let RunsArgs { server, command } = runs;
+    let RunsArgs {
+        server,
+        server_timeout,
+        command,
+    } = runs;
     if let Some(url) = server {
-        let client = Remote::new(&url, config.api_token.value.clone())?;
+        let client = Remote::new(&url, config.api_token.value.clone(), server_timeout)?;
         return run_remote(&client, command).await;
     }
     match command {

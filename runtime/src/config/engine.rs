@@ -221,7 +221,9 @@ impl Config {
             self.mcp_handshake_timeout.value,
             Some(Arc::new(ToolGroups::in_data_dir(&self.data_dir.value))),
         ));
-        builder
+        builder.tool_secrets(Arc::new(crate::secret::ConfiguredToolSecrets::new(
+            self.tools.clone(),
+        )))
     }
 }
 

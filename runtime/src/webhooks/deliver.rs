@@ -1,41 +1,49 @@
 //! The [`Deliverer`]: a task beside the runs that takes the store's due
-//! notices and posts each to the receivers that should hear of it.
+//! notices and posts each to the receivers that should hear of it, each
+//! receiver in its own lane.
 //!
 //! - A notice is taken with a hold ([`Outbox::take_notices`](crate::Outbox::take_notices)): another
 //!   deliverer (another executor on a shared store) does not take it
 //!   meanwhile, and one that dies mid-delivery leaves it to be taken again
-//!   once the hold ends.
-//! - Each receiver that answers 2xx is recorded as having it, and is not
-//!   sent it again. The others are tried again after a backoff that
-//!   doubles from `retry_first` up to `retry_max`, until the notice is
-//!   `give_up_after` old; then it is dropped, said in the log and counted.
+//!   once the hold ends. The hold is renewed while the notice waits in a
+//!   lane.
+//! - Each receiver has its own queue and workers (its lane): one that is
+//!   slow, hangs or refuses delays no other receiver, and a pause, which a
+//!   person acts on, goes before the ends queued for the same receiver.
+//! - Each receiver that answers 2xx is recorded in the store as having it
+//!   at once, and is not sent it again. The others are tried again after a
+//!   backoff that doubles from `retry_first` up to `retry_max`, until the
+//!   notice is `give_up_after` old; then it is dropped, said in the log
+//!   and counted.
 //! - A request is bounded by `timeout`, follows no redirect and reads no
 //!   answer body: a receiver that is slow, huge or endless costs one
-//!   timeout per attempt, never a run's time.
+//!   timeout per attempt, never a run's time, and never another
+//!   receiver's.
 //! - The deliverer wakes when the store says a run changed, and otherwise
 //!   looks at least once a [`POLL`].
 
+mod lane;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
-use leasehold_actors::{Clock, Delivery, Notice, NoticeTake, Store};
+use leasehold_actors::{Clock, Delivery, Notice, NoticeTake, RunStatus, Store};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use self::lane::{Job, Lane, Outcome, Posting, Sent};
+use super::Receiver;
 use super::payload::{Links, message_id, payload};
-use super::sign::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
-use super::{Receiver, unknown_receivers};
-use crate::secret::Secrets;
+use super::unknown_receivers;
 
-/// How often the deliverer looks for due notices when nothing wakes it.
+/// How often the deliverer looks for due notices when nothing wakes it,
+/// and renews the holds of the notices waiting in its lanes.
 pub const POLL: Duration = Duration::from_secs(1);
 
 /// At most this many notices a take.
-const BATCH: usize = 32;
-
-/// At most this many notices delivered at once.
-const CONCURRENT: usize = 8;
+const BATCH: usize = 64;
 
 /// What delivery needs: the receivers, where links point, and its bounds.
 #[derive(Clone, Debug)]
@@ -64,13 +72,16 @@ impl DeliveryConfig {
             .min(self.retry_max)
     }
 
-    /// How long a take holds a notice: long enough to try every receiver
-    /// once, one after another, with room to settle.
+    /// How long a take holds a notice: long enough to try it once, with
+    /// room to settle; renewed while the notice waits in a lane.
     fn hold(&self) -> Duration {
-        let receivers = u32::try_from(self.receivers.len()).unwrap_or(u32::MAX);
         self.timeout
-            .saturating_mul(receivers.max(1))
+            .saturating_mul(2)
             .saturating_add(Duration::from_secs(5))
+    }
+
+    fn hold_ms(&self) -> u64 {
+        u64::try_from(self.hold().as_millis()).unwrap_or(u64::MAX)
     }
 }
 
@@ -129,14 +140,30 @@ impl Deliverer {
             .map_err(|e| format!("cannot build the webhooks' HTTP client: {e}"))?;
         let counts = Arc::new(DeliveryCounts::default());
         let stop = CancellationToken::new();
+        let config = Arc::new(config);
+        let (outcomes, reports) = mpsc::unbounded_channel();
+        let posting = Posting {
+            client,
+            clock: Arc::clone(&clock),
+            config: Arc::clone(&config),
+            outcomes,
+        };
+        let lanes = config
+            .receivers
+            .iter()
+            .enumerate()
+            .map(|(index, receiver)| Lane::start(index, receiver.clone(), &posting, &stop))
+            .collect();
+        drop(posting);
         let work = Work {
             store,
-            config: Arc::new(config),
+            config,
             clock,
-            client,
             counts: Arc::clone(&counts),
+            lanes,
+            flights: HashMap::new(),
         };
-        let task = tokio::spawn(work.run(stop.clone()));
+        let task = tokio::spawn(work.run(stop.clone(), reports));
         Ok(Self { stop, task, counts })
     }
 
@@ -153,36 +180,64 @@ impl Deliverer {
     }
 }
 
+/// The dispatcher: takes the due notices, offers each to the lanes of the
+/// receivers that should have it, and settles it from their outcomes. It
+/// alone writes the outbox, so that a notice's settlements never race.
 struct Work {
     store: Arc<dyn Store>,
     config: Arc<DeliveryConfig>,
     clock: Arc<dyn Clock>,
-    client: reqwest::Client,
     counts: Arc<DeliveryCounts>,
+    lanes: Vec<Arc<Lane>>,
+    flights: HashMap<u64, Flight>,
+}
+
+/// A taken notice whose lanes have not all answered yet.
+struct Flight {
+    run_id: String,
+    status: RunStatus,
+    at_ms: u64,
+    /// Its due time as the store holds it: what settling it names.
+    held_until: u64,
+    /// Its progress, as the next settlement writes it.
+    delivery: Delivery,
+    /// Lanes that have it and have not answered.
+    waiting: usize,
+    /// What the receivers that failed said.
+    errors: Vec<String>,
+    /// The earliest time (Unix ms) a lane that did not try it asked to be
+    /// offered it again.
+    deferred_until: Option<u64>,
 }
 
 impl Work {
-    async fn run(self, stop: CancellationToken) {
+    async fn run(
+        mut self,
+        stop: CancellationToken,
+        mut outcomes: mpsc::UnboundedReceiver<Outcome>,
+    ) {
         let mut changes = self.store.changes();
-        let hold = u64::try_from(self.config.hold().as_millis()).unwrap_or(u64::MAX);
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        let mut look = true;
         loop {
-            let take = NoticeTake {
-                now_ms: self.clock.now_unix_ms(),
-                hold_ms: hold,
-                max: BATCH,
-            };
-            let full = tokio::select! {
-                () = stop.cancelled() => return,
-                taken = self.store.take_notices(take) => match taken {
+            if look {
+                let take = NoticeTake {
+                    now_ms: self.clock.now_unix_ms(),
+                    hold_ms: self.config.hold_ms(),
+                    max: BATCH,
+                };
+                let taken = tokio::select! {
+                    () = stop.cancelled() => return,
+                    taken = self.store.take_notices(take) => taken,
+                };
+                look = match taken {
                     Ok(notices) => {
                         failing = false;
                         let full = notices.len() == BATCH;
-                        let delivering = futures_util::stream::iter(notices)
-                            .for_each_concurrent(CONCURRENT, |notice| self.deliver(notice));
-                        tokio::select! {
-                            () = stop.cancelled() => return,
-                            () = delivering => {}
+                        for notice in notices {
+                            self.begin(notice).await;
                         }
                         full
                     }
@@ -193,23 +248,36 @@ impl Work {
                         failing = true;
                         false
                     }
-                },
-            };
-            if full {
+                };
+                // Outcomes already in are settled between takes, so that
+                // a long backlog does not keep them waiting.
+                while let Ok(outcome) = outcomes.try_recv() {
+                    self.apply(outcome).await;
+                }
                 continue;
             }
             tokio::select! {
                 () = stop.cancelled() => return,
-                _ = changes.recv() => {}
-                () = tokio::time::sleep(POLL) => {}
+                Some(outcome) = outcomes.recv() => self.apply(outcome).await,
+                _ = changes.recv() => look = true,
+                _ = tick.tick() => {
+                    self.renew_holds().await;
+                    look = true;
+                }
             }
         }
     }
 
-    /// Posts `notice` to each receiver that should have it and does not
-    /// yet, then settles it.
-    async fn deliver(&self, notice: Notice) {
+    /// Offers a taken notice to the lanes of the receivers that should
+    /// have it and do not yet; settles it at once if there are none.
+    async fn begin(&mut self, notice: Notice) {
         let held_until = notice.delivery.due_at_ms;
+        if let Some(flight) = self.flights.get_mut(&notice.id) {
+            // Taken again while it waits in a lane (its hold ran out before
+            // it could be renewed): still ours, held anew, not sent twice.
+            flight.held_until = held_until;
+            return;
+        }
         if notice.delivery.attempts == 0 {
             let unknown = unknown_receivers(&self.config.receivers, &notice.notify);
             if !unknown.is_empty() {
@@ -217,110 +285,217 @@ impl Work {
                     "webhooks: the run's flow names receivers the configuration does not declare; they are not told");
             }
         }
-        let pending: Vec<&Receiver> = self
-            .config
-            .receivers
+        let pending: Vec<&Arc<Lane>> = self
+            .lanes
             .iter()
-            .filter(|r| r.hears(notice.status, &notice.notify))
-            .filter(|r| !notice.delivery.delivered.contains(&r.name))
+            .filter(|lane| lane.receiver().hears(notice.status, &notice.notify))
+            .filter(|lane| !notice.delivery.delivered.contains(&lane.receiver().name))
             .collect();
         if pending.is_empty() {
-            self.settle(&notice, held_until, None).await;
+            settle(&*self.store, &notice.run_id, notice.id, held_until, None).await;
             return;
         }
         let body = match serde_json::to_vec(&payload(&notice, &self.config.links)) {
             Ok(body) => body,
             Err(error) => {
                 tracing::warn!(run_id = %notice.run_id, %error, "webhooks: cannot write a notice's payload; dropped");
-                self.settle(&notice, held_until, None).await;
+                settle(&*self.store, &notice.run_id, notice.id, held_until, None).await;
                 return;
             }
         };
-        let id = message_id(&notice);
-        let sent = futures_util::future::join_all(
-            pending
-                .iter()
-                .map(|receiver| self.post(receiver, &id, &body)),
-        )
-        .await;
-        let mut delivery = notice.delivery.clone();
-        delivery.attempts = delivery.attempts.saturating_add(1);
-        let mut errors = Vec::new();
-        for (receiver, outcome) in pending.iter().zip(sent) {
-            match outcome {
-                Ok(()) => {
-                    self.counts.delivered.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(run_id = %notice.run_id, receiver = %receiver.name,
-                        status = notice.status.name(), "webhooks: delivered");
-                    delivery.delivered.push(receiver.name.clone());
-                }
-                Err(error) => {
-                    self.counts.failed.fetch_add(1, Ordering::Relaxed);
-                    errors.push(format!("{}: {error}", receiver.name));
-                }
+        let job = Arc::new(Job {
+            notice: notice.id,
+            message_id: message_id(&notice),
+            body,
+            pause: notice.status.is_paused(),
+        });
+        let mut flight = Flight {
+            run_id: notice.run_id.clone(),
+            status: notice.status,
+            at_ms: notice.at_ms,
+            held_until,
+            delivery: notice.delivery.clone(),
+            waiting: 0,
+            errors: Vec::new(),
+            deferred_until: None,
+        };
+        // Offered to every lane before anything awaits: a lane seen to
+        // have it means every lane does.
+        for lane in pending {
+            if lane.offer(Arc::clone(&job)) {
+                flight.waiting += 1;
+            } else {
+                // The lane is full: the notice waits in the store, and is
+                // offered again once the lane may have room.
+                let again = self.clock.now_unix_ms().saturating_add(
+                    u64::try_from(self.config.timeout.as_millis()).unwrap_or(u64::MAX),
+                );
+                flight.deferred_until =
+                    Some(flight.deferred_until.map_or(again, |at| at.min(again)));
             }
         }
-        if errors.is_empty() {
-            self.settle(&notice, held_until, None).await;
+        let waiting = flight.waiting;
+        self.flights.insert(notice.id, flight);
+        if waiting == 0 {
+            self.finish(notice.id).await;
+        }
+    }
+
+    /// Records a lane's outcome; settles the notice once every lane that
+    /// had it answered, and records a delivery in the store at once.
+    async fn apply(&mut self, outcome: Outcome) {
+        let Some(flight) = self.flights.get_mut(&outcome.notice) else {
+            return;
+        };
+        let Some(lane) = self.lanes.get(outcome.lane) else {
+            return;
+        };
+        let receiver = &lane.receiver().name;
+        flight.waiting = flight.waiting.saturating_sub(1);
+        let delivered = matches!(outcome.sent, Sent::Delivered);
+        match outcome.sent {
+            Sent::Delivered => {
+                self.counts.delivered.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(run_id = %flight.run_id, receiver = %receiver,
+                    status = flight.status.name(), "webhooks: delivered");
+                flight.delivery.delivered.push(receiver.clone());
+            }
+            Sent::Failed(error) => {
+                self.counts.failed.fetch_add(1, Ordering::Relaxed);
+                flight.errors.push(format!("{receiver}: {error}"));
+            }
+            Sent::Deferred(until) => {
+                flight.deferred_until =
+                    Some(flight.deferred_until.map_or(until, |at| at.min(until)));
+            }
+        }
+        if flight.waiting == 0 {
+            self.finish(outcome.notice).await;
+        } else if delivered {
+            // The receivers that have it are kept with the notice now, so
+            // that a restart or another deliverer does not send it to them
+            // again while the others are still waited for.
+            self.hold_again(outcome.notice).await;
+        }
+    }
+
+    /// Writes a waiting notice's progress, held for another hold.
+    async fn hold_again(&mut self, id: u64) {
+        let Some(flight) = self.flights.get_mut(&id) else {
+            return;
+        };
+        let mut delivery = flight.delivery.clone();
+        delivery.due_at_ms = self
+            .clock
+            .now_unix_ms()
+            .saturating_add(self.config.hold_ms());
+        let due = delivery.due_at_ms;
+        if settle(
+            &*self.store,
+            &flight.run_id,
+            id,
+            flight.held_until,
+            Some(delivery),
+        )
+        .await
+        {
+            flight.held_until = due;
+        } else {
+            // Taken by another deliverer: theirs to settle.
+            self.flights.remove(&id);
+        }
+    }
+
+    /// Renews the hold of every notice waiting in a lane whose hold ends
+    /// within half a hold.
+    async fn renew_holds(&mut self) {
+        let soon = self
+            .clock
+            .now_unix_ms()
+            .saturating_add(self.config.hold_ms() / 2);
+        let ending: Vec<u64> = self
+            .flights
+            .iter()
+            .filter(|(_, flight)| flight.held_until <= soon)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ending {
+            self.hold_again(id).await;
+        }
+    }
+
+    /// Settles a notice every lane answered: removed if no receiver is
+    /// left to tell, or kept with its progress and due again after its
+    /// backoff, or dropped once too old.
+    async fn finish(&mut self, id: u64) {
+        let Some(flight) = self.flights.remove(&id) else {
+            return;
+        };
+        let Flight {
+            run_id,
+            status,
+            at_ms,
+            held_until,
+            mut delivery,
+            errors,
+            deferred_until,
+            ..
+        } = flight;
+        if errors.is_empty() && deferred_until.is_none() {
+            settle(&*self.store, &run_id, id, held_until, None).await;
             return;
         }
         let now = self.clock.now_unix_ms();
-        let age = Duration::from_millis(now.saturating_sub(notice.at_ms));
-        let last_error = errors.join("; ");
+        let mut due = u64::MAX;
+        if !errors.is_empty() {
+            delivery.attempts = delivery.attempts.saturating_add(1);
+            let wait = self.config.backoff(delivery.attempts);
+            due = now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+            delivery.last_error = Some(errors.join("; "));
+        }
+        if let Some(deferred) = deferred_until {
+            due = due.min(deferred.max(now));
+        }
+        let last_error = delivery.last_error.clone().unwrap_or_default();
+        let age = Duration::from_millis(now.saturating_sub(at_ms));
         if age >= self.config.give_up_after {
             self.counts.given_up.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(run_id = %notice.run_id, status = notice.status.name(),
+            tracing::warn!(run_id = %run_id, status = status.name(),
                 attempts = delivery.attempts, error = %last_error,
                 "webhooks: gave up on a notice, older than webhooks.give_up_after");
-            self.settle(&notice, held_until, None).await;
+            settle(&*self.store, &run_id, id, held_until, None).await;
             return;
         }
-        let wait = self.config.backoff(delivery.attempts);
-        tracing::warn!(run_id = %notice.run_id, status = notice.status.name(),
-            attempts = delivery.attempts, error = %last_error,
-            retry_in = %humantime::format_duration(wait), "webhooks: not delivered; will retry");
-        delivery.due_at_ms =
-            now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
-        delivery.last_error = Some(last_error);
-        self.settle(&notice, held_until, Some(delivery)).await;
-    }
-
-    /// One signed POST of `body` to `receiver`: `Ok` on a 2xx answer.
-    async fn post(&self, receiver: &Receiver, id: &str, body: &[u8]) -> Result<(), String> {
-        let timestamp = self.clock.now_unix_ms() / 1000;
-        let signature = sign(&receiver.secret, id, timestamp, body);
-        let sent = self
-            .client
-            .post(&receiver.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(ID_HEADER, id)
-            .header(TIMESTAMP_HEADER, timestamp.to_string())
-            .header(SIGNATURE_HEADER, signature)
-            .body(body.to_vec())
-            .send()
-            .await;
-        // The answer's body is never read: only its status counts.
-        match sent {
-            Ok(answer) if answer.status().is_success() => Ok(()),
-            Ok(answer) => Err(format!("answered {}", answer.status())),
-            Err(error) => Err(Secrets::of_url(&receiver.url).scrub(&error_chain(&error))),
+        if !errors.is_empty() {
+            let wait = Duration::from_millis(due.saturating_sub(now));
+            tracing::warn!(run_id = %run_id, status = status.name(),
+                attempts = delivery.attempts, error = %last_error,
+                retry_in = %humantime::format_duration(wait), "webhooks: not delivered; will retry");
         }
+        delivery.due_at_ms = due;
+        settle(&*self.store, &run_id, id, held_until, Some(delivery)).await;
     }
+}
 
-    async fn settle(&self, notice: &Notice, held_until: u64, delivery: Option<Delivery>) {
-        match self
-            .store
-            .settle_notice(notice.id, held_until, delivery)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::debug!(run_id = %notice.run_id, "webhooks: a notice was taken again before it was settled");
-            }
-            Err(error) => {
-                tracing::warn!(run_id = %notice.run_id, error = %error.message(),
-                    "webhooks: cannot settle a notice; it is taken again once its hold ends");
-            }
+/// Settles notice `id` of `run_id` as held until `held_until`; whether it
+/// settled (`false`: taken again meanwhile, gone, or the store failed).
+async fn settle(
+    store: &dyn Store,
+    run_id: &str,
+    id: u64,
+    held_until: u64,
+    delivery: Option<Delivery>,
+) -> bool {
+    match store.settle_notice(id, held_until, delivery).await {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::debug!(run_id = %run_id, "webhooks: a notice was taken again before it was settled");
+            false
+        }
+        Err(error) => {
+            tracing::warn!(run_id = %run_id, error = %error.message(),
+                "webhooks: cannot settle a notice; it is taken again once its hold ends");
+            false
         }
     }
 }

@@ -22,7 +22,9 @@ const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Links {
     /// The server's address as its callers reach it, without a trailing
-    /// slash: `webhooks.public_url`, or `http://` and `server.addr`.
+    /// slash and without the credentials it may carry (a person who
+    /// answers has their own): `webhooks.public_url`, or `http://` and
+    /// `server.addr`.
     pub base: String,
     /// Whether the server asks for a bearer token (`api_token`): said, so
     /// that an answer sends it; the token itself is never in a payload.
@@ -30,10 +32,11 @@ pub struct Links {
 }
 
 impl Links {
-    /// Links to `base` (a trailing slash dropped).
+    /// Links to `base` (a trailing slash and any `user:password@`
+    /// dropped).
     pub fn new(base: &str, token_required: bool) -> Self {
         Self {
-            base: base.trim_end_matches('/').to_owned(),
+            base: crate::secret::without_credentials(base.trim_end_matches('/')),
             token_required,
         }
     }
@@ -220,6 +223,14 @@ mod tests {
         assert_eq!(body["type"], "run.completed");
         assert!(body["data"].get("respond").is_none());
         assert_eq!(body["data"]["links"]["run"], "http://h/runs/run-1");
+    }
+
+    #[test]
+    fn links_carry_no_credentials_of_the_public_url() {
+        let links = Links::new("https://ops:pa55@leasehold.example.com/", true);
+        assert_eq!(links.base, "https://leasehold.example.com");
+        let body = payload(&notice(RunStatus::WaitingHuman), &links);
+        assert!(!body.to_string().contains("pa55"), "{body}");
     }
 
     #[test]

@@ -74,6 +74,7 @@ impl Remote {
         let client = builder.build_with_transport(Transport {
             http: self.http.clone(),
             max_event: self.limits.max_event,
+            headers_within: self.limits.total,
         });
         let mut stream = client.stream();
         let mut origin = None;
@@ -129,6 +130,18 @@ impl Remote {
                         "{}: run {run_id}'s event stream: {}",
                         self.base,
                         Oversized(self.limits.max_event)
+                    )));
+                }
+                Err(sse::Error::Transport(error))
+                    if origin.is_none()
+                        && std::error::Error::source(&error)
+                            .is_some_and(|e| e.is::<NoHeaders>()) =>
+                {
+                    return Err(CliError::other(format!(
+                        "{}: run {run_id}'s event stream: {}: the server is overloaded or cut off; \
+                         give a longer --server-timeout to wait longer",
+                        self.base,
+                        NoHeaders(self.limits.total)
                     )));
                 }
                 Err(sse::Error::Transport(error)) if origin.is_none() && !live => {
@@ -208,6 +221,9 @@ async fn read_body(mut body: ByteStream) -> String {
 struct Transport {
     http: reqwest::Client,
     max_event: usize,
+    /// How long the answer's headers may take; the body, long by nature,
+    /// is bounded by the silence alone.
+    headers_within: Duration,
 }
 
 /// An event of more bytes than the stream takes.
@@ -217,6 +233,14 @@ struct Transport {
     leasehold::config::format_size(*.0 as u64)
 )]
 struct Oversized(usize);
+
+/// A stream whose answer did not start in time.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no answer within {} (--server-timeout)",
+    humantime::format_duration(*.0)
+)]
+struct NoHeaders(Duration);
 
 /// The size of the event being received: the bytes of its lines since the
 /// last blank line, which ends an event (a line ends with CRLF, LF or CR).
@@ -260,8 +284,12 @@ impl HttpTransport for Transport {
             outgoing = outgoing.body(body);
         }
         let max_event = self.max_event;
+        let headers_within = self.headers_within;
         let sent = tokio::spawn(async move {
-            let response = outgoing.send().await.map_err(TransportError::new)?;
+            let response = tokio::time::timeout(headers_within, outgoing.send())
+                .await
+                .map_err(|_| TransportError::new(NoHeaders(headers_within)))?
+                .map_err(TransportError::new)?;
             let mut answer = http::Response::builder().status(response.status());
             if let Some(headers) = answer.headers_mut() {
                 *headers = response.headers().clone();
@@ -385,7 +413,7 @@ mod tests {
     async fn a_stream_broken_off_is_opened_again_after_the_last_event_until_the_run_ends() {
         let asked = Arc::new(Mutex::new(Vec::new()));
         let base = breaking_server(Arc::clone(&asked)).await;
-        let remote = Remote::new(&base, None).unwrap();
+        let remote = Remote::new(&base, None, super::super::DEFAULT_TOTAL).unwrap();
         let code = remote
             .follow("run-1", 0, Output::Json, Until::EndOrPause)
             .await
@@ -412,7 +440,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
-        let remote = Remote::new(&format!("http://{addr}"), None).unwrap();
+        let remote =
+            Remote::new(&format!("http://{addr}"), None, super::super::DEFAULT_TOTAL).unwrap();
         for until in [Until::Logged, Until::EndOrPause] {
             let refused = remote
                 .follow("nope", 0, Output::Json, until)
@@ -450,7 +479,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
-        let remote = Remote::new(&format!("http://{addr}"), None).unwrap();
+        let remote =
+            Remote::new(&format!("http://{addr}"), None, super::super::DEFAULT_TOTAL).unwrap();
         // Resumed after its pause at 1: the pause at 3 is a new one.
         let code = remote
             .follow("run-1", 1, Output::Json, Until::EndOrPause)
