@@ -2,17 +2,23 @@
 //! makes its writes fail as [`Faults`] say — every Nth write, a share of
 //! them drawn from a seed, or all of them while the store is switched off
 //! — with an error of a chosen kind, before the write reaches the store
-//! underneath (so a failed write changed nothing). Reads always go
-//! through. With no fault set it is the store underneath, and passes the
-//! conformance suite as it does.
+//! underneath (so a failed write changed nothing). Reads go through,
+//! unless the store is cut off ([`Faults::cut_off`]: a partition between
+//! an executor and its store), when they fail too. Writes that go through
+//! may be slowed by a latency drawn from a seed ([`Faults::latency`]): the
+//! write lands when its delay is over, not when it was made. With no fault
+//! set it is the store underneath, and passes the conformance suite as it
+//! does.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::event::Event;
 use crate::pace::Pace;
 use crate::ports::{
-    ClaimOutcome, Delivery, Fenced, LayeredStore, QueueClaim, RunRecord, RunUpdate, Snapshot,
-    Store, StoreError, StoreErrorKind, StoreFuture, ToolCallRecord,
+    ClaimOutcome, Delivery, Fenced, LayeredStore, Notice, NoticeTake, QueueClaim, RunPage,
+    RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError, StoreErrorKind, StoreFuture,
+    ToolCallRecord,
 };
 
 /// Which writes of a [`FaultyStore`] fail, and how; shared by clones, so a
@@ -29,6 +35,8 @@ struct FaultState {
     every_nth: Option<u64>,
     share: Option<(fastrand::Rng, f64)>,
     refusing: bool,
+    cut_off: bool,
+    latency: Option<(fastrand::Rng, Duration)>,
     kind: Option<StoreErrorKind>,
     only: Option<&'static str>,
 }
@@ -75,9 +83,30 @@ impl Faults {
         self
     }
 
+    /// From now on each write fails with probability `share`, drawn from
+    /// `seed` (`0.0`: none fails by chance any more).
+    pub fn fail_share(&self, seed: u64, share: f64) {
+        self.state().share =
+            (share > 0.0).then(|| (fastrand::Rng::with_seed(seed), share.clamp(0.0, 1.0)));
+    }
+
     /// Every write fails while `refusing` is `true`: a store gone away.
     pub fn refuse_writes(&self, refusing: bool) {
         self.state().refusing = refusing;
+    }
+
+    /// Every read and every write fails while `cut` is `true`: the store
+    /// cannot be reached (a partition between an executor and its store).
+    pub fn cut_off(&self, cut: bool) {
+        self.state().cut_off = cut;
+    }
+
+    /// Each write that goes through lands after a delay drawn from `seed`,
+    /// up to `max` (uniform, in milliseconds); `Duration::ZERO` lands every
+    /// write at once again. The delay is tokio's: on paused time it takes
+    /// no real time, and writes made meanwhile by others land first.
+    pub fn latency(&self, seed: u64, max: Duration) {
+        self.state().latency = (!max.is_zero()).then(|| (fastrand::Rng::with_seed(seed), max));
     }
 
     /// How many writes went through the store, failed or not.
@@ -94,10 +123,25 @@ impl Faults {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The delay of the next write that goes through, if any is drawn.
+    fn delay(&self) -> Option<Duration> {
+        let mut state = self.state();
+        let (rng, max) = state.latency.as_mut()?;
+        let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+        let delay = Duration::from_millis(rng.u64(0..=max_ms));
+        (!delay.is_zero()).then_some(delay)
+    }
+
     /// Counts a write of `what`, and answers the error it fails with, if
     /// it does.
     fn next(&self, what: &str) -> Option<StoreError> {
         let mut state = self.state();
+        if state.cut_off {
+            state.injected += 1;
+            return Some(StoreError::unavailable(format!(
+                "{what}: the store cannot be reached (fault injected)"
+            )));
+        }
         if state.only.is_some_and(|only| only != what) {
             return None;
         }
@@ -139,14 +183,42 @@ impl FaultyStore {
     }
 }
 
-/// Fails with the injected error, or goes on to `write`.
-fn or_fail<T: Send + 'static>(
-    fault: Option<StoreError>,
-    write: impl FnOnce() -> StoreFuture<T>,
-) -> StoreFuture<T> {
-    match fault {
-        Some(error) => Box::pin(std::future::ready(Err(error))),
-        None => write(),
+impl FaultyStore {
+    /// Fails the write of `what` with the injected error, or makes it on
+    /// the store underneath — after its latency, if one is drawn.
+    fn write<T: Send + 'static>(
+        &self,
+        what: &str,
+        write: impl FnOnce(&dyn Store) -> StoreFuture<T> + Send + 'static,
+    ) -> StoreFuture<T> {
+        if let Some(error) = self.faults.next(what) {
+            return Box::pin(std::future::ready(Err(error)));
+        }
+        match self.faults.delay() {
+            None => write(self.inner.as_ref()),
+            Some(delay) => {
+                let inner = self.inner.clone();
+                Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    write(inner.as_ref()).await
+                })
+            }
+        }
+    }
+
+    /// Fails a read while the store is cut off, or makes it.
+    fn read<T: Send + 'static>(
+        &self,
+        what: &str,
+        read: impl FnOnce(&dyn Store) -> StoreFuture<T>,
+    ) -> StoreFuture<T> {
+        if self.faults.state().cut_off {
+            let error = StoreError::unavailable(format!(
+                "{what}: the store cannot be reached (fault injected)"
+            ));
+            return Box::pin(std::future::ready(Err(error)));
+        }
+        read(self.inner.as_ref())
     }
 }
 
@@ -156,9 +228,7 @@ impl LayeredStore for FaultyStore {
     }
 
     fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
-        or_fail(self.faults.next("creating a run"), || {
-            self.inner.create_run(record)
-        })
+        self.write("creating a run", move |store| store.create_run(record))
     }
 
     fn claim_run(
@@ -168,8 +238,9 @@ impl LayeredStore for FaultyStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> StoreFuture<ClaimOutcome> {
-        or_fail(self.faults.next("claiming a run"), || {
-            self.inner.claim_run(run_id, owner_id, now_ms, ttl_ms)
+        let (run_id, owner_id) = (run_id.to_owned(), owner_id.to_owned());
+        self.write("claiming a run", move |store| {
+            store.claim_run(&run_id, &owner_id, now_ms, ttl_ms)
         })
     }
 
@@ -180,20 +251,22 @@ impl LayeredStore for FaultyStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("renewing a run's lease"), || {
-            self.inner.renew_run(run_id, fence, now_ms, ttl_ms)
+        let run_id = run_id.to_owned();
+        self.write("renewing a run's lease", move |store| {
+            store.renew_run(&run_id, fence, now_ms, ttl_ms)
         })
     }
 
     fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("updating a run"), || {
-            self.inner.update_run(run_id, fence, update)
+        let run_id = run_id.to_owned();
+        self.write("updating a run", move |store| {
+            store.update_run(&run_id, fence, update)
         })
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
-        or_fail(self.faults.next("marking orphans"), || {
-            self.inner.reconcile_orphans(now_ms)
+        self.write("marking orphans", move |store| {
+            store.reconcile_orphans(now_ms)
         })
     }
 
@@ -203,14 +276,15 @@ impl LayeredStore for FaultyStore {
         events: Vec<Event>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("appending events"), || {
-            self.inner.append_events(run_id, events, fence)
+        let run_id = run_id.to_owned();
+        self.write("appending events", move |store| {
+            store.append_events(&run_id, events, fence)
         })
     }
 
     fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("saving a snapshot"), || {
-            self.inner.save_snapshot(snapshot, fence)
+        self.write("saving a snapshot", move |store| {
+            store.save_snapshot(snapshot, fence)
         })
     }
 
@@ -220,14 +294,15 @@ impl LayeredStore for FaultyStore {
         record: ToolCallRecord,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("recording a tool call"), || {
-            self.inner.record_tool_call(run_id, record, fence)
+        let run_id = run_id.to_owned();
+        self.write("recording a tool call", move |store| {
+            store.record_tool_call(&run_id, record, fence)
         })
     }
 
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
-        or_fail(self.faults.next("claiming queued runs"), || {
-            self.inner.claim_queued(claim)
+        self.write("claiming queued runs", move |store| {
+            store.claim_queued(claim)
         })
     }
 
@@ -237,15 +312,47 @@ impl LayeredStore for FaultyStore {
         held_until_ms: u64,
         delivery: Option<Delivery>,
     ) -> StoreFuture<bool> {
-        or_fail(self.faults.next("settling a notice"), || {
-            self.inner.settle_notice(id, held_until_ms, delivery)
+        self.write("settling a notice", move |store| {
+            store.settle_notice(id, held_until_ms, delivery)
         })
     }
 
     fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> StoreFuture<()> {
-        or_fail(self.faults.next("saving paces"), || {
-            self.inner.save_paces(paces)
+        self.write("saving paces", move |store| store.save_paces(paces))
+    }
+
+    fn load_run(&self, run_id: &str) -> StoreFuture<Option<RunRecord>> {
+        self.read("loading a run", |store| store.load_run(run_id))
+    }
+
+    fn list_runs(&self) -> StoreFuture<Vec<RunRecord>> {
+        self.read("listing runs", |store| store.list_runs())
+    }
+
+    fn list_runs_page(&self, query: &RunQuery) -> StoreFuture<RunPage> {
+        self.read("listing runs", |store| store.list_runs_page(query))
+    }
+
+    fn load_events(&self, run_id: &str, after_seq: u64) -> StoreFuture<Vec<Event>> {
+        self.read("loading events", |store| {
+            store.load_events(run_id, after_seq)
         })
+    }
+
+    fn last_event(&self, run_id: &str) -> StoreFuture<Option<Event>> {
+        self.read("loading events", |store| store.last_event(run_id))
+    }
+
+    fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
+        self.read("loading snapshots", |store| store.load_snapshots(run_id))
+    }
+
+    fn load_tool_calls(&self, run_id: &str) -> StoreFuture<Vec<ToolCallRecord>> {
+        self.read("loading tool calls", |store| store.load_tool_calls(run_id))
+    }
+
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
+        self.read("taking notices", |store| store.take_notices(take))
     }
 }
 
