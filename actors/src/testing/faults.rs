@@ -33,10 +33,18 @@ struct FaultState {
     writes: u64,
     injected: u64,
     every_nth: Option<u64>,
-    share: Option<(fastrand::Rng, f64)>,
+    share: Option<f64>,
+    /// The seed of the share's draws for the writes of one run.
+    share_seed: u64,
     refusing: bool,
     cut_off: bool,
-    latency: Option<(fastrand::Rng, Duration)>,
+    latency: Option<Duration>,
+    latency_seed: u64,
+    /// Each run written through the store: its number, in the order first
+    /// seen.
+    runs: std::collections::HashMap<String, u64>,
+    /// How many writes of each kind of each run were drawn for.
+    drawn: std::collections::HashMap<(String, String), u64>,
     kind: Option<StoreErrorKind>,
     only: Option<&'static str>,
 }
@@ -56,10 +64,14 @@ impl Faults {
     }
 
     /// Each write fails with probability `share`, drawn from `seed`: the
-    /// same seed and the same writes fail the same ones.
+    /// same seed and the same writes fail the same ones. Each write is
+    /// drawn for from its run (numbered in the order the store first saw
+    /// it), its kind and its place among that run's writes of that kind,
+    /// so that writes made concurrently, in any order, meet the same
+    /// faults.
     pub fn seeded(seed: u64, share: f64) -> Self {
         let faults = Self::default();
-        faults.state().share = Some((fastrand::Rng::with_seed(seed), share.clamp(0.0, 1.0)));
+        faults.fail_share(seed, share);
         faults
     }
 
@@ -86,8 +98,9 @@ impl Faults {
     /// From now on each write fails with probability `share`, drawn from
     /// `seed` (`0.0`: none fails by chance any more).
     pub fn fail_share(&self, seed: u64, share: f64) {
-        self.state().share =
-            (share > 0.0).then(|| (fastrand::Rng::with_seed(seed), share.clamp(0.0, 1.0)));
+        let mut state = self.state();
+        state.share = (share > 0.0).then(|| share.clamp(0.0, 1.0));
+        state.share_seed = seed;
     }
 
     /// Every write fails while `refusing` is `true`: a store gone away.
@@ -106,7 +119,9 @@ impl Faults {
     /// write at once again. The delay is tokio's: on paused time it takes
     /// no real time, and writes made meanwhile by others land first.
     pub fn latency(&self, seed: u64, max: Duration) {
-        self.state().latency = (!max.is_zero()).then(|| (fastrand::Rng::with_seed(seed), max));
+        let mut state = self.state();
+        state.latency = (!max.is_zero()).then_some(max);
+        state.latency_seed = seed;
     }
 
     /// How many writes went through the store, failed or not.
@@ -123,18 +138,26 @@ impl Faults {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The delay of the next write that goes through, if any is drawn.
-    fn delay(&self) -> Option<Duration> {
+    /// The delay of the next write (of `run`, if it is one run's) that
+    /// goes through, if any is drawn.
+    fn delay(&self, what: &str, run: Option<&str>) -> Option<Duration> {
         let mut state = self.state();
-        let (rng, max) = state.latency.as_mut()?;
-        let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
-        let delay = Duration::from_millis(rng.u64(0..=max_ms));
-        (!delay.is_zero()).then_some(delay)
+        let max_ms = u64::try_from(state.latency?.as_millis()).unwrap_or(u64::MAX);
+        let seed = state.latency_seed ^ 0x1a7e_0c1e;
+        let ms = state.draw(run.unwrap_or(""), what, seed).u64(0..=max_ms);
+        (ms > 0).then(|| Duration::from_millis(ms))
     }
 
     /// Counts a write of `what`, and answers the error it fails with, if
     /// it does.
+    #[cfg(test)]
     fn next(&self, what: &str) -> Option<StoreError> {
+        self.next_of(what, None)
+    }
+
+    /// Counts a write of `what` (of `run`, if it is one run's), and
+    /// answers the error it fails with, if it does.
+    fn next_of(&self, what: &str, run: Option<&str>) -> Option<StoreError> {
         let mut state = self.state();
         if state.cut_off {
             state.injected += 1;
@@ -149,9 +172,10 @@ impl Faults {
         let nth = state
             .every_nth
             .is_some_and(|n| state.writes.is_multiple_of(n));
-        let drawn = match &mut state.share {
-            Some((rng, share)) => rng.f64() < *share,
+        let seed = state.share_seed;
+        let drawn = match state.share {
             None => false,
+            Some(share) => state.draw(run.unwrap_or(""), what, seed).f64() < share,
         };
         if !(nth || drawn || state.refusing) {
             return None;
@@ -162,6 +186,30 @@ impl Faults {
             kind,
             format!("{what}: fault injected (write {})", state.writes),
         ))
+    }
+}
+
+impl FaultState {
+    /// A generator for the next write of `what` of `run` drawn for with
+    /// `seed`: the same for the same run's same write, whatever other runs
+    /// — or other kinds of writes of the run — wrote in between.
+    fn draw(&mut self, run: &str, what: &str, seed: u64) -> fastrand::Rng {
+        let next = u64::try_from(self.runs.len()).unwrap_or(u64::MAX);
+        let number = *self.runs.entry(run.to_owned()).or_insert(next);
+        let writes = self
+            .drawn
+            .entry((run.to_owned(), what.to_owned()))
+            .or_default();
+        let n = *writes;
+        *writes += 1;
+        let kind = what
+            .bytes()
+            .fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b));
+        let number = number ^ kind.rotate_left(17);
+        let mixed = fastrand::Rng::with_seed(seed).u64(..);
+        fastrand::Rng::with_seed(
+            mixed ^ number.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n.rotate_left(32),
+        )
     }
 }
 
@@ -189,12 +237,13 @@ impl FaultyStore {
     fn write<T: Send + 'static>(
         &self,
         what: &str,
+        run: Option<&str>,
         write: impl FnOnce(&dyn Store) -> StoreFuture<T> + Send + 'static,
     ) -> StoreFuture<T> {
-        if let Some(error) = self.faults.next(what) {
+        if let Some(error) = self.faults.next_of(what, run) {
             return Box::pin(std::future::ready(Err(error)));
         }
-        match self.faults.delay() {
+        match self.faults.delay(what, run) {
             None => write(self.inner.as_ref()),
             Some(delay) => {
                 let inner = self.inner.clone();
@@ -228,7 +277,10 @@ impl LayeredStore for FaultyStore {
     }
 
     fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
-        self.write("creating a run", move |store| store.create_run(record))
+        let run = record.run_id.clone();
+        self.write("creating a run", Some(&run), move |store| {
+            store.create_run(record)
+        })
     }
 
     fn claim_run(
@@ -239,7 +291,7 @@ impl LayeredStore for FaultyStore {
         ttl_ms: u64,
     ) -> StoreFuture<ClaimOutcome> {
         let (run_id, owner_id) = (run_id.to_owned(), owner_id.to_owned());
-        self.write("claiming a run", move |store| {
+        self.write("claiming a run", Some(&run_id.clone()), move |store| {
             store.claim_run(&run_id, &owner_id, now_ms, ttl_ms)
         })
     }
@@ -252,20 +304,22 @@ impl LayeredStore for FaultyStore {
         ttl_ms: u64,
     ) -> StoreFuture<Fenced<()>> {
         let run_id = run_id.to_owned();
-        self.write("renewing a run's lease", move |store| {
-            store.renew_run(&run_id, fence, now_ms, ttl_ms)
-        })
+        self.write(
+            "renewing a run's lease",
+            Some(&run_id.clone()),
+            move |store| store.renew_run(&run_id, fence, now_ms, ttl_ms),
+        )
     }
 
     fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>> {
         let run_id = run_id.to_owned();
-        self.write("updating a run", move |store| {
+        self.write("updating a run", Some(&run_id.clone()), move |store| {
             store.update_run(&run_id, fence, update)
         })
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
-        self.write("marking orphans", move |store| {
+        self.write("marking orphans", None, move |store| {
             store.reconcile_orphans(now_ms)
         })
     }
@@ -277,13 +331,14 @@ impl LayeredStore for FaultyStore {
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         let run_id = run_id.to_owned();
-        self.write("appending events", move |store| {
+        self.write("appending events", Some(&run_id.clone()), move |store| {
             store.append_events(&run_id, events, fence)
         })
     }
 
     fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
-        self.write("saving a snapshot", move |store| {
+        let run = snapshot.run_id.clone();
+        self.write("saving a snapshot", Some(&run), move |store| {
             store.save_snapshot(snapshot, fence)
         })
     }
@@ -295,13 +350,15 @@ impl LayeredStore for FaultyStore {
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         let run_id = run_id.to_owned();
-        self.write("recording a tool call", move |store| {
-            store.record_tool_call(&run_id, record, fence)
-        })
+        self.write(
+            "recording a tool call",
+            Some(&run_id.clone()),
+            move |store| store.record_tool_call(&run_id, record, fence),
+        )
     }
 
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
-        self.write("claiming queued runs", move |store| {
+        self.write("claiming queued runs", None, move |store| {
             store.claim_queued(claim)
         })
     }
@@ -312,13 +369,13 @@ impl LayeredStore for FaultyStore {
         held_until_ms: u64,
         delivery: Option<Delivery>,
     ) -> StoreFuture<bool> {
-        self.write("settling a notice", move |store| {
+        self.write("settling a notice", None, move |store| {
             store.settle_notice(id, held_until_ms, delivery)
         })
     }
 
     fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> StoreFuture<()> {
-        self.write("saving paces", move |store| store.save_paces(paces))
+        self.write("saving paces", None, move |store| store.save_paces(paces))
     }
 
     fn load_run(&self, run_id: &str) -> StoreFuture<Option<RunRecord>> {

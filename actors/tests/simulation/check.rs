@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use leasehold_actors::{EventKind, Verdict};
 
-use super::world::{EFFECT_TOOL, World};
+use super::peers::EFFECT_TOOL;
+use super::world::World;
 
 thread_local! {
     /// Panics on this thread (the simulation's runtime is current-thread:
@@ -122,9 +123,9 @@ impl World {
     /// person said to.
     fn check_tool_calls(&mut self, label: &str) {
         let mut sent: BTreeMap<String, usize> = BTreeMap::new();
-        for call in self.tools.invocations() {
-            if call.name == EFFECT_TOOL {
-                *sent.entry(call.idempotency_key).or_default() += 1;
+        for (tool, key) in self.peers.sent() {
+            if tool == EFFECT_TOOL {
+                *sent.entry(key).or_default() += 1;
             }
         }
         for (key, times) in sent {
@@ -170,12 +171,14 @@ impl World {
             if let Some(end) = end
                 && end + 1 < events.len()
             {
-                let after = events[end + 1].kind.name();
-                self.broken(
-                    label,
-                    "end is last",
-                    format!("{run_id}: {after} logged after the run's end"),
+                let after: Vec<&str> = events[end + 1..].iter().map(|e| e.kind.name()).collect();
+                let what = format!(
+                    "{run_id}: {} logged after its {} (position {})",
+                    after.join(", "),
+                    events[end].kind.name(),
+                    events[end].position
                 );
+                self.broken(label, "end is last", what);
             }
             let mut verdicts = Vec::new();
             for event in &events {

@@ -9,16 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_actors::testing::faults::{Faults, FaultyStore};
-use leasehold_actors::testing::{
-    Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools, ToolAct, Turn,
-};
 use leasehold_actors::{
-    Delivery, Engine, EngineConfig, Flow, MemoryStore, ModelError, ModelErrorKind, NoticeTake,
-    Outbox, ReconcileDecision, RestartPolicy, RunHandle, RunStatus, Store, ToolError,
+    Delivery, Engine, EngineConfig, Flow, MemoryStore, NoticeTake, Outbox, ReconcileDecision,
+    RestartPolicy, RunHandle, RunStatus, Store,
 };
 use serde_json::json;
 
 use super::observe::{Journal, Observed, SimClock};
+use super::peers::{Peers, SimEvaluator, SimModel, SimTools};
 
 /// The run lease's TTL.
 pub const TTL: Duration = Duration::from_secs(90);
@@ -27,10 +25,6 @@ const EPOCH_MS: u64 = 1_800_000_000_000;
 const MAX_RUNS: usize = 12;
 /// How long one action may take before the trace says it hung.
 const ACTION_PATIENCE: Duration = Duration::from_secs(900);
-
-/// The tools: one idempotent, one not.
-pub const IDEMPOTENT_TOOL: &str = "lookup";
-pub const EFFECT_TOOL: &str = "charge";
 
 pub struct Executor {
     pub owner: String,
@@ -49,9 +43,7 @@ pub struct World {
     pub dead: Vec<Executor>,
     pub next_owner: u32,
     pub start: tokio::time::Instant,
-    pub model: ScriptedModel,
-    pub tools: ScriptedTools,
-    pub evaluator: ScriptedEvaluator,
+    pub peers: Peers,
     /// Run ids, in the order started, and their names in the trace.
     pub runs: Vec<String>,
     pub names: BTreeMap<String, String>,
@@ -79,73 +71,9 @@ fn config() -> EngineConfig {
     config
 }
 
-/// A model call drawn from `rng`.
-fn turn(rng: &mut fastrand::Rng) -> Turn {
-    match rng.u32(0..100) {
-        0..35 => Turn::tools([(IDEMPOTENT_TOOL, json!({"q": rng.u32(0..100)}))]),
-        35..50 => Turn::tools([(EFFECT_TOOL, json!({"amount": rng.u32(1..100)}))]),
-        50..58 => Turn::tools([
-            (IDEMPOTENT_TOOL, json!({"q": rng.u32(0..100)})),
-            (EFFECT_TOOL, json!({"amount": rng.u32(1..100)})),
-        ]),
-        58..78 => Turn::answer("done"),
-        78..83 => Turn::hang(),
-        83..88 => Turn::answer("slow").stall_after(1, Duration::from_secs(rng.u64(20..400))),
-        88..93 => Turn::fail(ModelError::new(
-            ModelErrorKind::Server,
-            "the model's server failed",
-            true,
-        )),
-        // Garbage: a tool nobody serves.
-        93..96 => Turn::tools([("no_such_tool", json!({"x": 1}))]),
-        _ => Turn::answer("late").first_chunk_after(Duration::from_secs(rng.u64(10..200))),
-    }
-}
-
-/// A tool call's behaviour drawn from `rng`.
-fn act(rng: &mut fastrand::Rng) -> ToolAct {
-    match rng.u32(0..100) {
-        0..65 => ToolAct::returns("ok", Duration::from_millis(rng.u64(0..60_000))),
-        65..75 => ToolAct::Hang,
-        75..85 => ToolAct::Fail(ToolError::new("the tool's server failed", true)),
-        _ => ToolAct::returns("slow ok", Duration::from_secs(rng.u64(60..600))),
-    }
-}
-
-/// An evaluator answer drawn from `rng`.
-fn verdict(rng: &mut fastrand::Rng) -> Scripted {
-    match rng.u32(0..100) {
-        0..35 => Scripted::verdict("RENEW", "alive", ""),
-        35..45 => Scripted::verdict("NUDGE", "hurry", "please finish"),
-        45..58 => Scripted::verdict("INTERVENE", "stuck", ""),
-        58..66 => Scripted::verdict("ESCALATE", "a person should look", ""),
-        66..76 => Scripted::Answer("not json".into()),
-        76..86 => Scripted::Fail("the evaluator is down".into()),
-        86..93 => Scripted::Hang,
-        _ => Scripted::AnswerAfter(
-            Duration::from_secs(20),
-            json!({"verdict": "RENEW", "reason": "late", "nudge": ""}).to_string(),
-        ),
-    }
-}
-
 impl World {
     pub async fn new(seed: u64) -> Self {
-        let mut rng = fastrand::Rng::with_seed(seed);
-        let mut peers = fastrand::Rng::with_seed(seed ^ 0x5EED_0F_9EE2);
-        let model = ScriptedModel::new().script("run", (0..400).map(|_| turn(&mut peers)));
-        let tools = ScriptedTools::new()
-            .tool(
-                IDEMPOTENT_TOOL,
-                Some(true),
-                (0..300).map(|_| act(&mut peers)).collect::<Vec<_>>(),
-            )
-            .tool(
-                EFFECT_TOOL,
-                Some(false),
-                (0..300).map(|_| act(&mut peers)).collect::<Vec<_>>(),
-            );
-        let evaluator = ScriptedEvaluator::new((0..400).map(|_| verdict(&mut peers)));
+        let rng = fastrand::Rng::with_seed(seed);
         let mut world = Self {
             base: MemoryStore::new(),
             journal: Journal::default(),
@@ -153,9 +81,7 @@ impl World {
             dead: Vec::new(),
             next_owner: 1,
             start: tokio::time::Instant::now(),
-            model,
-            tools,
-            evaluator,
+            peers: Peers::new(seed),
             runs: Vec::new(),
             names: BTreeMap::new(),
             retries: BTreeMap::new(),
@@ -164,10 +90,10 @@ impl World {
             trace: String::new(),
             violations: Vec::new(),
             reported: std::collections::BTreeSet::new(),
-            rng: fastrand::Rng::new(),
+            rng: fastrand::Rng::with_seed(seed),
         };
-        let count = rng.usize(2..=4);
         world.rng = rng;
+        let count = world.rng.usize(2..=4);
         for _ in 0..count {
             let executor = world.executor().await;
             world.executors.push(executor);
@@ -194,9 +120,9 @@ impl World {
             .owner_id(&owner)
             .store(store)
             .clock(Arc::new(clock.clone()))
-            .model(Arc::new(self.model.clone()))
-            .tool_server("local", Arc::new(self.tools.clone()))
-            .evaluator(Arc::new(self.evaluator.clone()))
+            .model(Arc::new(SimModel(self.peers.clone())))
+            .tool_server("local", Arc::new(SimTools(self.peers.clone())))
+            .evaluator(Arc::new(SimEvaluator(self.peers.clone())))
             .build()
             .await
             .expect("the engine builds");
@@ -219,7 +145,7 @@ impl World {
     }
 
     pub fn say(&mut self, line: String) {
-        let line = self.named(&line);
+        let line = without_write_counts(&self.named(&line));
         let at = self.start.elapsed().as_millis();
         let _ = writeln!(self.trace, "[{:>6}.{:03}s] {line}", at / 1000, at % 1000);
     }
@@ -302,9 +228,7 @@ impl World {
         match started {
             Ok(Ok(handle)) => {
                 let id = handle.run_id().to_owned();
-                let name = format!("r{}", self.runs.len() + 1);
-                self.names.insert(id.clone(), name);
-                self.runs.push(id.clone());
+                self.name_run(&id);
                 self.say(format!("{owner}: started {id} ({max_steps} steps)"));
             }
             Ok(Err(error)) => self.say(format!("{owner}: start refused: {error}")),
@@ -314,13 +238,21 @@ impl World {
         self.adopt_unknown_runs();
     }
 
+    /// Names run `id` after the order it was started in, for the trace
+    /// and the peers.
+    fn name_run(&mut self, id: &str) {
+        let number = self.runs.len() + 1;
+        self.names.insert(id.to_owned(), format!("r{number}"));
+        self.runs.push(id.to_owned());
+        self.peers
+            .run_started(id, u64::try_from(number).unwrap_or(u64::MAX));
+    }
+
     /// Names runs the store holds that the world did not see start.
     fn adopt_unknown_runs(&mut self) {
         for id in self.base.list_ids() {
             if !self.names.contains_key(&id) {
-                let name = format!("r{}", self.runs.len() + 1);
-                self.names.insert(id.clone(), name);
-                self.runs.push(id);
+                self.name_run(&id);
             }
         }
     }
@@ -546,14 +478,7 @@ impl World {
             ex.faults.fail_share(0, 0.0);
             ex.faults.latency(0, Duration::ZERO);
         }
-        self.model
-            .replace_script("run", (0..200).map(|_| Turn::answer("done")));
-        for tool in [IDEMPOTENT_TOOL, EFFECT_TOOL] {
-            self.tools
-                .replace_acts(tool, [ToolAct::returns("ok", Duration::from_secs(1))]);
-        }
-        self.evaluator
-            .replace_script([Scripted::verdict("RENEW", "alive", "")]);
+        self.peers.heal();
         for round in 0..60 {
             tokio::time::sleep(Duration::from_secs(120)).await;
             for i in 0..self.executors.len() {
@@ -599,4 +524,27 @@ impl World {
         }
         line
     }
+}
+
+/// `line` without the fault layer's count of writes in its errors
+/// (`fault injected (write 118)`): how many writes an executor made — how
+/// its event log batched its runs' events — is not the same from one
+/// process to the next, and says nothing of what happened.
+fn without_write_counts(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("(write ") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + "(write ".len()..];
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && tail[digits..].starts_with(')') {
+            out.push_str("(write)");
+            rest = &tail[digits + 1..];
+        } else {
+            out.push_str("(write ");
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
 }
