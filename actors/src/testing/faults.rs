@@ -140,11 +140,12 @@ impl Faults {
 
     /// The delay of the next write (of `run`, if it is one run's) that
     /// goes through, if any is drawn.
-    fn delay(&self, what: &str, run: Option<&str>) -> Option<Duration> {
+    fn delay(&self, what: &str, run: Option<(&str, &str)>) -> Option<Duration> {
         let mut state = self.state();
         let max_ms = u64::try_from(state.latency?.as_millis()).unwrap_or(u64::MAX);
         let seed = state.latency_seed ^ 0x1a7e_0c1e;
-        let ms = state.draw(run.unwrap_or(""), what, seed).u64(0..=max_ms);
+        let (run, kind) = run.unwrap_or(("", what));
+        let ms = state.draw(run, kind, seed).u64(0..=max_ms);
         (ms > 0).then(|| Duration::from_millis(ms))
     }
 
@@ -155,9 +156,10 @@ impl Faults {
         self.next_of(what, None)
     }
 
-    /// Counts a write of `what` (of `run`, if it is one run's), and
-    /// answers the error it fails with, if it does.
-    fn next_of(&self, what: &str, run: Option<&str>) -> Option<StoreError> {
+    /// Counts a write of `what` (of a run, and drawn for as a write of
+    /// `kind` of it, if `run` says so), and answers the error it fails
+    /// with, if it does.
+    fn next_of(&self, what: &str, run: Option<(&str, &str)>) -> Option<StoreError> {
         let mut state = self.state();
         if state.cut_off {
             state.injected += 1;
@@ -175,7 +177,10 @@ impl Faults {
         let seed = state.share_seed;
         let drawn = match state.share {
             None => false,
-            Some(share) => state.draw(run.unwrap_or(""), what, seed).f64() < share,
+            Some(share) => {
+                let (run, kind) = run.unwrap_or(("", what));
+                state.draw(run, kind, seed).f64() < share
+            }
         };
         if !(nth || drawn || state.refusing) {
             return None;
@@ -232,18 +237,30 @@ impl FaultyStore {
 }
 
 impl FaultyStore {
-    /// Fails the write of `what` with the injected error, or makes it on
-    /// the store underneath — after its latency, if one is drawn.
+    /// Fails the write of `what` (of `run`, if it is one run's) with the
+    /// injected error, or makes it on the store underneath — after its
+    /// latency, if one is drawn.
     fn write<T: Send + 'static>(
         &self,
         what: &str,
         run: Option<&str>,
         write: impl FnOnce(&dyn Store) -> StoreFuture<T> + Send + 'static,
     ) -> StoreFuture<T> {
-        if let Some(error) = self.faults.next_of(what, run) {
+        self.write_drawn(what, run.map(|run| (run, what)), write)
+    }
+
+    /// [`Self::write`], its faults drawn for as a write of `kind` of
+    /// `run`, if `drawn` says so.
+    fn write_drawn<T: Send + 'static>(
+        &self,
+        what: &str,
+        drawn: Option<(&str, &str)>,
+        write: impl FnOnce(&dyn Store) -> StoreFuture<T> + Send + 'static,
+    ) -> StoreFuture<T> {
+        if let Some(error) = self.faults.next_of(what, drawn) {
             return Box::pin(std::future::ready(Err(error)));
         }
-        match self.faults.delay(what, run) {
+        match self.faults.delay(what, drawn) {
             None => write(self.inner.as_ref()),
             Some(delay) => {
                 let inner = self.inner.clone();
@@ -330,9 +347,16 @@ impl LayeredStore for FaultyStore {
         events: Vec<Event>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
-        let run_id = run_id.to_owned();
-        self.write("appending events", Some(&run_id.clone()), move |store| {
-            store.append_events(&run_id, events, fence)
+        // Drawn for by the batch's first position, not by how many batches
+        // came before it: how an executor batches a run's events depends
+        // on what else was pending.
+        let kind = format!(
+            "appending events from {}",
+            events.first().map_or(0, |e| e.position)
+        );
+        let run = run_id.to_owned();
+        self.write_drawn("appending events", Some((run_id, &kind)), move |store| {
+            store.append_events(&run, events, fence)
         })
     }
 
