@@ -42,7 +42,7 @@ const STEPS: usize = 150;
 
 /// The seeds every `cargo test` runs (those of [`REGRESSIONS`] still open
 /// left out).
-const CI_SEEDS: std::ops::Range<u64> = 0..160;
+const CI_SEEDS: std::ops::Range<u64> = 0..240;
 
 /// Seeds that once broke an invariant, run every time; those whose fault
 /// is still open are skipped, with the reason.
