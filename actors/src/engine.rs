@@ -52,6 +52,8 @@ use crate::supervision::watchdog::{StartError, WatchdogMsg};
 
 mod bounds;
 mod builder;
+#[cfg(feature = "test-util")]
+mod crash;
 mod fork;
 mod live_owners;
 mod ownership;

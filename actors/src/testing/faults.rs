@@ -2,17 +2,23 @@
 //! makes its writes fail as [`Faults`] say — every Nth write, a share of
 //! them drawn from a seed, or all of them while the store is switched off
 //! — with an error of a chosen kind, before the write reaches the store
-//! underneath (so a failed write changed nothing). Reads always go
-//! through. With no fault set it is the store underneath, and passes the
-//! conformance suite as it does.
+//! underneath (so a failed write changed nothing). Reads go through,
+//! unless the store is cut off ([`Faults::cut_off`]: a partition between
+//! an executor and its store), when they fail too. Writes that go through
+//! may be slowed by a latency drawn from a seed ([`Faults::latency`]): the
+//! write lands when its delay is over, not when it was made. With no fault
+//! set it is the store underneath, and passes the conformance suite as it
+//! does.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::event::Event;
 use crate::pace::Pace;
 use crate::ports::{
-    ClaimOutcome, Delivery, Fenced, LayeredStore, QueueClaim, RunRecord, RunUpdate, Snapshot,
-    Store, StoreError, StoreErrorKind, StoreFuture, ToolCallRecord,
+    ClaimOutcome, Delivery, Fenced, LayeredStore, Notice, NoticeTake, QueueClaim, RunPage,
+    RunQuery, RunRecord, RunUpdate, Snapshot, Store, StoreError, StoreErrorKind, StoreFuture,
+    ToolCallRecord,
 };
 
 /// Which writes of a [`FaultyStore`] fail, and how; shared by clones, so a
@@ -27,8 +33,18 @@ struct FaultState {
     writes: u64,
     injected: u64,
     every_nth: Option<u64>,
-    share: Option<(fastrand::Rng, f64)>,
+    share: Option<f64>,
+    /// The seed of the share's draws for the writes of one run.
+    share_seed: u64,
     refusing: bool,
+    cut_off: bool,
+    latency: Option<Duration>,
+    latency_seed: u64,
+    /// Each run written through the store: its number, in the order first
+    /// seen.
+    runs: std::collections::HashMap<String, u64>,
+    /// How many writes of each kind of each run were drawn for.
+    drawn: std::collections::HashMap<(String, String), u64>,
     kind: Option<StoreErrorKind>,
     only: Option<&'static str>,
 }
@@ -48,10 +64,14 @@ impl Faults {
     }
 
     /// Each write fails with probability `share`, drawn from `seed`: the
-    /// same seed and the same writes fail the same ones.
+    /// same seed and the same writes fail the same ones. Each write is
+    /// drawn for from its run (numbered in the order the store first saw
+    /// it), its kind and its place among that run's writes of that kind,
+    /// so that writes made concurrently, in any order, meet the same
+    /// faults.
     pub fn seeded(seed: u64, share: f64) -> Self {
         let faults = Self::default();
-        faults.state().share = Some((fastrand::Rng::with_seed(seed), share.clamp(0.0, 1.0)));
+        faults.fail_share(seed, share);
         faults
     }
 
@@ -75,9 +95,33 @@ impl Faults {
         self
     }
 
+    /// From now on each write fails with probability `share`, drawn from
+    /// `seed` (`0.0`: none fails by chance any more).
+    pub fn fail_share(&self, seed: u64, share: f64) {
+        let mut state = self.state();
+        state.share = (share > 0.0).then(|| share.clamp(0.0, 1.0));
+        state.share_seed = seed;
+    }
+
     /// Every write fails while `refusing` is `true`: a store gone away.
     pub fn refuse_writes(&self, refusing: bool) {
         self.state().refusing = refusing;
+    }
+
+    /// Every read and every write fails while `cut` is `true`: the store
+    /// cannot be reached (a partition between an executor and its store).
+    pub fn cut_off(&self, cut: bool) {
+        self.state().cut_off = cut;
+    }
+
+    /// Each write that goes through lands after a delay drawn from `seed`,
+    /// up to `max` (uniform, in milliseconds); `Duration::ZERO` lands every
+    /// write at once again. The delay is tokio's: on paused time it takes
+    /// no real time, and writes made meanwhile by others land first.
+    pub fn latency(&self, seed: u64, max: Duration) {
+        let mut state = self.state();
+        state.latency = (!max.is_zero()).then_some(max);
+        state.latency_seed = seed;
     }
 
     /// How many writes went through the store, failed or not.
@@ -94,10 +138,35 @@ impl Faults {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The delay of the next write (of `run`, if it is one run's) that
+    /// goes through, if any is drawn.
+    fn delay(&self, what: &str, run: Option<(&str, &str)>) -> Option<Duration> {
+        let mut state = self.state();
+        let max_ms = u64::try_from(state.latency?.as_millis()).unwrap_or(u64::MAX);
+        let seed = state.latency_seed ^ 0x1a7e_0c1e;
+        let (run, kind) = run.unwrap_or(("", what));
+        let ms = state.draw(run, kind, seed).u64(0..=max_ms);
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
     /// Counts a write of `what`, and answers the error it fails with, if
     /// it does.
+    #[cfg(test)]
     fn next(&self, what: &str) -> Option<StoreError> {
+        self.next_of(what, None)
+    }
+
+    /// Counts a write of `what` (of a run, and drawn for as a write of
+    /// `kind` of it, if `run` says so), and answers the error it fails
+    /// with, if it does.
+    fn next_of(&self, what: &str, run: Option<(&str, &str)>) -> Option<StoreError> {
         let mut state = self.state();
+        if state.cut_off {
+            state.injected += 1;
+            return Some(StoreError::unavailable(format!(
+                "{what}: the store cannot be reached (fault injected)"
+            )));
+        }
         if state.only.is_some_and(|only| only != what) {
             return None;
         }
@@ -105,9 +174,13 @@ impl Faults {
         let nth = state
             .every_nth
             .is_some_and(|n| state.writes.is_multiple_of(n));
-        let drawn = match &mut state.share {
-            Some((rng, share)) => rng.f64() < *share,
+        let seed = state.share_seed;
+        let drawn = match state.share {
             None => false,
+            Some(share) => {
+                let (run, kind) = run.unwrap_or(("", what));
+                state.draw(run, kind, seed).f64() < share
+            }
         };
         if !(nth || drawn || state.refusing) {
             return None;
@@ -118,6 +191,30 @@ impl Faults {
             kind,
             format!("{what}: fault injected (write {})", state.writes),
         ))
+    }
+}
+
+impl FaultState {
+    /// A generator for the next write of `what` of `run` drawn for with
+    /// `seed`: the same for the same run's same write, whatever other runs
+    /// — or other kinds of writes of the run — wrote in between.
+    fn draw(&mut self, run: &str, what: &str, seed: u64) -> fastrand::Rng {
+        let next = u64::try_from(self.runs.len()).unwrap_or(u64::MAX);
+        let number = *self.runs.entry(run.to_owned()).or_insert(next);
+        let writes = self
+            .drawn
+            .entry((run.to_owned(), what.to_owned()))
+            .or_default();
+        let n = *writes;
+        *writes += 1;
+        let kind = what
+            .bytes()
+            .fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b));
+        let number = number ^ kind.rotate_left(17);
+        let mixed = fastrand::Rng::with_seed(seed).u64(..);
+        fastrand::Rng::with_seed(
+            mixed ^ number.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n.rotate_left(32),
+        )
     }
 }
 
@@ -139,14 +236,55 @@ impl FaultyStore {
     }
 }
 
-/// Fails with the injected error, or goes on to `write`.
-fn or_fail<T: Send + 'static>(
-    fault: Option<StoreError>,
-    write: impl FnOnce() -> StoreFuture<T>,
-) -> StoreFuture<T> {
-    match fault {
-        Some(error) => Box::pin(std::future::ready(Err(error))),
-        None => write(),
+impl FaultyStore {
+    /// Fails the write of `what` (of `run`, if it is one run's) with the
+    /// injected error, or makes it on the store underneath — after its
+    /// latency, if one is drawn.
+    fn write<T: Send + 'static>(
+        &self,
+        what: &str,
+        run: Option<&str>,
+        write: impl FnOnce(&dyn Store) -> StoreFuture<T> + Send + 'static,
+    ) -> StoreFuture<T> {
+        self.write_drawn(what, run.map(|run| (run, what)), write)
+    }
+
+    /// [`Self::write`], its faults drawn for as a write of `kind` of
+    /// `run`, if `drawn` says so.
+    fn write_drawn<T: Send + 'static>(
+        &self,
+        what: &str,
+        drawn: Option<(&str, &str)>,
+        write: impl FnOnce(&dyn Store) -> StoreFuture<T> + Send + 'static,
+    ) -> StoreFuture<T> {
+        if let Some(error) = self.faults.next_of(what, drawn) {
+            return Box::pin(std::future::ready(Err(error)));
+        }
+        match self.faults.delay(what, drawn) {
+            None => write(self.inner.as_ref()),
+            Some(delay) => {
+                let inner = self.inner.clone();
+                Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    write(inner.as_ref()).await
+                })
+            }
+        }
+    }
+
+    /// Fails a read while the store is cut off, or makes it.
+    fn read<T: Send + 'static>(
+        &self,
+        what: &str,
+        read: impl FnOnce(&dyn Store) -> StoreFuture<T>,
+    ) -> StoreFuture<T> {
+        if self.faults.state().cut_off {
+            let error = StoreError::unavailable(format!(
+                "{what}: the store cannot be reached (fault injected)"
+            ));
+            return Box::pin(std::future::ready(Err(error)));
+        }
+        read(self.inner.as_ref())
     }
 }
 
@@ -156,8 +294,9 @@ impl LayeredStore for FaultyStore {
     }
 
     fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
-        or_fail(self.faults.next("creating a run"), || {
-            self.inner.create_run(record)
+        let run = record.run_id.clone();
+        self.write("creating a run", Some(&run), move |store| {
+            store.create_run(record)
         })
     }
 
@@ -168,8 +307,9 @@ impl LayeredStore for FaultyStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> StoreFuture<ClaimOutcome> {
-        or_fail(self.faults.next("claiming a run"), || {
-            self.inner.claim_run(run_id, owner_id, now_ms, ttl_ms)
+        let (run_id, owner_id) = (run_id.to_owned(), owner_id.to_owned());
+        self.write("claiming a run", Some(&run_id.clone()), move |store| {
+            store.claim_run(&run_id, &owner_id, now_ms, ttl_ms)
         })
     }
 
@@ -180,20 +320,24 @@ impl LayeredStore for FaultyStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("renewing a run's lease"), || {
-            self.inner.renew_run(run_id, fence, now_ms, ttl_ms)
-        })
+        let run_id = run_id.to_owned();
+        self.write(
+            "renewing a run's lease",
+            Some(&run_id.clone()),
+            move |store| store.renew_run(&run_id, fence, now_ms, ttl_ms),
+        )
     }
 
     fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("updating a run"), || {
-            self.inner.update_run(run_id, fence, update)
+        let run_id = run_id.to_owned();
+        self.write("updating a run", Some(&run_id.clone()), move |store| {
+            store.update_run(&run_id, fence, update)
         })
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
-        or_fail(self.faults.next("marking orphans"), || {
-            self.inner.reconcile_orphans(now_ms)
+        self.write("marking orphans", None, move |store| {
+            store.reconcile_orphans(now_ms)
         })
     }
 
@@ -203,14 +347,23 @@ impl LayeredStore for FaultyStore {
         events: Vec<Event>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("appending events"), || {
-            self.inner.append_events(run_id, events, fence)
+        // Drawn for by the batch's first position, not by how many batches
+        // came before it: how an executor batches a run's events depends
+        // on what else was pending.
+        let kind = format!(
+            "appending events from {}",
+            events.first().map_or(0, |e| e.position)
+        );
+        let run = run_id.to_owned();
+        self.write_drawn("appending events", Some((run_id, &kind)), move |store| {
+            store.append_events(&run, events, fence)
         })
     }
 
     fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("saving a snapshot"), || {
-            self.inner.save_snapshot(snapshot, fence)
+        let run = snapshot.run_id.clone();
+        self.write("saving a snapshot", Some(&run), move |store| {
+            store.save_snapshot(snapshot, fence)
         })
     }
 
@@ -220,14 +373,17 @@ impl LayeredStore for FaultyStore {
         record: ToolCallRecord,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
-        or_fail(self.faults.next("recording a tool call"), || {
-            self.inner.record_tool_call(run_id, record, fence)
-        })
+        let run_id = run_id.to_owned();
+        self.write(
+            "recording a tool call",
+            Some(&run_id.clone()),
+            move |store| store.record_tool_call(&run_id, record, fence),
+        )
     }
 
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
-        or_fail(self.faults.next("claiming queued runs"), || {
-            self.inner.claim_queued(claim)
+        self.write("claiming queued runs", None, move |store| {
+            store.claim_queued(claim)
         })
     }
 
@@ -237,15 +393,47 @@ impl LayeredStore for FaultyStore {
         held_until_ms: u64,
         delivery: Option<Delivery>,
     ) -> StoreFuture<bool> {
-        or_fail(self.faults.next("settling a notice"), || {
-            self.inner.settle_notice(id, held_until_ms, delivery)
+        self.write("settling a notice", None, move |store| {
+            store.settle_notice(id, held_until_ms, delivery)
         })
     }
 
     fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> StoreFuture<()> {
-        or_fail(self.faults.next("saving paces"), || {
-            self.inner.save_paces(paces)
+        self.write("saving paces", None, move |store| store.save_paces(paces))
+    }
+
+    fn load_run(&self, run_id: &str) -> StoreFuture<Option<RunRecord>> {
+        self.read("loading a run", |store| store.load_run(run_id))
+    }
+
+    fn list_runs(&self) -> StoreFuture<Vec<RunRecord>> {
+        self.read("listing runs", |store| store.list_runs())
+    }
+
+    fn list_runs_page(&self, query: &RunQuery) -> StoreFuture<RunPage> {
+        self.read("listing runs", |store| store.list_runs_page(query))
+    }
+
+    fn load_events(&self, run_id: &str, after_seq: u64) -> StoreFuture<Vec<Event>> {
+        self.read("loading events", |store| {
+            store.load_events(run_id, after_seq)
         })
+    }
+
+    fn last_event(&self, run_id: &str) -> StoreFuture<Option<Event>> {
+        self.read("loading events", |store| store.last_event(run_id))
+    }
+
+    fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
+        self.read("loading snapshots", |store| store.load_snapshots(run_id))
+    }
+
+    fn load_tool_calls(&self, run_id: &str) -> StoreFuture<Vec<ToolCallRecord>> {
+        self.read("loading tool calls", |store| store.load_tool_calls(run_id))
+    }
+
+    fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
+        self.read("taking notices", |store| store.take_notices(take))
     }
 }
 
