@@ -201,6 +201,9 @@ struct RunLog {
     stalled: Option<Stall>,
     /// Its end was flushed: it is forgotten once its events are written.
     ended: bool,
+    /// Its end event (`run_completed`, `run_failed`, `run_cancelled`) was
+    /// taken: nothing of the run is logged after it.
+    end_taken: bool,
 }
 
 /// A run's events waiting for the store.
@@ -252,6 +255,7 @@ impl Writer {
                                 entry,
                                 stalled: None,
                                 ended: false,
+                                end_taken: false,
                             },
                         );
                     }
@@ -260,6 +264,18 @@ impl Writer {
                         // none does, it is moved, not copied.
                         let event =
                             Arc::try_unwrap(event).unwrap_or_else(|shared| (*shared).clone());
+                        // A run's end is the last of its log: what its
+                        // leases say as they let go after it (a verdict
+                        // judged too late, a lease cancelled) is not
+                        // logged, so whoever reads the log's last event
+                        // finds the end.
+                        if let Some(run) = self.runs.get_mut(&event.run_id) {
+                            if run.end_taken {
+                                tracing::debug!(run_id = %event.run_id, kind = event.kind.name(), "an event after the run's end is not logged");
+                                continue;
+                            }
+                            run.end_taken = is_end(&event.kind);
+                        }
                         match self
                             .runs
                             .get_mut(&event.run_id)
@@ -277,7 +293,7 @@ impl Writer {
                     }
                     LogItem::Flush(run_id, done) => {
                         self.write(std::mem::take(&mut pending)).await;
-                        save_paces(&self.store, &self.paces).await;
+                        save_paces(&self.store, &self.paces, &self.health).await;
                         if let Err(error) = self.store.flush().await {
                             tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "event log not flushed");
                         }
@@ -299,9 +315,9 @@ impl Writer {
                 }
             }
             self.write(pending).await;
-            save_paces(&self.store, &self.paces).await;
+            save_paces(&self.store, &self.paces, &self.health).await;
         }
-        save_paces(&self.store, &self.paces).await;
+        save_paces(&self.store, &self.paces, &self.health).await;
     }
 
     /// Answers a flush of `run_id` (of every run, if empty): at once if its
@@ -458,6 +474,16 @@ impl Writer {
     }
 }
 
+/// Whether `kind` ends its run.
+fn is_end(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::RunCompleted { .. }
+            | EventKind::RunFailed { .. }
+            | EventKind::RunCancelled { .. }
+    )
+}
+
 /// Sleeps until `at`, or for ever if there is none.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
@@ -469,13 +495,17 @@ async fn sleep_until_some(at: Option<Instant>) {
 /// Writes what the engine's leases learned since the last time: with the
 /// events of the batch that learned it, so what a run learned is kept by
 /// the time its end is. A failed write is logged and learned again.
-async fn save_paces(store: &Arc<dyn Store>, paces: &PaceBook) {
+async fn save_paces(store: &Arc<dyn Store>, paces: &PaceBook, health: &StoreHealth) {
     let changed = paces.take_changed();
     if changed.is_empty() {
         return;
     }
-    if let Err(error) = store.save_paces(changed).await {
-        tracing::warn!(%error, "learned paces not saved");
+    match store.save_paces(changed).await {
+        Ok(()) => health.ok(),
+        Err(error) => {
+            health.error(&error);
+            tracing::warn!(%error, "learned paces not saved");
+        }
     }
 }
 

@@ -498,8 +498,8 @@ impl NthWriteRun {
         if n > 1 {
             assert!(self.injected > 0, "no fault was injected: {self:?}");
             assert!(
-                self.health.retries > 0 && self.health.transient_errors >= self.injected.min(1),
-                "the engine counted no retry: {self:?}"
+                self.health.transient_errors > 0,
+                "the engine counted no store error: {self:?}"
             );
         }
     }
