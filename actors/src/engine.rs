@@ -474,6 +474,7 @@ impl Engine {
             }
             Err(error) => {
                 ctx.cancel.cancel();
+                ctx.held.cancel();
                 leases.actor().stop(None);
                 Err(StartError::Spawn(error.to_string()).into())
             }

@@ -206,6 +206,7 @@ impl Actor for RunActor {
         let ctx = &state.agent.ctx;
         ctx.gate.send_replace(Gate::Closed);
         ctx.cancel.cancel();
+        ctx.held.cancel();
         state.budget.stop(None);
         ctx.leases.actor().stop(None);
         // The run's own tool servers end with it.

@@ -105,6 +105,26 @@ pub struct StoreHealth {
     /// When a write last failed transiently or the store was last slow to
     /// answer: the store away, as this executor saw it.
     away_at: Mutex<Option<tokio::time::Instant>>,
+    /// The writes in flight that say the store answers (heartbeats), by
+    /// number, with when each was sent.
+    in_flight: Mutex<std::collections::BTreeMap<u64, tokio::time::Instant>>,
+    next_in_flight: AtomicU64,
+}
+
+/// A write in flight ([`StoreHealth::in_flight`]), until dropped.
+pub(crate) struct InFlight<'a> {
+    health: &'a StoreHealth,
+    id: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.health
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.id);
+    }
 }
 
 /// A reading of [`StoreHealth`].
@@ -150,6 +170,26 @@ impl StoreHealth {
             .away_at
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tokio::time::Instant::now());
+    }
+
+    /// Marks a write in flight until the guard answered is dropped: one
+    /// in flight for long says the store is away before it fails.
+    pub(crate) fn in_flight(&self) -> InFlight<'_> {
+        let id = self.next_in_flight.fetch_add(1, Ordering::Relaxed);
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, tokio::time::Instant::now());
+        InFlight { health: self, id }
+    }
+
+    /// Whether a write marked in flight has waited longer than `longer`.
+    pub(crate) fn stuck(&self, longer: Duration) -> bool {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .any(|since| since.elapsed() > longer)
     }
 
     /// Whether the store was away within `within` of now.

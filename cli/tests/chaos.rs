@@ -362,13 +362,18 @@ struct Executor {
 
 impl Executor {
     async fn start(store: &str, model: &str, http: &reqwest::Client) -> Self {
+        Self::start_with_ttl(store, model, http, TTL).await
+    }
+
+    /// [`Executor::start`] with a run-lease TTL of `ttl`.
+    async fn start_with_ttl(store: &str, model: &str, http: &reqwest::Client, ttl: &str) -> Self {
         let mut child = support::leasehold_on_store(store)
             .model(model, "chaos")
             .api_token(TOKEN)
             .with_env("NO_COLOR", "1")
             .with_env("LEASEHOLD_SERVER_MAX_LIVE_RUNS", LIMIT.to_string())
             .with_env("LEASEHOLD_EXECUTOR_CLAIM_INTERVAL", "200ms")
-            .with_env("LEASEHOLD_RUN_LEASE_TTL", TTL)
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", ttl)
             .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
             .args(["serve", "--addr", "127.0.0.1:0", "--allow-flow-tools"])
             .stdout(Stdio::piped())
@@ -395,6 +400,43 @@ impl Executor {
 
     fn signal(&self, signal: &str) {
         support::signal(&self.child, signal);
+    }
+
+    /// What it said on stderr that was not `INFO`, its first 60 lines.
+    fn said(&self) -> String {
+        let said: Vec<String> = self
+            .stderr
+            .borrow()
+            .iter()
+            .filter(|l| !l.contains(" INFO "))
+            .take(60)
+            .cloned()
+            .collect();
+        format!("{} said:\n{}", self.owner_id, said.join("\n"))
+    }
+
+    /// Posts run `i` of the settling flow, whose tools are at `tools`.
+    async fn post_settle(&self, http: &reqwest::Client, tools: &str, i: usize) {
+        let flow = json!({
+            "name": "settle",
+            "task": format!("order-{i}"),
+            "system_prompt": ROOT_PROMPT,
+            "max_steps": 6,
+            "stream": true,
+            "tools": [{"name": "ledger", "url": tools,
+                       "idempotent": {CHARGE: false, LOOKUP: true}}],
+        });
+        let answer = http
+            .post(format!("{}/runs", self.base))
+            .json(&flow)
+            .send()
+            .await
+            .expect("POST /runs");
+        assert!(
+            answer.status().is_success(),
+            "{}",
+            answer.text().await.unwrap_or_default()
+        );
     }
 }
 
@@ -644,26 +686,7 @@ async fn three_executors_one_killed_one_stopped_past_its_ttl_complete_every_run_
 
     let executors = [&survivor, &killed, &zombie];
     for i in 0..RUNS {
-        let flow = json!({
-            "name": "settle",
-            "task": format!("order-{i}"),
-            "system_prompt": ROOT_PROMPT,
-            "max_steps": 6,
-            "stream": true,
-            "tools": [{"name": "ledger", "url": tools,
-                       "idempotent": {CHARGE: false, LOOKUP: true}}],
-        });
-        let answer = http
-            .post(format!("{}/runs", executors[i % 3].base))
-            .json(&flow)
-            .send()
-            .await
-            .expect("POST /runs");
-        assert!(
-            answer.status().is_success(),
-            "{}",
-            answer.text().await.unwrap_or_default()
-        );
+        executors[i % 3].post_settle(&http, &tools, i).await;
     }
 
     // Mid-way, with every executor busy: one is killed, one stopped.
@@ -776,17 +799,7 @@ async fn three_executors_one_killed_one_stopped_past_its_ttl_complete_every_run_
         wrong.extend(problems);
     }
     if !wrong.is_empty() {
-        for executor in [&survivor, &killed, &zombie] {
-            let said: Vec<String> = executor
-                .stderr
-                .borrow()
-                .iter()
-                .filter(|l| !l.contains(" INFO "))
-                .take(60)
-                .cloned()
-                .collect();
-            wrong.push(format!("{} said:\n{}", executor.owner_id, said.join("\n")));
-        }
+        wrong.extend([&survivor, &killed, &zombie].map(Executor::said));
     }
     assert!(
         wrong.is_empty(),
@@ -864,11 +877,17 @@ async fn the_orphan_sweep_skips_a_run_whose_row_another_transaction_holds() {
 /// Runs posted to the two executors that ride out a database gone away.
 const AWAY_RUNS: usize = 32;
 
-/// How long the database stays away: longer than the run-lease TTL (2 s),
-/// shorter than `store.write_retry_for` (30 s).
-const AWAY_FOR: Duration = Duration::from_secs(5);
+/// The run-lease TTL of the executors that ride out a database gone away:
+/// longer than what the database itself takes to end a session held in a
+/// transaction (5 s) once it is back, less what the absence lasts.
+const AWAY_TTL: &str = "4s";
 
-/// Two executors on `executors_url`; `AWAY_RUNS` runs posted. Once a
+/// How long the database stays away: longer than [`AWAY_TTL`], shorter
+/// than `store.write_retry_for` (30 s).
+const AWAY_FOR: Duration = Duration::from_secs(6);
+
+/// Two executors on `executors_url` with a TTL of [`AWAY_TTL`]; `AWAY_RUNS`
+/// runs posted. Once a
 /// quarter of them completed, `away` takes the database away and brings it
 /// back. Then every run completes exactly once on the executor that started
 /// it — no lease was taken over (every fence is still 1, no log has
@@ -888,32 +907,12 @@ where
     let ledger = Arc::new(Ledger::default());
     let (model, tools) = peers(ledger.clone()).await;
     let http = support::authorized(TOKEN);
-    let a = Executor::start(executors_url, &model, &http).await;
-    let b = Executor::start(executors_url, &model, &http).await;
+    let a = Executor::start_with_ttl(executors_url, &model, &http, AWAY_TTL).await;
+    let b = Executor::start_with_ttl(executors_url, &model, &http, AWAY_TTL).await;
     let world = watch::Sender::new(World::default());
     follow(store.clone(), world.clone());
     for i in 0..AWAY_RUNS {
-        let flow = json!({
-            "name": "settle",
-            "task": format!("order-{i}"),
-            "system_prompt": ROOT_PROMPT,
-            "max_steps": 6,
-            "stream": true,
-            "tools": [{"name": "ledger", "url": tools,
-                       "idempotent": {CHARGE: false, LOOKUP: true}}],
-        });
-        let base = if i % 2 == 0 { &a.base } else { &b.base };
-        let answer = http
-            .post(format!("{base}/runs"))
-            .json(&flow)
-            .send()
-            .await
-            .expect("POST /runs");
-        assert!(
-            answer.status().is_success(),
-            "{}",
-            answer.text().await.unwrap_or_default()
-        );
+        [&a, &b][i % 2].post_settle(&http, &tools, i).await;
     }
     until(&world, "a quarter of the runs completed", |w| {
         w.completed() >= AWAY_RUNS / 4
@@ -926,13 +925,28 @@ where
     .await;
     let mut wrong: Vec<String> = done.fence_went_down.clone();
     for record in done.runs.values() {
+        let events = store.load_events(&record.run_id, 0).await.expect("events");
         if record.status != RunStatus::Completed || record.fence != 1 {
+            let log: Vec<String> = events
+                .iter()
+                .map(|e| format!("{} {} {}", e.position, e.seq, e.kind.name()))
+                .collect();
+            let said: Vec<String> = [&a, &b]
+                .iter()
+                .flat_map(|x| x.stderr.borrow().clone())
+                .filter(|l| l.contains(&record.run_id))
+                .take(20)
+                .collect();
             wrong.push(format!(
-                "{}: {:?} fence {} {:?}",
-                record.run_id, record.status, record.fence, record.reason
+                "{}: {:?} fence {} {:?}\n  log: {}\n  said:\n{}",
+                record.run_id,
+                record.status,
+                record.fence,
+                record.reason,
+                log.join(", "),
+                said.join("\n")
             ));
         }
-        let events = store.load_events(&record.run_id, 0).await.expect("events");
         let calls = store
             .load_tool_calls(&record.run_id)
             .await
@@ -954,17 +968,7 @@ where
         }
     }
     if !wrong.is_empty() {
-        for executor in [&a, &b] {
-            let said: Vec<String> = executor
-                .stderr
-                .borrow()
-                .iter()
-                .filter(|l| !l.contains(" INFO "))
-                .take(60)
-                .cloned()
-                .collect();
-            wrong.push(format!("{} said:\n{}", executor.owner_id, said.join("\n")));
-        }
+        wrong.extend([&a, &b].map(Executor::said));
     }
     assert!(
         wrong.is_empty(),

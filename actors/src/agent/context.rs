@@ -43,6 +43,11 @@ pub(crate) struct RunContext {
     pub(crate) gate: watch::Sender<Gate>,
     pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
     pub(crate) cancel: CancellationToken,
+    /// Cancelled once this executor no longer holds the run — its actor
+    /// stopped, the run lost or let go: its heartbeat goes on until then,
+    /// past the cancellation of its work, so a run whose end is being
+    /// recorded keeps its lease meanwhile.
+    pub(crate) held: CancellationToken,
     /// Why this executor lost the run, once it has.
     pub(crate) lost: std::sync::OnceLock<String>,
     /// Why this executor let the run go without losing it (its store
@@ -143,6 +148,7 @@ impl RunContext {
             gate: watch::Sender::new(Gate::Open),
             root: std::sync::OnceLock::new(),
             cancel: CancellationToken::new(),
+            held: CancellationToken::new(),
             lost: std::sync::OnceLock::new(),
             let_go: std::sync::OnceLock::new(),
             store_failure: std::sync::OnceLock::new(),
@@ -245,6 +251,7 @@ impl RunContext {
         tracing::error!(run_id = %self.run_id, owner_id = %self.owner_id, %reason, "run lost: this executor stops working on it");
         self.gate.send_replace(Gate::Closed);
         self.cancel.cancel();
+        self.held.cancel();
         if let Some(root) = self.root.get() {
             root.stop(Some(reason));
         }
@@ -326,6 +333,7 @@ impl RunContext {
         tracing::error!(run_id = %self.run_id, owner_id = %self.owner_id, %reason, "run let go: an executor resumes it from its last snapshot once its lease runs out");
         self.gate.send_replace(Gate::Closed);
         self.cancel.cancel();
+        self.held.cancel();
         if let Some(root) = self.root.get() {
             root.stop(Some(reason));
         }

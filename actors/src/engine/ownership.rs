@@ -294,12 +294,15 @@ impl Engine {
     ///
     /// None is marked while the store was away within one run-lease TTL,
     /// as this executor saw it (a write failed transiently, a heartbeat or
-    /// a sweep took longer than a heartbeat period): the runs' holders
+    /// a sweep took longer than a heartbeat period), nor while one of its
+    /// heartbeats has waited longer than a heartbeat period: the runs' holders
     /// could not renew their leases while it was, and get one TTL to do so
     /// once it is back. The store's being away is the runtime's time, not
     /// the work's.
     pub async fn reconcile_orphans(&self) -> Result<Vec<String>, EngineError> {
-        if self.store_health.away_within(self.config.run_lease_ttl) {
+        if self.store_health.away_within(self.config.run_lease_ttl)
+            || self.store_health.stuck(self.heartbeat_period())
+        {
             tracing::debug!(
                 "orphan sweep skipped: the store was away within one run-lease TTL, and the \
                  runs' holders get that long to renew"
@@ -468,8 +471,10 @@ async fn mark_stopped_in_place(store: &dyn Store, run_id: &str, fence: u64, now_
     }
 }
 
-/// Renews this executor's lease on the run every third of its TTL until the
-/// run ends; a refused renewal means another executor took the run over.
+/// Renews this executor's lease on the run every third of its TTL for as
+/// long as it holds the run — its end recorded, or the run lost or let go —
+/// so that the lease lasts while the end is written; a refused renewal
+/// means another executor took the run over.
 pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
     let (period, ttl_ms) = heartbeat_timing(ttl);
     tokio::spawn(async move {
@@ -479,10 +484,12 @@ pub(super) fn heartbeat(ctx: Arc<RunContext>, ttl: Duration) {
         );
         loop {
             tokio::select! {
-                () = ctx.cancel.cancelled() => return,
+                () = ctx.held.cancelled() => return,
                 _ = ticks.tick() => {
                     let started = tokio::time::Instant::now();
+                    let renewing = ctx.store_health.in_flight();
                     let result = ctx.store.renew_run(&ctx.run_id, ctx.fence(), ctx.now_ms(), ttl_ms).await;
+                    drop(renewing);
                     if started.elapsed() > period {
                         ctx.store_health.away();
                     }
