@@ -3,13 +3,12 @@
 //! fork point is never sent again — on paused time with the scripted fakes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold_actors::{
-    ChatRole, Engine, EngineConfig, EngineError, EventKind, EventLog, Fenced, Flow, ForkSpec,
-    LayeredStore, ReconcileDecision, RestartPolicy, RunStatus, RunStore, Snapshot, SnapshotStore,
-    Store, StoreError, StoreFuture, ToolCallState,
+    ChatRole, Engine, EngineConfig, EngineError, EventKind, EventLog, Flow, ForkSpec,
+    ReconcileDecision, RestartPolicy, RunStatus, RunStore, SnapshotStore, ToolCallState,
+    testing::faults::{Faults, FaultyStore},
     testing::{MemoryStore, RecordingSink, ScriptedModel, ScriptedTools, ToolAct, Turn},
 };
 use serde_json::json;
@@ -429,40 +428,13 @@ async fn a_fork_taken_on_before_its_copy_was_whole_copies_it_again_from_its_pare
     assert_eq!(rig.store.tool_calls("run-fork-cut-short").len(), 1);
 }
 
-/// A store whose first snapshot written once it is armed fails: a fork's
-/// copy cut in its middle, the parent's calls written and none of the
-/// loops' snapshots, as if its executor had died there.
-struct CutCopy {
-    inner: MemoryStore,
-    armed: AtomicBool,
-}
-
-impl LayeredStore for CutCopy {
-    fn inner(&self) -> &dyn Store {
-        &self.inner
-    }
-
-    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
-        if self.armed.swap(false, Ordering::AcqRel) {
-            return Box::pin(async {
-                Err(StoreError::unavailable(
-                    "the executor died in the middle of the fork's copy",
-                ))
-            });
-        }
-        self.inner.save_snapshot(snapshot, fence)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_fork_cut_short_mid_copy_is_resumed_with_its_lineage_logged_once() {
     let model = charging_model();
     let tools = charging_tools();
     let memory = MemoryStore::new();
-    let store = Arc::new(CutCopy {
-        inner: memory.clone(),
-        armed: AtomicBool::new(false),
-    });
+    let faults = Faults::none().only("saving a snapshot");
+    let store = Arc::new(FaultyStore::new(Arc::new(memory.clone()), faults.clone()));
     let engine = Engine::builder()
         .config(config())
         .model(Arc::new(model.clone()))
@@ -475,9 +447,11 @@ async fn a_fork_cut_short_mid_copy_is_resumed_with_its_lineage_logged_once() {
     assert_eq!(run.wait().await.status, RunStatus::Completed);
     let parent = run.run_id().to_owned();
 
-    store.armed.store(true, Ordering::Release);
+    // The executor "dies" at the copy's first snapshot.
+    faults.refuse_writes(true);
     let spec = ForkSpec::root(2).with_guidance("Answer in French.");
     let cut = engine.fork(&parent, spec).await;
+    faults.refuse_writes(false);
     assert!(matches!(cut, Err(EngineError::Store(_))), "{cut:?}");
     let fork_id = memory
         .list_runs()

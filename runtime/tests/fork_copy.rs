@@ -10,50 +10,21 @@
 //! few tens of milliseconds.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold::store::{SledConfig, SledStore};
+use leasehold::testing::faults::{Faults, FaultyStore};
 use leasehold::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
-use leasehold::{
-    Engine, EngineError, Fenced, Flow, ForkSpec, LayeredStore, RunStatus, Snapshot, Store,
-    StoreError, StoreFuture,
-};
+use leasehold::{Engine, EngineError, Flow, ForkSpec, RunStatus, Store};
 use serde_json::json;
-
-/// A store whose first snapshot written once it is armed fails: a fork's
-/// copy cut in its middle, as if its executor had died there.
-struct CutCopy {
-    inner: Arc<dyn Store>,
-    armed: AtomicBool,
-}
-
-impl LayeredStore for CutCopy {
-    fn inner(&self) -> &dyn Store {
-        self.inner.as_ref()
-    }
-
-    fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
-        if self.armed.swap(false, Ordering::AcqRel) {
-            return Box::pin(async {
-                Err(StoreError::unavailable(
-                    "the executor died in the middle of the fork's copy",
-                ))
-            });
-        }
-        self.inner.save_snapshot(snapshot, fence)
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sled_a_fork_cut_short_mid_copy_is_resumed_with_its_lineage_logged_once() {
     let dir = tempfile::tempdir().expect("dir");
     let sled: Arc<dyn Store> =
         Arc::new(SledStore::open(SledConfig::new(dir.path().join("runs"))).expect("sled opens"));
-    let store = Arc::new(CutCopy {
-        inner: Arc::clone(&sled),
-        armed: AtomicBool::new(false),
-    });
+    let faults = Faults::none().only("saving a snapshot");
+    let store = Arc::new(FaultyStore::new(Arc::clone(&sled), faults.clone()));
     let model = ScriptedModel::new().script(
         "run",
         [
@@ -83,9 +54,11 @@ async fn on_sled_a_fork_cut_short_mid_copy_is_resumed_with_its_lineage_logged_on
     assert_eq!(run.wait().await.status, RunStatus::Completed);
     let parent = run.run_id().to_owned();
 
-    store.armed.store(true, Ordering::Release);
+    // The executor "dies" at the copy's first snapshot.
+    faults.refuse_writes(true);
     let spec = ForkSpec::root(2).with_guidance("Answer in French.");
     let cut = engine.fork(&parent, spec).await;
+    faults.refuse_writes(false);
     assert!(matches!(cut, Err(EngineError::Store(_))), "{cut:?}");
     let fork_id = sled
         .list_runs()
