@@ -70,8 +70,15 @@ use leasehold_actors::testing::Turn;
 use tokio::time::Instant;
 
 /// The `leasehold` binary's allocator, so that the figures are the binary's.
+#[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// With the `dhat-heap` feature, dhat's: every allocation is traced, for
+/// `--heap FILE` (the child's heap profile at its peak).
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/postgres.rs"]
@@ -138,7 +145,8 @@ fn main() {
     if let Some(which) = value("--child") {
         let store = value("--store").unwrap_or_else(|| "memory".to_owned());
         let timers = value("--timers").and_then(|t| t.parse().ok()).unwrap_or(0);
-        child(&which, &store, runs, timers, knobs);
+        let heap = value("--heap").map(PathBuf::from);
+        child(&which, &store, runs, timers, knobs, heap);
         return;
     }
     let part = value("--part").unwrap_or_else(|| "all".to_owned());
@@ -314,7 +322,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 // The children.
 // ---------------------------------------------------------------------------
 
-fn child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) {
+fn child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs, heap: Option<PathBuf>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -323,7 +331,7 @@ fn child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let figures = runtime.block_on(async {
         match which {
-            "leasehold" => swarm(open_store(store, dir.path().join("db")), runs, knobs).await,
+            "leasehold" => swarm(open_store(store, dir.path().join("db")), runs, knobs, heap).await,
             "bare" => {
                 // The pilot run records the snapshots a run writes, on a
                 // store of its own; the bare runs then write the same ones.
@@ -385,9 +393,10 @@ async fn engine(store: Arc<dyn Store>, sink: Arc<dyn EventSink>, knobs: Knobs) -
 }
 
 /// The leasehold child: `runs` runs at once, awaited.
-async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
+async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs, heap: Option<PathBuf>) -> String {
     let sink = Arc::new(LatenessSink::default());
     let engine = engine(store, sink.clone(), knobs).await;
+    let profile = heap_profile(heap);
     let (rss_before, cpu_before) = (rss_bytes(), process_cpu_ns());
     let mut handles = Vec::with_capacity(runs);
     for _ in 0..runs {
@@ -410,6 +419,8 @@ async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
     );
     let cpu = process_cpu_ns().saturating_sub(cpu_before);
     let peak = peak_rss_bytes();
+    // Written now: the profile's peak is the runs', not the shutdown's.
+    write_heap_profile(profile);
     let lateness = sink.lateness();
     let workers = sink.workers.load(Ordering::Relaxed);
     let restarted = sink
@@ -434,6 +445,39 @@ async fn swarm(store: Arc<dyn Store>, runs: usize, knobs: Knobs) -> String {
         percentile(&lateness, 99),
         lateness.last().copied().unwrap_or(0),
     )
+}
+
+/// With the `dhat-heap` feature and `--heap FILE`, dhat's heap profiler,
+/// from the engine built to the runs ended: what every allocation site
+/// held at the peak (`gb` in the file). Written when dropped.
+#[cfg(feature = "dhat-heap")]
+fn heap_profile(file: Option<PathBuf>) -> Option<dhat::Profiler> {
+    file.map(|file| {
+        dhat::Profiler::builder()
+            .file_name(file)
+            .trim_backtraces(Some(48))
+            .build()
+    })
+}
+
+/// Writes the heap profile (dhat writes it when its profiler is dropped).
+#[cfg(feature = "dhat-heap")]
+fn write_heap_profile(profile: Option<dhat::Profiler>) {
+    drop(profile);
+}
+
+/// Without the `dhat-heap` feature there is no heap profile to write.
+#[cfg(not(feature = "dhat-heap"))]
+fn write_heap_profile(_: Option<()>) {}
+
+/// Without the `dhat-heap` feature there is no heap profile to take.
+#[cfg(not(feature = "dhat-heap"))]
+fn heap_profile(file: Option<PathBuf>) -> Option<()> {
+    assert!(
+        file.is_none(),
+        "--heap needs the benchmark built with `--features dhat-heap`"
+    );
+    None
 }
 
 /// The bare child: the same streams read and the same snapshots written.

@@ -1,34 +1,26 @@
-//! The timer queue beside the leases: one task and one `DelayQueue` for all
-//! the leases of a lease actor, each lease an entry.
+//! The timer queue beside the leases: one task for all the leases of a
+//! lease actor, each lease an entry in an ordered set, and one tokio
+//! `Sleep` set to the earliest.
 //!
 //! The actor arms and disarms through a channel; an expiry comes back as a
 //! [`LeaseMsg::Expired`] carrying the generation it was armed with, so the
 //! actor can ignore a fire that a renewal has made stale.
 //!
-//! No deadline can panic the task. Each is clamped to
-//! [`MAX_DURATION`](crate::MAX_DURATION) from now; and since a `DelayQueue`
-//! refuses (by panicking) any deadline more than about 795 days after the
-//! last time it fired — which, for a queue that rarely fires, can be the
-//! moment it was created — the queue is rebuilt around the present, its
-//! entries moved over, once a deadline would land more than
-//! [`REBASE_AFTER`] after the queue's start. Were the task to die, none of
-//! its leases would ever expire again.
+//! A lease actor holds the few leases of one run: an ordered set costs a
+//! few hundred bytes where a timer wheel of its own (`DelayQueue`) cost six
+//! kilobytes per run before its first entry. Deadlines are clamped to
+//! [`MAX_DURATION`](crate::MAX_DURATION) from now, so none can panic the
+//! task; were the task to die, none of its leases would ever expire again.
 
-use std::collections::HashMap;
-use std::time::Duration;
+use std::collections::{BTreeSet, HashMap};
+use std::pin::pin;
 
 use ractor::ActorRef;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::time::{DelayQueue, delay_queue::Key};
 
 use super::{LeaseId, LeaseMsg};
 use crate::duration::{MAX_DURATION, deadline_after};
-
-/// How far past its start a queue may be asked to fire before it is
-/// rebuilt: well inside `DelayQueue`'s limit of 2^36 ms (about 795 days),
-/// with room for a [`MAX_DURATION`] lease on top.
-pub(crate) const REBASE_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 pub(crate) enum TimerCmd {
     Arm {
@@ -39,50 +31,47 @@ pub(crate) enum TimerCmd {
     Disarm(LeaseId),
 }
 
-/// The queue, its start and, per lease, its key, generation and deadline
-/// (kept so that the queue can be rebuilt).
+/// The armed leases: by deadline (then id, for ties), and by id with
+/// their generation and deadline.
+#[derive(Default)]
 struct Timers {
-    queue: DelayQueue<(LeaseId, u64)>,
-    start: Instant,
-    armed: HashMap<LeaseId, (Key, u64, Instant)>,
+    due: BTreeSet<(Instant, LeaseId)>,
+    armed: HashMap<LeaseId, (u64, Instant)>,
 }
 
 impl Timers {
-    fn new() -> Self {
-        Self {
-            queue: DelayQueue::new(),
-            start: Instant::now(),
-            armed: HashMap::new(),
-        }
-    }
-
     fn arm(&mut self, id: LeaseId, generation: u64, at: Instant) {
         self.disarm(id);
-        let now = Instant::now();
-        let at = at.min(deadline_after(now, MAX_DURATION));
-        if at.saturating_duration_since(self.start) > REBASE_AFTER {
-            self.rebase(now);
-        }
-        let key = self.queue.insert_at((id, generation), at);
-        self.armed.insert(id, (key, generation, at));
+        let at = at.min(deadline_after(Instant::now(), MAX_DURATION));
+        self.due.insert((at, id));
+        self.armed.insert(id, (generation, at));
     }
 
     fn disarm(&mut self, id: LeaseId) {
-        if let Some((key, _, _)) = self.armed.remove(&id) {
-            self.queue.try_remove(&key);
+        if let Some((_, at)) = self.armed.remove(&id) {
+            self.due.remove(&(at, id));
         }
     }
 
-    /// A fresh queue started now, holding the same entries. Every entry's
-    /// deadline is at most [`MAX_DURATION`] after the moment it was armed,
-    /// so at most that far from now.
-    fn rebase(&mut self, now: Instant) {
-        tracing::debug!(entries = self.armed.len(), "lease timer queue rebuilt");
-        self.queue = DelayQueue::new();
-        self.start = now;
-        for (id, (key, generation, at)) in &mut self.armed {
-            *key = self.queue.insert_at((*id, *generation), *at);
+    /// The earliest deadline, if any lease is armed.
+    fn next(&self) -> Option<Instant> {
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    /// Takes every lease due at `now`, with the generation it was armed
+    /// with, earliest first.
+    fn expired(&mut self, now: Instant) -> Vec<(LeaseId, u64)> {
+        let mut fired = Vec::new();
+        while let Some(&(at, id)) = self.due.first() {
+            if at > now {
+                break;
+            }
+            self.due.pop_first();
+            if let Some((generation, _)) = self.armed.remove(&id) {
+                fired.push((id, generation));
+            }
         }
+        fired
     }
 }
 
@@ -91,21 +80,62 @@ pub(crate) async fn drive(
     mut commands: mpsc::UnboundedReceiver<TimerCmd>,
     actor: ActorRef<LeaseMsg>,
 ) {
-    let mut timers = Timers::new();
+    let mut timers = Timers::default();
+    let mut sleep = pin!(tokio::time::sleep_until(Instant::now()));
     loop {
+        let next = timers.next();
+        if let Some(at) = next
+            && sleep.deadline() != at
+        {
+            sleep.as_mut().reset(at);
+        }
         tokio::select! {
             command = commands.recv() => match command {
                 Some(TimerCmd::Arm { id, generation, at }) => timers.arm(id, generation, at),
                 Some(TimerCmd::Disarm(id)) => timers.disarm(id),
                 None => return,
             },
-            Some(expired) = std::future::poll_fn(|cx| timers.queue.poll_expired(cx)) => {
-                let (id, generation) = expired.into_inner();
-                timers.armed.remove(&id);
-                if actor.send_message(LeaseMsg::Expired { id, generation }).is_err() {
-                    return;
+            () = &mut sleep, if next.is_some() => {
+                for (id, generation) in timers.expired(Instant::now()) {
+                    if actor.send_message(LeaseMsg::Expired { id, generation }).is_err() {
+                        return;
+                    }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_fire_in_deadline_order_and_a_rearm_replaces_the_deadline() {
+        let now = Instant::now();
+        let mut timers = Timers::default();
+        let (a, b, c) = (LeaseId(1), LeaseId(2), LeaseId(3));
+        timers.arm(a, 1, now + Duration::from_millis(30));
+        timers.arm(b, 1, now + Duration::from_millis(10));
+        timers.arm(c, 1, now + Duration::from_millis(20));
+        timers.arm(a, 2, now + Duration::from_millis(5));
+        timers.disarm(c);
+        assert_eq!(timers.next(), Some(now + Duration::from_millis(5)));
+        assert_eq!(timers.expired(now + Duration::from_millis(4)), vec![]);
+        assert_eq!(
+            timers.expired(now + Duration::from_millis(50)),
+            vec![(a, 2), (b, 1)]
+        );
+        assert_eq!(timers.next(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_beyond_the_longest_lease_is_clamped() {
+        let now = Instant::now();
+        let mut timers = Timers::default();
+        timers.arm(LeaseId(1), 1, now + MAX_DURATION * 40);
+        assert_eq!(timers.next(), Some(deadline_after(now, MAX_DURATION)));
     }
 }
