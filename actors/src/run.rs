@@ -120,6 +120,7 @@ impl Actor for RunActor {
         });
         let _ = ctx.root.set(myself.clone());
         let budget = ctx.spawn_checkpoint(myself.get_cell()).await?;
+        let _ = ctx.checkpoint.set(budget.clone());
         let cancel = ctx.cancel.clone();
         let agent = AgentLoop::new(
             ctx,
@@ -237,57 +238,9 @@ impl Actor for RunActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if state.agent.ctx.is_lost() {
-            return Ok(());
-        }
-        if state.connecting
-            && !matches!(
-                message,
-                LoopMsg::Cancel { .. } | LoopMsg::ToolsConnected(_) | LoopMsg::StoreFailed(_)
-            )
-        {
-            state.deferred.push(message);
-            return Ok(());
-        }
-        match message {
-            LoopMsg::ToolsConnected(connected) => state.connected(&myself, *connected).await,
-            LoopMsg::Escalate(escalation) => state.pause(*escalation).await,
-            LoopMsg::StoreFailed(reason) => state.store_failed(&myself, reason).await,
-            LoopMsg::Reconcile(reconciliation) => {
-                state.require_reconciliation(*reconciliation).await
-            }
-            LoopMsg::Resume { guidance, reply } => {
-                let result = state.resume(guidance).await;
-                let _ = reply.send(result);
-            }
-            LoopMsg::Decide {
-                key,
-                decision,
-                reply,
-            } => {
-                let result = state.decide(&myself, &key, decision).await;
-                let _ = reply.send(result);
-            }
-            LoopMsg::Cancel { reason, reply } => {
-                let status = state.status();
-                if status.is_terminal() {
-                    let _ = reply.send(Err(ControlError::AlreadyFinished {
-                        run_id: state.agent.ctx.run_id.clone(),
-                        status,
-                    }));
-                } else {
-                    state
-                        .finish(&myself, RunStatus::Cancelled, None, Some(reason))
-                        .await;
-                    let _ = reply.send(Ok(()));
-                }
-            }
-            message => {
-                if let Some(end) = state.agent.handle(&myself, message).await {
-                    state.ended(&myself, end).await;
-                }
-            }
-        }
+        // Boxed: the handlers are kilobytes of future, held only while a
+        // message is handled, not for the run's life in its actor.
+        Box::pin(state.handle(myself, message)).await;
         Ok(())
     }
 
@@ -305,6 +258,60 @@ impl Actor for RunActor {
 }
 
 impl RunActorState {
+    /// Handles one message of the run's loop, once it is started.
+    async fn handle(&mut self, myself: ActorRef<LoopMsg>, message: LoopMsg) {
+        if self.agent.ctx.is_lost() {
+            return;
+        }
+        if self.connecting
+            && !matches!(
+                message,
+                LoopMsg::Cancel { .. } | LoopMsg::ToolsConnected(_) | LoopMsg::StoreFailed(_)
+            )
+        {
+            self.deferred.push(message);
+            return;
+        }
+        match message {
+            LoopMsg::ToolsConnected(connected) => self.connected(&myself, *connected).await,
+            LoopMsg::Escalate(escalation) => self.pause(*escalation).await,
+            LoopMsg::StoreFailed(reason) => self.store_failed(&myself, reason).await,
+            LoopMsg::Reconcile(reconciliation) => {
+                self.require_reconciliation(*reconciliation).await
+            }
+            LoopMsg::Resume { guidance, reply } => {
+                let result = self.resume(guidance).await;
+                let _ = reply.send(result);
+            }
+            LoopMsg::Decide {
+                key,
+                decision,
+                reply,
+            } => {
+                let result = self.decide(&myself, &key, decision).await;
+                let _ = reply.send(result);
+            }
+            LoopMsg::Cancel { reason, reply } => {
+                let status = self.status();
+                if status.is_terminal() {
+                    let _ = reply.send(Err(ControlError::AlreadyFinished {
+                        run_id: self.agent.ctx.run_id.clone(),
+                        status,
+                    }));
+                } else {
+                    self.finish(&myself, RunStatus::Cancelled, None, Some(reason))
+                        .await;
+                    let _ = reply.send(Ok(()));
+                }
+            }
+            message => {
+                if let Some(end) = self.agent.handle(&myself, message).await {
+                    self.ended(&myself, end).await;
+                }
+            }
+        }
+    }
+
     fn status(&self) -> RunStatus {
         self.state.borrow().status
     }

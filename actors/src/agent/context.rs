@@ -42,6 +42,11 @@ pub(crate) struct RunContext {
     pub(crate) tools: RunTools,
     pub(crate) gate: watch::Sender<Gate>,
     pub(crate) root: std::sync::OnceLock<ActorRef<LoopMsg>>,
+    /// The run's budget checkpoint, started by its root and asked by every
+    /// loop of the run: its terms (configuration, evaluator, prices) are
+    /// the run's, and it never awaits an evaluation in its handler, so one
+    /// actor serves them all.
+    pub(crate) checkpoint: std::sync::OnceLock<ActorRef<crate::supervision::budget::BudgetMsg>>,
     pub(crate) cancel: CancellationToken,
     /// Cancelled once this executor no longer holds the run — its actor
     /// stopped, the run lost or let go: its heartbeat goes on until then,
@@ -147,6 +152,7 @@ impl RunContext {
             tools: RunTools::default(),
             gate: watch::Sender::new(Gate::Open),
             root: std::sync::OnceLock::new(),
+            checkpoint: std::sync::OnceLock::new(),
             cancel: CancellationToken::new(),
             held: CancellationToken::new(),
             lost: std::sync::OnceLock::new(),
@@ -165,7 +171,22 @@ impl RunContext {
         self.events.emit(&self.run_id, path, kind);
     }
 
-    /// Starts a budget checkpoint for one loop, linked to `supervisor`.
+    /// The run's budget checkpoint and whether this loop started it (and
+    /// stops it): the root's, started by the root linked to `supervisor`;
+    /// a loop that finds none (the root has not started one) starts its
+    /// own.
+    pub(crate) async fn checkpoint_for(
+        &self,
+        supervisor: ractor::ActorCell,
+    ) -> Result<(ActorRef<crate::supervision::budget::BudgetMsg>, bool), ractor::SpawnErr> {
+        if let Some(shared) = self.checkpoint.get() {
+            return Ok((shared.clone(), false));
+        }
+        let own = self.spawn_checkpoint(supervisor).await?;
+        Ok((own, true))
+    }
+
+    /// Starts a budget checkpoint, linked to `supervisor`.
     pub(crate) async fn spawn_checkpoint(
         &self,
         supervisor: ractor::ActorCell,

@@ -1,6 +1,8 @@
-//! `WorkerActor`: a sub-agent with its own loop, budget and checkpoint.
+//! `WorkerActor`: a sub-agent with its own loop and budget.
 //!
-//! A worker runs the same loop as the root, on its own step budget. Its
+//! A worker runs the same loop as the root, on its own step budget, asking
+//! the run's budget checkpoint when it runs out (one actor per run serves
+//! every loop: its terms are the run's). Its
 //! parent holds it under a lease of kind `worker_step` whose evidence is the
 //! worker's completed steps, so a worker that keeps finishing steps is never
 //! suspected, and one that stops is judged like any silent operation. When
@@ -40,7 +42,9 @@ pub(crate) struct WorkerState {
     agent: AgentLoop,
     task: String,
     done: Option<oneshot::Sender<Result<String, String>>>,
-    budget: ActorRef<BudgetMsg>,
+    /// The run's budget checkpoint, and whether this worker started it
+    /// (and so stops it).
+    budget: (ActorRef<BudgetMsg>, bool),
 }
 
 impl Actor for WorkerActor {
@@ -53,14 +57,14 @@ impl Actor for WorkerActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let budget = args.ctx.spawn_checkpoint(myself.get_cell()).await?;
+        let budget = args.ctx.checkpoint_for(myself.get_cell()).await?;
         let agent = AgentLoop::new(
             args.ctx,
             Role::Worker { kind: args.kind },
             args.path,
             args.cancel,
             Some(args.evidence),
-            budget.clone(),
+            budget.0.clone(),
         );
         Ok(WorkerState {
             agent,
@@ -80,7 +84,7 @@ impl Actor for WorkerActor {
         match saved {
             // A resumed run: the worker carries on from its own snapshot.
             Some(saved) => {
-                if let Some(end) = state.agent.restore(&myself, &saved, &task).await {
+                if let Some(end) = Box::pin(state.agent.restore(&myself, &saved, &task)).await {
                     state.finish(&myself, end);
                 }
             }
@@ -95,7 +99,9 @@ impl Actor for WorkerActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         state.agent.cancel.cancel();
-        state.budget.stop(None);
+        if let (budget, true) = &state.budget {
+            budget.stop(None);
+        }
         Ok(())
     }
 
@@ -105,7 +111,9 @@ impl Actor for WorkerActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(end) = state.agent.handle(&myself, message).await {
+        // Boxed: the loop's handler is kilobytes of future, held only while
+        // a message is handled, not for the worker's life in its actor.
+        if let Some(end) = Box::pin(state.agent.handle(&myself, message)).await {
             state.finish(&myself, end);
         }
         Ok(())
