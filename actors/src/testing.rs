@@ -313,7 +313,7 @@ impl RecordingSink {
         self.events()
             .into_iter()
             .filter_map(|e| match e.kind {
-                EventKind::Verdict(record) => Some(record),
+                EventKind::Verdict(record) => Some(*record),
                 _ => None,
             })
             .collect()

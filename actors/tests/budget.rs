@@ -62,7 +62,9 @@ impl Rig {
             .filter_map(|e| {
                 let name = e.kind.name();
                 match e.kind {
-                    EventKind::BudgetExtended(r) | EventKind::BudgetExhausted(r) => Some((name, r)),
+                    EventKind::BudgetExtended(r) | EventKind::BudgetExhausted(r) => {
+                        Some((name, *r))
+                    }
                     _ => None,
                 }
             })
@@ -394,7 +396,7 @@ async fn checkpoint_emits_budget_extended_with_figures() {
         panic!("expected budget_extended, got {kind:?}");
     };
     assert_eq!(
-        *record,
+        **record,
         BudgetRecord {
             figures: BudgetFigures {
                 spending: None,
@@ -451,7 +453,7 @@ async fn checkpoint_emits_budget_exhausted_with_figures() {
         panic!("expected budget_exhausted, got {:?}", events[0].kind);
     };
     assert_eq!(
-        *record,
+        **record,
         BudgetRecord {
             figures: BudgetFigures {
                 spending: None,

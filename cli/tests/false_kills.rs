@@ -75,7 +75,7 @@ fn verdicts(events: &[Event]) -> Vec<&leasehold::VerdictRecord> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Verdict(record) => Some(record),
+            EventKind::Verdict(record) => Some(&**record),
             _ => None,
         })
         .collect()

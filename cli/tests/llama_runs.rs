@@ -142,7 +142,7 @@ async fn a_real_model_frozen_mid_answer_under_a_one_second_lease_completes_witho
     let verdicts: Vec<&leasehold::VerdictRecord> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Verdict(record) => Some(record),
+            EventKind::Verdict(record) => Some(&**record),
             _ => None,
         })
         .collect();

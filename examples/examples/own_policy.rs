@@ -106,7 +106,7 @@ async fn run_under_steady() -> Result<(Vec<VerdictRecord>, RunState), Box<dyn st
         tokio::time::timeout(Duration::from_millis(10), events.recv()).await
     {
         if let EventKind::Verdict(record) = &event.kind {
-            verdicts.push(record.clone());
+            verdicts.push(VerdictRecord::clone(record));
         }
     }
     engine.shutdown().await;

@@ -453,9 +453,9 @@ fn publish(
         evaluator,
     };
     let kind = if extended {
-        EventKind::BudgetExtended(record)
+        EventKind::BudgetExtended(Box::new(record))
     } else {
-        EventKind::BudgetExhausted(record)
+        EventKind::BudgetExhausted(Box::new(record))
     };
     events.emit(&request.run_id, &request.path, kind);
     reply.send(judgement.decision);

@@ -286,6 +286,10 @@ fn publish(
     decision: Decision,
     reply: VerdictReply,
 ) {
-    events.emit(&meta.run_id, &meta.path, EventKind::Verdict(record));
+    events.emit(
+        &meta.run_id,
+        &meta.path,
+        EventKind::Verdict(Box::new(record)),
+    );
     reply.send(decision);
 }

@@ -49,7 +49,9 @@ pub fn snapshot(run_id: &str, path: &str, step: u32, note: &str) -> Snapshot {
         path: path.to_owned(),
         step,
         status: RunStatus::Running,
-        state: json!({"transcript": [{"role": "user", "content": note}], "budget": {"limit": 8}}),
+        // Keys in the order PostgreSQL's `jsonb` gives them back (shorter
+        // first), so that a store's answers print as the memory store's.
+        state: json!({"budget": {"limit": 8}, "transcript": [{"role": "user", "content": note}]}),
         seq: u64::from(step),
     }
 }

@@ -118,7 +118,10 @@ pub enum EventKind {
         lease_ms: u64,
     },
     /// The watchdog (or the renewal cap) decided; the audit-trail record.
-    Verdict(VerdictRecord),
+    /// Boxed, as the larger records are: an event is as large as its
+    /// largest kind, and every event a run logs is held until it is
+    /// stored.
+    Verdict(Box<VerdictRecord>),
     /// An operation reported progress to its lease.
     Progress {
         /// The lease.
@@ -407,9 +410,9 @@ pub enum EventKind {
         result: String,
     },
     /// A budget checkpoint granted more steps.
-    BudgetExtended(BudgetRecord),
+    BudgetExtended(Box<BudgetRecord>),
     /// A budget checkpoint decided to wrap up.
-    BudgetExhausted(BudgetRecord),
+    BudgetExhausted(Box<BudgetRecord>),
     /// A supervisor restarts a child after a delay.
     Restarted {
         /// The attempt about to start (2 for the first restart).
