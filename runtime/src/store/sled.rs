@@ -43,7 +43,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use leasehold_actors::{
-    ChangeHub, Fenced, RunRecord, StoreChange, StoreError, StoreFuture, fencing,
+    ChangeHub, Fenced, RunRecord, RunStatus, StatusCounts, StoreChange, StoreError, StoreFuture,
+    fencing,
 };
 use sled::{IVec, Tree};
 
@@ -114,6 +115,11 @@ struct Inner {
     /// allows one process per database).
     changes: ChangeHub,
     indexes: RunIndexes,
+    /// How many runs are in each status: counted from the status index at
+    /// open ([`RunIndexes::count`]), then moved by every write of a record
+    /// (created, changed, deleted) once it landed, under the run's lock,
+    /// so that counting reads no run.
+    counts: Mutex<StatusCounts>,
     /// The finished runs, in the order they come due for deletion.
     finished: FinishedRuns,
     /// Where the purge's sweep of `run_order` goes on from.
@@ -201,6 +207,9 @@ impl SledStore {
             &meta,
         )
         .map_err(|e| e.context(format_args!("the store at `{}`", path.display())))?;
+        let counts = indexes
+            .count(&runs)
+            .map_err(|e| e.context(format_args!("the store at `{}`", path.display())))?;
         let manifest = if config.temporary {
             None
         } else {
@@ -234,6 +243,7 @@ impl SledStore {
                 paces,
                 changes: ChangeHub::new(),
                 indexes,
+                counts: Mutex::new(counts),
                 finished,
                 order_cursor: Mutex::new(0),
                 next_order: AtomicU64::new(next_order),
@@ -445,6 +455,23 @@ fn no_run(run_id: &str) -> StoreError {
 }
 
 impl Inner {
+    /// A run's record left `from` (`None`: created) for `to` (`None`:
+    /// deleted): counted.
+    fn counted(&self, from: Option<RunStatus>, to: Option<RunStatus>) {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .moved(from, to);
+    }
+
+    /// The runs in each status now.
+    fn counts(&self) -> StatusCounts {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The run's record and the bytes it was read from.
     fn read_run(&self, run_id: &str) -> Result<Option<(IVec, RunRecord)>, StoreError> {
         let bytes = self
@@ -503,6 +530,7 @@ impl Inner {
                 return Ok((value, false));
             };
             let new_entries = IndexEntries::of(&changed)?;
+            let new_status = changed.status;
             let new_finished = FinishedEntries::of(&changed);
             let new = encode(&changed, &RunName(run_id))?;
             // The notice before the record: after a crash, a change that
@@ -521,6 +549,7 @@ impl Inner {
                 .map_err(|e| failed(&doing, &e))?
             {
                 Ok(()) => {
+                    self.counted(old_status, Some(new_status));
                     if let Some(old_entries) = &old_entries {
                         self.indexes.remove(old_entries, &new_entries)?;
                     }
