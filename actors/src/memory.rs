@@ -11,7 +11,7 @@ use crate::ports::{
     ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, Notice,
     NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention,
     RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot,
-    SnapshotStore, StatusCounts, StoreChange, StoreError, StoreFuture, StoredCommand,
+    SnapshotStore, StatusCounts, StoreChange, StoreError, StoreFuture, StoredCommand, SummaryPage,
     ToolCallRecord, fencing, listing, outbox, retention,
 };
 
@@ -370,6 +370,21 @@ impl RunStore for MemoryStore {
             .filter_map(|id| tables.runs.get(id).cloned())
             .collect();
         ready(Ok(runs))
+    }
+
+    /// Summarized under the lock, one record copied at a time: a page
+    /// never holds whole runs.
+    fn list_run_summaries(&self, query: &RunQuery) -> StoreFuture<SummaryPage> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let tables = self.lock();
+        let upper = query.after.as_deref().map_or(Unbounded, Excluded);
+        let candidates = tables
+            .runs
+            .range::<str, _>((Unbounded, upper))
+            .rev()
+            .filter(|(_, record)| listing::matches(query, record))
+            .map(|(_, record)| Ok::<_, StoreError>(record.clone()));
+        ready(listing::summaries(query, candidates))
     }
 
     fn count_runs_by_status(&self) -> StoreFuture<Vec<(RunStatus, u64)>> {

@@ -120,6 +120,9 @@ struct Inner {
     /// (created, changed, deleted) once it landed, under the run's lock,
     /// so that counting reads no run.
     counts: Mutex<StatusCounts>,
+    /// How many run records were read since the store opened
+    /// ([`SledStore::records_read`]).
+    records_read: AtomicU64,
     /// The finished runs, in the order they come due for deletion.
     finished: FinishedRuns,
     /// Where the purge's sweep of `run_order` goes on from.
@@ -244,6 +247,7 @@ impl SledStore {
                 changes: ChangeHub::new(),
                 indexes,
                 counts: Mutex::new(counts),
+                records_read: AtomicU64::new(0),
                 finished,
                 order_cursor: Mutex::new(0),
                 next_order: AtomicU64::new(next_order),
@@ -264,6 +268,15 @@ impl SledStore {
     /// When a write counts as done.
     pub fn durability(&self) -> Durability {
         self.inner.durability
+    }
+
+    /// How many run records this store has read since it was opened (one
+    /// run, a page, a scan): what a test reads to see that counting runs
+    /// reads none.
+    pub fn records_read(&self) -> u64 {
+        self.inner
+            .records_read
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The space the database takes on disk, in bytes.
@@ -464,6 +477,12 @@ impl Inner {
             .moved(from, to);
     }
 
+    /// Counts a run record read ([`SledStore::records_read`]).
+    fn record_read(&self) {
+        self.records_read
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The runs in each status now.
     fn counts(&self) -> StatusCounts {
         *self
@@ -474,6 +493,7 @@ impl Inner {
 
     /// The run's record and the bytes it was read from.
     fn read_run(&self, run_id: &str) -> Result<Option<(IVec, RunRecord)>, StoreError> {
+        self.record_read();
         let bytes = self
             .runs
             .get(run_id.as_bytes())

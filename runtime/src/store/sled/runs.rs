@@ -154,6 +154,7 @@ impl Inner {
             .range::<Vec<u8>, _>((Bound::Unbounded, upper))
             .rev()
             .map(|entry| {
+                self.record_read();
                 let (key, bytes) = entry.map_err(|e| failed(&"listing runs", &e))?;
                 decode(&bytes, &RunName(&String::from_utf8_lossy(&key)))
             });
