@@ -12,10 +12,12 @@
 //!
 //! The runs are written straight to the store (finished runs, a fifth of
 //! them waiting for a person, each with a flow of a few hundred bytes), not
-//! run: populating 100 000 takes seconds. Then an in-process server is
-//! served on loopback over the store, and a client scrapes it `--scrapes`
-//! times (200) after a warm-up of 20 (the writes flushed first), measuring each answer from request
-//! to the end of its body, and asks `GET /executor` as many times. On
+//! run: populating 100 000 takes seconds. Two stores are written, one of
+//! 100 runs and one of `--runs`, each served by an in-process server on
+//! loopback (the writes flushed first); a client asks each in turn
+//! `--scrapes` times (200) after a warm-up of 20 — so that a change of the
+//! machine's load falls on both — measuring each answer from request to
+//! the end of its body, first `GET /metrics`, then `GET /executor`. On
 //! PostgreSQL (`--store pg` or `both`) the store is a throwaway cluster
 //! (see `runtime/tests/support/postgres.rs`), and the runs are written by
 //! 32 writers at once.
@@ -127,8 +129,8 @@ fn summary(mut samples: Vec<Duration>) -> (f64, f64) {
     (at(50), at(99))
 }
 
-/// Serves `store` and times `scrapes` answers of `path`: median and p99.
-async fn timed(store: Arc<dyn Store>, scrapes: usize) -> [(f64, f64); 2] {
+/// A server over `store` on loopback: its base URL, and what stops it.
+async fn serve(store: Arc<dyn Store>) -> (String, tokio::sync::oneshot::Sender<()>) {
     let engine = Engine::builder()
         .store(store)
         .model(Arc::new(ScriptedModel::new()))
@@ -142,57 +144,72 @@ async fn timed(store: Arc<dyn Store>, scrapes: usize) -> [(f64, f64); 2] {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(leasehold_server::serve(listener, app, async {
+    tokio::spawn(leasehold_server::serve(listener, app, async {
         let _ = stopped.await;
     }));
-    let http = reqwest::Client::new();
-    let mut figures = [(0.0, 0.0); 2];
-    for (slot, path) in ["/metrics", "/executor"].into_iter().enumerate() {
-        let url = format!("{base}{path}");
-        let mut samples = Vec::with_capacity(scrapes);
-        for round in 0..scrapes + 20 {
-            let started = Instant::now();
-            let response = http.get(&url).send().await.expect("an answer");
-            assert!(
-                response.status().is_success(),
-                "{path}: {}",
-                response.status()
-            );
-            let body = response.bytes().await.expect("a body");
-            let took = started.elapsed();
-            assert!(!body.is_empty());
-            if round >= 20 {
-                samples.push(took);
-            }
-        }
-        figures[slot] = summary(samples);
-    }
-    let _ = stop.send(());
-    let _ = server.await;
-    figures
+    (base, stop)
 }
 
-/// Times the scrapes at 100 runs stored, then at `options.runs`, on the
-/// store `open` opens, and prints both and their ratio.
-async fn bench(name: &str, store: Arc<dyn Store>, options: &Options, writers: usize) {
-    let small = 100.min(options.runs);
-    populate(&store, 0, small, writers).await;
-    let at_small = timed(Arc::clone(&store), options.scrapes).await;
+/// One answer of `url`, timed from the request to the end of its body.
+async fn answer(http: &reqwest::Client, url: &str) -> Duration {
     let started = Instant::now();
-    populate(&store, small, options.runs, writers).await;
-    let populated = started.elapsed();
-    let at_large = timed(Arc::clone(&store), options.scrapes).await;
+    let response = http.get(url).send().await.expect("an answer");
+    assert!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
+    let body = response.bytes().await.expect("a body");
+    let took = started.elapsed();
+    assert!(!body.is_empty());
+    took
+}
+
+/// Times the answers of a store of 100 runs and of one of `options.runs`,
+/// each served by a server of its own, asked in turn (so that a change of
+/// the machine's load falls on both), and prints both and their ratio.
+async fn bench(
+    name: &str,
+    small: Arc<dyn Store>,
+    large: Arc<dyn Store>,
+    options: &Options,
+    writers: usize,
+) {
+    populate(&small, 0, 100.min(options.runs), writers).await;
+    let started = Instant::now();
+    populate(&large, 0, options.runs, writers).await;
     println!(
         "{name}: {} runs written in {:.1} s",
-        options.runs - small,
-        populated.as_secs_f64()
+        options.runs,
+        started.elapsed().as_secs_f64()
     );
-    for (slot, path) in ["GET /metrics", "GET /executor"].into_iter().enumerate() {
+    let (small_base, _stop_small) = serve(small).await;
+    let (large_base, _stop_large) = serve(large).await;
+    let http = reqwest::Client::new();
+    for path in ["/metrics", "/executor"] {
+        let (small_url, large_url) = (format!("{small_base}{path}"), format!("{large_base}{path}"));
+        let (mut at_small, mut at_large) = (Vec::new(), Vec::new());
+        for round in 0..options.scrapes + 20 {
+            // Each first in turn.
+            let (first, second) = if round % 2 == 0 {
+                (
+                    answer(&http, &small_url).await,
+                    answer(&http, &large_url).await,
+                )
+            } else {
+                let large = answer(&http, &large_url).await;
+                (answer(&http, &small_url).await, large)
+            };
+            if round >= 20 {
+                at_small.push(first);
+                at_large.push(second);
+            }
+        }
         let ((small_median, small_p99), (large_median, large_p99)) =
-            (at_small[slot], at_large[slot]);
+            (summary(at_small), summary(at_large));
         println!(
-            "{name}: {path:<13}  {small:>6} runs: median {small_median:.3} ms, p99 \
-             {small_p99:.3} ms   {large:>6} runs: median {large_median:.3} ms, p99 \
+            "{name}: GET {path:<9}  100 runs: median {small_median:.3} ms, p99 \
+             {small_p99:.3} ms   {large} runs: median {large_median:.3} ms, p99 \
              {large_p99:.3} ms   ratio of medians {:.2}",
             large_median / small_median,
             large = options.runs,
@@ -208,20 +225,44 @@ async fn main() {
         options.runs, options.scrapes
     );
     if options.sled {
-        let dir = tempfile::tempdir().expect("a directory");
-        let store = SledStore::open(
-            SledConfig::new(dir.path())
-                .with_durability(Durability::Async)
-                .with_temporary(true),
-        )
-        .expect("a sled store");
-        bench("sled", Arc::new(store), &options, 4).await;
+        let (small, large) = (
+            tempfile::tempdir().expect("a directory"),
+            tempfile::tempdir().expect("a directory"),
+        );
+        let open = |dir: &tempfile::TempDir| -> Arc<dyn Store> {
+            Arc::new(
+                SledStore::open(
+                    SledConfig::new(dir.path())
+                        .with_durability(Durability::Async)
+                        .with_temporary(true),
+                )
+                .expect("a sled store"),
+            )
+        };
+        bench("sled", open(&small), open(&large), &options, 4).await;
     }
     if options.pg {
-        let (_cluster, url) = postgres::database().await;
-        let store = PostgresStore::connect(PostgresConfig::new(&url))
+        let (cluster, small) = postgres::database().await;
+        // The cluster runs while `cluster` is held, to the end.
+        let held = Arc::clone(&cluster);
+        let large = tokio::task::spawn_blocking(move || held.database())
             .await
-            .expect("a PostgreSQL store");
-        bench("postgres", Arc::new(store), &options, 32).await;
+            .expect("a second database");
+        let connect = |url: String| async move {
+            let store: Arc<dyn Store> = Arc::new(
+                PostgresStore::connect(PostgresConfig::new(&url))
+                    .await
+                    .expect("a PostgreSQL store"),
+            );
+            store
+        };
+        bench(
+            "postgres",
+            connect(small).await,
+            connect(large).await,
+            &options,
+            32,
+        )
+        .await;
     }
 }
