@@ -81,7 +81,7 @@ fn options() -> Options {
 
 /// Finished run `n` as the store keeps it.
 fn stored_run(n: usize) -> RunRecord {
-    let status = if n % 5 == 0 {
+    let status = if n.is_multiple_of(5) {
         "waiting_human"
     } else {
         "completed"

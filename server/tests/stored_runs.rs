@@ -68,7 +68,7 @@ impl LayeredStore for ReadsCounted {
 /// `flow_bytes` of task: every fifth waits for a person, the others
 /// completed.
 fn stored_run(n: usize, flow_bytes: usize) -> RunRecord {
-    let status = if n % 5 == 0 {
+    let status = if n.is_multiple_of(5) {
         "waiting_human"
     } else {
         "completed"
