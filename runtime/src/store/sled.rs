@@ -23,6 +23,13 @@
 //! them a superset of the truth after a crash, so that a page of runs
 //! filtered by status or flow reads only the runs it shows.
 //!
+//! Runs are counted by status as their records change (the `counts` of
+//! the store, moved under the run's lock once a write landed), so that
+//! `/metrics`, `GET /executor` and every post read no run. They are not
+//! stored: at open they are counted from the status index, keys only
+//! ([`RunIndexes::count`]), exact after a crash too (a leftover entry is
+//! told by a key lookup, or by reading the one record it doubles).
+//!
 //! Point reads and writes run on the calling task: without sled
 //! transactions in the process they never wait for a flush (a flush holds
 //! sled's concurrency lock only in shared mode) and take microseconds.
