@@ -93,6 +93,11 @@ impl Executor {
             // at least one), so its bound is not asked.
             let run_id = self.engine.queue_with(flow, options).await?.run_id;
             let claimed = self.engine.start_from_queue(room).await?;
+            if claimed.len() >= room {
+                // The room is full and runs may still wait: as a claim
+                // that fills its room, it held them back.
+                self.admitted.held_back();
+            }
             let mut status = RunStatus::Queued;
             for handle in claimed {
                 if handle.run_id() == run_id {
