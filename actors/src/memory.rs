@@ -3,7 +3,7 @@
 //! durable stores. Nothing survives the process: it is the engine's
 //! default when no store is given, and the store of fast tests.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
@@ -11,8 +11,8 @@ use crate::ports::{
     ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, Notice,
     NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention,
     RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot,
-    SnapshotStore, StoreChange, StoreError, StoreFuture, StoredCommand, ToolCallRecord, fencing,
-    listing, outbox, retention,
+    SnapshotStore, StatusCounts, StoreChange, StoreError, StoreFuture, StoredCommand, SummaryPage,
+    ToolCallRecord, fencing, listing, outbox, retention,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -24,7 +24,15 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Tables {
+    /// Written only through [`Tables::put`] and [`Tables::remove`], which
+    /// keep `counts` and `queued` with it.
     runs: BTreeMap<String, RunRecord>,
+    /// How many runs are in each status: counted as they change, so that
+    /// counting reads none.
+    counts: StatusCounts,
+    /// The queued runs' ids, ascending: a claim walks the queue, not every
+    /// run.
+    queued: BTreeSet<String>,
     order: Vec<String>,
     snapshots: HashMap<(String, String), Snapshot>,
     /// Every snapshot saved, by run, in the order saved.
@@ -141,17 +149,29 @@ impl MemoryStore {
     fn change_each(
         &self,
         max: usize,
+        queued_only: bool,
         mut rule: impl FnMut(&RunRecord) -> Option<RunRecord>,
     ) -> Vec<RunRecord> {
         let mut tables = self.lock();
-        let changed: Vec<RunRecord> = tables
-            .runs
-            .values()
-            .filter_map(&mut rule)
-            .take(max)
-            .collect();
+        let changed: Vec<RunRecord> = if queued_only {
+            let tables = &*tables;
+            tables
+                .queued
+                .iter()
+                .filter_map(|id| tables.runs.get(id))
+                .filter_map(&mut rule)
+                .take(max)
+                .collect()
+        } else {
+            tables
+                .runs
+                .values()
+                .filter_map(&mut rule)
+                .take(max)
+                .collect()
+        };
         for record in &changed {
-            if let Some(before) = tables.runs.insert(record.run_id.clone(), record.clone()) {
+            if let Some(before) = tables.put(record.clone()) {
                 tables.keep_notice(before.status, record);
             }
         }
@@ -200,6 +220,30 @@ impl MemoryStore {
 }
 
 impl Tables {
+    /// Writes `record`, its status counted and queued as it says; answers
+    /// the record it replaced.
+    fn put(&mut self, record: RunRecord) -> Option<RunRecord> {
+        let run_id = record.run_id.clone();
+        let status = record.status;
+        let before = self.runs.insert(run_id.clone(), record);
+        let was = before.as_ref().map(|before| before.status);
+        self.counts.moved(was, Some(status));
+        if was == Some(RunStatus::Queued) && status != RunStatus::Queued {
+            self.queued.remove(&run_id);
+        } else if status == RunStatus::Queued {
+            self.queued.insert(run_id);
+        }
+        before
+    }
+
+    /// Deletes the record of `run_id`, uncounted.
+    fn remove(&mut self, run_id: &str) {
+        if let Some(record) = self.runs.remove(run_id) {
+            self.counts.moved(Some(record.status), None);
+            self.queued.remove(run_id);
+        }
+    }
+
     /// Keeps the notice the change from `before` to `after` makes, if any.
     fn keep_notice(&mut self, before: RunStatus, after: &RunRecord) {
         if let Some(mut notice) = outbox::notice_of(before, after) {
@@ -226,7 +270,7 @@ impl RunStore for MemoryStore {
         let run_id = record.run_id.clone();
         let queued = record.status == RunStatus::Queued;
         tables.order.push(run_id.clone());
-        tables.runs.insert(run_id.clone(), record);
+        tables.put(record);
         drop(tables);
         self.changes.publish(StoreChange::Run { run_id });
         if queued {
@@ -247,7 +291,7 @@ impl RunStore for MemoryStore {
             None => ClaimOutcome::NotFound,
             Some(record) => match fencing::claim(record, owner_id, now_ms, ttl_ms) {
                 Ok(claimed) => {
-                    tables.runs.insert(run_id.to_owned(), claimed.clone());
+                    tables.put(claimed.clone());
                     ClaimOutcome::Claimed(claimed)
                 }
                 Err(refused) => refused,
@@ -275,7 +319,7 @@ impl RunStore for MemoryStore {
         };
         let outcome = match fencing::renew(record, fence, now_ms, ttl_ms) {
             Ok(renewed) => {
-                tables.runs.insert(run_id.to_owned(), renewed);
+                tables.put(renewed);
                 Fenced::Applied(())
             }
             Err(stale) => stale,
@@ -298,7 +342,7 @@ impl RunStore for MemoryStore {
             Ok(updated) => {
                 let before = record.status;
                 tables.keep_notice(before, &updated);
-                tables.runs.insert(run_id.to_owned(), updated);
+                tables.put(updated);
                 Fenced::Applied(())
             }
             Err(stale) => stale,
@@ -309,7 +353,8 @@ impl RunStore for MemoryStore {
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
-        let orphaned = self.change_each(usize::MAX, |record| fencing::orphan(record, now_ms));
+        let orphaned =
+            self.change_each(usize::MAX, false, |record| fencing::orphan(record, now_ms));
         ready(Ok(orphaned.into_iter().map(|r| r.run_id).collect()))
     }
 
@@ -325,6 +370,29 @@ impl RunStore for MemoryStore {
             .filter_map(|id| tables.runs.get(id).cloned())
             .collect();
         ready(Ok(runs))
+    }
+
+    /// Summarized under the lock, one record copied at a time: a page
+    /// never holds whole runs.
+    fn list_run_summaries(&self, query: &RunQuery) -> StoreFuture<SummaryPage> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let tables = self.lock();
+        let upper = query.after.as_deref().map_or(Unbounded, Excluded);
+        let candidates = tables
+            .runs
+            .range::<str, _>((Unbounded, upper))
+            .rev()
+            .filter(|(_, record)| listing::matches(query, record))
+            .map(|(_, record)| Ok::<_, StoreError>(record.clone()));
+        ready(listing::summaries(query, candidates))
+    }
+
+    fn count_runs_by_status(&self) -> StoreFuture<Vec<(RunStatus, u64)>> {
+        ready(Ok(self.lock().counts.by_status()))
+    }
+
+    fn count_runs(&self, status: RunStatus) -> StoreFuture<u64> {
+        ready(Ok(self.lock().counts.get(status)))
     }
 
     fn list_runs_page(&self, query: &RunQuery) -> StoreFuture<RunPage> {
@@ -426,8 +494,10 @@ impl SnapshotStore for MemoryStore {
 
 impl QueueStore for MemoryStore {
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
-        // By id, ascending: oldest first.
-        let claimed = self.change_each(claim.max, |record| fencing::claim_queued(record, &claim));
+        // By id, ascending: oldest first, down the queue alone.
+        let claimed = self.change_each(claim.max, true, |record| {
+            fencing::claim_queued(record, &claim)
+        });
         ready(Ok(claimed))
     }
 
@@ -571,8 +641,10 @@ impl Retention for MemoryStore {
             .collect();
         if !due.is_empty() {
             let gone: std::collections::HashSet<&str> = due.iter().map(String::as_str).collect();
+            for run_id in &due {
+                tables.remove(run_id);
+            }
             let Tables {
-                runs,
                 order,
                 snapshots,
                 history,
@@ -584,7 +656,6 @@ impl Retention for MemoryStore {
             } = &mut *tables;
             notices.retain(|_, notice| !gone.contains(notice.run_id.as_str()));
             history.retain(|run, _| !gone.contains(run.as_str()));
-            runs.retain(|id, _| !gone.contains(id.as_str()));
             order.retain(|id| !gone.contains(id.as_str()));
             snapshots.retain(|(run, _), _| !gone.contains(run.as_str()));
             tool_calls.retain(|run, _| !gone.contains(run.as_str()));

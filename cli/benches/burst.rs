@@ -33,8 +33,9 @@
 //! `GET /metrics` (`leasehold_events_total{kind="run_completed"}`) and
 //! ends when every run has completed, failing loudly if one did not or
 //! nothing ended for `--stall`. `GET /metrics` is not scraped during the
-//! burst unless `--scrape` asks: on sled it reads every run in the store
-//! to count them by status, which costs memory in proportion to the queue.
+//! burst unless `--scrape` asks (it once read every run on sled to count
+//! them by status; each store now keeps its counts as runs change, see
+//! the `scrape` bench of `leasehold-server`).
 //!
 //! The verdicts:
 //! - every run completes;

@@ -140,6 +140,7 @@ conformance! {
     pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,
     summaries_cut_each_text_to_its_first_characters_as_the_rule_does,
     runs_are_counted_by_status_as_they_are_recorded,
+    counts_by_status_stay_exact_through_every_change_and_a_reopen,
     a_listing_as_seen_lists_a_run_nobody_runs_as_orphaned,
     a_command_is_taken_once_and_by_the_runs_owner_only,
     changes_are_published_for_writes_that_landed_and_only_those,

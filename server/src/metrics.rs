@@ -10,8 +10,12 @@
 //!   keeps: the counters say exactly what the event log says, for the runs
 //!   this process executes, since the server started. Latencies are the
 //!   span between a call's `*_started` and `*_finished` events.
-//! - **Runs by status** are counted in the store when scraped, so they are
-//!   right for every run it holds, those no process runs live included.
+//! - **Runs by status** are read from the store when scraped, so they are
+//!   right for every run it holds, those no process runs live included:
+//!   from the counts each store keeps as runs change
+//!   ([`StatusCounts`](leasehold::StatusCounts), PostgreSQL's `run_counts`),
+//!   so that a scrape reads no run and costs the same at 100 runs stored as
+//!   at 100 000.
 //! - **Live leases** are the engine's own count when scraped
 //!   ([`Engine::live_leases`]).
 //! - **The executor's lag, its admitted limit and its live runs** are read

@@ -35,7 +35,8 @@ pub use error::ApiError;
 pub use leasehold::config::ServerLimits;
 pub use leasehold::trace::TraceSummary;
 pub use listing::{
-    DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, RunsPage, parse_instant, parse_limit, parse_status,
+    DEFAULT_PAGE_LIMIT, ListingBudget, MAX_LISTED_IN_FLIGHT, MAX_PAGE_LIMIT, RunsPage,
+    parse_instant, parse_limit, parse_status,
 };
 pub use view::{RunView, TraceView};
 
@@ -173,6 +174,8 @@ pub struct App {
     watches: events::Watches,
     /// What `/metrics` says.
     metrics: Arc<Metrics>,
+    /// What bounds the summaries every `GET /runs` in flight holds.
+    listings: ListingBudget,
     /// The engine's bus, subscribed to when the server was made, until
     /// [`serve`] hands it to the metrics feed.
     feed: Mutex<Option<EventStream>>,
@@ -204,7 +207,13 @@ impl App {
             shutdown: CancellationToken::new(),
             streams: Arc::new(Semaphore::new(streams.min(Semaphore::MAX_PERMITS))),
             watches: events::Watches::default(),
+            listings: ListingBudget::default(),
         })
+    }
+
+    /// What bounds the memory of the listings in flight (`GET /runs`).
+    pub fn listings(&self) -> &ListingBudget {
+        &self.listings
     }
 
     /// The executor whose runs the server serves.

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use super::BoxFuture;
 
 mod changes;
+mod counts;
 mod error;
 mod events;
 mod layered;
@@ -53,6 +54,7 @@ mod snapshots;
 mod summary;
 
 pub use changes::ChangeSource;
+pub use counts::StatusCounts;
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventLog;
 pub use layered::LayeredStore;

@@ -10,7 +10,7 @@
 //! (memory, sled, PostgreSQL) with the same suite.
 //!
 //! The rules live in a file for each part of the port, as the stores'
-//! implementations do: `runs`, `listing`, `events`, `snapshots`, `queue`,
+//! implementations do: `runs`, `listing`, `counts`, `events`, `snapshots`, `queue`,
 //! `outbox`, `paces`, `changes`, `retention`, and `whole` for the store as
 //! a whole.
 //!
@@ -38,6 +38,7 @@ use crate::ports::{BoxFuture, Store, StoreError};
 // as a whole). Each rule takes a fresh store (or, to open it again or open
 // other handles on it, its subject) and panics where the store breaks it.
 mod changes;
+mod counts;
 mod events;
 mod listing;
 mod outbox;
@@ -365,6 +366,7 @@ suite! {
     store: listing::pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,
     store: listing::summaries_cut_each_text_to_its_first_characters_as_the_rule_does,
     store: listing::runs_are_counted_by_status_as_they_are_recorded,
+    reopen: counts::counts_by_status_stay_exact_through_every_change_and_a_reopen,
     store: listing::a_listing_as_seen_lists_a_run_nobody_runs_as_orphaned,
     // Commands and the change feed.
     store: queue::a_command_is_taken_once_and_by_the_runs_owner_only,

@@ -51,8 +51,14 @@ impl Executor {
         Ok(handle)
     }
 
-    /// Starts a run of `flow` here if this executor has room, or records it
-    /// queued for any executor with room; answers its id and status.
+    /// Starts a run of `flow` here if this executor has room and no run
+    /// waits queued, or records it queued for any executor with room;
+    /// answers its id and status.
+    ///
+    /// Runs start in the order they were posted: while older runs wait
+    /// queued, a new one is queued behind them (its id sorts after theirs)
+    /// and the room there is goes to the oldest, claimed from the queue
+    /// here and now — the new run among them if the room reaches it.
     ///
     /// A run that would wait is refused ([`Posted::QueueFull`]) while the
     /// store holds `server.max_queued_runs` queued runs: counted in the
@@ -64,14 +70,16 @@ impl Executor {
         options: RunOptions,
     ) -> Result<Posted, EngineError> {
         let _admitted = self.admission.lock().await;
-        if self.room() == 0 {
+        let room = self.room();
+        // A count the store keeps as runs change: read on every post.
+        let queued = self
+            .engine
+            .store()
+            .count_runs(RunStatus::Queued)
+            .await
+            .map_err(EngineError::Store)?;
+        if room == 0 {
             self.admitted.held_back();
-            let queued = self
-                .engine
-                .store()
-                .count_runs(RunStatus::Queued)
-                .await
-                .map_err(EngineError::Store)?;
             if queued >= u64::from(self.options.max_queued_runs) {
                 return Ok(Posted::QueueFull { queued });
             }
@@ -79,9 +87,30 @@ impl Executor {
             let run_id = self.engine.queue_with(flow, options).await?.run_id;
             return Ok(Posted::Recorded(run_id, RunStatus::Queued));
         }
-        // With room, the run is created owned by this executor and started:
-        // queued first, any executor woken by the queue could claim it
-        // before the one it was posted to.
+        if queued > 0 {
+            // Older runs wait: this one waits behind them, and the room
+            // goes to the oldest. The queue does not grow (the room takes
+            // at least one), so its bound is not asked.
+            let run_id = self.engine.queue_with(flow, options).await?.run_id;
+            let claimed = self.engine.start_from_queue(room).await?;
+            if claimed.len() >= room {
+                // The room is full and runs may still wait: as a claim
+                // that fills its room, it held them back.
+                self.admitted.held_back();
+            }
+            let mut status = RunStatus::Queued;
+            for handle in claimed {
+                if handle.run_id() == run_id {
+                    status = RunStatus::Running;
+                }
+                tracing::info!(run_id = handle.run_id(), "queued run claimed");
+                self.register(handle);
+            }
+            return Ok(Posted::Recorded(run_id, status));
+        }
+        // With room and nothing queued, the run is created owned by this
+        // executor and started: queued first, any executor woken by the
+        // queue could claim it before the one it was posted to.
         let handle = self.engine.start_with(flow, options).await?;
         let run_id = handle.run_id().to_owned();
         self.register(handle);

@@ -30,6 +30,18 @@
 //! first statement (or at [`PostgresStore::connect`]), under an advisory
 //! lock, so that executors starting together apply each one once.
 //!
+//! Runs are counted by status without reading them: triggers on `runs`
+//! (`0010_run_counts.sql`) keep a `run_counts` table in the transaction of
+//! every statement that creates, changes the status of, or deletes a run,
+//! so the counts roll back with it and never drift, whichever statement or
+//! executor made the change. Counting with an index would still read one
+//! entry per run (O(n) at each scrape). The counts are sharded by the
+//! writing connection (`pg_backend_pid() % 16`), so that many executors
+//! changing runs at once update rows of their own rather than queue on one
+//! hot row per status; a change of status moves its two rows in one
+//! statement, in key order, and a heartbeat (no change of status) fires
+//! nothing. A count is the sum of at most 16 rows.
+//!
 //! JSON (a flow, a pause, a snapshot, a tool-call record, an event) is kept
 //! as `jsonb`, the same JSON the sled store keeps; Unix-ms times and fences
 //! as `bigint`, converted with a check.

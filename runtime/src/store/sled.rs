@@ -23,6 +23,13 @@
 //! them a superset of the truth after a crash, so that a page of runs
 //! filtered by status or flow reads only the runs it shows.
 //!
+//! Runs are counted by status as their records change (the `counts` of
+//! the store, moved under the run's lock once a write landed), so that
+//! `/metrics`, `GET /executor` and every post read no run. They are not
+//! stored: at open they are counted from the status index, keys only
+//! ([`RunIndexes::count`]), exact after a crash too (a leftover entry is
+//! told by a key lookup, or by reading the one record it doubles).
+//!
 //! Point reads and writes run on the calling task: without sled
 //! transactions in the process they never wait for a flush (a flush holds
 //! sled's concurrency lock only in shared mode) and take microseconds.
@@ -43,7 +50,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use leasehold_actors::{
-    ChangeHub, Fenced, RunRecord, StoreChange, StoreError, StoreFuture, fencing,
+    ChangeHub, Fenced, RunRecord, RunStatus, StatusCounts, StoreChange, StoreError, StoreFuture,
+    fencing,
 };
 use sled::{IVec, Tree};
 
@@ -114,6 +122,14 @@ struct Inner {
     /// allows one process per database).
     changes: ChangeHub,
     indexes: RunIndexes,
+    /// How many runs are in each status: counted from the status index at
+    /// open ([`RunIndexes::count`]), then moved by every write of a record
+    /// (created, changed, deleted) once it landed, under the run's lock,
+    /// so that counting reads no run.
+    counts: Mutex<StatusCounts>,
+    /// How many run records were read since the store opened
+    /// ([`SledStore::records_read`]).
+    records_read: AtomicU64,
     /// The finished runs, in the order they come due for deletion.
     finished: FinishedRuns,
     /// Where the purge's sweep of `run_order` goes on from.
@@ -201,6 +217,9 @@ impl SledStore {
             &meta,
         )
         .map_err(|e| e.context(format_args!("the store at `{}`", path.display())))?;
+        let counts = indexes
+            .count(&runs)
+            .map_err(|e| e.context(format_args!("the store at `{}`", path.display())))?;
         let manifest = if config.temporary {
             None
         } else {
@@ -234,6 +253,8 @@ impl SledStore {
                 paces,
                 changes: ChangeHub::new(),
                 indexes,
+                counts: Mutex::new(counts),
+                records_read: AtomicU64::new(0),
                 finished,
                 order_cursor: Mutex::new(0),
                 next_order: AtomicU64::new(next_order),
@@ -254,6 +275,15 @@ impl SledStore {
     /// When a write counts as done.
     pub fn durability(&self) -> Durability {
         self.inner.durability
+    }
+
+    /// How many run records this store has read since it was opened (one
+    /// run, a page, a scan): what a test reads to see that counting runs
+    /// reads none.
+    pub fn records_read(&self) -> u64 {
+        self.inner
+            .records_read
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The space the database takes on disk, in bytes.
@@ -445,8 +475,32 @@ fn no_run(run_id: &str) -> StoreError {
 }
 
 impl Inner {
+    /// A run's record left `from` (`None`: created) for `to` (`None`:
+    /// deleted): counted.
+    fn counted(&self, from: Option<RunStatus>, to: Option<RunStatus>) {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .moved(from, to);
+    }
+
+    /// Counts a run record read ([`SledStore::records_read`]).
+    fn record_read(&self) {
+        self.records_read
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The runs in each status now.
+    fn counts(&self) -> StatusCounts {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The run's record and the bytes it was read from.
     fn read_run(&self, run_id: &str) -> Result<Option<(IVec, RunRecord)>, StoreError> {
+        self.record_read();
         let bytes = self
             .runs
             .get(run_id.as_bytes())
@@ -503,6 +557,7 @@ impl Inner {
                 return Ok((value, false));
             };
             let new_entries = IndexEntries::of(&changed)?;
+            let new_status = changed.status;
             let new_finished = FinishedEntries::of(&changed);
             let new = encode(&changed, &RunName(run_id))?;
             // The notice before the record: after a crash, a change that
@@ -521,6 +576,7 @@ impl Inner {
                 .map_err(|e| failed(&doing, &e))?
             {
                 Ok(()) => {
+                    self.counted(old_status, Some(new_status));
                     if let Some(old_entries) = &old_entries {
                         self.indexes.remove(old_entries, &new_entries)?;
                     }

@@ -324,11 +324,13 @@ pub(super) fn run_id(path: Result<Path<String>, PathRejection>) -> Result<String
 
 /// `GET /runs[?after=C][&limit=N][&status=S][&flow=F][&since=T][&until=T]`:
 /// one page of runs, newest first, and the cursor of the next; each run a
-/// summary ([`RunView::summary`]), never its flow or a whole text.
+/// summary ([`RunView::summary`]), never its flow or a whole text. The
+/// page waits for room in the server's [`ListingBudget`](super::ListingBudget)
+/// first, and holds it until its answer has been sent.
 pub(super) async fn list_runs(
     State(app): State<Arc<App>>,
     params: Result<Query<ListParams>, QueryRejection>,
-) -> Result<Json<RunsPage>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(|rejection| {
         ApiError::bad_request(format!(
             "the query is not what this route takes: {}",
@@ -336,10 +338,12 @@ pub(super) async fn list_runs(
         ))
     })?;
     let query = params.query()?;
+    let mut permit = app.listings.admit(query.limit).await;
     let now = app.engine().clock().now_unix_ms();
     // A run nobody runs is listed as orphaned, as it is shown whole.
     let page =
         leasehold::seen::summaries(app.engine().store().as_ref(), &query, now, false).await?;
+    permit.holding(page.runs.len());
     let runs = page
         .runs
         .into_iter()
@@ -352,10 +356,40 @@ pub(super) async fn list_runs(
         // in it.
         .filter(|view| query.status.is_none_or(|status| view.status == status))
         .collect();
-    Ok(Json(RunsPage {
+    let page = RunsPage {
         runs,
         next: page.next,
-    }))
+    };
+    let body = serde_json::to_vec(&page)
+        .map_err(|e| ApiError::internal(format!("encoding a page of runs failed: {e}")))?;
+    drop(page);
+    Ok((
+        [(header::CONTENT_TYPE, "application/json")],
+        held_until_sent(body, permit),
+    )
+        .into_response())
+}
+
+/// A body of `bytes` that keeps `permit` until it has been sent (or the
+/// client went away and it was dropped).
+fn held_until_sent(bytes: Vec<u8>, permit: super::listing::ListingPermit) -> axum::body::Body {
+    enum Sending {
+        Page(Vec<u8>, super::listing::ListingPermit),
+        /// Held until the stream is polled past its page, or dropped.
+        Sent {
+            _permit: super::listing::ListingPermit,
+        },
+    }
+    let chunks = futures_util::stream::unfold(Some(Sending::Page(bytes, permit)), |state| {
+        std::future::ready(match state {
+            Some(Sending::Page(bytes, permit)) => Some((
+                Ok::<_, std::convert::Infallible>(bytes),
+                Some(Sending::Sent { _permit: permit }),
+            )),
+            Some(Sending::Sent { .. }) | None => None,
+        })
+    });
+    axum::body::Body::from_stream(chunks)
 }
 
 /// `GET /runs/{id}`: a run with its flow and its tool calls.

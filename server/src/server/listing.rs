@@ -1,12 +1,17 @@
 //! Paging `GET /runs`: its query parameters, read into a [`RunQuery`] with
-//! a refusal that names the parameter, and the page it answers.
+//! a refusal that names the parameter, the page it answers, and the
+//! [`ListingBudget`] that bounds what every listing in flight holds.
 //!
 //! The command line reads its `runs list` flags with the same parsers, so
 //! that a status or an instant means the same thing over HTTP and on the
 //! data directory.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use leasehold::{RunQuery, RunStatus};
 use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::ApiError;
 use super::view::RunView;
@@ -16,6 +21,103 @@ pub const DEFAULT_PAGE_LIMIT: usize = 50;
 
 /// The most runs one page holds: a larger `limit` is cut to it.
 pub const MAX_PAGE_LIMIT: usize = 500;
+
+/// The most run summaries every `GET /runs` in flight holds at once: four
+/// pages of [`MAX_PAGE_LIMIT`]. A summary is at most a few kilobytes (no
+/// flow, each text cut to [`SUMMARY_CHARS`](leasehold::SUMMARY_CHARS)
+/// characters), so listings hold a few megabytes at most, however many
+/// are asked for at once and however large the runs' flows are.
+pub const MAX_LISTED_IN_FLIGHT: usize = 4 * MAX_PAGE_LIMIT;
+
+/// What bounds the memory of listings: a request takes as many permits as
+/// its page's `limit` before it reads the store, and gives them back once
+/// its answer has been sent (or its client went away). A request beyond
+/// the bound waits its turn (the semaphore is fair: first come, first
+/// served); it holds nothing but its query while it waits.
+///
+/// It also counts the summaries held, from the store's answer to the end
+/// of the response, and the most ever held at once: what a test reads to
+/// see the bound kept.
+#[derive(Debug)]
+pub struct ListingBudget {
+    permits: Arc<Semaphore>,
+    held: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    waiting: AtomicUsize,
+}
+
+impl Default for ListingBudget {
+    fn default() -> Self {
+        Self::new(MAX_LISTED_IN_FLIGHT)
+    }
+}
+
+impl ListingBudget {
+    /// A budget of `max` summaries in flight (at least one page's worth).
+    pub fn new(max: usize) -> Self {
+        let max = max.clamp(MAX_PAGE_LIMIT, Semaphore::MAX_PERMITS);
+        Self {
+            permits: Arc::new(Semaphore::new(max)),
+            held: Arc::new(AtomicUsize::new(0)),
+            peak: Arc::new(AtomicUsize::new(0)),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many listings wait for room now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// The most summaries held at once since the server started.
+    pub fn peak_held(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Waits for room for a page of `limit` runs.
+    pub(super) async fn admit(&self, limit: usize) -> ListingPermit {
+        let weight = u32::try_from(limit.clamp(1, MAX_PAGE_LIMIT)).unwrap_or(u32::MAX);
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        // The semaphore is never closed.
+        let permit = Arc::clone(&self.permits)
+            .acquire_many_owned(weight)
+            .await
+            .ok();
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        ListingPermit {
+            _permit: permit,
+            held: Arc::clone(&self.held),
+            peak: Arc::clone(&self.peak),
+            counted: 0,
+        }
+    }
+}
+
+/// A listing's room in the [`ListingBudget`], given back when dropped.
+pub(super) struct ListingPermit {
+    _permit: Option<OwnedSemaphorePermit>,
+    held: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    counted: usize,
+}
+
+impl ListingPermit {
+    /// The page read holds `runs` summaries until the permit is dropped.
+    pub(super) fn holding(&mut self, runs: usize) {
+        self.counted = self.counted.saturating_add(runs);
+        let now = self
+            .held
+            .fetch_add(runs, Ordering::Relaxed)
+            .saturating_add(runs);
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ListingPermit {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.counted, Ordering::Relaxed);
+    }
+}
 
 /// A page of runs as `GET /runs` answers it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

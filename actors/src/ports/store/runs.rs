@@ -88,9 +88,10 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// How many runs are in each status, every status of
     /// [`RunStatus::ALL`] once, in that order: what an operator's dashboard
-    /// reads on every scrape. The default counts [`RunStore::list_runs`]; a
-    /// store that can count without reading every run (PostgreSQL's
-    /// `GROUP BY`) does.
+    /// reads on every scrape. The default counts [`RunStore::list_runs`],
+    /// which costs as much as the store holds: every store of leasehold
+    /// keeps its counts as runs change instead ([`StatusCounts`](super::StatusCounts)),
+    /// and answers without reading a run; a store of one's own should too.
     fn count_runs_by_status(&self) -> StoreFuture<Vec<(RunStatus, u64)>> {
         let runs = self.list_runs();
         Box::pin(async move {
@@ -107,7 +108,7 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// How many runs are in `status`: what admitting a run to the queue
     /// reads on every post, so a store answers it without reading the
-    /// runs (an index). The default reads
+    /// runs (its kept counts). The default reads
     /// [`RunStore::count_runs_by_status`].
     fn count_runs(&self, status: RunStatus) -> StoreFuture<u64> {
         let counts = self.count_runs_by_status();

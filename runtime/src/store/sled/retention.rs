@@ -81,9 +81,13 @@ impl Inner {
             remove_prefix(tree, &prefix, &doing)?;
         }
         queue::remove_of(&self.commands, run_id)?;
-        self.runs
+        let removed = self
+            .runs
             .remove(run_id.as_bytes())
             .map_err(|e| failed(&doing, &e))?;
+        if removed.is_some() {
+            self.counted(Some(record.status), None);
+        }
         self.indexes.forget(&IndexEntries::of(record)?)?;
         self.finished
             .remove(FinishedEntries::of(record).as_ref(), None)?;
@@ -229,6 +233,6 @@ mod tests {
         ] {
             assert!(tree.is_empty());
         }
-        assert_eq!(inner.count_runs(RunStatus::Completed).expect("counted"), 0);
+        assert_eq!(inner.count_runs(RunStatus::Completed), 0);
     }
 }

@@ -19,7 +19,9 @@
 
 use std::ops::Bound;
 
-use leasehold_actors::{RunQuery, RunRecord, RunStatus, StoreError, listing};
+use std::collections::HashMap;
+
+use leasehold_actors::{RunQuery, RunRecord, RunStatus, StatusCounts, StoreError, listing};
 use sled::Tree;
 
 use super::codec::{self, decode};
@@ -137,6 +139,46 @@ impl RunIndexes {
                 .map_err(|e| failed(&doing, &e))?;
         }
         Ok(())
+    }
+
+    /// How many runs of `runs` are in each status, counted from the
+    /// status index at open: each entry's key read, not its run's record.
+    ///
+    /// Exact after a crash too. The index holds at least every record's
+    /// entry (see the module), so an entry left over is either a second
+    /// entry of a run (a change cut between adding the new entry and
+    /// removing the old one: the record, read, says which is true) or the
+    /// entry of a record that is not there (a creation cut before its
+    /// record, a deletion cut before its entries: checked with a key
+    /// lookup). The cost is one key lookup per run, and one record read
+    /// per run a crash left with two entries.
+    pub(crate) fn count(&self, runs: &Tree) -> Result<StatusCounts, StoreError> {
+        let doing = "counting the runs by status";
+        let mut seen: HashMap<String, Option<RunStatus>> = HashMap::new();
+        for status in RunStatus::ALL {
+            for id in self.ids_in(status)? {
+                seen.entry(id?)
+                    .and_modify(|first| *first = None)
+                    .or_insert(Some(status));
+            }
+        }
+        let mut counts = StatusCounts::new();
+        for (run_id, status) in seen {
+            let status = match status {
+                Some(status) => runs
+                    .contains_key(run_id.as_bytes())
+                    .map_err(|e| failed(&doing, &e))?
+                    .then_some(status),
+                None => runs
+                    .get(run_id.as_bytes())
+                    .map_err(|e| failed(&doing, &e))?
+                    .map(|bytes| decode::<RunRecord>(&bytes, &format_args!("run `{run_id}`")))
+                    .transpose()?
+                    .map(|record| record.status),
+            };
+            counts.moved(None, status);
+        }
+        Ok(counts)
     }
 
     /// The ids of the runs indexed under `status`, ascending (oldest

@@ -50,7 +50,10 @@ impl Inner {
             .compare_and_swap(run_id.as_bytes(), None::<&[u8]>, Some(bytes))
             .map_err(|e| failed(&doing, &e))?
         {
-            Ok(()) => Ok(((), true)),
+            Ok(()) => {
+                self.counted(None, Some(record.status));
+                Ok(((), true))
+            }
             Err(_) => {
                 // Not a path taken while every creator holds the run's lock.
                 self.run_order
@@ -67,19 +70,22 @@ impl Inner {
         self.orphan_where(|record| fencing::orphan(record, now_ms))
     }
 
-    /// Marks orphaned each run `rule` orphans: found by a scan, changed
-    /// under the run's lock after `rule` is applied again to what is there.
+    /// Marks orphaned each run `rule` orphans (a running run, by either
+    /// rule of [`fencing`]): found through the status index's running
+    /// runs, so that a sweep reads the runs that run, not every run
+    /// stored; changed under the run's lock after `rule` is applied again
+    /// to what is there.
     fn orphan_where(
         &self,
         rule: impl Fn(&RunRecord) -> Option<RunRecord>,
     ) -> Result<(Vec<String>, bool), StoreError> {
-        let doing = "reconciling orphaned runs";
         let mut candidates = Vec::new();
-        for entry in &self.runs {
-            let (key, bytes) = entry.map_err(|e| failed(&doing, &e))?;
-            let run_id = String::from_utf8_lossy(&key).into_owned();
-            let record: RunRecord = decode(&bytes, &RunName(&run_id))?;
-            if rule(&record).is_some() {
+        for run_id in self.indexes.ids_in(RunStatus::Running)? {
+            // An entry left over by a crash reads a record in another
+            // status (or none), which no rule orphans.
+            if let Some((_, record)) = self.read_run(&run_id?)?
+                && rule(&record).is_some()
+            {
                 candidates.push(record.run_id);
             }
         }
@@ -148,22 +154,17 @@ impl Inner {
             .range::<Vec<u8>, _>((Bound::Unbounded, upper))
             .rev()
             .map(|entry| {
+                self.record_read();
                 let (key, bytes) = entry.map_err(|e| failed(&"listing runs", &e))?;
                 decode(&bytes, &RunName(&String::from_utf8_lossy(&key)))
             });
         Ok(Box::new(records))
     }
 
-    /// How many runs the status index holds under `status`: exact while
-    /// the store runs; after a crash it may also count an entry left over
-    /// (see [`RunIndexes`]), so a bound read from it errs on the safe side.
-    pub(super) fn count_runs(&self, status: RunStatus) -> Result<u64, StoreError> {
-        let mut count = 0_u64;
-        for id in self.indexes.ids_in(status)? {
-            id?;
-            count = count.saturating_add(1);
-        }
-        Ok(count)
+    /// How many runs are in `status`: the count kept as records change
+    /// ([`Inner::counts`]), read without a run.
+    pub(super) fn count_runs(&self, status: RunStatus) -> u64 {
+        self.counts().get(status)
     }
 }
 
@@ -276,8 +277,12 @@ impl RunStore for SledStore {
         self.scan(Inner::list_runs)
     }
 
+    fn count_runs_by_status(&self) -> StoreFuture<Vec<(RunStatus, u64)>> {
+        ready(Ok(self.inner.counts().by_status()))
+    }
+
     fn count_runs(&self, status: RunStatus) -> StoreFuture<u64> {
-        self.scan(move |inner| inner.count_runs(status))
+        ready(Ok(self.inner.count_runs(status)))
     }
 
     fn list_run_summaries(&self, query: &RunQuery) -> StoreFuture<SummaryPage> {
@@ -338,6 +343,41 @@ mod tests {
         let decoded = decodes::so_far() - before;
         let ids = page.runs.into_iter().map(|r| r.run_id).collect();
         (ids, page.next, decoded)
+    }
+
+    #[tokio::test]
+    async fn the_counts_a_reopen_finds_skip_index_entries_a_crash_left_over() {
+        use leasehold_actors::RunStore;
+
+        use super::super::run_index::IndexEntries;
+
+        let dir = tempfile::tempdir().expect("a directory");
+        let open = || {
+            SledStore::open(SledConfig::new(dir.path()).with_durability(Durability::Exit))
+                .expect("a store")
+        };
+        let store = open();
+        for n in 0..10 {
+            store.create_run(record(n)).await.expect("created");
+        }
+        // What a crash leaves: a change cut between adding its new entry
+        // and removing the old one (run 0 completed, indexed waiting too),
+        // and a creation cut before its record (run 99, indexed alone).
+        let mut changed = record(0);
+        changed.status = RunStatus::WaitingHuman;
+        let mut never_written = record(99);
+        never_written.status = RunStatus::Queued;
+        for leftover in [changed, never_written] {
+            let entries = IndexEntries::of(&leftover).expect("entries");
+            store.inner.indexes.add(None, &entries).expect("indexed");
+        }
+        drop(store);
+        let store = open();
+        let counts = store.count_runs_by_status().await.expect("counted");
+        let count = |status| counts.iter().find(|(s, _)| *s == status).map(|(_, n)| *n);
+        assert_eq!(count(RunStatus::Completed), Some(9));
+        assert_eq!(count(RunStatus::WaitingHuman), Some(1), "run 3 alone");
+        assert_eq!(count(RunStatus::Queued), Some(0));
     }
 
     #[tokio::test]
