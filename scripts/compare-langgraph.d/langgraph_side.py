@@ -1,7 +1,8 @@
 """The LangGraph side: a graph of one node that streams a chat completion
 from the model server with langchain-openai's ChatOpenAI (what LangGraph's
 documentation has users write; `--client openai` calls the `openai` client
-directly instead), its state in a checkpointer — LangGraph's InMemorySaver,
+directly instead) over openai's aiohttp transport (`--http httpx`: its
+default), its state in a checkpointer — LangGraph's InMemorySaver,
 or with `--pg DSN` langgraph-checkpoint-postgres's AsyncPostgresSaver on a
 psycopg pool of 16 connections (leasehold's pool size) — and `--runs`
 invocations started at once with asyncio, one thread each. Prints, as one
@@ -10,7 +11,7 @@ postmaster and its backends, when given) spent on them: the figures are
 taken after the imports, the graph's compilation and the saver's setup.
 
     python langgraph_side.py --model URL --runs N --system S --task T
-        [--client langchain|openai] [--pg DSN --pg-pid PID]
+        [--client langchain|openai] [--http aiohttp|httpx] [--pg DSN --pg-pid PID]
 """
 
 import argparse
@@ -21,7 +22,8 @@ import sys
 import time
 import urllib.request
 
-import httpx
+import httpx2
+import openai
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -40,19 +42,25 @@ async def main():
     parser.add_argument("--system", required=True)
     parser.add_argument("--task", required=True)
     parser.add_argument("--client", choices=["langchain", "openai"], default="langchain")
+    parser.add_argument("--http", choices=["aiohttp", "httpx"], default="aiohttp")
     parser.add_argument("--pg")
     parser.add_argument("--pg-pid", type=int)
     parser.add_argument("--reset-statements", action="store_true",
                         help="reset pg_stat_statements once the saver is set up")
     args = parser.parse_args()
 
-    # As many connections to the model as calls in flight, as leasehold's
-    # client opens: the openai client's default pool (1 000) would hold
-    # half of 2 000 calls back in a queue.
-    http = httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-        timeout=httpx.Timeout(600, connect=10),
-    )
+    # The HTTP client under both: openai's aiohttp transport (`--http
+    # aiohttp`, what the openai client's documentation gives for high
+    # concurrency), or its default, httpx (`--http httpx`), whose connection
+    # pool scans every connection on every request — quadratic in the calls
+    # in flight, most of this process's CPU at 2 000 calls. Either with as
+    # many connections as calls in flight, as leasehold's client opens.
+    limits = httpx2.Limits(max_connections=args.runs, max_keepalive_connections=args.runs)
+    timeout = httpx2.Timeout(600, connect=10)
+    if args.http == "aiohttp":
+        http = openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+    else:
+        http = openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
     if args.client == "langchain":
         from langchain_openai import ChatOpenAI
 
@@ -139,6 +147,7 @@ async def main():
         "side": "langgraph",
         "version": langgraph.version.__version__,
         "client": args.client,
+        "http": args.http,
         "runs": args.runs,
         "statuses": {"completed": completed, "failed": args.runs - completed},
         "errors": errors[:5],

@@ -135,6 +135,14 @@ def main():
                 query = query if len(query) <= 140 else query[:137] + "..."
                 print(f"    {per_run:7.2f}  {query}")
 
+    for name in ("memory", "postgres"):
+        side = load(f"{d}/{name}-langgraph.json")
+        if side:
+            print()
+            print(f"LangGraph {side['version']}: the node calls the model with "
+                  f"{'langchain-openai ChatOpenAI' if side['client'] == 'langchain' else 'openai AsyncOpenAI'}"
+                  f" over {side['http']}")
+            break
     print()
     print(f"load average at start {args.load_start}, at end {args.load_end}")
     if failures:
