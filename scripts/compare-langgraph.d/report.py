@@ -67,16 +67,17 @@ def statements(path, runs, top=25):
     lines = []
     with open(path) as f:
         for line in f:
-            toplevel, calls, query = line.rstrip("\n").split("\t", 2)
+            toplevel, calls, exec_ms, query = line.rstrip("\n").split("\t", 3)
             if "pg_stat_statements" in query:
                 continue
             per_run = float(calls) / runs
+            ms = float(exec_ms) / runs
             if toplevel == "t":
                 sent += per_run
-                lines.append((per_run, query))
+                lines.append((per_run, ms, query))
             else:
                 nested += per_run
-                lines.append((per_run, "(nested) " + query))
+                lines.append((per_run, ms, "(nested) " + query))
     return sent, nested, lines[:top]
 
 
@@ -129,11 +130,12 @@ def main():
         failures += problems(lh) + problems(lg)
         for name, listing in (("leasehold", lh_statements), ("LangGraph", lg_statements)):
             print()
-            print(f"{name}: statements per run, sent then nested, most called first")
+            print(f"{name}: statements per run (and their execution time per run,"
+                  " in ms), sent then nested, most called first")
             print()
-            for per_run, query in listing:
-                query = query if len(query) <= 140 else query[:137] + "..."
-                print(f"    {per_run:7.2f}  {query}")
+            for per_run, ms, query in listing:
+                query = query if len(query) <= 120 else query[:117] + "..."
+                print(f"    {per_run:6.2f} {ms:7.3f}  {query}")
 
     for name in ("memory", "postgres"):
         side = load(f"{d}/{name}-langgraph.json")
