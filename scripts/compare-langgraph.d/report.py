@@ -107,6 +107,12 @@ def main():
         row("peak RSS over RSS before, per run", lh_growth, lg_growth, "KiB", None, "{:.1f}")
         sides(lh, lg, runs)
         print(f"| runs live at once (sampled) | {lh['max_live']} | {runs} (all gathered) | | |")
+        if lh["max_live"] < runs:
+            print()
+            print(f"Note: leasehold held at most {lh['max_live']} of the {runs} runs live at once "
+                  "(sampled 4 times a second): runs ended before the last were posted, so its peak "
+                  "RSS is that of fewer live runs than LangGraph's; longer answers (--chunk-ms 200) "
+                  "hold them all.")
         failures += problems(lh) + problems(lg)
 
     lh, lg = load(f"{d}/postgres-leasehold.json"), load(f"{d}/postgres-langgraph.json")
