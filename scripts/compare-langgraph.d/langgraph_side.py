@@ -51,10 +51,10 @@ async def main():
 
     # The HTTP client under both: openai's aiohttp transport (`--http
     # aiohttp`, what the openai client's documentation gives for high
-    # concurrency), or its default, httpx (`--http httpx`), whose connection
-    # pool scans every connection on every request — quadratic in the calls
-    # in flight, most of this process's CPU at 2 000 calls. Either with as
-    # many connections as calls in flight, as leasehold's client opens.
+    # concurrency, and the cheapest at 2 000 calls), or its default
+    # (`--http httpx`); either with as many connections as calls in
+    # flight, as leasehold's client opens. (A plain httpx.AsyncClient is
+    # worse than both: its pool scans every connection on every request.)
     limits = httpx2.Limits(max_connections=args.runs, max_keepalive_connections=args.runs)
     timeout = httpx2.Timeout(600, connect=10)
     if args.http == "aiohttp":
