@@ -43,6 +43,7 @@ use super::BoxFuture;
 mod changes;
 mod error;
 mod events;
+pub mod history;
 mod layered;
 pub mod outbox;
 mod paces;
@@ -55,6 +56,7 @@ mod summary;
 pub use changes::ChangeSource;
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventLog;
+pub use history::{SnapshotBase, SnapshotTable};
 pub use layered::LayeredStore;
 pub use outbox::{Delivery, Notice, NoticeTake, Outbox};
 pub use paces::PaceStore;
@@ -149,6 +151,12 @@ pub struct Snapshot {
     /// snapshot written before they were counted.
     #[serde(default)]
     pub seq: u64,
+    /// Where its transcript continues from, when the writer knows: the
+    /// store then keeps only the messages after the base's
+    /// ([`history`]). `None` in every snapshot a store answers: those are
+    /// whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<history::SnapshotBase>,
 }
 
 /// Why a run waits for a person.

@@ -51,6 +51,7 @@ pub fn snapshot(run_id: &str, path: &str, step: u32, note: &str) -> Snapshot {
         status: RunStatus::Running,
         state: json!({"transcript": [{"role": "user", "content": note}], "budget": {"limit": 8}}),
         seq: u64::from(step),
+        base: None,
     }
 }
 

@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("migrations/0007_fork.sql")),
     (8, include_str!("migrations/0008_outbox.sql")),
     (9, include_str!("migrations/0009_trace_parent.sql")),
+    (11, include_str!("migrations/0011_snapshot_bases.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).
