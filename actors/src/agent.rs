@@ -416,10 +416,7 @@ impl AgentLoop {
             })
             .await;
         if landed {
-            self.tail = Some(tail::HistoryTail::of(
-                snapshot.seq,
-                &self.state.transcript,
-            ));
+            self.tail = Some(tail::HistoryTail::of(snapshot.seq, &self.state.transcript));
         }
         landed
     }

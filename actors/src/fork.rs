@@ -536,16 +536,29 @@ mod tests {
         assert_eq!(after.calls[0].key, "parent/run/1/0", "the parent's key");
         assert_eq!(after.calls[0].made_by.as_deref(), Some("parent"));
 
-        let before = start(&parent(), &lineage(history()), &calls, &ForkSpec::root(1), "fork").unwrap();
+        let before = start(
+            &parent(),
+            &lineage(history()),
+            &calls,
+            &ForkSpec::root(1),
+            "fork",
+        )
+        .unwrap();
         assert!(before.snapshots.is_empty() && before.calls.is_empty());
     }
 
     #[test]
     fn a_step_that_is_no_boundary_is_refused_naming_the_loops() {
         for (path, step) in [("run", 3), ("run/worker:w:1", 2), ("run", 0)] {
-            let error = start(&parent(), &lineage(history()), &[], &ForkSpec::at(path, step), "f")
-                .unwrap_err()
-                .to_string();
+            let error = start(
+                &parent(),
+                &lineage(history()),
+                &[],
+                &ForkSpec::at(path, step),
+                "f",
+            )
+            .unwrap_err()
+            .to_string();
             assert!(error.contains("`run` (steps 1 to 2)"), "{error}");
         }
     }
@@ -567,11 +580,26 @@ mod tests {
                 {"role": "tool", "content": "charged"},
             ]}),
         ));
-        let error = start(&parent(), &lineage(history.clone()), &[], &ForkSpec::root(3), "f")
-            .unwrap_err()
-            .to_string();
+        let error = start(
+            &parent(),
+            &lineage(history.clone()),
+            &[],
+            &ForkSpec::root(3),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("never finished its step 2"), "{error}");
-        assert!(start(&parent(), &lineage(history.clone()), &[], &ForkSpec::root(2), "f").is_ok());
+        assert!(
+            start(
+                &parent(),
+                &lineage(history.clone()),
+                &[],
+                &ForkSpec::root(2),
+                "f"
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -643,7 +643,10 @@ async fn a_run_of_large_tool_results_stores_each_once_and_its_forks_store_only_t
         parent_bytes < (STEPS + 2) * large,
         "{parent_bytes} bytes stored for {STEPS} results of {large} bytes"
     );
-    assert!(parent_bytes > STEPS * large, "{parent_bytes}: every result is kept");
+    assert!(
+        parent_bytes > STEPS * large,
+        "{parent_bytes}: every result is kept"
+    );
     // The history reads back whole: the last state holds every result.
     let history = rig.store.load_snapshot_history(&parent).await.unwrap();
     let tool_messages = |snapshot: &leasehold_actors::Snapshot| {
@@ -675,11 +678,17 @@ async fn a_run_of_large_tool_results_stores_each_once_and_its_forks_store_only_t
         );
         // Read back whole: its first state is the parent's at the fork
         // point, its last holds the parent's results and its own answer.
-        let origin = rig.store.load_run(&fork_id).await.unwrap().unwrap().fork.unwrap();
+        let origin = rig
+            .store
+            .load_run(&fork_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .fork
+            .unwrap();
         let at_point = history
             .iter()
-            .filter(|s| s.seq <= origin.seq)
-            .last()
+            .rfind(|s| s.seq <= origin.seq)
             .expect("the parent's state at the fork point");
         let forked = rig.store.load_snapshot_history(&fork_id).await.unwrap();
         assert_eq!(forked[0].state["transcript"], at_point.state["transcript"]);

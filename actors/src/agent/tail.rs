@@ -64,7 +64,10 @@ mod tests {
 
     #[test]
     fn a_transcript_appended_to_continues_its_tail_and_one_cut_back_does_not() {
-        let before = [ChatMessage::user("task"), ChatMessage::assistant("a", Vec::new())];
+        let before = [
+            ChatMessage::user("task"),
+            ChatMessage::assistant("a", Vec::new()),
+        ];
         let tail = HistoryTail::of(4, &before);
         let appended = [before[0].clone(), before[1].clone(), ChatMessage::user("b")];
         assert_eq!(
@@ -77,7 +80,11 @@ mod tests {
         );
         let cut_back = [before[0].clone()];
         assert_eq!(tail.base("r", &cut_back), None);
-        let rewritten = [before[0].clone(), ChatMessage::assistant("other", Vec::new()), ChatMessage::user("b")];
+        let rewritten = [
+            before[0].clone(),
+            ChatMessage::assistant("other", Vec::new()),
+            ChatMessage::user("b"),
+        ];
         assert_eq!(tail.base("r", &rewritten), None);
     }
 }

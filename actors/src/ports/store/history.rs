@@ -257,15 +257,16 @@ impl Lineage {
             let transcript = match (&entry.base, current.remove(entry.path.as_str())) {
                 (None, _) => own.to_vec(),
                 (Some(base), Some((seq, mut transcript)))
-                    if base.run_id == run_id && base.seq == seq && base.kept <= transcript.len() =>
+                    if base.run_id == run_id
+                        && base.seq == seq
+                        && base.kept <= transcript.len() =>
                 {
                     transcript.truncate(base.kept);
                     transcript.extend_from_slice(own);
                     transcript
                 }
                 (Some(base), _) => {
-                    let mut transcript =
-                        self.transcript_at(&base.run_id, base.seq, &entry.path)?;
+                    let mut transcript = self.transcript_at(&base.run_id, base.seq, &entry.path)?;
                     if base.kept > transcript.len() {
                         return Err(StoreError::corrupt(format!(
                             "the snapshot of `{}` at place {} in run `{run_id}` keeps {} \
@@ -335,10 +336,7 @@ fn set_transcript(
             entry.path, entry.seq, entry.run_id
         )));
     };
-    state.insert(
-        TRANSCRIPT.to_owned(),
-        serde_json::Value::Array(transcript),
-    );
+    state.insert(TRANSCRIPT.to_owned(), serde_json::Value::Array(transcript));
     Ok(())
 }
 
@@ -374,7 +372,12 @@ mod tests {
     use crate::ports::RunStatus;
     use serde_json::json;
 
-    fn entry(run: &str, seq: u64, transcript: &[&str], base: Option<(&str, u64, usize)>) -> Snapshot {
+    fn entry(
+        run: &str,
+        seq: u64,
+        transcript: &[&str],
+        base: Option<(&str, u64, usize)>,
+    ) -> Snapshot {
         Snapshot {
             run_id: run.to_owned(),
             path: "run".to_owned(),
@@ -434,7 +437,12 @@ mod tests {
             .collect();
         assert_eq!(
             transcripts,
-            [json!(["a", "b"]), json!(["a", "x"]), json!(["y"]), json!(["y", "z"])]
+            [
+                json!(["a", "b"]),
+                json!(["a", "x"]),
+                json!(["y"]),
+                json!(["y", "z"])
+            ]
         );
     }
 
@@ -446,7 +454,10 @@ mod tests {
             "state": {"steps": 1, TRANSCRIPT: ["a", "b"]}, "seq": 1
         }))
         .unwrap();
-        let parent = vec![old.clone(), entry("p", 2, &["a", "b", "c"], Some(("p", 1, 2)))];
+        let parent = vec![
+            old.clone(),
+            entry("p", 2, &["a", "b", "c"], Some(("p", 1, 2))),
+        ];
         let fork = vec![
             entry("f", 2, &["a", "b", "c"], Some(("p", 2, 3))),
             entry("f", 3, &["a", "b", "c", "d"], Some(("f", 2, 3))),
@@ -472,7 +483,10 @@ mod tests {
             "{error}"
         );
         let too_much = stored(entry("r", 2, &["a"], Some(("r", 1, 2)))).unwrap_err();
-        assert!(too_much.to_string().contains("keeps 2 messages"), "{too_much}");
+        assert!(
+            too_much.to_string().contains("keeps 2 messages"),
+            "{too_much}"
+        );
         let lineage = Lineage::of([(
             "r".to_owned(),
             stored_all(vec![
@@ -484,6 +498,9 @@ mod tests {
         broken[1].base.as_mut().unwrap().kept = 5;
         let lineage = Lineage::of([("r".to_owned(), broken)]);
         let error = lineage.history("r").unwrap_err().to_string();
-        assert!(error.contains("keeps 5 messages of a transcript of 1"), "{error}");
+        assert!(
+            error.contains("keeps 5 messages of a transcript of 1"),
+            "{error}"
+        );
     }
 }

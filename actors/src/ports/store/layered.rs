@@ -47,8 +47,7 @@ use super::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, GoneHolder, Notice, NoticeTake, Outbox,
     PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery,
     RunRecord, RunStatus, RunStore, RunUpdate, Snapshot, SnapshotStore, SnapshotTable, Store,
-    StoreFuture,
-    SummaryPage, ToolCallRecord,
+    StoreFuture, SummaryPage, ToolCallRecord,
 };
 use crate::event::Event;
 use crate::pace::Pace;

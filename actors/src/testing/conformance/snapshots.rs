@@ -203,9 +203,7 @@ async fn loop_steps(
 /// that names its base keeps only the messages since, and the history and
 /// the latest read back whole — across a write refused for its fence
 /// (nobody's base) and a transcript cut back by a restart (saved whole).
-pub(super) async fn a_loops_history_grows_with_its_steps_not_their_square(
-    store: Arc<dyn Store>,
-) {
+pub(super) async fn a_loops_history_grows_with_its_steps_not_their_square(store: Arc<dyn Store>) {
     let store = store.as_ref();
     store.create_run(unowned("r")).await.unwrap();
     let run = claimed(store.claim_run("r", "exec-a", 1_000, TTL).await.unwrap());
@@ -245,7 +243,10 @@ pub(super) async fn a_loops_history_grows_with_its_steps_not_their_square(
         bytes < 2 * steps * large,
         "{bytes} bytes stored for {steps} steps of {large} bytes each: more than linear"
     );
-    assert!(bytes > steps * large, "{bytes} bytes: the messages are kept");
+    assert!(
+        bytes > steps * large,
+        "{bytes} bytes: the messages are kept"
+    );
 }
 
 /// A fork shares its parent's history: its first snapshot names the
