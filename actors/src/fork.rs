@@ -244,7 +244,7 @@ struct Step {
 }
 
 impl Step {
-    fn of(entry: &Snapshot, transcript: &[serde_json::Value]) -> Self {
+    fn of(entry: &Snapshot, transcript: &[&serde_json::Value]) -> Self {
         let spawned = entry
             .state
             .get("calls")
@@ -343,7 +343,7 @@ fn point(history: &[Step], path: &str, step: u32, run_id: &str) -> Result<u64, F
 /// a step: a snapshot kept while a step's model call was in flight — on a
 /// pause, on the run's end, or as a request too long for the model's
 /// context was shortened — has one fewer), no calls pending, no answer.
-fn at_boundary(snapshot: &Snapshot, transcript: &[serde_json::Value]) -> bool {
+fn at_boundary(snapshot: &Snapshot, transcript: &[&serde_json::Value]) -> bool {
     let state = &snapshot.state;
     let no_calls = state
         .get("calls")

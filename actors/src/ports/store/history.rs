@@ -173,6 +173,18 @@ impl Lineage {
         seq: u64,
         path: &str,
     ) -> Result<Vec<serde_json::Value>, StoreError> {
+        let messages = self.messages_at(run_id, seq, path)?;
+        Ok(messages.into_iter().cloned().collect())
+    }
+
+    /// [`transcript_at`](Self::transcript_at), as references to the
+    /// stored messages: nothing is copied.
+    fn messages_at(
+        &self,
+        run_id: &str,
+        seq: u64,
+        path: &str,
+    ) -> Result<Vec<&serde_json::Value>, StoreError> {
         let hops = self.runs.values().map(Vec::len).sum::<usize>();
         let mut pieces: Vec<(usize, &[serde_json::Value])> = Vec::new();
         let (mut run, mut at) = (run_id, seq);
@@ -186,7 +198,7 @@ impl Lineage {
             })?;
             let own = transcript_of(entry)?;
             match &entry.base {
-                None => break own.to_vec(),
+                None => break own.iter().collect::<Vec<_>>(),
                 Some(base) => {
                     if pieces.len() > hops {
                         return Err(StoreError::corrupt(format!(
@@ -209,7 +221,7 @@ impl Lineage {
                 )));
             }
             transcript.truncate(kept);
-            transcript.extend_from_slice(own);
+            transcript.extend(own);
         }
         Ok(transcript)
     }
@@ -238,50 +250,46 @@ impl Lineage {
     }
 
     /// Walks the stored history of `run_id` in order, giving `visit` each
-    /// entry as stored and its whole transcript. One transcript per loop is
+    /// entry as stored and its whole transcript, as references to the
+    /// stored messages. Nothing is copied and one transcript per loop is
     /// held at a time, so walking a history takes memory in proportion to
-    /// what its loops hold now, not to the sum of every state it went
+    /// its loops' messages now, not to the sum of every state it went
     /// through.
     pub fn walk(
         &self,
         run_id: &str,
-        mut visit: impl FnMut(&Snapshot, &[serde_json::Value]) -> Result<(), StoreError>,
+        mut visit: impl FnMut(&Snapshot, &[&serde_json::Value]) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let Some(entries) = self.runs.get(run_id) else {
             return Ok(());
         };
         // The loop's transcript as of its last entry walked, and where.
-        let mut current: HashMap<&str, (u64, Vec<serde_json::Value>)> = HashMap::new();
+        let mut current: HashMap<&str, (u64, Vec<&serde_json::Value>)> = HashMap::new();
         for entry in entries {
             let own = transcript_of(entry)?;
-            let transcript = match (&entry.base, current.remove(entry.path.as_str())) {
-                (None, _) => own.to_vec(),
-                (Some(base), Some((seq, mut transcript)))
+            let mut transcript = match (&entry.base, current.remove(entry.path.as_str())) {
+                (None, _) => Vec::new(),
+                (Some(base), Some((seq, transcript)))
                     if base.run_id == run_id
                         && base.seq == seq
                         && base.kept <= transcript.len() =>
                 {
-                    transcript.truncate(base.kept);
-                    transcript.extend_from_slice(own);
                     transcript
                 }
-                (Some(base), _) => {
-                    let mut transcript = self.transcript_at(&base.run_id, base.seq, &entry.path)?;
-                    if base.kept > transcript.len() {
-                        return Err(StoreError::corrupt(format!(
-                            "the snapshot of `{}` at place {} in run `{run_id}` keeps {} \
-                             messages of a transcript of {}",
-                            entry.path,
-                            entry.seq,
-                            base.kept,
-                            transcript.len()
-                        )));
-                    }
-                    transcript.truncate(base.kept);
-                    transcript.extend_from_slice(own);
-                    transcript
-                }
+                (Some(base), _) => self.messages_at(&base.run_id, base.seq, &entry.path)?,
             };
+            let kept = entry.base.as_ref().map_or(0, |base| base.kept);
+            if kept > transcript.len() {
+                return Err(StoreError::corrupt(format!(
+                    "the snapshot of `{}` at place {} in run `{run_id}` keeps {kept} messages \
+                     of a transcript of {}",
+                    entry.path,
+                    entry.seq,
+                    transcript.len()
+                )));
+            }
+            transcript.truncate(kept);
+            transcript.extend(own);
             visit(entry, &transcript)?;
             current.insert(entry.path.as_str(), (entry.seq, transcript));
         }
@@ -302,11 +310,11 @@ impl Lineage {
 /// `entry` (stored) with `transcript` as its whole transcript, and no base.
 pub fn with_transcript(
     entry: &Snapshot,
-    transcript: &[serde_json::Value],
+    transcript: &[&serde_json::Value],
 ) -> Result<Snapshot, StoreError> {
     let mut whole = entry.clone();
     if whole.base.take().is_some() {
-        set_transcript(&mut whole, transcript.to_vec())?;
+        set_transcript(&mut whole, transcript.iter().copied().cloned().collect())?;
     }
     Ok(whole)
 }
