@@ -22,7 +22,7 @@
 //! records, which hold each result), the bytes its snapshots take as
 //! stored (`snapshot_bytes`), and for each of the two forks what it added
 //! to the directory and to the process's resident memory (`VmRSS`,
-//! measured after the fork ended), the first fork's snapshot bytes, and
+//! measured after the fork ended, with the binary's allocator, mimalloc), the first fork's snapshot bytes, and
 //! the process's peak (`VmHWM`).
 
 use std::path::Path;
@@ -36,6 +36,10 @@ use leasehold::{
 };
 use leasehold_actors::testing::{ScriptedModel, ScriptedTools, ToolAct, Turn};
 use serde_json::json;
+
+// Measured with the binary's allocator, as the swarm bench is.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The size of each tool result: 1 MiB.
 const RESULT: usize = 1024 * 1024;
