@@ -29,6 +29,7 @@ pub(crate) mod plan;
 mod restore;
 mod step;
 mod supervise;
+mod tail;
 pub(crate) mod tool_call;
 pub(crate) mod tools;
 pub(crate) mod worker;
@@ -193,6 +194,8 @@ pub(crate) struct AgentLoop {
     /// Evidence to report each completed step into (a worker's lease).
     step_evidence: Option<Evidence>,
     budget: ActorRef<BudgetMsg>,
+    /// The loop's last snapshot known to be stored: the next one's base.
+    tail: Option<tail::HistoryTail>,
 }
 
 impl AgentLoop {
@@ -265,6 +268,7 @@ impl AgentLoop {
             children: HashMap::new(),
             step_evidence,
             budget,
+            tail: None,
         }
     }
 
@@ -392,6 +396,10 @@ impl AgentLoop {
             return false;
         }
         self.state.nudges = self.nudges.peek();
+        let transcript = &self.state.transcript;
+        let base = self
+            .tail
+            .and_then(|tail| tail.base(&self.ctx.run_id, transcript));
         let snapshot = Snapshot {
             run_id: self.ctx.run_id.clone(),
             path: self.path.clone(),
@@ -399,12 +407,18 @@ impl AgentLoop {
             status,
             state: serde_json::to_value(&self.state).unwrap_or_default(),
             seq: self.ctx.next_seq(),
+            base,
         };
         let ctx = &self.ctx;
-        ctx.write("snapshot", || {
-            ctx.store.save_snapshot(snapshot.clone(), ctx.fence())
-        })
-        .await
+        let landed = ctx
+            .write("snapshot", || {
+                ctx.store.save_snapshot(snapshot.clone(), ctx.fence())
+            })
+            .await;
+        if landed {
+            self.tail = Some(tail::HistoryTail::of(snapshot.seq, &self.state.transcript));
+        }
+        landed
     }
 
     /// Names a child actor and remembers which call it is, so its panic can

@@ -1,9 +1,9 @@
 //! Forks: a new run that starts from another run's state at a step
 //! boundary, with its lineage kept, the original untouched.
 //!
-//! Where a fork starts is a pure function of the parent's history
-//! ([`SnapshotStore::load_snapshot_history`](crate::SnapshotStore::load_snapshot_history))
-//! and its tool-call records ([`start`]): the forked loop's state before
+//! Where a fork starts is a pure function of the parent's stored history
+//! ([`SnapshotStore::load_stored_snapshots`](crate::SnapshotStore::load_stored_snapshots),
+//! read as a [`Lineage`]) and its tool-call records ([`start`]): the forked loop's state before
 //! the step asked for, every other loop's state as it was at that instant
 //! (its latest snapshot at or before it, by [`Snapshot::seq`]), and the
 //! parent's tool calls recorded by then. Those calls stay the parent's:
@@ -12,11 +12,22 @@
 //! the fork; a call whose outcome is unknown waits for a person in the
 //! fork. A call the fork makes itself has a key of the fork's own, since a
 //! key names its run.
+//!
+//! A fork shares its parent's history instead of copying it: each of its
+//! first snapshots names the parent's entry it starts from as its base
+//! ([`Snapshot::base`]), so the store keeps only what the fork's own steps
+//! add; and finding the fork point walks the parent's stored entries one
+//! transcript per loop at a time, so a fork holds in memory what its
+//! loops hold at the fork point, not every state the parent went through.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::EngineError;
 use crate::nudge::PERSON_ANSWERED;
-use crate::ports::{ChatRole, ForkOrigin, RunRecord, Snapshot, ToolCallRecord};
+use crate::ports::history::{self, Lineage};
+use crate::ports::{ChatRole, ForkOrigin, RunRecord, Snapshot, SnapshotBase, ToolCallRecord};
 use crate::run::ROOT_PATH;
 
 /// Where to fork a run, and what to change.
@@ -119,35 +130,56 @@ pub(crate) struct ForkStart {
 }
 
 /// Where the fork `fork_id` of `parent` starts, as `spec` asks, from the
-/// parent's snapshot history (in [`Snapshot::seq`] order or not) and its
-/// tool-call records.
+/// parent's stored history (`lineage`: the parent's entries and those of
+/// the runs they continue from) and its tool-call records. The fork's
+/// snapshots are whole, and each names the parent's entry it starts from
+/// as its base ([`Snapshot::base`]), so that the store keeps none of the
+/// parent's transcript again. The parent's history is walked holding one
+/// transcript per loop, never every state it went through.
 pub(crate) fn start(
     parent: &RunRecord,
-    history: &[Snapshot],
+    lineage: &Lineage,
     calls: &[ToolCallRecord],
     spec: &ForkSpec,
     fork_id: &str,
-) -> Result<ForkStart, ForkError> {
-    let seq = point(history, &spec.path, spec.step, &parent.run_id)?;
-    let mut latest: std::collections::BTreeMap<&str, &Snapshot> = Default::default();
+) -> Result<ForkStart, EngineError> {
+    let mut steps = Vec::new();
+    lineage.walk(&parent.run_id, |entry, transcript| {
+        steps.push(Step::of(entry, transcript));
+        Ok(())
+    })?;
+    let seq = point(&steps, &spec.path, spec.step, &parent.run_id)?;
+    // Each loop's latest entry at or before the fork point.
+    let mut latest: BTreeMap<&str, u64> = BTreeMap::new();
     if seq > 0 {
-        for snapshot in history.iter().filter(|s| s.seq <= seq) {
-            let kept = latest.entry(snapshot.path.as_str()).or_insert(snapshot);
-            if snapshot.seq >= kept.seq {
-                *kept = snapshot;
-            }
+        for step in steps.iter().filter(|s| s.seq <= seq) {
+            let kept = latest.entry(step.path.as_str()).or_insert(step.seq);
+            *kept = (*kept).max(step.seq);
         }
     }
+    let wanted: BTreeSet<(u64, &str)> = latest.iter().map(|(path, seq)| (*seq, *path)).collect();
     let mut person_answers = Vec::new();
-    let mut snapshots: Vec<Snapshot> = latest
-        .into_values()
-        .map(|snapshot| {
-            let mut own = snapshot.clone();
-            own.run_id = fork_id.to_owned();
-            person_answers.extend(answers_in(&own.state));
-            own
-        })
-        .collect();
+    let mut snapshots: Vec<Snapshot> = Vec::new();
+    lineage.walk(&parent.run_id, |entry, transcript| {
+        if !wanted.contains(&(entry.seq, entry.path.as_str())) {
+            return Ok(());
+        }
+        let mut own = history::with_transcript(entry, transcript)?;
+        let continues = own
+            .state
+            .get(history::TRANSCRIPT)
+            .is_some_and(serde_json::Value::is_array);
+        own.base = continues.then(|| SnapshotBase {
+            run_id: parent.run_id.clone(),
+            seq: entry.seq,
+            kept: transcript.len(),
+        });
+        own.run_id = fork_id.to_owned();
+        person_answers.extend(answers_in(&own.state));
+        snapshots.push(own);
+        Ok(())
+    })?;
+    snapshots.sort_by(|a, b| a.path.cmp(&b.path));
     if let Some(guidance) = &spec.guidance
         && let Some(forked) = snapshots.iter_mut().find(|s| s.path == spec.path)
         && let Some(nudges) = forked
@@ -200,11 +232,43 @@ pub(crate) fn start(
     })
 }
 
+/// What a fork point is found by, of one entry of the parent's history.
+struct Step {
+    path: String,
+    step: u32,
+    seq: u64,
+    /// The loop was between steps ([`at_boundary`]).
+    boundary: bool,
+    /// The workers whose spawning calls it holds.
+    spawned: Vec<String>,
+}
+
+impl Step {
+    fn of(entry: &Snapshot, transcript: &[&serde_json::Value]) -> Self {
+        let spawned = entry
+            .state
+            .get("calls")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("worker_path").and_then(serde_json::Value::as_str))
+            .map(str::to_owned)
+            .collect();
+        Self {
+            path: entry.path.clone(),
+            step: entry.step,
+            seq: entry.seq,
+            boundary: at_boundary(entry, transcript),
+            spawned,
+        }
+    }
+}
+
 /// The place in the parent's history a fork at step `step` of the loop at
 /// `path` starts from: the loop's last snapshot at the boundary before that
 /// step; for a worker's first step, the snapshot that gave it its path; 0
 /// (nothing) for the root's first step.
-fn point(history: &[Snapshot], path: &str, step: u32, run_id: &str) -> Result<u64, ForkError> {
+fn point(history: &[Step], path: &str, step: u32, run_id: &str) -> Result<u64, ForkError> {
     let loops = || {
         let mut seen: Vec<String> = Vec::new();
         for snapshot in history {
@@ -245,7 +309,7 @@ fn point(history: &[Snapshot], path: &str, step: u32, run_id: &str) -> Result<u6
         // its path, before it started.
         return history
             .iter()
-            .filter(|s| spawns(s, path))
+            .filter(|s| s.spawned.iter().any(|p| p == path))
             .map(|s| s.seq)
             .min()
             .ok_or_else(|| {
@@ -260,7 +324,7 @@ fn point(history: &[Snapshot], path: &str, step: u32, run_id: &str) -> Result<u6
     }
     history
         .iter()
-        .filter(|s| s.path == path && s.step == step - 1 && at_boundary(s))
+        .filter(|s| s.path == path && s.step == step - 1 && s.boundary)
         .map(|s| s.seq)
         .max()
         .ok_or_else(|| {
@@ -274,12 +338,12 @@ fn point(history: &[Snapshot], path: &str, step: u32, run_id: &str) -> Result<u6
         })
 }
 
-/// Whether `snapshot` is a loop between steps: the model answered each
-/// step it started (one assistant message a step: a snapshot kept while a
-/// step's model call was in flight — on a pause, on the run's end, or as a
-/// request too long for the model's context was shortened — has one fewer),
-/// no calls pending, no answer.
-fn at_boundary(snapshot: &Snapshot) -> bool {
+/// Whether `snapshot` (with its whole `transcript`) is a loop between
+/// steps: the model answered each step it started (one assistant message
+/// a step: a snapshot kept while a step's model call was in flight — on a
+/// pause, on the run's end, or as a request too long for the model's
+/// context was shortened — has one fewer), no calls pending, no answer.
+fn at_boundary(snapshot: &Snapshot, transcript: &[&serde_json::Value]) -> bool {
     let state = &snapshot.state;
     let no_calls = state
         .get("calls")
@@ -287,26 +351,12 @@ fn at_boundary(snapshot: &Snapshot) -> bool {
         .is_none_or(Vec::is_empty);
     let no_answer = state.get("answer").is_none_or(serde_json::Value::is_null);
     let assistant = serde_json::to_value(ChatRole::Assistant).unwrap_or_default();
-    let answered = state
-        .get("transcript")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
+    let answered = transcript
+        .iter()
         .filter(|m| m.get("role") == Some(&assistant))
         .count();
     let model_returned = u32::try_from(answered).unwrap_or(u32::MAX) >= snapshot.step;
     model_returned && no_calls && no_answer
-}
-
-/// Whether `snapshot` holds the call that spawns the worker at `path`.
-fn spawns(snapshot: &Snapshot, path: &str) -> bool {
-    snapshot
-        .state
-        .get("calls")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| c.get("worker_path").and_then(serde_json::Value::as_str) == Some(path))
 }
 
 /// What people said to a loop: the guidance a person gave when answering
@@ -396,6 +446,7 @@ mod tests {
             status: RunStatus::Running,
             state,
             seq,
+            base: None,
         }
     }
 
@@ -414,6 +465,10 @@ mod tests {
             by_person: false,
             made_by: None,
         }
+    }
+
+    fn lineage(history: Vec<Snapshot>) -> Lineage {
+        Lineage::of([("parent".to_owned(), history)])
     }
 
     fn parent() -> RunRecord {
@@ -464,7 +519,7 @@ mod tests {
         let calls = [record("parent/run/1/0", 2, ToolCallState::Done)];
         let after = start(
             &parent(),
-            &history(),
+            &lineage(history()),
             &calls,
             &ForkSpec::root(2).with_guidance("be brief"),
             "fork",
@@ -481,16 +536,29 @@ mod tests {
         assert_eq!(after.calls[0].key, "parent/run/1/0", "the parent's key");
         assert_eq!(after.calls[0].made_by.as_deref(), Some("parent"));
 
-        let before = start(&parent(), &history(), &calls, &ForkSpec::root(1), "fork").unwrap();
+        let before = start(
+            &parent(),
+            &lineage(history()),
+            &calls,
+            &ForkSpec::root(1),
+            "fork",
+        )
+        .unwrap();
         assert!(before.snapshots.is_empty() && before.calls.is_empty());
     }
 
     #[test]
     fn a_step_that_is_no_boundary_is_refused_naming_the_loops() {
         for (path, step) in [("run", 3), ("run/worker:w:1", 2), ("run", 0)] {
-            let error = start(&parent(), &history(), &[], &ForkSpec::at(path, step), "f")
-                .unwrap_err()
-                .to_string();
+            let error = start(
+                &parent(),
+                &lineage(history()),
+                &[],
+                &ForkSpec::at(path, step),
+                "f",
+            )
+            .unwrap_err()
+            .to_string();
             assert!(error.contains("`run` (steps 1 to 2)"), "{error}");
         }
     }
@@ -512,11 +580,26 @@ mod tests {
                 {"role": "tool", "content": "charged"},
             ]}),
         ));
-        let error = start(&parent(), &history, &[], &ForkSpec::root(3), "f")
-            .unwrap_err()
-            .to_string();
+        let error = start(
+            &parent(),
+            &lineage(history.clone()),
+            &[],
+            &ForkSpec::root(3),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("never finished its step 2"), "{error}");
-        assert!(start(&parent(), &history, &[], &ForkSpec::root(2), "f").is_ok());
+        assert!(
+            start(
+                &parent(),
+                &lineage(history.clone()),
+                &[],
+                &ForkSpec::root(2),
+                "f"
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -111,9 +111,9 @@ pub use ports::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, LayeredStore,
     Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport, PurgeRule, QueueClaim,
     QueueStore, Retention, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary,
-    RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotStore, StatusCounts, Store, StoreError,
-    StoreErrorKind, StoreFuture, SummaryPage, ToolCallRecord, ToolCallState, fencing, listing,
-    outbox, retention, seen,
+    RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase, SnapshotStore, SnapshotTable, StatusCounts,
+    Store, StoreError, StoreErrorKind, StoreFuture, SummaryPage, ToolCallRecord, ToolCallState,
+    fencing, history, listing, outbox, retention, seen,
 };
 
 // Leases and their evidence, for supervising work of your own.

@@ -11,8 +11,8 @@ use crate::ports::{
     ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, Notice,
     NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention,
     RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot,
-    SnapshotStore, StatusCounts, StoreChange, StoreError, StoreFuture, StoredCommand, SummaryPage,
-    ToolCallRecord, fencing, listing, outbox, retention,
+    SnapshotStore, SnapshotTable, StatusCounts, StoreChange, StoreError, StoreFuture,
+    StoredCommand, SummaryPage, ToolCallRecord, fencing, history, listing, outbox, retention,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -68,12 +68,32 @@ impl MemoryStore {
         self.lock().failing_ends = n;
     }
 
-    /// The latest snapshot of a loop.
+    /// The latest snapshot of a loop, whole; `None` when it has none or
+    /// its history cannot rebuild it.
     pub fn snapshot(&self, run_id: &str, path: &str) -> Option<Snapshot> {
-        self.lock()
+        let tables = self.lock();
+        let latest = tables
             .snapshots
             .get(&(run_id.to_owned(), path.to_owned()))
-            .cloned()
+            .cloned()?;
+        if latest.base.is_none() {
+            return Some(latest);
+        }
+        let mut lineage = history::Lineage::of([(
+            run_id.to_owned(),
+            tables.stored(run_id, SnapshotTable::History),
+        )]);
+        loop {
+            let missing = lineage.missing();
+            if missing.is_empty() {
+                break;
+            }
+            for run in missing {
+                let stored = tables.stored(&run, SnapshotTable::History);
+                lineage.add(run, stored);
+            }
+        }
+        lineage.whole(latest).ok()
     }
 
     /// Drops what is kept of a run but what fences it: its events,
@@ -441,13 +461,16 @@ impl EventLog for MemoryStore {
 impl SnapshotStore for MemoryStore {
     fn save_snapshot(&self, snapshot: Snapshot, fence: u64) -> StoreFuture<Fenced<()>> {
         let run_id = snapshot.run_id.clone();
+        let snapshot = match history::stored(snapshot) {
+            Ok(snapshot) => snapshot,
+            Err(error) => return ready(Err(error)),
+        };
         ready(self.fenced(&run_id, fence, |tables| {
             tables.snapshot_writes += 1;
-            tables
-                .history
-                .entry(snapshot.run_id.clone())
-                .or_default()
-                .push(snapshot.clone());
+            let kept = tables.history.entry(snapshot.run_id.clone()).or_default();
+            // A place is kept once, as a store keyed by it keeps it.
+            kept.retain(|s| (s.seq, &s.path) != (snapshot.seq, &snapshot.path));
+            kept.push(snapshot.clone());
             tables
                 .snapshots
                 .insert((snapshot.run_id.clone(), snapshot.path.clone()), snapshot);
@@ -470,25 +493,82 @@ impl SnapshotStore for MemoryStore {
     }
 
     fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        let tables = self.lock();
-        let mut snapshots: Vec<Snapshot> = tables
-            .snapshots
-            .values()
-            .filter(|s| s.run_id == run_id)
-            .cloned()
-            .collect();
-        snapshots.sort_by(|a, b| a.path.cmp(&b.path));
-        ready(Ok(snapshots))
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::Latest, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
     }
 
     fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        let mut history = self.lock().history.get(run_id).cloned().unwrap_or_default();
-        history.sort_by_key(|s| s.seq);
-        ready(Ok(history))
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::History, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
+    }
+
+    fn load_stored_snapshots(
+        &self,
+        run_id: &str,
+        table: SnapshotTable,
+    ) -> StoreFuture<Vec<Snapshot>> {
+        ready(Ok(self.lock().stored(run_id, table)))
+    }
+
+    fn snapshot_bytes(&self, run_id: &str) -> StoreFuture<u64> {
+        let tables = self.lock();
+        let stored = [SnapshotTable::Latest, SnapshotTable::History]
+            .into_iter()
+            .flat_map(|table| tables.stored(run_id, table));
+        let mut bytes = 0_u64;
+        for snapshot in stored {
+            let encoded = match serde_json::to_vec(&snapshot) {
+                Ok(encoded) => encoded,
+                Err(e) => {
+                    return ready(Err(StoreError::failed(format!(
+                        "measuring the snapshots of run `{run_id}`: {e}"
+                    ))));
+                }
+            };
+            bytes = bytes.saturating_add(u64::try_from(encoded.len()).unwrap_or(u64::MAX));
+        }
+        ready(Ok(bytes))
     }
 
     fn load_tool_calls(&self, run_id: &str) -> StoreFuture<Vec<ToolCallRecord>> {
         ready(Ok(self.tool_calls(run_id)))
+    }
+}
+
+impl Tables {
+    /// A run's snapshots as kept, of `table`, in its order.
+    fn stored(&self, run_id: &str, table: SnapshotTable) -> Vec<Snapshot> {
+        match table {
+            SnapshotTable::Latest => {
+                let mut latest: Vec<Snapshot> = self
+                    .snapshots
+                    .values()
+                    .filter(|s| s.run_id == run_id)
+                    .cloned()
+                    .collect();
+                latest.sort_by(|a, b| a.path.cmp(&b.path));
+                latest
+            }
+            _ => {
+                let mut history = self.history.get(run_id).cloned().unwrap_or_default();
+                history.sort_by(|a, b| (a.seq, &a.path).cmp(&(b.seq, &b.path)));
+                history
+            }
+        }
+    }
+
+    /// The runs another run's history continues from (a fork's parents).
+    fn continued(&self) -> std::collections::HashSet<&str> {
+        self.history
+            .values()
+            .flatten()
+            .filter_map(|s| s.base.as_ref().filter(|b| b.run_id != s.run_id))
+            .map(|b| b.run_id.as_str())
+            .collect()
     }
 }
 
@@ -632,10 +712,14 @@ impl ChangeSource for MemoryStore {
 impl Retention for MemoryStore {
     fn purge_finished(&self, rule: PurgeRule) -> StoreFuture<PurgeReport> {
         let mut tables = self.lock();
+        let continued = tables.continued();
         let due: Vec<String> = tables
             .runs
             .values()
             .filter(|record| retention::expired(record, &rule))
+            // A run a fork's history continues from stays until the fork
+            // is purged (docs/fork-and-replay.md).
+            .filter(|record| !continued.contains(record.run_id.as_str()))
             .take(rule.limit.max(1))
             .map(|record| record.run_id.clone())
             .collect();

@@ -600,3 +600,106 @@ async fn what_people_answered_the_parent_is_inherited_and_said_never_replayed_si
     assert_eq!(tools.calls("charge"), 1);
     assert_eq!(tools.calls("deploy"), 1);
 }
+
+/// How long each result of the fetching tool is (bytes).
+const LARGE: usize = 256 * 1024;
+
+/// A result of `LARGE` bytes that no compression shrinks.
+fn large_result(seed: u64) -> String {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    std::iter::repeat_with(|| rng.alphanumeric())
+        .take(LARGE)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_of_large_tool_results_stores_each_once_and_its_forks_store_only_their_own_steps() {
+    const STEPS: u64 = 10;
+    let model = ScriptedModel::new().script(
+        "run",
+        (0..STEPS)
+            .map(|_| Turn::tools([("fetch", json!({"page": 1}))]))
+            .chain([Turn::answer("read")]),
+    );
+    let tools = ScriptedTools::new().tool(
+        "fetch",
+        Some(true),
+        (0..STEPS).map(|i| ToolAct::returns(large_result(i), secs(1))),
+    );
+    let rig = rig(&model, &tools).await;
+    let mut flow = flow();
+    flow.max_steps = 12;
+    let mut run = rig.engine.start(flow).await.expect("starts");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    let parent = run.run_id().to_owned();
+    assert_eq!(tools.calls("fetch"), 10);
+
+    // Each result is stored once in the history (and once more in the
+    // latest at most): whole states would hold 55 and more.
+    let large = u64::try_from(LARGE).unwrap();
+    let parent_bytes = rig.store.snapshot_bytes(&parent).await.unwrap();
+    assert!(
+        parent_bytes < (STEPS + 2) * large,
+        "{parent_bytes} bytes stored for {STEPS} results of {large} bytes"
+    );
+    assert!(
+        parent_bytes > STEPS * large,
+        "{parent_bytes}: every result is kept"
+    );
+    // The history reads back whole: the last state holds every result.
+    let history = rig.store.load_snapshot_history(&parent).await.unwrap();
+    let tool_messages = |snapshot: &leasehold_actors::Snapshot| {
+        snapshot.state["transcript"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "tool")
+            .count()
+    };
+    assert_eq!(tool_messages(history.last().unwrap()), 10);
+    assert!(history.iter().all(|s| s.base.is_none()));
+
+    // Forked twice: after five results and after all ten.
+    model.replace_script("run", [Turn::answer("forked"), Turn::answer("forked")]);
+    for (step, results) in [(6, 5), (11, 10)] {
+        let mut fork = rig
+            .engine
+            .fork(&parent, ForkSpec::root(step))
+            .await
+            .expect("forks");
+        let state = fork.wait().await;
+        assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+        let fork_id = fork.run_id().to_owned();
+        let fork_bytes = rig.store.snapshot_bytes(&fork_id).await.unwrap();
+        assert!(
+            fork_bytes < large / 4,
+            "fork at step {step}: {fork_bytes} bytes stored, its parent's results copied"
+        );
+        // Read back whole: its first state is the parent's at the fork
+        // point, its last holds the parent's results and its own answer.
+        let origin = rig
+            .store
+            .load_run(&fork_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .fork
+            .unwrap();
+        let at_point = history
+            .iter()
+            .rfind(|s| s.seq <= origin.seq)
+            .expect("the parent's state at the fork point");
+        let forked = rig.store.load_snapshot_history(&fork_id).await.unwrap();
+        assert_eq!(forked[0].state["transcript"], at_point.state["transcript"]);
+        assert_eq!(tool_messages(&forked[0]), results);
+        let latest = rig.store.load_snapshots(&fork_id).await.unwrap();
+        assert_eq!(tool_messages(&latest[0]), results);
+        assert_eq!(latest[0].state["answer"], "forked");
+    }
+    // The parent is untouched.
+    assert_eq!(
+        rig.store.snapshot_bytes(&parent).await.unwrap(),
+        parent_bytes
+    );
+}

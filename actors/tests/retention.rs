@@ -49,6 +49,7 @@ async fn run(
             status: RunStatus::Running,
             state: json!({}),
             seq: 0,
+            base: None,
         };
         assert!(store.save_snapshot(snapshot, 1).await.unwrap().is_applied());
     }

@@ -86,6 +86,7 @@ fn snapshot(run_id: &str, step: u32, state: &Value) -> Snapshot {
         status: RunStatus::Running,
         state: state.clone(),
         seq: 0,
+        base: None,
     }
 }
 

@@ -135,6 +135,8 @@ conformance! {
     tool_calls_keep_one_record_per_idempotency_key,
     events_resume_after_an_event_id,
     snapshot_history_and_a_forks_lineage_are_kept_as_written,
+    a_loops_history_grows_with_its_steps_not_their_square,
+    a_fork_shares_its_parents_history_and_stores_only_its_own_steps,
     a_terminal_write_and_everything_before_it_survive_a_reopen,
     the_store_answers_a_scripted_sequence_as_the_memory_store_does,
     pages_list_what_the_listing_rule_selects_newest_first_by_byte_order,

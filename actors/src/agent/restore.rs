@@ -74,7 +74,14 @@ impl AgentLoop {
             return None;
         };
         match serde_json::from_value::<LoopState>(snapshot.state.clone()) {
-            Ok(state) => self.state = state,
+            Ok(state) => {
+                self.state = state;
+                // Restored from the store: what the next snapshot continues.
+                self.tail = Some(super::tail::HistoryTail::of(
+                    snapshot.seq,
+                    &self.state.transcript,
+                ));
+            }
             Err(error) => {
                 self.phase = Phase::Done;
                 return Some(LoopEnd::Failed(format!(

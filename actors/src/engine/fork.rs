@@ -1,5 +1,7 @@
 //! Forking a run: a new run recorded with its lineage, the parent's state
-//! at the fork point copied into it, its lineage logged, then started as a
+//! at the fork point written into it as references to the parent's
+//! history (each loop's snapshot names the parent's entry it starts from,
+//! and the store keeps none of its transcript again), its lineage logged, then started as a
 //! resumed run starts.
 //!
 //! The copy is written before the fork starts: the parent's tool calls
@@ -19,7 +21,8 @@ use crate::agent::Saved;
 use crate::event::{Event, EventKind};
 use crate::flow::Flow;
 use crate::fork::{self, ForkSpec, ForkStart};
-use crate::ports::{Fenced, ForkOrigin, RunRecord, StoreError, ToolCallState};
+use crate::ports::history::Lineage;
+use crate::ports::{Fenced, ForkOrigin, RunRecord, SnapshotTable, StoreError, ToolCallState};
 use crate::run::{ROOT_PATH, RunHandle};
 
 use super::{Engine, EngineError};
@@ -76,9 +79,9 @@ impl Engine {
         }
         let (plan, stored) = self.plan_stored(flow)?;
         let mut record = self.new_record(stored, None);
-        let history = self.store.load_snapshot_history(run_id).await?;
+        let lineage = self.stored_lineage(run_id).await?;
         let calls = self.store.load_tool_calls(run_id).await?;
-        let start = fork::start(&parent, &history, &calls, &spec, &record.run_id)?;
+        let start = fork::start(&parent, &lineage, &calls, &spec, &record.run_id)?;
         record.fork = Some(start.origin.clone());
         self.store.create_run(record.clone()).await?;
         let saved = self.copy(&record, start).await?;
@@ -111,10 +114,21 @@ impl Engine {
             guidance: origin.guidance.clone(),
             set: origin.changes.clone(),
         };
-        let history = self.store.load_snapshot_history(&parent.run_id).await?;
+        let lineage = self.stored_lineage(&parent.run_id).await?;
         let calls = self.store.load_tool_calls(&parent.run_id).await?;
-        let start = fork::start(&parent, &history, &calls, &spec, &record.run_id)?;
+        let start = fork::start(&parent, &lineage, &calls, &spec, &record.run_id)?;
         self.copy(record, start).await
+    }
+
+    /// The stored history of `run_id` and of the runs it continues from:
+    /// what each step added, not every state whole.
+    async fn stored_lineage(&self, run_id: &str) -> Result<Lineage, EngineError> {
+        let store = self.store.clone();
+        let lineage = Lineage::load(run_id, move |run| {
+            store.load_stored_snapshots(run, SnapshotTable::History)
+        })
+        .await?;
+        Ok(lineage)
     }
 
     /// Writes a fork's start into its record, fenced: the parent's calls,

@@ -44,6 +44,7 @@ mod changes;
 mod counts;
 mod error;
 mod events;
+pub mod history;
 mod layered;
 pub mod outbox;
 mod paces;
@@ -57,6 +58,7 @@ pub use changes::ChangeSource;
 pub use counts::StatusCounts;
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventLog;
+pub use history::{SnapshotBase, SnapshotTable};
 pub use layered::LayeredStore;
 pub use outbox::{Delivery, Notice, NoticeTake, Outbox};
 pub use paces::PaceStore;
@@ -151,6 +153,12 @@ pub struct Snapshot {
     /// snapshot written before they were counted.
     #[serde(default)]
     pub seq: u64,
+    /// Where its transcript continues from, when the writer knows: the
+    /// store then keeps only the messages after the base's
+    /// ([`history`]). `None` in every snapshot a store answers: those are
+    /// whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<history::SnapshotBase>,
 }
 
 /// Why a run waits for a person.

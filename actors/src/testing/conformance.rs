@@ -358,6 +358,9 @@ suite! {
     store: events::events_resume_after_an_event_id,
     // What a fork starts from.
     store: snapshots::snapshot_history_and_a_forks_lineage_are_kept_as_written,
+    // A history that grows with the steps, and a fork that shares it.
+    store: snapshots::a_loops_history_grows_with_its_steps_not_their_square,
+    store: snapshots::a_fork_shares_its_parents_history_and_stores_only_its_own_steps,
     // Terminal writes, and what survives a reopen.
     reopen: whole::a_terminal_write_and_everything_before_it_survive_a_reopen,
     // Outcome for outcome, as the in-memory store.

@@ -53,6 +53,7 @@ pub fn snapshot(run_id: &str, path: &str, step: u32, note: &str) -> Snapshot {
         // first), so that a store's answers print as the memory store's.
         state: json!({"budget": {"limit": 8}, "transcript": [{"role": "user", "content": note}]}),
         seq: u64::from(step),
+        base: None,
     }
 }
 

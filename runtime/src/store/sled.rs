@@ -111,6 +111,9 @@ struct Inner {
     /// Every snapshot saved of each run ([`codec::SNAPSHOT_HISTORY`]): what
     /// a fork starts from.
     history: Tree,
+    /// The forks each run's history is continued by
+    /// ([`codec::SNAPSHOT_BASES`]).
+    bases: Tree,
     tool_calls: Tree,
     events: Tree,
     commands: Tree,
@@ -198,6 +201,7 @@ impl SledStore {
         let run_order = tree(codec::RUN_ORDER)?;
         let snapshots = tree(codec::SNAPSHOTS)?;
         let history = tree(codec::SNAPSHOT_HISTORY)?;
+        let bases = tree(codec::SNAPSHOT_BASES)?;
         let tool_calls = tree(codec::TOOL_CALLS)?;
         let events = tree(codec::EVENTS)?;
         let commands = tree(queue::COMMANDS)?;
@@ -246,6 +250,7 @@ impl SledStore {
                 run_order,
                 snapshots,
                 history,
+                bases,
                 tool_calls,
                 events,
                 commands,

@@ -46,8 +46,8 @@
 use super::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, GoneHolder, Notice, NoticeTake, Outbox,
     PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery,
-    RunRecord, RunStatus, RunStore, RunUpdate, Snapshot, SnapshotStore, Store, StoreFuture,
-    SummaryPage, ToolCallRecord,
+    RunRecord, RunStatus, RunStore, RunUpdate, Snapshot, SnapshotStore, SnapshotTable, Store,
+    StoreFuture, SummaryPage, ToolCallRecord,
 };
 use crate::event::Event;
 use crate::pace::Pace;
@@ -198,6 +198,20 @@ pub trait LayeredStore: Send + Sync + 'static {
     /// [`SnapshotStore::load_snapshot_history`].
     fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
         self.inner().load_snapshot_history(run_id)
+    }
+
+    /// [`SnapshotStore::load_stored_snapshots`].
+    fn load_stored_snapshots(
+        &self,
+        run_id: &str,
+        table: SnapshotTable,
+    ) -> StoreFuture<Vec<Snapshot>> {
+        self.inner().load_stored_snapshots(run_id, table)
+    }
+
+    /// [`SnapshotStore::snapshot_bytes`].
+    fn snapshot_bytes(&self, run_id: &str) -> StoreFuture<u64> {
+        self.inner().snapshot_bytes(run_id)
     }
 
     /// [`SnapshotStore::load_tool_calls`].
@@ -389,6 +403,18 @@ impl<L: LayeredStore> SnapshotStore for L {
 
     fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
         LayeredStore::load_snapshot_history(self, run_id)
+    }
+
+    fn load_stored_snapshots(
+        &self,
+        run_id: &str,
+        table: SnapshotTable,
+    ) -> StoreFuture<Vec<Snapshot>> {
+        LayeredStore::load_stored_snapshots(self, run_id, table)
+    }
+
+    fn snapshot_bytes(&self, run_id: &str) -> StoreFuture<u64> {
+        LayeredStore::snapshot_bytes(self, run_id)
     }
 
     fn load_tool_calls(&self, run_id: &str) -> StoreFuture<Vec<ToolCallRecord>> {

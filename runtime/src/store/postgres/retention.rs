@@ -5,6 +5,10 @@
 //! (`0005_retention.sql`), their snapshots, snapshot history
 //! (`0007_fork.sql`), tool calls, events and commands deleted with them by the foreign keys' `ON DELETE CASCADE`.
 //!
+//! A run whose history a fork's continues (`snapshot_history.base_run`,
+//! `0011_snapshot_bases.sql`) is not due: it is purged by a pass after its
+//! last such fork is.
+//!
 //! The condition is [`retention::expired`]'s, in SQL: a finished status
 //! (the statuses a run never leaves, spelled as the partial indexes of
 //! `0005_retention.sql` spell them, so the planner uses them),
@@ -46,6 +50,8 @@ impl Inner {
                  WHERE status IN ('completed', 'failed', 'cancelled') \
                  AND (updated_at_ms <= $1 \
                       OR (retention_ms IS NOT NULL AND updated_at_ms + retention_ms <= $2)) \
+                 AND NOT EXISTS (SELECT 1 FROM snapshot_history continued \
+                      WHERE continued.base_run = runs.run_id) \
                  ORDER BY updated_at_ms LIMIT $3 FOR UPDATE SKIP LOCKED), \
                  purged AS (DELETE FROM runs USING due WHERE runs.run_id = due.run_id \
                  RETURNING runs.run_id), \

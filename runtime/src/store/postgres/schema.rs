@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (8, include_str!("migrations/0008_outbox.sql")),
     (9, include_str!("migrations/0009_trace_parent.sql")),
     (10, include_str!("migrations/0010_run_counts.sql")),
+    (11, include_str!("migrations/0011_snapshot_bases.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).

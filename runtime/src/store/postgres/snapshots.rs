@@ -1,7 +1,12 @@
 //! The PostgreSQL store's snapshots, their history and tool-call records
-//! ([`SnapshotStore`]): each one fenced statement.
+//! ([`SnapshotStore`]): each one fenced statement, a snapshot in its
+//! stored form ([`history::stored`]: an entry with a base keeps only its
+//! transcript's new messages), with the run its base names in `base_run`
+//! when that is another run (`0011_snapshot_bases.sql`).
 
-use leasehold_actors::{Fenced, Snapshot, SnapshotStore, StoreFuture, ToolCallRecord};
+use leasehold_actors::{
+    Fenced, Snapshot, SnapshotStore, SnapshotTable, StoreFuture, ToolCallRecord, history,
+};
 
 use super::rows::{to_i64, to_json};
 use super::{OWNER, OWNER_MATCHED, PostgresStore};
@@ -13,6 +18,12 @@ impl SnapshotStore for PostgresStore {
                 "saving the snapshot of `{}` in run `{}`",
                 snapshot.path, snapshot.run_id
             );
+            let snapshot = history::stored(snapshot)?;
+            let base_run = snapshot
+                .base
+                .as_ref()
+                .map(|base| base.run_id.as_str())
+                .filter(|run| *run != snapshot.run_id);
             let value = to_json(&snapshot, &doing)?;
             let seq = to_i64(snapshot.seq, &format_args!("the place of {doing}"))?;
             // The latest of its loop and its place in the history, from the
@@ -21,9 +32,10 @@ impl SnapshotStore for PostgresStore {
                 "{OWNER}, written AS (INSERT INTO snapshots (run_id, path, snapshot) \
                  SELECT run_id, $3, $4 FROM owner \
                  ON CONFLICT (run_id, path) DO UPDATE SET snapshot = EXCLUDED.snapshot), \
-                 kept AS (INSERT INTO snapshot_history (run_id, seq, path, snapshot) \
-                 SELECT run_id, $5, $3, $4 FROM owner \
-                 ON CONFLICT (run_id, seq, path) DO UPDATE SET snapshot = EXCLUDED.snapshot) \
+                 kept AS (INSERT INTO snapshot_history (run_id, seq, path, snapshot, base_run) \
+                 SELECT run_id, $5, $3, $4, $6 FROM owner \
+                 ON CONFLICT (run_id, seq, path) DO UPDATE \
+                 SET snapshot = EXCLUDED.snapshot, base_run = EXCLUDED.base_run) \
                  {OWNER_MATCHED}"
             );
             inner
@@ -31,7 +43,7 @@ impl SnapshotStore for PostgresStore {
                     &snapshot.run_id,
                     fence,
                     &statement,
-                    &[&snapshot.path, &value, &seq],
+                    &[&snapshot.path, &value, &seq, &base_run],
                     &doing,
                 )
                 .await
@@ -61,33 +73,63 @@ impl SnapshotStore for PostgresStore {
     }
 
     fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        let run_id = run_id.to_owned();
-        self.with(move |inner| async move {
-            inner
-                .load_json(
-                    "SELECT snapshot FROM snapshots WHERE run_id = $1 ORDER BY path COLLATE \"C\"",
-                    &[&run_id],
-                    "snapshot",
-                    &run_id,
-                )
-                .await
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::Latest, move |run, table| {
+            store.load_stored_snapshots(run, table)
         })
     }
 
-    /// Read by the primary key of `snapshot_history`: the places in order,
-    /// the paths of one place in byte order.
     fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::History, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
+    }
+
+    /// The latest in path order; the history by the primary key of
+    /// `snapshot_history`: the places in order, the paths of one place in
+    /// byte order.
+    fn load_stored_snapshots(
+        &self,
+        run_id: &str,
+        table: SnapshotTable,
+    ) -> StoreFuture<Vec<Snapshot>> {
         let run_id = run_id.to_owned();
         self.with(move |inner| async move {
-            inner
-                .load_json(
+            let (query, what) = match table {
+                SnapshotTable::Latest => (
+                    "SELECT snapshot FROM snapshots WHERE run_id = $1 ORDER BY path COLLATE \"C\"",
+                    "snapshot",
+                ),
+                _ => (
                     "SELECT snapshot FROM snapshot_history WHERE run_id = $1 \
                      ORDER BY seq, path COLLATE \"C\"",
-                    &[&run_id],
                     "history snapshot",
-                    &run_id,
+                ),
+            };
+            inner.load_json(query, &[&run_id], what, &run_id).await
+        })
+    }
+
+    /// What the rows' `snapshot` values take as stored (compressed or
+    /// not), latest and history.
+    fn snapshot_bytes(&self, run_id: &str) -> StoreFuture<u64> {
+        let run_id = run_id.to_owned();
+        self.with(move |inner| async move {
+            let doing = format!("measuring the snapshots of run `{run_id}`");
+            let row = inner
+                .client()
+                .await?
+                .query_one(
+                    "SELECT (COALESCE((SELECT SUM(pg_column_size(snapshot)) FROM snapshots \
+                     WHERE run_id = $1), 0) + COALESCE((SELECT SUM(pg_column_size(snapshot)) \
+                     FROM snapshot_history WHERE run_id = $1), 0))::bigint",
+                    &[&run_id],
                 )
                 .await
+                .map_err(|e| super::failed(&doing, &e))?;
+            let bytes: i64 = row.get(0);
+            Ok(u64::try_from(bytes).unwrap_or(0))
         })
     }
 

@@ -38,6 +38,12 @@ pub(crate) const SNAPSHOTS: &str = "snapshots";
 /// empty: its runs have no history and cannot be forked, and nothing else
 /// reads it, so the store format stays the same.
 pub(crate) const SNAPSHOT_HISTORY: &str = "snapshot_history";
+/// The forks whose history continues from a run's: the parent's run
+/// prefix + the fork's id, no value. Written before the fork's first
+/// entry that names the parent; a parent listed here is not purged
+/// (`retention.rs`). Empty in a database written before it: forks then
+/// copied their parent's states whole.
+pub(crate) const SNAPSHOT_BASES: &str = "snapshot_bases";
 /// Tool-call records: run prefix + idempotency key.
 pub(crate) const TOOL_CALLS: &str = "tool_calls";
 /// The event log: run prefix + `u64` big-endian seq.

@@ -10,6 +10,11 @@
 //! next purge finishes the run; a record never outlives nothing but its
 //! own leftovers.
 //!
+//! A run whose history a fork's continues ([`codec::SNAPSHOT_BASES`]) is
+//! not deleted: it leaves the due runs when it comes due, and is listed
+//! again when its last such fork is deleted, to be purged by a later pass
+//! (`docs/fork-and-replay.md`).
+//!
 //! The creation order (`run_order`) is swept behind the purge a bounded
 //! slice at a time from a cursor: an entry whose run is gone is removed,
 //! except the last one, which the [manifest](super::manifest)
@@ -47,6 +52,14 @@ impl Inner {
             let run_id = entry.run_id.as_str();
             let _run = self.locks.lock(run_id);
             match self.read_run(run_id)? {
+                // A fork's history continues from it: it leaves the due
+                // runs until its last such fork is deleted.
+                Some((_, record))
+                    if retention::expired(&record, rule) && self.continued(run_id)? =>
+                {
+                    self.finished
+                        .remove(FinishedEntries::of(&record).as_ref(), None)?;
+                }
                 Some((_, record)) if retention::expired(&record, rule) => {
                     self.delete_run(&record)?;
                     purged.push(record.run_id);
@@ -72,6 +85,9 @@ impl Inner {
         let run_id = record.run_id.as_str();
         let doing = format!("deleting run `{run_id}`");
         let prefix = codec::run_prefix(run_id)?;
+        if let Some(origin) = &record.fork {
+            self.discontinued(&origin.parent, run_id)?;
+        }
         for tree in [
             &self.events,
             &self.snapshots,
@@ -91,6 +107,23 @@ impl Inner {
         self.indexes.forget(&IndexEntries::of(record)?)?;
         self.finished
             .remove(FinishedEntries::of(record).as_ref(), None)?;
+        Ok(())
+    }
+
+    /// `fork` no longer continues `parent`'s history: once no fork does,
+    /// a finished parent is listed again among the runs that come due.
+    /// Before the fork's record goes, so that a crash part-way is finished
+    /// by the fork's next purge.
+    fn discontinued(&self, parent: &str, fork: &str) -> Result<(), StoreError> {
+        self.discontinue(parent, fork)?;
+        if self.continued(parent)? {
+            return Ok(());
+        }
+        let _parent = self.locks.lock(parent);
+        if let Some((_, record)) = self.read_run(parent)? {
+            self.finished
+                .add(None, FinishedEntries::of(&record).as_ref())?;
+        }
         Ok(())
     }
 
