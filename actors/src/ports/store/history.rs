@@ -3,7 +3,7 @@
 //! a loop of N steps stores what its N steps said, not N copies of a
 //! transcript that grows with them.
 //!
-//! A [`Snapshot`] handed to [`SnapshotStore::save_snapshot`] is always
+//! A [`Snapshot`] handed to [`SnapshotStore::save_snapshot`](super::SnapshotStore::save_snapshot) is always
 //! whole. When it carries a [`SnapshotBase`] — "my transcript's first
 //! `kept` messages are those of the snapshot of my loop at place `seq` of
 //! run `run_id`" — the store keeps it in its stored form ([`stored`]):
