@@ -24,10 +24,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::EngineError;
 use crate::nudge::PERSON_ANSWERED;
 use crate::ports::history::{self, Lineage};
-use crate::ports::{ChatRole, ForkOrigin, RunRecord, Snapshot, SnapshotBase, ToolCallRecord};
+use crate::ports::{
+    ChatRole, ForkOrigin, RunRecord, Snapshot, SnapshotBase, StoreError, ToolCallRecord,
+};
 use crate::run::ROOT_PATH;
 
 /// Where to fork a run, and what to change.
@@ -129,6 +130,18 @@ pub(crate) struct ForkStart {
     pub(crate) person_answers: Vec<String>,
 }
 
+/// Why a fork's start could not be found: the point asked for is not in
+/// the parent's history, or the history could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unstarted {
+    /// The point or the changes asked for.
+    #[error(transparent)]
+    Refused(#[from] ForkError),
+    /// The parent's stored history.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Where the fork `fork_id` of `parent` starts, as `spec` asks, from the
 /// parent's stored history (`lineage`: the parent's entries and those of
 /// the runs they continue from) and its tool-call records. The fork's
@@ -142,7 +155,7 @@ pub(crate) fn start(
     calls: &[ToolCallRecord],
     spec: &ForkSpec,
     fork_id: &str,
-) -> Result<ForkStart, EngineError> {
+) -> Result<ForkStart, Unstarted> {
     let mut steps = Vec::new();
     lineage.walk(&parent.run_id, |entry, transcript| {
         steps.push(Step::of(entry, transcript));

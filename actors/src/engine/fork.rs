@@ -20,7 +20,7 @@
 use crate::agent::Saved;
 use crate::event::{Event, EventKind};
 use crate::flow::Flow;
-use crate::fork::{self, ForkSpec, ForkStart};
+use crate::fork::{self, ForkSpec, ForkStart, Unstarted};
 use crate::ports::history::Lineage;
 use crate::ports::{Fenced, ForkOrigin, RunRecord, SnapshotTable, StoreError, ToolCallState};
 use crate::run::{ROOT_PATH, RunHandle};
@@ -229,6 +229,15 @@ impl Engine {
                 ))
                 .into())
             }
+        }
+    }
+}
+
+impl From<Unstarted> for EngineError {
+    fn from(unstarted: Unstarted) -> Self {
+        match unstarted {
+            Unstarted::Refused(error) => Self::Fork(error),
+            Unstarted::Store(error) => Self::Store(error),
         }
     }
 }
