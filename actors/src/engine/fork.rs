@@ -81,7 +81,8 @@ impl Engine {
         let mut record = self.new_record(stored, None);
         let lineage = self.stored_lineage(run_id).await?;
         let calls = self.store.load_tool_calls(run_id).await?;
-        let start = fork::start(&parent, &lineage, &calls, &spec, &record.run_id)?;
+        let start =
+            fork::start(&parent, &lineage, &calls, &spec, &record.run_id).map_err(unstarted)?;
         record.fork = Some(start.origin.clone());
         self.store.create_run(record.clone()).await?;
         let saved = self.copy(&record, start).await?;
@@ -116,7 +117,8 @@ impl Engine {
         };
         let lineage = self.stored_lineage(&parent.run_id).await?;
         let calls = self.store.load_tool_calls(&parent.run_id).await?;
-        let start = fork::start(&parent, &lineage, &calls, &spec, &record.run_id)?;
+        let start =
+            fork::start(&parent, &lineage, &calls, &spec, &record.run_id).map_err(unstarted)?;
         self.copy(record, start).await
     }
 
@@ -233,11 +235,10 @@ impl Engine {
     }
 }
 
-impl From<Unstarted> for EngineError {
-    fn from(unstarted: Unstarted) -> Self {
-        match unstarted {
-            Unstarted::Refused(error) => Self::Fork(error),
-            Unstarted::Store(error) => Self::Store(error),
-        }
+/// The engine's error for a fork whose start could not be found.
+fn unstarted(error: Unstarted) -> EngineError {
+    match error {
+        Unstarted::Refused(error) => EngineError::Fork(error),
+        Unstarted::Store(error) => EngineError::Store(error),
     }
 }
