@@ -395,7 +395,16 @@ impl RunStore for MemoryStore {
     /// Summarized under the lock, one record copied at a time: a page
     /// never holds whole runs.
     fn list_run_summaries(&self, query: &RunQuery) -> StoreFuture<SummaryPage> {
-        ready(listing::summaries(query, candidates(&self.lock(), query)))
+        use std::ops::Bound::{Excluded, Unbounded};
+        let tables = self.lock();
+        let upper = query.after.as_deref().map_or(Unbounded, Excluded);
+        let candidates = tables
+            .runs
+            .range::<str, _>((Unbounded, upper))
+            .rev()
+            .filter(|(_, record)| listing::matches(query, record))
+            .map(|(_, record)| Ok::<_, StoreError>(record.clone()));
+        ready(listing::summaries(query, candidates))
     }
 
     fn count_runs_by_status(&self) -> StoreFuture<Vec<(RunStatus, u64)>> {
@@ -407,7 +416,17 @@ impl RunStore for MemoryStore {
     }
 
     fn list_runs_page(&self, query: &RunQuery) -> StoreFuture<RunPage> {
-        ready(listing::page(query, candidates(&self.lock(), query)))
+        use std::ops::Bound::{Excluded, Unbounded};
+        let tables = self.lock();
+        // The runs are kept by id: a range below the cursor, walked down.
+        let upper = query.after.as_deref().map_or(Unbounded, Excluded);
+        let candidates = tables
+            .runs
+            .range::<str, _>((Unbounded, upper))
+            .rev()
+            .filter(|(_, record)| listing::matches(query, record))
+            .map(|(_, record)| Ok::<_, StoreError>(record.clone()));
+        ready(listing::page(query, candidates))
     }
 }
 
@@ -474,11 +493,17 @@ impl SnapshotStore for MemoryStore {
     }
 
     fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        history::whole_of(self, run_id, SnapshotTable::Latest)
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::Latest, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
     }
 
     fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        history::whole_of(self, run_id, SnapshotTable::History)
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::History, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
     }
 
     fn load_stored_snapshots(
@@ -729,21 +754,4 @@ impl Retention for MemoryStore {
         }
         ready(Ok(PurgeReport::of(due, rule.limit)))
     }
-}
-
-/// The runs `query` selects, in listing order, each copied as it is
-/// taken: the runs are kept by id, so a range below the cursor, walked
-/// down.
-fn candidates<'a>(
-    tables: &'a Tables,
-    query: &'a RunQuery,
-) -> impl Iterator<Item = Result<RunRecord, StoreError>> + 'a {
-    use std::ops::Bound::{Excluded, Unbounded};
-    let upper = query.after.as_deref().map_or(Unbounded, Excluded);
-    tables
-        .runs
-        .range::<str, _>((Unbounded, upper))
-        .rev()
-        .filter(|(_, record)| listing::matches(query, record))
-        .map(|(_, record)| Ok(record.clone()))
 }

@@ -374,19 +374,6 @@ pub fn load_whole(
     })
 }
 
-/// [`load_whole`] over `store`'s own stored entries: what a store's
-/// `load_snapshots` (`Latest`) and `load_snapshot_history` (`History`)
-/// answer.
-pub fn whole_of<S>(store: &S, run_id: &str, table: SnapshotTable) -> StoreFuture<Vec<Snapshot>>
-where
-    S: super::SnapshotStore + Clone,
-{
-    let store = store.clone();
-    load_whole(run_id, table, move |run, table| {
-        store.load_stored_snapshots(run, table)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

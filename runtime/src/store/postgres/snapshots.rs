@@ -73,11 +73,17 @@ impl SnapshotStore for PostgresStore {
     }
 
     fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        history::whole_of(self, run_id, SnapshotTable::Latest)
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::Latest, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
     }
 
     fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        history::whole_of(self, run_id, SnapshotTable::History)
+        let store = self.clone();
+        history::load_whole(run_id, SnapshotTable::History, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
     }
 
     /// The latest in path order; the history by the primary key of
