@@ -134,6 +134,25 @@ impl EventSink for Gathered {
             EventKind::ToolCallStarted { .. } | EventKind::WorkerSpawned { .. } => {
                 self.starts(path.to_owned());
             }
+            // A call that ended without asking (stopped as it started), or
+            // a loop that ended with one started: none of its requests is
+            // to come, and a later loop's request that agrees with its
+            // conversation is not its.
+            EventKind::ModelCallFinished { step, .. } => {
+                let mut calls = self
+                    .model_calls
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if let Some(n) = calls.iter().position(|(p, s)| p == path && s == step) {
+                    calls.remove(n);
+                }
+            }
+            EventKind::WorkerFinished { .. } => {
+                self.model_calls
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|(p, _)| p != path);
+            }
             _ => {}
         }
         let entry = course_entry(&kind).is_some();

@@ -174,8 +174,12 @@ pub(super) fn check(shape: &Shape, seed: u64) -> Result<usize, String> {
 }
 
 proptest! {
+    // 64 cases, or as many as `PROPTEST_CASES` asks for a longer search.
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(64),
         ..ProptestConfig::default()
     })]
 
@@ -183,6 +187,48 @@ proptest! {
     fn every_generated_run_replays_as_it_was_recorded(shape in shapes(), seed in any::<u64>()) {
         if let Err(said) = check(&shape, seed) {
             prop_assert!(false, "{}", said);
+        }
+    }
+}
+
+/// Cases that once diverged, played on every run: a looping worker cut
+/// as its wrap-up call started, then a later worker wrapping up the same
+/// conversation (its answer was taken for the cut one's).
+#[test]
+fn cases_that_once_diverged_replay() {
+    let cases = [
+        (
+            Shape {
+                streams: 0,
+                tools: 1,
+                workers: 1,
+                faults: [28, 0, 3, 0],
+                progress: false,
+                keepalives: false,
+                accuracy: 74,
+                latency_ms: 0,
+                strategy: 0,
+            },
+            14_707_153_891_649_619_222,
+        ),
+        (
+            Shape {
+                streams: 2,
+                tools: 1,
+                workers: 1,
+                faults: [1, 22, 3, 6],
+                progress: false,
+                keepalives: false,
+                accuracy: 50,
+                latency_ms: 0,
+                strategy: 0,
+            },
+            2_609_520_866_046_919_127,
+        ),
+    ];
+    for (shape, seed) in cases {
+        if let Err(said) = check(&shape, seed) {
+            panic!("{said}");
         }
     }
 }
