@@ -40,6 +40,8 @@ struct Tables {
     tool_calls: HashMap<String, BTreeMap<String, ToolCallRecord>>,
     events: HashMap<String, Vec<Event>>,
     snapshot_writes: u64,
+    /// How many times the outbox was taken from.
+    notice_takes: u64,
     commands: BTreeMap<u64, StoredCommand>,
     next_command: u64,
     /// The outbox: notices by id.
@@ -146,6 +148,12 @@ impl MemoryStore {
     /// How many snapshot writes landed.
     pub fn writes(&self) -> u64 {
         self.lock().snapshot_writes
+    }
+
+    /// How many times the outbox was taken from (every take, due notices
+    /// or not): what a deliverer costs a store while nothing is due.
+    pub fn notice_takes(&self) -> u64 {
+        self.lock().notice_takes
     }
 
     /// How many entries the store holds in all, of every run: records,
@@ -632,6 +640,7 @@ impl QueueStore for MemoryStore {
 impl Outbox for MemoryStore {
     fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>> {
         let mut tables = self.lock();
+        tables.notice_takes += 1;
         let due: Vec<u64> = tables
             .notices
             .values()

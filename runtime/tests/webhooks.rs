@@ -7,7 +7,8 @@ use std::time::Duration;
 use leasehold::webhooks::deliver::{Deliverer, DeliveryConfig};
 use leasehold::webhooks::payload::Links;
 use leasehold::{
-    ClaimOutcome, MemoryStore, RunRecord, RunStatus, RunStore, RunUpdate, SystemClock,
+    ClaimOutcome, Event, EventKind, EventLog, MemoryStore, RunRecord, RunStatus, RunStore,
+    RunUpdate, SystemClock,
 };
 
 fn record(run_id: &str) -> RunRecord {
@@ -26,6 +27,87 @@ fn record(run_id: &str) -> RunRecord {
         fork: None,
         trace_parent: None,
     }
+}
+
+fn no_receivers() -> DeliveryConfig {
+    DeliveryConfig {
+        receivers: Vec::new(),
+        links: Links::new("http://127.0.0.1:7878", false),
+        timeout: Duration::from_secs(1),
+        retry_first: Duration::from_millis(100),
+        retry_max: Duration::from_secs(1),
+        give_up_after: Duration::from_secs(60),
+    }
+}
+
+fn ended() -> RunUpdate {
+    RunUpdate {
+        status: RunStatus::Failed,
+        reason: Some("no".to_owned()),
+        answer: None,
+        pause: None,
+        at_ms: 2,
+    }
+}
+
+/// A run's events make no notice, so they wake no take of the outbox: a
+/// run that logs 500 events and then ends costs the store one take for
+/// its end (besides the first look, the poll's first tick, which comes at
+/// once, and one a [`POLL`] of time passed), not one per event.
+///
+/// [`POLL`]: leasehold::webhooks::deliver::POLL
+#[tokio::test(start_paused = true)]
+async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
+    let store = MemoryStore::new();
+    store.create_run(record("r")).await.unwrap();
+    let ClaimOutcome::Claimed(run) = store.claim_run("r", "e", 1, 60_000).await.unwrap() else {
+        panic!("claimed");
+    };
+    let entries = store.entries();
+    let began = tokio::time::Instant::now();
+    let deliverer = Deliverer::start(
+        Arc::new(store.clone()),
+        no_receivers(),
+        Arc::new(SystemClock),
+    )
+    .expect("starts");
+    while store.notice_takes() == 0 {
+        tokio::task::yield_now().await;
+    }
+    for n in 1..=500_u64 {
+        let event = Event {
+            seq: n,
+            position: n,
+            at: n,
+            run_id: "r".to_owned(),
+            path: "run".to_owned(),
+            kind: EventKind::StepStarted {
+                step: 1,
+                limit: 2,
+                nudges: 0,
+            },
+        };
+        let appended = store.append_events("r", vec![event], run.fence).await;
+        assert!(appended.unwrap().is_applied());
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        store
+            .update_run("r", run.fence, ended())
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    while store.entries() > entries + 500 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let polls = began.elapsed().as_secs();
+    assert!(
+        store.notice_takes() <= 3 + polls,
+        "{} takes of the outbox for 500 events and an end, in {polls} polls",
+        store.notice_takes()
+    );
+    deliverer.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

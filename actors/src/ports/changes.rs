@@ -136,6 +136,21 @@ impl ChangeFeed {
         }
     }
 
+    /// The next change already published, without waiting: `None` when
+    /// there is none yet (or the store is gone), [`StoreChange::Lagged`]
+    /// if this subscriber fell behind.
+    pub fn try_recv(&mut self) -> Option<StoreChange> {
+        match self.receiver.try_recv() {
+            Ok(change) => Some(change),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                Some(StoreChange::Lagged { missed })
+            }
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
+                None
+            }
+        }
+    }
+
     /// Waits for a change that concerns `run_id`
     /// ([`StoreChange::concerns`]); `None` once the store is gone.
     pub async fn changed(&mut self, run_id: &str) -> Option<StoreChange> {

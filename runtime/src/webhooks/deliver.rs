@@ -19,8 +19,10 @@
 //!   answer body: a receiver that is slow, huge or endless costs one
 //!   timeout per attempt, never a run's time, and never another
 //!   receiver's.
-//! - The deliverer wakes when the store says a run changed, and otherwise
-//!   looks at least once a [`POLL`].
+//! - The deliverer wakes when the store says a run's record changed (not
+//!   on its events: only a record that pauses or ends makes a notice),
+//!   answers every change already in with one take, and otherwise looks
+//!   at least once a [`POLL`].
 
 mod lane;
 
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use leasehold_actors::{Clock, Delivery, Notice, NoticeTake, RunStatus, Store};
+use leasehold_actors::{Clock, Delivery, Notice, NoticeTake, RunStatus, Store, StoreChange};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -210,6 +212,12 @@ struct Flight {
     deferred_until: Option<u64>,
 }
 
+/// Whether `change` may have made a notice: a run's record changed, or
+/// changes were missed.
+fn makes_notices(change: &StoreChange) -> bool {
+    matches!(change, StoreChange::Run { .. }) || change.is_gap()
+}
+
 impl Work {
     async fn run(
         mut self,
@@ -259,7 +267,16 @@ impl Work {
             tokio::select! {
                 () = stop.cancelled() => return,
                 Some(outcome) = outcomes.recv() => self.apply(outcome).await,
-                _ = changes.recv() => look = true,
+                change = changes.recv() => {
+                    // Only a run's record makes notices (as it pauses or
+                    // ends); its events, commands and the queue make none.
+                    // Changes already in are read at once, and one take
+                    // answers them all.
+                    look = change.as_ref().is_none_or(makes_notices);
+                    while let Some(change) = changes.try_recv() {
+                        look |= makes_notices(&change);
+                    }
+                }
                 _ = tick.tick() => {
                     self.renew_holds().await;
                     look = true;
