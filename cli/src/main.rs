@@ -21,6 +21,13 @@ use tracing_subscriber::EnvFilter;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Transparent huge pages off for this process (the system's setting
+    // stands for every other): a server of many small, short-lived
+    // allocations would fault memory in, and zero it, 2 MiB at a time —
+    // a quarter of a swarm's CPU and 5 % of its memory
+    // (`docs/benchmarks.md`, *Swarm*). Refused by an old kernel: no harm.
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_thp_disable(true);
     let cli = Cli::parse();
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(cli.default_log_filter()));

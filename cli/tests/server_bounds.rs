@@ -399,3 +399,23 @@ async fn a_listing_of_many_large_runs_is_a_bounded_page_of_summaries_and_a_run_s
         .count();
     assert_eq!(rows, runs);
 }
+
+/// `leasehold serve` runs with transparent huge pages off (`THP_enabled:
+/// 0` in its `/proc` status): a server of many small, short-lived
+/// allocations would otherwise fault memory in, and zero it, 2 MiB at a
+/// time — a quarter of a swarm's CPU (`docs/benchmarks.md`, *Swarm*).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_runs_without_transparent_huge_pages() {
+    let data = tempfile::tempdir().expect("a data directory");
+    let model = silent_model().await;
+    let (server, _base) =
+        support::serve(one_live_run(data.path(), &model, &[]), &[], PATIENCE).await;
+    let pid = server.id().expect("serve runs");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+    let thp: Vec<&str> = status
+        .lines()
+        .filter(|line| line.starts_with("THP_enabled:"))
+        .collect();
+    assert_eq!(thp, ["THP_enabled:\t0"], "{status}");
+}

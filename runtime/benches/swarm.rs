@@ -324,6 +324,10 @@ fn ratio(a: u64, b: u64) -> f64 {
 // ---------------------------------------------------------------------------
 
 fn child(which: &str, store: &str, runs: usize, timers: u64, knobs: Knobs, heap: Option<PathBuf>) {
+    // Every child runs as the `leasehold` binary does: transparent huge
+    // pages off (`cli/src/main.rs`).
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_thp_disable(true);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

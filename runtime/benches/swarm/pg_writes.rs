@@ -147,14 +147,22 @@ async fn timed(work: impl Future<Output = u64>) -> (u64, u64, u64) {
     )
 }
 
-/// Each run's snapshots, in order, with the run's id.
+/// Each run's snapshots, in order, with the run's id: a snapshot stored
+/// as its new messages over an earlier one of the pilot names that
+/// earlier one in the run's own history.
 fn rows_of(record: &RunRecord, pilot: &Pilot) -> Vec<Snapshot> {
     pilot
         .snapshots
         .iter()
-        .map(|snapshot| Snapshot {
-            run_id: record.run_id.clone(),
-            ..snapshot.clone()
+        .map(|snapshot| {
+            let mut row = Snapshot {
+                run_id: record.run_id.clone(),
+                ..snapshot.clone()
+            };
+            if let Some(base) = row.base.as_mut() {
+                base.run_id.clone_from(&record.run_id);
+            }
+            row
         })
         .collect()
 }
