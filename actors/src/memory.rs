@@ -34,9 +34,10 @@ struct Tables {
     /// run.
     queued: BTreeSet<String>,
     order: Vec<String>,
-    snapshots: HashMap<(String, String), Snapshot>,
+    /// Each loop's latest snapshot, shared with its entry in `history`.
+    snapshots: HashMap<(String, String), Arc<Snapshot>>,
     /// Every snapshot saved, by run, in the order saved.
-    history: HashMap<String, Vec<Snapshot>>,
+    history: HashMap<String, Vec<Arc<Snapshot>>>,
     tool_calls: HashMap<String, BTreeMap<String, ToolCallRecord>>,
     events: HashMap<String, Vec<Event>>,
     snapshot_writes: u64,
@@ -74,10 +75,11 @@ impl MemoryStore {
     /// its history cannot rebuild it.
     pub fn snapshot(&self, run_id: &str, path: &str) -> Option<Snapshot> {
         let tables = self.lock();
-        let latest = tables
-            .snapshots
-            .get(&(run_id.to_owned(), path.to_owned()))
-            .cloned()?;
+        let latest = Snapshot::clone(
+            tables
+                .snapshots
+                .get(&(run_id.to_owned(), path.to_owned()))?,
+        );
         if latest.base.is_none() {
             return Some(latest);
         }
@@ -475,13 +477,13 @@ impl SnapshotStore for MemoryStore {
         };
         ready(self.fenced(&run_id, fence, |tables| {
             tables.snapshot_writes += 1;
-            let kept = tables.history.entry(snapshot.run_id.clone()).or_default();
+            let key = (snapshot.run_id.clone(), snapshot.path.clone());
+            let snapshot = Arc::new(snapshot);
+            let kept = tables.history.entry(key.0.clone()).or_default();
             // A place is kept once, as a store keyed by it keeps it.
             kept.retain(|s| (s.seq, &s.path) != (snapshot.seq, &snapshot.path));
-            kept.push(snapshot.clone());
-            tables
-                .snapshots
-                .insert((snapshot.run_id.clone(), snapshot.path.clone()), snapshot);
+            kept.push(Arc::clone(&snapshot));
+            tables.snapshots.insert(key, snapshot);
         }))
     }
 
@@ -556,13 +558,19 @@ impl Tables {
                     .snapshots
                     .values()
                     .filter(|s| s.run_id == run_id)
-                    .cloned()
+                    .map(|s| Snapshot::clone(s))
                     .collect();
                 latest.sort_by(|a, b| a.path.cmp(&b.path));
                 latest
             }
             _ => {
-                let mut history = self.history.get(run_id).cloned().unwrap_or_default();
+                let mut history: Vec<Snapshot> = self
+                    .history
+                    .get(run_id)
+                    .into_iter()
+                    .flatten()
+                    .map(|s| Snapshot::clone(s))
+                    .collect();
                 history.sort_by(|a, b| (a.seq, &a.path).cmp(&(b.seq, &b.path)));
                 history
             }

@@ -111,9 +111,28 @@ impl AccrualConfig {
     }
 }
 
-/// How many standard deviations past the mean phi reaches `threshold`
-/// (phi is increasing in the silence: found by bisection).
+/// How many standard deviations past the mean phi reaches `threshold`.
+/// Asked at every expiry with the few thresholds of the configuration:
+/// the last answer is kept per thread, and the bisection runs for a new
+/// threshold only.
 fn threshold_deviations(threshold: f64) -> f64 {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<(u64, f64)>> = const { std::cell::Cell::new(None) };
+    }
+    let bits = threshold.to_bits();
+    if let Some((known, deviations)) = LAST.get()
+        && known == bits
+    {
+        return deviations;
+    }
+    let deviations = bisect_deviations(threshold);
+    LAST.set(Some((bits, deviations)));
+    deviations
+}
+
+/// [`threshold_deviations`], computed: phi is increasing in the silence,
+/// so found by bisection.
+fn bisect_deviations(threshold: f64) -> f64 {
     let (mut low, mut high) = (0.0_f64, 64.0_f64);
     for _ in 0..60 {
         let middle = (low + high) / 2.0;
@@ -322,6 +341,15 @@ fn phi(elapsed: f64, mean: f64, std_deviation: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kept_deviations_are_those_of_the_threshold_asked() {
+        for threshold in [8.0, 3.0, 8.0, 8.0, 1.5, 3.0] {
+            let deviations = threshold_deviations(threshold);
+            assert_eq!(deviations.to_bits(), bisect_deviations(threshold).to_bits());
+            assert!((phi(deviations, 0.0, 1.0) - threshold).abs() < 1e-9);
+        }
+    }
 
     #[test]
     fn phi_rises_with_silence_and_stays_finite() {
