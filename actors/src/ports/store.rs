@@ -681,12 +681,18 @@ pub mod fencing {
 
     /// Whether a write with `fence` may land on `record`.
     pub fn check(record: &RunRecord, fence: u64) -> Fenced<()> {
-        if record.fence == fence {
+        check_holder(record.fence, record.owner_id.as_deref(), fence)
+    }
+
+    /// [`check`] from the record's fence and owner alone: what a store
+    /// that reads only those of the record checks.
+    pub fn check_holder(current: u64, owner_id: Option<&str>, fence: u64) -> Fenced<()> {
+        if current == fence {
             Fenced::Applied(())
         } else {
             Fenced::Stale {
-                fence: record.fence,
-                owner_id: record.owner_id.clone(),
+                fence: current,
+                owner_id: owner_id.map(str::to_owned),
             }
         }
     }

@@ -532,7 +532,8 @@ impl Inner {
             .get(run_id.as_bytes())
             .map_err(|e| failed(&format_args!("reading run `{run_id}`"), &e))?
             .ok_or_else(|| no_run(run_id))?;
-        let checked = fencing::check(run.decode(bytes, &RunName(run_id))?, fence);
+        let holder = run.holder(bytes, &RunName(run_id))?;
+        let checked = fencing::check_holder(holder.fence, holder.owner_id.as_deref(), fence);
         if !checked.is_applied() {
             return Ok((checked, false));
         }

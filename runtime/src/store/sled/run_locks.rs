@@ -12,16 +12,18 @@
 //! costs a little waiting and never correctness. A lock is held only across
 //! in-memory sled operations (no flush), for microseconds.
 //!
-//! Each shard also remembers the last run record it decoded, with the bytes
-//! it was decoded from: a fenced write reads the record's bytes anyway, and
-//! when they are the ones remembered it skips decoding them again (a run's
-//! record changes on a claim or a renewal, not on every snapshot).
+//! Each shard also remembers the holder (fence and owner) of the last run
+//! record it read, with the bytes it was read from: a fenced write reads the
+//! record's bytes anyway, and when they are the ones remembered it skips
+//! reading them again (a run's record changes on a claim or a renewal, not
+//! on every snapshot). Only the holder is decoded, never the flow.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use leasehold_actors::{RunRecord, StoreError};
+use leasehold_actors::StoreError;
+use serde::Deserialize;
 use sled::IVec;
 
 use super::codec::decode;
@@ -34,27 +36,38 @@ pub(crate) struct RunLocks {
     shards: Box<[Mutex<Shard>]>,
 }
 
+/// Who holds a run: what a fenced write checks of its record (the rest of
+/// the record, its flow above all, is skipped unread).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Holder {
+    /// The executor that owns it, if any.
+    pub(crate) owner_id: Option<String>,
+    /// Its fencing token.
+    pub(crate) fence: u64,
+}
+
 /// What a run's lock guards besides the run itself.
 #[derive(Default)]
 pub(crate) struct Shard {
-    /// The last record decoded under this lock, and its bytes.
-    decoded: Option<(IVec, RunRecord)>,
+    /// The holder of the last record read under this lock, and its bytes.
+    decoded: Option<(IVec, Holder)>,
 }
 
 impl Shard {
-    /// The record stored as `bytes`, decoded once per distinct value.
-    pub(crate) fn decode(
+    /// The holder of the record stored as `bytes`, decoded once per
+    /// distinct value.
+    pub(crate) fn holder(
         &mut self,
         bytes: IVec,
         what: &dyn std::fmt::Display,
-    ) -> Result<&RunRecord, StoreError> {
+    ) -> Result<&Holder, StoreError> {
         let fresh = !matches!(&self.decoded, Some((seen, _)) if *seen == bytes);
         if fresh {
-            let record = decode(&bytes, what)?;
-            self.decoded = Some((bytes, record));
+            let holder = decode(&bytes, what)?;
+            self.decoded = Some((bytes, holder));
         }
         match &self.decoded {
-            Some((_, record)) => Ok(record),
+            Some((_, holder)) => Ok(holder),
             None => Err(StoreError::failed(format!("{what} could not be decoded"))),
         }
     }
