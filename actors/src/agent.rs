@@ -44,7 +44,9 @@ use tracing::Instrument;
 
 use crate::event::EventKind;
 use crate::nudge::NudgeQueue;
-use crate::ports::{ChatMessage, RunStatus, Snapshot, ToolCallRequest, ToolDefinition};
+use crate::ports::{
+    ChatMessage, RunStatus, Snapshot, SnapshotBase, ToolCallRequest, ToolDefinition,
+};
 use crate::supervision::budget::{BudgetFigures, BudgetMsg};
 use crate::supervision::evidence::Evidence;
 use crate::supervision::strategy::SupervisionStrategy;
@@ -396,27 +398,33 @@ impl AgentLoop {
             return false;
         }
         self.state.nudges = self.nudges.peek();
-        let transcript = &self.state.transcript;
-        let base = self
-            .tail
-            .and_then(|tail| tail.base(&self.ctx.run_id, transcript));
-        let snapshot = Snapshot {
+        let seq = self.ctx.next_seq();
+        let (base, tail) = tail::HistoryTail::next(
+            self.tail.as_ref(),
+            seq,
+            &self.ctx.run_id,
+            &self.state.transcript,
+        );
+        let snapshot = |base: Option<SnapshotBase>| Snapshot {
             run_id: self.ctx.run_id.clone(),
             path: self.path.clone(),
             step: self.state.steps,
             status,
             state: serde_json::to_value(&self.state).unwrap_or_default(),
-            seq: self.ctx.next_seq(),
+            seq,
             base,
         };
+        // Built once; made again only for a write tried again.
+        let mut first = Some(snapshot(base.clone()));
         let ctx = &self.ctx;
         let landed = ctx
             .write("snapshot", || {
-                ctx.store.save_snapshot(snapshot.clone(), ctx.fence())
+                let snapshot = first.take().unwrap_or_else(|| snapshot(base.clone()));
+                ctx.store.save_snapshot(snapshot, ctx.fence())
             })
             .await;
         if landed {
-            self.tail = Some(tail::HistoryTail::of(snapshot.seq, &self.state.transcript));
+            self.tail = Some(tail);
         }
         landed
     }

@@ -35,13 +35,46 @@ impl HistoryTail {
 
     /// The base a snapshot of `run_id` with `transcript` names: this tail,
     /// if the transcript still begins with the tail's messages.
+    #[cfg(test)]
     pub(crate) fn base(&self, run_id: &str, transcript: &[ChatMessage]) -> Option<SnapshotBase> {
-        let prefix = transcript.get(..self.len)?;
-        (hash(prefix) == self.hash).then(|| SnapshotBase {
-            run_id: run_id.to_owned(),
-            seq: self.seq,
-            kept: self.len,
-        })
+        Self::next(Some(self), 0, run_id, transcript).0
+    }
+
+    /// The base a snapshot of `run_id` at `seq` with `transcript` names
+    /// after `tail` (none without one, or where the transcript no longer
+    /// begins with the tail's messages), and the tail it leaves once
+    /// stored: one pass over the messages for both.
+    pub(crate) fn next(
+        tail: Option<&Self>,
+        seq: u64,
+        run_id: &str,
+        transcript: &[ChatMessage],
+    ) -> (Option<SnapshotBase>, Self) {
+        let mut hasher = DefaultHasher::new();
+        let mut prefix = None;
+        for (n, message) in transcript.iter().enumerate() {
+            if tail.is_some_and(|tail| tail.len == n) {
+                prefix = Some(hasher.finish());
+            }
+            add(&mut hasher, message);
+        }
+        let whole = hasher.finish();
+        if tail.is_some_and(|tail| tail.len == transcript.len()) {
+            prefix = Some(whole);
+        }
+        let base = tail
+            .filter(|tail| prefix == Some(tail.hash))
+            .map(|tail| SnapshotBase {
+                run_id: run_id.to_owned(),
+                seq: tail.seq,
+                kept: tail.len,
+            });
+        let next = Self {
+            seq,
+            len: transcript.len(),
+            hash: whole,
+        };
+        (base, next)
     }
 }
 
@@ -51,11 +84,16 @@ impl HistoryTail {
 fn hash(messages: &[ChatMessage]) -> u64 {
     let mut hasher = DefaultHasher::new();
     for message in messages {
-        let encoded = serde_json::to_vec(message).unwrap_or_default();
-        encoded.len().hash(&mut hasher);
-        hasher.write(&encoded);
+        add(&mut hasher, message);
     }
     hasher.finish()
+}
+
+/// `message` added to a hash of messages, as [`hash`] adds each.
+fn add(hasher: &mut DefaultHasher, message: &ChatMessage) {
+    let encoded = serde_json::to_vec(message).unwrap_or_default();
+    encoded.len().hash(hasher);
+    hasher.write(&encoded);
 }
 
 #[cfg(test)]
@@ -86,5 +124,16 @@ mod tests {
             ChatMessage::user("b"),
         ];
         assert_eq!(tail.base("r", &rewritten), None);
+        // The tail a save leaves is the one its transcript makes.
+        let (_, next) = HistoryTail::next(Some(&tail), 7, "r", &appended);
+        assert_eq!(next, HistoryTail::of(7, &appended));
+        let (base, next) = HistoryTail::next(None, 8, "r", &before);
+        assert_eq!((base, next), (None, HistoryTail::of(8, &before)));
+        let (base, _) = HistoryTail::next(Some(&tail), 9, "r", &before);
+        assert_eq!(
+            base.map(|b| b.kept),
+            Some(2),
+            "a transcript as long as its tail"
+        );
     }
 }
