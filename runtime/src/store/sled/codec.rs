@@ -46,7 +46,9 @@ pub(crate) const SNAPSHOT_HISTORY: &str = "snapshot_history";
 pub(crate) const SNAPSHOT_BASES: &str = "snapshot_bases";
 /// Tool-call records: run prefix + idempotency key.
 pub(crate) const TOOL_CALLS: &str = "tool_calls";
-/// The event log: run prefix + `u64` big-endian seq.
+/// The event log: run prefix + the `seq` of an append's first event (`u64`
+/// big-endian) → the append's events, a JSON array. A log written before
+/// appends were kept whole has one event per entry, a JSON object.
 pub(crate) const EVENTS: &str = "events";
 /// Index of runs by status: the status's name, length-prefixed, then the
 /// run id → the run's creation time (`u64` big-endian Unix ms).

@@ -1,10 +1,16 @@
-//! The sled store's event logs ([`EventLog`]): each event under its run's
-//! key and its `seq`, appended with the run's fence.
+//! The sled store's event logs ([`EventLog`]): each append one entry under
+//! its run's key and the `seq` of its first event, holding the events of
+//! the append in order, written with the run's fence.
+//!
+//! An append is one sled insert, however many events it holds: the log's
+//! writer appends a run's events a batch at a time. A log written before
+//! appends were kept whole holds one event per entry; both read alike.
 
 use leasehold_actors::{Event, EventLog, Fenced, StoreChange, StoreError, StoreFuture};
+use sled::IVec;
 
-use super::codec::{self, encode};
-use super::{Inner, SledStore};
+use super::codec::{self, decode, encode};
+use super::{SledStore, failed};
 
 impl EventLog for SledStore {
     fn append_events(
@@ -15,14 +21,12 @@ impl EventLog for SledStore {
     ) -> StoreFuture<Fenced<()>> {
         let doing = format_args!("appending {} events to run `{run_id}`", events.len());
         let inner = &self.inner;
-        let appended = events
-            .iter()
-            .map(|event| {
-                let key = codec::event_key(run_id, event.seq)?;
-                Ok((&inner.events, key, encode(event, &doing)?.into()))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()
-            .and_then(|entries| inner.fenced_put(run_id, fence, &entries, &doing));
+        let appended = match events.first() {
+            None => inner.fenced_put(run_id, fence, &[], &doing),
+            Some(first) => codec::event_key(run_id, first.seq)
+                .and_then(|key| Ok((&inner.events, key, encode(&events, &doing)?.into())))
+                .and_then(|entry| inner.fenced_put(run_id, fence, &[entry], &doing)),
+        };
         self.settle_publishing(appended, |_| {
             Some(StoreChange::Events {
                 run_id: run_id.to_owned(),
@@ -36,9 +40,25 @@ impl EventLog for SledStore {
             let Some(first) = after_seq.checked_add(1) else {
                 return Ok(Vec::new());
             };
-            let from = codec::event_key(&run_id, first)?;
+            let doing = format!("reading the events of run `{run_id}`");
+            let start = codec::event_key(&run_id, 0)?;
+            let wanted = codec::event_key(&run_id, first)?;
             let to = codec::event_key(&run_id, u64::MAX)?;
-            Inner::load_all(inner.events.range(from..=to), "event", &run_id)
+            // The append holding `first` may begin before it.
+            let from = match inner.events.range(start..=wanted.clone()).next_back() {
+                Some(entry) => entry.map_err(|e| failed(&doing, &e))?.0.to_vec(),
+                None => wanted,
+            };
+            let mut events = Vec::new();
+            for entry in inner.events.range(from..=to) {
+                let (_, value) = entry.map_err(|e| failed(&doing, &e))?;
+                events.extend(
+                    appended(&value, &run_id)?
+                        .into_iter()
+                        .filter(|event| event.seq > after_seq),
+                );
+            }
+            Ok(events)
         })
     }
 
@@ -47,8 +67,65 @@ impl EventLog for SledStore {
         self.scan(move |inner| {
             let from = codec::event_key(&run_id, 0)?;
             let to = codec::event_key(&run_id, u64::MAX)?;
-            let last = inner.events.range(from..=to).next_back();
-            Ok(Inner::load_all(last.into_iter(), "event", &run_id)?.pop())
+            let Some(last) = inner.events.range(from..=to).next_back() else {
+                return Ok(None);
+            };
+            let (_, value) =
+                last.map_err(|e| failed(&format_args!("reading run `{run_id}`'s log"), &e))?;
+            Ok(appended(&value, &run_id)?.pop())
         })
+    }
+}
+
+/// The events of one entry of `run_id`'s log: an append's (a JSON array),
+/// or one event as logs written before kept them (a JSON object).
+fn appended(value: &IVec, run_id: &str) -> Result<Vec<Event>, StoreError> {
+    let what = format_args!("an event of run `{run_id}`");
+    match value.get(1) {
+        Some(b'[') => decode(value, &what),
+        _ => Ok(vec![decode(value, &what)?]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_actors::testing::records::{event, events, run_record};
+    use leasehold_actors::{EventLog, RunStatus, RunStore};
+
+    use super::*;
+    use crate::store::{SledConfig, SledStore};
+
+    /// Appends are one entry each; a log read from any `seq`, in the
+    /// middle of an append included, gives the events after it, and a log
+    /// of one event per entry (as kept before) reads alike.
+    #[tokio::test]
+    async fn a_log_of_appends_reads_from_any_seq_and_an_old_log_of_single_events_too() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let store = SledStore::open(SledConfig::new(dir.path().join("db"))).expect("opens");
+        let record = run_record("r", Some("e"), 1, u64::MAX, RunStatus::Running);
+        store.create_run(record).await.expect("created");
+        for batch in [events("r", 1..=3), events("r", [4]), events("r", 5..=6)] {
+            let appended = store.append_events("r", batch, 1).await.expect("appended");
+            assert!(appended.is_applied());
+        }
+        assert_eq!(store.inner.events.len(), 3, "one entry per append");
+        let seqs = |events: Vec<Event>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(
+            seqs(store.load_events("r", 0).await.unwrap()),
+            [1, 2, 3, 4, 5, 6]
+        );
+        assert_eq!(seqs(store.load_events("r", 2).await.unwrap()), [3, 4, 5, 6]);
+        assert_eq!(seqs(store.load_events("r", 4).await.unwrap()), [5, 6]);
+        assert!(store.load_events("r", 6).await.unwrap().is_empty());
+        assert_eq!(store.last_event("r").await.unwrap().map(|e| e.seq), Some(6));
+
+        // Entries of one event each, as an older build wrote them.
+        for seq in 7..=8 {
+            let key = codec::event_key("r", seq).unwrap();
+            let value = encode(&event("r", seq), &"an event").unwrap();
+            store.inner.events.insert(key, value).unwrap();
+        }
+        assert_eq!(seqs(store.load_events("r", 5).await.unwrap()), [6, 7, 8]);
+        assert_eq!(store.last_event("r").await.unwrap().map(|e| e.seq), Some(8));
     }
 }
