@@ -14,7 +14,8 @@ use std::time::Duration;
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::testing::conformance::{self, StoreFixture};
 use leasehold::{
-    ChangeFeed, GoneHolder, LayeredStore, MemoryStore, Store, StoreChange, StoreError, StoreFuture,
+    ChangeFeed, ClaimOutcome, GoneHolder, LayeredStore, MemoryStore, NoticeTake, RunStatus,
+    RunUpdate, Store, StoreChange, StoreError, StoreFuture,
 };
 
 #[path = "support/postgres.rs"]
@@ -214,6 +215,108 @@ async fn a_dropped_listen_connection_comes_back_with_a_resync() {
         run_id: "after".to_owned(),
     };
     while next_change(&mut feed).await != after {}
+}
+
+/// Ending a run on PostgreSQL is four statements, as pg_stat_statements
+/// counts them: `START TRANSACTION`, the record read `FOR UPDATE`, one
+/// write of the record, its notice and its notification, `COMMIT` (it was
+/// six: the notice's insert and the notification were statements of their
+/// own). The end is still heard, and its notice kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_on_postgres_is_four_statements_and_keeps_its_notice() {
+    let (store, url, _cluster) = postgres_store().await;
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("CREATE EXTENSION pg_stat_statements")
+        .await
+        .unwrap();
+    let mut feed = store.changes();
+    store.create_run(unowned("ends")).await.unwrap();
+    let ClaimOutcome::Claimed(run) = store
+        .claim_run("ends", "exec-a", 1_000, 60_000)
+        .await
+        .unwrap()
+    else {
+        panic!("the run is claimed");
+    };
+    reset_statements(&client).await;
+    let end = RunUpdate {
+        status: RunStatus::Completed,
+        reason: None,
+        answer: Some("42".to_owned()),
+        pause: None,
+        at_ms: 1_100,
+    };
+    assert!(
+        store
+            .update_run("ends", run.fence, end)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let sent = statements(&client).await;
+    let calls: i64 = sent.iter().map(|(calls, _)| calls).sum();
+    assert_eq!(calls, 4, "the end's statements: {sent:#?}");
+    // Heard: its creation, its claim, its end.
+    let changed = StoreChange::Run {
+        run_id: "ends".to_owned(),
+    };
+    let mut heard = 0;
+    while heard < 3 {
+        if next_change(&mut feed).await == changed {
+            heard += 1;
+        }
+    }
+    let take = NoticeTake {
+        now_ms: 2_000,
+        hold_ms: 1_000,
+        max: 10,
+    };
+    let kept = store.take_notices(take).await.unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        (
+            kept[0].run_id.as_str(),
+            kept[0].status,
+            kept[0].answer.as_deref()
+        ),
+        ("ends", RunStatus::Completed, Some("42"))
+    );
+}
+
+/// The statements sent to the database of `client` since
+/// [`reset_statements`] (its own counting excepted), as `(calls, query)`,
+/// most called first. Needs `CREATE EXTENSION pg_stat_statements` in that
+/// database.
+async fn statements(client: &tokio_postgres::Client) -> Vec<(i64, String)> {
+    let rows = client
+        .query(
+            "SELECT s.calls, s.query FROM pg_stat_statements s \
+             JOIN pg_database d ON d.oid = s.dbid \
+             WHERE d.datname = current_database() AND s.toplevel \
+             AND s.query NOT LIKE '%pg_stat_statements%' \
+             ORDER BY s.calls DESC, s.query",
+            &[],
+        )
+        .await
+        .expect("pg_stat_statements is read");
+    rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+/// Forgets the statements counted in the database of `client` (the other
+/// tests' databases keep theirs).
+async fn reset_statements(client: &tokio_postgres::Client) {
+    client
+        .execute(
+            "SELECT pg_stat_statements_reset(0, d.oid, 0) FROM pg_database d \
+             WHERE d.datname = current_database()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_statements is reset");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

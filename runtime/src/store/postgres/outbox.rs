@@ -1,6 +1,6 @@
 //! The PostgreSQL store's outbox (`0008_outbox.sql`): a notice is inserted
-//! by the transaction that changes the run's record ([`Inner::change_run`]),
-//! so it lands with the change or not at all. Taking is one `UPDATE` of
+//! by the statement that writes the run's changed record
+//! ([`Inner::change_run`]), so it lands with the change or not at all. Taking is one `UPDATE` of
 //! the due rows, locked with `SKIP LOCKED`, that moves their due time
 //! forward: of two takers, each holds different notices. Settling is
 //! conditional on the hold the take left.
@@ -8,26 +8,25 @@
 //! [`Inner::change_run`]: super::Inner
 
 use leasehold_actors::{Delivery, Notice, NoticeTake, Outbox, StoreError, StoreFuture};
-use tokio_postgres::Transaction;
 
 use super::rows::{from_json, to_i64, to_json, to_u64};
 use super::{Inner, PostgresStore, failed};
 
-/// Inserts `notice` in the transaction `tx`.
-pub(super) async fn keep(tx: &Transaction<'_>, notice: &Notice) -> Result<(), StoreError> {
+/// The `due_at_ms` and `notice` columns of the notice a change of a run's
+/// record keeps, if any: what [`Inner::change_run`](super::Inner) inserts
+/// in the statement that writes the record (both `NULL` for none).
+pub(super) fn columns(
+    notice: Option<&Notice>,
+) -> Result<(Option<i64>, Option<serde_json::Value>), StoreError> {
+    let Some(notice) = notice else {
+        return Ok((None, None));
+    };
     let doing = format!("keeping a notice of run `{}`", notice.run_id);
     let due = to_i64(
         notice.delivery.due_at_ms,
         &format_args!("the due time of {doing}"),
     )?;
-    let value = to_json(notice, &doing)?;
-    tx.execute(
-        "INSERT INTO outbox (run_id, due_at_ms, notice) VALUES ($1, $2, $3)",
-        &[&notice.run_id, &due, &value],
-    )
-    .await
-    .map_err(|e| failed(&doing, &e))?;
-    Ok(())
+    Ok((Some(due), Some(to_json(notice, &doing)?)))
 }
 
 impl Inner {
