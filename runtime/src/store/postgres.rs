@@ -500,7 +500,8 @@ impl Inner {
         })
     }
 
-    /// The JSON values of one column of a run's rows, in `query`'s order.
+    /// The JSON values of one column of a run's rows, in `query`'s order;
+    /// its text is fixed (prepared once per connection).
     async fn load_json<T: serde::de::DeserializeOwned>(
         &self,
         query: &str,
@@ -509,10 +510,13 @@ impl Inner {
         run_id: &str,
     ) -> Result<Vec<T>, StoreError> {
         let doing = format!("reading the {what}s of run `{run_id}`");
-        let rows = self
-            .client()
-            .await?
-            .query(query, params)
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(query)
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let rows = client
+            .query(&statement, params)
             .await
             .map_err(|e| failed(&doing, &e))?;
         let name = format!("a {what} of run `{run_id}`");
@@ -521,17 +525,21 @@ impl Inner {
             .collect()
     }
 
-    /// The runs `statement` answers, its columns [`RUN_COLUMNS`].
+    /// The runs `statement` answers, its columns [`RUN_COLUMNS`]; its text
+    /// is fixed (prepared once per connection).
     async fn load_runs(
         &self,
         statement: &str,
         params: &[&(dyn ToSql + Sync)],
         doing: &(dyn fmt::Display + Sync),
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query(statement, params)
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(statement)
+            .await
+            .map_err(|e| failed(doing, &e))?;
+        let rows = client
+            .query(&statement, params)
             .await
             .map_err(|e| failed(doing, &e))?;
         rows.iter().map(run_from_row).collect()

@@ -38,16 +38,18 @@ impl Inner {
             &"the hold of a take of notices",
         )?;
         let max = i64::try_from(take.max).unwrap_or(i64::MAX);
-        let rows = self
-            .client()
-            .await?
-            .query(
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
                 "UPDATE outbox o SET due_at_ms = $2 FROM ( \
                  SELECT id FROM outbox WHERE due_at_ms <= $1 ORDER BY id LIMIT $3 \
                  FOR UPDATE SKIP LOCKED) due \
                  WHERE o.id = due.id RETURNING o.id, o.due_at_ms, o.notice",
-                &[&now, &until, &max],
             )
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let rows = client
+            .query(&statement, &[&now, &until, &max])
             .await
             .map_err(|e| failed(&doing, &e))?;
         let mut taken = rows
@@ -74,13 +76,16 @@ impl Inner {
         let held = to_i64(held_until_ms, &doing)?;
         let client = self.client().await?;
         let settled = match delivery {
-            None => client
-                .execute(
-                    "DELETE FROM outbox WHERE id = $1 AND due_at_ms = $2",
-                    &[&id, &held],
-                )
-                .await
-                .map_err(|e| failed(&doing, &e))?,
+            None => {
+                let statement = client
+                    .prepare_cached("DELETE FROM outbox WHERE id = $1 AND due_at_ms = $2")
+                    .await
+                    .map_err(|e| failed(&doing, &e))?;
+                client
+                    .execute(&statement, &[&id, &held])
+                    .await
+                    .map_err(|e| failed(&doing, &e))?
+            }
             Some(delivery) => {
                 let due = to_i64(delivery.due_at_ms, &doing)?;
                 let value = to_json(&delivery, &doing)?;
