@@ -200,16 +200,17 @@ impl MemoryStore {
                 .take(max)
                 .collect()
         };
-        for record in &changed {
-            if let Some(before) = tables.put(record.clone()) {
-                tables.keep_notice(before.status, record);
-            }
-        }
+        let kept: Vec<bool> = changed
+            .iter()
+            .map(|record| {
+                tables
+                    .put(record.clone())
+                    .is_some_and(|before| tables.keep_notice(before.status, record))
+            })
+            .collect();
         drop(tables);
-        for record in &changed {
-            self.changes.publish(StoreChange::Run {
-                run_id: record.run_id.clone(),
-            });
+        for (record, kept) in changed.iter().zip(kept) {
+            self.publish_change_of(&record.run_id, kept);
         }
         changed
     }
@@ -234,6 +235,20 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
+    /// Publishes the change of run `run_id`'s record, and then, if the
+    /// change `kept` a notice, that notice. Called with the tables' lock
+    /// released.
+    fn publish_change_of(&self, run_id: &str, kept: bool) {
+        self.changes.publish(StoreChange::Run {
+            run_id: run_id.to_owned(),
+        });
+        if kept {
+            self.changes.publish(StoreChange::Notice {
+                run_id: run_id.to_owned(),
+            });
+        }
+    }
+
     /// Publishes `change` if `outcome` says the write landed, then answers
     /// it. Called with the tables' lock released, so a subscriber that
     /// reads at once sees the write.
@@ -274,13 +289,16 @@ impl Tables {
         }
     }
 
-    /// Keeps the notice the change from `before` to `after` makes, if any.
-    fn keep_notice(&mut self, before: RunStatus, after: &RunRecord) {
-        if let Some(mut notice) = outbox::notice_of(before, after) {
-            self.next_notice += 1;
-            notice.id = self.next_notice;
-            self.notices.insert(notice.id, notice);
-        }
+    /// Keeps the notice the change from `before` to `after` makes, if any;
+    /// says whether it kept one.
+    fn keep_notice(&mut self, before: RunStatus, after: &RunRecord) -> bool {
+        let Some(mut notice) = outbox::notice_of(before, after) else {
+            return false;
+        };
+        self.next_notice += 1;
+        notice.id = self.next_notice;
+        self.notices.insert(notice.id, notice);
+        true
     }
 }
 
@@ -368,18 +386,20 @@ impl RunStore for MemoryStore {
         let Some(record) = tables.runs.get(run_id) else {
             return ready(Err(StoreError::not_found(format!("no run `{run_id}`"))));
         };
-        let outcome = match fencing::update(record, fence, &update) {
+        let (outcome, kept) = match fencing::update(record, fence, &update) {
             Ok(updated) => {
                 let before = record.status;
-                tables.keep_notice(before, &updated);
+                let kept = tables.keep_notice(before, &updated);
                 tables.put(updated);
-                Fenced::Applied(())
+                (Fenced::Applied(()), kept)
             }
-            Err(stale) => stale,
+            Err(stale) => (stale, false),
         };
         drop(tables);
-        let run_id = run_id.to_owned();
-        self.publish_if_applied(Ok(outcome), StoreChange::Run { run_id })
+        if outcome.is_applied() {
+            self.publish_change_of(run_id, kept);
+        }
+        ready(Ok(outcome))
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {

@@ -5,8 +5,9 @@
 //! agreement with `MemoryStore`) run against the in-memory store, sled and
 //! PostgreSQL (a throwaway cluster, see `support/postgres.rs`): one test per
 //! store and rule, `memory::RULE`, `sled::RULE`, `on_postgres::RULE`. Then
-//! the rules only PostgreSQL has: its `LISTEN` connection dropped, and its
-//! URL in the configuration.
+//! the rules only PostgreSQL has: its `LISTEN` connection dropped, what an
+//! end costs it in statements, its statements parsed once per connection,
+//! and its URL in the configuration.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +15,16 @@ use std::time::Duration;
 use leasehold::store::{Durability, PostgresConfig, PostgresStore, SledConfig, SledStore};
 use leasehold::testing::conformance::{self, StoreFixture};
 use leasehold::{
-    ChangeFeed, GoneHolder, LayeredStore, MemoryStore, Store, StoreChange, StoreError, StoreFuture,
+    ChangeFeed, ClaimOutcome, GoneHolder, LayeredStore, MemoryStore, NoticeTake, Pace, RunStatus,
+    RunUpdate, Store, StoreChange, StoreError, StoreFuture,
 };
 
 #[path = "support/postgres.rs"]
 mod postgres;
 #[path = "support/records.rs"]
 mod records;
+#[path = "support/wire.rs"]
+mod wire;
 
 use records::unowned;
 
@@ -214,6 +218,176 @@ async fn a_dropped_listen_connection_comes_back_with_a_resync() {
         run_id: "after".to_owned(),
     };
     while next_change(&mut feed).await != after {}
+}
+
+/// Ending a run on PostgreSQL is four statements, as pg_stat_statements
+/// counts them: `START TRANSACTION`, the record read `FOR UPDATE`, one
+/// write of the record, its notice and its notification, `COMMIT` (it was
+/// six: the notice's insert and the notification were statements of their
+/// own). The end is still heard, and its notice kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_on_postgres_is_four_statements_and_keeps_its_notice() {
+    let (store, url, _cluster) = postgres_store().await;
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("CREATE EXTENSION pg_stat_statements")
+        .await
+        .unwrap();
+    let mut feed = store.changes();
+    store.create_run(unowned("ends")).await.unwrap();
+    let ClaimOutcome::Claimed(run) = store
+        .claim_run("ends", "exec-a", 1_000, 60_000)
+        .await
+        .unwrap()
+    else {
+        panic!("the run is claimed");
+    };
+    reset_statements(&client).await;
+    let end = RunUpdate {
+        status: RunStatus::Completed,
+        reason: None,
+        answer: Some("42".to_owned()),
+        pause: None,
+        at_ms: 1_100,
+    };
+    assert!(
+        store
+            .update_run("ends", run.fence, end)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let sent = statements(&client).await;
+    let calls: i64 = sent.iter().map(|(calls, _)| calls).sum();
+    assert_eq!(calls, 4, "the end's statements: {sent:#?}");
+    // Heard: its creation, its claim, its end.
+    let changed = StoreChange::Run {
+        run_id: "ends".to_owned(),
+    };
+    let mut heard = 0;
+    while heard < 3 {
+        if next_change(&mut feed).await == changed {
+            heard += 1;
+        }
+    }
+    let take = NoticeTake {
+        now_ms: 2_000,
+        hold_ms: 1_000,
+        max: 10,
+    };
+    let kept = store.take_notices(take).await.unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        (
+            kept[0].run_id.as_str(),
+            kept[0].status,
+            kept[0].answer.as_deref()
+        ),
+        ("ends", RunStatus::Completed, Some("42"))
+    );
+}
+
+/// The PostgreSQL store has PostgreSQL parse each statement of a run's
+/// life once per connection, not on every use: after one run is created,
+/// claimed, given events and a snapshot, counted, read, its model's pace
+/// saved, ended, and its notice taken and settled, twenty more runs living the same through the
+/// same connection make PostgreSQL parse nothing more (the `Parse`
+/// messages counted on the wire by a proxy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_stores_statements_of_a_runs_life_are_parsed_once_per_connection() {
+    let (_cluster, url) = postgres::database().await;
+    let (port, counts) = wire::proxy(wire::port_of(&url)).await;
+    let config = PostgresConfig::new(wire::with_port(&url, port)).with_pool_size(1);
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(config).await.unwrap());
+    live_a_run(store.as_ref(), "first").await;
+    let parsed = counts.parses();
+    assert!(parsed > 0, "the proxy counts the store's parses");
+    for n in 0..20 {
+        live_a_run(store.as_ref(), &format!("run-{n}")).await;
+    }
+    assert_eq!(
+        counts.parses(),
+        parsed,
+        "statements parsed again for twenty more runs"
+    );
+}
+
+/// One run's life as an executor writes it, its notice delivered.
+async fn live_a_run(store: &dyn Store, run_id: &str) {
+    store.create_run(unowned(run_id)).await.unwrap();
+    let ClaimOutcome::Claimed(run) = store
+        .claim_run(run_id, "exec-a", 1_000, 60_000)
+        .await
+        .unwrap()
+    else {
+        panic!("run `{run_id}` is claimed");
+    };
+    let appended = store.append_events(run_id, records::events(run_id, 1..=2), run.fence);
+    assert!(appended.await.unwrap().is_applied());
+    let snapshot = records::snapshot(run_id, "run", 1, "hello");
+    assert!(
+        store
+            .save_snapshot(snapshot, run.fence)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    store.count_runs(RunStatus::Queued).await.unwrap();
+    assert!(store.load_run(run_id).await.unwrap().is_some());
+    let pace = (format!("model:{run_id}"), Some(Pace::default()));
+    store.save_paces(vec![pace]).await.unwrap();
+    let end = records::update(RunStatus::Completed, 1_100);
+    assert!(
+        store
+            .update_run(run_id, run.fence, end)
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    let take = NoticeTake {
+        now_ms: 2_000,
+        hold_ms: 1_000,
+        max: 10,
+    };
+    for notice in store.take_notices(take).await.unwrap() {
+        let settled = store.settle_notice(notice.id, notice.delivery.due_at_ms, None);
+        assert!(settled.await.unwrap());
+    }
+}
+
+/// The statements sent to the database of `client` since
+/// [`reset_statements`] (its own counting excepted), as `(calls, query)`,
+/// most called first. Needs `CREATE EXTENSION pg_stat_statements` in that
+/// database.
+async fn statements(client: &tokio_postgres::Client) -> Vec<(i64, String)> {
+    let rows = client
+        .query(
+            "SELECT s.calls, s.query FROM pg_stat_statements s \
+             JOIN pg_database d ON d.oid = s.dbid \
+             WHERE d.datname = current_database() AND s.toplevel \
+             AND s.query NOT LIKE '%pg_stat_statements%' \
+             ORDER BY s.calls DESC, s.query",
+            &[],
+        )
+        .await
+        .expect("pg_stat_statements is read");
+    rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+/// Forgets the statements counted in the database of `client` (the other
+/// tests' databases keep theirs).
+async fn reset_statements(client: &tokio_postgres::Client) {
+    client
+        .execute(
+            "SELECT pg_stat_statements_reset(0, d.oid, 0) FROM pg_database d \
+             WHERE d.datname = current_database()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_statements is reset");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,6 +110,59 @@ async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
     deliverer.stop().await;
 }
 
+/// Only a kept notice wakes a take of the outbox, not the other changes
+/// of runs' records: 200 runs created and claimed (400 changes, no notice)
+/// and then one ended cost the store one take for the end (besides the
+/// first look, the poll's first tick, which comes at once, and one a
+/// [`POLL`] of time passed), not one per change.
+///
+/// [`POLL`]: leasehold::webhooks::deliver::POLL
+#[tokio::test(start_paused = true)]
+async fn only_a_kept_notice_wakes_a_take_of_the_outbox() {
+    let store = MemoryStore::new();
+    let began = tokio::time::Instant::now();
+    let deliverer = Deliverer::start(
+        Arc::new(store.clone()),
+        no_receivers(),
+        Arc::new(SystemClock),
+    )
+    .expect("starts");
+    while store.notice_takes() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let mut fences = Vec::new();
+    for n in 0..200 {
+        let run_id = format!("r{n}");
+        store.create_run(record(&run_id)).await.unwrap();
+        tokio::task::yield_now().await;
+        let claimed = store.claim_run(&run_id, "e", 1, 60_000).await.unwrap();
+        let ClaimOutcome::Claimed(run) = claimed else {
+            panic!("claimed");
+        };
+        fences.push(run.fence);
+        tokio::task::yield_now().await;
+    }
+    let entries = store.entries();
+    assert!(
+        store
+            .update_run("r0", fences[0], ended())
+            .await
+            .unwrap()
+            .is_applied()
+    );
+    assert_eq!(store.entries(), entries + 1, "the end's notice is kept");
+    while store.entries() > entries {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let polls = began.elapsed().as_secs();
+    assert!(
+        store.notice_takes() <= 3 + polls,
+        "{} takes of the outbox for 400 changes of records and an end, in {polls} polls",
+        store.notice_takes()
+    );
+    deliverer.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_receivers_the_outbox_is_emptied() {
     let store = MemoryStore::new();

@@ -3,7 +3,8 @@
 //!
 //! Every store tells its subscribers what changed, after the write that
 //! changed it landed ([`ChangeSource::changes`](super::ChangeSource::changes)): new events
-//! of a run, a run's record, a queued run, a command for a run. A change
+//! of a run, a run's record, a queued run, a command for a run, a notice
+//! kept in the outbox. A change
 //! says *what* to read again, never the data itself: a subscriber reads the
 //! store after it hears of a change, so a change it misses costs it only a
 //! read. The feed is bounded ([`CHANGE_FEED_CAPACITY`]): a subscriber that
@@ -49,6 +50,14 @@ pub enum StoreChange {
     },
     /// A run was queued for an executor to claim.
     Queued,
+    /// A notice (a run's pause or end) was kept in the outbox: what wakes
+    /// whoever delivers notices, who has nothing to take otherwise. The
+    /// write that kept it also changed the run's record, and publishes a
+    /// [`StoreChange::Run`] before it.
+    Notice {
+        /// The run.
+        run_id: String,
+    },
     /// A command was stored for a run.
     Command {
         /// The run.
@@ -74,7 +83,8 @@ impl StoreChange {
             | Self::Run { run_id: id }
             | Self::Command { run_id: id } => id == run_id,
             Self::Resync | Self::Lagged { .. } => true,
-            Self::Queued => false,
+            // The record's own change, published with it, says so.
+            Self::Queued | Self::Notice { .. } => false,
         }
     }
 

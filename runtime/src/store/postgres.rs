@@ -8,7 +8,9 @@
 //!   reconciliation) is one transaction that locks the run's row
 //!   (`SELECT … FOR UPDATE`), applies the pure rule of [`fencing`] to it —
 //!   the same function every store applies — and writes the result with a
-//!   conditional `UPDATE … WHERE run_id = $1 AND fence = $2`;
+//!   conditional `UPDATE … WHERE run_id = $1 AND fence = $2`, in the same
+//!   statement as the notice the change keeps in the outbox and its
+//!   notifications (four statements in all);
 //! - every other fenced write (a snapshot, a tool-call record, events) is
 //!   one statement whose first step takes a shared lock on the run's row
 //!   *only if* its fence is the writer's (`SELECT … WHERE fence = $2 FOR
@@ -129,6 +131,23 @@ fn notice(change: &StoreChange) -> Result<String, StoreError> {
         .map_err(|e| StoreError::invalid(format!("cannot encode the change {change:?}: {e}")))
 }
 
+/// The payloads a change of run `run_id`'s record notifies: with
+/// `announce`, the [`StoreChange::Run`]; if it `kept` a notice, then the
+/// [`StoreChange::Notice`] that wakes deliverers.
+fn change_notices(run_id: &str, announce: bool, kept: bool) -> Result<Vec<String>, StoreError> {
+    let run_id = run_id.to_owned();
+    let mut payloads = Vec::new();
+    if announce {
+        payloads.push(notice(&StoreChange::Run {
+            run_id: run_id.clone(),
+        })?);
+    }
+    if kept {
+        payloads.push(notice(&StoreChange::Notice { run_id })?);
+    }
+    Ok(payloads)
+}
+
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore")
@@ -144,6 +163,22 @@ const OWNER: &str =
 
 /// What ends every fenced write: whether the fence was the run's.
 const OWNER_MATCHED: &str = "SELECT count(*) FROM owner";
+
+/// The write of a run's changed record, in one statement: the record
+/// (`$1` the run, `$2` the fence it had, `$3`–`$10` the changed columns),
+/// the notice the change keeps in the outbox (`$11` its due time, `$12`
+/// the notice; `NULL` for none) and the notifications of the change (`$13`,
+/// none or more), each only if the record was written. Answers how many
+/// records were written (1, or 0 if the fence moved) and how many
+/// notifications were sent (counted so that they are).
+const WRITE_RUN: &str = "WITH written AS (UPDATE runs SET status = $3, owner_id = $4, \
+     fence = $5, lease_expires_at_ms = $6, reason = $7, answer = $8, pause = $9, \
+     updated_at_ms = $10 WHERE run_id = $1 AND fence = $2 RETURNING run_id), \
+     kept AS (INSERT INTO outbox (run_id, due_at_ms, notice) \
+     SELECT run_id, $11::bigint, $12::jsonb FROM written WHERE $12::jsonb IS NOT NULL), \
+     notified AS (SELECT pg_notify('leasehold', payload) \
+     FROM written, unnest($13::text[]) AS payload) \
+     SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM notified)";
 
 /// The query that reads runs, with `tail` (a filter, an order).
 fn runs_query(tail: &str) -> String {
@@ -336,6 +371,11 @@ impl Inner {
     /// if `rule` answers no record), in one transaction holding the run's
     /// row; with `announce`, a [`StoreChange::Run`] is notified in that
     /// transaction, so only if it commits.
+    ///
+    /// Four statements: `START TRANSACTION`, the row read `FOR UPDATE`, one
+    /// write ([`WRITE_RUN`]: the record, the notice it keeps, the
+    /// notification), `COMMIT`; the read and the write prepared once per
+    /// connection.
     async fn change_run<T>(
         &self,
         run_id: &str,
@@ -345,8 +385,12 @@ impl Inner {
         let doing = format!("changing run `{run_id}`");
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| failed(&doing, &e))?;
+        let read = tx
+            .prepare_cached(&runs_query("WHERE run_id = $1 FOR UPDATE"))
+            .await
+            .map_err(|e| failed(&doing, &e))?;
         let row = tx
-            .query_opt(&runs_query("WHERE run_id = $1 FOR UPDATE"), &[&run_id])
+            .query_opt(&read, &[&run_id])
             .await
             .map_err(|e| failed(&doing, &e))?;
         let record = row.as_ref().map(run_from_row).transpose()?;
@@ -375,34 +419,39 @@ impl Inner {
             _,
             _,
         ] = params.values();
-        let written = tx
-            .execute(
-                "UPDATE runs SET status = $3, owner_id = $4, fence = $5, \
-                 lease_expires_at_ms = $6, reason = $7, answer = $8, pause = $9, \
-                 updated_at_ms = $10 WHERE run_id = $1 AND fence = $2",
+        let kept = old_status.and_then(|old| leasehold_actors::outbox::notice_of(old, &changed));
+        let (notice_due, notice_value) = outbox::columns(kept.as_ref())?;
+        let payloads = change_notices(run_id, announce, kept.is_some())?;
+        let write = tx
+            .prepare_cached(WRITE_RUN)
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let written: i64 = tx
+            .query_one(
+                &write,
                 &[
-                    id, &old_fence, status, owner, fence, expires, reason, answer, pause, updated,
+                    id,
+                    &old_fence,
+                    status,
+                    owner,
+                    fence,
+                    expires,
+                    reason,
+                    answer,
+                    pause,
+                    updated,
+                    &notice_due,
+                    &notice_value,
+                    &payloads,
                 ],
             )
             .await
-            .map_err(|e| failed(&doing, &e))?;
+            .map_err(|e| failed(&doing, &e))?
+            .get(0);
         if written != 1 {
             return Err(StoreError::failed(format!(
                 "{doing} failed: the row moved while locked"
             )));
-        }
-        if let Some(kept) =
-            old_status.and_then(|old| leasehold_actors::outbox::notice_of(old, &changed))
-        {
-            outbox::keep(&tx, &kept).await?;
-        }
-        if announce {
-            let payload = notice(&StoreChange::Run {
-                run_id: run_id.to_owned(),
-            })?;
-            tx.execute("SELECT pg_notify('leasehold', $1)", &[&payload])
-                .await
-                .map_err(|e| failed(&doing, &e))?;
         }
         tx.commit().await.map_err(|e| failed(&doing, &e))?;
         Ok(value)
@@ -451,7 +500,8 @@ impl Inner {
         })
     }
 
-    /// The JSON values of one column of a run's rows, in `query`'s order.
+    /// The JSON values of one column of a run's rows, in `query`'s order;
+    /// its text is fixed (prepared once per connection).
     async fn load_json<T: serde::de::DeserializeOwned>(
         &self,
         query: &str,
@@ -460,10 +510,13 @@ impl Inner {
         run_id: &str,
     ) -> Result<Vec<T>, StoreError> {
         let doing = format!("reading the {what}s of run `{run_id}`");
-        let rows = self
-            .client()
-            .await?
-            .query(query, params)
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(query)
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let rows = client
+            .query(&statement, params)
             .await
             .map_err(|e| failed(&doing, &e))?;
         let name = format!("a {what} of run `{run_id}`");
@@ -472,17 +525,21 @@ impl Inner {
             .collect()
     }
 
-    /// The runs `statement` answers, its columns [`RUN_COLUMNS`].
+    /// The runs `statement` answers, its columns [`RUN_COLUMNS`]; its text
+    /// is fixed (prepared once per connection).
     async fn load_runs(
         &self,
         statement: &str,
         params: &[&(dyn ToSql + Sync)],
         doing: &(dyn fmt::Display + Sync),
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query(statement, params)
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(statement)
+            .await
+            .map_err(|e| failed(doing, &e))?;
+        let rows = client
+            .query(&statement, params)
             .await
             .map_err(|e| failed(doing, &e))?;
         rows.iter().map(run_from_row).collect()

@@ -19,8 +19,9 @@
 //!   answer body: a receiver that is slow, huge or endless costs one
 //!   timeout per attempt, never a run's time, and never another
 //!   receiver's.
-//! - The deliverer wakes when the store says a run's record changed (not
-//!   on its events: only a record that pauses or ends makes a notice),
+//! - The deliverer wakes when the store says it kept a notice
+//!   ([`StoreChange::Notice`]; not on a run's events or on the other
+//!   changes of its record, which keep none) or may have missed changes,
 //!   answers every change already in with one take, and otherwise looks
 //!   at least once a [`POLL`].
 
@@ -212,10 +213,10 @@ struct Flight {
     deferred_until: Option<u64>,
 }
 
-/// Whether `change` may have made a notice: a run's record changed, or
-/// changes were missed.
+/// Whether `change` may have made a notice: one was kept, or changes were
+/// missed.
 fn makes_notices(change: &StoreChange) -> bool {
-    matches!(change, StoreChange::Run { .. }) || change.is_gap()
+    matches!(change, StoreChange::Notice { .. }) || change.is_gap()
 }
 
 impl Work {
@@ -268,10 +269,10 @@ impl Work {
                 () = stop.cancelled() => return,
                 Some(outcome) = outcomes.recv() => self.apply(outcome).await,
                 change = changes.recv() => {
-                    // Only a run's record makes notices (as it pauses or
-                    // ends); its events, commands and the queue make none.
-                    // Changes already in are read at once, and one take
-                    // answers them all.
+                    // Only a kept notice is worth a take (a run's pause
+                    // or end); its events, the other changes of its record,
+                    // commands and the queue make none. Changes already in
+                    // are read at once, and one take answers them all.
                     look = change.as_ref().is_none_or(makes_notices);
                     while let Some(change) = changes.try_recv() {
                         look |= makes_notices(&change);

@@ -7,6 +7,8 @@
 //!
 //! One cluster is shared by the tests of a binary that run at the same
 //! time; each test gets a database of its own ([`Cluster::database`]).
+//! `pg_stat_statements` is loaded, so that a test can count the statements
+//! a store sends.
 //! Missing binaries fail the test with a message saying what to install:
 //! nothing is skipped silently.
 //!
@@ -183,7 +185,8 @@ impl Cluster {
         for _ in 0..5 {
             cluster.port = free_port();
             let options = format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 \
+                 -c shared_preload_libraries=pg_stat_statements",
                 cluster.port,
                 cluster.dir_str()
             ) + &tls_options;

@@ -100,7 +100,12 @@ pub trait Outbox: Send + Sync + 'static {
     /// oldest first, each held as [`held`] says, and answers them as held:
     /// a notice's `delivery.due_at_ms` is what settling it names. Every
     /// change of a run's record that [`notice_of`] makes a notice of keeps
-    /// that notice, with the change, or neither lands.
+    /// that notice, with the change, or neither lands; once it landed, the
+    /// store publishes a [`StoreChange::Notice`] of the run (after its
+    /// [`StoreChange::Run`]), which is what wakes a deliverer.
+    ///
+    /// [`StoreChange::Notice`]: crate::ports::StoreChange::Notice
+    /// [`StoreChange::Run`]: crate::ports::StoreChange::Run
     fn take_notices(&self, take: NoticeTake) -> StoreFuture<Vec<Notice>>;
 
     /// Settles a taken notice if it is still held as the take left it
@@ -116,12 +121,19 @@ pub trait Outbox: Send + Sync + 'static {
     ) -> StoreFuture<bool>;
 }
 
+/// Whether a change of a run's record from status `before` to `after`
+/// makes a notice ([`notice_of`]): the run takes a paused or terminal
+/// status it did not have.
+pub fn makes_notice(before: RunStatus, after: RunStatus) -> bool {
+    after != before && (after.is_paused() || after.is_terminal())
+}
+
 /// The notice a change of a run's record from status `before` to `after`
 /// makes, if it makes one: when the run takes a paused or terminal status
 /// it did not have. Its id is the store's to give; it is due at once.
 pub fn notice_of(before: RunStatus, after: &RunRecord) -> Option<Notice> {
     let status = after.status;
-    if status == before || !(status.is_paused() || status.is_terminal()) {
+    if !makes_notice(before, status) {
         return None;
     }
     let mut truncated = Vec::new();

@@ -7,8 +7,9 @@ use crate::ports::{ChangeFeed, RunCommand, RunStatus, Store, StoreChange};
 use crate::testing::records::*;
 
 /// A change is published for each write that landed — a run's record, new
-/// events, a stored command, an orphan — and none for a write a stale
-/// fence refused or for a heartbeat.
+/// events, a stored command, an orphan, and a notice kept in the outbox
+/// (after its record's change) — and none for a write a stale fence
+/// refused or for a heartbeat.
 pub(super) async fn changes_are_published_for_writes_that_landed_and_only_those(
     store: Arc<dyn Store>,
 ) {
@@ -69,7 +70,8 @@ pub(super) async fn changes_are_published_for_writes_that_landed_and_only_those(
             .unwrap()
             .is_applied()
     );
-    // The next change is B's write, not one of A's refused ones.
+    // The next change is B's write, not one of A's refused ones; its end
+    // keeps a notice, said after it.
     assert!(
         store
             .update_run("r", 2, update(RunStatus::Completed, 2_200))
@@ -78,6 +80,12 @@ pub(super) async fn changes_are_published_for_writes_that_landed_and_only_those(
             .is_applied()
     );
     assert_eq!(next_change(&mut feed).await, run("r"));
+    assert_eq!(
+        next_change(&mut feed).await,
+        StoreChange::Notice {
+            run_id: "r".to_owned()
+        }
+    );
 
     // Orphans are changes of their runs.
     store.create_run(unowned("s")).await.unwrap();

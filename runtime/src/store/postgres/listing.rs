@@ -184,13 +184,13 @@ impl Inner {
     /// `run_counts` (`0010_run_counts.sql`), read without a run.
     pub(super) async fn count_runs(&self, status: RunStatus) -> Result<u64, StoreError> {
         let doing = format!("counting the runs in `{}`", status.name());
-        let row = self
-            .client()
-            .await?
-            .query_one(
-                "SELECT COALESCE(sum(n), 0)::bigint FROM run_counts WHERE status = $1",
-                &[&status_name(status)?],
-            )
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached("SELECT COALESCE(sum(n), 0)::bigint FROM run_counts WHERE status = $1")
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let row = client
+            .query_one(&statement, &[&status_name(status)?])
             .await
             .map_err(|e| failed(&doing, &e))?;
         to_u64(get(&row, 0)?, &doing)

@@ -1,6 +1,6 @@
 //! The PostgreSQL store's outbox (`0008_outbox.sql`): a notice is inserted
-//! by the transaction that changes the run's record ([`Inner::change_run`]),
-//! so it lands with the change or not at all. Taking is one `UPDATE` of
+//! by the statement that writes the run's changed record
+//! ([`Inner::change_run`]), so it lands with the change or not at all. Taking is one `UPDATE` of
 //! the due rows, locked with `SKIP LOCKED`, that moves their due time
 //! forward: of two takers, each holds different notices. Settling is
 //! conditional on the hold the take left.
@@ -8,26 +8,25 @@
 //! [`Inner::change_run`]: super::Inner
 
 use leasehold_actors::{Delivery, Notice, NoticeTake, Outbox, StoreError, StoreFuture};
-use tokio_postgres::Transaction;
 
 use super::rows::{from_json, to_i64, to_json, to_u64};
 use super::{Inner, PostgresStore, failed};
 
-/// Inserts `notice` in the transaction `tx`.
-pub(super) async fn keep(tx: &Transaction<'_>, notice: &Notice) -> Result<(), StoreError> {
+/// The `due_at_ms` and `notice` columns of the notice a change of a run's
+/// record keeps, if any: what [`Inner::change_run`](super::Inner) inserts
+/// in the statement that writes the record (both `NULL` for none).
+pub(super) fn columns(
+    notice: Option<&Notice>,
+) -> Result<(Option<i64>, Option<serde_json::Value>), StoreError> {
+    let Some(notice) = notice else {
+        return Ok((None, None));
+    };
     let doing = format!("keeping a notice of run `{}`", notice.run_id);
     let due = to_i64(
         notice.delivery.due_at_ms,
         &format_args!("the due time of {doing}"),
     )?;
-    let value = to_json(notice, &doing)?;
-    tx.execute(
-        "INSERT INTO outbox (run_id, due_at_ms, notice) VALUES ($1, $2, $3)",
-        &[&notice.run_id, &due, &value],
-    )
-    .await
-    .map_err(|e| failed(&doing, &e))?;
-    Ok(())
+    Ok((Some(due), Some(to_json(notice, &doing)?)))
 }
 
 impl Inner {
@@ -39,16 +38,18 @@ impl Inner {
             &"the hold of a take of notices",
         )?;
         let max = i64::try_from(take.max).unwrap_or(i64::MAX);
-        let rows = self
-            .client()
-            .await?
-            .query(
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
                 "UPDATE outbox o SET due_at_ms = $2 FROM ( \
                  SELECT id FROM outbox WHERE due_at_ms <= $1 ORDER BY id LIMIT $3 \
                  FOR UPDATE SKIP LOCKED) due \
                  WHERE o.id = due.id RETURNING o.id, o.due_at_ms, o.notice",
-                &[&now, &until, &max],
             )
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let rows = client
+            .query(&statement, &[&now, &until, &max])
             .await
             .map_err(|e| failed(&doing, &e))?;
         let mut taken = rows
@@ -75,13 +76,16 @@ impl Inner {
         let held = to_i64(held_until_ms, &doing)?;
         let client = self.client().await?;
         let settled = match delivery {
-            None => client
-                .execute(
-                    "DELETE FROM outbox WHERE id = $1 AND due_at_ms = $2",
-                    &[&id, &held],
-                )
-                .await
-                .map_err(|e| failed(&doing, &e))?,
+            None => {
+                let statement = client
+                    .prepare_cached("DELETE FROM outbox WHERE id = $1 AND due_at_ms = $2")
+                    .await
+                    .map_err(|e| failed(&doing, &e))?;
+                client
+                    .execute(&statement, &[&id, &held])
+                    .await
+                    .map_err(|e| failed(&doing, &e))?
+            }
             Some(delivery) => {
                 let due = to_i64(delivery.due_at_ms, &doing)?;
                 let value = to_json(&delivery, &doing)?;

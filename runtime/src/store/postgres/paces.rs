@@ -44,12 +44,15 @@ impl Inner {
             match pace {
                 Some(pace) => {
                     let value = to_json(pace, &format_args!("the pace of `{key}`"))?;
-                    client
-                        .execute(
+                    let statement = client
+                        .prepare_cached(
                             "INSERT INTO paces (key, pace, updated_at_ms) VALUES ($1, $2, $3) \
                              ON CONFLICT (key) DO UPDATE SET pace = $2, updated_at_ms = $3",
-                            &[key, &value, &now],
                         )
+                        .await
+                        .map_err(|e| failed(&doing, &e))?;
+                    client
+                        .execute(&statement, &[key, &value, &now])
                         .await
                         .map_err(|e| failed(&doing, &e))?;
                 }

@@ -26,20 +26,20 @@ impl Inner {
         let mut values = params.values().to_vec();
         values.push(&payloads);
         values.push(&retention_ms);
-        let created: i64 = self
-            .client()
-            .await?
-            .query_one(
-                &format!(
-                    "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15) \
-                     ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
-                     notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
-                     FROM created, unnest($14::text[]) AS payload) \
-                     SELECT count(DISTINCT run_id) FROM notified"
-                ),
-                &values,
-            )
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15) \
+                 ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
+                 notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
+                 FROM created, unnest($14::text[]) AS payload) \
+                 SELECT count(DISTINCT run_id) FROM notified"
+            ))
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let created: i64 = client
+            .query_one(&statement, &values)
             .await
             .map_err(|e| failed(&doing, &e))?
             .get(0);

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use leasehold_actors::{
     ClaimOutcome, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
-    StoreChange, StoreError, StoreFuture, SummaryPage, fencing, listing,
+    StoreChange, StoreError, StoreFuture, SummaryPage, fencing, listing, outbox,
 };
 
 use super::codec::{decode, encode};
@@ -227,17 +227,32 @@ impl RunStore for SledStore {
     }
 
     fn update_run(&self, run_id: &str, fence: u64, update: RunUpdate) -> StoreFuture<Fenced<()>> {
+        // With the outcome, whether the change kept a notice (the store's
+        // `change_run` keeps the one `outbox::notice_of` makes).
         let updated = self.inner.change_run(run_id, |record| {
             let record = record.ok_or_else(|| no_run(run_id))?;
             Ok(match fencing::update(&record, fence, &update) {
-                Ok(updated) => (Fenced::Applied(()), Some(updated)),
-                Err(stale) => (stale, None),
+                Ok(updated) => {
+                    let kept = outbox::makes_notice(record.status, updated.status);
+                    ((Fenced::Applied(()), kept), Some(updated))
+                }
+                Err(stale) => ((stale, false), None),
             })
         });
-        self.settle_publishing(updated, |_| {
+        let kept = matches!(updated, Ok(((_, true), true)));
+        let changes = self.inner.changes.clone();
+        let run_id = run_id.to_owned();
+        let published = self.settle_publishing(updated, |_| {
             Some(StoreChange::Run {
-                run_id: run_id.to_owned(),
+                run_id: run_id.clone(),
             })
+        });
+        Box::pin(async move {
+            let (outcome, _) = published.await?;
+            if kept {
+                changes.publish(StoreChange::Notice { run_id });
+            }
+            Ok(outcome)
         })
     }
 
