@@ -470,9 +470,13 @@ impl EventLog for MemoryStore {
         let appended = self.fenced(run_id, fence, |tables| {
             let log = tables.events.entry(run_id.to_owned()).or_default();
             // An append tried again after an error that hid its success
-            // adds nothing twice: a log holds each seq once.
-            let last = log.last().map_or(0, |e| e.seq);
-            log.extend(events.into_iter().filter(|e| e.seq > last));
+            // adds nothing twice: a log holds each seq once, in `seq`
+            // order, however a little out of order its events came.
+            for event in events {
+                if let Err(at) = log.binary_search_by_key(&event.seq, |e| e.seq) {
+                    log.insert(at, event);
+                }
+            }
         });
         let run_id = run_id.to_owned();
         self.publish_if_applied(appended, StoreChange::Events { run_id })

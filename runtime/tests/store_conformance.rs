@@ -138,6 +138,7 @@ conformance! {
     runs_of_a_gone_holder_are_orphaned_only_on_an_exclusive_store,
     tool_calls_keep_one_record_per_idempotency_key,
     events_resume_after_an_event_id,
+    events_appended_out_of_order_are_read_in_seq_order_each_once,
     snapshot_history_and_a_forks_lineage_are_kept_as_written,
     a_loops_history_grows_with_its_steps_not_their_square,
     a_fork_shares_its_parents_history_and_stores_only_its_own_steps,

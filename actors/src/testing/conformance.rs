@@ -356,6 +356,7 @@ suite! {
     // Tool-call records and the event log.
     store: snapshots::tool_calls_keep_one_record_per_idempotency_key,
     store: events::events_resume_after_an_event_id,
+    store: events::events_appended_out_of_order_are_read_in_seq_order_each_once,
     // What a fork starts from.
     store: snapshots::snapshot_history_and_a_forks_lineage_are_kept_as_written,
     // A history that grows with the steps, and a fork that shares it.

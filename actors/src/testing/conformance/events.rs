@@ -68,3 +68,34 @@ pub(super) async fn events_resume_after_an_event_id(store: Arc<dyn Store>) {
     );
     assert_eq!(store.last_event("run-2").await.unwrap(), None);
 }
+
+/// Events appended a little out of `seq` order — within an append, or an
+/// earlier `seq` in a later append, as two tasks publishing at once may
+/// hand them to the log's writer — are read back in `seq` order, each
+/// once, an append tried again included, from any event id.
+pub(super) async fn events_appended_out_of_order_are_read_in_seq_order_each_once(
+    store: Arc<dyn Store>,
+) {
+    store.create_run(unowned("run-1")).await.unwrap();
+    claimed(store.claim_run("run-1", "a", 1_000, TTL).await.unwrap());
+    for seqs in [vec![1, 3, 2], vec![5], vec![4, 6], vec![6], vec![2, 3]] {
+        let appended = store.append_events("run-1", events("run-1", seqs), 1);
+        assert!(appended.await.unwrap().is_applied());
+    }
+    assert_eq!(
+        store.load_events("run-1", 0).await.unwrap(),
+        events("run-1", 1..=6)
+    );
+    assert_eq!(
+        store.load_events("run-1", 2).await.unwrap(),
+        events("run-1", 3..=6)
+    );
+    assert_eq!(
+        store.load_events("run-1", 4).await.unwrap(),
+        events("run-1", [5, 6])
+    );
+    assert_eq!(
+        store.last_event("run-1").await.unwrap(),
+        events("run-1", [6]).pop()
+    );
+}

@@ -1,16 +1,21 @@
 //! The sled store's event logs ([`EventLog`]): each append one entry under
-//! its run's key and the `seq` of its first event, holding the events of
-//! the append in order, written with the run's fence.
+//! its run's key and the greatest `seq` of its events, holding the events
+//! of the append, written with the run's fence.
 //!
 //! An append is one sled insert, however many events it holds: the log's
-//! writer appends a run's events a batch at a time. A log written before
-//! appends were kept whole holds one event per entry; both read alike.
+//! writer appends a run's events a batch at a time. Events may reach the
+//! writer a little out of `seq` order (two tasks publish at once), within
+//! an append or across two: keyed by its greatest `seq`, every entry that
+//! may hold an event after a given `seq` sorts at or after that `seq`'s
+//! key, and a read sorts what it gathers by `seq`. A log written before
+//! appends were kept whole holds one event per entry, keyed by its `seq`:
+//! both read alike.
 
 use leasehold_actors::{Event, EventLog, Fenced, StoreChange, StoreError, StoreFuture};
 use sled::IVec;
 
 use super::codec::{self, decode, encode};
-use super::{SledStore, failed};
+use super::{Inner, SledStore, failed};
 
 impl EventLog for SledStore {
     fn append_events(
@@ -21,10 +26,13 @@ impl EventLog for SledStore {
     ) -> StoreFuture<Fenced<()>> {
         let doing = format_args!("appending {} events to run `{run_id}`", events.len());
         let inner = &self.inner;
-        let appended = match events.first() {
+        let appended = match events.iter().map(|event| event.seq).max() {
             None => inner.fenced_put(run_id, fence, &[], &doing),
-            Some(first) => codec::event_key(run_id, first.seq)
-                .and_then(|key| Ok((&inner.events, key, encode(&events, &doing)?.into())))
+            Some(last) => codec::event_key(run_id, last)
+                .and_then(|key| {
+                    let events = with_kept(inner, &key, events, run_id)?;
+                    Ok((&inner.events, key, encode(&events, &doing)?.into()))
+                })
                 .and_then(|entry| inner.fenced_put(run_id, fence, &[entry], &doing)),
         };
         self.settle_publishing(appended, |_| {
@@ -41,14 +49,10 @@ impl EventLog for SledStore {
                 return Ok(Vec::new());
             };
             let doing = format!("reading the events of run `{run_id}`");
-            let start = codec::event_key(&run_id, 0)?;
-            let wanted = codec::event_key(&run_id, first)?;
+            // Every entry holding an event after `after_seq` is keyed at
+            // or after `first`: its greatest `seq` is at least that event's.
+            let from = codec::event_key(&run_id, first)?;
             let to = codec::event_key(&run_id, u64::MAX)?;
-            // The append holding `first` may begin before it.
-            let from = match inner.events.range(start..=wanted.clone()).next_back() {
-                Some(entry) => entry.map_err(|e| failed(&doing, &e))?.0.to_vec(),
-                None => wanted,
-            };
             let mut events = Vec::new();
             for entry in inner.events.range(from..=to) {
                 let (_, value) = entry.map_err(|e| failed(&doing, &e))?;
@@ -58,6 +62,7 @@ impl EventLog for SledStore {
                         .filter(|event| event.seq > after_seq),
                 );
             }
+            events.sort_by_key(|event| event.seq);
             Ok(events)
         })
     }
@@ -72,9 +77,33 @@ impl EventLog for SledStore {
             };
             let (_, value) =
                 last.map_err(|e| failed(&format_args!("reading run `{run_id}`'s log"), &e))?;
-            Ok(appended(&value, &run_id)?.pop())
+            // The entry keyed last holds the greatest `seq`.
+            Ok(appended(&value, &run_id)?
+                .into_iter()
+                .max_by_key(|event| event.seq))
         })
     }
+}
+
+/// `events` with those of the entry already at `key`, if an append tried
+/// again after an error that hid its success left one there: each `seq`
+/// once.
+fn with_kept(
+    inner: &Inner,
+    key: &[u8],
+    mut events: Vec<Event>,
+    run_id: &str,
+) -> Result<Vec<Event>, StoreError> {
+    let kept = inner
+        .events
+        .get(key)
+        .map_err(|e| failed(&format_args!("reading run `{run_id}`'s log"), &e))?;
+    if let Some(kept) = kept {
+        let mut kept = appended(&kept, run_id)?;
+        kept.retain(|old| events.iter().all(|new| new.seq != old.seq));
+        events.append(&mut kept);
+    }
+    Ok(events)
 }
 
 /// The events of one entry of `run_id`'s log: an append's (a JSON array),
@@ -96,19 +125,30 @@ mod tests {
     use crate::store::{SledConfig, SledStore};
 
     /// Appends are one entry each; a log read from any `seq`, in the
-    /// middle of an append included, gives the events after it, and a log
-    /// of one event per entry (as kept before) reads alike.
+    /// middle of an append included, gives the events after it in `seq`
+    /// order, however out of order they were appended, and a log of one
+    /// event per entry (as kept before) reads alike.
     #[tokio::test]
     async fn a_log_of_appends_reads_from_any_seq_and_an_old_log_of_single_events_too() {
         let dir = tempfile::tempdir().expect("a directory");
         let store = SledStore::open(SledConfig::new(dir.path().join("db"))).expect("opens");
         let record = run_record("r", Some("e"), 1, u64::MAX, RunStatus::Running);
         store.create_run(record).await.expect("created");
-        for batch in [events("r", 1..=3), events("r", [4]), events("r", 5..=6)] {
+        // Out of order within an append and across two, as a loaded
+        // executor's writer may receive them.
+        for batch in [
+            events("r", [1, 3, 2]),
+            events("r", [5]),
+            events("r", [4, 6]),
+        ] {
             let appended = store.append_events("r", batch, 1).await.expect("appended");
             assert!(appended.is_applied());
         }
         assert_eq!(store.inner.events.len(), 3, "one entry per append");
+        // Tried again, an append whose greatest `seq` names an entry keeps
+        // what the entry held.
+        let again = store.append_events("r", events("r", [6]), 1).await.unwrap();
+        assert!(again.is_applied());
         let seqs = |events: Vec<Event>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
         assert_eq!(
             seqs(store.load_events("r", 0).await.unwrap()),
