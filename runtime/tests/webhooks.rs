@@ -50,20 +50,18 @@ fn ended() -> RunUpdate {
     }
 }
 
-/// A run's events make no notice, so they wake no take of the outbox: a
-/// run that logs 500 events and then ends costs the store one take for
-/// its end (besides the first look, the poll's first tick, which comes at
-/// once, and one a [`POLL`] of time passed), not one per event.
-///
-/// [`POLL`]: leasehold::webhooks::deliver::POLL
-#[tokio::test(start_paused = true)]
-async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
-    let store = MemoryStore::new();
-    store.create_run(record("r")).await.unwrap();
-    let ClaimOutcome::Claimed(run) = store.claim_run("r", "e", 1, 60_000).await.unwrap() else {
+/// Run `run_id` created in `store` and claimed: its fence.
+async fn claimed_run(store: &MemoryStore, run_id: &str) -> u64 {
+    store.create_run(record(run_id)).await.unwrap();
+    let ClaimOutcome::Claimed(run) = store.claim_run(run_id, "e", 1, 60_000).await.unwrap() else {
         panic!("claimed");
     };
-    let entries = store.entries();
+    run.fence
+}
+
+/// A deliverer without receivers on `store`, once it has looked at the
+/// outbox a first time, and when it started.
+async fn looking(store: &MemoryStore) -> (Deliverer, tokio::time::Instant) {
     let began = tokio::time::Instant::now();
     let deliverer = Deliverer::start(
         Arc::new(store.clone()),
@@ -74,6 +72,44 @@ async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
     while store.notice_takes() == 0 {
         tokio::task::yield_now().await;
     }
+    (deliverer, began)
+}
+
+/// Waits until the store holds `entries` again (the end's notice settled),
+/// then checks that the outbox was taken from at most once for the end,
+/// besides the first look, the poll's first tick (which comes at once)
+/// and one a [`POLL`] of time passed.
+///
+/// [`POLL`]: leasehold::webhooks::deliver::POLL
+async fn taken_once_for_the_end(
+    store: &MemoryStore,
+    entries: usize,
+    began: tokio::time::Instant,
+    what: &str,
+) {
+    while store.entries() > entries {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let polls = began.elapsed().as_secs();
+    assert!(
+        store.notice_takes() <= 3 + polls,
+        "{} takes of the outbox for {what}, in {polls} polls",
+        store.notice_takes()
+    );
+}
+
+/// A run's events make no notice, so they wake no take of the outbox: a
+/// run that logs 500 events and then ends costs the store one take for
+/// its end (besides the first look, the poll's first tick, which comes at
+/// once, and one a [`POLL`] of time passed), not one per event.
+///
+/// [`POLL`]: leasehold::webhooks::deliver::POLL
+#[tokio::test(start_paused = true)]
+async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
+    let store = MemoryStore::new();
+    let fence = claimed_run(&store, "r").await;
+    let entries = store.entries();
+    let (deliverer, began) = looking(&store).await;
     for n in 1..=500_u64 {
         let event = Event {
             seq: n,
@@ -87,26 +123,13 @@ async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
                 nudges: 0,
             },
         };
-        let appended = store.append_events("r", vec![event], run.fence).await;
+        let appended = store.append_events("r", vec![event], fence).await;
         assert!(appended.unwrap().is_applied());
         tokio::task::yield_now().await;
     }
-    assert!(
-        store
-            .update_run("r", run.fence, ended())
-            .await
-            .unwrap()
-            .is_applied()
-    );
-    while store.entries() > entries + 500 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let polls = began.elapsed().as_secs();
-    assert!(
-        store.notice_takes() <= 3 + polls,
-        "{} takes of the outbox for 500 events and an end, in {polls} polls",
-        store.notice_takes()
-    );
+    let ended_run = store.update_run("r", fence, ended()).await;
+    assert!(ended_run.unwrap().is_applied());
+    taken_once_for_the_end(&store, entries + 500, began, "500 events and an end").await;
     deliverer.stop().await;
 }
 
@@ -120,83 +143,35 @@ async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
 #[tokio::test(start_paused = true)]
 async fn only_a_kept_notice_wakes_a_take_of_the_outbox() {
     let store = MemoryStore::new();
-    let began = tokio::time::Instant::now();
-    let deliverer = Deliverer::start(
-        Arc::new(store.clone()),
-        no_receivers(),
-        Arc::new(SystemClock),
-    )
-    .expect("starts");
-    while store.notice_takes() == 0 {
-        tokio::task::yield_now().await;
-    }
+    let (deliverer, began) = looking(&store).await;
     let mut fences = Vec::new();
     for n in 0..200 {
-        let run_id = format!("r{n}");
-        store.create_run(record(&run_id)).await.unwrap();
-        tokio::task::yield_now().await;
-        let claimed = store.claim_run(&run_id, "e", 1, 60_000).await.unwrap();
-        let ClaimOutcome::Claimed(run) = claimed else {
-            panic!("claimed");
-        };
-        fences.push(run.fence);
+        fences.push(claimed_run(&store, &format!("r{n}")).await);
         tokio::task::yield_now().await;
     }
     let entries = store.entries();
-    assert!(
-        store
-            .update_run("r0", fences[0], ended())
-            .await
-            .unwrap()
-            .is_applied()
-    );
+    let ended_run = store.update_run("r0", fences[0], ended()).await;
+    assert!(ended_run.unwrap().is_applied());
     assert_eq!(store.entries(), entries + 1, "the end's notice is kept");
-    while store.entries() > entries {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let polls = began.elapsed().as_secs();
-    assert!(
-        store.notice_takes() <= 3 + polls,
-        "{} takes of the outbox for 400 changes of records and an end, in {polls} polls",
-        store.notice_takes()
-    );
+    taken_once_for_the_end(&store, entries, began, "400 changes of records and an end").await;
     deliverer.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_receivers_the_outbox_is_emptied() {
     let store = MemoryStore::new();
-    store.create_run(record("r")).await.unwrap();
-    let ClaimOutcome::Claimed(run) = store.claim_run("r", "e", 1, 60_000).await.unwrap() else {
-        panic!("claimed");
-    };
+    let fence = claimed_run(&store, "r").await;
     let entries = store.entries();
-    let ended = RunUpdate {
-        status: RunStatus::Failed,
-        reason: Some("no".to_owned()),
-        answer: None,
-        pause: None,
-        at_ms: 2,
-    };
-    assert!(
-        store
-            .update_run("r", run.fence, ended)
-            .await
-            .unwrap()
-            .is_applied()
-    );
+    let ended_run = store.update_run("r", fence, ended()).await;
+    assert!(ended_run.unwrap().is_applied());
     assert_eq!(store.entries(), entries + 1, "the end's notice is kept");
 
-    let config = DeliveryConfig {
-        receivers: Vec::new(),
-        links: Links::new("http://127.0.0.1:7878", false),
-        timeout: Duration::from_secs(1),
-        retry_first: Duration::from_millis(100),
-        retry_max: Duration::from_secs(1),
-        give_up_after: Duration::from_secs(60),
-    };
-    let deliverer =
-        Deliverer::start(Arc::new(store.clone()), config, Arc::new(SystemClock)).expect("starts");
+    let deliverer = Deliverer::start(
+        Arc::new(store.clone()),
+        no_receivers(),
+        Arc::new(SystemClock),
+    )
+    .expect("starts");
     tokio::time::timeout(Duration::from_secs(30), async {
         while store.entries() > entries {
             tokio::time::sleep(Duration::from_millis(10)).await;
