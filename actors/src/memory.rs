@@ -527,17 +527,11 @@ impl SnapshotStore for MemoryStore {
     }
 
     fn load_snapshots(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        let store = self.clone();
-        history::load_whole(run_id, SnapshotTable::Latest, move |run, table| {
-            store.load_stored_snapshots(run, table)
-        })
+        self.load_whole_snapshots(run_id, SnapshotTable::Latest)
     }
 
     fn load_snapshot_history(&self, run_id: &str) -> StoreFuture<Vec<Snapshot>> {
-        let store = self.clone();
-        history::load_whole(run_id, SnapshotTable::History, move |run, table| {
-            store.load_stored_snapshots(run, table)
-        })
+        self.load_whole_snapshots(run_id, SnapshotTable::History)
     }
 
     fn load_stored_snapshots(

@@ -47,6 +47,21 @@ pub trait SnapshotStore: Send + Sync + 'static {
         table: SnapshotTable,
     ) -> StoreFuture<Vec<Snapshot>>;
 
+    /// A run's snapshots of `table`, whole, rebuilt from what
+    /// [`Self::load_stored_snapshots`] reads of it and of the runs its
+    /// entries' bases reach ([`history::load_whole`](super::history::load_whole)):
+    /// what a store answers [`Self::load_snapshots`] and
+    /// [`Self::load_snapshot_history`] with.
+    fn load_whole_snapshots(&self, run_id: &str, table: SnapshotTable) -> StoreFuture<Vec<Snapshot>>
+    where
+        Self: Clone + Sized,
+    {
+        let store = self.clone();
+        super::history::load_whole(run_id, table, move |run, table| {
+            store.load_stored_snapshots(run, table)
+        })
+    }
+
     /// How many bytes the store keeps for a run's snapshots, latest and
     /// history, as encoded: what shows that a history grows with its
     /// steps.
