@@ -146,22 +146,30 @@ impl AgentLoop {
                     .with_transcript_tail(self.transcript_tail())
                     .with_nudges(self.nudges.clone())
                     .with_parent(&self.cancel);
+                let invocation = crate::ports::ToolInvocation {
+                    name: name.to_owned(),
+                    arguments: request.arguments,
+                    idempotency_key: key.clone(),
+                    traceparent: Some(crate::traceparent_of(
+                        &self.ctx.trace_id,
+                        &self.ctx.run_id,
+                        &format!("{path}#{attempt}"),
+                    )),
+                };
+                // Begun here, not in the call's actor: the lease counts from
+                // now, however long a busy runtime takes to start the actor.
+                // The tool is called inside the operation's task, where a
+                // panic is the call's.
+                let client = route.client;
+                let supervised = self.ctx.leases.supervise(spec, move |evidence| async move {
+                    client.call(invocation, evidence).await
+                });
                 let args = tool_call::ToolCallArgs {
                     ctx: self.ctx.clone(),
                     path: path.clone(),
-                    leases: self.ctx.leases.clone(),
-                    client: route.client,
-                    invocation: crate::ports::ToolInvocation {
-                        name: name.to_owned(),
-                        arguments: request.arguments,
-                        idempotency_key: key,
-                        traceparent: Some(crate::traceparent_of(
-                            &self.ctx.trace_id,
-                            &self.ctx.run_id,
-                            &format!("{path}#{attempt}"),
-                        )),
-                    },
-                    spec,
+                    supervised,
+                    tool: name.to_owned(),
+                    idempotency_key: key,
                     reply_to: myself.clone(),
                     step,
                     index,

@@ -5,22 +5,19 @@
 //! panic of the actor itself reaches the loop through ractor's supervision
 //! and is handled like the call's own panic.
 
-use std::sync::Arc;
-
 use ractor::ActorRef;
 
 use super::call::{Call, CallActor};
 use super::{LoopMsg, lease_end};
-use crate::ports::{ModelClient, ModelRequest};
-use crate::supervision::lease::{LeaseSpec, Leases};
+use crate::ports::{ModelError, ModelReply};
+use crate::supervision::lease::{LeaseError, LeaseHandle};
 use crate::supervision::strategy::ChildEnd;
 
-/// What a model call is started with.
+/// What a model call is started with: the call itself, already begun under
+/// its lease by the loop (so the lease counts from the moment the loop began
+/// the call, however long the actor takes to start), and where to report.
 pub(crate) struct ModelCallArgs {
-    pub(crate) leases: Leases,
-    pub(crate) model: Arc<dyn ModelClient>,
-    pub(crate) request: ModelRequest,
-    pub(crate) spec: LeaseSpec,
+    pub(crate) supervised: Result<LeaseHandle<Result<ModelReply, ModelError>>, LeaseError>,
     pub(crate) reply_to: ActorRef<LoopMsg>,
     pub(crate) step: u32,
     pub(crate) attempt: u32,
@@ -32,32 +29,28 @@ pub(crate) type ModelCallActor = CallActor<ModelCallArgs>;
 impl Call for ModelCallArgs {
     async fn run(self) {
         let ModelCallArgs {
-            leases,
-            model,
-            request,
-            spec,
+            supervised,
             reply_to,
             step,
             attempt,
         } = self;
         let mut retry_after = None;
         let mut overflow = None;
-        let outcome =
-            match leases.supervise(spec, move |evidence| model.complete(request, evidence)) {
+        let outcome = match supervised {
+            Err(error) => lease_end(error).map(Err),
+            Ok(handle) => match handle.outcome().await {
+                Ok(Ok(reply)) => Some(Ok(reply)),
+                Ok(Err(error)) => {
+                    retry_after = error.retry_after;
+                    overflow = super::Overflow::of(&error);
+                    Some(Err(ChildEnd::Failed {
+                        reason: error.to_string(),
+                        retryable: error.retryable,
+                    }))
+                }
                 Err(error) => lease_end(error).map(Err),
-                Ok(handle) => match handle.outcome().await {
-                    Ok(Ok(reply)) => Some(Ok(reply)),
-                    Ok(Err(error)) => {
-                        retry_after = error.retry_after;
-                        overflow = super::Overflow::of(&error);
-                        Some(Err(ChildEnd::Failed {
-                            reason: error.to_string(),
-                            retryable: error.retryable,
-                        }))
-                    }
-                    Err(error) => lease_end(error).map(Err),
-                },
-            };
+            },
+        };
         // `None`: the loop cancelled the call, and is not waiting for it.
         if let Some(outcome) = outcome {
             let _ = reply_to.send_message(LoopMsg::ModelDone {

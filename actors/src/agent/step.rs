@@ -262,11 +262,15 @@ impl AgentLoop {
             stream,
             attempt,
         });
+        // Begun here, not in the call's actor: the lease counts from now,
+        // however long a busy runtime takes to start the actor. The model is
+        // called inside the operation's task, where a panic is the call's.
+        let model = self.ctx.model.clone();
+        let supervised = self.ctx.leases.supervise(spec, move |evidence| async move {
+            model.complete(request, evidence).await
+        });
         let args = model_call::ModelCallArgs {
-            leases: self.ctx.leases.clone(),
-            model: self.ctx.model.clone(),
-            request,
-            spec,
+            supervised,
             reply_to: myself.clone(),
             step,
             attempt,

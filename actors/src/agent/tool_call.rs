@@ -19,20 +19,22 @@ use ractor::ActorRef;
 use super::call::{Call, CallActor};
 use super::{LoopMsg, RunContext, lease_end};
 use crate::event::EventKind;
-use crate::ports::{ToolClient, ToolInvocation};
-use crate::supervision::lease::{LeaseSpec, Leases};
+use crate::ports::{ToolError, ToolOutput};
+use crate::supervision::lease::{LeaseError, LeaseHandle};
 use crate::supervision::strategy::ChildEnd;
 
-/// What a tool call is started with.
+/// What a tool call is started with: the call itself, already begun under
+/// its lease by the loop (the lease counts from the moment the loop began
+/// the call, however long the actor takes to start), and where to report.
 pub(crate) struct ToolCallArgs {
     /// The run, for its events and its cap on a result.
     pub(crate) ctx: Arc<RunContext>,
     /// The call's path in the run's tree.
     pub(crate) path: String,
-    pub(crate) leases: Leases,
-    pub(crate) client: Arc<dyn ToolClient>,
-    pub(crate) invocation: ToolInvocation,
-    pub(crate) spec: LeaseSpec,
+    pub(crate) supervised: Result<LeaseHandle<Result<ToolOutput, ToolError>>, LeaseError>,
+    /// The tool, and the key every attempt of the call carries.
+    pub(crate) tool: String,
+    pub(crate) idempotency_key: String,
     pub(crate) reply_to: ActorRef<LoopMsg>,
     pub(crate) step: u32,
     pub(crate) index: usize,
@@ -73,50 +75,46 @@ impl Call for ToolCallArgs {
         let ToolCallArgs {
             ctx,
             path,
-            leases,
-            client,
-            invocation,
-            spec,
+            supervised,
+            tool,
+            idempotency_key,
             reply_to,
             step,
             index,
             attempt,
         } = self;
-        let tool = invocation.name.clone();
-        let idempotency_key = invocation.idempotency_key.clone();
-        let outcome =
-            match leases.supervise(spec, move |evidence| client.call(invocation, evidence)) {
-                Err(error) => lease_end(error).map(Err),
-                Ok(handle) => match handle.outcome().await {
-                    Ok(Ok(mut output)) => {
-                        if let Some(cut) =
-                            truncate_result(&mut output.content, ctx.max_tool_result_bytes)
-                        {
-                            ctx.emit(
-                                &path,
-                                EventKind::ToolResultTruncated {
-                                    tool,
-                                    idempotency_key,
-                                    attempt,
-                                    original_bytes: u64::try_from(cut.original_bytes)
-                                        .unwrap_or(u64::MAX),
-                                    kept_bytes: u64::try_from(cut.kept_bytes).unwrap_or(u64::MAX),
-                                },
-                            );
-                        }
-                        if output.is_error {
-                            Some(Ok(format!("error: {}", output.content)))
-                        } else {
-                            Some(Ok(output.content))
-                        }
+        let outcome = match supervised {
+            Err(error) => lease_end(error).map(Err),
+            Ok(handle) => match handle.outcome().await {
+                Ok(Ok(mut output)) => {
+                    if let Some(cut) =
+                        truncate_result(&mut output.content, ctx.max_tool_result_bytes)
+                    {
+                        ctx.emit(
+                            &path,
+                            EventKind::ToolResultTruncated {
+                                tool,
+                                idempotency_key,
+                                attempt,
+                                original_bytes: u64::try_from(cut.original_bytes)
+                                    .unwrap_or(u64::MAX),
+                                kept_bytes: u64::try_from(cut.kept_bytes).unwrap_or(u64::MAX),
+                            },
+                        );
                     }
-                    Ok(Err(error)) => Some(Err(ChildEnd::Failed {
-                        reason: error.message,
-                        retryable: error.retryable,
-                    })),
-                    Err(error) => lease_end(error).map(Err),
-                },
-            };
+                    if output.is_error {
+                        Some(Ok(format!("error: {}", output.content)))
+                    } else {
+                        Some(Ok(output.content))
+                    }
+                }
+                Ok(Err(error)) => Some(Err(ChildEnd::Failed {
+                    reason: error.message,
+                    retryable: error.retryable,
+                })),
+                Err(error) => lease_end(error).map(Err),
+            },
+        };
         if let Some(outcome) = outcome {
             let _ = reply_to.send_message(LoopMsg::CallDone {
                 step,

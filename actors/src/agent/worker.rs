@@ -187,32 +187,34 @@ pub(crate) fn start_worker_call(call: WorkerCall) {
         index,
         attempt,
     } = call;
+    let leases = ctx.leases.clone();
+    let events_ctx = ctx.clone();
+    let worker_kind = kind.clone();
+    let worker_path = path.clone();
+    let parent_cell = parent.get_cell();
+    // Begun here, before the task that awaits it: the lease counts from the
+    // worker's spawn, however long a busy runtime takes to run that task.
+    let supervised = leases.supervise(spec, move |evidence| async move {
+        let cancel = parent_cancel.child_token();
+        let (done, answer) = oneshot::channel();
+        let args = WorkerArgs {
+            ctx,
+            kind: worker_kind,
+            task,
+            path: worker_path,
+            cancel: cancel.clone(),
+            evidence,
+            done,
+        };
+        let (actor, _) = Actor::spawn_linked(None, WorkerActor, args, parent_cell)
+            .await
+            .map_err(|e| format!("could not start the worker: {e}"))?;
+        let _stop = StopOnDrop { actor, cancel };
+        answer
+            .await
+            .unwrap_or_else(|_| Err("the worker stopped without an answer".to_owned()))
+    });
     tokio::spawn(async move {
-        let leases = ctx.leases.clone();
-        let events_ctx = ctx.clone();
-        let worker_kind = kind.clone();
-        let worker_path = path.clone();
-        let parent_cell = parent.get_cell();
-        let supervised = leases.supervise(spec, move |evidence| async move {
-            let cancel = parent_cancel.child_token();
-            let (done, answer) = oneshot::channel();
-            let args = WorkerArgs {
-                ctx,
-                kind: worker_kind,
-                task,
-                path: worker_path,
-                cancel: cancel.clone(),
-                evidence,
-                done,
-            };
-            let (actor, _) = Actor::spawn_linked(None, WorkerActor, args, parent_cell)
-                .await
-                .map_err(|e| format!("could not start the worker: {e}"))?;
-            let _stop = StopOnDrop { actor, cancel };
-            answer
-                .await
-                .unwrap_or_else(|_| Err("the worker stopped without an answer".to_owned()))
-        });
         let outcome = match supervised {
             Err(error) => lease_end(error).map(Err),
             Ok(handle) => match handle.outcome().await {
