@@ -47,7 +47,7 @@ use crate::nudge::NudgeQueue;
 use crate::ports::{
     ChatMessage, RunStatus, Snapshot, SnapshotBase, ToolCallRequest, ToolDefinition,
 };
-use crate::supervision::budget::{BudgetFigures, BudgetMsg};
+use crate::supervision::budget::BudgetFigures;
 use crate::supervision::evidence::Evidence;
 use crate::supervision::strategy::SupervisionStrategy;
 
@@ -195,7 +195,6 @@ pub(crate) struct AgentLoop {
     children: HashMap<String, (u32, Option<usize>, u32)>,
     /// Evidence to report each completed step into (a worker's lease).
     step_evidence: Option<Evidence>,
-    budget: ActorRef<BudgetMsg>,
     /// The loop's last snapshot known to be stored: the next one's base.
     tail: Option<tail::HistoryTail>,
 }
@@ -207,7 +206,6 @@ impl AgentLoop {
         path: String,
         cancel: CancellationToken,
         step_evidence: Option<Evidence>,
-        budget: ActorRef<BudgetMsg>,
     ) -> Self {
         let flow = ctx.flow.clone();
         let (system_prompt, declared, milestones, allowed) = match &role {
@@ -269,7 +267,6 @@ impl AgentLoop {
             shortenings: 0,
             children: HashMap::new(),
             step_evidence,
-            budget,
             tail: None,
         }
     }

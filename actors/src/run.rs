@@ -38,7 +38,6 @@ use crate::agent::{
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::nudge::PERSON_ANSWERED;
 use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate};
-use crate::supervision::budget::BudgetMsg;
 use crate::supervision::lease::LeaseMsg;
 
 // The run's plan and its tools are leaves: every loop of the run reads
@@ -90,7 +89,6 @@ pub(crate) struct RunActorState {
     state: watch::Sender<RunState>,
     escalations: Vec<String>,
     reconciliations: Vec<Reconciliation>,
-    budget: ActorRef<BudgetMsg>,
     record: RunRecord,
     saved: Option<Saved>,
     /// Whether its lineage was logged as it launched ([`RunArgs`]).
@@ -119,23 +117,16 @@ impl Actor for RunActor {
             );
         });
         let _ = ctx.root.set(myself.clone());
-        let budget = ctx.spawn_checkpoint(myself.get_cell()).await?;
-        let _ = ctx.checkpoint.set(budget.clone());
+        // Checked now, though the checkpoint starts only when a loop first
+        // asks it: a run with terms it could not keep does not start.
+        ctx.budget_config.validate()?;
         let cancel = ctx.cancel.clone();
-        let agent = AgentLoop::new(
-            ctx,
-            Role::Root,
-            ROOT_PATH.to_owned(),
-            cancel,
-            None,
-            budget.clone(),
-        );
+        let agent = AgentLoop::new(ctx, Role::Root, ROOT_PATH.to_owned(), cancel, None);
         Ok(RunActorState {
             agent,
             state: args.state,
             escalations: Vec::new(),
             reconciliations: Vec::new(),
-            budget,
             record: args.record,
             saved: args.saved,
             lineage_logged: args.lineage_logged,
@@ -208,7 +199,9 @@ impl Actor for RunActor {
         ctx.gate.send_replace(Gate::Closed);
         ctx.cancel.cancel();
         ctx.held.cancel();
-        state.budget.stop(None);
+        if let Some(checkpoint) = ctx.checkpoint.get() {
+            checkpoint.stop(None);
+        }
         ctx.leases.actor().stop(None);
         // The run's own tool servers end with it.
         for client in &ctx.owned_tools {

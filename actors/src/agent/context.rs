@@ -46,7 +46,7 @@ pub(crate) struct RunContext {
     /// loop of the run: its terms (configuration, evaluator, prices) are
     /// the run's, and it never awaits an evaluation in its handler, so one
     /// actor serves them all.
-    pub(crate) checkpoint: std::sync::OnceLock<ActorRef<crate::supervision::budget::BudgetMsg>>,
+    pub(crate) checkpoint: tokio::sync::OnceCell<ActorRef<crate::supervision::budget::BudgetMsg>>,
     pub(crate) cancel: CancellationToken,
     /// Cancelled once this executor no longer holds the run — its actor
     /// stopped, the run lost or let go: its heartbeat goes on until then,
@@ -152,7 +152,7 @@ impl RunContext {
             tools: RunTools::default(),
             gate: watch::Sender::new(Gate::Open),
             root: std::sync::OnceLock::new(),
-            checkpoint: std::sync::OnceLock::new(),
+            checkpoint: tokio::sync::OnceCell::new(),
             cancel: CancellationToken::new(),
             held: CancellationToken::new(),
             lost: std::sync::OnceLock::new(),
@@ -171,19 +171,35 @@ impl RunContext {
         self.events.emit(&self.run_id, path, kind);
     }
 
-    /// The run's budget checkpoint and whether this loop started it (and
-    /// stops it): the root's, started by the root linked to `supervisor`;
-    /// a loop that finds none (the root has not started one) starts its
-    /// own.
-    pub(crate) async fn checkpoint_for(
+    /// Asks the run's budget checkpoint whether the loop of `request` gets
+    /// more, starting the checkpoint (linked to the root loop) the first
+    /// time a loop of the run asks: most runs never use up a budget, and do
+    /// not pay for an actor they never ask. A checkpoint that cannot start
+    /// answers as the breaker does, `WrapUp`, saying why.
+    pub(crate) async fn check_budget(
         &self,
-        supervisor: ractor::ActorCell,
-    ) -> Result<(ActorRef<crate::supervision::budget::BudgetMsg>, bool), ractor::SpawnErr> {
-        if let Some(shared) = self.checkpoint.get() {
-            return Ok((shared.clone(), false));
+        request: crate::ports::BudgetEvaluationRequest,
+    ) -> crate::supervision::budget::BudgetDecision {
+        let checkpoint = self
+            .checkpoint
+            .get_or_try_init(|| async {
+                let root = self
+                    .root
+                    .get()
+                    .ok_or_else(|| "the run's root loop has not started".to_owned())?;
+                self.spawn_checkpoint(root.get_cell())
+                    .await
+                    .map_err(|error| error.to_string())
+            })
+            .await;
+        match checkpoint {
+            Ok(actor) => {
+                crate::supervision::budget::BudgetCheckpointActor::check(actor, request).await
+            }
+            Err(reason) => crate::supervision::budget::BudgetDecision::WrapUp {
+                reason: format!("breaker: the budget checkpoint could not start: {reason}"),
+            },
         }
-        let own = self.spawn_checkpoint(supervisor).await?;
-        Ok((own, true))
     }
 
     /// Starts a budget checkpoint, linked to `supervisor`.

@@ -47,12 +47,10 @@ impl AgentLoop {
                     .budget_figures(self.ctx.budget_config.max_extensions),
                 transcript_tail: self.transcript_tail(),
             };
-            let budget = self.budget.clone();
+            let ctx = self.ctx.clone();
             let me = myself.clone();
             tokio::spawn(async move {
-                let decision =
-                    crate::supervision::budget::BudgetCheckpointActor::check(&budget, request)
-                        .await;
+                let decision = ctx.check_budget(request).await;
                 let _ = me.send_message(LoopMsg::Budget(decision));
             });
             return None;
@@ -70,7 +68,6 @@ impl AgentLoop {
         let mut figures = self
             .state
             .budget_figures(self.ctx.budget_config.max_extensions);
-        let budget = self.budget.clone();
         let ctx = self.ctx.clone();
         let me = myself.clone();
         let (run_id, path) = (self.ctx.run_id.clone(), self.path.clone());
@@ -93,8 +90,7 @@ impl AgentLoop {
                 figures,
                 transcript_tail,
             };
-            let decision =
-                crate::supervision::budget::BudgetCheckpointActor::check(&budget, request).await;
+            let decision = ctx.check_budget(request).await;
             let pause = match decision {
                 BudgetDecision::Extend {
                     spending: Some(after),

@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AgentLoop, LoopEnd, LoopMsg, Role, RunContext, lease_end};
 use crate::event::{CallOutcome, EventKind};
-use crate::supervision::budget::BudgetMsg;
 use crate::supervision::evidence::Evidence;
 use crate::supervision::lease::LeaseSpec;
 use crate::supervision::strategy::ChildEnd;
@@ -42,9 +41,6 @@ pub(crate) struct WorkerState {
     agent: AgentLoop,
     task: String,
     done: Option<oneshot::Sender<Result<String, String>>>,
-    /// The run's budget checkpoint, and whether this worker started it
-    /// (and so stops it).
-    budget: (ActorRef<BudgetMsg>, bool),
 }
 
 impl Actor for WorkerActor {
@@ -54,23 +50,20 @@ impl Actor for WorkerActor {
 
     async fn pre_start(
         &self,
-        myself: ActorRef<Self::Msg>,
+        _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let budget = args.ctx.checkpoint_for(myself.get_cell()).await?;
         let agent = AgentLoop::new(
             args.ctx,
             Role::Worker { kind: args.kind },
             args.path,
             args.cancel,
             Some(args.evidence),
-            budget.0.clone(),
         );
         Ok(WorkerState {
             agent,
             task: args.task,
             done: Some(args.done),
-            budget,
         })
     }
 
@@ -99,9 +92,6 @@ impl Actor for WorkerActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         state.agent.cancel.cancel();
-        if let (budget, true) = &state.budget {
-            budget.stop(None);
-        }
         Ok(())
     }
 
@@ -206,7 +196,9 @@ pub(crate) fn start_worker_call(call: WorkerCall) {
             evidence,
             done,
         };
-        let (actor, _) = Actor::spawn_linked(None, WorkerActor, args, parent_cell)
+        // Boxed: the spawn's future is large, and the operation keeps
+        // its state for the worker's whole life.
+        let (actor, _) = Box::pin(Actor::spawn_linked(None, WorkerActor, args, parent_cell))
             .await
             .map_err(|e| format!("could not start the worker: {e}"))?;
         let _stop = StopOnDrop { actor, cancel };
