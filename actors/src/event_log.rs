@@ -206,9 +206,16 @@ struct RunLog {
     end_taken: bool,
 }
 
+/// The store's copy of `events`, taken for each append: the writer keeps
+/// the events the bus shares with its readers until the store has them,
+/// to try them again if it refused them.
+fn owned(events: &[Arc<Event>]) -> Vec<Event> {
+    events.iter().map(|event| Event::clone(event)).collect()
+}
+
 /// A run's events waiting for the store.
 struct Stall {
-    events: Vec<Event>,
+    events: Vec<Arc<Event>>,
     attempt: u32,
     since: Instant,
     next: Instant,
@@ -245,7 +252,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let mut pending: HashMap<String, Vec<Event>> = HashMap::new();
+            let mut pending: HashMap<String, Vec<Arc<Event>>> = HashMap::new();
             for item in batch.drain(..) {
                 match item {
                     LogItem::Register(run_id, entry) => {
@@ -260,10 +267,6 @@ impl Writer {
                         );
                     }
                     LogItem::Event(event) => {
-                        // The bus's readers may still hold the event; when
-                        // none does, it is moved, not copied.
-                        let event =
-                            Arc::try_unwrap(event).unwrap_or_else(|shared| (*shared).clone());
                         // A run's end is the last of its log: what its
                         // leases say as they let go after it (a verdict
                         // judged too late, a lease cancelled) is not
@@ -362,14 +365,14 @@ impl Writer {
     /// once, polled together by this task (no task per run per batch). A
     /// run's events stay in the order they were published; a batch is
     /// written whole before the next is read.
-    async fn write(&mut self, pending: HashMap<String, Vec<Event>>) {
+    async fn write(&mut self, pending: HashMap<String, Vec<Arc<Event>>>) {
         let store = &self.store;
         let runs = &self.runs;
         let writes = pending.into_iter().filter_map(|(run_id, events)| {
             // Events of runs this executor does not (or no longer) own are
             // not logged.
             let fence = runs.get(&run_id)?.entry.fence.load(Ordering::Acquire);
-            let append = store.append_events(&run_id, events.clone(), fence);
+            let append = store.append_events(&run_id, owned(&events), fence);
             Some(async move { (run_id, events, append.await) })
         });
         let written = futures_util::future::join_all(writes).await;
@@ -399,7 +402,7 @@ impl Writer {
                 continue;
             };
             let events = std::mem::take(&mut stall.events);
-            let append = store.append_events(&run_id, events.clone(), fence);
+            let append = store.append_events(&run_id, owned(&events), fence);
             tries.push(async move { (run_id, events, append.await) });
         }
         let tried = futures_util::future::join_all(tries).await;
@@ -413,7 +416,7 @@ impl Writer {
     fn settle(
         &mut self,
         run_id: String,
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         result: Result<Fenced<()>, StoreError>,
     ) {
         let trace_id = crate::trace_context::trace_id_for(&run_id);
