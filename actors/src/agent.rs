@@ -179,7 +179,7 @@ pub(crate) struct AgentLoop {
     pub(crate) path: String,
     system_prompt: String,
     pub(crate) state: LoopState,
-    tools: Vec<ToolDefinition>,
+    tools: Arc<[ToolDefinition]>,
     pub(crate) nudges: NudgeQueue,
     pub(crate) cancel: CancellationToken,
     // In a mutex only to make the loop `Sync`: it is used by one actor.
@@ -225,25 +225,14 @@ impl AgentLoop {
                 )
             }
         };
-        let mut tools: Vec<ToolDefinition> = ctx
-            .tools
-            .definitions()
-            .iter()
-            .filter(|d| {
-                allowed.as_ref().is_none_or(|servers| {
-                    ctx.tools
-                        .get(&d.name)
-                        .is_some_and(|route| servers.contains(&route.server))
-                })
-            })
-            .cloned()
-            .collect();
-        if !flow.workers.is_empty() {
-            tools.push(spawn_worker_definition(&flow.workers));
-        }
-        if !milestones.is_empty() {
-            tools.push(complete_milestone_definition(&milestones));
-        }
+        let tools = match &role {
+            Role::Root => Self::tools_of(&ctx, None, &milestones),
+            // The workers of one kind are offered the same tools: built once
+            // a run, shared by each worker of the kind.
+            Role::Worker { kind } => {
+                ctx.worker_tools(kind, || Self::tools_of(&ctx, allowed.as_ref(), &milestones))
+            }
+        };
         let strategy = std::sync::Mutex::new((ctx.strategy)());
         let ctx_nudges = ctx.nudges_for(&path);
         Self {
@@ -276,8 +265,37 @@ impl AgentLoop {
     /// before the run connects its tool servers and may use them all.
     pub(crate) fn offer_run_tools(&mut self) {
         let mut tools = self.ctx.tools.definitions().to_vec();
-        tools.append(&mut self.tools);
-        self.tools = tools;
+        tools.extend(self.tools.iter().cloned());
+        self.tools = tools.into();
+    }
+
+    /// The tools a loop offers its model: the run's, those of `allowed`
+    /// servers only if given, then the built-in ones its flow calls for.
+    fn tools_of(
+        ctx: &RunContext,
+        allowed: Option<&Vec<String>>,
+        milestones: &[String],
+    ) -> Arc<[ToolDefinition]> {
+        let mut tools: Vec<ToolDefinition> = ctx
+            .tools
+            .definitions()
+            .iter()
+            .filter(|d| {
+                allowed.is_none_or(|servers| {
+                    ctx.tools
+                        .get(&d.name)
+                        .is_some_and(|route| servers.contains(&route.server))
+                })
+            })
+            .cloned()
+            .collect();
+        if !ctx.flow.workers.is_empty() {
+            tools.push(spawn_worker_definition(&ctx.flow.workers));
+        }
+        if !milestones.is_empty() {
+            tools.push(complete_milestone_definition(milestones));
+        }
+        tools.into()
     }
 
     /// The consumer model costs are attributed to.

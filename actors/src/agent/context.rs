@@ -46,6 +46,8 @@ pub(crate) struct RunContext {
     /// loop of the run: its terms (configuration, evaluator, prices) are
     /// the run's, and it never awaits an evaluation in its handler, so one
     /// actor serves them all.
+    /// The tools offered to each kind of worker, built by its first worker.
+    worker_tools: std::sync::Mutex<HashMap<String, Arc<[crate::ports::ToolDefinition]>>>,
     pub(crate) checkpoint: tokio::sync::OnceCell<ActorRef<crate::supervision::budget::BudgetMsg>>,
     pub(crate) cancel: CancellationToken,
     /// Cancelled once this executor no longer holds the run — its actor
@@ -152,6 +154,7 @@ impl RunContext {
             tools: RunTools::default(),
             gate: watch::Sender::new(Gate::Open),
             root: std::sync::OnceLock::new(),
+            worker_tools: std::sync::Mutex::default(),
             checkpoint: tokio::sync::OnceCell::new(),
             cancel: CancellationToken::new(),
             held: CancellationToken::new(),
@@ -169,6 +172,25 @@ impl RunContext {
 
     pub(crate) fn emit(&self, path: &str, kind: EventKind) {
         self.events.emit(&self.run_id, path, kind);
+    }
+
+    /// The tools a worker of `kind` offers its model: `build`'s, built by
+    /// the run's first worker of the kind, shared by the others.
+    pub(crate) fn worker_tools(
+        &self,
+        kind: &str,
+        build: impl FnOnce() -> Arc<[crate::ports::ToolDefinition]>,
+    ) -> Arc<[crate::ports::ToolDefinition]> {
+        let mut tools = self
+            .worker_tools
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(shared) = tools.get(kind) {
+            return shared.clone();
+        }
+        let built = build();
+        tools.insert(kind.to_owned(), built.clone());
+        built
     }
 
     /// Asks the run's budget checkpoint whether the loop of `request` gets

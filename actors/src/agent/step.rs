@@ -229,7 +229,7 @@ impl AgentLoop {
             tools: if self.state.wrapping_up {
                 Vec::new()
             } else {
-                self.tools.clone()
+                self.tools.to_vec()
             },
             stream,
             consumer: self.consumer(),
