@@ -46,7 +46,6 @@ use crate::ports::{
     Clock, Evaluator, EventSink, ModelClient, RunRecord, Store, StoreError, ToolClient,
 };
 use crate::run::{RunActor, RunArgs, RunHandle, RunState};
-use crate::supervision::lease::{LeaseActor, LeaseActorArgs};
 use crate::supervision::strategy::StrategyFactory;
 use crate::supervision::watchdog::{StartError, WatchdogMsg};
 
@@ -151,6 +150,10 @@ pub struct Engine {
     store_health: Arc<crate::StoreHealth>,
     /// How many leases the runs of this engine hold.
     live_leases: Arc<AtomicU64>,
+    /// The actors that hold the runs' leases, [`LEASE_ACTORS`] of them.
+    lease_actors: Vec<ActorRef<crate::supervision::lease::LeaseMsg>>,
+    /// Which of them the next run's leases go to.
+    next_lease_actor: std::sync::atomic::AtomicUsize,
     /// What every run's leases learned of each pace key.
     paces: crate::pace::PaceBook,
     /// The executor's lag, if measured ([`EngineBuilder::load`]).
@@ -391,17 +394,16 @@ impl Engine {
         if lineage && let Some(saved) = &saved {
             self.log_lineage(&record, &plan.flow.name, saved).await?;
         }
-        let leases = LeaseActor::start(LeaseActorArgs {
-            watchdog: self.watchdog.clone(),
-            events: self.events.clone(),
-            terms: plan.terms.clone(),
-            live: self.live_leases.clone(),
-            paces: self.paces.clone(),
-            limits: self.config.events,
-            load: crate::load::LoadRule::of(self.load.as_ref(), self.config.load_bound),
-            log: Some(self.log.clone()),
-        })
-        .await?;
+        let turn = self
+            .next_lease_actor
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let leases = crate::supervision::lease::Leases::new(
+            self.lease_actors[turn % self.lease_actors.len()].clone(),
+            self.events.clone(),
+            self.config.events,
+            plan.terms.clone(),
+        )
+        .for_run(&run_id);
         let fence = Arc::new(AtomicU64::new(record.fence));
         // A fork's own history goes on from its fork point.
         let forked_at = record.fork.as_ref().map_or(0, |origin| origin.seq);
@@ -475,12 +477,17 @@ impl Engine {
             Err(error) => {
                 ctx.cancel.cancel();
                 ctx.held.cancel();
-                leases.actor().stop(None);
+                leases.release();
                 Err(StartError::Spawn(error.to_string()).into())
             }
         }
     }
 }
+
+/// The actors an engine's runs share for their leases. A run's leases are
+/// all on one of them (its pause stops them together); a few, not one, so
+/// that no one mailbox carries every run's expiries.
+pub(crate) const LEASE_ACTORS: usize = 16;
 
 /// The fewest entries at which the map of live runs is pruned.
 const PRUNE_LIVE_MIN: usize = 64;

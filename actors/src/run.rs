@@ -38,7 +38,6 @@ use crate::agent::{
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::nudge::PERSON_ANSWERED;
 use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate};
-use crate::supervision::lease::LeaseMsg;
 
 // The run's plan and its tools are leaves: every loop of the run reads
 // them through its `RunContext` (`agent/context.rs`), so they name nothing
@@ -202,7 +201,7 @@ impl Actor for RunActor {
         if let Some(checkpoint) = ctx.checkpoint.get() {
             checkpoint.stop(None);
         }
-        ctx.leases.actor().stop(None);
+        ctx.leases.release();
         // The run's own tool servers end with it.
         for client in &ctx.owned_tools {
             client.shutdown().await;
@@ -355,7 +354,7 @@ impl RunActorState {
             && self.record.status.is_paused()
         {
             ctx.gate.send_replace(Gate::Paused);
-            let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
+            ctx.leases.pause();
             if self.record.status == RunStatus::WaitingHuman {
                 self.escalations.push(pause.path.clone());
             }
@@ -427,7 +426,7 @@ impl RunActorState {
             tracing::info!(status = status.name(), reason = %pause.reason, "run paused for a person");
         });
         ctx.gate.send_replace(Gate::Paused);
-        let _ = ctx.leases.actor().send_message(LeaseMsg::Pause);
+        ctx.leases.pause();
         let update = RunUpdate {
             status,
             reason: None,
@@ -534,7 +533,7 @@ impl RunActorState {
             s.status = RunStatus::Running;
             s.paused = None;
         });
-        let _ = ctx.leases.actor().send_message(LeaseMsg::Resume);
+        ctx.leases.resume();
         ctx.gate.send_replace(Gate::Open);
         Ok(())
     }

@@ -543,6 +543,61 @@ async fn pause_stops_every_lease_clock_until_resume() {
     drop(handle);
 }
 
+#[tokio::test(start_paused = true)]
+async fn runs_sharing_a_lease_actor_pause_resume_drain_and_release_alone() {
+    // Two runs' leases on one actor: pausing run A stops A's clocks only;
+    // releasing A cancels A's operations only; each drains on its own.
+    let rig = rig(config(2, 10), None).await;
+    let a = rig.leases().clone().for_run("run-a");
+    let b = rig.leases().clone().for_run("run-b");
+    let in_run = |run: &str| spec(secs(10), 10).in_run(run, PATH);
+    let (a_dropped, b_dropped) = (DropFlag::default(), DropFlag::default());
+    let (a_flag, b_flag) = (a_dropped.arm(), b_dropped.arm());
+    let a_call = a
+        .supervise(in_run("run-a"), move |_| async move {
+            let _flag = a_flag;
+            pending::<()>().await
+        })
+        .expect("started");
+    let b_call = b
+        .supervise(in_run("run-b"), move |_| async move {
+            let _flag = b_flag;
+            pending::<()>().await
+        })
+        .expect("started");
+    let waits = |run: &str| {
+        rig.events
+            .events()
+            .iter()
+            .filter(|e| e.run_id == run && e.kind.name() == "wait")
+            .count()
+    };
+    a.pause();
+    sleep(secs(15)).await;
+    assert_eq!(
+        (waits("run-a"), waits("run-b")),
+        (0, 1),
+        "only run A is paused"
+    );
+    a.resume();
+    sleep(millis(10_001)).await;
+    assert_eq!(
+        (waits("run-a"), waits("run-b")),
+        (1, 2),
+        "run A's clocks run again, with a fresh period"
+    );
+    a.release();
+    assert_eq!(a_call.outcome().await, Err(LeaseError::Cancelled));
+    a.drained().await;
+    assert!(a_dropped.dropped(), "run A's operation was cancelled");
+    assert!(!b_dropped.dropped(), "run B's operation goes on");
+    let drained_b = tokio::time::timeout(secs(1), b.drained()).await;
+    assert!(drained_b.is_err(), "run B still holds its lease");
+    drop(b_call);
+    b.drained().await;
+    assert!(b_dropped.dropped());
+}
+
 fn pause(rig: &Rig) {
     rig.leases()
         .actor()

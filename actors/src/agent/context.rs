@@ -264,10 +264,7 @@ impl RunContext {
             }
             open
         });
-        let _ = self
-            .leases
-            .actor()
-            .send_message(crate::supervision::lease::LeaseMsg::Pause);
+        self.leases.pause();
     }
 
     /// Keeps what a resumed run found in the store, for its loops.

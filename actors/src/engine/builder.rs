@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::error::ConfigError;
@@ -17,11 +18,13 @@ use crate::ports::{
 };
 use crate::supervision::SupervisionConfig;
 use crate::supervision::budget::BudgetConfig;
+use crate::supervision::lease::terms::TermsByKind;
+use crate::supervision::lease::{LeaseActor, LeaseActorArgs};
 use crate::supervision::policy::{Policies, VerdictPolicy};
 use crate::supervision::strategy::{RestartPolicy, StrategyFactory};
 use crate::supervision::watchdog::{StartError, WatchdogActor, WatchdogArgs};
 
-use super::Engine;
+use super::{Engine, LEASE_ACTORS};
 
 /// What the store keeps of a flow's tool servers, and how a flow read
 /// back gets them whole: an embedder whose tool servers carry credentials
@@ -505,6 +508,26 @@ impl EngineBuilder {
             prices: self.config.prices.clone(),
         })
         .await?;
+        let live_leases = Arc::<AtomicU64>::default();
+        // The runs' leases, on a few actors shared by every run (a run's
+        // leases go to one, chosen in turn): an actor, its mailbox and its
+        // timer task per run cost more than the leases themselves.
+        let mut lease_actors = Vec::with_capacity(LEASE_ACTORS);
+        for _ in 0..LEASE_ACTORS {
+            lease_actors.push(
+                LeaseActor::spawn(LeaseActorArgs {
+                    watchdog: watchdog.clone(),
+                    events: events.clone(),
+                    terms: TermsByKind::default(),
+                    live: live_leases.clone(),
+                    paces: paces.clone(),
+                    limits: self.config.events,
+                    load: crate::load::LoadRule::of(self.load.as_ref(), self.config.load_bound),
+                    log: Some(log.clone()),
+                })
+                .await?,
+            );
+        }
         let owner_id = self
             .owner_id
             .unwrap_or_else(|| crate::OwnerId::of_program().to_string());
@@ -532,7 +555,9 @@ impl EngineBuilder {
             prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             store_health,
-            live_leases: Arc::default(),
+            live_leases,
+            lease_actors,
+            next_lease_actor: std::sync::atomic::AtomicUsize::new(0),
             paces,
             load: self.load,
         })

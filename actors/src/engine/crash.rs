@@ -28,6 +28,9 @@ impl Engine {
         for (_, run) in runs {
             run.actor.kill();
         }
+        for leases in &self.lease_actors {
+            leases.kill();
+        }
         self.watchdog.kill();
     }
 

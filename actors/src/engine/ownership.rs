@@ -100,6 +100,9 @@ impl Engine {
         if self.log.send(LogItem::Flush(String::new(), done)).is_ok() {
             let _ = written.await;
         }
+        for leases in &self.lease_actors {
+            leases.stop(Some("executor shutting down".to_owned()));
+        }
         let _ = self
             .watchdog
             .stop_and_wait(

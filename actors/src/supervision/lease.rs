@@ -43,9 +43,11 @@
 //! last report may have been recorded that late. A hung operation is judged
 //! as usual once the executor is on time again.
 //!
-//! One lease actor holds many leases — one per run, or per shard of a swarm —
-//! each an entry in a map and in one timer queue, so a live operation and its
-//! lease cost about a kilobyte, not an actor each. A timer fire carries the
+//! One lease actor holds many leases — an engine's runs share a few lease
+//! actors, each run's leases on one of them — each an entry in a map and in
+//! one timer queue, so a live operation and its lease cost about a
+//! kilobyte, not an actor each. A run pauses, resumes, drains and releases
+//! its own leases alone ([`Leases::for_run`]). A timer fire carries the
 //! generation it was armed with; a fire made stale by a renewal is ignored.
 
 mod handle;
@@ -54,7 +56,7 @@ pub(crate) mod spec;
 pub(crate) mod terms;
 mod timer;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -137,10 +139,17 @@ impl LeaseActor {
     /// Spawns a lease actor and returns its client.
     pub async fn start(args: LeaseActorArgs) -> Result<Leases, StartError> {
         let (events, limits, terms) = (args.events.clone(), args.limits, args.terms.clone());
-        let (actor, _) = Actor::spawn(None, LeaseActor, args)
-            .await
-            .map_err(|e| StartError::Spawn(e.to_string()))?;
+        let actor = Self::spawn(args).await?;
         Ok(Leases::new(actor, events, limits, terms))
+    }
+
+    /// Spawns a lease actor, for many runs' leases: each run's
+    /// [`Leases`] is made with its own terms ([`Leases::for_run`]).
+    pub async fn spawn(args: LeaseActorArgs) -> Result<ActorRef<LeaseMsg>, StartError> {
+        Actor::spawn(None, LeaseActor, args)
+            .await
+            .map(|(actor, _)| actor)
+            .map_err(|e| StartError::Spawn(e.to_string()))
     }
 }
 
@@ -150,10 +159,17 @@ pub(crate) struct LeaseState {
     timers: mpsc::UnboundedSender<TimerCmd>,
     watchdog: ActorRef<WatchdogMsg>,
     events: Arc<dyn EventSink>,
+    /// Every clock stopped ([`LeaseMsg::Pause`]).
     paused: bool,
+    /// The runs whose clocks are stopped ([`LeaseMsg::PauseRun`]), on an
+    /// actor that holds many runs' leases.
+    paused_runs: HashSet<String>,
+    /// The leases each run holds here.
+    held: HashMap<String, u32>,
     live: Arc<AtomicU64>,
-    /// Who waits for the last lease to go ([`LeaseMsg::Drained`]).
-    drained: Vec<oneshot::Sender<()>>,
+    /// Who waits for the last lease to go — the actor's, or one run's
+    /// ([`LeaseMsg::Drained`], [`LeaseMsg::DrainedRun`]).
+    drained: Vec<(Option<Arc<str>>, oneshot::Sender<()>)>,
     load: Option<LoadRule>,
     paces: PaceBook,
     /// The engine's event log, if the runs are logged.
@@ -245,6 +261,8 @@ impl Actor for LeaseActor {
             watchdog: args.watchdog,
             events: args.events,
             paused: false,
+            paused_runs: HashSet::new(),
+            held: HashMap::new(),
             live: args.live,
             drained: Vec::new(),
             load: args.load,
@@ -278,10 +296,17 @@ impl Actor for LeaseActor {
             LeaseMsg::Expired { id, generation } => state.expired(&myself, id, generation),
             LeaseMsg::Suspect(id) => state.suspect(&myself, id),
             LeaseMsg::Rearm(id) => state.arm(id),
-            LeaseMsg::Pause => state.pause(),
-            LeaseMsg::Resume => state.resume(),
+            LeaseMsg::Pause => state.pause(None),
+            LeaseMsg::Resume => state.resume(None),
+            LeaseMsg::PauseRun(run) => state.pause(Some(&run)),
+            LeaseMsg::ResumeRun(run) => state.resume(Some(&run)),
+            LeaseMsg::ReleaseRun(run) => state.release(&run),
+            LeaseMsg::DrainedRun(run, reply) => {
+                state.drained.push((Some(run), reply));
+                state.tell_drained();
+            }
             LeaseMsg::Drained(reply) => {
-                state.drained.push(reply);
+                state.drained.push((None, reply));
                 state.tell_drained();
             }
             LeaseMsg::Decided {
@@ -348,10 +373,16 @@ impl LeaseState {
                 }),
             );
         }
-        if self.paused {
+        if self.is_paused(&meta.run_id) {
             evidence.pause(tokio::time::Instant::now());
         }
         self.live.fetch_add(1, Ordering::AcqRel);
+        match self.held.get_mut(meta.run_id.as_str()) {
+            Some(held) => *held += 1,
+            None => {
+                self.held.insert(meta.run_id.clone(), 1);
+            }
+        }
         let id = meta.id;
         let terms_cap = terms.max_renewals;
         self.leases.insert(
@@ -382,27 +413,55 @@ impl LeaseState {
         self.arm(id);
     }
 
-    fn pause(&mut self) {
-        if self.paused {
-            return;
+    /// Whether the clocks of `run_id`'s leases are stopped.
+    fn is_paused(&self, run_id: &str) -> bool {
+        self.paused || (!self.paused_runs.is_empty() && self.paused_runs.contains(run_id))
+    }
+
+    /// Stops the clocks of every lease (`None`) or of one run's.
+    fn pause(&mut self, run: Option<&str>) {
+        match run {
+            None if self.paused => return,
+            None => self.paused = true,
+            Some(run) => {
+                let newly = self.paused_runs.insert(run.to_owned());
+                if self.paused || !newly {
+                    return;
+                }
+            }
         }
-        self.paused = true;
         let now = tokio::time::Instant::now();
         for (id, entry) in &self.leases {
+            if run.is_some_and(|run| entry.meta.run_id != run)
+                || (run.is_none() && self.paused_runs.contains(entry.meta.run_id.as_str()))
+            {
+                continue;
+            }
             let _ = self.timers.send(TimerCmd::Disarm(*id));
             entry.evidence.pause(now);
         }
     }
 
-    fn resume(&mut self) {
-        if !self.paused {
-            return;
+    /// Restarts the clocks of every lease (`None`) or of one run's.
+    fn resume(&mut self, run: Option<&str>) {
+        match run {
+            None if !self.paused => return,
+            None => self.paused = false,
+            Some(run) => {
+                if !self.paused_runs.remove(run) || self.paused {
+                    return;
+                }
+            }
         }
-        self.paused = false;
         let now = tokio::time::Instant::now();
+        let paused_runs = &self.paused_runs;
         let rearm: Vec<_> = self
             .leases
             .iter_mut()
+            .filter(|(_, entry)| match run {
+                Some(run) => entry.meta.run_id == run,
+                None => !paused_runs.contains(entry.meta.run_id.as_str()),
+            })
             .map(|(id, entry)| {
                 entry.evidence.resume(now);
                 // A fresh generation: any fire or verdict from before the
@@ -414,6 +473,18 @@ impl LeaseState {
             .collect();
         for id in rearm {
             self.arm(id);
+        }
+    }
+
+    /// Cancels every operation of `run`, which has stopped: what stopping
+    /// an actor of its own did. Each lease goes when its operation's `Done`
+    /// arrives.
+    fn release(&mut self, run: &str) {
+        self.paused_runs.remove(run);
+        for entry in self.leases.values() {
+            if entry.meta.run_id == run {
+                entry.token.cancel();
+            }
         }
     }
 
@@ -446,7 +517,10 @@ impl LeaseState {
     }
 
     fn arm_at(&mut self, id: LeaseId, generation: u64, at: tokio::time::Instant) {
-        if self.paused {
+        let Some(entry) = self.leases.get(&id) else {
+            return;
+        };
+        if self.is_paused(&entry.meta.run_id) {
             return;
         }
         if let Some(entry) = self.leases.get_mut(&id) {
@@ -458,6 +532,12 @@ impl LeaseState {
     fn remove(&mut self, id: LeaseId) -> Option<Entry> {
         let entry = self.leases.remove(&id)?;
         self.live.fetch_sub(1, Ordering::AcqRel);
+        if let Some(held) = self.held.get_mut(entry.meta.run_id.as_str()) {
+            *held -= 1;
+            if *held == 0 {
+                self.held.remove(entry.meta.run_id.as_str());
+            }
+        }
         if let Some(endpoint) = entry.meta.endpoint.as_deref() {
             self.paces.leave(endpoint);
         }
@@ -492,9 +572,19 @@ impl LeaseState {
 
     /// Answers whoever waits for the last lease, if none is left.
     fn tell_drained(&mut self) {
-        if self.leases.is_empty() {
-            for reply in self.drained.drain(..) {
+        if self.drained.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.drained);
+        for (run, reply) in waiting {
+            let drained = match &run {
+                None => self.leases.is_empty(),
+                Some(run) => !self.held.contains_key(&**run),
+            };
+            if drained {
                 let _ = reply.send(());
+            } else {
+                self.drained.push((run, reply));
             }
         }
     }
@@ -507,7 +597,7 @@ impl LeaseState {
             tracing::debug!(%id, generation, current = entry.generation, "stale lease timer ignored");
             return;
         }
-        if entry.token.is_cancelled() || self.paused || entry.judging {
+        if entry.token.is_cancelled() || self.is_paused(&entry.meta.run_id) || entry.judging {
             // The parent's cancellation wins (`Done` is on its way); a paused
             // lease is re-armed on resume; a lease with the watchdog is
             // re-armed by its verdict.
@@ -603,7 +693,7 @@ impl LeaseState {
             return;
         };
         if entry.token.is_cancelled()
-            || self.paused
+            || self.is_paused(&entry.meta.run_id)
             || entry.judging
             || !entry.terms.policy.expires_early()
         {
@@ -779,6 +869,10 @@ impl LeaseState {
     }
 
     fn decided(&mut self, id: LeaseId, generation: u64, decision: Decision) {
+        let paused = match self.leases.get(&id) {
+            Some(entry) => self.is_paused(&entry.meta.run_id),
+            None => return,
+        };
         let Some(entry) = self.leases.get_mut(&id) else {
             return;
         };
@@ -796,7 +890,7 @@ impl LeaseState {
                 if decision.decided_by == DecidedBy::Evaluator
                     && matches!(decision.verdict, Verdict::Intervene | Verdict::Escalate)
                     && entry.evidence.count() > before
-                    && !self.paused
+                    && !paused
                     && entry.generation == generation =>
             {
                 // The evaluator judged a silence that has ended since it was
@@ -829,7 +923,7 @@ impl LeaseState {
         // A pause changes no generation, and its resume bumps it: a verdict
         // during a pause, or after it on an expiry judged before it, must not
         // act on a run whose clocks were stopped.
-        let reason = if self.paused {
+        let reason = if paused {
             Some("the run is paused")
         } else if entry.generation != generation {
             Some("the run was paused while the expiry was judged")

@@ -67,6 +67,9 @@ pub struct Leases {
     limits: EventLimits,
     /// The terms of leases started without their own, per kind.
     terms: TermsByKind,
+    /// The run whose leases these are, on an actor that holds many runs':
+    /// pausing, resuming, draining and releasing are then the run's alone.
+    run: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Leases {
@@ -89,7 +92,16 @@ impl Leases {
             events,
             limits,
             terms,
+            run: None,
         }
+    }
+
+    /// These leases, as one run's among those of other runs on the same
+    /// actor: [`Self::pause`], [`Self::resume`], [`Self::drained`] and
+    /// [`Self::release`] then act on `run_id`'s leases alone.
+    pub fn for_run(mut self, run_id: &str) -> Self {
+        self.run = Some(Arc::from(run_id));
+        self
     }
 
     /// The lease actor, for tests of the actors alone (feature
@@ -105,24 +117,46 @@ impl Leases {
         &self.actor
     }
 
-    /// Stops every clock of this actor's leases: no lease expires, new
-    /// leases start disarmed, evidence does not age and verdicts that
-    /// arrive are dropped, until [`Self::resume`].
+    /// Stops every clock of these leases (of the actor's, or of the run's
+    /// alone when they are one run's): no lease expires, new leases start
+    /// disarmed, evidence does not age and verdicts that arrive are
+    /// dropped, until [`Self::resume`].
     pub fn pause(&self) {
-        let _ = self.actor.send_message(LeaseMsg::Pause);
+        let _ = self.actor.send_message(match &self.run {
+            Some(run) => LeaseMsg::PauseRun(run.clone()),
+            None => LeaseMsg::Pause,
+        });
     }
 
     /// Restarts every clock: each lease gets a full, fresh period.
     pub fn resume(&self) {
-        let _ = self.actor.send_message(LeaseMsg::Resume);
+        let _ = self.actor.send_message(match &self.run {
+            Some(run) => LeaseMsg::ResumeRun(run.clone()),
+            None => LeaseMsg::Resume,
+        });
     }
 
-    /// Waits until the lease actor holds no lease (at once if it holds
-    /// none, or is gone). Every `lease_cancelled` of the leases it let go
+    /// Cancels every operation under these leases and lets them go: a
+    /// run's, on an actor shared with other runs; else stops the actor.
+    pub fn release(&self) {
+        match &self.run {
+            Some(run) => {
+                let _ = self.actor.send_message(LeaseMsg::ReleaseRun(run.clone()));
+            }
+            None => self.actor.stop(None),
+        }
+    }
+
+    /// Waits until the lease actor holds no lease — none of the run's, when
+    /// these are one run's — at once if it holds none, or is gone. Every `lease_cancelled` of the leases it let go
     /// was published before this returns.
     pub async fn drained(&self) {
         let (reply, drained) = oneshot::channel();
-        if self.actor.send_message(LeaseMsg::Drained(reply)).is_ok() {
+        let asked = match &self.run {
+            Some(run) => LeaseMsg::DrainedRun(run.clone(), reply),
+            None => LeaseMsg::Drained(reply),
+        };
+        if self.actor.send_message(asked).is_ok() {
             let _ = drained.await;
         }
     }

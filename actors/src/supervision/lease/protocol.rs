@@ -82,6 +82,17 @@ pub enum LeaseMsg {
     /// Restart every clock: each lease gets a full, fresh period, and its
     /// evidence's age goes on from where the pause found it.
     Resume,
+    /// [`LeaseMsg::Pause`] for one run's leases, on an actor that holds
+    /// many runs'.
+    PauseRun(Arc<str>),
+    /// [`LeaseMsg::Resume`] for one run's leases.
+    ResumeRun(Arc<str>),
+    /// [`LeaseMsg::Drained`] for one run's leases.
+    DrainedRun(Arc<str>, oneshot::Sender<()>),
+    /// Cancels every operation of one run, which has stopped (what stopping
+    /// a lease actor does to all it holds); each lease goes once its
+    /// operation's `Done` arrives.
+    ReleaseRun(Arc<str>),
     /// Answer once no lease is held, at once if none is: a run that ends
     /// waits for its cancelled operations to be let go (and their
     /// `lease_cancelled` events published) before its end event, so the
