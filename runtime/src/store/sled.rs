@@ -152,9 +152,12 @@ impl Drop for Inner {
     /// A store closed after writes records its manifest, so that the next
     /// open can tell whether anything it held was lost.
     fn drop(&mut self) {
-        if let Some(manifest) = &self.manifest
-            && let Err(error) = self.commit.alone(|| manifest.record(&self.db))
-        {
+        // No flush takes the database after this, so this store's
+        // reference, dropped next, is its last: it closes at once.
+        let recorded = self
+            .commit
+            .release(|| self.manifest.as_ref().map(|m| m.record(&self.db)));
+        if let Some(Err(error)) = recorded {
             tracing::warn!("{}", error.message());
         }
     }

@@ -51,6 +51,10 @@ struct Queue {
     closed: bool,
     /// The task is gone (its runtime shut down): nobody will flush.
     stopped: bool,
+    /// The store is closing its database: no flush takes the database
+    /// again, so the store's own reference is the last and the database
+    /// closes (and its directory can be opened again) as the store drops.
+    released: bool,
 }
 
 impl Shared {
@@ -104,6 +108,17 @@ impl GroupCommit {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         work()
+    }
+
+    /// Runs `last` (the store's last write, as it closes) while no flush
+    /// runs, and from then on lets no flush take the database: when the
+    /// store drops its reference right after, the database closes at once.
+    /// Blocking: for the store's close.
+    pub(crate) fn release<T>(&self, last: impl FnOnce() -> T) -> T {
+        self.alone(|| {
+            self.shared.lock().released = true;
+            last()
+        })
     }
 
     /// Asks for a flush soon, without waiting for it.
@@ -182,20 +197,14 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>, manifest: Option<Arc<Manifest
             std::mem::take(&mut queue.tickets)
         };
         last_flush = Some(tokio::time::Instant::now());
-        let outcome = match db.upgrade() {
-            // sled flushes (and fully syncs) a database when it closes.
-            None => Ok(()),
-            Some(db) => flush(Arc::clone(shared), db).await,
-        };
+        let outcome = flush(Arc::clone(shared), db.clone()).await;
         let flushed = outcome.is_ok();
         for ticket in tickets {
             // A writer that stopped waiting does not need its answer.
             let _ = ticket.send(outcome.clone());
         }
-        if let Some(manifest) = manifest.as_ref().filter(|m| flushed && m.due())
-            && let Some(db) = db.upgrade()
-        {
-            record(Arc::clone(shared), Arc::clone(manifest), db).await;
+        if let Some(manifest) = manifest.as_ref().filter(|m| flushed && m.due()) {
+            record(Arc::clone(shared), Arc::clone(manifest), db.clone()).await;
         }
     }
 }
@@ -203,22 +212,32 @@ async fn run(stopped: Stopped, db: Weak<sled::Db>, manifest: Option<Arc<Manifest
 /// Records the manifest on the blocking pool, alone like every flush (two
 /// flushes at once are what sled's deadlocks are made of); a failure is
 /// logged (it is tried again after the next write).
-async fn record(shared: Arc<Shared>, manifest: Arc<Manifest>, db: Arc<sled::Db>) {
+async fn record(shared: Arc<Shared>, manifest: Arc<Manifest>, db: Weak<sled::Db>) {
     let _ = tokio::task::spawn_blocking(move || {
-        let recorded = {
-            let _alone = shared
-                .flushing
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            manifest.record(&db)
-        };
-        if let Err(error) = recorded {
+        let recorded = taken(&shared, &db, |db| manifest.record(db));
+        if let Some(Err(error)) = recorded {
             tracing::warn!("{}", error.message());
         }
-        // As after a flush: a store dropped meanwhile closes at once.
-        drop(db);
     })
     .await;
+}
+
+/// Runs `work` on the database while no other flush runs, unless the
+/// store is gone or closing it ([`GroupCommit::release`]): the database is
+/// taken and let go under the lock, so that a store that drops its own
+/// reference after its release closes the database at once.
+fn taken<T>(shared: &Shared, db: &Weak<sled::Db>, work: impl FnOnce(&sled::Db) -> T) -> Option<T> {
+    let _alone = shared
+        .flushing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if shared.lock().released {
+        return None;
+    }
+    let db = db.upgrade()?;
+    let done = work(&db);
+    drop(db);
+    Some(done)
 }
 
 /// The least time between the starts of two flushes made for `async`
@@ -226,21 +245,12 @@ async fn record(shared: Arc<Shared>, manifest: Arc<Manifest>, db: Arc<sled::Db>)
 /// to be durable.
 pub(crate) const ASYNC_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(2);
 
-async fn flush(shared: Arc<Shared>, db: Arc<sled::Db>) -> Result<(), StoreError> {
-    let flushed = tokio::task::spawn_blocking(move || {
-        let flushed = {
-            let _alone = shared
-                .flushing
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            db.flush()
-        };
-        // Released here, before the tickets are answered, so that a store
-        // dropped right after its last flush closes the database at once.
-        drop(db);
-        flushed
-    })
-    .await;
+async fn flush(shared: Arc<Shared>, db: Weak<sled::Db>) -> Result<(), StoreError> {
+    // sled flushes (and fully syncs) a database when it closes: a store gone
+    // or closing has nothing left to flush here.
+    let flushed =
+        tokio::task::spawn_blocking(move || taken(&shared, &db, |db| db.flush()).unwrap_or(Ok(0)))
+            .await;
     match flushed {
         Ok(Ok(_bytes)) => Ok(()),
         Ok(Err(e)) => Err(StoreError::failed(format!(
