@@ -34,7 +34,6 @@ pub(crate) mod tool_call;
 pub(crate) mod tools;
 pub(crate) mod worker;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use ractor::ActorRef;
@@ -190,9 +189,6 @@ pub(crate) struct AgentLoop {
     /// Times this step's transcript was shortened to fit the model's
     /// context window ([`context_window`]).
     shortenings: u32,
-    /// Child actors by name, so that a panic ractor reports can be traced
-    /// to its call.
-    children: HashMap<String, (u32, Option<usize>, u32)>,
     /// Evidence to report each completed step into (a worker's lease).
     step_evidence: Option<Evidence>,
     /// The loop's last snapshot known to be stored: the next one's base.
@@ -254,7 +250,6 @@ impl AgentLoop {
             model_attempt: 0,
             model_running: false,
             shortenings: 0,
-            children: HashMap::new(),
             step_evidence,
             tail: None,
         }
@@ -442,13 +437,5 @@ impl AgentLoop {
             self.tail = Some(tail);
         }
         landed
-    }
-
-    /// Names a child actor and remembers which call it is, so its panic can
-    /// be traced to its call.
-    fn adopt(&mut self, path: &str, step: u32, index: Option<usize>, attempt: u32) -> String {
-        let name = format!("{}/{path}#{attempt}", self.ctx.run_id);
-        self.children.insert(name.clone(), (step, index, attempt));
-        name
     }
 }

@@ -1,65 +1,198 @@
-//! The actor both kinds of call run in: started by its loop, it runs one
-//! supervised call to its end, reports the outcome to the loop, and stops.
-//! A panic of the actor itself reaches the loop through ractor's supervision
-//! and is handled like the call's own panic.
+//! The task both kinds of call are awaited in: started by its loop beside
+//! the call's operation (which runs in its lease's task), it waits for the
+//! call's outcome, reports it to the loop, and ends. A panic of the task
+//! itself reaches the loop as the call's panic, as a panic of the call does.
+//!
+//! It is a task, not an actor: the call's work already runs in its own task
+//! with its own cancellation, under its lease (MISSION, lease rule 1), and
+//! the loop supervises it through the outcome it is sent. An actor around
+//! it would only wait, at the price of its mailbox's four channels, its
+//! name in ractor's registry and its supervision messages.
 
+use std::any::Any;
 use std::future::Future;
-use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use futures_util::FutureExt;
+use ractor::ActorRef;
 use tracing::Instrument;
 
-/// One call: what runs inside a [`CallActor`].
+use super::LoopMsg;
+use crate::supervision::strategy::ChildEnd;
+
+/// One call: what its task runs.
 pub(crate) trait Call: Send + 'static {
-    /// Runs the call under its lease and reports the outcome to its loop.
+    /// Waits for the call's outcome under its lease and reports it to its
+    /// loop.
     fn run(self) -> impl Future<Output = ()> + Send;
+
+    /// Where and as what a panic of [`Call::run`] is reported.
+    fn on_panic(&self) -> Panicked;
 }
 
-/// An actor running one [`Call`].
-pub(crate) struct CallActor<C>(PhantomData<fn() -> C>);
+/// Which call a panic is of, and the loop to tell.
+pub(crate) struct Panicked {
+    pub(crate) reply_to: ActorRef<LoopMsg>,
+    pub(crate) step: u32,
+    /// The call's index in its step; `None` for the step's model call.
+    pub(crate) index: Option<usize>,
+    pub(crate) attempt: u32,
+}
 
-impl<C> std::fmt::Debug for CallActor<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CallActor<{}>", std::any::type_name::<C>())
+impl Panicked {
+    fn report(self, message: String) {
+        let Panicked {
+            reply_to,
+            step,
+            index,
+            attempt,
+        } = self;
+        let end = ChildEnd::Panicked { message };
+        let _ = match index {
+            None => reply_to.send_message(LoopMsg::ModelDone {
+                step,
+                attempt,
+                outcome: Err(end),
+                retry_after: None,
+                overflow: None,
+            }),
+            Some(index) => reply_to.send_message(LoopMsg::CallDone {
+                step,
+                index,
+                attempt,
+                outcome: Err(end),
+            }),
+        };
     }
 }
 
-impl<C: Call> CallActor<C> {
-    /// Starts `call` under `supervisor`; the call runs inside `span`.
-    pub(crate) async fn spawn_linked(
-        name: String,
-        call: C,
-        span: tracing::Span,
-        supervisor: ActorCell,
-    ) -> Result<ActorRef<()>, SpawnErr> {
-        Actor::spawn_linked(Some(name), Self(PhantomData), (call, span), supervisor)
+/// Starts `call`'s task; the call runs inside `span`.
+pub(crate) fn spawn<C: Call>(call: C, span: tracing::Span) {
+    let panicked = call.on_panic();
+    tokio::spawn(async move {
+        if let Err(payload) = AssertUnwindSafe(call.run().instrument(span))
+            .catch_unwind()
             .await
-            .map(|(actor, _)| actor)
+        {
+            panicked.report(panic_message(payload.as_ref()));
+        }
+    });
+}
+
+/// A panic's message, as the standard library's hook prints it.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "the call panicked".to_owned()
     }
 }
 
-impl<C: Call> Actor for CallActor<C> {
-    type Msg = ();
-    type State = Option<(C, tracing::Span)>;
-    type Arguments = (C, tracing::Span);
+#[cfg(test)]
+mod tests {
+    use ractor::{Actor, ActorProcessingErr, ActorRef};
+    use tokio::sync::mpsc;
 
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        call: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(Some(call))
+    use super::{Call, Panicked, spawn};
+    use crate::agent::LoopMsg;
+    use crate::supervision::strategy::ChildEnd;
+
+    /// A stand-in loop: forwards what it is sent.
+    struct Forward;
+
+    impl Actor for Forward {
+        type Msg = LoopMsg;
+        type State = mpsc::UnboundedSender<LoopMsg>;
+        type Arguments = mpsc::UnboundedSender<LoopMsg>;
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<LoopMsg>,
+            to: Self::Arguments,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(to)
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<LoopMsg>,
+            message: LoopMsg,
+            to: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            let _ = to.send(message);
+            Ok(())
+        }
     }
 
-    async fn post_start(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some((call, span)) = state.take() {
-            call.run().instrument(span).await;
+    /// A call whose task panics while it waits.
+    struct Panics {
+        reply_to: ActorRef<LoopMsg>,
+        index: Option<usize>,
+    }
+
+    impl Call for Panics {
+        async fn run(self) {
+            tokio::task::yield_now().await;
+            panic!("the waiting went wrong");
         }
-        myself.stop(None);
-        Ok(())
+
+        fn on_panic(&self) -> Panicked {
+            Panicked {
+                reply_to: self.reply_to.clone(),
+                step: 4,
+                index: self.index,
+                attempt: 2,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_of_a_calls_own_task_reaches_its_loop_as_the_calls_panic() {
+        let (to, mut received) = mpsc::unbounded_channel();
+        let (forward, task) = Actor::spawn(None, Forward, to).await.expect("spawns");
+        spawn(
+            Panics {
+                reply_to: forward.clone(),
+                index: None,
+            },
+            tracing::Span::none(),
+        );
+        match tokio::time::timeout(std::time::Duration::from_secs(5), received.recv())
+            .await
+            .expect("the panic is reported")
+            .expect("a report")
+        {
+            LoopMsg::ModelDone {
+                step: 4,
+                attempt: 2,
+                outcome: Err(ChildEnd::Panicked { message }),
+                ..
+            } => assert_eq!(message, "the waiting went wrong"),
+            other => panic!("not the model call's panic: {other:?}"),
+        }
+        spawn(
+            Panics {
+                reply_to: forward.clone(),
+                index: Some(1),
+            },
+            tracing::Span::none(),
+        );
+        match tokio::time::timeout(std::time::Duration::from_secs(5), received.recv())
+            .await
+            .expect("the panic is reported")
+            .expect("a report")
+        {
+            LoopMsg::CallDone {
+                step: 4,
+                index: 1,
+                attempt: 2,
+                outcome: Err(ChildEnd::Panicked { message }),
+            } => assert_eq!(message, "the waiting went wrong"),
+            other => panic!("not the tool call's panic: {other:?}"),
+        }
+        forward.stop(None);
+        task.await.expect("stops");
     }
 }

@@ -156,8 +156,8 @@ impl AgentLoop {
                         &format!("{path}#{attempt}"),
                     )),
                 };
-                // Begun here, not in the call's actor: the lease counts from
-                // now, however long a busy runtime takes to start the actor.
+                // Begun here, not in the call's task: the lease counts from
+                // now, however long a busy runtime takes to start the task.
                 // The tool is called inside the operation's task, where a
                 // panic is the call's.
                 let client = route.client;
@@ -175,25 +175,7 @@ impl AgentLoop {
                     index,
                     attempt,
                 };
-                let name = self.adopt(&path, step, Some(index), attempt);
-                let span = self.call_span(&path, attempt);
-                let me = myself.clone();
-                let cell = myself.get_cell();
-                tokio::spawn(async move {
-                    if let Err(error) =
-                        tool_call::ToolCallActor::spawn_linked(name, args, span, cell).await
-                    {
-                        let _ = me.send_message(LoopMsg::CallDone {
-                            step,
-                            index,
-                            attempt,
-                            outcome: Err(ChildEnd::Failed {
-                                reason: format!("could not start the tool call: {error}"),
-                                retryable: true,
-                            }),
-                        });
-                    }
-                });
+                super::call::spawn(args, self.call_span(&path, attempt));
             }
         }
     }
@@ -380,8 +362,6 @@ impl AgentLoop {
         }
         call.running = false;
         let subject = call.request.name.clone();
-        self.children
-            .retain(|_, c| *c != (step, Some(index), attempt));
         let is_tool = subject != SPAWN_WORKER_TOOL && subject != COMPLETE_MILESTONE_TOOL;
         match outcome {
             Ok(result) => {

@@ -1,13 +1,12 @@
-//! `ModelCallActor`: one model call of one step, under a lease.
+//! One model call of one step, under a lease.
 //!
 //! The call runs in the lease's task (streaming chunks are its evidence);
-//! the actor waits for its outcome, reports it to its loop and stops. A
-//! panic of the actor itself reaches the loop through ractor's supervision
-//! and is handled like the call's own panic.
+//! its [task](super::call) waits for its outcome and reports it to its loop.
+//! A panic of that task reaches the loop like the call's own panic.
 
 use ractor::ActorRef;
 
-use super::call::{Call, CallActor};
+use super::call::{Call, Panicked};
 use super::{LoopMsg, lease_end};
 use crate::ports::{ModelError, ModelReply};
 use crate::supervision::lease::{LeaseError, LeaseHandle};
@@ -15,7 +14,7 @@ use crate::supervision::strategy::ChildEnd;
 
 /// What a model call is started with: the call itself, already begun under
 /// its lease by the loop (so the lease counts from the moment the loop began
-/// the call, however long the actor takes to start), and where to report.
+/// the call, however long its task takes to start), and where to report.
 pub(crate) struct ModelCallArgs {
     pub(crate) supervised: Result<LeaseHandle<Result<ModelReply, ModelError>>, LeaseError>,
     pub(crate) reply_to: ActorRef<LoopMsg>,
@@ -23,10 +22,16 @@ pub(crate) struct ModelCallArgs {
     pub(crate) attempt: u32,
 }
 
-/// One model call under a lease.
-pub(crate) type ModelCallActor = CallActor<ModelCallArgs>;
-
 impl Call for ModelCallArgs {
+    fn on_panic(&self) -> Panicked {
+        Panicked {
+            reply_to: self.reply_to.clone(),
+            step: self.step,
+            index: None,
+            attempt: self.attempt,
+        }
+    }
+
     async fn run(self) {
         let ModelCallArgs {
             supervised,

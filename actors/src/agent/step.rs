@@ -258,8 +258,8 @@ impl AgentLoop {
             stream,
             attempt,
         });
-        // Begun here, not in the call's actor: the lease counts from now,
-        // however long a busy runtime takes to start the actor. The model is
+        // Begun here, not in the call's task: the lease counts from now,
+        // however long a busy runtime takes to start the task. The model is
         // called inside the operation's task, where a panic is the call's.
         let model = self.ctx.model.clone();
         let supervised = self.ctx.leases.supervise(spec, move |evidence| async move {
@@ -271,26 +271,7 @@ impl AgentLoop {
             step,
             attempt,
         };
-        let name = self.adopt(&path, step, None, attempt);
-        let span = self.call_span(&path, attempt);
-        let me = myself.clone();
-        let cell = myself.get_cell();
-        tokio::spawn(async move {
-            if let Err(error) =
-                model_call::ModelCallActor::spawn_linked(name, args, span, cell).await
-            {
-                let _ = me.send_message(LoopMsg::ModelDone {
-                    step,
-                    attempt,
-                    outcome: Err(ChildEnd::Failed {
-                        reason: format!("could not start the model call: {error}"),
-                        retryable: true,
-                    }),
-                    retry_after: None,
-                    overflow: None,
-                });
-            }
-        });
+        super::call::spawn(args, self.call_span(&path, attempt));
     }
 
     pub(super) async fn model_done(
@@ -310,7 +291,6 @@ impl AgentLoop {
             return None;
         }
         self.model_running = false;
-        self.children.retain(|_, c| *c != (step, None, attempt));
         let reply = match outcome {
             Ok(reply) => reply,
             Err(end) => {

@@ -5,7 +5,7 @@
 //! as the call's result; a call of unknown outcome to a tool not known to be
 //! idempotent is never made twice blindly.
 
-use ractor::{ActorCell, ActorRef};
+use ractor::ActorRef;
 use tokio::sync::watch;
 
 use super::{
@@ -386,49 +386,6 @@ impl AgentLoop {
                 evidence,
             })));
         }
-    }
-
-    /// Maps ractor's report of a child actor's panic to the child's end.
-    /// What a loop does with ractor's supervision events: a child's panic
-    /// becomes that child's end; anything else (a child stopping normally)
-    /// needs nothing, where ractor's default would stop the loop.
-    pub(crate) fn supervise(
-        &mut self,
-        myself: &ActorRef<LoopMsg>,
-        event: ractor::SupervisionEvent,
-    ) {
-        if let ractor::SupervisionEvent::ActorFailed(cell, error) = event {
-            self.child_panicked(myself, &cell, error.to_string());
-        }
-    }
-
-    pub(super) fn child_panicked(
-        &mut self,
-        myself: &ActorRef<LoopMsg>,
-        cell: &ActorCell,
-        message: String,
-    ) {
-        let Some((step, index, attempt)) =
-            cell.get_name().and_then(|name| self.children.remove(&name))
-        else {
-            return;
-        };
-        let end = ChildEnd::Panicked { message };
-        let _ = match index {
-            None => myself.send_message(LoopMsg::ModelDone {
-                step,
-                attempt,
-                outcome: Err(end),
-                retry_after: None,
-                overflow: None,
-            }),
-            Some(index) => myself.send_message(LoopMsg::CallDone {
-                step,
-                index,
-                attempt,
-                outcome: Err(end),
-            }),
-        };
     }
 }
 

@@ -1,8 +1,8 @@
-//! `ToolCallActor`: one tool call, under a lease, with its idempotency key.
+//! One tool call, under a lease, with its idempotency key.
 //!
 //! The call runs in the lease's task (MCP progress notifications are its
-//! evidence); the actor waits for its outcome, reports it to its loop and
-//! stops. Every attempt of the same call carries the same idempotency key.
+//! evidence); its [task](super::call) waits for its outcome and reports it
+//! to its loop. Every attempt of the same call carries the same idempotency key.
 //! A tool's own error is a result the model sees; a transport failure, a
 //! verdict or a panic is an end for the loop's supervision strategy.
 //!
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use ractor::ActorRef;
 
-use super::call::{Call, CallActor};
+use super::call::{Call, Panicked};
 use super::{LoopMsg, RunContext, lease_end};
 use crate::event::EventKind;
 use crate::ports::{ToolError, ToolOutput};
@@ -25,7 +25,7 @@ use crate::supervision::strategy::ChildEnd;
 
 /// What a tool call is started with: the call itself, already begun under
 /// its lease by the loop (the lease counts from the moment the loop began
-/// the call, however long the actor takes to start), and where to report.
+/// the call, however long its task takes to start), and where to report.
 pub(crate) struct ToolCallArgs {
     /// The run, for its events and its cap on a result.
     pub(crate) ctx: Arc<RunContext>,
@@ -40,9 +40,6 @@ pub(crate) struct ToolCallArgs {
     pub(crate) index: usize,
     pub(crate) attempt: u32,
 }
-
-/// One tool call under a lease.
-pub(crate) type ToolCallActor = CallActor<ToolCallArgs>;
 
 /// What [`truncate_result`] cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +68,15 @@ pub(crate) fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Tru
 }
 
 impl Call for ToolCallArgs {
+    fn on_panic(&self) -> Panicked {
+        Panicked {
+            reply_to: self.reply_to.clone(),
+            step: self.step,
+            index: Some(self.index),
+            attempt: self.attempt,
+        }
+    }
+
     async fn run(self) {
         let ToolCallArgs {
             ctx,

@@ -111,13 +111,13 @@ impl Actor for WorkerActor {
 
     async fn handle_supervisor_evt(
         &self,
-        myself: ActorRef<Self::Msg>,
-        event: SupervisionEvent,
-        state: &mut Self::State,
+        _myself: ActorRef<Self::Msg>,
+        _event: SupervisionEvent,
+        _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // ractor's default stops a supervisor when a child ends: a worker
-        // outlives its calls, and turns their panics into ends.
-        state.agent.supervise(&myself, event);
+        // outlives its own workers, whose ends (a panic included: it drops
+        // the worker's answer) reach it as their calls' outcomes.
         Ok(())
     }
 }
