@@ -13,7 +13,7 @@ mod tail;
 
 pub(crate) use crate::vocabulary::event::overflow_sizes;
 pub use crate::vocabulary::event::{
-    BudgetRecord, CallOutcome, Event, EventKind, HandedTo, OverflowAction, counted,
+    BudgetRecord, CallOutcome, Event, EventKind, HandedTo, OverflowAction, RunFork, counted,
 };
 pub(crate) use crate::vocabulary::limits::cut_at_boundary;
 pub use crate::vocabulary::limits::{

@@ -150,7 +150,7 @@ impl Actor for RunActor {
                     flow: flow.name.clone(),
                     task: flow.task.clone(),
                     max_steps: flow.max_steps,
-                    trace_parent: state.record.trace_parent.clone(),
+                    trace_parent: state.record.trace_parent.clone().map(Box::new),
                 },
             );
         } else {
@@ -160,7 +160,7 @@ impl Actor for RunActor {
                     owner_id: ctx.owner_id.clone(),
                     fence: ctx.fence(),
                     created_at_ms: Some(state.record.created_at_ms),
-                    trace_parent: state.record.trace_parent.clone(),
+                    trace_parent: state.record.trace_parent.clone().map(Box::new),
                 },
             );
         }
@@ -327,7 +327,7 @@ impl RunActorState {
                     owner_id: ctx.owner_id.clone(),
                     fence: ctx.fence(),
                     created_at_ms: Some(self.record.created_at_ms),
-                    trace_parent: self.record.trace_parent.clone(),
+                    trace_parent: self.record.trace_parent.clone().map(Box::new),
                 },
             );
         }
@@ -459,7 +459,7 @@ impl RunActorState {
             EventKind::Paused {
                 reason: escalation.reason.clone(),
                 subject: escalation.subject.clone(),
-                evidence: escalation.evidence.clone(),
+                evidence: escalation.evidence.clone().map(Box::new),
             },
         );
         let pause = PauseRecord {
@@ -489,7 +489,7 @@ impl RunActorState {
             EventKind::ReconciliationRequired {
                 tool: record.tool.clone(),
                 idempotency_key: record.key.clone(),
-                arguments: record.arguments.clone(),
+                arguments: Box::new(record.arguments.clone()),
                 reason: reconciliation.reason.clone(),
             },
         );

@@ -142,7 +142,7 @@ async fn every_event_kind_has_a_stable_snake_case_name() {
             command: "resume".into(),
             reason: "run r is not paused".into(),
         },
-        EventKind::RunForked {
+        EventKind::RunForked(Box::new(leasehold_actors::RunFork {
             flow: "f".into(),
             parent: "run-p".into(),
             loop_path: "run/worker:w:1".into(),
@@ -150,7 +150,7 @@ async fn every_event_kind_has_a_stable_snake_case_name() {
             guidance: Some("g".into()),
             changes: vec!["max_steps=3".into()],
             person_answers: vec!["a".into()],
-        },
+        })),
         EventKind::ToolCallReplayed {
             tool: "charge".into(),
             idempotency_key: "run-p/run/1/0".into(),

@@ -142,7 +142,7 @@ async fn a_fork_after_a_tool_replays_its_result_and_its_guidance_reaches_the_nex
         .filter(|e| e.run_id == fork_id)
         .collect();
     assert!(
-        matches!(&events[0].kind, EventKind::RunForked { parent: p, step: 2, .. } if *p == parent)
+        matches!(&events[0].kind, EventKind::RunForked(fork) if fork.parent == parent && fork.step == 2)
     );
     let replayed: Vec<_> = events
         .iter()
@@ -573,9 +573,10 @@ async fn what_people_answered_the_parent_is_inherited_and_said_never_replayed_si
         .into_iter()
         .filter(|e| e.run_id == fork.run_id())
         .collect();
-    let EventKind::RunForked { person_answers, .. } = &forked[0].kind else {
+    let EventKind::RunForked(started) = &forked[0].kind else {
         panic!("{:?}", forked[0]);
     };
+    let person_answers = &started.person_answers;
     assert!(
         person_answers
             .iter()

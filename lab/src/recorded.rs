@@ -93,7 +93,7 @@ pub fn recorded_operations(
                     ));
                     calls.len() - 1
                 });
-                calls[at].1.attempts.push((lease_id.0, timing.clone()));
+                calls[at].1.attempts.push((lease_id.0, (**timing).clone()));
             }
             EventKind::Intervened { lease_id, .. }
             | EventKind::Escalated { lease_id, .. }

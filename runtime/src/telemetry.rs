@@ -115,18 +115,18 @@ impl SpanAssembler {
             EventKind::RunStarted {
                 flow, trace_parent, ..
             } => {
-                self.learn_caller(run, trace_parent.as_ref());
+                self.learn_caller(run, trace_parent.as_deref());
                 self.ensure_run(run, event.at, Some(flow));
             }
-            EventKind::RunForked { flow, .. } => {
-                self.ensure_run(run, event.at, Some(flow));
+            EventKind::RunForked(fork) => {
+                self.ensure_run(run, event.at, Some(&fork.flow));
             }
             EventKind::RunResumed {
                 created_at_ms,
                 trace_parent,
                 ..
             } => {
-                self.learn_caller(run, trace_parent.as_ref());
+                self.learn_caller(run, trace_parent.as_deref());
                 // The run began when it was created, on whichever executor.
                 self.ensure_run(run, created_at_ms.unwrap_or(event.at), None);
             }

@@ -294,7 +294,7 @@ fn a_run_resumed_elsewhere_has_its_span_begin_when_it_was_created_in_its_callers
                 owner_id: "exec-b".to_owned(),
                 fence: 2,
                 created_at_ms: Some(1_000),
-                trace_parent: Some(caller.clone()),
+                trace_parent: Some(Box::new(caller.clone())),
             },
         ),
         at(

@@ -183,7 +183,7 @@ impl Engine {
         let Some(origin) = &record.fork else {
             return Ok(());
         };
-        let forked = EventKind::RunForked {
+        let forked = EventKind::RunForked(Box::new(crate::event::RunFork {
             flow: flow.to_owned(),
             parent: origin.parent.clone(),
             loop_path: origin.path.clone(),
@@ -191,7 +191,7 @@ impl Engine {
             guidance: origin.guidance.clone(),
             changes: origin.changes.clone(),
             person_answers: origin.person_answers.clone(),
-        };
+        }));
         let replayed = saved
             .calls
             .iter()

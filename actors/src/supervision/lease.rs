@@ -353,10 +353,10 @@ impl LeaseState {
                     lease_kind: meta.kind,
                     pace_key: key.to_owned(),
                     endpoint: meta.endpoint.clone(),
-                    pace: crate::pace::Pace {
+                    pace: Box::new(crate::pace::Pace {
                         runs: Vec::new(),
                         ..pace
-                    },
+                    }),
                     queued,
                 },
             );
@@ -1079,7 +1079,7 @@ impl LeaseState {
                 lease_id: entry.meta.id,
                 lease_kind: entry.meta.kind,
                 subject: entry.meta.subject.clone(),
-                timing,
+                timing: Box::new(timing),
             },
         );
     }

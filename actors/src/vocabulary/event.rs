@@ -201,7 +201,7 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         endpoint: Option<String>,
         /// The pace it was seeded with.
-        pace: crate::pace::Pace,
+        pace: Box<crate::pace::Pace>,
         /// Whether another call of this executor was in flight at the
         /// endpoint when it began, so that its first item may have waited
         /// in the endpoint's queue.
@@ -218,7 +218,7 @@ pub enum EventKind {
         /// What the operation was doing.
         subject: String,
         /// Its timing.
-        timing: crate::vocabulary::evidence::OperationTiming,
+        timing: Box<crate::vocabulary::evidence::OperationTiming>,
     },
     /// The run's log holds its
     /// [`max_run_events`](crate::EventLimits::max_run_events): events of
@@ -242,28 +242,11 @@ pub enum EventKind {
         /// The caller's trace context, when the run was started within a
         /// caller's trace.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        trace_parent: Option<crate::trace_context::TraceParent>,
+        trace_parent: Option<Box<crate::trace_context::TraceParent>>,
     },
     /// A fork began: a run that starts from another run's state at one of
     /// its step boundaries. Emitted in place of `run_started`.
-    RunForked {
-        /// The flow's name.
-        flow: String,
-        /// The run it was forked from.
-        parent: String,
-        /// The loop whose step it starts at (the event's own `path` is
-        /// the root's).
-        loop_path: String,
-        /// That step.
-        step: u32,
-        /// The guidance given to its first step.
-        guidance: Option<String>,
-        /// The changes made to the flow.
-        changes: Vec<String>,
-        /// What people answered in the parent before the fork point, which
-        /// the fork inherits with the parent's state.
-        person_answers: Vec<String>,
-    },
+    RunForked(Box<RunFork>),
     /// A loop (the root or a worker) began a step.
     StepStarted {
         /// The step's number, from 1.
@@ -443,7 +426,7 @@ pub enum EventKind {
         subject: String,
         /// The evidence at that moment, if a lease escalated.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        evidence: Option<EvidenceSummary>,
+        evidence: Option<Box<EvidenceSummary>>,
     },
     /// An executor claimed the run and resumed it from its snapshots.
     RunResumed {
@@ -458,7 +441,7 @@ pub enum EventKind {
         /// The caller's trace context, when the run was started within a
         /// caller's trace.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        trace_parent: Option<crate::trace_context::TraceParent>,
+        trace_parent: Option<Box<crate::trace_context::TraceParent>>,
     },
     /// A tool call's outcome is unknown and the tool is not known to be
     /// idempotent: the run waits for a person to decide.
@@ -468,7 +451,7 @@ pub enum EventKind {
         /// The call's idempotency key.
         idempotency_key: String,
         /// Its arguments.
-        arguments: serde_json::Value,
+        arguments: Box<serde_json::Value>,
         /// Why.
         reason: String,
     },
@@ -509,6 +492,27 @@ pub enum EventKind {
         /// Why, as the run's rule says it.
         reason: String,
     },
+}
+
+/// Where a fork began: the `run_forked` event's fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunFork {
+    /// The flow's name.
+    pub flow: String,
+    /// The run it was forked from.
+    pub parent: String,
+    /// The loop whose step it starts at (the event's own `path` is
+    /// the root's).
+    pub loop_path: String,
+    /// That step.
+    pub step: u32,
+    /// The guidance given to its first step.
+    pub guidance: Option<String>,
+    /// The changes made to the flow.
+    pub changes: Vec<String>,
+    /// What people answered in the parent before the fork point, which
+    /// the fork inherits with the parent's state.
+    pub person_answers: Vec<String>,
 }
 
 /// `n` and `noun`, plural unless `n` is one: `1 renewal`, `2 renewals`
@@ -604,15 +608,16 @@ impl EventKind {
                 max_steps,
                 ..
             } => format!("flow `{flow}` ({}): {task}", counted(*max_steps, "step")),
-            Self::RunForked {
-                parent,
-                loop_path,
-                step,
-                guidance,
-                changes,
-                person_answers,
-                ..
-            } => {
+            Self::RunForked(fork) => {
+                let RunFork {
+                    parent,
+                    loop_path,
+                    step,
+                    guidance,
+                    changes,
+                    person_answers,
+                    ..
+                } = fork.as_ref();
                 let mut text = format!("forked from {parent} at {loop_path} step {step}");
                 if let Some(guidance) = guidance {
                     text.push_str(&format!(", guidance: {guidance}"));

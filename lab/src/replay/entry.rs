@@ -24,9 +24,7 @@ pub(super) fn loop_of(path: &str) -> &str {
 /// What an event says of its loop's course, if it is part of it.
 pub(super) fn course_entry(kind: &EventKind) -> Option<String> {
     Some(match kind {
-        EventKind::RunForked {
-            loop_path, step, ..
-        } => format!("forked at {loop_path} step {step}"),
+        EventKind::RunForked(fork) => format!("forked at {} step {}", fork.loop_path, fork.step),
         EventKind::RunResumed { .. } => "claimed and resumed from its snapshots".to_owned(),
         EventKind::StepStarted { step, .. } => format!("step {step}"),
         EventKind::ModelCallFinished {

@@ -185,7 +185,7 @@ impl Script {
                 lease_id, timing, ..
             } => {
                 if let Some(invocation) = self.invocation_of(path, *lease_id) {
-                    invocation.timing = Some(timing.clone());
+                    invocation.timing = Some((**timing).clone());
                 }
             }
             EventKind::ToolResultTruncated {
