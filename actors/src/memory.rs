@@ -139,6 +139,10 @@ impl MemoryStore {
     pub fn events(&self, run_id: &str) -> Vec<Event> {
         let mut events = self.lock().events.get(run_id).cloned().unwrap_or_default();
         events.sort_by_key(|e| e.seq);
+        // Kept without their run's id, which their log is filed under.
+        for event in &mut events {
+            event.run_id = run_id.to_owned();
+        }
         events
     }
 
@@ -472,7 +476,10 @@ impl EventLog for MemoryStore {
             // An append tried again after an error that hid its success
             // adds nothing twice: a log holds each seq once, in `seq`
             // order, however a little out of order its events came.
-            for event in events {
+            for mut event in events {
+                // The log is filed under the run's id: each event need not
+                // keep a copy of it (`events` gives it back).
+                event.run_id = String::new();
                 // Nearly always after the last: pushed without a search.
                 if log.last().is_none_or(|last| last.seq < event.seq) {
                     log.push(event);

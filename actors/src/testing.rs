@@ -313,7 +313,7 @@ impl RecordingSink {
         self.events()
             .into_iter()
             .filter_map(|e| match e.kind {
-                EventKind::Verdict(record) => Some(*record),
+                EventKind::Verdict(record) => Some(std::sync::Arc::unwrap_or_clone(record)),
                 _ => None,
             })
             .collect()

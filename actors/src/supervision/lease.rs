@@ -628,7 +628,7 @@ impl LeaseState {
             let (meta, renewals) = (entry.meta.clone(), entry.renewals);
             let evidence = entry.evidence.summary(now, &entry.terms.accrual);
             let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
-            self.emit(&meta, EventKind::Verdict(Box::new(record)));
+            self.emit(&meta, EventKind::Verdict(Arc::new(record)));
             self.decided(id, generation, decision);
             return;
         }
@@ -752,7 +752,7 @@ impl LeaseState {
                     ),
                 );
                 let record = VerdictRecord::new(&meta, renewals, evidence, &decision, None);
-                self.emit(&meta, EventKind::Verdict(Box::new(record)));
+                self.emit(&meta, EventKind::Verdict(Arc::new(record)));
                 self.decided(id, generation, decision);
                 return;
             }
@@ -816,7 +816,7 @@ impl LeaseState {
         if let Judgement::Decided(decision) = judgement {
             let record =
                 VerdictRecord::new(&meta, renewals, evidence, &decision, None).early(early);
-            self.emit(&meta, EventKind::Verdict(Box::new(record)));
+            self.emit(&meta, EventKind::Verdict(Arc::new(record)));
             if let Some(entry) = self.leases.get_mut(&id) {
                 entry.seen_items = seen_items;
                 entry.pending = Some(PendingExpiry {
@@ -911,7 +911,7 @@ impl LeaseState {
                     .evidence
                     .summary(tokio::time::Instant::now(), &entry.terms.accrual);
                 let record = VerdictRecord::new(&meta, entry.renewals, evidence, &renewed, None);
-                self.emit(&meta, EventKind::Verdict(Box::new(record)));
+                self.emit(&meta, EventKind::Verdict(Arc::new(record)));
                 overruled = true;
                 renewed
             }

@@ -289,7 +289,7 @@ fn publish(
     events.emit(
         &meta.run_id,
         &meta.path,
-        EventKind::Verdict(Box::new(record)),
+        EventKind::Verdict(Arc::new(record)),
     );
     reply.send(decision);
 }

@@ -121,7 +121,7 @@ pub enum EventKind {
     /// Boxed, as the larger records are: an event is as large as its
     /// largest kind, and every event a run logs is held until it is
     /// stored.
-    Verdict(Box<VerdictRecord>),
+    Verdict(std::sync::Arc<VerdictRecord>),
     /// An operation reported progress to its lease.
     Progress {
         /// The lease.
