@@ -179,6 +179,7 @@ pub(crate) fn start(
         writes,
         health,
         runs: HashMap::new(),
+        stalled: 0,
     };
     tokio::spawn(writer.run(items));
     log
@@ -192,6 +193,9 @@ struct Writer {
     writes: StoreWrites,
     health: Arc<StoreHealth>,
     runs: HashMap<String, RunLog>,
+    /// How many of `runs` are stalled: while none is, the writer waits for
+    /// items alone, without looking through every run for a next try.
+    stalled: usize,
 }
 
 /// A run the writer logs.
@@ -229,12 +233,15 @@ impl Writer {
     async fn run(mut self, mut items: mpsc::UnboundedReceiver<LogItem>) {
         let mut batch: Vec<LogItem> = Vec::new();
         loop {
-            let next_try = self
-                .runs
-                .values()
-                .filter_map(|r| r.stalled.as_ref())
-                .map(|s| s.next)
-                .min();
+            let next_try = if self.stalled == 0 {
+                None
+            } else {
+                self.runs
+                    .values()
+                    .filter_map(|r| r.stalled.as_ref())
+                    .map(|s| s.next)
+                    .min()
+            };
             let first = tokio::select! {
                 item = items.recv() => match item {
                     Some(item) => item,
@@ -256,7 +263,7 @@ impl Writer {
             for item in batch.drain(..) {
                 match item {
                     LogItem::Register(run_id, entry) => {
-                        self.runs.insert(
+                        let replaced = self.runs.insert(
                             run_id,
                             RunLog {
                                 entry,
@@ -265,6 +272,9 @@ impl Writer {
                                 end_taken: false,
                             },
                         );
+                        if replaced.is_some_and(|run| run.stalled.is_some()) {
+                            self.stalled -= 1;
+                        }
                     }
                     LogItem::Event(event) => {
                         // A run's end is the last of its log: what its
@@ -272,18 +282,18 @@ impl Writer {
                         // judged too late, a lease cancelled) is not
                         // logged, so whoever reads the log's last event
                         // finds the end.
-                        if let Some(run) = self.runs.get_mut(&event.run_id) {
-                            if run.end_taken {
+                        let stall = match self.runs.get_mut(&event.run_id) {
+                            Some(run) if run.end_taken => {
                                 tracing::debug!(run_id = %event.run_id, kind = event.kind.name(), "an event after the run's end is not logged");
                                 continue;
                             }
-                            run.end_taken = is_end(&event.kind);
-                        }
-                        match self
-                            .runs
-                            .get_mut(&event.run_id)
-                            .and_then(|r| r.stalled.as_mut())
-                        {
+                            Some(run) => {
+                                run.end_taken = is_end(&event.kind);
+                                run.stalled.as_mut()
+                            }
+                            None => None,
+                        };
+                        match stall {
                             // Behind the run's events the store refused.
                             Some(stall) => stall.events.push(event),
                             None => match pending.get_mut(&event.run_id) {
@@ -354,6 +364,7 @@ impl Writer {
     /// store did not take of its log (answering its flushes `written`).
     fn forget(&mut self, run_id: &str, written: bool) {
         if let Some(stall) = self.runs.remove(run_id).and_then(|run| run.stalled) {
+            self.stalled -= 1;
             for done in stall.waiting {
                 let _ = done.send(written);
             }
@@ -419,7 +430,9 @@ impl Writer {
         events: Vec<Arc<Event>>,
         result: Result<Fenced<()>, StoreError>,
     ) {
-        let trace_id = crate::trace_context::trace_id_for(&run_id);
+        // The trace id is derived only where something is logged (in the
+        // macros, which evaluate it only when enabled): it costs a lookup
+        // and a hash, and nearly every append is simply applied.
         let Some(run) = self.runs.get_mut(&run_id) else {
             return;
         };
@@ -427,7 +440,8 @@ impl Writer {
             Ok(Fenced::Applied(())) => {
                 self.health.ok();
                 if let Some(stall) = run.stalled.take() {
-                    tracing::info!(%run_id, %trace_id, attempts = stall.attempt, "events logged after the store refused them");
+                    self.stalled -= 1;
+                    tracing::info!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), attempts = stall.attempt, "events logged after the store refused them");
                     for done in stall.waiting {
                         let _ = done.send(true);
                     }
@@ -437,7 +451,7 @@ impl Writer {
                 }
             }
             Ok(Fenced::Stale { .. }) => {
-                tracing::warn!(%run_id, %trace_id, "events of a run this executor lost were not logged");
+                tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), "events of a run this executor lost were not logged");
                 if run.stalled.is_some() {
                     self.forget(&run_id, false);
                 }
@@ -446,6 +460,9 @@ impl Writer {
                 self.health.error(&error);
                 run.entry.errors.fetch_add(1, Ordering::Relaxed);
                 let now = Instant::now();
+                if run.stalled.is_none() {
+                    self.stalled += 1;
+                }
                 let stall = run.stalled.get_or_insert_with(|| Stall {
                     events: Vec::new(),
                     attempt: 0,
@@ -464,13 +481,13 @@ impl Writer {
                 if !stall.told && (!error.is_transient() || patience_over) {
                     stall.told = true;
                     self.health.gave_up();
-                    tracing::error!(%run_id, %trace_id, %error, held = stall.events.len(), "events not logged: the run is told, and they are tried again");
+                    tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, held = stall.events.len(), "events not logged: the run is told, and they are tried again");
                     for done in stall.waiting.drain(..) {
                         let _ = done.send(false);
                     }
                     (run.entry.give_up)(error);
                 } else if stall.attempt == 1 {
-                    tracing::warn!(%run_id, %trace_id, %error, "events not logged yet: tried again");
+                    tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "events not logged yet: tried again");
                 }
             }
         }
