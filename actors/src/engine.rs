@@ -261,7 +261,7 @@ impl Engine {
             run_id.to_owned(),
             run.actor.clone(),
             run.state.clone(),
-            crate::run::RunEventSource::new(self.bus.clone(), self.bus.subscribe()),
+            crate::run::RunEventSource::new(self.bus.clone(), self.bus.last_seq()),
         ))
     }
 
@@ -388,9 +388,9 @@ impl Engine {
         lineage: bool,
     ) -> Result<RunHandle, EngineError> {
         let run_id = record.run_id.clone();
-        // Subscribed before anything of the run is published, so that the
+        // Marked before anything of the run is published, so that the
         // handle's first event stream misses none of the run's events.
-        let events = self.bus.subscribe();
+        let events = self.bus.last_seq();
         if lineage && let Some(saved) = &saved {
             self.log_lineage(&record, &plan.flow.name, saved).await?;
         }

@@ -779,15 +779,17 @@ pub struct RunHandle {
 }
 
 /// Where a handle's event streams come from: the engine's bus, and the
-/// subscription taken before the run started, for the first stream.
+/// bus's last `seq` before the run started, where the first stream begins
+/// (a mark, not a subscription: a subscription held from the run's start
+/// and never read would walk every event published since when dropped).
 #[derive(Clone)]
 pub(crate) struct RunEventSource {
     bus: EventBus,
-    first: Arc<std::sync::Mutex<Option<EventStream>>>,
+    first: Arc<std::sync::Mutex<Option<u64>>>,
 }
 
 impl RunEventSource {
-    pub(crate) fn new(bus: EventBus, first: EventStream) -> Self {
+    pub(crate) fn new(bus: EventBus, first: u64) -> Self {
         Self {
             bus,
             first: Arc::new(std::sync::Mutex::new(Some(first))),
@@ -915,7 +917,10 @@ impl RunHandle {
             .take();
         RunEvents {
             run_id: self.run_id.clone(),
-            stream: first.unwrap_or_else(|| self.events.bus.subscribe()),
+            stream: match first {
+                Some(seq) => self.events.bus.subscribe_after(seq),
+                None => self.events.bus.subscribe(),
+            },
             state: self.state.clone(),
             lagged: false,
             ended: false,

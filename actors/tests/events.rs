@@ -231,3 +231,41 @@ async fn emitting_never_blocks_without_readers() {
     }
     assert_eq!(bus.last_seq(), 10_000);
 }
+
+#[tokio::test]
+async fn a_stream_after_a_seq_reads_what_a_subscription_then_would_have_read() {
+    let bus = EventBus::with_clock(4, Arc::new(TokioClock::starting_at(0)));
+    let cancelled = |n: u64| EventKind::LeaseCancelled {
+        lease_id: LeaseId(n),
+    };
+    bus.emit(RUN, PATH, cancelled(0));
+    let mark = bus.last_seq();
+    let mut subscribed = bus.subscribe();
+    for n in 1..3u64 {
+        bus.emit(RUN, PATH, cancelled(n));
+    }
+    // Within the bus's capacity: the events after the mark, then those to
+    // come, exactly as the subscription taken at the mark reads them.
+    let mut after = bus.subscribe_after(mark);
+    bus.emit(RUN, PATH, cancelled(3));
+    let read = |stream: &mut EventStream| {
+        let mut seqs = Vec::new();
+        while let Some(next) = stream.try_recv() {
+            seqs.push(next.map(|event| event.seq));
+        }
+        seqs
+    };
+    assert_eq!(read(&mut after), [Ok(2), Ok(3), Ok(4)]);
+    assert_eq!(read(&mut subscribed), [Ok(2), Ok(3), Ok(4)]);
+    // Further behind than the capacity: told how many it lost, then the
+    // rest, as a lagging subscription is.
+    let mark = bus.last_seq();
+    let mut subscribed = bus.subscribe();
+    for n in 4..10u64 {
+        bus.emit(RUN, PATH, cancelled(n));
+    }
+    let mut after = bus.subscribe_after(mark);
+    let expected = [Err(Lagged { missed: 2 }), Ok(7), Ok(8), Ok(9), Ok(10)];
+    assert_eq!(read(&mut after), expected);
+    assert_eq!(read(&mut subscribed), expected);
+}

@@ -11,7 +11,7 @@
 //! the reader being told. (ractor's output ports are broadcasts of 10 that
 //! drop silently, which is why the bus is our own.)
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -38,11 +38,23 @@ pub struct EventBus {
 struct BusInner {
     sender: broadcast::Sender<Arc<Event>>,
     // Held while a seq and a position are taken and the event sent, so
-    // that seq order is the order readers see. It holds the last position
-    // of each run published to, until the run is forgotten.
-    publish: Mutex<HashMap<String, u64>>,
+    // that seq order is the order readers see.
+    publish: Mutex<Published>,
+    /// How many events `Published::recent` keeps: the bus's capacity.
+    capacity: usize,
     seq: AtomicU64,
     clock: Arc<dyn Clock>,
+}
+
+/// What publishing keeps.
+struct Published {
+    /// The last position of each run published to, until the run is
+    /// forgotten.
+    positions: HashMap<String, u64>,
+    /// The most recent events, as many as a subscriber may leave unread:
+    /// what a stream that starts at an earlier `seq` reads first
+    /// ([`EventBus::subscribe_after`]).
+    recent: VecDeque<Arc<Event>>,
 }
 
 impl EventBus {
@@ -56,11 +68,16 @@ impl EventBus {
 
     /// A bus of `capacity` (at least 1) stamping events with `clock`.
     pub fn with_clock(capacity: usize, clock: Arc<dyn Clock>) -> Self {
-        let (sender, _) = broadcast::channel(capacity.max(1));
+        let capacity = capacity.max(1);
+        let (sender, _) = broadcast::channel(capacity);
         Self {
             inner: Arc::new(BusInner {
                 sender,
-                publish: Mutex::new(HashMap::new()),
+                publish: Mutex::new(Published {
+                    positions: HashMap::new(),
+                    recent: VecDeque::new(),
+                }),
+                capacity,
                 seq: AtomicU64::new(0),
                 clock,
             }),
@@ -71,6 +88,33 @@ impl EventBus {
     pub fn subscribe(&self) -> EventStream {
         EventStream {
             receiver: self.inner.sender.subscribe(),
+            backlog: VecDeque::new(),
+            missed: 0,
+        }
+    }
+
+    /// A stream of every event published after `seq`: those already
+    /// published first, then those to come, as a stream subscribed when
+    /// `seq` was the last would have read them — told [`Lagged`] with the
+    /// count of those more than the bus's capacity behind. What a run's
+    /// handle gives its first stream, without holding a subscription (whose
+    /// unread events a drop would have to walk) from the run's start.
+    pub fn subscribe_after(&self, seq: u64) -> EventStream {
+        let published = self.published();
+        let receiver = self.inner.sender.subscribe();
+        let last = self.inner.seq.load(Ordering::Acquire);
+        let backlog: VecDeque<Arc<Event>> = published
+            .recent
+            .iter()
+            .filter(|event| event.seq > seq)
+            .cloned()
+            .collect();
+        let kept = u64::try_from(backlog.len()).unwrap_or(u64::MAX);
+        let missed = last.saturating_sub(seq).saturating_sub(kept);
+        EventStream {
+            receiver,
+            backlog,
+            missed,
         }
     }
 
@@ -88,29 +132,31 @@ impl EventBus {
     /// Makes the run's next event take `position + 1`: a run resumed from
     /// the store goes on after its last logged event.
     pub fn continue_run(&self, run_id: &str, position: u64) {
-        self.positions().insert(run_id.to_owned(), position);
+        self.published()
+            .positions
+            .insert(run_id.to_owned(), position);
     }
 
     /// The position of the run's last event published (0 before its
     /// first): how many events its log holds, or will once written.
     pub(crate) fn position(&self, run_id: &str) -> u64 {
-        self.positions().get(run_id).copied().unwrap_or(0)
+        self.published().positions.get(run_id).copied().unwrap_or(0)
     }
 
     /// Forgets the run's position once it ended here: a later event of it
     /// starts again from 1 unless [`Self::continue_run`] says otherwise.
     pub fn forget_run(&self, run_id: &str) {
-        self.positions().remove(run_id);
+        self.published().positions.remove(run_id);
     }
 
     /// How many runs the bus holds a position of: those that published
     /// and have not ended here (nor been forgotten). What a test of
     /// per-run state reads: it goes back to 0 once every run has ended.
     pub fn runs_tracked(&self) -> usize {
-        self.positions().len()
+        self.published().positions.len()
     }
 
-    fn positions(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+    fn published(&self) -> std::sync::MutexGuard<'_, Published> {
         self.inner
             .publish
             .lock()
@@ -142,7 +188,8 @@ impl EventBus {
     /// Publishes one event and returns it, with its `seq` and `at`.
     pub fn publish(&self, run_id: &str, path: &str, kind: EventKind) -> Arc<Event> {
         let at = self.inner.clock.now_unix_ms();
-        let mut positions = self.positions();
+        let mut published = self.published();
+        let positions = &mut published.positions;
         let position = match positions.get_mut(run_id) {
             Some(last) => {
                 *last += 1;
@@ -162,6 +209,10 @@ impl EventBus {
             path: path.to_owned(),
             kind,
         });
+        if published.recent.len() == self.inner.capacity {
+            published.recent.pop_front();
+        }
+        published.recent.push_back(event.clone());
         // No subscriber is not an error: the event simply has no reader.
         let _ = self.inner.sender.send(event.clone());
         event
@@ -172,12 +223,19 @@ impl EventBus {
 #[derive(Debug)]
 pub struct EventStream {
     receiver: broadcast::Receiver<Arc<Event>>,
+    /// Events published before the stream began that it reads first.
+    backlog: VecDeque<Arc<Event>>,
+    /// How many events before `backlog` it lost, told first.
+    missed: u64,
 }
 
 impl EventStream {
     /// The next event, [`Lagged`] if this reader lost some, or `None` once the
     /// bus is gone and every event was read.
     pub async fn recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        if let Some(earlier) = self.earlier() {
+            return Some(earlier);
+        }
         match self.receiver.recv().await {
             Ok(event) => Some(Ok(event)),
             Err(broadcast::error::RecvError::Lagged(missed)) => Some(Err(Lagged { missed })),
@@ -187,10 +245,23 @@ impl EventStream {
 
     /// Like [`Self::recv`] but without waiting: `None` when nothing is ready.
     pub fn try_recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        if let Some(earlier) = self.earlier() {
+            return Some(earlier);
+        }
         match self.receiver.try_recv() {
             Ok(event) => Some(Ok(event)),
             Err(broadcast::error::TryRecvError::Lagged(missed)) => Some(Err(Lagged { missed })),
             Err(_) => None,
         }
+    }
+
+    /// What the stream read before it began, if it has not yet: first the
+    /// count of what it lost, then the events it kept.
+    fn earlier(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+        if self.missed > 0 {
+            let missed = std::mem::take(&mut self.missed);
+            return Some(Err(Lagged { missed }));
+        }
+        self.backlog.pop_front().map(Ok)
     }
 }
