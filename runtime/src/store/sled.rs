@@ -116,11 +116,6 @@ struct Inner {
     bases: Tree,
     tool_calls: Tree,
     events: Tree,
-    /// The greatest `seq` this process appended to each run's log (a
-    /// bounded cache: cleared when it grows past [`APPENDED_RUNS`]): an
-    /// append whose greatest `seq` is above it cannot meet an entry at its
-    /// key, and is written without reading one first.
-    appended: Mutex<std::collections::HashMap<String, u64>>,
     commands: Tree,
     /// The notices of pauses and ends, until delivered.
     outbox: Notices,
@@ -261,7 +256,6 @@ impl SledStore {
                 bases,
                 tool_calls,
                 events,
-                appended: Mutex::new(std::collections::HashMap::new()),
                 commands,
                 outbox,
                 paces,

@@ -30,19 +30,10 @@ impl EventLog for SledStore {
             None => inner.fenced_put(run_id, fence, &[], &doing),
             Some(last) => codec::event_key(run_id, last)
                 .and_then(|key| {
-                    let events = if inner.appended_before(run_id, last) {
-                        events
-                    } else {
-                        with_kept(inner, &key, events, run_id)?
-                    };
+                    let events = with_kept(inner, &key, events, run_id)?;
                     Ok((&inner.events, key, encode(&events, &doing)?.into()))
                 })
-                .and_then(|entry| inner.fenced_put(run_id, fence, &[entry], &doing))
-                .inspect(|put| {
-                    if put.0.is_applied() {
-                        inner.appended_up_to(run_id, last);
-                    }
-                }),
+                .and_then(|entry| inner.fenced_put(run_id, fence, &[entry], &doing)),
         };
         self.settle_publishing(appended, |_| {
             Some(StoreChange::Events {
@@ -94,38 +85,6 @@ impl EventLog for SledStore {
                 .into_iter()
                 .max_by_key(|event| event.seq))
         })
-    }
-}
-
-/// How many runs [`Inner::appended`] remembers before it starts again.
-const APPENDED_RUNS: usize = 65_536;
-
-impl Inner {
-    /// Whether this process appended to `run_id`'s log up to a `seq` below
-    /// `last`: then no entry can be keyed at `last` (keys only grow), and
-    /// an append there reads none first.
-    fn appended_before(&self, run_id: &str, last: u64) -> bool {
-        self.appended
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(run_id)
-            .is_some_and(|&up_to| up_to < last)
-    }
-
-    /// Remembers that `run_id`'s log holds an entry keyed at `last`.
-    fn appended_up_to(&self, run_id: &str, last: u64) {
-        let mut appended = self
-            .appended
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(up_to) = appended.get_mut(run_id) {
-            *up_to = (*up_to).max(last);
-            return;
-        }
-        if appended.len() >= APPENDED_RUNS {
-            appended.clear();
-        }
-        appended.insert(run_id.to_owned(), last);
     }
 }
 
@@ -213,26 +172,20 @@ mod tests {
         assert_eq!(store.last_event("r").await.unwrap().map(|e| e.seq), Some(8));
     }
 
-    /// An append whose greatest `seq` is above what the process appended
-    /// before is written without reading its key first (nothing can be
-    /// there); one tried again after an error that hid its success, with
+    /// An append tried again after an error that hid its success, with
     /// the events published since, lands beside the first under its own
     /// key, and each `seq` is read once.
     #[tokio::test]
-    async fn an_append_past_the_last_reads_nothing_first_and_a_retry_with_more_reads_each_seq_once()
-    {
+    async fn a_retry_with_more_events_beside_a_hidden_success_reads_each_seq_once() {
         let dir = tempfile::tempdir().expect("a directory");
         let store = SledStore::open(SledConfig::new(dir.path().join("db"))).expect("opens");
         let record = run_record("r", Some("e"), 1, u64::MAX, RunStatus::Running);
         store.create_run(record).await.expect("created");
-        assert!(!store.inner.appended_before("r", 2), "nothing appended yet");
         let first = store
             .append_events("r", events("r", [1, 2]), 1)
             .await
             .unwrap();
         assert!(first.is_applied());
-        assert!(store.inner.appended_before("r", 3));
-        assert!(!store.inner.appended_before("r", 2), "its own key is read");
         // The first append's success was hidden: tried again with the
         // event published since, under the key of its greatest `seq`.
         let again = store
