@@ -390,7 +390,7 @@ impl Engine {
         let run_id = record.run_id.clone();
         // Marked before anything of the run is published, so that the
         // handle's first event stream misses none of the run's events.
-        let events = self.bus.last_seq();
+        let first_seq = self.bus.last_seq();
         if lineage && let Some(saved) = &saved {
             self.log_lineage(&record, &plan.flow.name, saved).await?;
         }
@@ -471,7 +471,7 @@ impl Engine {
                     run_id,
                     actor,
                     watcher,
-                    crate::run::RunEventSource::new(self.bus.clone(), events),
+                    crate::run::RunEventSource::new(self.bus.clone(), first_seq),
                 ))
             }
             Err(error) => {

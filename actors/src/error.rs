@@ -42,3 +42,13 @@ pub enum StartError {
     #[error("could not spawn the actor: {0}")]
     Spawn(String),
 }
+
+/// What a panic said: its message when it has one (a `&str` or a
+/// `String`, as `panic!` makes them).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|message| (*message).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned())
+}

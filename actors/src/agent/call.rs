@@ -9,7 +9,6 @@
 //! it would only wait, at the price of its mailbox's four channels, its
 //! name in ractor's registry and its supervision messages.
 
-use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
@@ -74,20 +73,9 @@ pub(crate) fn spawn<C: Call>(call: C, span: tracing::Span) {
             .catch_unwind()
             .await
         {
-            panicked.report(panic_message(payload.as_ref()));
+            panicked.report(crate::error::panic_message(payload.as_ref()));
         }
     });
-}
-
-/// A panic's message, as the standard library's hook prints it.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "the call panicked".to_owned()
-    }
 }
 
 #[cfg(test)]

@@ -103,12 +103,9 @@ impl EventBus {
         let published = self.published();
         let receiver = self.inner.sender.subscribe();
         let last = self.inner.seq.load(Ordering::Acquire);
-        let backlog: VecDeque<Arc<Event>> = published
-            .recent
-            .iter()
-            .filter(|event| event.seq > seq)
-            .cloned()
-            .collect();
+        // In `seq` order: those after the mark are the ring's tail.
+        let from = published.recent.partition_point(|event| event.seq <= seq);
+        let backlog: VecDeque<Arc<Event>> = published.recent.range(from..).cloned().collect();
         let kept = u64::try_from(backlog.len()).unwrap_or(u64::MAX);
         let missed = last.saturating_sub(seq).saturating_sub(kept);
         EventStream {

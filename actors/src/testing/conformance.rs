@@ -23,7 +23,6 @@
 //! a later `now_ms` is passed, never because the suite sleeps, so the rules
 //! are quick and the same on every run.
 
-use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -417,21 +416,12 @@ async fn run_rule<F: StoreFixture>(fixture: &Arc<F>, rule: &Rule) -> RuleOutcome
     match tokio::time::timeout(RULE_PATIENCE, AssertUnwindSafe(attempt).catch_unwind()).await {
         Ok(Ok(())) => RuleOutcome::Passed,
         Ok(Err(panic)) => RuleOutcome::Failed {
-            message: panic_message(panic.as_ref()),
+            message: crate::error::panic_message(panic.as_ref()),
         },
         Err(_) => RuleOutcome::Failed {
             message: format!("did not finish within {} s", RULE_PATIENCE.as_secs()),
         },
     }
-}
-
-/// What a panic said: its message, when it has one.
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|message| (*message).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with no message".to_owned())
 }
 
 /// One rule's store: the handle it works with, and its place, to open

@@ -354,11 +354,7 @@ impl Drop for DoneGuard {
 
 fn panic_message(join: tokio::task::JoinError) -> String {
     match join.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string panic payload".to_owned()),
+        Ok(payload) => crate::error::panic_message(payload.as_ref()),
         Err(join) => join.to_string(),
     }
 }
