@@ -138,7 +138,7 @@ pub struct Engine {
     watchdog: ActorRef<WatchdogMsg>,
     /// The runs this engine started or resumed, while their actors live,
     /// with the fence each holds.
-    live: std::sync::Mutex<HashMap<String, LiveRun>>,
+    live: std::sync::Mutex<crate::hash::Map<String, LiveRun>>,
     /// The runs this engine is claiming or resuming right now.
     taking_on: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The size `live` must reach before its stopped runs are dropped
@@ -498,8 +498,8 @@ const PRUNE_LIVE_MIN: usize = 64;
 /// O(n²) status checks under the engine's lock; now each entry is scanned
 /// O(1) times on average, and the map holds at most twice its live runs
 /// (and [`PRUNE_LIVE_MIN`]). Returns how many entries were looked at.
-fn prune_when_doubled<V>(
-    map: &mut HashMap<String, V>,
+fn prune_when_doubled<V, S: std::hash::BuildHasher>(
+    map: &mut HashMap<String, V, S>,
     prune_at: &std::sync::atomic::AtomicUsize,
     stopped: impl Fn(&V) -> bool,
 ) -> usize {

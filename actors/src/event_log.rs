@@ -178,7 +178,7 @@ pub(crate) fn start(
         paces,
         writes,
         health,
-        runs: HashMap::new(),
+        runs: crate::hash::Map::default(),
         stalled: 0,
     };
     tokio::spawn(writer.run(items));
@@ -192,7 +192,7 @@ struct Writer {
     paces: PaceBook,
     writes: StoreWrites,
     health: Arc<StoreHealth>,
-    runs: HashMap<String, RunLog>,
+    runs: crate::hash::Map<String, RunLog>,
     /// How many of `runs` are stalled: while none is, the writer waits for
     /// items alone, without looking through every run for a next try.
     stalled: usize,
@@ -208,13 +208,6 @@ struct RunLog {
     /// Its end event (`run_completed`, `run_failed`, `run_cancelled`) was
     /// taken: nothing of the run is logged after it.
     end_taken: bool,
-}
-
-/// The store's copy of `events`, taken for each append: the writer keeps
-/// the events the bus shares with its readers until the store has them,
-/// to try them again if it refused them.
-fn owned(events: &[Arc<Event>]) -> Vec<Event> {
-    events.iter().map(|event| Event::clone(event)).collect()
 }
 
 /// A run's events waiting for the store.
@@ -259,7 +252,8 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let mut pending: HashMap<String, Vec<Arc<Event>>> = HashMap::new();
+            let mut pending: crate::hash::Map<String, Vec<Arc<Event>>> =
+                crate::hash::Map::default();
             for item in batch.drain(..) {
                 match item {
                     LogItem::Register(run_id, entry) => {
@@ -376,14 +370,14 @@ impl Writer {
     /// once, polled together by this task (no task per run per batch). A
     /// run's events stay in the order they were published; a batch is
     /// written whole before the next is read.
-    async fn write(&mut self, pending: HashMap<String, Vec<Arc<Event>>>) {
+    async fn write(&mut self, pending: crate::hash::Map<String, Vec<Arc<Event>>>) {
         let store = &self.store;
         let runs = &self.runs;
         let writes = pending.into_iter().filter_map(|(run_id, events)| {
             // Events of runs this executor does not (or no longer) own are
             // not logged.
             let fence = runs.get(&run_id)?.entry.fence.load(Ordering::Acquire);
-            let append = store.append_events(&run_id, owned(&events), fence);
+            let append = store.append_events(&run_id, events.clone(), fence);
             Some(async move { (run_id, events, append.await) })
         });
         let written = futures_util::future::join_all(writes).await;
@@ -413,7 +407,7 @@ impl Writer {
                 continue;
             };
             let events = std::mem::take(&mut stall.events);
-            let append = store.append_events(&run_id, owned(&events), fence);
+            let append = store.append_events(&run_id, events.clone(), fence);
             tries.push(async move { (run_id, events, append.await) });
         }
         let tried = futures_util::future::join_all(tries).await;

@@ -40,6 +40,7 @@ mod event;
 mod event_log;
 mod flow;
 mod fork;
+mod hash;
 mod load;
 mod memory;
 mod nudge;

@@ -35,11 +35,13 @@ struct Tables {
     queued: BTreeSet<String>,
     order: Vec<String>,
     /// Each loop's latest snapshot, shared with its entry in `history`.
-    snapshots: HashMap<(String, String), Arc<Snapshot>>,
+    snapshots: crate::hash::Map<(String, String), Arc<Snapshot>>,
     /// Every snapshot saved, by run, in the order saved.
-    history: HashMap<String, Vec<Arc<Snapshot>>>,
+    history: crate::hash::Map<String, Vec<Arc<Snapshot>>>,
     tool_calls: HashMap<String, BTreeMap<String, ToolCallRecord>>,
-    events: HashMap<String, Vec<Event>>,
+    /// Each run's log: the events its readers were given, shared, not
+    /// copies.
+    events: crate::hash::Map<String, Vec<Arc<Event>>>,
     snapshot_writes: u64,
     /// How many times the outbox was taken from.
     notice_takes: u64,
@@ -137,13 +139,12 @@ impl MemoryStore {
 
     /// A run's logged events, in `seq` order.
     pub fn events(&self, run_id: &str) -> Vec<Event> {
-        let mut events = self.lock().events.get(run_id).cloned().unwrap_or_default();
-        events.sort_by_key(|e| e.seq);
-        // Kept without their run's id, which their log is filed under.
-        for event in &mut events {
-            event.run_id = run_id.to_owned();
-        }
-        events
+        // Each log is kept in `seq` order.
+        self.lock()
+            .events
+            .get(run_id)
+            .map(|log| log.iter().map(|event| Event::clone(event)).collect())
+            .unwrap_or_default()
     }
 
     /// Every run's id, oldest first.
@@ -468,18 +469,19 @@ impl EventLog for MemoryStore {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         let appended = self.fenced(run_id, fence, |tables| {
-            let log = tables.events.entry(run_id.to_owned()).or_default();
+            // Looked up before it is made: the run's id is copied once.
+            let log = match tables.events.get_mut(run_id) {
+                Some(log) => log,
+                None => tables.events.entry(run_id.to_owned()).or_default(),
+            };
             // An append tried again after an error that hid its success
             // adds nothing twice: a log holds each seq once, in `seq`
             // order, however a little out of order its events came.
-            for mut event in events {
-                // The log is filed under the run's id: each event need not
-                // keep a copy of it (`events` gives it back).
-                event.run_id = String::new();
+            for event in events {
                 // Nearly always after the last: pushed without a search.
                 if log.last().is_none_or(|last| last.seq < event.seq) {
                     log.push(event);
@@ -493,11 +495,13 @@ impl EventLog for MemoryStore {
     }
 
     fn load_events(&self, run_id: &str, after_seq: u64) -> StoreFuture<Vec<Event>> {
-        let events = self
-            .events(run_id)
-            .into_iter()
-            .filter(|e| e.seq > after_seq)
-            .collect();
+        let events = self.lock().events.get(run_id).map_or_else(Vec::new, |log| {
+            let from = log.partition_point(|event| event.seq <= after_seq);
+            log[from..]
+                .iter()
+                .map(|event| Event::clone(event))
+                .collect()
+        });
         ready(Ok(events))
     }
 }

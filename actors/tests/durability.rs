@@ -946,7 +946,7 @@ async fn a_run_whose_log_holds_its_end_is_recorded_ended_by_the_next_claimer() {
     ));
     assert!(
         store
-            .append_events("run-ended", logged, 1)
+            .append_events("run-ended", logged.into_iter().map(Arc::new).collect(), 1)
             .await
             .expect("appended")
             .is_applied()

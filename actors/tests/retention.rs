@@ -74,7 +74,7 @@ async fn run(
             .unwrap()
             .is_applied()
     );
-    let events = (1..=3)
+    let events: Vec<std::sync::Arc<Event>> = (1..=3)
         .map(|seq| Event {
             seq,
             position: seq,
@@ -87,6 +87,7 @@ async fn run(
                 nudges: 0,
             },
         })
+        .map(std::sync::Arc::new)
         .collect();
     assert!(
         store

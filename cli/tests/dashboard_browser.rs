@@ -726,7 +726,14 @@ fn the_timeline_draws_a_stored_run_and_shows_event_text_as_text_in_a_real_browse
         };
         store.create_run(record).await.expect("a run");
         let appended = store
-            .append_events(run_id, timeline_events(run_id, start_ms), 1)
+            .append_events(
+                run_id,
+                timeline_events(run_id, start_ms)
+                    .into_iter()
+                    .map(std::sync::Arc::new)
+                    .collect(),
+                1,
+            )
             .await
             .expect("the events are stored");
         assert!(appended.is_applied(), "the events carry the run's fence");
@@ -983,7 +990,7 @@ fn a_stored_fork_of_a_worker_step_shows_its_lineage_and_its_parent_side_by_side_
             };
             store.create_run(record).await.expect("a run");
             let appended = store
-                .append_events(run_id, events, 1)
+                .append_events(run_id, events.into_iter().map(std::sync::Arc::new).collect(), 1)
                 .await
                 .expect("the events are stored");
             assert!(appended.is_applied(), "the events carry the run's fence");

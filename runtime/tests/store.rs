@@ -146,7 +146,7 @@ async fn crash_after_writes(
     );
     assert!(
         store
-            .append_events("r", events("r", 1..=3), record.fence)
+            .append_events("r", shared_events("r", 1..=3), record.fence)
             .await
             .expect("events")
             .is_applied()
@@ -208,14 +208,14 @@ async fn snapshot_roundtrip_survives_reopen() {
         }
         assert!(
             store
-                .append_events("r-1", events("r-1", 1..=3), fence)
+                .append_events("r-1", shared_events("r-1", 1..=3), fence)
                 .await
                 .unwrap()
                 .is_applied()
         );
         assert!(
             store
-                .append_events("r-1", events("r-1", 4..=5), fence)
+                .append_events("r-1", shared_events("r-1", 4..=5), fence)
                 .await
                 .unwrap()
                 .is_applied()

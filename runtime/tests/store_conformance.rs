@@ -326,7 +326,7 @@ async fn live_a_run(store: &dyn Store, run_id: &str) {
     else {
         panic!("run `{run_id}` is claimed");
     };
-    let appended = store.append_events(run_id, records::events(run_id, 1..=2), run.fence);
+    let appended = store.append_events(run_id, records::shared_events(run_id, 1..=2), run.fence);
     assert!(appended.await.unwrap().is_applied());
     let snapshot = records::snapshot(run_id, "run", 1, "hello");
     assert!(

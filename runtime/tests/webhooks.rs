@@ -123,7 +123,9 @@ async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
                 nudges: 0,
             },
         };
-        let appended = store.append_events("r", vec![event], fence).await;
+        let appended = store
+            .append_events("r", vec![std::sync::Arc::new(event)], fence)
+            .await;
         assert!(appended.unwrap().is_applied());
         tokio::task::yield_now().await;
     }

@@ -550,7 +550,7 @@ impl EngineBuilder {
             strategy: self.strategy,
             policies: self.policies,
             watchdog,
-            live: std::sync::Mutex::new(HashMap::new()),
+            live: std::sync::Mutex::new(crate::hash::Map::default()),
             taking_on: std::sync::Mutex::new(std::collections::HashSet::new()),
             prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),

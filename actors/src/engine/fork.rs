@@ -208,13 +208,13 @@ impl Engine {
                     },
                 ))
             });
-        let events: Vec<Event> = std::iter::once((ROOT_PATH.to_owned(), forked))
+        let events: Vec<std::sync::Arc<Event>> = std::iter::once((ROOT_PATH.to_owned(), forked))
             .chain(replayed)
             .map(|(path, kind)| {
                 if let Some(user) = &self.user_events {
                     user.emit(&record.run_id, &path, kind.clone());
                 }
-                Event::clone(&self.bus.publish(&record.run_id, &path, kind))
+                self.bus.publish(&record.run_id, &path, kind)
             })
             .collect();
         match self

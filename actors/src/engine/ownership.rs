@@ -6,7 +6,6 @@
 //! Every write here carries the fence the engine holds; a stale fence means
 //! another executor owns the run, and nothing of this one's is applied.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -130,7 +129,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn lock_live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
+    pub(super) fn lock_live(&self) -> std::sync::MutexGuard<'_, crate::hash::Map<String, LiveRun>> {
         self.live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -359,11 +358,7 @@ impl Engine {
                 remaining_ms: 0,
             }),
         };
-        stale(
-            self.store
-                .append_events(run_id, vec![(*event).clone()], fence)
-                .await?,
-        )?;
+        stale(self.store.append_events(run_id, vec![event], fence).await?)?;
         let update = crate::ports::RunUpdate {
             status: RunStatus::Cancelled,
             reason: Some(reason.to_owned()),

@@ -11,7 +11,7 @@
 //! the reader being told. (ractor's output ports are broadcasts of 10 that
 //! drop silently, which is why the bus is our own.)
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -50,7 +50,7 @@ struct BusInner {
 struct Published {
     /// The last position of each run published to, until the run is
     /// forgotten.
-    positions: HashMap<String, u64>,
+    positions: crate::hash::Map<String, u64>,
     /// The most recent events, as many as a subscriber may leave unread:
     /// what a stream that starts at an earlier `seq` reads first
     /// ([`EventBus::subscribe_after`]).
@@ -74,7 +74,7 @@ impl EventBus {
             inner: Arc::new(BusInner {
                 sender,
                 publish: Mutex::new(Published {
-                    positions: HashMap::new(),
+                    positions: crate::hash::Map::default(),
                     recent: VecDeque::new(),
                 }),
                 capacity,

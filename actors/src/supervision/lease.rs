@@ -50,13 +50,13 @@
 //! its own leases alone ([`Leases::for_run`]). A timer fire carries the
 //! generation it was armed with; a fire made stale by a renewal is ignored.
 
+mod cancel;
 mod handle;
 mod protocol;
 pub(crate) mod spec;
 pub(crate) mod terms;
 mod timer;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -155,7 +155,7 @@ impl LeaseActor {
 
 /// The lease actor's state: its leases and its timer queue.
 pub(crate) struct LeaseState {
-    leases: HashMap<LeaseId, Entry>,
+    leases: crate::hash::Map<LeaseId, Entry>,
     timers: mpsc::UnboundedSender<TimerCmd>,
     watchdog: ActorRef<WatchdogMsg>,
     events: Arc<dyn EventSink>,
@@ -163,9 +163,9 @@ pub(crate) struct LeaseState {
     paused: bool,
     /// The runs whose clocks are stopped ([`LeaseMsg::PauseRun`]), on an
     /// actor that holds many runs' leases.
-    paused_runs: HashSet<String>,
+    paused_runs: crate::hash::Set<String>,
     /// The leases each run holds here.
-    held: HashMap<String, u32>,
+    held: crate::hash::Map<String, u32>,
     live: Arc<AtomicU64>,
     /// Who waits for the last lease to go — the actor's, or one run's
     /// ([`LeaseMsg::Drained`], [`LeaseMsg::DrainedRun`]).
@@ -256,13 +256,13 @@ impl Actor for LeaseActor {
         let (timers, commands) = mpsc::unbounded_channel();
         tokio::spawn(timer::drive(commands, myself.clone()));
         Ok(LeaseState {
-            leases: HashMap::new(),
+            leases: crate::hash::Map::default(),
             timers,
             watchdog: args.watchdog,
             events: args.events,
             paused: false,
-            paused_runs: HashSet::new(),
-            held: HashMap::new(),
+            paused_runs: crate::hash::Set::default(),
+            held: crate::hash::Map::default(),
             live: args.live,
             drained: Vec::new(),
             load: args.load,

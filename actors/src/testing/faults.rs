@@ -344,7 +344,7 @@ impl LayeredStore for FaultyStore {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<std::sync::Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         // Drawn for by the batch's first position, not by how many batches

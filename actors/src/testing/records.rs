@@ -96,6 +96,16 @@ pub fn events(run_id: &str, seqs: impl IntoIterator<Item = u64>) -> Vec<Event> {
     seqs.into_iter().map(|seq| event(run_id, seq)).collect()
 }
 
+/// [`events`], shared, as a store is given them to append.
+pub fn shared_events(
+    run_id: &str,
+    seqs: impl IntoIterator<Item = u64>,
+) -> Vec<std::sync::Arc<Event>> {
+    seqs.into_iter()
+        .map(|seq| std::sync::Arc::new(event(run_id, seq)))
+        .collect()
+}
+
 /// A change to `status` at `at_ms`.
 pub fn update(status: RunStatus, at_ms: u64) -> RunUpdate {
     RunUpdate {
@@ -153,7 +163,7 @@ pub async fn record_run(
             .unwrap()
             .is_applied()
     );
-    let appended = store.append_events(run_id, events(run_id, 1..=3), 1);
+    let appended = store.append_events(run_id, shared_events(run_id, 1..=3), 1);
     assert!(appended.await.unwrap().is_applied());
     let cancel = RunCommand::Cancel {
         reason: "r".to_owned(),

@@ -114,7 +114,7 @@ impl LayeredStore for Observed {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<std::sync::Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         self.fenced("appended events", run_id, fence, |store| {

@@ -152,6 +152,7 @@ impl Drop for Inner {
     /// A store closed after writes records its manifest, so that the next
     /// open can tell whether anything it held was lost.
     fn drop(&mut self) {
+        closing(&self.path);
         // No flush takes the database after this, so this store's
         // reference, dropped next, is its last: it closes at once.
         let recorded = self
@@ -184,12 +185,34 @@ impl SledStore {
             StoreError::invalid("SledStore::open must be called within a tokio runtime (its group commit runs there)")
         })?;
         let path = config.path;
-        let db = sled::Config::new()
-            .path(&path)
-            .temporary(config.temporary)
-            .cache_capacity(config.cache_capacity)
-            .open()
-            .map_err(|e| open_error(&path, &e))?;
+        let open = || {
+            sled::Config::new()
+                .path(&path)
+                .temporary(config.temporary)
+                .cache_capacity(config.cache_capacity)
+                .open()
+        };
+        let db = match open() {
+            // A store of this process closed here a moment ago: sled's own
+            // last write may still hold the directory's lock for a few
+            // milliseconds after the store is gone. Another process's lock
+            // is reported at once.
+            Err(error) if is_lock_error(&error) && closed_lately(&path) => {
+                let mut tried = open();
+                for _ in 0..LOCK_RETRIES {
+                    match &tried {
+                        Err(error) if is_lock_error(error) => {
+                            std::thread::sleep(LOCK_RETRY_PAUSE);
+                            tried = open();
+                        }
+                        _ => break,
+                    }
+                }
+                tried
+            }
+            opened => opened,
+        }
+        .map_err(|e| open_error(&path, &e))?;
         let tree = |name: &str| {
             db.open_tree(name).map_err(|e| {
                 StoreError::failed(format!(
@@ -407,11 +430,45 @@ fn ready<T: Send + 'static>(value: Result<T, StoreError>) -> StoreFuture<T> {
     Box::pin(std::future::ready(value))
 }
 
+/// How many times, [`LOCK_RETRY_PAUSE`] apart, an open tries again for the
+/// lock of a directory whose store this process closed lately.
+const LOCK_RETRIES: u32 = 100;
+const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+/// How lately: a store closed longer ago holds no lock of this process's.
+const CLOSED_LATELY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The directories whose stores this process closed, and when.
+static CLOSED: std::sync::LazyLock<Mutex<std::collections::HashMap<PathBuf, std::time::Instant>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// Notes that a store of `path` is closing (the entries older than
+/// [`CLOSED_LATELY`] are let go).
+fn closing(path: &Path) {
+    let mut closed = CLOSED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    closed.retain(|_, at| at.elapsed() < CLOSED_LATELY);
+    closed.insert(path.to_path_buf(), std::time::Instant::now());
+}
+
+/// Whether a store of `path` closed in this process lately.
+fn closed_lately(path: &Path) -> bool {
+    CLOSED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(path)
+        .is_some_and(|at| at.elapsed() < CLOSED_LATELY)
+}
+
+/// sled 0.34 takes an exclusive `flock` on `<path>/db` and reports a
+/// failure to get it as an `Other` I/O error with this text.
+fn is_lock_error(error: &sled::Error) -> bool {
+    matches!(error, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
 fn open_error(path: &Path, error: &sled::Error) -> StoreError {
     if let sled::Error::Io(io) = error {
-        // sled 0.34 takes an exclusive `flock` on `<path>/db` and reports a
-        // failure to get it as an `Other` I/O error with this text.
-        if io.to_string().contains("could not acquire lock") {
+        if is_lock_error(error) {
             return StoreError::unavailable(format!(
                 "the store directory `{}` is locked by another process: a sled database can be \
                  open in one process (and one store) at a time. If that process is a \

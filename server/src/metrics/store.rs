@@ -124,7 +124,7 @@ impl LayeredStore for MeteredStore {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<std::sync::Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         self.timed("append_events", |s| s.append_events(run_id, events, fence))

@@ -1,16 +1,20 @@
 //! [`EventLog`]: each run's log of events, appended with the run's fence
 //! and read back from any `seq`.
 
+use std::sync::Arc;
+
 use super::{Fenced, StoreFuture};
 use crate::event::Event;
 
 /// Each run's event log.
 pub trait EventLog: Send + Sync + 'static {
-    /// Appends events to the run's log, if `fence` is the run's.
+    /// Appends events to the run's log, if `fence` is the run's. The events
+    /// are shared with the run's readers: a store that keeps them in memory
+    /// keeps these, not copies.
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>>;
 

@@ -157,7 +157,7 @@ pub trait LayeredStore: Send + Sync + 'static {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<std::sync::Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         self.inner().append_events(run_id, events, fence)
@@ -368,7 +368,7 @@ impl<L: LayeredStore> EventLog for L {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<std::sync::Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         LayeredStore::append_events(self, run_id, events, fence)

@@ -219,11 +219,7 @@ impl Leases {
                 cancelled: false,
                 evidence: reporting,
             };
-            let output = tokio::select! {
-                biased;
-                () = cancelled.cancelled() => None,
-                output = work => Some(output),
-            };
+            let output = super::cancel::until_cancelled(cancelled, work).await;
             done.cancelled = output.is_none();
             output
         });

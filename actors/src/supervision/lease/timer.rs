@@ -12,7 +12,7 @@
 //! [`MAX_DURATION`](crate::MAX_DURATION) from now, so none can panic the
 //! task; were the task to die, none of its leases would ever expire again.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::pin::pin;
 
 use ractor::ActorRef;
@@ -36,7 +36,7 @@ pub(crate) enum TimerCmd {
 #[derive(Default)]
 struct Timers {
     due: BTreeSet<(Instant, LeaseId)>,
-    armed: HashMap<LeaseId, (u64, Instant)>,
+    armed: crate::hash::Map<LeaseId, (u64, Instant)>,
 }
 
 impl Timers {

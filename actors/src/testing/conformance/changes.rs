@@ -23,7 +23,7 @@ pub(super) async fn changes_are_published_for_writes_that_landed_and_only_those(
     assert_eq!(next_change(&mut feed).await, run("r"));
     assert!(
         store
-            .append_events("r", events("r", 1..=2), 1)
+            .append_events("r", shared_events("r", 1..=2), 1)
             .await
             .unwrap()
             .is_applied()
@@ -51,7 +51,7 @@ pub(super) async fn changes_are_published_for_writes_that_landed_and_only_those(
     assert_eq!(next_change(&mut feed).await, run("r"));
     assert!(
         !store
-            .append_events("r", events("r", 3..=3), 1)
+            .append_events("r", shared_events("r", 3..=3), 1)
             .await
             .unwrap()
             .is_applied()

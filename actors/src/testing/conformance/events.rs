@@ -17,21 +17,21 @@ pub(super) async fn events_resume_after_an_event_id(store: Arc<dyn Store>) {
     let seqs = [1, 2, 9, 10, 255, 256, 257, 1_000, 65_536];
     assert!(
         store
-            .append_events("run-1", events("run-1", seqs[..4].to_vec()), 1)
+            .append_events("run-1", shared_events("run-1", seqs[..4].to_vec()), 1)
             .await
             .unwrap()
             .is_applied()
     );
     assert!(
         store
-            .append_events("run-1", events("run-1", seqs[4..].to_vec()), 1)
+            .append_events("run-1", shared_events("run-1", seqs[4..].to_vec()), 1)
             .await
             .unwrap()
             .is_applied()
     );
     assert!(
         store
-            .append_events("run-10", events("run-10", [3, 4]), 1)
+            .append_events("run-10", shared_events("run-10", [3, 4]), 1)
             .await
             .unwrap()
             .is_applied()
@@ -79,7 +79,7 @@ pub(super) async fn events_appended_out_of_order_are_read_in_seq_order_each_once
     store.create_run(unowned("run-1")).await.unwrap();
     claimed(store.claim_run("run-1", "a", 1_000, TTL).await.unwrap());
     for seqs in [vec![1, 3, 2], vec![5], vec![4, 6], vec![6], vec![2, 3]] {
-        let appended = store.append_events("run-1", events("run-1", seqs), 1);
+        let appended = store.append_events("run-1", shared_events("run-1", seqs), 1);
         assert!(appended.await.unwrap().is_applied());
     }
     assert_eq!(

@@ -53,7 +53,9 @@ pub(super) async fn stale_fence_writes_are_refused_and_land_nothing(a: Arc<dyn S
         refused
     );
     assert_eq!(
-        a.append_events("r", events("r", 1..=2), 1).await.unwrap(),
+        a.append_events("r", shared_events("r", 1..=2), 1)
+            .await
+            .unwrap(),
         refused
     );
     assert_eq!(
@@ -88,7 +90,7 @@ pub(super) async fn stale_fence_writes_are_refused_and_land_nothing(a: Arc<dyn S
             .is_applied()
     );
     assert!(
-        b.append_events("r", events("r", 1..=2), 2)
+        b.append_events("r", shared_events("r", 1..=2), 2)
             .await
             .unwrap()
             .is_applied()

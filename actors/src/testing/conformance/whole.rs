@@ -31,7 +31,7 @@ pub(super) async fn a_terminal_write_and_everything_before_it_survive_a_reopen(s
     );
     assert!(
         store
-            .append_events("r", events("r", 1..=3), run.fence)
+            .append_events("r", shared_events("r", 1..=3), run.fence)
             .await
             .unwrap()
             .is_applied()
@@ -110,10 +110,10 @@ async fn script(store: &dyn Store) -> Vec<String> {
     step!(store.record_tool_call("r1", tool_call("k1", 1, ToolCallState::Done), 1));
     step!(store.record_tool_call("r2", tool_call("k1", 1, ToolCallState::Sent), 0));
     step!(store.record_tool_call("nope", tool_call("k1", 1, ToolCallState::Sent), 0));
-    step!(store.append_events("r1", events("r1", 1..=3), 1));
-    step!(store.append_events("r1", events("r1", 4..=4), 2));
-    step!(store.append_events("r1", events("r1", 4..=5), 1));
-    step!(store.append_events("nope", events("nope", 1..=1), 1));
+    step!(store.append_events("r1", shared_events("r1", 1..=3), 1));
+    step!(store.append_events("r1", shared_events("r1", 4..=4), 2));
+    step!(store.append_events("r1", shared_events("r1", 4..=5), 1));
+    step!(store.append_events("nope", shared_events("nope", 1..=1), 1));
     step!(store.renew_run("r1", 1, 1_400, TTL));
     step!(store.renew_run("r1", 2, 1_400, TTL));
     step!(store.renew_run("nope", 1, 1_400, TTL));

@@ -11,7 +11,7 @@ impl EventLog for PostgresStore {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<std::sync::Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         let run_id = run_id.to_owned();
@@ -23,7 +23,7 @@ impl EventLog for PostgresStore {
                 .collect::<Result<Vec<_>, _>>()?;
             let values = events
                 .iter()
-                .map(|event| to_json(event, &doing))
+                .map(|event| to_json(&**event, &doing))
                 .collect::<Result<Vec<_>, _>>()?;
             let payload = notice(&StoreChange::Events {
                 run_id: run_id.clone(),

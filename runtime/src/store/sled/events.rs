@@ -11,6 +11,8 @@
 //! appends were kept whole holds one event per entry, keyed by its `seq`:
 //! both read alike.
 
+use std::sync::Arc;
+
 use leasehold_actors::{Event, EventLog, Fenced, StoreChange, StoreError, StoreFuture};
 use sled::IVec;
 
@@ -21,7 +23,7 @@ impl EventLog for SledStore {
     fn append_events(
         &self,
         run_id: &str,
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         fence: u64,
     ) -> StoreFuture<Fenced<()>> {
         let doing = format_args!("appending {} events to run `{run_id}`", events.len());
@@ -31,6 +33,7 @@ impl EventLog for SledStore {
             Some(last) => codec::event_key(run_id, last)
                 .and_then(|key| {
                     let events = with_kept(inner, &key, events, run_id)?;
+                    let events: Vec<&Event> = events.iter().map(|event| &**event).collect();
                     Ok((&inner.events, key, encode(&events, &doing)?.into()))
                 })
                 .and_then(|entry| inner.fenced_put(run_id, fence, &[entry], &doing)),
@@ -94,9 +97,9 @@ impl EventLog for SledStore {
 fn with_kept(
     inner: &Inner,
     key: &[u8],
-    mut events: Vec<Event>,
+    mut events: Vec<Arc<Event>>,
     run_id: &str,
-) -> Result<Vec<Event>, StoreError> {
+) -> Result<Vec<Arc<Event>>, StoreError> {
     let kept = inner
         .events
         .get(key)
@@ -104,7 +107,7 @@ fn with_kept(
     if let Some(kept) = kept {
         let mut kept = appended(&kept, run_id)?;
         kept.retain(|old| events.iter().all(|new| new.seq != old.seq));
-        events.append(&mut kept);
+        events.extend(kept.into_iter().map(Arc::new));
     }
     Ok(events)
 }
@@ -121,7 +124,7 @@ fn appended(value: &IVec, run_id: &str) -> Result<Vec<Event>, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use leasehold_actors::testing::records::{event, events, run_record};
+    use leasehold_actors::testing::records::{event, run_record, shared_events};
     use leasehold_actors::{EventLog, RunStatus, RunStore};
 
     use super::*;
@@ -140,9 +143,9 @@ mod tests {
         // Out of order within an append and across two, as a loaded
         // executor's writer may receive them.
         for batch in [
-            events("r", [1, 3, 2]),
-            events("r", [5]),
-            events("r", [4, 6]),
+            shared_events("r", [1, 3, 2]),
+            shared_events("r", [5]),
+            shared_events("r", [4, 6]),
         ] {
             let appended = store.append_events("r", batch, 1).await.expect("appended");
             assert!(appended.is_applied());
@@ -150,7 +153,10 @@ mod tests {
         assert_eq!(store.inner.events.len(), 3, "one entry per append");
         // Tried again, an append whose greatest `seq` names an entry keeps
         // what the entry held.
-        let again = store.append_events("r", events("r", [6]), 1).await.unwrap();
+        let again = store
+            .append_events("r", shared_events("r", [6]), 1)
+            .await
+            .unwrap();
         assert!(again.is_applied());
         let seqs = |events: Vec<Event>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
         assert_eq!(
@@ -182,14 +188,14 @@ mod tests {
         let record = run_record("r", Some("e"), 1, u64::MAX, RunStatus::Running);
         store.create_run(record).await.expect("created");
         let first = store
-            .append_events("r", events("r", [1, 2]), 1)
+            .append_events("r", shared_events("r", [1, 2]), 1)
             .await
             .unwrap();
         assert!(first.is_applied());
         // The first append's success was hidden: tried again with the
         // event published since, under the key of its greatest `seq`.
         let again = store
-            .append_events("r", events("r", [1, 2, 3]), 1)
+            .append_events("r", shared_events("r", [1, 2, 3]), 1)
             .await
             .unwrap();
         assert!(again.is_applied());
