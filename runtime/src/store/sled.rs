@@ -467,18 +467,18 @@ fn is_lock_error(error: &sled::Error) -> bool {
 }
 
 fn open_error(path: &Path, error: &sled::Error) -> StoreError {
-    if let sled::Error::Io(io) = error {
-        if is_lock_error(error) {
-            return StoreError::unavailable(format!(
-                "the store directory `{}` is locked by another process: a sled database can be \
-                 open in one process (and one store) at a time. If that process is a \
-                 `leasehold serve`, act on its runs through it: add `--server URL` to the \
-                 command (`leasehold runs --server http://127.0.0.1:7878 list`, with the \
-                 address it printed) or set LEASEHOLD_SERVER; otherwise stop the other leasehold or use another \
-                 directory ({io})",
-                path.display()
-            ));
-        }
+    if let sled::Error::Io(io) = error
+        && is_lock_error(error)
+    {
+        return StoreError::unavailable(format!(
+            "the store directory `{}` is locked by another process: a sled database can be \
+             open in one process (and one store) at a time. If that process is a \
+             `leasehold serve`, act on its runs through it: add `--server URL` to the \
+             command (`leasehold runs --server http://127.0.0.1:7878 list`, with the \
+             address it printed) or set LEASEHOLD_SERVER; otherwise stop the other leasehold or use another \
+             directory ({io})",
+            path.display()
+        ));
     }
     StoreError::failed(format!(
         "cannot open the store at `{}`: {error}",
