@@ -164,8 +164,9 @@ pub(crate) struct LeaseState {
     /// The runs whose clocks are stopped ([`LeaseMsg::PauseRun`]), on an
     /// actor that holds many runs' leases.
     paused_runs: crate::hash::Set<String>,
-    /// The leases each run holds here.
-    held: crate::hash::Map<String, u32>,
+    /// The leases each run holds here: what acts on one run's leases
+    /// looks at those, not at every lease of the engine.
+    held: crate::hash::Map<String, Vec<LeaseId>>,
     live: Arc<AtomicU64>,
     /// Who waits for the last lease to go — the actor's, or one run's
     /// ([`LeaseMsg::Drained`], [`LeaseMsg::DrainedRun`]).
@@ -378,9 +379,9 @@ impl LeaseState {
         }
         self.live.fetch_add(1, Ordering::AcqRel);
         match self.held.get_mut(meta.run_id.as_str()) {
-            Some(held) => *held += 1,
+            Some(held) => held.push(meta.id),
             None => {
-                self.held.insert(meta.run_id.clone(), 1);
+                self.held.insert(meta.run_id.clone(), vec![meta.id]);
             }
         }
         let id = meta.id;
@@ -431,14 +432,20 @@ impl LeaseState {
             }
         }
         let now = tokio::time::Instant::now();
-        for (id, entry) in &self.leases {
-            if run.is_some_and(|run| entry.meta.run_id != run)
-                || (run.is_none() && self.paused_runs.contains(entry.meta.run_id.as_str()))
-            {
-                continue;
+        let ids: Vec<LeaseId> = match run {
+            Some(run) => self.held.get(run).cloned().unwrap_or_default(),
+            None => self
+                .leases
+                .iter()
+                .filter(|(_, entry)| !self.paused_runs.contains(entry.meta.run_id.as_str()))
+                .map(|(id, _)| *id)
+                .collect(),
+        };
+        for id in ids {
+            if let Some(entry) = self.leases.get(&id) {
+                let _ = self.timers.send(TimerCmd::Disarm(id));
+                entry.evidence.pause(now);
             }
-            let _ = self.timers.send(TimerCmd::Disarm(*id));
-            entry.evidence.pause(now);
         }
     }
 
@@ -454,24 +461,24 @@ impl LeaseState {
             }
         }
         let now = tokio::time::Instant::now();
-        let paused_runs = &self.paused_runs;
-        let rearm: Vec<_> = self
-            .leases
-            .iter_mut()
-            .filter(|(_, entry)| match run {
-                Some(run) => entry.meta.run_id == run,
-                None => !paused_runs.contains(entry.meta.run_id.as_str()),
-            })
-            .map(|(id, entry)| {
-                entry.evidence.resume(now);
-                // A fresh generation: any fire or verdict from before the
-                // pause is stale.
-                entry.generation += 1;
-                entry.deadline = deadline_after(now, entry.meta.duration);
-                *id
-            })
-            .collect();
+        let rearm: Vec<LeaseId> = match run {
+            Some(run) => self.held.get(run).cloned().unwrap_or_default(),
+            None => self
+                .leases
+                .iter()
+                .filter(|(_, entry)| !self.paused_runs.contains(entry.meta.run_id.as_str()))
+                .map(|(id, _)| *id)
+                .collect(),
+        };
         for id in rearm {
+            let Some(entry) = self.leases.get_mut(&id) else {
+                continue;
+            };
+            entry.evidence.resume(now);
+            // A fresh generation: any fire or verdict from before the
+            // pause is stale.
+            entry.generation += 1;
+            entry.deadline = deadline_after(now, entry.meta.duration);
             self.arm(id);
         }
     }
@@ -481,8 +488,8 @@ impl LeaseState {
     /// arrives.
     fn release(&mut self, run: &str) {
         self.paused_runs.remove(run);
-        for entry in self.leases.values() {
-            if entry.meta.run_id == run {
+        for id in self.held.get(run).into_iter().flatten() {
+            if let Some(entry) = self.leases.get(id) {
                 entry.token.cancel();
             }
         }
@@ -533,8 +540,10 @@ impl LeaseState {
         let entry = self.leases.remove(&id)?;
         self.live.fetch_sub(1, Ordering::AcqRel);
         if let Some(held) = self.held.get_mut(entry.meta.run_id.as_str()) {
-            *held -= 1;
-            if *held == 0 {
+            if let Some(at) = held.iter().position(|held| *held == id) {
+                held.swap_remove(at);
+            }
+            if held.is_empty() {
                 self.held.remove(entry.meta.run_id.as_str());
             }
         }

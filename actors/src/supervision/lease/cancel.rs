@@ -30,9 +30,21 @@ pub(crate) async fn until_cancelled<T>(
         task: AtomicWaker::new(),
     });
     let waker = Waker::from(Arc::clone(&bell));
+    // The task's waker as the bell last knew it: given again when it
+    // changed (a task's own waker stays the same from poll to poll) or the
+    // bell rang (ringing uses it up).
+    let mut known: Option<Waker> = None;
     std::future::poll_fn(|cx| {
-        bell.task.register(cx.waker());
-        if bell.rung.swap(false, Ordering::AcqRel)
+        let rung = bell.rung.swap(false, Ordering::AcqRel);
+        if rung
+            || known
+                .as_ref()
+                .is_none_or(|known| !known.will_wake(cx.waker()))
+        {
+            bell.task.register(cx.waker());
+            known = Some(cx.waker().clone());
+        }
+        if rung
             && cancelled
                 .as_mut()
                 .poll(&mut Context::from_waker(&waker))
