@@ -587,12 +587,14 @@ impl Inner {
         doing: &dyn fmt::Display,
     ) -> Result<(Fenced<()>, bool), StoreError> {
         let mut run = self.locks.lock(run_id);
-        let bytes = self
-            .runs
-            .get(run_id.as_bytes())
-            .map_err(|e| failed(&format_args!("reading run `{run_id}`"), &e))?
+        let read = || {
+            self.runs
+                .get(run_id.as_bytes())
+                .map_err(|e| failed(&format_args!("reading run `{run_id}`"), &e))
+        };
+        let holder = run
+            .holder(run_id, read, &RunName(run_id))?
             .ok_or_else(|| no_run(run_id))?;
-        let holder = run.holder(bytes, &RunName(run_id))?;
         let checked = fencing::check_holder(holder.fence, holder.owner_id.as_deref(), fence);
         if !checked.is_applied() {
             return Ok((checked, false));
@@ -612,7 +614,8 @@ impl Inner {
         change: impl Fn(Option<RunRecord>) -> Result<(T, Option<RunRecord>), StoreError>,
     ) -> Result<(T, bool), StoreError> {
         let doing = format_args!("changing run `{run_id}`");
-        let _run = self.locks.lock(run_id);
+        let mut run = self.locks.lock(run_id);
+        run.forget(run_id);
         loop {
             let (old, record) = self.read_run(run_id)?.unzip();
             let old_entries = record.as_ref().map(IndexEntries::of).transpose()?;

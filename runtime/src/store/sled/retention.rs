@@ -50,7 +50,9 @@ impl Inner {
         let mut wrote = false;
         for entry in &due {
             let run_id = entry.run_id.as_str();
-            let _run = self.locks.lock(run_id);
+            let mut run = self.locks.lock(run_id);
+            // Deleted below, or left as it is: either way read again.
+            run.forget(run_id);
             match self.read_run(run_id)? {
                 // A fork's history continues from it: it leaves the due
                 // runs until its last such fork is deleted.

@@ -12,12 +12,16 @@
 //! costs a little waiting and never correctness. A lock is held only across
 //! in-memory sled operations (no flush), for microseconds.
 //!
-//! Each shard also remembers the holder (fence and owner) of the last run
-//! record it read, with the bytes it was read from: a fenced write reads the
-//! record's bytes anyway, and when they are the ones remembered it skips
-//! reading them again (a run's record changes on a claim or a renewal, not
-//! on every snapshot). Only the holder is decoded, never the flow.
+//! Each shard also remembers the holders (fence and owner) of the runs its
+//! fenced writes checked: a run's record changes on a creation, a claim, a
+//! renewal or a deletion, not on every event or snapshot, and each of
+//! those writes the record under this same lock and forgets what the shard
+//! remembered of the run ([`Shard::forget`]). A fenced write of a run the
+//! shard remembers reads nothing; one it does not reads the record and
+//! decodes only its holder, never the flow. A shard remembers at most
+//! [`REMEMBERED`] runs.
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -46,30 +50,44 @@ pub(crate) struct Holder {
     pub(crate) fence: u64,
 }
 
+/// How many runs' holders a shard remembers at most: past it, it forgets
+/// them all and reads each again once.
+const REMEMBERED: usize = 64;
+
 /// What a run's lock guards besides the run itself.
 #[derive(Default)]
 pub(crate) struct Shard {
-    /// The holder of the last record read under this lock, and its bytes.
-    decoded: Option<(IVec, Holder)>,
+    /// The holders of the runs whose records were read under this lock
+    /// since they were last written.
+    holders: HashMap<String, Holder>,
 }
 
 impl Shard {
-    /// The holder of the record stored as `bytes`, decoded once per
-    /// distinct value.
+    /// The holder of `run_id`'s record: remembered, or decoded from what
+    /// `read` reads of the record (`None`: there is no such run).
     pub(crate) fn holder(
         &mut self,
-        bytes: IVec,
+        run_id: &str,
+        read: impl FnOnce() -> Result<Option<IVec>, StoreError>,
         what: &dyn std::fmt::Display,
-    ) -> Result<&Holder, StoreError> {
-        let fresh = !matches!(&self.decoded, Some((seen, _)) if *seen == bytes);
-        if fresh {
-            let holder = decode(&bytes, what)?;
-            self.decoded = Some((bytes, holder));
+    ) -> Result<Option<&Holder>, StoreError> {
+        if !self.holders.contains_key(run_id) {
+            let Some(bytes) = read()? else {
+                return Ok(None);
+            };
+            let holder: Holder = decode(&bytes, what)?;
+            if self.holders.len() >= REMEMBERED {
+                self.holders.clear();
+            }
+            self.holders.insert(run_id.to_owned(), holder);
         }
-        match &self.decoded {
-            Some((_, holder)) => Ok(holder),
-            None => Err(StoreError::failed(format!("{what} could not be decoded"))),
-        }
+        Ok(self.holders.get(run_id))
+    }
+
+    /// Forgets what was read of `run_id`'s record: called by every write
+    /// of the record, under its lock.
+    pub(crate) fn forget(&mut self, run_id: &str) {
+        self.holders.remove(run_id);
     }
 }
 

@@ -25,7 +25,8 @@ impl Inner {
         let doing = format_args!("creating run `{run_id}`");
         let bytes = encode(record, &RunName(run_id))?;
         let order_value = encode(&run_id, &RunName(run_id))?;
-        let _run = self.locks.lock(run_id);
+        let mut run = self.locks.lock(run_id);
+        run.forget(run_id);
         if self
             .runs
             .contains_key(run_id.as_bytes())
