@@ -276,7 +276,7 @@ impl Writer {
                         // judged too late, a lease cancelled) is not
                         // logged, so whoever reads the log's last event
                         // finds the end.
-                        let stall = match self.runs.get_mut(&event.run_id) {
+                        let stall = match self.runs.get_mut(&*event.run_id) {
                             Some(run) if run.end_taken => {
                                 tracing::debug!(run_id = %event.run_id, kind = event.kind.name(), "an event after the run's end is not logged");
                                 continue;
@@ -290,10 +290,10 @@ impl Writer {
                         match stall {
                             // Behind the run's events the store refused.
                             Some(stall) => stall.events.push(event),
-                            None => match pending.get_mut(&event.run_id) {
+                            None => match pending.get_mut(&*event.run_id) {
                                 Some(events) => events.push(event),
                                 None => {
-                                    pending.insert(event.run_id.clone(), vec![event]);
+                                    pending.insert(event.run_id.to_string(), vec![event]);
                                 }
                             },
                         }
@@ -579,7 +579,7 @@ mod tests {
         while let Ok(LogItem::Event(event)) = logged.try_recv() {
             events.push(event);
         }
-        let run_1: Vec<_> = events.iter().filter(|e| e.run_id == "run-1").collect();
+        let run_1: Vec<_> = events.iter().filter(|e| &*e.run_id == "run-1").collect();
         let kinds: Vec<&str> = run_1.iter().map(|e| e.kind.name()).collect();
         assert_eq!(
             kinds,
@@ -610,7 +610,7 @@ mod tests {
         // The first at once, the other five before the end: six in all.
         assert_eq!(said, [(Some(1), 5), (Some(5), 5)]);
         assert_eq!(
-            events.iter().filter(|e| e.run_id == "run-2").count(),
+            events.iter().filter(|e| &*e.run_id == "run-2").count(),
             1,
             "another run's progress is stored"
         );

@@ -839,7 +839,7 @@ impl RunEvents {
                 }
             };
             match next {
-                Ok(event) if event.run_id != self.run_id => continue,
+                Ok(event) if *event.run_id != *self.run_id => continue,
                 Ok(event) => {
                     self.ended = matches!(
                         event.kind,

@@ -323,13 +323,13 @@ impl RecordingSink {
 impl EventSink for RecordingSink {
     fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
         let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
-        let position = events.iter().filter(|e| e.run_id == run_id).count() + 1;
+        let position = events.iter().filter(|e| *e.run_id == *run_id).count() + 1;
         events.push(Event {
             seq: self.seq.fetch_add(1, Ordering::Relaxed) + 1,
             position: u64::try_from(position).unwrap_or(u64::MAX),
             at: self.clock.now_unix_ms(),
-            run_id: run_id.to_owned(),
-            path: path.to_owned(),
+            run_id: run_id.into(),
+            path: path.into(),
             kind,
         });
     }

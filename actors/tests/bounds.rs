@@ -137,7 +137,7 @@ async fn nested_spawns_stop_at_spawn_max_depth_and_spawn_max_per_run() {
     assert_eq!(state.status, RunStatus::Completed, "{state:?}");
 
     let events = events.events();
-    let paths: Vec<&str> = spawned(&events).iter().map(|e| e.path.as_str()).collect();
+    let paths: Vec<&str> = spawned(&events).iter().map(|e| &*e.path).collect();
     assert_eq!(paths.len(), 3, "{paths:?}");
     assert!(
         paths.iter().all(|p| p.matches("worker:").count() <= 2),

@@ -391,7 +391,7 @@ async fn checkpoint_emits_budget_extended_with_figures() {
     let Event {
         run_id, path, kind, ..
     } = &events[0];
-    assert_eq!((run_id.as_str(), path.as_str()), (RUN, PATH));
+    assert_eq!((&**run_id, &**path), (RUN, PATH));
     let EventKind::BudgetExtended(record) = kind else {
         panic!("expected budget_extended, got {kind:?}");
     };
@@ -445,10 +445,7 @@ async fn checkpoint_emits_budget_exhausted_with_figures() {
     );
     let events = rig.events.events();
     assert_eq!(events.len(), 1);
-    assert_eq!(
-        (events[0].run_id.as_str(), events[0].path.as_str()),
-        (RUN, PATH)
-    );
+    assert_eq!((&*events[0].run_id, &*events[0].path), (RUN, PATH));
     let EventKind::BudgetExhausted(record) = &events[0].kind else {
         panic!("expected budget_exhausted, got {:?}", events[0].kind);
     };
@@ -525,7 +522,12 @@ async fn slow_budget_evaluation_does_not_delay_another_checkpoint() {
     );
     assert_eq!(a.await.expect("A's check"), extend(5, 10));
     assert_eq!(begun.elapsed(), secs(10));
-    let paths: Vec<_> = rig.events.events().into_iter().map(|e| e.path).collect();
+    let paths: Vec<_> = rig
+        .events
+        .events()
+        .into_iter()
+        .map(|e| e.path.to_string())
+        .collect();
     assert_eq!(paths, ["run/worker:review#2", PATH]);
 }
 

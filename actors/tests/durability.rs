@@ -920,8 +920,8 @@ async fn a_run_whose_log_holds_its_end_is_recorded_ended_by_the_next_claimer() {
         seq,
         position: seq,
         at: now,
-        run_id: "run-ended".to_owned(),
-        path: "run".to_owned(),
+        run_id: "run-ended".into(),
+        path: "run".into(),
         kind,
     };
     let mut logged: Vec<_> = (1..=50)

@@ -149,7 +149,7 @@ async fn a_run_handles_events_are_its_own_runs_from_its_first_to_its_end() {
         let mut names = Vec::new();
         while let Some(event) = events.recv().await {
             let event = event.expect("no event lost");
-            assert_eq!(event.run_id, run.run_id(), "another run's event");
+            assert_eq!(&*event.run_id, run.run_id(), "another run's event");
             names.push(event.kind.name());
         }
         assert_eq!(names.first(), Some(&"run_started"), "{names:?}");
@@ -194,7 +194,7 @@ async fn a_run_handles_events_end_even_when_the_reader_lagged_past_the_runs_end(
         let mut own = 0;
         while let Some(event) = events.recv().await {
             let event = event.expect("one lag only");
-            assert_eq!(event.run_id, run.run_id());
+            assert_eq!(&*event.run_id, run.run_id());
             own += 1;
         }
         own

@@ -54,7 +54,7 @@ async fn events_carry_seq_at_run_id_path_and_kind() {
         "the run's own count, with no gap"
     );
     assert_eq!(events[1].at, 11_000, "`at` comes from the clock port");
-    assert!(events.iter().all(|e| e.run_id == RUN && e.path == PATH));
+    assert!(events.iter().all(|e| &*e.run_id == RUN && &*e.path == PATH));
 
     let json = serde_json::to_value(&*events[1]).expect("serializes");
     assert_eq!(

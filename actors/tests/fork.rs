@@ -139,7 +139,7 @@ async fn a_fork_after_a_tool_replays_its_result_and_its_guidance_reaches_the_nex
         .events
         .events()
         .into_iter()
-        .filter(|e| e.run_id == fork_id)
+        .filter(|e| *e.run_id == *fork_id)
         .collect();
     assert!(
         matches!(&events[0].kind, EventKind::RunForked(fork) if fork.parent == parent && fork.step == 2)
@@ -571,7 +571,7 @@ async fn what_people_answered_the_parent_is_inherited_and_said_never_replayed_si
     let forked: Vec<_> = events
         .events()
         .into_iter()
-        .filter(|e| e.run_id == fork.run_id())
+        .filter(|e| &*e.run_id == fork.run_id())
         .collect();
     let EventKind::RunForked(started) = &forked[0].kind else {
         panic!("{:?}", forked[0]);

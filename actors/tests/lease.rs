@@ -569,7 +569,7 @@ async fn runs_sharing_a_lease_actor_pause_resume_drain_and_release_alone() {
         rig.events
             .events()
             .iter()
-            .filter(|e| e.run_id == run && e.kind.name() == "wait")
+            .filter(|e| *e.run_id == *run && e.kind.name() == "wait")
             .count()
     };
     a.pause();

@@ -79,8 +79,8 @@ async fn run(
             seq,
             position: seq,
             at: seq,
-            run_id: run_id.to_owned(),
-            path: "run".to_owned(),
+            run_id: run_id.into(),
+            path: "run".into(),
             kind: EventKind::StepStarted {
                 step: 1,
                 limit: 8,

@@ -185,7 +185,7 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
     let out = support::output(support::leasehold(&data).args(["runs", "list"])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stdout.contains(&run_id) && out.stdout.contains("waiting_human"),
+        out.stdout.contains(&*run_id) && out.stdout.contains("waiting_human"),
         "{}",
         out.stdout
     );
@@ -194,7 +194,7 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
     let row = out
         .stdout
         .lines()
-        .find(|l| l.starts_with(&run_id))
+        .find(|l| l.starts_with(&*run_id))
         .expect("the run's row");
     assert!(row[run_id.len()..].starts_with("  "), "{}", out.stdout);
     assert_eq!(
@@ -213,7 +213,7 @@ async fn run_json_pauses_with_exit_3_and_runs_resume_completes_it_with_exit_0() 
         support::output(support::leasehold(&data).args(["runs", "list", "--status", "completed"]))
             .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(!out.stdout.contains(&run_id), "{}", out.stdout);
+    assert!(!out.stdout.contains(&*run_id), "{}", out.stdout);
     let out =
         support::output(support::leasehold(&data).args(["runs", "list", "--status", "asleep"]))
             .await;
@@ -560,7 +560,7 @@ async fn serve_without_a_model_browses_stored_runs_and_refuses_to_run_one_naming
     let out =
         support::output(support::leasehold(&data).args(["runs", "list", "--server", &base])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stdout.contains(&run_id), "{}", out.stdout);
+    assert!(out.stdout.contains(&*run_id), "{}", out.stdout);
     let view = support::get_run(&http, &base, &run_id).await;
     assert_eq!(view["status"], "waiting_human", "{view}");
     let out = support::output(

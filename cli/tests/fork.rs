@@ -246,11 +246,11 @@ async fn a_fork_after_a_tool_never_sends_it_again_and_one_before_sends_it_with_i
         .expect("runs show");
     assert!(show.status.success());
     let view: Value = serde_json::from_slice(&show.stdout).expect("JSON");
-    assert_eq!(view["fork"]["parent"], parent.as_str());
+    assert_eq!(view["fork"]["parent"], &*parent);
     assert_eq!(view["fork"]["step"], 2);
     assert_eq!(view["fork"]["guidance"], guidance);
     assert_eq!(view["status"], "completed");
-    assert_eq!(view["tool_calls"][0]["made_by"], parent.as_str());
+    assert_eq!(view["tool_calls"][0]["made_by"], &*parent);
 
     // Before the charge: it is sent once more, with the fork's own key.
     let before = events(

@@ -148,20 +148,20 @@ fn assert_no_step_repeated(events: &[Event]) {
     for event in events {
         match &event.kind {
             EventKind::WorkerSpawned { .. } => {
-                workers.insert(event.path.clone());
+                workers.insert(event.path.to_string());
             }
             EventKind::StepStarted { step, .. } => {
                 let owner = event.seq / second_owner;
                 assert!(
-                    seen.insert((owner, event.path.clone(), *step)),
+                    seen.insert((owner, event.path.to_string(), *step)),
                     "{} started step {step} twice in one process",
                     event.path
                 );
                 if owner == 0 {
-                    let last = first.entry(event.path.clone()).or_default();
+                    let last = first.entry(event.path.to_string()).or_default();
                     *last = (*last).max(*step);
                 } else {
-                    again.push((event.path.clone(), *step));
+                    again.push((event.path.to_string(), *step));
                 }
             }
             _ => {}

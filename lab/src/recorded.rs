@@ -81,10 +81,10 @@ pub fn recorded_operations(
                 subject,
                 timing,
             } => {
-                let at = calls.iter().position(|(path, _)| *path == event.path);
+                let at = calls.iter().position(|(path, _)| **path == *event.path);
                 let at = at.unwrap_or_else(|| {
                     calls.push((
-                        event.path.clone(),
+                        event.path.to_string(),
                         Call {
                             kind: *lease_kind,
                             subject: subject.clone(),

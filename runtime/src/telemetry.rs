@@ -108,8 +108,8 @@ impl SpanAssembler {
 
     /// Takes `event` in; returns the spans it ended.
     pub fn feed(&mut self, event: &Event) -> Vec<FinishedSpan> {
-        let run = event.run_id.as_str();
-        let path = event.path.as_str();
+        let run = &*event.run_id;
+        let path = &*event.path;
         let mut ended = Vec::new();
         match &event.kind {
             EventKind::RunStarted {

@@ -282,8 +282,8 @@ fn a_run_resumed_elsewhere_has_its_span_begin_when_it_was_created_in_its_callers
         seq,
         position: seq,
         at: 50_000 + seq,
-        run_id: "run-r".to_owned(),
-        path: "run".to_owned(),
+        run_id: "run-r".into(),
+        path: "run".into(),
         kind,
     };
     let mut assembler = SpanAssembler::new();

@@ -115,8 +115,8 @@ async fn a_runs_events_wake_no_take_of_the_outbox_and_its_end_does() {
             seq: n,
             position: n,
             at: n,
-            run_id: "r".to_owned(),
-            path: "run".to_owned(),
+            run_id: "r".into(),
+            path: "run".into(),
             kind: EventKind::StepStarted {
                 step: 1,
                 limit: 2,

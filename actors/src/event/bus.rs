@@ -48,13 +48,50 @@ struct BusInner {
 
 /// What publishing keeps.
 struct Published {
-    /// The last position of each run published to, until the run is
-    /// forgotten.
-    positions: crate::hash::Map<String, u64>,
+    /// Each run published to, until it is forgotten: its last position,
+    /// and the names its events share.
+    positions: crate::hash::Map<Arc<str>, RunNames>,
     /// The most recent events, as many as a subscriber may leave unread:
     /// what a stream that starts at an earlier `seq` reads first
     /// ([`EventBus::subscribe_after`]).
     recent: VecDeque<Arc<Event>>,
+}
+
+/// What the bus keeps of a run it publishes to.
+struct RunNames {
+    /// The position of its last event.
+    position: u64,
+    /// Its id, shared by its events.
+    run_id: Arc<str>,
+    /// The paths its events were published at, shared by its events (the
+    /// first [`SHARED_PATHS`]; a path past them is an event's own).
+    paths: Vec<Arc<str>>,
+}
+
+/// How many paths of a run its events share at most: a run's loops and
+/// calls are a few, and a run of many workers looks through no more.
+const SHARED_PATHS: usize = 32;
+
+impl RunNames {
+    fn new(run_id: Arc<str>, position: u64) -> Self {
+        Self {
+            position,
+            run_id,
+            paths: Vec::new(),
+        }
+    }
+
+    /// `path`, shared with the run's earlier events at it.
+    fn path(&mut self, path: &str) -> Arc<str> {
+        if let Some(shared) = self.paths.iter().find(|shared| ***shared == *path) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(path);
+        if self.paths.len() < SHARED_PATHS {
+            self.paths.push(Arc::clone(&shared));
+        }
+        shared
+    }
 }
 
 impl EventBus {
@@ -129,15 +166,25 @@ impl EventBus {
     /// Makes the run's next event take `position + 1`: a run resumed from
     /// the store goes on after its last logged event.
     pub fn continue_run(&self, run_id: &str, position: u64) {
-        self.published()
-            .positions
-            .insert(run_id.to_owned(), position);
+        let mut published = self.published();
+        match published.positions.get_mut(run_id) {
+            Some(names) => names.position = position,
+            None => {
+                let run_id: Arc<str> = Arc::from(run_id);
+                published
+                    .positions
+                    .insert(Arc::clone(&run_id), RunNames::new(run_id, position));
+            }
+        }
     }
 
     /// The position of the run's last event published (0 before its
     /// first): how many events its log holds, or will once written.
     pub(crate) fn position(&self, run_id: &str) -> u64 {
-        self.published().positions.get(run_id).copied().unwrap_or(0)
+        self.published()
+            .positions
+            .get(run_id)
+            .map_or(0, |names| names.position)
     }
 
     /// Forgets the run's position once it ended here: a later event of it
@@ -187,23 +234,27 @@ impl EventBus {
         let at = self.inner.clock.now_unix_ms();
         let mut published = self.published();
         let positions = &mut published.positions;
-        let position = match positions.get_mut(run_id) {
-            Some(last) => {
-                *last += 1;
-                *last
+        let names = match positions.get_mut(run_id) {
+            Some(names) => {
+                names.position += 1;
+                names
             }
             None => {
-                positions.insert(run_id.to_owned(), 1);
-                1
+                let run_id: Arc<str> = Arc::from(run_id);
+                positions
+                    .entry(Arc::clone(&run_id))
+                    .or_insert(RunNames::new(run_id, 1))
             }
         };
+        let (position, run_id, path) =
+            (names.position, Arc::clone(&names.run_id), names.path(path));
         let seq = self.inner.seq.fetch_add(1, Ordering::AcqRel) + 1;
         let event = Arc::new(Event {
             seq,
             position,
             at,
-            run_id: run_id.to_owned(),
-            path: path.to_owned(),
+            run_id,
+            path,
             kind,
         });
         if published.recent.len() == self.inner.capacity {

@@ -128,8 +128,8 @@ mod tests {
             seq,
             position,
             at: seq,
-            run_id: "run-1".to_owned(),
-            path: "/".to_owned(),
+            run_id: "run-1".into(),
+            path: "/".into(),
             kind: EventKind::StepStarted {
                 step: 1,
                 limit: 0,

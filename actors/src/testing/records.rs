@@ -81,8 +81,8 @@ pub fn event(run_id: &str, seq: u64) -> Event {
         seq,
         position: seq,
         at: 1_000 + seq,
-        run_id: run_id.to_owned(),
-        path: "run".to_owned(),
+        run_id: run_id.into(),
+        path: "run".into(),
         kind: EventKind::StepStarted {
             step: u32::try_from(seq).unwrap_or(u32::MAX),
             limit: 8,

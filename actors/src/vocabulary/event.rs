@@ -36,9 +36,9 @@ pub struct Event {
     /// When it happened, in milliseconds since the Unix epoch.
     pub at: u64,
     /// The run it belongs to.
-    pub run_id: String,
+    pub run_id: std::sync::Arc<str>,
     /// Where in the run's tree it happened.
-    pub path: String,
+    pub path: std::sync::Arc<str>,
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,

@@ -73,7 +73,7 @@ static PROGRESS_SHOWN: std::sync::LazyLock<std::sync::Mutex<ProgressPace>> =
 /// first, then one at least [`PROGRESS_PERIOD_MS`] after the last shown.
 #[derive(Debug, Default)]
 pub(crate) struct ProgressPace {
-    shown: std::collections::HashMap<(String, String), u64>,
+    shown: std::collections::HashMap<(std::sync::Arc<str>, std::sync::Arc<str>), u64>,
 }
 
 impl ProgressPace {
@@ -132,7 +132,7 @@ pub(crate) async fn follow(
     let mut origin = None;
     let mut last_seq = 0;
     let mut show = |event: &Event| {
-        if event.run_id == run_id && event.seq > last_seq {
+        if *event.run_id == *run_id && event.seq > last_seq {
             let start = *origin.get_or_insert(event.at);
             last_seq = event.seq;
             print(event, output, start);
@@ -243,8 +243,8 @@ mod tests {
             seq: 1,
             position: 1,
             at,
-            run_id: "run-1".to_owned(),
-            path: path.to_owned(),
+            run_id: "run-1".into(),
+            path: path.into(),
             kind: EventKind::Progress {
                 lease_id: leasehold::LeaseId(1),
                 count: 1,

@@ -43,7 +43,7 @@ impl<W: Write + Send> Log<'_, W> {
         next: Option<Result<std::sync::Arc<Event>, Lagged>>,
     ) -> Result<(), DemoError> {
         match next {
-            Some(Ok(event)) if event.run_id == self.run_id => {
+            Some(Ok(event)) if *event.run_id == *self.run_id => {
                 if let Some(line) = line(&event, self.origin) {
                     writeln!(self.out, "{line}")?;
                 }

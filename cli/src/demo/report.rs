@@ -161,7 +161,7 @@ impl DemoReport {
                     }
                 }
                 EventKind::BudgetExtended(record) => budget_extensions.push(Extension {
-                    path: event.path.clone(),
+                    path: event.path.to_string(),
                     steps_used: record.figures.steps_used,
                     limit: record.figures.limit,
                     new_limit: record.new_limit,
@@ -172,13 +172,13 @@ impl DemoReport {
                     tool,
                     idempotency_key,
                     attempt,
-                } => starts.entry(event.path.as_str()).or_default().push((
+                } => starts.entry(&*event.path).or_default().push((
                     *attempt,
                     idempotency_key.as_str(),
                     tool.as_str(),
                 )),
                 EventKind::Restarted { .. } => {
-                    restarted.insert(event.path.as_str());
+                    restarted.insert(&*event.path);
                 }
                 _ => {}
             }

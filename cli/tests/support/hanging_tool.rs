@@ -36,7 +36,7 @@ pub async fn until_a_tool_call_hangs(
         let event: Event = serde_json::from_str(&line).expect("an event");
         run_id.get_or_insert(event.run_id.clone());
         if event.kind.name() == "tool_call_started" {
-            return run_id.expect("an id");
+            return run_id.expect("an id").to_string();
         }
     }
 }

@@ -101,7 +101,7 @@ impl Gathered {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .filter(|e| e.run_id == run_id)
+            .filter(|e| *e.run_id == *run_id)
             .cloned()
             .collect()
     }
@@ -162,8 +162,8 @@ impl EventSink for Gathered {
             seq,
             position: 0,
             at: 0,
-            run_id: run_id.to_owned(),
-            path: path.to_owned(),
+            run_id: run_id.into(),
+            path: path.into(),
             kind,
         });
         drop(events);

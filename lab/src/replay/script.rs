@@ -137,7 +137,7 @@ impl Script {
     }
 
     fn read_one(&mut self, event: &Event) {
-        let path = event.path.as_str();
+        let path = &*event.path;
         match &event.kind {
             EventKind::ModelCallStarted { step, attempt, .. } => {
                 self.calls

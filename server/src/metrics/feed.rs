@@ -27,10 +27,10 @@ pub(super) struct Tally<'a> {
     metrics: &'a Metrics,
     /// `at` of each model call in flight, by run and loop path (a loop
     /// makes one model call at a time).
-    model_started: HashMap<(String, String), u64>,
+    model_started: HashMap<(std::sync::Arc<str>, std::sync::Arc<str>), u64>,
     /// `at` of each tool call attempt in flight, by run, idempotency key
     /// and attempt.
-    tool_started: HashMap<(String, String, u32), u64>,
+    tool_started: HashMap<(std::sync::Arc<str>, String, u32), u64>,
 }
 
 impl<'a> Tally<'a> {
@@ -235,8 +235,8 @@ mod tests {
             seq: at,
             position: at,
             at,
-            run_id: run_id.to_owned(),
-            path: path.to_owned(),
+            run_id: run_id.into(),
+            path: path.into(),
             kind,
         }
     }
@@ -315,11 +315,7 @@ mod tests {
                 reason: "enough".to_owned(),
             },
         ));
-        let left: Vec<_> = tally
-            .model_started
-            .keys()
-            .map(|(run, _)| run.as_str())
-            .collect();
+        let left: Vec<_> = tally.model_started.keys().map(|(run, _)| &**run).collect();
         assert_eq!(left, ["b"]);
         assert!(has(
             &metrics,

@@ -323,7 +323,7 @@ async fn feed(
             tokio::select! {
                 received = live.recv() => match received {
                     Some(Ok(event)) => {
-                        if event.run_id != run_id || event.seq <= tail.seen() {
+                        if *event.run_id != *run_id || event.seq <= tail.seen() {
                             continue;
                         }
                         // One this stream did not see came before it:
