@@ -432,7 +432,19 @@ impl LeaseState {
             }
         }
         let now = tokio::time::Instant::now();
-        let ids: Vec<LeaseId> = match run {
+        let ids = self.clocked(run);
+        for id in ids {
+            if let Some(entry) = self.leases.get(&id) {
+                let _ = self.timers.send(TimerCmd::Disarm(id));
+                entry.evidence.pause(now);
+            }
+        }
+    }
+
+    /// The leases a pause or a resume of `run` acts on: the run's own, or
+    /// (`None`) every lease of a run not paused by itself.
+    fn clocked(&self, run: Option<&str>) -> Vec<LeaseId> {
+        match run {
             Some(run) => self.held.get(run).cloned().unwrap_or_default(),
             None => self
                 .leases
@@ -440,12 +452,6 @@ impl LeaseState {
                 .filter(|(_, entry)| !self.paused_runs.contains(entry.meta.run_id.as_str()))
                 .map(|(id, _)| *id)
                 .collect(),
-        };
-        for id in ids {
-            if let Some(entry) = self.leases.get(&id) {
-                let _ = self.timers.send(TimerCmd::Disarm(id));
-                entry.evidence.pause(now);
-            }
         }
     }
 
@@ -461,15 +467,7 @@ impl LeaseState {
             }
         }
         let now = tokio::time::Instant::now();
-        let rearm: Vec<LeaseId> = match run {
-            Some(run) => self.held.get(run).cloned().unwrap_or_default(),
-            None => self
-                .leases
-                .iter()
-                .filter(|(_, entry)| !self.paused_runs.contains(entry.meta.run_id.as_str()))
-                .map(|(id, _)| *id)
-                .collect(),
-        };
+        let rearm = self.clocked(run);
         for id in rearm {
             let Some(entry) = self.leases.get_mut(&id) else {
                 continue;
