@@ -252,7 +252,8 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let mut pending: crate::hash::Map<String, Vec<Arc<Event>>> =
+            // Keyed by the id the run's events share: no copy of it.
+            let mut pending: crate::hash::Map<Arc<str>, Vec<Arc<Event>>> =
                 crate::hash::Map::default();
             for item in batch.drain(..) {
                 match item {
@@ -293,7 +294,7 @@ impl Writer {
                             None => match pending.get_mut(&*event.run_id) {
                                 Some(events) => events.push(event),
                                 None => {
-                                    pending.insert(event.run_id.to_string(), vec![event]);
+                                    pending.insert(Arc::clone(&event.run_id), vec![event]);
                                 }
                             },
                         }
@@ -370,19 +371,19 @@ impl Writer {
     /// once, polled together by this task (no task per run per batch). A
     /// run's events stay in the order they were published; a batch is
     /// written whole before the next is read.
-    async fn write(&mut self, pending: crate::hash::Map<String, Vec<Arc<Event>>>) {
+    async fn write(&mut self, pending: crate::hash::Map<Arc<str>, Vec<Arc<Event>>>) {
         let store = &self.store;
         let runs = &self.runs;
         let writes = pending.into_iter().filter_map(|(run_id, events)| {
             // Events of runs this executor does not (or no longer) own are
             // not logged.
-            let fence = runs.get(&run_id)?.entry.fence.load(Ordering::Acquire);
+            let fence = runs.get(&*run_id)?.entry.fence.load(Ordering::Acquire);
             let append = store.append_events(&run_id, events.clone(), fence);
             Some(async move { (run_id, events, append.await) })
         });
         let written = futures_util::future::join_all(writes).await;
         for (run_id, events, result) in written {
-            self.settle(run_id, events, result);
+            self.settle(&run_id, events, result);
         }
     }
 
@@ -413,21 +414,21 @@ impl Writer {
         let tried = futures_util::future::join_all(tries).await;
         for (run_id, events, result) in tried {
             self.health.retried();
-            self.settle(run_id, events, result);
+            self.settle(&run_id, events, result);
         }
     }
 
     /// What an append of `events` to `run_id`'s log answered.
     fn settle(
         &mut self,
-        run_id: String,
+        run_id: &str,
         events: Vec<Arc<Event>>,
         result: Result<Fenced<()>, StoreError>,
     ) {
         // The trace id is derived only where something is logged (in the
         // macros, which evaluate it only when enabled): it costs a lookup
         // and a hash, and nearly every append is simply applied.
-        let Some(run) = self.runs.get_mut(&run_id) else {
+        let Some(run) = self.runs.get_mut(run_id) else {
             return;
         };
         match result {
@@ -435,19 +436,19 @@ impl Writer {
                 self.health.ok();
                 if let Some(stall) = run.stalled.take() {
                     self.stalled -= 1;
-                    tracing::info!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), attempts = stall.attempt, "events logged after the store refused them");
+                    tracing::info!(%run_id, trace_id = %crate::trace_context::trace_id_for(run_id), attempts = stall.attempt, "events logged after the store refused them");
                     for done in stall.waiting {
                         let _ = done.send(true);
                     }
                 }
                 if run.ended {
-                    self.forget(&run_id, true);
+                    self.forget(run_id, true);
                 }
             }
             Ok(Fenced::Stale { .. }) => {
-                tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), "events of a run this executor lost were not logged");
+                tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(run_id), "events of a run this executor lost were not logged");
                 if run.stalled.is_some() {
-                    self.forget(&run_id, false);
+                    self.forget(run_id, false);
                 }
             }
             Err(error) => {
@@ -475,13 +476,13 @@ impl Writer {
                 if !stall.told && (!error.is_transient() || patience_over) {
                     stall.told = true;
                     self.health.gave_up();
-                    tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, held = stall.events.len(), "events not logged: the run is told, and they are tried again");
+                    tracing::error!(%run_id, trace_id = %crate::trace_context::trace_id_for(run_id), %error, held = stall.events.len(), "events not logged: the run is told, and they are tried again");
                     for done in stall.waiting.drain(..) {
                         let _ = done.send(false);
                     }
                     (run.entry.give_up)(error);
                 } else if stall.attempt == 1 {
-                    tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(&run_id), %error, "events not logged yet: tried again");
+                    tracing::warn!(%run_id, trace_id = %crate::trace_context::trace_id_for(run_id), %error, "events not logged yet: tried again");
                 }
             }
         }

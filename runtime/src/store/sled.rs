@@ -192,27 +192,21 @@ impl SledStore {
                 .cache_capacity(config.cache_capacity)
                 .open()
         };
-        let db = match open() {
-            // A store of this process closed here a moment ago: sled's own
-            // last write may still hold the directory's lock for a few
-            // milliseconds after the store is gone. Another process's lock
-            // is reported at once.
-            Err(error) if is_lock_error(&error) && closed_lately(&path) => {
-                let mut tried = open();
-                for _ in 0..LOCK_RETRIES {
-                    match &tried {
-                        Err(error) if is_lock_error(error) => {
-                            std::thread::sleep(LOCK_RETRY_PAUSE);
-                            tried = open();
-                        }
-                        _ => break,
-                    }
+        // A store of this process closed here a moment ago: sled's own last
+        // write may still hold the directory's lock for a few milliseconds
+        // after the store is gone. Another process's lock is reported at
+        // once.
+        let mut opened = open();
+        if matches!(&opened, Err(error) if is_lock_error(error)) && closed_lately(&path) {
+            for _ in 0..LOCK_RETRIES {
+                std::thread::sleep(LOCK_RETRY_PAUSE);
+                opened = open();
+                if !matches!(&opened, Err(error) if is_lock_error(error)) {
+                    break;
                 }
-                tried
             }
-            opened => opened,
         }
-        .map_err(|e| open_error(&path, &e))?;
+        let db = opened.map_err(|e| open_error(&path, &e))?;
         let tree = |name: &str| {
             db.open_tree(name).map_err(|e| {
                 StoreError::failed(format!(
