@@ -160,6 +160,10 @@ struct EvidenceState {
     /// The [`TIMED_SILENCES`] longest silences between two items, each with
     /// how many items came before it.
     silences: Vec<(u64, std::time::Duration)>,
+    /// The shortest of `silences` once they are [`TIMED_SILENCES`]: a gap
+    /// no longer than it is not kept, without a look at the others (the
+    /// common case: a stream's gaps are alike).
+    shortest_kept: std::time::Duration,
     /// Time paused in all, so that the operation's recorded length is its
     /// working time.
     paused_total: std::time::Duration,
@@ -629,17 +633,35 @@ impl Evidence {
 /// operation streams.
 pub const TIMED_SILENCES: usize = 8;
 
-/// Keeps `gap` among `kept` if it is one of the [`TIMED_SILENCES`] longest.
-fn keep_longest(kept: &mut Vec<(u64, std::time::Duration)>, gap: (u64, std::time::Duration)) {
+/// Keeps `gap` among `kept` if it is one of the [`TIMED_SILENCES`] longest;
+/// `shortest` is the shortest kept once `kept` is full.
+fn keep_longest(
+    kept: &mut Vec<(u64, std::time::Duration)>,
+    shortest: &mut std::time::Duration,
+    gap: (u64, std::time::Duration),
+) {
     if kept.len() < TIMED_SILENCES {
         kept.push(gap);
+        if kept.len() == TIMED_SILENCES {
+            *shortest = kept
+                .iter()
+                .map(|(_, length)| *length)
+                .min()
+                .unwrap_or_default();
+        }
         return;
     }
-    if let Some(shortest) = kept.iter_mut().min_by_key(|(_, length)| *length)
-        && shortest.1 < gap.1
-    {
-        *shortest = gap;
+    if gap.1 <= *shortest {
+        return;
     }
+    if let Some(replaced) = kept.iter_mut().min_by_key(|(_, length)| *length) {
+        *replaced = gap;
+    }
+    *shortest = kept
+        .iter()
+        .map(|(_, length)| *length)
+        .min()
+        .unwrap_or_default();
 }
 
 /// `duration` in whole milliseconds.
@@ -694,7 +716,11 @@ impl EvidenceState {
             if gap > self.longest_silence.0 {
                 self.longest_silence = (gap, self.count);
             }
-            keep_longest(&mut self.silences, (self.count, gap));
+            keep_longest(
+                &mut self.silences,
+                &mut self.shortest_kept,
+                (self.count, gap),
+            );
         } else if let Some(started) = self.started {
             let wait = until.saturating_duration_since(started);
             if wait > self.longest_silence.0 {
@@ -750,6 +776,30 @@ mod tests {
 
     use super::*;
     use crate::supervision::watchdog::AccrualConfig;
+
+    proptest::proptest! {
+        /// The kept silences are always the [`TIMED_SILENCES`] longest of
+        /// those seen (the first seen of equal ones kept), whatever their
+        /// order: the shortest kept, remembered, rejects no gap it should
+        /// keep.
+        #[test]
+        fn the_kept_silences_are_the_longest_seen(gaps in proptest::collection::vec(0u64..50, 0..64)) {
+            let (mut kept, mut shortest) = (Vec::new(), Duration::ZERO);
+            let mut naive: Vec<(u64, Duration)> = Vec::new();
+            for (n, gap) in gaps.iter().enumerate() {
+                let gap = (n as u64, Duration::from_millis(*gap));
+                keep_longest(&mut kept, &mut shortest, gap);
+                if naive.len() < TIMED_SILENCES {
+                    naive.push(gap);
+                } else if let Some(min) = naive.iter_mut().min_by_key(|(_, length)| *length)
+                    && min.1 < gap.1
+                {
+                    *min = gap;
+                }
+                proptest::prop_assert_eq!(&kept, &naive);
+            }
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_pause_counts_neither_in_the_age_nor_in_the_inter_arrival_history() {
