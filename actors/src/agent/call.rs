@@ -1,13 +1,15 @@
-//! The task both kinds of call are awaited in: started by its loop beside
-//! the call's operation (which runs in its lease's task), it waits for the
-//! call's outcome, reports it to the loop, and ends. A panic of the task
-//! itself reaches the loop as the call's panic, as a panic of the call does.
+//! What a call does once its operation is over: started by its loop beside
+//! the call's operation, it runs in the operation's own task, after it,
+//! under its lease (MISSION, lease rule 1): it reports the call's outcome to
+//! the loop. A panic of its own reaches the loop as the call's panic, as a
+//! panic of the call does.
 //!
-//! It is a task, not an actor: the call's work already runs in its own task
-//! with its own cancellation, under its lease (MISSION, lease rule 1), and
-//! the loop supervises it through the outcome it is sent. An actor around
-//! it would only wait, at the price of its mailbox's four channels, its
-//! name in ractor's registry and its supervision messages.
+//! It is neither an actor nor a task of its own: the call's work already
+//! runs in its own task with its own cancellation, and the loop supervises
+//! it through the outcome it is sent. An actor around it would only wait,
+//! at the price of its mailbox's four channels, its name in ractor's
+//! registry and its supervision messages; a task would only wait, at the
+//! price of its cell and a wake more.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -17,13 +19,17 @@ use ractor::ActorRef;
 use tracing::Instrument;
 
 use super::LoopMsg;
+use crate::supervision::evidence::Evidence;
+use crate::supervision::lease::{LeaseError, LeaseSpec, Leases};
 use crate::supervision::strategy::ChildEnd;
 
-/// One call: what its task runs.
+/// One call: what it does with its outcome.
 pub(crate) trait Call: Send + 'static {
-    /// Waits for the call's outcome under its lease and reports it to its
-    /// loop.
-    fn run(self) -> impl Future<Output = ()> + Send;
+    /// What the call's operation returns.
+    type Output: Send + 'static;
+
+    /// Reports the call's outcome under its lease to its loop.
+    fn run(self, outcome: Result<Self::Output, LeaseError>) -> impl Future<Output = ()> + Send;
 
     /// Where and as what a panic of [`Call::run`] is reported.
     fn on_panic(&self) -> Panicked;
@@ -65,17 +71,33 @@ impl Panicked {
     }
 }
 
-/// Starts `call`'s task; the call runs inside `span`.
-pub(crate) fn spawn<C: Call>(call: C, span: tracing::Span) {
+/// Begins `operation` under a lease of `spec` now (the lease counts from
+/// this moment, however long a busy runtime takes to start its task), and
+/// `call` with its outcome after it, in `span`.
+pub(crate) fn start<C, F, Fut>(
+    leases: &Leases,
+    spec: LeaseSpec,
+    operation: F,
+    call: C,
+    span: tracing::Span,
+) where
+    C: Call,
+    F: FnOnce(Evidence) -> Fut,
+    Fut: Future<Output = C::Output> + Send + 'static,
+{
+    leases.supervise_then(spec, operation, move |outcome| finish(call, outcome, span));
+}
+
+/// Runs `call` with its `outcome` in `span`; a panic of it reaches its loop
+/// as the call's.
+async fn finish<C: Call>(call: C, outcome: Result<C::Output, LeaseError>, span: tracing::Span) {
     let panicked = call.on_panic();
-    tokio::spawn(async move {
-        if let Err(payload) = AssertUnwindSafe(call.run().instrument(span))
-            .catch_unwind()
-            .await
-        {
-            panicked.report(crate::error::panic_message(payload.as_ref()));
-        }
-    });
+    if let Err(payload) = AssertUnwindSafe(call.run(outcome).instrument(span))
+        .catch_unwind()
+        .await
+    {
+        panicked.report(crate::error::panic_message(payload.as_ref()));
+    }
 }
 
 #[cfg(test)]
@@ -83,8 +105,9 @@ mod tests {
     use ractor::{Actor, ActorProcessingErr, ActorRef};
     use tokio::sync::mpsc;
 
-    use super::{Call, Panicked, spawn};
+    use super::{Call, Panicked, finish};
     use crate::agent::LoopMsg;
+    use crate::supervision::lease::LeaseError;
     use crate::supervision::strategy::ChildEnd;
 
     /// A stand-in loop: forwards what it is sent.
@@ -121,7 +144,9 @@ mod tests {
     }
 
     impl Call for Panics {
-        async fn run(self) {
+        type Output = ();
+
+        async fn run(self, _outcome: Result<(), LeaseError>) {
             tokio::task::yield_now().await;
             panic!("the waiting went wrong");
         }
@@ -140,13 +165,14 @@ mod tests {
     async fn a_panic_of_a_calls_own_task_reaches_its_loop_as_the_calls_panic() {
         let (to, mut received) = mpsc::unbounded_channel();
         let (forward, task) = Actor::spawn(None, Forward, to).await.expect("spawns");
-        spawn(
+        tokio::spawn(finish(
             Panics {
                 reply_to: forward.clone(),
                 index: None,
             },
+            Err(LeaseError::Cancelled),
             tracing::Span::none(),
-        );
+        ));
         match tokio::time::timeout(std::time::Duration::from_secs(5), received.recv())
             .await
             .expect("the panic is reported")
@@ -160,13 +186,14 @@ mod tests {
             } => assert_eq!(message, "the waiting went wrong"),
             other => panic!("not the model call's panic: {other:?}"),
         }
-        spawn(
+        tokio::spawn(finish(
             Panics {
                 reply_to: forward.clone(),
                 index: Some(1),
             },
+            Ok(()),
             tracing::Span::none(),
-        );
+        ));
         match tokio::time::timeout(std::time::Duration::from_secs(5), received.recv())
             .await
             .expect("the panic is reported")

@@ -156,18 +156,13 @@ impl AgentLoop {
                         &format!("{path}#{attempt}"),
                     )),
                 };
-                // Begun here, not in the call's task: the lease counts from
-                // now, however long a busy runtime takes to start the task.
-                // The tool is called inside the operation's task, where a
-                // panic is the call's.
+                // Begun here: the lease counts from now, however long a busy
+                // runtime takes to start the operation's task. The tool is
+                // called inside that task, where a panic is the call's.
                 let client = route.client;
-                let supervised = self.ctx.leases.supervise(spec, move |evidence| async move {
-                    client.call(invocation, evidence).await
-                });
                 let args = tool_call::ToolCallArgs {
                     ctx: self.ctx.clone(),
                     path: path.clone(),
-                    supervised,
                     tool: name.to_owned(),
                     idempotency_key: key,
                     reply_to: myself.clone(),
@@ -175,7 +170,13 @@ impl AgentLoop {
                     index,
                     attempt,
                 };
-                super::call::spawn(args, self.call_span(&path, attempt));
+                super::call::start(
+                    &self.ctx.leases,
+                    spec,
+                    move |evidence| async move { client.call(invocation, evidence).await },
+                    args,
+                    self.call_span(&path, attempt),
+                );
             }
         }
     }

@@ -258,20 +258,22 @@ impl AgentLoop {
             stream,
             attempt,
         });
-        // Begun here, not in the call's task: the lease counts from now,
-        // however long a busy runtime takes to start the task. The model is
-        // called inside the operation's task, where a panic is the call's.
+        // Begun here: the lease counts from now, however long a busy
+        // runtime takes to start the operation's task. The model is called
+        // inside that task, where a panic is the call's.
         let model = self.ctx.model.clone();
-        let supervised = self.ctx.leases.supervise(spec, move |evidence| async move {
-            model.complete(request, evidence).await
-        });
         let args = model_call::ModelCallArgs {
-            supervised,
             reply_to: myself.clone(),
             step,
             attempt,
         };
-        super::call::spawn(args, self.call_span(&path, attempt));
+        super::call::start(
+            &self.ctx.leases,
+            spec,
+            move |evidence| async move { model.complete(request, evidence).await },
+            args,
+            self.call_span(&path, attempt),
+        );
     }
 
     pub(super) async fn model_done(

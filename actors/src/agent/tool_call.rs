@@ -1,8 +1,8 @@
 //! One tool call, under a lease, with its idempotency key.
 //!
 //! The call runs in the lease's task (MCP progress notifications are its
-//! evidence); its [task](super::call) waits for its outcome and reports it
-//! to its loop. Every attempt of the same call carries the same idempotency key.
+//! evidence); [after it](super::call), in the same task, its outcome is
+//! reported to its loop. Every attempt of the same call carries the same idempotency key.
 //! A tool's own error is a result the model sees; a transport failure, a
 //! verdict or a panic is an end for the loop's supervision strategy.
 //!
@@ -20,7 +20,7 @@ use super::call::{Call, Panicked};
 use super::{LoopMsg, RunContext, lease_end};
 use crate::event::EventKind;
 use crate::ports::{ToolError, ToolOutput};
-use crate::supervision::lease::{LeaseError, LeaseHandle};
+use crate::supervision::lease::LeaseError;
 use crate::supervision::strategy::ChildEnd;
 
 /// What a tool call is started with: the call itself, already begun under
@@ -31,7 +31,6 @@ pub(crate) struct ToolCallArgs {
     pub(crate) ctx: Arc<RunContext>,
     /// The call's path in the run's tree.
     pub(crate) path: String,
-    pub(crate) supervised: Result<LeaseHandle<Result<ToolOutput, ToolError>>, LeaseError>,
     /// The tool, and the key every attempt of the call carries.
     pub(crate) tool: String,
     pub(crate) idempotency_key: String,
@@ -68,6 +67,8 @@ pub(crate) fn truncate_result(text: &mut String, max_bytes: usize) -> Option<Tru
 }
 
 impl Call for ToolCallArgs {
+    type Output = Result<ToolOutput, ToolError>;
+
     fn on_panic(&self) -> Panicked {
         Panicked {
             reply_to: self.reply_to.clone(),
@@ -77,11 +78,10 @@ impl Call for ToolCallArgs {
         }
     }
 
-    async fn run(self) {
+    async fn run(self, outcome: Result<Self::Output, LeaseError>) {
         let ToolCallArgs {
             ctx,
             path,
-            supervised,
             tool,
             idempotency_key,
             reply_to,
@@ -89,37 +89,31 @@ impl Call for ToolCallArgs {
             index,
             attempt,
         } = self;
-        let outcome = match supervised {
-            Err(error) => lease_end(error).map(Err),
-            Ok(handle) => match handle.outcome().await {
-                Ok(Ok(mut output)) => {
-                    if let Some(cut) =
-                        truncate_result(&mut output.content, ctx.max_tool_result_bytes)
-                    {
-                        ctx.emit(
-                            &path,
-                            EventKind::ToolResultTruncated {
-                                tool,
-                                idempotency_key,
-                                attempt,
-                                original_bytes: u64::try_from(cut.original_bytes)
-                                    .unwrap_or(u64::MAX),
-                                kept_bytes: u64::try_from(cut.kept_bytes).unwrap_or(u64::MAX),
-                            },
-                        );
-                    }
-                    if output.is_error {
-                        Some(Ok(format!("error: {}", output.content)))
-                    } else {
-                        Some(Ok(output.content))
-                    }
+        let outcome = match outcome {
+            Ok(Ok(mut output)) => {
+                if let Some(cut) = truncate_result(&mut output.content, ctx.max_tool_result_bytes) {
+                    ctx.emit(
+                        &path,
+                        EventKind::ToolResultTruncated {
+                            tool,
+                            idempotency_key,
+                            attempt,
+                            original_bytes: u64::try_from(cut.original_bytes).unwrap_or(u64::MAX),
+                            kept_bytes: u64::try_from(cut.kept_bytes).unwrap_or(u64::MAX),
+                        },
+                    );
                 }
-                Ok(Err(error)) => Some(Err(ChildEnd::Failed {
-                    reason: error.message,
-                    retryable: error.retryable,
-                })),
-                Err(error) => lease_end(error).map(Err),
-            },
+                if output.is_error {
+                    Some(Ok(format!("error: {}", output.content)))
+                } else {
+                    Some(Ok(output.content))
+                }
+            }
+            Ok(Err(error)) => Some(Err(ChildEnd::Failed {
+                reason: error.message,
+                retryable: error.retryable,
+            })),
+            Err(error) => lease_end(error).map(Err),
         };
         if let Some(outcome) = outcome {
             let _ = reply_to.send_message(LoopMsg::CallDone {

@@ -182,9 +182,10 @@ pub(crate) fn start_worker_call(call: WorkerCall) {
     let worker_kind = kind.clone();
     let worker_path = path.clone();
     let parent_cell = parent.get_cell();
-    // Begun here, before the task that awaits it: the lease counts from the
-    // worker's spawn, however long a busy runtime takes to run that task.
-    let supervised = leases.supervise(spec, move |evidence| async move {
+    // Begun here: the lease counts from the worker's spawn, however long a
+    // busy runtime takes to run the operation's task; the answer is
+    // reported after it, in the same task.
+    let operation = move |evidence| async move {
         let cancel = parent_cancel.child_token();
         let (done, answer) = oneshot::channel();
         let args = WorkerArgs {
@@ -205,18 +206,15 @@ pub(crate) fn start_worker_call(call: WorkerCall) {
         answer
             .await
             .unwrap_or_else(|_| Err("the worker stopped without an answer".to_owned()))
-    });
-    tokio::spawn(async move {
-        let outcome = match supervised {
+    };
+    leases.supervise_then(spec, operation, move |outcome| async move {
+        let outcome = match outcome {
+            Ok(Ok(answer)) => Some(Ok(answer)),
+            Ok(Err(reason)) => Some(Err(ChildEnd::Failed {
+                reason,
+                retryable: false,
+            })),
             Err(error) => lease_end(error).map(Err),
-            Ok(handle) => match handle.outcome().await {
-                Ok(Ok(answer)) => Some(Ok(answer)),
-                Ok(Err(reason)) => Some(Err(ChildEnd::Failed {
-                    reason,
-                    retryable: false,
-                })),
-                Err(error) => lease_end(error).map(Err),
-            },
         };
         let Some(outcome) = outcome else {
             return;

@@ -1,7 +1,10 @@
 //! Starting a supervised operation and waiting for its outcome.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use ractor::ActorRef;
 use tokio::sync::oneshot;
@@ -174,6 +177,110 @@ impl Leases {
         F: FnOnce(Evidence) -> Fut,
         Fut: Future<Output = T> + Send + 'static,
     {
+        let Begun {
+            id,
+            evidence,
+            token,
+            end,
+            cut,
+            work,
+            done,
+        } = self.begin(spec, operation)?;
+        let cancelled = token.clone();
+        let join = tokio::spawn(async move {
+            // Tells the actor the operation is over however it ends, a panic
+            // included, so no lease outlives its operation.
+            let mut done = done;
+            let output = super::cancel::until_cancelled(cancelled, work).await;
+            done.cancelled = output.is_none();
+            output
+        });
+        Ok(LeaseHandle {
+            id,
+            evidence,
+            token,
+            end,
+            cut,
+            join,
+            finished: false,
+        })
+    }
+
+    /// Runs `operation` once under a lease built from `spec`, as
+    /// [`Self::supervise`] does, and then `then` with its outcome — what
+    /// [`LeaseHandle::outcome`] would have answered — in the same task: no
+    /// task of the owner's waits beside the operation's. `then` is called
+    /// once, in a task of its own if the lease could not be taken.
+    pub(crate) fn supervise_then<T, F, Fut, R, RFut>(&self, spec: LeaseSpec, operation: F, then: R)
+    where
+        T: Send + 'static,
+        F: FnOnce(Evidence) -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+        R: FnOnce(Result<T, LeaseError>) -> RFut + Send + 'static,
+        RFut: Future<Output = ()> + Send + 'static,
+    {
+        let Begun {
+            id: _,
+            evidence,
+            token,
+            mut end,
+            cut,
+            work,
+            done,
+        } = match self.begin(spec, operation) {
+            Ok(begun) => begun,
+            Err(error) => {
+                tokio::spawn(then(Err(error)));
+                return;
+            }
+        };
+        tokio::spawn(async move {
+            let mut done = done;
+            let worked = AssertUnwindSafe(super::cancel::until_cancelled(token.clone(), work))
+                .catch_unwind()
+                .await;
+            let outcome = match worked {
+                Err(payload) => {
+                    drop(done);
+                    token.cancel();
+                    Err(LeaseError::Panicked {
+                        message: crate::error::panic_message(payload.as_ref()),
+                    })
+                }
+                Ok(output) => {
+                    done.cancelled = output.is_none();
+                    drop(done);
+                    let cut = cut.load(std::sync::atomic::Ordering::Acquire);
+                    match output {
+                        // A verdict ended it first: its end, not its result.
+                        Some(value) if cut => {
+                            (&mut end).await.map_or(Ok(value), |end| Err(end.into()))
+                        }
+                        Some(value) => Ok(value),
+                        // Cancelled by a verdict (its end says why, once the
+                        // run's log holds the verdict) or by the parent.
+                        None if cut => {
+                            Err((&mut end).await.map_or(LeaseError::Cancelled, Into::into))
+                        }
+                        None => Err(end.try_recv().map_or(LeaseError::Cancelled, Into::into)),
+                    }
+                }
+            };
+            // Progress not yet said is said before the owner goes on.
+            evidence.settle();
+            then(outcome).await;
+        });
+    }
+
+    /// Takes a lease for `operation`: its terms, evidence and cancellation
+    /// settled, the operation built and registered with the actor before
+    /// it starts.
+    fn begin<T, F, Fut>(&self, spec: LeaseSpec, operation: F) -> Result<Begun<Fut>, LeaseError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Evidence) -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+    {
         let id = LeaseId::next();
         // The lease's terms are settled here, once: its own, else this
         // actor's for its kind, with its cap.
@@ -206,33 +313,33 @@ impl Leases {
                 nudges: spec.nudges,
             })))
             .map_err(|_| LeaseError::LeaseActorGone)?;
-
-        let actor = self.actor.clone();
-        let cancelled = token.clone();
-        let reporting = evidence.clone();
-        let join = tokio::spawn(async move {
-            // Tells the actor the operation is over however it ends, a panic
-            // included, so no lease outlives its operation.
-            let mut done = DoneGuard {
-                actor,
+        Ok(Begun {
+            id,
+            done: DoneGuard {
+                actor: self.actor.clone(),
                 id,
                 cancelled: false,
-                evidence: reporting,
-            };
-            let output = super::cancel::until_cancelled(cancelled, work).await;
-            done.cancelled = output.is_none();
-            output
-        });
-        Ok(LeaseHandle {
-            id,
+                evidence: evidence.clone(),
+            },
             evidence,
             token,
             end: end_rx,
             cut,
-            join,
-            finished: false,
+            work,
         })
     }
+}
+
+/// A lease taken, its operation not started yet.
+struct Begun<Fut> {
+    id: LeaseId,
+    evidence: Evidence,
+    token: CancellationToken,
+    end: oneshot::Receiver<super::LeaseEnd>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    work: Fut,
+    /// Tells the actor the operation is over when dropped.
+    done: DoneGuard,
 }
 
 /// The owner's handle on one supervised operation. Dropping it cancels the
@@ -365,5 +472,129 @@ impl From<LeaseEnd> for LeaseError {
             },
             LeaseEnd::RenewalCapReached(max_renewals) => Self::RenewalCapReached { max_renewals },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::pending;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::oneshot;
+    use tokio_util::sync::CancellationToken;
+
+    use super::LeaseError;
+    use crate::supervision::lease::{LeaseKind, LeaseSpec};
+    use crate::supervision::{Supervision, SupervisionConfig};
+    use crate::testing::{RecordingSink, Scripted, ScriptedEvaluator};
+
+    async fn supervision(evaluator: Option<ScriptedEvaluator>) -> (Supervision, RecordingSink) {
+        let events = RecordingSink::new();
+        let mut config = SupervisionConfig::default();
+        config.watchdog.free_renewals = 2;
+        config.lease.max_renewals = 10;
+        let evaluator = evaluator.map(|e| Arc::new(e) as Arc<dyn crate::Evaluator>);
+        let supervision = Supervision::start(config, evaluator, Arc::new(events.clone()))
+            .await
+            .expect("supervision starts");
+        (supervision, events)
+    }
+
+    fn spec() -> LeaseSpec {
+        LeaseSpec::new(LeaseKind::ToolCall, "search", Duration::from_secs(1))
+            .expect("valid spec")
+            .in_run("run-1", "run")
+    }
+
+    /// Runs `operation` with [`super::Leases::supervise_then`] and answers
+    /// what `then` was given.
+    async fn then_of<T, Fut>(
+        supervision: &Supervision,
+        spec: LeaseSpec,
+        operation: impl FnOnce(crate::Evidence) -> Fut,
+    ) -> Result<T, LeaseError>
+    where
+        T: Send + 'static,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+    {
+        let (given, outcome) = oneshot::channel();
+        supervision
+            .leases
+            .supervise_then(spec, operation, move |outcome| async move {
+                let _ = given.send(outcome);
+            });
+        outcome.await.expect("then is called")
+    }
+
+    /// What `then` is given is what the handle's outcome answers: the
+    /// operation's result, a verdict's end (the operation cut), a parent's
+    /// cancellation, a panic — and the lease goes with its operation.
+    #[tokio::test(start_paused = true)]
+    async fn then_is_given_what_the_handles_outcome_would_answer() {
+        let (supervision, events) = supervision(None).await;
+        let done = then_of(&supervision, spec(), |_| async {
+            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            42
+        });
+        assert_eq!(done.await, Ok(42), "two expiries renewed, then its result");
+
+        let parent = CancellationToken::new();
+        let cancel = parent.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        let cancelled: Result<(), _> =
+            then_of(&supervision, spec().with_parent(&parent), |_| pending()).await;
+        assert_eq!(cancelled, Err(LeaseError::Cancelled));
+
+        let panicked: Result<(), _> = then_of(&supervision, spec(), |_| async {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            panic!("tool crashed")
+        })
+        .await;
+        assert_eq!(
+            panicked,
+            Err(LeaseError::Panicked {
+                message: "tool crashed".into()
+            })
+        );
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            events.count("wait"),
+            2 + 1,
+            "a lease outlived its operation"
+        );
+
+        let (supervision, events) = supervision_intervening().await;
+        let intervened: Result<(), _> = then_of(&supervision, spec(), |_| pending()).await;
+        assert_eq!(
+            intervened,
+            Err(LeaseError::Intervened {
+                reason: "no progress for 3 leases".into()
+            })
+        );
+        assert_eq!(events.count("intervened"), 1);
+    }
+
+    async fn supervision_intervening() -> (Supervision, RecordingSink) {
+        supervision(Some(ScriptedEvaluator::new([Scripted::verdict(
+            "INTERVENE",
+            "no progress for 3 leases",
+            "",
+        )])))
+        .await
+    }
+
+    /// With its lease actor gone, `then` is told so, once.
+    #[tokio::test(start_paused = true)]
+    async fn then_is_told_when_the_lease_actor_is_gone() {
+        let (supervision, _events) = supervision(None).await;
+        supervision.leases.release();
+        supervision.leases.drained().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let gone: Result<(), _> = then_of(&supervision, spec(), |_| async {}).await;
+        assert_eq!(gone, Err(LeaseError::LeaseActorGone));
     }
 }
