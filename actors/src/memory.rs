@@ -35,9 +35,9 @@ struct Tables {
     queued: BTreeSet<String>,
     order: Vec<String>,
     /// Each loop's latest snapshot, shared with its entry in `history`.
-    snapshots: crate::hash::Map<(String, String), Arc<Snapshot>>,
+    snapshots: crate::hash::Map<(String, String), Arc<Kept>>,
     /// Every snapshot saved, by run, in the order saved.
-    history: crate::hash::Map<String, Vec<Arc<Snapshot>>>,
+    history: crate::hash::Map<String, Vec<Arc<Kept>>>,
     tool_calls: HashMap<String, BTreeMap<String, ToolCallRecord>>,
     /// Each run's log: the events its readers were given, shared, not
     /// copies.
@@ -77,11 +77,10 @@ impl MemoryStore {
     /// its history cannot rebuild it.
     pub fn snapshot(&self, run_id: &str, path: &str) -> Option<Snapshot> {
         let tables = self.lock();
-        let latest = Snapshot::clone(
-            tables
-                .snapshots
-                .get(&(run_id.to_owned(), path.to_owned()))?,
-        );
+        let latest = tables
+            .snapshots
+            .get(&(run_id.to_owned(), path.to_owned()))?
+            .whole();
         if latest.base.is_none() {
             return Some(latest);
         }
@@ -516,7 +515,7 @@ impl SnapshotStore for MemoryStore {
         ready(self.fenced(&run_id, fence, |tables| {
             tables.snapshot_writes += 1;
             let key = (snapshot.run_id.clone(), snapshot.path.clone());
-            let snapshot = Arc::new(snapshot);
+            let snapshot = Arc::new(Kept::new(snapshot));
             let kept = tables.history.entry(key.0.clone()).or_default();
             // A place is kept once, as a store keyed by it keeps it.
             kept.retain(|s| (s.seq, &s.path) != (snapshot.seq, &snapshot.path));
@@ -581,6 +580,43 @@ impl SnapshotStore for MemoryStore {
     }
 }
 
+/// A snapshot as the memory store keeps it: its state as JSON text, not
+/// a tree of [`serde_json::Value`]s, which holds three to four times the
+/// bytes of its text (a string and a value for each key, a node for each
+/// value); read back whole, as the durable stores read theirs.
+struct Kept {
+    /// The snapshot, its state taken out (`null`).
+    snapshot: Snapshot,
+    state: Box<str>,
+}
+
+impl Kept {
+    fn new(mut snapshot: Snapshot) -> Self {
+        let state = std::mem::take(&mut snapshot.state).to_string();
+        Self {
+            snapshot,
+            state: state.into_boxed_str(),
+        }
+    }
+
+    /// The snapshot with its state.
+    fn whole(&self) -> Snapshot {
+        let mut snapshot = self.snapshot.clone();
+        snapshot.state = serde_json::from_str(&self.state)
+            .unwrap_or_else(|e| unreachable!("JSON this store wrote reads back: {e}"));
+        snapshot
+    }
+}
+
+impl std::ops::Deref for Kept {
+    type Target = Snapshot;
+
+    /// The snapshot without its state.
+    fn deref(&self) -> &Snapshot {
+        &self.snapshot
+    }
+}
+
 impl Tables {
     /// A run's snapshots as kept, of `table`, in its order.
     fn stored(&self, run_id: &str, table: SnapshotTable) -> Vec<Snapshot> {
@@ -590,7 +626,7 @@ impl Tables {
                     .snapshots
                     .values()
                     .filter(|s| s.run_id == run_id)
-                    .map(|s| Snapshot::clone(s))
+                    .map(|s| s.whole())
                     .collect();
                 latest.sort_by(|a, b| a.path.cmp(&b.path));
                 latest
@@ -601,7 +637,7 @@ impl Tables {
                     .get(run_id)
                     .into_iter()
                     .flatten()
-                    .map(|s| Snapshot::clone(s))
+                    .map(|s| s.whole())
                     .collect();
                 history.sort_by(|a, b| (a.seq, &a.path).cmp(&(b.seq, &b.path)));
                 history
