@@ -250,19 +250,14 @@ impl Leases {
                 Ok(output) => {
                     done.cancelled = output.is_none();
                     drop(done);
-                    let cut = cut.load(std::sync::atomic::Ordering::Acquire);
-                    match output {
-                        // A verdict ended it first: its end, not its result.
-                        Some(value) if cut => {
-                            (&mut end).await.map_or(Ok(value), |end| Err(end.into()))
-                        }
-                        Some(value) => Ok(value),
-                        // Cancelled by a verdict (its end says why, once the
-                        // run's log holds the verdict) or by the parent.
-                        None if cut => {
-                            Err((&mut end).await.map_or(LeaseError::Cancelled, Into::into))
-                        }
-                        None => Err(end.try_recv().map_or(LeaseError::Cancelled, Into::into)),
+                    match cut.load(std::sync::atomic::Ordering::Acquire) {
+                        // A verdict ended it first: its end (sent once the
+                        // run's log holds the verdict), not its result.
+                        true => match (&mut end).await {
+                            Ok(end) => Err(end.into()),
+                            Err(_) => settled(output, &mut end),
+                        },
+                        false => settled(output, &mut end),
                     }
                 }
             };
@@ -414,12 +409,7 @@ impl<T> LeaseHandle<T> {
         joined: Result<Option<T>, tokio::task::JoinError>,
     ) -> Result<T, LeaseError> {
         match joined {
-            Ok(Some(value)) => Ok(value),
-            // Cancelled: by the lease (its end says why) or by the parent.
-            Ok(None) => Err(self
-                .end
-                .try_recv()
-                .map_or(LeaseError::Cancelled, Into::into)),
+            Ok(output) => settled(output, &mut self.end),
             Err(join) => {
                 self.token.cancel();
                 Err(LeaseError::Panicked {
@@ -435,6 +425,19 @@ impl<T> Drop for LeaseHandle<T> {
         if !self.finished {
             self.token.cancel();
         }
+    }
+}
+
+/// What an operation that ended by itself (`Some`) or was cancelled
+/// (`None`) comes to: its output, or, cancelled, its lease's end if one was
+/// sent (else it was its parent that cancelled it).
+fn settled<T>(
+    output: Option<T>,
+    end: &mut oneshot::Receiver<super::LeaseEnd>,
+) -> Result<T, LeaseError> {
+    match output {
+        Some(value) => Ok(value),
+        None => Err(end.try_recv().map_or(LeaseError::Cancelled, Into::into)),
     }
 }
 
