@@ -193,7 +193,10 @@ proptest! {
 
 /// Cases that once diverged, played on every run: a looping worker cut
 /// as its wrap-up call started, then a later worker wrapping up the same
-/// conversation (its answer was taken for the cut one's).
+/// conversation (its answer was taken for the cut one's); and a tool call
+/// ending the very instant its renewed lease expired (the recording's tool
+/// slept in three stretches, the replay's in one, and the tie went to
+/// whichever timer tokio fired first).
 #[test]
 fn cases_that_once_diverged_replay() {
     let cases = [
@@ -224,6 +227,20 @@ fn cases_that_once_diverged_replay() {
                 strategy: 0,
             },
             2_609_520_866_046_919_127,
+        ),
+        (
+            Shape {
+                streams: 0,
+                tools: 1,
+                workers: 0,
+                faults: [7, 0, 0, 0],
+                progress: false,
+                keepalives: false,
+                accuracy: 50,
+                latency_ms: 0,
+                strategy: 0,
+            },
+            9_943_405_166_565_515_835,
         ),
     ];
     for (shape, seed) in cases {

@@ -581,6 +581,36 @@ mod tests {
         assert_eq!(events.count("intervened"), 1);
     }
 
+    /// An operation that ends the very instant its lease expires has
+    /// ended: no expiry is asked about, whether its own timer was set
+    /// before the lease's or after it (one sleep, or two stretches).
+    #[tokio::test(start_paused = true)]
+    async fn an_operation_ending_the_instant_its_lease_expires_has_ended() {
+        let (supervision, events) = supervision(None).await;
+        let whole = then_of(&supervision, spec(), |_| async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            "one sleep"
+        });
+        assert_eq!(whole.await, Ok("one sleep"));
+        let stretches = then_of(&supervision, spec(), |_| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            "two stretches"
+        });
+        assert_eq!(stretches.await, Ok("two stretches"));
+        let handle = supervision
+            .leases
+            .supervise(spec(), |_| async {
+                tokio::time::sleep(Duration::from_millis(999)).await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                "through its handle"
+            })
+            .expect("started");
+        assert_eq!(handle.outcome().await, Ok("through its handle"));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(events.count("wait"), 0, "a tie went to the expiry");
+    }
+
     async fn supervision_intervening() -> (Supervision, RecordingSink) {
         supervision(Some(ScriptedEvaluator::new([Scripted::verdict(
             "INTERVENE",

@@ -96,6 +96,12 @@ pub(crate) async fn drive(
                 None => return,
             },
             () = &mut sleep, if next.is_some() => {
+                // What else is due at this instant runs first, so that an
+                // operation ending the very instant its lease expires has
+                // ended (its `Done` reaches the actor before the expiry),
+                // whatever order the timers were set in: as a ready inner
+                // future wins over `tokio::time::timeout`.
+                tokio::task::yield_now().await;
                 for (id, generation) in timers.expired(Instant::now()) {
                     if actor.send_message(LeaseMsg::Expired { id, generation }).is_err() {
                         return;
