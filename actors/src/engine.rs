@@ -444,6 +444,11 @@ impl Engine {
             lost: None,
         });
         heartbeat(ctx.clone(), self.config.run_lease_ttl);
+        // The run reads its record's status, pause, fork and trace, never
+        // its flow: planned already, and kept by the store. A flow as JSON
+        // is a kilobyte and more, held for the run's whole life.
+        let mut record = record;
+        record.flow = serde_json::Value::Null;
         let args = RunArgs {
             ctx: ctx.clone(),
             state,

@@ -74,6 +74,7 @@ pub(crate) struct RunActor;
 pub(crate) struct RunArgs {
     pub(crate) ctx: Arc<RunContext>,
     pub(crate) state: watch::Sender<RunState>,
+    /// Its record, without its flow (`Value::Null`).
     pub(crate) record: RunRecord,
     pub(crate) saved: Option<Saved>,
     /// Whether the engine logged the run's lineage as it launched it (a
