@@ -55,6 +55,7 @@ mod handle;
 mod protocol;
 pub(crate) mod spec;
 pub(crate) mod terms;
+mod then;
 mod timer;
 
 use std::sync::Arc;

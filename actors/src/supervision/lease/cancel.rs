@@ -8,53 +8,79 @@
 //! poll and after it woke the task.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures_util::task::AtomicWaker;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Runs `work` until it ends (`Some` of its output) or `token` is cancelled
 /// (`None`, and `work` is dropped unfinished). A cancellation already made
 /// wins over work that would end at its first poll, as with a biased
 /// `select!` that looks at the token first.
-pub(crate) async fn until_cancelled<T>(
+pub(crate) fn until_cancelled<Fut: Future>(
     token: CancellationToken,
-    work: impl Future<Output = T>,
-) -> Option<T> {
-    let mut work = std::pin::pin!(work);
-    let mut cancelled = std::pin::pin!(token.cancelled_owned());
+    work: Fut,
+) -> UntilCancelled<Fut> {
     let bell = Arc::new(Bell {
         rung: AtomicBool::new(true),
         task: AtomicWaker::new(),
     });
-    let waker = Waker::from(Arc::clone(&bell));
-    // The task's waker as the bell last knew it: given again when it
-    // changed (a task's own waker stays the same from poll to poll) or the
-    // bell rang (ringing uses it up).
-    let mut known: Option<Waker> = None;
-    std::future::poll_fn(|cx| {
-        let rung = bell.rung.swap(false, Ordering::AcqRel);
+    UntilCancelled {
+        work,
+        cancelled: token.cancelled_owned(),
+        waker: Waker::from(Arc::clone(&bell)),
+        bell,
+        known: None,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`until_cancelled`]. Written out, not an `async fn`:
+    /// an `async fn` keeps its argument and the local it is pinned in side
+    /// by side, so the work's future was held twice.
+    pub(crate) struct UntilCancelled<Fut> {
+        #[pin]
+        work: Fut,
+        #[pin]
+        cancelled: WaitForCancellationFutureOwned,
+        bell: Arc<Bell>,
+        // The bell as a waker, for polling the token.
+        waker: Waker,
+        // The task's waker as the bell last knew it: given again when it
+        // changed (a task's own waker stays the same from poll to poll) or
+        // the bell rang (ringing uses it up).
+        known: Option<Waker>,
+    }
+}
+
+impl<Fut: Future> Future for UntilCancelled<Fut> {
+    type Output = Option<Fut::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let rung = this.bell.rung.swap(false, Ordering::AcqRel);
         if rung
-            || known
+            || this
+                .known
                 .as_ref()
                 .is_none_or(|known| !known.will_wake(cx.waker()))
         {
-            bell.task.register(cx.waker());
-            known = Some(cx.waker().clone());
+            this.bell.task.register(cx.waker());
+            *this.known = Some(cx.waker().clone());
         }
         if rung
-            && cancelled
-                .as_mut()
-                .poll(&mut Context::from_waker(&waker))
+            && this
+                .cancelled
+                .poll(&mut Context::from_waker(this.waker))
                 .is_ready()
         {
             return Poll::Ready(None);
         }
-        work.as_mut().poll(cx).map(Some)
-    })
-    .await
+        this.work.poll(cx).map(Some)
+    }
 }
 
 /// The token's waker: marks that the token woke the task, and wakes it.

@@ -1,10 +1,7 @@
 //! Starting a supervised operation and waiting for its outcome.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-
-use futures_util::FutureExt;
 
 use ractor::ActorRef;
 use tokio::sync::oneshot;
@@ -186,15 +183,8 @@ impl Leases {
             work,
             done,
         } = self.begin(spec, operation)?;
-        let cancelled = token.clone();
-        let join = tokio::spawn(async move {
-            // Tells the actor the operation is over however it ends, a panic
-            // included, so no lease outlives its operation.
-            let mut done = done;
-            let output = super::cancel::until_cancelled(cancelled, work).await;
-            done.cancelled = output.is_none();
-            output
-        });
+        let work = super::cancel::until_cancelled(token.clone(), work);
+        let join = tokio::spawn(super::then::OperationTask::new(work, done));
         Ok(LeaseHandle {
             id,
             evidence,
@@ -223,7 +213,7 @@ impl Leases {
             id: _,
             evidence,
             token,
-            mut end,
+            end,
             cut,
             work,
             done,
@@ -234,37 +224,19 @@ impl Leases {
                 return;
             }
         };
-        tokio::spawn(async move {
-            let mut done = done;
-            let worked = AssertUnwindSafe(super::cancel::until_cancelled(token.clone(), work))
-                .catch_unwind()
-                .await;
-            let outcome = match worked {
-                Err(payload) => {
-                    drop(done);
-                    token.cancel();
-                    Err(LeaseError::Panicked {
-                        message: crate::error::panic_message(payload.as_ref()),
-                    })
-                }
-                Ok(output) => {
-                    done.cancelled = output.is_none();
-                    drop(done);
-                    match cut.load(std::sync::atomic::Ordering::Acquire) {
-                        // A verdict ended it first: its end (sent once the
-                        // run's log holds the verdict), not its result.
-                        true => match (&mut end).await {
-                            Ok(end) => Err(end.into()),
-                            Err(_) => settled(output, &mut end),
-                        },
-                        false => settled(output, &mut end),
-                    }
-                }
-            };
-            // Progress not yet said is said before the owner goes on.
-            evidence.settle();
-            then(outcome).await;
-        });
+        let work = super::cancel::until_cancelled(token.clone(), work);
+        let task = super::then::ThenTask::new(
+            work,
+            super::then::After {
+                done: Some(done),
+                token,
+                cut,
+                end,
+                evidence,
+                then,
+            },
+        );
+        tokio::spawn(task);
     }
 
     /// Takes a lease for `operation`: its terms, evidence and cancellation
@@ -431,7 +403,7 @@ impl<T> Drop for LeaseHandle<T> {
 /// What an operation that ended by itself (`Some`) or was cancelled
 /// (`None`) comes to: its output, or, cancelled, its lease's end if one was
 /// sent (else it was its parent that cancelled it).
-fn settled<T>(
+pub(super) fn settled<T>(
     output: Option<T>,
     end: &mut oneshot::Receiver<super::LeaseEnd>,
 ) -> Result<T, LeaseError> {
@@ -441,10 +413,10 @@ fn settled<T>(
     }
 }
 
-struct DoneGuard {
+pub(super) struct DoneGuard {
     actor: ActorRef<LeaseMsg>,
     id: LeaseId,
-    cancelled: bool,
+    pub(super) cancelled: bool,
     evidence: Evidence,
 }
 
