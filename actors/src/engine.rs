@@ -444,15 +444,13 @@ impl Engine {
             lost: None,
         });
         heartbeat(ctx.clone(), self.config.run_lease_ttl);
-        // The run reads its record's status, pause, fork and trace, never
-        // its flow: planned already, and kept by the store. A flow as JSON
-        // is a kilobyte and more, held for the run's whole life.
-        let mut record = record;
-        record.flow = serde_json::Value::Null;
+        // The run keeps what it reads of its record, not its flow: planned
+        // already, and kept by the store (a flow as JSON is a kilobyte and
+        // more, held for the run's whole life).
         let args = RunArgs {
             ctx: ctx.clone(),
             state,
-            record,
+            record: record.into(),
             saved,
             lineage_logged: lineage,
         };

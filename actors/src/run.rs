@@ -66,6 +66,30 @@ pub struct RunState {
     pub lost: Option<String>,
 }
 
+/// What the run actor reads of its record as it was taken on; the rest,
+/// its flow above all, is the store's. Its rare parts are boxed: a whole
+/// record is 688 bytes, most of them a pause, a fork and a trace that a run
+/// seldom has, and the actor keeps this for its life.
+pub(crate) struct TakenOn {
+    pub(crate) status: RunStatus,
+    pub(crate) created_at_ms: u64,
+    pub(crate) pause: Option<Box<PauseRecord>>,
+    pub(crate) fork: Option<Box<ForkOrigin>>,
+    pub(crate) trace_parent: Option<Box<crate::trace_context::TraceParent>>,
+}
+
+impl From<RunRecord> for TakenOn {
+    fn from(record: RunRecord) -> Self {
+        Self {
+            status: record.status,
+            created_at_ms: record.created_at_ms,
+            pause: record.pause.map(Box::new),
+            fork: record.fork.map(Box::new),
+            trace_parent: record.trace_parent.map(Box::new),
+        }
+    }
+}
+
 /// The run actor.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct RunActor;
@@ -74,8 +98,7 @@ pub(crate) struct RunActor;
 pub(crate) struct RunArgs {
     pub(crate) ctx: Arc<RunContext>,
     pub(crate) state: watch::Sender<RunState>,
-    /// Its record, without its flow (`Value::Null`).
-    pub(crate) record: RunRecord,
+    pub(crate) record: TakenOn,
     pub(crate) saved: Option<Saved>,
     /// Whether the engine logged the run's lineage as it launched it (a
     /// fork starting, `Engine::log_lineage`): the run
@@ -89,7 +112,7 @@ pub(crate) struct RunActorState {
     state: watch::Sender<RunState>,
     escalations: Vec<String>,
     reconciliations: Vec<Reconciliation>,
-    record: RunRecord,
+    record: TakenOn,
     saved: Option<Saved>,
     /// Whether its lineage was logged as it launched ([`RunArgs`]).
     lineage_logged: bool,
@@ -151,7 +174,7 @@ impl Actor for RunActor {
                     flow: flow.name.clone(),
                     task: flow.task.clone(),
                     max_steps: flow.max_steps,
-                    trace_parent: state.record.trace_parent.clone().map(Box::new),
+                    trace_parent: state.record.trace_parent.clone(),
                 },
             );
         } else {
@@ -161,7 +184,7 @@ impl Actor for RunActor {
                     owner_id: ctx.owner_id.clone(),
                     fence: ctx.fence(),
                     created_at_ms: Some(state.record.created_at_ms),
-                    trace_parent: state.record.trace_parent.clone().map(Box::new),
+                    trace_parent: state.record.trace_parent.clone(),
                 },
             );
         }
@@ -328,7 +351,7 @@ impl RunActorState {
                     owner_id: ctx.owner_id.clone(),
                     fence: ctx.fence(),
                     created_at_ms: Some(self.record.created_at_ms),
-                    trace_parent: self.record.trace_parent.clone().map(Box::new),
+                    trace_parent: self.record.trace_parent.clone(),
                 },
             );
         }
@@ -359,7 +382,7 @@ impl RunActorState {
             if self.record.status == RunStatus::WaitingHuman {
                 self.escalations.push(pause.path.clone());
             }
-            self.state.send_modify(|s| s.paused = Some(pause));
+            self.state.send_modify(|s| s.paused = Some(*pause));
         } else if self.record.status != RunStatus::Running {
             self.state.send_modify(|s| s.status = RunStatus::Running);
         }
