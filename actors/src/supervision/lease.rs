@@ -51,11 +51,12 @@
 //! generation it was armed with; a fire made stale by a renewal is ignored.
 
 mod cancel;
+mod error;
 mod handle;
 mod protocol;
 pub(crate) mod spec;
+mod task;
 pub(crate) mod terms;
-mod then;
 mod timer;
 
 use std::sync::Arc;
@@ -81,7 +82,8 @@ use timer::TimerCmd;
 
 pub(crate) use crate::vocabulary::lease::min_lease_expected;
 pub use crate::vocabulary::lease::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, MIN_LEASE};
-pub use handle::{LeaseError, LeaseHandle, Leases};
+pub use error::LeaseError;
+pub use handle::{LeaseHandle, Leases};
 pub(crate) use protocol::LeaseEnd;
 pub use protocol::{LeaseMsg, Registration};
 pub use spec::LeaseSpec;

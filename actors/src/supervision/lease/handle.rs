@@ -8,56 +8,16 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::protocol::{LeaseEnd, LeaseMsg, Registration};
+use super::error::LeaseError;
+use super::protocol::{LeaseMsg, Registration};
 use super::spec::LeaseSpec;
+use super::task::{DoneGuard, settled};
 use super::terms::TermsByKind;
 use crate::duration::deadline_after;
 use crate::event::EventLimits;
 use crate::ports::EventSink;
 use crate::supervision::evidence::Evidence;
 use crate::vocabulary::lease::{LeaseId, LeaseMeta};
-
-/// How a supervised operation ended, when it did not return its own result.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LeaseError {
-    /// The watchdog said `INTERVENE`: the operation was cancelled and goes to
-    /// the restart strategy.
-    #[error("intervened: {reason}")]
-    Intervened {
-        /// The verdict's reason.
-        reason: String,
-    },
-    /// The watchdog said `ESCALATE`: the operation was cancelled and the run
-    /// must wait for a person.
-    #[error("escalated: {reason}")]
-    Escalated {
-        /// The verdict's reason.
-        reason: String,
-        /// The evidence when it escalated: what a person is shown.
-        evidence: Box<crate::vocabulary::evidence::EvidenceSummary>,
-    },
-    /// The lease was renewed `max_renewals` times and expired again.
-    #[error(
-        "lease renewal cap reached: expired again after {max_renewals} renewals (max_renewals = {max_renewals})"
-    )]
-    RenewalCapReached {
-        /// The cap.
-        max_renewals: u32,
-    },
-    /// The operation's parent (or its owner) cancelled it.
-    #[error("cancelled by its parent")]
-    Cancelled,
-    /// The operation panicked.
-    #[error("the operation panicked: {message}")]
-    Panicked {
-        /// The panic's message.
-        message: String,
-    },
-    /// The lease actor is not running, so the operation was not started.
-    #[error("the lease actor is not running")]
-    LeaseActorGone,
-}
 
 /// A client of one lease actor: starts operations under its leases.
 #[derive(Clone)]
@@ -184,7 +144,7 @@ impl Leases {
             done,
         } = self.begin(spec, operation)?;
         let work = super::cancel::until_cancelled(token.clone(), work);
-        let join = tokio::spawn(super::then::OperationTask::new(work, done));
+        let join = tokio::spawn(super::task::OperationTask::new(work, done));
         Ok(LeaseHandle {
             id,
             evidence,
@@ -225,9 +185,9 @@ impl Leases {
             }
         };
         let work = super::cancel::until_cancelled(token.clone(), work);
-        let task = super::then::ThenTask::new(
+        let task = super::task::ThenTask::new(
             work,
-            super::then::After {
+            super::task::After {
                 done: Some(done),
                 token,
                 cut,
@@ -400,53 +360,10 @@ impl<T> Drop for LeaseHandle<T> {
     }
 }
 
-/// What an operation that ended by itself (`Some`) or was cancelled
-/// (`None`) comes to: its output, or, cancelled, its lease's end if one was
-/// sent (else it was its parent that cancelled it).
-pub(super) fn settled<T>(
-    output: Option<T>,
-    end: &mut oneshot::Receiver<super::LeaseEnd>,
-) -> Result<T, LeaseError> {
-    match output {
-        Some(value) => Ok(value),
-        None => Err(end.try_recv().map_or(LeaseError::Cancelled, Into::into)),
-    }
-}
-
-pub(super) struct DoneGuard {
-    actor: ActorRef<LeaseMsg>,
-    id: LeaseId,
-    pub(super) cancelled: bool,
-    evidence: Evidence,
-}
-
-impl Drop for DoneGuard {
-    fn drop(&mut self) {
-        self.evidence.settle();
-        let _ = self.actor.send_message(LeaseMsg::Done {
-            id: self.id,
-            cancelled: self.cancelled,
-        });
-    }
-}
-
 fn panic_message(join: tokio::task::JoinError) -> String {
     match join.try_into_panic() {
         Ok(payload) => crate::error::panic_message(payload.as_ref()),
         Err(join) => join.to_string(),
-    }
-}
-
-impl From<LeaseEnd> for LeaseError {
-    fn from(end: LeaseEnd) -> Self {
-        match end {
-            LeaseEnd::Intervened(reason) => Self::Intervened { reason },
-            LeaseEnd::Escalated(reason, evidence) => Self::Escalated {
-                reason,
-                evidence: Box::new(evidence),
-            },
-            LeaseEnd::RenewalCapReached(max_renewals) => Self::RenewalCapReached { max_renewals },
-        }
     }
 }
 

@@ -1,10 +1,13 @@
-//! The one task of [`Leases::supervise_then`](super::Leases::supervise_then):
-//! an operation under its lease, then its owner's report of the outcome.
+//! The task a supervised operation runs in: [`OperationTask`] for
+//! [`Leases::supervise`](super::Leases::supervise), [`ThenTask`] for
+//! [`Leases::supervise_then`](super::Leases::supervise_then) (the
+//! operation, then its owner's report of the outcome), and the guard that
+//! tells the lease actor the operation is over however it ends.
 //!
-//! Written out as a state machine, not an `async` block: a block keeps
-//! what it captured for its whole life, beside the futures it builds from
-//! it and awaits, so the operation's future was held three times over in
-//! the task (about 1 KB for a model call's, where this holds it once).
+//! Written out as state machines, not `async` blocks: a block keeps what
+//! it captured for its whole life, beside the futures it builds from it
+//! and awaits, so the operation's future was held three times over in its
+//! task (about 1 KB for a model call's, where these hold it once).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -15,13 +18,16 @@ use std::task::{Context, Poll, ready};
 
 use futures_util::FutureExt;
 use futures_util::future::CatchUnwind;
+use ractor::ActorRef;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::LeaseEnd;
 use super::cancel::UntilCancelled;
-use super::handle::{DoneGuard, LeaseError, settled};
+use super::error::LeaseError;
+use super::protocol::LeaseMsg;
 use crate::supervision::evidence::Evidence;
+use crate::vocabulary::lease::LeaseId;
 
 /// What the task needs once the operation is over.
 pub(super) struct After<R> {
@@ -170,5 +176,35 @@ impl<Fut: Future> Future for OperationTask<Fut> {
         }
         *this.done = None;
         Poll::Ready(output)
+    }
+}
+
+/// What an operation that ended by itself (`Some`) or was cancelled
+/// (`None`) comes to: its output, or, cancelled, its lease's end if one was
+/// sent (else it was its parent that cancelled it).
+pub(super) fn settled<T>(
+    output: Option<T>,
+    end: &mut oneshot::Receiver<super::LeaseEnd>,
+) -> Result<T, LeaseError> {
+    match output {
+        Some(value) => Ok(value),
+        None => Err(end.try_recv().map_or(LeaseError::Cancelled, Into::into)),
+    }
+}
+
+pub(super) struct DoneGuard {
+    pub(super) actor: ActorRef<LeaseMsg>,
+    pub(super) id: LeaseId,
+    pub(super) cancelled: bool,
+    pub(super) evidence: Evidence,
+}
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        self.evidence.settle();
+        let _ = self.actor.send_message(LeaseMsg::Done {
+            id: self.id,
+            cancelled: self.cancelled,
+        });
     }
 }
