@@ -186,9 +186,8 @@ impl Leases {
         };
         let work = super::cancel::until_cancelled(token.clone(), work);
         let task = super::task::ThenTask::new(
-            work,
+            super::task::OperationTask::new(work, done),
             super::task::After {
-                done: Some(done),
                 token,
                 cut,
                 end,

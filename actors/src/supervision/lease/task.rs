@@ -31,8 +31,6 @@ use crate::vocabulary::lease::LeaseId;
 
 /// What the task needs once the operation is over.
 pub(super) struct After<R> {
-    /// Tells the actor the operation is over when dropped.
-    pub(super) done: Option<DoneGuard>,
     pub(super) token: CancellationToken,
     pub(super) cut: Arc<AtomicBool>,
     pub(super) end: oneshot::Receiver<LeaseEnd>,
@@ -46,7 +44,7 @@ pin_project_lite::pin_project! {
         // The operation runs.
         Working {
             #[pin]
-            work: CatchUnwind<AssertUnwindSafe<UntilCancelled<Fut>>>,
+            work: CatchUnwind<AssertUnwindSafe<OperationTask<Fut>>>,
             after: Option<After<R>>,
         },
         // A verdict cut it: its end is awaited (sent once the run's log
@@ -68,7 +66,7 @@ impl<Fut, R, RFut> ThenTask<Fut, R, RFut>
 where
     Fut: Future,
 {
-    pub(super) fn new(work: UntilCancelled<Fut>, after: After<R>) -> Self {
+    pub(super) fn new(work: OperationTask<Fut>, after: After<R>) -> Self {
         Self::Working {
             work: AssertUnwindSafe(work).catch_unwind(),
             after: Some(after),
@@ -94,16 +92,15 @@ where
                     };
                     match worked {
                         Err(payload) => {
-                            after.done = None;
+                            // The operation goes, and its guard with it,
+                            // before its token is cancelled.
+                            self.set(Self::Over);
                             after.token.cancel();
                             let message = crate::error::panic_message(payload.as_ref());
                             (Err(LeaseError::Panicked { message }), after)
                         }
+                        // Its guard told the actor as it ended.
                         Ok(output) => {
-                            if let Some(done) = &mut after.done {
-                                done.cancelled = output.is_none();
-                            }
-                            after.done = None;
                             if after.cut.load(Ordering::Acquire) {
                                 self.set(Self::Ending {
                                     output: Some(output),
