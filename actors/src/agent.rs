@@ -381,6 +381,8 @@ impl AgentLoop {
             | LoopMsg::Resume { .. }
             | LoopMsg::Decide { .. }
             | LoopMsg::Cancel { .. }
+            | LoopMsg::Pause { .. }
+            | LoopMsg::Lease { .. }
             | LoopMsg::ToolsConnected(_) => None,
         }
     }

@@ -72,7 +72,7 @@ pub use engine::{
     EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,
 };
 pub use owner::OwnerId;
-pub use run::{RunEvents, RunHandle, RunState};
+pub use run::{PauseRequest, RunEvents, RunHandle, RunState};
 
 // Flows.
 pub use flow::{
@@ -106,7 +106,8 @@ pub use ports::{
 // The store port: its parts, their union, the base of a store that wraps
 // another, and the records they carry.
 pub use ports::{
-    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, RunCommand, StoreChange, StoredCommand,
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, RunCommand, StoreChange,
+    StoredCommand,
 };
 pub use ports::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, LayeredStore,
@@ -218,13 +219,13 @@ pub mod prelude {
     // record the port carries.
     pub use crate::ports::{
         ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin,
-        GoneHolder, LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport,
-        PurgeRule, QueueClaim, QueueStore, Retention, RunCommand, RunPage, RunQuery, RunRecord,
-        RunStatus, RunStore, RunSummary, RunUpdate, Snapshot, SnapshotStore, Store, StoreChange,
-        StoreError, StoreErrorKind, StoreFuture, StoredCommand, SummaryPage, ToolCallRecord,
-        ToolCallState,
+        GoneHolder, InFlight, LayeredStore, LeaseAct, Notice, NoticeTake, Outbox, PaceStore,
+        PauseRecord, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunCommand,
+        RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary, RunUpdate, Snapshot,
+        SnapshotStore, Store, StoreChange, StoreError, StoreErrorKind, StoreFuture, StoredCommand,
+        SummaryPage, ToolCallRecord, ToolCallState,
     };
-    pub use crate::run::{RunEvents, RunHandle, RunState};
+    pub use crate::run::{PauseRequest, RunEvents, RunHandle, RunState};
     pub use crate::supervision::strategy::{
         ChildEnd, ChildInfo, ChildKind, OnExhausted, RestartPolicy, StrategyFactory,
         SupervisionAction, SupervisionStrategy,

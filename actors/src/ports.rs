@@ -18,8 +18,8 @@ use std::pin::Pin;
 pub use crate::vocabulary::records::{FinishReason, TokenCost, TranscriptMessage};
 pub use crate::vocabulary::sink::EventSink;
 pub use changes::{
-    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, ReconcileDecision, RunCommand, StoreChange,
-    StoredCommand,
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, ReconcileDecision, RunCommand,
+    StoreChange, StoredCommand,
 };
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use evaluator::{

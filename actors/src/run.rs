@@ -37,7 +37,8 @@ use crate::agent::{
 };
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::nudge::PERSON_ANSWERED;
-use crate::ports::{ForkOrigin, PauseRecord, RunRecord, RunStatus, RunUpdate};
+use crate::ports::{ForkOrigin, InFlight, LeaseAct, PauseRecord, RunRecord, RunStatus, RunUpdate};
+use crate::vocabulary::lease::LeaseId;
 
 // The run's plan and its tools are leaves: every loop of the run reads
 // them through its `RunContext` (`agent/context.rs`), so they name nothing
@@ -49,6 +50,46 @@ const CUT_OFF_ANSWER: &str = "its answer was cut off at the model's length limit
 
 /// The path of a run's root loop.
 pub const ROOT_PATH: &str = "run";
+
+/// What a person's pause is about, as its record and event say.
+const PERSON_SUBJECT: &str = "the run";
+
+/// A person's pause of a running run ([`RunHandle::pause`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PauseRequest {
+    /// Why, in the person's words.
+    pub reason: String,
+    /// What becomes of the operations in flight.
+    pub in_flight: InFlight,
+    /// Who asked, as the run's trace says it.
+    pub by: String,
+}
+
+impl PauseRequest {
+    /// A pause for `reason`, asked by "a person", whose operations in
+    /// flight finish.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            in_flight: InFlight::Finish,
+            by: "a person".to_owned(),
+        }
+    }
+
+    /// Who asked.
+    #[must_use]
+    pub fn by(mut self, who: impl Into<String>) -> Self {
+        self.by = who.into();
+        self
+    }
+
+    /// What becomes of the operations in flight.
+    #[must_use]
+    pub fn in_flight(mut self, in_flight: InFlight) -> Self {
+        self.in_flight = in_flight;
+        self
+    }
+}
 
 /// What a run is, as its handle sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -307,6 +348,19 @@ impl RunActorState {
                 let result = self.decide(&myself, &key, decision).await;
                 let _ = reply.send(result);
             }
+            LoopMsg::Pause { request, reply } => {
+                let result = self.pause_by_person(*request).await;
+                let _ = reply.send(result);
+            }
+            LoopMsg::Lease {
+                lease_id,
+                act,
+                by,
+                reply,
+            } => {
+                let result = self.lease_by_hand(lease_id, act, by).await;
+                let _ = reply.send(result);
+            }
             LoopMsg::Cancel { reason, reply } => {
                 let status = self.status();
                 if status.is_terminal() {
@@ -484,6 +538,7 @@ impl RunActorState {
                 reason: escalation.reason.clone(),
                 subject: escalation.subject.clone(),
                 evidence: escalation.evidence.clone().map(Box::new),
+                by: None,
             },
         );
         let pause = PauseRecord {
@@ -494,6 +549,101 @@ impl RunActorState {
         };
         self.escalations.push(escalation.path);
         self.enter_pause(RunStatus::WaitingHuman, pause).await;
+    }
+
+    /// A person pauses the running run: the same pause as an escalation's
+    /// (the gate paused, every clock stopped, `waiting_human` stored), its
+    /// resume's guidance for the root loop's next model call. With
+    /// [`InFlight::Cancel`], each operation in flight is then stopped as
+    /// an `INTERVENE` stops it, decided by the person; what its strategy
+    /// makes again waits for the resume.
+    async fn pause_by_person(&mut self, request: PauseRequest) -> Result<(), ControlError> {
+        let status = self.status();
+        let run_id = self.run_id();
+        if status.is_terminal() {
+            return Err(ControlError::AlreadyFinished { run_id, status });
+        }
+        if status.is_paused() {
+            return Err(ControlError::AlreadyPaused { run_id, status });
+        }
+        if *self.agent.ctx.gate.borrow() == Gate::Closed {
+            return Err(ControlError::Ending { run_id });
+        }
+        let ctx = self.agent.ctx.clone();
+        let PauseRequest {
+            reason,
+            in_flight,
+            by,
+        } = request;
+        ctx.emit(
+            ROOT_PATH,
+            EventKind::Paused {
+                reason: reason.clone(),
+                subject: PERSON_SUBJECT.to_owned(),
+                evidence: None,
+                by: Some(by.clone()),
+            },
+        );
+        let pause = PauseRecord {
+            reason: format!("{by} paused the run: {reason}"),
+            subject: PERSON_SUBJECT.to_owned(),
+            path: ROOT_PATH.to_owned(),
+            call: None,
+        };
+        self.escalations.push(ROOT_PATH.to_owned());
+        self.enter_pause(RunStatus::WaitingHuman, pause).await;
+        if self.status() != RunStatus::WaitingHuman {
+            return Err(ControlError::Lost {
+                run_id,
+                reason: ctx
+                    .lost
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(|| "the store refused the pause".to_owned()),
+            });
+        }
+        if in_flight == InFlight::Cancel {
+            let stop = LeaseAct::Intervene {
+                reason: "the run was paused with its operations in flight cancelled".to_owned(),
+            };
+            // None in flight is no refusal: the pause holds either way.
+            let _ = ctx.leases.by_person(None, stop, by).await;
+        }
+        Ok(())
+    }
+
+    /// A person extends or stops one lease of the run by hand: recorded as
+    /// a verdict decided by the person.
+    async fn lease_by_hand(
+        &mut self,
+        lease_id: LeaseId,
+        act: LeaseAct,
+        by: String,
+    ) -> Result<(), ControlError> {
+        let status = self.status();
+        let run_id = self.run_id();
+        if status.is_terminal() {
+            return Err(ControlError::AlreadyFinished { run_id, status });
+        }
+        if *self.agent.ctx.gate.borrow() == Gate::Closed {
+            return Err(ControlError::Ending { run_id });
+        }
+        let done = match act {
+            LeaseAct::Extend { .. } => "extended",
+            LeaseAct::Intervene { .. } => "stopped",
+        };
+        self.agent
+            .ctx
+            .leases
+            .by_person(Some(lease_id), act, by)
+            .await
+            .map(|_| ())
+            .map_err(|reason| ControlError::LeaseRefused {
+                run_id,
+                lease_id,
+                act: done,
+                reason,
+            })
     }
 
     async fn require_reconciliation(&mut self, reconciliation: Reconciliation) {
@@ -733,6 +883,7 @@ impl RunActorState {
                 reason: reason.clone(),
                 subject: STORE_SUBJECT.to_owned(),
                 evidence: None,
+                by: None,
             },
         );
         let pause = PauseRecord {
@@ -1001,6 +1152,78 @@ impl RunHandle {
         let result = ractor::call!(self.actor, |reply| LoopMsg::Decide {
             key,
             decision,
+            reply
+        });
+        result.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Pauses the running run for a person, as an `ESCALATE` does: no step
+    /// or retry starts and every clock stops until [`Self::resume`] (whose
+    /// guidance reaches the root loop's next model call) or
+    /// [`Self::cancel`]. The operations in flight finish, their results
+    /// kept, or with [`InFlight::Cancel`] are stopped as by an `INTERVENE`
+    /// and made again after the resume. Refused if the run has ended, is
+    /// paused already, or is ending.
+    ///
+    /// ```no_run
+    /// # async fn pause(run: leasehold_actors::RunHandle) -> Result<(), leasehold_actors::ControlError> {
+    /// use leasehold_actors::{InFlight, PauseRequest};
+    ///
+    /// run.pause(PauseRequest::new("checking the budget").by("ana").in_flight(InFlight::Cancel))
+    ///     .await?;
+    /// run.resume(Some("go on, within 10 more steps".to_owned())).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn pause(&self, request: PauseRequest) -> Result<(), ControlError> {
+        let request = Box::new(request);
+        let result = ractor::call!(self.actor, |reply| LoopMsg::Pause { request, reply });
+        result.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Extends the lease `lease_id` of the running run by `by` (the end of
+    /// its current period moves that much later; no cap counts it), as a
+    /// verdict decided by `who`. Refused if the lease is not in flight or
+    /// the run is paused (its clocks are stopped; its resume gives every
+    /// lease a full, fresh period).
+    pub async fn extend_lease(
+        &self,
+        lease_id: LeaseId,
+        by: std::time::Duration,
+        who: impl Into<String>,
+    ) -> Result<(), ControlError> {
+        let act = LeaseAct::Extend {
+            by_ms: u64::try_from(by.as_millis()).unwrap_or(u64::MAX),
+        };
+        self.lease(lease_id, act, who.into()).await
+    }
+
+    /// Stops the operation of the lease `lease_id` as an `INTERVENE` does
+    /// (its loop's strategy decides what follows), as a verdict decided by
+    /// `who`. Refused if the lease is not in flight.
+    pub async fn intervene_lease(
+        &self,
+        lease_id: LeaseId,
+        reason: impl Into<String>,
+        who: impl Into<String>,
+    ) -> Result<(), ControlError> {
+        let act = LeaseAct::Intervene {
+            reason: reason.into(),
+        };
+        self.lease(lease_id, act, who.into()).await
+    }
+
+    /// A person's act on one lease, as a forwarded command carries it.
+    pub async fn lease(
+        &self,
+        lease_id: LeaseId,
+        act: LeaseAct,
+        by: String,
+    ) -> Result<(), ControlError> {
+        let result = ractor::call!(self.actor, |reply| LoopMsg::Lease {
+            lease_id,
+            act,
+            by,
             reply
         });
         result.unwrap_or_else(|_| Err(self.gone()))

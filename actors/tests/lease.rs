@@ -729,7 +729,7 @@ async fn a_verdict_on_an_expiry_judged_before_a_pause_is_dropped_after_it() {
         dropped_verdicts(&rig.events),
         [(
             Verdict::Intervene,
-            "the run was paused while the expiry was judged".to_owned()
+            "the lease's period changed while the expiry was judged: the run was paused, or a person extended the lease".to_owned()
         )]
     );
     assert_eq!(handle.outcome().await, Ok("finished"));

@@ -179,6 +179,7 @@ async fn the_events_carry_each_scenario_when_the_pause_is_answered_from_outside(
                 tool,
                 idempotency_key,
                 attempt,
+                ..
             } if tool == "fetch_metrics" => Some((*attempt, idempotency_key.clone())),
             _ => None,
         })

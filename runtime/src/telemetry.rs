@@ -156,6 +156,7 @@ impl SpanAssembler {
                 step,
                 attempt,
                 stream,
+                ..
             } => {
                 let key = format!("{path}/model_call:{step}#{attempt}");
                 self.attempts.insert(
@@ -219,6 +220,7 @@ impl SpanAssembler {
                 tool,
                 idempotency_key,
                 attempt,
+                ..
             } => {
                 let key = format!("{path}#{attempt}");
                 self.attempts
@@ -244,7 +246,7 @@ impl SpanAssembler {
                 let key = format!("{path}#{attempt}");
                 ended.extend(self.end(run, &key, event.at, failure(*outcome)));
             }
-            EventKind::WorkerSpawned { worker, task } => {
+            EventKind::WorkerSpawned { worker, task, .. } => {
                 // Under the step of the loop that spawned it.
                 let spawner = path.rsplit_once('/').map_or("run", |(parent, _)| parent);
                 let parent = self.step_of(run, spawner);

@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 
 mod api;
 mod assets;
+mod by_hand;
 mod commands;
 mod error;
 mod events;
@@ -256,6 +257,12 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}/trace", get(api::trace))
         .route("/runs/{id}/resume", post(api::resume))
         .route("/runs/{id}/cancel", post(api::cancel))
+        .route("/runs/{id}/pause", post(by_hand::pause))
+        .route("/runs/{id}/leases/{lease}/extend", post(by_hand::extend))
+        .route(
+            "/runs/{id}/leases/{lease}/intervene",
+            post(by_hand::intervene),
+        )
         .route("/runs/{id}/reconcile", post(api::reconcile))
         .route("/runs/{id}/fork", post(api::fork))
         .fallback(api::no_route)

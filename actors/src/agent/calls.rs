@@ -12,7 +12,7 @@ use super::{
 use crate::event::{CallOutcome, EventKind};
 use crate::ports::{ChatMessage, RunStatus, ToolCallRecord, ToolCallRequest, ToolCallState};
 use crate::spawn::{SpawnRefusal, depth_of};
-use crate::supervision::lease::LeaseKind;
+use crate::supervision::lease::{LeaseId, LeaseKind};
 use crate::supervision::strategy::ChildEnd;
 
 impl AgentLoop {
@@ -126,17 +126,20 @@ impl AgentLoop {
                     return;
                 }
                 let path = format!("{}/tool_call:{step}.{index}", self.path);
+                let lease_id = LeaseId::next();
                 self.ctx.emit(
                     &path,
                     EventKind::ToolCallStarted {
                         tool: name.to_owned(),
                         idempotency_key: key.clone(),
                         attempt,
+                        lease_id: Some(lease_id),
                     },
                 );
                 let spec = self
                     .ctx
                     .spec(LeaseKind::ToolCall, name, &path)
+                    .with_id(lease_id)
                     .with_pace_key(Some(format!(
                         "{}:{name} on {}",
                         LeaseKind::ToolCall,
@@ -314,16 +317,19 @@ impl AgentLoop {
         if let Some(call) = self.state.calls.get_mut(index) {
             call.worker_path = Some(path.clone());
         }
+        let lease_id = LeaseId::next();
         self.ctx.emit(
             &path,
             EventKind::WorkerSpawned {
                 worker: kind.clone(),
                 task: task.clone(),
+                lease_id: Some(lease_id),
             },
         );
         let spec = self
             .ctx
             .spec(LeaseKind::WorkerStep, &format!("worker:{kind}"), &path)
+            .with_id(lease_id)
             .with_pace_key(Some(format!(
                 "{}:worker:{kind} · {}",
                 LeaseKind::WorkerStep,

@@ -109,6 +109,24 @@ pub enum LoopMsg {
     /// The run's tool servers are connected, or why not (root only): its
     /// first work, before the root loop's first step.
     ToolsConnected(Box<Result<crate::agent::tools::ConnectedTools, String>>),
+    /// A person pauses the running run (root only).
+    Pause {
+        /// Why, who asked, and what becomes of the operations in flight.
+        request: Box<crate::run::PauseRequest>,
+        /// Whether it was accepted.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
+    /// A person extends or stops one lease of the run by hand (root only).
+    Lease {
+        /// The lease.
+        lease_id: crate::vocabulary::lease::LeaseId,
+        /// What to do with it.
+        act: crate::ports::LeaseAct,
+        /// Who asked.
+        by: String,
+        /// Whether it was done.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
     /// A person cancels the run (root only).
     Cancel {
         /// Why.
@@ -189,6 +207,36 @@ pub enum ControlError {
         /// The run.
         run_id: String,
         /// What the store said.
+        reason: String,
+    },
+    /// A person's pause of a run that is paused already.
+    #[error(
+        "run {run_id} is already paused ({}): resume it (its guidance reaches the loops that \
+         paused) or cancel it",
+        .status.name()
+    )]
+    AlreadyPaused {
+        /// The run.
+        run_id: String,
+        /// How it is paused.
+        status: RunStatus,
+    },
+    /// A control of a run that is ending: it takes none any more.
+    #[error("run {run_id} is ending: it takes no control any more")]
+    Ending {
+        /// The run.
+        run_id: String,
+    },
+    /// A person's act on a lease that could not be done.
+    #[error("{lease_id} of run {run_id} was not {act}: {reason}")]
+    LeaseRefused {
+        /// The run.
+        run_id: String,
+        /// The lease.
+        lease_id: crate::vocabulary::lease::LeaseId,
+        /// `extended` or `stopped`.
+        act: &'static str,
+        /// Why.
         reason: String,
     },
     /// The run's actor is gone.

@@ -16,7 +16,7 @@ use crate::ports::{
     BudgetEvaluationRequest, ChatMessage, FinishReason, ModelReply, ModelRequest, RunStatus,
 };
 use crate::supervision::budget::{BudgetDecision, checkpoint_due};
-use crate::supervision::lease::LeaseKind;
+use crate::supervision::lease::{LeaseId, LeaseKind};
 use crate::supervision::strategy::ChildEnd;
 
 /// What the next step is told when the model's answer was cut off at its
@@ -245,9 +245,11 @@ impl AgentLoop {
             )),
             ..request
         };
+        let lease_id = LeaseId::next();
         let spec = self
             .ctx
             .spec(kind, &request.consumer, &path)
+            .with_id(lease_id)
             .with_pace_key(Some(self.pace_key(kind, &request)))
             .with_endpoint(Some(self.ctx.model_described.clone()))
             .with_transcript_tail(self.transcript_tail())
@@ -257,6 +259,7 @@ impl AgentLoop {
             step,
             stream,
             attempt,
+            lease_id: Some(lease_id),
         });
         // Begun here: the lease counts from now, however long a busy
         // runtime takes to start the operation's task. The model is called

@@ -194,6 +194,70 @@ pub enum RunCommand {
         /// What to do.
         decision: ReconcileDecision,
     },
+    /// Pause the running run for a person, as an `ESCALATE` pauses it:
+    /// every clock stopped, no step or retry started, until it is resumed.
+    Pause {
+        /// Why, in the person's words.
+        reason: String,
+        /// What becomes of the operations in flight.
+        #[serde(default)]
+        in_flight: InFlight,
+        /// Who asked.
+        by: String,
+    },
+    /// Extend or stop one lease of the running run by hand.
+    Lease {
+        /// The lease, as the run's events name it.
+        lease_id: crate::vocabulary::lease::LeaseId,
+        /// What to do with it.
+        act: LeaseAct,
+        /// Who asked.
+        by: String,
+    },
+}
+
+/// What a person's pause does to the operations in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlight {
+    /// They go on, with their clocks stopped, and their results are kept:
+    /// no step starts after them until the run is resumed.
+    #[default]
+    Finish,
+    /// Each model and tool call in flight is stopped as an `INTERVENE`
+    /// stops it, decided by the person: its loop's strategy makes it again
+    /// once the run is resumed (a tool call of unknown outcome not known
+    /// to be idempotent waits for a decision instead, as after any
+    /// intervention). Workers are not stopped, only their calls: their
+    /// steps so far are kept.
+    Cancel,
+}
+
+impl InFlight {
+    /// `finish` or `cancel`, as the API and the command line say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Finish => "finish",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
+/// What a person does to a lease by hand.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "act")]
+pub enum LeaseAct {
+    /// Moves the end of its current period later by `by_ms`: a renewal
+    /// that counts toward no cap.
+    Extend {
+        /// How much later, in milliseconds.
+        by_ms: u64,
+    },
+    /// Stops its operation as an `INTERVENE` does.
+    Intervene {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A command as a store keeps it until its run's owner takes it.

@@ -85,7 +85,7 @@ pub use crate::vocabulary::lease::{LeaseConfig, LeaseId, LeaseKind, LeaseMeta, M
 pub use error::LeaseError;
 pub use handle::{LeaseHandle, Leases};
 pub(crate) use protocol::LeaseEnd;
-pub use protocol::{LeaseMsg, Registration};
+pub use protocol::{ByPerson, LeaseMsg, Registration};
 pub use spec::LeaseSpec;
 pub use terms::{
     DEFAULT_CEILING, DEFAULT_EVIDENCE_RENEWALS, DEFAULT_FREE_RENEWALS, DEFAULT_MAX_RENEWALS,
@@ -318,6 +318,16 @@ impl Actor for LeaseActor {
                 generation,
                 decision,
             } => state.decided(id, generation, decision),
+            LeaseMsg::ByPerson(act) => {
+                let ByPerson {
+                    run,
+                    lease,
+                    act,
+                    by,
+                    reply,
+                } = *act;
+                let _ = reply.send(state.by_person(run.as_deref(), lease, &act, &by));
+            }
         }
         Ok(())
     }
@@ -494,6 +504,108 @@ impl LeaseState {
                 entry.token.cancel();
             }
         }
+    }
+
+    /// A person's act on `lease`, or on every operation's lease of `run`
+    /// (of the actor's, with neither; workers' own leases aside): each is
+    /// recorded as a verdict decided by
+    /// the person. An extension moves its period's end later and counts
+    /// toward no cap; it is refused while the run's clocks are stopped
+    /// (its resume gives every lease a full, fresh period). A stop ends
+    /// the operation as an `INTERVENE` does, paused or not.
+    fn by_person(
+        &mut self,
+        run: Option<&str>,
+        lease: Option<LeaseId>,
+        act: &crate::ports::LeaseAct,
+        by: &str,
+    ) -> Result<usize, String> {
+        let ids: Vec<LeaseId> = match (run, lease) {
+            (Some(run), Some(id)) => self
+                .held
+                .get(run)
+                .filter(|held| held.contains(&id))
+                .map(|_| vec![id])
+                .unwrap_or_default(),
+            (Some(run), None) => self.held.get(run).cloned().unwrap_or_default(),
+            (None, Some(id)) => self
+                .leases
+                .contains_key(&id)
+                .then_some(id)
+                .into_iter()
+                .collect(),
+            (None, None) => self.leases.keys().copied().collect(),
+        };
+        // Every lease of a run means its operations: its model and tool
+        // calls. A worker's own lease is left alone, since stopping it
+        // would throw the worker's steps away; its calls are stopped.
+        let ids: Vec<LeaseId> = ids
+            .into_iter()
+            .filter(|id| {
+                self.leases.get(id).is_some_and(|entry| {
+                    !entry.token.is_cancelled()
+                        && (lease.is_some() || entry.meta.kind != LeaseKind::WorkerStep)
+                })
+            })
+            .collect();
+        if let Some(id) = lease
+            && ids.is_empty()
+        {
+            return Err(format!(
+                "{id} is not in flight: its operation has ended, or it is no lease of this run"
+            ));
+        }
+        let now = tokio::time::Instant::now();
+        for &id in &ids {
+            let Some(entry) = self.leases.get_mut(&id) else {
+                continue;
+            };
+            let decision = match act {
+                crate::ports::LeaseAct::Extend { by_ms } => {
+                    if self.paused
+                        || (!self.paused_runs.is_empty()
+                            && self.paused_runs.contains(entry.meta.run_id.as_str()))
+                    {
+                        return Err(
+                            "the run is paused: its clocks are stopped, and each of its leases \
+                             gets a full, fresh period when it is resumed"
+                                .to_owned(),
+                        );
+                    }
+                    let extra = Duration::from_millis(*by_ms);
+                    entry.generation += 1;
+                    entry.deadline = deadline_after(entry.deadline.max(now), extra);
+                    Decision::renew(
+                        DecidedBy::Person,
+                        format!("extended by {} by {by}", humantime::format_duration(extra)),
+                    )
+                }
+                crate::ports::LeaseAct::Intervene { reason } => Decision {
+                    verdict: Verdict::Intervene,
+                    reason: format!("stopped by {by}: {reason}"),
+                    nudge: None,
+                    decided_by: DecidedBy::Person,
+                },
+            };
+            let meta = entry.meta.clone();
+            let evidence = entry.evidence.summary(now, &entry.terms.accrual);
+            let record = VerdictRecord::new(&meta, entry.renewals, evidence, &decision, None);
+            self.emit(&meta, EventKind::Verdict(Arc::new(record)));
+            match decision.verdict {
+                Verdict::Intervene => {
+                    self.emit(
+                        &meta,
+                        EventKind::Intervened {
+                            lease_id: id,
+                            reason: decision.reason.clone(),
+                        },
+                    );
+                    self.end(id, LeaseEnd::Intervened(decision.reason));
+                }
+                _ => self.arm(id),
+            }
+        }
+        Ok(ids.len())
     }
 
     /// Arms the lease's timer for the end of its period or, if its policy
@@ -936,7 +1048,9 @@ impl LeaseState {
         let reason = if paused {
             Some("the run is paused")
         } else if entry.generation != generation {
-            Some("the run was paused while the expiry was judged")
+            Some(
+                "the lease's period changed while the expiry was judged: the run was paused, or a person extended the lease",
+            )
         } else {
             None
         };

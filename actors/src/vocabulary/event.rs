@@ -264,6 +264,10 @@ pub enum EventKind {
         stream: bool,
         /// Which attempt (1 for the first).
         attempt: u32,
+        /// The lease that watches it: what a person extends or stops by
+        /// hand.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_id: Option<LeaseId>,
     },
     /// A model call ended.
     ModelCallFinished {
@@ -297,6 +301,10 @@ pub enum EventKind {
         idempotency_key: String,
         /// Which attempt (1 for the first).
         attempt: u32,
+        /// The lease that watches it: what a person extends or stops by
+        /// hand.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_id: Option<LeaseId>,
     },
     /// A tool call ended.
     ToolCallFinished {
@@ -369,6 +377,10 @@ pub enum EventKind {
         worker: String,
         /// Its task.
         task: String,
+        /// The lease that watches it: what a person extends or stops by
+        /// hand.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_id: Option<LeaseId>,
     },
     /// A `spawn_worker` call was refused by a limit of
     /// [`SpawnLimits`](crate::SpawnLimits): no worker started, and the
@@ -427,6 +439,9 @@ pub enum EventKind {
         /// The evidence at that moment, if a lease escalated.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         evidence: Option<Box<EvidenceSummary>>,
+        /// Who paused it, when a person did rather than an escalation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// An executor claimed the run and resumed it from its snapshots.
     RunResumed {
@@ -662,9 +677,11 @@ impl EventKind {
                 step,
                 stream,
                 attempt,
+                lease_id,
             } => format!(
-                "step {step}, {}, attempt {attempt}",
-                if *stream { "streaming" } else { "blocking" }
+                "step {step}, {}, attempt {attempt}{}",
+                if *stream { "streaming" } else { "blocking" },
+                watched_by(*lease_id)
             ),
             Self::ModelCallFinished {
                 outcome,
@@ -685,7 +702,11 @@ impl EventKind {
                 tool,
                 idempotency_key,
                 attempt,
-            } => format!("{tool} attempt {attempt} (key {idempotency_key})"),
+                lease_id,
+            } => format!(
+                "{tool} attempt {attempt} (key {idempotency_key}){}",
+                watched_by(*lease_id)
+            ),
             Self::ToolCallFinished {
                 tool,
                 attempt,
@@ -719,7 +740,11 @@ impl EventKind {
                     ),
                 }
             }
-            Self::WorkerSpawned { worker, task } => format!("{worker}: {task}"),
+            Self::WorkerSpawned {
+                worker,
+                task,
+                lease_id,
+            } => format!("{worker}{}: {task}", watched_by(*lease_id)),
             Self::SpawnRefused {
                 worker,
                 limit,
@@ -752,6 +777,11 @@ impl EventKind {
                 "given up after {}, handed to {handed_to}: {reason}",
                 counted(*attempts, "attempt")
             ),
+            Self::Paused {
+                reason,
+                by: Some(by),
+                ..
+            } => format!("paused by {by}: {reason}"),
             Self::Paused {
                 reason, subject, ..
             } => format!("waiting for a person about `{subject}`: {reason}"),
@@ -870,6 +900,12 @@ impl Serialize for BudgetRecord {
         }
         map.end()
     }
+}
+
+/// ` [lease:7]`: the words naming the lease that watches an operation, for
+/// a person to extend or stop it by hand; nothing when none is known.
+fn watched_by(lease_id: Option<LeaseId>) -> String {
+    lease_id.map_or_else(String::new, |id| format!(" [{id}]"))
 }
 
 impl EventKind {

@@ -86,6 +86,9 @@ pub enum DecidedBy {
     /// operation's. Renewed without counting toward the cap, the ladder or
     /// the evidence streak; no evaluator call.
     Load,
+    /// A person, by hand: a lease extended or stopped from the API, the
+    /// command line or the dashboard. No evaluator call.
+    Person,
 }
 
 impl DecidedBy {
@@ -101,6 +104,7 @@ impl DecidedBy {
             Self::Checkpoint => "checkpoint",
             Self::Policy => "policy",
             Self::Load => "load",
+            Self::Person => "person",
         }
     }
 }

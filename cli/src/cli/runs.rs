@@ -11,13 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
-use leasehold::{Engine, ReconcileDecision, RunCommand, RunQuery, RunStatus, Store};
+use leasehold::{
+    Engine, InFlight, LeaseAct, ReconcileDecision, RunCommand, RunQuery, RunStatus, Store,
+};
 
 use super::log::{self, Output};
 use super::remote::{Remote, Until};
 use super::{CliError, GlobalArgs};
 use leasehold::config::{Config, EngineSetupError};
-use leasehold::executor::control::{self, Controlled};
+use leasehold::executor::control::{self, Controlled, by_hand};
 use leasehold::executor::{Executor, ExecutorOptions, Forked};
 use leasehold::printable::printable;
 use leasehold::run_limits::PersonText;
@@ -42,6 +44,13 @@ pub enum RunsCommand {
     /// Cancel a run; on a shared store, one another executor runs is
     /// forwarded to it and followed until it is cancelled.
     Cancel(CancelArgs),
+    /// Pause a running run as an escalation pauses it: no step starts and
+    /// every clock stops until `runs resume` (whose guidance its next model
+    /// call sees) or `runs cancel`.
+    Pause(PauseArgs),
+    /// Extend one lease of a running run, or stop its operation as an
+    /// INTERVENE does: a verdict decided by a person.
+    Lease(LeaseArgs),
     /// Decide about a run's tool call of unknown outcome: mark it done,
     /// call it again, or cancel the run; then follow the run until it ends
     /// or pauses again.
@@ -226,6 +235,58 @@ pub struct CancelArgs {
     #[arg(long)]
     pub(super) reason: Option<String>,
 }
+
+/// `runs pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// Why.
+    #[arg(long)]
+    pub(super) reason: Option<String>,
+    /// Stop the operations in flight (as an INTERVENE does: they are made
+    /// again after the resume) instead of letting them finish.
+    #[arg(long)]
+    pub(super) cancel_in_flight: bool,
+    /// Who asks, as the run's trace will say it.
+    #[arg(long)]
+    pub(super) by: Option<String>,
+}
+
+impl PauseArgs {
+    fn in_flight(&self) -> InFlight {
+        if self.cancel_in_flight {
+            InFlight::Cancel
+        } else {
+            InFlight::Finish
+        }
+    }
+}
+
+/// `runs lease`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("act").required(true).args(["extend", "intervene"])))]
+pub struct LeaseArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// The lease, as the run's events name it (`lease:7`, or `7`).
+    pub(super) lease: String,
+    /// Move the end of its current period this much later (`30s`, `5m`).
+    #[arg(long, value_name = "DURATION")]
+    pub(super) extend: Option<String>,
+    /// Stop its operation as an INTERVENE does.
+    #[arg(long)]
+    pub(super) intervene: bool,
+    /// With `--intervene`: why.
+    #[arg(long, requires = "intervene")]
+    pub(super) reason: Option<String>,
+    /// Who asks, as the run's trace will say it.
+    #[arg(long)]
+    pub(super) by: Option<String>,
+}
+
+/// Who asks, when a command-line control does not say.
+const FROM_THE_COMMAND_LINE: &str = "a person at the command line";
 
 /// `runs reconcile`.
 #[derive(Debug, Args)]
@@ -414,6 +475,14 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
             )
             .await
         }
+        RunsCommand::Pause(args) => {
+            let command = pause_command(&config, &args)?;
+            control(global, &config, &args.id, command, false).await
+        }
+        RunsCommand::Lease(args) => {
+            let command = lease_command(&config, &args)?;
+            control(global, &config, &args.id, command, false).await
+        }
         RunsCommand::Reconcile(args) => {
             refuse_long(&config, PersonText::Result, &args.result)?;
             let key = match args.key.clone() {
@@ -565,6 +634,31 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
         RunsCommand::Cancel(args) => {
             let body = serde_json::json!({ "reason": args.reason });
             print_json(&client.control(&args.id, "cancel", &body).await?);
+        }
+        RunsCommand::Pause(args) => {
+            let body = serde_json::json!({
+                "reason": args.reason,
+                "in_flight": args.in_flight(),
+                "by": by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE).map_err(CliError::other)?,
+            });
+            print_json(&client.control(&args.id, "pause", &body).await?);
+        }
+        RunsCommand::Lease(args) => {
+            let lease = by_hand::lease_id(&args.lease).map_err(CliError::other)?;
+            let by =
+                by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE).map_err(CliError::other)?;
+            let (act, body) = match &args.extend {
+                Some(extend) => (
+                    "extend",
+                    serde_json::json!({ "duration": extend, "by": by }),
+                ),
+                None => (
+                    "intervene",
+                    serde_json::json!({ "reason": args.reason, "by": by }),
+                ),
+            };
+            let path = format!("leases/{}/{act}", lease.0);
+            print_json(&client.control(&args.id, &path, &body).await?);
         }
         RunsCommand::Reconcile(args) => {
             let mut body = serde_json::to_value(args.decision())
@@ -838,6 +932,45 @@ fn forwarded(
             humantime::format_duration(MIN_FORWARD_PATIENCE),
         ))),
     }
+}
+
+/// `runs pause`'s command, its texts held to their limits.
+fn pause_command(config: &Config, args: &PauseArgs) -> Result<RunCommand, CliError> {
+    let reason = args
+        .reason
+        .clone()
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| "paused from the command line".to_owned());
+    refuse_long(config, PersonText::Reason, &reason)?;
+    Ok(RunCommand::Pause {
+        reason,
+        in_flight: args.in_flight(),
+        by: by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE).map_err(CliError::other)?,
+    })
+}
+
+/// `runs lease`'s command: the lease named, extended or stopped.
+fn lease_command(config: &Config, args: &LeaseArgs) -> Result<RunCommand, CliError> {
+    let lease_id = by_hand::lease_id(&args.lease).map_err(CliError::other)?;
+    let by = by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE).map_err(CliError::other)?;
+    let act = match &args.extend {
+        Some(extend) => {
+            let extra = by_hand::extension(extend).map_err(CliError::other)?;
+            LeaseAct::Extend {
+                by_ms: u64::try_from(extra.as_millis()).unwrap_or(u64::MAX),
+            }
+        }
+        None => {
+            let reason = args
+                .reason
+                .clone()
+                .filter(|r| !r.trim().is_empty())
+                .unwrap_or_else(|| "stopped from the command line".to_owned());
+            refuse_long(config, PersonText::Reason, &reason)?;
+            LeaseAct::Intervene { reason }
+        }
+    };
+    Ok(RunCommand::Lease { lease_id, act, by })
 }
 
 /// Refuses a person's text longer than `limits.guidance`, before anything

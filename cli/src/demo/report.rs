@@ -172,6 +172,7 @@ impl DemoReport {
                     tool,
                     idempotency_key,
                     attempt,
+                    ..
                 } => starts.entry(&*event.path).or_default().push((
                     *attempt,
                     idempotency_key.as_str(),

@@ -1,4 +1,5 @@
-//! A person's controls — resume, cancel, reconcile — routed to whichever
+//! A person's controls — pause, resume, cancel, reconcile, a lease by
+//! hand — routed to whichever
 //! executor runs the run, from any executor or command line sharing its
 //! store, with each rule checked once.
 //!
@@ -46,6 +47,7 @@ use leasehold_actors::{
 
 use super::Executor;
 
+pub mod by_hand;
 mod follow;
 mod refused;
 mod watch;
@@ -159,6 +161,19 @@ pub fn check(
             }),
         },
         RunCommand::Resume { .. } | RunCommand::Cancel { .. } => Ok(()),
+        // A pause, and an act on a lease, are for a run that runs: one
+        // nobody runs has no clock to stop and no lease in flight.
+        RunCommand::Pause { .. } if status.is_paused() => {
+            Err(Refused::AlreadyPaused { run_id, status })
+        }
+        RunCommand::Pause { .. } | RunCommand::Lease { .. } if *holder == Holder::Nobody => {
+            Err(Refused::NotRunning {
+                run_id,
+                status,
+                command: name(command),
+            })
+        }
+        RunCommand::Pause { .. } | RunCommand::Lease { .. } => Ok(()),
     }
 }
 
@@ -169,6 +184,8 @@ pub fn name(command: &RunCommand) -> &'static str {
         RunCommand::Resume { .. } => "resume",
         RunCommand::Cancel { .. } => "cancel",
         RunCommand::Reconcile { .. } => "reconcile",
+        RunCommand::Pause { .. } => "pause",
+        RunCommand::Lease { .. } => "lease",
     }
 }
 
@@ -275,6 +292,17 @@ pub async fn apply(handle: &RunHandle, command: RunCommand) -> Result<(), Refuse
         RunCommand::Resume { guidance } => handle.resume(guidance).await,
         RunCommand::Cancel { reason } => handle.cancel(reason).await,
         RunCommand::Reconcile { key, decision } => handle.reconcile(key, decision).await,
+        RunCommand::Pause {
+            reason,
+            in_flight,
+            by,
+        } => {
+            let request = leasehold_actors::PauseRequest::new(reason)
+                .in_flight(in_flight)
+                .by(by);
+            handle.pause(request).await
+        }
+        RunCommand::Lease { lease_id, act, by } => handle.lease(lease_id, act, by).await,
     };
     applied.map_err(|error| match Refused::from(error) {
         Refused::NoSuchCall { run_id, key, .. } => Refused::NoSuchCall {

@@ -259,6 +259,7 @@ mod tests {
             step: 1,
             stream: true,
             attempt: 1,
+            lease_id: None,
         }
     }
 

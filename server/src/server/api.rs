@@ -157,7 +157,7 @@ fn queue_full(app: &App, queued: u64) -> Response {
 }
 
 /// 413: a flow or a person's text larger than its limit, naming the key.
-fn too_large(error: &TooLarge) -> ApiError {
+pub(super) fn too_large(error: &TooLarge) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "too_large",
@@ -600,13 +600,13 @@ pub(super) async fn fork(
 /// A person's control of one run: the run id from the path and the JSON
 /// body (`application/json`, or nothing), read within the body's bounds.
 pub(super) struct Control {
-    run_id: String,
-    body: axum::body::Bytes,
+    pub(super) run_id: String,
+    pub(super) body: axum::body::Bytes,
 }
 
 impl Control {
     /// The body as JSON of `T`; an empty body is `T::default()`.
-    fn json<T: DeserializeOwned + Default>(&self) -> Result<T, ApiError> {
+    pub(super) fn json<T: DeserializeOwned + Default>(&self) -> Result<T, ApiError> {
         if self.body.iter().all(u8::is_ascii_whitespace) {
             return Ok(T::default());
         }
@@ -679,7 +679,7 @@ async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError>
 
 /// The body of a state-changing route that takes JSON: `application/json`,
 /// or no `Content-Type` at all for an empty body.
-async fn read_json_body(
+pub(super) async fn read_json_body(
     app: &App,
     headers: &HeaderMap,
     body: Body,

@@ -107,6 +107,33 @@ impl Leases {
         }
     }
 
+    /// A person's act by hand on `lease`, or on every lease in flight of
+    /// these (the run's, when they are one run's) with `None`: recorded as
+    /// verdicts decided by the person. Answers how many leases it acted
+    /// on, or why it acted on none (the lease is not in flight, the run's
+    /// clocks are stopped, the lease actor is gone).
+    pub(crate) async fn by_person(
+        &self,
+        lease: Option<LeaseId>,
+        act: crate::ports::LeaseAct,
+        by: String,
+    ) -> Result<usize, String> {
+        let (reply, answer) = oneshot::channel();
+        let asked = LeaseMsg::ByPerson(Box::new(super::protocol::ByPerson {
+            run: self.run.clone(),
+            lease,
+            act,
+            by,
+            reply,
+        }));
+        if self.actor.send_message(asked).is_err() {
+            return Err("the run's lease actor is gone".to_owned());
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err("the run's lease actor is gone".to_owned()))
+    }
+
     /// Waits until the lease actor holds no lease — none of the run's, when
     /// these are one run's — at once if it holds none, or is gone. Every `lease_cancelled` of the leases it let go
     /// was published before this returns.
@@ -207,7 +234,7 @@ impl Leases {
         F: FnOnce(Evidence) -> Fut,
         Fut: Future<Output = T> + Send + 'static,
     {
-        let id = LeaseId::next();
+        let id = spec.id.unwrap_or_else(LeaseId::next);
         // The lease's terms are settled here, once: its own, else this
         // actor's for its kind, with its cap.
         let terms = spec

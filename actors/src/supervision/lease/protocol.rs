@@ -22,6 +22,23 @@ pub(crate) enum LeaseEnd {
     RenewalCapReached(u32),
 }
 
+/// A person's act on leases by hand: one lease, or every lease of a run
+/// (of the actor's, when `run` is `None`), extended or stopped; answered
+/// with how many it acted on, or why it acted on none.
+#[derive(Debug)]
+pub struct ByPerson {
+    /// The run whose leases these are, on an actor that holds many runs'.
+    pub(crate) run: Option<Arc<str>>,
+    /// The lease, or `None` for every lease of the run.
+    pub(crate) lease: Option<LeaseId>,
+    /// What to do.
+    pub(crate) act: crate::ports::LeaseAct,
+    /// Who asked.
+    pub(crate) by: String,
+    /// How many leases it acted on, or why none.
+    pub(crate) reply: oneshot::Sender<Result<usize, String>>,
+}
+
 /// A new lease, as sent by [`Leases::supervise`](super::Leases::supervise).
 pub struct Registration {
     pub(super) meta: Arc<LeaseMeta>,
@@ -98,6 +115,8 @@ pub enum LeaseMsg {
     /// `lease_cancelled` events published) before its end event, so the
     /// end is its log's last event.
     Drained(oneshot::Sender<()>),
+    /// A person extends or stops leases by hand ([`ByPerson`]).
+    ByPerson(Box<ByPerson>),
     /// The watchdog's verdict on an expiry of `generation`.
     Decided {
         /// The lease.

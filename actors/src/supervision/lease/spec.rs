@@ -43,6 +43,9 @@ pub struct LeaseSpec {
     pub(crate) transcript_tail: Arc<[TranscriptMessage]>,
     pub(crate) nudges: Option<NudgeQueue>,
     pub(crate) parent: Option<CancellationToken>,
+    /// The lease's id, when it was chosen before the lease is taken (so
+    /// that the event saying the operation started can name it).
+    pub(crate) id: Option<LeaseId>,
 }
 
 impl LeaseSpec {
@@ -76,6 +79,7 @@ impl LeaseSpec {
             transcript_tail: Arc::from(Vec::new()),
             nudges: None,
             parent: None,
+            id: None,
         })
     }
 
@@ -141,6 +145,12 @@ impl LeaseSpec {
     /// The loop's nudge queue, where a `NUDGE` verdict's message goes.
     pub fn with_nudges(mut self, nudges: NudgeQueue) -> Self {
         self.nudges = Some(nudges);
+        self
+    }
+
+    /// Takes the lease as `id`, chosen beforehand.
+    pub(crate) fn with_id(mut self, id: LeaseId) -> Self {
+        self.id = Some(id);
         self
     }
 

@@ -61,9 +61,7 @@ pub async fn watch(
         if let Some(reason) = refused {
             return Ok(Outcome::Refused(reason));
         }
-        let resumed = events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::Resumed { .. }));
+        let resumed = events.iter().any(|e| shows_effect(command, &e.kind));
         if let Some(record) = store.load_run(run_id).await?
             && let Some(outcome) = took_effect(command, sent, &record, resumed)
         {
@@ -81,8 +79,20 @@ pub async fn watch(
     }
 }
 
+/// Whether `event` says that `command` was applied: a `resumed` for a
+/// resume, a person's verdict on the lease for an act on a lease.
+fn shows_effect(command: &RunCommand, event: &EventKind) -> bool {
+    match (command, event) {
+        (RunCommand::Resume { .. }, EventKind::Resumed { .. }) => true,
+        (RunCommand::Lease { lease_id, .. }, EventKind::Verdict(record)) => {
+            record.lease_id == *lease_id && record.decided_by == leasehold_actors::DecidedBy::Person
+        }
+        _ => false,
+    }
+}
+
 /// Whether `command`, sent when the run was `sent`, shows as taken effect
-/// in `now` (or in a `resumed` event since).
+/// in `now` (or in an event since that says so: [`shows_effect`]).
 fn took_effect(
     command: &RunCommand,
     sent: &RunRecord,
@@ -107,7 +117,10 @@ fn took_effect(
     }
     match command {
         RunCommand::Cancel { .. } => None,
-        RunCommand::Resume { .. } => resumed.then_some(Outcome::TookEffect(status)),
+        RunCommand::Resume { .. } | RunCommand::Lease { .. } => {
+            resumed.then_some(Outcome::TookEffect(status))
+        }
+        RunCommand::Pause { .. } => status.is_paused().then_some(Outcome::TookEffect(status)),
         RunCommand::Reconcile { key, .. } => {
             let names = |r: &RunRecord| {
                 r.pause

@@ -1,0 +1,153 @@
+//! A person's hands on a running run: `POST /runs/{id}/pause`, and a lease
+//! extended or stopped by hand (`POST /runs/{id}/leases/{lease}/extend`,
+//! `/intervene`). Each is read here and handed to the executor's controls
+//! ([`super::commands::control`]), which apply it where the run runs or
+//! forward it to the executor that holds it; the rules are theirs.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use leasehold::executor::control::by_hand;
+use leasehold::run_limits::PersonText;
+use leasehold::{InFlight, LeaseAct, RunCommand};
+use serde::Deserialize;
+
+use super::App;
+use super::api::{Control, read_json_body, too_large};
+use super::commands;
+use super::error::ApiError;
+
+/// Who asked, when the request does not say.
+const OVER_THE_API: &str = "a person over the API";
+
+/// The body of `POST /runs/{id}/pause`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    reason: Option<String>,
+    #[serde(default)]
+    in_flight: InFlight,
+    by: Option<String>,
+}
+
+/// `POST /runs/{id}/pause`: `{"reason", "in_flight": "finish" | "cancel",
+/// "by"}`, all optional: pauses a running run as an `ESCALATE` does, here
+/// or on the executor that holds it (202).
+pub(super) async fn pause(
+    State(app): State<Arc<App>>,
+    control: Control,
+) -> Result<Response, ApiError> {
+    let PauseBody {
+        reason,
+        in_flight,
+        by,
+    } = control.json()?;
+    let reason = reason
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "paused by hand".to_owned());
+    app.options
+        .run_limits
+        .check_text(PersonText::Reason, &reason)
+        .map_err(|e| too_large(&e))?;
+    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let command = RunCommand::Pause {
+        reason,
+        in_flight,
+        by,
+    };
+    commands::control(&app, &control.run_id, command).await
+}
+
+/// The body of `POST /runs/{id}/leases/{lease}/extend`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExtendBody {
+    /// How much longer: `30s`, `5m`.
+    duration: Option<String>,
+    by: Option<String>,
+}
+
+/// The body of `POST /runs/{id}/leases/{lease}/intervene`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InterveneBody {
+    reason: Option<String>,
+    by: Option<String>,
+}
+
+/// `POST /runs/{id}/leases/{lease}/extend`: `{"duration": "30s", "by"}`:
+/// the lease's current period ends that much later, a verdict decided by
+/// the person.
+pub(super) async fn extend(
+    State(app): State<Arc<App>>,
+    Path((run_id, lease)): Path<(String, String)>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    let (lease_id, body) = lease_request(&app, &lease, request).await?;
+    let ExtendBody { duration, by } = body.json()?;
+    let Some(duration) = duration else {
+        return Err(unprocessable(
+            "the body names no `duration`: give one such as {\"duration\": \"30s\"}".to_owned(),
+        ));
+    };
+    let extra = by_hand::extension(&duration).map_err(unprocessable)?;
+    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let act = LeaseAct::Extend {
+        by_ms: u64::try_from(extra.as_millis()).unwrap_or(u64::MAX),
+    };
+    let command = RunCommand::Lease { lease_id, act, by };
+    commands::control(&app, &run_id, command).await
+}
+
+/// `POST /runs/{id}/leases/{lease}/intervene`: `{"reason", "by"}`: the
+/// lease's operation is stopped as an `INTERVENE` stops it, a verdict
+/// decided by the person.
+pub(super) async fn intervene(
+    State(app): State<Arc<App>>,
+    Path((run_id, lease)): Path<(String, String)>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    let (lease_id, body) = lease_request(&app, &lease, request).await?;
+    let InterveneBody { reason, by } = body.json()?;
+    let reason = reason
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "stopped by hand".to_owned());
+    app.options
+        .run_limits
+        .check_text(PersonText::Reason, &reason)
+        .map_err(|e| too_large(&e))?;
+    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let command = RunCommand::Lease {
+        lease_id,
+        act: LeaseAct::Intervene { reason },
+        by,
+    };
+    commands::control(&app, &run_id, command).await
+}
+
+/// The lease named in the path and the request's JSON body.
+async fn lease_request(
+    app: &App,
+    lease: &str,
+    request: axum::extract::Request,
+) -> Result<(leasehold::LeaseId, Control), ApiError> {
+    let lease_id = by_hand::lease_id(lease).map_err(ApiError::bad_request)?;
+    let (parts, body) = request.into_parts();
+    let body = read_json_body(app, &parts.headers, body).await?;
+    Ok((
+        lease_id,
+        Control {
+            run_id: String::new(),
+            body,
+        },
+    ))
+}
+
+/// 422: a value the request gave that a control cannot take.
+fn unprocessable(message: String) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_control", message)
+}
