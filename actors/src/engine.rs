@@ -75,14 +75,31 @@ pub struct RunOptions {
     /// every executor that holds it, so a platform's trace continues into
     /// the run's.
     pub trace_parent: Option<crate::TraceParent>,
+    /// The caller's idempotency key: a start under a key that started a
+    /// run within [`IDEMPOTENCY_RETENTION`], on any executor sharing the
+    /// store, starts nothing and is refused with
+    /// [`EngineError::AlreadyStarted`] naming that run.
+    pub idempotency_key: Option<String>,
 }
+
+/// How long an idempotency key holds after the run it started was
+/// created: a day, longer than any client retries a request.
+pub const IDEMPOTENCY_RETENTION: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
 impl RunOptions {
     /// A run within the caller's trace `parent`.
     pub fn within_trace(parent: crate::TraceParent) -> Self {
         Self {
             trace_parent: Some(parent),
+            idempotency_key: None,
         }
+    }
+
+    /// These options, with the caller's idempotency `key`.
+    #[must_use]
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
     }
 }
 
@@ -265,6 +282,45 @@ impl Engine {
         ))
     }
 
+    /// Records a new run under `key` when one is given
+    /// ([`RunStore::create_run_keyed`](crate::RunStore::create_run_keyed)),
+    /// else as [`Self::create_run`]: refused with
+    /// [`EngineError::AlreadyStarted`] when the key holds.
+    pub(super) async fn create_run_once(
+        &self,
+        record: &RunRecord,
+        key: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let Some(key) = key else {
+            return self.create_run(record).await;
+        };
+        let keyed = crate::ports::IdempotencyKey {
+            key: key.to_owned(),
+            fingerprint: crate::ports::fingerprint(&record.flow),
+            at_ms: record.created_at_ms,
+            retention_ms: u64::try_from(IDEMPOTENCY_RETENTION.as_millis()).unwrap_or(u64::MAX),
+        };
+        let errors = AtomicU64::new(0);
+        let created = crate::store_writes::retried(
+            &self.config.store_writes,
+            &self.store_health,
+            &errors,
+            || self.store.create_run_keyed(record.clone(), keyed.clone()),
+        )
+        .await?;
+        match created {
+            crate::ports::KeyedCreation::Created => Ok(()),
+            crate::ports::KeyedCreation::Existing {
+                run_id,
+                fingerprint,
+            } => Err(EngineError::AlreadyStarted {
+                key: keyed.key,
+                run_id,
+                same_flow: fingerprint == keyed.fingerprint,
+            }),
+        }
+    }
+
     /// Records a new run, trying again after a transient store error for
     /// the engine's patience.
     pub(super) async fn create_run(&self, record: &RunRecord) -> Result<(), EngineError> {
@@ -302,7 +358,8 @@ impl Engine {
         self.refuse_runs()?;
         let (plan, stored) = self.plan_stored(flow)?;
         let record = self.new_record(stored, options.trace_parent);
-        self.create_run(&record).await?;
+        self.create_run_once(&record, options.idempotency_key.as_deref())
+            .await?;
         self.launch(plan, record, None, false).await
     }
 

@@ -69,7 +69,7 @@ pub mod testing;
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
-    EngineError, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,
+    EngineError, IDEMPOTENCY_RETENTION, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,
 };
 pub use owner::OwnerId;
 pub use run::{PauseRequest, RunEvents, RunHandle, RunState};
@@ -110,12 +110,12 @@ pub use ports::{
     StoredCommand,
 };
 pub use ports::{
-    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, LayeredStore,
-    Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport, PurgeRule, QueueClaim,
-    QueueStore, Retention, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary,
-    RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase, SnapshotStore, SnapshotTable, StatusCounts,
-    Store, StoreError, StoreErrorKind, StoreFuture, SummaryPage, ToolCallRecord, ToolCallState,
-    fencing, history, listing, outbox, retention, seen,
+    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, IdempotencyKey,
+    KeptKey, KeyedCreation, LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord,
+    PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery, RunRecord,
+    RunStatus, RunStore, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase,
+    SnapshotStore, SnapshotTable, StatusCounts, Store, StoreError, StoreErrorKind, StoreFuture,
+    SummaryPage, ToolCallRecord, ToolCallState, fencing, history, listing, outbox, retention, seen,
 };
 
 // Leases and their evidence, for supervising work of your own.

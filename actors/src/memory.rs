@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::event::Event;
 use crate::ports::{
-    ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, Notice,
-    NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention,
-    RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot,
-    SnapshotStore, SnapshotTable, StatusCounts, StoreChange, StoreError, StoreFuture,
-    StoredCommand, SummaryPage, ToolCallRecord, fencing, history, listing, outbox, retention,
+    ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, IdempotencyKey,
+    KeptKey, KeyedCreation, Notice, NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule,
+    QueueClaim, QueueStore, Retention, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
+    RunStore, RunUpdate, Snapshot, SnapshotStore, SnapshotTable, StatusCounts, StoreChange,
+    StoreError, StoreFuture, StoredCommand, SummaryPage, ToolCallRecord, fencing, history, listing,
+    outbox, retention,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -51,6 +52,8 @@ struct Tables {
     notices: BTreeMap<u64, Notice>,
     next_notice: u64,
     paces: BTreeMap<String, crate::pace::Pace>,
+    /// The idempotency keys given to creations, by key.
+    keys: HashMap<String, KeptKey>,
     /// How many of the next writes of an end fail (test-util).
     failing_ends: u32,
 }
@@ -63,6 +66,14 @@ impl MemoryStore {
 
     fn lock(&self) -> MutexGuard<'_, Tables> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells of a run created (and queued).
+    fn created(&self, run_id: String, queued: bool) {
+        self.changes.publish(StoreChange::Run { run_id });
+        if queued {
+            self.changes.publish(StoreChange::Queued);
+        }
     }
 
     /// Makes the next `n` writes of a run's end (a terminal status) fail
@@ -269,6 +280,22 @@ impl MemoryStore {
 }
 
 impl Tables {
+    /// Creates the run `record`: its id and whether it is queued, or a
+    /// conflict if it exists.
+    fn create(&mut self, record: RunRecord) -> Result<(String, bool), StoreError> {
+        if self.runs.contains_key(&record.run_id) {
+            return Err(StoreError::conflict(format!(
+                "run `{}` already exists",
+                record.run_id
+            )));
+        }
+        let run_id = record.run_id.clone();
+        let queued = record.status == RunStatus::Queued;
+        self.order.push(run_id.clone());
+        self.put(record);
+        Ok((run_id, queued))
+    }
+
     /// Writes `record`, its status counted and queued as it says; answers
     /// the record it replaced.
     fn put(&mut self, record: RunRecord) -> Option<RunRecord> {
@@ -311,24 +338,34 @@ fn ready<T: Send + 'static>(value: Result<T, StoreError>) -> StoreFuture<T> {
 }
 
 impl RunStore for MemoryStore {
-    fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
+    fn create_run_keyed(
+        &self,
+        record: RunRecord,
+        key: IdempotencyKey,
+    ) -> StoreFuture<KeyedCreation> {
+        // One lock for the key and the run: no other creation between.
         let mut tables = self.lock();
-        if tables.runs.contains_key(&record.run_id) {
-            return ready(Err(StoreError::conflict(format!(
-                "run `{}` already exists",
-                record.run_id
-            ))));
+        if let Some(kept) = tables.keys.get(&key.key)
+            && kept.holds_for(&key)
+            && tables.runs.contains_key(&kept.run_id)
+        {
+            return ready(Ok(kept.existing()));
         }
-        let run_id = record.run_id.clone();
-        let queued = record.status == RunStatus::Queued;
-        tables.order.push(run_id.clone());
-        tables.put(record);
+        let kept = KeptKey::of(&record.run_id, &key);
+        let created = tables.create(record);
+        if created.is_ok() {
+            tables.keys.insert(key.key, kept);
+        }
         drop(tables);
-        self.changes.publish(StoreChange::Run { run_id });
-        if queued {
-            self.changes.publish(StoreChange::Queued);
-        }
-        ready(Ok(()))
+        ready(created.map(|(run_id, queued)| {
+            self.created(run_id, queued);
+            KeyedCreation::Created
+        }))
+    }
+
+    fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
+        let created = self.lock().create(record);
+        ready(created.map(|(run_id, queued)| self.created(run_id, queued)))
     }
 
     fn claim_run(

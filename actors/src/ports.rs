@@ -30,12 +30,13 @@ pub use model::{
     ToolCallRequest,
 };
 pub use store::{
-    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, LayeredStore,
-    Notice, NoticeTake, Outbox, PaceStore, PauseRecord, PurgeReport, PurgeRule, QueueClaim,
-    QueueStore, Retention, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary,
-    RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase, SnapshotStore, SnapshotTable, StatusCounts,
-    Store, StoreError, StoreErrorKind, StoreFuture, SummaryPage, ToolCallRecord, ToolCallState,
-    fencing, history, listing, outbox, retention, seen,
+    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, IdempotencyKey,
+    KeptKey, KeyedCreation, LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord,
+    PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery, RunRecord,
+    RunStatus, RunStore, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase,
+    SnapshotStore, SnapshotTable, StatusCounts, Store, StoreError, StoreErrorKind, StoreFuture,
+    SummaryPage, ToolCallRecord, ToolCallState, fencing, fingerprint, history, listing, outbox,
+    retention, seen,
 };
 pub use tools::{ToolClient, ToolDefinition, ToolError, ToolInvocation, ToolOutput};
 

@@ -175,6 +175,11 @@ struct RunArgs {
     /// One JSON event per line on stdout, instead of the readable log.
     #[arg(long)]
     json: bool,
+    /// Start nothing if a run was already started under this key within a
+    /// day (on this store, by any executor): say which run it was. A run
+    /// started again by a script that retries is then started once.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
 }
 
 /// `leasehold serve`.
@@ -533,8 +538,21 @@ async fn run_flow(global: &GlobalArgs, args: RunArgs) -> Result<ExitCode, CliErr
     leasehold::executor::boot(&engine, false).await?;
     let executor = Executor::new(engine, ExecutorOptions::command_line());
     let mut events = executor.engine().events().subscribe();
-    let handle = match executor.start(flow, leasehold::RunOptions::default()).await {
+    let mut options = leasehold::RunOptions::default();
+    options.idempotency_key = args.idempotency_key;
+    let handle = match executor.start(flow, options).await {
         Ok(handle) => handle,
+        Err(
+            error @ leasehold::EngineError::AlreadyStarted {
+                same_flow: true, ..
+            },
+        ) => {
+            // A retry: the run is the one the key started, and nothing new
+            // ran; said, not failed.
+            executor.shutdown().await?;
+            say!("{error}");
+            return Ok(ExitCode::SUCCESS);
+        }
         Err(error) => {
             executor.shutdown().await?;
             return Err(error.into());

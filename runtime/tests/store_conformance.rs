@@ -1,6 +1,7 @@
 //! The store port's conformance suite (`leasehold::testing::conformance`:
 //! fencing, claims, orphans, tool-call records, terminal writes, the event
-//! log, what survives a reopen, listing and summaries, commands, the change
+//! log, what survives a reopen, listing and summaries, commands,
+//! idempotency keys, the change
 //! feed, the queue, learned paces, the outbox, retention, and outcome-for-outcome
 //! agreement with `MemoryStore`) run against the in-memory store, sled and
 //! PostgreSQL (a throwaway cluster, see `support/postgres.rs`): one test per
@@ -150,6 +151,8 @@ conformance! {
     counts_by_status_stay_exact_through_every_change_and_a_reopen,
     a_listing_as_seen_lists_a_run_nobody_runs_as_orphaned,
     a_command_is_taken_once_and_by_the_runs_owner_only,
+    a_key_creates_one_run_and_answers_it_while_it_holds,
+    creations_racing_under_one_key_create_one_run,
     changes_are_published_for_writes_that_landed_and_only_those,
     queued_runs_are_claimed_oldest_first_at_most_max,
     claimers_racing_claim_each_queued_run_exactly_once,

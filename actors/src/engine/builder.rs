@@ -245,6 +245,31 @@ pub enum EngineError {
     /// The engine was shut down; it starts and resumes nothing more.
     #[error("this executor has shut down: it starts and resumes no more runs")]
     ShutDown,
+    /// A run was already started under this idempotency key, within its
+    /// retention: nothing was created. A retry of the same request gets
+    /// the run; a key reused for another flow is refused.
+    #[error("{}", already_started(.key, .run_id, *.same_flow))]
+    AlreadyStarted {
+        /// The key.
+        key: String,
+        /// The run it started.
+        run_id: String,
+        /// Whether it started it with the same flow: a retry, not a key
+        /// reused for something else.
+        same_flow: bool,
+    },
+}
+
+/// What [`EngineError::AlreadyStarted`] says.
+fn already_started(key: &str, run_id: &str, same_flow: bool) -> String {
+    if same_flow {
+        format!("idempotency key `{key}` already started run {run_id}: nothing new was started")
+    } else {
+        format!(
+            "idempotency key `{key}` already started run {run_id} with another flow: a key \
+             names one request; give this one a key of its own"
+        )
+    }
 }
 
 /// What [`EngineError::Held`] says: who holds the run, until when in a

@@ -43,7 +43,8 @@ impl Engine {
             lease_expires_at_ms: 0,
             ..self.new_record(stored, options.trace_parent)
         };
-        self.create_run(&record).await?;
+        self.create_run_once(&record, options.idempotency_key.as_deref())
+            .await?;
         Ok(record)
     }
 

@@ -2,7 +2,8 @@
 //! fencing, claims, orphans, what a store says of itself (shared,
 //! exclusive) and the runs of a holder that is gone, tool-call records,
 //! terminal writes, the event log, what survives a reopen, listing and
-//! summaries, commands, the change feed, the queue, learned paces, the
+//! summaries, commands, idempotency keys, the change feed, the queue,
+//! learned paces, the
 //! outbox, retention, and agreement with [`MemoryStore`](crate::MemoryStore) outcome for
 //! outcome — written once against `Arc<dyn Store>`, so that a store of
 //! one's own (or a [`LayeredStore`](crate::LayeredStore) over one) is
@@ -39,6 +40,7 @@ use crate::ports::{BoxFuture, Store, StoreError};
 mod changes;
 mod counts;
 mod events;
+mod keys;
 mod listing;
 mod outbox;
 mod paces;
@@ -374,6 +376,9 @@ suite! {
     // Commands and the change feed.
     store: queue::a_command_is_taken_once_and_by_the_runs_owner_only,
     store: changes::changes_are_published_for_writes_that_landed_and_only_those,
+    // Idempotency keys.
+    store: keys::a_key_creates_one_run_and_answers_it_while_it_holds,
+    handles: keys::creations_racing_under_one_key_create_one_run,
     // The queue.
     store: queue::queued_runs_are_claimed_oldest_first_at_most_max,
     handles: queue::claimers_racing_claim_each_queued_run_exactly_once,

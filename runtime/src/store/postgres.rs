@@ -72,6 +72,7 @@
 mod changes;
 mod config;
 mod events;
+mod keys;
 mod listen;
 mod listing;
 mod outbox;

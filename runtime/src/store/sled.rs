@@ -70,6 +70,7 @@ mod commit;
 mod config;
 mod events;
 mod finished;
+mod keys;
 mod manifest;
 mod outbox;
 mod paces;
@@ -121,6 +122,10 @@ struct Inner {
     outbox: Notices,
     /// Each pace key's learned pace, as JSON ([`paces::PACES`]).
     paces: Tree,
+    /// The idempotency keys of creations ([`keys::KEYS`]).
+    keys: Tree,
+    /// Held by a keyed creation from its look at the key to its run.
+    keying: Mutex<()>,
     /// Tells subscribers of writes that landed (in this process: sled
     /// allows one process per database).
     changes: ChangeHub,
@@ -227,6 +232,7 @@ impl SledStore {
         let commands = tree(queue::COMMANDS)?;
         let outbox = Notices::new(tree(outbox::OUTBOX)?);
         let paces = tree(paces::PACES)?;
+        let keys = tree(keys::KEYS)?;
         let indexes = RunIndexes::open(
             tree(codec::RUNS_BY_STATUS)?,
             tree(codec::RUNS_BY_FLOW)?,
@@ -276,6 +282,8 @@ impl SledStore {
                 commands,
                 outbox,
                 paces,
+                keys,
+                keying: Mutex::new(()),
                 changes: ChangeHub::new(),
                 indexes,
                 counts: Mutex::new(counts),

@@ -118,16 +118,47 @@ pub(super) async fn create_run(
     let executor = Arc::clone(&app.executor);
     let posted = tokio::spawn(async move { executor.post(flow, options).await })
         .await
-        .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))?;
     let (run_id, status) = match posted {
-        Posted::Recorded(run_id, status) => (run_id, status),
-        Posted::QueueFull { queued } => return Ok(queue_full(&app, queued)),
+        Ok(Posted::Recorded(run_id, status)) => (run_id, status),
+        Ok(Posted::QueueFull { queued }) => return Ok(queue_full(&app, queued)),
+        Err(leasehold::EngineError::AlreadyStarted {
+            run_id,
+            same_flow: true,
+            ..
+        }) => return already_started(&app, run_id).await,
+        Err(error @ leasehold::EngineError::AlreadyStarted { .. }) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                error.to_string(),
+            ));
+        }
+        Err(error) => return Err(error.into()),
     };
     tracing::info!(%run_id, ?status, "run posted over the API");
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/runs/{run_id}"))],
         Json(serde_json::json!({"run_id": run_id, "status": status})),
+    )
+        .into_response())
+}
+
+/// `200` for a post retried under the idempotency key of a run it already
+/// started: that run, as it is now, and `Location`; nothing new.
+async fn already_started(app: &App, run_id: String) -> Result<Response, ApiError> {
+    let status = app
+        .engine()
+        .store()
+        .load_run(&run_id)
+        .await?
+        .map_or(leasehold::RunStatus::Queued, |record| record.status);
+    tracing::info!(%run_id, "a post retried under its idempotency key: the run it started");
+    Ok((
+        StatusCode::OK,
+        [(header::LOCATION, format!("/runs/{run_id}"))],
+        Json(serde_json::json!({"run_id": run_id, "status": status, "replayed": true})),
     )
         .into_response())
 }
@@ -276,8 +307,10 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
 /// carries a W3C `traceparent`; one that is not a traceparent is a 400
 /// naming the header, rather than a trace silently cut in two.
 fn run_options(headers: &HeaderMap) -> Result<leasehold::RunOptions, ApiError> {
+    let mut options = leasehold::RunOptions::default();
+    options.idempotency_key = idempotency_key(headers)?;
     let Some(value) = headers.get("traceparent") else {
-        return Ok(leasehold::RunOptions::default());
+        return Ok(options);
     };
     let parent = value
         .to_str()
@@ -290,7 +323,43 @@ fn run_options(headers: &HeaderMap) -> Result<leasehold::RunOptions, ApiError> {
                 format!("the `traceparent` header was refused: {why}"),
             )
         })?;
-    Ok(leasehold::RunOptions::within_trace(parent))
+    options.trace_parent = Some(parent);
+    Ok(options)
+}
+
+/// The most characters an `Idempotency-Key` has.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The request's `Idempotency-Key`: visible ASCII, 1 to 255 characters; a
+/// header that is not is a 400 naming it, and nothing is stored.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let refused = |why: &str| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_idempotency_key",
+            format!("the `Idempotency-Key` header was refused: {why}"),
+        )
+    };
+    let key = value
+        .to_str()
+        .map_err(|_| refused("it is not ASCII text"))?
+        .trim();
+    if key.is_empty() {
+        return Err(refused("it is empty"));
+    }
+    if key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(refused(&format!(
+            "it has {} characters, more than {MAX_IDEMPOTENCY_KEY}",
+            key.len()
+        )));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(refused("it holds a space or a control character"));
+    }
+    Ok(Some(key.to_owned()))
 }
 
 /// The request's media type, lower case, without parameters.

@@ -44,10 +44,10 @@
 //! (`testing::conformance`, feature `test-util`).
 
 use super::{
-    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, GoneHolder, Notice, NoticeTake, Outbox,
-    PaceStore, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery,
-    RunRecord, RunStatus, RunStore, RunUpdate, Snapshot, SnapshotStore, SnapshotTable, Store,
-    StoreFuture, SummaryPage, ToolCallRecord,
+    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, GoneHolder, IdempotencyKey,
+    KeyedCreation, Notice, NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule, QueueClaim,
+    QueueStore, Retention, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot,
+    SnapshotStore, SnapshotTable, Store, StoreFuture, SummaryPage, ToolCallRecord,
 };
 use crate::event::Event;
 use crate::pace::Pace;
@@ -68,6 +68,15 @@ pub trait LayeredStore: Send + Sync + 'static {
     /// [`RunStore::create_run`].
     fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
         self.inner().create_run(record)
+    }
+
+    /// [`RunStore::create_run_keyed`].
+    fn create_run_keyed(
+        &self,
+        record: RunRecord,
+        key: IdempotencyKey,
+    ) -> StoreFuture<KeyedCreation> {
+        self.inner().create_run_keyed(record, key)
     }
 
     /// [`RunStore::claim_run`].
@@ -293,6 +302,14 @@ pub trait LayeredStore: Send + Sync + 'static {
 impl<L: LayeredStore> RunStore for L {
     fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
         LayeredStore::create_run(self, record)
+    }
+
+    fn create_run_keyed(
+        &self,
+        record: RunRecord,
+        key: IdempotencyKey,
+    ) -> StoreFuture<KeyedCreation> {
+        LayeredStore::create_run_keyed(self, record, key)
     }
 
     fn claim_run(

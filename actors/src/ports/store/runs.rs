@@ -6,8 +6,8 @@
 //! rule of [`listing`](super::listing).
 
 use super::{
-    ClaimOutcome, Fenced, GoneHolder, RunPage, RunQuery, RunRecord, RunStatus, RunSummary,
-    RunUpdate, StoreFuture, SummaryPage,
+    ClaimOutcome, Fenced, GoneHolder, IdempotencyKey, KeyedCreation, RunPage, RunQuery, RunRecord,
+    RunStatus, RunSummary, RunUpdate, StoreFuture, SummaryPage,
 };
 
 /// Runs and their fenced ownership: create, claim, renew, change, orphan,
@@ -15,6 +15,25 @@ use super::{
 pub trait RunStore: Send + Sync + 'static {
     /// Creates a run owned by `record.owner_id` with `record.fence`.
     fn create_run(&self, record: RunRecord) -> StoreFuture<()>;
+
+    /// Creates a run as [`RunStore::create_run`] does, under a client's
+    /// idempotency key, in one step: if `key` is kept and still holds
+    /// ([`KeptKey::holds_for`](super::KeptKey::holds_for)) and the run it
+    /// names exists, nothing is created and that run is answered with the
+    /// key's fingerprint; otherwise the run is created and the key kept for
+    /// it. Two creations under one key at once, from any executors
+    /// sharing the store, create one run. The default refuses: a store
+    /// must keep keys to take them.
+    fn create_run_keyed(
+        &self,
+        record: RunRecord,
+        key: IdempotencyKey,
+    ) -> StoreFuture<KeyedCreation> {
+        let _ = (record, key);
+        Box::pin(std::future::ready(Err(super::StoreError::invalid(
+            "this store keeps no idempotency keys: post the run without one",
+        ))))
+    }
 
     /// Claims a run for `owner_id` by compare-and-set: succeeds if the run is
     /// unowned, owned by `owner_id`, or its lease expired at `now_ms`; sets

@@ -4,52 +4,61 @@
 //! filters them.
 
 use leasehold_actors::{
-    ClaimOutcome, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
-    StoreChange, StoreError, StoreFuture, SummaryPage, fencing,
+    ClaimOutcome, Fenced, IdempotencyKey, KeyedCreation, RunPage, RunQuery, RunRecord, RunStatus,
+    RunStore, RunUpdate, StoreChange, StoreError, StoreFuture, SummaryPage, fencing,
 };
 
 use super::rows::{RUN_COLUMNS, RunParams, get, status_name, to_i64, to_u64};
 use super::{Inner, PostgresStore, failed, notice, runs_query};
 
+/// Inserts `record` as a new run through `client` (a connection, or a
+/// transaction it is part of), notifying its creation (and its queuing);
+/// a conflict if it exists.
+pub(super) async fn insert_run(
+    client: &impl deadpool_postgres::GenericClient,
+    record: &RunRecord,
+) -> Result<(), StoreError> {
+    let doing = format!("creating run `{}`", record.run_id);
+    let params = RunParams::new(record)?;
+    // A queued run is also news for every executor with room.
+    let mut payloads = vec![notice(&StoreChange::Run {
+        run_id: record.run_id.clone(),
+    })?];
+    if record.status == RunStatus::Queued {
+        payloads.push(notice(&StoreChange::Queued)?);
+    }
+    let retention_ms = super::retention::retention_ms(&record.flow)?;
+    let mut values = params.values().to_vec();
+    values.push(&payloads);
+    values.push(&retention_ms);
+    let statement = client
+        .prepare_cached(&format!(
+            "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15) \
+             ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
+             notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
+             FROM created, unnest($14::text[]) AS payload) \
+             SELECT count(DISTINCT run_id) FROM notified"
+        ))
+        .await
+        .map_err(|e| failed(&doing, &e))?;
+    let created: i64 = client
+        .query_one(&statement, &values)
+        .await
+        .map_err(|e| failed(&doing, &e))?
+        .get(0);
+    if created == 0 {
+        return Err(StoreError::conflict(format!(
+            "run `{}` already exists",
+            record.run_id
+        )));
+    }
+    Ok(())
+}
+
 impl Inner {
     async fn create_run(&self, record: RunRecord) -> Result<(), StoreError> {
-        let doing = format!("creating run `{}`", record.run_id);
-        let params = RunParams::new(&record)?;
-        // A queued run is also news for every executor with room.
-        let mut payloads = vec![notice(&StoreChange::Run {
-            run_id: record.run_id.clone(),
-        })?];
-        if record.status == RunStatus::Queued {
-            payloads.push(notice(&StoreChange::Queued)?);
-        }
-        let retention_ms = super::retention::retention_ms(&record.flow)?;
-        let mut values = params.values().to_vec();
-        values.push(&payloads);
-        values.push(&retention_ms);
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&format!(
-                "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15) \
-                 ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
-                 notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
-                 FROM created, unnest($14::text[]) AS payload) \
-                 SELECT count(DISTINCT run_id) FROM notified"
-            ))
-            .await
-            .map_err(|e| failed(&doing, &e))?;
-        let created: i64 = client
-            .query_one(&statement, &values)
-            .await
-            .map_err(|e| failed(&doing, &e))?
-            .get(0);
-        if created == 0 {
-            return Err(StoreError::conflict(format!(
-                "run `{}` already exists",
-                record.run_id
-            )));
-        }
-        Ok(())
+        insert_run(&self.client().await?, &record).await
     }
 
     async fn reconcile_orphans(&self, now_ms: u64) -> Result<Vec<String>, StoreError> {
@@ -92,6 +101,14 @@ impl Inner {
 impl RunStore for PostgresStore {
     fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
         self.with(move |inner| async move { inner.create_run(record).await })
+    }
+
+    fn create_run_keyed(
+        &self,
+        record: RunRecord,
+        key: IdempotencyKey,
+    ) -> StoreFuture<KeyedCreation> {
+        self.with(move |inner| async move { inner.create_run_keyed(record, key).await })
     }
 
     fn claim_run(

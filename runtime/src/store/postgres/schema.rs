@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (9, include_str!("migrations/0009_trace_parent.sql")),
     (10, include_str!("migrations/0010_run_counts.sql")),
     (11, include_str!("migrations/0011_snapshot_bases.sql")),
+    (12, include_str!("migrations/0012_idempotency_keys.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).

@@ -7,8 +7,9 @@ use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
 use leasehold_actors::{
-    ClaimOutcome, Fenced, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate,
-    StoreChange, StoreError, StoreFuture, SummaryPage, fencing, listing, outbox,
+    ClaimOutcome, Fenced, IdempotencyKey, KeyedCreation, RunPage, RunQuery, RunRecord, RunStatus,
+    RunStore, RunUpdate, StoreChange, StoreError, StoreFuture, SummaryPage, fencing, listing,
+    outbox,
 };
 
 use super::codec::{decode, encode};
@@ -170,6 +171,26 @@ impl Inner {
 }
 
 impl RunStore for SledStore {
+    fn create_run_keyed(
+        &self,
+        record: RunRecord,
+        key: IdempotencyKey,
+    ) -> StoreFuture<KeyedCreation> {
+        let run_id = record.run_id.clone();
+        let queued = record.status == RunStatus::Queued;
+        let changes = self.inner.changes.clone();
+        let created = self.settle_publishing(self.inner.create_run_keyed(&record, &key), |c| {
+            (*c == KeyedCreation::Created).then_some(StoreChange::Run { run_id })
+        });
+        Box::pin(async move {
+            let created = created.await?;
+            if queued && created == KeyedCreation::Created {
+                changes.publish(StoreChange::Queued);
+            }
+            Ok(created)
+        })
+    }
+
     fn create_run(&self, record: RunRecord) -> StoreFuture<()> {
         let run_id = record.run_id.clone();
         // A queued run is also news for every executor with room.
