@@ -382,6 +382,7 @@ impl AgentLoop {
             | LoopMsg::Decide { .. }
             | LoopMsg::Cancel { .. }
             | LoopMsg::Pause { .. }
+            | LoopMsg::Steer { .. }
             | LoopMsg::Lease { .. }
             | LoopMsg::ToolsConnected(_) => None,
         }

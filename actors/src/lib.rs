@@ -72,7 +72,7 @@ pub use engine::{
     EngineError, IDEMPOTENCY_RETENTION, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,
 };
 pub use owner::OwnerId;
-pub use run::{PauseRequest, RunEvents, RunHandle, RunState};
+pub use run::{MAX_WAITING_MESSAGES, PauseRequest, RunEvents, RunHandle, RunState};
 
 // Flows.
 pub use flow::{
@@ -106,8 +106,8 @@ pub use ports::{
 // The store port: its parts, their union, the base of a store that wraps
 // another, and the records they carry.
 pub use ports::{
-    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, RunCommand, StoreChange,
-    StoredCommand,
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, RunCommand, Steer,
+    StoreChange, StoredCommand,
 };
 pub use ports::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, IdempotencyKey,

@@ -19,7 +19,7 @@ pub use crate::vocabulary::records::{FinishReason, TokenCost, TranscriptMessage}
 pub use crate::vocabulary::sink::EventSink;
 pub use changes::{
     CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, ReconcileDecision, RunCommand,
-    StoreChange, StoredCommand,
+    Steer, StoreChange, StoredCommand,
 };
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use evaluator::{

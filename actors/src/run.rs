@@ -37,7 +37,9 @@ use crate::agent::{
 };
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::nudge::PERSON_ANSWERED;
-use crate::ports::{ForkOrigin, InFlight, LeaseAct, PauseRecord, RunRecord, RunStatus, RunUpdate};
+use crate::ports::{
+    ForkOrigin, InFlight, LeaseAct, PauseRecord, RunRecord, RunStatus, RunUpdate, Steer,
+};
 use crate::vocabulary::lease::LeaseId;
 
 // The run's plan and its tools are leaves: every loop of the run reads
@@ -50,6 +52,9 @@ const CUT_OFF_ANSWER: &str = "its answer was cut off at the model's length limit
 
 /// The path of a run's root loop.
 pub const ROOT_PATH: &str = "run";
+
+/// The most messages that may wait for a run's next step.
+pub const MAX_WAITING_MESSAGES: usize = 16;
 
 /// What a person's pause is about, as its record and event say.
 const PERSON_SUBJECT: &str = "the run";
@@ -352,6 +357,15 @@ impl RunActorState {
                 let result = self.pause_by_person(*request).await;
                 let _ = reply.send(result);
             }
+            LoopMsg::Steer {
+                text,
+                policy,
+                by,
+                reply,
+            } => {
+                let result = self.steer(text, policy, by).await;
+                let _ = reply.send(result);
+            }
             LoopMsg::Lease {
                 lease_id,
                 act,
@@ -607,7 +621,57 @@ impl RunActorState {
                 reason: "the run was paused with its operations in flight cancelled".to_owned(),
             };
             // None in flight is no refusal: the pause holds either way.
-            let _ = ctx.leases.by_person(None, stop, by).await;
+            let _ = ctx.leases.by_person(None, None, stop, by).await;
+        }
+        Ok(())
+    }
+
+    /// A person's message: queued for the root loop's next model call and
+    /// saved with its snapshot before it is answered, so that it survives
+    /// the executor; with [`Steer::Interrupt`], the root loop's own call in
+    /// flight is then stopped as a person's `INTERVENE` (its retry is that
+    /// next call); with [`Steer::Reject`], refused while the run is running.
+    async fn steer(&mut self, text: String, policy: Steer, by: String) -> Result<(), ControlError> {
+        let status = self.status();
+        let run_id = self.run_id();
+        if status.is_terminal() {
+            return Err(ControlError::AlreadyFinished { run_id, status });
+        }
+        if *self.agent.ctx.gate.borrow() == Gate::Closed {
+            return Err(ControlError::Ending { run_id });
+        }
+        if policy == Steer::Reject && !status.is_paused() {
+            return Err(ControlError::Busy { run_id, status });
+        }
+        let waiting = self.agent.nudges.len();
+        if waiting >= MAX_WAITING_MESSAGES {
+            return Err(ControlError::TooManyMessages {
+                run_id,
+                waiting,
+                limit: MAX_WAITING_MESSAGES,
+            });
+        }
+        let ctx = self.agent.ctx.clone();
+        ctx.emit(
+            ROOT_PATH,
+            EventKind::MessageReceived {
+                text: text.clone(),
+                policy: policy.name().to_owned(),
+                by: by.clone(),
+            },
+        );
+        self.agent.nudges.push(format!(
+            "A message from {by}, who oversees this run: {text}"
+        ));
+        self.agent.save(status).await;
+        if policy == Steer::Interrupt && !status.is_paused() {
+            let stop = LeaseAct::Intervene {
+                reason: "interrupted by a message".to_owned(),
+            };
+            let _ = ctx
+                .leases
+                .by_person(None, Some(ROOT_PATH.to_owned()), stop, by)
+                .await;
         }
         Ok(())
     }
@@ -635,7 +699,7 @@ impl RunActorState {
         self.agent
             .ctx
             .leases
-            .by_person(Some(lease_id), act, by)
+            .by_person(Some(lease_id), None, act, by)
             .await
             .map(|_| ())
             .map_err(|reason| ControlError::LeaseRefused {
@@ -1211,6 +1275,32 @@ impl RunHandle {
             reason: reason.into(),
         };
         self.lease(lease_id, act, who.into()).await
+    }
+
+    /// Sends the run a person's message, delivered as `policy` says
+    /// ([`Steer`]; a `rollback` is a fork, made by the executor): the root
+    /// loop's next model call sees it. Refused if the run has ended, is
+    /// ending, already holds [`MAX_WAITING_MESSAGES`] messages for its next
+    /// step, or (with `reject`) is running.
+    pub async fn steer(
+        &self,
+        text: impl Into<String>,
+        policy: Steer,
+        by: impl Into<String>,
+    ) -> Result<(), ControlError> {
+        if policy == Steer::Rollback {
+            return Err(ControlError::RollbackIsAFork {
+                run_id: self.run_id.clone(),
+            });
+        }
+        let (text, by) = (text.into(), by.into());
+        let result = ractor::call!(self.actor, |reply| LoopMsg::Steer {
+            text,
+            policy,
+            by,
+            reply
+        });
+        result.unwrap_or_else(|_| Err(self.gone()))
     }
 
     /// A person's act on one lease, as a forwarded command carries it.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use leasehold_actors::{
     ControlError, DecidedBy, Engine, EngineConfig, EventKind, Flow, InFlight, LeaseId,
-    PauseRequest, RestartPolicy, RunHandle, RunStatus, Verdict,
+    MAX_WAITING_MESSAGES, PauseRequest, RestartPolicy, RunHandle, RunStatus, Steer, Verdict,
     testing::{
         MemoryStore, RecordingSink, Scripted, ScriptedEvaluator, ScriptedModel, ScriptedTools,
         ToolAct, Turn, user_messages,
@@ -308,4 +308,147 @@ async fn a_lease_of_a_paused_run_is_not_extended_since_its_clocks_are_stopped() 
         "{refused}"
     );
     assert!(rig.events.verdicts().is_empty());
+}
+
+/// Whether the root loop's model request `n` (from 0) carries `text`.
+fn request_says(model: &ScriptedModel, n: usize, text: &str) -> bool {
+    model
+        .requests_of("run")
+        .get(n)
+        .is_some_and(|r| user_messages(r).iter().any(|m| m.contains(text)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_enqueued_message_reaches_the_next_model_call_and_stops_nothing() {
+    let model = search_then_answer();
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [ToolAct::returns("3 errors", secs(5))],
+    );
+    let evaluator = ScriptedEvaluator::new([]);
+    let rig = rig(&model, &tools, &evaluator).await;
+    let mut run = searching(&rig).await;
+
+    run.steer("only the error log", Steer::Enqueue, "ana")
+        .await
+        .expect("taken");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(tools.calls("search"), 1, "nothing was stopped");
+    assert!(!request_says(&model, 0, "only the error log"));
+    assert!(
+        request_says(
+            &model,
+            1,
+            "A message from ana, who oversees this run: only the error log"
+        ),
+        "the message is in the next model call"
+    );
+    let received: Vec<_> = rig
+        .events
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::MessageReceived { text, policy, by } => Some((text, policy, by)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        received,
+        [(
+            "only the error log".to_owned(),
+            "enqueue".to_owned(),
+            "ana".to_owned()
+        )]
+    );
+    let late = run
+        .steer("too late", Steer::Enqueue, "ana")
+        .await
+        .expect_err("an ended run takes no message");
+    assert!(late.to_string().contains("already finished"), "{late}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interrupting_message_stops_the_call_in_flight_and_the_next_model_call_sees_it() {
+    let model = search_then_answer();
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [ToolAct::Hang, ToolAct::returns("3 errors", secs(1))],
+    );
+    let evaluator = ScriptedEvaluator::new([]);
+    let rig = rig(&model, &tools, &evaluator).await;
+    let mut run = searching(&rig).await;
+
+    run.steer("stop, use the new index", Steer::Interrupt, "ana")
+        .await
+        .expect("taken");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    let verdicts = rig.events.verdicts();
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+    assert_eq!(verdicts[0].decided_by, DecidedBy::Person);
+    assert_eq!(verdicts[0].verdict, Verdict::Intervene);
+    assert_eq!(
+        tools.calls("search"),
+        2,
+        "the hung search was stopped and made again"
+    );
+    assert!(request_says(&model, 1, "stop, use the new index"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejecting_message_is_refused_while_the_run_runs_and_taken_while_it_waits() {
+    let model = search_then_answer();
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [ToolAct::returns("3 errors", secs(5))],
+    );
+    let evaluator = ScriptedEvaluator::new([]);
+    let rig = rig(&model, &tools, &evaluator).await;
+    let mut run = searching(&rig).await;
+
+    let busy = run
+        .steer("hello", Steer::Reject, "ana")
+        .await
+        .expect_err("the run is busy");
+    assert!(matches!(busy, ControlError::Busy { .. }), "{busy}");
+    assert!(busy.to_string().contains("is busy (running)"), "{busy}");
+    let fork = run
+        .steer("again", Steer::Rollback, "ana")
+        .await
+        .expect_err("a rollback is the executor's");
+    assert!(
+        matches!(fork, ControlError::RollbackIsAFork { .. }),
+        "{fork}"
+    );
+
+    run.pause(PauseRequest::new("a look"))
+        .await
+        .expect("paused");
+    run.steer("the error log", Steer::Reject, "ana")
+        .await
+        .expect("taken while it waits");
+    // At most so many wait for the next step.
+    for n in 1..MAX_WAITING_MESSAGES {
+        run.steer(format!("note {n}"), Steer::Enqueue, "ana")
+            .await
+            .expect("taken");
+    }
+    let full = run
+        .steer("one too many", Steer::Enqueue, "ana")
+        .await
+        .expect_err("too many wait");
+    assert!(
+        matches!(full, ControlError::TooManyMessages { .. }),
+        "{full}"
+    );
+    run.resume(None).await.expect("resumed");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert!(request_says(&model, 1, "the error log"));
+    assert!(request_says(&model, 1, "note 15"));
+    assert!(!request_says(&model, 1, "one too many"));
 }

@@ -377,3 +377,99 @@ async fn runs_pause_and_lease_over_the_server_pause_a_run_and_refuse_what_cannot
     server.wait().await.expect("reaped");
     hanging.stack.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_to_a_served_run_are_enqueued_refused_when_busy_and_rolled_back_into_a_fork() {
+    let hanging = Hanging::start().await;
+    let http = support::authorized(TOKEN);
+    let command = support::hanging_tool::leasehold(&hanging.data, &hanging.model).api_token(TOKEN);
+    let mut server = support::start_serve(command, "127.0.0.1:0", &["--allow-flow-tools"]);
+    let base = support::served_base(&mut server, PATIENCE).await;
+    let run_id = support::post_run(&http, &base, &flow_json(&hanging.flow)).await;
+    support::until("the call's start", PATIENCE, || async {
+        call_lease(&events_over_server(&base, &run_id).await, 1)
+    })
+    .await;
+
+    // Enqueued: logged with who sent it, nothing stopped.
+    let out = over_server(
+        &base,
+        &["steer", &run_id, "only the error log", "--by", "ana"],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events_over_server(&base, &run_id).await;
+    assert!(
+        events.iter().any(|e| matches!(&e.kind,
+            EventKind::MessageReceived { text, policy, by }
+                if text == "only the error log" && policy == "enqueue" && by == "ana")),
+        "the message is in the run's log"
+    );
+    let trace = support::get_json(&http, &format!("{base}/runs/{run_id}/trace")).await;
+    assert!(
+        trace["entries"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["kind"] == "message_received")),
+        "the message is in the trace: {trace}"
+    );
+    // Refused while the run runs, with `reject`; an empty message is no
+    // message.
+    let (status, body) = post(
+        &http,
+        format!("{base}/runs/{run_id}/messages"),
+        json!({"text": "hello", "policy": "reject"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is busy (running)")),
+        "{body}"
+    );
+    let (status, body) = post(
+        &http,
+        format!("{base}/runs/{run_id}/messages"),
+        json!({"text": "  "}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+
+    // Rolled back: a fork before the root's current step holds the
+    // message as its guidance, and the run is cancelled.
+    let (status, body) = post(
+        &http,
+        format!("{base}/runs/{run_id}/messages"),
+        json!({"text": "start over with the new index", "policy": "rollback", "by": "ana"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let fork_id = body["run_id"].as_str().expect("the fork's id").to_owned();
+    assert_eq!(body["rolled_back"]["run_id"], run_id.as_str(), "{body}");
+    let fork = support::get_run(&http, &base, &fork_id).await;
+    assert_eq!(fork["fork"]["parent"], run_id.as_str(), "{fork}");
+    assert_eq!(
+        fork["fork"]["guidance"], "start over with the new index",
+        "{fork}"
+    );
+    let view = support::view_until(&http, &base, &run_id, PATIENCE, "cancelled", |v| {
+        v["status"] == "cancelled"
+    })
+    .await;
+    assert!(
+        view["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&format!("rolled back by ana into run {fork_id}"))),
+        "{view}"
+    );
+    let (status, _) = post(&http, format!("{base}/runs/{fork_id}/cancel"), json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+
+    server.start_kill().expect("stop");
+    server.wait().await.expect("reaped");
+    hanging.stack.shutdown().await;
+}

@@ -111,5 +111,6 @@ pub fn is_decision(kind: &EventKind) -> bool {
             | EventKind::Resumed { .. }
             | EventKind::RunResumed { .. }
             | EventKind::ControlRefused { .. }
+            | EventKind::MessageReceived { .. }
     )
 }

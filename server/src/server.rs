@@ -258,6 +258,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}/resume", post(api::resume))
         .route("/runs/{id}/cancel", post(api::cancel))
         .route("/runs/{id}/pause", post(by_hand::pause))
+        .route("/runs/{id}/messages", post(by_hand::message))
         .route("/runs/{id}/leases/{lease}/extend", post(by_hand::extend))
         .route(
             "/runs/{id}/leases/{lease}/intervene",

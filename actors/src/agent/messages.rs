@@ -116,6 +116,18 @@ pub enum LoopMsg {
         /// Whether it was accepted.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
+    /// A person's message to the run (root only).
+    Steer {
+        /// The message.
+        text: String,
+        /// How it is delivered (not `rollback`: a fork, made by the
+        /// executor).
+        policy: crate::ports::Steer,
+        /// Who sent it.
+        by: String,
+        /// Whether it was taken.
+        reply: RpcReplyPort<Result<(), ControlError>>,
+    },
     /// A person extends or stops one lease of the run by hand (root only).
     Lease {
         /// The lease.
@@ -220,6 +232,42 @@ pub enum ControlError {
         run_id: String,
         /// How it is paused.
         status: RunStatus,
+    },
+    /// A message with the policy `reject` to a run that is busy.
+    #[error(
+        "run {run_id} is busy ({}): a message with the policy `reject` is taken only while \
+         it waits for a person; send it with `enqueue` (its next step sees it) or `interrupt`",
+        .status.name()
+    )]
+    Busy {
+        /// The run.
+        run_id: String,
+        /// What it is.
+        status: RunStatus,
+    },
+    /// A message to a run whose loop has too many waiting already.
+    #[error(
+        "run {run_id} has {waiting} messages waiting for its next step already (at most \
+         {limit}): nothing was added; send it once its next step has taken them"
+    )]
+    TooManyMessages {
+        /// The run.
+        run_id: String,
+        /// How many wait.
+        waiting: usize,
+        /// The most that may.
+        limit: usize,
+    },
+    /// A message with the policy `rollback` sent to a run's handle: it is a
+    /// fork of the run, made by its executor, not a message to the run.
+    #[error(
+        "run {run_id}: a message with the policy `rollback` forks the run before its current \
+         step and cancels it, which its executor does (POST /runs/{run_id}/messages, \
+         `leasehold runs steer`), not the run itself"
+    )]
+    RollbackIsAFork {
+        /// The run.
+        run_id: String,
     },
     /// A control of a run that is ending: it takes none any more.
     #[error("run {run_id} is ending: it takes no control any more")]

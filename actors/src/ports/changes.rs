@@ -205,6 +205,16 @@ pub enum RunCommand {
         /// Who asked.
         by: String,
     },
+    /// A person's message to the running run, delivered as `policy` says.
+    Message {
+        /// The message.
+        text: String,
+        /// How it is delivered.
+        #[serde(default)]
+        policy: Steer,
+        /// Who sent it.
+        by: String,
+    },
     /// Extend or stop one lease of the running run by hand.
     Lease {
         /// The lease, as the run's events name it.
@@ -214,6 +224,38 @@ pub enum RunCommand {
         /// Who asked.
         by: String,
     },
+}
+
+/// How a person's message reaches a running run: LangGraph's
+/// double-texting policies, by their names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Steer {
+    /// The root loop's next model call sees it; nothing in flight is
+    /// stopped.
+    #[default]
+    Enqueue,
+    /// The root loop's own call in flight is stopped as an `INTERVENE`
+    /// stops it (workers go on), and its next model call sees the message.
+    Interrupt,
+    /// Refused while the run is running; taken, as `enqueue`, while it
+    /// waits for a person.
+    Reject,
+    /// A fork of the run before its current step, with the message as its
+    /// guidance; the run itself is cancelled.
+    Rollback,
+}
+
+impl Steer {
+    /// The policy's name, as the API and the command line say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Enqueue => "enqueue",
+            Self::Interrupt => "interrupt",
+            Self::Reject => "reject",
+            Self::Rollback => "rollback",
+        }
+    }
 }
 
 /// What a person's pause does to the operations in flight.

@@ -156,6 +156,15 @@ impl LeaseActor {
     }
 }
 
+/// The leases a person's act is on: one lease, or every operation's lease
+/// of a run (of the actor's, with no run), or of one of its loops.
+#[derive(Clone, Copy)]
+struct Which<'a> {
+    run: Option<&'a str>,
+    lease: Option<LeaseId>,
+    of_loop: Option<&'a str>,
+}
+
 /// The lease actor's state: its leases and its timer queue.
 pub(crate) struct LeaseState {
     leases: crate::hash::Map<LeaseId, Entry>,
@@ -322,11 +331,17 @@ impl Actor for LeaseActor {
                 let ByPerson {
                     run,
                     lease,
+                    of_loop,
                     act,
                     by,
                     reply,
                 } = *act;
-                let _ = reply.send(state.by_person(run.as_deref(), lease, &act, &by));
+                let which = Which {
+                    run: run.as_deref(),
+                    lease,
+                    of_loop: of_loop.as_deref(),
+                };
+                let _ = reply.send(state.by_person(&which, &act, &by));
             }
         }
         Ok(())
@@ -515,11 +530,15 @@ impl LeaseState {
     /// the operation as an `INTERVENE` does, paused or not.
     fn by_person(
         &mut self,
-        run: Option<&str>,
-        lease: Option<LeaseId>,
+        which: &Which<'_>,
         act: &crate::ports::LeaseAct,
         by: &str,
     ) -> Result<usize, String> {
+        let Which {
+            run,
+            lease,
+            of_loop,
+        } = *which;
         let ids: Vec<LeaseId> = match (run, lease) {
             (Some(run), Some(id)) => self
                 .held
@@ -545,6 +564,13 @@ impl LeaseState {
                 self.leases.get(id).is_some_and(|entry| {
                     !entry.token.is_cancelled()
                         && (lease.is_some() || entry.meta.kind != LeaseKind::WorkerStep)
+                        && of_loop.is_none_or(|path| {
+                            entry
+                                .meta
+                                .path
+                                .rsplit_once('/')
+                                .is_some_and(|(parent, _)| parent == path)
+                        })
                 })
             })
             .collect();

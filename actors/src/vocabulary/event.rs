@@ -507,6 +507,16 @@ pub enum EventKind {
         /// Why, as the run's rule says it.
         reason: String,
     },
+    /// A person's message reached the run: its root loop's next model call
+    /// sees it.
+    MessageReceived {
+        /// The message.
+        text: String,
+        /// How it was delivered: `enqueue`, `interrupt` or `reject`.
+        policy: String,
+        /// Who sent it.
+        by: String,
+    },
 }
 
 /// Where a fork began: the `run_forked` event's fields.
@@ -817,6 +827,9 @@ impl EventKind {
             Self::ControlRefused { command, reason } => {
                 format!("a forwarded {command} was refused: {reason}")
             }
+            Self::MessageReceived { text, policy, by } => {
+                format!("{by} said ({policy}): {text}")
+            }
         }
     }
 }
@@ -949,6 +962,7 @@ impl EventKind {
             Self::RunFailed { .. } => "run_failed",
             Self::RunCancelled { .. } => "run_cancelled",
             Self::ControlRefused { .. } => "control_refused",
+            Self::MessageReceived { .. } => "message_received",
         }
     }
 }

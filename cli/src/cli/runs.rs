@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
 use leasehold::{
-    Engine, InFlight, LeaseAct, ReconcileDecision, RunCommand, RunQuery, RunStatus, Store,
+    Engine, InFlight, LeaseAct, ReconcileDecision, RunCommand, RunQuery, RunStatus, Steer, Store,
 };
 
 use super::log::{self, Output};
@@ -51,6 +51,12 @@ pub enum RunsCommand {
     /// Extend one lease of a running run, or stop its operation as an
     /// INTERVENE does: a verdict decided by a person.
     Lease(LeaseArgs),
+    /// Send a running run a message: its next model call sees it
+    /// (`--policy enqueue`, the default), its own call in flight is stopped
+    /// first (`interrupt`), it is refused while the run runs (`reject`), or
+    /// the run is forked before its current step with the message and
+    /// cancelled (`rollback`, with --server).
+    Steer(SteerArgs),
     /// Decide about a run's tool call of unknown outcome: mark it done,
     /// call it again, or cancel the run; then follow the run until it ends
     /// or pauses again.
@@ -285,6 +291,34 @@ pub struct LeaseArgs {
     pub(super) by: Option<String>,
 }
 
+/// `runs steer`.
+#[derive(Debug, Args)]
+pub struct SteerArgs {
+    /// The run's id.
+    pub(super) id: String,
+    /// The message.
+    pub(super) text: String,
+    /// How it reaches the run: enqueue, interrupt, reject or rollback.
+    #[arg(long, default_value = "enqueue", value_parser = parse_steer)]
+    pub(super) policy: Steer,
+    /// Who sends it, as the run's trace will say it.
+    #[arg(long)]
+    pub(super) by: Option<String>,
+}
+
+/// A policy of `runs steer`, by its name.
+fn parse_steer(text: &str) -> Result<Steer, String> {
+    [
+        Steer::Enqueue,
+        Steer::Interrupt,
+        Steer::Reject,
+        Steer::Rollback,
+    ]
+    .into_iter()
+    .find(|policy| policy.name() == text)
+    .ok_or_else(|| format!("`{text}` is no policy: give enqueue, interrupt, reject or rollback"))
+}
+
 /// Who asks, when a command-line control does not say.
 const FROM_THE_COMMAND_LINE: &str = "a person at the command line";
 
@@ -483,6 +517,23 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
             let command = lease_command(&config, &args)?;
             control(global, &config, &args.id, command, false).await
         }
+        RunsCommand::Steer(args) => {
+            if args.policy == Steer::Rollback {
+                return Err(CliError::other(
+                    "a message with `--policy rollback` forks the run and cancels it, which a \
+                     server does: give --server URL (the executor that serves the store)"
+                        .to_owned(),
+                ));
+            }
+            refuse_long(&config, PersonText::Guidance, &args.text)?;
+            let command = RunCommand::Message {
+                text: args.text.clone(),
+                policy: args.policy,
+                by: by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE)
+                    .map_err(CliError::other)?,
+            };
+            control(global, &config, &args.id, command, false).await
+        }
         RunsCommand::Reconcile(args) => {
             refuse_long(&config, PersonText::Result, &args.result)?;
             let key = match args.key.clone() {
@@ -642,6 +693,14 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
                 "by": by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE).map_err(CliError::other)?,
             });
             print_json(&client.control(&args.id, "pause", &body).await?);
+        }
+        RunsCommand::Steer(args) => {
+            let body = serde_json::json!({
+                "text": args.text,
+                "policy": args.policy,
+                "by": by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE).map_err(CliError::other)?,
+            });
+            print_json(&client.control(&args.id, "messages", &body).await?);
         }
         RunsCommand::Lease(args) => {
             let lease = by_hand::lease_id(&args.lease).map_err(CliError::other)?;

@@ -41,8 +41,8 @@
 use std::sync::Arc;
 
 use leasehold_actors::{
-    ClaimOutcome, EngineError, EventKind, PauseRecord, ReconcileDecision, RunCommand, RunHandle,
-    RunRecord, RunStatus, fencing,
+    ClaimOutcome, ControlError, EngineError, EventKind, PauseRecord, ReconcileDecision, RunCommand,
+    RunHandle, RunRecord, RunStatus, Steer, fencing,
 };
 
 use super::Executor;
@@ -166,14 +166,20 @@ pub fn check(
         RunCommand::Pause { .. } if status.is_paused() => {
             Err(Refused::AlreadyPaused { run_id, status })
         }
-        RunCommand::Pause { .. } | RunCommand::Lease { .. } if *holder == Holder::Nobody => {
+        RunCommand::Pause { .. } | RunCommand::Lease { .. } | RunCommand::Message { .. }
+            if *holder == Holder::Nobody =>
+        {
             Err(Refused::NotRunning {
                 run_id,
                 status,
                 command: name(command),
             })
         }
-        RunCommand::Pause { .. } | RunCommand::Lease { .. } => Ok(()),
+        RunCommand::Message {
+            policy: Steer::Reject,
+            ..
+        } if !status.is_paused() => Err(Refused::Run(ControlError::Busy { run_id, status })),
+        RunCommand::Pause { .. } | RunCommand::Lease { .. } | RunCommand::Message { .. } => Ok(()),
     }
 }
 
@@ -186,6 +192,7 @@ pub fn name(command: &RunCommand) -> &'static str {
         RunCommand::Reconcile { .. } => "reconcile",
         RunCommand::Pause { .. } => "pause",
         RunCommand::Lease { .. } => "lease",
+        RunCommand::Message { .. } => "message",
     }
 }
 
@@ -303,6 +310,7 @@ pub async fn apply(handle: &RunHandle, command: RunCommand) -> Result<(), Refuse
             handle.pause(request).await
         }
         RunCommand::Lease { lease_id, act, by } => handle.lease(lease_id, act, by).await,
+        RunCommand::Message { text, policy, by } => handle.steer(text, policy, by).await,
     };
     applied.map_err(|error| match Refused::from(error) {
         Refused::NoSuchCall { run_id, key, .. } => Refused::NoSuchCall {

@@ -620,8 +620,35 @@ pub(super) async fn fork(
         guidance: body.guidance.filter(|g| !g.trim().is_empty()),
         set: body.set,
     };
+    let run_id = match start_fork(&app, &control.run_id, spec).await? {
+        Ok(run_id) => run_id,
+        Err(refusal) => return Ok(refusal),
+    };
+    let origin = app
+        .engine()
+        .store()
+        .load_run(&run_id)
+        .await?
+        .and_then(|record| record.fork);
+    tracing::info!(%run_id, parent = %control.run_id, "run forked over the API");
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/runs/{run_id}"))],
+        Json(serde_json::json!({"run_id": run_id, "status": "running", "fork": origin})),
+    )
+        .into_response())
+}
+
+/// Forks `parent` per `spec` on this executor: the fork's id, or the
+/// answer that refuses it (429 with `Retry-After` without room; 413 or
+/// 422 for a flow or texts `POST /runs` would refuse).
+pub(super) async fn start_fork(
+    app: &Arc<App>,
+    parent: &str,
+    spec: leasehold::ForkSpec,
+) -> Result<Result<String, Response>, ApiError> {
     let executor = Arc::clone(&app.executor);
-    let parent = control.run_id.clone();
+    let parent = parent.to_owned();
     // Its texts and the flow its changes make, as a posted run's.
     let check = app.options.flow_check();
     // In a task of its own: a client that goes away mid-request must not
@@ -647,23 +674,10 @@ pub(super) async fn fork(
                 header::RETRY_AFTER,
                 axum::http::HeaderValue::from(QUEUE_FULL_RETRY_AFTER_SECS),
             );
-            return Ok(response);
+            return Ok(Err(response));
         }
     };
-    let run_id = handle.run_id().to_owned();
-    let origin = app
-        .engine()
-        .store()
-        .load_run(&run_id)
-        .await?
-        .and_then(|record| record.fork);
-    tracing::info!(%run_id, parent = %control.run_id, "run forked over the API");
-    Ok((
-        StatusCode::CREATED,
-        [(header::LOCATION, format!("/runs/{run_id}"))],
-        Json(serde_json::json!({"run_id": run_id, "status": "running", "fork": origin})),
-    )
-        .into_response())
+    Ok(Ok(handle.run_id().to_owned()))
 }
 
 /// A person's control of one run: the run id from the path and the JSON

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::response::Response;
 use leasehold::executor::control::by_hand;
 use leasehold::run_limits::PersonText;
-use leasehold::{InFlight, LeaseAct, RunCommand};
+use leasehold::{EventKind, InFlight, LeaseAct, RunCommand, Steer};
 use serde::Deserialize;
 
 use super::App;
@@ -59,6 +60,93 @@ pub(super) async fn pause(
         by,
     };
     commands::control(&app, &control.run_id, command).await
+}
+
+/// The body of `POST /runs/{id}/messages`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageBody {
+    text: Option<String>,
+    #[serde(default)]
+    policy: Steer,
+    by: Option<String>,
+}
+
+/// `POST /runs/{id}/messages`: `{"text", "policy": "enqueue" | "interrupt"
+/// | "reject" | "rollback", "by"}`: a person's message to a running run.
+/// `enqueue`, `interrupt` and `reject` go to the run, here or forwarded to
+/// the executor that holds it (202); `rollback` forks the run before its
+/// current step with the message as the fork's guidance (201, the fork),
+/// then cancels the run.
+pub(super) async fn message(
+    State(app): State<Arc<App>>,
+    control: Control,
+) -> Result<Response, ApiError> {
+    let MessageBody { text, policy, by } = control.json()?;
+    let Some(text) = text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()) else {
+        return Err(unprocessable(
+            "the body names no `text`: give the message, as {\"text\": \"…\"}".to_owned(),
+        ));
+    };
+    app.options
+        .run_limits
+        .check_text(PersonText::Guidance, &text)
+        .map_err(|e| too_large(&e))?;
+    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    if policy != Steer::Rollback {
+        let command = RunCommand::Message { text, policy, by };
+        return commands::control(&app, &control.run_id, command).await;
+    }
+    rollback(&app, &control.run_id, text, by).await
+}
+
+/// A message with the policy `rollback`: a fork of the run before the root
+/// loop's current step, the message its guidance; then the run cancelled.
+async fn rollback(
+    app: &Arc<App>,
+    run_id: &str,
+    text: String,
+    by: String,
+) -> Result<Response, ApiError> {
+    let store = app.engine().store();
+    let Some(record) = store.load_run(run_id).await? else {
+        return Err(ApiError::unknown_run(run_id));
+    };
+    if record.status.is_terminal() {
+        return Err(ApiError::conflict(format!(
+            "run {run_id} has already finished: it is {}; fork it instead (POST \
+             /runs/{run_id}/fork)",
+            record.status.name()
+        )));
+    }
+    let events = store.load_events(run_id, 0).await?;
+    let Some(step) = events.iter().rev().find_map(|e| match e.kind {
+        EventKind::StepStarted { step, .. } if &*e.path == "run" => Some(step),
+        _ => None,
+    }) else {
+        return Err(ApiError::conflict(format!(
+            "run {run_id} has not begun a step yet: there is nothing to roll back; send the \
+             message with `enqueue`"
+        )));
+    };
+    let spec = leasehold::ForkSpec::root(step).with_guidance(text);
+    let fork_id = match super::api::start_fork(app, run_id, spec).await? {
+        Ok(fork_id) => fork_id,
+        Err(refusal) => return Ok(refusal),
+    };
+    let reason = format!("rolled back by {by} into run {fork_id}, from before its step {step}");
+    let cancelled = commands::control(app, run_id, RunCommand::Cancel { reason }).await?;
+    tracing::info!(%run_id, fork = %fork_id, step, "run rolled back over the API");
+    Ok((
+        StatusCode::CREATED,
+        [(axum::http::header::LOCATION, format!("/runs/{fork_id}"))],
+        axum::Json(serde_json::json!({
+            "run_id": fork_id,
+            "status": "running",
+            "rolled_back": {"run_id": run_id, "step": step, "cancel": cancelled.status().as_u16()},
+        })),
+    )
+        .into_response())
 }
 
 /// The body of `POST /runs/{id}/leases/{lease}/extend`.

@@ -115,6 +115,7 @@ impl Leases {
     pub(crate) async fn by_person(
         &self,
         lease: Option<LeaseId>,
+        of_loop: Option<String>,
         act: crate::ports::LeaseAct,
         by: String,
     ) -> Result<usize, String> {
@@ -122,6 +123,7 @@ impl Leases {
         let asked = LeaseMsg::ByPerson(Box::new(super::protocol::ByPerson {
             run: self.run.clone(),
             lease,
+            of_loop,
             act,
             by,
             reply,

@@ -31,6 +31,9 @@ pub struct ByPerson {
     pub(crate) run: Option<Arc<str>>,
     /// The lease, or `None` for every lease of the run.
     pub(crate) lease: Option<LeaseId>,
+    /// With `lease: None`, only the calls of the loop at this path (its
+    /// own model and tool calls), not every loop's.
+    pub(crate) of_loop: Option<String>,
     /// What to do.
     pub(crate) act: crate::ports::LeaseAct,
     /// Who asked.

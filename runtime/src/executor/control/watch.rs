@@ -84,6 +84,9 @@ pub async fn watch(
 fn shows_effect(command: &RunCommand, event: &EventKind) -> bool {
     match (command, event) {
         (RunCommand::Resume { .. }, EventKind::Resumed { .. }) => true,
+        (RunCommand::Message { text, .. }, EventKind::MessageReceived { text: got, .. }) => {
+            got == text
+        }
         (RunCommand::Lease { lease_id, .. }, EventKind::Verdict(record)) => {
             record.lease_id == *lease_id && record.decided_by == leasehold_actors::DecidedBy::Person
         }
@@ -117,7 +120,7 @@ fn took_effect(
     }
     match command {
         RunCommand::Cancel { .. } => None,
-        RunCommand::Resume { .. } | RunCommand::Lease { .. } => {
+        RunCommand::Resume { .. } | RunCommand::Lease { .. } | RunCommand::Message { .. } => {
             resumed.then_some(Outcome::TookEffect(status))
         }
         RunCommand::Pause { .. } => status.is_paused().then_some(Outcome::TookEffect(status)),
