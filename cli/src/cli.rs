@@ -52,6 +52,7 @@ macro_rules! out {
 mod demo;
 mod experiment;
 mod log;
+mod many;
 mod paces;
 mod reader;
 mod remote;

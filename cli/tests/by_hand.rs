@@ -473,3 +473,95 @@ async fn messages_to_a_served_run_are_enqueued_refused_when_busy_and_rolled_back
     server.wait().await.expect("reaped");
     hanging.stack.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_many_lists_by_a_dry_run_then_pauses_the_runs_of_a_flow_and_the_api_cancels_them() {
+    const RUNS: usize = 3;
+    let hanging = Hanging::start().await;
+    let http = support::authorized(TOKEN);
+    let command = support::hanging_tool::leasehold(&hanging.data, &hanging.model).api_token(TOKEN);
+    let mut server = support::start_serve(command, "127.0.0.1:0", &["--allow-flow-tools"]);
+    let base = support::served_base(&mut server, PATIENCE).await;
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let run_id = support::post_run(&http, &base, &flow_json(&hanging.flow)).await;
+        support::until("the call's start", PATIENCE, || async {
+            call_lease(&events_over_server(&base, &run_id).await, 1)
+        })
+        .await;
+        runs.push(run_id);
+    }
+    let flow = flow_json(&hanging.flow)["name"]
+        .as_str()
+        .expect("the flow's name")
+        .to_owned();
+
+    let out = over_server(&base, &["many", "pause", "--flow", &flow, "--dry-run"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dry: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    let listed: Vec<&str> = dry["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["run_id"].as_str().expect("an id"))
+        .collect();
+    assert_eq!(listed.len(), RUNS, "{dry}");
+    assert!(runs.iter().all(|r| listed.contains(&r.as_str())), "{dry}");
+    for run_id in &runs {
+        let view = support::get_run(&http, &base, run_id).await;
+        assert_eq!(
+            view["status"], "running",
+            "a dry run touches nothing: {view}"
+        );
+    }
+
+    let out = over_server(&base, &["many", "pause", "--flow", &flow, "--by", "ops"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        report["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .all(|r| r["outcome"] == "applied" && r["now"] == "waiting_human"),
+        "{report}"
+    );
+    for run_id in &runs {
+        let view = support::get_run(&http, &base, run_id).await;
+        assert_eq!(view["status"], "waiting_human", "{view}");
+    }
+    // Without a filter it would be every run: refused.
+    let (status, body) = post(
+        &http,
+        format!("{base}/runs/actions"),
+        json!({"action": "cancel"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = post(
+        &http,
+        format!("{base}/runs/actions"),
+        json!({"action": "cancel", "status": "waiting_human", "reason": "maintenance"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["runs"].as_array().map(Vec::len), Some(RUNS), "{body}");
+    for run_id in &runs {
+        let view = support::get_run(&http, &base, run_id).await;
+        assert_eq!(view["status"], "cancelled", "{view}");
+        assert_eq!(view["reason"], "maintenance", "{view}");
+    }
+
+    server.start_kill().expect("stop");
+    server.wait().await.expect("reaped");
+    hanging.stack.shutdown().await;
+}

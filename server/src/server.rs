@@ -29,6 +29,7 @@ mod events;
 mod executor;
 mod guard;
 mod listing;
+mod many;
 mod metrics;
 mod view;
 
@@ -252,6 +253,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/executor", get(executor::status))
         .route("/paces", get(api::paces))
         .route("/runs", post(api::create_run).get(api::list_runs))
+        .route("/runs/actions", post(many::act))
         .route("/runs/{id}", get(api::show_run))
         .route("/runs/{id}/events", get(events::stream))
         .route("/runs/{id}/trace", get(api::trace))

@@ -210,6 +210,15 @@ impl Remote {
 
     /// `POST /runs/{id}/{control}` with `body` (`resume`, `cancel` or
     /// `reconcile`): the server's answer.
+    /// `POST /runs/actions` with `body`: the server's report.
+    pub(super) async fn act_on_many(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, CliError> {
+        self.send(self.request(Method::POST, "/runs/actions").json(body))
+            .await
+    }
+
     pub(super) async fn control(
         &self,
         run_id: &str,

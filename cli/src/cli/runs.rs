@@ -57,6 +57,11 @@ pub enum RunsCommand {
     /// the run is forked before its current step with the message and
     /// cancelled (`rollback`, with --server).
     Steer(SteerArgs),
+    /// One control for the runs a filter selects (by status, flow, age, or
+    /// the tool or model they wait on): pause, resume, cancel or a
+    /// message; `--dry-run` lists them and does nothing. Prints what was
+    /// done to each.
+    Many(super::many::ManyArgs),
     /// Decide about a run's tool call of unknown outcome: mark it done,
     /// call it again, or cancel the run; then follow the run until it ends
     /// or pauses again.
@@ -307,7 +312,7 @@ pub struct SteerArgs {
 }
 
 /// A policy of `runs steer`, by its name.
-fn parse_steer(text: &str) -> Result<Steer, String> {
+pub(super) fn parse_steer(text: &str) -> Result<Steer, String> {
     [
         Steer::Enqueue,
         Steer::Interrupt,
@@ -555,6 +560,17 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
         }
         RunsCommand::Fork(args) => fork(global, &config, &args).await,
         RunsCommand::Replay(args) => replay(&config, args).await,
+        RunsCommand::Many(args) => {
+            let selection = args.selection()?;
+            let command = args.command(|kind, text| refuse_long(&config, kind, text))?;
+            let executor = admin_executor(global, &config).await?;
+            let report = executor
+                .control_many(&selection, &command, args.dry_run)
+                .await;
+            executor.shutdown().await?;
+            print_json(&report?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -693,6 +709,9 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
                 "by": by_hand::who(args.by.as_deref(), FROM_THE_COMMAND_LINE).map_err(CliError::other)?,
             });
             print_json(&client.control(&args.id, "pause", &body).await?);
+        }
+        RunsCommand::Many(args) => {
+            print_json(&client.act_on_many(&args.body()?).await?);
         }
         RunsCommand::Steer(args) => {
             let body = serde_json::json!({

@@ -49,6 +49,7 @@ use super::Executor;
 
 pub mod by_hand;
 mod follow;
+pub mod many;
 mod refused;
 mod watch;
 
