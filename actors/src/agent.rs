@@ -342,6 +342,7 @@ impl AgentLoop {
         }
         match message {
             LoopMsg::Next => self.next(myself),
+            LoopMsg::Conclude { answer } => self.conclude(myself, answer).await,
             LoopMsg::Budget(decision) => self.budget_decided(myself, decision),
             LoopMsg::Spending(pause) => self.spending_checked(myself, pause),
             LoopMsg::ModelDone {

@@ -12,6 +12,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// it inherits of them).
 pub(crate) const PERSON_ANSWERED: &str = "A person reviewed the escalation";
 
+/// How a person's message to a run begins, as its root loop's next model
+/// call reads it: what tells it from the watchdog's nudges.
+pub(crate) const PERSON_MESSAGE: &str = "A message from ";
+
 /// A loop's queue of pending nudges. Cheap to clone; clones share the queue.
 #[derive(Clone, Debug, Default)]
 pub struct NudgeQueue {
@@ -37,6 +41,11 @@ impl NudgeQueue {
     /// The pending nudges, oldest first, left in the queue.
     pub fn peek(&self) -> Vec<String> {
         self.lock().iter().cloned().collect()
+    }
+
+    /// Whether a person's message is pending ([`PERSON_MESSAGE`]).
+    pub(crate) fn holds_person_message(&self) -> bool {
+        self.lock().iter().any(|n| n.starts_with(PERSON_MESSAGE))
     }
 
     /// How many nudges are pending.

@@ -661,7 +661,8 @@ impl RunActorState {
             },
         );
         self.agent.nudges.push(format!(
-            "A message from {by}, who oversees this run: {text}"
+            "{}{by}, who oversees this run: {text}",
+            crate::nudge::PERSON_MESSAGE
         ));
         self.agent.save(status).await;
         if policy == Steer::Interrupt && !status.is_paused() {

@@ -452,3 +452,91 @@ async fn a_rejecting_message_is_refused_while_the_run_runs_and_taken_while_it_wa
     assert!(request_says(&model, 1, "note 15"));
     assert!(!request_says(&model, 1, "one too many"));
 }
+
+/// A root that answers at once, its answer streaming for 8 s, then
+/// answers again.
+fn slow_answers() -> ScriptedModel {
+    ScriptedModel::new().script(
+        "run",
+        [
+            Turn::answer("the first answer").with_chunks(8, secs(1)),
+            Turn::answer("the second answer"),
+        ],
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_arrives_while_paused_waits_and_a_message_sent_meanwhile_gets_another_step()
+{
+    let model = slow_answers();
+    let tools = ScriptedTools::new();
+    let evaluator = ScriptedEvaluator::new([]);
+    let rig = rig(&model, &tools, &evaluator).await;
+    let mut run = rig.engine.start(flow()).await.expect("run starts");
+    sleep(secs(2)).await;
+    run.pause(PauseRequest::new("let me add something"))
+        .await
+        .expect("paused mid-answer");
+    // The answer streams to its end, and the run does not end with it.
+    sleep(secs(60)).await;
+    assert_eq!(rig.events.count("model_call_finished"), 1);
+    assert_eq!(run.state().status, RunStatus::WaitingHuman);
+    run.steer("also say what to do next", Steer::Enqueue, "ana")
+        .await
+        .expect("taken");
+    run.resume(None).await.expect("resumed");
+    let state = run.wait().await;
+    assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    assert_eq!(state.answer.as_deref(), Some("the second answer"));
+    assert!(request_says(&model, 1, "also say what to do next"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_sent_while_the_run_gives_its_answer_gets_another_step_and_a_pause_alone_ends_with_it()
+ {
+    let model = slow_answers();
+    let tools = ScriptedTools::new();
+    let evaluator = ScriptedEvaluator::new([]);
+    let rig = rig(&model, &tools, &evaluator).await;
+    let mut run = rig.engine.start(flow()).await.expect("run starts");
+    sleep(secs(2)).await;
+    run.steer("in French, please", Steer::Enqueue, "ana")
+        .await
+        .expect("taken");
+    let state = run.wait().await;
+    assert_eq!(
+        state.answer.as_deref(),
+        Some("the second answer"),
+        "{state:?}"
+    );
+    assert!(request_says(&model, 1, "in French, please"));
+
+    // Paused while it answers, with no message: the resume ends it with
+    // that answer, and no step more.
+    let model = slow_answers();
+    let again = rig_again(&model, &tools, &evaluator).await;
+    let mut run = again.engine.start(flow()).await.expect("run starts");
+    sleep(secs(2)).await;
+    run.pause(PauseRequest::new("a look"))
+        .await
+        .expect("paused");
+    sleep(secs(60)).await;
+    assert_eq!(run.state().status, RunStatus::WaitingHuman);
+    run.resume(None).await.expect("resumed");
+    let state = run.wait().await;
+    assert_eq!(
+        state.answer.as_deref(),
+        Some("the first answer"),
+        "{state:?}"
+    );
+    assert_eq!(model.requests_of("run").len(), 1);
+}
+
+/// [`rig`], under another name where a test holds a rig already.
+async fn rig_again(
+    model: &ScriptedModel,
+    tools: &ScriptedTools,
+    evaluator: &ScriptedEvaluator,
+) -> Rig {
+    rig(model, tools, evaluator).await
+}

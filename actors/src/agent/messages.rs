@@ -116,6 +116,13 @@ pub enum LoopMsg {
         /// Whether it was accepted.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },
+    /// The root loop's answer, held while the run was paused or a person's
+    /// message waited: once the gate opens, the run ends with it, or, if a
+    /// person's message waits for it, the loop takes another step.
+    Conclude {
+        /// The answer.
+        answer: String,
+    },
     /// A person's message to the run (root only).
     Steer {
         /// The message.

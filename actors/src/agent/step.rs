@@ -159,6 +159,26 @@ impl AgentLoop {
         None
     }
 
+    /// The root loop's answer held for a pause or a person's message
+    /// ([`LoopMsg::Conclude`]): another step if a person's message waits,
+    /// else the run's end with it.
+    pub(super) async fn conclude(
+        &mut self,
+        myself: &ActorRef<LoopMsg>,
+        answer: String,
+    ) -> Option<LoopEnd> {
+        if self.phase != Phase::Idle {
+            return None;
+        }
+        if self.nudges.holds_person_message() {
+            return self.next(myself);
+        }
+        self.phase = Phase::Done;
+        self.state.answer = Some(answer.clone());
+        self.save(RunStatus::Running).await;
+        Some(LoopEnd::Answer(answer))
+    }
+
     pub(super) fn start_step(&mut self, myself: &ActorRef<LoopMsg>) {
         self.state.steps += 1;
         self.state.calls.clear();
@@ -356,6 +376,29 @@ impl AgentLoop {
                 return None;
             }
             self.when_open(myself, LoopMsg::Next);
+            return None;
+        }
+        if reply.tool_calls.is_empty()
+            && !self.state.wrapping_up
+            && self.role == super::Role::Root
+            && (self.nudges.holds_person_message() || *self.ctx.gate.borrow() == Gate::Paused)
+        {
+            // A person paused the run, or wrote to it, while it answered:
+            // the answer waits for the resume, and a message that waits
+            // for it gets another step.
+            self.state
+                .transcript
+                .push(ChatMessage::assistant(reply.content.clone(), Vec::new()));
+            self.phase = Phase::Idle;
+            if !self.save(RunStatus::Running).await {
+                return None;
+            }
+            self.when_open(
+                myself,
+                LoopMsg::Conclude {
+                    answer: reply.content,
+                },
+            );
             return None;
         }
         if reply.tool_calls.is_empty() || self.state.wrapping_up {
