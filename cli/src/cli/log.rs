@@ -197,12 +197,7 @@ fn report(run_id: &str, state: &RunState, output: Output) {
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default();
     if state.status.is_paused() {
-        let why = state
-            .paused
-            .as_ref()
-            .map(|p| format!("{} (while {})", p.reason, p.subject))
-            .unwrap_or_default();
-        say!("run {run_id} is paused ({status}): {}", printable(&why));
+        say!("{}", paused_line(run_id, &status, state.paused.as_ref()));
         if state.status == leasehold::RunStatus::ReconciliationRequired {
             let key = state
                 .paused
@@ -234,9 +229,41 @@ fn report(run_id: &str, state: &RunState, output: Output) {
     say!("run {run_id} {status}{reason}");
 }
 
+/// What a paused run waits for, in the words of its `paused` event: what
+/// was being done, then the reason as it was given.
+fn paused_line(run_id: &str, status: &str, pause: Option<&leasehold::PauseRecord>) -> String {
+    match pause {
+        Some(pause) => format!(
+            "run {run_id} is paused ({status}), waiting for a person about `{}`: {}",
+            printable(&pause.subject),
+            printable(&pause.reason)
+        ),
+        None => format!("run {run_id} is paused ({status})"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_reads_as_what_was_being_done_then_its_reason() {
+        let pause = leasehold::PauseRecord {
+            reason: "HTTP 503 Service Unavailable; resume to try again.".to_owned(),
+            subject: "model call".to_owned(),
+            path: "run".to_owned(),
+            call: None,
+        };
+        assert_eq!(
+            paused_line("run-1", "waiting_human", Some(&pause)),
+            "run run-1 is paused (waiting_human), waiting for a person about `model call`: \
+             HTTP 503 Service Unavailable; resume to try again."
+        );
+        assert_eq!(
+            paused_line("run-1", "waiting_human", None),
+            "run run-1 is paused (waiting_human)"
+        );
+    }
 
     fn progress(path: &str, at: u64) -> Event {
         Event {
