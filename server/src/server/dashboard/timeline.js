@@ -18,7 +18,7 @@
 import { $, svgEl } from './dom.js';
 import { forkPoint, openForkForm } from './fork.js';
 import { session } from './state.js';
-import { duration } from './text.js';
+import { counted, duration } from './text.js';
 import { KIND_NAMES, parseSegment } from './tree.js';
 
 const ROW = 18;
@@ -211,7 +211,7 @@ export function timelineEvent(st, e) {
         at,
         verdict: e.verdict,
         decidedBy: e.decided_by,
-        text: `${e.subject}: ${e.verdict} by ${e.decided_by} after ${e.renewals} renewals: ${e.reason}`,
+        text: `${e.subject}: ${e.verdict} by ${e.decided_by} after ${counted(e.renewals, 'renewal')}: ${e.reason}`,
         dom: null,
       });
       break;
