@@ -169,16 +169,31 @@ async fn the_demo_keeps_its_run_in_the_data_directory() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     let shown = stdout
         .lines()
-        .find_map(|line| line.split("`leasehold runs show ").nth(1))
+        .find_map(|line| line.split("`leasehold runs trace ").nth(1))
         .unwrap_or_else(|| panic!("the demo says how to show its run again: {stdout}"));
     let command: Vec<&str> = shown
-        .trim_end_matches("` shows it again.")
+        .split('`')
+        .next()
+        .unwrap_or_default()
         .split_whitespace()
         .collect();
     assert_eq!(
         command.get(1..3),
         Some(&["--data-dir", &*data.to_string_lossy()][..])
     );
+
+    let support::Output {
+        code,
+        stdout,
+        stderr,
+    } = support::output(
+        support::leasehold(dir.path())
+            .args(["runs", "trace"])
+            .args(&command),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("ESCALATE by evaluator"), "{stdout}");
 
     let support::Output {
         code,

@@ -502,3 +502,43 @@ async fn a_run_stopped_mid_call_and_resumed_replays_its_stop_and_its_resume() {
     assert_eq!(names.last(), Some(&"run_completed"), "{names:?}");
     faults.replayed(&run_id).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demos_closing_hint_names_a_command_that_prints_a_readable_summary() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let demo = support::finished(support::leasehold(&data).arg("demo")).await;
+    let stdout = String::from_utf8_lossy(&demo.stdout);
+    assert!(demo.status.success(), "{stdout}");
+    let hint = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("The run is kept in"))
+        .unwrap_or_else(|| panic!("the demo ends with where its run is kept: {stdout}"));
+    let command = hint
+        .split('`')
+        .find(|part| part.starts_with("leasehold runs "))
+        .unwrap_or_else(|| panic!("the hint names a `leasehold runs` command: {hint}"));
+    let args: Vec<&str> = command
+        .strip_prefix("leasehold ")
+        .expect("leasehold")
+        .split_whitespace()
+        .collect();
+    let shown = support::finished(support::leasehold(&data).args(&args)).await;
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success(),
+        "`{command}`: {text}{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    // A summary a person reads: lines of text first, not a JSON document,
+    // and not hundreds of lines.
+    let lines = text.lines().count();
+    assert!(lines < 100, "`{command}` printed {lines} lines:\n{text}");
+    assert!(
+        !text.trim_start().starts_with('{'),
+        "`{command}` printed JSON:\n{text}"
+    );
+    assert!(text.contains("ESCALATE by evaluator"), "{text}");
+    assert!(text.contains("INTERVENE by evaluator"), "{text}");
+}
