@@ -932,12 +932,26 @@ fn print_list(views: &[RunView]) {
 
 /// A run's trace, one decision per line, then the counts.
 fn print_trace(trace: &TraceView) {
-    let origin = trace.entries.first().map_or(0, |e| e.at);
-    for event in &trace.entries {
-        out!("{}", log::line(event, origin));
+    for line in trace_lines(trace) {
+        out!("{line}");
     }
     out!();
     print_json(&trace.summary);
+}
+
+/// The trace's entries as the live log's lines: times counted from the
+/// run's start, as `leasehold run` and `runs events` count them (from the
+/// first entry only when the trace does not say when the run started).
+fn trace_lines(trace: &TraceView) -> Vec<String> {
+    let origin = trace
+        .started_at
+        .or_else(|| trace.entries.first().map(|e| e.at))
+        .unwrap_or(0);
+    trace
+        .entries
+        .iter()
+        .map(|event| log::line(event, origin))
+        .collect()
 }
 
 /// Pretty JSON on stdout.
@@ -945,5 +959,54 @@ fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => out!("{}", leasehold::printable::printable_json(&text)),
         Err(error) => say!("leasehold: cannot print: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, at: u64, path: &str, kind: serde_json::Value) -> leasehold::Event {
+        leasehold::Event {
+            seq,
+            position: seq,
+            at,
+            run_id: "run-1".into(),
+            path: path.into(),
+            kind: serde_json::from_value(kind.clone()).unwrap_or_else(|e| panic!("{kind}: {e}")),
+        }
+    }
+
+    #[test]
+    fn a_traces_times_count_from_the_runs_start_as_the_live_logs_do() {
+        let events = vec![
+            event(
+                1,
+                10_000,
+                "run",
+                serde_json::json!({"kind": "run_started", "flow": "f", "task": "t", "max_steps": 3}),
+            ),
+            event(
+                2,
+                10_500,
+                "run",
+                serde_json::json!({"kind": "step_started", "step": 1, "limit": 3, "nudges": 0}),
+            ),
+            event(
+                3,
+                12_500,
+                "run/tool_call:1.0",
+                serde_json::json!({"kind": "restarted", "attempt": 2, "delay_ms": 100,
+                    "reason": "intervened: silent"}),
+            ),
+        ];
+        let trace = TraceView::new("run-1".to_owned(), events);
+        assert_eq!(trace.started_at, Some(10_000));
+        let lines = trace_lines(&trace);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("   2.50s  run/tool_call:1.0"),
+            "{lines:?}"
+        );
     }
 }
