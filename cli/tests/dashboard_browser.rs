@@ -1,8 +1,9 @@
 //! The dashboard in a real browser: the real `leasehold demo --serve
 //! --interactive` serves its run (priced: the page shows what it cost), and `tests/browser/dashboard.mjs` drives
 //! the page in Chromium as a person would — opens the run, sees a wait
-//! banner appear and be cleared by evidence, answers the escalation in the
-//! pause panel and watches the run complete. The demo process then exits 0.
+//! banner appear and be cleared by evidence, sees no bar grow under the
+//! open pause's shade, answers the escalation in the pause panel and
+//! watches the run complete. The demo process then exits 0.
 //! `tests/browser/runs_pages.mjs` pages through more runs than one page of
 //! the list holds, then filters them by status.
 //! `tests/browser/timeline.mjs` replays a stored run on its timeline: bars,
