@@ -29,6 +29,7 @@ mod executor;
 mod guard;
 mod listing;
 mod metrics;
+mod recording;
 mod view;
 
 pub use error::ApiError;
@@ -254,6 +255,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}", get(api::show_run))
         .route("/runs/{id}/events", get(events::stream))
         .route("/runs/{id}/trace", get(api::trace))
+        .route("/runs/{id}/recording", get(recording::recording))
         .route("/runs/{id}/resume", post(api::resume))
         .route("/runs/{id}/cancel", post(api::cancel))
         .route("/runs/{id}/reconcile", post(api::reconcile))

@@ -55,7 +55,8 @@ pub enum RunsCommand {
     /// answers, its tools' results, its evaluator's verdicts, each
     /// operation's timing, a person's answers — and nothing else: no
     /// network, no tool server, on paused time. Says whether it did what
-    /// the run did, or where it diverged (exit 1).
+    /// the run did, or where it diverged (exit 1). With --server, the
+    /// run's recording is fetched from the server and played here.
     Replay(ReplayArgs),
 }
 
@@ -307,7 +308,7 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
     } = runs;
     if let Some(url) = server {
         let client = Remote::new(&url, config.api_token.value.clone(), server_timeout)?;
-        return run_remote(&client, command).await;
+        return run_remote(&client, &config, command).await;
     }
     match command {
         RunsCommand::List(args) => {
@@ -464,6 +465,17 @@ async fn replay(config: &Config, args: ReplayArgs) -> Result<ExitCode, CliError>
     let recording = leasehold_lab::Recording::from_store(store.as_ref(), &args.id)
         .await?
         .ok_or_else(|| CliError::other(format!("no run {} in the store", args.id)))?;
+    play(config, recording, &args).await
+}
+
+/// Plays `recording` here, on paused time, as `args` say: saved first if
+/// asked; the comparison printed; exit 0 if it did what the run did, 1 if
+/// not.
+async fn play(
+    config: &Config,
+    recording: leasehold_lab::Recording,
+    args: &ReplayArgs,
+) -> Result<ExitCode, CliError> {
     if let Some(path) = &args.save {
         let json = serde_json::to_string_pretty(&recording)
             .map_err(|e| CliError::other(format!("cannot encode the recording: {e}")))?;
@@ -539,7 +551,11 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
 
 /// Runs the command against the server `client` asks: the same commands,
 /// answered over the HTTP API and printed as a data directory's are.
-async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, CliError> {
+async fn run_remote(
+    client: &Remote,
+    config: &Config,
+    command: RunsCommand,
+) -> Result<ExitCode, CliError> {
     match command {
         RunsCommand::List(args) => print_page(&client.list(args.query()).await?),
         RunsCommand::Show(args) => print_json(&client.show(&args.id).await?),
@@ -580,12 +596,11 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
             let answer = client.control(&args.id, "reconcile", &body).await?;
             return follow_control(client, &args.id, "decision", &answer, args.json).await;
         }
-        RunsCommand::Replay(_) => {
-            return Err(CliError::other(
-                "runs replay reads the store itself: run it where the data directory or the \
-                 PostgreSQL store is (`--data-dir`, `--store`), without --server"
-                    .to_owned(),
-            ));
+        RunsCommand::Replay(args) => {
+            // What the server's store keeps of the run, played here: the
+            // replay calls nothing, the server runs nothing.
+            let recording = client.recording(&args.id).await?;
+            return play(config, recording, &args).await;
         }
         RunsCommand::Fork(args) => {
             let spec = args.spec()?;
