@@ -58,7 +58,7 @@ pub(crate) use restore::Saved;
 
 pub(crate) use builtin::{complete_milestone_definition, spawn_worker_definition};
 pub(crate) use context::{Gate, RunContext};
-pub(crate) use ends::{call_outcome, describe_end, lease_end};
+pub(crate) use ends::{call_outcome, describe_end, lease_end, resume_to_try_again};
 
 /// Whether a loop is the run's root or a worker.
 #[derive(Clone, Debug, PartialEq, Eq)]

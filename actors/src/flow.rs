@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::supervision::lease::LeaseConfig;
 use crate::supervision::watchdog::WatchdogConfig;
 
-pub use builder::FlowBuilder;
+pub use builder::{FlowBuilder, IntoPolicyChoice};
 pub use command_arg::CommandArg;
 pub use overrides::{
     BudgetOverrides, LeaseOverrides, SpawnOverrides, StrategyKind, SupervisionOverrides,

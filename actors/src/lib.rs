@@ -76,8 +76,9 @@ pub use run::{MAX_WAITING_MESSAGES, PauseRequest, RunEvents, RunHandle, RunState
 
 // Flows.
 pub use flow::{
-    BudgetOverrides, CommandArg, Flow, FlowBuilder, FlowError, LeaseOverrides, MAX_ANSWER_TOKENS,
-    MAX_NOTIFY, SpawnOverrides, StrategyKind, SupervisionOverrides, ToolServer, WorkerKind,
+    BudgetOverrides, CommandArg, Flow, FlowBuilder, FlowError, IntoPolicyChoice, LeaseOverrides,
+    MAX_ANSWER_TOKENS, MAX_NOTIFY, SpawnOverrides, StrategyKind, SupervisionOverrides, ToolServer,
+    WorkerKind,
 };
 pub use spawn::{SpawnLimits, SpawnRefusal};
 pub use store_writes::{

@@ -1051,6 +1051,42 @@ impl std::fmt::Debug for RunEventSource {
 /// says the run is over; and it ends when this engine no longer runs the
 /// run (it was lost to another executor, or the engine stopped it), once
 /// every event already sent was read.
+///
+/// Each item of [`Self::recv`] is an `Option<Result<Arc<Event>, Lagged>>`:
+/// `Some(Ok(event))`, the next [`Event`] (shared with the engine's other
+/// readers, hence the `Arc`); `Some(Err(Lagged { missed }))` when this
+/// reader fell behind and lost `missed` events, which the store's event
+/// log still holds; `None` once the run's end was read.
+///
+/// ```
+/// use std::sync::Arc;
+/// use leasehold_actors::prelude::*;
+/// use leasehold_actors::testing::{ScriptedModel, Turn};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let model = ScriptedModel::new().script("run", [Turn::answer("Done.")]);
+/// let engine = Engine::builder().model(Arc::new(model)).build().await?;
+/// let flow = Flow::builder("triage", "Sort the issues.").max_steps(3).build()?;
+/// let run = engine.start(flow).await?;
+/// let mut events = run.events();
+/// let mut answer = None;
+/// while let Some(item) = events.recv().await {
+///     match item {
+///         Ok(event) => {
+///             // Where in the run (`run`, `run/worker:reader:1`), then what.
+///             println!("{} {} {}", event.seq, event.path, event.kind.describe());
+///             if let EventKind::RunCompleted { answer: text, .. } = &event.kind {
+///                 answer = Some(text.clone());
+///             }
+///         }
+///         Err(Lagged { missed }) => eprintln!("{missed} events missed: read the store's log"),
+///     }
+/// }
+/// assert_eq!(answer.as_deref(), Some("Done."));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct RunEvents {
     run_id: String,
@@ -1064,6 +1100,7 @@ impl RunEvents {
     /// The run's next event; [`Lagged`] if this reader fell behind the
     /// engine's bus and lost some (the store's event log has them all);
     /// `None` once the run's end event was read, or the engine is gone.
+    /// The example of [`RunEvents`] reads every item.
     pub async fn recv(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
         if self.ended {
             return None;

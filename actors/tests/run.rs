@@ -419,7 +419,7 @@ async fn a_root_past_its_restart_intensity_pauses_the_run_naming_the_limit_and_r
     assert!(
         reason.contains("restart intensity exceeded: more than 3 restarts in 60s")
             && reason.contains("tool `search`")
-            && reason.contains("Resume to try again"),
+            && reason.ends_with("; resume to try again."),
         "{reason}"
     );
     let given_up = gave_up(&rig.events.events());

@@ -16,4 +16,5 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod cli;
+mod columns;
 pub mod demo;

@@ -127,7 +127,7 @@ async fn a_store_locked_by_a_server_points_to_server() {
     )
     .await;
     assert_eq!((code, &from_env), (Some(0), &after), "{stderr}");
-    // Listed in the help, and refused where it means nothing.
+    // Listed in the help; a replay over it asks the server for the run.
     let support::Output {
         code: _,
         stdout: help,
@@ -145,8 +145,8 @@ async fn a_store_locked_by_a_server_points_to_server() {
         support::leasehold(&data).args(["runs", "--server", &base, "replay", "run-x"]),
     )
     .await;
-    assert_ne!(code, Some(0));
-    assert!(stderr.contains("without --server"), "{stderr}");
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no run run-x"), "{stderr}");
     server.start_kill().expect("stop serve");
     let _ = server.wait().await;
 }
@@ -169,16 +169,31 @@ async fn the_demo_keeps_its_run_in_the_data_directory() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     let shown = stdout
         .lines()
-        .find_map(|line| line.split("`leasehold runs show ").nth(1))
+        .find_map(|line| line.split("`leasehold runs trace ").nth(1))
         .unwrap_or_else(|| panic!("the demo says how to show its run again: {stdout}"));
     let command: Vec<&str> = shown
-        .trim_end_matches("` shows it again.")
+        .split('`')
+        .next()
+        .unwrap_or_default()
         .split_whitespace()
         .collect();
     assert_eq!(
         command.get(1..3),
         Some(&["--data-dir", &*data.to_string_lossy()][..])
     );
+
+    let support::Output {
+        code,
+        stdout,
+        stderr,
+    } = support::output(
+        support::leasehold(dir.path())
+            .args(["runs", "trace"])
+            .args(&command),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("ESCALATE by evaluator"), "{stdout}");
 
     let support::Output {
         code,

@@ -1,8 +1,9 @@
 //! The dashboard in a real browser: the real `leasehold demo --serve
 //! --interactive` serves its run (priced: the page shows what it cost), and `tests/browser/dashboard.mjs` drives
 //! the page in Chromium as a person would — opens the run, sees a wait
-//! banner appear and be cleared by evidence, answers the escalation in the
-//! pause panel and watches the run complete. The demo process then exits 0.
+//! banner appear and be cleared by evidence, sees no bar grow under the
+//! open pause's shade, answers the escalation in the pause panel and
+//! watches the run complete. The demo process then exits 0.
 //! `tests/browser/runs_pages.mjs` pages through more runs than one page of
 //! the list holds, then filters them by status.
 //! `tests/browser/timeline.mjs` replays a stored run on its timeline: bars,
@@ -1276,4 +1277,77 @@ fn a_run_is_forked_from_its_timeline_and_compared_with_its_parent_in_a_real_brow
     );
     drop(server);
     drop(model);
+}
+
+/// The dashboard's texts, as its own modules word them, run by Node: a
+/// count of one reads in the singular, any other in the plural, as the
+/// runtime's `counted` words them.
+#[test]
+fn the_dashboards_counts_agree_with_their_nouns() {
+    let node = Command::new("node").arg("--version").output();
+    assert!(
+        node.as_ref().is_ok_and(|o| o.status.success()),
+        "node is not installed or does not run ({node:?}): this test runs the dashboard's \
+         modules with Node"
+    );
+    let folder = repo_root().join("server/src/server/dashboard");
+    let script = r#"
+        const dir = process.argv[1];
+        const text = await import(`${dir}/text.js`);
+        const usage = await import(`${dir}/usage.js`);
+        const e = (kind, fields) => text.describe({ kind, ...fields });
+        const finished = (tool_calls, input_tokens) =>
+            e('model_call_finished', { outcome: 'ok', tool_calls, usage: { input_tokens, output_tokens: 0 } });
+        console.log(JSON.stringify([
+            e('wait', { subject: 'search', renewals: 1 }),
+            e('wait', { subject: 'search', renewals: 2 }),
+            e('renewal_cap_reached', { max_renewals: 1 }),
+            e('progress', { note: 'shard', count: 1, reports: 1 }),
+            e('run_started', { flow: 'triage', max_steps: 1, task: 'sort' }),
+            e('run_forked', { parent: 'p', loop_path: 'run', step: 2, person_answers: ['yes'] }),
+            e('step_started', { step: 1, limit: 0, nudges: 1 }),
+            finished(1, 1),
+            finished(0, 2),
+            e('gave_up', { attempts: 1, handed_to: 'person', reason: 'gone' }),
+            e('run_completed', { steps: 1, answer: '42' }),
+            e('budget_extended', { steps_used: 1, limit: 1, new_limit: 2, reason: 'r', decided_by: 'evaluator' }),
+            text.overflowText({ action: 'shortened', shortened: 1, chars_cut: 1 }),
+            usage.spentText({ calls: 1, input_tokens: 1, output_tokens: 0, unpriced_calls: 0, spent: 0.5 }),
+            usage.spentText({ calls: 1200, input_tokens: 1500, output_tokens: 10, unpriced_calls: 1, spent: 0.5 }),
+        ]));
+    "#;
+    let output = Command::new("node")
+        .args(["--input-type=module", "-e", script])
+        .arg(format!("file://{}", folder.display()))
+        .output()
+        .expect("node runs");
+    assert!(
+        output.status.success(),
+        "node failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let texts: Vec<String> = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
+    assert_eq!(
+        texts,
+        [
+            "search: lease expired after 1 renewal",
+            "search: lease expired after 2 renewals",
+            "stopped after 1 renewal",
+            "shard (1 item)",
+            "flow triage (1 step): sort",
+            "forked from p at run step 2, inheriting 1 answer a person gave the parent",
+            "step 1 unlimited, 1 nudge",
+            "ok, 1 tool call, 1 token",
+            "ok, 0 tool calls, 2 tokens",
+            "given up after 1 attempt, handed to person: gone",
+            "after 1 step: 42",
+            "1 step used of 1: extended to 2 (r, by evaluator)",
+            "the request does not fit the model's context window: 1 tool result shortened by \
+             1 character, calling again",
+            "1 token (1 in, 0 out) over 1 call; cost 0.500000",
+            "1,510 tokens (1,500 in, 10 out) over 1,200 calls; cost 0.500000 (1 call without a \
+             price)",
+        ]
+    );
 }

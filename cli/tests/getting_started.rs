@@ -127,6 +127,51 @@ fn commands(block: &Block) -> Vec<String> {
         .collect()
 }
 
+/// The evaluator's answers the doc shows (its `json` blocks, one answer a
+/// line) are what the strict parsers take: each a verdict or a budget
+/// decision, one of each at least; and llmock's default replies, which
+/// the doc says are refused, are refused by both.
+#[test]
+fn the_evaluator_answers_the_doc_shows_are_accepted_and_llmocks_are_refused() {
+    let answers: Vec<String> = blocks(DOC)
+        .into_iter()
+        .filter(|block| block.lang == "json")
+        .flat_map(|block| commands(&block))
+        .collect();
+    let mut verdicts = 0;
+    let mut decisions = 0;
+    for answer in &answers {
+        match (
+            leasehold::parse_verdict(answer),
+            leasehold::parse_budget_decision(answer),
+        ) {
+            (Ok(_), _) => verdicts += 1,
+            (_, Ok(_)) => decisions += 1,
+            (Err(verdict), Err(decision)) => panic!(
+                "getting-started.md shows an evaluator answer that is refused: {answer}\n\
+                 as a verdict: {verdict}\nas a budget decision: {decision}"
+            ),
+        }
+    }
+    assert!(
+        verdicts >= 1 && decisions >= 1,
+        "getting-started.md shows a verdict and a budget decision: {answers:#?}"
+    );
+    let said = "Hello! LLMock handled this request for my-model.";
+    let prose = DOC.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        prose.contains(said),
+        "the doc quotes llmock's default reply"
+    );
+    for reply in [
+        said.to_owned(),
+        serde_json::json!({"message": said}).to_string(),
+    ] {
+        assert!(leasehold::parse_verdict(&reply).is_err(), "{reply}");
+        assert!(leasehold::parse_budget_decision(&reply).is_err(), "{reply}");
+    }
+}
+
 /// `my-flow.toml` with its `[[tools]]` table replaced by `table`.
 fn with_tools_table(flow: &str, table: &str) -> String {
     let mut out = String::new();

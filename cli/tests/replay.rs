@@ -69,11 +69,75 @@ async fn runs_replay_reproduces_a_stored_run_of_the_demo_with_no_server_running(
         .expect("replays");
     report.assert_reproduced();
 
-    // A run that is not there is named; --server is not for replays.
+    // A run that is not there is named.
     let missing =
         support::finished(support::leasehold(&data).args(["runs", "replay", "run-none"])).await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no run run-none"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_replay_over_server_plays_a_run_of_the_data_directory_serve_holds() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let demo = support::finished(support::leasehold(&data).arg("demo")).await;
+    let said =
+        String::from_utf8_lossy(&demo.stdout).into_owned() + &String::from_utf8_lossy(&demo.stderr);
+    assert!(demo.status.success(), "{said}");
+    let run_id = said
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .find(|w| w.starts_with("run-"))
+        .unwrap_or_else(|| panic!("a run id in {said}"))
+        .to_owned();
+
+    // A real server holds the data directory (no model configured: it
+    // browses its runs all the same).
+    let (mut server, base) = support::serve(support::leasehold(&data), &[], PATIENCE).await;
+
+    // The store is the server's: a replay that opens it is told to ask it.
+    let local =
+        support::finished(support::leasehold(&data).args(["runs", "replay", &run_id])).await;
+    assert_eq!(local.status.code(), Some(1));
+    let refused = String::from_utf8_lossy(&local.stderr);
+    assert!(refused.contains("--server URL"), "{refused}");
+
+    // Over the server, the run's recording is fetched and played here.
+    let saved = dir.path().join("recording.json");
+    let replay = support::finished(
+        support::leasehold(&data)
+            .args([
+                "runs", "--server", &base, "replay", &run_id, "--json", "--save",
+            ])
+            .arg(&saved),
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&replay.stdout);
+    assert!(
+        replay.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON report");
+    assert_eq!(report["divergence"], serde_json::Value::Null, "{report}");
+    assert_eq!(report["replayed_status"], "completed");
+    assert!(report["verdicts"].as_u64().unwrap() >= 3, "{report}");
+    let recording: leasehold_lab::Recording =
+        serde_json::from_str(&std::fs::read_to_string(&saved).expect("saved"))
+            .expect("a recording");
+    assert_eq!(recording.run_id, run_id);
+    assert!(!recording.events.is_empty() && !recording.snapshots.is_empty());
+
+    // A run the server does not have is named.
+    let missing = support::finished(
+        support::leasehold(&data).args(["runs", "--server", &base, "replay", "run-none"]),
+    )
+    .await;
+    assert_eq!(missing.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert!(said.contains("no run run-none"), "{said}");
+
+    server.start_kill().expect("stop serve");
+    let _ = server.wait().await;
 }
 
 /// The model of the fault tests, in Python: a run's request (no JSON mode)
@@ -501,4 +565,44 @@ async fn a_run_stopped_mid_call_and_resumed_replays_its_stop_and_its_resume() {
     assert!(names.contains(&"run_resumed"), "{names:?}");
     assert_eq!(names.last(), Some(&"run_completed"), "{names:?}");
     faults.replayed(&run_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demos_closing_hint_names_a_command_that_prints_a_readable_summary() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    let demo = support::finished(support::leasehold(&data).arg("demo")).await;
+    let stdout = String::from_utf8_lossy(&demo.stdout);
+    assert!(demo.status.success(), "{stdout}");
+    let hint = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("The run is kept in"))
+        .unwrap_or_else(|| panic!("the demo ends with where its run is kept: {stdout}"));
+    let command = hint
+        .split('`')
+        .find(|part| part.starts_with("leasehold runs "))
+        .unwrap_or_else(|| panic!("the hint names a `leasehold runs` command: {hint}"));
+    let args: Vec<&str> = command
+        .strip_prefix("leasehold ")
+        .expect("leasehold")
+        .split_whitespace()
+        .collect();
+    let shown = support::finished(support::leasehold(&data).args(&args)).await;
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success(),
+        "`{command}`: {text}{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    // A summary a person reads: lines of text first, not a JSON document,
+    // and not hundreds of lines.
+    let lines = text.lines().count();
+    assert!(lines < 100, "`{command}` printed {lines} lines:\n{text}");
+    assert!(
+        !text.trim_start().starts_with('{'),
+        "`{command}` printed JSON:\n{text}"
+    );
+    assert!(text.contains("ESCALATE by evaluator"), "{text}");
+    assert!(text.contains("INTERVENE by evaluator"), "{text}");
 }

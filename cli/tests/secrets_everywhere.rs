@@ -314,7 +314,7 @@ async fn no_configured_secret_appears_in_any_answer_event_webhook_log_line_or_st
         ));
     }
     for run in runs {
-        for rest in ["", "/events", "/trace"] {
+        for rest in ["", "/events", "/trace", "/recording"] {
             let path = format!("/runs/{run}{rest}");
             answers.push((path.clone(), text_of(&http, &format!("{base}{path}")).await));
         }

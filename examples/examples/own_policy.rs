@@ -92,12 +92,13 @@ async fn run_under_steady() -> Result<(Vec<VerdictRecord>, RunState), Box<dyn st
         .policy(Arc::new(Steady))
         .build()
         .await?;
-    let flow: Flow = serde_json::from_value(serde_json::json!({
-        "name": "support",
-        "task": "Where is order 1042?",
-        "max_steps": 2,
-        "leases": {"model_stream": "5s", "model_blocking": "5s", "policy": "steady"}
-    }))?;
+    // Named as the built-ins are, as a flow file's `leases.policy` names it.
+    let flow = Flow::builder("support", "Where is order 1042?")
+        .max_steps(2)
+        .lease(LeaseKind::ModelStream, Duration::from_secs(5))
+        .lease(LeaseKind::ModelBlocking, Duration::from_secs(5))
+        .policy("steady")
+        .build()?;
     let mut events = engine.events().subscribe();
     let mut run = engine.start(flow).await?;
     let state = run.wait().await;

@@ -7,8 +7,11 @@
 //! [`MAX_LABEL`] characters: a picture of a fixed size has no room for
 //! more, and the report's JSON, CSV and table give the whole name.
 
+mod labels;
+
 use plotters::prelude::*;
 
+use self::labels::{PixelBox, place, text_size};
 use super::report::Report;
 
 /// The size of each picture, in pixels.
@@ -33,16 +36,20 @@ fn family_colour(policy: &str) -> RGBColor {
     }
 }
 
-/// The pixels between two stacked labels.
-const LABEL_STEP: i32 = 16;
+/// The size of a point label's font, in pixels.
+const LABEL_FONT: i32 = 14;
+
+/// The radius of a point's marker, in pixels.
+const MARKER: i32 = 5;
 
 /// Detection time (p50, seconds) against the share of slow-but-alive
 /// operations cut by mistake, one labelled point per strategy, coloured by
 /// family (its policy) with a legend; the points of one policy at several
-/// leases (a sweep) are joined in lease order. Strategies at the same point
-/// (leasehold and leasehold-fail-fast often are) share one marker and their
-/// labels are stacked, not drawn over each other; the share axis ends at
-/// 100 %.
+/// leases (a sweep) are joined in lease order. Each label is set beside
+/// its point, off the axes and over no other label, point or the legend:
+/// strategies at the same point (leasehold and leasehold-fail-fast often
+/// are) share one marker and their labels sit apart; the share axis ends
+/// at 100 %.
 pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
     struct Point {
         name: String,
@@ -74,20 +81,6 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
         }
     }
     let top = points.iter().map(|p| p.y).fold(1.0, f64::max) * 1.15;
-    // Labels of points closer than a label's height are stacked: each is
-    // given the next free line below the point it would overlap.
-    let close = |a: &Point, b: &Point| (a.x - b.x).abs() < 6.0 && (a.y - b.y).abs() < top / 30.0;
-    let offsets: Vec<i32> = points
-        .iter()
-        .enumerate()
-        .map(|(i, point)| {
-            let before = points[..i]
-                .iter()
-                .filter(|other| close(other, point))
-                .count();
-            i32::try_from(before).unwrap_or(i32::MAX / LABEL_STEP) * LABEL_STEP
-        })
-        .collect();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -123,6 +116,28 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
                 families.push(&point.policy);
             }
         }
+        let (across, down) = chart.plotting_area().get_pixel_range();
+        // Off the axes by a few pixels.
+        let area = PixelBox {
+            left: across.start + 3,
+            top: down.start,
+            right: across.end,
+            bottom: down.end - 3,
+        };
+        let at: Vec<(i32, i32)> = points
+            .iter()
+            .map(|p| chart.backend_coord(&(p.x, p.y)))
+            .collect();
+        let mut obstacles: Vec<PixelBox> = at
+            .iter()
+            .map(|&point| PixelBox::around(point, MARKER + 1))
+            .collect();
+        obstacles.push(legend_box(&families, area));
+        let sizes: Vec<(i32, i32)> = points
+            .iter()
+            .map(|p| text_size(&p.name, LABEL_FONT))
+            .collect();
+        let placed = place(&at, &sizes, area, &obstacles);
         for family in families {
             let colour = family_colour(family);
             chart
@@ -135,16 +150,15 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
                 .label(label(family))
                 .legend(move |(x, y)| Circle::new((x + 10, y), 5, colour.filled()));
         }
-        chart.draw_series(points.iter().zip(&offsets).map(|(point, offset)| {
-            EmptyElement::at((point.x, point.y))
-                + Text::new(
-                    point.name.clone(),
-                    (8, offset - 12),
-                    ("sans-serif", 14)
-                        .into_font()
-                        .color(&family_colour(&point.policy)),
-                )
-        }))?;
+        for (point, spot) in points.iter().zip(&placed) {
+            root.draw(&Text::new(
+                point.name.clone(),
+                (spot.left, spot.top),
+                ("sans-serif", LABEL_FONT)
+                    .into_font()
+                    .color(&family_colour(&point.policy)),
+            ))?;
+        }
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -155,6 +169,19 @@ pub fn tradeoff_svg(report: &Report) -> Result<String, PlotError> {
         root.present()?;
     }
     Ok(svg)
+}
+
+/// Where the legend of `families` is drawn, in the upper right corner of
+/// `area`, estimated on the wide side as the labels are.
+fn legend_box(families: &[&str], area: PixelBox) -> PixelBox {
+    let widest = families
+        .iter()
+        .map(|family| text_size(&label(family), LABEL_FONT).0)
+        .max()
+        .unwrap_or(0);
+    let lines = i32::try_from(families.len()).unwrap_or(i32::MAX / 20);
+    let (width, height) = (widest + 40, lines.saturating_mul(18) + 14);
+    PixelBox::at(area.right - 4 - width, area.top + 5, (width, height)).grown(4)
 }
 
 /// Tokens of cut streams and workers per strategy, as bars coloured by

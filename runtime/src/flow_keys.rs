@@ -134,7 +134,7 @@ pub const FLOW_KEYS: &[FlowKey] = &[
         "tools[].idempotent",
         "table of true or false",
         "none",
-        "tools safe to call twice with the same idempotency key: a restart retries them; others of unknown outcome wait for a person",
+        "tools safe to call twice with the same idempotency key: a restart retries them; others of unknown outcome wait for a person. An entry naming a tool the server does not have says nothing of any call, and is warned of when the run connects to the server (a warning in the log naming the entry and the server's tools)",
         "{ search_logs = true }",
     ),
     key(

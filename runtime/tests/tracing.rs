@@ -91,3 +91,52 @@ async fn runs_steps_and_calls_have_spans() {
         "{text}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idempotent_entry_naming_a_tool_the_server_lacks_is_warned_of_at_connect() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        // The run's span is at `info`: the warning is shown within it.
+        .with_env_filter("warn,leasehold_actors=info")
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let model = ScriptedModel::new().script("run", [Turn::answer("done")]);
+    let tools = ScriptedTools::new().tool(
+        "search",
+        Some(true),
+        [ToolAct::returns("hit", Duration::from_millis(10))],
+    );
+    let engine = Engine::builder()
+        .model(Arc::new(model))
+        .tool_server("local", Arc::new(tools))
+        .build()
+        .await
+        .expect("engine");
+    let flow = serde_json::from_value(serde_json::json!({
+        "name": "typo", "task": "t", "max_steps": 3,
+        "tools": [{"name": "local", "url": "http://127.0.0.1:9/mcp",
+                   "idempotent": {"search": true, "serch": true}}]
+    }))
+    .expect("flow");
+    let mut run = engine.start(flow).await.expect("started");
+    let run_id = run.run_id().to_owned();
+    assert_eq!(run.wait().await.answer.as_deref(), Some("done"));
+
+    let text = String::from_utf8_lossy(&captured.0.lock().expect("lock")).into_owned();
+    let warned: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warned.len(), 1, "one warning, for `serch` alone:\n{text}");
+    assert!(
+        warned[0].contains(
+            "tool server `local`: its `idempotent` entry `serch` names a tool the server does \
+             not have, so it says nothing of any call (its tools: search)"
+        ),
+        "{text}"
+    );
+    assert!(
+        warned[0].contains(&run_id),
+        "the warning is in the run's span: {text}"
+    );
+}

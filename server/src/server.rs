@@ -31,6 +31,7 @@ mod guard;
 mod listing;
 mod many;
 mod metrics;
+mod recording;
 mod view;
 
 pub use error::ApiError;
@@ -257,6 +258,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs/{id}", get(api::show_run))
         .route("/runs/{id}/events", get(events::stream))
         .route("/runs/{id}/trace", get(api::trace))
+        .route("/runs/{id}/recording", get(recording::recording))
         .route("/runs/{id}/resume", post(api::resume))
         .route("/runs/{id}/cancel", post(api::cancel))
         .route("/runs/{id}/pause", post(by_hand::pause))

@@ -185,3 +185,27 @@ fn no_dashboard_module_writes_html_from_a_string() {
     }
     assert!(read > 1, "the dashboard's modules were read: {read}");
 }
+
+#[test]
+fn no_dashboard_text_counts_with_a_parenthesised_plural() {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server/dashboard");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&folder).expect("the dashboard's folder") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "js" && e != "html") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("a module");
+        read += 1;
+        for (number, line) in source.lines().enumerate() {
+            assert!(
+                !line.contains("(s)"),
+                "{}:{}: `(s)` in text a person reads; count with `counted(n, noun)` of text.js, \
+                 which agrees with its noun: {line}",
+                path.display(),
+                number + 1
+            );
+        }
+    }
+    assert!(read > 1, "the dashboard's files were read: {read}");
+}

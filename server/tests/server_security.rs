@@ -405,6 +405,7 @@ async fn with_a_token_any_host_is_served_and_the_query_token_opens_only_the_even
         "/runs?token=s3cret".to_owned(),
         format!("/runs/{run_id}?token=s3cret"),
         format!("/runs/{run_id}/trace?token=s3cret"),
+        format!("/runs/{run_id}/recording?token=s3cret"),
     ] {
         let (status, body) = served.get(&path).await;
         assert_eq!(status, 401, "{path}: {body}");

@@ -5,7 +5,8 @@
 //
 // Opens BASE_URL, opens the run RUN_ID from the list (the first run when none
 // is given), and checks that a wait banner appears on a node and is cleared
-// by the evidence that follows; that the paused run shows its pause panel;
+// by the evidence that follows; that the paused run shows its pause panel,
+// and that no bar of its timeline grows under the open pause's shade;
 // that guidance typed there and sent with the resume button reaches the run;
 // and that the run then completes and shows its answer; then that its
 // timeline shows the demo's operations as bars, the retried tool's second
@@ -23,7 +24,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { CHROMIUM_ARGS, chromiumPeer } from './chromium.mjs';
-import { checkTimeline, readTimeline, row, waitForTicks } from './timeline_checks.mjs';
+import {
+  checkBarsStopAtOpenPause, checkTimeline, readTimeline, row, waitForTicks,
+} from './timeline_checks.mjs';
 
 const TOTAL_MS = Number(process.env.LEASEHOLD_DASHBOARD_TIMEOUT_MS || 60_000);
 const GUIDANCE = 'Do not roll back: the fix is already deploying. Report the deploy status.';
@@ -177,6 +180,19 @@ try {
     throw new Error(`the pause panel shows no reason or subject (reason "${reason}", subject "${subject}")`);
   }
   log(`paused: ${subject}: ${reason}`);
+
+  step = 'checking that no bar grows under the open pause';
+  log(step);
+  await page.waitForFunction(
+    () => {
+      const shade = document.querySelector('#timeline .tl-pause[data-open="true"]');
+      return shade && shade.getBoundingClientRect().width >= 20;
+    },
+    null,
+    { timeout: left(), polling: 100 },
+  );
+  const stopped = checkBarsStopAtOpenPause(await readTimeline(page));
+  log(`${stopped} running bars end where the pause began`);
 
   step = 'resuming with guidance';
   log(step);

@@ -111,3 +111,27 @@ export function row(seen, path) {
   if (!found) throw new Error(`timeline: no row ${path}; rows: ${seen.rows.map((r) => r.path).join(', ')}`);
   return found;
 }
+
+/**
+ * While the run waits for a person, nothing of it grows: every bar still
+ * running (the run's, its loops' and steps') ends where the open pause's
+ * shade begins, not at the clock. Throws if one does not.
+ */
+export function checkBarsStopAtOpenPause(seen) {
+  const fail = (message) => { throw new Error(`timeline under a pause: ${message}`); };
+  const open = seen.pauses.find((p) => p.open);
+  if (!open) fail(`no open pause: ${JSON.stringify(seen.pauses)}`);
+  const running = seen.rows.flatMap((r) => r.bars
+    .filter((bar) => bar.outcome === 'running')
+    .map((bar) => ({ path: r.path, ...bar })));
+  if (!running.some((bar) => bar.path === 'run')) {
+    fail(`the run has no running bar: ${JSON.stringify(running)}`);
+  }
+  for (const bar of running) {
+    // A bar is at least 2 px wide.
+    if (bar.right > Math.max(open.x, bar.x + 2) + 0.5) {
+      fail(`${bar.path}: a running bar ends at x ${bar.right}, past the pause's start at x ${open.x} (shade ${open.width} px wide)`);
+    }
+  }
+  return running.length;
+}

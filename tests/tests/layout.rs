@@ -913,9 +913,9 @@ fn assert_no_cycles(graph: &Graph) {
     let cycles = graph.cycles();
     assert!(
         cycles.is_empty(),
-        "{} import cycle(s) between files; a file must not import, directly or \
+        "{} between files; a file must not import, directly or \
          through others, a file that imports it back:\n{}",
-        cycles.len(),
+        leasehold::counted(cycles.len(), "import cycle"),
         graph.describe(&cycles)
     );
 }
@@ -948,7 +948,7 @@ const RING: [(&str, &str); 4] = [
 ];
 
 #[test]
-#[should_panic(expected = "1 import cycle(s) between files")]
+#[should_panic(expected = "1 import cycle between files")]
 fn the_check_fails_on_a_crate_with_a_cycle() {
     let (_dir, graph) = crate_in(&RING);
     assert_no_cycles(&graph);

@@ -26,7 +26,7 @@
 
 use ractor::ActorRef;
 
-use super::{AgentLoop, LoopEnd, LoopMsg, Overflow};
+use super::{AgentLoop, LoopEnd, LoopMsg, Overflow, resume_to_try_again};
 use crate::event::{EventKind, OverflowAction, overflow_sizes};
 use crate::ports::{ChatMessage, ChatRole, ModelErrorKind, RunStatus};
 
@@ -240,12 +240,15 @@ impl AgentLoop {
         };
         // A person's resume calls again with fresh attempts.
         self.shortenings = 0;
-        let reason = format!(
-            "the request to {} does not fit the model's context window{}: {why}; the server \
-             said: {}. Resume to try again (with guidance, or once the model's context is larger)",
-            self.ctx.model.describe(),
-            overflow_sizes(overflow.requested_tokens, overflow.context_tokens),
-            overflow.message
+        let reason = resume_to_try_again(
+            &format!(
+                "the request to {} does not fit the model's context window{}: {why}; the server \
+                 said: {}",
+                self.ctx.model.describe(),
+                overflow_sizes(overflow.requested_tokens, overflow.context_tokens),
+                overflow.message
+            ),
+            "with guidance, or once the model's context is larger",
         );
         self.escalate(reason, "model call", None);
         self.when_open(myself, retry);

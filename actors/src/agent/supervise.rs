@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::{
     AgentLoop, Escalation, Gate, LoopEnd, LoopMsg, Phase, ReconcileDecision, Reconciliation, Role,
-    SPAWN_WORKER_TOOL, describe_end,
+    SPAWN_WORKER_TOOL, describe_end, resume_to_try_again,
 };
 use crate::event::{EventKind, HandedTo};
 use crate::ports::ToolCallState;
@@ -212,11 +212,7 @@ impl AgentLoop {
                 Some(LoopEnd::Failed(reason))
             }
             (HandedTo::Person, OnExhausted::Pause) => {
-                self.escalate(
-                    format!("{reason}. Resume to try again"),
-                    &info.subject,
-                    None,
-                );
+                self.escalate(resume_to_try_again(&reason, ""), &info.subject, None);
                 // Tried again after the resume, with the person's guidance
                 // for a model call.
                 self.when_open(

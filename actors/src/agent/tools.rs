@@ -106,7 +106,11 @@ pub(crate) async fn connect(servers: &[ServerClient]) -> Result<ConnectedTools, 
     }
     let mut tools = ConnectedTools::default();
     for (server, listed) in servers.iter().zip(lists) {
-        for mut definition in listed.unwrap_or_default() {
+        let listed = listed.unwrap_or_default();
+        for warning in unknown_idempotent_entries(server, &listed) {
+            tracing::warn!(server = %server.server, "{warning}");
+        }
+        for mut definition in listed {
             if let Some(existing) = tools.routes.get(&definition.name) {
                 return Err(format!(
                     "tool `{}` is offered by both `{}` and `{}`",
@@ -130,4 +134,106 @@ pub(crate) async fn connect(servers: &[ServerClient]) -> Result<ConnectedTools, 
         }
     }
     Ok(tools)
+}
+
+/// How many of a server's tools a warning names before it counts the rest.
+const TOOLS_NAMED: usize = 20;
+
+/// What is wrong with `server`'s `idempotent` entries once its tools are
+/// `listed`: one warning for each entry that names a tool the server does
+/// not have (a typo, or a tool it no longer offers), which therefore says
+/// nothing of any call, naming the entry and the tools the server has.
+fn unknown_idempotent_entries(server: &ServerClient, listed: &[ToolDefinition]) -> Vec<String> {
+    let has = |name: &str| listed.iter().any(|d| d.name == name);
+    let unknown: Vec<&String> = server.idempotent.keys().filter(|n| !has(n)).collect();
+    if unknown.is_empty() {
+        return Vec::new();
+    }
+    let mut names: Vec<&str> = listed.iter().map(|d| d.name.as_str()).collect();
+    names.sort_unstable();
+    let offered = match names.len() {
+        0 => "it offers no tool".to_owned(),
+        n if n <= TOOLS_NAMED => format!("its tools: {}", names.join(", ")),
+        n => format!(
+            "its tools: {} and {} more",
+            names[..TOOLS_NAMED].join(", "),
+            n - TOOLS_NAMED
+        ),
+    };
+    unknown
+        .into_iter()
+        .map(|entry| {
+            format!(
+                "tool server `{}`: its `idempotent` entry `{entry}` names a tool the server does \
+                 not have, so it says nothing of any call ({offered})",
+                server.server
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{ScriptedTools, ToolAct};
+
+    fn server(idempotent: &[(&str, bool)]) -> ServerClient {
+        ServerClient {
+            server: "ops".to_owned(),
+            client: Arc::new(ScriptedTools::new().tool("search", Some(true), [ToolAct::Hang])),
+            idempotent: idempotent
+                .iter()
+                .map(|(name, is)| ((*name).to_owned(), *is))
+                .collect(),
+        }
+    }
+
+    fn tools(names: &[&str]) -> Vec<ToolDefinition> {
+        names
+            .iter()
+            .map(|name| ToolDefinition {
+                name: (*name).to_owned(),
+                description: String::new(),
+                input_schema: serde_json::json!({"type": "object"}),
+                idempotent: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_entry_naming_a_tool_the_server_has_is_no_warning() {
+        let warnings =
+            unknown_idempotent_entries(&server(&[("search", true)]), &tools(&["search"]));
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn an_entry_naming_a_tool_the_server_lacks_is_warned_of_with_the_tools_it_has() {
+        let warnings = unknown_idempotent_entries(
+            &server(&[("search", true), ("serch", true)]),
+            &tools(&["search", "fetch"]),
+        );
+        assert_eq!(
+            warnings,
+            [
+                "tool server `ops`: its `idempotent` entry `serch` names a tool the server does \
+              not have, so it says nothing of any call (its tools: fetch, search)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_server_with_many_tools_names_some_and_counts_the_rest() {
+        let names: Vec<String> = (0..25).map(|i| format!("tool_{i:02}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let warnings = unknown_idempotent_entries(&server(&[("nope", false)]), &tools(&names));
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].ends_with("tool_18, tool_19 and 5 more)"),
+            "{}",
+            warnings[0]
+        );
+        let none = unknown_idempotent_entries(&server(&[("nope", false)]), &[]);
+        assert!(none[0].ends_with("(it offers no tool)"), "{}", none[0]);
+    }
 }

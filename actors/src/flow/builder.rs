@@ -7,6 +7,7 @@ use super::{
     BudgetOverrides, Flow, FlowError, LeaseOverrides, SpawnOverrides, SupervisionOverrides,
     ToolServer, WorkerKind,
 };
+use crate::error::ConfigError;
 use crate::supervision::policy::{PolicyChoice, PolicyName};
 use crate::vocabulary::lease::LeaseKind;
 
@@ -29,6 +30,11 @@ use crate::vocabulary::lease::LeaseKind;
 ///     .build()?;
 /// assert_eq!(flow.leases.tool_call, Some(Duration::from_secs(90)));
 ///
+/// // A policy is named as a flow file names it.
+/// let flow = Flow::builder("triage", "Sort them.").policy("leasehold, tool_call = mine").build()?;
+/// let policy = flow.leases.policy.expect("a policy");
+/// assert_eq!(policy.name_for(LeaseKind::ToolCall).as_str(), "mine");
+///
 /// // A refusal names its key.
 /// let refused = Flow::builder("triage", "Sort them.")
 ///     .worker("reader", WorkerKind::new("Read.", 5).tools(["jira"]))
@@ -41,6 +47,57 @@ use crate::vocabulary::lease::LeaseKind;
 #[must_use]
 pub struct FlowBuilder {
     flow: Flow,
+    /// The first value refused on the way, which [`Self::build`] returns.
+    refused: Option<FlowError>,
+}
+
+/// What [`FlowBuilder::policy`] takes: a [`PolicyChoice`], a
+/// [`PolicyName`], or the text a flow file writes under `leases.policy`
+/// (`"mine"`, `"leasehold, tool_call = mine"`), which
+/// [`FlowBuilder::build`] refuses, naming `leases.policy`, if it is not one.
+pub trait IntoPolicyChoice: sealed::Sealed {
+    /// The choice, or why it is none, naming `key`.
+    #[doc(hidden)]
+    fn into_policy_choice(self, key: &str) -> Result<PolicyChoice, ConfigError>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::PolicyChoice {}
+    impl Sealed for super::PolicyName {}
+    impl Sealed for &str {}
+    impl Sealed for String {}
+    impl Sealed for &String {}
+}
+
+impl IntoPolicyChoice for PolicyChoice {
+    fn into_policy_choice(self, _key: &str) -> Result<PolicyChoice, ConfigError> {
+        Ok(self)
+    }
+}
+
+impl IntoPolicyChoice for PolicyName {
+    fn into_policy_choice(self, _key: &str) -> Result<PolicyChoice, ConfigError> {
+        Ok(PolicyChoice::all(self))
+    }
+}
+
+impl IntoPolicyChoice for &str {
+    fn into_policy_choice(self, key: &str) -> Result<PolicyChoice, ConfigError> {
+        PolicyChoice::parse_at(key, self)
+    }
+}
+
+impl IntoPolicyChoice for String {
+    fn into_policy_choice(self, key: &str) -> Result<PolicyChoice, ConfigError> {
+        PolicyChoice::parse_at(key, &self)
+    }
+}
+
+impl IntoPolicyChoice for &String {
+    fn into_policy_choice(self, key: &str) -> Result<PolicyChoice, ConfigError> {
+        PolicyChoice::parse_at(key, self)
+    }
 }
 
 impl Flow {
@@ -66,6 +123,7 @@ impl Flow {
                 retention: None,
                 notify: Vec::new(),
             },
+            refused: None,
         }
     }
 
@@ -164,9 +222,18 @@ impl FlowBuilder {
 
     /// The verdict policy, for every lease kind or per kind; kinds it does
     /// not name keep the configuration's. A name must be registered with
-    /// the engine that runs the flow (the built-ins are).
-    pub fn policy(mut self, choice: impl Into<PolicyChoice>) -> Self {
-        self.flow.leases.policy = Some(choice.into());
+    /// the engine that runs the flow (the built-ins are). Text is read as
+    /// a flow file's `leases.policy` (`"mine"`, `"leasehold, tool_call =
+    /// mine"`); [`Self::build`] refuses text that is not a choice.
+    pub fn policy(mut self, choice: impl IntoPolicyChoice) -> Self {
+        match choice.into_policy_choice("leases.policy") {
+            Ok(choice) => self.flow.leases.policy = Some(choice),
+            Err(error) => {
+                self.refused.get_or_insert_with(|| {
+                    FlowError::new(error.field.clone(), error.expected_got())
+                });
+            }
+        }
         self
     }
 
@@ -217,6 +284,9 @@ impl FlowBuilder {
 
     /// The flow, checked as a flow file is ([`Flow::validate`]).
     pub fn build(self) -> Result<Flow, FlowError> {
+        if let Some(refused) = self.refused {
+            return Err(refused);
+        }
         self.flow.validate()?;
         Ok(self.flow)
     }
@@ -300,5 +370,53 @@ impl WorkerKind {
     pub fn milestone(mut self, milestone: impl Into<String>) -> Self {
         self.milestones.push(milestone.into());
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_is_named_by_text_as_a_flow_file_names_it() {
+        let flow = Flow::builder("triage", "Sort them.")
+            .policy("mine")
+            .build()
+            .expect("a flow");
+        let policy = flow.leases.policy.expect("a policy");
+        for kind in LeaseKind::ALL {
+            assert_eq!(policy.name_for(kind).as_str(), "mine", "{kind}");
+        }
+        let flow = Flow::builder("triage", "Sort them.")
+            .policy(String::from("leasehold, tool_call = mine"))
+            .build()
+            .expect("a flow");
+        let policy = flow.leases.policy.expect("a policy");
+        assert_eq!(policy.name_for(LeaseKind::ToolCall).as_str(), "mine");
+        assert_eq!(
+            policy.name_for(LeaseKind::ModelStream).as_str(),
+            "leasehold"
+        );
+    }
+
+    #[test]
+    fn a_policy_text_that_is_no_choice_is_refused_at_build_naming_the_key() {
+        let refused = Flow::builder("triage", "Sort them.")
+            .policy("Mine!")
+            .policy(PolicyName::DEADLINE)
+            .build()
+            .expect_err("refused");
+        assert_eq!(refused.path, "leases.policy");
+        assert!(refused.message.contains("\"Mine!\""), "{}", refused.message);
+        let refused = Flow::builder("triage", "Sort them.")
+            .policy("leasehold, tool_cal = mine")
+            .build()
+            .expect_err("refused");
+        assert_eq!(refused.path, "leases.policy");
+        assert!(
+            refused.message.contains("a lease kind"),
+            "{}",
+            refused.message
+        );
     }
 }

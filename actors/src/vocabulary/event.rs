@@ -618,13 +618,13 @@ impl EventKind {
                 timing,
                 ..
             } => format!(
-                "{lease_kind} {subject} {} after {} ms: {} items, longest silence {} ms",
+                "{lease_kind} {subject} {} after {} ms: {}, longest silence {} ms",
                 match timing.ended {
                     crate::vocabulary::evidence::TimedEnd::Ended => "ended",
                     crate::vocabulary::evidence::TimedEnd::Cut => "cut",
                 },
                 timing.duration_ms,
-                timing.items,
+                counted(timing.items, "item"),
                 timing.longest_silence_ms
             ),
             Self::RunStarted {
@@ -700,8 +700,12 @@ impl EventKind {
                 finish_reason,
                 ..
             } => format!(
-                "{outcome:?}, {tool_calls} tool calls, {} tokens{}",
-                usage.input_tokens + usage.output_tokens,
+                "{outcome:?}, {}, {}{}",
+                counted(*tool_calls, "tool call"),
+                counted(
+                    usage.input_tokens.saturating_add(usage.output_tokens),
+                    "token"
+                ),
                 if *finish_reason == Some(crate::ports::FinishReason::Length) {
                     ", cut off at the length limit"
                 } else {
@@ -741,8 +745,9 @@ impl EventKind {
                 match action {
                     OverflowAction::Shortened => format!(
                         "the request does not fit the model's context window{sizes}: \
-                         {} shortened by {chars_cut} characters, calling again",
-                        counted(*shortened, "tool result")
+                         {} shortened by {}, calling again",
+                        counted(*shortened, "tool result"),
+                        counted(*chars_cut, "character")
                     ),
                     OverflowAction::Paused => format!(
                         "the request does not fit the model's context window{sizes}: \
@@ -766,12 +771,19 @@ impl EventKind {
                 result,
             } => format!("{worker} {outcome:?}: {result}"),
             Self::BudgetExtended(r) => format!(
-                "{} steps used of {}: extended to {} ({}, by {})",
-                r.figures.steps_used, r.figures.limit, r.new_limit, r.reason, r.decided_by
+                "{} used of {}: extended to {} ({}, by {})",
+                counted(r.figures.steps_used, "step"),
+                r.figures.limit,
+                r.new_limit,
+                r.reason,
+                r.decided_by
             ),
             Self::BudgetExhausted(r) => format!(
-                "{} steps used of {}: wrapping up ({}, by {})",
-                r.figures.steps_used, r.figures.limit, r.reason, r.decided_by
+                "{} used of {}: wrapping up ({}, by {})",
+                counted(r.figures.steps_used, "step"),
+                r.figures.limit,
+                r.reason,
+                r.decided_by
             ),
             Self::Restarted {
                 attempt,
@@ -996,6 +1008,45 @@ mod plurals {
         assert_eq!(
             cut.describe(),
             "after 3 steps, its answer cut off at the model's length limit (may be incomplete): 4"
+        );
+    }
+
+    fn kind(value: serde_json::Value) -> EventKind {
+        serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{value}: {e}"))
+    }
+
+    #[test]
+    fn a_count_of_one_reads_in_the_singular() {
+        let finished = kind(serde_json::json!({
+            "kind": "model_call_finished", "step": 1, "outcome": "ok", "tool_calls": 1,
+            "usage": {"input_tokens": 1, "output_tokens": 0, "counted": false},
+        }));
+        assert_eq!(finished.describe(), "Ok, 1 tool call, 1 token");
+        let finished = kind(serde_json::json!({
+            "kind": "model_call_finished", "step": 1, "outcome": "ok", "tool_calls": 2,
+            "usage": {"input_tokens": 3, "output_tokens": 4, "counted": false},
+        }));
+        assert_eq!(finished.describe(), "Ok, 2 tool calls, 7 tokens");
+        let extended = kind(serde_json::json!({
+            "kind": "budget_extended", "steps_used": 1, "steps_declared": 1, "limit": 1,
+            "tool_calls": 0, "spawns": 0, "milestones_closed": [], "milestones_open": [],
+            "extensions_used": 0, "extensions_left": 3, "new_limit": 2,
+            "reason": "converging", "decided_by": "evaluator",
+        }));
+        assert_eq!(
+            extended.describe(),
+            "1 step used of 1: extended to 2 (converging, by evaluator)"
+        );
+        let shortened = kind(serde_json::json!({
+            "kind": "context_overflow", "step": 2, "attempt": 1, "action": "shortened",
+            "shortened": 1, "chars_cut": 1,
+        }));
+        assert!(
+            shortened
+                .describe()
+                .ends_with(": 1 tool result shortened by 1 character, calling again"),
+            "{}",
+            shortened.describe()
         );
     }
 }

@@ -76,7 +76,8 @@ pub(super) async fn run(global: &GlobalArgs, args: DemoArgs) -> Result<ExitCode,
     };
     let _ = writeln!(
         out,
-        "\nThe run is kept in {}: `leasehold runs show {}{}` shows it again.",
+        "\nThe run is kept in {}: `leasehold runs trace {}{}` shows its verdicts again, who \
+         decided each, and their counts (`runs show` prints its whole record as JSON).",
         kept_in.0, report.run_id, kept_in.1
     );
     let _ = out.flush();

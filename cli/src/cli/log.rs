@@ -7,6 +7,7 @@ use std::time::Duration;
 use leasehold::{Event, EventKind, EventStream, RunHandle, RunState, Store, StoreError};
 
 use super::signal::{Signals, Stop};
+use crate::columns::{KIND_WIDTH, path_column};
 use leasehold::printable::{printable, printable_block, printable_json};
 
 /// How events are printed.
@@ -24,10 +25,10 @@ pub(crate) enum Output {
 pub(crate) fn line(event: &Event, origin: u64) -> String {
     let millis = event.at.saturating_sub(origin);
     format!(
-        "{:>4}.{:02}s  {:<36} {:<22} {}",
+        "{:>4}.{:02}s  {} {:<KIND_WIDTH$} {}",
         millis / 1000,
         (millis % 1000) / 10,
-        printable(&event.path),
+        path_column(&event.path),
         event.kind.name(),
         printable(&event.kind.describe())
     )
@@ -197,12 +198,7 @@ fn report(run_id: &str, state: &RunState, output: Output) {
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default();
     if state.status.is_paused() {
-        let why = state
-            .paused
-            .as_ref()
-            .map(|p| format!("{} (while {})", p.reason, p.subject))
-            .unwrap_or_default();
-        say!("run {run_id} is paused ({status}): {}", printable(&why));
+        say!("{}", paused_line(run_id, &status, state.paused.as_ref()));
         if state.status == leasehold::RunStatus::ReconciliationRequired {
             let key = state
                 .paused
@@ -234,9 +230,93 @@ fn report(run_id: &str, state: &RunState, output: Output) {
     say!("run {run_id} {status}{reason}");
 }
 
+/// What a paused run waits for, in the words of its `paused` event: what
+/// was being done, then the reason as it was given.
+fn paused_line(run_id: &str, status: &str, pause: Option<&leasehold::PauseRecord>) -> String {
+    match pause {
+        Some(pause) => format!(
+            "run {run_id} is paused ({status}), waiting for a person about `{}`: {}",
+            printable(&pause.subject),
+            printable(&pause.reason)
+        ),
+        None => format!("run {run_id} is paused ({status})"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(path: &str) -> Event {
+        Event {
+            seq: 1,
+            position: 1,
+            at: 2_500,
+            run_id: "run-1".into(),
+            path: path.into(),
+            kind: EventKind::Resumed {
+                guidance: Some("go on".to_owned()),
+            },
+        }
+    }
+
+    #[test]
+    fn a_long_path_keeps_its_end_and_the_columns_after_it_in_place() {
+        let short = line(&at("run"), 0);
+        let long_path = "run/worker:research:1/worker:deep:2/tool_call:3.0";
+        let long = line(&at(long_path), 0);
+        // Where the kind starts, in characters as a terminal shows them.
+        let kind_at = |line: &str| {
+            let byte = line.find("resumed").expect("the kind");
+            line[..byte].chars().count()
+        };
+        assert_eq!(kind_at(&long), kind_at(&short), "{short}\n{long}");
+        assert!(long.contains("…/worker:deep:2/tool_call:3.0 "), "{long}");
+    }
+
+    #[test]
+    fn the_longest_kind_keeps_the_text_after_it_in_place() {
+        let reconciliation = EventKind::ReconciliationRequired {
+            tool: "charge".to_owned(),
+            idempotency_key: "k".to_owned(),
+            arguments: Box::new(serde_json::json!({})),
+            reason: "unknown".to_owned(),
+        };
+        assert_eq!(reconciliation.name().len(), KIND_WIDTH);
+        let mut event = at("run");
+        let resumed = line(&event, 0);
+        event.kind = reconciliation;
+        let reconciled = line(&event, 0);
+        let text_at = |line: &str| {
+            line.find("a person answered")
+                .or_else(|| line.find("charge"))
+                .expect("the text")
+        };
+        assert_eq!(
+            text_at(&resumed),
+            text_at(&reconciled),
+            "{resumed}\n{reconciled}"
+        );
+    }
+
+    #[test]
+    fn a_pause_reads_as_what_was_being_done_then_its_reason() {
+        let pause = leasehold::PauseRecord {
+            reason: "HTTP 503 Service Unavailable; resume to try again.".to_owned(),
+            subject: "model call".to_owned(),
+            path: "run".to_owned(),
+            call: None,
+        };
+        assert_eq!(
+            paused_line("run-1", "waiting_human", Some(&pause)),
+            "run run-1 is paused (waiting_human), waiting for a person about `model call`: \
+             HTTP 503 Service Unavailable; resume to try again."
+        );
+        assert_eq!(
+            paused_line("run-1", "waiting_human", None),
+            "run run-1 is paused (waiting_human)"
+        );
+    }
 
     fn progress(path: &str, at: u64) -> Event {
         Event {

@@ -208,6 +208,16 @@ impl Remote {
             .await
     }
 
+    /// `GET /runs/{id}/recording`: what the server's store keeps of a run,
+    /// for a replay here.
+    pub(super) async fn recording(
+        &self,
+        run_id: &str,
+    ) -> Result<leasehold_lab::Recording, CliError> {
+        self.send(self.request(Method::GET, &format!("/runs/{run_id}/recording")))
+            .await
+    }
+
     /// `POST /runs/{id}/{control}` with `body` (`resume`, `cancel` or
     /// `reconcile`): the server's answer.
     /// `POST /runs/actions` with `body`: the server's report.

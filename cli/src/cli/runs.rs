@@ -75,7 +75,8 @@ pub enum RunsCommand {
     /// answers, its tools' results, its evaluator's verdicts, each
     /// operation's timing, a person's answers — and nothing else: no
     /// network, no tool server, on paused time. Says whether it did what
-    /// the run did, or where it diverged (exit 1).
+    /// the run did, or where it diverged (exit 1). With --server, the
+    /// run's recording is fetched from the server and played here.
     Replay(ReplayArgs),
 }
 
@@ -407,7 +408,7 @@ pub(super) async fn run(global: &GlobalArgs, runs: RunsArgs) -> Result<ExitCode,
     } = runs;
     if let Some(url) = server {
         let client = Remote::new(&url, config.api_token.value.clone(), server_timeout)?;
-        return run_remote(&client, command).await;
+        return run_remote(&client, &config, command).await;
     }
     match command {
         RunsCommand::List(args) => {
@@ -600,6 +601,17 @@ async fn replay(config: &Config, args: ReplayArgs) -> Result<ExitCode, CliError>
     let recording = leasehold_lab::Recording::from_store(store.as_ref(), &args.id)
         .await?
         .ok_or_else(|| CliError::other(format!("no run {} in the store", args.id)))?;
+    play(config, recording, &args).await
+}
+
+/// Plays `recording` here, on paused time, as `args` say: saved first if
+/// asked; the comparison printed; exit 0 if it did what the run did, 1 if
+/// not.
+async fn play(
+    config: &Config,
+    recording: leasehold_lab::Recording,
+    args: &ReplayArgs,
+) -> Result<ExitCode, CliError> {
     if let Some(path) = &args.save {
         let json = serde_json::to_string_pretty(&recording)
             .map_err(|e| CliError::other(format!("cannot encode the recording: {e}")))?;
@@ -675,7 +687,11 @@ async fn fork(global: &GlobalArgs, config: &Config, args: &ForkArgs) -> Result<E
 
 /// Runs the command against the server `client` asks: the same commands,
 /// answered over the HTTP API and printed as a data directory's are.
-async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, CliError> {
+async fn run_remote(
+    client: &Remote,
+    config: &Config,
+    command: RunsCommand,
+) -> Result<ExitCode, CliError> {
     match command {
         RunsCommand::List(args) => print_page(&client.list(args.query()).await?),
         RunsCommand::Show(args) => print_json(&client.show(&args.id).await?),
@@ -752,12 +768,11 @@ async fn run_remote(client: &Remote, command: RunsCommand) -> Result<ExitCode, C
             let answer = client.control(&args.id, "reconcile", &body).await?;
             return follow_control(client, &args.id, "decision", &answer, args.json).await;
         }
-        RunsCommand::Replay(_) => {
-            return Err(CliError::other(
-                "runs replay reads the store itself: run it where the data directory or the \
-                 PostgreSQL store is (`--data-dir`, `--store`), without --server"
-                    .to_owned(),
-            ));
+        RunsCommand::Replay(args) => {
+            // What the server's store keeps of the run, played here: the
+            // replay calls nothing, the server runs nothing.
+            let recording = client.recording(&args.id).await?;
+            return play(config, recording, &args).await;
         }
         RunsCommand::Fork(args) => {
             let spec = args.spec()?;
@@ -1143,12 +1158,26 @@ fn print_list(views: &[RunView]) {
 
 /// A run's trace, one decision per line, then the counts.
 fn print_trace(trace: &TraceView) {
-    let origin = trace.entries.first().map_or(0, |e| e.at);
-    for event in &trace.entries {
-        out!("{}", log::line(event, origin));
+    for line in trace_lines(trace) {
+        out!("{line}");
     }
     out!();
     print_json(&trace.summary);
+}
+
+/// The trace's entries as the live log's lines: times counted from the
+/// run's start, as `leasehold run` and `runs events` count them (from the
+/// first entry only when the trace does not say when the run started).
+fn trace_lines(trace: &TraceView) -> Vec<String> {
+    let origin = trace
+        .started_at
+        .or_else(|| trace.entries.first().map(|e| e.at))
+        .unwrap_or(0);
+    trace
+        .entries
+        .iter()
+        .map(|event| log::line(event, origin))
+        .collect()
 }
 
 /// Pretty JSON on stdout.
@@ -1156,5 +1185,54 @@ fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => out!("{}", leasehold::printable::printable_json(&text)),
         Err(error) => say!("leasehold: cannot print: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, at: u64, path: &str, kind: serde_json::Value) -> leasehold::Event {
+        leasehold::Event {
+            seq,
+            position: seq,
+            at,
+            run_id: "run-1".into(),
+            path: path.into(),
+            kind: serde_json::from_value(kind.clone()).unwrap_or_else(|e| panic!("{kind}: {e}")),
+        }
+    }
+
+    #[test]
+    fn a_traces_times_count_from_the_runs_start_as_the_live_logs_do() {
+        let events = vec![
+            event(
+                1,
+                10_000,
+                "run",
+                serde_json::json!({"kind": "run_started", "flow": "f", "task": "t", "max_steps": 3}),
+            ),
+            event(
+                2,
+                10_500,
+                "run",
+                serde_json::json!({"kind": "step_started", "step": 1, "limit": 3, "nudges": 0}),
+            ),
+            event(
+                3,
+                12_500,
+                "run/tool_call:1.0",
+                serde_json::json!({"kind": "restarted", "attempt": 2, "delay_ms": 100,
+                    "reason": "intervened: silent"}),
+            ),
+        ];
+        let trace = TraceView::new("run-1".to_owned(), events);
+        assert_eq!(trace.started_at, Some(10_000));
+        let lines = trace_lines(&trace);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("   2.50s  run/tool_call:1.0"),
+            "{lines:?}"
+        );
     }
 }

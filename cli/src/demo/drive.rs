@@ -12,6 +12,7 @@ use super::report::{DemoReport, PauseAnswer, Responder};
 use super::{Answer, DemoError};
 use std::sync::Arc;
 
+use crate::columns::{KIND_WIDTH, path_column};
 use leasehold::executor::Executor;
 use leasehold::printable::printable;
 use leasehold::{
@@ -462,9 +463,9 @@ fn line(event: &Event, origin: u64) -> Option<String> {
         other => other.describe(),
     };
     Some(format!(
-        "{}  {:<36} {:<20} {}",
+        "{}  {} {:<KIND_WIDTH$} {}",
         seconds(event.at, origin),
-        printable(&event.path),
+        path_column(&event.path),
         event.kind.name(),
         printable(&text)
     ))

@@ -13,6 +13,41 @@
 //! the collector, and counts those it refused or could not be reached for.
 //! A dead collector costs the queue's memory and the counters, nothing
 //! else.
+//!
+//! # On an engine of your own
+//!
+//! The `leasehold` command attaches the exporter to its engine itself; an
+//! embedder attaches it to theirs: [`OtlpExporter::follow`] the engine's
+//! events from before its runs start (a run whose first events it missed
+//! has no root span), and [`OtlpExporter::flush`] before the process exits,
+//! once the exporter has taken in the last event (the `seq` it reports).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::prelude::*;
+//! use leasehold::telemetry::otlp::OtlpExporter;
+//!
+//! async fn traced(engine: &Engine, flow: Flow) -> Result<(), Box<dyn std::error::Error>> {
+//!     // `None` unless OTEL_EXPORTER_OTLP_ENDPOINT (or …_TRACES_ENDPOINT) is set.
+//!     let traces = OtlpExporter::from_env()?.map(|exporter| {
+//!         let seen = exporter.follow(engine.events().subscribe());
+//!         (exporter, seen)
+//!     });
+//!     let mut run = engine.start(flow).await?;
+//!     run.wait().await;
+//!     if let Some((exporter, mut seen)) = traces {
+//!         let last = engine.events().last_seq();
+//!         let patience = Duration::from_secs(5);
+//!         let _ = tokio::time::timeout(patience, seen.wait_for(|seq| *seq >= last)).await;
+//!         let flushing = exporter.clone();
+//!         // `flush` blocks: off the async runtime's threads.
+//!         tokio::task::spawn_blocking(move || flushing.flush(patience)).await?;
+//!         let counts = exporter.counts();
+//!         println!("{} spans exported, {} failed", counts.exported, counts.failed);
+//!     }
+//!     Ok(())
+//! }
+//! ```
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,7 +2,9 @@
 //! (`GET /runs/{id}`) or as a listing's summary (`GET /runs`), and
 //! [`TraceView`], its verdict trace.
 
-use leasehold::{Event, PauseRecord, RunHandle, RunRecord, RunStatus, RunSummary, ToolCallRecord};
+use leasehold::{
+    Event, EventKind, PauseRecord, RunHandle, RunRecord, RunStatus, RunSummary, ToolCallRecord,
+};
 use serde::{Deserialize, Serialize};
 
 use leasehold::trace::{TraceSummary, is_decision};
@@ -183,6 +185,12 @@ impl RunView {
 pub struct TraceView {
     /// The run.
     pub run_id: String,
+    /// When the run started (Unix ms): the time of its `run_started` (or a
+    /// fork's `run_forked`) event, from which a log counts its entries'
+    /// times as the live log counts them; `None` when its log holds no
+    /// event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
     /// Verdicts, budget decisions, interventions, restarts, pauses and
     /// resumptions, in order.
     pub entries: Vec<Event>,
@@ -191,15 +199,26 @@ pub struct TraceView {
 }
 
 impl TraceView {
-    /// The trace of `events`.
+    /// The trace of `events`, the run's log from its first event.
     pub fn new(run_id: String, events: Vec<Event>) -> Self {
         let summary = TraceSummary::of(&events);
+        let started_at = events
+            .iter()
+            .find(|event| {
+                matches!(
+                    event.kind,
+                    EventKind::RunStarted { .. } | EventKind::RunForked(_)
+                )
+            })
+            .or(events.first())
+            .map(|event| event.at);
         let entries = events
             .into_iter()
             .filter(|event| is_decision(&event.kind))
             .collect();
         Self {
             run_id,
+            started_at,
             entries,
             summary,
         }

@@ -5,7 +5,7 @@
 
 import { PAUSED } from './state.js';
 import { renderRun, setStatus } from './run.js';
-import { budgetText, duration, overflowText } from './text.js';
+import { budgetText, counted, duration, overflowText } from './text.js';
 import { timelineEvent } from './timeline.js';
 import { addTraceRow, addVerdictRow, logEvent } from './trace.js';
 import {
@@ -74,7 +74,7 @@ export function applyEvent(st, e) {
     case 'renewal_cap_reached':
       node.state = 'capped';
       clearBanner(node);
-      addTraceRow(st, e, 'renewal cap reached', `stopped after ${e.max_renewals} renewals`);
+      addTraceRow(st, e, 'renewal cap reached', `stopped after ${counted(e.max_renewals, 'renewal')}`);
       break;
     case 'verdict_dropped':
       addTraceRow(st, e, 'verdict dropped', `${e.verdict}: ${e.reason}`);
@@ -126,7 +126,7 @@ export function applyEvent(st, e) {
       const call = ensureNode(st, `${node.path}/model_call:${e.step}`);
       const usage = e.usage || {};
       call.state = OUTCOME_STATE[e.outcome] || e.outcome;
-      call.note = `${e.tool_calls} tool call${e.tool_calls === 1 ? '' : 's'}, ${(usage.input_tokens || 0) + (usage.output_tokens || 0)} tokens`;
+      call.note = `${counted(e.tool_calls, 'tool call')}, ${counted((usage.input_tokens || 0) + (usage.output_tokens || 0), 'token')}`;
       clearBanner(call);
       renderNode(call);
       break;
@@ -171,7 +171,7 @@ export function applyEvent(st, e) {
       addTraceRow(st, e, e.action === 'shortened' ? 'context shortened' : 'context overflow', overflowText(e));
       break;
     case 'gave_up':
-      addTraceRow(st, e, 'gave up', `after ${e.attempts} attempts, handed to ${e.handed_to}: ${e.reason}`);
+      addTraceRow(st, e, 'gave up', `after ${counted(e.attempts, 'attempt')}, handed to ${e.handed_to}: ${e.reason}`);
       break;
     case 'paused':
       node.state = 'paused';

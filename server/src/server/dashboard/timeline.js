@@ -1,6 +1,7 @@
 // The run's timeline: where the time went. Each operation (the run, a
 // worker, a loop's step, a model call, a tool call) is a bar on one time
-// axis, from its start event to its end event (or to now while it runs),
+// axis, from its start event to its end event (or to now while it runs,
+// to the start of the pause while the run waits for a person),
 // nested by its path; a restarted operation gets a new bar for each attempt,
 // after the killed one and its backoff. Each lease expiry is a tick on its
 // operation's bar, coloured by the verdict and shaped by who decided; a
@@ -18,7 +19,7 @@
 import { $, svgEl } from './dom.js';
 import { forkPoint, openForkForm } from './fork.js';
 import { session } from './state.js';
-import { duration } from './text.js';
+import { counted, duration } from './text.js';
 import { KIND_NAMES, parseSegment } from './tree.js';
 
 const ROW = 18;
@@ -211,7 +212,7 @@ export function timelineEvent(st, e) {
         at,
         verdict: e.verdict,
         decidedBy: e.decided_by,
-        text: `${e.subject}: ${e.verdict} by ${e.decided_by} after ${e.renewals} renewals: ${e.reason}`,
+        text: `${e.subject}: ${e.verdict} by ${e.decided_by} after ${counted(e.renewals, 'renewal')}: ${e.reason}`,
         dom: null,
       });
       break;
@@ -330,6 +331,10 @@ function draw(st) {
   const width = Math.max(scroll.clientWidth || 0, 480);
   const plot = width - LABEL_WIDTH - RIGHT_MARGIN;
   const now = T.ended ? T.tLast : Math.max(T.tLast, Date.now());
+  // While the run waits for a person nothing of it runs and its clocks
+  // stand still: what is open ends where the pause began, under its shade.
+  const open = T.pauses[T.pauses.length - 1];
+  const until = open && open.end === null ? Math.min(open.start, now) : now;
   const span = niceSpan(now - T.t0);
   const x = (t) => LABEL_WIDTH + ((Math.max(t, T.t0) - T.t0) / span) * plot;
   const height = T.rows.length * ROW;
@@ -353,9 +358,9 @@ function draw(st) {
         row.bars.prepend(gap.dom);
       }
       gap.dom.setAttribute('x1', x(gap.start));
-      gap.dom.setAttribute('x2', x(Math.min(gap.end, now)));
+      gap.dom.setAttribute('x2', x(Math.min(gap.end, until)));
     }
-    for (const bar of op.bars) drawBar(row, op, bar, x, now);
+    for (const bar of op.bars) drawBar(row, op, bar, x, until);
     for (const tick of op.ticks) drawTick(row, tick, x);
   });
 
@@ -408,7 +413,8 @@ function forkButton({ path, step }) {
   return button;
 }
 
-function drawBar(row, op, bar, x, now) {
+/** Draws `bar`; one still running ends at `until` (now, or an open pause's start). */
+function drawBar(row, op, bar, x, until) {
   if (!bar.dom) {
     bar.dom = svgEl('rect', { y: (ROW - BAR) / 2, height: BAR, rx: 2 }, svgEl('title'));
     row.bars.append(bar.dom);
@@ -416,7 +422,7 @@ function drawBar(row, op, bar, x, now) {
   const running = bar.end === null;
   const outcome = running ? 'running' : bar.outcome || 'ok';
   const start = x(bar.start);
-  const end = x(running ? now : bar.end);
+  const end = x(running ? until : bar.end);
   const replayed = outcome === 'replayed' && op.replayed;
   bar.dom.setAttribute('class', `tl-bar tl-bar-${op.kind} outcome-${outcome}`);
   bar.dom.setAttribute('x', start);
@@ -428,7 +434,7 @@ function drawBar(row, op, bar, x, now) {
     : [
       op.label,
       bar.attempt !== null ? `attempt ${bar.attempt}` : '',
-      `${duration((running ? now : bar.end) - bar.start)}`,
+      `${duration(Math.max((running ? until : bar.end) - bar.start, 0))}`,
       outcome,
     ].filter(Boolean).join(' · ');
   if (bar.dom.firstChild.textContent !== about) bar.dom.firstChild.textContent = about;

@@ -3,7 +3,7 @@
 // state, its lease's figures and the watchdog's wait banner.
 
 import { $, el, setText } from './dom.js';
-import { clock, duration, phiText } from './text.js';
+import { clock, counted, duration, phiText } from './text.js';
 
 export const KIND_NAMES = { run: 'run', worker: 'worker', model_call: 'model call', tool_call: 'tool call' };
 
@@ -124,7 +124,7 @@ export function setBanner(node, event) {
     'data-lease-id': event.lease_id,
   },
   el('strong', null, 'waiting on the watchdog: '),
-  `lease expired after ${event.renewals} renewal${event.renewals === 1 ? '' : 's'}`,
+  `lease expired after ${counted(event.renewals, 'renewal')}`,
   el('span', { class: 'wait-detail' },
     ` · ${event.subject || ''} · ${lease} of ${duration(event.lease_ms)} · since ${clock(event.at)}`));
   node.banner = banner;

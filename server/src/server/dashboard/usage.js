@@ -3,6 +3,7 @@
 // budget checkpoints' evaluator calls) and by loop.
 
 import { $, el, setText } from './dom.js';
+import { counted } from './text.js';
 
 const ROLES = [
   ['total', 'in all'],
@@ -18,15 +19,15 @@ export function costText(u) {
   if (!u || !u.calls) return '—';
   if (u.unpriced_calls >= u.calls) return 'no price configured';
   const cost = Number(u.spent || 0).toFixed(6);
-  return u.unpriced_calls ? `${cost} (${u.unpriced_calls} call(s) without a price)` : cost;
+  return u.unpriced_calls ? `${cost} (${counted(u.unpriced_calls, 'call', num)} without a price)` : cost;
 }
 
 /** One line: tokens, calls, cost. */
 export function spentText(u) {
   if (!u || !u.calls) return 'nothing yet';
-  const counted = u.counted_calls ? `, ${u.counted_calls} counted here` : '';
-  return `${num(u.input_tokens + u.output_tokens)} tokens (${num(u.input_tokens)} in, `
-    + `${num(u.output_tokens)} out) over ${num(u.calls)} call(s)${counted}; cost ${costText(u)}`;
+  const here = u.counted_calls ? `, ${num(u.counted_calls)} counted here` : '';
+  return `${counted(u.input_tokens + u.output_tokens, 'token', num)} (${num(u.input_tokens)} in, `
+    + `${num(u.output_tokens)} out) over ${counted(u.calls, 'call', num)}${here}; cost ${costText(u)}`;
 }
 
 function row(cells, attrs) {
