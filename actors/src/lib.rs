@@ -72,7 +72,7 @@ pub use engine::{
     EngineError, IDEMPOTENCY_RETENTION, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,
 };
 pub use owner::OwnerId;
-pub use run::{MAX_WAITING_MESSAGES, PauseRequest, RunEvents, RunHandle, RunState};
+pub use run::{MAX_WAITING_MESSAGES, RunEvents, RunHandle, RunState};
 
 // Flows.
 pub use flow::{
@@ -107,8 +107,8 @@ pub use ports::{
 // The store port: its parts, their union, the base of a store that wraps
 // another, and the records they carry.
 pub use ports::{
-    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, RunCommand, Steer,
-    StoreChange, StoredCommand,
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, PauseRequest, RunCommand,
+    Steer, StoreChange, StoredCommand,
 };
 pub use ports::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, IdempotencyKey,
@@ -218,6 +218,7 @@ pub mod prelude {
     // The store port: every part (in scope, so that their methods can be
     // called on an `Arc<dyn Store>`), the base of a wrapper, and every
     // record the port carries.
+    pub use crate::ports::PauseRequest;
     pub use crate::ports::{
         ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin,
         GoneHolder, InFlight, LayeredStore, LeaseAct, Notice, NoticeTake, Outbox, PaceStore,
@@ -226,7 +227,7 @@ pub mod prelude {
         SnapshotStore, Store, StoreChange, StoreError, StoreErrorKind, StoreFuture, StoredCommand,
         SummaryPage, ToolCallRecord, ToolCallState,
     };
-    pub use crate::run::{PauseRequest, RunEvents, RunHandle, RunState};
+    pub use crate::run::{RunEvents, RunHandle, RunState};
     pub use crate::supervision::strategy::{
         ChildEnd, ChildInfo, ChildKind, OnExhausted, RestartPolicy, StrategyFactory,
         SupervisionAction, SupervisionStrategy,

@@ -18,8 +18,8 @@ use std::pin::Pin;
 pub use crate::vocabulary::records::{FinishReason, TokenCost, TranscriptMessage};
 pub use crate::vocabulary::sink::EventSink;
 pub use changes::{
-    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, ReconcileDecision, RunCommand,
-    Steer, StoreChange, StoredCommand,
+    CHANGE_FEED_CAPACITY, ChangeFeed, ChangeHub, InFlight, LeaseAct, PauseRequest,
+    ReconcileDecision, RunCommand, Steer, StoreChange, StoredCommand,
 };
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use evaluator::{

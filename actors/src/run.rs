@@ -38,7 +38,8 @@ use crate::agent::{
 use crate::event::{Event, EventBus, EventKind, EventStream, Lagged};
 use crate::nudge::PERSON_ANSWERED;
 use crate::ports::{
-    ForkOrigin, InFlight, LeaseAct, PauseRecord, RunRecord, RunStatus, RunUpdate, Steer,
+    ForkOrigin, InFlight, LeaseAct, PauseRecord, PauseRequest, RunRecord, RunStatus, RunUpdate,
+    Steer,
 };
 use crate::vocabulary::lease::LeaseId;
 
@@ -58,43 +59,6 @@ pub const MAX_WAITING_MESSAGES: usize = 16;
 
 /// What a person's pause is about, as its record and event say.
 const PERSON_SUBJECT: &str = "the run";
-
-/// A person's pause of a running run ([`RunHandle::pause`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PauseRequest {
-    /// Why, in the person's words.
-    pub reason: String,
-    /// What becomes of the operations in flight.
-    pub in_flight: InFlight,
-    /// Who asked, as the run's trace says it.
-    pub by: String,
-}
-
-impl PauseRequest {
-    /// A pause for `reason`, asked by "a person", whose operations in
-    /// flight finish.
-    pub fn new(reason: impl Into<String>) -> Self {
-        Self {
-            reason: reason.into(),
-            in_flight: InFlight::Finish,
-            by: "a person".to_owned(),
-        }
-    }
-
-    /// Who asked.
-    #[must_use]
-    pub fn by(mut self, who: impl Into<String>) -> Self {
-        self.by = who.into();
-        self
-    }
-
-    /// What becomes of the operations in flight.
-    #[must_use]
-    pub fn in_flight(mut self, in_flight: InFlight) -> Self {
-        self.in_flight = in_flight;
-        self
-    }
-}
 
 /// What a run is, as its handle sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

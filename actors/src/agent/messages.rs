@@ -112,7 +112,7 @@ pub enum LoopMsg {
     /// A person pauses the running run (root only).
     Pause {
         /// Why, who asked, and what becomes of the operations in flight.
-        request: Box<crate::run::PauseRequest>,
+        request: Box<crate::ports::PauseRequest>,
         /// Whether it was accepted.
         reply: RpcReplyPort<Result<(), ControlError>>,
     },

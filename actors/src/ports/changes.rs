@@ -258,6 +258,43 @@ impl Steer {
     }
 }
 
+/// A person's pause of a running run ([`RunHandle::pause`](crate::RunHandle::pause)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PauseRequest {
+    /// Why, in the person's words.
+    pub reason: String,
+    /// What becomes of the operations in flight.
+    pub in_flight: InFlight,
+    /// Who asked, as the run's trace says it.
+    pub by: String,
+}
+
+impl PauseRequest {
+    /// A pause for `reason`, asked by "a person", whose operations in
+    /// flight finish.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            in_flight: InFlight::Finish,
+            by: "a person".to_owned(),
+        }
+    }
+
+    /// Who asked.
+    #[must_use]
+    pub fn by(mut self, who: impl Into<String>) -> Self {
+        self.by = who.into();
+        self
+    }
+
+    /// What becomes of the operations in flight.
+    #[must_use]
+    pub fn in_flight(mut self, in_flight: InFlight) -> Self {
+        self.in_flight = in_flight;
+        self
+    }
+}
+
 /// What a person's pause does to the operations in flight.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
