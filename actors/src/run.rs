@@ -529,6 +529,20 @@ impl RunActorState {
         self.enter_pause(RunStatus::WaitingHuman, pause).await;
     }
 
+    /// The run's status and id, if it takes a person's controls still:
+    /// refused once it has ended, or while it ends.
+    fn taking_controls(&self) -> Result<(RunStatus, String), ControlError> {
+        let status = self.status();
+        let run_id = self.run_id();
+        if status.is_terminal() {
+            return Err(ControlError::AlreadyFinished { run_id, status });
+        }
+        if *self.agent.ctx.gate.borrow() == Gate::Closed {
+            return Err(ControlError::Ending { run_id });
+        }
+        Ok((status, run_id))
+    }
+
     /// A person pauses the running run: the same pause as an escalation's
     /// (the gate paused, every clock stopped, `waiting_human` stored), its
     /// resume's guidance for the root loop's next model call. With
@@ -536,16 +550,9 @@ impl RunActorState {
     /// an `INTERVENE` stops it, decided by the person; what its strategy
     /// makes again waits for the resume.
     async fn pause_by_person(&mut self, request: PauseRequest) -> Result<(), ControlError> {
-        let status = self.status();
-        let run_id = self.run_id();
-        if status.is_terminal() {
-            return Err(ControlError::AlreadyFinished { run_id, status });
-        }
+        let (status, run_id) = self.taking_controls()?;
         if status.is_paused() {
             return Err(ControlError::AlreadyPaused { run_id, status });
-        }
-        if *self.agent.ctx.gate.borrow() == Gate::Closed {
-            return Err(ControlError::Ending { run_id });
         }
         let ctx = self.agent.ctx.clone();
         let PauseRequest {
@@ -596,14 +603,7 @@ impl RunActorState {
     /// flight is then stopped as a person's `INTERVENE` (its retry is that
     /// next call); with [`Steer::Reject`], refused while the run is running.
     async fn steer(&mut self, text: String, policy: Steer, by: String) -> Result<(), ControlError> {
-        let status = self.status();
-        let run_id = self.run_id();
-        if status.is_terminal() {
-            return Err(ControlError::AlreadyFinished { run_id, status });
-        }
-        if *self.agent.ctx.gate.borrow() == Gate::Closed {
-            return Err(ControlError::Ending { run_id });
-        }
+        let (status, run_id) = self.taking_controls()?;
         if policy == Steer::Reject && !status.is_paused() {
             return Err(ControlError::Busy { run_id, status });
         }
@@ -649,14 +649,7 @@ impl RunActorState {
         act: LeaseAct,
         by: String,
     ) -> Result<(), ControlError> {
-        let status = self.status();
-        let run_id = self.run_id();
-        if status.is_terminal() {
-            return Err(ControlError::AlreadyFinished { run_id, status });
-        }
-        if *self.agent.ctx.gate.borrow() == Gate::Closed {
-            return Err(ControlError::Ending { run_id });
-        }
+        let (_, run_id) = self.taking_controls()?;
         let done = match act {
             LeaseAct::Extend { .. } => "extended",
             LeaseAct::Intervene { .. } => "stopped",

@@ -618,16 +618,7 @@ impl LeaseState {
             let record = VerdictRecord::new(&meta, entry.renewals, evidence, &decision, None);
             self.emit(&meta, EventKind::Verdict(Arc::new(record)));
             match decision.verdict {
-                Verdict::Intervene => {
-                    self.emit(
-                        &meta,
-                        EventKind::Intervened {
-                            lease_id: id,
-                            reason: decision.reason.clone(),
-                        },
-                    );
-                    self.end(id, LeaseEnd::Intervened(decision.reason));
-                }
+                Verdict::Intervene => self.intervene(id, &meta, decision.reason),
                 _ => self.arm(id),
             }
         }
@@ -1159,14 +1150,7 @@ impl LeaseState {
             }
             Verdict::Intervene => {
                 let meta = entry.meta.clone();
-                self.emit(
-                    &meta,
-                    EventKind::Intervened {
-                        lease_id: id,
-                        reason: decision.reason.clone(),
-                    },
-                );
-                self.end(id, LeaseEnd::Intervened(decision.reason));
+                self.intervene(id, &meta, decision.reason);
             }
             Verdict::Escalate => {
                 let meta = entry.meta.clone();
@@ -1183,6 +1167,19 @@ impl LeaseState {
                 self.end(id, LeaseEnd::Escalated(decision.reason, evidence));
             }
         }
+    }
+
+    /// Stops the operation of `id` for an `INTERVENE`: says so, then ends
+    /// it.
+    fn intervene(&mut self, id: LeaseId, meta: &LeaseMeta, reason: String) {
+        self.emit(
+            meta,
+            EventKind::Intervened {
+                lease_id: id,
+                reason: reason.clone(),
+            },
+        );
+        self.end(id, LeaseEnd::Intervened(reason));
     }
 
     /// Ends the operation for `end`: tells the owner why, then cancels it.

@@ -165,7 +165,7 @@ pub fn check(
         // A pause, and an act on a lease, are for a run that runs: one
         // nobody runs has no clock to stop and no lease in flight.
         RunCommand::Pause { .. } if status.is_paused() => {
-            Err(Refused::AlreadyPaused { run_id, status })
+            Err(Refused::Run(ControlError::AlreadyPaused { run_id, status }))
         }
         RunCommand::Pause { .. } | RunCommand::Lease { .. } | RunCommand::Message { .. }
             if *holder == Holder::Nobody =>

@@ -58,7 +58,7 @@ pub(super) async fn act(
     let body: ManyBody = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not an action on runs: {e}")))?;
     let selection = selection(&body)?;
-    let command = command(&app, body.clone_command())?;
+    let command = command(&app, &body)?;
     let executor = Arc::clone(&app.executor);
     let dry_run = body.dry_run;
     // In a task of its own: a client that goes away mid-request must not
@@ -75,31 +75,6 @@ pub(super) async fn act(
         "a control for many runs"
     );
     Ok((StatusCode::OK, Json(report)).into_response())
-}
-
-/// The request's action and its words, apart from its filter.
-struct Action {
-    action: String,
-    reason: Option<String>,
-    guidance: Option<String>,
-    text: Option<String>,
-    policy: Option<Steer>,
-    in_flight: Option<InFlight>,
-    by: Option<String>,
-}
-
-impl ManyBody {
-    fn clone_command(&self) -> Action {
-        Action {
-            action: self.action.clone(),
-            reason: self.reason.clone(),
-            guidance: self.guidance.clone(),
-            text: self.text.clone(),
-            policy: self.policy,
-            in_flight: self.in_flight,
-            by: self.by.clone(),
-        }
-    }
 }
 
 /// The runs the body selects; a value that does not parse is a 400 naming
@@ -150,7 +125,7 @@ fn selection(body: &ManyBody) -> Result<Selection, ApiError> {
 }
 
 /// The control the action names, its texts held to their limits.
-fn command(app: &App, action: Action) -> Result<RunCommand, ApiError> {
+fn command(app: &App, action: &ManyBody) -> Result<RunCommand, ApiError> {
     let unprocessable = |message: String| {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_control", message)
     };
@@ -163,6 +138,7 @@ fn command(app: &App, action: Action) -> Result<RunCommand, ApiError> {
     let by = by_hand::who(action.by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
     let reason = action
         .reason
+        .as_deref()
         .map(|r| r.trim().to_owned())
         .filter(|r| !r.is_empty());
     if let Some(reason) = &reason {
@@ -175,7 +151,7 @@ fn command(app: &App, action: Action) -> Result<RunCommand, ApiError> {
             by,
         },
         "resume" => {
-            let guidance = action.guidance.filter(|g| !g.trim().is_empty());
+            let guidance = action.guidance.clone().filter(|g| !g.trim().is_empty());
             if let Some(guidance) = &guidance {
                 check(PersonText::Guidance, guidance)?;
             }
@@ -185,7 +161,7 @@ fn command(app: &App, action: Action) -> Result<RunCommand, ApiError> {
             reason: reason.unwrap_or_else(|| format!("cancelled with other runs by {by}")),
         },
         "message" => {
-            let Some(text) = action.text.filter(|t| !t.trim().is_empty()) else {
+            let Some(text) = action.text.clone().filter(|t| !t.trim().is_empty()) else {
                 return Err(unprocessable(
                     "the action `message` needs a `text`".to_owned(),
                 ));

@@ -118,7 +118,7 @@ pub enum LeaseMsg {
     /// `lease_cancelled` events published) before its end event, so the
     /// end is its log's last event.
     Drained(oneshot::Sender<()>),
-    /// A person extends or stops leases by hand ([`ByPerson`]).
+    /// A person extends or stops leases by hand: what, on which, and who.
     ByPerson(Box<ByPerson>),
     /// The watchdog's verdict on an expiry of `generation`.
     Decided {

@@ -62,18 +62,6 @@ pub enum Refused {
         /// What it is.
         status: RunStatus,
     },
-    /// A pause of a run that is paused already.
-    #[error(
-        "run {run_id} is already paused ({}): resume it (its guidance reaches the loops that \
-         paused) or cancel it",
-        .status.name()
-    )]
-    AlreadyPaused {
-        /// The run.
-        run_id: String,
-        /// How it is paused.
-        status: RunStatus,
-    },
     /// A pause, or an act on a lease, of a run nobody runs: it has no
     /// clock to stop and no lease in flight.
     #[error(
@@ -162,9 +150,6 @@ impl From<ControlError> for Refused {
         match error {
             ControlError::NotPaused { run_id, status } => Self::NotPaused { run_id, status },
             ControlError::AlreadyFinished { run_id, status } => Self::Finished { run_id, status },
-            ControlError::AlreadyPaused { run_id, status } => {
-                Self::AlreadyPaused { run_id, status }
-            }
             ControlError::NeedsReconciliation { run_id, key } => {
                 Self::AwaitsReconciliation { run_id, key }
             }
