@@ -5,11 +5,14 @@
 //! changing an actor cannot silently change the wire format. The
 //! [`EventBus`] carries it: bounded, never blocking a run, and a reader that
 //! falls behind is told by [`EventStream::recv`] how many events it lost
-//! ([`Lagged`]). [`EventLimits`] bound what a peer's reports cost a run's
+//! ([`Lagged`]). Beside the events, not among them, the bus carries the text
+//! the runs' model calls stream ([`Texts`]), for readers that show an answer
+//! as it is written. [`EventLimits`] bound what a peer's reports cost a run's
 //! log. A [`LogTail`] reads a run's log while it is appended to.
 
 mod bus;
 mod tail;
+pub(crate) mod text;
 
 pub(crate) use crate::vocabulary::event::overflow_sizes;
 pub use crate::vocabulary::event::{
@@ -22,3 +25,4 @@ pub use crate::vocabulary::limits::{
 };
 pub use bus::{EventBus, EventStream, Lagged};
 pub use tail::{LogTail, TailRead};
+pub use text::{MAX_KEPT_TEXT, TextDelta, TextFollow, Texts};

@@ -153,6 +153,10 @@ impl EventSink for LoggingSink {
         }
         self.publish(run_id, path, kind);
     }
+
+    fn texts(&self) -> Option<&crate::event::Texts> {
+        Some(self.bus.texts())
+    }
 }
 
 /// Starts the writer task; it ends when every sender is gone. A run's

@@ -93,7 +93,8 @@ pub use fork::{ForkError, ForkSpec};
 pub use event::{
     BudgetRecord, CallOutcome, DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS,
     DEFAULT_PROGRESS_INTERVAL, Event, EventBus, EventKind, EventLimits, EventStream, HandedTo,
-    Lagged, LogTail, MIN_PROGRESS_NOTE_BYTES, OverflowAction, RunFork, TailRead, counted, cut_note,
+    Lagged, LogTail, MAX_KEPT_TEXT, MIN_PROGRESS_NOTE_BYTES, OverflowAction, RunFork, TailRead,
+    TextDelta, TextFollow, Texts, counted, cut_note,
 };
 
 // The ports to implement, and the records they carry.

@@ -1161,6 +1161,14 @@ impl RunHandle {
         }
     }
 
+    /// The text this run's model calls stream, as it streams: what each
+    /// call in flight wrote so far, then each delta, with its byte offset
+    /// in its call's answer ([`crate::event::TextFollow`]). Not events: the log keeps
+    /// none of it.
+    pub fn text(&self) -> crate::event::TextFollow {
+        self.events.bus.texts().follow(&self.run_id)
+    }
+
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.run_id

@@ -9,72 +9,15 @@
 //! judge's, its `max_tokens`, whether it was streamed, and when the first
 //! bytes of an answer passed.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 mod support;
 
 use leasehold::{Event, EventKind};
-use leasehold_tests::llama::LlamaServer;
 use serde_json::{Value, json};
-use support::PythonPeer;
+use support::llama_stage::{PATIENCE, Stage};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-const PROXY: &str = include_str!("support/recording_proxy.py");
-
-/// A real model answers on the CPU here.
-const PATIENCE: Duration = support::CROWDED_PATIENCE;
-
-struct Stage {
-    dir: tempfile::TempDir,
-    llama: LlamaServer,
-    proxy: PythonPeer,
-}
-
-impl Stage {
-    async fn new() -> Self {
-        let dir = tempfile::tempdir().expect("dir");
-        let llama = LlamaServer::start().await;
-        let journal = dir.path().join("journal.jsonl");
-        let proxy = PythonPeer::start(
-            PROXY,
-            &[&llama.port().to_string(), journal.to_str().expect("a path")],
-        );
-        Self { dir, llama, proxy }
-    }
-
-    fn journal(&self) -> Vec<Value> {
-        support::journal(&self.dir.path().join("journal.jsonl"))
-    }
-
-    fn judge_requests(&self) -> Vec<Value> {
-        support::judge_requests(&self.dir.path().join("journal.jsonl"))
-    }
-
-    fn flow(&self, name: &str, flow: &Value) -> PathBuf {
-        support::write_flow(self.dir.path(), name, flow)
-    }
-
-    fn leasehold(&self) -> support::Leasehold {
-        support::leasehold(&self.dir.path().join("data"))
-            .model(&self.proxy.base, &self.llama.model_name())
-    }
-
-    /// Waits until the first bytes of a loop's answer passed the proxy.
-    async fn until_the_answer_streams(&self) {
-        let seen = tokio::time::timeout(PATIENCE, async {
-            loop {
-                if self.journal().iter().any(|e| e["first_bytes"] == true) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        assert!(seen.is_ok(), "the answer never began: {:?}", self.journal());
-    }
-}
 
 fn events_of(stdout: &str) -> Vec<Event> {
     stdout

@@ -44,6 +44,8 @@ struct BusInner {
     capacity: usize,
     seq: AtomicU64,
     clock: Arc<dyn Clock>,
+    /// The text of the runs' model calls in flight.
+    texts: super::text::Texts,
 }
 
 /// What publishing keeps.
@@ -117,8 +119,15 @@ impl EventBus {
                 capacity,
                 seq: AtomicU64::new(0),
                 clock,
+                texts: super::text::Texts::default(),
             }),
         }
+    }
+
+    /// The text the runs' model calls stream, as it streams: not events,
+    /// and never logged ([`super::text`]).
+    pub fn texts(&self) -> &super::text::Texts {
+        &self.inner.texts
     }
 
     /// A stream of every event published from now on.
@@ -225,6 +234,10 @@ impl std::fmt::Debug for EventBus {
 impl EventSink for EventBus {
     fn emit(&self, run_id: &str, path: &str, kind: EventKind) {
         self.publish(run_id, path, kind);
+    }
+
+    fn texts(&self) -> Option<&super::text::Texts> {
+        Some(self.texts())
     }
 }
 

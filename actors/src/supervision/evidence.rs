@@ -75,6 +75,8 @@ struct EvidenceInner {
     watch: std::sync::OnceLock<(f64, Waker)>,
     announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
     limits: EventLimits,
+    /// Where a model call's streamed text goes for the run's readers.
+    text: Option<crate::event::text::TextWriter>,
 }
 
 /// How much of a stream's text the cell keeps: the tail shown to the
@@ -175,16 +177,21 @@ impl Evidence {
         events: Arc<dyn EventSink>,
         limits: EventLimits,
     ) -> Self {
-        Self::build(Some((meta, events)), limits)
+        let text = events.texts().and_then(|texts| texts.writer(&meta));
+        Self::build(Some((meta, events)), limits, text)
     }
 
     /// A cell attached to no lease, for operations run outside supervision
     /// and for tests.
     pub fn detached() -> Self {
-        Self::build(None, EventLimits::default())
+        Self::build(None, EventLimits::default(), None)
     }
 
-    fn build(announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>, limits: EventLimits) -> Self {
+    fn build(
+        announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
+        limits: EventLimits,
+        text: Option<crate::event::text::TextWriter>,
+    ) -> Self {
         Self {
             inner: Arc::new(EvidenceInner {
                 state: Mutex::new(EvidenceState {
@@ -194,6 +201,7 @@ impl Evidence {
                 }),
                 announce,
                 limits,
+                text,
                 watch: std::sync::OnceLock::new(),
             }),
         }
@@ -259,6 +267,9 @@ impl Evidence {
     /// arrival, of the kind that added most after text; a read that added
     /// nothing is a keepalive.
     pub fn observe_delta(&self, text: &str, reasoning: usize, tool_call: usize) {
+        if let Some(writer) = &self.inner.text {
+            writer.push(text);
+        }
         let now = Instant::now();
         let mut state = self.state();
         let kind = if !text.is_empty() {

@@ -7,4 +7,10 @@ use crate::vocabulary::event::EventKind;
 pub trait EventSink: Send + Sync + 'static {
     /// Publishes one event of `run_id`, at `path` in its tree.
     fn emit(&self, run_id: &str, path: &str, kind: EventKind);
+
+    /// Where the text the runs' model calls stream goes, for readers of it
+    /// ([`crate::event::Texts`]); none (the default): nowhere.
+    fn texts(&self) -> Option<&crate::event::Texts> {
+        None
+    }
 }

@@ -8,11 +8,13 @@
 pub mod gate;
 pub mod hanging_tool;
 mod http;
+pub mod llama_stage;
 mod peers;
 mod process;
 pub mod proxy;
 #[path = "../../../runtime/tests/support/python.rs"]
 mod python;
+pub mod sse;
 mod wait;
 
 #[allow(unused_imports, reason = "each test binary uses part of the helpers")]

@@ -6,8 +6,11 @@ byte by byte for a stream, and writes down each request it passes.
 
 Each request is appended to JOURNAL as one JSON line: whether it was a
 judge's (the watchdog's or a budget checkpoint's system prompt), its
-`max_tokens`, whether it asked to be streamed; and, once the first bytes
-of a loop's answer passed, a line {"first_bytes": true}. When the client
+`max_tokens`, whether it asked to be streamed, and the text of its
+messages (`said`, their contents one a line, the last 4000 characters);
+once the first bytes of a loop's answer passed, a line
+{"first_bytes": true}; and when the client left before the answer's end,
+a line {"cut": true}. When the client
 goes away the upstream connection is closed, as the client's own would be.
 """
 import http.client
@@ -49,10 +52,12 @@ class Proxy(BaseHTTPRequestHandler):
             judge = system.startswith("You are the watchdog") or system.startswith(
                 "You are the budget checkpoint"
             )
+            contents = "\n".join(str(m.get("content", "")) for m in messages)
             journal({
                 "judge": judge,
                 "max_tokens": request.get("max_tokens"),
                 "stream": bool(request.get("stream")),
+                "said": contents[-4000:],
             })
         upstream = http.client.HTTPConnection("127.0.0.1", UPSTREAM, timeout=600)
         headers = {"content-type": "application/json"}
@@ -76,7 +81,7 @@ class Proxy(BaseHTTPRequestHandler):
                     said = True
                     journal({"first_bytes": True})
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            journal({"cut": True, "judge": judge})
         finally:
             upstream.close()
             self.close_connection = True

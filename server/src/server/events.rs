@@ -8,6 +8,14 @@
 //! server shuts down, a last `event: shutdown` is sent instead and the
 //! stream closes, so no reader can hold the shutdown.
 //!
+//! With `?text=true`, once the stream has caught up with the log, it also
+//! sends the text the run's model calls stream, as `event: text` frames
+//! without an id (`{"lease_id", "path", "offset", "text"}`): first what
+//! each call in flight wrote so far, then each delta. A reconnect thus
+//! resumes from the stored events, then the text since; a reader keeps
+//! each call's text by its byte `offset` and drops what it holds. The text
+//! is never logged, and only the executor that runs the run has it.
+//!
 //! One task per stream feeds a small channel from the engine's bus and the
 //! run's stored log. The task subscribes to the bus *before* reading the
 //! log, so an event is either in what it read or on its subscription; a
@@ -34,7 +42,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use leasehold::{Event, EventKind, LogTail, RunStatus, Store};
+use leasehold::{Event, EventKind, LogTail, RunStatus, Store, TextDelta, TextFollow};
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -142,6 +150,9 @@ pub(super) struct StreamQuery {
     /// `false`: the events logged so far, then `event: end` with the run's
     /// status whatever it is, and the stream closes.
     live: Option<bool>,
+    /// `true`: the text the run's model calls stream, as `event: text`
+    /// frames between the events (live streams only).
+    text: Option<bool>,
 }
 
 /// `GET /runs/{id}/events`.
@@ -154,8 +165,8 @@ pub(super) async fn stream(
     let run_id = super::api::run_id(path)?;
     let Query(query) = query.map_err(|rejection| {
         ApiError::bad_request(format!(
-            "the query is not what this route takes (`after` is an event's seq, `live` true or \
-             false): {}",
+            "the query is not what this route takes (`after` is an event's seq, `live` and `text` \
+             true or false): {}",
             rejection.body_text()
         ))
     })?;
@@ -187,7 +198,17 @@ pub(super) async fn stream(
     let (tx, rx) = mpsc::channel(64);
     let open = app.metrics.event_stream_opened();
     let live = query.live.unwrap_or(true);
-    tokio::spawn(feed(app.clone(), run_id, after, live, tx, (permit, open)));
+    // Followed before the log is read: a delta after the read is either in
+    // the text kept or on the subscription.
+    let text = (live && query.text.unwrap_or(false))
+        .then(|| app.engine().events().texts().follow(&run_id));
+    tokio::spawn(feed(
+        app.clone(),
+        run_id,
+        Follow { after, live, text },
+        tx,
+        (permit, open),
+    ));
     let keep_alive = KeepAlive::new().interval(app.options.keep_alive);
     Ok(Sse::new(ReceiverStream::new(rx))
         .keep_alive(keep_alive)
@@ -222,6 +243,29 @@ fn frame(event: &Event) -> Result<SseEvent, Infallible> {
     Ok(SseEvent::default().id(event.seq.to_string()).data(data))
 }
 
+/// A piece of the answer's text: `event: text`, without an id, so that a
+/// reader's `Last-Event-ID` stays the last event's seq.
+fn text_frame(delta: &TextDelta) -> Result<SseEvent, Infallible> {
+    let data = serde_json::to_string(delta).unwrap_or_default();
+    Ok(SseEvent::default().event("text").data(data))
+}
+
+/// The next piece of text, or never when the stream follows none.
+async fn next_text(text: &mut Option<TextFollow>) -> Option<TextDelta> {
+    match text {
+        Some(text) => text.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a stream follows: the events after `after`, then live ones unless
+/// not `live`, and the text, when asked for.
+struct Follow {
+    after: u64,
+    live: bool,
+    text: Option<TextFollow>,
+}
+
 fn end(status: RunStatus) -> Result<SseEvent, Infallible> {
     Ok(SseEvent::default()
         .event("end")
@@ -236,16 +280,21 @@ fn shutting_down() -> Result<SseEvent, Infallible> {
 
 /// Sends the run's events after `after` until the run ends, the reader
 /// leaves or the server shuts down; only those logged so far unless
-/// `live`. Holds `_open`, its place among the open streams and in their
+/// `live`; once caught up with the log, the text kept and then each delta,
+/// when asked. Holds `_open`, its place among the open streams and in their
 /// gauge, until then.
 async fn feed(
     app: Arc<App>,
     run_id: String,
-    after: u64,
-    live_too: bool,
+    follow: Follow,
     tx: mpsc::Sender<Result<SseEvent, Infallible>>,
     _open: (OwnedSemaphorePermit, OpenStream),
 ) {
+    let Follow {
+        after,
+        live: live_too,
+        mut text,
+    } = follow;
     let store: Arc<dyn Store> = Arc::clone(app.engine().store());
     let mut live = app.engine().events().subscribe();
     let mut seen = watch_run(&app, &run_id);
@@ -321,6 +370,11 @@ async fn feed(
         // the bus did not bring.
         loop {
             tokio::select! {
+                Some(delta) = next_text(&mut text) => {
+                    if tx.send(text_frame(&delta)).await.is_err() {
+                        return;
+                    }
+                }
                 received = live.recv() => match received {
                     Some(Ok(event)) => {
                         if *event.run_id != *run_id || event.seq <= tail.seen() {
