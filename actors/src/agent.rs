@@ -351,8 +351,14 @@ impl AgentLoop {
                 outcome,
                 retry_after,
                 overflow,
+                unreachable,
             } => {
-                self.model_done(myself, step, attempt, outcome, retry_after, overflow)
+                let failure = step::Failure {
+                    retry_after,
+                    overflow,
+                    unreachable,
+                };
+                self.model_done(myself, step, attempt, outcome, failure)
                     .await
             }
             LoopMsg::CallDone {
@@ -377,6 +383,8 @@ impl AgentLoop {
                     .await
             }
             LoopMsg::Escalate(_)
+            | LoopMsg::EndpointDown(_)
+            | LoopMsg::EndpointUp { .. }
             | LoopMsg::StoreFailed(_)
             | LoopMsg::Reconcile(_)
             | LoopMsg::Resume { .. }

@@ -165,6 +165,8 @@ pub struct Engine {
     shut_down: std::sync::atomic::AtomicBool,
     /// What this engine's store writes met.
     store_health: Arc<crate::StoreHealth>,
+    /// The health of the endpoints its runs call.
+    endpoints: Arc<crate::endpoints::Endpoints>,
     /// How many leases the runs of this engine hold.
     live_leases: Arc<AtomicU64>,
     /// The actors that hold the runs' leases, [`LEASE_ACTORS`] of them.
@@ -333,6 +335,14 @@ impl Engine {
         )
         .await?;
         Ok(())
+    }
+
+    /// The endpoints this engine's runs call, as it sees them: which are
+    /// down, and the runs paused on each until it answers
+    /// ([`Endpoints`](crate::Endpoints)); a person marks one down or up
+    /// here.
+    pub fn endpoints(&self) -> &Arc<crate::endpoints::Endpoints> {
+        &self.endpoints
     }
 
     /// What this engine's store writes met: errors by kind, writes tried

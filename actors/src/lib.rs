@@ -34,6 +34,7 @@
 
 mod agent;
 mod duration;
+mod endpoints;
 mod engine;
 mod error;
 mod event;
@@ -67,12 +68,13 @@ pub mod testing;
 
 // The engine and its runs.
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
+pub use endpoints::{DownBy, EndpointView, Endpoints, Outages, unreachable};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
     EngineError, IDEMPOTENCY_RETENTION, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,
 };
 pub use owner::OwnerId;
-pub use run::{MAX_WAITING_MESSAGES, RunEvents, RunHandle, RunState};
+pub use run::{ENDPOINT_SUBJECT, MAX_WAITING_MESSAGES, RunEvents, RunHandle, RunState};
 
 // Flows.
 pub use flow::{

@@ -26,6 +26,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod outage;
+
+pub use outage::ENDPOINT_SUBJECT;
+
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -130,6 +134,9 @@ pub(crate) struct RunActorState {
     connecting: bool,
     /// Controls that arrived while it was: handled once it has.
     deferred: Vec<LoopMsg>,
+    /// The loops waiting for an endpoint that is down, by path, each with
+    /// the endpoint.
+    outages: std::collections::BTreeMap<String, String>,
 }
 
 impl Actor for RunActor {
@@ -165,6 +172,7 @@ impl Actor for RunActor {
             lineage_logged: args.lineage_logged,
             connecting: false,
             deferred: Vec::new(),
+            outages: std::collections::BTreeMap::new(),
         })
     }
 
@@ -301,6 +309,8 @@ impl RunActorState {
         match message {
             LoopMsg::ToolsConnected(connected) => self.connected(&myself, *connected).await,
             LoopMsg::Escalate(escalation) => self.pause(*escalation).await,
+            LoopMsg::EndpointDown(outage) => self.pause_for_endpoint(&myself, *outage).await,
+            LoopMsg::EndpointUp { endpoint } => self.endpoint_up(&endpoint).await,
             LoopMsg::StoreFailed(reason) => self.store_failed(&myself, reason).await,
             LoopMsg::Reconcile(reconciliation) => {
                 self.require_reconciliation(*reconciliation).await
@@ -702,7 +712,11 @@ impl RunActorState {
 
     /// Opens the gate and restarts the clocks, once nothing waits for a
     /// person any more.
-    async fn leave_pause(&mut self, guidance: Option<String>) -> Result<(), ControlError> {
+    async fn leave_pause(
+        &mut self,
+        guidance: Option<String>,
+        by: Option<String>,
+    ) -> Result<(), ControlError> {
         let ctx = self.agent.ctx.clone();
         let update = RunUpdate {
             status: RunStatus::Running,
@@ -722,9 +736,13 @@ impl RunActorState {
                     .unwrap_or_else(|| "the store refused the change".to_owned()),
             });
         }
-        ctx.span
-            .in_scope(|| tracing::info!("run resumed by a person"));
-        ctx.emit(ROOT_PATH, EventKind::Resumed { guidance });
+        match &by {
+            Some(by) => ctx.span.in_scope(|| tracing::info!(%by, "run resumed")),
+            None => ctx
+                .span
+                .in_scope(|| tracing::info!("run resumed by a person")),
+        }
+        ctx.emit(ROOT_PATH, EventKind::Resumed { guidance, by });
         self.state.send_modify(|s| {
             s.status = RunStatus::Running;
             s.paused = None;
@@ -755,7 +773,8 @@ impl RunActorState {
             Some(text) => format!("{PERSON_ANSWERED} and answered: {text}"),
             None => format!("{PERSON_ANSWERED} and said to go on."),
         };
-        self.leave_pause(guidance).await?;
+        self.leave_pause(guidance, None).await?;
+        self.forget_outages();
         for path in self.escalations.drain(..) {
             self.agent.ctx.nudges_for(&path).push(note.clone());
         }
@@ -790,7 +809,7 @@ impl RunActorState {
             return Ok(());
         }
         if self.reconciliations.len() == 1 && self.escalations.is_empty() {
-            self.leave_pause(None).await?;
+            self.leave_pause(None, None).await?;
         }
         let reconciliation = self.reconciliations.remove(at);
         let _ = reconciliation.owner.send_message(LoopMsg::Reconciled {
@@ -815,6 +834,7 @@ impl RunActorState {
         let ctx = self.agent.ctx.clone();
         ctx.gate.send_replace(Gate::Closed);
         ctx.cancel.cancel();
+        self.forget_outages();
         // The operations in flight let go of their leases first, so their
         // `lease_cancelled` come before the end, in the log as on the bus
         // (after the end's flush the log takes no event of the run).

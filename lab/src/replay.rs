@@ -174,7 +174,7 @@ impl Recording {
         };
         let run_id = run.run_id().to_owned();
         let mut guidance = self.events.iter().filter_map(|e| match &e.kind {
-            EventKind::Resumed { guidance } => Some(guidance.clone()),
+            EventKind::Resumed { guidance, by: None } => Some(guidance.clone()),
             _ => None,
         });
         let mut stop = stops.next();

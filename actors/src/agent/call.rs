@@ -60,6 +60,7 @@ impl Panicked {
                 outcome: Err(end),
                 retry_after: None,
                 overflow: None,
+                unreachable: None,
             }),
             Some(index) => reply_to.send_message(LoopMsg::CallDone {
                 step,

@@ -42,6 +42,17 @@ pub enum LoopMsg {
         /// The request did not fit the model's context window, as the
         /// server said: the loop shortens, or pauses for a person.
         overflow: Option<Overflow>,
+        /// The endpoint could not be reached: what the call said.
+        unreachable: Option<String>,
+    },
+    /// A loop's call found its endpoint down (root only): the run pauses
+    /// until it answers again.
+    EndpointDown(Box<crate::endpoints::Outage>),
+    /// An endpoint the run waits on answers again, or was marked up (root
+    /// only).
+    EndpointUp {
+        /// What its client calls it.
+        endpoint: String,
     },
     /// A tool call or a worker ended.
     CallDone {

@@ -40,11 +40,13 @@ impl Call for ModelCallArgs {
         } = self;
         let mut retry_after = None;
         let mut overflow = None;
+        let mut unreachable = None;
         let outcome = match outcome {
             Ok(Ok(reply)) => Some(Ok(reply)),
             Ok(Err(error)) => {
                 retry_after = error.retry_after;
                 overflow = super::Overflow::of(&error);
+                unreachable = crate::endpoints::unreachable(&error.kind).then(|| error.to_string());
                 Some(Err(ChildEnd::Failed {
                     reason: error.to_string(),
                     retryable: error.retryable,
@@ -60,6 +62,7 @@ impl Call for ModelCallArgs {
                 outcome,
                 retry_after,
                 overflow,
+                unreachable,
             });
         }
     }

@@ -70,4 +70,6 @@ pub(crate) struct RunPlan {
     pub(crate) store_writes: crate::StoreWrites,
     /// What the engine's writes met.
     pub(crate) store_health: Arc<crate::StoreHealth>,
+    /// The health of the endpoints the engine's runs call.
+    pub(crate) endpoints: Arc<crate::endpoints::Endpoints>,
 }

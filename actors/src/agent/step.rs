@@ -229,6 +229,14 @@ impl AgentLoop {
     }
 
     pub(super) fn start_model_call(&mut self, myself: &ActorRef<LoopMsg>, attempt: u32) {
+        if let Some(reason) = self.ctx.endpoints.marked_down(&self.ctx.model_described) {
+            // A person marked the endpoint down: the call waits, unmade.
+            self.phase = Phase::Model;
+            self.model_attempt = attempt.saturating_sub(1);
+            self.model_running = false;
+            self.wait_for_endpoint(myself, self.state.steps, attempt, reason);
+            return;
+        }
         self.phase = Phase::Model;
         self.model_attempt = attempt;
         self.model_running = true;
@@ -299,15 +307,46 @@ impl AgentLoop {
         );
     }
 
+    /// Pauses the run until the endpoint of this loop's model answers,
+    /// then makes call `attempt` of `step`.
+    pub(super) fn wait_for_endpoint(
+        &self,
+        myself: &ActorRef<LoopMsg>,
+        step: u32,
+        attempt: u32,
+        reason: String,
+    ) {
+        self.stop_clocks();
+        if let Some(root) = self.ctx.root.get() {
+            let _ = root.send_message(LoopMsg::EndpointDown(Box::new(crate::endpoints::Outage {
+                path: self.path.clone(),
+                endpoint: self.ctx.model_described.clone(),
+                reason,
+            })));
+        }
+        self.when_open(
+            myself,
+            LoopMsg::Retry {
+                step,
+                index: None,
+                attempt,
+            },
+        );
+    }
+
     pub(super) async fn model_done(
         &mut self,
         myself: &ActorRef<LoopMsg>,
         step: u32,
         attempt: u32,
         outcome: Result<ModelReply, ChildEnd>,
-        retry_after: Option<std::time::Duration>,
-        overflow: Option<super::Overflow>,
+        failure: Failure,
     ) -> Option<LoopEnd> {
+        let Failure {
+            retry_after,
+            overflow,
+            unreachable,
+        } = failure;
         if self.phase != Phase::Model
             || step != self.state.steps
             || attempt != self.model_attempt
@@ -337,6 +376,18 @@ impl AgentLoop {
                         .context_overflowed(myself, step, attempt, overflow)
                         .await;
                 }
+                if let Some(error) = unreachable
+                    && let Some(reason) = self.ctx.endpoints.unreachable(
+                        &self.ctx.model_described,
+                        &error,
+                        &self.ctx.model,
+                    )
+                {
+                    // The endpoint is down: the run waits for it, and no
+                    // restart is spent on a call that cannot be answered.
+                    self.wait_for_endpoint(myself, step, attempt + 1, reason);
+                    return None;
+                }
                 return self.child_failed(
                     myself,
                     step,
@@ -348,6 +399,7 @@ impl AgentLoop {
                 );
             }
         };
+        self.ctx.endpoints.answered(&self.ctx.model_described);
         let spent = self
             .ctx
             .prices
@@ -471,4 +523,16 @@ impl AgentLoop {
             crate::pace::prompt_size(characters)
         )
     }
+}
+
+/// How a model call failed, besides its end: what the loop does next
+/// depends on it.
+#[derive(Debug, Default)]
+pub(super) struct Failure {
+    /// How long the server asked to wait (a 429's `Retry-After`).
+    pub(super) retry_after: Option<std::time::Duration>,
+    /// The request did not fit the model's context window.
+    pub(super) overflow: Option<super::Overflow>,
+    /// The endpoint could not be reached: what the call said.
+    pub(super) unreachable: Option<String>,
 }

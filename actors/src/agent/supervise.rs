@@ -211,6 +211,16 @@ impl AgentLoop {
                 self.phase = Phase::Done;
                 Some(LoopEnd::Failed(reason))
             }
+            (HandedTo::Person, OnExhausted::Pause)
+                if info.kind == ChildKind::ModelCall
+                    && let Some(outage) =
+                        self.ctx.endpoints.down_reason(&self.ctx.model_described) =>
+            {
+                // Its endpoint is down: the run waits for it to answer,
+                // not for a person.
+                self.wait_for_endpoint(myself, step, attempt + 1, outage);
+                None
+            }
             (HandedTo::Person, OnExhausted::Pause) => {
                 self.escalate(resume_to_try_again(&reason, ""), &info.subject, None);
                 // Tried again after the resume, with the person's guidance

@@ -105,6 +105,9 @@ pub struct EngineConfig {
     /// What a run does when a store write fails: how long it tries again,
     /// then whether it pauses or fails (see [`StoreWrites`](crate::StoreWrites)).
     pub store_writes: crate::StoreWrites,
+    /// When an endpoint the runs call is down, and how it is probed (see
+    /// [`Outages`](crate::Outages)).
+    pub outages: crate::Outages,
 }
 
 /// The default retention of a finished run: 7 days.
@@ -124,6 +127,7 @@ impl Default for EngineConfig {
             load_bound: crate::DEFAULT_LOAD_BOUND,
             prices: crate::Prices::default(),
             store_writes: crate::StoreWrites::default(),
+            outages: crate::Outages::default(),
         }
     }
 }
@@ -556,6 +560,7 @@ impl EngineBuilder {
         let owner_id = self
             .owner_id
             .unwrap_or_else(|| crate::OwnerId::of_program().to_string());
+        let endpoints = crate::endpoints::Endpoints::new(self.config.outages);
         Ok(Engine {
             config: self.config,
             model,
@@ -580,6 +585,7 @@ impl EngineBuilder {
             prune_live_at: std::sync::atomic::AtomicUsize::new(0),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             store_health,
+            endpoints,
             live_leases,
             lease_actors,
             next_lease_actor: std::sync::atomic::AtomicUsize::new(0),

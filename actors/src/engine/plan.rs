@@ -83,6 +83,7 @@ impl Engine {
             prices: self.config.prices.clone(),
             store_writes: self.config.store_writes,
             store_health: self.store_health.clone(),
+            endpoints: self.endpoints.clone(),
         })
     }
 

@@ -245,4 +245,26 @@ pub trait ModelClient: Send + Sync + 'static {
     fn model_name(&self) -> Option<String> {
         None
     }
+
+    /// Whether the endpoint answers, asked by the executor of an endpoint
+    /// it marked down ([`crate::Endpoints`]): by default a request for one
+    /// token. `Ok` when it answered at all — a refusal of the request is
+    /// an answer — and an error only when it could not be reached.
+    fn probe(&self) -> BoxFuture<'static, Result<(), ModelError>> {
+        let request = ModelRequest {
+            messages: vec![ChatMessage::user("ping")],
+            tools: Vec::new(),
+            stream: false,
+            consumer: "probe".to_owned(),
+            traceparent: None,
+            max_tokens: Some(1),
+        };
+        let reply = self.complete(request, crate::supervision::evidence::Evidence::detached());
+        Box::pin(async move {
+            match reply.await {
+                Err(error) if crate::endpoints::unreachable(&error.kind) => Err(error),
+                _ => Ok(()),
+            }
+        })
+    }
 }

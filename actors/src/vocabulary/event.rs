@@ -475,6 +475,10 @@ pub enum EventKind {
         /// What they said, which the next model call sees.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         guidance: Option<String>,
+        /// What resumed the run when no person did: the endpoint it waited
+        /// on answered again (`model M at URL answered again`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// The run ended with an answer.
     RunCompleted {
@@ -818,9 +822,10 @@ impl EventKind {
                 reason,
                 ..
             } => format!("{tool} (key {idempotency_key}): {reason}"),
-            Self::Resumed { guidance } => match guidance {
-                Some(g) => format!("a person answered: {g}"),
-                None => "a person said to go on".to_owned(),
+            Self::Resumed { guidance, by } => match (guidance, by) {
+                (_, Some(by)) => format!("resumed: {by}"),
+                (Some(g), None) => format!("a person answered: {g}"),
+                (None, None) => "a person said to go on".to_owned(),
             },
             Self::RunCompleted {
                 answer,

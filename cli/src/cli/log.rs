@@ -256,6 +256,7 @@ mod tests {
             path: path.into(),
             kind: EventKind::Resumed {
                 guidance: Some("go on".to_owned()),
+                by: None,
             },
         }
     }

@@ -421,7 +421,7 @@ fn fill_external_guidance(answers: &mut [PauseAnswer], events: &[Event]) {
     let resumed: Vec<Option<&String>> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Resumed { guidance } => Some(guidance.as_ref()),
+            EventKind::Resumed { guidance, .. } => Some(guidance.as_ref()),
             _ => None,
         })
         .collect();

@@ -73,6 +73,7 @@ pub(super) fn course_entry(kind: &EventKind) -> Option<String> {
             format!("tool {tool}: its outcome unknown, a person decides")
         }
         EventKind::Paused { .. } => "paused".to_owned(),
+        EventKind::Resumed { by: Some(by), .. } => format!("resumed: {by}"),
         EventKind::Resumed { .. } => "a person answered".to_owned(),
         EventKind::RunCompleted { answer, .. } => format!("completed: {answer}"),
         EventKind::RunFailed { reason } => format!("failed: {reason}"),

@@ -75,6 +75,7 @@ impl Config {
             retention: self.executor_retention.value,
             prices: self.prices.clone(),
             load_bound: self.executor_load_bound.value,
+            outages: defaults.outages,
             store_writes: leasehold_actors::StoreWrites {
                 retry_for: self.store_write_retry_for.value,
                 on_failure: self.store_on_write_failure.value,

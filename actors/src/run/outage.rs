@@ -1,0 +1,84 @@
+//! A run paused while an endpoint it calls is down, and resumed when it
+//! answers again ([`crate::Endpoints`]).
+//!
+//! The pause is the run's usual one — `waiting_human`, gate paused, every
+//! clock stopped — with the subject `endpoint` and a reason naming the
+//! endpoint. Its loops wait for nothing else: no restart is spent. When the
+//! endpoint answers (a probe, or a person marking it up) the run resumes
+//! by itself, unless something else also holds it: a person's pause or
+//! escalation, a call of unknown outcome. A person may resume it sooner;
+//! its call is then tried once more.
+
+use ractor::ActorRef;
+
+use super::RunActorState;
+use crate::agent::{Gate, LoopMsg};
+use crate::endpoints::Outage;
+use crate::event::EventKind;
+use crate::ports::{PauseRecord, RunStatus};
+
+/// The subject of a pause for an endpoint that is down.
+pub const ENDPOINT_SUBJECT: &str = "endpoint";
+
+impl RunActorState {
+    /// A loop's call found its endpoint down: the run pauses, if it runs,
+    /// and waits for the endpoint.
+    pub(super) async fn pause_for_endpoint(&mut self, myself: &ActorRef<LoopMsg>, outage: Outage) {
+        let Outage {
+            path,
+            endpoint,
+            reason,
+        } = outage;
+        let ctx = self.agent.ctx.clone();
+        let gate_closed = *ctx.gate.borrow() == Gate::Closed;
+        let status = self.status();
+        if status.is_terminal() || gate_closed {
+            return;
+        }
+        self.outages.insert(path.clone(), endpoint.clone());
+        if status == RunStatus::Running {
+            ctx.emit(
+                &path,
+                EventKind::Paused {
+                    reason: reason.clone(),
+                    subject: ENDPOINT_SUBJECT.to_owned(),
+                    evidence: None,
+                    by: None,
+                },
+            );
+            let pause = PauseRecord {
+                reason,
+                subject: ENDPOINT_SUBJECT.to_owned(),
+                path,
+                call: None,
+            };
+            self.enter_pause(RunStatus::WaitingHuman, pause).await;
+        }
+        ctx.endpoints.wait(&endpoint, &ctx.run_id, myself.clone());
+    }
+
+    /// `endpoint` answers again: the loops that waited on it go on, and the
+    /// run resumes once nothing else holds it.
+    pub(super) async fn endpoint_up(&mut self, endpoint: &str) {
+        let before = self.outages.len();
+        self.outages.retain(|_, waited| waited != endpoint);
+        if self.outages.len() == before || !self.outages.is_empty() {
+            return;
+        }
+        let held_by_a_person = !self.escalations.is_empty() || !self.reconciliations.is_empty();
+        if held_by_a_person || self.status() != RunStatus::WaitingHuman {
+            return;
+        }
+        let by = format!("{endpoint} answered again");
+        // A refusal of the store is the run's loss, said where it is lost.
+        let _ = self.leave_pause(None, Some(by)).await;
+    }
+
+    /// A person resumed the run, or it ended: it waits on no endpoint.
+    pub(super) fn forget_outages(&mut self) {
+        if !self.outages.is_empty() {
+            self.outages.clear();
+            self.agent.ctx.endpoints.forget_run(&self.agent.ctx.run_id);
+        }
+    }
+}
