@@ -14,6 +14,10 @@
 //! `tests/browser/lineage.mjs` reads a stored fork of a worker's step: what
 //! a person had answered, the changes, a call replayed whose result a person
 //! gave, and the worker's steps beside its parent's.
+//! `tests/browser/hands.mjs` handles a running run by hand from its page —
+//! a hung call's lease extended and stopped from the timeline, a message
+//! enqueued and one refused, the run paused and resumed, then rolled back
+//! into a fork — and the test reads each act back from the run's log.
 //!
 //! Its peers: Node, `playwright-core` (installed by `scripts/peers.sh`, found
 //! through `LEASEHOLD_PEER_PLAYWRIGHT`) and Debian's Chromium
@@ -1277,6 +1281,234 @@ fn a_run_is_forked_from_its_timeline_and_compared_with_its_parent_in_a_real_brow
     );
     drop(server);
     drop(model);
+}
+
+/// Who the dashboard says asked, for a control sent from its page.
+const DASHBOARD_PERSON: &str = "a person on the dashboard";
+
+/// The message `tests/browser/hands.mjs` sends, with markup no page may
+/// make an element of.
+const HANDS_MESSAGE: &str =
+    r#"Only the error log matters. <img src=x onerror="window.__leaseholdHostile=true">"#;
+
+/// The run's logged events, as `GET /runs/{id}/events?live=false` sends
+/// them.
+async fn logged_events(http: &reqwest::Client, base: &str, run_id: &str) -> Vec<serde_json::Value> {
+    http.get(format!("{base}/runs/{run_id}/events?live=false"))
+        .send()
+        .await
+        .expect("GET the run's events")
+        .text()
+        .await
+        .expect("the events' text")
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
+        .filter(|event| event.get("seq").is_some())
+        .collect()
+}
+
+/// The seq of the first event of `events` that `found` picks.
+fn seq_of(events: &[serde_json::Value], found: impl Fn(&serde_json::Value) -> bool) -> Option<u64> {
+    events
+        .iter()
+        .find(|e| found(e))
+        .and_then(|e| e["seq"].as_u64())
+}
+
+#[test]
+fn a_person_handles_a_running_run_from_its_page_in_a_real_browser() {
+    use support::hanging_tool::Hanging;
+
+    let (playwright, chromium) = peers();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // The demo's model; a tool server that never answers a call.
+    let hanging = runtime.block_on(Hanging::start());
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let token = format!("hands-{}-{nanos}", std::process::id());
+    let (server, port) = serve_with(&hanging.data, hanging.dir.path(), |command| {
+        command
+            .arg("--allow-flow-tools")
+            .env("LEASEHOLD_API_TOKEN", &token)
+            .env("LEASEHOLD_MODEL_BASE_URL", &hanging.model)
+            .env("LEASEHOLD_MODEL_NAME", "leasehold-demo");
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    let http = support::authorized(&token);
+    let flow: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&hanging.flow).expect("the hanging flow"))
+            .expect("JSON");
+
+    // A tool call of the run hangs under its lease.
+    let (run_id, call_path, lease) = runtime.block_on(async {
+        let run_id = support::post_run(&http, &base, &flow).await;
+        let (path, lease) = support::until("a tool call's start", BROWSER, || async {
+            logged_events(&http, &base, &run_id)
+                .await
+                .iter()
+                .find(|e| e["kind"] == "tool_call_started" && e["attempt"] == 1)
+                .and_then(|e| Some((e["path"].as_str()?.to_owned(), e["lease_id"].as_u64()?)))
+        })
+        .await;
+        (run_id, path, lease)
+    });
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/hands.mjs"))
+        .arg(port.to_string())
+        .arg(&token)
+        .arg(&run_id)
+        .arg(&call_path)
+        .arg(lease.to_string())
+        .arg(HANDS_MESSAGE)
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let (status, output) = run_for(browser, BROWSER);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report = format!(
+        "--- stdout:\n{stdout}\n--- stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the browser script failed ({status:?})\n{report}"
+    );
+    assert!(
+        stdout.contains("hands test passed"),
+        "the browser script exited 0 without passing\n{report}"
+    );
+    println!("{stdout}");
+    let seen: serde_json::Value = stdout
+        .lines()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| panic!("the script printed no result\n{report}"));
+    let fork = seen["fork"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no fork id\n{report}"))
+        .to_owned();
+
+    // What the page's controls did is what the run's log and trace hold:
+    // each a person's act, in the order it was clicked.
+    let (events, trace, view, fork_view) = runtime.block_on(async {
+        (
+            logged_events(&http, &base, &run_id).await,
+            support::get_json(&http, &format!("{base}/runs/{run_id}/trace")).await,
+            support::get_run(&http, &base, &run_id).await,
+            support::get_run(&http, &base, &fork).await,
+        )
+    });
+    let persons = |e: &serde_json::Value, verdict: &str| {
+        e["kind"] == "verdict"
+            && e["lease_id"] == lease
+            && e["decided_by"] == "person"
+            && e["verdict"] == verdict
+    };
+    let renewed: Vec<_> = events.iter().filter(|e| persons(e, "RENEW")).collect();
+    assert_eq!(
+        renewed.len(),
+        1,
+        "one extension applied, the one asked while paused refused: {renewed:?}\n{report}"
+    );
+    assert_eq!(
+        renewed[0]["reason"],
+        format!("extended by 30s by {DASHBOARD_PERSON}"),
+        "{report}"
+    );
+    let extended = seq_of(&events, |e| persons(e, "RENEW"));
+    let enqueued = seq_of(&events, |e| {
+        e["kind"] == "message_received"
+            && e["text"] == HANDS_MESSAGE
+            && e["policy"] == "enqueue"
+            && e["by"] == DASHBOARD_PERSON
+    });
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["kind"] == "message_received" && e["policy"] == "reject"),
+        "the message refused while the run was busy was not taken\n{report}"
+    );
+    let paused = seq_of(&events, |e| {
+        e["kind"] == "paused"
+            && e["by"] == DASHBOARD_PERSON
+            && e["reason"] == "a look at the index first"
+    });
+    let resumed = seq_of(&events, |e| {
+        e["kind"] == "resumed" && e["guidance"] == "The index is fine: go on."
+    });
+    let stopped = seq_of(&events, |e| {
+        persons(e, "INTERVENE")
+            && e["reason"] == format!("stopped by {DASHBOARD_PERSON}: still hung")
+    });
+    let again = seq_of(&events, |e| {
+        e["kind"] == "tool_call_started"
+            && e["path"] == call_path.as_str()
+            && e["attempt"] == 2
+            && e["lease_id"] == seen["next_lease"]
+    });
+    let order = [extended, enqueued, paused, resumed, stopped, again];
+    assert!(
+        order.iter().all(Option::is_some) && order.is_sorted(),
+        "extended, enqueued, paused, resumed, stopped, made again: {order:?}\n{events:#?}\n{report}"
+    );
+    // Left to finish, the call was not stopped by the pause.
+    assert!(
+        !events.iter().any(|e| e["kind"] == "tool_call_finished"
+            && e["path"] == call_path.as_str()
+            && e["attempt"] == 1
+            && e["seq"].as_u64() < stopped),
+        "the pause let the call in flight finish\n{report}"
+    );
+    let by_person: Vec<&str> = trace["entries"]
+        .as_array()
+        .expect("the trace's entries")
+        .iter()
+        .filter(|e| e["kind"] == "verdict" && e["decided_by"] == "person")
+        .filter_map(|e| e["verdict"].as_str())
+        .collect();
+    assert_eq!(by_person, ["RENEW", "INTERVENE"], "{trace}");
+
+    // The rollback: the run cancelled into the fork the page linked to.
+    assert_eq!(view["status"], "cancelled", "{view}");
+    assert!(
+        view["reason"].as_str().is_some_and(|r| r.contains(&format!(
+            "rolled back by {DASHBOARD_PERSON} into run {fork}"
+        ))),
+        "{view}"
+    );
+    assert_eq!(fork_view["fork"]["parent"], run_id.as_str(), "{fork_view}");
+    assert_eq!(
+        fork_view["fork"]["guidance"], "Start over with the new index.",
+        "{fork_view}"
+    );
+    let refusals = &seen["refusals"];
+    assert!(
+        refusals["reject"]
+            .as_str()
+            .is_some_and(|r| r.contains("is busy (running)")),
+        "{refusals}"
+    );
+    assert!(
+        refusals["extend"]
+            .as_str()
+            .is_some_and(|r| r.contains("its clocks are stopped")),
+        "{refusals}"
+    );
+
+    runtime.block_on(async {
+        let cancelled = http
+            .post(format!("{base}/runs/{fork}/cancel"))
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .expect("POST cancel");
+        assert!(cancelled.status().is_success(), "{}", cancelled.status());
+    });
+    drop(server);
+    runtime.block_on(hanging.stack.shutdown());
 }
 
 /// The dashboard's texts, as its own modules word them, run by Node: a

@@ -1,6 +1,7 @@
 // The run's timeline as a browser shows it, read from the page, and the
 // checks every run's timeline must pass; shared by dashboard.mjs (a live
-// demo run) and timeline.mjs (a run replayed from the stored log).
+// demo run), timeline.mjs (a run replayed from the stored log) and
+// hands.mjs (a run a person handles by hand).
 
 /** Waits until the timeline has a tick for each row of the verdict table. */
 export async function waitForTicks(page, timeout) {

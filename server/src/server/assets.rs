@@ -35,6 +35,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("dom.js", JAVASCRIPT, include_str!("dashboard/dom.js")),
     ("events.js", JAVASCRIPT, include_str!("dashboard/events.js")),
     ("fork.js", JAVASCRIPT, include_str!("dashboard/fork.js")),
+    ("lease.js", JAVASCRIPT, include_str!("dashboard/lease.js")),
     ("run.js", JAVASCRIPT, include_str!("dashboard/run.js")),
     ("runs.js", JAVASCRIPT, include_str!("dashboard/runs.js")),
     ("state.js", JAVASCRIPT, include_str!("dashboard/state.js")),

@@ -5,21 +5,22 @@
 // Plain JavaScript modules, no framework, no build step: this entry routes
 // between the list, a run and a fork compared with its parent; each
 // section is a module of its own (`api.js` the server, `runs.js` the list,
-// `run.js` one run's page, `controls.js` a person's controls, `events.js`
-// the events applied, `tree.js` the supervision tree, `timeline.js` the
-// run's timeline, `trace.js` the decision trace, `fork.js` a fork's
-// lineage and the fork form, `compare.js` a fork beside its parent,
-// `text.js` the event texts, `dom.js` the page's helpers, `state.js` what
-// is shown).
+// `run.js` one run's page, `controls.js` a person's controls, `lease.js` a
+// lease extended or stopped by hand, `events.js` the events applied,
+// `tree.js` the supervision tree, `timeline.js` the run's timeline,
+// `trace.js` the decision trace, `fork.js` a fork's lineage and the fork
+// form, `compare.js` a fork beside its parent, `text.js` the event texts,
+// `dom.js` the page's helpers, `state.js` what is shown).
 // Every string that comes from the server is put into the page as text
 // (textContent, text nodes, attributes), never as HTML.
 
 import { openStream } from './api.js';
 import { showCompare, stopCompare } from './compare.js';
-import { wireControls } from './controls.js';
+import { resetHands, wireControls } from './controls.js';
 import { $, setError, setStreamState, setText } from './dom.js';
 import { applyEvent } from './events.js';
 import { resetFork, wireFork } from './fork.js';
+import { resetLease, wireLease } from './lease.js';
 import { pollRun, renderRun, setStatus, stopRun } from './run.js';
 import { pollList, stopList, wireList } from './runs.js';
 import { newRunState, session } from './state.js';
@@ -84,6 +85,8 @@ function showRun(id) {
   setText($('event-count'), '0');
   resetTimeline();
   resetFork();
+  resetLease();
+  resetHands();
   setText($('pause-message'), '');
   $('pause-message').hidden = true;
   $('guidance').value = '';
@@ -101,6 +104,7 @@ function showRun(id) {
 
 wireControls();
 wireFork();
+wireLease();
 wireList();
 window.addEventListener('hashchange', route);
 route();

@@ -176,7 +176,9 @@ export function applyEvent(st, e) {
     case 'paused':
       node.state = 'paused';
       runNode.state = 'paused';
-      addTraceRow(st, e, 'paused', `waiting for a person about ${e.subject}: ${e.reason}`);
+      addTraceRow(st, e, 'paused', e.by
+        ? `paused by ${e.by}: ${e.reason}`
+        : `waiting for a person about ${e.subject}: ${e.reason}`);
       setStatus(st, 'waiting_human', 'stream');
       st.pauseEvent = PAUSED.has(st.status)
         ? { reason: e.reason, subject: e.subject, path: e.path, evidence: e.evidence || escalationEvidence(st, e) }
@@ -209,6 +211,9 @@ export function applyEvent(st, e) {
       break;
     case 'run_resumed':
       addTraceRow(st, e, 'claimed', `by ${e.owner_id} with fence ${e.fence}, resumed from its snapshots`);
+      break;
+    case 'message_received':
+      addTraceRow(st, e, 'message', `${e.by} said (${e.policy}): ${e.text}`);
       break;
     case 'control_refused':
       addTraceRow(st, e, 'refused', `a forwarded ${e.command} was refused: ${e.reason}`);

@@ -1,6 +1,7 @@
 // One run's page: its facts, its answer or reason, its lineage if it is a
-// fork, and the pause panel a person answers; its view polled from the
-// server until it is final.
+// fork, the controls a running run offers (`controls.js`), and the pause
+// panel a person answers; its view polled from the server until it is
+// final.
 
 import { api } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
@@ -78,6 +79,9 @@ export function renderRun(st) {
   $('run-reason').hidden = !reason;
   setText($('run-reason-text'), reason || '');
   $('run-controls').hidden = st.status !== 'running';
+  // A run paused for a person takes a message too; one that waits for a
+  // decision on a call takes that decision first.
+  $('message-panel').hidden = st.status !== 'running' && st.status !== 'waiting_human';
   renderLineage(st);
   renderUsage(view);
   renderPause(st);

@@ -98,13 +98,14 @@ export function describe(e) {
     case 'budget_extended': case 'budget_exhausted': return budgetText(e);
     case 'restarted': return `attempt ${e.attempt} in ${e.delay_ms} ms after: ${e.reason}`;
     case 'gave_up': return `given up after ${counted(e.attempts, 'attempt')}, handed to ${e.handed_to}: ${e.reason}`;
-    case 'paused': return `waiting for a person about ${e.subject}: ${e.reason}`;
+    case 'paused': return e.by ? `paused by ${e.by}: ${e.reason}` : `waiting for a person about ${e.subject}: ${e.reason}`;
     case 'run_resumed': return `claimed by ${e.owner_id} with fence ${e.fence}, resumed from its snapshots`;
     case 'reconciliation_required': return `${e.tool} (key ${e.idempotency_key}): ${e.reason}`;
     case 'resumed': return e.guidance ? `a person answered: ${e.guidance}` : 'a person said to go on';
     case 'run_completed': return `after ${counted(e.steps, 'step')}: ${e.answer}`;
     case 'run_failed': case 'run_cancelled': return e.reason;
     case 'control_refused': return `a forwarded ${e.command} was refused: ${e.reason}`;
+    case 'message_received': return `${e.by} said (${e.policy}): ${e.text}`;
     default: return '';
   }
 }

@@ -7,7 +7,9 @@
 // operation's bar, coloured by the verdict and shaped by who decided; a
 // pause for a person is shaded across every row. A call a fork inherited
 // from its parent is marked replayed where the fork began: it was not sent.
-// Each step's row offers "Fork from here" (`fork.js`).
+// Each step's row offers "Fork from here" (`fork.js`); the row of an
+// operation whose lease is in flight — from its start event, which names
+// the lease, to its end — offers "extend · stop" (`lease.js`).
 //
 // Drawn from the same events as the rest of the page (live, or replayed
 // from the stored log), as SVG built with DOM calls: event text goes into
@@ -18,6 +20,7 @@
 
 import { $, svgEl } from './dom.js';
 import { forkPoint, openForkForm } from './fork.js';
+import { leaseEnded, openLeasePanel } from './lease.js';
 import { session } from './state.js';
 import { counted, duration } from './text.js';
 import { KIND_NAMES, parseSegment } from './tree.js';
@@ -33,6 +36,11 @@ const LIVE_MS = 1000;
 const LABEL_CHARS = 30;
 /** How wide a replayed call's mark is: it took no time in the fork. */
 const REPLAYED_WIDTH = 8;
+/** Longest label beside "extend · stop", which takes the label's end. */
+const LABEL_CHARS_BESIDE_BUTTON = 20;
+/** Where a row's button begins, and how wide it is. */
+const BUTTON_X = LABEL_WIDTH - 92;
+const BUTTON_WIDTH = 86;
 
 const VERDICTS = ['RENEW', 'NUDGE', 'INTERVENE', 'ESCALATE'];
 /** Who decided, as `DecidedBy` names it, and how the legend says it. */
@@ -44,6 +52,7 @@ const DECIDERS = [
   ['policy', 'rule of the policy'],
   ['load', 'load (the executor was late; not counted)'],
   ['cap', 'renewal cap'],
+  ['person', 'a person, by hand'],
 ];
 /** One mark per decider, centred on (0, 0), within ±5 px. */
 const MARKS = {
@@ -54,6 +63,7 @@ const MARKS = {
   policy: 'M0,-6L5.5,4.5H-5.5Z',
   load: 'M-5,-5H5L-5,5H5Z',
   cap: 'M-5,-3.5L-3.5,-5L0,-1.5L3.5,-5L5,-3.5L1.5,0L5,3.5L3.5,5L0,1.5L-3.5,5L-5,3.5L-1.5,0Z',
+  person: 'M0,-5A2.2,2.2 0 1 1 0,-0.6A2.2,2.2 0 1 1 0,-5ZM-4.5,5A4.5,4.5 0 0 1 4.5,5Z',
 };
 
 const TERMINAL_KINDS = new Set(['run_completed', 'run_failed', 'run_cancelled']);
@@ -102,6 +112,8 @@ function operation(T, key, kind, label) {
     // maker.
     forkAt: null,
     replayed: null,
+    // The lease in flight on it, by its id, or null.
+    lease: null,
     dom: null,
   };
   if (parent) parent.children.push(op);
@@ -140,6 +152,19 @@ function finish(op, at, outcome) {
   }
 }
 
+/** The lease `id` watches `op` from now, if its start event named one. */
+function holdLease(op, id) {
+  if (op.lease !== null && op.lease !== id) leaseEnded(op.lease);
+  op.lease = id === undefined ? null : id;
+}
+
+/** The lease on `op`, if any, is no longer in flight. */
+function endLease(op) {
+  if (op.lease === null) return;
+  leaseEnded(op.lease);
+  op.lease = null;
+}
+
 /** Ends a loop (the run or a worker) and the step it was in. */
 function finishLoop(op, at, outcome) {
   if (op.step) finish(op.step, at, outcome);
@@ -164,9 +189,12 @@ export function timelineEvent(st, e) {
     case 'run_forked':
       begin(pathOperation(T, path), at, null);
       break;
-    case 'worker_spawned':
-      begin(pathOperation(T, path), at, null);
+    case 'worker_spawned': {
+      const op = pathOperation(T, path);
+      begin(op, at, null);
+      holdLease(op, e.lease_id);
       break;
+    }
     case 'step_started': {
       const loop = pathOperation(T, path);
       // A loop a fork inherited began in its parent: its bar starts here.
@@ -184,24 +212,37 @@ export function timelineEvent(st, e) {
       op.bars.push({ start: at, end: at, attempt: null, outcome: 'replayed', dom: null });
       break;
     }
-    case 'model_call_started':
-      begin(pathOperation(T, `${path}/model_call:${e.step}`), at, e.attempt);
+    case 'model_call_started': {
+      const op = pathOperation(T, `${path}/model_call:${e.step}`);
+      begin(op, at, e.attempt);
+      holdLease(op, e.lease_id);
       break;
-    case 'model_call_finished':
-      finish(pathOperation(T, `${path}/model_call:${e.step}`), at, e.outcome);
+    }
+    case 'model_call_finished': {
+      const op = pathOperation(T, `${path}/model_call:${e.step}`);
+      finish(op, at, e.outcome);
+      endLease(op);
       break;
+    }
     case 'tool_call_started': {
       const op = pathOperation(T, path);
       op.label = `tool ${e.tool}`;
       begin(op, at, e.attempt);
+      holdLease(op, e.lease_id);
       break;
     }
-    case 'tool_call_finished':
-      finish(pathOperation(T, path), at, e.outcome);
+    case 'tool_call_finished': {
+      const op = pathOperation(T, path);
+      finish(op, at, e.outcome);
+      endLease(op);
       break;
-    case 'worker_finished':
-      finishLoop(pathOperation(T, path), at, e.outcome);
+    }
+    case 'worker_finished': {
+      const op = pathOperation(T, path);
+      finishLoop(op, at, e.outcome);
+      endLease(op);
       break;
+    }
     case 'restarted': {
       const op = pathOperation(T, path);
       op.backoffs.push({ start: at, end: at + (Number(e.delay_ms) || 0), dom: null });
@@ -238,6 +279,7 @@ export function timelineEvent(st, e) {
       if (TERMINAL_KINDS.has(e.kind)) {
         const status = e.kind.slice('run_'.length);
         for (const op of T.ops.values()) {
+          endLease(op);
           for (const bar of op.bars) {
             if (bar.end === null) {
               bar.end = at;
@@ -349,7 +391,9 @@ function draw(st) {
     const row = op.dom;
     row.g.setAttribute('transform', `translate(0,${index * ROW})`);
     if (rows.children[index] !== row.g) rows.insertBefore(row.g, rows.children[index] || null);
-    const label = op.label.length > LABEL_CHARS ? `${op.label.slice(0, LABEL_CHARS - 1)}…` : op.label;
+    drawLeaseButton(row, op);
+    const chars = op.lease !== null ? LABEL_CHARS_BESIDE_BUTTON : LABEL_CHARS;
+    const label = op.label.length > chars ? `${op.label.slice(0, chars - 1)}…` : op.label;
     if (row.label.textContent !== label) row.label.textContent = label;
     if (row.title.textContent !== `${op.key}: ${op.label}`) row.title.textContent = `${op.key}: ${op.label}`;
     for (const gap of op.backoffs) {
@@ -386,31 +430,56 @@ function newRow(op) {
     svgEl('rect', { class: 'tl-row-bg', x: 0, y: 0, width: '100%', height: ROW }),
     title, label, bars, ticks, op.forkAt ? forkButton(op.forkAt) : null);
   if (op.replayed) g.dataset.replayed = 'true';
-  return { g, title, label, bars, ticks };
+  return { g, title, label, bars, ticks, lease: null };
+}
+
+/** A row's button, as `name` for a screen reader, saying `text`. */
+function rowButton(attrs, name, about, text, open) {
+  const button = svgEl('g', { ...attrs, role: 'button', tabindex: 0, 'aria-label': name },
+    svgEl('title', { text: about }),
+    svgEl('rect', { class: 'tl-button-bg', x: BUTTON_X, y: 2, width: BUTTON_WIDTH, height: ROW - 4, rx: 3 }),
+    svgEl('text', { class: 'tl-button-text', x: LABEL_WIDTH - 10, y: ROW / 2 + 3.5, text }));
+  const press = (event) => {
+    event.preventDefault();
+    open();
+  };
+  button.addEventListener('click', press);
+  button.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' || event.key === ' ') press(event);
+  });
+  return button;
+}
+
+/** "extend · stop" on the row of `op` while a lease is in flight on it. */
+function drawLeaseButton(row, op) {
+  const shown = row.lease;
+  if (shown && shown.id === op.lease) return;
+  if (shown) shown.g.remove();
+  row.lease = null;
+  if (op.lease === null) return;
+  const id = op.lease;
+  const name = `Extend or stop lease:${id} (${op.label})`;
+  const g = rowButton(
+    { class: 'tl-lease', 'data-lease': id },
+    name,
+    `${name}: its lease extended, or its operation stopped, by hand`,
+    'extend \u00b7 stop',
+    () => openLeasePanel(id, op.key, op.label),
+  );
+  row.g.append(g);
+  row.lease = { id, g };
 }
 
 /** "Fork from here" at the right of a step's label: opens the fork form. */
 function forkButton({ path, step }) {
   const name = `Fork from here: ${path} step ${step}`;
-  const button = svgEl('g', {
-    class: 'tl-fork',
-    role: 'button',
-    tabindex: 0,
-    'aria-label': name,
-    'data-at': forkPoint(path, step),
-  },
-  svgEl('title', { text: `${name} (a new run from the state before this step began)` }),
-  svgEl('rect', { class: 'tl-fork-bg', x: LABEL_WIDTH - 92, y: 2, width: 86, height: ROW - 4, rx: 3 }),
-  svgEl('text', { class: 'tl-fork-text', x: LABEL_WIDTH - 10, y: ROW / 2 + 3.5, text: 'fork from here' }));
-  const open = (event) => {
-    event.preventDefault();
-    openForkForm(path, step);
-  };
-  button.addEventListener('click', open);
-  button.addEventListener('keydown', (event) => {
-    if (event.key === 'Enter' || event.key === ' ') open(event);
-  });
-  return button;
+  return rowButton(
+    { class: 'tl-fork', 'data-at': forkPoint(path, step) },
+    name,
+    `${name} (a new run from the state before this step began)`,
+    'fork from here',
+    () => openForkForm(path, step),
+  );
 }
 
 /** Draws `bar`; one still running ends at `until` (now, or an open pause's start). */
