@@ -9,8 +9,10 @@
 //! `endpoint`, its clocks stopped, the reason naming the endpoint and what
 //! it last said) instead of spending its restarts, and the executor probes
 //! the endpoint with backoff — a one-token request — until it answers.
-//! Then it is **up** again and every run paused on it resumes by itself,
-//! its call made again. A person may mark an endpoint down by hand (the
+//! Then it is **up** again and the runs paused on it resume by themselves,
+//! their calls made again: [`Outages::resume_wave`] at once, then two more
+//! for each call it answers, so that a provider coming back is not met by
+//! every run's call at once. A person may mark an endpoint down by hand (the
 //! runs' next calls to it pause before they are made, and nothing probes
 //! it) or up (its runs resume at once); a person may also resume one run
 //! by hand, which tries its call once more.
@@ -40,6 +42,11 @@ pub struct Outages {
     pub probe_initial: Duration,
     /// The longest wait between two probes (default 30 s).
     pub probe_max: Duration,
+    /// How many of the runs waiting on an endpoint resume at once when it
+    /// is up again (default 8; at least 1): each call it answers after
+    /// that resumes two more, so that a provider coming back is not met by
+    /// every run at once.
+    pub resume_wave: usize,
 }
 
 impl Default for Outages {
@@ -48,6 +55,7 @@ impl Default for Outages {
             failures: 5,
             probe_initial: Duration::from_secs(1),
             probe_max: Duration::from_secs(30),
+            resume_wave: 8,
         }
     }
 }
@@ -118,6 +126,8 @@ struct Endpoint {
     last_error: Option<String>,
     /// The runs paused on it, each with its root loop.
     waiting: BTreeMap<String, ActorRef<LoopMsg>>,
+    /// How many of them were told to resume since it was last up.
+    released: u64,
 }
 
 struct Down {
@@ -154,6 +164,7 @@ impl Endpoints {
         Arc::new(Self {
             config: Outages {
                 failures: config.failures.max(1),
+                resume_wave: config.resume_wave.max(1),
                 ..config
             },
             endpoints: Mutex::new(BTreeMap::new()),
@@ -176,13 +187,23 @@ impl Endpoints {
         self.changed.subscribe()
     }
 
-    /// A call to `endpoint` was answered.
+    /// Lists `endpoint` (up) before any call to it: the executor's own
+    /// model, which a person may mark down before it fails.
+    pub fn know(&self, endpoint: &str) {
+        self.lock().entry(endpoint.to_owned()).or_default();
+    }
+
+    /// A call to `endpoint` was answered (or refused: either way it
+    /// answered): two more of the runs waiting on it resume.
     pub(crate) fn answered(&self, endpoint: &str) {
         let mut endpoints = self.lock();
         if let Some(state) = endpoints.get_mut(endpoint)
             && state.down.is_none()
         {
             state.failures = 0;
+            if !state.waiting.is_empty() {
+                release(endpoint, state, 2);
+            }
         }
     }
 
@@ -305,8 +326,9 @@ impl Endpoints {
     }
 
     /// Marks `endpoint` up, by hand or after a probe it answered: the runs
-    /// paused on it resume. How many were told to.
-    pub fn mark_up(&self, endpoint: &str) -> usize {
+    /// paused on it resume, [`Outages::resume_wave`] at once and two more
+    /// for each call it answers. How many waited.
+    pub fn mark_up(self: &Arc<Self>, endpoint: &str) -> usize {
         let waiting = {
             let mut endpoints = self.lock();
             let Some(state) = endpoints.get_mut(endpoint) else {
@@ -316,19 +338,43 @@ impl Endpoints {
                 down.stop.cancel();
             }
             state.failures = 0;
-            std::mem::take(&mut state.waiting)
+            state.released = 0;
+            let waiting = state.waiting.len();
+            release(endpoint, state, self.config.resume_wave);
+            waiting
         };
-        tracing::info!(%endpoint, runs = waiting.len(), "endpoint up: its runs resume");
-        for root in waiting.values() {
-            let _ = root.send_message(LoopMsg::EndpointUp {
-                endpoint: endpoint.to_owned(),
-            });
+        tracing::info!(%endpoint, runs = waiting, "endpoint up: its runs resume");
+        if waiting > self.config.resume_wave {
+            tokio::spawn(Arc::clone(self).keep_resuming(endpoint.to_owned()));
         }
         self.told();
-        waiting.len()
+        waiting
     }
 
-    /// Each endpoint a call was made to that failed, or that is down.
+    /// Resumes a wave of the runs still waiting on `endpoint` whenever no
+    /// answered call resumed one for a probe's longest wait: the runs go
+    /// on even if the calls that would free them never end. Stops when
+    /// none waits, or the endpoint is down again.
+    async fn keep_resuming(self: Arc<Self>, endpoint: String) {
+        let mut seen = 0;
+        loop {
+            tokio::time::sleep(self.config.probe_max).await;
+            let mut endpoints = self.lock();
+            let Some(state) = endpoints.get_mut(&endpoint) else {
+                return;
+            };
+            if state.down.is_some() || state.waiting.is_empty() {
+                return;
+            }
+            if state.released == seen {
+                release(&endpoint, state, self.config.resume_wave);
+            }
+            seen = state.released;
+        }
+    }
+
+    /// Each endpoint known: the executor's model, and any a call failed to
+    /// reach.
     pub fn list(&self) -> Vec<EndpointView> {
         let now = Instant::now();
         self.lock()
@@ -391,6 +437,20 @@ impl Endpoints {
                 }
             }
         }
+    }
+}
+
+/// Tells `count` of the runs waiting on `endpoint` (the first by id) to
+/// resume.
+fn release(endpoint: &str, state: &mut Endpoint, count: usize) {
+    for _ in 0..count {
+        let Some((_, root)) = state.waiting.pop_first() else {
+            return;
+        };
+        state.released += 1;
+        let _ = root.send_message(LoopMsg::EndpointUp {
+            endpoint: endpoint.to_owned(),
+        });
     }
 }
 

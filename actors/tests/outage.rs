@@ -24,11 +24,16 @@ struct Provider {
     down: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
     probes: Arc<AtomicUsize>,
+    /// The runs' calls made since it came back before it answered one.
+    first_wave: Arc<AtomicUsize>,
+    answered_since_up: Arc<AtomicBool>,
 }
 
 impl Provider {
     fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+        self.first_wave.store(0, Ordering::SeqCst);
+        self.answered_since_up.store(false, Ordering::SeqCst);
     }
 
     fn calls(&self) -> usize {
@@ -53,8 +58,16 @@ impl ModelClient for Provider {
         };
         counter.fetch_add(1, Ordering::SeqCst);
         let down = self.down.load(Ordering::SeqCst);
+        let runs_call = request.consumer != "probe";
+        if runs_call && !down && !self.answered_since_up.load(Ordering::SeqCst) {
+            self.first_wave.fetch_add(1, Ordering::SeqCst);
+        }
+        let answered = self.answered_since_up.clone();
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
+            if !down && runs_call {
+                answered.store(true, Ordering::SeqCst);
+            }
             if down {
                 return Err(ModelError::new(
                     ModelErrorKind::ConnectionRefused,
@@ -92,6 +105,7 @@ async fn rig() -> Rig {
             failures: 3,
             probe_initial: Duration::from_secs(1),
             probe_max: Duration::from_secs(8),
+            resume_wave: 4,
         },
         ..EngineConfig::default()
     };
@@ -172,6 +186,8 @@ async fn an_endpoint_that_fails_every_call_pauses_its_runs_probes_with_backoff_a
         assert_eq!(state.status, RunStatus::Completed, "{state:?}");
     }
     assert!(engine.endpoints().list()[0].up);
+    // Not all at once: a wave of four, then two more for each answer.
+    assert_eq!(provider.first_wave.load(Ordering::SeqCst), 4);
     let all = events.events();
     for run in &runs {
         let kinds = of_run(&all, run);

@@ -15,9 +15,16 @@ use std::collections::BTreeMap;
 
 mod support;
 
+#[path = "../../runtime/tests/support/postgres.rs"]
+mod postgres;
+
 use serde_json::{Value, json};
 use support::llama_stage::{PATIENCE, Stage};
 use support::sse::{Frame, Frames};
+
+/// The API token of the servers that share a store (an executor's
+/// identity is told only with it).
+const TOKEN: &str = "hands-on-test-token";
 
 /// A flow whose one answer streams, with leases no frozen second can end.
 fn flow(name: &str, task: &str) -> Value {
@@ -407,4 +414,88 @@ async fn a_rolled_back_message_is_in_the_forks_first_request_on_a_real_model_and
     );
     let _ = server.start_kill();
     let _ = server.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_streaming_on_one_executor_is_paused_mid_stream_and_resumed_through_another_on_postgres()
+ {
+    let (_cluster, url) = postgres::database().await;
+    let stage = Stage::new().await;
+    let serve = || {
+        let command = support::leasehold_on_store(&url)
+            .model(&stage.proxy.base, &stage.llama.model_name())
+            .api_token(TOKEN);
+        support::start_serve(command, "127.0.0.1:0", &[])
+    };
+    let mut a = serve();
+    let base_a = support::served_base(&mut a, PATIENCE).await;
+    let mut b = serve();
+    let base_b = support::served_base(&mut b, PATIENCE).await;
+    let http = support::authorized(TOKEN);
+    let owner = support::owner_id(&http, &base_a).await;
+    let run_id = support::post_run(
+        &http,
+        &base_a,
+        &flow("tide", "Explain the tides in two sentences."),
+    )
+    .await;
+    stage.until_the_answer_streams().await;
+    stage.llama.freeze();
+    // Paused through B while A's call streams: forwarded to A, the call
+    // left to finish.
+    let (status, paused) = post(
+        &http,
+        format!("{base_b}/runs/{run_id}/pause"),
+        &json!({"reason": "a look at the draft", "in_flight": "finish", "by": "ana"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{paused}");
+    assert_eq!(paused["forwarded_to"], owner.as_str(), "{paused}");
+    support::view_until(&http, &base_b, &run_id, PATIENCE, "paused", |run| {
+        run["status"] == "waiting_human"
+    })
+    .await;
+    stage.llama.thaw();
+    // The stream finishes while paused, and nothing more is asked.
+    support::until("the call in flight to finish", PATIENCE, || async {
+        let stored = events(&http, &base_b, &run_id).await;
+        kinds(&stored)
+            .contains(&"model_call_finished")
+            .then_some(())
+    })
+    .await;
+    let run = support::get_run(&http, &base_b, &run_id).await;
+    assert_eq!(run["status"], "waiting_human", "{run}");
+    assert_eq!(stage.loop_requests().len(), 1, "{:#?}", stage.journal());
+    // Resumed through B: A ends the run with the answer it held.
+    let (status, resumed) = post(&http, format!("{base_b}/runs/{run_id}/resume"), &json!({})).await;
+    assert_eq!(status, 202, "{resumed}");
+    let run = finished(&http, &base_b, &run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let stored = events(&http, &base_b, &run_id).await;
+    let first = stored
+        .iter()
+        .find(|e| e["kind"] == "model_call_finished")
+        .expect("a call finished");
+    assert_eq!(first["outcome"], "ok", "the call was kept: {first}");
+    assert_eq!(
+        stored
+            .iter()
+            .filter(|e| e["kind"] == "model_call_started")
+            .count(),
+        1,
+        "made once: {:?}",
+        kinds(&stored)
+    );
+    assert!(
+        stored
+            .iter()
+            .any(|e| e["kind"] == "paused" && e["by"] == "ana"),
+        "{:?}",
+        kinds(&stored)
+    );
+    for mut server in [a, b] {
+        let _ = server.start_kill();
+        let _ = server.wait().await;
+    }
 }

@@ -150,6 +150,9 @@ pub struct Metrics {
     store_retries: Counter,
     store_given_up: Counter,
     store_up: Gauge,
+    /// By endpoint (a name the runs' clients give, not a closed set).
+    endpoint_up: Family<Vec<(&'static str, String)>, Gauge>,
+    endpoint_runs_waiting: Family<Vec<(&'static str, String)>, Gauge>,
 }
 
 /// Reads three counts kept by a part of its own, in the order of its
@@ -251,6 +254,8 @@ impl Metrics {
             store_retries: Counter::default(),
             store_given_up: Counter::default(),
             store_up: Gauge::default(),
+            endpoint_up: Family::default(),
+            endpoint_runs_waiting: Family::default(),
         };
         metrics.registry.register(
             "runs",
@@ -385,6 +390,17 @@ impl Metrics {
             metrics.store_given_up.clone(),
         );
         metrics.registry.register(
+            "endpoint_up",
+            "Whether an endpoint the runs call is up (1) or down (0): down after calls in a \
+             row could not reach it, or marked down by hand; its runs wait paused",
+            metrics.endpoint_up.clone(),
+        );
+        metrics.registry.register(
+            "endpoint_runs_waiting",
+            "The runs paused until an endpoint answers again",
+            metrics.endpoint_runs_waiting.clone(),
+        );
+        metrics.registry.register(
             "store_up",
             "Whether the store answers (1) or is away (0): read when scraped, and 0 while \
              the last write of this executor's runs failed",
@@ -469,6 +485,15 @@ impl Metrics {
             .inc_by(health.given_up.saturating_sub(self.store_given_up.get()));
         self.leases_live
             .set(i64::try_from(engine.live_leases()).unwrap_or(i64::MAX));
+        for endpoint in engine.endpoints().list() {
+            let labels = vec![("endpoint", endpoint.endpoint.clone())];
+            self.endpoint_up
+                .get_or_create(&labels)
+                .set(i64::from(endpoint.up));
+            self.endpoint_runs_waiting
+                .get_or_create(&labels)
+                .set(i64::try_from(endpoint.runs_waiting.len()).unwrap_or(i64::MAX));
+        }
         self.read_sources();
         let mut text = String::new();
         prometheus_text::encode(&mut text, &self.registry)?;

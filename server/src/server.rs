@@ -24,6 +24,7 @@ mod api;
 mod assets;
 mod by_hand;
 mod commands;
+mod endpoints;
 mod error;
 mod events;
 mod executor;
@@ -253,6 +254,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics::scrape))
         .route("/executor", get(executor::status))
         .route("/paces", get(api::paces))
+        .route("/endpoints", get(endpoints::list))
+        .route("/endpoints/down", post(endpoints::down))
+        .route("/endpoints/up", post(endpoints::up))
         .route("/runs", post(api::create_run).get(api::list_runs))
         .route("/runs/actions", post(many::act))
         .route("/runs/{id}", get(api::show_run))

@@ -126,9 +126,14 @@ impl LlamaServer {
     /// Starts a server on the installed model and waits until it answers
     /// with the model loaded.
     pub async fn start() -> Self {
+        Self::start_on(free_port()).await
+    }
+
+    /// [`Self::start`] on `port`: a server started again where one was
+    /// stopped ([`Self::kill`]), as a provider comes back.
+    pub async fn start_on(port: u16) -> Self {
         let executable = executable();
         let model = model();
-        let port = free_port();
         let total_context = SLOT_CONTEXT * u32::try_from(SLOTS).expect("a few slots");
         let mut command = Command::new(&executable);
         command
@@ -243,6 +248,13 @@ impl LlamaServer {
             .file_stem()
             .map(|stem| stem.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned())
+    }
+
+    /// Kills the process (SIGKILL) and reaps it: its port refuses every
+    /// connection until a server starts on it again.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Stops the process (SIGSTOP): its sockets stay open and say nothing.

@@ -358,6 +358,10 @@ impl AgentLoop {
         let reply = match outcome {
             Ok(reply) => reply,
             Err(end) => {
+                if unreachable.is_none() && matches!(end, ChildEnd::Failed { .. }) {
+                    // Refused, or answered amiss: either way, answered.
+                    self.ctx.endpoints.answered(&self.ctx.model_described);
+                }
                 self.emit(EventKind::ModelCallFinished {
                     step,
                     attempt,

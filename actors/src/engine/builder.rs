@@ -561,6 +561,9 @@ impl EngineBuilder {
             .owner_id
             .unwrap_or_else(|| crate::OwnerId::of_program().to_string());
         let endpoints = crate::endpoints::Endpoints::new(self.config.outages);
+        if let Ok(model) = &model {
+            endpoints.know(&model.describe());
+        }
         Ok(Engine {
             config: self.config,
             model,
