@@ -858,8 +858,10 @@ impl Retention for MemoryStore {
                 events,
                 commands,
                 notices,
+                keys,
                 ..
             } = &mut *tables;
+            keys.retain(|_, kept| !gone.contains(kept.run_id.as_str()));
             notices.retain(|_, notice| !gone.contains(notice.run_id.as_str()));
             history.retain(|run, _| !gone.contains(run.as_str()));
             order.retain(|id| !gone.contains(id.as_str()));

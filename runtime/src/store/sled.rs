@@ -124,6 +124,9 @@ struct Inner {
     paces: Tree,
     /// The idempotency keys of creations ([`keys::KEYS`]).
     keys: Tree,
+    /// Each keyed run's key ([`keys::KEYS_BY_RUN`]), so a purge of the run
+    /// takes its key with it.
+    keys_by_run: Tree,
     /// Held by a keyed creation from its look at the key to its run.
     keying: Mutex<()>,
     /// Tells subscribers of writes that landed (in this process: sled
@@ -233,6 +236,7 @@ impl SledStore {
         let outbox = Notices::new(tree(outbox::OUTBOX)?);
         let paces = tree(paces::PACES)?;
         let keys = tree(keys::KEYS)?;
+        let keys_by_run = tree(keys::KEYS_BY_RUN)?;
         let indexes = RunIndexes::open(
             tree(codec::RUNS_BY_STATUS)?,
             tree(codec::RUNS_BY_FLOW)?,
@@ -283,6 +287,7 @@ impl SledStore {
                 outbox,
                 paces,
                 keys,
+                keys_by_run,
                 keying: Mutex::new(()),
                 changes: ChangeHub::new(),
                 indexes,

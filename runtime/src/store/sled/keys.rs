@@ -13,6 +13,10 @@ use super::{Inner, failed};
 /// The tree of keys: key → [`KeptKey`].
 pub(super) const KEYS: &str = "idempotency_keys";
 
+/// The tree of keyed runs: run id → its key, so that a purge of the run
+/// takes its key with it.
+pub(super) const KEYS_BY_RUN: &str = "idempotency_keys_by_run";
+
 impl Inner {
     pub(super) fn create_run_keyed(
         &self,
@@ -43,7 +47,37 @@ impl Inner {
         self.keys
             .insert(key.key.as_bytes(), kept)
             .map_err(|e| failed(&doing, &e))?;
+        self.keys_by_run
+            .insert(record.run_id.as_bytes(), key.key.as_bytes())
+            .map_err(|e| failed(&doing, &e))?;
         self.create_run(record)?;
         Ok((KeyedCreation::Created, true))
+    }
+
+    /// Forgets the key `run_id` was created under, if it still names it:
+    /// the run is being deleted.
+    pub(super) fn forget_key_of(&self, run_id: &str) -> Result<(), StoreError> {
+        let doing = format_args!("forgetting the idempotency key of run `{run_id}`");
+        let Some(key) = self
+            .keys_by_run
+            .get(run_id.as_bytes())
+            .map_err(|e| failed(&doing, &e))?
+        else {
+            return Ok(());
+        };
+        let _one = self
+            .keying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(bytes) = self.keys.get(&key).map_err(|e| failed(&doing, &e))? {
+            let kept: KeptKey = decode(&bytes, &"an idempotency key")?;
+            if kept.run_id == run_id {
+                self.keys.remove(&key).map_err(|e| failed(&doing, &e))?;
+            }
+        }
+        self.keys_by_run
+            .remove(run_id.as_bytes())
+            .map_err(|e| failed(&doing, &e))?;
+        Ok(())
     }
 }

@@ -99,6 +99,7 @@ impl Inner {
             remove_prefix(tree, &prefix, &doing)?;
         }
         queue::remove_of(&self.commands, run_id)?;
+        self.forget_key_of(run_id)?;
         let removed = self
             .runs
             .remove(run_id.as_bytes())
@@ -230,7 +231,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_purge_leaves_no_entry_of_a_deleted_run_but_the_last_creation_order_entry() {
+    async fn a_purge_leaves_no_entry_of_a_deleted_run_but_the_last_creation_order_entry_nor_its_key()
+    {
         // A directory of its own: tests of this binary run in parallel,
         // and a sled directory can be open once at a time.
         let dir = tempfile::tempdir().expect("a directory");
@@ -240,11 +242,25 @@ mod tests {
                 .with_durability(Durability::Exit),
         )
         .expect("a store");
-        for n in 0..100 {
+        for n in 0..90 {
             store.create_run(finished(n)).await.expect("created");
+        }
+        // Ten created under idempotency keys, whose keys go with them.
+        for n in 90..100 {
+            let key = leasehold_actors::IdempotencyKey {
+                key: format!("key-{n}"),
+                fingerprint: "f".to_owned(),
+                at_ms: u64::from(n),
+                retention_ms: 86_400_000,
+            };
+            store
+                .create_run_keyed(finished(n), key)
+                .await
+                .expect("created");
         }
         let inner = &store.inner;
         assert_eq!(inner.run_order.len(), 100);
+        assert_eq!(inner.keys.len(), 10);
         let rule = PurgeRule {
             now_ms: 10_000,
             retention_ms: Some(5_000),
@@ -258,6 +274,8 @@ mod tests {
             assert!(report.purged.is_empty());
         }
         assert!(inner.runs.is_empty());
+        assert!(inner.keys.is_empty(), "a purged run takes its key with it");
+        assert!(inner.keys_by_run.is_empty());
         assert_eq!(inner.run_order.len(), 1, "the manifest counts by the last");
         assert!(inner.finished.is_empty());
         for tree in [
