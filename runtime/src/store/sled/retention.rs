@@ -232,7 +232,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_purge_leaves_no_entry_of_a_deleted_run_but_the_last_creation_order_entry_nor_its_key()
-    {
+     {
         // A directory of its own: tests of this binary run in parallel,
         // and a sled directory can be open once at a time.
         let dir = tempfile::tempdir().expect("a directory");
