@@ -51,6 +51,7 @@ use crate::supervision::evidence::Evidence;
 use crate::supervision::strategy::SupervisionStrategy;
 
 pub use builtin::{COMPLETE_MILESTONE_TOOL, SPAWN_WORKER_TOOL};
+pub(crate) use messages::Outage;
 pub use messages::{
     ControlError, Escalation, LoopMsg, Overflow, ReconcileDecision, Reconciliation,
 };

@@ -24,12 +24,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use ractor::ActorRef;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::agent::LoopMsg;
-use crate::ports::{ModelClient, ModelErrorKind};
+use crate::ports::ModelClient;
+
+/// Tells a run waiting on an endpoint that it answers again.
+pub(crate) type Resume = Box<dyn FnOnce() + Send>;
 
 /// When an endpoint is down, and how it is probed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,28 +59,6 @@ impl Default for Outages {
             resume_wave: 8,
         }
     }
-}
-
-/// Whether a model call's failure says its endpoint could not be reached:
-/// nothing listened, the connection dropped, or the server failed (5xx).
-/// A refusal of the request (4xx), a rate limit or a malformed answer is
-/// the endpoint answering.
-pub fn unreachable(kind: &ModelErrorKind) -> bool {
-    matches!(
-        kind,
-        ModelErrorKind::ConnectionRefused | ModelErrorKind::Disconnected | ModelErrorKind::Server
-    )
-}
-
-/// A loop's call found its endpoint down: what its run pauses on.
-#[derive(Debug)]
-pub(crate) struct Outage {
-    /// The loop.
-    pub(crate) path: String,
-    /// What the endpoint's client calls it.
-    pub(crate) endpoint: String,
-    /// Why the run pauses.
-    pub(crate) reason: String,
 }
 
 /// Who marked an endpoint down.
@@ -124,8 +103,8 @@ struct Endpoint {
     down: Option<Down>,
     failures: u32,
     last_error: Option<String>,
-    /// The runs paused on it, each with its root loop.
-    waiting: BTreeMap<String, ActorRef<LoopMsg>>,
+    /// The runs paused on it, each with what tells it to resume.
+    waiting: BTreeMap<String, Resume>,
     /// How many of them were told to resume since it was last up.
     released: u64,
 }
@@ -202,7 +181,7 @@ impl Endpoints {
         {
             state.failures = 0;
             if !state.waiting.is_empty() {
-                release(endpoint, state, 2);
+                release(state, 2);
             }
         }
     }
@@ -282,19 +261,17 @@ impl Endpoints {
         }
     }
 
-    /// Run `run_id`, whose root loop is `root`, waits for `endpoint`; told
-    /// at once if it is up already.
-    pub(crate) fn wait(&self, endpoint: &str, run_id: &str, root: ActorRef<LoopMsg>) {
+    /// Run `run_id` waits for `endpoint`, told by `resume` when it
+    /// answers; told at once if it is up already.
+    pub(crate) fn wait(&self, endpoint: &str, run_id: &str, resume: Resume) {
         let mut endpoints = self.lock();
         let state = endpoints.entry(endpoint.to_owned()).or_default();
         if state.down.is_none() {
             drop(endpoints);
-            let _ = root.send_message(LoopMsg::EndpointUp {
-                endpoint: endpoint.to_owned(),
-            });
+            resume();
             return;
         }
-        state.waiting.insert(run_id.to_owned(), root);
+        state.waiting.insert(run_id.to_owned(), resume);
     }
 
     /// Run `run_id` no longer waits for anything (resumed by a person, or
@@ -340,7 +317,7 @@ impl Endpoints {
             state.failures = 0;
             state.released = 0;
             let waiting = state.waiting.len();
-            release(endpoint, state, self.config.resume_wave);
+            release(state, self.config.resume_wave);
             waiting
         };
         tracing::info!(%endpoint, runs = waiting, "endpoint up: its runs resume");
@@ -367,7 +344,7 @@ impl Endpoints {
                 return;
             }
             if state.released == seen {
-                release(&endpoint, state, self.config.resume_wave);
+                release(state, self.config.resume_wave);
             }
             seen = state.released;
         }
@@ -440,17 +417,15 @@ impl Endpoints {
     }
 }
 
-/// Tells `count` of the runs waiting on `endpoint` (the first by id) to
+/// Tells `count` of the runs waiting on an endpoint (the first by id) to
 /// resume.
-fn release(endpoint: &str, state: &mut Endpoint, count: usize) {
+fn release(state: &mut Endpoint, count: usize) {
     for _ in 0..count {
-        let Some((_, root)) = state.waiting.pop_first() else {
+        let Some((_, resume)) = state.waiting.pop_first() else {
             return;
         };
         state.released += 1;
-        let _ = root.send_message(LoopMsg::EndpointUp {
-            endpoint: endpoint.to_owned(),
-        });
+        resume();
     }
 }
 

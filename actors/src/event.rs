@@ -12,7 +12,6 @@
 
 mod bus;
 mod tail;
-pub(crate) mod text;
 
 pub(crate) use crate::vocabulary::event::overflow_sizes;
 pub use crate::vocabulary::event::{
@@ -23,6 +22,6 @@ pub use crate::vocabulary::limits::{
     DEFAULT_MAX_PROGRESS_NOTE_BYTES, DEFAULT_MAX_RUN_EVENTS, DEFAULT_PROGRESS_INTERVAL,
     EventLimits, MIN_PROGRESS_NOTE_BYTES, cut_note,
 };
+pub use crate::vocabulary::text::{MAX_KEPT_TEXT, TextDelta, TextFollow, Texts};
 pub use bus::{EventBus, EventStream, Lagged};
 pub use tail::{LogTail, TailRead};
-pub use text::{MAX_KEPT_TEXT, TextDelta, TextFollow, Texts};

@@ -154,7 +154,7 @@ impl EventSink for LoggingSink {
         self.publish(run_id, path, kind);
     }
 
-    fn texts(&self) -> Option<&crate::event::Texts> {
+    fn texts(&self) -> Option<&crate::vocabulary::text::Texts> {
         Some(self.bus.texts())
     }
 }

@@ -68,7 +68,7 @@ pub mod testing;
 
 // The engine and its runs.
 pub use agent::{COMPLETE_MILESTONE_TOOL, ControlError, ReconcileDecision, SPAWN_WORKER_TOOL};
-pub use endpoints::{DownBy, EndpointView, Endpoints, Outages, unreachable};
+pub use endpoints::{DownBy, EndpointView, Endpoints, Outages};
 pub use engine::{
     DEFAULT_MAX_TOOL_RESULT_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder, EngineConfig,
     EngineError, IDEMPOTENCY_RETENTION, RUN_STOP_GRACE, RunOptions, ToolFactory, ToolSecrets,

@@ -13,4 +13,5 @@ pub(crate) mod lease;
 pub(crate) mod limits;
 pub(crate) mod records;
 pub(crate) mod sink;
+pub(crate) mod text;
 pub(crate) mod verdict;

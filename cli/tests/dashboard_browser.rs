@@ -18,6 +18,11 @@
 //! a hung call's lease extended and stopped from the timeline, a message
 //! enqueued and one refused, the run paused and resumed, then rolled back
 //! into a fork — and the test reads each act back from the run's log.
+//! `tests/browser/endpoints.mjs` marks the model endpoint down and up from
+//! the list's Endpoints panel, the test reading the server between the
+//! clicks: a run started meanwhile waits on it, is counted and linked
+//! there, reads on its page that it resumes by itself, and completes once
+//! the endpoint is marked up.
 //!
 //! Its peers: Node, `playwright-core` (installed by `scripts/peers.sh`, found
 //! through `LEASEHOLD_PEER_PLAYWRIGHT`) and Debian's Chromium
@@ -1509,6 +1514,283 @@ fn a_person_handles_a_running_run_from_its_page_in_a_real_browser() {
     });
     drop(server);
     runtime.block_on(hanging.stack.shutdown());
+}
+
+/// A browser script the test drives step by step: it prints `@STEP` when
+/// it has done a step, and reads a line on its standard input when it must
+/// wait for the test. Killed (by its own process id) when dropped.
+struct Driven {
+    script: Killed,
+    lines: mpsc::Receiver<String>,
+    stdout: Vec<String>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    deadline: Instant,
+}
+
+impl Driven {
+    /// Starts `command`, which must end within `limit`.
+    fn start(mut command: Command, limit: Duration) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the browser script starts");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let (sent, lines) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sent.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stderr, &mut bytes);
+            bytes
+        });
+        Self {
+            script: Killed { child, stdin },
+            lines,
+            stdout: Vec::new(),
+            stderr: Some(stderr),
+            deadline: Instant::now() + limit,
+        }
+    }
+
+    /// Waits until the script says it has done `step`.
+    fn until(&mut self, step: &str) {
+        let said = format!("@{step}");
+        loop {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let done = line.trim() == said;
+                    self.stdout.push(line);
+                    if done {
+                        return;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.fail(&format!("the browser script did not say {said} in time"))
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.fail(&format!("the browser script ended before saying {said}"))
+                }
+            }
+        }
+    }
+
+    /// Sends the script the line `line`.
+    fn tell(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.script.stdin.as_mut().expect("the script's input");
+        if let Err(error) = writeln!(stdin, "{line}").and_then(|()| stdin.flush()) {
+            self.fail(&format!(
+                "the browser script could not be told {line:?}: {error}"
+            ));
+        }
+    }
+
+    /// Waits for the script to end, and checks it passed: the line
+    /// `passed`, after one JSON line of what it saw, which is returned.
+    fn passed(mut self, passed: &str) -> serde_json::Value {
+        let status = wait_for(
+            &mut self.script.child,
+            self.deadline.saturating_duration_since(Instant::now()),
+        );
+        self.stdout.extend(self.lines.try_iter());
+        if !status.is_some_and(|s| s.success()) {
+            self.fail(&format!("the browser script failed ({status:?})"));
+        }
+        if !self.stdout.iter().any(|line| line == passed) {
+            self.fail("the browser script exited 0 without passing");
+        }
+        println!("{}", self.stdout.join("\n"));
+        let seen = self
+            .stdout
+            .iter()
+            .find_map(|line| serde_json::from_str(line).ok());
+        seen.unwrap_or_else(|| self.fail("the browser script printed no result"))
+    }
+
+    /// Fails the test with `why` and what the script printed, once it is
+    /// stopped.
+    fn fail(&mut self, why: &str) -> ! {
+        let _ = self.script.child.kill();
+        let _ = self.script.child.wait();
+        self.stdout.extend(self.lines.try_iter());
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|thread| thread.join().ok())
+            .unwrap_or_default();
+        panic!(
+            "{why}\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.stdout.join("\n"),
+            String::from_utf8_lossy(&stderr)
+        )
+    }
+}
+
+/// The endpoints `GET /endpoints` lists.
+async fn endpoints(http: &reqwest::Client, base: &str) -> Vec<serde_json::Value> {
+    let listed = support::get_json(http, &format!("{base}/endpoints")).await;
+    listed["endpoints"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list of endpoints: {listed}"))
+        .clone()
+}
+
+#[test]
+fn a_person_marks_the_model_endpoint_down_and_up_from_the_list_in_a_real_browser() {
+    let (playwright, chromium) = peers();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // The demo's model: it answers a flow it does not know in one step.
+    let stack = runtime
+        .block_on(leasehold_cli::demo::DemoStack::start())
+        .expect("the demo's servers");
+    let data = tempfile::tempdir().expect("a temporary data directory");
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let token = format!("endpoints-{}-{nanos}", std::process::id());
+    let (server, port) = serve_with(&data.path().join("store"), data.path(), |command| {
+        command
+            .env("LEASEHOLD_API_TOKEN", &token)
+            .env("LEASEHOLD_MODEL_BASE_URL", stack.model_base_url())
+            .env("LEASEHOLD_MODEL_NAME", "leasehold-demo");
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    let http = support::authorized(&token);
+
+    // The executor's model, listed up before any run called it.
+    let listed = runtime.block_on(endpoints(&http, &base));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["up"], true, "{listed:?}");
+    let endpoint = listed[0]["endpoint"]
+        .as_str()
+        .expect("the endpoint's name")
+        .to_owned();
+    assert!(
+        endpoint.contains("leasehold-demo") && endpoint.contains(&stack.model_base_url()),
+        "{endpoint}"
+    );
+
+    let mut browser = Command::new("node");
+    browser
+        .arg(repo_root().join("tests/browser/endpoints.mjs"))
+        .arg(port.to_string())
+        .arg(&token)
+        .arg(&endpoint)
+        .env(PLAYWRIGHT_ENV, &playwright)
+        .env(CHROMIUM_ENV, &chromium)
+        .current_dir(repo_root());
+    let mut script = Driven::start(browser, BROWSER);
+
+    // Marked down on the page: down, by the person, on the server.
+    script.until("marked-down");
+    let down = runtime.block_on(endpoints(&http, &base));
+    assert_eq!(down.len(), 1, "{down:?}");
+    assert_eq!(down[0]["endpoint"], endpoint.as_str(), "{down:?}");
+    assert_eq!(down[0]["up"], false, "{down:?}");
+    assert_eq!(
+        down[0]["down_by"],
+        serde_json::json!({"by": "person", "name": DASHBOARD_PERSON}),
+        "{down:?}"
+    );
+
+    // A run started now waits on the endpoint, its call not made.
+    let flow = serde_json::json!({
+        "name": "sky",
+        "task": "What colour is the sky? Answer in one word.",
+        "max_steps": 2,
+    });
+    let (run_id, paused) = runtime.block_on(async {
+        let run_id = support::post_run(&http, &base, &flow).await;
+        let paused = support::view_until(&http, &base, &run_id, BROWSER, "paused", |view| {
+            view["status"] == "waiting_human"
+        })
+        .await;
+        (run_id, paused)
+    });
+    assert_eq!(paused["pause"]["subject"], "endpoint", "{paused}");
+    assert!(
+        paused["pause"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&format!("{DASHBOARD_PERSON} marked {endpoint} down"))),
+        "{paused}"
+    );
+    let waiting = runtime.block_on(endpoints(&http, &base));
+    assert_eq!(
+        waiting[0]["runs_waiting"],
+        serde_json::json!([run_id]),
+        "{waiting:?}"
+    );
+    script.tell(&run_id);
+
+    // Marked up on the page: the run resumes by itself and completes.
+    script.until("marked-up");
+    let completed = runtime.block_on(support::view_until(
+        &http,
+        &base,
+        &run_id,
+        BROWSER,
+        "completed",
+        |view| view["status"] == "completed",
+    ));
+    assert!(
+        completed["answer"].as_str().is_some_and(|a| !a.is_empty()),
+        "{completed}"
+    );
+    let (up, events) = runtime.block_on(async {
+        (
+            endpoints(&http, &base).await,
+            logged_events(&http, &base, &run_id).await,
+        )
+    });
+    assert_eq!(up[0]["up"], true, "{up:?}");
+    assert!(up[0].get("down_by").is_none(), "{up:?}");
+    let answered_again = format!("{endpoint} answered again");
+    let paused_at = seq_of(&events, |e| {
+        e["kind"] == "paused" && e["subject"] == "endpoint"
+    });
+    let resumed_at = seq_of(&events, |e| {
+        e["kind"] == "resumed" && e["by"] == answered_again.as_str()
+    });
+    let called_at = seq_of(&events, |e| e["kind"] == "model_call_started");
+    assert!(
+        paused_at.is_some() && paused_at < resumed_at && resumed_at < called_at,
+        "paused on the endpoint, resumed by it, then its call made: {events:#?}"
+    );
+
+    // What the page said is what the server did.
+    let seen = script.passed("endpoints test passed");
+    assert_eq!(seen["down_by"], DASHBOARD_PERSON, "{seen}");
+    assert_eq!(seen["waiting"], "1 run", "{seen}");
+    assert_eq!(
+        seen["pause_title"],
+        format!("Waiting for {endpoint} to answer again \u{2014} it resumes by itself"),
+        "{seen}"
+    );
+    assert_eq!(seen["pause_subject"], "endpoint", "{seen}");
+    assert!(
+        seen["up_answer"]
+            .as_str()
+            .is_some_and(|a| a.ends_with(". The run waiting on it resumes.")),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["resumed_row"],
+        format!("resumed: {answered_again}"),
+        "{seen}"
+    );
+    drop(server);
+    runtime.block_on(stack.shutdown());
 }
 
 /// The dashboard's texts, as its own modules word them, run by Node: a

@@ -499,3 +499,60 @@ async fn a_run_streaming_on_one_executor_is_paused_mid_stream_and_resumed_throug
         let _ = server.wait().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_taken_survives_a_sigkill_of_its_executor_and_reaches_the_real_models_next_request()
+ {
+    let stage = Stage::new().await;
+    let serve = || support::start_serve(stage.leasehold(), "127.0.0.1:0", &[]);
+    let mut a = serve();
+    let base_a = support::served_base(&mut a, PATIENCE).await;
+    let http = reqwest::Client::new();
+    let run_id = support::post_run(
+        &http,
+        &base_a,
+        &flow("moon", "Describe the moon in two sentences."),
+    )
+    .await;
+    stage.until_the_answer_streams().await;
+    stage.llama.freeze();
+    let message = "Mention the colour silver.";
+    let (status, taken) = post(
+        &http,
+        format!("{base_a}/runs/{run_id}/messages"),
+        &json!({"text": message, "policy": "enqueue", "by": "ana"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{taken}");
+    // The answer said the message was taken: the executor dies at once,
+    // its call in flight with it.
+    support::signal(&a, "-KILL");
+    let _ = a.wait().await;
+    stage.llama.thaw();
+    // Another executor on the same data directory finds the run orphaned;
+    // resumed, its next request carries the message.
+    let mut b = serve();
+    let base_b = support::served_base(&mut b, PATIENCE).await;
+    let run = finished(&http, &base_b, &run_id).await;
+    assert_eq!(run["status"], "orphaned", "{run}");
+    let (status, resumed) = post(&http, format!("{base_b}/runs/{run_id}/resume"), &json!({})).await;
+    assert_eq!(status, 200, "{resumed}");
+    let run = finished(&http, &base_b, &run_id).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let requests = stage.loop_requests();
+    assert!(
+        requests
+            .iter()
+            .skip(1)
+            .any(|r| r["said"].as_str().unwrap().contains(message)),
+        "{requests:#?}"
+    );
+    let stored = events(&http, &base_b, &run_id).await;
+    assert!(
+        kinds(&stored).contains(&"message_received"),
+        "{:?}",
+        kinds(&stored)
+    );
+    let _ = b.start_kill();
+    let _ = b.wait().await;
+}

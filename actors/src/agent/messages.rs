@@ -47,7 +47,7 @@ pub enum LoopMsg {
     },
     /// A loop's call found its endpoint down (root only): the run pauses
     /// until it answers again.
-    EndpointDown(Box<crate::endpoints::Outage>),
+    EndpointDown(Box<Outage>),
     /// An endpoint the run waits on answers again, or was marked up (root
     /// only).
     EndpointUp {
@@ -311,4 +311,15 @@ pub enum ControlError {
         /// The run.
         run_id: String,
     },
+}
+
+/// A loop's call found its endpoint down: what its run pauses on.
+#[derive(Debug)]
+pub(crate) struct Outage {
+    /// The loop.
+    pub(crate) path: String,
+    /// What the endpoint's client calls it.
+    pub(crate) endpoint: String,
+    /// Why the run pauses.
+    pub(crate) reason: String,
 }

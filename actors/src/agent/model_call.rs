@@ -46,7 +46,7 @@ impl Call for ModelCallArgs {
             Ok(Err(error)) => {
                 retry_after = error.retry_after;
                 overflow = super::Overflow::of(&error);
-                unreachable = crate::endpoints::unreachable(&error.kind).then(|| error.to_string());
+                unreachable = error.kind.is_unreachable().then(|| error.to_string());
                 Some(Err(ChildEnd::Failed {
                     reason: error.to_string(),
                     retryable: error.retryable,

@@ -318,7 +318,7 @@ impl AgentLoop {
     ) {
         self.stop_clocks();
         if let Some(root) = self.ctx.root.get() {
-            let _ = root.send_message(LoopMsg::EndpointDown(Box::new(crate::endpoints::Outage {
+            let _ = root.send_message(LoopMsg::EndpointDown(Box::new(super::messages::Outage {
                 path: self.path.clone(),
                 endpoint: self.ctx.model_described.clone(),
                 reason,

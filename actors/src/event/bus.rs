@@ -45,7 +45,7 @@ struct BusInner {
     seq: AtomicU64,
     clock: Arc<dyn Clock>,
     /// The text of the runs' model calls in flight.
-    texts: super::text::Texts,
+    texts: crate::vocabulary::text::Texts,
 }
 
 /// What publishing keeps.
@@ -119,14 +119,14 @@ impl EventBus {
                 capacity,
                 seq: AtomicU64::new(0),
                 clock,
-                texts: super::text::Texts::default(),
+                texts: crate::vocabulary::text::Texts::default(),
             }),
         }
     }
 
     /// The text the runs' model calls stream, as it streams: not events,
-    /// and never logged ([`super::text`]).
-    pub fn texts(&self) -> &super::text::Texts {
+    /// and never logged ([`Texts`](crate::Texts)).
+    pub fn texts(&self) -> &crate::vocabulary::text::Texts {
         &self.inner.texts
     }
 
@@ -236,7 +236,7 @@ impl EventSink for EventBus {
         self.publish(run_id, path, kind);
     }
 
-    fn texts(&self) -> Option<&super::text::Texts> {
+    fn texts(&self) -> Option<&crate::vocabulary::text::Texts> {
         Some(self.texts())
     }
 }

@@ -166,6 +166,19 @@ pub enum ModelErrorKind {
     Other,
 }
 
+impl ModelErrorKind {
+    /// Whether a call that failed so says its endpoint could not be
+    /// reached: nothing listened, the connection dropped, or the server
+    /// failed (5xx). A refusal of the request (4xx), a rate limit or a
+    /// malformed answer is the endpoint answering.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Self::ConnectionRefused | Self::Disconnected | Self::Server
+        )
+    }
+}
+
 /// A failed model call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("model call failed ({kind:?}): {message}")]
@@ -262,7 +275,7 @@ pub trait ModelClient: Send + Sync + 'static {
         let reply = self.complete(request, crate::supervision::evidence::Evidence::detached());
         Box::pin(async move {
             match reply.await {
-                Err(error) if crate::endpoints::unreachable(&error.kind) => Err(error),
+                Err(error) if error.kind.is_unreachable() => Err(error),
                 _ => Ok(()),
             }
         })

@@ -12,13 +12,12 @@
 use ractor::ActorRef;
 
 use super::RunActorState;
+use crate::agent::Outage;
 use crate::agent::{Gate, LoopMsg};
-use crate::endpoints::Outage;
 use crate::event::EventKind;
 use crate::ports::{PauseRecord, RunStatus};
 
-/// The subject of a pause for an endpoint that is down.
-pub const ENDPOINT_SUBJECT: &str = "endpoint";
+pub use crate::vocabulary::event::ENDPOINT_SUBJECT;
 
 impl RunActorState {
     /// A loop's call found its endpoint down: the run pauses, if it runs,
@@ -36,6 +35,7 @@ impl RunActorState {
             return;
         }
         self.outages.insert(path.clone(), endpoint.clone());
+        let waited = endpoint.clone();
         if status == RunStatus::Running {
             ctx.emit(
                 &path,
@@ -54,7 +54,11 @@ impl RunActorState {
             };
             self.enter_pause(RunStatus::WaitingHuman, pause).await;
         }
-        ctx.endpoints.wait(&endpoint, &ctx.run_id, myself.clone());
+        let root = myself.clone();
+        let resume = Box::new(move || {
+            let _ = root.send_message(LoopMsg::EndpointUp { endpoint: waited });
+        });
+        ctx.endpoints.wait(&endpoint, &ctx.run_id, resume);
     }
 
     /// `endpoint` answers again: the loops that waited on it go on, and the

@@ -76,7 +76,7 @@ struct EvidenceInner {
     announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
     limits: EventLimits,
     /// Where a model call's streamed text goes for the run's readers.
-    text: Option<crate::event::text::TextWriter>,
+    text: Option<crate::vocabulary::text::TextWriter>,
 }
 
 /// How much of a stream's text the cell keeps: the tail shown to the
@@ -190,7 +190,7 @@ impl Evidence {
     fn build(
         announce: Option<(Arc<LeaseMeta>, Arc<dyn EventSink>)>,
         limits: EventLimits,
-        text: Option<crate::event::text::TextWriter>,
+        text: Option<crate::vocabulary::text::TextWriter>,
     ) -> Self {
         Self {
             inner: Arc::new(EvidenceInner {

@@ -20,6 +20,10 @@ use crate::vocabulary::evidence::EvidenceSummary;
 use crate::vocabulary::lease::{LeaseId, LeaseKind};
 use crate::vocabulary::verdict::{DecidedBy, EvaluatorUsage, Verdict, VerdictRecord};
 
+/// The subject of a pause for an endpoint that is down: the run waits for
+/// it to answer again, not for a person.
+pub const ENDPOINT_SUBJECT: &str = "endpoint";
+
 /// One event on a run's stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -808,6 +812,11 @@ impl EventKind {
                 by: Some(by),
                 ..
             } => format!("paused by {by}: {reason}"),
+            Self::Paused {
+                reason, subject, ..
+            } if subject == ENDPOINT_SUBJECT => {
+                format!("waiting for its endpoint to answer again: {reason}")
+            }
             Self::Paused {
                 reason, subject, ..
             } => format!("waiting for a person about `{subject}`: {reason}"),

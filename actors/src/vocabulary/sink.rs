@@ -9,8 +9,8 @@ pub trait EventSink: Send + Sync + 'static {
     fn emit(&self, run_id: &str, path: &str, kind: EventKind);
 
     /// Where the text the runs' model calls stream goes, for readers of it
-    /// ([`crate::event::Texts`]); none (the default): nowhere.
-    fn texts(&self) -> Option<&crate::event::Texts> {
+    /// ([`crate::vocabulary::text::Texts`]); none (the default): nowhere.
+    fn texts(&self) -> Option<&crate::vocabulary::text::Texts> {
         None
     }
 }

@@ -234,6 +234,10 @@ fn report(run_id: &str, state: &RunState, output: Output) {
 /// was being done, then the reason as it was given.
 fn paused_line(run_id: &str, status: &str, pause: Option<&leasehold::PauseRecord>) -> String {
     match pause {
+        Some(pause) if pause.subject == leasehold::ENDPOINT_SUBJECT => format!(
+            "run {run_id} is paused ({status}), waiting for its endpoint to answer again: {}",
+            printable(&pause.reason)
+        ),
         Some(pause) => format!(
             "run {run_id} is paused ({status}), waiting for a person about `{}`: {}",
             printable(&pause.subject),

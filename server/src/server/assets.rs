@@ -33,6 +33,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("dashboard/controls.js"),
     ),
     ("dom.js", JAVASCRIPT, include_str!("dashboard/dom.js")),
+    (
+        "endpoints.js",
+        JAVASCRIPT,
+        include_str!("dashboard/endpoints.js"),
+    ),
     ("events.js", JAVASCRIPT, include_str!("dashboard/events.js")),
     ("fork.js", JAVASCRIPT, include_str!("dashboard/fork.js")),
     ("lease.js", JAVASCRIPT, include_str!("dashboard/lease.js")),

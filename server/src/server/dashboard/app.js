@@ -5,6 +5,7 @@
 // Plain JavaScript modules, no framework, no build step: this entry routes
 // between the list, a run and a fork compared with its parent; each
 // section is a module of its own (`api.js` the server, `runs.js` the list,
+// `endpoints.js` the endpoints the runs call, marked down or up by hand,
 // `run.js` one run's page, `controls.js` a person's controls, `lease.js` a
 // lease extended or stopped by hand, `events.js` the events applied,
 // `tree.js` the supervision tree, `timeline.js` the run's timeline,

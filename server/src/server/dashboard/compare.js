@@ -13,6 +13,7 @@
 import { api, followEvents } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
 import { session } from './state.js';
+import { ENDPOINT_SUBJECT, resumedText } from './text.js';
 import { parseSegment } from './tree.js';
 
 const VERDICTS = ['RENEW', 'NUDGE', 'INTERVENE', 'ESCALATE'];
@@ -119,13 +120,15 @@ function apply(side, e) {
       cell().notes.push(['worker', `worker ${e.outcome}: ${e.result}`]);
       break;
     case 'paused':
-      cell().notes.push(['paused', `paused for a person: ${e.reason}`]);
+      cell().notes.push(['paused', e.subject === ENDPOINT_SUBJECT
+        ? `waiting for its endpoint to answer again: ${e.reason}`
+        : `paused for a person: ${e.reason}`]);
       break;
     case 'reconciliation_required':
       cell().notes.push(['paused', `${e.tool}: its outcome unknown, a person decides`]);
       break;
     case 'resumed':
-      cell().notes.push(['resumed', e.guidance ? `a person answered: ${e.guidance}` : 'a person said to go on']);
+      cell().notes.push(['resumed', resumedText(e)]);
       break;
     case 'run_completed':
       side.status = 'completed';

@@ -5,7 +5,9 @@
 
 import { PAUSED } from './state.js';
 import { renderRun, setStatus } from './run.js';
-import { budgetText, counted, duration, overflowText } from './text.js';
+import {
+  budgetText, counted, duration, overflowText, pausedText, resumedText,
+} from './text.js';
 import { timelineEvent } from './timeline.js';
 import { addTraceRow, addVerdictRow, logEvent } from './trace.js';
 import {
@@ -176,9 +178,7 @@ export function applyEvent(st, e) {
     case 'paused':
       node.state = 'paused';
       runNode.state = 'paused';
-      addTraceRow(st, e, 'paused', e.by
-        ? `paused by ${e.by}: ${e.reason}`
-        : `waiting for a person about ${e.subject}: ${e.reason}`);
+      addTraceRow(st, e, 'paused', pausedText(e));
       setStatus(st, 'waiting_human', 'stream');
       st.pauseEvent = PAUSED.has(st.status)
         ? { reason: e.reason, subject: e.subject, path: e.path, evidence: e.evidence || escalationEvidence(st, e) }
@@ -206,7 +206,7 @@ export function applyEvent(st, e) {
         }
       }
       runNode.state = 'running';
-      addTraceRow(st, e, 'resumed', e.guidance ? `a person answered: ${e.guidance}` : 'a person said to go on');
+      addTraceRow(st, e, 'resumed', resumedText(e));
       setStatus(st, 'running', 'stream');
       break;
     case 'run_resumed':

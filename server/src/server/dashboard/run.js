@@ -1,14 +1,15 @@
 // One run's page: its facts, its answer or reason, its lineage if it is a
 // fork, the controls a running run offers (`controls.js`), and the pause
-// panel a person answers; its view polled from the server until it is
-// final.
+// panel a person answers (or, for a run waiting on an endpoint that is
+// down, reads: it resumes by itself); its view polled from the server
+// until it is final.
 
 import { api } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
 import { renderLineage } from './fork.js';
 import { renderUsage } from './usage.js';
 import { PAUSED, POLL_MS, TERMINAL, session } from './state.js';
-import { clock, duration, phiText } from './text.js';
+import { ENDPOINT_SUBJECT, clock, duration, phiText } from './text.js';
 
 export function stopRun() {
   if (!session.current) return;
@@ -31,6 +32,7 @@ export async function pollRun(st) {
     if (st !== session.current) return;
     applyView(st, view, epoch);
     setError('run', null);
+    if (waitsOnEndpoint(view)) await findEndpoint(st, view);
   } catch (error) {
     if (st !== session.current) return;
     // A 404 says why: no such run, or one deleted past its retention.
@@ -39,6 +41,34 @@ export async function pollRun(st) {
   if (st !== session.current) return;
   const final = st.view && TERMINAL.has(st.view.status);
   if (!final) st.pollTimer = setTimeout(() => pollRun(st), POLL_MS);
+}
+
+/** Whether the run of `view` is paused until an endpoint answers again. */
+const waitsOnEndpoint = (view) => view.status === 'waiting_human'
+  && Boolean(view.pause) && view.pause.subject === ENDPOINT_SUBJECT;
+
+/**
+ * Which endpoint the run waits on, as this executor's `GET /endpoints`
+ * lists it (its runs waiting), else the one its pause's reason names;
+ * asked at each poll until known. A run paused by another executor, or a
+ * server that cannot say, leaves it unnamed.
+ */
+async function findEndpoint(st, view) {
+  const reason = view.pause.reason || '';
+  if (st.waitedOn && reason.includes(st.waitedOn)) return;
+  let endpoints = [];
+  try {
+    endpoints = ((await api('GET', '/endpoints')) || {}).endpoints || [];
+  } catch (_) {
+    return;
+  }
+  if (st !== session.current) return;
+  const nameOf = (e) => String(e.endpoint);
+  const found = endpoints.find((e) => (e.runs_waiting || []).map(String).includes(st.id))
+    || endpoints.filter((e) => reason.includes(nameOf(e)))
+      .sort((a, b) => nameOf(b).length - nameOf(a).length)[0];
+  st.waitedOn = found ? nameOf(found) : null;
+  renderRun(st);
 }
 
 function applyView(st, view, epoch) {
@@ -99,9 +129,14 @@ function renderPause(st) {
   const evidence = fromEvent.evidence || null;
   const call = fromView.call || fromEvent.call || null;
 
-  setText($('pause-title'), reconciling
-    ? 'A tool call\u2019s outcome is unknown: a person must decide'
-    : 'Waiting for a person');
+  // A run waiting on an endpoint needs no one: it resumes by itself.
+  const onEndpoint = !reconciling && pause.subject === ENDPOINT_SUBJECT;
+  panel.dataset.waiting = onEndpoint ? 'endpoint' : 'person';
+  let title = 'Waiting for a person';
+  if (reconciling) title = 'A tool call\u2019s outcome is unknown: a person must decide';
+  else if (onEndpoint) title = `Waiting for ${st.waitedOn || 'its endpoint'} to answer again \u2014 it resumes by itself`;
+  setText($('pause-title'), title);
+  $('pause-endpoint').hidden = !onEndpoint;
   setText($('pause-reason'), pause.reason || '');
   setText($('pause-subject'), pause.subject || '');
   setText($('pause-path'), pause.path || '');
@@ -123,6 +158,7 @@ function renderPause(st) {
   st.reconcileKey = call ? call.key || call.idempotency_key : null;
 
   $('resume-button').hidden = reconciling;
+  setText($('resume-button'), onEndpoint ? 'Resume now (its call is tried once more)' : 'Resume with guidance');
   $('reconcile-controls').hidden = !reconciling;
   setText($('guidance-label'), reconciling
     ? 'If it took effect: its result, which the model will see'

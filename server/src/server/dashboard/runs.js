@@ -1,8 +1,11 @@
 // The list of runs, polled while it is shown, newest first, a page at a
 // time: the person asks for more with "more", and may keep one status.
+// Each poll reads this executor's load and its endpoints (`endpoints.js`)
+// too.
 
 import { api } from './api.js';
 import { $, el, enc, setError, setText } from './dom.js';
+import { pollEndpoints } from './endpoints.js';
 import { POLL_MS, listShown } from './state.js';
 import { clock } from './text.js';
 
@@ -71,6 +74,7 @@ export async function pollList() {
   clearTimeout(listTimer);
   if (!listShown()) return;
   pollExecutor();
+  pollEndpoints();
   try {
     const asked = { ...wanted };
     const { runs, more } = await fetchWanted();

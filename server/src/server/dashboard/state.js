@@ -38,6 +38,8 @@ export function newRunState(id) {
     runStarted: null,
     lastEscalation: null,
     reconcileKey: null,
+    // The endpoint a pause on one waits for, once known (`run.js`).
+    waitedOn: null,
     // The timeline's model and elements (`timeline.js`), made by its first event.
     timeline: null,
     // For a fork: its `run_forked` event, and the calls it inherited from

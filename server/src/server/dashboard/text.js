@@ -55,6 +55,25 @@ export function overflowText(e) {
   return `${head}: nothing more to shorten, waiting for a person`;
 }
 
+/** The subject of a pause for an endpoint that is down (`ENDPOINT_SUBJECT`). */
+export const ENDPOINT_SUBJECT = 'endpoint';
+
+/**
+ * A `paused` event: a person's pause, a pause on an endpoint that is down
+ * (which ends by itself when it answers), or one for a person to answer.
+ */
+export function pausedText(e) {
+  if (e.by) return `paused by ${e.by}: ${e.reason}`;
+  if (e.subject === ENDPOINT_SUBJECT) return `waiting for its endpoint to answer again: ${e.reason}`;
+  return `waiting for a person about ${e.subject}: ${e.reason}`;
+}
+
+/** A `resumed` event: by its endpoint answering again, or by a person. */
+export function resumedText(e) {
+  if (e.by) return `resumed: ${e.by}`;
+  return e.guidance ? `a person answered: ${e.guidance}` : 'a person said to go on';
+}
+
 /** One line about an event, for the log (as the runtime's own describe). */
 export function describe(e) {
   switch (e.kind) {
@@ -98,10 +117,10 @@ export function describe(e) {
     case 'budget_extended': case 'budget_exhausted': return budgetText(e);
     case 'restarted': return `attempt ${e.attempt} in ${e.delay_ms} ms after: ${e.reason}`;
     case 'gave_up': return `given up after ${counted(e.attempts, 'attempt')}, handed to ${e.handed_to}: ${e.reason}`;
-    case 'paused': return e.by ? `paused by ${e.by}: ${e.reason}` : `waiting for a person about ${e.subject}: ${e.reason}`;
+    case 'paused': return pausedText(e);
     case 'run_resumed': return `claimed by ${e.owner_id} with fence ${e.fence}, resumed from its snapshots`;
     case 'reconciliation_required': return `${e.tool} (key ${e.idempotency_key}): ${e.reason}`;
-    case 'resumed': return e.guidance ? `a person answered: ${e.guidance}` : 'a person said to go on';
+    case 'resumed': return resumedText(e);
     case 'run_completed': return `after ${counted(e.steps, 'step')}: ${e.answer}`;
     case 'run_failed': case 'run_cancelled': return e.reason;
     case 'control_refused': return `a forwarded ${e.command} was refused: ${e.reason}`;

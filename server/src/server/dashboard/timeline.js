@@ -22,7 +22,7 @@ import { $, svgEl } from './dom.js';
 import { forkPoint, openForkForm } from './fork.js';
 import { leaseEnded, openLeasePanel } from './lease.js';
 import { session } from './state.js';
-import { counted, duration } from './text.js';
+import { ENDPOINT_SUBJECT, counted, duration, pausedText } from './text.js';
 import { KIND_NAMES, parseSegment } from './tree.js';
 
 const ROW = 18;
@@ -264,7 +264,8 @@ export function timelineEvent(st, e) {
         T.pauses.push({
           start: at,
           end: null,
-          text: `waiting for a person about ${e.subject || e.tool}: ${e.reason}`,
+          text: e.subject === ENDPOINT_SUBJECT
+            ? pausedText(e) : `waiting for a person about ${e.subject || e.tool}: ${e.reason}`,
           dom: null,
         });
       }
