@@ -157,18 +157,30 @@ impl Texts {
     /// Where the text of the operation `meta` leases goes: a model call's;
     /// none for another kind of operation.
     pub(crate) fn writer(&self, meta: &LeaseMeta) -> Option<TextWriter> {
-        if !matches!(meta.kind, LeaseKind::ModelStream | LeaseKind::ModelBlocking) {
+        self.writer_of(&meta.run_id, &meta.path, meta.id, meta.kind)
+    }
+
+    /// [`Self::writer`] of lease `lease_id` of kind `kind`, at `path` in
+    /// run `run_id`.
+    fn writer_of(
+        &self,
+        run_id: &str,
+        path: &str,
+        lease_id: LeaseId,
+        kind: LeaseKind,
+    ) -> Option<TextWriter> {
+        if !matches!(kind, LeaseKind::ModelStream | LeaseKind::ModelBlocking) {
             return None;
         }
-        let run = self.run(&meta.run_id);
+        let run = self.run(run_id);
         let call = Arc::new(CallState {
-            path: meta.path.clone(),
+            path: path.to_owned(),
             text: Mutex::new(KeptText::default()),
         });
-        lock(&run.calls).insert(meta.id, Arc::clone(&call));
+        lock(&run.calls).insert(lease_id, Arc::clone(&call));
         Some(TextWriter {
             run,
-            lease_id: meta.id,
+            lease_id,
             call,
         })
     }
@@ -335,22 +347,16 @@ impl TextFollow {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
-    fn meta(run_id: &str, kind: LeaseKind) -> LeaseMeta {
-        let spec = crate::supervision::lease::LeaseSpec::new(kind, "call", Duration::from_secs(1))
-            .expect("a spec")
-            .in_run(run_id, "run");
-        let terms = crate::supervision::lease::terms::LeaseTerms::new(spec.kind);
-        LeaseMeta::new(LeaseId::next(), &spec, &terms)
+    fn writer(texts: &Texts, run_id: &str, kind: LeaseKind) -> Option<TextWriter> {
+        texts.writer_of(run_id, "run", LeaseId::next(), kind)
     }
 
     #[tokio::test]
     async fn a_reader_gets_the_text_so_far_then_each_delta_and_a_call_that_ends_is_forgotten() {
         let texts = Texts::default();
-        let call = texts.writer(&meta("r1", LeaseKind::ModelStream)).unwrap();
+        let call = writer(&texts, "r1", LeaseKind::ModelStream).unwrap();
         call.push("Hello");
         call.push(", ");
         let mut follow = texts.follow("r1");
@@ -366,7 +372,7 @@ mod tests {
             "an ended call's text is gone"
         );
         assert!(
-            texts.writer(&meta("r1", LeaseKind::ToolCall)).is_none(),
+            writer(&texts, "r1", LeaseKind::ToolCall).is_none(),
             "a tool call streams no answer"
         );
     }
@@ -374,7 +380,7 @@ mod tests {
     #[tokio::test]
     async fn a_delta_sent_while_the_kept_text_was_taken_is_not_handed_twice() {
         let texts = Texts::default();
-        let call = texts.writer(&meta("r1", LeaseKind::ModelStream)).unwrap();
+        let call = writer(&texts, "r1", LeaseKind::ModelStream).unwrap();
         let mut early = texts.follow("r1");
         call.push("abc");
         // A second reader joins after "abc": kept holds it, and its
@@ -394,7 +400,7 @@ mod tests {
     async fn a_long_answer_keeps_its_last_bytes_with_their_offset_and_a_lagging_reader_catches_up()
     {
         let texts = Texts::default();
-        let call = texts.writer(&meta("r1", LeaseKind::ModelStream)).unwrap();
+        let call = writer(&texts, "r1", LeaseKind::ModelStream).unwrap();
         let mut follow = texts.follow("r1");
         let piece = "é".repeat(500); // 1000 bytes, two a character
         for _ in 0..300 {
@@ -412,7 +418,7 @@ mod tests {
     #[test]
     fn a_run_nobody_holds_is_not_tracked() {
         let texts = Texts::default();
-        let call = texts.writer(&meta("r1", LeaseKind::ModelBlocking)).unwrap();
+        let call = writer(&texts, "r1", LeaseKind::ModelBlocking).unwrap();
         assert_eq!(texts.runs_tracked(), 1);
         drop(call);
         assert_eq!(texts.runs_tracked(), 0);
