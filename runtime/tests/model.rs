@@ -597,6 +597,100 @@ async fn nothing_listening_is_a_retryable_connection_refused() {
     assert!(error.retryable);
 }
 
+/// What a kept-alive peer does with each request it reads, in order across
+/// its connections.
+#[derive(Clone, Copy)]
+enum Turn {
+    /// Answers [`COMPLETION`] and keeps the connection open.
+    Answer,
+    /// Closes the connection without a byte of answer.
+    Close,
+}
+
+/// A peer that keeps connections alive and plays `turns`, one a request;
+/// it reports each request it reads with the number of its connection.
+fn kept_alive_peer(turns: Vec<Turn>) -> (String, mpsc::Receiver<usize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}/v1", listener.local_addr().expect("address"));
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut turns = turns.into_iter();
+        let mut connection = 0;
+        while let Ok((mut stream, _)) = listener.accept() {
+            connection += 1;
+            loop {
+                let (head, _) = read_request(&mut stream);
+                if head.is_empty() {
+                    break;
+                }
+                let _ = tx.send(connection);
+                match turns.next() {
+                    Some(Turn::Answer) => {
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{COMPLETION}",
+                            COMPLETION.len()
+                        );
+                        if stream.write_all(answer.as_bytes()).is_err() {
+                            break;
+                        }
+                    }
+                    Some(Turn::Close) | None => break,
+                }
+            }
+        }
+    });
+    (base, rx)
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_closed_as_a_request_goes_out_on_it_is_sent_again_once_on_a_new_one()
+ {
+    // The second request goes out on the first call's connection, which the
+    // server closes unanswered, as one whose keep-alive just ended does.
+    let (base, requests) = kept_alive_peer(vec![Turn::Answer, Turn::Close, Turn::Answer]);
+    let client = client_for(&base, Duration::from_secs(5));
+    let first = client
+        .complete(ask(false), Evidence::detached())
+        .await
+        .expect("the first answer");
+    assert_eq!(first.content, "slow but whole");
+    let evidence = Evidence::detached();
+    let second = client
+        .complete(ask(false), evidence.clone())
+        .await
+        .expect("the request is sent again, not failed");
+    assert_eq!(second.content, "slow but whole");
+    let seen: Vec<usize> = requests.try_iter().collect();
+    assert_eq!(seen, [1, 1, 2], "one resend, on a new connection");
+    let summary = evidence.summary(
+        tokio::time::Instant::now(),
+        &leasehold::AccrualConfig::PEKKO,
+    );
+    let note = summary.last_note.expect("the resend is noted");
+    assert!(
+        note.contains("the connection closed before any answer")
+            && note.contains("sending the request again"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_whose_connection_closes_unanswered_twice_is_a_retryable_disconnect() {
+    let (base, requests) = kept_alive_peer(vec![Turn::Close, Turn::Close, Turn::Answer]);
+    let error = client_for(&base, Duration::from_secs(5))
+        .complete(ask(true), Evidence::detached())
+        .await
+        .expect_err("sent twice, closed twice");
+    assert_eq!(error.kind, ModelErrorKind::Disconnected, "{error}");
+    assert!(error.retryable);
+    assert!(error.message.contains("before the answer began"), "{error}");
+    assert_eq!(
+        requests.try_iter().count(),
+        2,
+        "sent once more, not again and again"
+    );
+}
+
 #[tokio::test]
 async fn a_blocking_answer_trickling_for_many_idle_timeouts_completes_whole() {
     // No request-wide timeout: 20 pieces 100 ms apart take 2 s, nearly

@@ -254,6 +254,37 @@ pub(crate) fn transport_error(error: &reqwest::Error, phase: Phase) -> ModelErro
     ModelError::new(ModelErrorKind::Disconnected, message, true)
 }
 
+/// Whether a request failed because its connection was closed under it
+/// before any byte of an answer came back: the server closed a kept-alive
+/// connection just as the request went out on it (`llama-server` and Node
+/// servers close one idle for 5 s), or reset it. A connection that could
+/// not be made at all is not one of these.
+pub(crate) fn closed_before_answer(error: &reqwest::Error) -> bool {
+    if error.is_connect() || error.is_timeout() || error.is_builder() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if let Some(hyper) = cause.downcast_ref::<hyper::Error>()
+            && hyper.is_incomplete_message()
+        {
+            return true;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// The error and its sources, joined: reqwest's own message alone rarely
 /// says what went wrong. The URL reqwest names is shown without its
 /// credentials.

@@ -11,6 +11,12 @@
 //!   or body bytes of a blocking answer) is reported with
 //!   [`Evidence::observe`]; a wait for a rate limit is reported with
 //!   [`Evidence::progress`], so the audit trail shows why the call is quiet.
+//! - **A connection closed under a request.** When the server closes the
+//!   connection a request went out on before any byte of its answer came
+//!   back (a kept-alive connection it had just let go, or a reset), the
+//!   request is sent once more at once, on a new connection, and the resend
+//!   is reported with [`Evidence::progress`]. A second such close is the
+//!   call's failure ([`ModelErrorKind::Disconnected`](leasehold_actors::ModelErrorKind::Disconnected)).
 //! - **Rate limits.** A 429 is retried by the client itself, after waiting
 //!   as the server said (`retry-after-ms`, `Retry-After` seconds or date;
 //!   1 s, 2 s, 4 s … when it said nothing) plus a random extra of up to a
@@ -179,6 +185,7 @@ impl OpenAiClient {
         let url = endpoint.chat_completions_url();
         let idle = settings.idle_timeout;
         let mut retries = 0u32;
+        let mut resent = false;
         let response = loop {
             let mut builder = self.shared.http.post(&url).json(&body);
             // The call's place in its run's trace, for the server's own.
@@ -196,14 +203,29 @@ impl OpenAiClient {
             // a blocking answer's headers come only when it is complete, so
             // waiting for them is the generation itself, which the lease
             // alone supervises.
-            let response = if request.stream {
+            let sent = if request.stream {
                 tokio::time::timeout(idle, sent)
                     .await
                     .map_err(|_| classify::idle_timeout(idle, "answer to the request"))?
             } else {
                 sent.await
-            }
-            .map_err(|e| transport_error(&e, Phase::Request))?;
+            };
+            let response = match sent {
+                Ok(response) => response,
+                // A kept-alive connection the server closed as the request
+                // went out: no answer began, so the request is sent once
+                // more at once, on a new connection, as OpenAI's own SDKs
+                // do, instead of failing the call into a restart.
+                Err(e) if !resent && classify::closed_before_answer(&e) => {
+                    resent = true;
+                    evidence.progress(format!(
+                        "the connection closed before any answer ({}): sending the request again",
+                        transport_error(&e, Phase::Request).message
+                    ));
+                    continue;
+                }
+                Err(e) => return Err(transport_error(&e, Phase::Request)),
+            };
             let status = response.status();
             if status.is_success() {
                 break response;
