@@ -182,6 +182,10 @@ pub struct Engine {
     /// Whether the runs of holders that died before this engine were
     /// marked orphaned ([`Engine::reconcile_orphans`]).
     gone_holders_swept: std::sync::atomic::AtomicBool,
+    /// When the store was last searched for runs left waiting on an
+    /// endpoint by an executor that is gone
+    /// ([`Engine::take_over_endpoint_waits_up_to`]).
+    endpoint_waits_searched: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Engine {

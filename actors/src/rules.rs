@@ -122,6 +122,22 @@ pub fn backoffs_in_order(backoff_initial: Duration, backoff_max: Duration) -> Re
     ))
 }
 
+/// An outage's probes wait from `probe_initial` up to `probe_max`
+/// ([`Outages`](crate::Outages)): the longest wait is at least the first.
+pub fn probes_in_order(probe_initial: Duration, probe_max: Duration) -> Result<(), Broken> {
+    if probe_max >= probe_initial {
+        return Ok(());
+    }
+    Err(Broken::new(
+        "outage.probe_max",
+        "at least",
+        "outage.probe_initial",
+        humantime::format_duration(probe_initial),
+        "the wait between probes grows from the first to the longest",
+        humantime::format_duration(probe_max),
+    ))
+}
+
 /// Every lease at least `lease.min`, the floor an operator sets so that no
 /// configuration or flow asks for leases so short that the watchdog spins.
 /// `kind` is the lease's kind (a [`LeaseKind`](crate::LeaseKind)), which

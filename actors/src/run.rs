@@ -137,6 +137,9 @@ pub(crate) struct RunActorState {
     /// The loops waiting for an endpoint that is down, by path, each with
     /// the endpoint.
     outages: std::collections::BTreeMap<String, String>,
+    /// Whether it waits on an endpoint since it was taken over from an
+    /// executor that is gone, and not since a call failed here.
+    outage_taken_over: bool,
 }
 
 impl Actor for RunActor {
@@ -173,6 +176,7 @@ impl Actor for RunActor {
             connecting: false,
             deferred: Vec::new(),
             outages: std::collections::BTreeMap::new(),
+            outage_taken_over: false,
         })
     }
 
@@ -422,7 +426,12 @@ impl RunActorState {
             ctx.gate.send_replace(Gate::Paused);
             ctx.leases.pause();
             if self.record.status == RunStatus::WaitingHuman {
-                self.escalations.push(pause.path.clone());
+                if pause.subject == ENDPOINT_SUBJECT {
+                    // Left waiting on its endpoint: it waits on it here.
+                    self.wait_again_for_endpoint(myself, &pause.path);
+                } else {
+                    self.escalations.push(pause.path.clone());
+                }
             }
             self.state.send_modify(|s| s.paused = Some(*pause));
         } else if self.record.status != RunStatus::Running {

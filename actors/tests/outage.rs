@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use leasehold_actors::{
     DownBy, ENDPOINT_SUBJECT, Engine, EngineConfig, EventKind, Flow, ModelClient, ModelError,
-    ModelErrorKind, ModelReply, ModelRequest, Outages, RestartPolicy, RunHandle, RunStatus,
+    ModelErrorKind, ModelReply, ModelRequest, Outages, PauseRequest, RestartPolicy, RunHandle,
+    RunStatus,
     prelude::{BoxFuture, Evidence, FinishReason},
     testing::{MemoryStore, RecordingSink},
 };
@@ -95,6 +96,11 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
+    rig_on(Arc::new(MemoryStore::new())).await
+}
+
+/// A rig whose engine keeps its runs in `store`.
+async fn rig_on(store: Arc<MemoryStore>) -> Rig {
     let config = EngineConfig {
         restart: RestartPolicy {
             jitter: 0.0,
@@ -115,7 +121,7 @@ async fn rig() -> Rig {
         .config(config)
         .model(Arc::new(provider.clone()))
         .events(Arc::new(events.clone()))
-        .store(Arc::new(MemoryStore::new()))
+        .store(store)
         .build()
         .await
         .expect("engine builds");
@@ -274,4 +280,94 @@ async fn a_person_may_resume_a_run_waiting_on_a_down_endpoint_and_its_call_is_tr
     for run in &mut runs {
         assert_eq!(run.wait().await.status, RunStatus::Completed);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_left_waiting_on_an_endpoint_by_an_executor_gone_are_taken_over_and_complete_and_a_persons_pause_is_not()
+ {
+    let store = Arc::new(MemoryStore::new());
+    let first = rig_on(store.clone()).await;
+    first.provider.set_down(true);
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(first.engine.start(flow()).await.expect("starts"));
+    }
+    for run in &mut runs {
+        let state = run.paused().await;
+        assert_eq!(state.paused.expect("a pause").subject, ENDPOINT_SUBJECT);
+    }
+    // A fourth run, paused by a person, waits for that person.
+    first.provider.set_down(false);
+    let mut held = first.engine.start(flow()).await.expect("starts");
+    first.provider.set_down(true);
+    held.pause(PauseRequest::new("checking it").by("ana"))
+        .await
+        .expect("paused by a person");
+    held.paused().await;
+    // The executor goes away with the runs paused, as a process that
+    // stops does: they stay paused in the store.
+    first.engine.shutdown().await;
+    let ids: Vec<String> = runs.iter().map(|r| r.run_id().to_owned()).collect();
+    // The next executor, with the endpoint answering, takes over the three
+    // waiting on it, and they complete; the person's pause stays.
+    let next = rig_on(store.clone()).await;
+    let mut taken = next
+        .engine
+        .take_over_endpoint_waits_up_to(10)
+        .await
+        .expect("the store answers");
+    let mut taken_ids: Vec<String> = taken.iter().map(|r| r.run_id().to_owned()).collect();
+    taken_ids.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(taken_ids, expected, "the runs waiting on the endpoint");
+    for run in &mut taken {
+        let state = run.wait().await;
+        assert_eq!(state.status, RunStatus::Completed, "{state:?}");
+    }
+    let all = next.events.events();
+    for run in &taken {
+        let kinds = of_run(&all, run);
+        assert!(
+            kinds.iter().any(|k| matches!(
+                k,
+                EventKind::Resumed { by: Some(by), .. }
+                    if by.contains("taken over from an executor that is gone")
+            )),
+            "{kinds:?}"
+        );
+    }
+    let left = stored(&store, held.run_id()).await;
+    assert_eq!(left.status, RunStatus::WaitingHuman);
+    assert_ne!(
+        left.pause.expect("a pause").subject,
+        ENDPOINT_SUBJECT,
+        "a person's pause is theirs"
+    );
+    // Searched once a heartbeat period: a second call at once reads
+    // nothing, and nothing is left to take over after it.
+    assert!(
+        next.engine
+            .take_over_endpoint_waits_up_to(10)
+            .await
+            .expect("answers")
+            .is_empty()
+    );
+    tokio::time::sleep(next.engine.heartbeat_period()).await;
+    assert!(
+        next.engine
+            .take_over_endpoint_waits_up_to(10)
+            .await
+            .expect("answers")
+            .is_empty()
+    );
+}
+
+async fn stored(store: &Arc<MemoryStore>, run_id: &str) -> leasehold_actors::RunRecord {
+    use leasehold_actors::RunStore;
+    store
+        .load_run(run_id)
+        .await
+        .expect("the store answers")
+        .expect("the run is stored")
 }

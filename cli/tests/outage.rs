@@ -5,11 +5,16 @@
 //! The executor marks the endpoint down (`GET /endpoints`, `/metrics`), the
 //! runs wait paused on it instead of spending their restarts, and once the
 //! server is back its probe finds it and every run resumes and completes.
+//! Runs left paused on the endpoint by an executor killed meanwhile are
+//! taken over by the next one.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 mod support;
+
+#[path = "../../runtime/tests/support/postgres.rs"]
+mod postgres;
 
 use leasehold_tests::llama::LlamaServer;
 use serde_json::{Value, json};
@@ -188,4 +193,151 @@ async fn fifty_live_runs_ride_out_a_real_model_server_away_for_a_minute_and_all_
     }
     let _ = server.start_kill();
     let _ = server.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_waiting_on_a_down_endpoint_when_their_executor_is_killed_are_taken_over_by_the_next_and_complete()
+ {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().join("data");
+    // Nothing listens on the model's port yet: every call is refused.
+    let port = support::free_port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let name = leasehold_tests::llama::model()
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .expect("a model file");
+    let leasehold = || {
+        support::leasehold(&data)
+            .model(&url, &name)
+            .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
+    };
+    let (mut server, base) = support::serve(leasehold(), &[], PATIENCE).await;
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let flow = json!({
+            "name": "sky",
+            "task": format!("Friend number {n} asks: what colour is the sky? Answer in one word."),
+            "max_steps": 4,
+            "stream": true,
+            "max_tokens": 16,
+            "budget": {"max_extensions": 0},
+        });
+        ids.push(support::post_run(&http, &base, &flow).await);
+    }
+    support::until("every run to wait on the endpoint", PATIENCE, || async {
+        let views = views(&http, &base, &ids).await;
+        views
+            .iter()
+            .all(|v| v["status"] == "waiting_human" && v["pause"]["subject"] == "endpoint")
+            .then_some(())
+    })
+    .await;
+    // The executor dies with its runs paused on the endpoint; the model
+    // server comes up; the next executor on the data directory takes the
+    // runs over, and they complete without a person.
+    server.start_kill().expect("SIGKILL");
+    let _ = server.wait().await;
+    let _llama = LlamaServer::start_on(port).await;
+    let (mut next, base) = support::serve(leasehold(), &[], PATIENCE).await;
+    support::until("every run to complete", PATIENCE, || async {
+        let views = views(&http, &base, &ids).await;
+        (count(&views, "completed") == ids.len()).then_some(())
+    })
+    .await;
+    let mut taken_over = 0;
+    for id in &ids {
+        let trace = support::get_json(&http, &format!("{base}/runs/{id}/trace")).await;
+        let entries = trace["entries"].as_array().cloned().unwrap_or_default();
+        taken_over += usize::from(entries.iter().any(|e| {
+            e["kind"] == "resumed"
+                && e.to_string()
+                    .contains("taken over from an executor that is gone")
+        }));
+        assert!(
+            !entries.iter().any(|e| e["kind"] == "gave_up"),
+            "run {id}: {entries:?}"
+        );
+    }
+    assert_eq!(taken_over, ids.len(), "each run resumed as taken over");
+    let _ = next.start_kill();
+    let _ = next.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_waiting_on_a_down_endpoint_are_taken_over_on_postgres_by_another_executor_once_theirs_is_killed()
+ {
+    let (_cluster, store) = postgres::database().await;
+    let port = support::free_port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let name = leasehold_tests::llama::model()
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .expect("a model file");
+    let serve = || {
+        let command = support::leasehold_on_store(&store)
+            .model(&url, &name)
+            .with_env("LEASEHOLD_RESUME_ON_BOOT", "true")
+            .with_env("LEASEHOLD_RUN_LEASE_TTL", "3s")
+            .api_token("outage-token");
+        support::start_serve(command, "127.0.0.1:0", &[])
+    };
+    let mut a = serve();
+    let base_a = support::served_base(&mut a, PATIENCE).await;
+    let mut b = serve();
+    let base_b = support::served_base(&mut b, PATIENCE).await;
+    let http = support::authorized("outage-token");
+    let owner_a = support::owner_id(&http, &base_a).await;
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let flow = json!({
+            "name": "sky",
+            "task": format!("Friend number {n} asks: what colour is the sky? Answer in one word."),
+            "max_steps": 4,
+            "stream": true,
+            "max_tokens": 16,
+            "budget": {"max_extensions": 0},
+        });
+        ids.push(support::post_run(&http, &base_a, &flow).await);
+    }
+    support::until("every run to wait on the endpoint", PATIENCE, || async {
+        let views = views(&http, &base_b, &ids).await;
+        views
+            .iter()
+            .all(|v| v["status"] == "waiting_human" && v["pause"]["subject"] == "endpoint")
+            .then_some(())
+    })
+    .await;
+    // While A lives, B leaves its paused runs alone: the model server's
+    // start takes seconds, several of B's searches (one a heartbeat).
+    let _llama = LlamaServer::start_on(port).await;
+    let views_b = views(&http, &base_b, &ids).await;
+    for view in &views_b {
+        assert_eq!(view["status"], "waiting_human", "{view}");
+        assert_eq!(
+            view["owner_id"],
+            owner_a.as_str(),
+            "B took a run A holds: {view}"
+        );
+    }
+    // A dies: once its leases end, B takes the runs over and they complete.
+    a.start_kill().expect("SIGKILL");
+    let _ = a.wait().await;
+    support::until("every run to complete", PATIENCE, || async {
+        let views = views(&http, &base_b, &ids).await;
+        (count(&views, "completed") == ids.len()).then_some(())
+    })
+    .await;
+    for id in &ids {
+        let trace = support::get_json(&http, &format!("{base_b}/runs/{id}/trace")).await;
+        let taken_over = trace["entries"].as_array().into_iter().flatten().any(|e| {
+            e["kind"] == "resumed"
+                && e.to_string()
+                    .contains("taken over from an executor that is gone")
+        });
+        assert!(taken_over, "run {id}: {trace}");
+    }
+    let _ = b.start_kill();
+    let _ = b.wait().await;
 }

@@ -239,6 +239,17 @@ pub struct Config {
     /// What a failure at the top of the tree does
     /// (`LEASEHOLD_RESTART_ON_EXHAUSTED`).
     pub restart_on_exhausted: Setting<OnExhausted>,
+    /// Calls in a row that cannot reach an endpoint before it is down
+    /// (`LEASEHOLD_OUTAGE_FAILURES`).
+    pub outage_failures: Setting<u32>,
+    /// The first wait before a down endpoint is probed
+    /// (`LEASEHOLD_OUTAGE_PROBE_INITIAL`).
+    pub outage_probe_initial: Setting<Duration>,
+    /// The longest wait between probes (`LEASEHOLD_OUTAGE_PROBE_MAX`).
+    pub outage_probe_max: Setting<Duration>,
+    /// Runs resumed at once when a down endpoint answers again
+    /// (`LEASEHOLD_OUTAGE_RESUME_WAVE`).
+    pub outage_resume_wave: Setting<u32>,
     /// The base URL of role `default` (`LEASEHOLD_MODEL_BASE_URL`).
     pub model_base_url: Setting<Option<String>>,
     /// The model of role `default` (`LEASEHOLD_MODEL_NAME`).
@@ -456,6 +467,12 @@ impl Default for Config {
             restart_backoff_initial: Setting::default(restart.backoff_initial),
             restart_backoff_max: Setting::default(restart.backoff_max),
             restart_on_exhausted: Setting::default(restart.on_exhausted),
+            outage_failures: Setting::default(engine.outages.failures),
+            outage_probe_initial: Setting::default(engine.outages.probe_initial),
+            outage_probe_max: Setting::default(engine.outages.probe_max),
+            outage_resume_wave: Setting::default(
+                u32::try_from(engine.outages.resume_wave).unwrap_or(u32::MAX),
+            ),
             model_base_url: Setting::default(None),
             model_name: Setting::default(None),
             model_api_key: Setting::default(None),

@@ -81,7 +81,8 @@ pub struct ExecutorOptions {
     /// besides when it is woken (`executor.claim_interval`).
     pub claim_interval: Option<Duration>,
     /// Whether it also claims and resumes orphaned runs as it claims queued
-    /// runs, within the same room, orphans first (`resume_on_boot`).
+    /// runs, within the same room, orphans first (`resume_on_boot`), and
+    /// the runs left paused on an endpoint by an executor that is gone.
     pub resume_orphans: bool,
 }
 

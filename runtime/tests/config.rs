@@ -301,6 +301,42 @@ fn a_lease_below_lease_min_and_a_longest_backoff_below_the_first_are_refused_nam
 }
 
 #[test]
+fn the_outage_keys_reach_the_engine_and_probes_that_shrink_or_a_wave_of_none_are_refused() {
+    let config = Config::load(
+        None,
+        env_of(&[
+            ("LEASEHOLD_OUTAGE_FAILURES", "3"),
+            ("LEASEHOLD_OUTAGE_PROBE_INITIAL", "250ms"),
+            ("LEASEHOLD_OUTAGE_PROBE_MAX", "2m"),
+            ("LEASEHOLD_OUTAGE_RESUME_WAVE", "20"),
+        ]),
+    )
+    .expect("loads");
+    assert_eq!(
+        config.engine_config().outages,
+        leasehold::Outages {
+            failures: 3,
+            probe_initial: Duration::from_millis(250),
+            probe_max: Duration::from_secs(120),
+            resume_wave: 20,
+        }
+    );
+    let error = Config::load(None, env_of(&[("LEASEHOLD_OUTAGE_PROBE_INITIAL", "1m")]))
+        .expect_err("refused");
+    assert_eq!(
+        error.to_string(),
+        "invalid `LEASEHOLD_OUTAGE_PROBE_MAX (outage.probe_max)`: expected at least \
+         LEASEHOLD_OUTAGE_PROBE_INITIAL (1m): the wait between probes grows from the first to \
+         the longest, got 30s"
+    );
+    for key in ["LEASEHOLD_OUTAGE_FAILURES", "LEASEHOLD_OUTAGE_RESUME_WAVE"] {
+        let error = Config::load(None, env_of(&[(key, "0")])).expect_err("refused");
+        assert!(error.to_string().contains(key), "{error}");
+        assert!(error.to_string().contains("expected at least 1"), "{error}");
+    }
+}
+
+#[test]
 fn a_renamed_key_is_read_under_its_old_name_and_warned_about_naming_the_new_one() {
     // From the environment.
     let config = Config::load(None, env_of(&[("LEASEHOLD_WATCHDOG_MAX_RENEWALS", "7")]))

@@ -576,6 +576,7 @@ impl EngineBuilder {
             clock,
             _live_owner: super::live_owners::LiveOwner::new(&owner_id),
             gone_holders_swept: std::sync::atomic::AtomicBool::new(false),
+            endpoint_waits_searched: std::sync::Mutex::new(None),
             owner_id,
             tools: self.tools,
             tool_factory: self.tool_factory,

@@ -415,6 +415,98 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Claims and resumes, at most `max` of them, the runs paused waiting
+    /// on an endpoint (subject [`ENDPOINT_SUBJECT`]) whose executor is gone:
+    /// its lease ended, or it was the last process on an exclusive store.
+    /// The executor that left them would have resumed them when the
+    /// endpoint answered; here each waits on the endpoint as this executor
+    /// sees it, and so is resumed at once unless it is down here too. A run
+    /// a person also holds stays paused. The store is searched at most
+    /// once a heartbeat period (the first call searches), up to
+    /// [`ENDPOINT_WAITS_SEARCHED`] paused runs. Returns the handles of the
+    /// runs taken over.
+    ///
+    /// [`ENDPOINT_SUBJECT`]: crate::run::ENDPOINT_SUBJECT
+    pub async fn take_over_endpoint_waits_up_to(
+        &self,
+        max: usize,
+    ) -> Result<Vec<RunHandle>, EngineError> {
+        if max == 0 || self.without_model().is_some() {
+            return Ok(Vec::new());
+        }
+        {
+            let mut searched = self
+                .endpoint_waits_searched
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let now = tokio::time::Instant::now();
+            if searched.is_some_and(|at| now < at + self.heartbeat_period()) {
+                return Ok(Vec::new());
+            }
+            *searched = Some(now);
+        }
+        let now = self.clock.now_unix_ms();
+        let mut query = crate::ports::RunQuery::first(ENDPOINT_WAITS_PAGE);
+        query.status = Some(RunStatus::WaitingHuman);
+        let mut left = ENDPOINT_WAITS_SEARCHED;
+        let mut stranded = Vec::new();
+        while left > 0 && stranded.len() < max {
+            let page = self.store.list_runs_page(&query).await?;
+            left = left.saturating_sub(page.runs.len());
+            stranded.extend(
+                page.runs
+                    .into_iter()
+                    .filter(|record| self.left_waiting_on_an_endpoint(record, now))
+                    .map(|record| record.run_id),
+            );
+            match page.next {
+                Some(next) => query.after = Some(next),
+                None => break,
+            }
+        }
+        let mut taken = Vec::new();
+        for run_id in stranded.into_iter().take(max) {
+            match self.resume(&run_id).await {
+                Ok(handle) => {
+                    tracing::info!(
+                        %run_id,
+                        "a run left waiting on an endpoint by an executor that is gone was taken over"
+                    );
+                    taken.push(handle);
+                }
+                // Another executor got there first, or it ended meanwhile.
+                Err(EngineError::Held { .. } | EngineError::Finished { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Whether `record` is a run paused on an endpoint that no live
+    /// executor holds.
+    fn left_waiting_on_an_endpoint(&self, record: &RunRecord, now_ms: u64) -> bool {
+        let on_an_endpoint = record
+            .pause
+            .as_ref()
+            .is_some_and(|pause| pause.subject == crate::run::ENDPOINT_SUBJECT);
+        // A run this engine runs is refused when claimed (`take_on`).
+        let holder_gone = match record.owner_id.as_deref() {
+            None => true,
+            Some(owner) => record.lease_expires_at_ms <= now_ms || self.holder_is_gone(owner),
+        };
+        on_an_endpoint && holder_gone
+    }
+}
+
+/// How many paused runs a page of the search for runs left waiting on an
+/// endpoint reads.
+const ENDPOINT_WAITS_PAGE: usize = 256;
+
+/// How many paused runs one search for runs left waiting on an endpoint
+/// reads at most ([`Engine::take_over_endpoint_waits_up_to`]).
+pub const ENDPOINT_WAITS_SEARCHED: usize = 4096;
+
 /// A run this engine holds: its actor and the fence it holds the run with.
 pub(super) struct LiveRun {
     pub(super) actor: ActorRef<LoopMsg>,

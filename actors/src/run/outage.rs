@@ -61,6 +61,24 @@ impl RunActorState {
         ctx.endpoints.wait(&endpoint, &ctx.run_id, resume);
     }
 
+    /// The run was taken over paused on its endpoint (the loop at `path`
+    /// waited on it) from an executor that is gone: it waits on the
+    /// endpoint as this executor sees it, and so resumes at once unless
+    /// the endpoint is down here too.
+    pub(super) fn wait_again_for_endpoint(&mut self, myself: &ActorRef<LoopMsg>, path: &str) {
+        let ctx = self.agent.ctx.clone();
+        let endpoint = ctx.model_described.clone();
+        self.outages.insert(path.to_owned(), endpoint.clone());
+        // Up here: it resumes at once, on no answer of the endpoint's.
+        self.outage_taken_over = ctx.endpoints.down_reason(&endpoint).is_none();
+        let root = myself.clone();
+        let waited = endpoint.clone();
+        let resume = Box::new(move || {
+            let _ = root.send_message(LoopMsg::EndpointUp { endpoint: waited });
+        });
+        ctx.endpoints.wait(&endpoint, &ctx.run_id, resume);
+    }
+
     /// `endpoint` answers again: the loops that waited on it go on, and the
     /// run resumes once nothing else holds it.
     pub(super) async fn endpoint_up(&mut self, endpoint: &str) {
@@ -73,13 +91,21 @@ impl RunActorState {
         if held_by_a_person || self.status() != RunStatus::WaitingHuman {
             return;
         }
-        let by = format!("{endpoint} answered again");
+        let by = if std::mem::take(&mut self.outage_taken_over) {
+            format!(
+                "taken over from an executor that is gone, with {endpoint} not known down here: \
+                 its call is tried again"
+            )
+        } else {
+            format!("{endpoint} answered again")
+        };
         // A refusal of the store is the run's loss, said where it is lost.
         let _ = self.leave_pause(None, Some(by)).await;
     }
 
     /// A person resumed the run, or it ended: it waits on no endpoint.
     pub(super) fn forget_outages(&mut self) {
+        self.outage_taken_over = false;
         if !self.outages.is_empty() {
             self.outages.clear();
             self.agent.ctx.endpoints.forget_run(&self.agent.ctx.run_id);

@@ -52,6 +52,8 @@ impl Config {
             self.restart_backoff_max.value,
         )
         .map_err(|b| refused(&b))?;
+        rules::probes_in_order(self.outage_probe_initial.value, self.outage_probe_max.value)
+            .map_err(|b| refused(&b))?;
         self.validate_load()?;
         self.engine_config().validate()
     }

@@ -274,7 +274,7 @@ const fn key_at(
 }
 
 /// Every key, in the order of the table `docs/configuration.md` holds.
-pub(super) static KEYS: [Key; 76] = [
+pub(super) static KEYS: [Key; 80] = [
     key(
         "LEASEHOLD_LEASE_MODEL_STREAM",
         "lease.model_stream",
@@ -432,7 +432,7 @@ pub(super) static KEYS: [Key; 76] = [
         "resume_on_boot",
         "false",
         field!(Flag, resume_on_boot),
-        "whether `serve` resumes orphaned runs (those whose executor stopped heartbeating), found at boot and by its sweep every third of the run-lease TTL: it claims them as it claims queued runs, within its limit of live runs; `leasehold run` never resumes them",
+        "whether `serve` resumes orphaned runs (those whose executor stopped heartbeating), found at boot and by its sweep every third of the run-lease TTL: it claims them as it claims queued runs, within its limit of live runs, and with them the runs left paused on a down endpoint by an executor that is gone; `leasehold run` never resumes them",
     ),
     key(
         "LEASEHOLD_EXECUTOR_CLAIM_INTERVAL",
@@ -541,6 +541,36 @@ pub(super) static KEYS: [Key; 76] = [
         field!(OnExhausted, restart_on_exhausted),
         "what a failure that reaches the top of the tree does (a model call out of restarts, the root loop past its intensity): `pause` the run for a person, who resumes it, or `fail` it",
     ),
+    key(
+        "LEASEHOLD_OUTAGE_FAILURES",
+        "outage.failures",
+        "5",
+        field!(Count, outage_failures),
+        "calls in a row, from any of the executor's runs, that cannot reach a model endpoint (the connection refused or cut, a 5xx) before the endpoint is down: a run whose call then fails pauses on it, its clocks stopped, instead of spending its restarts, and resumes when it answers again (`GET /endpoints`)",
+    )
+    .at_least(1, "an endpoint is down only once a call failed to reach it"),
+    key(
+        "LEASEHOLD_OUTAGE_PROBE_INITIAL",
+        "outage.probe_initial",
+        "1s",
+        field!(Duration, outage_probe_initial),
+        "how long after an endpoint went down it is first probed (a one-token request); the wait doubles after each probe it does not answer",
+    ),
+    key(
+        "LEASEHOLD_OUTAGE_PROBE_MAX",
+        "outage.probe_max",
+        "30s",
+        field!(Duration, outage_probe_max),
+        "the longest wait between two probes of a down endpoint; once it is up, another wave of its runs resumes whenever this long passes with none resumed",
+    ),
+    key(
+        "LEASEHOLD_OUTAGE_RESUME_WAVE",
+        "outage.resume_wave",
+        "8",
+        field!(Count, outage_resume_wave),
+        "runs paused on an endpoint that resume at once when it answers again; then two more for each call it answers, so that a provider coming back is not met by every run at once",
+    )
+    .at_least(1, "a wave of no run would resume none"),
     key(
         "LEASEHOLD_MODEL_BASE_URL",
         "model.base_url",

@@ -75,7 +75,12 @@ impl Config {
             retention: self.executor_retention.value,
             prices: self.prices.clone(),
             load_bound: self.executor_load_bound.value,
-            outages: defaults.outages,
+            outages: leasehold_actors::Outages {
+                failures: self.outage_failures.value,
+                probe_initial: self.outage_probe_initial.value,
+                probe_max: self.outage_probe_max.value,
+                resume_wave: usize::try_from(self.outage_resume_wave.value).unwrap_or(usize::MAX),
+            },
             store_writes: leasehold_actors::StoreWrites {
                 retry_for: self.store_write_retry_for.value,
                 on_failure: self.store_on_write_failure.value,

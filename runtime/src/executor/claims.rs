@@ -142,9 +142,13 @@ impl Executor {
     }
 
     /// Claims as many runs as this executor has room for — orphans first
-    /// if it resumes them ([`ExecutorOptions::resume_orphans`]), then
-    /// queued runs, oldest first — starts and holds them; answers whether
-    /// it filled the room (so more may be waiting).
+    /// if it resumes them ([`ExecutorOptions::resume_orphans`]), and with
+    /// them the runs left paused on an endpoint by an executor that is gone
+    /// ([`Engine::take_over_endpoint_waits_up_to`]), then queued runs,
+    /// oldest first — starts and holds them; answers whether it filled the
+    /// room (so more may be waiting).
+    ///
+    /// [`Engine::take_over_endpoint_waits_up_to`]: leasehold_actors::Engine::take_over_endpoint_waits_up_to
     ///
     /// [`ExecutorOptions::resume_orphans`]: super::ExecutorOptions::resume_orphans
     pub async fn claim(self: &Arc<Self>) -> Result<bool, EngineError> {
@@ -160,6 +164,10 @@ impl Executor {
         let mut resumed = Vec::new();
         if self.options.resume_orphans {
             resumed = self.engine.resume_orphans_up_to(room).await?;
+            // Runs left paused on an endpoint by an executor that is gone
+            // would wait for a person otherwise.
+            let left = room.saturating_sub(resumed.len());
+            resumed.extend(self.engine.take_over_endpoint_waits_up_to(left).await?);
         }
         let left = room.saturating_sub(resumed.len());
         let claimed = self.engine.start_from_queue(left).await?;
