@@ -422,10 +422,10 @@ impl Engine {
     /// The executor that left them would have resumed them when the
     /// endpoint answered; here each waits on the endpoint as this executor
     /// sees it, and so is resumed at once unless it is down here too. A run
-    /// a person also holds stays paused. The store is searched at most
-    /// once a heartbeat period (the first call searches), up to
-    /// [`ENDPOINT_WAITS_SEARCHED`] paused runs. Returns the handles of the
-    /// runs taken over.
+    /// paused for anything else (a person, an escalation, a call of unknown
+    /// outcome) is left alone. The store is searched at most once a
+    /// heartbeat period (the first call searches), up to 4 096 paused runs.
+    /// Returns the handles of the runs taken over.
     ///
     /// [`ENDPOINT_SUBJECT`]: crate::run::ENDPOINT_SUBJECT
     pub async fn take_over_endpoint_waits_up_to(
@@ -505,7 +505,7 @@ const ENDPOINT_WAITS_PAGE: usize = 256;
 
 /// How many paused runs one search for runs left waiting on an endpoint
 /// reads at most ([`Engine::take_over_endpoint_waits_up_to`]).
-pub const ENDPOINT_WAITS_SEARCHED: usize = 4096;
+const ENDPOINT_WAITS_SEARCHED: usize = 4096;
 
 /// A run this engine holds: its actor and the fence it holds the run with.
 pub(super) struct LiveRun {
