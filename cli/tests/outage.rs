@@ -54,6 +54,38 @@ async fn endpoint(http: &reqwest::Client, base: &str) -> Value {
     endpoints[0].clone()
 }
 
+/// Run `n`'s flow: one short question to the model, streamed.
+fn sky(n: usize) -> Value {
+    json!({
+        "name": "sky",
+        "task": format!("Friend number {n} asks: what colour is the sky? Answer in one word."),
+        "max_steps": 4,
+        "stream": true,
+        "max_tokens": 16,
+        "budget": {"max_extensions": 0},
+    })
+}
+
+/// The name `llama-server` answers to (its model file's stem), known
+/// before it starts.
+fn model_name() -> String {
+    leasehold_tests::llama::model()
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .expect("a model file")
+}
+
+async fn until_each_waits_on_the_endpoint(http: &reqwest::Client, base: &str, ids: &[String]) {
+    support::until("every run to wait on the endpoint", PATIENCE, || async {
+        let views = views(http, base, ids).await;
+        views
+            .iter()
+            .all(|v| v["status"] == "waiting_human" && v["pause"]["subject"] == "endpoint")
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_live_runs_ride_out_a_real_model_server_away_for_a_minute_and_all_complete() {
     let dir = tempfile::tempdir().expect("dir");
@@ -67,15 +99,7 @@ async fn fifty_live_runs_ride_out_a_real_model_server_away_for_a_minute_and_all_
     assert_eq!(before["up"], true, "{before}");
     let mut ids = Vec::new();
     for n in 0..RUNS {
-        let flow = json!({
-            "name": "sky",
-            "task": format!("Friend number {n} asks: what colour is the sky? Answer in one word."),
-            "max_steps": 4,
-            "stream": true,
-            "max_tokens": 16,
-            "budget": {"max_extensions": 0},
-        });
-        ids.push(support::post_run(&http, &base, &flow).await);
+        ids.push(support::post_run(&http, &base, &sky(n)).await);
     }
     // The model answers the first runs; the rest are live, in its queue
     // or streaming, when it is killed.
@@ -203,10 +227,7 @@ async fn runs_waiting_on_a_down_endpoint_when_their_executor_is_killed_are_taken
     // Nothing listens on the model's port yet: every call is refused.
     let port = support::free_port();
     let url = format!("http://127.0.0.1:{port}/v1");
-    let name = leasehold_tests::llama::model()
-        .file_stem()
-        .map(|stem| stem.to_string_lossy().into_owned())
-        .expect("a model file");
+    let name = model_name();
     let leasehold = || {
         support::leasehold(&data)
             .model(&url, &name)
@@ -216,24 +237,9 @@ async fn runs_waiting_on_a_down_endpoint_when_their_executor_is_killed_are_taken
     let http = reqwest::Client::new();
     let mut ids = Vec::new();
     for n in 0..6 {
-        let flow = json!({
-            "name": "sky",
-            "task": format!("Friend number {n} asks: what colour is the sky? Answer in one word."),
-            "max_steps": 4,
-            "stream": true,
-            "max_tokens": 16,
-            "budget": {"max_extensions": 0},
-        });
-        ids.push(support::post_run(&http, &base, &flow).await);
+        ids.push(support::post_run(&http, &base, &sky(n)).await);
     }
-    support::until("every run to wait on the endpoint", PATIENCE, || async {
-        let views = views(&http, &base, &ids).await;
-        views
-            .iter()
-            .all(|v| v["status"] == "waiting_human" && v["pause"]["subject"] == "endpoint")
-            .then_some(())
-    })
-    .await;
+    until_each_waits_on_the_endpoint(&http, &base, &ids).await;
     // The executor dies with its runs paused on the endpoint; the model
     // server comes up; the next executor on the data directory takes the
     // runs over, and they complete without a person.
@@ -271,10 +277,7 @@ async fn runs_waiting_on_a_down_endpoint_are_taken_over_on_postgres_by_another_e
     let (_cluster, store) = postgres::database().await;
     let port = support::free_port();
     let url = format!("http://127.0.0.1:{port}/v1");
-    let name = leasehold_tests::llama::model()
-        .file_stem()
-        .map(|stem| stem.to_string_lossy().into_owned())
-        .expect("a model file");
+    let name = model_name();
     let serve = || {
         let command = support::leasehold_on_store(&store)
             .model(&url, &name)
@@ -291,24 +294,9 @@ async fn runs_waiting_on_a_down_endpoint_are_taken_over_on_postgres_by_another_e
     let owner_a = support::owner_id(&http, &base_a).await;
     let mut ids = Vec::new();
     for n in 0..6 {
-        let flow = json!({
-            "name": "sky",
-            "task": format!("Friend number {n} asks: what colour is the sky? Answer in one word."),
-            "max_steps": 4,
-            "stream": true,
-            "max_tokens": 16,
-            "budget": {"max_extensions": 0},
-        });
-        ids.push(support::post_run(&http, &base_a, &flow).await);
+        ids.push(support::post_run(&http, &base_a, &sky(n)).await);
     }
-    support::until("every run to wait on the endpoint", PATIENCE, || async {
-        let views = views(&http, &base_b, &ids).await;
-        views
-            .iter()
-            .all(|v| v["status"] == "waiting_human" && v["pause"]["subject"] == "endpoint")
-            .then_some(())
-    })
-    .await;
+    until_each_waits_on_the_endpoint(&http, &base_b, &ids).await;
     // While A lives, B leaves its paused runs alone: the model server's
     // start takes seconds, several of B's searches (one a heartbeat).
     let _llama = LlamaServer::start_on(port).await;
