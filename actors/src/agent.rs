@@ -386,6 +386,7 @@ impl AgentLoop {
             LoopMsg::Escalate(_)
             | LoopMsg::EndpointDown(_)
             | LoopMsg::EndpointUp { .. }
+            | LoopMsg::WaitOnEndpoint
             | LoopMsg::StoreFailed(_)
             | LoopMsg::Reconcile(_)
             | LoopMsg::Resume { .. }

@@ -315,6 +315,7 @@ impl RunActorState {
             LoopMsg::Escalate(escalation) => self.pause(*escalation).await,
             LoopMsg::EndpointDown(outage) => self.pause_for_endpoint(&myself, *outage).await,
             LoopMsg::EndpointUp { endpoint } => self.endpoint_up(&endpoint).await,
+            LoopMsg::WaitOnEndpoint => self.wait_on_endpoint_taken_over(&myself),
             LoopMsg::StoreFailed(reason) => self.store_failed(&myself, reason).await,
             LoopMsg::Reconcile(reconciliation) => {
                 self.require_reconciliation(*reconciliation).await
@@ -426,12 +427,9 @@ impl RunActorState {
             ctx.gate.send_replace(Gate::Paused);
             ctx.leases.pause();
             if self.record.status == RunStatus::WaitingHuman {
-                if pause.subject == ENDPOINT_SUBJECT {
-                    // Left waiting on its endpoint: it waits on it here.
-                    self.wait_again_for_endpoint(myself, &pause.path);
-                } else {
-                    self.escalations.push(pause.path.clone());
-                }
+                // Held for a person, whatever paused it, unless it was taken
+                // over to wait on its endpoint (`LoopMsg::WaitOnEndpoint`).
+                self.escalations.push(pause.path.clone());
             }
             self.state.send_modify(|s| s.paused = Some(*pause));
         } else if self.record.status != RunStatus::Running {
@@ -1217,6 +1215,13 @@ impl RunHandle {
             .await
             .map(|s| s.clone());
         result.unwrap_or_else(|_| self.state.borrow().clone())
+    }
+
+    /// Has the run, taken over paused on its endpoint, wait on that
+    /// endpoint instead of for a person
+    /// ([`Engine::take_over_endpoint_waits_up_to`](crate::Engine::take_over_endpoint_waits_up_to)).
+    pub(crate) fn wait_on_endpoint(&self) {
+        let _ = self.actor.send_message(LoopMsg::WaitOnEndpoint);
     }
 
     /// Waits for the run to end (or to be lost to another executor).

@@ -311,6 +311,23 @@ async fn runs_left_waiting_on_an_endpoint_by_an_executor_gone_are_taken_over_and
     // The next executor, with the endpoint answering, takes over the three
     // waiting on it, and they complete; the person's pause stays.
     let next = rig_on(store.clone()).await;
+    // One is taken on for a person's control, as `resume` over the API
+    // does: it is restored held for that person, and their resume applies.
+    let mut by_hand = next.engine.resume(&ids[0]).await.expect("claimed");
+    let state = by_hand.paused().await;
+    assert_eq!(state.status, RunStatus::WaitingHuman);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        by_hand.state().status,
+        RunStatus::WaitingHuman,
+        "held for the person"
+    );
+    by_hand
+        .resume(Some("go on".to_owned()))
+        .await
+        .expect("the person's resume applies");
+    assert_eq!(by_hand.wait().await.status, RunStatus::Completed);
+    let ids = ids[1..].to_vec();
     let mut taken = next
         .engine
         .take_over_endpoint_waits_up_to(10)

@@ -54,6 +54,10 @@ pub enum LoopMsg {
         /// What its client calls it.
         endpoint: String,
     },
+    /// The run was taken over, paused on its endpoint, from an executor
+    /// that is gone: it waits on the endpoint here instead of for a person
+    /// (root only; [`crate::Engine::take_over_endpoint_waits_up_to`]).
+    WaitOnEndpoint,
     /// A tool call or a worker ended.
     CallDone {
         /// Its step.

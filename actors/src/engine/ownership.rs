@@ -469,6 +469,7 @@ impl Engine {
         for run_id in stranded.into_iter().take(max) {
             match self.resume(&run_id).await {
                 Ok(handle) => {
+                    handle.wait_on_endpoint();
                     tracing::info!(
                         %run_id,
                         "a run left waiting on an endpoint by an executor that is gone was taken over"

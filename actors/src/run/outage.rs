@@ -61,14 +61,27 @@ impl RunActorState {
         ctx.endpoints.wait(&endpoint, &ctx.run_id, resume);
     }
 
-    /// The run was taken over paused on its endpoint (the loop at `path`
-    /// waited on it) from an executor that is gone: it waits on the
-    /// endpoint as this executor sees it, and so resumes at once unless
-    /// the endpoint is down here too.
-    pub(super) fn wait_again_for_endpoint(&mut self, myself: &ActorRef<LoopMsg>, path: &str) {
+    /// The run was taken over paused on its endpoint from an executor that
+    /// is gone, to wait on it: it waits on the endpoint as this executor
+    /// sees it, and so resumes at once unless the endpoint is down here
+    /// too. A run paused for anything else, or resumed meanwhile, is left
+    /// as it is.
+    pub(super) fn wait_on_endpoint_taken_over(&mut self, myself: &ActorRef<LoopMsg>) {
         let ctx = self.agent.ctx.clone();
+        let Some(pause) = self.state.borrow().paused.clone() else {
+            return;
+        };
+        if pause.subject != ENDPOINT_SUBJECT
+            || self.status() != RunStatus::WaitingHuman
+            || !self.outages.is_empty()
+            || *ctx.gate.borrow() == Gate::Closed
+        {
+            return;
+        }
+        // Restored as held for a person; it waits on the endpoint instead.
+        self.escalations.retain(|path| *path != pause.path);
         let endpoint = ctx.model_described.clone();
-        self.outages.insert(path.to_owned(), endpoint.clone());
+        self.outages.insert(pause.path.clone(), endpoint.clone());
         // Up here: it resumes at once, on no answer of the endpoint's.
         self.outage_taken_over = ctx.endpoints.down_reason(&endpoint).is_none();
         let root = myself.clone();
