@@ -84,6 +84,19 @@ pub fn executable() -> PathBuf {
     peer_path(SERVER_VARIABLE, "its executable")
 }
 
+/// The name `llama-server` answers to when it serves [`model`] (its file's
+/// stem), known before it starts.
+pub fn model_name() -> String {
+    name_of(&model())
+}
+
+fn name_of(model: &std::path::Path) -> String {
+    model
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_owned())
+}
+
 /// The model file, or a failure that says how to get one.
 pub fn model() -> PathBuf {
     let model = peer_path(MODEL_VARIABLE, "a model");
@@ -244,10 +257,7 @@ impl LlamaServer {
     /// The server answers whatever model a request names; this one is for
     /// what the client records.
     pub fn model_name(&self) -> String {
-        self.model
-            .file_stem()
-            .map(|stem| stem.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".to_owned())
+        name_of(&self.model)
     }
 
     /// Kills the process (SIGKILL) and reaps it: its port refuses every
