@@ -35,7 +35,6 @@ impl RunActorState {
             return;
         }
         self.outages.insert(path.clone(), endpoint.clone());
-        let waited = endpoint.clone();
         if status == RunStatus::Running {
             ctx.emit(
                 &path,
@@ -54,11 +53,7 @@ impl RunActorState {
             };
             self.enter_pause(RunStatus::WaitingHuman, pause).await;
         }
-        let root = myself.clone();
-        let resume = Box::new(move || {
-            let _ = root.send_message(LoopMsg::EndpointUp { endpoint: waited });
-        });
-        ctx.endpoints.wait(&endpoint, &ctx.run_id, resume);
+        wait_for(myself, &ctx, endpoint);
     }
 
     /// The run was taken over paused on its endpoint from an executor that
@@ -84,12 +79,7 @@ impl RunActorState {
         self.outages.insert(pause.path.clone(), endpoint.clone());
         // Up here: it resumes at once, on no answer of the endpoint's.
         self.outage_taken_over = ctx.endpoints.down_reason(&endpoint).is_none();
-        let root = myself.clone();
-        let waited = endpoint.clone();
-        let resume = Box::new(move || {
-            let _ = root.send_message(LoopMsg::EndpointUp { endpoint: waited });
-        });
-        ctx.endpoints.wait(&endpoint, &ctx.run_id, resume);
+        wait_for(myself, &ctx, endpoint);
     }
 
     /// `endpoint` answers again: the loops that waited on it go on, and the
@@ -124,4 +114,15 @@ impl RunActorState {
             self.agent.ctx.endpoints.forget_run(&self.agent.ctx.run_id);
         }
     }
+}
+
+/// The run of `ctx` waits on `endpoint`: its root is told when it answers
+/// (at once if it is up).
+fn wait_for(myself: &ActorRef<LoopMsg>, ctx: &crate::agent::RunContext, endpoint: String) {
+    let root = myself.clone();
+    let waited = endpoint.clone();
+    let resume = Box::new(move || {
+        let _ = root.send_message(LoopMsg::EndpointUp { endpoint: waited });
+    });
+    ctx.endpoints.wait(&endpoint, &ctx.run_id, resume);
 }
