@@ -78,8 +78,14 @@ pub struct RunOptions {
     /// The caller's idempotency key: a start under a key that started a
     /// run within [`IDEMPOTENCY_RETENTION`], on any executor sharing the
     /// store, starts nothing and is refused with
-    /// [`EngineError::AlreadyStarted`] naming that run.
+    /// [`EngineError::AlreadyStarted`] naming that run. A key holds within
+    /// the run's tenant only.
     pub idempotency_key: Option<String>,
+    /// The tenant the run belongs to ([`tenancy`](crate::tenancy)): only
+    /// that tenant's keys see and control it. `None` (or
+    /// [`DEFAULT_TENANT`](crate::tenancy::DEFAULT_TENANT)) for the default
+    /// tenant.
+    pub tenant: Option<String>,
 }
 
 /// How long an idempotency key holds after the run it started was
@@ -91,7 +97,7 @@ impl RunOptions {
     pub fn within_trace(parent: crate::TraceParent) -> Self {
         Self {
             trace_parent: Some(parent),
-            idempotency_key: None,
+            ..Self::default()
         }
     }
 
@@ -99,6 +105,15 @@ impl RunOptions {
     #[must_use]
     pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// These options, for a run of `tenant` (a name
+    /// [`check_tenant`](crate::tenancy::check_tenant) takes; the engine
+    /// refuses any other).
+    #[must_use]
+    pub fn for_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
         self
     }
 }
@@ -301,7 +316,7 @@ impl Engine {
             return self.create_run(record).await;
         };
         let keyed = crate::ports::IdempotencyKey {
-            key: key.to_owned(),
+            key: crate::tenancy::idempotency_key_of(record.tenant.as_deref(), key),
             fingerprint: crate::ports::fingerprint(&record.flow),
             at_ms: record.created_at_ms,
             retention_ms: u64::try_from(IDEMPOTENCY_RETENTION.as_millis()).unwrap_or(u64::MAX),
@@ -320,7 +335,7 @@ impl Engine {
                 run_id,
                 fingerprint,
             } => Err(EngineError::AlreadyStarted {
-                key: keyed.key,
+                key: key.to_owned(),
                 run_id,
                 same_flow: fingerprint == keyed.fingerprint,
             }),
@@ -371,7 +386,7 @@ impl Engine {
     ) -> Result<RunHandle, EngineError> {
         self.refuse_runs()?;
         let (plan, stored) = self.plan_stored(flow)?;
-        let record = self.new_record(stored, options.trace_parent);
+        let record = self.new_record(stored, &options)?;
         self.create_run_once(&record, options.idempotency_key.as_deref())
             .await?;
         self.launch(plan, record, None, false).await

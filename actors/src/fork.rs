@@ -487,6 +487,7 @@ mod tests {
     fn parent() -> RunRecord {
         RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: "parent".to_owned(),
             flow: serde_json::json!({"name": "f", "task": "t", "max_steps": 5}),
             status: RunStatus::Completed,

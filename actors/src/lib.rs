@@ -56,6 +56,7 @@ mod spawn;
 mod store_writes;
 mod strict_json;
 mod supervision;
+pub mod tenancy;
 mod trace_context;
 mod usage;
 mod vocabulary;
@@ -115,9 +116,9 @@ pub use ports::{
 };
 pub use ports::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, IdempotencyKey,
-    KeptKey, KeyedCreation, LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord,
-    PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery, RunRecord,
-    RunStatus, RunStore, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase,
+    KeptKey, KeyStore, KeyedCreation, LayeredStore, Notice, NoticeTake, Outbox, PaceStore,
+    PauseRecord, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery,
+    RunRecord, RunStatus, RunStore, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase,
     SnapshotStore, SnapshotTable, StatusCounts, Store, StoreError, StoreErrorKind, StoreFuture,
     SummaryPage, ToolCallRecord, ToolCallState, fencing, history, listing, outbox, retention, seen,
 };
@@ -224,11 +225,11 @@ pub mod prelude {
     pub use crate::ports::PauseRequest;
     pub use crate::ports::{
         ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin,
-        GoneHolder, InFlight, LayeredStore, LeaseAct, Notice, NoticeTake, Outbox, PaceStore,
-        PauseRecord, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunCommand,
-        RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary, RunUpdate, Snapshot,
-        SnapshotStore, Store, StoreChange, StoreError, StoreErrorKind, StoreFuture, StoredCommand,
-        SummaryPage, ToolCallRecord, ToolCallState,
+        GoneHolder, InFlight, KeyStore, LayeredStore, LeaseAct, Notice, NoticeTake, Outbox,
+        PaceStore, PauseRecord, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention,
+        RunCommand, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunSummary, RunUpdate,
+        Snapshot, SnapshotStore, Store, StoreChange, StoreError, StoreErrorKind, StoreFuture,
+        StoredCommand, SummaryPage, ToolCallRecord, ToolCallState,
     };
     pub use crate::run::{RunEvents, RunHandle, RunState};
     pub use crate::supervision::strategy::{

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::event::Event;
 use crate::ports::{
     ChangeFeed, ChangeHub, ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, IdempotencyKey,
-    KeptKey, KeyedCreation, Notice, NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule,
-    QueueClaim, QueueStore, Retention, RunCommand, RunPage, RunQuery, RunRecord, RunStatus,
-    RunStore, RunUpdate, Snapshot, SnapshotStore, SnapshotTable, StatusCounts, StoreChange,
-    StoreError, StoreFuture, StoredCommand, SummaryPage, ToolCallRecord, fencing, history, listing,
-    outbox, retention,
+    KeptKey, KeyStore, KeyedCreation, Notice, NoticeTake, Outbox, PaceStore, PurgeReport,
+    PurgeRule, QueueClaim, QueueStore, Retention, RunCommand, RunPage, RunQuery, RunRecord,
+    RunStatus, RunStore, RunUpdate, Snapshot, SnapshotStore, SnapshotTable, StatusCounts,
+    StoreChange, StoreError, StoreFuture, StoredCommand, SummaryPage, ToolCallRecord, fencing,
+    history, listing, outbox, retention,
 };
 
 /// A store in memory. Cheap to clone; clones share the data.
@@ -54,6 +54,8 @@ struct Tables {
     paces: BTreeMap<String, crate::pace::Pace>,
     /// The idempotency keys given to creations, by key.
     keys: HashMap<String, KeptKey>,
+    /// The API keys, by id.
+    api_keys: BTreeMap<String, crate::tenancy::ApiKey>,
     /// How many of the next writes of an end fail (test-util).
     failing_ends: u32,
 }
@@ -818,6 +820,44 @@ impl PaceStore for MemoryStore {
             };
         }
         ready(Ok(()))
+    }
+}
+
+impl KeyStore for MemoryStore {
+    fn create_api_key(&self, key: crate::tenancy::ApiKey) -> StoreFuture<()> {
+        let mut tables = self.lock();
+        if tables.api_keys.contains_key(&key.id) {
+            return ready(Err(StoreError::invalid(format!(
+                "an API key of id `{}` is kept already",
+                key.id
+            ))));
+        }
+        tables.api_keys.insert(key.id.clone(), key);
+        ready(Ok(()))
+    }
+
+    fn load_api_key(&self, id: &str) -> StoreFuture<Option<crate::tenancy::ApiKey>> {
+        ready(Ok(self.lock().api_keys.get(id).cloned()))
+    }
+
+    fn list_api_keys(&self, tenant: Option<String>) -> StoreFuture<Vec<crate::tenancy::ApiKey>> {
+        let tables = self.lock();
+        let keys = tables
+            .api_keys
+            .values()
+            .filter(|key| tenant.as_ref().is_none_or(|t| key.tenant == *t))
+            .cloned()
+            .collect();
+        ready(Ok(keys))
+    }
+
+    fn revoke_api_key(&self, id: &str, at_ms: u64) -> StoreFuture<Option<crate::tenancy::ApiKey>> {
+        let mut tables = self.lock();
+        let key = tables.api_keys.get_mut(id).map(|key| {
+            key.revoked_at_ms.get_or_insert(at_ms);
+            key.clone()
+        });
+        ready(Ok(key))
     }
 }
 

@@ -31,9 +31,9 @@ pub use model::{
 };
 pub use store::{
     ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, ForkOrigin, GoneHolder, IdempotencyKey,
-    KeptKey, KeyedCreation, LayeredStore, Notice, NoticeTake, Outbox, PaceStore, PauseRecord,
-    PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery, RunRecord,
-    RunStatus, RunStore, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase,
+    KeptKey, KeyStore, KeyedCreation, LayeredStore, Notice, NoticeTake, Outbox, PaceStore,
+    PauseRecord, PurgeReport, PurgeRule, QueueClaim, QueueStore, Retention, RunPage, RunQuery,
+    RunRecord, RunStatus, RunStore, RunSummary, RunUpdate, SUMMARY_CHARS, Snapshot, SnapshotBase,
     SnapshotStore, SnapshotTable, StatusCounts, Store, StoreError, StoreErrorKind, StoreFuture,
     SummaryPage, ToolCallRecord, ToolCallState, fencing, fingerprint, history, listing, outbox,
     retention, seen,

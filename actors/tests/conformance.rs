@@ -104,10 +104,11 @@ async fn a_store_that_cannot_be_reopened_has_the_reopen_rules_skipped_and_says_s
             "a_terminal_write_and_everything_before_it_survive_a_reopen",
             "counts_by_status_stay_exact_through_every_change_and_a_reopen",
             "learned_paces_are_kept_replaced_reset_and_survive_a_reopen",
+            "api_keys_are_kept_once_listed_by_tenant_revoked_once_and_survive_a_reopen",
             "an_undelivered_notice_and_its_progress_survive_a_reopen",
         ]
     );
-    assert!(report.to_string().contains("4 skipped"), "{report}");
+    assert!(report.to_string().contains("5 skipped"), "{report}");
     assert!(
         report.to_string().contains("cannot be reopened"),
         "{report}"
@@ -180,6 +181,7 @@ impl Drop for Spoiling {
     fn drop(&mut self) {
         let stray = RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: "stray".to_owned(),
             flow: serde_json::json!({"name": "stray"}),
             status: RunStatus::Queued,

@@ -26,6 +26,7 @@ async fn run(
     store
         .create_run(RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: run_id.to_owned(),
             flow,
             status: RunStatus::Running,

@@ -51,6 +51,7 @@ macro_rules! out {
 
 mod demo;
 mod experiment;
+mod keys;
 mod log;
 mod many;
 mod paces;
@@ -163,6 +164,9 @@ enum Command {
     /// its URL, a tool, a kind of worker), which seeds every new call's
     /// failure detector; --reset forgets a key's.
     Paces(paces::PacesArgs),
+    /// The API keys of tenants: make, list and revoke them, in the store or
+    /// on a server with --server URL.
+    Keys(keys::KeysArgs),
     /// Run a seeded workload under several supervision strategies, through
     /// the real actors on paused time, and report what each cost.
     Experiment(experiment::ExperimentArgs),
@@ -386,6 +390,7 @@ impl Cli {
             }
             Command::Runs(command) => runs::run(&self.global, command).await,
             Command::Paces(args) => paces::run(&self.global, args).await,
+            Command::Keys(args) => keys::run(&self.global, args).await,
             Command::Demo(args) => demo::run(&self.global, args).await,
             Command::Experiment(args) => experiment::run(&self.global, args).await,
         }

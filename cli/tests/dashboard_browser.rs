@@ -460,6 +460,7 @@ fn the_dashboard_pages_through_more_runs_than_one_page_holds_in_a_real_browser()
             };
             let record = RunRecord {
                 trace_parent: None,
+                tenant: None,
                 run_id: format!("run-{n:05}"),
                 // The oldest run's task is longer than a listing shows.
                 flow: serde_json::json!({"name": "paged", "task": if n == 0 {
@@ -721,6 +722,7 @@ fn the_timeline_draws_a_stored_run_and_shows_event_text_as_text_in_a_real_browse
         let store = SledStore::open(SledConfig::new(&store_dir)).expect("the store");
         let record = RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: run_id.to_owned(),
             flow: serde_json::json!({"name": "timeline", "task": "draw"}),
             status: RunStatus::Completed,
@@ -984,7 +986,7 @@ fn a_stored_fork_of_a_worker_step_shows_its_lineage_and_its_parent_side_by_side_
                 lineage_fork_events(fork, &origin, start_ms + 60_000),
             ),
         ] {
-            let record = RunRecord { trace_parent: None,
+            let record = RunRecord { trace_parent: None, tenant: None,
                 run_id: run_id.to_owned(),
                 flow: serde_json::json!({"name": "research", "task": "Find the cause.", "max_steps": 6}),
                 status: RunStatus::Completed,

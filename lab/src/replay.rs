@@ -327,6 +327,7 @@ impl Recording {
                 updated_at_ms: 0,
                 fork: None,
                 trace_parent: None,
+                tenant: None,
             })
             .await
             .map_err(failed)?;

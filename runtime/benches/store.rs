@@ -93,6 +93,7 @@ fn snapshot(run_id: &str, step: u32, state: &Value) -> Snapshot {
 fn run_record(run_id: &str) -> RunRecord {
     RunRecord {
         trace_parent: None,
+        tenant: None,
         run_id: run_id.to_owned(),
         flow: json!({"name": "bench", "max_steps": 24}),
         status: RunStatus::Running,

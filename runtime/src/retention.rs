@@ -148,6 +148,7 @@ mod tests {
             store
                 .create_run(RunRecord {
                     trace_parent: None,
+                    tenant: None,
                     run_id: format!("run-{n}"),
                     flow: serde_json::json!({"name": "n"}),
                     status,

@@ -157,6 +157,7 @@ conformance! {
     queued_runs_are_claimed_oldest_first_at_most_max,
     claimers_racing_claim_each_queued_run_exactly_once,
     learned_paces_are_kept_replaced_reset_and_survive_a_reopen,
+    api_keys_are_kept_once_listed_by_tenant_revoked_once_and_survive_a_reopen,
     a_pause_or_an_end_keeps_one_notice_held_by_its_taker_until_settled,
     an_undelivered_notice_and_its_progress_survive_a_reopen,
     finished_runs_past_their_retention_go_with_everything_kept_of_them,

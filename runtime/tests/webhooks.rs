@@ -26,6 +26,7 @@ fn record(run_id: &str) -> RunRecord {
         updated_at_ms: 1,
         fork: None,
         trace_parent: None,
+        tenant: None,
     }
 }
 

@@ -23,12 +23,14 @@ use crate::metrics::Metrics;
 mod api;
 mod assets;
 mod by_hand;
+mod caller;
 mod commands;
 mod endpoints;
 mod error;
 mod events;
 mod executor;
 mod guard;
+mod keys;
 mod listing;
 mod many;
 mod metrics;
@@ -257,6 +259,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/endpoints", get(endpoints::list))
         .route("/endpoints/down", post(endpoints::down))
         .route("/endpoints/up", post(endpoints::up))
+        .route("/keys", post(keys::create).get(keys::list))
+        .route("/keys/{id}/revoke", post(keys::revoke))
         .route("/runs", post(api::create_run).get(api::list_runs))
         .route("/runs/actions", post(many::act))
         .route("/runs/{id}", get(api::show_run))

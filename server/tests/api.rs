@@ -248,6 +248,7 @@ async fn post_runs_answers_before_the_run_ends_and_a_live_stream_follows_it_to_t
 fn listed_run(n: u64) -> RunRecord {
     RunRecord {
         trace_parent: None,
+        tenant: None,
         run_id: format!("run-{n:06}"),
         flow: json!({"name": if n.is_multiple_of(2) { "alpha" } else { "beta" }, "task": "t"}),
         status: if n.is_multiple_of(7) {

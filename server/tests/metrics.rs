@@ -333,6 +333,7 @@ async fn metrics_parse_need_the_token_and_match_the_event_logs_and_the_store() {
         .store
         .create_run(RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: "elsewhere".to_owned(),
             flow: json!({"name": "shop", "task": "t"}),
             status: RunStatus::Orphaned,

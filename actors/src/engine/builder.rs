@@ -220,6 +220,9 @@ pub enum EngineError {
     /// A fork was refused: its point, or its changes of the flow.
     #[error(transparent)]
     Fork(#[from] ForkError),
+    /// A run's tenant was refused.
+    #[error(transparent)]
+    Tenant(#[from] crate::tenancy::BadTenant),
     /// Another executor holds the run, or this one is already running it.
     #[error("{}", held_message(.run_id, .owner_id, *.expires_at_ms, *.remaining_ms))]
     Held {

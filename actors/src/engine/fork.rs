@@ -78,7 +78,9 @@ impl Engine {
             return Ok(Err(refused));
         }
         let (plan, stored) = self.plan_stored(flow)?;
-        let mut record = self.new_record(stored, None);
+        // A fork belongs to its parent's tenant.
+        let mut record = self.new_record(stored, &crate::RunOptions::default())?;
+        record.tenant.clone_from(&parent.tenant);
         let lineage = self.stored_lineage(run_id).await?;
         let calls = self.store.load_tool_calls(run_id).await?;
         let start =

@@ -34,15 +34,27 @@ impl Engine {
         heartbeat_timing(self.config.run_lease_ttl).1
     }
 
-    /// The record of a new run of `flow` (as stored), owned by this
-    /// executor with fence 1 and a lease of one TTL from now.
+    /// The record of a new run of `flow` (as stored), started with
+    /// `options`, owned by this executor with fence 1 and a lease of one
+    /// TTL from now.
+    ///
+    /// # Errors
+    /// A tenant's name [`check_tenant`](crate::tenancy::check_tenant)
+    /// refuses.
     pub(super) fn new_record(
         &self,
         flow: serde_json::Value,
-        trace_parent: Option<crate::TraceParent>,
-    ) -> RunRecord {
+        options: &super::RunOptions,
+    ) -> Result<RunRecord, EngineError> {
+        let tenant = match options.tenant.as_deref() {
+            None => None,
+            Some(tenant) => {
+                crate::tenancy::check_tenant(tenant)?;
+                crate::tenancy::stored_tenant(tenant)
+            }
+        };
         let now = self.clock.now_unix_ms();
-        RunRecord {
+        Ok(RunRecord {
             run_id: new_run_id(),
             flow,
             status: RunStatus::Running,
@@ -55,8 +67,9 @@ impl Engine {
             fork: None,
             created_at_ms: now,
             updated_at_ms: now,
-            trace_parent,
-        }
+            trace_parent: options.trace_parent.clone(),
+            tenant,
+        })
     }
 
     /// Stops this executor in process, as a clean exit would: every run it

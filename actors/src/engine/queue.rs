@@ -41,7 +41,7 @@ impl Engine {
             owner_id: None,
             fence: 0,
             lease_expires_at_ms: 0,
-            ..self.new_record(stored, options.trace_parent)
+            ..self.new_record(stored, &options)?
         };
         self.create_run_once(&record, options.idempotency_key.as_deref())
             .await?;

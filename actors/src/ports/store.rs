@@ -5,7 +5,8 @@
 //! their fencing, orphans and listing ([`RunStore`]), the event log
 //! ([`EventLog`]), snapshots, their history and tool-call records
 //! ([`SnapshotStore`]), the queue and commands ([`QueueStore`]), the
-//! outbox ([`Outbox`]), learned paces ([`PaceStore`]), the change feed and
+//! outbox ([`Outbox`]), learned paces ([`PaceStore`]), API keys
+//! ([`KeyStore`]), the change feed and
 //! its flush ([`ChangeSource`]) and retention ([`Retention`]). [`Store`]
 //! is their union: whatever implements every part is a store, and is
 //! handed to the engine as `Arc<dyn Store>`. Every method answers a
@@ -40,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use super::BoxFuture;
 
+mod api_keys;
 mod changes;
 mod counts;
 mod error;
@@ -55,6 +57,7 @@ mod runs;
 mod snapshots;
 mod summary;
 
+pub use api_keys::KeyStore;
 pub use changes::ChangeSource;
 pub use counts::StatusCounts;
 pub use error::{StoreError, StoreErrorKind};
@@ -261,6 +264,10 @@ pub struct RunRecord {
     /// caller's, its root span a child of the caller's span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<crate::trace_context::TraceParent>,
+    /// The tenant it belongs to, the one that started it; `None` for the
+    /// [default tenant](crate::tenancy::DEFAULT_TENANT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// Where a fork comes from: its parent run and the step boundary it starts
@@ -384,6 +391,13 @@ pub struct RunQuery {
     pub created_from_ms: Option<u64>,
     /// Only runs created before this instant (Unix ms, exclusive).
     pub created_before_ms: Option<u64>,
+    /// Only runs of this tenant (its name; [`DEFAULT_TENANT`] for the
+    /// runs of none). `None` lists every tenant's runs: what the executor
+    /// itself reads, never what a tenant's request is answered.
+    ///
+    /// [`DEFAULT_TENANT`]: crate::tenancy::DEFAULT_TENANT
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 impl RunQuery {
@@ -417,11 +431,20 @@ pub type StoreFuture<T> = BoxFuture<'static, Result<T, StoreError>>;
 /// type that implements them all (or a [`LayeredStore`], which implements
 /// them all from its inner store): a store implements [`RunStore`],
 /// [`EventLog`], [`SnapshotStore`], [`QueueStore`], [`Outbox`],
-/// [`PaceStore`], [`ChangeSource`] and [`Retention`], and is a `Store`.
+/// [`PaceStore`], [`KeyStore`], [`ChangeSource`] and [`Retention`], and
+/// is a `Store`.
 /// Their methods are called on an `Arc<dyn Store>` with the parts in
 /// scope (`use leasehold::prelude::*`).
 pub trait Store:
-    RunStore + EventLog + SnapshotStore + QueueStore + Outbox + PaceStore + ChangeSource + Retention
+    RunStore
+    + EventLog
+    + SnapshotStore
+    + QueueStore
+    + Outbox
+    + PaceStore
+    + KeyStore
+    + ChangeSource
+    + Retention
 {
 }
 
@@ -432,6 +455,7 @@ impl<S> Store for S where
         + QueueStore
         + Outbox
         + PaceStore
+        + KeyStore
         + ChangeSource
         + Retention
 {
@@ -464,10 +488,20 @@ pub mod listing {
                 .is_none_or(|before| created_at_ms < before)
     }
 
-    /// Whether `record` is one the query selects: past the cursor, in the
-    /// status, of the flow and in the window asked for.
+    /// Whether a run of `tenant` (its record's field) is of the query's
+    /// tenant; every run is when the query names none.
+    pub fn of_tenant(query: &RunQuery, tenant: Option<&str>) -> bool {
+        query
+            .tenant
+            .as_deref()
+            .is_none_or(|wanted| crate::tenancy::tenant_or_default(tenant) == wanted)
+    }
+
+    /// Whether `record` is one the query selects: past the cursor, of the
+    /// tenant, in the status, of the flow and in the window asked for.
     pub fn matches(query: &RunQuery, record: &RunRecord) -> bool {
         after_cursor(query, &record.run_id)
+            && of_tenant(query, record.tenant.as_deref())
             && query.status.is_none_or(|status| record.status == status)
             && query
                 .flow

@@ -3,7 +3,7 @@
 //! exclusive) and the runs of a holder that is gone, tool-call records,
 //! terminal writes, the event log, what survives a reopen, listing and
 //! summaries, commands, idempotency keys, the change feed, the queue,
-//! learned paces, the
+//! learned paces, API keys, the
 //! outbox, retention, and agreement with [`MemoryStore`](crate::MemoryStore) outcome for
 //! outcome — written once against `Arc<dyn Store>`, so that a store of
 //! one's own (or a [`LayeredStore`](crate::LayeredStore) over one) is
@@ -37,6 +37,7 @@ use crate::ports::{BoxFuture, Store, StoreError};
 // The rules, a file for each part of the port (and `whole` for the store
 // as a whole). Each rule takes a fresh store (or, to open it again or open
 // other handles on it, its subject) and panics where the store breaks it.
+mod api_keys;
 mod changes;
 mod counts;
 mod events;
@@ -384,6 +385,8 @@ suite! {
     handles: queue::claimers_racing_claim_each_queued_run_exactly_once,
     // Learned paces.
     reopen: paces::learned_paces_are_kept_replaced_reset_and_survive_a_reopen,
+    // API keys.
+    reopen: api_keys::api_keys_are_kept_once_listed_by_tenant_revoked_once_and_survive_a_reopen,
     // The outbox.
     store: outbox::a_pause_or_an_end_keeps_one_notice_held_by_its_taker_until_settled,
     reopen: outbox::an_undelivered_notice_and_its_progress_survive_a_reopen,

@@ -22,6 +22,7 @@ pub fn run_record(
 ) -> RunRecord {
     RunRecord {
         trace_parent: None,
+        tenant: None,
         run_id: run_id.to_owned(),
         flow: json!({"name": "research", "max_steps": 8}),
         status,

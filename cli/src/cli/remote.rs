@@ -229,6 +229,20 @@ impl Remote {
             .await
     }
 
+    /// `GET path`: the server's JSON answer.
+    pub(super) async fn get_json(&self, path: &str) -> Result<serde_json::Value, CliError> {
+        self.send(self.request(Method::GET, path)).await
+    }
+
+    /// `POST path` with `body`: the server's JSON answer.
+    pub(super) async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, CliError> {
+        self.send(self.request(Method::POST, path).json(body)).await
+    }
+
     pub(super) async fn control(
         &self,
         run_id: &str,

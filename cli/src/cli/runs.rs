@@ -176,6 +176,11 @@ pub struct ListArgs {
     /// UTC.
     #[arg(long, value_name = "TIME", value_parser = parse_instant)]
     pub(super) until: Option<u64>,
+    /// Only runs of this tenant (`default` for the runs started without a
+    /// tenant's key). A store's runs only: a server lists the runs of its
+    /// key's tenant.
+    #[arg(long, value_name = "TENANT", value_parser = parse_tenant)]
+    pub(super) tenant: Option<String>,
     /// The page after this cursor (printed after the previous page).
     #[arg(long, value_name = "CURSOR")]
     pub(super) after: Option<String>,
@@ -194,8 +199,15 @@ impl ListArgs {
             flow: self.flow.clone(),
             created_from_ms: self.since,
             created_before_ms: self.until,
+            tenant: self.tenant.clone(),
         }
     }
+}
+
+/// A tenant's name, as `leasehold::tenancy::check_tenant` takes it.
+pub(super) fn parse_tenant(text: &str) -> Result<String, String> {
+    leasehold::tenancy::check_tenant(text).map_err(|e| e.to_string())?;
+    Ok(text.to_owned())
 }
 
 /// One run.
@@ -693,7 +705,15 @@ async fn run_remote(
     command: RunsCommand,
 ) -> Result<ExitCode, CliError> {
     match command {
-        RunsCommand::List(args) => print_page(&client.list(args.query()).await?),
+        RunsCommand::List(args) => {
+            if args.tenant.is_some() {
+                return Err(CliError::other(
+                    "--tenant lists a store's runs: a server lists the runs of its key's tenant \
+                     (LEASEHOLD_API_TOKEN)",
+                ));
+            }
+            print_page(&client.list(args.query()).await?)
+        }
         RunsCommand::Show(args) => print_json(&client.show(&args.id).await?),
         RunsCommand::Trace(args) => print_trace(&client.trace(&args.id).await?),
         RunsCommand::Events(args) => {

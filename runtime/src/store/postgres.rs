@@ -69,6 +69,7 @@
 //! ```
 //! [`ChangeSource::flush`]: crate::ChangeSource::flush
 
+mod api_keys;
 mod changes;
 mod config;
 mod events;
@@ -415,8 +416,9 @@ impl Inner {
             pause,
             _,
             updated,
-            // A fork's lineage and a caller's trace context are written
-            // when the run is created, and no rule changes them.
+            // A fork's lineage, a caller's trace context and the tenant are
+            // written when the run is created, and no rule changes them.
+            _,
             _,
             _,
         ] = params.values();

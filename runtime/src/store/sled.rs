@@ -64,6 +64,7 @@ use outbox::Notices;
 use run_index::{IndexEntries, RunIndexes};
 use run_locks::RunLocks;
 
+mod api_keys;
 mod changes;
 mod codec;
 mod commit;
@@ -124,6 +125,8 @@ struct Inner {
     paces: Tree,
     /// The idempotency keys of creations ([`keys::KEYS`]).
     keys: Tree,
+    /// The API keys, by id ([`api_keys::API_KEYS`]).
+    api_keys: Tree,
     /// Each keyed run's key ([`keys::KEYS_BY_RUN`]), so a purge of the run
     /// takes its key with it.
     keys_by_run: Tree,
@@ -237,6 +240,7 @@ impl SledStore {
         let paces = tree(paces::PACES)?;
         let keys = tree(keys::KEYS)?;
         let keys_by_run = tree(keys::KEYS_BY_RUN)?;
+        let api_keys = tree(api_keys::API_KEYS)?;
         let indexes = RunIndexes::open(
             tree(codec::RUNS_BY_STATUS)?,
             tree(codec::RUNS_BY_FLOW)?,
@@ -288,6 +292,7 @@ impl SledStore {
                 paces,
                 keys,
                 keys_by_run,
+                api_keys,
                 keying: Mutex::new(()),
                 changes: ChangeHub::new(),
                 indexes,

@@ -72,6 +72,8 @@ pub fn payload(notice: &Notice, links: &Links) -> Value {
                 utf8_percent_encode(&notice.run_id, PATH_SEGMENT)),
         },
     });
+    let tenant = leasehold_actors::tenancy::tenant_or_default(notice.tenant.as_deref());
+    data["tenant"] = json!(tenant);
     let fields = [
         ("flow", notice.flow.as_ref().map(|flow| json!(flow))),
         ("reason", notice.reason.as_ref().map(|text| json!(text))),
@@ -149,7 +151,11 @@ fn respond(notice: &Notice, links: &Links) -> Option<Value> {
         _ => return None,
     };
     if links.token_required {
-        answer["authorization"] = json!("Bearer: the server's api_token");
+        let tenant = leasehold_actors::tenancy::tenant_or_default(notice.tenant.as_deref());
+        answer["authorization"] = json!(format!(
+            "Bearer: a key of tenant `{tenant}` with scope operate (the server's api_token \
+             for the default tenant)"
+        ));
     }
     Some(answer)
 }
@@ -192,6 +198,7 @@ mod tests {
             }),
             truncated: Vec::new(),
             delivery: Delivery::default(),
+            tenant: None,
         }
     }
 

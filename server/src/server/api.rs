@@ -2,17 +2,18 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use leasehold::{Flow, ReconcileDecision, RunCommand};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::App;
+use super::caller::Caller;
 use super::commands;
 use super::error::ApiError;
 use super::guard;
@@ -94,6 +95,7 @@ pub(super) async fn paces(
 /// `no_model`, naming the keys to set.
 pub(super) async fn create_run(
     State(app): State<Arc<App>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -112,7 +114,8 @@ pub(super) async fn create_run(
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("the flow is not UTF-8 text"))?;
     let flow = parse_flow(&app, format, text)?;
-    let options = run_options(&headers)?;
+    let mut options = run_options(&headers)?;
+    options.tenant = caller.run_tenant();
     // Queued and started in a task of its own: a client that goes away
     // mid-request must not cancel a run half-recorded.
     let executor = Arc::clone(&app.executor);
@@ -398,6 +401,7 @@ pub(super) fn run_id(path: Result<Path<String>, PathRejection>) -> Result<String
 /// first, and holds it until its answer has been sent.
 pub(super) async fn list_runs(
     State(app): State<Arc<App>>,
+    Extension(caller): Extension<Caller>,
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params.map_err(|rejection| {
@@ -406,7 +410,9 @@ pub(super) async fn list_runs(
             rejection.body_text()
         ))
     })?;
-    let query = params.query()?;
+    let mut query = params.query()?;
+    // A tenant lists its own runs only.
+    query.tenant = Some(caller.tenant);
     let mut permit = app.listings.admit(query.limit).await;
     let now = app.engine().clock().now_unix_ms();
     // A run nobody runs is listed as orphaned, as it is shown whole.

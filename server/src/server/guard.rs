@@ -14,12 +14,18 @@
 //!    `same-origin` or `none`, is refused with 403 `cross_origin`: a browser
 //!    says where a cross-site request comes from, and no page of another
 //!    site may drive this server.
-//! 3. **Token.** With a token, everything but the dashboard's files and
-//!    `/health` needs `Authorization: Bearer TOKEN`; only the event stream
+//! 3. **Who asks.** With a token, everything but the dashboard's files and
+//!    `/health` needs `Authorization: Bearer KEY`: the server's token or an
+//!    API key ([`caller`](super::caller)); only the event stream
 //!    (`GET /runs/{id}/events`) also takes `?token=`, since a browser's
-//!    `EventSource` cannot set headers. Tokens are compared as SHA-256
-//!    digests, so the comparison takes the same time whatever the length
-//!    or the first difference.
+//!    `EventSource` cannot set headers. Without a token, a request with no
+//!    key is the operator's, and one with a key acts as that key. Tokens
+//!    and keys are compared as SHA-256 digests, so the comparison takes the
+//!    same time whatever the length or the first difference. A wrong,
+//!    unknown or revoked key is 401.
+//! 4. **Scope and tenant.** A key without the scope the route needs is 403
+//!    `forbidden_scope`; a route of a run of another tenant is the 404 of a
+//!    run that does not exist.
 //!
 //! Bodies are checked by the handlers that read them (`api.rs`): a
 //! state-changing route takes only `application/json` (and `POST /runs`
@@ -37,20 +43,32 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use super::App;
+use super::caller::{self, Caller};
 use super::error::ApiError;
 
-/// The guard: host, origin, then token. A refusal of a request that came
-/// with a body (which may be left unread) closes the connection, so that
-/// no client reuses a connection whose next bytes are that body.
-pub(super) async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+/// The guard: host, origin, then who asks ([`Caller`]), the scope the
+/// route needs, and, for a route of one run, that the run is the caller's.
+/// The caller is handed to the route as a request extension. A refusal of
+/// a request that came with a body (which may be left unread) closes the
+/// connection, so that no client reuses a connection whose next bytes are
+/// that body.
+pub(super) async fn guard(
+    State(app): State<Arc<App>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let has_body = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .is_some_and(|v| v.as_bytes() != b"0")
         || request.headers().contains_key(header::TRANSFER_ENCODING);
-    let mut response = match check(&app, &request) {
+    let (method, uri) = (request.method().clone(), request.uri().clone());
+    let mut response = match check(&app, &method, &uri, request.headers()).await {
         Err(refusal) => refusal.into_response(),
-        Ok(()) => next.run(request).await,
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
     };
     let status = response.status();
     if has_body && (status.is_client_error() || status.is_server_error()) {
@@ -61,8 +79,12 @@ pub(super) async fn guard(State(app): State<Arc<App>>, request: Request, next: N
     response
 }
 
-fn check(app: &App, request: &Request) -> Result<(), ApiError> {
-    let headers = request.headers();
+async fn check(
+    app: &App,
+    method: &Method,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
     let token = app.options.token();
     let host = headers
         .get(header::HOST)
@@ -80,36 +102,41 @@ fn check(app: &App, request: &Request) -> Result<(), ApiError> {
             ),
         ));
     }
-    check_origin(
-        request.method(),
-        headers,
-        host,
-        &app.options.allowed_origins,
-    )?;
-    let Some(token) = token else {
-        return Ok(());
-    };
-    let path = request.uri().path();
+    check_origin(method, headers, host, &app.options.allowed_origins)?;
+    let path = uri.path();
     if path == "/" || path == "/health" || path.starts_with("/assets/") {
-        return Ok(());
+        return Ok(Caller::operator());
     }
-    let in_query = is_event_stream(request.method(), path)
-        .then(|| query_token(request.uri().query()))
+    let in_query = is_event_stream(method, path)
+        .then(|| query_token(uri.query()))
         .flatten();
-    match bearer(headers).or(in_query) {
-        Some(given) if same_token(&given, token) => Ok(()),
-        Some(_) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "wrong token",
-        )),
-        None => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "this server needs `Authorization: Bearer TOKEN` (LEASEHOLD_API_TOKEN); only the \
-             event stream also takes `?token=`",
-        )),
+    let caller = match (bearer(headers).or(in_query), token) {
+        (None, None) => Caller::operator(),
+        (None, Some(_)) => {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this server needs `Authorization: Bearer KEY`, the server's token \
+                 (LEASEHOLD_API_TOKEN) or an API key; only the event stream also takes `?token=`",
+            ));
+        }
+        (Some(given), Some(token)) if same_token(&given, token) => Caller::operator(),
+        (Some(given), token) => {
+            if token.is_some() && leasehold::tenancy::key_id(&given).is_none() {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "wrong token",
+                ));
+            }
+            caller::of_key(app, &given).await?
+        }
+    };
+    caller::check_scope(&caller, method, path)?;
+    if let Some(run_id) = caller::run_in_path(path) {
+        caller::check_run(app, &caller, run_id).await?;
     }
+    Ok(caller)
 }
 
 /// Whether the request carries the server's token (for `/health`'s

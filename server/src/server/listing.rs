@@ -177,6 +177,7 @@ impl ListParams {
             flow: self.flow,
             created_from_ms: instant("since", self.since)?,
             created_before_ms: instant("until", self.until)?,
+            tenant: None,
         })
     }
 }

@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use leasehold::executor::control::by_hand;
 use leasehold::executor::control::many::{MAX_MANY, Selection};
 use leasehold::run_limits::PersonText;
@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::App;
 use super::api::{read_json_body, too_large};
+use super::caller::Caller;
 use super::error::ApiError;
 use super::listing::{parse_instant, parse_status};
 
@@ -51,13 +52,16 @@ struct ManyBody {
 /// selected (or would, in a dry run).
 pub(super) async fn act(
     State(app): State<Arc<App>>,
+    Extension(caller): Extension<Caller>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
     let bytes = read_json_body(&app, &parts.headers, body).await?;
     let body: ManyBody = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not an action on runs: {e}")))?;
-    let selection = selection(&body)?;
+    let mut selection = selection(&body)?;
+    // A tenant acts on its own runs only.
+    selection.query.tenant = Some(caller.tenant);
     let command = command(&app, &body)?;
     let executor = Arc::clone(&app.executor);
     let dry_run = body.dry_run;

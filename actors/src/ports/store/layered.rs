@@ -44,7 +44,7 @@
 //! (`testing::conformance`, feature `test-util`).
 
 use super::{
-    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, GoneHolder, IdempotencyKey,
+    ChangeSource, ClaimOutcome, Delivery, EventLog, Fenced, GoneHolder, IdempotencyKey, KeyStore,
     KeyedCreation, Notice, NoticeTake, Outbox, PaceStore, PurgeReport, PurgeRule, QueueClaim,
     QueueStore, Retention, RunPage, RunQuery, RunRecord, RunStatus, RunStore, RunUpdate, Snapshot,
     SnapshotStore, SnapshotTable, Store, StoreFuture, SummaryPage, ToolCallRecord,
@@ -52,6 +52,7 @@ use super::{
 use crate::event::Event;
 use crate::pace::Pace;
 use crate::ports::changes::{ChangeFeed, RunCommand, StoredCommand};
+use crate::tenancy::ApiKey;
 
 /// A store that wraps another: each method goes to [`inner`](Self::inner)
 /// unless the layer overrides it. Every part of the port, so [`Store`],
@@ -279,6 +280,28 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().save_paces(paces)
     }
 
+    // API keys.
+
+    /// [`KeyStore::create_api_key`].
+    fn create_api_key(&self, key: ApiKey) -> StoreFuture<()> {
+        self.inner().create_api_key(key)
+    }
+
+    /// [`KeyStore::load_api_key`].
+    fn load_api_key(&self, id: &str) -> StoreFuture<Option<ApiKey>> {
+        self.inner().load_api_key(id)
+    }
+
+    /// [`KeyStore::list_api_keys`].
+    fn list_api_keys(&self, tenant: Option<String>) -> StoreFuture<Vec<ApiKey>> {
+        self.inner().list_api_keys(tenant)
+    }
+
+    /// [`KeyStore::revoke_api_key`].
+    fn revoke_api_key(&self, id: &str, at_ms: u64) -> StoreFuture<Option<ApiKey>> {
+        self.inner().revoke_api_key(id, at_ms)
+    }
+
     // The change feed and durability.
 
     /// [`ChangeSource::changes`].
@@ -479,6 +502,24 @@ impl<L: LayeredStore> PaceStore for L {
 
     fn save_paces(&self, paces: Vec<(String, Option<Pace>)>) -> StoreFuture<()> {
         LayeredStore::save_paces(self, paces)
+    }
+}
+
+impl<L: LayeredStore> KeyStore for L {
+    fn create_api_key(&self, key: ApiKey) -> StoreFuture<()> {
+        LayeredStore::create_api_key(self, key)
+    }
+
+    fn load_api_key(&self, id: &str) -> StoreFuture<Option<ApiKey>> {
+        LayeredStore::load_api_key(self, id)
+    }
+
+    fn list_api_keys(&self, tenant: Option<String>) -> StoreFuture<Vec<ApiKey>> {
+        LayeredStore::list_api_keys(self, tenant)
+    }
+
+    fn revoke_api_key(&self, id: &str, at_ms: u64) -> StoreFuture<Option<ApiKey>> {
+        LayeredStore::revoke_api_key(self, id, at_ms)
     }
 }
 

@@ -61,6 +61,9 @@ pub struct Notice {
     /// Where its delivery is.
     #[serde(default)]
     pub delivery: Delivery,
+    /// The run's tenant; `None` for the default tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// Where a notice's delivery is.
@@ -172,6 +175,7 @@ pub fn notice_of(before: RunStatus, after: &RunRecord) -> Option<Notice> {
             due_at_ms: after.updated_at_ms,
             ..Delivery::default()
         },
+        tenant: after.tenant.clone(),
     })
 }
 
@@ -226,6 +230,7 @@ mod tests {
     fn record(status: RunStatus) -> RunRecord {
         RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: "r".to_owned(),
             flow: serde_json::json!({"name": "f", "notify": ["ops", "ops", 3, "audit"]}),
             status,

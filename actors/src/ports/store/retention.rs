@@ -93,6 +93,7 @@ mod tests {
     fn record(status: RunStatus, ended_at_ms: u64, flow: serde_json::Value) -> RunRecord {
         RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: "r".to_owned(),
             flow,
             status,

@@ -149,6 +149,7 @@ mod tests {
         let long = "x".repeat(10_000);
         let record = RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: "r".to_owned(),
             flow: serde_json::json!({"name": "f", "task": long, "system_prompt": long}),
             status: RunStatus::WaitingHuman,

@@ -13,7 +13,9 @@ use crate::testing::records::*;
 
 /// Pages list the runs `listing::matches` selects, newest first in the byte
 /// order of their ids (not a locale's collation), followed to the end by
-/// their cursors, and pages of summaries are cut the same.
+/// their cursors, and pages of summaries are cut the same; a page of one
+/// tenant holds its runs only (a run kept without a tenant is the default
+/// tenant's).
 pub(super) async fn pages_list_what_the_listing_rule_selects_newest_first_by_byte_order(
     store: Arc<dyn Store>,
 ) {
@@ -31,6 +33,13 @@ pub(super) async fn pages_list_what_the_listing_rule_selects_newest_first_by_byt
             record.flow =
                 serde_json::json!({"name": if index % 2 == 0 { "alpha" } else { "beta" }});
             record.created_at_ms = 1_000 + index;
+            // Runs of three tenants: the default one's (no tenant kept),
+            // `acme`'s and `zeta`'s.
+            record.tenant = match index % 3 {
+                0 => None,
+                1 => Some("acme".to_owned()),
+                _ => Some("zeta".to_owned()),
+            };
             store.create_run(record).await.unwrap();
         }
     }
@@ -77,6 +86,20 @@ pub(super) async fn pages_list_what_the_listing_rule_selects_newest_first_by_byt
             created_before_ms: Some(1_030),
             ..RunQuery::first(3)
         },
+        RunQuery {
+            tenant: Some("acme".to_owned()),
+            ..RunQuery::first(3)
+        },
+        RunQuery {
+            tenant: Some(crate::tenancy::DEFAULT_TENANT.to_owned()),
+            status: Some(RunStatus::Completed),
+            ..RunQuery::first(2)
+        },
+        RunQuery {
+            tenant: Some("zeta".to_owned()),
+            flow: Some("beta".to_owned()),
+            ..RunQuery::first(5)
+        },
     ];
     for query in queries {
         let mut want: Vec<String> = all
@@ -88,6 +111,13 @@ pub(super) async fn pages_list_what_the_listing_rule_selects_newest_first_by_byt
         want.sort();
         want.reverse();
         assert!(!want.is_empty(), "{query:?}");
+        if let Some(tenant) = &query.tenant {
+            let of_others = all.iter().filter(|r| {
+                crate::tenancy::tenant_or_default(r.tenant.as_deref()) != tenant
+                    && want.contains(&r.run_id)
+            });
+            assert_eq!(of_others.count(), 0, "{query:?}");
+        }
         assert_eq!(
             every_page(store.as_ref(), query.clone()).await,
             want,

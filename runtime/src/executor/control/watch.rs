@@ -147,6 +147,7 @@ mod tests {
     fn record(status: RunStatus) -> RunRecord {
         RunRecord {
             trace_parent: None,
+            tenant: None,
             run_id: "r".into(),
             flow: serde_json::json!({}),
             status,

@@ -22,12 +22,14 @@ use super::rows::{RUN_COLUMNS, get, run_from_row, status_name, to_i64, to_u64};
 use super::{Inner, failed};
 
 /// The filter and order of a page: `$1` the cursor, `$2` the status, `$3`
-/// the flow, `$4` and `$5` the window, `$6` how many rows to read.
+/// the flow, `$4` and `$5` the window, `$6` how many rows to read, `$7`
+/// the tenant (its runs' `tenant` is NULL for the default one).
 const PAGE: &str = "WHERE ($1::text IS NULL OR run_id COLLATE \"C\" < $1) \
      AND ($2::text IS NULL OR status = $2) \
      AND ($3::text IS NULL OR flow ->> 'name' = $3) \
      AND ($4::bigint IS NULL OR created_at_ms >= $4) \
      AND ($5::bigint IS NULL OR created_at_ms < $5) \
+     AND ($7::text IS NULL OR coalesce(tenant, 'default') = $7) \
      ORDER BY run_id COLLATE \"C\" DESC LIMIT $6";
 
 /// The parameters of [`PAGE`] for a query.
@@ -146,6 +148,7 @@ impl Inner {
                     &params.from,
                     &params.before,
                     &params.fetch,
+                    &query.tenant,
                 ],
             )
             .await

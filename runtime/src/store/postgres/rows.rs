@@ -13,7 +13,7 @@ use tokio_postgres::Row;
 /// The columns of `runs` that make a [`RunRecord`], in the order
 /// [`run_from_row`] reads them.
 pub(super) const RUN_COLUMNS: &str = "run_id, flow, status, owner_id, fence, lease_expires_at_ms, \
-     reason, answer, pause, created_at_ms, updated_at_ms, fork, trace_parent";
+     reason, answer, pause, created_at_ms, updated_at_ms, fork, trace_parent, tenant";
 
 /// `value` as a `bigint`.
 pub(super) fn to_i64(value: u64, what: &dyn Display) -> Result<i64, StoreError> {
@@ -90,6 +90,7 @@ pub(super) fn run_from_row(row: &Row) -> Result<RunRecord, StoreError> {
                 })
             })
             .transpose()?,
+        tenant: get(row, 13)?,
         run_id,
     })
 }
@@ -109,6 +110,7 @@ pub(super) struct RunParams {
     updated_at_ms: i64,
     fork: Option<serde_json::Value>,
     trace_parent: Option<String>,
+    tenant: Option<String>,
 }
 
 impl RunParams {
@@ -137,11 +139,12 @@ impl RunParams {
                 .map(|fork| to_json(fork, &what("lineage")))
                 .transpose()?,
             trace_parent: record.trace_parent.as_ref().map(|parent| parent.header()),
+            tenant: record.tenant.clone(),
         })
     }
 
-    /// The values, in the order of [`RUN_COLUMNS`] (`$1` … `$13`).
-    pub(super) fn values(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 13] {
+    /// The values, in the order of [`RUN_COLUMNS`] (`$1` … `$14`).
+    pub(super) fn values(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 14] {
         [
             &self.run_id,
             &self.flow,
@@ -156,6 +159,7 @@ impl RunParams {
             &self.updated_at_ms,
             &self.fork,
             &self.trace_parent,
+            &self.tenant,
         ]
     }
 }

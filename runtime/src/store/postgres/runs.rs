@@ -34,10 +34,10 @@ pub(super) async fn insert_run(
     let statement = client
         .prepare_cached(&format!(
             "WITH created AS (INSERT INTO runs ({RUN_COLUMNS}, retention_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $15) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $16) \
              ON CONFLICT (run_id) DO NOTHING RETURNING run_id), \
              notified AS (SELECT created.run_id, pg_notify('leasehold', payload) \
-             FROM created, unnest($14::text[]) AS payload) \
+             FROM created, unnest($15::text[]) AS payload) \
              SELECT count(DISTINCT run_id) FROM notified"
         ))
         .await

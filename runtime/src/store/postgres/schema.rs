@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (10, include_str!("migrations/0010_run_counts.sql")),
     (11, include_str!("migrations/0011_snapshot_bases.sql")),
     (12, include_str!("migrations/0012_idempotency_keys.sql")),
+    (13, include_str!("migrations/0013_tenants.sql")),
 ];
 
 /// The advisory lock key that serializes migrations ("lh_migr" in ASCII).

@@ -1,0 +1,172 @@
+//! `/keys`: a tenant's API keys, made, listed and revoked by a key of
+//! scope `admin` of that tenant, or by the operator for any tenant. A
+//! key's secret is in the answer that makes it, and nowhere else.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use leasehold::tenancy::{ApiKey, NewKey, Scope};
+use serde::{Deserialize, Serialize};
+
+use super::App;
+use super::api::read_json_body;
+use super::caller::Caller;
+use super::error::ApiError;
+
+/// A key as the API shows it: everything but its digest.
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct KeyView {
+    id: String,
+    tenant: String,
+    scope: Scope,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    created_at_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revoked_at_ms: Option<u64>,
+}
+
+impl From<ApiKey> for KeyView {
+    fn from(key: ApiKey) -> Self {
+        Self {
+            id: key.id,
+            tenant: key.tenant,
+            scope: key.scope,
+            name: key.name,
+            created_at_ms: key.created_at_ms,
+            revoked_at_ms: key.revoked_at_ms,
+        }
+    }
+}
+
+/// The body of `POST /keys`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    /// The key's tenant: the caller's when not given.
+    tenant: Option<String>,
+    scope: Scope,
+    name: Option<String>,
+}
+
+/// The query of `GET /keys`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListParams {
+    tenant: Option<String>,
+}
+
+/// The tenant whose keys `caller` asks for: its own, or, for the operator,
+/// any; another tenant's is a 403 naming it.
+fn tenant_for(caller: &Caller, asked: Option<String>) -> Result<String, ApiError> {
+    let tenant = asked.unwrap_or_else(|| caller.tenant.clone());
+    if tenant == caller.tenant || caller.is_operator() {
+        leasehold::tenancy::check_tenant(&tenant).map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_tenant",
+                e.to_string(),
+            )
+        })?;
+        return Ok(tenant);
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden_tenant",
+        format!(
+            "{} manages the keys of tenant `{}` only, not of `{tenant}`",
+            caller.describe(),
+            caller.tenant
+        ),
+    ))
+}
+
+/// `POST /keys`: `{"scope": "read" | "operate" | "admin", "tenant", "name"}`:
+/// a new key (201), its secret given in this answer only.
+pub(super) async fn create(
+    State(app): State<Arc<App>>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_json_body(&app, &headers, body).await?;
+    let body: CreateBody = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a key to make: {e}")))?;
+    let tenant = tenant_for(&caller, body.tenant)?;
+    let now = app.engine().clock().now_unix_ms();
+    let made = NewKey::make(&tenant, body.scope, body.name, now)
+        .map_err(|why| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_key", why))?;
+    app.engine()
+        .store()
+        .create_api_key(made.key.clone())
+        .await?;
+    tracing::info!(key = %made.key.id, %tenant, scope = %made.key.scope, by = %caller.describe(), "an API key was made");
+    let mut view = serde_json::to_value(KeyView::from(made.key.clone()))
+        .map_err(|e| ApiError::internal(format!("encoding the key failed: {e}")))?;
+    if let Some(object) = view.as_object_mut() {
+        object.insert("secret".to_owned(), made.secret.into());
+    }
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/keys/{}", made.key.id))],
+        Json(view),
+    )
+        .into_response())
+}
+
+/// `GET /keys[?tenant=T]`: the keys of the caller's tenant (the operator:
+/// of every tenant, or of `T`), revoked ones included.
+pub(super) async fn list(
+    State(app): State<Arc<App>>,
+    Extension(caller): Extension<Caller>,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<Vec<KeyView>>, ApiError> {
+    let Query(params) = params.map_err(|rejection| {
+        ApiError::bad_request(format!(
+            "the query is not what this route takes: {}",
+            rejection.body_text()
+        ))
+    })?;
+    let tenant = match (params.tenant, caller.is_operator()) {
+        (None, true) => None,
+        (asked, _) => Some(tenant_for(&caller, asked)?),
+    };
+    let keys = app.engine().store().list_api_keys(tenant).await?;
+    Ok(Json(keys.into_iter().map(KeyView::from).collect()))
+}
+
+/// `POST /keys/{id}/revoke`: the key revoked, refused from now on by every
+/// executor of the store. A key of another tenant is 404, as one that does
+/// not exist.
+pub(super) async fn revoke(
+    State(app): State<Arc<App>>,
+    Extension(caller): Extension<Caller>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<KeyView>, ApiError> {
+    let id = path.map(|Path(id)| id).map_err(|rejection| {
+        ApiError::bad_request(format!(
+            "the key id in the path could not be read: {}",
+            rejection.body_text()
+        ))
+    })?;
+    let unknown = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_key",
+            format!("no API key {id}"),
+        )
+    };
+    let store = app.engine().store();
+    let key = store.load_api_key(&id).await?.ok_or_else(unknown)?;
+    if key.tenant != caller.tenant && !caller.is_operator() {
+        return Err(unknown());
+    }
+    let now = app.engine().clock().now_unix_ms();
+    let revoked = store.revoke_api_key(&id, now).await?.ok_or_else(unknown)?;
+    tracing::info!(key = %id, tenant = %revoked.tenant, by = %caller.describe(), "an API key was revoked");
+    Ok(Json(KeyView::from(revoked)))
+}
