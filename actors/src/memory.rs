@@ -202,8 +202,12 @@ impl MemoryStore {
         let mut tables = self.lock();
         let changed: Vec<RunRecord> = if queued_only {
             let tables = &*tables;
-            tables
-                .queued
+            // In fair turns across tenants.
+            let queued = tables.queued.iter().filter_map(|id| tables.runs.get(id));
+            let entries = queued
+                .map(|r| Ok::<_, std::convert::Infallible>((r.run_id.clone(), r.tenant.clone())));
+            let Ok(order) = crate::tenancy::fair_order(entries, max);
+            order
                 .iter()
                 .filter_map(|id| tables.runs.get(id))
                 .filter_map(&mut rule)

@@ -278,9 +278,64 @@ pub fn idempotency_key_of(tenant: Option<&str>, key: &str) -> String {
     }
 }
 
+/// The order queued runs are claimed in, fair across tenants: in turns,
+/// each tenant's oldest run in the first turn, its second oldest in the
+/// second, and so on, a turn's runs oldest first; at most `max` run ids.
+/// `queued` is every queued run — its id and its record's `tenant` — in
+/// id order (oldest first), as every store reads its queue. A tenant that
+/// queued 10 000 runs then holds another tenant's one run back by at most
+/// one run of its own.
+///
+/// # Errors
+/// The first error `queued` yields.
+pub fn fair_order<E>(
+    queued: impl IntoIterator<Item = Result<(String, Option<String>), E>>,
+    max: usize,
+) -> Result<Vec<String>, E> {
+    let mut turns: std::collections::HashMap<Option<String>, usize> =
+        std::collections::HashMap::new();
+    let mut picked: Vec<(usize, String)> = Vec::new();
+    for entry in queued {
+        let (run_id, tenant) = entry?;
+        let turn = turns.entry(tenant).or_insert(0);
+        if *turn < max {
+            picked.push((*turn, run_id));
+        }
+        *turn = turn.saturating_add(1);
+    }
+    picked.sort();
+    Ok(picked.into_iter().take(max).map(|(_, id)| id).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queued_runs_are_taken_in_turns_across_tenants() {
+        let queued = |runs: &[(&str, Option<&str>)]| {
+            runs.iter()
+                .map(|(id, tenant)| {
+                    Ok::<_, std::convert::Infallible>(((*id).to_owned(), tenant.map(str::to_owned)))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut runs: Vec<(String, Option<&str>)> =
+            (0..10).map(|n| (format!("r0{n}"), Some("big"))).collect();
+        runs.push(("r10".to_owned(), None));
+        runs.push(("r11".to_owned(), Some("small")));
+        runs.push(("r12".to_owned(), Some("small")));
+        let borrowed: Vec<(&str, Option<&str>)> =
+            runs.iter().map(|(id, t)| (id.as_str(), *t)).collect();
+        let order = |max| fair_order(queued(&borrowed), max).unwrap();
+        assert_eq!(order(3), ["r00", "r10", "r11"]);
+        assert_eq!(order(5), ["r00", "r10", "r11", "r01", "r12"]);
+        assert_eq!(order(0), Vec::<String>::new());
+        assert_eq!(order(100).len(), 13);
+        // One tenant alone: oldest first, as a queue.
+        let alone = queued(&[("a", None), ("b", None), ("c", None)]);
+        assert_eq!(fair_order(alone, 2).unwrap(), ["a", "b"]);
+    }
 
     #[test]
     fn a_new_keys_secret_is_accepted_and_nothing_else_nor_once_revoked() {

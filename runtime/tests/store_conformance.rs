@@ -155,6 +155,7 @@ conformance! {
     a_key_creates_one_run_and_answers_it_while_it_holds,
     creations_racing_under_one_key_create_one_run,
     queued_runs_are_claimed_oldest_first_at_most_max,
+    queued_runs_are_claimed_in_fair_turns_across_tenants,
     claimers_racing_claim_each_queued_run_exactly_once,
     learned_paces_are_kept_replaced_reset_and_survive_a_reopen,
     api_keys_are_kept_once_listed_by_tenant_revoked_once_and_survive_a_reopen,

@@ -382,6 +382,7 @@ suite! {
     handles: keys::creations_racing_under_one_key_create_one_run,
     // The queue.
     store: queue::queued_runs_are_claimed_oldest_first_at_most_max,
+    store: queue::queued_runs_are_claimed_in_fair_turns_across_tenants,
     handles: queue::claimers_racing_claim_each_queued_run_exactly_once,
     // Learned paces.
     reopen: paces::learned_paces_are_kept_replaced_reset_and_survive_a_reopen,

@@ -164,6 +164,49 @@ fn claim(owner_id: &str, now_ms: u64, max: usize) -> QueueClaim {
     }
 }
 
+/// Queued runs are claimed in fair turns across tenants: each tenant's
+/// oldest first, a turn's runs oldest first, as
+/// [`fair_order`](crate::tenancy::fair_order) orders them; a tenant that
+/// queued many runs holds another's single run back by one of its own.
+pub(super) async fn queued_runs_are_claimed_in_fair_turns_across_tenants(store: Arc<dyn Store>) {
+    // `big` queued twelve runs first, then the default tenant one, then
+    // `small` two.
+    let mut all = Vec::new();
+    for n in 0..12 {
+        all.push((format!("q{n:02}"), Some("big")));
+    }
+    all.push(("q12".to_owned(), None));
+    all.push(("q13".to_owned(), Some("small")));
+    all.push(("q14".to_owned(), Some("small")));
+    for (run_id, tenant) in all.iter().rev() {
+        let mut record = queued(run_id);
+        record.tenant = tenant.map(str::to_owned);
+        store.create_run(record).await.unwrap();
+    }
+    // The runs one claim starts together, in id order.
+    let ids = |claimed: Vec<RunRecord>| -> Vec<String> {
+        let mut ids: Vec<String> = claimed.into_iter().map(|r| r.run_id).collect();
+        ids.sort();
+        ids
+    };
+    let entries = all.iter().map(|(id, tenant)| {
+        Ok::<_, std::convert::Infallible>((id.clone(), tenant.map(str::to_owned)))
+    });
+    let mut rule = crate::tenancy::fair_order(entries, 4).unwrap();
+    rule.sort();
+    let first = ids(store.claim_queued(claim("exec-a", 2_000, 4)).await.unwrap());
+    assert_eq!(first, ["q00", "q01", "q12", "q13"]);
+    assert_eq!(first, rule);
+    let second = ids(store.claim_queued(claim("exec-b", 2_000, 3)).await.unwrap());
+    assert_eq!(second, ["q02", "q03", "q14"]);
+    let rest = ids(store
+        .claim_queued(claim("exec-a", 3_000, 100))
+        .await
+        .unwrap());
+    assert_eq!(rest.len(), 8, "{rest:?}");
+    assert!(queued_ids(store.as_ref()).await.is_empty());
+}
+
 /// A queued run, unowned.
 pub(super) fn queued(run_id: &str) -> RunRecord {
     run_record(run_id, None, 0, 0, RunStatus::Queued)

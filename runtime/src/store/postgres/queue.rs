@@ -101,7 +101,9 @@ impl Inner {
         let queued = status_name(RunStatus::Queued)?;
         let running = status_name(RunStatus::Running)?;
         // The change is `fencing::claim_queued`'s, in one statement: each
-        // claimer locks the oldest queued rows no other claimer holds, so
+        // claimer locks the queued rows no other claimer holds in fair
+        // turns across tenants (`tenancy::fair_order`: each tenant's
+        // oldest first, a turn's runs oldest first), so
         // claimers at once take disjoint runs, and a run claimed meanwhile
         // is no longer queued when its lock is granted.
         self.load_runs(
@@ -109,8 +111,12 @@ impl Inner {
                 "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
                      fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
                      updated_at_ms = $4 \
-                     WHERE run_id IN (SELECT run_id FROM runs WHERE status = $5 \
-                     ORDER BY run_id COLLATE \"C\" LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                     WHERE run_id IN (SELECT r.run_id FROM runs r JOIN \
+                     (SELECT run_id, row_number() OVER (PARTITION BY coalesce(tenant, 'default') \
+                     ORDER BY run_id COLLATE \"C\") AS turn FROM runs WHERE status = $5) q \
+                     ON q.run_id = r.run_id WHERE r.status = $5 \
+                     ORDER BY q.turn, r.run_id COLLATE \"C\" LIMIT $6 \
+                     FOR UPDATE OF r SKIP LOCKED) \
                      RETURNING {RUN_COLUMNS}), \
                  notified AS (SELECT claimed.*, pg_notify('leasehold', \
                      json_build_object('change', 'run', 'run_id', run_id)::text) FROM claimed) \

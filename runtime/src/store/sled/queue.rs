@@ -1,11 +1,13 @@
 //! The sled store's queue and commands ([`QueueStore`]): queued runs are
-//! claimed oldest first through the status index, each under its lock; a
+//! claimed in fair turns across tenants, oldest first in each
+//! ([`fair_order`](leasehold_actors::tenancy::fair_order)), read from the
+//! status index, each under its lock; a
 //! person's controls are stored for the executor that holds a run, in a
 //! tree of their own keyed by id (big-endian, so in id order), each
 //! removed as it is taken so that it is taken once.
 
 use leasehold_actors::{
-    QueueClaim, QueueStore, RunCommand, RunRecord, RunStatus, StoreChange, StoreError, StoreFuture,
+    QueueClaim, QueueStore, RunCommand, RunRecord, StoreChange, StoreError, StoreFuture,
     StoredCommand, fencing,
 };
 use sled::Tree;
@@ -88,17 +90,21 @@ pub(super) fn remove_of(commands: &Tree, run_id: &str) -> Result<(), StoreError>
 }
 
 impl Inner {
-    /// Claims up to `max` queued runs, oldest first: walks the status
-    /// index's queued runs up and claims each under its lock, where
+    /// Claims up to `max` queued runs in fair turns across tenants, oldest
+    /// first in each: reads the status index's queued runs and their
+    /// tenants, and claims each picked under its lock, where
     /// [`fencing::claim_queued`] skips one claimed meanwhile (or an index
     /// entry left over by a crash).
     fn claim_queued(&self, claim: &QueueClaim) -> Result<(Vec<RunRecord>, bool), StoreError> {
         let mut claimed = Vec::new();
-        for run_id in self.indexes.ids_in(RunStatus::Queued)? {
+        // In fair turns across tenants.
+        let order =
+            leasehold_actors::tenancy::fair_order(self.indexes.queued_with_tenants()?, claim.max)?;
+        for run_id in order {
             if claimed.len() >= claim.max {
                 break;
             }
-            let (record, _) = self.change_run(&run_id?, |record| {
+            let (record, _) = self.change_run(&run_id, |record| {
                 let record = record.and_then(|r| fencing::claim_queued(&r, claim));
                 Ok((record.clone(), record))
             })?;

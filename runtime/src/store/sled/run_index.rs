@@ -4,7 +4,8 @@
 //!
 //! Each entry's key is the status's (or the flow's) name, length-prefixed,
 //! then the run id; its value is the run's creation time, so that a time
-//! window is checked without reading the run. A listing walks one index
+//! window is checked without reading the run, then its tenant, so that
+//! the queue is claimed in fair turns without reading a run. A listing walks one index
 //! down from the cursor and reads a run's record only once its entry
 //! passes every filter the indexes can answer.
 //!
@@ -38,7 +39,10 @@ pub(crate) struct RunIndexes {
 pub(crate) struct IndexEntries {
     status: Vec<u8>,
     flow: Option<Vec<u8>>,
-    created: [u8; 8],
+    /// The entries' value: the creation time (8 bytes, big-endian), then
+    /// the run's tenant, if it has one, so that the queue is claimed in
+    /// fair turns across tenants without reading a record.
+    value: Vec<u8>,
 }
 
 impl IndexEntries {
@@ -49,7 +53,11 @@ impl IndexEntries {
             flow: listing::flow_name(record)
                 .map(|name| codec::index_key(name, &record.run_id))
                 .transpose()?,
-            created: record.created_at_ms.to_be_bytes(),
+            value: {
+                let mut value = record.created_at_ms.to_be_bytes().to_vec();
+                value.extend_from_slice(record.tenant.as_deref().unwrap_or_default().as_bytes());
+                value
+            },
         })
     }
 }
@@ -93,17 +101,17 @@ impl RunIndexes {
         new: &IndexEntries,
     ) -> Result<(), StoreError> {
         let doing = "indexing a run";
-        let kept = |old: &IndexEntries| old.created == new.created;
+        let kept = |old: &IndexEntries| old.value == new.value;
         if old.is_none_or(|old| old.status != new.status || !kept(old)) {
             self.by_status
-                .insert(new.status.as_slice(), &new.created)
+                .insert(new.status.as_slice(), new.value.as_slice())
                 .map_err(|e| failed(&doing, &e))?;
         }
         if let Some(flow) = &new.flow
             && old.is_none_or(|old| old.flow.as_ref() != Some(flow) || !kept(old))
         {
             self.by_flow
-                .insert(flow.as_slice(), &new.created)
+                .insert(flow.as_slice(), new.value.as_slice())
                 .map_err(|e| failed(&doing, &e))?;
         }
         Ok(())
@@ -195,6 +203,30 @@ impl RunIndexes {
         Ok(Box::new(ids))
     }
 
+    /// The queued runs, oldest first, each with its tenant as its entry
+    /// keeps it (`None` for the default tenant).
+    pub(crate) fn queued_with_tenants(
+        &self,
+    ) -> Result<impl Iterator<Item = Result<(String, Option<String>), StoreError>> + '_, StoreError>
+    {
+        let prefix = codec::run_prefix(RunStatus::Queued.name())?;
+        Ok(self.by_status.scan_prefix(&prefix).map(move |entry| {
+            let (key, value) = entry.map_err(|e| failed(&"reading the queue", &e))?;
+            let corrupt = || StoreError::corrupt("a run index entry is corrupt");
+            let id = key
+                .get(prefix.len()..)
+                .and_then(|id| std::str::from_utf8(id).ok())
+                .ok_or_else(corrupt)?;
+            let tenant = value
+                .get(8..)
+                .filter(|tenant| !tenant.is_empty())
+                .map(|tenant| std::str::from_utf8(tenant).map(str::to_owned))
+                .transpose()
+                .map_err(|_| corrupt())?;
+            Ok((id.to_owned(), tenant))
+        }))
+    }
+
     /// The ids of the runs `query` may select, in listing order (id
     /// descending, below the cursor, in the time window, of the status and
     /// the flow asked for as far as the indexes say); `None` when the query
@@ -221,7 +253,8 @@ impl RunIndexes {
         let ids = entries.rev().filter_map(move |entry| {
             let step = || -> Result<Option<String>, StoreError> {
                 let (key, created) = entry.map_err(|e| failed(&doing, &e))?;
-                let created = codec::decode_u64(&created, &"a run index entry")?;
+                let created =
+                    codec::decode_u64(created.get(..8).unwrap_or_default(), &"a run index entry")?;
                 let run_id = key
                     .get(prefix.len()..)
                     .and_then(|id| std::str::from_utf8(id).ok())
