@@ -212,6 +212,15 @@ async fn tenants_stay_apart(
         v["status"] == "waiting_human"
     })
     .await;
+    // Who asked is the key, whatever name the request gives.
+    let own_id = leasehold::tenancy::key_id(own_secret).expect("an id");
+    let (_, trace) = answer(own.get(format!("{base_a}/runs/{run_id}/trace"))).await;
+    assert!(
+        trace.to_string().contains(&format!(
+            "a person over the API (key {own_id} of tenant `acme`)"
+        )),
+        "{trace}"
+    );
     let record: leasehold::RunRecord = leasehold::RunRecord {
         status: leasehold::RunStatus::WaitingHuman,
         pause: serde_json::from_value(view["pause"].clone()).expect("a pause"),

@@ -101,7 +101,7 @@ fn main() {
         let worst = flooded.iter().max().copied().unwrap_or_default();
         let worst_alone = alone.iter().max().copied().unwrap_or_default();
         let in_runs = secs(worst) / secs(RUN);
-        let fifo = (flood / slots.max(1)) as f64;
+        let fifo = f64::from(u32::try_from(flood / slots.max(1)).unwrap_or(u32::MAX));
         let ok = in_runs <= WAIT_TARGET_RUNS;
         pass &= ok;
         println!(
@@ -165,7 +165,11 @@ async fn waits(store: Arc<dyn Store>, flood: usize, slots: usize, small: usize) 
         let posted = Instant::now();
         let run_id = post(&executor, "small").await;
         loop {
-            let record = store.load_run(&run_id).await.expect("the run").expect("kept");
+            let record = store
+                .load_run(&run_id)
+                .await
+                .expect("the run")
+                .expect("kept");
             if record.status != RunStatus::Queued {
                 break;
             }

@@ -691,6 +691,8 @@ pub(super) async fn start_fork(
 pub(super) struct Control {
     pub(super) run_id: String,
     pub(super) body: axum::body::Bytes,
+    /// Who asks.
+    pub(super) caller: Caller,
 }
 
 impl Control {
@@ -717,8 +719,13 @@ impl axum::extract::FromRequest<Arc<App>> for Control {
         )
         .await;
         let run_id = run_id(path)?;
+        let caller = Caller::of(&parts.extensions)?;
         let body = read_json_body(app, &parts.headers, body).await?;
-        Ok(Self { run_id, body })
+        Ok(Self {
+            run_id,
+            body,
+            caller,
+        })
     }
 }
 

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use super::App;
 use super::api::{Control, read_json_body, too_large};
+use super::caller::Caller;
 use super::commands;
 use super::error::ApiError;
 
@@ -53,7 +54,10 @@ pub(super) async fn pause(
         .run_limits
         .check_text(PersonText::Reason, &reason)
         .map_err(|e| too_large(&e))?;
-    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let by = control
+        .caller
+        .who(by.as_deref(), OVER_THE_API)
+        .map_err(unprocessable)?;
     let command = RunCommand::Pause {
         reason,
         in_flight,
@@ -92,7 +96,10 @@ pub(super) async fn message(
         .run_limits
         .check_text(PersonText::Guidance, &text)
         .map_err(|e| too_large(&e))?;
-    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let by = control
+        .caller
+        .who(by.as_deref(), OVER_THE_API)
+        .map_err(unprocessable)?;
     if policy != Steer::Rollback {
         let command = RunCommand::Message { text, policy, by };
         return commands::control(&app, &control.run_id, command).await;
@@ -182,7 +189,10 @@ pub(super) async fn extend(
         ));
     };
     let extra = by_hand::extension(&duration).map_err(unprocessable)?;
-    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let by = body
+        .caller
+        .who(by.as_deref(), OVER_THE_API)
+        .map_err(unprocessable)?;
     let act = LeaseAct::Extend {
         by_ms: u64::try_from(extra.as_millis()).unwrap_or(u64::MAX),
     };
@@ -208,7 +218,10 @@ pub(super) async fn intervene(
         .run_limits
         .check_text(PersonText::Reason, &reason)
         .map_err(|e| too_large(&e))?;
-    let by = by_hand::who(by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let by = body
+        .caller
+        .who(by.as_deref(), OVER_THE_API)
+        .map_err(unprocessable)?;
     let command = RunCommand::Lease {
         lease_id,
         act: LeaseAct::Intervene { reason },
@@ -225,12 +238,14 @@ async fn lease_request(
 ) -> Result<(leasehold::LeaseId, Control), ApiError> {
     let lease_id = by_hand::lease_id(lease).map_err(ApiError::bad_request)?;
     let (parts, body) = request.into_parts();
+    let caller = Caller::of(&parts.extensions)?;
     let body = read_json_body(app, &parts.headers, body).await?;
     Ok((
         lease_id,
         Control {
             run_id: String::new(),
             body,
+            caller,
         },
     ))
 }

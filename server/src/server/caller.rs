@@ -56,6 +56,29 @@ impl Caller {
         tenancy::stored_tenant(&self.tenant)
     }
 
+    /// Who asked for a control, as its trace entry keeps it: the name the
+    /// request gives (`by`) or `default`, and for a key, which key of which
+    /// tenant, so that a name given is never all the trace knows.
+    ///
+    /// # Errors
+    /// A name [`by_hand::who`](leasehold::executor::control::by_hand::who)
+    /// refuses, saying why.
+    pub(crate) fn who(&self, given: Option<&str>, default: &str) -> Result<String, String> {
+        let name = leasehold::executor::control::by_hand::who(given, default)?;
+        Ok(match &self.key_id {
+            Some(id) => format!("{name} (key {id} of tenant `{}`)", self.tenant),
+            None => name,
+        })
+    }
+
+    /// The caller the guard handed a request, in its extensions.
+    pub(crate) fn of(extensions: &axum::http::Extensions) -> Result<Self, ApiError> {
+        extensions
+            .get::<Self>()
+            .cloned()
+            .ok_or_else(|| ApiError::internal("the request reached a route without its caller"))
+    }
+
     /// Who it is, in a message: `the key ID of tenant T` or `the operator`.
     pub(crate) fn describe(&self) -> String {
         match &self.key_id {

@@ -13,7 +13,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leasehold::executor::control::by_hand;
 use serde::Deserialize;
 
 use super::App;
@@ -60,6 +59,7 @@ pub(super) async fn up(
 /// The endpoint a mark names, one this executor knows, and who asked.
 async fn marked(app: &App, request: axum::extract::Request) -> Result<(String, String), ApiError> {
     let (parts, body) = request.into_parts();
+    let caller = super::caller::Caller::of(&parts.extensions)?;
     let body = read_json_body(app, &parts.headers, body).await?;
     let MarkBody { endpoint, by } = if body.iter().all(u8::is_ascii_whitespace) {
         MarkBody::default()
@@ -85,9 +85,11 @@ async fn marked(app: &App, request: axum::extract::Request) -> Result<(String, S
             ),
         ));
     }
-    let by = by_hand::who(by.as_deref(), "a person over the API").map_err(|message| {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_control", message)
-    })?;
+    let by = caller
+        .who(by.as_deref(), "a person over the API")
+        .map_err(|message| {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_control", message)
+        })?;
     Ok((endpoint, by))
 }
 

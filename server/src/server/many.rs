@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use leasehold::executor::control::by_hand;
 use leasehold::executor::control::many::{MAX_MANY, Selection};
 use leasehold::run_limits::PersonText;
 use leasehold::{InFlight, RunCommand, RunQuery, Steer};
@@ -61,8 +60,8 @@ pub(super) async fn act(
         .map_err(|e| ApiError::bad_request(format!("the body is not an action on runs: {e}")))?;
     let mut selection = selection(&body)?;
     // A tenant acts on its own runs only.
-    selection.query.tenant = Some(caller.tenant);
-    let command = command(&app, &body)?;
+    selection.query.tenant = Some(caller.tenant.clone());
+    let command = command(&app, &body, &caller)?;
     let executor = Arc::clone(&app.executor);
     let dry_run = body.dry_run;
     // In a task of its own: a client that goes away mid-request must not
@@ -129,7 +128,7 @@ fn selection(body: &ManyBody) -> Result<Selection, ApiError> {
 }
 
 /// The control the action names, its texts held to their limits.
-fn command(app: &App, action: &ManyBody) -> Result<RunCommand, ApiError> {
+fn command(app: &App, action: &ManyBody, caller: &Caller) -> Result<RunCommand, ApiError> {
     let unprocessable = |message: String| {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_control", message)
     };
@@ -139,7 +138,9 @@ fn command(app: &App, action: &ManyBody) -> Result<RunCommand, ApiError> {
             .check_text(kind, text)
             .map_err(|e| too_large(&e))
     };
-    let by = by_hand::who(action.by.as_deref(), OVER_THE_API).map_err(unprocessable)?;
+    let by = caller
+        .who(action.by.as_deref(), OVER_THE_API)
+        .map_err(unprocessable)?;
     let reason = action
         .reason
         .as_deref()
