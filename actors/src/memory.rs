@@ -700,6 +700,16 @@ impl Tables {
 }
 
 impl QueueStore for MemoryStore {
+    fn count_queued_by_tenant(&self) -> StoreFuture<BTreeMap<String, u64>> {
+        let tables = self.lock();
+        let mut counts = BTreeMap::new();
+        for record in tables.queued.iter().filter_map(|id| tables.runs.get(id)) {
+            let tenant = crate::tenancy::tenant_or_default(record.tenant.as_deref());
+            *counts.entry(tenant.to_owned()).or_insert(0) += 1;
+        }
+        ready(Ok(counts))
+    }
+
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
         // By id, ascending: oldest first, down the queue alone.
         let claimed = self.change_each(claim.max, true, |record| {

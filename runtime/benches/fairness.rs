@@ -188,6 +188,6 @@ async fn post(executor: &Arc<Executor>, tenant: &str) -> String {
         .expect("posted")
     {
         Posted::Recorded(run_id, _) => run_id,
-        Posted::QueueFull { queued } => panic!("the queue is full at {queued}"),
+        Posted::QueueFull { queued, .. } => panic!("the queue is full at {queued}"),
     }
 }

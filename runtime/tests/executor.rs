@@ -385,3 +385,109 @@ async fn on_the_memory_store_a_run_another_owner_holds_waits_for_its_lease() {
     let engine = engine("here", &store, &clock, ScriptedModel::new()).await;
     assert!(!engine.holder_is_gone("elsewhere"));
 }
+
+/// With the store's queue full, a tenant below its share of it — the bound
+/// over the tenants holding queued runs, its own counted — still queues,
+/// and one that holds its share is refused saying so: one tenant's flood
+/// never keeps another from the queue, which holds at most twice its bound.
+#[tokio::test]
+async fn a_full_queue_still_takes_a_tenant_below_its_share_and_refuses_one_at_it() {
+    use leasehold::RunOptions;
+    use leasehold::executor::Posted;
+    let dir = tempfile::tempdir().expect("a directory");
+    for store in [
+        Arc::new(MemoryStore::new()) as Arc<dyn leasehold::Store>,
+        Arc::new(
+            leasehold::store::SledStore::open(leasehold::store::SledConfig::new(dir.path()))
+                .expect("sled"),
+        ),
+    ] {
+        let engine = Engine::builder()
+            .store(Arc::clone(&store))
+            .model(Arc::new(NeverAnswers))
+            .build()
+            .await
+            .expect("engine");
+        // Room for one run, which never ends: every later post waits queued.
+        let options = ExecutorOptions {
+            max_live_runs: 1,
+            max_queued_runs: 4,
+            lag_target: Duration::ZERO,
+            claim_interval: None,
+            resume_orphans: false,
+        };
+        let executor = Executor::new(Arc::new(engine), options);
+        let post = |tenant: &'static str| {
+            let executor = Arc::clone(&executor);
+            async move {
+                let flow: Flow = serde_json::from_value(
+                    serde_json::json!({"name": "share", "task": "t", "max_steps": 1}),
+                )
+                .expect("flow");
+                executor
+                    .post(flow, RunOptions::default().for_tenant(tenant))
+                    .await
+                    .expect("posted")
+            }
+        };
+        assert!(matches!(
+            post("big").await,
+            Posted::Recorded(_, RunStatus::Running)
+        ));
+        for _ in 0..4 {
+            assert!(matches!(
+                post("big").await,
+                Posted::Recorded(_, RunStatus::Queued)
+            ));
+        }
+        // Full, and `big` holds the whole queue, its share alone.
+        assert_eq!(
+            post("big").await,
+            Posted::QueueFull {
+                queued: 4,
+                tenant_queued: 4,
+                share: 4
+            }
+        );
+        // `small` holds none: its share of two tenants is 2.
+        for _ in 0..2 {
+            assert!(matches!(
+                post("small").await,
+                Posted::Recorded(_, RunStatus::Queued)
+            ));
+        }
+        assert_eq!(
+            post("small").await,
+            Posted::QueueFull {
+                queued: 6,
+                tenant_queued: 2,
+                share: 2
+            }
+        );
+        assert_eq!(
+            post("big").await,
+            Posted::QueueFull {
+                queued: 6,
+                tenant_queued: 4,
+                share: 2
+            }
+        );
+        let counts = store.count_queued_by_tenant().await.expect("counts");
+        assert_eq!(counts.get("big"), Some(&4));
+        assert_eq!(counts.get("small"), Some(&2));
+        executor.engine().shutdown().await;
+    }
+}
+
+/// A model whose answer never comes.
+struct NeverAnswers;
+
+impl leasehold::ModelClient for NeverAnswers {
+    fn complete(
+        &self,
+        _request: leasehold::ModelRequest,
+        _evidence: leasehold::Evidence,
+    ) -> leasehold::BoxFuture<'static, Result<leasehold::ModelReply, leasehold::ModelError>> {
+        Box::pin(std::future::pending())
+    }
+}

@@ -31,10 +31,16 @@ pub enum Posted {
     /// Recorded with this id, running here or queued.
     Recorded(String, RunStatus),
     /// Not recorded: the store's queue holds `queued` runs, as many as
-    /// `server.max_queued_runs` allows.
+    /// `server.max_queued_runs` allows, and the run's tenant holds its
+    /// share of them already.
     QueueFull {
         /// The queued runs counted.
         queued: u64,
+        /// The run's tenant's queued runs.
+        tenant_queued: u64,
+        /// Its share of the queue: the bound over the tenants that hold
+        /// queued runs, this one counted.
+        share: u64,
     },
 }
 
@@ -61,9 +67,13 @@ impl Executor {
     /// here and now — the new run among them if the room reaches it.
     ///
     /// A run that would wait is refused ([`Posted::QueueFull`]) while the
-    /// store holds `server.max_queued_runs` queued runs: counted in the
-    /// store, so the bound holds over every executor sharing it (posts to
-    /// several executors at the same instant may each pass it once).
+    /// store holds `server.max_queued_runs` queued runs and its tenant
+    /// holds its share of them — the bound over the tenants that hold
+    /// queued runs, its own counted — so that one tenant's flood never
+    /// keeps another from the queue; the queue then holds at most twice
+    /// the bound. Counted in the store, so the bound holds over every
+    /// executor sharing it (posts to several executors at the same instant
+    /// may each pass it once).
     pub async fn post(
         self: &Arc<Self>,
         flow: Flow,
@@ -80,8 +90,10 @@ impl Executor {
             .map_err(EngineError::Store)?;
         if room == 0 {
             self.admitted.held_back();
-            if queued >= u64::from(self.options.max_queued_runs) {
-                return Ok(Posted::QueueFull { queued });
+            if queued >= u64::from(self.options.max_queued_runs)
+                && let Some(full) = self.full_for(&options, queued).await?
+            {
+                return Ok(full);
             }
             // It waits for an executor with room, this one included.
             let run_id = self.engine.queue_with(flow, options).await?.run_id;
@@ -115,6 +127,32 @@ impl Executor {
         let run_id = handle.run_id().to_owned();
         self.register(handle);
         Ok(Posted::Recorded(run_id, RunStatus::Running))
+    }
+
+    /// The refusal of a run of `options`' tenant while the store's queue
+    /// holds `queued` runs, its bound: `None` when the tenant holds less
+    /// than its share of the queue, and the run may wait.
+    async fn full_for(
+        &self,
+        options: &RunOptions,
+        queued: u64,
+    ) -> Result<Option<Posted>, EngineError> {
+        let by_tenant = self
+            .engine
+            .store()
+            .count_queued_by_tenant()
+            .await
+            .map_err(EngineError::Store)?;
+        let tenant = leasehold_actors::tenancy::tenant_or_default(options.tenant.as_deref());
+        let tenant_queued = by_tenant.get(tenant).copied().unwrap_or(0);
+        let tenants = by_tenant.len() + usize::from(tenant_queued == 0);
+        let tenants = u64::try_from(tenants.max(1)).unwrap_or(u64::MAX);
+        let share = u64::from(self.options.max_queued_runs).div_ceil(tenants);
+        Ok((tenant_queued >= share).then_some(Posted::QueueFull {
+            queued,
+            tenant_queued,
+            share,
+        }))
     }
 
     /// Forks `run_id` per `spec` into a new run started here, if this

@@ -124,7 +124,11 @@ pub(super) async fn create_run(
         .map_err(|e| ApiError::internal(format!("starting the run panicked: {e}")))?;
     let (run_id, status) = match posted {
         Ok(Posted::Recorded(run_id, status)) => (run_id, status),
-        Ok(Posted::QueueFull { queued }) => return Ok(queue_full(&app, queued)),
+        Ok(Posted::QueueFull {
+            queued,
+            tenant_queued,
+            share,
+        }) => return Ok(queue_full(&app, queued, tenant_queued, share)),
         Err(leasehold::EngineError::AlreadyStarted {
             run_id,
             same_flow: true,
@@ -170,14 +174,16 @@ async fn already_started(app: &App, run_id: String) -> Result<Response, ApiError
 /// leave the queue as runs end, which takes seconds to minutes.
 const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 30;
 
-/// 429 with `Retry-After`: the store's queue is full.
-fn queue_full(app: &App, queued: u64) -> Response {
+/// 429 with `Retry-After`: the store's queue is full, and the tenant holds
+/// its share of it.
+fn queue_full(app: &App, queued: u64, tenant_queued: u64, share: u64) -> Response {
     let mut response = ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "queue_full",
         format!(
             "{queued} runs wait queued in the store, its limit (server.max_queued_runs = {}, \
-             LEASEHOLD_SERVER_MAX_QUEUED_RUNS), and this executor has no room to start the run \
+             LEASEHOLD_SERVER_MAX_QUEUED_RUNS), {tenant_queued} of them your tenant's, its \
+             share ({share}), and this executor has no room to start the run \
              (server.max_live_runs): nothing was stored; try again when runs have left the queue",
             app.executor.options().max_queued_runs
         ),

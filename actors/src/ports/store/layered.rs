@@ -280,6 +280,11 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().save_paces(paces)
     }
 
+    /// [`QueueStore::count_queued_by_tenant`].
+    fn count_queued_by_tenant(&self) -> StoreFuture<std::collections::BTreeMap<String, u64>> {
+        self.inner().count_queued_by_tenant()
+    }
+
     // API keys.
 
     /// [`KeyStore::create_api_key`].
@@ -477,6 +482,10 @@ impl<L: LayeredStore> QueueStore for L {
 
     fn take_commands(&self, owner_id: &str) -> StoreFuture<Vec<StoredCommand>> {
         LayeredStore::take_commands(self, owner_id)
+    }
+
+    fn count_queued_by_tenant(&self) -> StoreFuture<std::collections::BTreeMap<String, u64>> {
+        LayeredStore::count_queued_by_tenant(self)
     }
 }
 

@@ -168,6 +168,7 @@ fn claim(owner_id: &str, now_ms: u64, max: usize) -> QueueClaim {
 /// oldest first, a turn's runs oldest first, as
 /// [`fair_order`](crate::tenancy::fair_order) orders them; a tenant that
 /// queued many runs holds another's single run back by one of its own.
+/// The queued runs are counted by tenant as they are.
 pub(super) async fn queued_runs_are_claimed_in_fair_turns_across_tenants(store: Arc<dyn Store>) {
     // `big` queued twelve runs first, then the default tenant one, then
     // `small` two.
@@ -194,8 +195,19 @@ pub(super) async fn queued_runs_are_claimed_in_fair_turns_across_tenants(store: 
     });
     let mut rule = crate::tenancy::fair_order(entries, 4).unwrap();
     rule.sort();
+    let counts = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+        pairs.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect()
+    };
+    assert_eq!(
+        store.count_queued_by_tenant().await.unwrap(),
+        counts(&[("big", 12), ("default", 1), ("small", 2)])
+    );
     let first = ids(store.claim_queued(claim("exec-a", 2_000, 4)).await.unwrap());
     assert_eq!(first, ["q00", "q01", "q12", "q13"]);
+    assert_eq!(
+        store.count_queued_by_tenant().await.unwrap(),
+        counts(&[("big", 10), ("small", 1)])
+    );
     assert_eq!(first, rule);
     let second = ids(store.claim_queued(claim("exec-b", 2_000, 3)).await.unwrap());
     assert_eq!(second, ["q02", "q03", "q14"]);

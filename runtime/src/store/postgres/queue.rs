@@ -90,6 +90,32 @@ impl Inner {
 }
 
 impl Inner {
+    async fn count_queued_by_tenant(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
+        let doing = "counting the queued runs of each tenant";
+        let queued = status_name(RunStatus::Queued)?;
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT coalesce(tenant, 'default'), count(*) FROM runs WHERE status = $1 \
+                 GROUP BY 1",
+                &[&queued],
+            )
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        rows.iter()
+            .map(|row| {
+                let tenant: String = row.get(0);
+                let count = to_u64(row.get(1), &format_args!("the queued runs of `{tenant}`"))?;
+                Ok((tenant, count))
+            })
+            .collect()
+    }
+}
+
+impl Inner {
     async fn claim_queued(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
         let doing = "claiming queued runs";
         let now = to_i64(claim.now_ms, &"the claim time")?;
@@ -132,6 +158,10 @@ impl Inner {
 impl QueueStore for PostgresStore {
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
         self.with(move |inner| async move { inner.claim_queued(&claim).await })
+    }
+
+    fn count_queued_by_tenant(&self) -> StoreFuture<std::collections::BTreeMap<String, u64>> {
+        self.with(move |inner| async move { inner.count_queued_by_tenant().await })
     }
 
     fn send_command(&self, run_id: &str, command: RunCommand) -> StoreFuture<u64> {

@@ -131,6 +131,18 @@ impl QueueStore for SledStore {
         })
     }
 
+    fn count_queued_by_tenant(&self) -> StoreFuture<std::collections::BTreeMap<String, u64>> {
+        self.scan(|inner| {
+            let mut counts = std::collections::BTreeMap::new();
+            for entry in inner.indexes.queued_with_tenants()? {
+                let (_, tenant) = entry?;
+                let tenant = leasehold_actors::tenancy::tenant_or_default(tenant.as_deref());
+                *counts.entry(tenant.to_owned()).or_insert(0) += 1;
+            }
+            Ok(counts)
+        })
+    }
+
     fn send_command(&self, run_id: &str, command: RunCommand) -> StoreFuture<u64> {
         let inner = &self.inner;
         let sent = match inner.read_run(run_id) {
