@@ -225,7 +225,7 @@ async fn tenants_stay_apart(
         status: leasehold::RunStatus::WaitingHuman,
         pause: serde_json::from_value(view["pause"].clone()).expect("a pause"),
         tenant: Some("acme".to_owned()),
-        ..record_of(run_id)
+        ..leasehold::testing::records::unowned(run_id)
     };
     let notice = leasehold::outbox::notice_of(leasehold::RunStatus::Running, &record)
         .expect("a pause makes a notice");
@@ -291,26 +291,6 @@ fn unknown_of(run_id: &str, status: StatusCode, body: &Value) {
             .is_some_and(|m| m.contains(run_id)),
         "{body}"
     );
-}
-
-/// A record of `run_id`, for a webhook's payload.
-fn record_of(run_id: &str) -> leasehold::RunRecord {
-    leasehold::RunRecord {
-        run_id: run_id.to_owned(),
-        flow: json!({}),
-        status: leasehold::RunStatus::Running,
-        owner_id: None,
-        fence: 1,
-        lease_expires_at_ms: 0,
-        reason: None,
-        answer: None,
-        pause: None,
-        created_at_ms: 1,
-        updated_at_ms: 2,
-        fork: None,
-        trace_parent: None,
-        tenant: None,
-    }
 }
 
 /// Scopes and bad keys: a read key reads and starts nothing (403 naming
