@@ -776,3 +776,31 @@ async fn the_paces_the_store_kept_and_the_runs_learned_are_served() {
         "no tool pace learned: {learned}"
     );
 }
+
+/// A server without a token asks no client for one: a token or anything
+/// else a client sends (a dashboard opened with `?token=`) is not checked,
+/// and the request is served as before keys; only a well-made API key
+/// (`lh_ID_SECRET`) is checked, and an unknown one refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_token_ignores_a_token_sent_and_checks_only_api_keys() {
+    let store = MemoryStore::new();
+    store.create_run(listed_run(1)).await.expect("created");
+    let server = Server::start(searching_engine(store).await, ServerOptions::default()).await;
+    let http = reqwest::Client::new();
+    let listed = http
+        .get(format!("{}/runs", server.base))
+        .bearer_auth("a-token-nobody-asked-for")
+        .send()
+        .await
+        .expect("GET /runs");
+    assert_eq!(listed.status(), 200);
+    let page: Value = listed.json().await.expect("JSON");
+    assert_eq!(page["runs"][0]["run_id"], listed_run(1).run_id, "{page}");
+    let refused = http
+        .get(format!("{}/runs", server.base))
+        .bearer_auth("lh_0123456789ab_nosuchsecret")
+        .send()
+        .await
+        .expect("GET /runs");
+    assert_eq!(refused.status(), 401);
+}

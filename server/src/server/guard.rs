@@ -18,8 +18,9 @@
 //!    `/health` needs `Authorization: Bearer KEY`: the server's token or an
 //!    API key ([`caller`](super::caller)); only the event stream
 //!    (`GET /runs/{id}/events`) also takes `?token=`, since a browser's
-//!    `EventSource` cannot set headers. Without a token, a request with no
-//!    key is the operator's, and one with a key acts as that key. Tokens
+//!    `EventSource` cannot set headers. Without a token, a request is the
+//!    operator's unless it carries an API key, which is checked and acts as
+//!    that key; a token it carries is not asked for, and not checked. Tokens
 //!    and keys are compared as SHA-256 digests, so the comparison takes the
 //!    same time whatever the length or the first difference. A wrong,
 //!    unknown or revoked key is 401.
@@ -121,15 +122,19 @@ async fn check(
             ));
         }
         (Some(given), Some(token)) if same_token(&given, token) => Caller::operator(),
-        (Some(given), token) => {
-            if token.is_some() && leasehold::tenancy::key_id(&given).is_none() {
-                return Err(ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "wrong token",
-                ));
-            }
+        // An API key is checked whether or not the server has a token.
+        (Some(given), _) if leasehold::tenancy::key_id(&given).is_some() => {
             caller::of_key(app, &given).await?
+        }
+        // Without a token, anything else a client sends is not asked for:
+        // the request is the operator's, as it was before keys.
+        (Some(_), None) => Caller::operator(),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "wrong token",
+            ));
         }
     };
     caller::check_scope(&caller, method, path)?;
