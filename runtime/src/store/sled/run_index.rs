@@ -192,14 +192,9 @@ impl RunIndexes {
     /// The ids of the runs indexed under `status`, ascending (oldest
     /// first): a superset of the runs in that status (see the module).
     pub(crate) fn ids_in(&self, status: RunStatus) -> Result<Candidates<'_>, StoreError> {
-        let prefix = codec::run_prefix(status.name())?;
-        let ids = self.by_status.scan_prefix(&prefix).map(move |entry| {
-            let (key, _) = entry.map_err(|e| failed(&"listing runs by status", &e))?;
-            key.get(prefix.len()..)
-                .and_then(|id| std::str::from_utf8(id).ok())
-                .map(str::to_owned)
-                .ok_or_else(|| StoreError::corrupt("a run index entry is corrupt"))
-        });
+        let ids = self
+            .entries_in(status)?
+            .map(|entry| entry.map(|(id, _)| id));
         Ok(Box::new(ids))
     }
 
@@ -209,9 +204,19 @@ impl RunIndexes {
         &self,
     ) -> Result<impl Iterator<Item = Result<(String, Option<String>), StoreError>> + '_, StoreError>
     {
-        let prefix = codec::run_prefix(RunStatus::Queued.name())?;
+        self.entries_in(RunStatus::Queued)
+    }
+
+    /// The runs indexed under `status`, ascending, each with the tenant
+    /// its entry keeps.
+    fn entries_in(
+        &self,
+        status: RunStatus,
+    ) -> Result<impl Iterator<Item = Result<(String, Option<String>), StoreError>> + '_, StoreError>
+    {
+        let prefix = codec::run_prefix(status.name())?;
         Ok(self.by_status.scan_prefix(&prefix).map(move |entry| {
-            let (key, value) = entry.map_err(|e| failed(&"reading the queue", &e))?;
+            let (key, value) = entry.map_err(|e| failed(&"listing runs by status", &e))?;
             let corrupt = || StoreError::corrupt("a run index entry is corrupt");
             let id = key
                 .get(prefix.len()..)
