@@ -300,6 +300,7 @@ impl Engine {
             run.actor.clone(),
             run.state.clone(),
             crate::run::RunEventSource::new(self.bus.clone(), self.bus.last_seq()),
+            Arc::clone(&run.labels),
         ))
     }
 
@@ -474,6 +475,7 @@ impl Engine {
         lineage: bool,
     ) -> Result<RunHandle, EngineError> {
         let run_id = record.run_id.clone();
+        let labels = Arc::new(crate::keyed_limits::RunLabels::of(&record));
         // Marked before anything of the run is published, so that the
         // handle's first event stream misses none of the run's events.
         let first_seq = self.bus.last_seq();
@@ -553,6 +555,7 @@ impl Engine {
                         fence: ctx.fence.clone(),
                         state: watcher.clone(),
                         store_errors: ctx.store_errors.clone(),
+                        labels: Arc::clone(&labels),
                     },
                 );
                 drop(live);
@@ -561,6 +564,7 @@ impl Engine {
                     actor,
                     watcher,
                     crate::run::RunEventSource::new(self.bus.clone(), first_seq),
+                    labels,
                 ))
             }
             Err(error) => {

@@ -42,6 +42,7 @@ mod event_log;
 mod flow;
 mod fork;
 mod hash;
+pub mod keyed_limits;
 mod load;
 mod memory;
 mod nudge;

@@ -197,6 +197,7 @@ impl MemoryStore {
         &self,
         max: usize,
         queued_only: bool,
+        mut room: crate::keyed_limits::ClaimRoom,
         mut rule: impl FnMut(&RunRecord) -> Option<RunRecord>,
     ) -> Vec<RunRecord> {
         let mut tables = self.lock();
@@ -206,11 +207,17 @@ impl MemoryStore {
             let queued = tables.queued.iter().filter_map(|id| tables.runs.get(id));
             let entries = queued
                 .map(|r| Ok::<_, std::convert::Infallible>((r.run_id.clone(), r.tenant.clone())));
-            let Ok(order) = crate::tenancy::fair_order(entries, max);
+            // Under keyed limits, runs may be skipped: the whole queue in
+            // order, else only its first `max`.
+            let considered = if room.is_unlimited() { max } else { usize::MAX };
+            let Ok(order) = crate::tenancy::fair_order(entries, considered);
             order
                 .iter()
                 .filter_map(|id| tables.runs.get(id))
-                .filter_map(&mut rule)
+                .filter_map(|record| {
+                    let claimed = rule(record)?;
+                    room.take_record(record).then_some(claimed)
+                })
                 .take(max)
                 .collect()
         } else {
@@ -450,8 +457,9 @@ impl RunStore for MemoryStore {
     }
 
     fn reconcile_orphans(&self, now_ms: u64) -> StoreFuture<Vec<String>> {
-        let orphaned =
-            self.change_each(usize::MAX, false, |record| fencing::orphan(record, now_ms));
+        let orphaned = self.change_each(usize::MAX, false, Default::default(), |record| {
+            fencing::orphan(record, now_ms)
+        });
         ready(Ok(orphaned.into_iter().map(|r| r.run_id).collect()))
     }
 
@@ -712,7 +720,7 @@ impl QueueStore for MemoryStore {
 
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
         // By id, ascending: oldest first, down the queue alone.
-        let claimed = self.change_each(claim.max, true, |record| {
+        let claimed = self.change_each(claim.max, true, claim.room.clone(), |record| {
             fencing::claim_queued(record, &claim)
         });
         ready(Ok(claimed))

@@ -1000,6 +1000,7 @@ pub struct RunHandle {
     actor: ActorRef<LoopMsg>,
     state: watch::Receiver<RunState>,
     events: RunEventSource,
+    labels: Arc<crate::keyed_limits::RunLabels>,
 }
 
 /// Where a handle's event streams come from: the engine's bus, and the
@@ -1135,13 +1136,20 @@ impl RunHandle {
         actor: ActorRef<LoopMsg>,
         state: watch::Receiver<RunState>,
         events: RunEventSource,
+        labels: Arc<crate::keyed_limits::RunLabels>,
     ) -> Self {
         Self {
             run_id,
             actor,
             state,
             events,
+            labels,
         }
+    }
+
+    /// What keyed limits read of the run: its tenant and its flow's name.
+    pub fn labels(&self) -> &crate::keyed_limits::RunLabels {
+        &self.labels
     }
 
     /// This run's events, and no other run's. The first stream taken from

@@ -154,6 +154,7 @@ async fn waits(store: Arc<dyn Store>, flood: usize, slots: usize, small: usize) 
         lag_target: Duration::ZERO,
         claim_interval: Some(Duration::from_millis(100)),
         resume_orphans: false,
+        ..ExecutorOptions::default()
     };
     let executor = Executor::new(Arc::new(engine), options);
     executor.serve().await.expect("the executor serves");
@@ -189,5 +190,6 @@ async fn post(executor: &Arc<Executor>, tenant: &str) -> String {
     {
         Posted::Recorded(run_id, _) => run_id,
         Posted::QueueFull { queued, .. } => panic!("the queue is full at {queued}"),
+        other @ Posted::TenantQueueFull { .. } => panic!("{other:?}"),
     }
 }

@@ -41,6 +41,7 @@ mod checks;
 mod engine;
 mod fields;
 mod idle;
+mod keyed;
 mod keys;
 mod text;
 mod timing;
@@ -53,6 +54,7 @@ pub use keys::{Bound, KEYS_TABLE_END, KEYS_TABLE_START, Key, OldName};
 pub use crate::server_limits::ServerLimits;
 pub use engine::EngineSetupError;
 pub use idle::IDLE_TIMEOUT_FORMULA;
+pub use keyed::MAX_KEYED_LIMITS;
 pub use timing::{Timing, WORST_CASE_FORMULA, compact};
 
 /// The variable naming the configuration file, when none is given.
@@ -338,6 +340,9 @@ pub struct Config {
     /// tables (`url`, `secret`, `events`, `runs`): told by a serving
     /// executor when a run pauses for a person or ends.
     pub webhook_receivers: Vec<crate::webhooks::Receiver>,
+    /// The limits on runs that share a key, from the file's
+    /// `[keyed_limits.NAME]` tables (see [`KeyedLimit`](leasehold_actors::keyed_limits::KeyedLimit)).
+    pub keyed_limits: Vec<leasehold_actors::keyed_limits::KeyedLimit>,
     /// Where webhooks' links point (`LEASEHOLD_WEBHOOKS_PUBLIC_URL`).
     pub webhooks_public_url: Setting<Option<String>>,
     /// One webhook request (`LEASEHOLD_WEBHOOKS_TIMEOUT`).
@@ -511,6 +516,7 @@ impl Default for Config {
             tools: Vec::new(),
             prices: leasehold_actors::Prices::default(),
             webhook_receivers: Vec::new(),
+            keyed_limits: Vec::new(),
             webhooks_public_url: Setting::default(None),
             webhooks_timeout: Setting::default(Duration::from_secs(10)),
             webhooks_retry_first: Setting::default(Duration::from_secs(5)),
@@ -599,6 +605,16 @@ pub enum LoadError {
         /// The file.
         file: PathBuf,
         /// Where in it, e.g. `webhooks.receivers."ops".secret`.
+        path: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A `[keyed_limits]` entry that is not a limit.
+    #[error("configuration file {}: {path}: {message}", file.display())]
+    BadKeyedLimit {
+        /// The file.
+        file: PathBuf,
+        /// Where in it, e.g. `keyed_limits."provider".live`.
         path: String,
         /// What was wrong.
         message: String,
@@ -714,6 +730,15 @@ impl Config {
         }
         if let Some(prices) = table.remove("prices") {
             self.prices = prices_of(prices, path)?;
+        }
+        if let Some(limits) = table.remove("keyed_limits") {
+            self.keyed_limits = keyed::keyed_limits_of(limits).map_err(|(at, message)| {
+                LoadError::BadKeyedLimit {
+                    file: path.to_path_buf(),
+                    path: at,
+                    message,
+                }
+            })?;
         }
         if let Some(toml::Value::Table(webhooks)) = table.get_mut("webhooks")
             && let Some(receivers) = webhooks.remove("receivers")

@@ -44,6 +44,7 @@ pub mod admission;
 mod background;
 mod claims;
 pub mod control;
+mod keyed;
 mod runs;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -84,6 +85,12 @@ pub struct ExecutorOptions {
     /// runs, within the same room, orphans first (`resume_on_boot`), and
     /// the runs left paused on an endpoint by an executor that is gone.
     pub resume_orphans: bool,
+    /// The keyed limits (`[limits.NAME]`): a run whose key is at its
+    /// limit waits queued, and a claim skips it for the next.
+    pub limits: Vec<leasehold_actors::keyed_limits::KeyedLimit>,
+    /// The model endpoint its runs call (`model.base_url`), the value of a
+    /// key's `endpoint`.
+    pub endpoint: String,
 }
 
 impl Default for ExecutorOptions {
@@ -95,6 +102,8 @@ impl Default for ExecutorOptions {
             lag_target: DEFAULT_LAG_TARGET,
             claim_interval: Some(DEFAULT_CLAIM_INTERVAL),
             resume_orphans: false,
+            limits: Vec::new(),
+            endpoint: String::new(),
         }
     }
 }
@@ -130,6 +139,8 @@ pub struct Executor {
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set once it serves ([`Executor::serve`]).
     serving: std::sync::atomic::AtomicBool,
+    /// The runs it started in the last minute, for `per_minute` limits.
+    starts: keyed::Starts,
 }
 
 impl Executor {
@@ -152,6 +163,7 @@ impl Executor {
             stop: CancellationToken::new(),
             tasks: Mutex::new(Vec::new()),
             serving: std::sync::atomic::AtomicBool::new(false),
+            starts: keyed::Starts::default(),
         });
         let following = control::follow(Arc::clone(&executor));
         executor.keep(following);
@@ -231,6 +243,33 @@ impl Executor {
     /// (at most `server.max_live_runs`, fewer while it is late).
     fn room(&self) -> usize {
         self.admitted.room(self.live_runs())
+    }
+
+    /// The room a run of each key has under the keyed limits now.
+    fn keyed_room(&self) -> leasehold_actors::keyed_limits::ClaimRoom {
+        keyed::room(
+            &self.options.limits,
+            &self.options.endpoint,
+            &self.runs.live_labels(),
+            &self.starts,
+        )
+    }
+
+    /// Records the start of the runs of `started` under the `per_minute`
+    /// limits.
+    fn count_starts<'a>(&self, started: impl IntoIterator<Item = &'a RunHandle>) {
+        if self
+            .options
+            .limits
+            .iter()
+            .any(|limit| limit.per_minute.is_some())
+        {
+            self.starts.record(
+                &self.options.limits,
+                &self.options.endpoint,
+                started.into_iter().map(RunHandle::labels),
+            );
+        }
     }
 
     /// Holds `handle` while its run goes on in this process, so that the

@@ -415,6 +415,8 @@ async fn a_full_queue_still_takes_a_tenant_below_its_share_and_refuses_one_at_it
             lag_target: Duration::ZERO,
             claim_interval: None,
             resume_orphans: false,
+            limits: Vec::new(),
+            endpoint: String::new(),
         };
         let executor = Executor::new(Arc::new(engine), options);
         let post = |tenant: &'static str| {
@@ -477,6 +479,182 @@ async fn a_full_queue_still_takes_a_tenant_below_its_share_and_refuses_one_at_it
         assert_eq!(counts.get("small"), Some(&2));
         executor.engine().shutdown().await;
     }
+}
+
+/// A keyed limit on tenants: a tenant at its `live` limit has its next
+/// runs wait queued while another tenant's run starts at once, past them;
+/// a claim skips its runs for the others' until one of its runs ends; and
+/// at its `queued` limit a post is refused saying which limit, nothing
+/// stored.
+#[tokio::test]
+async fn a_tenant_at_its_keyed_limit_waits_queued_and_holds_no_other_tenant_back() {
+    use leasehold::RunOptions;
+    use leasehold::executor::Posted;
+    use leasehold::keyed_limits::KeyedLimit;
+    let dir = tempfile::tempdir().expect("a directory");
+    for store in [
+        Arc::new(MemoryStore::new()) as Arc<dyn leasehold::Store>,
+        Arc::new(
+            leasehold::store::SledStore::open(leasehold::store::SledConfig::new(dir.path()))
+                .expect("sled"),
+        ),
+    ] {
+        let engine = Engine::builder()
+            .store(Arc::clone(&store))
+            .model(Arc::new(NeverAnswers))
+            .build()
+            .await
+            .expect("engine");
+        let options = ExecutorOptions {
+            max_live_runs: 10,
+            max_queued_runs: 100,
+            lag_target: Duration::ZERO,
+            claim_interval: None,
+            resume_orphans: false,
+            limits: vec![KeyedLimit {
+                name: "tenants".to_owned(),
+                key: "tenant".parse().expect("key"),
+                live: Some(2),
+                per_minute: None,
+                queued: Some(2),
+            }],
+            endpoint: "http://models".to_owned(),
+        };
+        let executor = Executor::new(Arc::new(engine), options);
+        let post = |tenant: &'static str| {
+            let executor = Arc::clone(&executor);
+            async move {
+                let flow: Flow = serde_json::from_value(
+                    serde_json::json!({"name": "keyed", "task": "t", "max_steps": 1}),
+                )
+                .expect("flow");
+                executor
+                    .post(flow, RunOptions::default().for_tenant(tenant))
+                    .await
+                    .expect("posted")
+            }
+        };
+        let status = |posted: Posted| match posted {
+            Posted::Recorded(run_id, status) => (run_id, status),
+            other => panic!("{other:?}"),
+        };
+        let (first, running) = status(post("big").await);
+        assert_eq!(running, RunStatus::Running);
+        assert_eq!(status(post("big").await).1, RunStatus::Running);
+        // `big` is at its two live runs: the executor's room is not asked.
+        let (waiting, queued) = status(post("big").await);
+        assert_eq!(queued, RunStatus::Queued);
+        assert_eq!(status(post("big").await).1, RunStatus::Queued);
+        assert_eq!(
+            post("big").await,
+            Posted::TenantQueueFull {
+                limit: "tenants".to_owned(),
+                tenant: "big".to_owned(),
+                queued: 2,
+                max: 2
+            }
+        );
+        // `small` starts at once, past `big`'s queued runs.
+        assert_eq!(status(post("small").await).1, RunStatus::Running);
+        // A claim takes none of `big`'s while it holds two live runs.
+        executor.claim().await.expect("claimed");
+        assert_eq!(
+            store
+                .count_queued_by_tenant()
+                .await
+                .expect("counts")
+                .get("big"),
+            Some(&2)
+        );
+        // One of them ends: the next claim takes `big`'s oldest queued run.
+        let mut ended = executor.handle(&first).expect("live");
+        ended.cancel("done with it").await.expect("cancelled");
+        ended.wait().await;
+        while executor.live_runs() > 2 {
+            tokio::task::yield_now().await;
+        }
+        executor.claim().await.expect("claimed");
+        let claimed = store.load_run(&waiting).await.expect("read").expect("run");
+        assert_eq!(claimed.status, RunStatus::Running);
+        assert_eq!(
+            store
+                .count_queued_by_tenant()
+                .await
+                .expect("counts")
+                .get("big"),
+            Some(&1)
+        );
+        executor.engine().shutdown().await;
+    }
+}
+
+/// A `per_minute` keyed limit: the runs of a key started in the last
+/// minute count against it whether they still run or not, and a run past
+/// it waits queued until the minute has passed.
+#[tokio::test(start_paused = true)]
+async fn a_key_past_its_starts_per_minute_waits_for_the_minute_to_pass() {
+    use leasehold::RunOptions;
+    use leasehold::executor::Posted;
+    use leasehold::keyed_limits::KeyedLimit;
+    let store = MemoryStore::new();
+    let answers = (0..3).map(|_| Turn::answer("done"));
+    let engine = Engine::builder()
+        .store(Arc::new(store.clone()))
+        .model(Arc::new(ScriptedModel::new().script("run", answers)))
+        .build()
+        .await
+        .expect("engine");
+    let options = ExecutorOptions {
+        max_live_runs: 10,
+        max_queued_runs: 100,
+        lag_target: Duration::ZERO,
+        claim_interval: None,
+        resume_orphans: false,
+        limits: vec![KeyedLimit {
+            name: "bursts".to_owned(),
+            key: "flow".parse().expect("key"),
+            live: None,
+            per_minute: Some(2),
+            queued: None,
+        }],
+        endpoint: String::new(),
+    };
+    let executor = Executor::new(Arc::new(engine), options);
+    let flow = |name: &str| -> Flow {
+        serde_json::from_value(serde_json::json!({"name": name, "task": "t", "max_steps": 1}))
+            .expect("flow")
+    };
+    let mut started = Vec::new();
+    for _ in 0..3 {
+        match executor
+            .post(flow("burst"), RunOptions::default())
+            .await
+            .expect("posted")
+        {
+            Posted::Recorded(run_id, status) => started.push((run_id, status)),
+            other => panic!("{other:?}"),
+        }
+    }
+    let statuses: Vec<RunStatus> = started.iter().map(|(_, s)| *s).collect();
+    assert_eq!(
+        statuses,
+        [RunStatus::Running, RunStatus::Running, RunStatus::Queued]
+    );
+    // The two finish; their starts still count this minute.
+    for (run_id, _) in &started[..2] {
+        // Paused time: each wait lets the runs go on, a millisecond at a
+        // time.
+        while !store.run(run_id).is_some_and(|r| r.status.is_terminal()) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    executor.claim().await.expect("claimed");
+    let third = &started[2].0;
+    assert_eq!(store.run(third).map(|r| r.status), Some(RunStatus::Queued));
+    tokio::time::advance(Duration::from_secs(60)).await;
+    executor.claim().await.expect("claimed");
+    assert_ne!(store.run(third).map(|r| r.status), Some(RunStatus::Queued));
+    executor.engine().shutdown().await;
 }
 
 /// A model whose answer never comes.

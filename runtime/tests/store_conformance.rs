@@ -156,6 +156,7 @@ conformance! {
     creations_racing_under_one_key_create_one_run,
     queued_runs_are_claimed_oldest_first_at_most_max,
     queued_runs_are_claimed_in_fair_turns_across_tenants,
+    queued_runs_are_claimed_within_the_room_of_each_key,
     claimers_racing_claim_each_queued_run_exactly_once,
     learned_paces_are_kept_replaced_reset_and_survive_a_reopen,
     api_keys_are_kept_once_listed_by_tenant_revoked_once_and_survive_a_reopen,

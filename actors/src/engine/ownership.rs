@@ -529,6 +529,8 @@ pub(super) struct LiveRun {
     pub(super) state: tokio::sync::watch::Receiver<crate::run::RunState>,
     /// The store errors the run's writes met here.
     pub(super) store_errors: Arc<AtomicU64>,
+    /// What keyed limits read of it.
+    pub(super) labels: Arc<crate::keyed_limits::RunLabels>,
 }
 
 /// Lets go of a run this executor stopped in place: its lease now ends at

@@ -11,6 +11,7 @@
 //! the caller's to say.
 
 use crate::flow::Flow;
+use crate::keyed_limits::ClaimRoom;
 use crate::ports::{QueueClaim, RunRecord, RunStatus, RunUpdate};
 use crate::run::RunHandle;
 
@@ -54,6 +55,18 @@ impl Engine {
     /// configuration) is recorded failed, saying why, rather than left
     /// owned and idle; the others start.
     pub async fn start_from_queue(&self, max: usize) -> Result<Vec<RunHandle>, EngineError> {
+        self.start_from_queue_within(max, ClaimRoom::default())
+            .await
+    }
+
+    /// [`start_from_queue`](Self::start_from_queue) within `room`: a
+    /// queued run whose key has no room left under a keyed limit is left
+    /// queued, and the next in fair order is taken instead.
+    pub async fn start_from_queue_within(
+        &self,
+        max: usize,
+        room: ClaimRoom,
+    ) -> Result<Vec<RunHandle>, EngineError> {
         self.refuse_if_shut_down()?;
         // An engine without a model takes on no run: the queue waits for
         // an executor that can run it.
@@ -65,6 +78,7 @@ impl Engine {
             now_ms: self.clock.now_unix_ms(),
             ttl_ms: self.ttl_ms(),
             max,
+            room,
         };
         let claimed = self.store.claim_queued(claim).await?;
         let mut started = Vec::with_capacity(claimed.len());

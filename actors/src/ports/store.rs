@@ -367,6 +367,9 @@ pub struct QueueClaim {
     pub ttl_ms: u64,
     /// At most this many runs.
     pub max: usize,
+    /// The room of each keyed limit: a queued run whose key has none left
+    /// is skipped for the next in fair order.
+    pub room: crate::keyed_limits::ClaimRoom,
 }
 
 /// Which runs to list, one page at a time ([`RunStore::list_runs_page`]).

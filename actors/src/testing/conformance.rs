@@ -383,6 +383,7 @@ suite! {
     // The queue.
     store: queue::queued_runs_are_claimed_oldest_first_at_most_max,
     store: queue::queued_runs_are_claimed_in_fair_turns_across_tenants,
+    store: queue::queued_runs_are_claimed_within_the_room_of_each_key,
     handles: queue::claimers_racing_claim_each_queued_run_exactly_once,
     // Learned paces.
     reopen: paces::learned_paces_are_kept_replaced_reset_and_survive_a_reopen,

@@ -90,7 +90,7 @@ impl Config {
 
     /// How a serving executor admits and claims runs: `server.max_live_runs`,
     /// `server.max_queued_runs`, `executor.lag_target`,
-    /// `executor.claim_interval` and `resume_on_boot`.
+    /// `executor.claim_interval`, `resume_on_boot` and the keyed limits.
     pub fn executor_options(&self) -> crate::executor::ExecutorOptions {
         crate::executor::ExecutorOptions {
             max_live_runs: self.server_max_live_runs.value,
@@ -98,6 +98,8 @@ impl Config {
             lag_target: self.executor_lag_target.value,
             claim_interval: Some(self.executor_claim_interval.value),
             resume_orphans: self.resume_on_boot.value,
+            limits: self.keyed_limits.clone(),
+            endpoint: self.model_base_url.value.clone().unwrap_or_default(),
         }
     }
 

@@ -42,6 +42,18 @@ pub enum Posted {
         /// queued runs, this one counted.
         share: u64,
     },
+    /// Not recorded: the run would wait, and its tenant holds as many
+    /// queued runs as a keyed limit's `queued` allows.
+    TenantQueueFull {
+        /// The limit's name (`[limits.NAME]`).
+        limit: String,
+        /// The tenant.
+        tenant: String,
+        /// Its queued runs, counted in the store.
+        queued: u64,
+        /// The limit's `queued`.
+        max: u32,
+    },
 }
 
 impl Executor {
@@ -88,12 +100,26 @@ impl Executor {
             .count_runs(RunStatus::Queued)
             .await
             .map_err(EngineError::Store)?;
-        if room == 0 {
-            self.admitted.held_back();
+        // Under keyed limits, a run whose key has no room waits queued
+        // whatever the executor's room.
+        let keyed_room = self.keyed_room();
+        let key_full = keyed_room
+            .full_for(options.tenant.as_deref(), &flow.name)
+            .map(|(limit, value)| (limit.limit.clone(), value));
+        if room == 0 || key_full.is_some() {
+            if room == 0 {
+                self.admitted.held_back();
+            }
             if queued >= u64::from(self.options.max_queued_runs)
                 && let Some(full) = self.full_for(&options, queued).await?
             {
                 return Ok(full);
+            }
+            if let Some(full) = self.tenant_queue_full(&options).await? {
+                return Ok(full);
+            }
+            if let Some((limit, value)) = key_full {
+                tracing::info!(%limit, key = %value, "a posted run waits for its key's room");
             }
             // It waits for an executor with room, this one included.
             let run_id = self.engine.queue_with(flow, options).await?.run_id;
@@ -102,14 +128,21 @@ impl Executor {
         if queued > 0 {
             // Older runs wait: this one waits behind them, and the room
             // goes to the oldest. The queue does not grow (the room takes
-            // at least one), so its bound is not asked.
+            // at least one), so its bound is not asked; a tenant's is.
+            if let Some(full) = self.tenant_queue_full(&options).await? {
+                return Ok(full);
+            }
             let run_id = self.engine.queue_with(flow, options).await?.run_id;
-            let claimed = self.engine.start_from_queue(room).await?;
+            let claimed = self
+                .engine
+                .start_from_queue_within(room, keyed_room)
+                .await?;
             if claimed.len() >= room {
                 // The room is full and runs may still wait: as a claim
                 // that fills its room, it held them back.
                 self.admitted.held_back();
             }
+            self.count_starts(&claimed);
             let mut status = RunStatus::Queued;
             for handle in claimed {
                 if handle.run_id() == run_id {
@@ -125,8 +158,38 @@ impl Executor {
         // queue could claim it before the one it was posted to.
         let handle = self.engine.start_with(flow, options).await?;
         let run_id = handle.run_id().to_owned();
+        self.count_starts([&handle]);
         self.register(handle);
         Ok(Posted::Recorded(run_id, RunStatus::Running))
+    }
+
+    /// The refusal of a run that would wait while its tenant holds as many
+    /// queued runs as a keyed limit's `queued` allows; `None` without such
+    /// a limit (the store is not asked) or below it.
+    async fn tenant_queue_full(&self, options: &RunOptions) -> Result<Option<Posted>, EngineError> {
+        let bounded = self
+            .options
+            .limits
+            .iter()
+            .filter_map(|limit| limit.queued.map(|max| (limit, max)))
+            .min_by_key(|(_, max)| *max);
+        let Some((limit, max)) = bounded else {
+            return Ok(None);
+        };
+        let by_tenant = self
+            .engine
+            .store()
+            .count_queued_by_tenant()
+            .await
+            .map_err(EngineError::Store)?;
+        let tenant = leasehold_actors::tenancy::tenant_or_default(options.tenant.as_deref());
+        let queued = by_tenant.get(tenant).copied().unwrap_or(0);
+        Ok((queued >= u64::from(max)).then(|| Posted::TenantQueueFull {
+            limit: limit.name.clone(),
+            tenant: tenant.to_owned(),
+            queued,
+            max,
+        }))
     }
 
     /// The refusal of a run of `options`' tenant while the store's queue
@@ -208,7 +271,11 @@ impl Executor {
             resumed.extend(self.engine.take_over_endpoint_waits_up_to(left).await?);
         }
         let left = room.saturating_sub(resumed.len());
-        let claimed = self.engine.start_from_queue(left).await?;
+        let claimed = self
+            .engine
+            .start_from_queue_within(left, self.keyed_room())
+            .await?;
+        self.count_starts(&claimed);
         let filled = resumed.len() + claimed.len() >= room;
         if filled {
             self.admitted.held_back();

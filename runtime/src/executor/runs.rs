@@ -39,6 +39,15 @@ impl Registry {
         self.lock().values().filter(|h| is_live(h)).count()
     }
 
+    /// What keyed limits read of the runs that go on.
+    pub(super) fn live_labels(&self) -> Vec<leasehold_actors::keyed_limits::RunLabels> {
+        self.lock()
+            .values()
+            .filter(|h| is_live(h))
+            .map(|h| h.labels().clone())
+            .collect()
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, RunHandle>> {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }

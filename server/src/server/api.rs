@@ -129,6 +129,18 @@ pub(super) async fn create_run(
             tenant_queued,
             share,
         }) => return Ok(queue_full(&app, queued, tenant_queued, share)),
+        Ok(Posted::TenantQueueFull {
+            limit,
+            tenant,
+            queued,
+            max,
+        }) => {
+            return Ok(too_many_queued(format!(
+                "tenant `{tenant}` holds {queued} queued runs, the most its keyed limit \
+                 `{limit}` allows (keyed_limits.{limit}.queued = {max}): nothing was stored; \
+                 try again when its runs have left the queue"
+            )));
+        }
         Err(leasehold::EngineError::AlreadyStarted {
             run_id,
             same_flow: true,
@@ -177,18 +189,20 @@ const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 30;
 /// 429 with `Retry-After`: the store's queue is full, and the tenant holds
 /// its share of it.
 fn queue_full(app: &App, queued: u64, tenant_queued: u64, share: u64) -> Response {
-    let mut response = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "queue_full",
-        format!(
-            "{queued} runs wait queued in the store, its limit (server.max_queued_runs = {}, \
-             LEASEHOLD_SERVER_MAX_QUEUED_RUNS), {tenant_queued} of them your tenant's, its \
-             share ({share}), and this executor has no room to start the run \
-             (server.max_live_runs): nothing was stored; try again when runs have left the queue",
-            app.executor.options().max_queued_runs
-        ),
-    )
-    .into_response();
+    too_many_queued(format!(
+        "{queued} runs wait queued in the store, its limit (server.max_queued_runs = {}, \
+         LEASEHOLD_SERVER_MAX_QUEUED_RUNS), {tenant_queued} of them your tenant's, its \
+         share ({share}), and this executor has no room to start the run \
+         (server.max_live_runs): nothing was stored; try again when runs have left the queue",
+        app.executor.options().max_queued_runs
+    ))
+}
+
+/// 429 `queue_full` saying `message`, with the `Retry-After` of a full
+/// queue.
+fn too_many_queued(message: String) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", message).into_response();
     response.headers_mut().insert(
         header::RETRY_AFTER,
         axum::http::HeaderValue::from(QUEUE_FULL_RETRY_AFTER_SECS),

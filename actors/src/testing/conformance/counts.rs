@@ -63,6 +63,7 @@ pub(super) async fn counts_by_status_stay_exact_through_every_change_and_a_reope
         now_ms: 1_000,
         ttl_ms: TTL,
         max: 2,
+        room: crate::keyed_limits::ClaimRoom::default(),
     };
     let from_queue = store.claim_queued(claim).await.unwrap();
     assert_eq!(from_queue.len(), 2);

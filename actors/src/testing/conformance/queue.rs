@@ -161,6 +161,7 @@ fn claim(owner_id: &str, now_ms: u64, max: usize) -> QueueClaim {
         now_ms,
         ttl_ms: TTL,
         max,
+        room: crate::keyed_limits::ClaimRoom::default(),
     }
 }
 
@@ -217,6 +218,69 @@ pub(super) async fn queued_runs_are_claimed_in_fair_turns_across_tenants(store: 
         .unwrap());
     assert_eq!(rest.len(), 8, "{rest:?}");
     assert!(queued_ids(store.as_ref()).await.is_empty());
+}
+
+/// A claim under keyed limits takes queued runs in fair order while each
+/// run's keys have room, and skips a run whose key has none for the next:
+/// a tenant at its limit, or a flow at its own, holds back no other run.
+pub(super) async fn queued_runs_are_claimed_within_the_room_of_each_key(store: Arc<dyn Store>) {
+    use crate::keyed_limits::{ClaimRoom, KeyRoom, KeyValue};
+    // `big` queued six runs of `burst` and one of `other`, then `small`
+    // one of `burst`, then the default tenant one of `other`.
+    let mut all: Vec<(String, Option<&str>, &str)> = (0..6)
+        .map(|n| (format!("q{n:02}"), Some("big"), "burst"))
+        .collect();
+    all.push(("q06".to_owned(), Some("big"), "other"));
+    all.push(("q07".to_owned(), Some("small"), "burst"));
+    all.push(("q08".to_owned(), None, "other"));
+    for (run_id, tenant, flow) in &all {
+        let mut record = queued(run_id);
+        record.tenant = tenant.map(str::to_owned);
+        record.flow = serde_json::json!({"name": flow, "max_steps": 8});
+        store.create_run(record).await.unwrap();
+    }
+    // `big` may start two more, any other tenant three; `burst` two more,
+    // any other flow five.
+    let mut tenants = KeyRoom::new("per_tenant", "tenant".parse().unwrap(), 3);
+    tenants.left.insert(KeyValue(vec!["big".to_owned()]), 2);
+    let mut flows = KeyRoom::new("per_flow", "flow".parse().unwrap(), 5);
+    flows.left.insert(KeyValue(vec!["burst".to_owned()]), 2);
+    let mut within = claim("exec-a", 2_000, 10);
+    within.room = ClaimRoom {
+        endpoint: "http://models".to_owned(),
+        rooms: vec![tenants, flows],
+    };
+    let mut first: Vec<String> = store
+        .claim_queued(within)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    first.sort();
+    // q00 and q07 take `burst`'s two; q01..q05 are skipped for it; q06 takes
+    // `big`'s second; q08 is the default tenant's.
+    assert_eq!(first, ["q00", "q06", "q07", "q08"]);
+    let mut left = queued_ids(store.as_ref()).await;
+    left.sort();
+    assert_eq!(left, ["q01", "q02", "q03", "q04", "q05"]);
+    // Room of none: nothing is claimed, nothing changes.
+    let mut none = claim("exec-a", 2_000, 10);
+    none.room = ClaimRoom {
+        endpoint: "http://models".to_owned(),
+        rooms: vec![KeyRoom::new("per_endpoint", "endpoint".parse().unwrap(), 0)],
+    };
+    assert!(store.claim_queued(none).await.unwrap().is_empty());
+    assert_eq!(queued_ids(store.as_ref()).await.len(), 5);
+    // Without limits, the rest.
+    let rest = store
+        .claim_queued(claim("exec-b", 3_000, 100))
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 5);
+    for record in &rest {
+        assert_eq!((record.status, record.fence), (RunStatus::Running, 1));
+    }
 }
 
 /// A queued run, unowned.

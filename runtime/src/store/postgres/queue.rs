@@ -155,9 +155,75 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// [`claim_queued`](Inner::claim_queued) under keyed limits: the
+    /// queue's runs are read in fair order with what their keys read (the
+    /// tenant, the flow's name), picked in that order while their keys have
+    /// room, and claimed by one statement that takes only those still
+    /// queued — of claimers at once picking the same run, one claims it.
+    async fn claim_queued_within(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
+        let doing = "claiming queued runs within their keyed limits";
+        let queued = status_name(RunStatus::Queued)?;
+        let running = status_name(RunStatus::Running)?;
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT r.run_id, r.tenant, r.flow->>'name' FROM runs r JOIN \
+                 (SELECT run_id, row_number() OVER (PARTITION BY coalesce(tenant, 'default') \
+                 ORDER BY run_id COLLATE \"C\") AS turn FROM runs WHERE status = $1) q \
+                 ON q.run_id = r.run_id WHERE r.status = $1 \
+                 ORDER BY q.turn, r.run_id COLLATE \"C\"",
+                &[&queued],
+            )
+            .await
+            .map_err(|e| failed(&doing, &e))?;
+        let mut room = claim.room.clone();
+        let mut picked: Vec<String> = Vec::new();
+        for row in &rows {
+            if picked.len() >= claim.max {
+                break;
+            }
+            let tenant: Option<String> = row.get(1);
+            let flow: Option<String> = row.get(2);
+            if room.take(tenant.as_deref(), flow.as_deref().unwrap_or_default()) {
+                picked.push(row.get(0));
+            }
+        }
+        if picked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = to_i64(claim.now_ms, &"the claim time")?;
+        let expires = to_i64(
+            claim.now_ms.saturating_add(claim.ttl_ms),
+            &"the claimed lease's expiry",
+        )?;
+        let owner_id = &claim.owner_id;
+        self.load_runs(
+            &format!(
+                "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
+                     fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
+                     updated_at_ms = $4 WHERE run_id = ANY($5) AND status = $6 \
+                     RETURNING {RUN_COLUMNS}), \
+                 notified AS (SELECT claimed.*, pg_notify('leasehold', \
+                     json_build_object('change', 'run', 'run_id', run_id)::text) FROM claimed) \
+                     SELECT {RUN_COLUMNS} FROM notified ORDER BY run_id COLLATE \"C\""
+            ),
+            &[&running, &owner_id, &expires, &now, &picked, &queued],
+            &doing,
+        )
+        .await
+    }
+}
+
 impl QueueStore for PostgresStore {
     fn claim_queued(&self, claim: QueueClaim) -> StoreFuture<Vec<RunRecord>> {
-        self.with(move |inner| async move { inner.claim_queued(&claim).await })
+        self.with(move |inner| async move {
+            if claim.room.is_unlimited() {
+                inner.claim_queued(&claim).await
+            } else {
+                inner.claim_queued_within(&claim).await
+            }
+        })
     }
 
     fn count_queued_by_tenant(&self) -> StoreFuture<std::collections::BTreeMap<String, u64>> {

@@ -97,18 +97,30 @@ impl Inner {
     /// entry left over by a crash).
     fn claim_queued(&self, claim: &QueueClaim) -> Result<(Vec<RunRecord>, bool), StoreError> {
         let mut claimed = Vec::new();
-        // In fair turns across tenants.
+        let mut room = claim.room.clone();
+        // In fair turns across tenants; under keyed limits runs may be
+        // skipped, so the whole queue in order, else only its first `max`.
+        let considered = if room.is_unlimited() {
+            claim.max
+        } else {
+            usize::MAX
+        };
         let order =
-            leasehold_actors::tenancy::fair_order(self.indexes.queued_with_tenants()?, claim.max)?;
+            leasehold_actors::tenancy::fair_order(self.indexes.queued_with_tenants()?, considered)?;
         for run_id in order {
             if claimed.len() >= claim.max {
                 break;
             }
             let (record, _) = self.change_run(&run_id, |record| {
-                let record = record.and_then(|r| fencing::claim_queued(&r, claim));
+                let record = record
+                    .and_then(|r| fencing::claim_queued(&r, claim))
+                    .filter(|r| room.has_room_for(r));
                 Ok((record.clone(), record))
             })?;
-            claimed.extend(record);
+            if let Some(record) = record {
+                room.take_record(&record);
+                claimed.push(record);
+            }
         }
         let wrote = !claimed.is_empty();
         Ok((claimed, wrote))

@@ -1,0 +1,337 @@
+//! Keyed limits: how many runs that share a key may start.
+//!
+//! A server bounds runs by what they share — their tenant, their flow, the
+//! model endpoint they call, or any of these together ([`RunKey`]) — beside
+//! its one bound of live runs: "at most 20 live runs calling one provider",
+//! "at most 4 live runs of one tenant", "at most 60 runs of one flow a
+//! minute". The executor works out, for each limit, how many more runs of
+//! each key value it may start now ([`KeyRoom`]); a claim of queued runs
+//! carries that room ([`ClaimRoom`]) into the store, which skips a queued
+//! run whose key has no room left and takes the next one in fair order, so
+//! a run held back by one key never holds back a run of another.
+//!
+//! ```
+//! use leasehold_actors::keyed_limits::{ClaimRoom, KeyRoom, RunKey};
+//!
+//! let key: RunKey = "tenant+flow".parse().unwrap();
+//! let mut room = ClaimRoom::unlimited("http://127.0.0.1:8000/v1");
+//! room.rooms.push(KeyRoom::new("per_tenant_flow", key, 1));
+//! assert!(room.take(Some("acme"), "triage"));
+//! assert!(!room.take(Some("acme"), "triage"), "its key has no room left");
+//! assert!(room.take(Some("acme"), "digest"), "another key's room is its own");
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::RunRecord;
+
+/// What a key reads of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KeyPart {
+    /// The run's tenant ([`DEFAULT_TENANT`](crate::tenancy::DEFAULT_TENANT)
+    /// for a run of none).
+    Tenant,
+    /// Its flow's name.
+    Flow,
+    /// The model endpoint its loops call: the executor's (`model.base_url`).
+    Endpoint,
+}
+
+impl KeyPart {
+    /// Its name in a key (`tenant`, `flow`, `endpoint`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tenant => "tenant",
+            Self::Flow => "flow",
+            Self::Endpoint => "endpoint",
+        }
+    }
+}
+
+/// An expression of a run that names what runs share a limit: its parts
+/// joined by `+` (`tenant`, `flow`, `endpoint`, `tenant+flow`, …), each at
+/// most once.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RunKey {
+    parts: Vec<KeyPart>,
+}
+
+/// A key that is not one ([`RunKey::from_str`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadKey(String);
+
+impl FromStr for RunKey {
+    type Err = BadKey;
+
+    fn from_str(text: &str) -> Result<Self, BadKey> {
+        let mut parts = Vec::new();
+        for part in text.split('+') {
+            let part = match part.trim() {
+                "tenant" => KeyPart::Tenant,
+                "flow" => KeyPart::Flow,
+                "endpoint" => KeyPart::Endpoint,
+                other => {
+                    return Err(BadKey(format!(
+                        "`{other}` in key {text:?} is not a part of a run: expected `tenant`, \
+                         `flow` or `endpoint`, joined by `+`"
+                    )));
+                }
+            };
+            if parts.contains(&part) {
+                return Err(BadKey(format!(
+                    "key {text:?} names `{}` twice",
+                    part.name()
+                )));
+            }
+            parts.push(part);
+        }
+        Ok(Self { parts })
+    }
+}
+
+impl fmt::Display for RunKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.parts.iter().map(|part| part.name()).collect();
+        f.write_str(&names.join("+"))
+    }
+}
+
+impl RunKey {
+    /// Its parts, in the order written.
+    pub fn parts(&self) -> &[KeyPart] {
+        &self.parts
+    }
+
+    /// Whether it reads only the run's tenant: a limit of queued runs is
+    /// counted in the store by tenant, so it takes only this key.
+    pub fn is_tenant(&self) -> bool {
+        self.parts == [KeyPart::Tenant]
+    }
+
+    /// The value of this key for a run of `tenant` and flow `flow` on an
+    /// executor calling `endpoint`: one text per part.
+    pub fn value(&self, tenant: Option<&str>, flow: &str, endpoint: &str) -> KeyValue {
+        KeyValue(
+            self.parts
+                .iter()
+                .map(|part| match part {
+                    KeyPart::Tenant => crate::tenancy::tenant_or_default(tenant).to_owned(),
+                    KeyPart::Flow => flow.to_owned(),
+                    KeyPart::Endpoint => endpoint.to_owned(),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A key's value for one run: one text per part of the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyValue(pub Vec<String>);
+
+impl fmt::Display for KeyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let texts: Vec<String> = self.0.iter().map(|text| format!("{text:?}")).collect();
+        f.write_str(&texts.join("+"))
+    }
+}
+
+/// A limit on the runs that share a key, as a server configures it
+/// (`[limits.NAME]`): at most `live` of them live on one executor at once,
+/// at most `per_minute` of them started by one executor in any minute,
+/// at most `queued` of them queued in the store (a tenant's key only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyedLimit {
+    /// Its name, as configured.
+    pub name: String,
+    /// What runs share it.
+    pub key: RunKey,
+    /// The most live runs of one key value on one executor.
+    pub live: Option<u32>,
+    /// The most runs of one key value one executor starts in any minute.
+    pub per_minute: Option<u32>,
+    /// The most queued runs of one tenant in the store, over every
+    /// executor sharing it.
+    pub queued: Option<u32>,
+}
+
+/// How many more runs of each value of one limit's key may start now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRoom {
+    /// The limit's name, as configured (`[limits.NAME]`).
+    pub limit: String,
+    /// What runs share it.
+    pub key: RunKey,
+    /// The room of each value some runs hold already (fewer than
+    /// `otherwise`).
+    pub left: BTreeMap<KeyValue, usize>,
+    /// The room of a value not in `left`.
+    pub otherwise: usize,
+}
+
+impl KeyRoom {
+    /// `otherwise` runs of every value of `key` under `limit`.
+    pub fn new(limit: &str, key: RunKey, otherwise: usize) -> Self {
+        Self {
+            limit: limit.to_owned(),
+            key,
+            left: BTreeMap::new(),
+            otherwise,
+        }
+    }
+
+    /// The room of `value`.
+    pub fn of(&self, value: &KeyValue) -> usize {
+        self.left.get(value).copied().unwrap_or(self.otherwise)
+    }
+}
+
+/// The room a claim of queued runs has under every keyed limit
+/// ([`QueueClaim::room`](crate::QueueClaim::room)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRoom {
+    /// The model endpoint the claimer's runs call (the value of
+    /// [`KeyPart::Endpoint`]).
+    pub endpoint: String,
+    /// One room per limit; none: only the claim's `max` bounds it.
+    pub rooms: Vec<KeyRoom>,
+}
+
+impl Default for ClaimRoom {
+    fn default() -> Self {
+        Self::unlimited("")
+    }
+}
+
+impl ClaimRoom {
+    /// No keyed limit, for a claimer calling `endpoint`.
+    pub fn unlimited(endpoint: &str) -> Self {
+        Self {
+            endpoint: endpoint.to_owned(),
+            rooms: Vec::new(),
+        }
+    }
+
+    /// Whether no keyed limit bounds the claim: a store then takes the
+    /// first runs in fair order without reading what they are.
+    pub fn is_unlimited(&self) -> bool {
+        self.rooms.is_empty()
+    }
+
+    /// The first limit whose key has no room for a run of `tenant` and
+    /// `flow`, with the key's value: `None` when every limit has room.
+    pub fn full_for(&self, tenant: Option<&str>, flow: &str) -> Option<(&KeyRoom, KeyValue)> {
+        self.rooms.iter().find_map(|room| {
+            let value = room.key.value(tenant, flow, &self.endpoint);
+            (room.of(&value) == 0).then_some((room, value))
+        })
+    }
+
+    /// Takes room for one run of `tenant` and `flow` under every limit:
+    /// `false`, and nothing taken, when one of them has none left.
+    pub fn take(&mut self, tenant: Option<&str>, flow: &str) -> bool {
+        if self.full_for(tenant, flow).is_some() {
+            return false;
+        }
+        for room in &mut self.rooms {
+            let value = room.key.value(tenant, flow, &self.endpoint);
+            let left = room.of(&value).saturating_sub(1);
+            room.left.insert(value, left);
+        }
+        true
+    }
+
+    /// Whether every limit has room for the run `record` holds.
+    pub fn has_room_for(&self, record: &RunRecord) -> bool {
+        self.is_unlimited()
+            || self
+                .full_for(record.tenant.as_deref(), flow_name(record))
+                .is_none()
+    }
+
+    /// [`take`](Self::take) for the run `record` holds.
+    pub fn take_record(&mut self, record: &RunRecord) -> bool {
+        if self.is_unlimited() {
+            return true;
+        }
+        self.take(record.tenant.as_deref(), flow_name(record))
+    }
+}
+
+/// What keys read of one run: its tenant and its flow's name. A run's
+/// handle carries them ([`RunHandle::labels`](crate::RunHandle::labels)),
+/// so that an executor counts its live runs by key without reading them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunLabels {
+    /// Its tenant, `None` for the default one.
+    pub tenant: Option<String>,
+    /// Its flow's name.
+    pub flow: String,
+}
+
+impl RunLabels {
+    /// The labels of the run `record` holds.
+    pub fn of(record: &RunRecord) -> Self {
+        Self {
+            tenant: record.tenant.clone(),
+            flow: flow_name(record).to_owned(),
+        }
+    }
+}
+
+/// The name of the flow `record` runs, as a key reads it.
+pub fn flow_name(record: &RunRecord) -> &str {
+    record
+        .flow
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_parts_of_a_run_joined_by_plus_each_once() {
+        let key: RunKey = "tenant + endpoint".parse().unwrap();
+        assert_eq!(key.parts(), [KeyPart::Tenant, KeyPart::Endpoint]);
+        assert_eq!(key.to_string(), "tenant+endpoint");
+        assert!("tenant".parse::<RunKey>().unwrap().is_tenant());
+        assert!(!"tenant+flow".parse::<RunKey>().unwrap().is_tenant());
+        let bad = "tenant+model".parse::<RunKey>().unwrap_err().to_string();
+        assert!(
+            bad.contains("`model`") && bad.contains("`endpoint`"),
+            "{bad}"
+        );
+        let twice = "flow+flow".parse::<RunKey>().unwrap_err().to_string();
+        assert!(twice.contains("twice"), "{twice}");
+        assert!("".parse::<RunKey>().is_err());
+    }
+
+    #[test]
+    fn a_run_takes_room_under_every_limit_or_none() {
+        let mut room = ClaimRoom::unlimited("http://models");
+        let mut tenants = KeyRoom::new("tenants", "tenant".parse().unwrap(), 2);
+        tenants.left.insert(KeyValue(vec!["acme".to_owned()]), 1);
+        room.rooms.push(tenants);
+        room.rooms
+            .push(KeyRoom::new("provider", "endpoint".parse().unwrap(), 3));
+        assert!(room.take(Some("acme"), "a"));
+        // acme's room is spent; the provider's is not taken for a refusal.
+        assert!(!room.take(Some("acme"), "a"));
+        let (full, value) = room.full_for(Some("acme"), "a").unwrap();
+        assert_eq!(
+            (full.limit.as_str(), value.to_string()),
+            ("tenants", "\"acme\"".to_owned())
+        );
+        assert!(room.take(None, "a"));
+        assert!(room.take(None, "a"));
+        // The provider's three are taken: nobody else starts.
+        assert!(!room.take(Some("other"), "a"));
+        let (full, _) = room.full_for(Some("other"), "a").unwrap();
+        assert_eq!(full.limit, "provider");
+    }
+}
