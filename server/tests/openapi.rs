@@ -144,6 +144,10 @@ impl Document {
                     content.keys().collect::<Vec<_>>()
                 )
             });
+        if media == "text/event-stream" {
+            self.check_frames(method, path, &status, &answer.body);
+            return;
+        }
         if media != "application/json" {
             return;
         }
@@ -153,20 +157,67 @@ impl Document {
                 answer.body
             )
         });
-        let schema = self.schema(&documented["schema"]);
+        self.validate(method, path, &status, &documented["schema"], &instance);
+    }
+
+    /// An event stream's frames: each event's `data` (a frame with an
+    /// `id`) validates against the document's `Event`, each `text` frame's
+    /// against `TextDelta`.
+    fn check_frames(&self, method: &Method, path: &str, status: &str, body: &str) {
+        let event = json!({"$ref": "#/components/schemas/Event"});
+        let delta = json!({"$ref": "#/components/schemas/TextDelta"});
+        let mut checked = 0;
+        for frame in body.split("\n\n") {
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .map(|v| v.trim_start().to_owned())
+            };
+            let Some(data) = field("data:") else {
+                continue;
+            };
+            let schema = match (field("id:"), field("event:").as_deref()) {
+                (Some(_), None) => &event,
+                (None, Some("text")) => &delta,
+                _ => continue,
+            };
+            let instance: Value = serde_json::from_str(&data).unwrap_or_else(|e| {
+                panic!("{method} {path} {status}: a frame's data is not JSON ({e}): {data}")
+            });
+            self.validate(method, path, status, schema, &instance);
+            checked += 1;
+        }
+        assert!(
+            checked > 0 || !body.contains("\nid:"),
+            "{method} {path} {status}: no frame was read from {body}"
+        );
+    }
+
+    /// Validates `instance` against the document's `schema`, or fails
+    /// naming the path, status and every error.
+    fn validate(
+        &self,
+        method: &Method,
+        path: &str,
+        status: &str,
+        schema: &Value,
+        instance: &Value,
+    ) {
+        let answer_body = instance.to_string();
+        let schema = self.schema(schema);
         let validator = jsonschema::draft202012::new(&schema).unwrap_or_else(|e| {
             panic!("{method} {path} {status}: the documented schema does not compile: {e}")
         });
         let errors: Vec<String> = validator
-            .iter_errors(&instance)
+            .iter_errors(instance)
             .map(|e| format!("at {}: {e}", e.instance_path()))
             .collect();
         assert!(
             errors.is_empty(),
             "{method} {path} {status}: the body does not match the documented schema:\n  {}\n\
-             body: {}",
+             body: {answer_body}",
             errors.join("\n  "),
-            answer.body
         );
     }
 
@@ -223,18 +274,26 @@ async fn send(request: reqwest::RequestBuilder) -> Answer {
     }
 }
 
-/// What a test sends: to one server, as one caller.
-struct Client<'a> {
-    server: &'a Server,
+/// What a test sends: to one server (`http://ADDR`), as one caller.
+struct Client {
+    base: String,
+    http: reqwest::Client,
     key: Option<String>,
 }
 
-impl Client<'_> {
+impl Client {
+    fn of(server: &Server, key: Option<&str>) -> Self {
+        Self {
+            base: server.base.clone(),
+            http: server.http.clone(),
+            key: key.map(str::to_owned),
+        }
+    }
+
     fn request(&self, method: &Method, path: &str) -> reqwest::RequestBuilder {
         let request = self
-            .server
             .http
-            .request(method.clone(), format!("{}{path}", self.server.base));
+            .request(method.clone(), format!("{}{path}", self.base));
         match &self.key {
             Some(key) => request.bearer_auth(key),
             None => request,
@@ -381,10 +440,7 @@ async fn every_route_of_the_router_is_in_the_document_with_the_methods_it_takes(
     );
     // The methods each path takes, as the router answers them: a method it
     // does not take is its 405 `method_not_allowed`.
-    let client = Client {
-        server: &server,
-        key: None,
-    };
+    let client = Client::of(&server, None);
     for path in &paths {
         for method in &METHODS {
             let answer = send(client.request(method, &concrete(path))).await;
@@ -422,7 +478,7 @@ async fn hanging_engine() -> Engine {
 }
 
 /// Waits until `run_id`, read as `client` reads it, is in `status`.
-async fn wait_status(client: &Client<'_>, run_id: &str, status: &str) {
+async fn wait_status(client: &Client, run_id: &str, status: &str) {
     let deadline = tokio::time::Instant::now() + support::PATIENCE;
     loop {
         let answer = send(client.request(&Method::GET, &format!("/runs/{run_id}"))).await;
@@ -469,14 +525,8 @@ async fn every_answer_of_every_route_matches_the_document() {
     )
     .await;
     let mut doc = Document::fetch(&server).await;
-    let operator = Client {
-        server: &server,
-        key: Some(TOKEN.to_owned()),
-    };
-    let nobody = Client {
-        server: &server,
-        key: None,
-    };
+    let operator = Client::of(&server, Some(TOKEN));
+    let nobody = Client::of(&server, None);
     let d = &mut doc;
     use Method as M;
 
@@ -500,15 +550,9 @@ async fn every_answer_of_every_route_matches_the_document() {
     // The guard: no key, a wrong token, an unknown key.
     nobody.call(d, M::GET, "/runs", Value::Null, 401).await;
     nobody.call(d, M::GET, "/metrics", Value::Null, 401).await;
-    let wrong = Client {
-        server: &server,
-        key: Some("not-the-token".to_owned()),
-    };
+    let wrong = Client::of(&server, Some("not-the-token"));
     wrong.call(d, M::GET, "/executor", Value::Null, 401).await;
-    let unknown = Client {
-        server: &server,
-        key: Some("lh_nosuchkey_0123456789abcdef".to_owned()),
-    };
+    let unknown = Client::of(&server, Some("lh_nosuchkey_0123456789abcdef"));
     unknown.call(d, M::GET, "/runs", Value::Null, 401).await;
     // A request from another site.
     let cross = operator
@@ -595,10 +639,7 @@ async fn every_answer_of_every_route_matches_the_document() {
     operator
         .call(d, M::GET, "/keys?colour=blue", Value::Null, 400)
         .await;
-    let reader = Client {
-        server: &server,
-        key: Some(read_secret.clone()),
-    };
+    let reader = Client::of(&server, Some(&read_secret));
     reader.call(d, M::GET, "/runs", Value::Null, 200).await;
     reader.call(d, M::POST, "/runs", quick_flow(), 403).await;
     reader.call(d, M::GET, "/keys", Value::Null, 403).await;
@@ -872,10 +913,7 @@ async fn every_answer_of_every_route_matches_the_document() {
 
     // Controls applied: a run waiting on a decision, reconciled.
     let (waiting, _model, waiting_id, key) = a_charge_waiting_for_a_decision().await;
-    let waiter = Client {
-        server: &waiting,
-        key: None,
-    };
+    let waiter = Client::of(&waiting, None);
     waiter
         .call(
             d,
@@ -891,13 +929,37 @@ async fn every_answer_of_every_route_matches_the_document() {
         .await;
 
     // A running run: paused, messaged, resumed, cancelled.
-    let running = Server::start(hanging_engine().await, ServerOptions::default()).await;
+    // One run at a time and no queue: a second run, or a fork, is refused
+    // while it runs.
+    let executor = leasehold::executor::Executor::new(
+        Arc::new(hanging_engine().await),
+        leasehold::executor::ExecutorOptions {
+            max_live_runs: 1,
+            max_queued_runs: 0,
+            ..leasehold::executor::ExecutorOptions::default()
+        },
+    );
+    let running = support::Served::start(leasehold_server::App::new(
+        executor,
+        ServerOptions::default(),
+    ))
+    .await;
     let live = Client {
-        server: &running,
+        base: running.base.clone(),
+        http: reqwest::Client::new(),
         key: None,
     };
-    let live_id = running.start_run(&searching_flow()).await;
+    let live_id = live
+        .call(d, M::POST, "/runs", searching_flow(), 201)
+        .await
+        .json()["run_id"]
+        .as_str()
+        .expect("a run id")
+        .to_owned();
     let live_path = |tail: &str| format!("/runs/{live_id}/{tail}");
+    live.call(d, M::POST, "/runs", searching_flow(), 429).await;
+    live.call(d, M::POST, &live_path("fork"), json!({"at": "1"}), 429)
+        .await;
     live.call(
         d,
         M::POST,
