@@ -63,6 +63,7 @@ impl Default for Outages {
 
 /// Who marked an endpoint down.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case", tag = "by", content = "name")]
 pub enum DownBy {
     /// Its calls failed [`Outages::failures`] times in a row.
@@ -73,6 +74,7 @@ pub enum DownBy {
 
 /// An endpoint as the executor sees it, for `GET /endpoints`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EndpointView {
     /// What its client calls it.
     pub endpoint: String,

@@ -104,6 +104,7 @@ impl PaceMode {
 /// What is normal for one pace key, learned over the calls of its last
 /// runs. Milliseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pace {
     /// How many calls it was learned from, in all.
     pub calls: u64,
@@ -128,6 +129,7 @@ pub struct Pace {
 
 /// What one run's latest call of a key showed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunSample {
     /// Which run, as a stable hash of its id ([`run_tag`]).
     pub run: u64,
@@ -141,6 +143,7 @@ pub struct RunSample {
 
 /// A mean and a standard deviation, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Spread {
     /// The mean.
     pub mean_ms: f64,

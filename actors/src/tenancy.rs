@@ -89,6 +89,7 @@ pub fn check_tenant(name: &str) -> Result<(), BadTenant> {
 
 /// What a key may do. Each scope includes the ones before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// List, read and follow the tenant's runs.

@@ -106,6 +106,7 @@ pub fn traceparent_of(trace_id: &str, run_id: &str, key: &str) -> String {
 
 /// A parsed `traceparent`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TraceParent {
     /// The trace: 32 lower-case hex digits, not all zero.
     pub trace_id: String,

@@ -110,6 +110,7 @@ impl Prices {
 
 /// Tokens and money, summed over calls.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     /// Calls counted.
     pub calls: u64,
@@ -158,6 +159,7 @@ impl Usage {
 
 /// One model call attempt.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CallUsage {
     /// The loop's step.
     pub step: u32,
@@ -175,6 +177,7 @@ pub struct CallUsage {
 
 /// One loop's spending.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LoopUsage {
     /// The loop (`run`, `run/worker:research:1:2`).
     pub path: String,
@@ -200,6 +203,7 @@ impl LoopUsage {
 
 /// A worker's spending: its own loop's and every loop under it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerUsage {
     /// The worker's loop.
     pub path: String,
@@ -209,6 +213,7 @@ pub struct WorkerUsage {
 
 /// What a run spent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageReport {
     /// Everything.
     pub total: Usage,

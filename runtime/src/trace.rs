@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// Counts of a run's decisions.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TraceSummary {
     /// Verdicts in all.
     pub verdicts: usize,

@@ -34,16 +34,18 @@ mod keys;
 mod listing;
 mod many;
 mod metrics;
+mod openapi;
 mod recording;
 mod view;
 
-pub use error::ApiError;
+pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use leasehold::config::ServerLimits;
 pub use leasehold::trace::TraceSummary;
 pub use listing::{
     DEFAULT_PAGE_LIMIT, ListingBudget, MAX_LISTED_IN_FLIGHT, MAX_PAGE_LIMIT, RunsPage,
     parse_instant, parse_limit, parse_status,
 };
+pub use openapi::document as openapi_document;
 pub use view::{RunView, TraceView};
 
 /// The address `leasehold serve` listens on by default.
@@ -245,14 +247,16 @@ impl App {
     }
 }
 
-/// The router: the API, the event stream and the dashboard, behind the
-/// guard (host, origin, token) and with the headers that keep the
-/// dashboard out of other sites' frames.
+/// The router: the API, its OpenAPI document, the event stream and the
+/// dashboard, behind the guard (host, origin, token) and with the headers
+/// that keep the dashboard out of other sites' frames. Each route is in
+/// the document ([`openapi_document`]), its test says so.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(assets::index))
         .route("/assets/{name}", get(assets::asset))
         .route("/health", get(api::health))
+        .route("/openapi.json", get(openapi::serve_document))
         .route("/metrics", get(metrics::scrape))
         .route("/executor", get(executor::status))
         .route("/paces", get(api::paces))

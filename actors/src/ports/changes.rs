@@ -229,6 +229,7 @@ pub enum RunCommand {
 /// How a person's message reaches a running run: LangGraph's
 /// double-texting policies, by their names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Steer {
     /// The root loop's next model call sees it; nothing in flight is
@@ -297,6 +298,7 @@ impl PauseRequest {
 
 /// What a person's pause does to the operations in flight.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum InFlight {
     /// They go on, with their clocks stopped, and their results are kept:
@@ -352,6 +354,7 @@ pub struct StoredCommand {
 
 /// What a person decides about a tool call of unknown outcome.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case", tag = "decision")]
 #[non_exhaustive]
 pub enum ReconcileDecision {

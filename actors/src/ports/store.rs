@@ -75,6 +75,7 @@ pub use summary::{RunSummary, SUMMARY_CHARS, SummaryPage};
 
 /// Where a run is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum RunStatus {
@@ -141,6 +142,7 @@ impl RunStatus {
 /// A loop's state at a step boundary (or just after its model answered, with
 /// the calls it asked for).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Snapshot {
     /// The run.
     pub run_id: String,
@@ -168,6 +170,7 @@ pub struct Snapshot {
 
 /// Why a run waits for a person.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PauseRecord {
     /// The reason given (the verdict's, or the reconciliation's).
     pub reason: String,
@@ -182,6 +185,7 @@ pub struct PauseRecord {
 
 /// Where a tool call is, as far as the store knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ToolCallState {
@@ -196,6 +200,7 @@ pub enum ToolCallState {
 
 /// One tool call of a loop, recorded when it is sent and when it returns.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCallRecord {
     /// The idempotency key: run, loop path, step, call index.
     pub key: String,
@@ -273,6 +278,7 @@ pub struct RunRecord {
 /// Where a fork comes from: its parent run and the step boundary it starts
 /// at. The parent is left untouched.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ForkOrigin {
     /// The run it was forked from.
     pub parent: String,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// The real state of a loop's step budget when it has used up its steps.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BudgetFigures {
     /// Steps taken.
     pub steps_used: u32,
@@ -77,6 +78,7 @@ impl Serialize for BudgetFigures {
 
 /// A run's spending against its budget, as a checkpoint is shown it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpendingFigures {
     /// Tokens the loops' model calls spent so far.
     pub tokens: u64,

@@ -26,6 +26,7 @@ pub const ENDPOINT_SUBJECT: &str = "endpoint";
 
 /// One event on a run's stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     /// Position on the bus, strictly increasing from 1.
     pub seq: u64,
@@ -70,6 +71,7 @@ fn one() -> u64 {
 
 /// Who a failure given up by a supervisor went to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum HandedTo {
@@ -94,6 +96,7 @@ impl std::fmt::Display for HandedTo {
 /// What a loop did when its request did not fit the model's context
 /// window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum OverflowAction {
@@ -105,6 +108,7 @@ pub enum OverflowAction {
 
 /// What happened, with its own fields. Serialized with a `kind` tag.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EventKind {
@@ -529,6 +533,7 @@ pub enum EventKind {
 
 /// Where a fork began: the `run_forked` event's fields.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunFork {
     /// The flow's name.
     pub flow: String,
@@ -876,6 +881,7 @@ pub(crate) fn overflow_sizes(requested_tokens: Option<u64>, context_tokens: Opti
 
 /// How a model call, tool call or worker ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CallOutcome {
     /// It returned.
@@ -903,6 +909,7 @@ pub enum CallOutcome {
 /// and `budget_exhausted` events have always had: the figures, with
 /// `new_limit` right after `limit`, then the decision.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BudgetRecord {
     /// The loop's figures when its checkpoint was due.
     #[serde(flatten)]

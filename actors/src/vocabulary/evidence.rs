@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// What one item of evidence is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EvidenceKind {
@@ -46,6 +47,7 @@ impl EvidenceKind {
 
 /// How many items of each kind a lease's evidence holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EvidenceKinds {
     /// Text items.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -116,6 +118,7 @@ impl EvidenceKinds {
 
 /// Where an operation's reported progress stands.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProgressSummary {
     /// The highest value reported within its total.
     pub value: f64,
@@ -133,6 +136,7 @@ pub struct ProgressSummary {
 
 /// What the watchdog knows of a lease's liveness when it expires.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EvidenceSummary {
     /// Evidence items received since the operation started.
     pub count: u64,
@@ -240,6 +244,7 @@ impl EvidenceSummary {
 
 /// How an operation watched by a lease ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TimedEnd {
     /// It ended by itself: answered, or failed on its own.
@@ -255,6 +260,7 @@ pub enum TimedEnd {
 /// --from-runs`). Times are milliseconds from the operation's start, time
 /// paused excluded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationTiming {
     /// From its start to its end.
     pub duration_ms: u64,

@@ -15,6 +15,7 @@ use crate::ports::TranscriptMessage;
 
 /// The kind of operation a lease watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseKind {
     /// A streaming model call; each chunk is evidence.
@@ -55,6 +56,7 @@ impl fmt::Display for LeaseKind {
 
 /// A lease's identity, unique within the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct LeaseId(pub u64);
 

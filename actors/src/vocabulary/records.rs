@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// One message of a loop's transcript, as shown to an evaluator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TranscriptMessage {
     /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
@@ -25,6 +26,7 @@ impl TranscriptMessage {
 
 /// Tokens a model call or an evaluator call spent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenCost {
     /// Prompt tokens.
     pub input_tokens: u64,
@@ -38,6 +40,7 @@ pub struct TokenCost {
 
 /// Why a model stopped answering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FinishReason {

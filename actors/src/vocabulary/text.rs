@@ -39,6 +39,7 @@ const LIVE_CAPACITY: usize = 256;
 
 /// A piece of the text a model call streamed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextDelta {
     /// The call's lease (as in its `model_call_started` event).
     pub lease_id: LeaseId,

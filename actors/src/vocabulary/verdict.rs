@@ -23,6 +23,7 @@ use crate::vocabulary::lease::{LeaseId, LeaseKind, LeaseMeta};
 
 /// What to do with an expired lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Verdict {
     /// Re-arm the timer on the same in-flight operation.
@@ -55,6 +56,7 @@ impl std::fmt::Display for Verdict {
 
 /// Who decided a verdict: the audit trail's answer to "why did this happen".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum DecidedBy {
@@ -199,6 +201,7 @@ pub fn parse_verdict(text: &str) -> Result<ParsedVerdict, VerdictParseError> {
 
 /// The evaluator's share of a verdict: how long it took and what it cost.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EvaluatorUsage {
     /// Wall time of the evaluation, in milliseconds.
     pub latency_ms: u64,
@@ -216,6 +219,7 @@ pub struct EvaluatorUsage {
 
 /// The audit-trail record of one verdict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VerdictRecord {
     /// The lease.
     pub lease_id: LeaseId,

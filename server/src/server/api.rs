@@ -9,13 +9,14 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use leasehold::{Flow, ReconcileDecision, RunCommand};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::App;
 use super::caller::Caller;
 use super::commands;
-use super::error::ApiError;
+use super::commands::ControlAnswer;
+use super::error::{ApiError, ErrorBody};
 use super::guard;
 use super::listing::{ListParams, RunsPage};
 use super::view::{RunView, TraceView};
@@ -25,28 +26,70 @@ use leasehold::flow_file;
 use leasehold::run_limits::{PersonText, TooLarge};
 use leasehold::trace::TraceSummary;
 
+/// `GET /health`'s answer: `status` always; the rest only to a request
+/// that carries the server's token.
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+pub(super) struct Health {
+    /// `ok`: the server answers.
+    status: &'static str,
+    /// `ok` when the store answers and took this executor's last write,
+    /// `away` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<&'static str>,
+    /// Why the store is `away`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_error: Option<String>,
+    /// The store errors this executor's writes met since it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_errors: Option<StoreErrors>,
+    /// The executor's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_id: Option<String>,
+    /// How many runs it runs now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_runs: Option<usize>,
+}
+
+/// The store errors an executor's writes met, by what became of them.
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+pub(super) struct StoreErrors {
+    /// Errors a retry may cure.
+    transient: u64,
+    /// Errors no retry cures.
+    permanent: u64,
+    /// Writes retried.
+    retries: u64,
+    /// Writes given up.
+    given_up: u64,
+}
+
 /// `GET /health`: that the server is up; with the token, also who it is
 /// and how many runs it holds.
-pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> impl IntoResponse {
+#[utoipa::path(get, path = "/health", tag = "server",
+    responses((status = 200, description = "The server is up; with the server's token, also its store, id and live runs", body = Health)))]
+pub(super) async fn health(State(app): State<Arc<App>>, headers: HeaderMap) -> Json<Health> {
     if !guard::authorized(&app, &headers) {
-        return Json(serde_json::json!({"status": "ok"}));
+        return Json(Health {
+            status: "ok",
+            ..Health::default()
+        });
     }
     let store = store_state(&app).await;
     let said = if store.is_ok() { "ok" } else { "away" };
     let health = app.engine().store_health();
-    Json(serde_json::json!({
-        "status": "ok",
-        "store": said,
-        "store_error": store.err(),
-        "store_errors": {
-            "transient": health.transient_errors,
-            "permanent": health.permanent_errors,
-            "retries": health.retries,
-            "given_up": health.given_up,
-        },
-        "owner_id": app.engine().owner_id(),
-        "live_runs": app.executor.live_runs(),
-    }))
+    Json(Health {
+        status: "ok",
+        store: Some(said),
+        store_error: store.err(),
+        store_errors: Some(StoreErrors {
+            transient: health.transient_errors,
+            permanent: health.permanent_errors,
+            retries: health.retries,
+            given_up: health.given_up,
+        }),
+        owner_id: Some(app.engine().owner_id().to_owned()),
+        live_runs: Some(app.executor.live_runs()),
+    })
 }
 
 /// Whether the store answers now: a read of a run that is not there,
@@ -74,6 +117,8 @@ pub(super) const STORE_PROBE: std::time::Duration = std::time::Duration::from_se
 /// `GET /paces`: what this executor knows of each endpoint's normal pace
 /// (a model at its URL, a tool, a kind of worker): what its store held
 /// when it started, and what its runs have learned since.
+#[utoipa::path(get, path = "/paces", tag = "server",
+    responses((status = 200, description = "Each endpoint's pace, by its pace key", body = std::collections::BTreeMap<String, leasehold::Pace>)))]
 pub(super) async fn paces(
     State(app): State<Arc<App>>,
 ) -> Json<std::collections::BTreeMap<String, leasehold::Pace>> {
@@ -93,6 +138,32 @@ pub(super) async fn paces(
 /// `command`, `url` or `env` is refused with 403, unless the server allows
 /// flow tools. A server without a model refuses every flow with 503
 /// `no_model`, naming the keys to set.
+#[utoipa::path(post, path = "/runs", tag = "runs",
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Visible ASCII, 1 to 255 characters: a post retried under the key of a run it started answers 200 with that run"),
+        ("traceparent" = Option<String>, Header, description = "A W3C trace context: the run is traced within the caller's trace"),
+    ),
+    request_body(description = "The flow, as JSON or TOML", content(
+        (serde_json::Value = "application/json"),
+        (String = "application/toml"),
+    )),
+    responses(
+        (status = 201, description = "The run, recorded: `running` or `queued`", body = RunPosted,
+            headers(("Location" = String, description = "`/runs/{id}`"))),
+        (status = 200, description = "A post retried under the idempotency key of a run it started: that run, `replayed`", body = RunPosted,
+            headers(("Location" = String, description = "`/runs/{id}`"))),
+        (status = 400, description = "A body that is not UTF-8, or a bad `Idempotency-Key` or `traceparent`", body = ErrorBody),
+        (status = 403, description = "A flow's tool server carries a `command`, `url` or `env` (`flow_tools_forbidden`)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 413, description = "The body, the flow or its task is larger than its limit", body = ErrorBody),
+        (status = 415, description = "Neither `application/json` nor `application/toml`", body = ErrorBody),
+        (status = 422, description = "An invalid flow (`invalid_flow`), or an idempotency key reused for another flow", body = ErrorBody),
+        (status = 429, description = "The store's queue is full and the tenant holds its share (`queue_full`)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The server has no model (`no_model`)", body = ErrorBody),
+    ))]
 pub(super) async fn create_run(
     State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,
@@ -159,9 +230,26 @@ pub(super) async fn create_run(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/runs/{run_id}"))],
-        Json(serde_json::json!({"run_id": run_id, "status": status})),
+        Json(RunPosted {
+            run_id,
+            status,
+            replayed: false,
+        }),
     )
         .into_response())
+}
+
+/// `POST /runs`'s answer: the run and its status.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RunPosted {
+    /// The run.
+    run_id: String,
+    /// `running` or `queued` for a new run; a replayed one's as it is now.
+    status: leasehold::RunStatus,
+    /// `true` when the post was retried under the idempotency key of a
+    /// run it had started: that run, nothing new.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    replayed: bool,
 }
 
 /// `200` for a post retried under the idempotency key of a run it already
@@ -177,7 +265,11 @@ async fn already_started(app: &App, run_id: String) -> Result<Response, ApiError
     Ok((
         StatusCode::OK,
         [(header::LOCATION, format!("/runs/{run_id}"))],
-        Json(serde_json::json!({"run_id": run_id, "status": status, "replayed": true})),
+        Json(RunPosted {
+            run_id,
+            status,
+            replayed: true,
+        }),
     )
         .into_response())
 }
@@ -419,6 +511,12 @@ pub(super) fn run_id(path: Result<Path<String>, PathRejection>) -> Result<String
 /// summary ([`RunView::summary`]), never its flow or a whole text. The
 /// page waits for room in the server's [`ListingBudget`](super::ListingBudget)
 /// first, and holds it until its answer has been sent.
+#[utoipa::path(get, path = "/runs", tag = "runs", params(ListParams),
+    responses(
+        (status = 200, description = "A page of the caller's runs, newest first", body = RunsPage),
+        (status = 400, description = "A query parameter that is wrong, named", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn list_runs(
     State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,
@@ -488,6 +586,12 @@ fn held_until_sent(bytes: Vec<u8>, permit: super::listing::ListingPermit) -> axu
 }
 
 /// `GET /runs/{id}`: a run with its flow and its tool calls.
+#[utoipa::path(get, path = "/runs/{id}", tag = "runs", params(RunPath),
+    responses(
+        (status = 200, description = "The run whole: its flow, tool calls, usage, lineage", body = RunView),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn show_run(
     State(app): State<Arc<App>>,
     path: Result<Path<String>, PathRejection>,
@@ -511,6 +615,12 @@ pub(super) async fn show_run(
 }
 
 /// `GET /runs/{id}/trace`.
+#[utoipa::path(get, path = "/runs/{id}/trace", tag = "runs", params(RunPath),
+    responses(
+        (status = 200, description = "Every decision made about the run", body = TraceView),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn trace(
     State(app): State<Arc<App>>,
     path: Result<Path<String>, PathRejection>,
@@ -524,23 +634,35 @@ pub(super) async fn trace(
     Ok(Json(TraceView::new(run_id, events)))
 }
 
+/// The run a path names (`/runs/{id}` and what is under it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by the handlers as `Path<String>`; here for the document.
+pub(super) struct RunPath {
+    /// The run's id.
+    id: String,
+}
+
 /// The body of `POST /runs/{id}/resume`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ResumeBody {
+pub(super) struct ResumeBody {
+    /// What the run's next step is told.
     guidance: Option<String>,
 }
 
 /// The body of `POST /runs/{id}/cancel`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelBody {
+pub(super) struct CancelBody {
+    /// Why.
     reason: Option<String>,
 }
 
 /// The body of `POST /runs/{id}/reconcile`.
-#[derive(Debug, Deserialize)]
-struct ReconcileBody {
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(super) struct ReconcileBody {
+    /// The key of the call in question (`pause.call.key`).
     key: String,
     #[serde(flatten)]
     decision: ReconcileDecision,
@@ -550,6 +672,24 @@ struct ReconcileBody {
 /// nobody runs (orphaned, or paused by an executor that died) is claimed
 /// first and resumed from its snapshots; one another live executor runs is
 /// forwarded to it (202).
+#[utoipa::path(post, path = "/runs/{id}/resume", tag = "controls", params(RunPath),
+    request_body(content = ResumeBody, description = "Optional: an empty body resumes without guidance"),
+    responses(
+        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
+        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
+        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A value the control cannot take", body = ErrorBody),
+        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+    ))]
 pub(super) async fn resume(
     State(app): State<Arc<App>>,
     control: Control,
@@ -567,6 +707,24 @@ pub(super) async fn resume(
 
 /// `POST /runs/{id}/cancel`; a run another live executor runs is
 /// forwarded to it (202).
+#[utoipa::path(post, path = "/runs/{id}/cancel", tag = "controls", params(RunPath),
+    request_body(content = CancelBody, description = "Optional"),
+    responses(
+        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
+        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
+        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A value the control cannot take", body = ErrorBody),
+        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+    ))]
 pub(super) async fn cancel(
     State(app): State<Arc<App>>,
     control: Control,
@@ -587,6 +745,24 @@ pub(super) async fn cancel(
 /// `POST /runs/{id}/reconcile`: `{"key", "decision": "mark_done" |
 /// "retry" | "cancel", "result"}` for a run in `reconciliation_required`;
 /// one another live executor runs is forwarded to it (202).
+#[utoipa::path(post, path = "/runs/{id}/reconcile", tag = "controls", params(RunPath),
+    request_body = ReconcileBody,
+    responses(
+        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
+        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
+        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A value the control cannot take", body = ErrorBody),
+        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+    ))]
 pub(super) async fn reconcile(
     State(app): State<Arc<App>>,
     control: Control,
@@ -608,14 +784,27 @@ pub(super) async fn reconcile(
 }
 
 /// The body of `POST /runs/{id}/fork`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ForkBody {
+pub(super) struct ForkBody {
     /// The step to fork at, as the trace names it: `N` or `PATH:N`.
     at: String,
+    /// What the fork's first step is told.
     guidance: Option<String>,
+    /// Changes to the flow: `leases.tool_call=30s`, …
     #[serde(default)]
     set: Vec<String>,
+}
+
+/// A new run made from another: `POST /runs/{id}/fork`'s answer.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ForkStarted {
+    /// The fork.
+    run_id: String,
+    /// `running`: started here.
+    status: leasehold::RunStatus,
+    /// The run it was forked from, where, with what guidance and changes.
+    fork: Option<leasehold::ForkOrigin>,
 }
 
 /// `POST /runs/{id}/fork`: `{"at": "3" | "run/worker:research:1:2",
@@ -627,6 +816,21 @@ struct ForkBody {
 /// is no boundary of the run, a change is refused, the changes are more
 /// than a fork may make, or the flow they make is one `POST /runs` would
 /// refuse (413 when it, or the guidance, is too large).
+#[utoipa::path(post, path = "/runs/{id}/fork", tag = "runs", params(RunPath),
+    request_body = ForkBody,
+    responses(
+        (status = 201, description = "The fork, started here", body = ForkStarted,
+            headers(("Location" = String, description = "`/runs/{id}` of the fork"))),
+        (status = 400, description = "A body that is not a fork", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 413, description = "The flow the changes make, or the guidance, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "No such step boundary, a change refused, or a flow `POST /runs` would refuse", body = ErrorBody),
+        (status = 429, description = "This executor has no room (`no_room`)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn fork(
     State(app): State<Arc<App>>,
     control: Control,
@@ -660,7 +864,11 @@ pub(super) async fn fork(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/runs/{run_id}"))],
-        Json(serde_json::json!({"run_id": run_id, "status": "running", "fork": origin})),
+        Json(ForkStarted {
+            run_id,
+            status: leasehold::RunStatus::Running,
+            fork: origin,
+        }),
     )
         .into_response())
 }

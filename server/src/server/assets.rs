@@ -10,7 +10,7 @@ use axum::extract::Path;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 
 const INDEX: &str = include_str!("dashboard/index.html");
 
@@ -56,11 +56,30 @@ const ASSETS: &[(&str, &str, &str)] = &[
 ];
 
 /// `GET /`: the dashboard's page.
+#[utoipa::path(get, path = "/", tag = "dashboard",
+    responses((status = 200, description = "The dashboard's page", content_type = "text/html; charset=utf-8", body = String)))]
 pub(super) async fn index() -> Html<&'static str> {
     Html(INDEX)
 }
 
+/// An asset's name in the path (`/assets/{name}`).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by the handler as `Path<String>`.
+pub(super) struct AssetPath {
+    /// The file: `app.js`, `style.css`, …
+    name: String,
+}
+
 /// `GET /assets/{name}`: its script modules and style sheet.
+#[utoipa::path(get, path = "/assets/{name}", tag = "dashboard", params(AssetPath),
+    responses(
+        (status = 200, description = "A script module or the style sheet", content(
+            (String = "text/javascript; charset=utf-8"),
+            (String = "text/css; charset=utf-8"),
+        )),
+        (status = 404, description = "No such asset", body = ErrorBody),
+    ))]
 pub(super) async fn asset(Path(name): Path<String>) -> Response {
     let Some(&(_, content_type, body)) = ASSETS.iter().find(|(file, _, _)| *file == name) else {
         return ApiError::new(

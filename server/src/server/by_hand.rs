@@ -13,30 +13,52 @@ use axum::response::Response;
 use leasehold::executor::control::by_hand;
 use leasehold::run_limits::PersonText;
 use leasehold::{EventKind, InFlight, LeaseAct, RunCommand, Steer};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::App;
 use super::api::{Control, read_json_body, too_large};
 use super::caller::Caller;
 use super::commands;
-use super::error::ApiError;
+use super::commands::ControlAnswer;
+use super::error::{ApiError, ErrorBody};
 
 /// Who asked, when the request does not say.
 const OVER_THE_API: &str = "a person over the API";
 
 /// The body of `POST /runs/{id}/pause`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct PauseBody {
+pub(super) struct PauseBody {
+    /// Why.
     reason: Option<String>,
+    /// What becomes of the operations in flight.
     #[serde(default)]
     in_flight: InFlight,
+    /// Who asks.
     by: Option<String>,
 }
 
 /// `POST /runs/{id}/pause`: `{"reason", "in_flight": "finish" | "cancel",
 /// "by"}`, all optional: pauses a running run as an `ESCALATE` does, here
 /// or on the executor that holds it (202).
+#[utoipa::path(post, path = "/runs/{id}/pause", tag = "controls", params(super::api::RunPath),
+    request_body(content = PauseBody, description = "Optional"),
+    responses(
+        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
+        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
+        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A value the control cannot take", body = ErrorBody),
+        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+    ))]
 pub(super) async fn pause(
     State(app): State<Arc<App>>,
     control: Control,
@@ -67,13 +89,39 @@ pub(super) async fn pause(
 }
 
 /// The body of `POST /runs/{id}/messages`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct MessageBody {
+pub(super) struct MessageBody {
+    /// The message (required).
     text: Option<String>,
+    /// How it reaches the run.
     #[serde(default)]
     policy: Steer,
+    /// Who sends it.
     by: Option<String>,
+}
+
+/// A message with the policy `rollback`: the fork made, and the run
+/// rolled back.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RolledBack {
+    /// The fork.
+    run_id: String,
+    /// `running`: started here.
+    status: leasehold::RunStatus,
+    /// The run rolled back.
+    rolled_back: RollbackOf,
+}
+
+/// The run a rollback forked and cancelled.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RollbackOf {
+    /// The run.
+    run_id: String,
+    /// The step of its root loop the fork starts before.
+    step: u32,
+    /// The status its cancel was answered with (200, or 202 forwarded).
+    cancel: u16,
 }
 
 /// `POST /runs/{id}/messages`: `{"text", "policy": "enqueue" | "interrupt"
@@ -82,6 +130,26 @@ struct MessageBody {
 /// the executor that holds it (202); `rollback` forks the run before its
 /// current step with the message as the fork's guidance (201, the fork),
 /// then cancels the run.
+#[utoipa::path(post, path = "/runs/{id}/messages", tag = "controls", params(super::api::RunPath),
+    request_body = MessageBody,
+    responses(
+        (status = 201, description = "`rollback`: the fork, started here; the run cancelled", body = RolledBack,
+            headers(("Location" = String, description = "`/runs/{id}` of the fork"))),
+        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
+        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
+        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A value the control cannot take", body = ErrorBody),
+        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+    ))]
 pub(super) async fn message(
     State(app): State<Arc<App>>,
     control: Control,
@@ -147,35 +215,71 @@ async fn rollback(
     Ok((
         StatusCode::CREATED,
         [(axum::http::header::LOCATION, format!("/runs/{fork_id}"))],
-        axum::Json(serde_json::json!({
-            "run_id": fork_id,
-            "status": "running",
-            "rolled_back": {"run_id": run_id, "step": step, "cancel": cancelled.status().as_u16()},
-        })),
+        axum::Json(RolledBack {
+            run_id: fork_id,
+            status: leasehold::RunStatus::Running,
+            rolled_back: RollbackOf {
+                run_id: run_id.to_owned(),
+                step,
+                cancel: cancelled.status().as_u16(),
+            },
+        }),
     )
         .into_response())
 }
 
 /// The body of `POST /runs/{id}/leases/{lease}/extend`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ExtendBody {
-    /// How much longer: `30s`, `5m`.
+pub(super) struct ExtendBody {
+    /// How much longer: `30s`, `5m` (required).
     duration: Option<String>,
+    /// Who asks.
     by: Option<String>,
 }
 
 /// The body of `POST /runs/{id}/leases/{lease}/intervene`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct InterveneBody {
+pub(super) struct InterveneBody {
+    /// Why.
     reason: Option<String>,
+    /// Who asks.
     by: Option<String>,
+}
+
+/// A lease of a run, in a path (`/runs/{id}/leases/{lease}/…`).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by the handlers as `Path<(String, String)>`.
+pub(super) struct LeasePath {
+    /// The run's id.
+    id: String,
+    /// The lease, as events name it: `lease:7`, or `7`.
+    lease: String,
 }
 
 /// `POST /runs/{id}/leases/{lease}/extend`: `{"duration": "30s", "by"}`:
 /// the lease's current period ends that much later, a verdict decided by
 /// the person.
+#[utoipa::path(post, path = "/runs/{id}/leases/{lease}/extend", tag = "controls", params(LeasePath),
+    request_body = ExtendBody,
+    responses(
+        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
+        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
+        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A value the control cannot take", body = ErrorBody),
+        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+    ))]
 pub(super) async fn extend(
     State(app): State<Arc<App>>,
     Path((run_id, lease)): Path<(String, String)>,
@@ -203,6 +307,24 @@ pub(super) async fn extend(
 /// `POST /runs/{id}/leases/{lease}/intervene`: `{"reason", "by"}`: the
 /// lease's operation is stopped as an `INTERVENE` stops it, a verdict
 /// decided by the person.
+#[utoipa::path(post, path = "/runs/{id}/leases/{lease}/intervene", tag = "controls", params(LeasePath),
+    request_body(content = InterveneBody, description = "Optional"),
+    responses(
+        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
+        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
+        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A value the control cannot take", body = ErrorBody),
+        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
+        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+    ))]
 pub(super) async fn intervene(
     State(app): State<Arc<App>>,
     Path((run_id, lease)): Path<(String, String)>,

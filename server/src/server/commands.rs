@@ -10,7 +10,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leasehold::RunCommand;
+use leasehold::{RunCommand, RunStatus};
+use serde::Serialize;
 
 use super::App;
 use super::error::ApiError;
@@ -33,14 +34,14 @@ pub(super) async fn control(
     // the control made of it from there.
     let after_seq = last_seq(app, run_id).await?;
     match app.executor.control(run_id, command).await {
-        Ok(Controlled::Applied { status, claimed }) => {
-            let mut body =
-                serde_json::json!({"run_id": run_id, "status": status, "after_seq": after_seq});
-            if claimed.is_some() {
-                body["claimed"] = serde_json::Value::Bool(true);
-            }
-            Ok(Json(body).into_response())
-        }
+        Ok(Controlled::Applied { status, claimed }) => Ok(Json(ControlAnswer {
+            run_id: run_id.to_owned(),
+            status,
+            after_seq,
+            claimed: claimed.is_some(),
+            forwarded_to: None,
+        })
+        .into_response()),
         Ok(Controlled::Forwarded {
             owner_id,
             status,
@@ -48,16 +49,37 @@ pub(super) async fn control(
             ..
         }) => Ok((
             StatusCode::ACCEPTED,
-            Json(serde_json::json!({
-                "run_id": run_id,
-                "status": status,
-                "forwarded_to": owner_id,
-                "after_seq": after_seq,
-            })),
+            Json(ControlAnswer {
+                run_id: run_id.to_owned(),
+                status,
+                after_seq,
+                claimed: false,
+                forwarded_to: Some(owner_id),
+            }),
         )
             .into_response()),
         Err(refused) => Ok(refusal(refused).into_response()),
     }
+}
+
+/// A control's answer: applied here (200), or forwarded to the executor
+/// that holds the run (202).
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ControlAnswer {
+    /// The run.
+    run_id: String,
+    /// Its status after the control (forwarded: as stored when sent).
+    status: RunStatus,
+    /// The seq of the run's last event before the control: follow its
+    /// events after it to see what the control made of it.
+    after_seq: u64,
+    /// `true` when this executor claimed the run for the control (an
+    /// orphan's resume) and runs it now.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    claimed: bool,
+    /// The executor the control was forwarded to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forwarded_to: Option<String>,
 }
 
 /// The seq of the last event `run_id` logged (0 before any, or for no

@@ -13,29 +13,64 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use leasehold::EndpointView;
+use serde::{Deserialize, Serialize};
 
 use super::App;
 use super::api::read_json_body;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 
 /// `GET /endpoints`: `{"endpoints": [{"endpoint", "up", "down_by",
 /// "down_for_ms", "failures_in_a_row", "last_error", "probes",
 /// "next_probe_in_ms", "runs_waiting"}]}`.
-pub(super) async fn list(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "endpoints": app.engine().endpoints().list() }))
+#[utoipa::path(get, path = "/endpoints", tag = "endpoints",
+    responses((status = 200, description = "The endpoints this executor's runs call", body = EndpointsView)))]
+pub(super) async fn list(State(app): State<Arc<App>>) -> Json<EndpointsView> {
+    Json(EndpointsView {
+        endpoints: app.engine().endpoints().list(),
+    })
+}
+
+/// `GET /endpoints`'s answer.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct EndpointsView {
+    /// Each endpoint, as this executor sees it.
+    endpoints: Vec<EndpointView>,
+}
+
+/// An endpoint marked down or up: its view after it.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct EndpointMarked {
+    /// The endpoint.
+    endpoint: Option<EndpointView>,
+    /// `POST /endpoints/up`: how many paused runs resume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs_resuming: Option<usize>,
 }
 
 /// The body of `POST /endpoints/down` and `/endpoints/up`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct MarkBody {
+pub(super) struct MarkBody {
+    /// The endpoint, as `GET /endpoints` names it (required).
     endpoint: Option<String>,
+    /// Who marks it (`down` only).
     by: Option<String>,
 }
 
 /// `POST /endpoints/down` (`{"endpoint", "by"}`): the runs' next calls to
 /// the endpoint wait, paused, until it is marked up; nothing probes it.
+#[utoipa::path(post, path = "/endpoints/down", tag = "endpoints",
+    request_body = MarkBody,
+    responses(
+        (status = 200, description = "The endpoint, down", body = EndpointMarked),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such endpoint here (`unknown_endpoint`)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 413, description = "The body is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A `by` that cannot be taken (`invalid_control`)", body = ErrorBody),
+    ))]
 pub(super) async fn down(
     State(app): State<Arc<App>>,
     request: axum::extract::Request,
@@ -47,6 +82,17 @@ pub(super) async fn down(
 
 /// `POST /endpoints/up` (`{"endpoint"}`): the runs paused on the endpoint
 /// resume, a wave at once and more as it answers.
+#[utoipa::path(post, path = "/endpoints/up", tag = "endpoints",
+    request_body = MarkBody,
+    responses(
+        (status = 200, description = "The endpoint, up, and the runs resuming", body = EndpointMarked),
+        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
+        (status = 404, description = "No such endpoint here (`unknown_endpoint`)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 413, description = "The body is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "A `by` that cannot be taken (`invalid_control`)", body = ErrorBody),
+    ))]
 pub(super) async fn up(
     State(app): State<Arc<App>>,
     request: axum::extract::Request,
@@ -100,9 +146,9 @@ fn answer(app: &App, endpoint: &str, resumed: Option<usize>) -> Response {
         .list()
         .into_iter()
         .find(|view| view.endpoint == endpoint);
-    let mut body = serde_json::json!({ "endpoint": view });
-    if let Some(resumed) = resumed {
-        body["runs_resuming"] = resumed.into();
-    }
+    let body = EndpointMarked {
+        endpoint: view,
+        runs_resuming: resumed,
+    };
     (StatusCode::OK, Json(body)).into_response()
 }

@@ -1,9 +1,11 @@
-//! The API's errors: a status and a JSON body `{"error": {"code", "message"}}`.
+//! The API's errors: a status and a JSON body `{"error": {"code", "message"}}`
+//! ([`ErrorBody`]).
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use leasehold::{ControlError, EngineError, StoreError};
+use serde::{Deserialize, Serialize};
 
 /// A request the server refuses, or could not serve.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -56,11 +58,31 @@ impl ApiError {
     }
 }
 
+/// The body of every answer the API refuses or fails with, whatever its
+/// status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What was refused, and why.
+    pub error: ErrorDetail,
+}
+
+/// An error's code and message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// A stable snake_case code: `bad_request`, `not_found`, `conflict`, …
+    pub code: String,
+    /// What was wrong, for a person.
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "error": {"code": self.code, "message": self.message}
-        });
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message,
+            },
+        };
         (self.status, Json(body)).into_response()
     }
 }

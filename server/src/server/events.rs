@@ -48,7 +48,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::App;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use crate::metrics::OpenStream;
 
 /// What the shared watch of a run last saw in the store.
@@ -144,8 +144,10 @@ async fn follow_run(app: Arc<App>, run_id: String, sender: Arc<watch::Sender<See
 }
 
 /// The query of an event stream.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct StreamQuery {
+    /// Only the events after this seq (`Last-Event-ID` wins over it).
     after: Option<u64>,
     /// `false`: the events logged so far, then `event: end` with the run's
     /// status whatever it is, and the stream closes.
@@ -155,7 +157,34 @@ pub(super) struct StreamQuery {
     text: Option<bool>,
 }
 
+/// A stream's token in its query, for a browser's `EventSource`, which
+/// cannot set headers (read by the guard).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Read by the guard from the query string.
+pub(super) struct StreamToken {
+    /// The server's token or an API key, as `Authorization: Bearer` would
+    /// carry it.
+    token: Option<String>,
+}
+
 /// `GET /runs/{id}/events`.
+#[utoipa::path(get, path = "/runs/{id}/events", tag = "runs",
+    params(
+        super::api::RunPath,
+        StreamQuery,
+        StreamToken,
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event's seq"),
+    ),
+    responses(
+        (status = 200, description = "Server-Sent Events: each event with `id: <seq>` and its JSON (an `Event`) as `data`; `event: text` frames (`TextDelta`) with `?text=true`; a last `event: end` with the run's status, or `event: shutdown`",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "A query or a `Last-Event-ID` that is not what this route takes", body = ErrorBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+        (status = 503, description = "As many streams are open as the server allows, or it is shutting down (`too_many_streams`)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
 pub(super) async fn stream(
     State(app): State<Arc<App>>,
     path: Result<Path<String>, PathRejection>,

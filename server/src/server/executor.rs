@@ -9,13 +9,39 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use leasehold::RunStatus;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::App;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+
+/// This executor's load and admission.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ExecutorView {
+    /// The executor's id.
+    owner_id: String,
+    /// The runs it runs now.
+    live_runs: usize,
+    /// How many it admits now (at most `max_live_runs`).
+    admitted_limit: usize,
+    /// The ceiling over it (`server.max_live_runs`).
+    max_live_runs: usize,
+    /// Its scheduling lag, when measured (ms).
+    lag_ms: Option<u64>,
+    /// The lag admission aims under, when it adapts (ms).
+    lag_target_ms: Option<u64>,
+    /// The lag past which it takes on no run, when set (ms).
+    load_bound_ms: Option<u64>,
+    /// The runs waiting `queued` in the store, over every executor.
+    queued_runs: u64,
+}
 
 /// `GET /executor`.
-pub(super) async fn status(State(app): State<Arc<App>>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/executor", tag = "server",
+    responses(
+        (status = 200, description = "This executor's load and admission", body = ExecutorView),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
+pub(super) async fn status(State(app): State<Arc<App>>) -> Result<Json<ExecutorView>, ApiError> {
     let queued = app
         .engine()
         .store()
@@ -30,14 +56,14 @@ pub(super) async fn status(State(app): State<Arc<App>>) -> Result<Json<Value>, A
         .load()
         .filter(|_| !bound.is_zero())
         .map(|_| millis(bound));
-    Ok(Json(json!({
-        "owner_id": app.engine().owner_id(),
-        "live_runs": app.executor.live_runs(),
-        "admitted_limit": admission.limit(),
-        "max_live_runs": admission.ceiling(),
-        "lag_ms": app.engine().load().map(|gauge| millis(gauge.lag())),
-        "lag_target_ms": admission.target().map(millis),
-        "load_bound_ms": load_bound,
-        "queued_runs": queued,
-    })))
+    Ok(Json(ExecutorView {
+        owner_id: app.engine().owner_id().to_owned(),
+        live_runs: app.executor.live_runs(),
+        admitted_limit: admission.limit(),
+        max_live_runs: admission.ceiling(),
+        lag_ms: app.engine().load().map(|gauge| millis(gauge.lag())),
+        lag_target_ms: admission.target().map(millis),
+        load_bound_ms: load_bound,
+        queued_runs: queued,
+    }))
 }

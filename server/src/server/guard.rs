@@ -14,8 +14,8 @@
 //!    `same-origin` or `none`, is refused with 403 `cross_origin`: a browser
 //!    says where a cross-site request comes from, and no page of another
 //!    site may drive this server.
-//! 3. **Who asks.** With a token, everything but the dashboard's files and
-//!    `/health` needs `Authorization: Bearer KEY`: the server's token or an
+//! 3. **Who asks.** With a token, everything but the dashboard's files,
+//!    `/health` and `/openapi.json` ([`is_open`]) needs `Authorization: Bearer KEY`: the server's token or an
 //!    API key ([`caller`](super::caller)); only the event stream
 //!    (`GET /runs/{id}/events`) also takes `?token=`, since a browser's
 //!    `EventSource` cannot set headers. Without a token, a request is the
@@ -105,7 +105,7 @@ async fn check(
     }
     check_origin(method, headers, host, &app.options.allowed_origins)?;
     let path = uri.path();
-    if path == "/" || path == "/health" || path.starts_with("/assets/") {
+    if is_open(path) {
         return Ok(Caller::operator());
     }
     let in_query = is_event_stream(method, path)
@@ -142,6 +142,13 @@ async fn check(
         caller::check_run(app, &caller, run_id).await?;
     }
     Ok(caller)
+}
+
+/// Whether `path` is served to anyone the host and origin checks let
+/// through, without a key: the dashboard's files, `/health` and the API's
+/// document, none of which holds a run's data.
+pub(super) fn is_open(path: &str) -> bool {
+    path == "/" || path == "/health" || path == "/openapi.json" || path.starts_with("/assets/")
 }
 
 /// Whether the request carries the server's token (for `/health`'s

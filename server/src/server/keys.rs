@@ -15,19 +15,34 @@ use serde::{Deserialize, Serialize};
 use super::App;
 use super::api::read_json_body;
 use super::caller::Caller;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 
 /// A key as the API shows it: everything but its digest.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct KeyView {
+    /// Its id: the `ID` of `lh_ID_SECRET`.
     id: String,
+    /// The tenant it acts for.
     tenant: String,
+    /// What it may do.
     scope: Scope,
+    /// Its name, if given.
     #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<String>,
+    /// When it was made (Unix ms).
     created_at_ms: u64,
+    /// When it was revoked (Unix ms), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     revoked_at_ms: Option<u64>,
+}
+
+/// A key just made: its view and its secret, given in this answer only.
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct NewKeyView {
+    #[serde(flatten)]
+    key: KeyView,
+    /// The key to send as `Authorization: Bearer lh_ID_SECRET`.
+    secret: String,
 }
 
 impl From<ApiKey> for KeyView {
@@ -44,20 +59,33 @@ impl From<ApiKey> for KeyView {
 }
 
 /// The body of `POST /keys`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateBody {
+pub(super) struct CreateBody {
     /// The key's tenant: the caller's when not given.
     tenant: Option<String>,
+    /// What it may do.
     scope: Scope,
+    /// A name for people.
     name: Option<String>,
 }
 
 /// The query of `GET /keys`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListParams {
+    /// The tenant whose keys (the operator only; a key: its own).
     tenant: Option<String>,
+}
+
+/// A key in a path (`/keys/{id}/…`).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Read by the handler as `Path<String>`.
+pub(super) struct KeyPath {
+    /// The key's id.
+    id: String,
 }
 
 /// The tenant whose keys `caller` asks for: its own, or, for the operator,
@@ -87,6 +115,19 @@ fn tenant_for(caller: &Caller, asked: Option<String>) -> Result<String, ApiError
 
 /// `POST /keys`: `{"scope": "read" | "operate" | "admin", "tenant", "name"}`:
 /// a new key (201), its secret given in this answer only.
+#[utoipa::path(post, path = "/keys", tag = "keys",
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The key, with its secret", body = NewKeyView,
+            headers(("Location" = String, description = "`/keys/{id}`"))),
+        (status = 400, description = "A body that is not a key to make", body = ErrorBody),
+        (status = 403, description = "Another tenant's key, asked by a tenant's key (`forbidden_tenant`)", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 413, description = "The body is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "An invalid tenant or name", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn create(
     State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,
@@ -105,11 +146,10 @@ pub(super) async fn create(
         .create_api_key(made.key.clone())
         .await?;
     tracing::info!(key = %made.key.id, %tenant, scope = %made.key.scope, by = %caller.describe(), "an API key was made");
-    let mut view = serde_json::to_value(KeyView::from(made.key.clone()))
-        .map_err(|e| ApiError::internal(format!("encoding the key failed: {e}")))?;
-    if let Some(object) = view.as_object_mut() {
-        object.insert("secret".to_owned(), made.secret.into());
-    }
+    let view = NewKeyView {
+        key: KeyView::from(made.key.clone()),
+        secret: made.secret,
+    };
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/keys/{}", made.key.id))],
@@ -120,6 +160,14 @@ pub(super) async fn create(
 
 /// `GET /keys[?tenant=T]`: the keys of the caller's tenant (the operator:
 /// of every tenant, or of `T`), revoked ones included.
+#[utoipa::path(get, path = "/keys", tag = "keys", params(ListParams),
+    responses(
+        (status = 200, description = "The keys, revoked ones included", body = Vec<KeyView>),
+        (status = 400, description = "A query that is not what this route takes", body = ErrorBody),
+        (status = 403, description = "Another tenant's keys, asked by a tenant's key (`forbidden_tenant`)", body = ErrorBody),
+        (status = 422, description = "An invalid tenant", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn list(
     State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,
@@ -142,6 +190,12 @@ pub(super) async fn list(
 /// `POST /keys/{id}/revoke`: the key revoked, refused from now on by every
 /// executor of the store. A key of another tenant is 404, as one that does
 /// not exist.
+#[utoipa::path(post, path = "/keys/{id}/revoke", tag = "keys", params(KeyPath),
+    responses(
+        (status = 200, description = "The key, revoked", body = KeyView),
+        (status = 404, description = "No such key of the caller's tenant (`unknown_key`)", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn revoke(
     State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,

@@ -120,7 +120,7 @@ impl Drop for ListingPermit {
 }
 
 /// A page of runs as `GET /runs` answers it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunsPage {
     /// The runs, newest first.
     pub runs: Vec<RunView>,
@@ -132,13 +132,21 @@ pub struct RunsPage {
 
 /// `GET /runs`'s parameters as sent: text, so that a refusal can name the
 /// one that is wrong.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct ListParams {
+    /// The cursor of the page before (its `next`).
     after: Option<String>,
+    /// How many runs a page holds: 1 to 500 (larger is cut to 500), 50 by
+    /// default.
     limit: Option<String>,
+    /// Only runs in this status (`running`, `waiting_human`, …).
     status: Option<String>,
+    /// Only runs of this flow.
     flow: Option<String>,
+    /// Only runs created at or after this instant (RFC 3339, or Unix ms).
     since: Option<String>,
+    /// Only runs created before this instant (RFC 3339, or Unix ms).
     until: Option<String>,
 }
 

@@ -19,36 +19,60 @@ use serde::Deserialize;
 use super::App;
 use super::api::{read_json_body, too_large};
 use super::caller::Caller;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::listing::{parse_instant, parse_status};
 
 /// Who asked, when the request does not say.
 const OVER_THE_API: &str = "a person over the API";
 
 /// The body of `POST /runs/actions`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ManyBody {
+pub(super) struct ManyBody {
     /// `pause`, `resume`, `cancel` or `message`.
     action: String,
+    /// Only runs in this status.
     status: Option<String>,
+    /// Only runs of this flow.
     flow: Option<String>,
+    /// Only runs created at or after this instant.
     since: Option<String>,
+    /// Only runs created before this instant.
     until: Option<String>,
+    /// Only runs paused on this endpoint.
     waiting_on: Option<String>,
+    /// At most this many runs.
     limit: Option<usize>,
+    /// Only list the runs the action would be given to.
     #[serde(default)]
     dry_run: bool,
+    /// `pause`, `cancel`: why.
     reason: Option<String>,
+    /// `resume`: what the runs' next steps are told.
     guidance: Option<String>,
+    /// `message`: the message.
     text: Option<String>,
+    /// `message`: how it reaches each run.
     policy: Option<Steer>,
+    /// `pause`: what becomes of the operations in flight.
     in_flight: Option<InFlight>,
+    /// Who asks.
     by: Option<String>,
 }
 
 /// `POST /runs/actions`: the report of what the control did to each run
 /// selected (or would, in a dry run).
+#[utoipa::path(post, path = "/runs/actions", tag = "controls",
+    request_body = ManyBody,
+    responses(
+        (status = 200, description = "What the control did to each run selected, or would", body = leasehold::executor::control::many::ManyReport),
+        (status = 400, description = "A body that is not an action on runs, or a filter that does not parse", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
+        (status = 413, description = "The body is larger than its limit", body = ErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
+        (status = 422, description = "No filter, no such action, or a value the action cannot take", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn act(
     State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,

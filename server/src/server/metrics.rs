@@ -8,10 +8,15 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::App;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use crate::metrics::{CONTENT_TYPE, ScrapeError};
 
 /// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "server",
+    responses(
+        (status = 200, description = "The Prometheus text format", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn scrape(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
     app.metrics.set_admission(
         app.engine().load().map(|gauge| gauge.lag()),

@@ -17,29 +17,44 @@ use serde::Serialize;
 
 use super::App;
 use super::api::run_id;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 
 /// One run's recording.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct RecordingBody {
+    /// The run.
     run_id: String,
+    /// Its flow, each tool server's secrets redacted.
     flow: serde_json::Value,
+    /// Its status.
     status: RunStatus,
+    /// Each loop's last snapshot.
     snapshots: Vec<Snapshot>,
+    /// Its tool-call records.
     calls: Vec<ToolCallRecord>,
+    /// Its event log.
     events: Vec<Event>,
+    /// For a fork: where it started, and what it inherited.
     #[serde(skip_serializing_if = "Option::is_none")]
-    fork: Option<ForkBody>,
+    fork: Option<RecordedFork>,
 }
 
 /// Where a fork started, and the loops' snapshots it started from.
-#[derive(Debug, Serialize)]
-struct ForkBody {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct RecordedFork {
+    /// The run it was forked from, and where.
     origin: ForkOrigin,
+    /// The parent's snapshots it started from.
     snapshots: Vec<Snapshot>,
 }
 
 /// `GET /runs/{id}/recording`.
+#[utoipa::path(get, path = "/runs/{id}/recording", tag = "runs", params(super::api::RunPath),
+    responses(
+        (status = 200, description = "What the store keeps of the run, as a replay plays it", body = RecordingBody),
+        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
+        (status = 500, description = "The store failed", body = ErrorBody),
+    ))]
 pub(super) async fn recording(
     State(app): State<Arc<App>>,
     path: Result<Path<String>, PathRejection>,
@@ -59,7 +74,7 @@ pub(super) async fn recording(
                 .into_iter()
                 .filter(|s| s.seq > 0 && s.seq <= origin.seq)
                 .collect();
-            Some(ForkBody { origin, snapshots })
+            Some(RecordedFork { origin, snapshots })
         }
         None => None,
     };

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use leasehold::trace::{TraceSummary, is_decision};
 
 /// A run as the API shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunView {
     /// The run.
     pub run_id: String,
@@ -181,7 +181,7 @@ impl RunView {
 }
 
 /// A run's verdict trace: every decision made about it, and who made it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TraceView {
     /// The run.
     pub run_id: String,

@@ -39,6 +39,7 @@ pub const TRANSCRIPT: &str = "transcript";
 /// loop at place `seq` of run `run_id`, whose first `kept` messages begin
 /// this one's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnapshotBase {
     /// The run whose history holds the base: this run, or a fork's parent.
     pub run_id: String,

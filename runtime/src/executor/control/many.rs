@@ -28,6 +28,7 @@ pub struct Selection {
 
 /// What one control for many did, run by run.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ManyReport {
     /// Whether nothing was done: the runs that would be are listed.
     pub dry_run: bool,
@@ -41,6 +42,7 @@ pub struct ManyReport {
 
 /// One run of a control for many.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ManyOutcome {
     /// The run.
     pub run_id: String,
@@ -56,6 +58,7 @@ pub struct ManyOutcome {
 
 /// What a control did to one run of many.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// A dry run: it would be given the control.
