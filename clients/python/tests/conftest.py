@@ -65,6 +65,7 @@ class Served:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=log,
+            preexec_fn=_dies_with_its_parent,
         )
         log.close()
         line = _first_line(self.process, START_PATIENCE)
@@ -100,6 +101,17 @@ class Served:
         return AsyncClient(
             self.base_url, token=self.token if token == "operator" else token, **options
         )
+
+
+def _dies_with_its_parent() -> None:
+    """On Linux, the server is killed with the test process, even when the
+    test process is killed before it could stop it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _toml_str(text: str) -> str:

@@ -8,7 +8,8 @@ messages, so that each test's run goes where the test needs it:
   long as the test needs, without a timer.
 - `text-gate:NAME` — the first words of the answer are streamed at once,
   the rest once the gate `NAME` opens.
-- `charge-order` — the first call (before any tool result) answers a call of
+- `charge-order` — the first call (before any tool result, and unless a
+  person said `GO-AHEAD`) answers a call of
   the tool `charge`.
 - `GO-AHEAD` anywhere in the messages (a person's guidance or message) —
   the answer comes at once, whatever gate the task names.
@@ -103,7 +104,7 @@ class ScriptedModel:
             self.requests.append(said)
         answered_by_person = "GO-AHEAD" in said
         called = any(m.get("role") == "tool" for m in messages)
-        if "charge-order" in said and body.get("tools") and not called:
+        if "charge-order" in said and body.get("tools") and not called and not answered_by_person:
             call = {
                 "index": 0,
                 "id": "call-1",
