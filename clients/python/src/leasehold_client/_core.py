@@ -16,8 +16,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from .errors import ApiError, MalformedResponse, StreamLost, error_from
 from .models import (
     ControlAnswer,
-    Forked,
-    KeyMade,
+    RolledBack,
+    ForkStarted,
+    NewKeyView,
     KeyView,
     RunPosted,
     RunsPage,
@@ -160,7 +161,9 @@ def pause(run_id: str, reason: Optional[str], in_flight: Optional[str], by: Opti
 
 def steer(run_id: str, text: str, policy: Optional[str], by: Optional[str]) -> Call:
     body = {"text": text, "policy": policy, "by": by}
-    return _json_call("POST", run_path(run_id, "messages"), ControlAnswer, body)
+    # A rollback forks the run: its answer is the fork's.
+    answer = RolledBack if policy == "rollback" else ControlAnswer
+    return _json_call("POST", run_path(run_id, "messages"), answer, body)
 
 
 def resume(run_id: str, guidance: Optional[str]) -> Call:
@@ -182,12 +185,12 @@ def reconcile(run_id: str, key: str, decision: str, result: Optional[str]) -> Ca
 
 def fork(run_id: str, at: Union[int, str], guidance: Optional[str], changes: Iterable[str]) -> Call:
     body = {"at": str(at), "guidance": guidance, "set": list(changes)}
-    return _json_call("POST", run_path(run_id, "fork"), Forked, body)
+    return _json_call("POST", run_path(run_id, "fork"), ForkStarted, body)
 
 
 def create_key(scope: str, tenant: Optional[str], name: Optional[str]) -> Call:
     body = {"scope": scope, "tenant": tenant, "name": name}
-    return _json_call("POST", "/keys", KeyMade, body)
+    return _json_call("POST", "/keys", NewKeyView, body)
 
 
 def list_keys(tenant: Optional[str]) -> Call:

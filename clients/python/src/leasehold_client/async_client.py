@@ -16,9 +16,10 @@ from . import _core
 from .errors import TransportError, error_from
 from .models import (
     ControlAnswer,
-    Forked,
-    KeyMade,
+    ForkStarted,
+    NewKeyView,
     KeyView,
+    RolledBack,
     RunPosted,
     RunsPage,
     RunView,
@@ -193,10 +194,10 @@ class AsyncClient:
         *,
         policy: Optional[str] = None,
         by: Optional[str] = None,
-    ) -> ControlAnswer:
+    ) -> Union[ControlAnswer, RolledBack]:
         """Sends the run a person's message; `policy` is `enqueue` (the
-        default), `interrupt`, `reject` or `rollback` (then `run_id` of the
-        answer is the fork's)."""
+        default), `interrupt`, `reject` or `rollback` (then the answer is
+        a `RolledBack`, its `run_id` the fork's)."""
         return await self._send(_core.steer(run_id, text, policy, by))
 
     async def resume(self, run_id: str, guidance: Optional[str] = None) -> ControlAnswer:
@@ -221,7 +222,7 @@ class AsyncClient:
         *,
         guidance: Optional[str] = None,
         changes: Iterable[str] = (),
-    ) -> Forked:
+    ) -> ForkStarted:
         """A new run from the run's state before step `at` (`3`, or
         `run/worker:research:1:2`), with `guidance` for its first step and
         `changes` to its flow (`leases.tool_call=30s`)."""
@@ -231,7 +232,7 @@ class AsyncClient:
 
     async def create_key(
         self, scope: str, *, tenant: Optional[str] = None, name: Optional[str] = None
-    ) -> KeyMade:
+    ) -> NewKeyView:
         """Makes a key of `scope` (`read`, `operate`, `admin`); its secret
         is in this answer only."""
         return await self._send(_core.create_key(scope, tenant, name))

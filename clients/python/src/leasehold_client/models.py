@@ -44,7 +44,7 @@ class ToolCallRecord(_Body):
     step: int
     index: int
     tool: str
-    arguments: Any = None
+    arguments: Any
     idempotent: Optional[bool] = None
     #: `sent`, `done` or `unknown`.
     state: str
@@ -189,12 +189,24 @@ class RunPosted(_Body):
     replayed: bool = False
 
 
-class RolledBack(_Body):
-    """A message sent with the policy `rollback`: the run rolled back."""
+class RollbackOf(_Body):
+    """The run a `rollback` message forked and cancelled."""
 
     run_id: str
+    #: The step of its root loop the fork starts before.
     step: int
-    cancel: Optional[int] = None
+    #: The status its cancel was answered with (200, or 202 forwarded).
+    cancel: int
+
+
+class RolledBack(_Body):
+    """The answer to a message sent with the policy `rollback`: the fork,
+    started with the message as its guidance, and the run it rolled
+    back."""
+
+    run_id: str
+    status: str
+    rolled_back: RollbackOf
 
 
 class ControlAnswer(_Body):
@@ -202,18 +214,17 @@ class ControlAnswer(_Body):
     reconcile): the run, its status, and `after_seq`, the seq of the last
     event logged before it (follow the events after it to see what the
     control made of the run). `forwarded_to` names the executor the control
-    was handed to (202); `rolled_back` answers a `rollback` message, whose
-    `run_id` is then the fork's."""
+    was handed to (202). A `rollback` message is answered with
+    [`RolledBack`][leasehold_client.models.RolledBack] instead."""
 
     run_id: str
     status: str
     after_seq: Optional[int] = None
     claimed: bool = False
     forwarded_to: Optional[str] = None
-    rolled_back: Optional[RolledBack] = None
 
 
-class Forked(_Body):
+class ForkStarted(_Body):
     """The answer to `POST /runs/{id}/fork`: the new run and its lineage."""
 
     run_id: str
@@ -233,7 +244,7 @@ class KeyView(_Body):
     revoked_at_ms: Optional[int] = None
 
 
-class KeyMade(KeyView):
+class NewKeyView(KeyView):
     """A key just made: its `secret` (`lh_ID_SECRET`), given in this answer
     only."""
 
