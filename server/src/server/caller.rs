@@ -89,10 +89,15 @@ impl Caller {
 }
 
 /// The scope a request needs: `admin` for keys and an endpoint marked down
-/// or up; `read` for any other `GET` or `HEAD`; `operate` for the rest.
+/// or up; `read` for any other `GET` or `HEAD`, and for `/mcp`, whose
+/// tools each ask for the scope of the route they stand for; `operate` for
+/// the rest.
 pub(crate) fn needed(method: &Method, path: &str) -> Scope {
     if path == "/keys" || path.starts_with("/keys/") || path.starts_with("/endpoints/") {
         return Scope::Admin;
+    }
+    if path == "/mcp" {
+        return Scope::Read;
     }
     if *method == Method::GET || *method == Method::HEAD {
         Scope::Read
@@ -188,6 +193,7 @@ mod tests {
         assert_eq!(needed(&Method::DELETE, "/keys/abc"), Scope::Admin);
         assert_eq!(needed(&post, "/endpoints/down"), Scope::Admin);
         assert_eq!(needed(&get, "/endpoints"), Scope::Read);
+        assert_eq!(needed(&post, "/mcp"), Scope::Read);
     }
 
     #[test]
