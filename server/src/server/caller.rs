@@ -15,9 +15,11 @@
 //! Each route needs a scope ([`needed`]): a read needs `read`; starting,
 //! controlling and forking runs needs `operate`; keys and marking an
 //! endpoint down or up, which reaches every tenant's runs, need `admin`.
-//! A key without it gets 403 `forbidden_scope`, naming the scope. A
-//! request for a run of another tenant gets the same 404 as a run that
-//! does not exist ([`check_run`]): it does not learn the run exists.
+//! `/mcp` itself needs `read`: each of its tools asks for the scope of the
+//! route it stands for. A key without it gets 403 `forbidden_scope`,
+//! naming the scope. A request for a run of another tenant gets the same
+//! 404 as a run that does not exist ([`check_run`]): it does not learn the
+//! run exists.
 
 use axum::http::{Method, StatusCode};
 use leasehold::tenancy::{self, DEFAULT_TENANT, Scope};

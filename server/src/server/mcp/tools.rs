@@ -498,3 +498,99 @@ fn schema(properties: Value, required: &[&str]) -> JsonObject {
         _ => JsonObject::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal_of(tool: &str, arguments: Value) -> Option<String> {
+        let tool = all()
+            .into_iter()
+            .find(|t| t.name == tool)
+            .unwrap_or_else(|| panic!("no tool {tool}"));
+        let Value::Object(arguments) = arguments else {
+            panic!("arguments are an object");
+        };
+        conforms(&tool, &arguments)
+            .err()
+            .map(|refused| refused["error"]["message"].to_string())
+    }
+
+    #[test]
+    fn arguments_are_held_to_their_tools_schema_and_named_when_refused() {
+        let refused = [
+            (GET_RUN, json!({}), "`run_id` is missing"),
+            (GET_RUN, json!({"run_id": 7}), "`run_id` is string, not 7"),
+            (GET_RUN, json!({"run_id": "r", "x": 1}), "`x` is not one of"),
+            (
+                WAIT_EVENTS,
+                json!({"run_id": "r", "after": -1}),
+                "`after` is -1",
+            ),
+            (
+                WAIT_EVENTS,
+                json!({"run_id": "r", "limit": 0}),
+                "`limit` is 0",
+            ),
+            (
+                WAIT_EVENTS,
+                json!({"run_id": "r", "timeout_ms": 60_001}),
+                "`timeout_ms` is 60001, more than its most, 60000",
+            ),
+            (
+                START_RUN,
+                json!({"flow": 1}),
+                "`flow` is object or string, not 1",
+            ),
+            (
+                STEER,
+                json!({"run_id": "r", "text": "t", "policy": "sideways"}),
+                "`policy` is one of",
+            ),
+            (
+                ANSWER_PAUSE,
+                json!({"run_id": "r", "guidance": 5}),
+                "`guidance` is string",
+            ),
+        ];
+        for (tool, arguments, expected) in refused {
+            let message = refusal_of(tool, arguments.clone())
+                .unwrap_or_else(|| panic!("{tool} took {arguments}"));
+            assert!(message.contains(expected), "{tool} {arguments}: {message}");
+            assert!(message.contains(tool), "{message}");
+        }
+        let taken = [
+            (GET_RUN, json!({"run_id": "r"})),
+            (
+                WAIT_EVENTS,
+                json!({"run_id": "r", "after": 3, "timeout_ms": 60_000, "limit": 1000}),
+            ),
+            (
+                START_RUN,
+                json!({"flow": {"name": "f"}, "idempotency_key": "k"}),
+            ),
+            (START_RUN, json!({"flow": "name = 'f'", "format": "toml"})),
+            (
+                STEER,
+                json!({"run_id": "r", "text": "t", "policy": "interrupt"}),
+            ),
+            (CANCEL, json!({"run_id": "r"})),
+        ];
+        for (tool, arguments) in taken {
+            assert_eq!(
+                refusal_of(tool, arguments.clone()),
+                None,
+                "{tool} {arguments}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_value_is_shown_cut_short() {
+        let long = Value::String("x".repeat(10_000));
+        let shown = shown(&long);
+        assert!(shown.chars().count() <= 81, "{shown}");
+        assert!(shown.ends_with('…'));
+        assert_eq!(super::shown(&json!(5)), "5");
+    }
+}
