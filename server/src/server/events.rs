@@ -215,11 +215,7 @@ pub(super) async fn stream(
         return Ok(busy("the server is shutting down".to_owned()));
     }
     let Ok(permit) = Arc::clone(&app.streams).try_acquire_owned() else {
-        return Ok(busy(format!(
-            "{} event streams are open, this server's limit (server.max_event_streams, \
-             LEASEHOLD_SERVER_MAX_EVENT_STREAMS): try again shortly",
-            app.options.limits.max_event_streams
-        )));
+        return Ok(busy(too_many_streams(&app)));
     };
     if app.engine().store().load_run(&run_id).await?.is_none() {
         return Err(ApiError::unknown_run(&run_id));
@@ -242,6 +238,111 @@ pub(super) async fn stream(
     Ok(Sse::new(ReceiverStream::new(rx))
         .keep_alive(keep_alive)
         .into_response())
+}
+
+/// What a wait for a run's next events found ([`wait`]).
+#[derive(Debug, serde::Serialize)]
+pub(super) struct Waited {
+    /// The events after the cursor, in order, as the event stream sends
+    /// them.
+    pub(super) events: Vec<Event>,
+    /// The cursor of the next wait: the seq of the last event handed, or
+    /// the cursor given when there was none.
+    pub(super) next: u64,
+    /// Whether the run has ended and every event up to its end was handed.
+    pub(super) ended: bool,
+    /// The run's status: the one its last event handed ends it in, or the
+    /// store's.
+    pub(super) status: RunStatus,
+}
+
+/// Waits for `run_id`'s events after the seq `after`, at most `within`:
+/// those logged already at once, otherwise the first to be logged, woken
+/// by the run's shared watch ([`Watches`]) as the event stream is; at most
+/// `limit` of them, never past the one that ends the run. An answer whose
+/// last event pauses the run comes once the run's status says it is
+/// paused (the event lands first), so that the pause can be answered at
+/// once. An answer without events once `within` has passed or the server
+/// shuts down. A wait holds a place among the open event streams
+/// (`server.max_event_streams`) and is refused like a stream when none is
+/// free.
+pub(super) async fn wait(
+    app: &Arc<App>,
+    run_id: &str,
+    after: u64,
+    within: std::time::Duration,
+    limit: usize,
+) -> Result<Waited, ApiError> {
+    let refused = |message: String| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_streams", message)
+    };
+    if app.shutdown.is_cancelled() {
+        return Err(refused("the server is shutting down".to_owned()));
+    }
+    let Ok(_permit) = Arc::clone(&app.streams).try_acquire_owned() else {
+        return Err(refused(too_many_streams(app)));
+    };
+    let store = app.engine().store();
+    let deadline = tokio::time::Instant::now() + within;
+    // Watched before the log is read: an event logged, or a status
+    // written, after the read wakes the wait.
+    let mut seen = watch_run(app, run_id);
+    let mut tail = LogTail::after(after);
+    let mut events: Vec<Event> = Vec::new();
+    let mut ended = None;
+    loop {
+        // The status before the log: a run's terminal event lands before
+        // its status, so an ended status means its log is whole.
+        let record = store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| ApiError::unknown_run(run_id))?;
+        let logged = store.load_events(run_id, tail.seen()).await?;
+        let ready = tail.ready(&logged);
+        let room = limit.max(1).saturating_sub(events.len());
+        for event in ready.events.iter().take(room) {
+            if ended.is_some() {
+                break;
+            }
+            tail.handed(event);
+            events.push(event.clone());
+            ended = ends_in(&event.kind);
+        }
+        let quiet_end = events.is_empty() && !ready.gap && record.status.is_terminal();
+        let pausing = events
+            .last()
+            .is_some_and(|e| matches!(e.kind, EventKind::Paused { .. }))
+            && !record.status.is_paused()
+            && !record.status.is_terminal();
+        let answer = |events| Waited {
+            events,
+            next: tail.seen(),
+            ended: ended.is_some() || quiet_end,
+            status: ended.unwrap_or(record.status),
+        };
+        if ended.is_some() || quiet_end || (!events.is_empty() && !pausing) {
+            return Ok(answer(events));
+        }
+        tokio::select! {
+            changed = seen.changed() => {
+                if changed.is_err() {
+                    return Ok(answer(events));
+                }
+            }
+            () = tokio::time::sleep(LogTail::GAP_PATIENCE), if ready.gap => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(answer(events)),
+            () = app.shutdown.cancelled() => return Ok(answer(events)),
+        }
+    }
+}
+
+/// Why no event stream opens now: every place is taken.
+fn too_many_streams(app: &App) -> String {
+    format!(
+        "{} event streams are open, this server's limit (server.max_event_streams, \
+         LEASEHOLD_SERVER_MAX_EVENT_STREAMS): try again shortly",
+        app.options.limits.max_event_streams
+    )
 }
 
 /// 503 with `Retry-After`, for a stream that cannot open now.

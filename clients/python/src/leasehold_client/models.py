@@ -219,7 +219,7 @@ class ControlAnswer(_Body):
 
     run_id: str
     status: str
-    after_seq: Optional[int] = None
+    after_seq: int
     claimed: bool = False
     forwarded_to: Optional[str] = None
 
