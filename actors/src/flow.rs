@@ -122,6 +122,12 @@ pub struct Flow {
     /// step budget lasts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// What this flow asks of the server's keyed limits for its own runs,
+    /// by the limit's name: at most that many of its runs among those of
+    /// one key value. A flow may only tighten a limit the server has
+    /// (checked when it is posted).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub keyed_limits: BTreeMap<String, crate::keyed_limits::FlowKeyedLimit>,
 }
 
 /// The most a flow's or a worker kind's `max_tokens` may be.

@@ -11,19 +11,22 @@
 //! a run held back by one key never holds back a run of another.
 //!
 //! ```
-//! use leasehold_actors::keyed_limits::{ClaimRoom, KeyRoom, RunKey};
+//! use leasehold_actors::keyed_limits::{ClaimRoom, KeyRoom, RunKey, RunLabels};
 //!
 //! let key: RunKey = "tenant+flow".parse().unwrap();
 //! let mut room = ClaimRoom::unlimited("http://127.0.0.1:8000/v1");
-//! room.rooms.push(KeyRoom::new("per_tenant_flow", key, 1));
-//! assert!(room.take(Some("acme"), "triage"));
-//! assert!(!room.take(Some("acme"), "triage"), "its key has no room left");
-//! assert!(room.take(Some("acme"), "digest"), "another key's room is its own");
+//! room.rooms.push(KeyRoom::new("per_tenant_flow", key, Some(1), None));
+//! let run = |tenant: &str, flow: &str| RunLabels::from_parts(Some(tenant.into()), flow, None);
+//! assert!(room.take(&run("acme", "triage")));
+//! assert!(!room.take(&run("acme", "triage")), "its key has no room left");
+//! assert!(room.take(&run("acme", "digest")), "another key's room is its own");
 //! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::RunRecord;
 
@@ -157,34 +160,94 @@ pub struct KeyedLimit {
     pub queued: Option<u32>,
 }
 
-/// How many more runs of each value of one limit's key may start now.
+/// What a flow asks of a server's keyed limit for its own runs
+/// (`"keyed_limits": {"provider": {"live": 5}}`): at most that many of its
+/// runs among those of one key value. A flow may only tighten a limit the
+/// server has: a limit it lacks, a field it does not set, or a number over
+/// the server's is refused when the flow is posted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowKeyedLimit {
+    /// The most live runs of this flow of one key value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<u32>,
+    /// The most runs of this flow of one key value started in any minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<u32>,
+}
+
+/// The runs of each value of one limit's key that count against it now:
+/// those live, and those started in the last minute; each counted as well
+/// under the value with its flow's name added, for the flows that tighten
+/// the limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRoom {
-    /// The limit's name, as configured (`[limits.NAME]`).
+    /// The limit's name, as configured (`[keyed_limits.NAME]`).
     pub limit: String,
     /// What runs share it.
     pub key: RunKey,
-    /// The room of each value some runs hold already (fewer than
-    /// `otherwise`).
-    pub left: BTreeMap<KeyValue, usize>,
-    /// The room of a value not in `left`.
-    pub otherwise: usize,
+    /// Its most live runs of one value.
+    pub live: Option<u32>,
+    /// Its most starts of one value in a minute.
+    pub per_minute: Option<u32>,
+    /// The live runs of each value.
+    pub held: BTreeMap<KeyValue, usize>,
+    /// The runs of each value started in the last minute.
+    pub started: BTreeMap<KeyValue, usize>,
 }
 
 impl KeyRoom {
-    /// `otherwise` runs of every value of `key` under `limit`.
-    pub fn new(limit: &str, key: RunKey, otherwise: usize) -> Self {
+    /// A limit's room with nothing counted yet.
+    pub fn new(limit: &str, key: RunKey, live: Option<u32>, per_minute: Option<u32>) -> Self {
         Self {
             limit: limit.to_owned(),
             key,
-            left: BTreeMap::new(),
-            otherwise,
+            live,
+            per_minute,
+            held: BTreeMap::new(),
+            started: BTreeMap::new(),
         }
     }
 
-    /// The room of `value`.
-    pub fn of(&self, value: &KeyValue) -> usize {
-        self.left.get(value).copied().unwrap_or(self.otherwise)
+    /// The values a run labelled `labels` counts under: its key's value,
+    /// and that value with its flow's name.
+    fn values(&self, labels: &RunLabels, endpoint: &str) -> [KeyValue; 2] {
+        let value = self
+            .key
+            .value(labels.tenant.as_deref(), &labels.flow, endpoint);
+        let mut of_flow = value.clone();
+        of_flow.0.push(labels.flow.clone());
+        [value, of_flow]
+    }
+
+    /// Counts a run labelled `labels` as live, as started, or both.
+    pub fn count(&mut self, labels: &RunLabels, endpoint: &str, live: bool, started: bool) {
+        for value in self.values(labels, endpoint) {
+            if live {
+                *self.held.entry(value.clone()).or_insert(0) += 1;
+            }
+            if started {
+                *self.started.entry(value).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// How many more runs like `labels` may start: the limit's room for its
+    /// key's value, and its flow's own, whichever is less.
+    pub fn room_for(&self, labels: &RunLabels, endpoint: &str) -> usize {
+        let [value, of_flow] = self.values(labels, endpoint);
+        let left = |cap: Option<u32>, counted: &BTreeMap<KeyValue, usize>, value: &KeyValue| {
+            cap.map_or(usize::MAX, |cap| {
+                usize::try_from(cap)
+                    .unwrap_or(usize::MAX)
+                    .saturating_sub(counted.get(value).copied().unwrap_or(0))
+            })
+        };
+        let asked = labels.limits.get(&self.limit).copied().unwrap_or_default();
+        left(self.live, &self.held, &value)
+            .min(left(self.per_minute, &self.started, &value))
+            .min(left(asked.live, &self.held, &of_flow))
+            .min(left(asked.per_minute, &self.started, &of_flow))
     }
 }
 
@@ -220,63 +283,80 @@ impl ClaimRoom {
         self.rooms.is_empty()
     }
 
-    /// The first limit whose key has no room for a run of `tenant` and
-    /// `flow`, with the key's value: `None` when every limit has room.
-    pub fn full_for(&self, tenant: Option<&str>, flow: &str) -> Option<(&KeyRoom, KeyValue)> {
+    /// The first limit with no room for a run like `labels`, with its
+    /// key's value: `None` when every limit has room.
+    pub fn full_for(&self, labels: &RunLabels) -> Option<(&KeyRoom, KeyValue)> {
         self.rooms.iter().find_map(|room| {
-            let value = room.key.value(tenant, flow, &self.endpoint);
-            (room.of(&value) == 0).then_some((room, value))
+            (room.room_for(labels, &self.endpoint) == 0).then(|| {
+                let value = room
+                    .key
+                    .value(labels.tenant.as_deref(), &labels.flow, &self.endpoint);
+                (room, value)
+            })
         })
     }
 
-    /// Takes room for one run of `tenant` and `flow` under every limit:
-    /// `false`, and nothing taken, when one of them has none left.
-    pub fn take(&mut self, tenant: Option<&str>, flow: &str) -> bool {
-        if self.full_for(tenant, flow).is_some() {
+    /// Takes room for one run like `labels` under every limit: `false`,
+    /// and nothing taken, when one of them has none left.
+    pub fn take(&mut self, labels: &RunLabels) -> bool {
+        if self.full_for(labels).is_some() {
             return false;
         }
         for room in &mut self.rooms {
-            let value = room.key.value(tenant, flow, &self.endpoint);
-            let left = room.of(&value).saturating_sub(1);
-            room.left.insert(value, left);
+            room.count(labels, &self.endpoint, true, true);
         }
         true
     }
 
     /// Whether every limit has room for the run `record` holds.
     pub fn has_room_for(&self, record: &RunRecord) -> bool {
-        self.is_unlimited()
-            || self
-                .full_for(record.tenant.as_deref(), flow_name(record))
-                .is_none()
+        self.is_unlimited() || self.full_for(&RunLabels::of(record)).is_none()
     }
 
     /// [`take`](Self::take) for the run `record` holds.
     pub fn take_record(&mut self, record: &RunRecord) -> bool {
-        if self.is_unlimited() {
-            return true;
-        }
-        self.take(record.tenant.as_deref(), flow_name(record))
+        self.is_unlimited() || self.take(&RunLabels::of(record))
     }
 }
 
-/// What keys read of one run: its tenant and its flow's name. A run's
-/// handle carries them ([`RunHandle::labels`](crate::RunHandle::labels)),
-/// so that an executor counts its live runs by key without reading them.
+/// What keys read of one run: its tenant, its flow's name, and what its
+/// flow asks of the keyed limits. A run's handle carries them
+/// ([`RunHandle::labels`](crate::RunHandle::labels)), so that an executor
+/// counts its live runs by key without reading them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunLabels {
     /// Its tenant, `None` for the default one.
     pub tenant: Option<String>,
     /// Its flow's name.
     pub flow: String,
+    /// What its flow asks of the keyed limits, by the limit's name.
+    pub limits: BTreeMap<String, FlowKeyedLimit>,
 }
 
 impl RunLabels {
     /// The labels of the run `record` holds.
     pub fn of(record: &RunRecord) -> Self {
+        Self::from_parts(
+            record.tenant.clone(),
+            flow_name(record),
+            record.flow.get("keyed_limits"),
+        )
+    }
+
+    /// The labels of a run of `tenant` whose flow is named `flow` and asks
+    /// `limits` (its `keyed_limits`, as JSON; what does not read as such
+    /// asks nothing — a flow is checked when it is posted).
+    pub fn from_parts(
+        tenant: Option<String>,
+        flow: &str,
+        limits: Option<&serde_json::Value>,
+    ) -> Self {
         Self {
-            tenant: record.tenant.clone(),
-            flow: flow_name(record).to_owned(),
+            tenant,
+            flow: flow.to_owned(),
+            limits: limits
+                .and_then(|limits| serde_json::from_value(limits.clone()).ok())
+                .unwrap_or_default(),
         }
     }
 }
@@ -311,27 +391,63 @@ mod tests {
         assert!("".parse::<RunKey>().is_err());
     }
 
+    fn run(tenant: Option<&str>, flow: &str) -> RunLabels {
+        RunLabels::from_parts(tenant.map(str::to_owned), flow, None)
+    }
+
     #[test]
     fn a_run_takes_room_under_every_limit_or_none() {
         let mut room = ClaimRoom::unlimited("http://models");
-        let mut tenants = KeyRoom::new("tenants", "tenant".parse().unwrap(), 2);
-        tenants.left.insert(KeyValue(vec!["acme".to_owned()]), 1);
+        let mut tenants = KeyRoom::new("tenants", "tenant".parse().unwrap(), Some(2), None);
+        tenants.count(&run(Some("acme"), "a"), "http://models", true, false);
         room.rooms.push(tenants);
-        room.rooms
-            .push(KeyRoom::new("provider", "endpoint".parse().unwrap(), 3));
-        assert!(room.take(Some("acme"), "a"));
+        room.rooms.push(KeyRoom::new(
+            "provider",
+            "endpoint".parse().unwrap(),
+            Some(3),
+            None,
+        ));
+        assert!(room.take(&run(Some("acme"), "a")));
         // acme's room is spent; the provider's is not taken for a refusal.
-        assert!(!room.take(Some("acme"), "a"));
-        let (full, value) = room.full_for(Some("acme"), "a").unwrap();
+        assert!(!room.take(&run(Some("acme"), "a")));
+        let (full, value) = room.full_for(&run(Some("acme"), "a")).unwrap();
         assert_eq!(
             (full.limit.as_str(), value.to_string()),
             ("tenants", "\"acme\"".to_owned())
         );
-        assert!(room.take(None, "a"));
-        assert!(room.take(None, "a"));
+        assert!(room.take(&run(None, "a")));
+        assert!(room.take(&run(None, "a")));
         // The provider's three are taken: nobody else starts.
-        assert!(!room.take(Some("other"), "a"));
-        let (full, _) = room.full_for(Some("other"), "a").unwrap();
+        assert!(!room.take(&run(Some("other"), "b")));
+        let (full, _) = room.full_for(&run(Some("other"), "b")).unwrap();
         assert_eq!(full.limit, "provider");
+    }
+
+    #[test]
+    fn a_flow_that_tightens_a_limit_has_its_runs_counted_apart_within_it() {
+        let mut room = ClaimRoom::unlimited("http://models");
+        room.rooms.push(KeyRoom::new(
+            "provider",
+            "endpoint".parse().unwrap(),
+            Some(3),
+            None,
+        ));
+        let limits = serde_json::json!({"provider": {"live": 1}});
+        let digest = RunLabels::from_parts(None, "digest", Some(&limits));
+        assert_eq!(digest.limits["provider"].live, Some(1));
+        assert!(room.take(&digest));
+        // `digest` asks one of the provider's three: its second waits, and
+        // other flows take the rest.
+        assert!(!room.take(&digest));
+        assert!(room.take(&run(None, "triage")));
+        assert!(room.take(&run(None, "triage")));
+        assert!(!room.take(&run(None, "triage")));
+        // What does not read as limits asks nothing.
+        let odd = serde_json::json!({"provider": "many"});
+        assert!(
+            RunLabels::from_parts(None, "x", Some(&odd))
+                .limits
+                .is_empty()
+        );
     }
 }

@@ -232,6 +232,7 @@ fn flow(strategy: &Strategy, worker_steps: Option<u32>) -> Flow {
         .unwrap_or_default();
     Flow {
         max_tokens: None,
+        keyed_limits: BTreeMap::new(),
         notify: Vec::new(),
         name: "experiment".to_owned(),
         task: "Do the operation.".to_owned(),

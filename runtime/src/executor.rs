@@ -264,11 +264,8 @@ impl Executor {
             .iter()
             .any(|limit| limit.per_minute.is_some())
         {
-            self.starts.record(
-                &self.options.limits,
-                &self.options.endpoint,
-                started.into_iter().map(RunHandle::labels),
-            );
+            self.starts
+                .record(started.into_iter().map(RunHandle::labels));
         }
     }
 

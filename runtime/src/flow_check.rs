@@ -12,6 +12,7 @@
 //! text (`limits.guidance`) — since they are kept in the fork's record and
 //! its first event, and shown wherever the fork is.
 
+use leasehold_actors::keyed_limits::KeyedLimit;
 use leasehold_actors::{Flow, FlowError, ForkError, ForkSpec};
 
 use crate::run_limits::{PersonText, RunLimits, TooLarge};
@@ -29,6 +30,9 @@ pub struct FlowCheck {
     pub limits: RunLimits,
     /// The receivers a flow's `notify` may name (`webhooks.receivers`).
     pub receivers: Vec<Receiver>,
+    /// The keyed limits a flow's `keyed_limits` may tighten
+    /// (`[keyed_limits.NAME]`).
+    pub keyed_limits: Vec<KeyedLimit>,
 }
 
 /// Why a new run's flow, or a fork's texts, were refused; nothing was
@@ -57,6 +61,7 @@ impl FlowCheck {
         self.limits.check_flow(flow)?;
         flow.validate()?;
         crate::webhooks::check_notify(&self.receivers, flow)?;
+        check_keyed_limits(&self.keyed_limits, flow)?;
         Ok(())
     }
 
@@ -92,6 +97,65 @@ impl FlowCheck {
     }
 }
 
+/// Refuses a flow's `keyed_limits` that do more than tighten the
+/// server's `limits`: a limit the server lacks, a field the server's limit
+/// does not set, a number over the server's, or none at all.
+pub fn check_keyed_limits(limits: &[KeyedLimit], flow: &Flow) -> Result<(), FlowError> {
+    for (name, asked) in &flow.keyed_limits {
+        let path = format!("keyed_limits.{name}");
+        let Some(limit) = limits.iter().find(|limit| &limit.name == name) else {
+            let names: Vec<&str> = limits.iter().map(|limit| limit.name.as_str()).collect();
+            let has = if names.is_empty() {
+                "it has none".to_owned()
+            } else {
+                format!("it has {}", names.join(", "))
+            };
+            return Err(FlowError::new(
+                path,
+                format!(
+                    "{name:?} is not a keyed limit of this server ({has}): a flow may only \
+                     tighten the server's [keyed_limits.NAME]"
+                ),
+            ));
+        };
+        if asked.live.is_none() && asked.per_minute.is_none() {
+            return Err(FlowError::new(path, "expected `live` or `per_minute`"));
+        }
+        for (field, asked, allowed) in [
+            ("live", asked.live, limit.live),
+            ("per_minute", asked.per_minute, limit.per_minute),
+        ] {
+            let Some(asked) = asked else { continue };
+            let path = format!("{path}.{field}");
+            match allowed {
+                None => {
+                    return Err(FlowError::new(
+                        path,
+                        format!(
+                            "the server's limit `{name}` sets no `{field}`: a flow may only \
+                             tighten what it sets"
+                        ),
+                    ));
+                }
+                Some(_) if asked == 0 => {
+                    return Err(FlowError::new(path, "expected at least 1"));
+                }
+                Some(allowed) if asked > allowed => {
+                    return Err(FlowError::new(
+                        path,
+                        format!(
+                            "{asked} is beyond what the server allows (keyed_limits.{name}.{field} \
+                             = {allowed}): a flow may only tighten it"
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +177,58 @@ mod tests {
             matches!(&refused, FlowRefused::Invalid(e) if e.path == "notify[0]"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn a_flow_may_only_tighten_the_servers_keyed_limits_and_is_refused_beyond_them() {
+        let check = FlowCheck {
+            keyed_limits: vec![KeyedLimit {
+                name: "provider".to_owned(),
+                key: "endpoint".parse().unwrap(),
+                live: Some(20),
+                per_minute: None,
+                queued: None,
+            }],
+            ..FlowCheck::default()
+        };
+        let flow = |limits: serde_json::Value| -> Flow {
+            serde_json::from_value(serde_json::json!({
+                "name": "f", "task": "t", "max_steps": 2, "keyed_limits": limits
+            }))
+            .unwrap()
+        };
+        let refused = |limits: serde_json::Value| match check.check(&flow(limits)) {
+            Err(FlowRefused::Invalid(error)) => (error.path, error.message),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            check.check(&flow(serde_json::json!({"provider": {"live": 5}}))),
+            Ok(())
+        );
+        assert_eq!(
+            check.check(&flow(serde_json::json!({"provider": {"live": 20}}))),
+            Ok(())
+        );
+        let (path, message) = refused(serde_json::json!({"provider": {"live": 50}}));
+        assert_eq!(path, "keyed_limits.provider.live");
+        assert!(
+            message.contains("beyond what the server allows") && message.contains("= 20"),
+            "{message}"
+        );
+        let (path, _) = refused(serde_json::json!({"provider": {"per_minute": 5}}));
+        assert_eq!(path, "keyed_limits.provider.per_minute");
+        let (path, message) = refused(serde_json::json!({"tenants": {"live": 1}}));
+        assert_eq!(path, "keyed_limits.tenants");
+        assert!(message.contains("it has provider"), "{message}");
+        let (path, _) = refused(serde_json::json!({"provider": {"live": 0}}));
+        assert_eq!(path, "keyed_limits.provider.live");
+        let (path, _) = refused(serde_json::json!({"provider": {}}));
+        assert_eq!(path, "keyed_limits.provider");
+        // A field a flow's limit does not have is refused as it is read.
+        let odd: Result<Flow, _> = serde_json::from_value(serde_json::json!({
+            "name": "f", "task": "t", "max_steps": 2, "keyed_limits": {"provider": {"queued": 3}}
+        }));
+        assert!(odd.unwrap_err().to_string().contains("queued"));
     }
 
     #[test]

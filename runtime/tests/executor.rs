@@ -588,6 +588,62 @@ async fn a_tenant_at_its_keyed_limit_waits_queued_and_holds_no_other_tenant_back
     }
 }
 
+/// A flow that tightens a server's keyed limit has its own runs held to
+/// its number while other flows' runs take the rest of the server's room.
+#[tokio::test]
+async fn a_flow_that_tightens_a_keyed_limit_waits_at_its_number_while_others_take_the_rest() {
+    use leasehold::RunOptions;
+    use leasehold::executor::Posted;
+    use leasehold::keyed_limits::KeyedLimit;
+    let engine = Engine::builder()
+        .model(Arc::new(NeverAnswers))
+        .build()
+        .await
+        .expect("engine");
+    let options = ExecutorOptions {
+        max_live_runs: 10,
+        lag_target: Duration::ZERO,
+        claim_interval: None,
+        limits: vec![KeyedLimit {
+            name: "provider".to_owned(),
+            key: "endpoint".parse().expect("key"),
+            live: Some(3),
+            per_minute: None,
+            queued: None,
+        }],
+        endpoint: "http://models".to_owned(),
+        ..ExecutorOptions::default()
+    };
+    let executor = Executor::new(Arc::new(engine), options);
+    let post = |flow: serde_json::Value| {
+        let executor = Arc::clone(&executor);
+        async move {
+            let flow: Flow = serde_json::from_value(flow).expect("flow");
+            match executor
+                .post(flow, RunOptions::default())
+                .await
+                .expect("posted")
+            {
+                Posted::Recorded(_, status) => status,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let digest = serde_json::json!({
+        "name": "digest", "task": "t", "max_steps": 1,
+        "keyed_limits": {"provider": {"live": 1}}
+    });
+    let triage = serde_json::json!({"name": "triage", "task": "t", "max_steps": 1});
+    assert_eq!(post(digest.clone()).await, RunStatus::Running);
+    assert_eq!(post(digest.clone()).await, RunStatus::Queued);
+    assert_eq!(post(triage.clone()).await, RunStatus::Running);
+    assert_eq!(post(triage.clone()).await, RunStatus::Running);
+    // The provider's three are live: any flow waits now.
+    assert_eq!(post(triage).await, RunStatus::Queued);
+    assert_eq!(executor.live_runs(), 3);
+    executor.engine().shutdown().await;
+}
+
 /// A `per_minute` keyed limit: the runs of a key started in the last
 /// minute count against it whether they still run or not, and a run past
 /// it waits queued until the minute has passed.

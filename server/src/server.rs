@@ -116,6 +116,7 @@ impl ServerOptions {
         leasehold::flow_check::FlowCheck {
             limits: self.run_limits,
             receivers: self.receivers.clone(),
+            keyed_limits: Vec::new(),
         }
     }
 }
@@ -191,6 +192,16 @@ pub struct App {
 }
 
 impl App {
+    /// What every new run's flow is held to here, posted or forked:
+    /// [`ServerOptions::flow_check`] and the executor's keyed limits, which
+    /// a flow may only tighten.
+    pub fn flow_check(&self) -> leasehold::flow_check::FlowCheck {
+        leasehold::flow_check::FlowCheck {
+            keyed_limits: self.executor.options().limits.clone(),
+            ..self.options.flow_check()
+        }
+    }
+
     /// A server of `executor`'s runs, with metrics of its own (its store's
     /// writes untimed: see [`App::with_metrics`]).
     pub fn new(executor: Arc<Executor>, options: ServerOptions) -> Arc<Self> {

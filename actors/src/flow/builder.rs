@@ -108,6 +108,7 @@ impl Flow {
         FlowBuilder {
             flow: Flow {
                 max_tokens: None,
+                keyed_limits: Default::default(),
                 name: name.into(),
                 task: task.into(),
                 system_prompt: String::new(),

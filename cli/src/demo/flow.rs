@@ -129,6 +129,7 @@ pub(crate) fn flow(tools_url: &str) -> Flow {
     };
     Flow {
         max_tokens: None,
+        keyed_limits: BTreeMap::new(),
         notify: Vec::new(),
         name: "incident-review".to_owned(),
         task: TASK.to_owned(),

@@ -122,6 +122,7 @@ impl Config {
         crate::flow_check::FlowCheck {
             limits: self.run_limits(),
             receivers: self.webhook_receivers.clone(),
+            keyed_limits: self.keyed_limits.clone(),
         }
     }
 

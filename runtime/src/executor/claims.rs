@@ -103,8 +103,13 @@ impl Executor {
         // Under keyed limits, a run whose key has no room waits queued
         // whatever the executor's room.
         let keyed_room = self.keyed_room();
+        let labels = leasehold_actors::keyed_limits::RunLabels {
+            tenant: options.tenant.clone(),
+            flow: flow.name.clone(),
+            limits: flow.keyed_limits.clone(),
+        };
         let key_full = keyed_room
-            .full_for(options.tenant.as_deref(), &flow.name)
+            .full_for(&labels)
             .map(|(limit, value)| (limit.limit.clone(), value));
         if room == 0 || key_full.is_some() {
             if room == 0 {

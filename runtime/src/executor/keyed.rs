@@ -8,64 +8,42 @@
 //! key's runs are at most that many on each. `queued` is counted in the
 //! store, over every executor sharing it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use leasehold_actors::keyed_limits::{ClaimRoom, KeyRoom, KeyValue, KeyedLimit, RunLabels};
+use leasehold_actors::keyed_limits::{ClaimRoom, KeyRoom, KeyedLimit, RunLabels};
 use tokio::time::Instant;
 
 /// The window of a `per_minute` limit.
 const MINUTE: Duration = Duration::from_secs(60);
 
-/// The starts of the last minute, by limit and key value.
+/// The starts of the last minute: when each run started, with what keys
+/// read of it.
 #[derive(Default)]
 pub(super) struct Starts {
-    recent: Mutex<HashMap<(usize, KeyValue), VecDeque<Instant>>>,
+    recent: Mutex<VecDeque<(Instant, RunLabels)>>,
 }
 
 impl Starts {
-    /// Records that runs labelled `started` started now, under each limit
-    /// with a `per_minute`.
-    pub(super) fn record<'a>(
-        &self,
-        limits: &[KeyedLimit],
-        endpoint: &str,
-        started: impl IntoIterator<Item = &'a RunLabels>,
-    ) {
+    /// Records that runs labelled `started` started now.
+    pub(super) fn record<'a>(&self, started: impl IntoIterator<Item = &'a RunLabels>) {
         let now = Instant::now();
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        for labels in started {
-            for (index, limit) in limits.iter().enumerate() {
-                if limit.per_minute.is_some() {
-                    let value = limit
-                        .key
-                        .value(labels.tenant.as_deref(), &labels.flow, endpoint);
-                    recent.entry((index, value)).or_default().push_back(now);
-                }
-            }
-        }
+        recent.extend(started.into_iter().map(|labels| (now, labels.clone())));
     }
 
-    /// The starts of the last minute under the limit at `index`, by key
-    /// value; older ones are forgotten.
-    fn of(&self, index: usize) -> HashMap<KeyValue, usize> {
+    /// The runs started in the last minute; older ones are forgotten.
+    fn last_minute(&self) -> Vec<RunLabels> {
         let now = Instant::now();
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        recent.retain(|_, starts| {
-            while starts
-                .front()
-                .is_some_and(|at| now.saturating_duration_since(*at) >= MINUTE)
-            {
-                starts.pop_front();
-            }
-            !starts.is_empty()
-        });
-        recent
-            .iter()
-            .filter(|((at, _), _)| *at == index)
-            .map(|((_, value), starts)| (value.clone(), starts.len()))
-            .collect()
+        while recent
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= MINUTE)
+        {
+            recent.pop_front();
+        }
+        recent.iter().map(|(_, labels)| labels.clone()).collect()
     }
 }
 
@@ -78,31 +56,23 @@ pub(super) fn room(
     starts: &Starts,
 ) -> ClaimRoom {
     let mut room = ClaimRoom::unlimited(endpoint);
-    for (index, limit) in limits.iter().enumerate() {
+    let rated = limits.iter().any(|limit| limit.per_minute.is_some());
+    let started = if rated {
+        starts.last_minute()
+    } else {
+        Vec::new()
+    };
+    for limit in limits {
         if limit.live.is_none() && limit.per_minute.is_none() {
             continue;
         }
-        let cap = |bound: Option<u32>| {
-            bound.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
-        };
-        let (live_cap, rate_cap) = (cap(limit.live), cap(limit.per_minute));
-        let mut key_room = KeyRoom::new(&limit.name, limit.key.clone(), live_cap.min(rate_cap));
-        let mut held: HashMap<KeyValue, usize> = HashMap::new();
+        let mut key_room =
+            KeyRoom::new(&limit.name, limit.key.clone(), limit.live, limit.per_minute);
         for labels in live {
-            let value = limit
-                .key
-                .value(labels.tenant.as_deref(), &labels.flow, endpoint);
-            *held.entry(value).or_insert(0) += 1;
+            key_room.count(labels, endpoint, true, false);
         }
-        let started = if limit.per_minute.is_some() {
-            starts.of(index)
-        } else {
-            HashMap::new()
-        };
-        for value in held.keys().chain(started.keys()) {
-            let by_live = live_cap.saturating_sub(held.get(value).copied().unwrap_or(0));
-            let by_rate = rate_cap.saturating_sub(started.get(value).copied().unwrap_or(0));
-            key_room.left.insert(value.clone(), by_live.min(by_rate));
+        for labels in &started {
+            key_room.count(labels, endpoint, false, true);
         }
         room.rooms.push(key_room);
     }
@@ -114,10 +84,7 @@ mod tests {
     use super::*;
 
     fn labels(tenant: &str, flow: &str) -> RunLabels {
-        RunLabels {
-            tenant: Some(tenant.to_owned()),
-            flow: flow.to_owned(),
-        }
+        RunLabels::from_parts(Some(tenant.to_owned()), flow, None)
     }
 
     #[tokio::test(start_paused = true)]
@@ -140,23 +107,23 @@ mod tests {
         ];
         let starts = Starts::default();
         let live = [labels("acme", "a"), labels("acme", "b")];
-        starts.record(&limits, "e", &live);
+        starts.record(&live);
         let mut room = room(&limits, "e", &live, &starts);
         // acme holds two of three; flow `a` started one of two this minute.
-        assert!(room.take(Some("acme"), "a"));
-        assert!(!room.take(Some("acme"), "c"), "acme is at its limit");
+        assert!(room.take(&labels("acme", "a")));
+        assert!(!room.take(&labels("acme", "c")), "acme is at its limit");
         assert!(
-            !room.take(Some("other"), "a"),
+            !room.take(&labels("other", "a")),
             "`a` started two this minute"
         );
-        assert!(room.take(Some("other"), "c"));
+        assert!(room.take(&labels("other", "c")));
         // A minute later the starts are forgotten; the live runs are not.
         tokio::time::advance(MINUTE).await;
         let mut room = super::room(&limits, "e", &live, &starts);
-        assert!(room.take(Some("other"), "a"));
-        assert!(room.take(Some("other"), "a"));
-        assert!(!room.take(Some("other"), "a"));
-        assert!(room.take(Some("acme"), "z"));
-        assert!(!room.take(Some("acme"), "y"));
+        assert!(room.take(&labels("other", "a")));
+        assert!(room.take(&labels("other", "a")));
+        assert!(!room.take(&labels("other", "a")));
+        assert!(room.take(&labels("acme", "z")));
+        assert!(!room.take(&labels("acme", "y")));
     }
 }

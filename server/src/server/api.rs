@@ -430,8 +430,7 @@ fn parse_flow(app: &App, format: Format, text: &str) -> Result<Flow, ApiError> {
         Format::Json => "the flow (JSON)",
         Format::Toml => "the flow (TOML)",
     };
-    app.options
-        .flow_check()
+    app.flow_check()
         .check(&flow)
         .map_err(|e| refused(e, what))?;
     Ok(flow)
@@ -918,7 +917,7 @@ pub(super) async fn start_fork(
     let executor = Arc::clone(&app.executor);
     let parent = parent.to_owned();
     // Its texts and the flow its changes make, as a posted run's.
-    let check = app.options.flow_check();
+    let check = app.flow_check();
     // In a task of its own: a client that goes away mid-request must not
     // cancel a fork half-copied.
     let forked = tokio::spawn(async move { executor.fork(&parent, spec, &check).await })

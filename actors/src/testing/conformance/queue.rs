@@ -241,10 +241,10 @@ pub(super) async fn queued_runs_are_claimed_within_the_room_of_each_key(store: A
     }
     // `big` may start two more, any other tenant three; `burst` two more,
     // any other flow five.
-    let mut tenants = KeyRoom::new("per_tenant", "tenant".parse().unwrap(), 3);
-    tenants.left.insert(KeyValue(vec!["big".to_owned()]), 2);
-    let mut flows = KeyRoom::new("per_flow", "flow".parse().unwrap(), 5);
-    flows.left.insert(KeyValue(vec!["burst".to_owned()]), 2);
+    let mut tenants = KeyRoom::new("per_tenant", "tenant".parse().unwrap(), Some(3), None);
+    tenants.held.insert(KeyValue(vec!["big".to_owned()]), 1);
+    let mut flows = KeyRoom::new("per_flow", "flow".parse().unwrap(), Some(5), None);
+    flows.held.insert(KeyValue(vec!["burst".to_owned()]), 3);
     let mut within = claim("exec-a", 2_000, 10);
     within.room = ClaimRoom {
         endpoint: "http://models".to_owned(),
@@ -265,22 +265,53 @@ pub(super) async fn queued_runs_are_claimed_within_the_room_of_each_key(store: A
     left.sort();
     assert_eq!(left, ["q01", "q02", "q03", "q04", "q05"]);
     // Room of none: nothing is claimed, nothing changes.
+    let mut provider = KeyRoom::new("provider", "endpoint".parse().unwrap(), Some(1), None);
+    provider
+        .held
+        .insert(KeyValue(vec!["http://models".to_owned()]), 1);
     let mut none = claim("exec-a", 2_000, 10);
     none.room = ClaimRoom {
         endpoint: "http://models".to_owned(),
-        rooms: vec![KeyRoom::new("per_endpoint", "endpoint".parse().unwrap(), 0)],
+        rooms: vec![provider],
     };
     assert!(store.claim_queued(none).await.unwrap().is_empty());
     assert_eq!(queued_ids(store.as_ref()).await.len(), 5);
+    // A flow that asks one of the provider's ten for its runs: its second
+    // run waits while the other runs take their room.
+    for run_id in ["q09", "q10"] {
+        let mut record = queued(run_id);
+        record.flow = serde_json::json!({
+            "name": "digest", "max_steps": 8, "keyed_limits": {"provider": {"live": 1}}
+        });
+        store.create_run(record).await.unwrap();
+    }
+    let mut tightened = claim("exec-a", 2_000, 10);
+    tightened.room = ClaimRoom {
+        endpoint: "http://models".to_owned(),
+        rooms: vec![KeyRoom::new(
+            "provider",
+            "endpoint".parse().unwrap(),
+            Some(10),
+            None,
+        )],
+    };
+    let mut second: Vec<String> = store
+        .claim_queued(tightened)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    second.sort();
+    assert_eq!(second, ["q01", "q02", "q03", "q04", "q05", "q09"]);
     // Without limits, the rest.
     let rest = store
         .claim_queued(claim("exec-b", 3_000, 100))
         .await
         .unwrap();
-    assert_eq!(rest.len(), 5);
-    for record in &rest {
-        assert_eq!((record.status, record.fence), (RunStatus::Running, 1));
-    }
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].run_id, "q10");
+    assert_eq!((rest[0].status, rest[0].fence), (RunStatus::Running, 1));
 }
 
 /// A queued run, unowned.

@@ -7,6 +7,7 @@
 //! one `DELETE … RETURNING` of the commands of the runs the taker holds, so
 //! each is taken once, by the owner only.
 
+use leasehold_actors::keyed_limits::RunLabels;
 use leasehold_actors::{
     QueueClaim, QueueStore, RunCommand, RunRecord, RunStatus, StoreChange, StoreError, StoreFuture,
     StoredCommand,
@@ -158,7 +159,7 @@ impl Inner {
 impl Inner {
     /// [`claim_queued`](Inner::claim_queued) under keyed limits: the
     /// queue's runs are read in fair order with what their keys read (the
-    /// tenant, the flow's name), picked in that order while their keys have
+    /// tenant, the flow's name, what the flow asks of the limits), picked in that order while their keys have
     /// room, and claimed by one statement that takes only those still
     /// queued — of claimers at once picking the same run, one claims it.
     async fn claim_queued_within(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
@@ -168,7 +169,7 @@ impl Inner {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT r.run_id, r.tenant, r.flow->>'name' FROM runs r JOIN \
+                "SELECT r.run_id, r.tenant, r.flow->>'name', r.flow->'keyed_limits' FROM runs r JOIN \
                  (SELECT run_id, row_number() OVER (PARTITION BY coalesce(tenant, 'default') \
                  ORDER BY run_id COLLATE \"C\") AS turn FROM runs WHERE status = $1) q \
                  ON q.run_id = r.run_id WHERE r.status = $1 \
@@ -183,9 +184,14 @@ impl Inner {
             if picked.len() >= claim.max {
                 break;
             }
-            let tenant: Option<String> = row.get(1);
             let flow: Option<String> = row.get(2);
-            if room.take(tenant.as_deref(), flow.as_deref().unwrap_or_default()) {
+            let asked: Option<serde_json::Value> = row.get(3);
+            let labels = RunLabels::from_parts(
+                row.get(1),
+                flow.as_deref().unwrap_or_default(),
+                asked.as_ref(),
+            );
+            if room.take(&labels) {
                 picked.push(row.get(0));
             }
         }
