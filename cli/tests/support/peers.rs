@@ -28,11 +28,13 @@ pub fn journal(journal: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Those of `journal`'s requests that were a judge's.
+/// Those of `journal`'s requests that were a judge's: the requests
+/// themselves, not the line that says one was cut (a judge's call the
+/// runtime gave up, its answer no longer needed).
 pub fn judge_requests(journal: &std::path::Path) -> Vec<serde_json::Value> {
     self::journal(journal)
         .into_iter()
-        .filter(|entry| entry["judge"] == true)
+        .filter(|entry| entry["judge"] == true && entry.get("cut").is_none())
         .collect()
 }
 
