@@ -210,7 +210,14 @@ impl MemoryStore {
             // Under keyed limits, runs may be skipped: the whole queue in
             // order, else only its first `max`.
             let considered = if room.is_unlimited() { max } else { usize::MAX };
-            let Ok(order) = crate::tenancy::fair_order(entries, considered);
+            let mut running = BTreeMap::new();
+            for record in tables.runs.values() {
+                if record.status == RunStatus::Running {
+                    let tenant = crate::tenancy::tenant_or_default(record.tenant.as_deref());
+                    *running.entry(tenant.to_owned()).or_insert(0) += 1;
+                }
+            }
+            let Ok(order) = crate::tenancy::fair_order(entries, &running, considered);
             order
                 .iter()
                 .filter_map(|id| tables.runs.get(id))

@@ -282,27 +282,41 @@ pub fn idempotency_key_of(tenant: Option<&str>, key: &str) -> String {
 /// The order queued runs are claimed in, fair across tenants: in turns,
 /// each tenant's oldest run in the first turn, its second oldest in the
 /// second, and so on, a turn's runs oldest first; at most `max` run ids.
-/// `queued` is every queued run — its id and its record's `tenant` — in
-/// id order (oldest first), as every store reads its queue. A tenant that
-/// queued 10 000 runs then holds another tenant's one run back by at most
-/// one run of its own.
+/// A tenant's turns begin after the runs it has running already
+/// (`running`, by tenant name, [`DEFAULT_TENANT`] for the runs of none),
+/// so that a tenant holding many live runs waits for one holding none:
+/// when one run ends at a time, the next start goes to the tenant with the
+/// fewest runs going on, not to the one whose run is oldest. `queued` is
+/// every queued run — its id and its record's `tenant` — in id order
+/// (oldest first), as every store reads its queue. A tenant that queued
+/// 10 000 runs then holds another tenant's one run back by at most one run
+/// of its own.
 ///
 /// # Errors
 /// The first error `queued` yields.
 pub fn fair_order<E>(
     queued: impl IntoIterator<Item = Result<(String, Option<String>), E>>,
+    running: &std::collections::BTreeMap<String, u64>,
     max: usize,
 ) -> Result<Vec<String>, E> {
-    let mut turns: std::collections::HashMap<Option<String>, usize> =
+    // Each tenant's runs counted so far, and where its turns begin.
+    let mut tenants: std::collections::HashMap<Option<String>, (usize, usize)> =
         std::collections::HashMap::new();
     let mut picked: Vec<(usize, String)> = Vec::new();
     for entry in queued {
         let (run_id, tenant) = entry?;
-        let turn = turns.entry(tenant).or_insert(0);
-        if *turn < max {
-            picked.push((*turn, run_id));
+        let (counted, begins) = tenants.entry(tenant).or_insert_with_key(|tenant| {
+            let live = running.get(tenant_or_default(tenant.as_deref()));
+            (
+                0,
+                live.map_or(0, |n| usize::try_from(*n).unwrap_or(usize::MAX)),
+            )
+        });
+        // No more than `max` of one tenant's runs can be among the first.
+        if *counted < max {
+            picked.push((begins.saturating_add(*counted), run_id));
         }
-        *turn = turn.saturating_add(1);
+        *counted = counted.saturating_add(1);
     }
     picked.sort();
     Ok(picked.into_iter().take(max).map(|(_, id)| id).collect())
@@ -328,14 +342,22 @@ mod tests {
         runs.push(("r12".to_owned(), Some("small")));
         let borrowed: Vec<(&str, Option<&str>)> =
             runs.iter().map(|(id, t)| (id.as_str(), *t)).collect();
-        let order = |max| fair_order(queued(&borrowed), max).unwrap();
+        let none = std::collections::BTreeMap::new();
+        let order = |max| fair_order(queued(&borrowed), &none, max).unwrap();
         assert_eq!(order(3), ["r00", "r10", "r11"]);
         assert_eq!(order(5), ["r00", "r10", "r11", "r01", "r12"]);
         assert_eq!(order(0), Vec::<String>::new());
         assert_eq!(order(100).len(), 13);
         // One tenant alone: oldest first, as a queue.
         let alone = queued(&[("a", None), ("b", None), ("c", None)]);
-        assert_eq!(fair_order(alone, 2).unwrap(), ["a", "b"]);
+        assert_eq!(fair_order(alone, &none, 2).unwrap(), ["a", "b"]);
+        // `big` has eight runs going on, `small` none: a run that ends
+        // alone gives its room to `small`, though `big`'s runs are older.
+        let running = std::collections::BTreeMap::from([("big".to_owned(), 8)]);
+        let order = |max| fair_order(queued(&borrowed), &running, max).unwrap();
+        assert_eq!(order(1), ["r10"]);
+        assert_eq!(order(2), ["r10", "r11"]);
+        assert_eq!(order(4), ["r10", "r11", "r12", "r00"]);
     }
 
     #[test]

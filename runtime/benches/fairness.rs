@@ -15,6 +15,11 @@
 //! flood. Time is tokio's paused clock: the figures are the runtime's
 //! decisions, not the machine's speed, and the same on every run.
 //!
+//! On PostgreSQL (when its server binaries are installed: a throwaway
+//! cluster is started) the same is measured in real time, with
+//! `--pg-flood` runs of flood (2 000 by default): the claims there go
+//! through the database, so the figure holds its latency as well.
+//!
 //! The target: a small run waits at most twice as long as a run takes
 //! (one run of the flood ends, then the small run's turn), whatever the
 //! flood; a queue served first come, first served would make it wait
@@ -30,6 +35,10 @@ use leasehold::{
     ModelRequest, RunOptions, RunStatus, Store,
 };
 use tokio::time::Instant;
+
+#[cfg(feature = "postgres")]
+#[path = "../tests/support/postgres.rs"]
+mod cluster;
 
 /// How long one run's model call takes.
 const RUN: Duration = Duration::from_secs(1);
@@ -86,15 +95,40 @@ fn main() {
         RUN.as_secs()
     );
     let mut pass = true;
-    for store in ["memory", "sled"] {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
+    let mut stores = vec!["memory", "sled"];
+    if cfg!(feature = "postgres") && postgres_installed() {
+        stores.push("postgres");
+    } else {
+        println!("postgres: skipped (built without the `postgres` feature, or no server binaries)");
+    }
+    // Held until the figures are printed, then stopped (by `Drop`).
+    #[cfg(feature = "postgres")]
+    let held = stores.contains(&"postgres").then(cluster::cluster);
+    for store in stores {
+        let paused = store != "postgres";
+        let runtime = if paused {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+        }
+        .expect("a runtime");
+        let flood = if paused {
+            flood
+        } else {
+            value("--pg-flood").unwrap_or(2_000)
+        };
+        if !paused {
+            println!("postgres: {flood} runs of flood, real time");
+        }
         let (alone, flooded) = runtime.block_on(async {
-            let alone = waits(open(store), 0, slots, small).await;
-            let flooded = waits(open(store), flood, slots, small).await;
+            let alone = waits(open(store).await, 0, slots, small).await;
+            let flooded = waits(open(store).await, flood, slots, small).await;
             (alone, flooded)
         });
         let secs = |d: Duration| d.as_secs_f64();
@@ -115,14 +149,36 @@ fn main() {
             secs(worst) / secs(worst_alone).max(secs(RUN) / 1000.0),
         );
     }
+    #[cfg(feature = "postgres")]
+    drop(held);
     if !pass {
         std::process::exit(1);
     }
 }
 
-fn open(store: &str) -> Arc<dyn Store> {
+/// Whether a PostgreSQL cluster can be started here.
+fn postgres_installed() -> bool {
+    #[cfg(feature = "postgres")]
+    return cluster::server_installed();
+    #[cfg(not(feature = "postgres"))]
+    return false;
+}
+
+async fn open(store: &str) -> Arc<dyn Store> {
     match store {
         "memory" => Arc::new(MemoryStore::new()),
+        #[cfg(feature = "postgres")]
+        "postgres" => {
+            // The cluster lives as long as the bench: its database is new.
+            // The cluster `main` holds: this database is a new one of it.
+            let (_cluster, url) = cluster::database().await;
+            let config = leasehold::store::PostgresConfig::new(&url);
+            Arc::new(
+                leasehold::store::PostgresStore::connect(config)
+                    .await
+                    .expect("the PostgreSQL store"),
+            )
+        }
         _ => {
             let dir = tempfile::tempdir().expect("a directory").keep();
             Arc::new(

@@ -166,7 +166,8 @@ fn claim(owner_id: &str, now_ms: u64, max: usize) -> QueueClaim {
 }
 
 /// Queued runs are claimed in fair turns across tenants: each tenant's
-/// oldest first, a turn's runs oldest first, as
+/// oldest first, its turns after the runs it has running, a turn's runs
+/// oldest first, as
 /// [`fair_order`](crate::tenancy::fair_order) orders them; a tenant that
 /// queued many runs holds another's single run back by one of its own.
 /// The queued runs are counted by tenant as they are.
@@ -194,7 +195,7 @@ pub(super) async fn queued_runs_are_claimed_in_fair_turns_across_tenants(store: 
     let entries = all.iter().map(|(id, tenant)| {
         Ok::<_, std::convert::Infallible>((id.clone(), tenant.map(str::to_owned)))
     });
-    let mut rule = crate::tenancy::fair_order(entries, 4).unwrap();
+    let mut rule = crate::tenancy::fair_order(entries, &BTreeMap::new(), 4).unwrap();
     rule.sort();
     let counts = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
         pairs.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect()
@@ -210,8 +211,12 @@ pub(super) async fn queued_runs_are_claimed_in_fair_turns_across_tenants(store: 
         counts(&[("big", 10), ("small", 1)])
     );
     assert_eq!(first, rule);
-    let second = ids(store.claim_queued(claim("exec-b", 2_000, 3)).await.unwrap());
-    assert_eq!(second, ["q02", "q03", "q14"]);
+    // `big` has two runs going on now, `small` one: one run's room goes to
+    // `small`, though `big`'s next run is older.
+    let second = ids(store.claim_queued(claim("exec-b", 2_000, 1)).await.unwrap());
+    assert_eq!(second, ["q14"]);
+    let third = ids(store.claim_queued(claim("exec-b", 2_000, 2)).await.unwrap());
+    assert_eq!(third, ["q02", "q03"]);
     let rest = ids(store
         .claim_queued(claim("exec-a", 3_000, 100))
         .await

@@ -116,6 +116,21 @@ impl Inner {
     }
 }
 
+/// The queued runs (status `queued`) with their turn in the fair order
+/// (`tenancy::fair_order`): each tenant's queued runs numbered oldest
+/// first, after the runs it has running (status `running`), so that a
+/// tenant holding many live runs waits for one holding none.
+fn fair_turns(running: &str, queued: &str) -> String {
+    format!(
+        "SELECT w.run_id, w.turn + coalesce(rc.n, 0) AS turn FROM \
+         (SELECT run_id, coalesce(tenant, 'default') AS t, row_number() OVER \
+         (PARTITION BY coalesce(tenant, 'default') ORDER BY run_id COLLATE \"C\") AS turn \
+         FROM runs WHERE status = {queued}) w LEFT JOIN \
+         (SELECT coalesce(tenant, 'default') AS t, count(*) AS n FROM runs \
+         WHERE status = {running} GROUP BY 1) rc ON rc.t = w.t"
+    )
+}
+
 impl Inner {
     async fn claim_queued(&self, claim: &QueueClaim) -> Result<Vec<RunRecord>, StoreError> {
         let doing = "claiming queued runs";
@@ -130,7 +145,8 @@ impl Inner {
         // The change is `fencing::claim_queued`'s, in one statement: each
         // claimer locks the queued rows no other claimer holds in fair
         // turns across tenants (`tenancy::fair_order`: each tenant's
-        // oldest first, a turn's runs oldest first), so
+        // oldest first, its turns after the runs it has running, a turn's
+        // runs oldest first), so
         // claimers at once take disjoint runs, and a run claimed meanwhile
         // is no longer queued when its lock is granted.
         self.load_runs(
@@ -138,16 +154,15 @@ impl Inner {
                 "WITH claimed AS (UPDATE runs SET status = $1, owner_id = $2, \
                      fence = fence + 1, lease_expires_at_ms = $3, reason = NULL, \
                      updated_at_ms = $4 \
-                     WHERE run_id IN (SELECT r.run_id FROM runs r JOIN \
-                     (SELECT run_id, row_number() OVER (PARTITION BY coalesce(tenant, 'default') \
-                     ORDER BY run_id COLLATE \"C\") AS turn FROM runs WHERE status = $5) q \
+                     WHERE run_id IN (SELECT r.run_id FROM runs r JOIN ({turns}) q \
                      ON q.run_id = r.run_id WHERE r.status = $5 \
                      ORDER BY q.turn, r.run_id COLLATE \"C\" LIMIT $6 \
                      FOR UPDATE OF r SKIP LOCKED) \
                      RETURNING {RUN_COLUMNS}), \
                  notified AS (SELECT claimed.*, pg_notify('leasehold', \
                      json_build_object('change', 'run', 'run_id', run_id)::text) FROM claimed) \
-                     SELECT {RUN_COLUMNS} FROM notified ORDER BY run_id COLLATE \"C\""
+                     SELECT {RUN_COLUMNS} FROM notified ORDER BY run_id COLLATE \"C\"",
+                turns = fair_turns("$1", "$5")
             ),
             &[&running, &owner_id, &expires, &now, &queued, &max],
             &doing,
@@ -169,12 +184,13 @@ impl Inner {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT r.run_id, r.tenant, r.flow->>'name', r.flow->'keyed_limits' FROM runs r JOIN \
-                 (SELECT run_id, row_number() OVER (PARTITION BY coalesce(tenant, 'default') \
-                 ORDER BY run_id COLLATE \"C\") AS turn FROM runs WHERE status = $1) q \
-                 ON q.run_id = r.run_id WHERE r.status = $1 \
-                 ORDER BY q.turn, r.run_id COLLATE \"C\"",
-                &[&queued],
+                &format!(
+                    "SELECT r.run_id, r.tenant, r.flow->>'name', r.flow->'keyed_limits' FROM runs r \
+                     JOIN ({}) q ON q.run_id = r.run_id WHERE r.status = $2 \
+                     ORDER BY q.turn, r.run_id COLLATE \"C\"",
+                    fair_turns("$1", "$2")
+                ),
+                &[&running, &queued],
             )
             .await
             .map_err(|e| failed(&doing, &e))?;

@@ -105,8 +105,14 @@ impl Inner {
         } else {
             usize::MAX
         };
-        let order =
-            leasehold_actors::tenancy::fair_order(self.indexes.queued_with_tenants()?, considered)?;
+        let running = self
+            .indexes
+            .count_by_tenant(leasehold_actors::RunStatus::Running)?;
+        let order = leasehold_actors::tenancy::fair_order(
+            self.indexes.queued_with_tenants()?,
+            &running,
+            considered,
+        )?;
         for run_id in order {
             if claimed.len() >= claim.max {
                 break;
@@ -145,13 +151,9 @@ impl QueueStore for SledStore {
 
     fn count_queued_by_tenant(&self) -> StoreFuture<std::collections::BTreeMap<String, u64>> {
         self.scan(|inner| {
-            let mut counts = std::collections::BTreeMap::new();
-            for entry in inner.indexes.queued_with_tenants()? {
-                let (_, tenant) = entry?;
-                let tenant = leasehold_actors::tenancy::tenant_or_default(tenant.as_deref());
-                *counts.entry(tenant.to_owned()).or_insert(0) += 1;
-            }
-            Ok(counts)
+            inner
+                .indexes
+                .count_by_tenant(leasehold_actors::RunStatus::Queued)
         })
     }
 

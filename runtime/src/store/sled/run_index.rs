@@ -207,6 +207,21 @@ impl RunIndexes {
         self.entries_in(RunStatus::Queued)
     }
 
+    /// How many runs each tenant holds in `status`, by tenant name (the
+    /// default tenant's for the runs of none), from the index alone.
+    pub(crate) fn count_by_tenant(
+        &self,
+        status: RunStatus,
+    ) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
+        let mut counts = std::collections::BTreeMap::new();
+        for entry in self.entries_in(status)? {
+            let (_, tenant) = entry?;
+            let tenant = leasehold_actors::tenancy::tenant_or_default(tenant.as_deref());
+            *counts.entry(tenant.to_owned()).or_insert(0) += 1;
+        }
+        Ok(counts)
+    }
+
     /// The runs indexed under `status`, ascending, each with the tenant
     /// its entry keeps.
     fn entries_in(
