@@ -103,6 +103,20 @@ pub const FLOW_KEYS: &[FlowKey] = &[
         "[\"pager\"]",
     ),
     key(
+        "keyed_limits.<limit>.live",
+        "count, at most the server's",
+        "the server's",
+        "at most this many of the flow's runs live among those of one value of the key of the server's keyed limit `<limit>` (`[keyed_limits.<limit>]`); only a limit the server has and a field it sets, never over its number: a flow beyond what the server allows is refused",
+        "5",
+    ),
+    key(
+        "keyed_limits.<limit>.per_minute",
+        "count, at most the server's",
+        "the server's",
+        "at most this many of the flow's runs started in any minute among those of one value of the key of the server's keyed limit `<limit>`; as `live`",
+        "10",
+    ),
+    key(
         "tools[].name",
         "text",
         "(required)",
@@ -360,6 +374,8 @@ pub fn sample_flow() -> String {
             ("[[tools]]".to_owned(), leaf)
         } else if let Some(leaf) = k.key.strip_prefix("workers.<kind>.") {
             ("[workers.w]".to_owned(), leaf)
+        } else if let Some(leaf) = k.key.strip_prefix("keyed_limits.<limit>.") {
+            ("[keyed_limits.provider]".to_owned(), leaf)
         } else if let Some((table, leaf)) = k.key.split_once('.') {
             (format!("[{table}]"), leaf)
         } else {
@@ -394,6 +410,7 @@ mod tests {
                     let path = match at {
                         "" => name.clone(),
                         "workers" => "workers.<kind>".to_owned(),
+                        "keyed_limits" => "keyed_limits.<limit>".to_owned(),
                         _ => format!("{at}.{name}"),
                     };
                     if known.contains(path.as_str()) {
@@ -449,6 +466,7 @@ mod tests {
     fn every_field_of_the_flows_types_is_in_the_reference() {
         let flow = include_str!("../../actors/src/flow.rs");
         let overrides = include_str!("../../actors/src/flow/overrides.rs");
+        let keyed = include_str!("../../actors/src/keyed_limits.rs");
         let listed: BTreeSet<&str> = FLOW_KEYS.iter().map(|k| k.key).collect();
         let tables = [
             (flow, "Flow", ""),
@@ -458,6 +476,7 @@ mod tests {
             (overrides, "SupervisionOverrides", "supervision."),
             (overrides, "BudgetOverrides", "budget."),
             (overrides, "SpawnOverrides", "spawn."),
+            (keyed, "FlowKeyedLimit", "keyed_limits.<limit>."),
         ];
         let sections = [
             "tools",
@@ -466,6 +485,7 @@ mod tests {
             "supervision",
             "budget",
             "spawn",
+            "keyed_limits",
         ];
         for (source, name, prefix) in tables {
             let fields = fields_of(source, name);
