@@ -475,7 +475,7 @@ impl Engine {
         lineage: bool,
     ) -> Result<RunHandle, EngineError> {
         let run_id = record.run_id.clone();
-        let labels = Arc::new(crate::keyed_limits::RunLabels::of(&record));
+        let labels = Arc::new(record.labels());
         // Marked before anything of the run is published, so that the
         // handle's first event stream misses none of the run's events.
         let first_seq = self.bus.last_seq();

@@ -28,8 +28,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::RunRecord;
-
 /// What a key reads of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KeyPart {
@@ -308,21 +306,17 @@ impl ClaimRoom {
         true
     }
 
-    /// Whether every limit has room for the run `record` holds.
-    pub fn has_room_for(&self, record: &RunRecord) -> bool {
-        self.is_unlimited() || self.full_for(&RunLabels::of(record)).is_none()
-    }
-
-    /// [`take`](Self::take) for the run `record` holds.
-    pub fn take_record(&mut self, record: &RunRecord) -> bool {
-        self.is_unlimited() || self.take(&RunLabels::of(record))
+    /// Whether every limit has room for a run like `labels`.
+    pub fn has_room_for(&self, labels: &RunLabels) -> bool {
+        self.is_unlimited() || self.full_for(labels).is_none()
     }
 }
 
 /// What keys read of one run: its tenant, its flow's name, and what its
 /// flow asks of the keyed limits. A run's handle carries them
 /// ([`RunHandle::labels`](crate::RunHandle::labels)), so that an executor
-/// counts its live runs by key without reading them.
+/// counts its live runs by key without reading them; a stored run's are
+/// [`RunRecord::labels`](crate::RunRecord::labels).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunLabels {
     /// Its tenant, `None` for the default one.
@@ -334,15 +328,6 @@ pub struct RunLabels {
 }
 
 impl RunLabels {
-    /// The labels of the run `record` holds.
-    pub fn of(record: &RunRecord) -> Self {
-        Self::from_parts(
-            record.tenant.clone(),
-            flow_name(record),
-            record.flow.get("keyed_limits"),
-        )
-    }
-
     /// The labels of a run of `tenant` whose flow is named `flow` and asks
     /// `limits` (its `keyed_limits`, as JSON; what does not read as such
     /// asks nothing — a flow is checked when it is posted).
@@ -359,15 +344,6 @@ impl RunLabels {
                 .unwrap_or_default(),
         }
     }
-}
-
-/// The name of the flow `record` runs, as a key reads it.
-pub fn flow_name(record: &RunRecord) -> &str {
-    record
-        .flow
-        .get("name")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

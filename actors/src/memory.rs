@@ -223,7 +223,7 @@ impl MemoryStore {
                 .filter_map(|id| tables.runs.get(id))
                 .filter_map(|record| {
                     let claimed = rule(record)?;
-                    room.take_record(record).then_some(claimed)
+                    (room.is_unlimited() || room.take(&record.labels())).then_some(claimed)
                 })
                 .take(max)
                 .collect()

@@ -275,6 +275,18 @@ pub struct RunRecord {
     pub tenant: Option<String>,
 }
 
+impl RunRecord {
+    /// What keyed limits read of the run: its tenant, its flow's name, and
+    /// what its flow asks of the limits.
+    pub fn labels(&self) -> crate::keyed_limits::RunLabels {
+        crate::keyed_limits::RunLabels::from_parts(
+            self.tenant.clone(),
+            listing::flow_name(self).unwrap_or_default(),
+            self.flow.get("keyed_limits"),
+        )
+    }
+}
+
 /// Where a fork comes from: its parent run and the step boundary it starts
 /// at. The parent is left untouched.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

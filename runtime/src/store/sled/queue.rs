@@ -120,11 +120,11 @@ impl Inner {
             let (record, _) = self.change_run(&run_id, |record| {
                 let record = record
                     .and_then(|r| fencing::claim_queued(&r, claim))
-                    .filter(|r| room.has_room_for(r));
+                    .filter(|r| room.has_room_for(&r.labels()));
                 Ok((record.clone(), record))
             })?;
             if let Some(record) = record {
-                room.take_record(&record);
+                room.take(&record.labels());
                 claimed.push(record);
             }
         }
