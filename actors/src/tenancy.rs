@@ -158,6 +158,39 @@ pub struct ApiKey {
     pub revoked_at_ms: Option<u64>,
 }
 
+/// A key as the API shows it: everything but its digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyView {
+    /// Its id: the `ID` of `lh_ID_SECRET`.
+    pub id: String,
+    /// The tenant it acts for.
+    pub tenant: String,
+    /// What it may do.
+    pub scope: Scope,
+    /// Its name, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// When it was made (Unix ms).
+    pub created_at_ms: u64,
+    /// When it was revoked (Unix ms), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at_ms: Option<u64>,
+}
+
+impl From<ApiKey> for KeyView {
+    fn from(key: ApiKey) -> Self {
+        Self {
+            id: key.id,
+            tenant: key.tenant,
+            scope: key.scope,
+            name: key.name,
+            created_at_ms: key.created_at_ms,
+            revoked_at_ms: key.revoked_at_ms,
+        }
+    }
+}
+
 impl ApiKey {
     /// Whether `secret` is this key's, and the key is not revoked.
     pub fn accepts(&self, secret: &str) -> bool {

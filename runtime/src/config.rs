@@ -43,6 +43,7 @@ mod fields;
 mod idle;
 mod keyed;
 mod keys;
+pub(crate) mod tables;
 mod text;
 mod timing;
 mod wiring;

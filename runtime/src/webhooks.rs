@@ -31,6 +31,8 @@ use std::fmt;
 use base64::Engine as _;
 use leasehold_actors::RunStatus;
 
+use crate::config::tables::{Entry, NamedTables, Wrong};
+
 #[cfg(feature = "webhooks")]
 pub mod deliver;
 pub mod payload;
@@ -135,60 +137,26 @@ impl Receiver {
     }
 }
 
+/// The file's `webhooks.receivers` table.
+const RECEIVERS: NamedTables = NamedTables {
+    at: "webhooks.receivers",
+    noun: ("receiver", "receivers"),
+    holds: "`url` and `secret`",
+    max: MAX_RECEIVERS,
+};
+
 /// The file's `[webhooks.receivers.NAME]` tables, each checked; `Err`
 /// names the entry (`webhooks.receivers.ops.secret`) and what was wrong.
 pub fn receivers_of(value: toml::Value) -> Result<Vec<Receiver>, (String, String)> {
-    let toml::Value::Table(entries) = value else {
-        return Err((
-            "webhooks.receivers".to_owned(),
-            "expected a table of receivers (`[webhooks.receivers.NAME]` with `url` and `secret`)"
-                .to_owned(),
-        ));
-    };
-    if entries.len() > MAX_RECEIVERS {
-        return Err((
-            "webhooks.receivers".to_owned(),
-            format!("{} receivers; at most {MAX_RECEIVERS}", entries.len()),
-        ));
-    }
-    entries
-        .into_iter()
-        .map(|(name, entry)| receiver_of(name, entry))
-        .collect()
+    RECEIVERS.read(value, receiver_of)
 }
 
-fn receiver_of(name: String, entry: toml::Value) -> Result<Receiver, (String, String)> {
-    let at = format!("webhooks.receivers.{}", toml::Value::String(name.clone()));
-    let bad = |key: &str, message: String| {
-        let path = if key.is_empty() {
-            at.clone()
-        } else {
-            format!("{at}.{key}")
-        };
-        (path, message)
-    };
-    if name.trim().is_empty() {
-        return Err(bad("", "a receiver's name may not be blank".to_owned()));
-    }
-    let toml::Value::Table(mut entry) = entry else {
-        return Err(bad(
-            "",
-            "expected a table with `url` and `secret`".to_owned(),
-        ));
-    };
-    let mut text = |key: &str| -> Result<Option<String>, (String, String)> {
-        match entry.remove(key) {
-            None => Ok(None),
-            Some(toml::Value::String(text)) => Ok(Some(text)),
-            Some(other) => Err(bad(
-                key,
-                format!("expected text, found {}", other.type_str()),
-            )),
-        }
-    };
-    let url = text("url")?.ok_or_else(|| bad("", "missing `url`".to_owned()))?;
+fn receiver_of(name: String, entry: &mut Entry) -> Result<Receiver, Wrong> {
+    let url = entry
+        .text("url")?
+        .ok_or_else(|| entry.wrong("", "missing `url`".to_owned()))?;
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(bad(
+        return Err(entry.wrong(
             "url",
             format!(
                 "expected an `http://` or `https://` URL, got {}",
@@ -196,29 +164,25 @@ fn receiver_of(name: String, entry: toml::Value) -> Result<Receiver, (String, St
             ),
         ));
     }
-    let secret = text("secret")?
-        .ok_or_else(|| bad("", "missing `secret` (`whsec_` then base64)".to_owned()))?;
-    let secret = WebhookSecret::parse(&secret).map_err(|message| bad("secret", message))?;
-    let runs = match text("runs")?.as_deref() {
+    let secret = entry
+        .text("secret")?
+        .ok_or_else(|| entry.wrong("", "missing `secret` (`whsec_` then base64)".to_owned()))?;
+    let secret = WebhookSecret::parse(&secret).map_err(|message| entry.wrong("secret", message))?;
+    let runs = match entry.text("runs")?.as_deref() {
         None | Some("all") => ReceiverRuns::All,
         Some("named") => ReceiverRuns::Named,
         Some(other) => {
-            return Err(bad(
+            return Err(entry.wrong(
                 "runs",
                 format!("expected \"all\" or \"named\", got {other:?}"),
             ));
         }
     };
-    let events = match entry.remove("events") {
+    let events = match entry.take("events") {
         None => NOTICE_STATUSES.to_vec(),
-        Some(value) => events_of(value).map_err(|message| bad("events", message))?,
+        Some(value) => events_of(value).map_err(|message| entry.wrong("events", message))?,
     };
-    if let Some(unknown) = entry.keys().next() {
-        return Err(bad(
-            unknown,
-            "unknown key: a receiver has `url`, `secret`, `events` and `runs`".to_owned(),
-        ));
-    }
+    entry.done("`url`, `secret`, `events` and `runs`")?;
     Ok(Receiver {
         name,
         url,

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::tenancy::{ApiKey, DEFAULT_TENANT, NewKey, Scope};
+use leasehold::tenancy::{ApiKey, DEFAULT_TENANT, KeyView, NewKey, Scope};
 
 use super::remote::Remote;
 use super::runs::{existing_store, parse_tenant};
@@ -172,11 +172,7 @@ async fn remote(client: &Remote, command: KeysCommand) -> Result<ExitCode, CliEr
 
 /// A key as JSON, as the API shows it: everything but its digest.
 fn view(key: &ApiKey) -> serde_json::Value {
-    let mut value = serde_json::to_value(key).unwrap_or_default();
-    if let Some(object) = value.as_object_mut() {
-        object.remove("digest");
-    }
-    value
+    serde_json::to_value(KeyView::from(key.clone())).unwrap_or_default()
 }
 
 fn print_made(key: &serde_json::Value, secret: &str, json: bool) -> Result<ExitCode, CliError> {

@@ -16,101 +16,48 @@
 
 use leasehold_actors::keyed_limits::{KeyedLimit, RunKey};
 
+use super::tables::{Entry, NamedTables, Wrong};
+
 /// The most keyed limits a server holds.
 pub const MAX_KEYED_LIMITS: usize = 32;
 
+/// The file's `keyed_limits` table.
+const KEYED_LIMITS: NamedTables = NamedTables {
+    at: "keyed_limits",
+    noun: ("limit", "limits"),
+    holds: "`key` and `live`, `per_minute` or `queued`",
+    max: MAX_KEYED_LIMITS,
+};
+
 /// The limits of `value`, the file's `keyed_limits` table; an error names
 /// where (`keyed_limits."provider".live`) and what was wrong.
-pub(super) fn keyed_limits_of(value: toml::Value) -> Result<Vec<KeyedLimit>, (String, String)> {
-    let toml::Value::Table(entries) = value else {
-        return Err((
-            "keyed_limits".to_owned(),
-            "expected a table of limits (`[keyed_limits.NAME]` with `key` and `live`, \
-             `per_minute` or `queued`)"
-                .to_owned(),
-        ));
-    };
-    if entries.len() > MAX_KEYED_LIMITS {
-        return Err((
-            "keyed_limits".to_owned(),
-            format!("{} limits; at most {MAX_KEYED_LIMITS}", entries.len()),
-        ));
-    }
-    entries
-        .into_iter()
-        .map(|(name, entry)| keyed_limit_of(name, entry))
-        .collect()
+pub(super) fn keyed_limits_of(value: toml::Value) -> Result<Vec<KeyedLimit>, Wrong> {
+    KEYED_LIMITS.read(value, keyed_limit_of)
 }
 
-fn keyed_limit_of(name: String, entry: toml::Value) -> Result<KeyedLimit, (String, String)> {
-    let at = format!("keyed_limits.{}", toml::Value::String(name.clone()));
-    let bad = |key: &str, message: String| {
-        let path = if key.is_empty() {
-            at.clone()
-        } else {
-            format!("{at}.{key}")
-        };
-        (path, message)
-    };
-    if name.trim().is_empty() {
-        return Err(bad("", "a limit's name may not be blank".to_owned()));
-    }
-    let toml::Value::Table(mut entry) = entry else {
-        return Err(bad(
-            "",
-            "expected a table with `key` and `live`, `per_minute` or `queued`".to_owned(),
-        ));
-    };
-    let key = match entry.remove("key") {
-        None => {
-            return Err(bad(
+fn keyed_limit_of(name: String, entry: &mut Entry) -> Result<KeyedLimit, Wrong> {
+    let key = entry
+        .text("key")?
+        .ok_or_else(|| {
+            entry.wrong(
                 "",
                 "missing `key` (`tenant`, `flow`, `endpoint`, or parts joined by `+`)".to_owned(),
-            ));
-        }
-        Some(toml::Value::String(text)) => text
-            .parse::<RunKey>()
-            .map_err(|error| bad("key", error.to_string()))?,
-        Some(other) => {
-            return Err(bad(
-                "key",
-                format!("expected text, found {}", other.type_str()),
-            ));
-        }
-    };
-    let mut count = |field: &str| -> Result<Option<u32>, (String, String)> {
-        match entry.remove(field) {
-            None => Ok(None),
-            Some(toml::Value::Integer(n)) => match u32::try_from(n) {
-                Ok(n) if n >= 1 => Ok(Some(n)),
-                _ => Err(bad(
-                    field,
-                    format!("expected a count from 1 to {}, got {n}", u32::MAX),
-                )),
-            },
-            Some(other) => Err(bad(
-                field,
-                format!("expected a count, found {}", other.type_str()),
-            )),
-        }
-    };
-    let live = count("live")?;
-    let per_minute = count("per_minute")?;
-    let queued = count("queued")?;
-    if let Some(unknown) = entry.keys().next() {
-        return Err(bad(
-            unknown,
-            "unknown field: a limit has `key`, `live`, `per_minute` and `queued`".to_owned(),
-        ));
-    }
+            )
+        })?
+        .parse::<RunKey>()
+        .map_err(|error| entry.wrong("key", error.to_string()))?;
+    let live = count(entry, "live")?;
+    let per_minute = count(entry, "per_minute")?;
+    let queued = count(entry, "queued")?;
+    entry.done("`key`, `live`, `per_minute` and `queued`")?;
     if live.is_none() && per_minute.is_none() && queued.is_none() {
-        return Err(bad(
+        return Err(entry.wrong(
             "",
             "a limit needs `live`, `per_minute` or `queued`".to_owned(),
         ));
     }
     if queued.is_some() && !key.is_tenant() {
-        return Err(bad(
+        return Err(entry.wrong(
             "queued",
             format!(
                 "`queued` is counted in the store by tenant: it needs `key = \"tenant\"`, not {:?}",
@@ -125,6 +72,24 @@ fn keyed_limit_of(name: String, entry: toml::Value) -> Result<KeyedLimit, (Strin
         per_minute,
         queued,
     })
+}
+
+/// `field` of `entry`, a count of at least one, if given.
+fn count(entry: &mut Entry, field: &str) -> Result<Option<u32>, Wrong> {
+    match entry.take(field) {
+        None => Ok(None),
+        Some(toml::Value::Integer(n)) => match u32::try_from(n) {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(entry.wrong(
+                field,
+                format!("expected a count from 1 to {}, got {n}", u32::MAX),
+            )),
+        },
+        Some(other) => Err(entry.wrong(
+            field,
+            format!("expected a count, found {}", other.type_str()),
+        )),
+    }
 }
 
 #[cfg(test)]

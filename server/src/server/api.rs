@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::App;
 use super::caller::Caller;
 use super::commands;
-use super::commands::ControlAnswer;
+use super::commands::ControlResponses;
 use super::error::{ApiError, ErrorBody};
 use super::guard;
 use super::listing::{ListParams, RunsPage};
@@ -707,22 +707,7 @@ pub(super) struct ReconcileBody {
 /// forwarded to it (202).
 #[utoipa::path(post, path = "/runs/{id}/resume", tag = "controls", params(RunPath),
     request_body(content = ResumeBody, description = "Optional: an empty body resumes without guidance"),
-    responses(
-        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
-        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
-        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
-        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
-        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
-        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A value the control cannot take", body = ErrorBody),
-        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
-        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
-    ))]
+    responses(ControlResponses))]
 pub(super) async fn resume(
     State(app): State<Arc<App>>,
     control: Control,
@@ -742,22 +727,7 @@ pub(super) async fn resume(
 /// forwarded to it (202).
 #[utoipa::path(post, path = "/runs/{id}/cancel", tag = "controls", params(RunPath),
     request_body(content = CancelBody, description = "Optional"),
-    responses(
-        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
-        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
-        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
-        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
-        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
-        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A value the control cannot take", body = ErrorBody),
-        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
-        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
-    ))]
+    responses(ControlResponses))]
 pub(super) async fn cancel(
     State(app): State<Arc<App>>,
     control: Control,
@@ -780,22 +750,7 @@ pub(super) async fn cancel(
 /// one another live executor runs is forwarded to it (202).
 #[utoipa::path(post, path = "/runs/{id}/reconcile", tag = "controls", params(RunPath),
     request_body = ReconcileBody,
-    responses(
-        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
-        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
-        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
-        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
-        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
-        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A value the control cannot take", body = ErrorBody),
-        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
-        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
-    ))]
+    responses(ControlResponses))]
 pub(super) async fn reconcile(
     State(app): State<Arc<App>>,
     control: Control,

@@ -19,8 +19,8 @@ use super::App;
 use super::api::{Control, read_json_body, too_large};
 use super::caller::Caller;
 use super::commands;
-use super::commands::ControlAnswer;
-use super::error::{ApiError, ErrorBody};
+use super::commands::ControlResponses;
+use super::error::ApiError;
 
 /// Who asked, when the request does not say.
 const OVER_THE_API: &str = "a person over the API";
@@ -43,22 +43,7 @@ pub(super) struct PauseBody {
 /// or on the executor that holds it (202).
 #[utoipa::path(post, path = "/runs/{id}/pause", tag = "controls", params(super::api::RunPath),
     request_body(content = PauseBody, description = "Optional"),
-    responses(
-        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
-        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
-        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
-        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
-        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
-        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A value the control cannot take", body = ErrorBody),
-        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
-        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
-    ))]
+    responses(ControlResponses))]
 pub(super) async fn pause(
     State(app): State<Arc<App>>,
     control: Control,
@@ -135,20 +120,7 @@ pub(super) struct RollbackOf {
     responses(
         (status = 201, description = "`rollback`: the fork, started here; the run cancelled", body = RolledBack,
             headers(("Location" = String, description = "`/runs/{id}` of the fork"))),
-        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
-        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
-        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
-        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
-        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
-        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A value the control cannot take", body = ErrorBody),
-        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
-        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
+        ControlResponses,
     ))]
 pub(super) async fn message(
     State(app): State<Arc<App>>,
@@ -264,22 +236,7 @@ pub(super) struct LeasePath {
 /// the person.
 #[utoipa::path(post, path = "/runs/{id}/leases/{lease}/extend", tag = "controls", params(LeasePath),
     request_body = ExtendBody,
-    responses(
-        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
-        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
-        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
-        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
-        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
-        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A value the control cannot take", body = ErrorBody),
-        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
-        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
-    ))]
+    responses(ControlResponses))]
 pub(super) async fn extend(
     State(app): State<Arc<App>>,
     Path((run_id, lease)): Path<(String, String)>,
@@ -309,22 +266,7 @@ pub(super) async fn extend(
 /// decided by the person.
 #[utoipa::path(post, path = "/runs/{id}/leases/{lease}/intervene", tag = "controls", params(LeasePath),
     request_body(content = InterveneBody, description = "Optional"),
-    responses(
-        (status = 200, description = "Applied here: the run's status after it", body = ControlAnswer),
-        (status = 202, description = "Forwarded to the executor that holds the run", body = ControlAnswer),
-        (status = 400, description = "A body that is not the JSON expected", body = ErrorBody),
-        (status = 404, description = "No such run of the caller's tenant", body = ErrorBody),
-        (status = 408, description = "The body did not arrive within the body timeout", body = ErrorBody),
-        (status = 409, description = "The run is not in a state the control applies to", body = ErrorBody),
-        (status = 413, description = "The body, or a text in it, is larger than its limit", body = ErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ErrorBody),
-        (status = 422, description = "A value the control cannot take", body = ErrorBody),
-        (status = 429, description = "Too many commands wait for the run, or no executor has room to take it on", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 500, description = "The store failed", body = ErrorBody),
-        (status = 502, description = "A tool server could not be reached", body = ErrorBody),
-        (status = 503, description = "The executor that held the run is gone", body = ErrorBody),
-    ))]
+    responses(ControlResponses))]
 pub(super) async fn intervene(
     State(app): State<Arc<App>>,
     Path((run_id, lease)): Path<(String, String)>,

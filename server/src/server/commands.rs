@@ -14,7 +14,7 @@ use leasehold::{RunCommand, RunStatus};
 use serde::Serialize;
 
 use super::App;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use leasehold::executor::control::{Controlled, Refused};
 
 /// How long a client refused for a run's full command queue is asked to
@@ -80,6 +80,52 @@ pub(super) struct ControlAnswer {
     /// The executor the control was forwarded to.
     #[serde(skip_serializing_if = "Option::is_none")]
     forwarded_to: Option<String>,
+}
+
+/// What every control answers, for the API's document: the route's
+/// `responses(ControlResponses)` says it once.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // Never built: the handlers answer with `control`.
+pub(super) enum ControlResponses {
+    /// Applied here: the run's status after it
+    #[response(status = 200)]
+    Applied(ControlAnswer),
+    /// Forwarded to the executor that holds the run
+    #[response(status = 202)]
+    Forwarded(ControlAnswer),
+    /// A body that is not the JSON expected
+    #[response(status = 400)]
+    BadBody(ErrorBody),
+    /// No such run of the caller's tenant
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    /// The body did not arrive within the body timeout
+    #[response(status = 408)]
+    BodyTimeout(ErrorBody),
+    /// The run is not in a state the control applies to
+    #[response(status = 409)]
+    Conflict(ErrorBody),
+    /// The body, or a text in it, is larger than its limit
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// A body that is not `application/json`
+    #[response(status = 415)]
+    NotJson(ErrorBody),
+    /// A value the control cannot take
+    #[response(status = 422)]
+    Invalid(ErrorBody),
+    /// Too many commands wait for the run, or no executor has room to take it on
+    #[response(status = 429, headers(("Retry-After" = u64, description = "Seconds")))]
+    TooMany(ErrorBody),
+    /// The store failed
+    #[response(status = 500)]
+    StoreFailed(ErrorBody),
+    /// A tool server could not be reached
+    #[response(status = 502)]
+    ToolServer(ErrorBody),
+    /// The executor that held the run is gone
+    #[response(status = 503)]
+    OwnerGone(ErrorBody),
 }
 
 /// The seq of the last event `run_id` logged (0 before any, or for no

@@ -9,32 +9,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use leasehold::tenancy::{ApiKey, NewKey, Scope};
+use leasehold::tenancy::{KeyView, NewKey, Scope};
 use serde::{Deserialize, Serialize};
 
 use super::App;
 use super::api::read_json_body;
 use super::caller::Caller;
 use super::error::{ApiError, ErrorBody};
-
-/// A key as the API shows it: everything but its digest.
-#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct KeyView {
-    /// Its id: the `ID` of `lh_ID_SECRET`.
-    id: String,
-    /// The tenant it acts for.
-    tenant: String,
-    /// What it may do.
-    scope: Scope,
-    /// Its name, if given.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-    /// When it was made (Unix ms).
-    created_at_ms: u64,
-    /// When it was revoked (Unix ms), if it was.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    revoked_at_ms: Option<u64>,
-}
 
 /// A key just made: its view and its secret, given in this answer only.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -43,19 +24,6 @@ pub(super) struct NewKeyView {
     key: KeyView,
     /// The key to send as `Authorization: Bearer lh_ID_SECRET`.
     secret: String,
-}
-
-impl From<ApiKey> for KeyView {
-    fn from(key: ApiKey) -> Self {
-        Self {
-            id: key.id,
-            tenant: key.tenant,
-            scope: key.scope,
-            name: key.name,
-            created_at_ms: key.created_at_ms,
-            revoked_at_ms: key.revoked_at_ms,
-        }
-    }
 }
 
 /// The body of `POST /keys`.

@@ -19,6 +19,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 
 use super::caller;
+use super::commands::ControlAnswer;
 use super::error::ErrorBody;
 use super::guard;
 
@@ -63,7 +64,7 @@ const BEARER: &str = "bearer";
         super::api::fork,
         super::mcp::endpoint,
     ),
-    components(schemas(ErrorBody, leasehold::Event, leasehold::TextDelta)),
+    components(schemas(ErrorBody, ControlAnswer, leasehold::Event, leasehold::TextDelta)),
     modifiers(&Guarded),
     tags(
         (name = "runs", description = "Runs: posted, listed, shown, followed, forked"),
